@@ -1,0 +1,13 @@
+"""The one exception family the CLI turns into a one-line message and a non-zero exit."""
+
+
+class CompileIQError(Exception):
+    """A domain error whose message is fit to show a user as it is (one line, no secrets)."""
+
+    exit_code = 1
+
+
+class UsageError(CompileIQError):
+    """Bad input from the user: a missing file, a malformed spec, an unknown option value."""
+
+    exit_code = 2
