@@ -1,0 +1,188 @@
+"""The advanced-control file (ACF): the chosen settings, their evidence and provenance, as TOML.
+
+Reading one never trusts its argument text: every control is checked against the search space
+and the arguments are re-rendered from the controls, so an ACF cannot inject anything the space
+does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from compileiq import __version__
+from compileiq.errors import UsageError
+from compileiq.space import Config, SearchSpace, SpaceError, load_space
+
+FORMAT_VERSION = 1
+_ARCH = re.compile(r"-arch=sm_\d+[af]?")
+_DEFINE = re.compile(r"-D[A-Za-z_]\w*(=[\w.+-]*)?")
+
+
+class AcfError(UsageError):
+    """An ACF that is unreadable, malformed, or asks for something outside the search space."""
+
+
+@dataclass(frozen=True)
+class Acf:
+    """A validated advanced-control file."""
+
+    path: Path
+    kernel: str
+    source_sha256: str
+    arch: str
+    nvcc_version: str
+    toolchain_build: str
+    controls: dict[str, Any]  # parameter name -> value, non-defaults and every define
+    fixed_defines: tuple[str, ...]
+    frontend_args: tuple[str, ...]
+    ptxas_args: tuple[str, ...]
+    argv: tuple[str, ...]  # for a one-step `nvcc` build, without -arch
+    objective: dict[str, Any]
+    evidence: dict[str, Any]
+    provenance: dict[str, Any]
+    data: dict[str, Any]
+
+    def flags(self, stage: str = "all", with_arch: bool = True) -> tuple[str, ...]:
+        arch = (f"-arch={self.arch}",) if with_arch else ()
+        if stage == "ptxas":
+            return self.ptxas_args
+        if stage == "frontend":
+            return arch + self.frontend_args + self.fixed_defines
+        return arch + self.argv
+
+
+@dataclass(frozen=True)
+class AcfContent:
+    """What the tuner knows when it writes an ACF."""
+
+    kernel: str
+    source_name: str
+    source_sha256: str
+    arch: str
+    nvcc_version: str
+    ptxas_version: str
+    toolchain_build: str
+    space: SearchSpace
+    config: Config
+    fixed_defines: tuple[str, ...]
+    objective: dict[str, Any]
+    evidence: dict[str, Any]
+    provenance: dict[str, Any]
+
+
+def render(content: AcfContent) -> dict[str, Any]:
+    """The ACF document as a TOML-ready dict."""
+    space, config = content.space, content.config
+    defaults = space.default_config()
+    controls = {
+        name: value
+        for name, value in config.items
+        if name.startswith("define.") or value != defaults[name]
+    }
+    return {
+        "format": FORMAT_VERSION,
+        "kernel": {"name": content.kernel, "source": content.source_name,
+                   "source_sha256": content.source_sha256, "arch": content.arch},
+        "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
+                      "build": content.toolchain_build, "search_space": space.id,
+                      "search_space_sha256": space.sha256},
+        "controls": controls,
+        "args": {"frontend": list(space.frontend_args(config)),
+                 "ptxas": list(space.ptxas_args(config)),
+                 "defines": list(content.fixed_defines),
+                 "argv": [*space.nvcc_args(config), *content.fixed_defines]},
+        "objective": content.objective,
+        "evidence": content.evidence,
+        "provenance": {"written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "compileiq": __version__, **content.provenance},
+    }  # fmt: skip
+
+
+def write(path: Path, content: AcfContent) -> Path:
+    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        stream.write(text)
+    os.replace(temporary, path)
+    return path
+
+
+def read(path: Path, space: SearchSpace | None = None) -> Acf:
+    """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AcfError(f"ACF not found: {path}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    try:
+        return _validated(path, data, space)
+    except (KeyError, TypeError, ValueError) as error:
+        raise AcfError(f"{path} is not a valid ACF: missing or malformed {_one_line(error)}") from None
+    except SpaceError as error:
+        raise AcfError(f"{path}: {error}") from None
+
+
+def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
+    if data.get("format") != FORMAT_VERSION:
+        raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
+    kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
+    argv = tuple(_strings(args["argv"], "args.argv"))
+    fixed = tuple(_strings(args["defines"], "args.defines"))
+    base = space or load_space(str(tools["nvcc"]))
+    _check_tokens(path, base, argv, fixed)
+    controls = dict(data["controls"])
+    config, full_space = _config(base, controls)
+    expected = (*full_space.nvcc_args(config), *fixed)
+    if argv != expected:
+        raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
+    arch = str(kernel["arch"])
+    if not _ARCH.fullmatch(f"-arch={arch}"):
+        raise AcfError(f"{path}: bad arch {arch!r}")
+    return Acf(
+        path=path, kernel=str(kernel["name"]), source_sha256=str(kernel["source_sha256"]), arch=arch,
+        nvcc_version=str(tools["nvcc"]), toolchain_build=str(tools.get("build", "")), controls=controls,
+        fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
+        ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
+        evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
+    )  # fmt: skip
+
+
+def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:
+    """Name the first argument the space cannot produce (the allow-list)."""
+    defines = [t for t in (*fixed, *argv) if t.startswith("-D")]
+    for token in defines:
+        if not _DEFINE.fullmatch(token):
+            raise AcfError(f"{path}: {token!r} is not an allowed define (-DNAME or -DNAME=VALUE)")
+    space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
+
+
+def _config(base: SearchSpace, controls: dict[str, Any]) -> tuple[Config, SearchSpace]:
+    defines = {name.removeprefix("define."): [value] for name, value in controls.items() if name.startswith("define.")}
+    space = base.with_defines(defines) if defines else base
+    config = space.default_config().with_values(controls)
+    space.validate(config)
+    return config, space
+
+
+def _strings(values: Any, where: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(where)
+    return values
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,291 @@
+"""The `compileiq` command: typed options, one library call each, rich or plain rendering."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from compileiq import __version__, app
+from compileiq.errors import CompileIQError
+from compileiq.store import Store, Study, Trial, TrialState
+from compileiq.tune import Outcome
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
+db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+cli.add_typer(db_cli, name="db")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DbOption = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+STATIC_LABEL = "static estimate"
+
+
+class LineProgress:
+    """Progress as plain lines (pipes, CI logs) or a live status line on a terminal."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._quiet = quiet
+        self._live = err.is_terminal
+        self._budget = 0
+        self._done = 0
+        self._status: Any = None
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        self._budget, self._done = budget, finished
+        self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
+                  f"objective {study.key.objective} ({STATIC_LABEL})")
+        if self._live and not self._quiet:
+            self._status = err.status("tuning…")
+            self._status.start()
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        self._done += 1
+        trial = outcome.trial
+        shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({_first_line(trial.reason, 120)})"
+        best_text = f"{best.value:g} (#{best.number})" if best and best.value is not None else "-"
+        line = f"[{self._done}/{self._budget}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
+        if self._status is not None:
+            self._status.update(line)
+        if not self._quiet:
+            err.print(line, markup=False)
+
+    def note(self, message: str) -> None:
+        if not self._quiet:
+            err.print(message, markup=False)
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+
+@cli.command()
+def tune(
+    kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
+    objective: Annotated[str, typer.Option(help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
+    budget: Annotated[int, typer.Option(help="Trials in the study, baseline included.")] = 40,
+    strategy: Annotated[str, typer.Option(help="bayes | random | exhaustive")] = "bayes",
+    seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
+    surrogate: Annotated[str, typer.Option(help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
+    batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="ACF path; default store/<kernel>.acf.toml")] = None,
+    db: DbOption = None,
+    study: Annotated[Optional[str], typer.Option(help="Study name (share one study between runs/people).")] = None,
+    workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
+    ray_address: Annotated[Optional[str], typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
+    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry its in-flight trials now.")] = False,
+    arch: Annotated[Optional[str], typer.Option(help="Override the target, e.g. sm_90.")] = None,
+    allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
+    allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
+    only: Annotated[Optional[str], typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
+    exclude: Annotated[Optional[str], typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Search compiler settings for KERNEL and write the advanced-control file."""
+    options = app.TuneOptions(
+        kernel=kernel, objective=objective, budget=budget, strategy=strategy, seed=seed,
+        surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
+        workers=workers, ray_address=ray_address, resume=resume, arch=arch,
+        allow_numerics=allow_numerics, allow_semantics=allow_semantics,
+        only=_names(only), exclude=_names(exclude),
+    )  # fmt: skip
+    progress = LineProgress(quiet=as_json)
+    try:
+        report = app.tune(options, progress)
+    finally:
+        progress.close()
+    if as_json:
+        print(json.dumps(_report_json(report), indent=2))
+    else:
+        _print_report(report)
+
+
+@cli.command()
+def show(
+    study: Annotated[Optional[str], typer.Argument(help="Study name or id; omit to list studies.")] = None,
+    top: Annotated[int, typer.Option(help="Trials to show.")] = 10,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List studies, or the best trials of one study."""
+    store = Store.open(app.database_url(db))
+    try:
+        if study is None:
+            rows = [(s, store.trials(s.id)) for s in store.list_studies()]
+            _emit(as_json, [_study_json(s, t) for s, t in rows], lambda: _studies_table(rows))
+        else:
+            found = store.find_study(study)
+            trials = store.trials(found.id)
+            ranked = _ranked(trials)[:top]
+            baseline = trials[0].config if trials else {}
+            _emit(as_json, {"study": _study_json(found, trials), "trials": [_trial_json(t) for t in ranked]},
+                  lambda: _trials_table(found, ranked, baseline))
+    finally:
+        store.close()
+
+
+@cli.command()
+def flags(
+    acf_file: Annotated[Path, typer.Argument(metavar="FILE", help="An .acf.toml written by `compileiq tune`.")],
+    stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
+    arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
+) -> None:
+    """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
+    if stage not in ("all", "frontend", "ptxas"):
+        raise CompileIQError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+    print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
+
+
+@db_cli.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or migrate the database schema to this version of compileiq."""
+    store = Store.open(app.database_url(db))
+    try:
+        revision = store.upgrade()
+        out.print(f"{store.url_for_display}: schema at revision {revision}", markup=False)
+    finally:
+        store.close()
+
+
+@cli.command("version")
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+
+
+def _first_line(text: str | None, limit: int = 400) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:limit] if lines else "unknown"
+
+
+def _ranked(trials: list[Trial]) -> list[Trial]:
+    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
+    return sorted(complete, key=lambda t: (t.value, t.number))
+
+
+def _emit(as_json: bool, data: Any, table: Any) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        out.print(table())
+
+
+def _print_report(report: app.TuneReport) -> None:
+    result = report.result
+    counters = result.counters
+    table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({STATIC_LABEL}, lower is better)")
+    for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
+        table.add_column(column, justify="right" if column else "left")
+    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.best.number})", result.best)):
+        table.add_row(label, *_metric_cells(trial))
+    out.print(table)
+    acf_flags = report.space.nvcc_args(_config(result.best))
+    out.print(f"best flags: {shlex.join(acf_flags) or '(compiler defaults)'}", markup=False)
+    calls = counters.compiler_calls
+    note = " — every result came from the database" if calls == 0 else ""
+    out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
+              f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
+    out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {result.study.name}; "
+              f"{result.wall_seconds:.1f} s" + ("; search space exhausted" if result.exhausted else ""), markup=False)
+    out.print(f"wrote {report.acf_path}", markup=False)
+
+
+def _config(trial: Trial) -> Any:
+    from compileiq.space import Config
+
+    return Config.of(trial.config)
+
+
+def _metric_cells(trial: Trial) -> list[str]:
+    m = trial.metrics
+    value = f"{trial.value:g}" if trial.value is not None else "failed"
+    occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
+    return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
+
+
+def _report_json(report: app.TuneReport) -> dict[str, Any]:
+    result, counters = report.result, report.result.counters
+    return {
+        "study": _study_json(result.study, list(result.trials)),
+        "objective": {"name": result.study.key.objective, "kind": STATIC_LABEL},
+        "baseline": _trial_json(result.baseline),
+        "best": _trial_json(result.best),
+        "best_args": list(report.space.nvcc_args(_config(result.best))),
+        "acf": str(report.acf_path),
+        "counters": {"compiler_calls": counters.compiler_calls, "frontend_calls": counters.frontend_calls,
+                     "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
+                     "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials},
+        "wall_seconds": round(result.wall_seconds, 3),
+        "exhausted": result.exhausted,
+    }
+
+
+def _study_json(study: Study, trials: list[Trial]) -> dict[str, Any]:
+    ranked = _ranked(trials)
+    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
+            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": len(trials),
+            "best": ranked[0].value if ranked else None, "created_at": study.created_at.isoformat()}
+
+
+def _trial_json(trial: Trial) -> dict[str, Any]:
+    return {"number": trial.number, "state": trial.state.value, "value": trial.value, "reason": trial.reason,
+            "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
+            "code_hash": trial.code_hash}
+
+
+def _studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
+    table = Table(title="studies")
+    for column in ("id", "name", "kernel", "objective", "arch", "trials", f"best ({STATIC_LABEL})"):
+        table.add_column(column)
+    for study, trials in rows:
+        ranked = _ranked(trials)
+        best = f"{ranked[0].value:g}" if ranked else "-"
+        table.add_row(str(study.id), study.name, study.key.kernel, study.key.objective, study.key.arch, str(len(trials)), best)
+    return table
+
+
+def _trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -> Table:
+    table = Table(title=f"{study.name}: best trials ({study.key.objective}, {STATIC_LABEL})")
+    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "non-default settings"):
+        table.add_column(column)
+    for trial in trials:
+        table.add_row(str(trial.number), *_metric_cells(trial), _changes(trial, baseline))
+    return table
+
+
+def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
+    """The trial's settings that differ from the baseline's (the compiler defaults)."""
+    parts = [f"{k}={v}" for k, v in sorted(trial.config.items()) if k.startswith("define.") or baseline.get(k) != v]
+    return ", ".join(parts) or "(defaults)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: domain errors become one line on stderr and a non-zero exit."""
+    command = typer.main.get_command(cli)
+    try:
+        command.main(args=argv, prog_name="compileiq", standalone_mode=False)
+    except CompileIQError as error:
+        err.print(f"error: {_first_line(str(error))}", markup=False)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
+        sys.exit(130)
+    except click.ClickException as error:
+        err.print(f"error: {error.format_message()}", markup=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
+        sys.exit(130)

@@ -1,0 +1,159 @@
+"""Static, GPU-free metrics of a build: spills, registers, occupancy, instruction count.
+
+These are estimates read from the compiler's output, never runtimes; everything that shows them
+labels them "static".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from compileiq.compile import Build, EntryResources
+from compileiq.errors import UsageError
+from compileiq.kernel import KernelSpec
+from compileiq.space import Config
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    smem_per_sm: int
+    smem_per_block_optin: int
+
+
+KIB = 1024
+ARCH_LIMITS = {
+    "sm_80": ArchLimits(64, 32, 164 * KIB, 163 * KIB),
+    "sm_86": ArchLimits(48, 16, 100 * KIB, 99 * KIB),
+    "sm_89": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+    "sm_90": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+}
+REGISTERS_PER_SM = 65536
+RESERVED_SMEM_PER_BLOCK = KIB
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    base = arch.rstrip("a").rstrip("f")  # sm_90a -> sm_90
+    if base not in ARCH_LIMITS:
+        known = ", ".join(sorted(ARCH_LIMITS))
+        raise UsageError(f"no occupancy table for {arch}; known: {known}")
+    return ARCH_LIMITS[base]
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def occupancy(arch: str, threads: int, registers: int, static_smem: int, dynamic_smem: int = 0) -> float:
+    """Theoretical occupancy (active warps / max warps), as cuda_occupancy.h computes it."""
+    limits = arch_limits(arch)
+    warps = math.ceil(threads / 32)
+    if threads < 1 or threads > 1024:
+        return 0.0
+    by_warps = limits.max_warps_per_sm // warps
+    regs_per_warp = _round_up(registers * 32, 256)
+    if registers > 255 or regs_per_warp * _round_up(warps, 4) > REGISTERS_PER_SM:
+        return 0.0
+    by_registers = (REGISTERS_PER_SM // 4 // regs_per_warp) * 4 // warps if registers else by_warps
+    smem_per_block = _round_up(static_smem + RESERVED_SMEM_PER_BLOCK + dynamic_smem, 128)
+    if smem_per_block > limits.smem_per_block_optin + RESERVED_SMEM_PER_BLOCK:
+        return 0.0
+    by_smem = limits.smem_per_sm // smem_per_block
+    blocks = min(by_warps, by_registers, by_smem, limits.max_blocks_per_sm)
+    return blocks * warps / limits.max_warps_per_sm
+
+
+@dataclass(frozen=True)
+class StaticMetrics:
+    """Whole-build static estimates: sums over entries, or the worst entry where a sum is meaningless."""
+
+    spill_bytes: int
+    registers: int
+    occupancy: float
+    instructions: int
+    stack_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int) -> StaticMetrics:
+    entries = build.entries
+    return StaticMetrics(
+        spill_bytes=sum(entry.spill_bytes for entry in entries),
+        registers=max((entry.registers for entry in entries), default=0),
+        occupancy=min((_entry_occupancy(e, arch, threads, dynamic_smem) for e in entries), default=0.0),
+        instructions=sum(entry.instructions for entry in entries),
+        stack_bytes=max((entry.stack_bytes for entry in entries), default=0),
+    )
+
+
+def _entry_occupancy(entry: EntryResources, arch: str, threads: int, dynamic_smem: int) -> float:
+    return occupancy(arch, threads, entry.registers, entry.shared_bytes, dynamic_smem)
+
+
+STATIC_OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions")
+MAX_INSTRUCTIONS = 999_999
+
+
+def objective_value(objective: str, metrics: StaticMetrics) -> float:
+    """The value to minimise for a static objective (lower is better for every one).
+
+    `occupancy` is minimised as the shortfall 1 - occupancy. `static` is the lexicographic
+    composite: spill bytes first, then occupancy shortfall (per mille), then instruction count,
+    packed into one number whose terms never overlap (spill bytes come in multiples of 4).
+    """
+    shortfall = 1.0 - metrics.occupancy
+    if objective == "spills":
+        return float(metrics.spill_bytes)
+    if objective == "registers":
+        return float(metrics.registers)
+    if objective == "occupancy":
+        return round(shortfall, 6)
+    if objective == "instructions":
+        return float(metrics.instructions)
+    if objective == "static":
+        permille = round(shortfall * 1000)
+        return metrics.spill_bytes * 1e9 + permille * 1e6 + min(metrics.instructions, MAX_INSTRUCTIONS)
+    raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    value: float | None  # None: the variant failed; `reason` says why
+    reason: str | None
+    metrics: dict[str, Any]
+
+
+class StaticEvaluator:
+    """Scores a build from the compiler's own report: no GPU, deterministic, labelled static."""
+
+    kind = "static"
+
+    def __init__(self, objective: str, kernel: KernelSpec) -> None:
+        if objective not in STATIC_OBJECTIVES:
+            objective_value(objective, StaticMetrics(0, 0, 0.0, 0, 0))  # raises the usage error
+        self._objective = objective
+        self._kernel = kernel
+
+    def evaluate(self, build: Build, config: Config) -> Evaluation:
+        if not build.ok:
+            return Evaluation(None, f"{build.status.value}: {build.message}", {})
+        entries = tuple(e for e in build.entries if _wanted(e.name, self._kernel.entries))
+        if not entries:
+            names = ", ".join(e.name for e in build.entries) or "none"
+            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
+        threads = self._kernel.block_size_for(config.as_dict())
+        scored = Build(build.status, build.message, entries, build.code_hash, b"", build.seconds)
+        metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem)
+        details = {**metrics.as_dict(), "block_size": threads, "entries": [asdict(e) for e in entries]}
+        return Evaluation(objective_value(self._objective, metrics), None, details)
+
+
+def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
+    if not wanted:
+        return True
+    return any(entry == name or entry.startswith(f"_Z{len(name)}{name}") for name in wanted)

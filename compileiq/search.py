@@ -1,0 +1,196 @@
+"""Which configurations to try next: Bayesian (skopt ask/tell), random, or exhaustive.
+
+The searcher is passive: the tuning loop asks it for a batch, evaluates, and tells it the results.
+It keeps no state the database does not also hold, so it is rebuilt from a study's history.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from skopt import Optimizer
+from skopt.acquisition import gaussian_ei
+from skopt.space import Categorical, Integer
+
+from compileiq.errors import UsageError
+from compileiq.space import Config, Parameter, SearchSpace
+
+STRATEGIES = ("bayes", "random", "exhaustive")
+SURROGATES = ("ET", "RF", "GP")
+ENUMERATE_LIMIT = 4096  # spaces up to this size are scored whole by the acquisition function
+CANDIDATE_SAMPLES = 2048
+MAX_EXHAUSTIVE = 1_000_000
+
+
+@dataclass(frozen=True)
+class Observation:
+    config: Config
+    value: float | None  # None: the variant failed
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    strategy: str = "bayes"
+    seed: int = 0
+    surrogate: str = "ET"
+    initial_points: int = 10
+    exploration: float = 0.01  # EI's xi
+
+
+class Searcher:
+    """Proposes batches of untried configurations of one search space."""
+
+    def __init__(self, space: SearchSpace, settings: SearchSettings) -> None:
+        _check(settings, space)
+        self._space = space
+        self._settings = settings
+        self._rng = np.random.default_rng(settings.seed)
+        self._seen: set[str] = set()
+        self._values: list[float | None] = []
+        self._points: list[list[Any]] = []
+        self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
+        self._enumeration: Iterator[Config] | None = None
+
+    @property
+    def observations(self) -> int:
+        return len(self._values)
+
+    def tell(self, observations: Sequence[Observation]) -> None:
+        """Record results (one refit per call, however many observations it carries)."""
+        fresh = [o for o in observations if o.config.key not in self._seen]
+        for observation in fresh:
+            self._seen.add(observation.config.key)
+            self._points.append(_to_point(self._space, observation.config))
+            self._values.append(observation.value)
+        if self._optimizer is not None and fresh:
+            self._refit()
+
+    def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
+        """Up to `count` distinct configurations, none seen before nor in `exclude`."""
+        skip = self._seen | set(exclude)
+        strategy = self._settings.strategy
+        if strategy == "exhaustive":
+            return self._next_enumerated(count, skip)
+        if strategy == "random" or len(self._values) < self._settings.initial_points:
+            return self._random(count, skip)
+        return self._by_acquisition(count, skip)
+
+    def _next_enumerated(self, count: int, skip: set[str]) -> list[Config]:
+        if self._enumeration is None:
+            self._enumeration = enumerate_space(self._space)
+        batch: list[Config] = []
+        for config in self._enumeration:
+            if config.key not in skip:
+                batch.append(config)
+                if len(batch) == count:
+                    break
+        return batch
+
+    def _random(self, count: int, skip: set[str]) -> list[Config]:
+        pool = self._candidates(skip)
+        order = self._rng.permutation(len(pool))
+        return [pool[index] for index in order[:count]]
+
+    def _by_acquisition(self, count: int, skip: set[str]) -> list[Config]:
+        pool = self._candidates(skip)
+        if not pool or self._optimizer is None:
+            return pool[:count]
+        model = self._optimizer.models[-1]
+        features = self._optimizer.space.transform([_to_point(self._space, c) for c in pool])
+        best = min(self._optimizer.yi)
+        scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
+        ranked = np.argsort(-np.asarray(scores), kind="stable")
+        return [pool[index] for index in ranked[:count]]
+
+    def _candidates(self, skip: set[str]) -> list[Config]:
+        if self._space.size() <= ENUMERATE_LIMIT:
+            return [c for c in enumerate_space(self._space) if c.key not in skip]
+        drawn: dict[str, Config] = {}
+        for _ in range(CANDIDATE_SAMPLES):
+            config = _random_config(self._space, self._rng)
+            if config.key not in skip:
+                drawn.setdefault(config.key, config)
+        return list(drawn.values())
+
+    def _refit(self) -> None:
+        assert self._optimizer is not None
+        values = _with_penalty(self._values)
+        if len(values) < self._settings.initial_points:
+            return
+        fitted = self._optimizer
+        fitted.Xi, fitted.yi, fitted.models = [], [], []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fitted.tell([list(p) for p in self._points], values)
+
+
+def enumerate_space(space: SearchSpace) -> Iterator[Config]:
+    """Every configuration, defaults first, in a fixed order."""
+    names = [p.name for p in space.parameters]
+    orders = [_default_first(p) for p in space.parameters]
+    for values in itertools.product(*orders):
+        yield Config.of(dict(zip(names, values)))
+
+
+def _default_first(parameter: Parameter) -> list[Any]:
+    return [parameter.default] + [v for v in parameter.values if v != parameter.default]
+
+
+def _random_config(space: SearchSpace, rng: np.random.Generator) -> Config:
+    return Config.of({p.name: p.values[int(rng.integers(len(p.values)))] for p in space.parameters})
+
+
+def _dimension(parameter: Parameter) -> Categorical | Integer:
+    if parameter.kind == "int":
+        return Integer(int(min(parameter.values)), int(max(parameter.values)), name=parameter.name)  # type: ignore[arg-type]
+    return Categorical(list(range(len(parameter.values))), name=parameter.name)
+
+
+def _to_point(space: SearchSpace, config: Config) -> list[Any]:
+    point: list[Any] = []
+    for parameter in space.parameters:
+        value = config[parameter.name]
+        point.append(value if parameter.kind == "int" else parameter.values.index(value))
+    return point
+
+
+def _transform(value: float) -> float:
+    return math.log1p(value) if value >= 0 else value
+
+
+def _with_penalty(values: Sequence[float | None]) -> list[float]:
+    """Failures become a finite value worse than anything seen (skopt rejects inf and NaN)."""
+    finite = [_transform(v) for v in values if v is not None and math.isfinite(v)]
+    penalty = (max(finite) + 1.0) if finite else 1.0
+    return [penalty if v is None or not math.isfinite(v) else _transform(v) for v in values]
+
+
+def _optimizer(space: SearchSpace, settings: SearchSettings) -> Optimizer:
+    dimensions = [_dimension(p) for p in space.parameters]
+    return Optimizer(
+        dimensions,
+        base_estimator=settings.surrogate,
+        n_initial_points=1,
+        acq_func="EI",
+        acq_optimizer="sampling",
+        acq_optimizer_kwargs={"n_points": 64},
+        random_state=settings.seed,
+    )
+
+
+def _check(settings: SearchSettings, space: SearchSpace) -> None:
+    if settings.strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {settings.strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    if settings.surrogate not in SURROGATES:
+        raise UsageError(f"unknown surrogate {settings.surrogate!r}; choose one of: {', '.join(SURROGATES)}")
+    if settings.strategy == "exhaustive" and space.size() > MAX_EXHAUSTIVE:
+        raise UsageError(
+            f"the space has {space.size():,} configurations; exhaustive search allows {MAX_EXHAUSTIVE:,}"
+            " (narrow it with --only/--exclude)"
+        )

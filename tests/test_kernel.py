@@ -1,0 +1,296 @@
+"""Kernel specs (tune.toml or defaults) and source bundles; the compile checks use the real nvcc."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from compileiq import kernel
+from compileiq.kernel import KernelError, KernelSpec, bundle_sources, load_spec
+
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+
+SOURCE = """\
+extern "C" __global__ void __launch_bounds__(128) scale(float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 2.0f;
+}
+__global__ void other(float* x) { x[0] = 1.0f; }
+"""
+
+FULL_TOML = """\
+arch = "sm_80"
+entries = ["scale", "_Z5otherPf"]
+block_size = "BLOCK"
+dynamic_smem = 4096
+include_dirs = ["include"]
+compile_timeout_s = 12.5
+allow_numerics = true
+allow_semantics = true
+[defines]
+N = 4096
+MODE = "fast"
+[tune.defines]
+BLOCK = [128, 256, 512]
+UNROLL = [1, 4]
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel, "detect_arch", lambda: None)
+
+
+def write_kernel(folder: Path, toml: str | None = None, source: str = SOURCE) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    cu = folder / "k.cu"
+    cu.write_text(source)
+    if toml is not None:
+        (folder / "tune.toml").write_text(toml)
+    return cu
+
+
+def nvcc_ptx(spec: KernelSpec, directory: Path, define_args: tuple[str, ...] = ()) -> str:
+    """Write the spec's bundle into a fresh directory and compile it there to PTX."""
+    bundle = bundle_sources(spec)
+    main = bundle.write_to(directory)
+    cmd = [str(NVCC), f"-arch={spec.arch}", "-ptx", *bundle.include_args, *define_args]
+    cmd += [bundle.main, "-o", "out.ptx"]
+    proc = subprocess.run(
+        cmd, check=False, cwd=main.parent, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return (main.parent / "out.ptx").read_text()
+
+
+def test_defaults_without_tune_toml(tmp_path: Path) -> None:
+    spec = load_spec(write_kernel(tmp_path / "k"))
+    assert spec.name == "k" and spec.source == (tmp_path / "k" / "k.cu").resolve()
+    assert spec.arch == "sm_90" and spec.entries == () and spec.block_size == 128
+    assert spec.dynamic_smem == 0 and spec.defines == () and spec.tuned_defines == ()
+    assert spec.include_dirs == () and spec.compile_timeout_s == 60.0
+    assert not spec.allow_numerics and not spec.allow_semantics
+    assert spec.block_size_for({}) == 128 and spec.fixed_define_args() == ()
+
+
+def test_default_block_size_without_launch_bounds(tmp_path: Path) -> None:
+    cu = write_kernel(tmp_path, source="__global__ void f(float* x) { x[0] = 1.0f; }\n")
+    assert load_spec(cu).block_size == 256
+
+
+def test_launch_bounds_macro_resolves_through_source_define(tmp_path: Path) -> None:
+    source = "#define THREADS 64\n__global__ void __launch_bounds__(THREADS) f(float* x) {}\n"
+    assert load_spec(write_kernel(tmp_path, source=source)).block_size == 64
+
+
+def test_launch_bounds_naming_a_tuned_define(tmp_path: Path) -> None:
+    source = "__global__ void __launch_bounds__(BLOCK) f(float* x) {}\n"
+    spec = load_spec(write_kernel(tmp_path, "[tune.defines]\nBLOCK = [64, 128]\n", source))
+    assert spec.block_size == "BLOCK" and spec.block_size_for({"define.BLOCK": 128}) == 128
+
+
+def test_arch_from_gpu_and_from_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel, "detect_arch", lambda: "sm_89")
+    cu = write_kernel(tmp_path)
+    assert load_spec(cu).arch == "sm_89"
+    assert load_spec(cu, arch="sm_100a").arch == "sm_100a"
+
+
+def test_full_tune_toml(tmp_path: Path) -> None:
+    (tmp_path / "include").mkdir()
+    spec = load_spec(write_kernel(tmp_path, FULL_TOML))
+    assert spec.arch == "sm_80" and spec.entries == ("scale", "_Z5otherPf")
+    assert spec.block_size == "BLOCK" and spec.dynamic_smem == 4096
+    assert spec.include_dirs == ((tmp_path / "include").resolve(),)
+    assert spec.compile_timeout_s == 12.5 and spec.allow_numerics and spec.allow_semantics
+    assert spec.defines == (("MODE", "fast"), ("N", "4096"))
+    assert spec.fixed_define_args() == ("-DMODE=fast", "-DN=4096")
+    assert spec.tuned_defines == (("BLOCK", (128, 256, 512)), ("UNROLL", (1, 4)))
+    assert spec.block_size_for({"define.BLOCK": 512, "define.UNROLL": 4}) == 512
+    assert spec.block_size_for({}) == 128  # a tuned define's default is its first value
+    assert spec.default_values() == {"define.BLOCK": 128, "define.UNROLL": 1}
+    assert load_spec(tmp_path / "k.cu", arch="sm_90").arch == "sm_90"
+
+
+BAD_TOML = [
+    ("colour = 1", "colour"),
+    ("arch = 90", "arch"),
+    ('arch = "gfx90a"', "arch"),
+    ('entries = "sgemm"', "entries"),
+    ("entries = []", "entries"),
+    ('entries = [""]', "entries"),
+    ('block_size = "BLOCK"', "block_size"),
+    ('block_size = "N"\n[defines]\nN = 128', "block_size"),
+    ('block_size = "V"\n[tune.defines]\nV = ["a", "b"]', "block_size"),
+    ("block_size = true", "block_size"),
+    ("block_size = 0", "block_size"),
+    ("block_size = 2048", "block_size"),
+    ("block_size = 1.5", "block_size"),
+    ("dynamic_smem = -1", "dynamic_smem"),
+    ('dynamic_smem = "0"', "dynamic_smem"),
+    ("include_dirs = []", "include_dirs"),
+    ('include_dirs = ["missing"]', "include_dirs"),
+    ("include_dirs = [1]", "include_dirs"),
+    ("compile_timeout_s = 0", "compile_timeout_s"),
+    ('compile_timeout_s = "60"', "compile_timeout_s"),
+    ('allow_numerics = "yes"', "allow_numerics"),
+    ("allow_semantics = 1", "allow_semantics"),
+    ("defines = 3", "defines"),
+    ("[defines]\nN = [1, 2]", "defines.N"),
+    ("[defines]\nN = true", "defines.N"),
+    ('[defines]\n"BAD-NAME" = 1', "defines.BAD-NAME"),
+    ("tune = 3", "tune"),
+    ("[tune]\nflags = 1", "tune.flags"),
+    ("[tune.defines]\nB = []", "tune.defines.B"),
+    ("[tune.defines]\nB = 128", "tune.defines.B"),
+    ("[tune.defines]\nB = [1.5]", "tune.defines.B"),
+    ("[tune.defines]\nB = [true]", "tune.defines.B"),
+    ("[tune.defines]\nB = [128, 128]", "tune.defines.B"),
+    ("[defines]\nB = 1\n[tune.defines]\nB = [1, 2]", "tune.defines.B"),
+]
+
+
+@pytest.mark.parametrize(("toml", "key"), BAD_TOML, ids=[key for _, key in BAD_TOML])
+def test_bad_tune_toml_is_a_one_line_error(tmp_path: Path, toml: str, key: str) -> None:
+    with pytest.raises(KernelError) as info:
+        load_spec(write_kernel(tmp_path, toml + "\n"))
+    message = str(info.value)
+    assert "\n" not in message and "tune.toml" in message and f": {key}:" in message
+
+
+def test_malformed_toml_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="tune.toml: malformed TOML") as info:
+        load_spec(write_kernel(tmp_path, 'arch = "sm_90\nentries = [\n'))
+    assert "\n" not in str(info.value)
+
+
+def test_bad_arch_argument(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="not an arch"):
+        load_spec(write_kernel(tmp_path), arch="90")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="^kernel file not found: .*nope.cu$"):
+        load_spec(tmp_path / "nope.cu")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("k.cu", "int main() { return 0; }\n"), ("k.py", "__global__ = 1\n"), ("k.cu", "")],
+)
+def test_not_a_cuda_source(tmp_path: Path, name: str, text: str) -> None:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(KernelError, match="is not a CUDA source: no __global__ function found$"):
+        load_spec(tmp_path / name)
+
+
+def test_cuh_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "k.cuh").write_text(SOURCE)
+    assert load_spec(tmp_path / "k.cuh").name == "k"
+
+
+def test_detect_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert kernel.detect_arch() is None
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 9.0\necho 8.6\n")
+    smi.chmod(0o755)
+    assert kernel.detect_arch() == "sm_90"
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert kernel.detect_arch() is None
+
+
+def kernel_with_headers(tmp_path: Path) -> Path:
+    """k.cu includes a local header (which includes a nested one) and two include-dir headers."""
+    root = tmp_path / "proj"
+    (root / "detail").mkdir(parents=True)
+    (root / "include").mkdir()
+    (tmp_path / "shared" / "sub").mkdir(parents=True)
+    (root / "local.h").write_text('#pragma once\n#include "detail/nested.h"\n')
+    (root / "detail" / "nested.h").write_text("#pragma once\n#define NESTED 2.0f\n")
+    (root / "include" / "inner.h").write_text("#pragma once\n#define INNER 3.0f\n")
+    (tmp_path / "shared" / "outer.h").write_text('#pragma once\n#include "sub/deep.h"\n')
+    (tmp_path / "shared" / "sub" / "deep.h").write_text("#pragma once\n#define DEEP 4.0f\n")
+    source = (
+        '#include "local.h"\n#include "inner.h"\n#include "outer.h"\n#include "cuda_fp16.h"\n'
+        'extern "C" __global__ void k(float* x) { x[0] = NESTED * INNER * DEEP; }\n'
+    )
+    toml = 'include_dirs = ["include", "../shared"]\n'
+    return write_kernel(root, toml, source)
+
+
+def test_bundle_follows_quoted_includes(tmp_path: Path) -> None:
+    bundle = bundle_sources(load_spec(kernel_with_headers(tmp_path)))
+    paths = [rel for rel, _ in bundle.files]
+    assert bundle.main == "k.cu" and paths[0] == "k.cu"
+    assert sorted(paths[1:]) == [
+        "detail/nested.h",
+        "inc1/outer.h",
+        "inc1/sub/deep.h",
+        "include/inner.h",
+        "local.h",
+    ]
+    assert bundle.include_args == ("-Iinclude", "-Iinc1")
+    assert all(isinstance(content, bytes) for _, content in bundle.files)
+    main = bundle.write_to(tmp_path / "fresh")
+    assert main == tmp_path / "fresh" / "k.cu"
+    assert (tmp_path / "fresh" / "inc1" / "sub" / "deep.h").read_text().endswith("4.0f\n")
+
+
+def test_bundle_hash_follows_header_content(tmp_path: Path) -> None:
+    spec = load_spec(kernel_with_headers(tmp_path))
+    before = bundle_sources(spec).sha256
+    assert bundle_sources(spec).sha256 == before
+    (tmp_path / "shared" / "sub" / "deep.h").write_text("#pragma once\n#define DEEP 5.0f\n")
+    assert bundle_sources(spec).sha256 != before
+
+
+def test_include_outside_the_bundle_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "common.h").write_text("#define X 1\n")
+    source = '#include "../common.h"\n' + SOURCE
+    spec = load_spec(write_kernel(tmp_path / "k", source=source))
+    with pytest.raises(KernelError, match="reaches outside the kernel folder"):
+        bundle_sources(spec)
+
+
+@needs_nvcc
+def test_bundle_compiles_in_a_fresh_directory(tmp_path: Path) -> None:
+    spec = load_spec(kernel_with_headers(tmp_path))
+    ptx = nvcc_ptx(spec, tmp_path / "worker")
+    assert ".entry k(" in ptx
+
+
+def bundled_kernels() -> list[Path]:
+    return sorted(KERNELS.glob("*/*.cu"))
+
+
+def test_bundled_kernels_are_present() -> None:
+    names = {cu.stem for cu in bundled_kernels()}
+    assert {"reduction", "spill_heavy", "sgemm", "transpose", "softmax", "stencil"} <= names
+    for cu in bundled_kernels():
+        assert cu.parent.name == cu.stem and (cu.parent / "tune.toml").is_file()
+        assert cu.read_text().startswith("//"), f"{cu.name} lacks its comment block"
+
+
+@needs_nvcc
+def test_bundled_kernels_compile_to_ptx_with_default_defines(tmp_path: Path) -> None:
+    def compile_one(cu: Path) -> tuple[KernelSpec, str]:
+        spec = load_spec(cu)
+        defaults = tuple(f"-D{key[7:]}={value}" for key, value in spec.default_values().items())
+        return spec, nvcc_ptx(spec, tmp_path / spec.name, spec.fixed_define_args() + defaults)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_one, bundled_kernels()))
+    for spec, ptx in results:
+        assert spec.arch == "sm_90" and spec.entries, spec.name
+        assert spec.block_size_for({}) in (64, 128, 256, 512, 1024), spec.name
+        for entry in spec.entries:
+            assert f".entry {entry}(" in ptx or f"{len(entry)}{entry}" in ptx, (spec.name, entry)
