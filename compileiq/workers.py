@@ -98,6 +98,7 @@ class RayWorkers:
     """Compile tasks on Ray: an embedded local instance, or a cluster joined by address."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        os.environ.update(LOOPBACK_ENV)  # read by Ray at import time (node IP, usage stats)
         import ray
 
         self._ray = ray
@@ -157,7 +158,6 @@ def remote_function(function: Any) -> Any:
 
 
 def _init_ray(ray: Any, address: str | None, num_cpus: int | None) -> None:
-    os.environ.update(LOOPBACK_ENV)
     if ray.is_initialized():
         return
     options: dict[str, Any] = {

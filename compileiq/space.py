@@ -1,0 +1,361 @@
+"""Search spaces: declarative TOML per compiler version, configs, and rendering to argv."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from math import prod
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from compileiq.errors import UsageError
+
+Value = bool | int | str
+Stage = Literal["frontend", "ptxas"]
+Kind = Literal["flag", "choice", "int"]
+Risk = Literal["safe", "numerics", "semantics"]
+
+_STAGES = {"nvcc": "frontend", "ptxas": "ptxas"}
+_KINDS = ("flag", "choice", "int")
+_RISKS = ("safe", "numerics", "semantics")
+_REQUIRED = {"name", "kind", "default", "render", "risk", "help"}
+_KEYS = _REQUIRED | {"values", "low", "high", "ptxas_render"}
+_XPTXAS = ("-Xptxas", "--ptxas-options")
+_MACRO = re.compile(r"[A-Za-z_]\w*")
+
+
+class SpaceError(UsageError):
+    """A search space or a config that does not fit it."""
+
+
+def _plain(value: object) -> Value:
+    if isinstance(value, str):
+        return str(value)
+    if not isinstance(value, bool | int):
+        item = getattr(value, "item", None)
+        value = item() if callable(item) else value
+    if isinstance(value, bool | int):
+        return bool(value) if isinstance(value, bool) else int(value)
+    raise SpaceError(f"config value {value!r} is not a bool, int or str")
+
+
+def _same(a: Value, b: Value) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _text(value: Value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a search space: (name, value) pairs sorted by name, plain Python values."""
+
+    items: tuple[tuple[str, Value], ...]
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, Any]) -> Config:
+        """Build a config from a mapping; numpy scalars become Python values."""
+        return cls(tuple(sorted((str(k), _plain(v)) for k, v in mapping.items())))
+
+    def as_dict(self) -> dict[str, Value]:
+        """The config as a new dict."""
+        return dict(self.items)
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON text: the identity of this config in a study."""
+        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+
+    def __getitem__(self, name: str) -> Value:
+        return self.as_dict()[name]
+
+    def with_values(self, mapping: Mapping[str, Value]) -> Config:
+        """A copy with the given names set (added or replaced); names contain dots, so no kwargs."""
+        return Config.of({**self.as_dict(), **mapping})
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One compiler option. It renders nothing at its default (unless `render_default`)."""
+
+    name: str
+    stage: Stage
+    kind: Kind
+    values: tuple[Value, ...]
+    default: Value
+    render: str
+    risk: Risk
+    help: str
+    ptxas_render: str = ""  # what nvcc forwards to ptxas for a front-end value
+    render_default: bool = False  # True for -D macros: their default is not the compiler's
+
+    def argv(self, value: Value) -> tuple[str, ...]:
+        """Arguments for this value: () for a False flag, "default", or the default value."""
+        return self._fill(self.render, value)
+
+    def forwarded(self, value: Value) -> tuple[str, ...]:
+        """The ptxas arguments nvcc itself derives from this front-end value (usually ())."""
+        return self._fill(self.ptxas_render, value)
+
+    def allows(self, value: Value) -> bool:
+        """Whether value is one of this parameter's values (type-strict: True is not 1)."""
+        return any(_same(value, v) for v in self.values)
+
+    def _fill(self, template: str, value: Value) -> tuple[str, ...]:
+        if not self.allows(value):
+            raise SpaceError(f"{self.name}: value {value!r} not in {list(self.values)}")
+        if not template or value is False and self.kind == "flag" or _same(value, "default"):
+            return ()
+        if _same(value, self.default) and not self.render_default:
+            return ()
+        return (template.replace("{value}", _text(value)),)
+
+    def canonical(self) -> dict[str, Any]:
+        """Everything that affects rendering (not `help`), for the space hash."""
+        data = {k: v for k, v in vars(self).items() if k != "help"}
+        return {**data, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The parameters of nvcc and ptxas for one compiler version; its hash names its content."""
+
+    id: str
+    compiler_version: str
+    parameters: tuple[Parameter, ...]
+    sha256: str = field(init=False)
+    _tokens: dict[tuple[Stage, str], tuple[str, Value]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        _no_duplicates(self.parameters, f"search space {self.id}")
+        text = json.dumps([p.canonical() for p in self.parameters], sort_keys=True)
+        object.__setattr__(self, "sha256", hashlib.sha256(text.encode()).hexdigest())
+        object.__setattr__(self, "_tokens", _token_map(self.parameters))
+
+    def parameter(self, name: str) -> Parameter:
+        """The parameter called name; SpaceError if there is none."""
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise SpaceError(f"unknown parameter {name!r} in search space {self.id}")
+
+    def select(
+        self,
+        *,
+        allow_numerics: bool = False,
+        allow_semantics: bool = False,
+        only: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
+    ) -> SearchSpace:
+        """A sub-space: numerics/semantics-risk parameters only when allowed; only/exclude by name."""
+        for name in [*(only or ()), *exclude]:
+            self.parameter(name)
+        risks = ["safe"] + ["numerics"] * allow_numerics + ["semantics"] * allow_semantics
+        kept = tuple(
+            p
+            for p in self.parameters
+            if p.risk in risks and (only is None or p.name in only) and p.name not in exclude
+        )
+        return replace(self, parameters=kept)
+
+    def with_defines(self, defines: Mapping[str, Sequence[Value]]) -> SearchSpace:
+        """Add a front-end choice "define.NAME" per macro, rendering -DNAME=value; default first."""
+        added = tuple(_define(name, values) for name, values in defines.items())
+        return replace(self, parameters=self.parameters + added)
+
+    def default_config(self) -> Config:
+        """Every parameter at its default: the compiler's own baseline."""
+        return Config.of({p.name: p.default for p in self.parameters})
+
+    def size(self) -> int:
+        """Number of distinct configs."""
+        return prod(len(p.values) for p in self.parameters)
+
+    def validate(self, config: Config) -> None:
+        """SpaceError unless config sets every parameter, and only those, to an allowed value."""
+        given = config.as_dict()
+        for name in given:
+            self.parameter(name)
+        for p in self.parameters:
+            if p.name not in given:
+                raise SpaceError(f"config lacks parameter {p.name!r}")
+            if not p.allows(given[p.name]):
+                raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
+
+    def frontend_args(self, config: Config) -> tuple[str, ...]:
+        """nvcc arguments of the front-end parameters (for `nvcc -ptx`)."""
+        return tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
+
+    def ptxas_args(self, config: Config) -> tuple[str, ...]:
+        """Arguments for a direct `ptxas` call, incl. what nvcc forwards from front-end values."""
+        fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
+        return fwd + self._own_ptxas_args(config)
+
+    def nvcc_args(self, config: Config) -> tuple[str, ...]:
+        """Arguments for a one-step nvcc build: front-end args, then -Xptxas=ARG per ptxas arg."""
+        own = self._own_ptxas_args(config)
+        return self.frontend_args(config) + tuple(f"-Xptxas={a}" for a in own)
+
+    def config_from_nvcc_args(self, args: Sequence[str]) -> Config:
+        """Inverse of nvcc_args (also reads `-Xptxas A,B` and --ptxas-options=A); the allow-list:
+        SpaceError naming any token this space cannot produce, or a parameter given twice."""
+        values: dict[str, Value] = {}
+        for stage, token in _tokens_of(args):
+            shown = token if stage == "frontend" else f"-Xptxas={token}"
+            if (stage, token) not in self._tokens:
+                raise SpaceError(f"nvcc argument {shown!r} is not in search space {self.id}")
+            name, value = self._tokens[(stage, token)]
+            if name in values:
+                raise SpaceError(f"nvcc argument {shown!r}: {name} is given twice")
+            values[name] = value
+        return self.default_config().with_values(values)
+
+    def _pairs(self, config: Config, stage: Stage) -> Iterator[tuple[Parameter, Value]]:
+        self.validate(config)
+        return ((p, config[p.name]) for p in self.parameters if p.stage == stage)
+
+    def _own_ptxas_args(self, config: Config) -> tuple[str, ...]:
+        return tuple(a for p, v in self._pairs(config, "ptxas") for a in p.argv(v))
+
+
+def _no_duplicates(params: Sequence[Parameter], where: str) -> None:
+    names = [p.name for p in params]
+    for name in names:
+        if names.count(name) > 1:
+            raise SpaceError(f"{where}: duplicate parameter {name!r}")
+
+
+def _token_map(params: Sequence[Parameter]) -> dict[tuple[Stage, str], tuple[str, Value]]:
+    tokens: dict[tuple[Stage, str], tuple[str, Value]] = {}
+    for p in params:
+        for v in p.values:
+            plain = _same(v, "default") or (p.kind == "flag" and v is False)
+            rendered = "" if plain else p.render.replace("{value}", _text(v))
+            for token in {*p.argv(v), rendered} - {""}:
+                if (p.stage, token) in tokens and tokens[(p.stage, token)][0] != p.name:
+                    raise SpaceError(f"{p.name}: renders {token!r}, as another parameter does")
+                tokens[(p.stage, token)] = (p.name, v)
+    return tokens
+
+
+def _tokens_of(args: Sequence[str]) -> Iterator[tuple[Stage, str]]:
+    it = iter(args)
+    for arg in it:
+        flag, eq, rest = arg.partition("=")
+        if flag in _XPTXAS:
+            rest = rest if eq else next(it, "")
+            yield from (("ptxas", t) for t in rest.split(","))
+        else:
+            yield "frontend", arg
+
+
+def _define(name: str, values: Sequence[Value]) -> Parameter:
+    vals = tuple(_plain(v) for v in values)
+    bad = [v for v in vals if re.search(r"[\s,]", _text(v))]
+    if not _MACRO.fullmatch(name) or not vals or bad:
+        raise SpaceError(f"bad define {name!r} with values {list(values)!r}")
+    return Parameter(
+        f"define.{name}", "frontend", "choice", vals, vals[0], f"-D{name}={{value}}",
+        "safe", f"macro {name}", render_default=True,
+    )  # fmt: skip
+
+
+def _default_directory() -> Path:
+    top = Path(__file__).resolve().parent.parent / "search_spaces"
+    return top if top.is_dir() else Path(__file__).resolve().parent / "search_spaces"
+
+
+def available_versions(directory: Path | None = None) -> list[str]:
+    """Compiler versions with both an nvcc-V.toml and a ptxas-V.toml, oldest first."""
+    d = directory or _default_directory()
+    found = [p.name[len("nvcc-") : -len(".toml")] for p in d.glob("nvcc-*.toml")]
+    versions = [v for v in found if (d / f"ptxas-{v}.toml").is_file()]
+    return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
+
+
+def load_space(compiler_version: str, directory: Path | None = None) -> SearchSpace:
+    """Load and merge nvcc-V.toml and ptxas-V.toml; "13.0.88" falls back to "13.0"."""
+    d = directory or _default_directory()
+    versions = available_versions(d)
+    v = compiler_version
+    v = v if v in versions else ".".join(v.split(".")[:2])
+    if v not in versions:
+        have = ", ".join(versions) or "none"
+        raise SpaceError(f"no search space for nvcc {compiler_version}; available: {have} ({d}/)")
+    params = _load_file(d / f"nvcc-{v}.toml", "nvcc", v) + _load_file(
+        d / f"ptxas-{v}.toml", "ptxas", v
+    )
+    return SearchSpace(f"nvcc-{v}+ptxas-{v}", v, params)
+
+
+def _load_file(path: Path, compiler: str, version: str) -> tuple[Parameter, ...]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SpaceError(f"{path}: malformed TOML: {e}") from None
+    header = {k: data.get(k) for k in ("compiler", "version", "stage")}
+    if header != {"compiler": compiler, "version": version, "stage": _STAGES[compiler]}:
+        raise SpaceError(f"{path}: header {header} does not match file name")
+    tables = data.get("parameter")
+    if not isinstance(tables, list) or not tables:
+        raise SpaceError(f"{path}: no [[parameter]] tables")
+    try:
+        params = tuple(_parameter(t, cast(Stage, _STAGES[compiler])) for t in tables)
+    except SpaceError as e:
+        raise SpaceError(f"{path}: {e}") from None
+    _no_duplicates(params, str(path))
+    return params
+
+
+def _parameter(table: dict[str, Any], stage: Stage) -> Parameter:
+    name = table.get("name", "?")
+    try:
+        return _checked(_build(table, stage))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpaceError(f"parameter {name!r}: bad or missing key {e}") from None
+    except SpaceError as e:
+        raise SpaceError(f"parameter {name!r}: {e}") from None
+
+
+def _build(t: dict[str, Any], stage: Stage) -> Parameter:
+    if set(t) - _KEYS:
+        raise SpaceError(f"unknown keys {sorted(set(t) - _KEYS)}")
+    kind = t["kind"]
+    if kind not in _KINDS:
+        raise SpaceError(f"kind {kind!r} is not one of {_KINDS}")
+    if kind == "int":
+        values: tuple[Any, ...] = tuple(range(int(t["low"]), int(t["high"]) + 1))
+    else:
+        values = (False, True) if kind == "flag" else tuple(t["values"])
+    strs = [t[k] for k in ("name", "render", "risk", "help") if not isinstance(t[k], str)]
+    if strs or not isinstance(t.get("ptxas_render", ""), str):
+        raise SpaceError("name, render, ptxas_render, risk and help must be strings")
+    return Parameter(
+        t["name"], stage, kind, values, t["default"], t["render"], t["risk"], t["help"],
+        t.get("ptxas_render", ""),
+    )  # fmt: skip
+
+
+def _checked(p: Parameter) -> Parameter:
+    if p.risk not in _RISKS:
+        raise SpaceError(f"risk {p.risk!r} is not one of {_RISKS}")
+    if not p.values or any(not isinstance(v, bool | int | str) for v in p.values):
+        raise SpaceError("values must be a non-empty list of bool, int or str")
+    if len({(type(v), v) for v in p.values}) != len(p.values):
+        raise SpaceError("duplicate values")
+    if not p.allows(p.default) or p.kind == "flag" and p.default is not False:
+        raise SpaceError(f"default {p.default!r} not in values (a flag's default is false)")
+    if "default" in p.values and not _same(p.default, "default"):
+        raise SpaceError('a "default" value must be the default')
+    for v in p.values:
+        for token in p.argv(v) + p.forwarded(v):
+            if re.search(r"[\s,]", token):
+                raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
+    return p

@@ -1,0 +1,221 @@
+"""Search space: loading, selection, rendering and its inverse, and the real compiler."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from compileiq.space import (
+    Config,
+    SearchSpace,
+    SpaceError,
+    available_versions,
+    load_space,
+)
+
+SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
+
+
+@pytest.fixture(scope="module")
+def space() -> SearchSpace:
+    return load_space("13.0")
+
+
+def random_config(space: SearchSpace, rng: random.Random) -> Config:
+    return Config.of({p.name: rng.choice(p.values) for p in space.parameters})
+
+
+def test_loads_both_stages_with_compiler_defaults(space: SearchSpace) -> None:
+    assert space.id == "nvcc-13.0+ptxas-13.0"
+    assert space.compiler_version == "13.0"
+    assert available_versions() == ["13.0"]
+    stages = {p.stage for p in space.parameters}
+    assert stages == {"frontend", "ptxas"}
+    default = space.default_config()
+    space.validate(default)
+    assert space.nvcc_args(default) == () == space.ptxas_args(default)
+    assert space.parameter("ptxas.opt_level").values == (0, 1, 2, 3)
+    assert space.parameter("ptxas.register_usage_level").default == 5
+
+
+def test_version_fallback_and_unknown_version() -> None:
+    assert load_space("13.0.88").compiler_version == "13.0"
+    with pytest.raises(SpaceError, match=r"no search space for nvcc 12\.4; available: 13\.0"):
+        load_space("12.4")
+
+
+def test_select_excludes_risky_parameters_by_default(space: SearchSpace) -> None:
+    safe = space.select()
+    assert {p.risk for p in safe.parameters} == {"safe"}
+    assert "nvcc.use_fast_math" not in {p.name for p in safe.parameters}
+    assert {p.risk for p in space.select(allow_numerics=True).parameters} == {"safe", "numerics"}
+    assert "nvcc.restrict" in {p.name for p in space.select(allow_semantics=True).parameters}
+    only = space.select(only=["ptxas.opt_level", "ptxas.maxrregcount"])
+    assert [p.name for p in only.parameters] == ["ptxas.opt_level", "ptxas.maxrregcount"]
+    assert only.size() == 4 * 11
+    assert "ptxas.opt_level" not in {
+        p.name for p in safe.select(exclude=["ptxas.opt_level"]).parameters
+    }
+    assert len({space.sha256, safe.sha256, only.sha256}) == 3
+    with pytest.raises(SpaceError, match="nope"):
+        space.select(only=["nope"])
+
+
+def test_render_inverse_round_trip(space: SearchSpace) -> None:
+    full = space.with_defines({"BLOCK": [128, 256, 512], "VARIANT": ["a", "b"]})
+    rng = random.Random(7)
+    for _ in range(300):
+        config = random_config(full, rng)
+        args = full.nvcc_args(config)
+        assert full.config_from_nvcc_args(args) == config
+        assert all(" " not in a for a in args + full.ptxas_args(config))
+
+
+def test_nvcc_args_spelling(space: SearchSpace) -> None:
+    config = space.default_config().with_values(
+        {"nvcc.fmad": False, "nvcc.prec_div": False, "ptxas.opt_level": 2}
+    )
+    assert space.nvcc_args(config) == ("--prec-div=false", "--fmad=false", "-Xptxas=-O2")
+    # nvcc forwards --fmad to ptxas itself, so a direct ptxas call needs it too
+    assert space.ptxas_args(config) == ("--fmad=false", "-O2")
+    assert space.frontend_args(config) == ("--prec-div=false", "--fmad=false")
+    parsed = space.config_from_nvcc_args(["-Xptxas", "-O1,--maxrregcount=32"])
+    assert parsed["ptxas.opt_level"] == 1 and parsed["ptxas.maxrregcount"] == 32
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-Xcompiler", "-O3"],
+        ["--compiler-bindir=/x"],
+        ["-o", "out"],
+        ["--run"],
+        ["--no-such-flag"],
+        ["-Xptxas=-O2,--output-file=x"],
+        ["-Xptxas=--maxrregcount=default"],
+        ["-Xptxas=-O2", "-Xptxas=-O1"],
+    ],
+)
+def test_config_from_nvcc_args_rejects(space: SearchSpace, args: list[str]) -> None:
+    with pytest.raises(SpaceError) as info:
+        space.config_from_nvcc_args(args)
+    assert "\n" not in str(info.value)
+
+
+def test_config_values_are_plain_and_checked(space: SearchSpace) -> None:
+    np = pytest.importorskip("numpy")
+    config = Config.of({"b": np.int64(3), "a": np.bool_(True), "c": np.str_("x")})
+    assert config.items == (("a", True), ("b", 3), ("c", "x"))
+    assert [type(v) for _, v in config.items] == [bool, int, str]
+    assert config.key == '{"a":true,"b":3,"c":"x"}'
+    bad = space.default_config().with_values({"ptxas.opt_level": True})
+    with pytest.raises(SpaceError, match="ptxas.opt_level"):
+        space.validate(bad)
+    with pytest.raises(SpaceError, match="lacks"):
+        space.validate(Config.of({"ptxas.opt_level": 3}))
+    with pytest.raises(SpaceError):
+        space.with_defines({"BAD NAME": [1]})
+
+
+def test_defines_render_always(space: SearchSpace) -> None:
+    full = space.with_defines({"BLOCK": [256, 128]})
+    assert full.nvcc_args(full.default_config()) == ("-DBLOCK=256",)
+    assert full.parameter("define.BLOCK").stage == "frontend"
+    assert full.sha256 != space.sha256
+
+
+def _copy_spaces(tmp_path: Path) -> Path:
+    for name in ("nvcc-13.0.toml", "ptxas-13.0.toml"):
+        shutil.copy(SPACES / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        ('kind = "flag"', 'kind = "flag', "malformed TOML"),
+        ('render = "--use_fast_math"\n', "", "nvcc.use_fast_math.*render"),
+        ('kind = "flag"', 'kind = "switch"', "nvcc.use_fast_math.*kind"),
+        ("default = 101", "default = 102", "nvcc.jump_table_density.*default"),
+        ('name = "nvcc.ftz"', 'name = "nvcc.use_fast_math"', "duplicate.*nvcc.use_fast_math"),
+        ('version = "13.0"', 'version = "12.0"', "header"),
+        ('risk = "numerics"', 'risk = "maybe"', "nvcc.use_fast_math.*risk"),
+    ],
+)
+def test_malformed_space_files(tmp_path: Path, old: str, new: str, expect: str) -> None:
+    path = _copy_spaces(tmp_path) / "nvcc-13.0.toml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(SpaceError, match=expect) as info:
+        load_space("13.0", tmp_path)
+    assert "\n" not in str(info.value)
+    assert "nvcc-13.0.toml" in str(info.value)
+
+
+KERNEL = r"""
+__global__ void mix(const float* x, float* y, const int* op, int n, int iters, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float acc = y[i];
+    for (int k = 0; k < iters; ++k) {
+        float v = x[(i + k) % n];
+        switch (op[k & 7]) {
+            case 0: acc = acc * a + v; break;
+            case 1: acc += v / (acc + 1.0f); break;
+            case 2: acc += sqrtf(fabsf(v)); break;
+            case 3: acc -= __expf(-v); break;
+            case 4: acc = fmaxf(acc, v); break;
+            default: acc *= 0.5f;
+        }
+    }
+    atomicAdd(&y[(i * 7) % n], acc);
+}
+"""
+
+
+def _run(argv: Sequence[str], cwd: Path) -> tuple[str, int, str]:
+    done = subprocess.run(
+        list(argv), check=False, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    return " ".join(argv), done.returncode, done.stderr[-500:]
+
+
+def _variants(space: SearchSpace, stage: str) -> list[Config]:
+    default = space.default_config()
+    return [
+        default.with_values({p.name: v})
+        for p in space.parameters
+        if p.stage == stage
+        for v in p.values
+        if (type(v), v) != (type(p.default), p.default)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("ptxas") is None, reason="no CUDA")
+def test_every_value_compiles_with_the_real_compiler(space: SearchSpace, tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(KERNEL)
+    front = [space.default_config(), *_variants(space, "frontend")]
+    nvcc = [["nvcc", "-arch=sm_90", "-ptx", *space.frontend_args(c), "-o", f"f{i}.ptx", "k.cu"]
+            for i, c in enumerate(front)]  # fmt: skip
+    one_step = random_config(space, random.Random(3))
+    nvcc.append(
+        ["nvcc", "-arch=sm_90", "-cubin", *space.nvcc_args(one_step), "-o", "o.cubin", "k.cu"]
+    )
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda a: _run(a, tmp_path), nvcc))
+        assert [r for r in results if r[1] != 0] == []
+        ptxas = [["ptxas", "-arch=sm_90", *space.ptxas_args(c), f"f{i}.ptx", "-o", f"f{i}.cubin"]
+                 for i, c in enumerate(front)]  # fmt: skip
+        ptxas += [["ptxas", "-arch=sm_90", *space.ptxas_args(c), "f0.ptx", "-o", f"p{i}.cubin"]
+                  for i, c in enumerate(_variants(space, "ptxas"))]  # fmt: skip
+        results = list(pool.map(lambda a: _run(a, tmp_path), ptxas))
+    assert [r for r in results if r[1] != 0] == []
+    assert len(results) > 50
