@@ -16,10 +16,11 @@ from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, load_spec
 from compileiq.metrics import STATIC_OBJECTIVES
 from compileiq.search import SearchSettings
-from compileiq.space import SearchSpace, load_space
 from compileiq.store import Store
 from compileiq.toolchain import Toolchain, find_toolchain
-from compileiq.tune import Progress, Tuner, TuneRequest, TuneResult
+from compileiq.runner import Progress
+from compileiq.space import Config, SearchSpace, load_space
+from compileiq.tune import Tuner, TuneRequest, TuneResult
 from compileiq.workers import Workers, open_workers
 
 DEFAULT_DB = "sqlite:///store/compileiq.db"
@@ -124,9 +125,7 @@ def _workers(options: TuneOptions) -> Workers:
 def _acf_content(
     result: TuneResult, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str
 ) -> acf.AcfContent:
-    from compileiq.space import Config
-
-    best, baseline = result.best, result.baseline
+    best, baseline = result.chosen, result.baseline
     return acf.AcfContent(
         kernel=spec.name,
         source_name=spec.source.name,
@@ -139,7 +138,7 @@ def _acf_content(
         config=Config.of(best.config),
         fixed_defines=spec.fixed_define_args(),
         objective=_objective_table(result),
-        evidence={"baseline": _evidence(baseline), "best": _evidence(best)},
+        evidence=_evidence_table(result),
         provenance={
             "study": result.study.name,
             "study_id": result.study.id,
@@ -152,7 +151,7 @@ def _acf_content(
 
 def _objective_table(result: TuneResult) -> dict[str, Any]:
     key = result.study.key
-    baseline, best = result.baseline.value, result.best.value
+    baseline, best = result.baseline.value, result.chosen.value
     table: dict[str, Any] = {"name": key.objective, "kind": "static estimate (compiler output, not a runtime)",
                              "direction": "minimise", "evaluator": key.evaluator}
     if baseline is not None:
@@ -160,6 +159,18 @@ def _objective_table(result: TuneResult) -> dict[str, Any]:
     if best is not None:
         table["best"] = best
     table["improved"] = bool(baseline is not None and best is not None and best < baseline)
+    return table
+
+
+def _evidence_table(result: TuneResult) -> dict[str, Any]:
+    table = {"baseline": _evidence(result.baseline), "best": _evidence(result.chosen)}
+    if result.simplification is not None:
+        table["simplified"] = {
+            "search_winner_trial": result.winner.number,
+            "dropped": list(result.simplification.dropped),
+            "kept": list(result.simplification.kept),
+            "rule": "a setting is dropped when resetting it to the compiler default gives the same machine code or an objective no worse",
+        }
     return table
 
 

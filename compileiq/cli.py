@@ -16,7 +16,7 @@ from rich.table import Table
 from compileiq import __version__, app
 from compileiq.errors import CompileIQError
 from compileiq.store import Store, Study, Trial, TrialState
-from compileiq.tune import Outcome
+from compileiq.runner import Outcome
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
@@ -53,7 +53,8 @@ class LineProgress:
         trial = outcome.trial
         shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({_first_line(trial.reason, 120)})"
         best_text = f"{best.value:g} (#{best.number})" if best and best.value is not None else "-"
-        line = f"[{self._done}/{self._budget}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
+        step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
+        line = f"[{step}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
         if self._status is not None:
             self._status.update(line)
         if not self._quiet:
@@ -189,11 +190,15 @@ def _print_report(report: app.TuneReport) -> None:
     table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({STATIC_LABEL}, lower is better)")
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
-    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.best.number})", result.best)):
+    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
         table.add_row(label, *_metric_cells(trial))
     out.print(table)
-    acf_flags = report.space.nvcc_args(_config(result.best))
+    acf_flags = report.space.nvcc_args(_config(result.chosen))
     out.print(f"best flags: {shlex.join(acf_flags) or '(compiler defaults)'}", markup=False)
+    if result.simplification is not None and result.simplification.dropped:
+        dropped = result.simplification.dropped
+        out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
+                  f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
@@ -222,8 +227,8 @@ def _report_json(report: app.TuneReport) -> dict[str, Any]:
         "study": _study_json(result.study, list(result.trials)),
         "objective": {"name": result.study.key.objective, "kind": STATIC_LABEL},
         "baseline": _trial_json(result.baseline),
-        "best": _trial_json(result.best),
-        "best_args": list(report.space.nvcc_args(_config(result.best))),
+        "best": _trial_json(result.chosen),
+        "best_args": list(report.space.nvcc_args(_config(result.chosen))),
         "acf": str(report.acf_path),
         "counters": {"compiler_calls": counters.compiler_calls, "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,

@@ -1,0 +1,193 @@
+"""Evaluate claimed trials: build cache -> compile on workers -> evaluate -> record.
+
+Every result is written to the database the moment it is known, so a killed run loses only the
+variants that were in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from compileiq.compile import AssembleJob, Build, BuildStatus, EntryResources, FrontendJob
+from compileiq.kernel import KernelSpec, SourceBundle
+from compileiq.metrics import StaticEvaluator
+from compileiq.space import Config, SearchSpace
+from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
+from compileiq.toolchain import Toolchain
+from compileiq.workers import VariantJob, VariantResult, Workers
+
+HEARTBEAT_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one trial in this run (for progress display)."""
+
+    trial: Trial
+    source: str  # "compiled", "build cache" or "same code as #N"
+
+
+class Progress(Protocol):
+    def started(self, study: Study, budget: int, finished: int) -> None: ...
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class RunCounters:
+    frontend_calls: int = 0
+    ptxas_calls: int = 0
+    build_cache_hits: int = 0
+    same_code_reuses: int = 0
+    new_trials: int = 0
+    compile_seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def compiler_calls(self) -> int:
+        return self.frontend_calls + self.ptxas_calls
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every variant of one run shares."""
+
+    kernel: KernelSpec
+    space: SearchSpace
+    bundle: SourceBundle
+    toolchain: Toolchain
+
+
+class TrialRunner:
+    """Turns claimed trials into finished ones; opens the workers only when something must compile."""
+
+    def __init__(
+        self,
+        target: Target,
+        store: Store,
+        evaluator: StaticEvaluator,
+        open_workers: Callable[[], Workers],
+        progress: Progress,
+    ) -> None:
+        self._target = target
+        self._store = store
+        self._evaluator = evaluator
+        self._open_workers = open_workers
+        self._workers: Workers | None = None
+        self._progress = progress
+        self.counters = RunCounters()
+        self._by_code: dict[str, Trial] = {}
+
+    def remember(self, trials: Sequence[Trial]) -> None:
+        """Note finished trials' machine code, so identical code is reported as a reuse."""
+        for trial in trials:
+            if trial.code_hash and trial.state is TrialState.COMPLETE:
+                self._by_code.setdefault(trial.code_hash, trial)
+
+    def run(self, batch: Sequence[Trial]) -> list[Trial]:
+        jobs: list[VariantJob] = []
+        finished: list[Trial] = []
+        for trial in batch:
+            cached = self._store.get_build(self.build_key(Config.of(trial.config)))
+            if cached is None:
+                jobs.append(self._job(trial))
+                continue
+            self.counters.build_cache_hits += 1
+            finished.append(self._record(trial, _build_from_record(cached), "build cache"))
+        if jobs:
+            finished += self._compile_and_record(batch, jobs)
+        return finished
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+    def _compile_and_record(self, batch: Sequence[Trial], jobs: list[VariantJob]) -> list[Trial]:
+        by_id = {t.id: t for t in batch}
+        workers = self._workers or self._start_workers()
+        finished, beat = [], time.monotonic()
+        for result in workers.run(jobs):
+            finished.append(self._record_compiled(by_id[result.tag], result))
+            if time.monotonic() - beat > HEARTBEAT_EVERY_S:
+                self._store.heartbeat([j.tag for j in jobs])
+                beat = time.monotonic()
+        return finished
+
+    def _start_workers(self) -> Workers:
+        self._workers = self._open_workers()
+        self._progress.note(f"compiling on {self._workers.description}")
+        return self._workers
+
+    def _record_compiled(self, trial: Trial, result: VariantResult) -> Trial:
+        counters = self.counters
+        counters.frontend_calls += int(result.ptx_compiled)
+        counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
+        counters.compile_seconds += result.build.seconds + (result.ptx.seconds if result.ptx_compiled else 0.0)
+        self._store.put_build(_build_record(self.build_key(Config.of(trial.config)), result.build))
+        return self._record(trial, result.build, "compiled")
+
+    def _record(self, trial: Trial, build: Build, source: str) -> Trial:
+        if build.ok and build.code_hash in self._by_code:
+            source = f"same code as #{self._by_code[build.code_hash].number}"
+            self.counters.same_code_reuses += 1
+        evaluation = self._evaluator.evaluate(build, Config.of(trial.config))
+        finished = self._store.finish_trial(
+            trial.id,
+            state=TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,
+            value=evaluation.value,
+            reason=evaluation.reason,
+            metrics=evaluation.metrics,
+            code_hash=build.code_hash,
+            compile_seconds=build.seconds,
+        )
+        self.remember([finished])
+        self.counters.new_trials += 1
+        self._progress.trial(Outcome(finished, source), self.best())
+        return finished
+
+    def best(self) -> Trial | None:
+        complete = [t for t in self._by_code.values() if t.value is not None]
+        return min(complete, key=lambda t: (t.value, t.number), default=None)
+
+    def _job(self, trial: Trial) -> VariantJob:
+        config, target = Config.of(trial.config), self._target
+        spec, tools, space = target.kernel, target.toolchain, target.space
+        frontend_args = (*space.frontend_args(config), *spec.fixed_define_args())
+        return VariantJob(
+            tag=trial.id,
+            frontend=FrontendJob(tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s),
+            assemble=AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s),
+        )
+
+    def build_key(self, config: Config) -> str:
+        """Identity of a build: sources, toolchain, arch and the rendered arguments of both stages."""
+        target = self._target
+        space, spec = target.space, target.kernel
+        identity = [
+            target.bundle.sha256,
+            target.toolchain.nvcc_build,
+            spec.arch,
+            [*space.frontend_args(config), *spec.fixed_define_args(), *target.bundle.include_args],
+            list(space.ptxas_args(config)),
+        ]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+def _build_record(key: str, build: Build) -> BuildRecord:
+    entries = [vars(entry) for entry in build.entries]
+    metrics = {"status": build.status.value, "entries": entries}
+    return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds)
+
+
+def _build_from_record(record: BuildRecord) -> Build:
+    entries = tuple(EntryResources(**entry) for entry in record.metrics.get("entries", []))
+    status = BuildStatus(record.metrics.get("status", "ok" if record.ok else "compile_error"))
+    return Build(status, record.message, entries, record.code_hash, b"", record.seconds)
