@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer._click.exceptions import NoArgsIsHelpError
 
 from compileiq import __version__, app
 from compileiq.errors import CompileIQError
@@ -280,17 +280,20 @@ def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
     command = typer.main.get_command(cli)
-    try:
-        command.main(args=argv, prog_name="compileiq", standalone_mode=False)
+    try:  # typer >= 0.2x vendors click: its exceptions are typer's, not the `click` package's
+        code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
     except CompileIQError as error:
         err.print(f"error: {_first_line(str(error))}", markup=False)
         sys.exit(error.exit_code)
-    except click.exceptions.Abort:
+    except NoArgsIsHelpError as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except typer.TyperException as error:  # usage errors: unknown option, bad value...
+        err.print(f"error: {_first_line(error.format_message())}", markup=False)
+        sys.exit(error.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
+    if code == 130:  # typer turns Ctrl-C into a returned 130 when not standalone
         err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
-        sys.exit(130)
-    except click.ClickException as error:
-        err.print(f"error: {error.format_message()}", markup=False)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
-        sys.exit(130)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -1,0 +1,3 @@
+from compileiq.cli import main
+
+main()

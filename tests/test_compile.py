@@ -1,0 +1,128 @@
+"""The two-stage compile against the real nvcc/ptxas 13.0."""
+
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from compileiq.compile import (
+    AssembleJob,
+    BuildStatus,
+    FrontendJob,
+    assemble,
+    code_hash,
+    emit_ptx,
+    parse_resources,
+    run_tool,
+)
+from compileiq.cubin import CubinError, text_sections
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.toolchain import find_toolchain
+
+KERNEL = textwrap.dedent(
+    """
+    #include "scale.h"
+    extern "C" __global__ void __launch_bounds__(256) axpy(float* y, const float* x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = SCALE * x[i] + y[i];
+    }
+    __global__ void sum(const float* x, float* out, int n) {
+        __shared__ float tile[256];
+        tile[threadIdx.x] = threadIdx.x < n ? x[threadIdx.x] : 0.0f;
+        __syncthreads();
+        if (threadIdx.x == 0) { float s = 0; for (int k = 0; k < 256; ++k) s += tile[k]; *out = s; }
+    }
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def ptx(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernel")
+    (folder / "k.cu").write_text(KERNEL)
+    (folder / "scale.h").write_text("#define SCALE 2.0f\n")
+    tools = find_toolchain()
+    bundle = bundle_sources(load_spec(folder / "k.cu"))
+    result = emit_ptx(FrontendJob(tools.nvcc, bundle, "sm_90", (), 60))
+    assert result.status is BuildStatus.OK, result.message
+    return result
+
+
+def _assemble(ptx, *args):
+    return assemble(AssembleJob(find_toolchain().ptxas, "sm_90", tuple(args), 60), ptx)
+
+
+def test_ptxas_report_gives_resources_per_entry(ptx):
+    build = _assemble(ptx)
+    assert build.ok and build.code_hash
+    by_name = {e.name: e for e in build.entries}
+    assert set(by_name) == {"axpy", "_Z3sumPKfPfi"}
+    assert by_name["_Z3sumPKfPfi"].shared_bytes == 1024
+    assert by_name["_Z3sumPKfPfi"].barriers == 1
+    assert all(e.registers > 0 and e.instructions > 0 for e in build.entries)
+    assert set(text_sections(build.cubin)) == set(by_name)
+
+
+def test_code_hash_ignores_debug_info_but_not_code(ptx):
+    plain, lined, low = _assemble(ptx), _assemble(ptx, "-lineinfo"), _assemble(ptx, "-O0")
+    assert plain.code_hash == lined.code_hash
+    assert plain.code_hash != low.code_hash
+
+
+def test_spills_are_parsed():
+    report = textwrap.dedent(
+        """\
+        ptxas info    : Compiling entry function 'k' for 'sm_90'
+        ptxas info    : Function properties for k
+            312 bytes stack frame, 336 bytes spill stores, 340 bytes spill loads
+        ptxas info    : Used 128 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]
+        """
+    )
+    (entry,) = parse_resources(report, {"k": 99})
+    assert (entry.spill_store_bytes, entry.spill_load_bytes, entry.spill_bytes) == (336, 340, 676)
+    assert (entry.stack_bytes, entry.registers, entry.shared_bytes, entry.instructions) == (312, 128, 2048, 99)
+
+
+def test_a_compile_error_keeps_the_compiler_message(tmp_path):
+    (tmp_path / "bad.cu").write_text("__global__ void k(float* x) { x[0] = undefined_name; }\n")
+    bundle = bundle_sources(load_spec(tmp_path / "bad.cu"))
+    result = emit_ptx(FrontendJob(find_toolchain().nvcc, bundle, "sm_90", (), 60))
+    assert result.status is BuildStatus.COMPILE_ERROR
+    assert "undefined_name" in result.message
+    build = _assemble(result)
+    assert build.status is BuildStatus.COMPILE_ERROR and "undefined_name" in build.message
+
+
+def test_a_hanging_compiler_is_killed_at_its_timeout(tmp_path):
+    hang = tmp_path / "fake-ptxas"
+    hang.write_text("#!/bin/sh\nsleep 30 &\nwait\n")  # a child keeps running: the group must die
+    hang.chmod(hang.stat().st_mode | stat.S_IEXEC)
+    run = run_tool([str(hang)], timeout_s=0.5)
+    assert run.timed_out and run.seconds < 5
+
+
+def test_ptxas_timeout_is_a_recorded_state(ptx, tmp_path):
+    hang = tmp_path / "slow-ptxas"
+    hang.write_text("#!/bin/sh\nsleep 30\n")
+    hang.chmod(hang.stat().st_mode | stat.S_IEXEC)
+    build = assemble(AssembleJob(str(hang), "sm_90", (), 0.5), ptx)
+    assert build.status is BuildStatus.TIMEOUT and "0.5 s" in build.message
+
+
+def test_not_a_cubin():
+    with pytest.raises(CubinError):
+        text_sections(b"not an elf file at all")
+
+
+def test_two_stage_equals_one_step_nvcc(ptx, tmp_path):
+    """The PTX-then-ptxas path must give the machine code a plain `nvcc -cubin` gives."""
+    two_stage = _assemble(ptx, "--maxrregcount=32")
+    source = tmp_path / "k.cu"
+    source.write_text(KERNEL)
+    (tmp_path / "scale.h").write_text("#define SCALE 2.0f\n")
+    out = tmp_path / "k.cubin"
+    tools = find_toolchain()
+    run = run_tool([tools.nvcc, "-arch=sm_90", "-cubin", "-Xptxas=--maxrregcount=32", str(source), "-o", str(out)], 120)
+    assert run.returncode == 0, run.output
+    assert code_hash(text_sections(Path(out).read_bytes())) == two_stage.code_hash

@@ -1,0 +1,173 @@
+"""The tuning loop end to end: real nvcc/ptxas, a real SQLite store, local compile threads."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from compileiq import acf, app
+from compileiq.compile import parse_resources, run_tool
+from compileiq.store import Store, TrialState
+from compileiq.toolchain import find_toolchain
+
+# A kernel the tuner has never seen: 128 live floats per thread under a 2-blocks-of-256 bound
+# (ptxas 13.0: 424 + 628 spill bytes at defaults, none with the bound overridden).
+SPILLER = textwrap.dedent(
+    """
+    extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
+        float taps[128];
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        #pragma unroll
+        for (int k = 0; k < 128; ++k) taps[k] = in[(i * 7 + k * 13) % n];
+        float acc = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < 128; ++k) acc += taps[k] * taps[127 - k] * taps[(k * 37) % 128];
+        #pragma unroll
+        for (int k = 0; k < 128; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % 128] + acc;
+    }
+    """
+)
+SUBSPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level")
+
+
+class Quiet:
+    def started(self, study, budget, finished):
+        pass
+
+    def trial(self, outcome, best):
+        pass
+
+    def note(self, message):
+        pass
+
+
+@pytest.fixture()
+def spiller(tmp_path):
+    source = tmp_path / "fir.cu"
+    source.write_text(SPILLER)
+    return source
+
+
+def _options(tmp_path, kernel, **overrides):
+    base = dict(kernel=kernel, objective="spills", budget=16, workers="local", db=f"sqlite:///{tmp_path}/t.db",
+                out=tmp_path / "fir.acf.toml", only=SUBSPACE)
+    return app.TuneOptions(**{**base, **overrides})
+
+
+def _spills_by_hand(kernel: Path, flags: list[str]) -> int:
+    """What a user would do: nvcc $(compileiq flags FILE) -cubin -Xptxas -v kernel.cu."""
+    tools = find_toolchain()
+    out = kernel.with_suffix(".cubin")
+    run = run_tool([tools.nvcc, *flags, "-cubin", "-Xptxas=-v", str(kernel), "-o", str(out)], 120)
+    assert run.returncode == 0, run.output
+    return sum(e.spill_bytes for e in parse_resources(run.output, {}))
+
+
+def test_tuning_removes_spills_and_the_acf_reproduces_them_by_hand(tmp_path, spiller):
+    report = app.tune(_options(tmp_path, spiller), Quiet())
+    baseline, chosen = report.result.baseline, report.result.chosen
+    assert baseline.metrics["spill_bytes"] > 0
+    assert chosen.value < baseline.value
+    written = acf.read(report.acf_path)
+    assert written.objective["kind"].startswith("static estimate")
+    assert _spills_by_hand(spiller, list(written.flags())) == chosen.metrics["spill_bytes"]
+    assert _spills_by_hand(spiller, [f"-arch={written.arch}"]) == baseline.metrics["spill_bytes"]
+
+
+def test_the_acf_keeps_only_settings_that_matter(tmp_path, spiller):
+    report = app.tune(_options(tmp_path, spiller), Quiet())
+    simplification = report.result.simplification
+    assert simplification is not None
+    controls = acf.read(report.acf_path).controls
+    assert set(controls) == set(simplification.kept)
+    for name in simplification.kept:  # each kept setting matters: dropping it loses the result
+        without = {k: v for k, v in report.result.chosen.config.items()}
+        without[name] = report.space.parameter(name).default
+        store = Store.open(f"sqlite:///{tmp_path}/t.db")
+        trial = next(t for t in store.trials(report.result.study.id) if t.config == without)
+        store.close()
+        assert trial.value > report.result.chosen.value or trial.code_hash != report.result.chosen.code_hash
+
+
+def test_an_identical_rerun_compiles_nothing(tmp_path, spiller):
+    first = app.tune(_options(tmp_path, spiller), Quiet())
+    assert first.result.counters.compiler_calls > 0
+    again = app.tune(_options(tmp_path, spiller), Quiet())
+    assert again.result.counters.compiler_calls == 0
+    assert again.result.counters.new_trials == 0
+    assert again.result.chosen.config == first.result.chosen.config
+
+
+def test_another_objective_reuses_the_build_cache(tmp_path, spiller):
+    app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12), Quiet())
+    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12, objective="registers"), Quiet())
+    assert other.result.counters.build_cache_hits >= 12
+    assert other.result.counters.frontend_calls == 0
+
+
+def test_a_failing_variant_is_data_not_fatal(tmp_path, spiller):
+    # 24 is the ptxas floor; with -O0 and a 2x256 bound some variants still build, none crash the run.
+    report = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=30), Quiet())
+    states = {t.state for t in report.result.trials}
+    assert TrialState.COMPLETE in states
+    assert len(report.result.trials) >= 30
+
+
+def _cli(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "COMPILEIQ_DB"} | {"NO_COLOR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "compileiq", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_and_loses_nothing(tmp_path, spiller):
+    args = ["tune", str(spiller), "--objective", "spills", "--budget", "40", "--batch-size", "4",
+            "--workers", "local", "--only", ",".join(SUBSPACE), "--json"]
+    process = _cli(*args, cwd=tmp_path)
+    db = f"sqlite:///{tmp_path}/store/compileiq.db"
+    deadline = time.monotonic() + 120
+    before = []
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.3)
+        if Path(tmp_path / "store" / "compileiq.db").exists():
+            store = Store.open(db)
+            trials = [t for s in store.list_studies() for t in store.trials(s.id)]
+            store.close()
+            if sum(t.state is TrialState.COMPLETE for t in trials) >= 6:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                break
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    store = Store.open(db)
+    (study,) = store.list_studies()
+    before = {t.config_key: t for t in store.trials(study.id)}
+    store.close()
+    in_flight = [t for t in before.values() if t.state is TrialState.RUNNING]
+    finished = [t for t in before.values() if t.state is not TrialState.RUNNING]
+
+    resumed = _cli(*args, "--resume", cwd=tmp_path)
+    stdout, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    counters = json.loads(stdout)["counters"]
+
+    store = Store.open(db)
+    after = {t.config_key: t for t in store.trials(study.id)}
+    store.close()
+    for trial in finished:  # nothing finished before the kill was lost or redone
+        assert after[trial.config_key].finished_at == trial.finished_at
+        assert after[trial.config_key].value == trial.value
+    for trial in in_flight:  # in-flight variants were retried to completion
+        assert after[trial.config_key].state is not TrialState.RUNNING
+    new_configs = len(after) - len(finished)
+    assert counters["ptxas_calls"] <= new_configs
+    assert sum(_counted(t) for t in after.values()) >= 40
+
+
+def _counted(trial):
+    return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
