@@ -1,0 +1,54 @@
+"""Shared fixtures. The store suite runs against SQLite and a real PostgreSQL.
+
+PostgreSQL: run ``scripts/start-postgres.sh`` and export the URL it prints as
+COMPILEIQ_TEST_POSTGRES_URL. Without it the postgres cases skip, except under CI=true,
+where they fail so that CI can never skip them silently.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+POSTGRES_ENV = "COMPILEIQ_TEST_POSTGRES_URL"
+
+
+@pytest.fixture
+def postgres_admin_url() -> str:
+    """The URL of a role that may CREATE DATABASE (from COMPILEIQ_TEST_POSTGRES_URL)."""
+    url = os.environ.get(POSTGRES_ENV)
+    if url:
+        return url
+    message = f"{POSTGRES_ENV} is not set (run scripts/start-postgres.sh and export its URL)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
+    admin = sa.make_url(postgres_admin_url)
+    name = f"ciq_test_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield admin.set(database=name).render_as_string(hide_password=False)
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database, once per backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store' / 'compileiq.db'}"
+    return str(request.getfixturevalue("postgres_url"))

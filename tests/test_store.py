@@ -1,0 +1,223 @@
+"""The store suite, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC
+
+import pytest
+import sqlalchemy as sa
+
+from compileiq.errors import CompileIQError
+from compileiq.store import BuildRecord, Store, StoreError, StudyKey, TrialState
+
+KEY = StudyKey(
+    kernel="saxpy",
+    source_sha256="a" * 64,
+    space_id="nvcc-13.0+ptxas-13.0",
+    space_sha256="b" * 64,
+    toolchain="13.0.48",
+    arch="sm_90",
+    evaluator="static",
+    objective="spills",
+)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = Store.open(store_url)
+    yield opened
+    opened.close()
+
+
+def _finish(store: Store, trial_id: int, value: float = 1.0) -> None:
+    store.finish_trial(
+        trial_id,
+        state=TrialState.COMPLETE,
+        value=value,
+        reason=None,
+        metrics={"regs": 32},
+        code_hash="c" * 64,
+        compile_seconds=0.25,
+    )
+
+
+def test_open_creates_schema_and_is_idempotent(store: Store, store_url: str) -> None:
+    assert store.upgrade() == "0001"
+    again = Store.open(store_url)
+    assert again.upgrade() == "0001"
+    again.close()
+
+
+def test_study_get_or_create_is_idempotent(store: Store) -> None:
+    first = store.get_or_create_study(KEY)
+    assert first.name.startswith("saxpy-spills-")
+    assert store.get_or_create_study(KEY) == first
+    assert first.created_at.tzinfo == UTC
+    named = store.get_or_create_study(KEY, name="mine")
+    assert named.id != first.id
+    assert store.find_study("mine") == named
+    assert store.find_study(str(first.id)) == first
+    assert [s.name for s in store.list_studies()] == [first.name, "mine"]
+
+
+def test_study_name_clash_names_the_difference(store: Store) -> None:
+    store.get_or_create_study(KEY, name="x")
+    with pytest.raises(StoreError, match="study 'x' was made for another kernel source"):
+        store.get_or_create_study(replace(KEY, source_sha256="d" * 64), name="x")
+    with pytest.raises(StoreError, match="another architecture"):
+        store.get_or_create_study(replace(KEY, arch="sm_80"), name="x")
+
+
+def test_find_missing_study(store: Store) -> None:
+    with pytest.raises(StoreError, match="no study named 'nope'"):
+        store.find_study("nope")
+
+
+def test_claim_is_unique_and_finish_records(store: Store) -> None:
+    study = store.get_or_create_study(KEY)
+    first = store.claim_trial(study.id, "k1", {"-O": 3}, "w1")
+    assert first is not None and first.state is TrialState.RUNNING and first.number == 0
+    assert store.claim_trial(study.id, "k1", {"-O": 3}, "w2") is None
+    second = store.claim_trial(study.id, "k2", {"-O": 2}, "w2")
+    assert second is not None and second.number == 1
+    _finish(store, first.id, value=2.5)
+    assert store.claim_trial(study.id, "k1", {"-O": 3}, "w3") is None
+    done = store.trials(study.id, [TrialState.COMPLETE])
+    assert len(done) == 1
+    trial = done[0]
+    assert (trial.value, trial.metrics, trial.compile_seconds) == (2.5, {"regs": 32}, 0.25)
+    assert trial.config == {"-O": 3} and trial.finished_at is not None
+    assert trial.finished_at.tzinfo == UTC
+    assert [t.number for t in store.trials(study.id)] == [0, 1]
+
+
+def test_finish_unknown_trial(store: Store) -> None:
+    with pytest.raises(StoreError, match="no trial with id 999"):
+        _finish(store, 999)
+
+
+def test_claim_in_unknown_study(store: Store) -> None:
+    with pytest.raises(StoreError, match="no study with id 999"):
+        store.claim_trial(999, "k", {}, "w")
+
+
+def test_stale_trials_fail_by_db_clock_then_reclaim(store: Store) -> None:
+    study = store.get_or_create_study(KEY)
+    quiet = store.claim_trial(study.id, "quiet", {}, "w1")
+    alive = store.claim_trial(study.id, "alive", {}, "w1")
+    assert quiet is not None and alive is not None
+    assert store.fail_stale_trials(study.id, 60) == 0
+    time.sleep(1.3)
+    store.heartbeat([alive.id])
+    assert store.fail_stale_trials(study.id, 1.0) == 1
+    (failed,) = store.trials(study.id, [TrialState.FAILED])
+    assert failed.id == quiet.id and failed.retryable
+    assert failed.reason == "abandoned: no heartbeat for 1s"
+    again = store.claim_trial(study.id, "quiet", {"v": 2}, "w2")
+    assert again is not None and again.id == quiet.id and again.number == quiet.number
+    assert (again.state, again.worker, again.config, again.reason) == (
+        TrialState.RUNNING,
+        "w2",
+        {"v": 2},
+        None,
+    )
+    assert store.claim_trial(study.id, "quiet", {}, "w3") is None
+    assert store.fail_stale_trials(study.id, 0) == 2  # --resume: every RUNNING one
+    assert store.trials(study.id, [TrialState.RUNNING]) == []
+
+
+def test_failed_not_retryable_is_not_reclaimed(store: Store) -> None:
+    study = store.get_or_create_study(KEY)
+    trial = store.claim_trial(study.id, "bad", {}, "w")
+    assert trial is not None
+    store.finish_trial(
+        trial.id,
+        state=TrialState.FAILED,
+        value=None,
+        reason="compile error: x",
+        metrics={},
+        code_hash=None,
+        compile_seconds=0.1,
+    )
+    assert store.claim_trial(study.id, "bad", {}, "w") is None
+
+
+def _claim_all(url: str, worker: int, keys: list[str]) -> list[tuple[str, int]]:
+    store = Store.open(url)
+    study = store.get_or_create_study(KEY, name="race")  # racing creations get one study
+    order = keys if worker % 2 == 0 else list(reversed(keys))
+    claimed = []
+    for key in order:
+        trial = store.claim_trial(study.id, key, {"key": key}, f"w{worker}")
+        if trial is not None:
+            claimed.append((key, trial.number))
+    store.close()
+    return claimed
+
+
+def test_concurrent_claims_are_exclusive(store: Store, store_url: str) -> None:
+    keys = [f"key-{i}" for i in range(50)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        results = pool.starmap(_claim_all, [(store_url, w, keys) for w in range(4)])
+    claimed = [item for result in results for item in result]
+    assert sorted(key for key, _ in claimed) == sorted(keys)
+    assert sorted(number for _, number in claimed) == list(range(50))
+    assert len(store.trials(store.find_study("race").id)) == 50
+
+
+def test_build_cache_keeps_first(store: Store) -> None:
+    record = BuildRecord(
+        key="e" * 64,
+        ok=True,
+        message="",
+        metrics={"spills": 0},
+        code_hash="f" * 64,
+        seconds=0.5,
+    )
+    assert store.get_build(record.key) is None
+    store.put_build(record)
+    store.put_build(replace(record, ok=False, message="different"))
+    assert store.get_build(record.key) == record
+    assert store.builds_count() == 1
+
+
+def test_newer_schema_is_refused_and_left_alone(store: Store, store_url: str) -> None:
+    store.get_or_create_study(KEY)
+    store.close()
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_future'")
+    with pytest.raises(StoreError, match="database schema 9999_future is newer"):
+        Store.open(store_url)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == (
+            "9999_future"
+        )
+        assert conn.exec_driver_sql("SELECT count(*) FROM studies").scalar() == 1
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+psycopg://u:secret@127.0.0.1:1/x", "postgresql+psycopg://u:secret@:bad"],
+    ids=["refused", "bad-port"],
+)
+def test_unreachable_server_hides_password(url: str) -> None:
+    with pytest.raises(StoreError) as caught:
+        Store.open(url)
+    assert "secret" not in str(caught.value) and "\n" not in str(caught.value)
+    assert isinstance(caught.value, CompileIQError)
+
+
+@pytest.mark.postgres
+def test_wrong_password_hides_password(postgres_admin_url: str) -> None:
+    url = sa.make_url(postgres_admin_url).set(password="wrong-pw-7731")
+    with pytest.raises(StoreError, match="password authentication failed") as caught:
+        Store.open(url.render_as_string(hide_password=False))
+    assert "wrong-pw-7731" not in str(caught.value)
+    assert "\n" not in str(caught.value)
