@@ -13,7 +13,7 @@ import shlex
 import tempfile
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def render(content: AcfContent) -> dict[str, Any]:
                  "argv": [*space.nvcc_args(config), *content.fixed_defines]},
         "objective": content.objective,
         "evidence": content.evidence,
-        "provenance": {"written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "provenance": {"written_at": datetime.now(UTC).isoformat(timespec="seconds"),
                        "compileiq": __version__, **content.provenance},
     }  # fmt: skip
 

@@ -9,19 +9,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compileiq import acf
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, load_spec
 from compileiq.metrics import STATIC_OBJECTIVES
-from compileiq.search import SearchSettings
-from compileiq.store import Store
-from compileiq.toolchain import Toolchain, find_toolchain
 from compileiq.runner import Progress
 from compileiq.space import Config, SearchSpace, load_space
-from compileiq.tune import Tuner, TuneRequest, TuneResult
-from compileiq.workers import Workers, open_workers
+from compileiq.store import Store
+from compileiq.toolchain import Toolchain, find_toolchain
+from compileiq.workers import Workers, check_options, open_workers
+
+if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
+    from compileiq.tune import TuneResult
 
 DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
@@ -47,6 +48,7 @@ class TuneOptions:
     allow_semantics: bool = False
     only: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    simplify: bool = True
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def _check(options: TuneOptions) -> None:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
+    check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
@@ -97,6 +100,9 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     spec = load_spec(options.kernel, arch=options.arch)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    from compileiq.search import SearchSettings  # after the checks: bad input fails fast
+    from compileiq.tune import Tuner, TuneRequest
+
     request = TuneRequest(
         kernel=spec,
         space=space,
@@ -106,6 +112,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         batch_size=options.batch_size,
         study_name=options.study,
         resume=options.resume,
+        simplify=options.simplify,
     )
     url = database_url(options.db)
     store = Store.open(url)
@@ -125,7 +132,7 @@ def _workers(options: TuneOptions) -> Workers:
 def _acf_content(
     result: TuneResult, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str
 ) -> acf.AcfContent:
-    best, baseline = result.chosen, result.baseline
+    best = result.chosen
     return acf.AcfContent(
         kernel=spec.name,
         source_name=spec.source.name,

@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,9 +14,9 @@ from rich.table import Table
 from typer._click.exceptions import NoArgsIsHelpError
 
 from compileiq import __version__, app
-from compileiq.errors import CompileIQError
-from compileiq.store import Store, Study, Trial, TrialState
+from compileiq.errors import CompileIQError, UsageError
 from compileiq.runner import Outcome
+from compileiq.store import Store, Study, Trial, TrialState
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
@@ -25,7 +25,7 @@ cli.add_typer(db_cli, name="db")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-DbOption = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
+DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
 STATIC_LABEL = "static estimate"
 
@@ -78,17 +78,18 @@ def tune(
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
     surrogate: Annotated[str, typer.Option(help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
-    out_file: Annotated[Optional[Path], typer.Option("--out", help="ACF path; default store/<kernel>.acf.toml")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.acf.toml")] = None,
     db: DbOption = None,
-    study: Annotated[Optional[str], typer.Option(help="Study name (share one study between runs/people).")] = None,
+    study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
     workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
-    ray_address: Annotated[Optional[str], typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
     resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry its in-flight trials now.")] = False,
-    arch: Annotated[Optional[str], typer.Option(help="Override the target, e.g. sm_90.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
-    only: Annotated[Optional[str], typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
-    exclude: Annotated[Optional[str], typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
+    exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    simplify: Annotated[bool, typer.Option(help="Drop the winner's settings that make no difference (recompiles each).")] = True,
     as_json: JsonOption = False,
 ) -> None:
     """Search compiler settings for KERNEL and write the advanced-control file."""
@@ -97,7 +98,7 @@ def tune(
         surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
-        only=_names(only), exclude=_names(exclude),
+        only=_names(only), exclude=_names(exclude), simplify=simplify,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
     try:
@@ -112,7 +113,7 @@ def tune(
 
 @cli.command()
 def show(
-    study: Annotated[Optional[str], typer.Argument(help="Study name or id; omit to list studies.")] = None,
+    study: Annotated[str | None, typer.Argument(help="Study name or id; omit to list studies.")] = None,
     top: Annotated[int, typer.Option(help="Trials to show.")] = 10,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -127,9 +128,14 @@ def show(
             found = store.find_study(study)
             trials = store.trials(found.id)
             ranked = _ranked(trials)[:top]
+            failed = [t for t in trials if t.state is TrialState.FAILED]
             baseline = trials[0].config if trials else {}
-            _emit(as_json, {"study": _study_json(found, trials), "trials": [_trial_json(t) for t in ranked]},
-                  lambda: _trials_table(found, ranked, baseline))
+            data = {"study": _study_json(found, trials), "trials": [_trial_json(t) for t in ranked],
+                    "failed": [_trial_json(t) for t in failed]}
+            _emit(as_json, data, lambda: _trials_table(found, ranked, baseline))
+            if failed and not as_json:
+                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {_first_line(failed[0].reason, 200)}",
+                          markup=False)
     finally:
         store.close()
 
@@ -142,7 +148,7 @@ def flags(
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     if stage not in ("all", "frontend", "ptxas"):
-        raise CompileIQError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
     print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
 
 
@@ -232,7 +238,10 @@ def _report_json(report: app.TuneReport) -> dict[str, Any]:
         "acf": str(report.acf_path),
         "counters": {"compiler_calls": counters.compiler_calls, "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
-                     "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials},
+                     "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,
+                     "compile_seconds": round(counters.compile_seconds, 3),
+                     "compile_wait_seconds": round(counters.compile_wait_seconds, 3),
+                     "worker_start_seconds": round(counters.worker_start_seconds, 3)},
         "wall_seconds": round(result.wall_seconds, 3),
         "exhausted": result.exhausted,
     }

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,7 +20,7 @@ from compileiq.metrics import StaticEvaluator
 from compileiq.space import Config, SearchSpace
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
 from compileiq.toolchain import Toolchain
-from compileiq.workers import VariantJob, VariantResult, Workers
+from compileiq.workers import VariantJob, VariantResult, Workers, WorkersError
 
 HEARTBEAT_EVERY_S = 10.0
 
@@ -47,12 +48,24 @@ class RunCounters:
     build_cache_hits: int = 0
     same_code_reuses: int = 0
     new_trials: int = 0
-    compile_seconds: float = 0.0
+    compile_seconds: float = 0.0  # compiler wall time, summed over variants
+    compile_wait_seconds: float = 0.0  # time the loop waited for workers
+    worker_start_seconds: float = 0.0  # starting (or joining) Ray
     started: float = field(default_factory=time.perf_counter)
+
+    frontend_seconds: float = 0.0
+    ptxas_seconds: float = 0.0
 
     @property
     def compiler_calls(self) -> int:
         return self.frontend_calls + self.ptxas_calls
+
+    @property
+    def frontend_cost_ratio(self) -> float:
+        """Mean nvcc front-end time over mean ptxas time, as measured in this run (nan if unknown)."""
+        if not self.frontend_calls or not self.ptxas_calls or not self.ptxas_seconds:
+            return math.nan
+        return (self.frontend_seconds / self.frontend_calls) / (self.ptxas_seconds / self.ptxas_calls)
 
 
 @dataclass(frozen=True)
@@ -112,17 +125,39 @@ class TrialRunner:
 
     def _compile_and_record(self, batch: Sequence[Trial], jobs: list[VariantJob]) -> list[Trial]:
         by_id = {t.id: t for t in batch}
-        workers = self._workers or self._start_workers()
-        finished, beat = [], time.monotonic()
-        for result in workers.run(jobs):
-            finished.append(self._record_compiled(by_id[result.tag], result))
-            if time.monotonic() - beat > HEARTBEAT_EVERY_S:
-                self._store.heartbeat([j.tag for j in jobs])
-                beat = time.monotonic()
+        finished: list[Trial] = []
+        try:
+            workers = self._workers or self._start_workers()
+            beat = time.monotonic()
+            results = iter(workers.run(jobs))
+            while (result := self._wait(results)) is not None:
+                finished.append(self._record_compiled(by_id[result.tag], result))
+                if time.monotonic() - beat > HEARTBEAT_EVERY_S:
+                    self._store.heartbeat([j.tag for j in jobs])
+                    beat = time.monotonic()
+        except WorkersError as error:
+            self._release({j.tag for j in jobs} - {t.id for t in finished}, str(error))
+            raise
         return finished
 
+    def _release(self, trial_ids: set[int], reason: str) -> None:
+        """Hand claimed trials back (retryable) when the workers fail: they were never tried."""
+        for trial_id in sorted(trial_ids):
+            self._store.finish_trial(
+                trial_id, state=TrialState.FAILED, value=None, reason=f"not compiled: {reason}",
+                metrics={}, code_hash=None, compile_seconds=None, retryable=True,
+            )  # fmt: skip
+
+    def _wait(self, results: Iterator[VariantResult]) -> VariantResult | None:
+        start = time.perf_counter()
+        result = next(results, None)
+        self.counters.compile_wait_seconds += time.perf_counter() - start
+        return result
+
     def _start_workers(self) -> Workers:
+        start = time.perf_counter()
         self._workers = self._open_workers()
+        self.counters.worker_start_seconds += time.perf_counter() - start
         self._progress.note(f"compiling on {self._workers.description}")
         return self._workers
 
@@ -130,7 +165,9 @@ class TrialRunner:
         counters = self.counters
         counters.frontend_calls += int(result.ptx_compiled)
         counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
-        counters.compile_seconds += result.build.seconds + (result.ptx.seconds if result.ptx_compiled else 0.0)
+        counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
+        counters.ptxas_seconds += result.build.seconds
+        counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
         self._store.put_build(_build_record(self.build_key(Config.of(trial.config)), result.build))
         return self._record(trial, result.build, "compiled")
 

@@ -43,6 +43,8 @@ class SearchSettings:
     initial_points: int = 10
     exploration: float = 0.01  # EI's xi
     trees: int = 32
+    frontend_cost: float = 5.0  # a new front-end (nvcc -ptx) compile costs this many ptxas runs
+    initial_frontends: int = 3  # front-end settings (besides the default) in the initial design
     min_samples_leaf: int = 1
 
 
@@ -59,6 +61,10 @@ class Searcher:
         self._points: list[list[Any]] = []
         self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
         self._enumeration: Iterator[Config] | None = None
+        self._frontend_names = [p.name for p in space.parameters if p.stage == "frontend"]
+        self._frontends: set[str] = set()  # front-end settings already compiled or about to be
+        self._initial_frontends: set[str] = set()
+        self._frontend_cost = settings.frontend_cost
 
     @property
     def observations(self) -> int:
@@ -69,6 +75,7 @@ class Searcher:
         fresh = [o for o in observations if o.config.key not in self._seen]
         for observation in fresh:
             self._seen.add(observation.config.key)
+            self._frontends.add(self._frontend(observation.config))
             self._points.append(_to_point(self._space, observation.config))
             self._values.append(observation.value)
         if self._optimizer is not None and fresh:
@@ -80,9 +87,17 @@ class Searcher:
         strategy = self._settings.strategy
         if strategy == "exhaustive":
             return self._next_enumerated(count, skip)
-        if strategy == "random" or len(self._values) < self._settings.initial_points:
+        if strategy == "random":
             return self._random(count, skip)
-        return self._by_acquisition(count, skip)
+        pool = self._candidates(skip)
+        if len(self._values) < self._settings.initial_points or self._optimizer is None:
+            pool = self._initial_pool(pool)
+            scores = np.ones(len(pool))
+            chosen = self._pick(pool, scores, count, lambda weights: self._rng.choice(len(pool), p=weights))
+        else:
+            chosen = self._pick(pool, self._acquisition(pool), count, lambda weights: int(np.argmax(weights)))
+        self._frontends.update(self._frontend(c) for c in chosen)
+        return chosen
 
     def _next_enumerated(self, count: int, skip: set[str]) -> list[Config]:
         if self._enumeration is None:
@@ -100,16 +115,49 @@ class Searcher:
         order = self._rng.permutation(len(pool))
         return [pool[index] for index in order[:count]]
 
-    def _by_acquisition(self, count: int, skip: set[str]) -> list[Config]:
-        pool = self._candidates(skip)
-        if not pool or self._optimizer is None:
-            return pool[:count]
+    def _acquisition(self, pool: list[Config]) -> np.ndarray:
+        assert self._optimizer is not None
+        if not pool:
+            return np.zeros(0)
         model = self._optimizer.models[-1]
         features = self._optimizer.space.transform([_to_point(self._space, c) for c in pool])
         best = min(self._optimizer.yi)
         scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
-        ranked = np.argsort(-np.asarray(scores), kind="stable")
-        return [pool[index] for index in ranked[:count]]
+        return np.maximum(np.asarray(scores, dtype=float), 0.0) + 1e-12
+
+    def _pick(self, pool: list[Config], scores: np.ndarray, count: int, choose: Any) -> list[Config]:
+        """Greedy batch: score per unit of compile cost; a new front-end setting costs more
+        until one variant of the batch pays for it (expected improvement per second)."""
+        frontends = [self._frontend(c) for c in pool]
+        planned = set(self._frontends)
+        available = np.ones(len(pool), dtype=bool)
+        chosen: list[Config] = []
+        for _ in range(min(count, len(pool))):
+            cost = np.array([1.0 if f in planned else 1.0 + self._frontend_cost for f in frontends])
+            weights = np.where(available, scores / cost, 0.0)
+            index = choose(weights / weights.sum())
+            available[index] = False
+            planned.add(frontends[index])
+            chosen.append(pool[index])
+        return chosen
+
+    def _initial_pool(self, pool: list[Config]) -> list[Config]:
+        """The initial design spreads over a few front-end settings only (each costs an nvcc run):
+        enough variety for the model to learn their effect, few enough to stay cheap."""
+        if not self._initial_frontends:
+            fresh = sorted({self._frontend(c) for c in pool} - self._frontends)
+            picks = self._rng.permutation(len(fresh))[: self._settings.initial_frontends]
+            self._initial_frontends = self._frontends | {fresh[i] for i in picks}
+        narrowed = [c for c in pool if self._frontend(c) in self._initial_frontends]
+        return narrowed or pool
+
+    def set_frontend_cost(self, ratio: float) -> None:
+        """Measured cost of a new front-end compile, in ptxas runs (updates the batch choice)."""
+        if math.isfinite(ratio) and ratio > 0:
+            self._frontend_cost = ratio
+
+    def _frontend(self, config: Config) -> str:
+        return repr([config[name] for name in self._frontend_names])
 
     def _candidates(self, skip: set[str]) -> list[Config]:
         if self._space.size() <= ENUMERATE_LIMIT:

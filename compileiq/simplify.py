@@ -46,7 +46,7 @@ def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate) -> Simplific
         combined = _reset(base, space, droppable)
         found = {t.config_key: t for t in evaluate([combined])}
         both = found.get(combined.key)
-        current = both if _as_good(both, winner) else results[singles[droppable[0]].key]
+        current = both if both is not None and _as_good(both, winner) else results[singles[droppable[0]].key]
     kept = tuple(non_default(Config.of(current.config), space))
     dropped = tuple(n for n in non_default(Config.of(winner.config), space) if n not in kept)
     return Simplification(winner, current, dropped, kept)

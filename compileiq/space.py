@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -267,7 +268,12 @@ def _define(name: str, values: Sequence[Value]) -> Parameter:
     )  # fmt: skip
 
 
+SPACES_ENV = "COMPILEIQ_SEARCH_SPACES"  # a directory of nvcc-V.toml/ptxas-V.toml to use instead
+
+
 def _default_directory() -> Path:
+    if override := os.environ.get(SPACES_ENV):
+        return Path(override).expanduser()
     top = Path(__file__).resolve().parent.parent / "search_spaces"
     return top if top.is_dir() else Path(__file__).resolve().parent / "search_spaces"
 
@@ -300,6 +306,8 @@ def _load_file(path: Path, compiler: str, version: str) -> tuple[Parameter, ...]
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpaceError(f"{path}: malformed TOML: {e}") from None
+    except OSError as e:
+        raise SpaceError(f"{path}: cannot read: {e.strerror or e}") from None
     header = {k: data.get(k) for k in ("compiler", "version", "stage")}
     if header != {"compiler": compiler, "version": version, "stage": _STAGES[compiler]}:
         raise SpaceError(f"{path}: header {header} does not match file name")

@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources
@@ -37,7 +37,7 @@ class TuneRequest:
     space: SearchSpace
     objective: str
     budget: int
-    search: SearchSettings = SearchSettings()
+    search: SearchSettings = field(default_factory=SearchSettings)
     batch_size: int = 8
     study_name: str | None = None
     resume: bool = False
@@ -114,6 +114,7 @@ class Tuner:
             if batch:
                 finished = self._runner.run(batch)
                 self._check_baseline(finished)
+                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([_observation(t) for t in finished if _counts(t)])
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results

@@ -50,7 +50,7 @@ class VariantResult:
     tag: int
     ptx: PtxResult
     build: Build
-    ptx_compiled: bool  # False when the PTX came from this pool's cache
+    ptx_compiled: bool  # True on exactly one result per front end compiled by this run() call
 
 
 class Workers(Protocol):
@@ -84,7 +84,7 @@ class LocalWorkers:
             for future in done:
                 job = pending.pop(future)
                 ptx, build = future.result()
-                yield VariantResult(job.tag, ptx, build, job.frontend in fresh)
+                yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
 
     def _variant(self, job: VariantJob) -> tuple[PtxResult, Build]:
         ptx = self._ptx[job.frontend].result()
@@ -98,14 +98,15 @@ class RayWorkers:
     """Compile tasks on Ray: an embedded local instance, or a cluster joined by address."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
-        os.environ.update(LOOPBACK_ENV)  # read by Ray at import time (node IP, usage stats)
+        env = ray_environment(address)
+        os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
         import ray
 
         self._ray = ray
         self._address = address
         if address:
             _check_reachable(address)
-        _init_ray(ray, address, num_cpus)
+        _init_ray(ray, address, num_cpus, env)
         self._emit = ray.remote(max_retries=TASK_RETRIES)(emit_ptx)
         self._assemble = ray.remote(max_retries=TASK_RETRIES)(assemble)
         self._ptx: dict[FrontendJob, Any] = {}
@@ -127,7 +128,7 @@ class RayWorkers:
                 job = pending.pop(ref)
                 build = self._get(ref)
                 ptx = self._get(self._ptx[job.frontend])
-                yield VariantResult(job.tag, ptx, build, job.frontend in fresh)
+                yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
 
     def _get(self, ref: Any) -> Any:
         try:
@@ -139,15 +140,20 @@ class RayWorkers:
         self._ray.shutdown()
 
 
+def check_options(backend: str, address: str | None = None) -> None:
+    """UsageError for a bad backend or address, WorkersError for an unreachable one (cheap: no Ray)."""
+    if backend not in ("ray", "local"):
+        raise UsageError(f"unknown workers backend {backend!r}; choose ray or local")
+    if address and backend == "local":
+        raise UsageError("--ray-address needs --workers ray")
+    if address:
+        _check_reachable(address)
+
+
 def open_workers(backend: str, address: str | None = None, num_cpus: int | None = None) -> Workers:
     """`ray` (embedded, or joined when `address` is given) or `local` threads."""
-    if backend == "local":
-        if address:
-            raise UsageError("--ray-address needs --workers ray")
-        return LocalWorkers(num_cpus)
-    if backend == "ray":
-        return RayWorkers(address, num_cpus)
-    raise UsageError(f"unknown workers backend {backend!r}; choose ray or local")
+    check_options(backend, None if backend == "ray" else address)
+    return LocalWorkers(num_cpus) if backend == "local" else RayWorkers(address, num_cpus)
 
 
 def remote_function(function: Any) -> Any:
@@ -157,7 +163,16 @@ def remote_function(function: Any) -> Any:
     return ray.remote(max_retries=TASK_RETRIES)(function)
 
 
-def _init_ray(ray: Any, address: str | None, num_cpus: int | None) -> None:
+def ray_environment(address: str | None) -> dict[str, str]:
+    """The embedded instance or a cluster on this machine: loopback only and offline. A cluster
+    elsewhere: only usage stats off (forcing 127.0.0.1 would give it an unreachable driver)."""
+    host = (address or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return dict(LOOPBACK_ENV)
+    return {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str, str]) -> None:
     if ray.is_initialized():
         return
     options: dict[str, Any] = {
@@ -165,7 +180,7 @@ def _init_ray(ray: Any, address: str | None, num_cpus: int | None) -> None:
         "log_to_driver": False,
         "configure_logging": True,
         "logging_level": "ERROR",
-        "runtime_env": {"env_vars": dict(LOOPBACK_ENV)},
+        "runtime_env": {"env_vars": env},
     }
     if address:
         options["address"] = address
@@ -186,6 +201,14 @@ def _check_reachable(address: str) -> None:
             pass
     except OSError as error:
         raise WorkersError(f"cannot reach Ray at {address}: {error.strerror or error}") from error
+
+
+def _first_of(frontend: FrontendJob, fresh: set[FrontendJob]) -> bool:
+    """True for the first result of a front end compiled in this run (so counts add up), then False."""
+    if frontend in fresh:
+        fresh.discard(frontend)
+        return True
+    return False
 
 
 def _first_line(error: BaseException) -> str:

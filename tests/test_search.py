@@ -88,7 +88,7 @@ def test_failures_are_told_as_a_finite_penalty():
     searcher.tell([Observation(c, None if i % 2 else _objective(c)) for i, c in enumerate(configs)])
     more = searcher.ask(4)  # fits a model on the penalised history: would raise on inf/NaN
     assert len(more) == 4
-    assert all(math.isfinite(v) for v in searcher._optimizer.yi)  # noqa: SLF001 - the invariant skopt needs
+    assert all(math.isfinite(v) for v in searcher._optimizer.yi)
 
 
 def test_warm_start_tells_history_in_one_call():

@@ -55,8 +55,8 @@ def spiller(tmp_path):
 
 
 def _options(tmp_path, kernel, **overrides):
-    base = dict(kernel=kernel, objective="spills", budget=16, workers="local", db=f"sqlite:///{tmp_path}/t.db",
-                out=tmp_path / "fir.acf.toml", only=SUBSPACE)
+    base = {"kernel": kernel, "objective": "spills", "budget": 16, "workers": "local", "db": f"sqlite:///{tmp_path}/t.db",
+                "out": tmp_path / "fir.acf.toml", "only": SUBSPACE}
     return app.TuneOptions(**{**base, **overrides})
 
 

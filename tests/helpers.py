@@ -1,0 +1,92 @@
+"""Small shared helpers: run the real `compileiq` console command in a clean subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+# Variables that would point the command at another database or force colour into a pipe.
+_DROPPED = (
+    "COMPILEIQ_DB",
+    "COMPILEIQ_SEARCH_SPACES",
+    "FORCE_COLOR",
+    "TTY_COMPATIBLE",
+    "GITHUB_ACTIONS",
+    "CLICOLOR_FORCE",
+    "PY_COLORS",
+)
+
+TINY_KERNEL = """\
+__global__ void scale(float* out, const float* in, float k, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = k * in[i] + 1.0f;
+}
+"""
+
+
+def compileiq_command() -> str:
+    """The console script installed beside this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("compileiq")
+    found = str(beside) if beside.is_file() else shutil.which("compileiq")
+    if found is None:
+        raise RuntimeError("the compileiq console command is not installed")
+    return found
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without compileiq/colour settings, plus NO_COLOR and TERM=dumb."""
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env.update(NO_COLOR="1", TERM="dumb", COLUMNS="200")
+    env.update(extra or {})
+    return env
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+@dataclass(frozen=True)
+class CliResult:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str  # ANSI escapes removed
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.strip().splitlines() if line.strip()]
+
+    def describe(self) -> str:
+        return f"compileiq {' '.join(self.args)} -> {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+def run_cli(
+    args: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    prefix: Sequence[str] = (),
+) -> CliResult:
+    """Run `compileiq ARGS` (optionally under a wrapper such as loopback-only) in `cwd`."""
+    done = subprocess.run(
+        [*prefix, compileiq_command(), *args],
+        cwd=cwd,
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return CliResult(tuple(args), done.returncode, strip_ansi(done.stdout), strip_ansi(done.stderr))

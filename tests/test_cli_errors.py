@@ -1,0 +1,317 @@
+"""Every bad input to the real `compileiq` command: one line on stderr, a non-zero exit, no traceback.
+
+The commands run as subprocesses (the console script, a clean environment, no colour). Each one
+pays ~2 s of interpreter start-up, so the module starts them all at once on a small thread pool
+and each test waits for its own result.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from helpers import CliResult, run_cli
+
+from compileiq.store import Store, TrialState
+
+REPO = Path(__file__).resolve().parent.parent
+REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"
+SPACES = REPO / "search_spaces"
+PASSWORD = "s3cr3tpw"
+PG_URL = f"postgresql+psycopg://user:{PASSWORD}@127.0.0.1:1/db"
+BAD_SQLITE = "sqlite:////proc/nope/x.db"
+
+BROKEN_KERNEL = """\
+__global__ void broken(float* out) {
+    out[threadIdx.x] = ;   // syntax error
+}
+"""
+PLAIN_CPP = "int main() { return 0; }\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    command: str  # split like a shell would; {ws} is the workspace, {k} the reduction kernel
+    code: int = 1  # 1: a domain error; 2: bad usage or input
+    says: tuple[str, ...] = ()  # each must appear (case-insensitive) in the error line
+    env: dict[str, str] = field(default_factory=dict)
+    progress_allowed: bool = False  # progress lines may precede the error line
+
+
+# fmt: off
+T = "tune --workers local --json --db sqlite:///{ws}/tune.db"  # tune, fast and quiet
+RAY_DB = "--db sqlite:///{ws}/ray.db"
+SPACE = "COMPILEIQ_SEARCH_SPACES"
+
+CASES: dict[str, Case] = {
+    # the kernel file
+    "missing-cu": Case(f"{T} {{ws}}/nope.cu", 2, ("not found", "nope.cu")),
+    "python-file": Case(f"{T} {{ws}}/script.py", 2, ("script.py", "not a CUDA source")),
+    "cu-without-global": Case(f"{T} {{ws}}/plain/plain.cu", 2, ("plain.cu", "no __global__")),
+    "compile-error-local": Case(
+        "tune {ws}/broken/broken.cu --workers local --json --budget 2 --db sqlite:///{ws}/failed.db",
+        1, ("broken.cu", "does not build with default settings"),
+    ),
+    "compile-error-ray": Case(  # default (Ray) workers, human output: progress lines, then the error
+        "tune {ws}/broken/broken.cu --budget 2 --db sqlite:///{ws}/failed-ray.db",
+        1, ("broken.cu", "does not build with default settings"), progress_allowed=True,
+    ),
+    # tune.toml
+    "toml-syntax": Case(f"{T} {{ws}}/syntax/reduction.cu", 2, ("tune.toml", "malformed TOML")),
+    "toml-unknown-key": Case(f"{T} {{ws}}/unknown/reduction.cu", 2, ("tune.toml", "colour", "unknown key")),
+    "toml-wrong-type": Case(f"{T} {{ws}}/wrongtype/reduction.cu", 2, ("tune.toml", "block_size")),
+    # search spaces
+    "space-syntax": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "malformed TOML"), {SPACE: "{ws}/space-syntax"}),
+    "space-missing-key": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "render"), {SPACE: "{ws}/space-missing-key"}),
+    "space-none": Case(f"{T} {{k}}", 2, ("no search space",), {SPACE: "{ws}/space-empty"}),
+    "space-for-flags": Case("flags {ws}/good.acf.toml", 2, ("ptxas-13.0.toml",), {SPACE: "{ws}/space-missing-key"}),
+    # tune options
+    "objective-unknown": Case(f"{T} {{k}} --objective speed", 2, ("unknown objective", "speed")),
+    "objective-time": Case(f"{T} {{k}} --objective time", 2, ("needs a GPU", "instructions", "--ray-address")),
+    "budget-negative": Case(f"{T} {{k}} --budget -3", 2, ("--budget", "-3")),
+    "budget-zero": Case(f"{T} {{k}} --budget 0", 2, ("--budget",)),
+    "strategy-unknown": Case(f"{T} {{k}} --strategy anneal", 2, ("strategy", "anneal")),
+    "workers-unknown": Case(f"{T} {{k}} --workers mpi", 2, ("mpi",)),
+    # ACFs
+    "acf-missing": Case("flags {ws}/nope.acf.toml", 2, ("not found",)),
+    "acf-text-garbage": Case("flags {ws}/garbage.acf.toml", 2, ("garbage.acf.toml", "not a readable ACF")),
+    "acf-random-bytes": Case("flags {ws}/random.acf.toml", 2, ("random.acf.toml", "not a readable ACF")),
+    "acf-missing-tables": Case("flags {ws}/tables.acf.toml", 2, ("tables.acf.toml", "kernel")),
+    "acf-format-99": Case("flags {ws}/format.acf.toml", 2, ("unsupported ACF format",)),
+    "acf-Xcompiler": Case("flags {ws}/xcompiler.acf.toml", 2, ("-Xcompiler=-fPIC", "not in search space")),
+    "acf-compiler-bindir": Case("flags {ws}/bindir.acf.toml", 2, ("--compiler-bindir=/tmp", "not in search space")),
+    "acf-output": Case("flags {ws}/output.acf.toml", 2, ("'-o'", "not in search space")),
+    "acf-run": Case("flags {ws}/run.acf.toml", 2, ("--run", "not in search space")),
+    "acf-argv-vs-controls": Case("flags {ws}/mismatch.acf.toml", 2, ("does not match its controls",)),
+    "acf-unknown-control": Case("flags {ws}/control.acf.toml", 2, ("no_such_flag",)),
+    "acf-define-injection": Case("flags {ws}/define.acf.toml", 2, ("not an allowed define",)),
+    "acf-bad-arch": Case("flags {ws}/arch.acf.toml", 2, ("bad arch",)),
+    "flags-bad-stage": Case("flags {ws}/good.acf.toml --stage link", 1, ("--stage",)),  # 1: see report
+    # databases
+    "pg-show": Case(f"show --db {PG_URL}", 1, ("127.0.0.1",)),
+    "pg-show-env": Case("show", 1, ("127.0.0.1",), {"COMPILEIQ_DB": PG_URL}),
+    "pg-tune": Case(f"tune {{k}} --workers local --db {PG_URL}", 1, ("127.0.0.1",)),
+    "pg-upgrade": Case(f"db upgrade --db {PG_URL}", 1, ("127.0.0.1",)),
+    "sqlite-uncreatable-show": Case(f"show --db {BAD_SQLITE}", 1, ("/proc/nope",)),
+    "sqlite-uncreatable-tune": Case(f"tune {{k}} --workers local --db {BAD_SQLITE}", 1, ("/proc/nope",)),
+    "db-not-a-url": Case("show --db 'not a url'", 1, ("not a database URL",)),
+    "show-unknown-study": Case("show nosuchstudy --db sqlite:///{ws}/empty.db", 1, ("nosuchstudy",)),
+    # Ray
+    "ray-unreachable": Case(f"tune {{k}} --ray-address 127.0.0.1:1 {RAY_DB}", 1, ("127.0.0.1:1",)),
+    "ray-malformed": Case(f"tune {{k}} --ray-address nohostport {RAY_DB}", 2, ("HOST:PORT", "nohostport")),
+    "ray-address-with-local": Case(
+        f"tune {{k}} --workers local --ray-address 127.0.0.1:1 {RAY_DB}", 2, ("--workers ray",)
+    ),
+    # typer usage errors
+    "usage-unknown-option": Case("tune {k} --bogus", 2, ("--bogus",)),
+    "usage-bad-int": Case("tune {k} --budget many", 2, ("--budget",)),
+    "usage-missing-argument": Case("flags", 2, ("FILE",)),
+    "usage-unknown-command": Case("frobnicate", 2, ("frobnicate",)),
+}
+# fmt: on
+
+
+# -- the workspace ---------------------------------------------------------------------------
+
+
+def _copy_kernel(ws: Path, folder: str, tune_toml: str) -> None:
+    (ws / folder).mkdir()
+    shutil.copy(REDUCTION, ws / folder / "reduction.cu")
+    (ws / folder / "tune.toml").write_text(tune_toml)
+
+
+def _space_copy(ws: Path, name: str, appended: str) -> None:
+    shutil.copytree(SPACES, ws / name)
+    with (ws / name / "ptxas-13.0.toml").open("a") as stream:
+        stream.write(appended)
+
+
+def _write_inputs(ws: Path) -> None:
+    (ws / "script.py").write_text("print('hello')\n")
+    (ws / "plain").mkdir()
+    (ws / "plain" / "plain.cu").write_text(PLAIN_CPP)
+    (ws / "broken").mkdir()
+    (ws / "broken" / "broken.cu").write_text(BROKEN_KERNEL)
+    _copy_kernel(ws, "syntax", 'arch = "sm_90\n')
+    _copy_kernel(ws, "unknown", 'colour = "blue"\n')
+    _copy_kernel(ws, "wrongtype", "block_size = true\n")
+    _space_copy(ws, "space-syntax", "\njunk = [\n")
+    _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
+    (ws / "space-empty").mkdir()
+    (ws / "garbage.acf.toml").write_text("this is not TOML at all\n")
+    (ws / "random.acf.toml").write_bytes(bytes(range(256)) * 4)
+    (ws / "tables.acf.toml").write_text("format = 1\n[objective]\nname = 'static'\n")
+
+
+def _set_argv(good: str, argv: list[str]) -> str:
+    """The good ACF with its args.argv replaced (tomli_w writes it as a multi-line array)."""
+    replaced, count = re.subn(r"(?ms)^argv = \[.*?^\]", "argv = " + json.dumps(argv), good)
+    assert count == 1, good
+    return replaced
+
+
+def _write_acf_variants(ws: Path) -> None:
+    good = (ws / "good.acf.toml").read_text()
+    argv = re.search(r'"(-DBLOCK=\d+)"', good)
+    assert argv is not None, good
+    define = argv.group(1)
+    variants = {
+        "format": good.replace("format = 1", "format = 99", 1),
+        "xcompiler": _set_argv(good, [define, "-Xcompiler=-fPIC"]),
+        "bindir": _set_argv(good, [define, "--compiler-bindir=/tmp"]),
+        "output": _set_argv(good, [define, "-o", "x"]),
+        "run": _set_argv(good, [define, "--run"]),
+        "mismatch": _set_argv(good, [define, "-Xptxas=-O2"]),
+        "control": good.replace("[controls]\n", "[controls]\nno_such_flag = true\n", 1),
+        "define": _set_argv(good, ["-DBLOCK=256;rm"]),
+        "arch": good.replace('arch = "sm_90"', 'arch = "sm_90 -o x"', 1),
+    }
+    for name, text in variants.items():
+        assert text != good, name
+        (ws / f"{name}.acf.toml").write_text(text)
+
+
+@dataclass
+class Workspace:
+    path: Path
+    good_acf: CliResult
+    results: dict[str, Future[CliResult]]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    ws = tmp_path_factory.mktemp("cli-errors")
+    _write_inputs(ws)
+    good = run_cli(
+        [
+            "tune",
+            str(REDUCTION),
+            "--objective",
+            "instructions",
+            "--budget",
+            "3",
+            "--workers",
+            "local",
+            "--out",
+            str(ws / "good.acf.toml"),
+        ],
+        cwd=ws,
+    )
+    assert good.returncode == 0, good.describe()
+    _write_acf_variants(ws)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = {name: pool.submit(_run_case, ws, case) for name, case in CASES.items()}
+        yield Workspace(ws, good, results)
+
+
+def _run_case(ws: Path, case: Case) -> CliResult:
+    def fill(text: str) -> str:
+        return text.replace("{ws}", str(ws)).replace("{k}", str(REDUCTION))
+
+    args = [fill(a) for a in shlex.split(case.command)]
+    return run_cli(args, cwd=ws, env={k: fill(v) for k, v in case.env.items()})
+
+
+# -- the contract ----------------------------------------------------------------------------
+
+
+def assert_one_line_error(
+    result: CliResult, code: int | None = None, progress_allowed: bool = False
+) -> str:
+    """The error contract; returns the error line."""
+    context = result.describe()
+    assert "Traceback" not in result.output, context
+    assert result.returncode != 0, context
+    if code is not None:
+        assert result.returncode == code, context
+    lines = result.stderr_lines
+    assert lines, context
+    if progress_allowed:
+        assert [line for line in lines if line.startswith("error:")] == [lines[-1]], context
+    else:
+        assert len(lines) == 1, context
+    assert lines[-1].startswith("error: "), context
+    return lines[-1]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line(workspace: Workspace, name: str) -> None:
+    case = CASES[name]
+    result = workspace.results[name].result()
+    line = assert_one_line_error(result, case.code, case.progress_allowed)
+    for text in case.says:
+        assert text.lower() in line.lower(), result.describe()
+    assert PASSWORD not in result.output, result.describe()
+
+
+def _failed_trials(url: str) -> list[tuple[str, TrialState, str]]:
+    store = Store.open(url)
+    try:
+        return [
+            (s.name, t.state, t.reason or "")
+            for s in store.list_studies()
+            for t in store.trials(s.id)
+        ]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "name, db", [("compile-error-local", "failed.db"), ("compile-error-ray", "failed-ray.db")]
+)
+def test_compile_error_is_recorded(workspace: Workspace, name: str, db: str) -> None:
+    """The failed baseline is data: the study and its failed trials are in the database."""
+    assert_one_line_error(workspace.results[name].result(), 1, CASES[name].progress_allowed)
+    url = f"sqlite:///{workspace.path / db}"
+    shown = run_cli(["show", "--json", "--db", url], cwd=workspace.path)
+    assert shown.returncode == 0, shown.describe()
+    studies = json.loads(shown.stdout)
+    assert [(s["kernel"], s["best"]) for s in studies] == [("broken", None)]
+    assert studies[0]["trials"] >= 1
+    trials = _failed_trials(url)
+    assert trials and all(state is TrialState.FAILED for _, state, _ in trials)
+    assert all("expected an expression" in reason for _, _, reason in trials), trials
+
+
+@pytest.mark.parametrize("name", ["ray-unreachable", "ray-malformed", "ray-address-with-local"])
+def test_bad_ray_address_leaves_no_trial_behind(workspace: Workspace, name: str) -> None:
+    """A bad --ray-address is refused before any trial is claimed (none is left RUNNING)."""
+    assert_one_line_error(workspace.results[name].result())
+    db = workspace.path / "ray.db"
+    assert not db.exists() or _failed_trials(f"sqlite:///{db}") == []
+
+
+def test_no_arguments_prints_usage_without_traceback(tmp_path: Path) -> None:
+    result = run_cli([], cwd=tmp_path)
+    assert result.returncode == 2, result.describe()
+    assert "Usage" in result.output and "Traceback" not in result.output, result.describe()
+
+
+def test_flags_on_the_good_acf(workspace: Workspace) -> None:
+    """Positive control: the ACF the tuner wrote is accepted."""
+    result = run_cli(["flags", str(workspace.path / "good.acf.toml")], cwd=workspace.path)
+    assert result.returncode == 0, result.describe()
+    assert result.stderr.strip() == "", result.describe()
+    args = result.stdout.split()
+    assert args[0] == "-arch=sm_90" and "-DBLOCK=256" in args, result.describe()
+
+
+@pytest.mark.parametrize(
+    "stage, check",
+    [
+        ("frontend", lambda args: args[:1] == ["-arch=sm_90"]),
+        ("ptxas", lambda args: not any(a.startswith("-arch") for a in args)),
+    ],
+)
+def test_flags_stages(workspace: Workspace, stage: str, check: Callable[[list[str]], bool]) -> None:
+    result = run_cli(
+        ["flags", str(workspace.path / "good.acf.toml"), "--stage", stage], cwd=workspace.path
+    )
+    assert result.returncode == 0 and check(result.stdout.split()), result.describe()
