@@ -38,6 +38,7 @@ class Acf:
 
     path: Path
     kernel: str
+    source_path: str
     source_sha256: str
     arch: str
     nvcc_version: str
@@ -67,6 +68,7 @@ class AcfContent:
 
     kernel: str
     source_name: str
+    source_path: str  # as the user gave it (relative to where `tune` ran), for `gate`
     source_sha256: str
     arch: str
     nvcc_version: str
@@ -91,7 +93,7 @@ def render(content: AcfContent) -> dict[str, Any]:
     }
     return {
         "format": FORMAT_VERSION,
-        "kernel": {"name": content.kernel, "source": content.source_name,
+        "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
                    "source_sha256": content.source_sha256, "arch": content.arch},
         "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
                       "build": content.toolchain_build, "search_space": space.id,
@@ -152,7 +154,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
     return Acf(
-        path=path, kernel=str(kernel["name"]), source_sha256=str(kernel["source_sha256"]), arch=arch,
+        path=path, kernel=str(kernel["name"]), source_path=str(kernel.get("path", kernel.get("source", ""))),
+        source_sha256=str(kernel["source_sha256"]), arch=arch,
         nvcc_version=str(tools["nvcc"]), toolchain_build=str(tools.get("build", "")), controls=controls,
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),

@@ -119,7 +119,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     try:
         result = Tuner(request, store, toolchain, lambda: _workers(options), progress).run()
         path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
-        acf.write(path, _acf_content(result, spec, space, toolchain, store.url_for_display))
+        acf.write(path, _acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel))
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display)
@@ -130,12 +130,14 @@ def _workers(options: TuneOptions) -> Workers:
 
 
 def _acf_content(
-    result: TuneResult, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str
+    result: TuneResult, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
+    source_path: Path,
 ) -> acf.AcfContent:
     best = result.chosen
     return acf.AcfContent(
         kernel=spec.name,
         source_name=spec.source.name,
+        source_path=str(source_path),
         source_sha256=result.study.key.source_sha256,
         arch=spec.arch,
         nvcc_version=toolchain.nvcc_version,
