@@ -16,19 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = sorted((ROOT / "kernels").glob("*/*.cu"))
 
 
-class Quiet:
-    """A progress sink that prints nothing."""
-
-    def started(self, study, budget, finished):
-        pass
-
-    def trial(self, outcome, best):
-        pass
-
-    def note(self, message):
-        pass
-
-
 def fresh_db() -> str:
     folder = Path(tempfile.mkdtemp(prefix="compileiq-bench-"))
     return f"sqlite:///{folder / 'bench.db'}"
@@ -41,4 +28,4 @@ def machine() -> str:
 
 def tune(kernel: Path, db: str, **options) -> app.TuneReport:
     out = Path(tempfile.mkdtemp(prefix="compileiq-acf-")) / f"{kernel.stem}.acf.toml"
-    return app.tune(app.TuneOptions(kernel=kernel, db=db, out=out, **options), Quiet())
+    return app.tune(app.TuneOptions(kernel=kernel, db=db, out=out, **options), SilentProgress())

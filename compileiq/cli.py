@@ -11,9 +11,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from typer._click.exceptions import NoArgsIsHelpError
 
-from compileiq import __version__, app
+from compileiq import __version__, app, gate_report
+from compileiq import gate as gate_lib
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.runner import Outcome
 from compileiq.store import Store, Study, Trial, TrialState
@@ -22,7 +24,7 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
 db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
 cli.add_typer(db_cli, name="db")
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
@@ -152,6 +154,44 @@ def flags(
     print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
 
 
+@cli.command()
+def gate(
+    acf_files: Annotated[list[Path], typer.Argument(metavar="ACF...", help="ACF files written by `compileiq tune`.")],
+    kernel: Annotated[Path | None, typer.Option(help="The kernel source (one ACF only); default: the ACF's kernel.path.")] = None,
+    rule: Annotated[list[str] | None, typer.Option(help="NAME=error|warn|off; repeatable. Rules: " + ", ".join(gate_lib.RULE_NAMES))] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (e.g. for $GITHUB_STEP_SUMMARY).")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML (one testcase per ACF).")] = None,
+    device: Annotated[bool | None, typer.Option("--device/--static", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
+    options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
+    report = gate_lib.run(options)
+    if markdown is not None:
+        gate_report.write(markdown, gate_report.markdown(report))
+    if junit is not None:
+        gate_report.write(junit, gate_report.junit(report))
+    if as_json:
+        print(json.dumps(gate_report.as_json(report), indent=2))
+    else:
+        _print_gate(report)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_gate(report: gate_lib.GateReport) -> None:
+    table = Table(title=f"compileiq gate ({report.mode})")
+    for column in ("ACF", "kernel", "verdict", "findings"):
+        table.add_column(column)
+    for result in report.results:
+        findings = "\n".join(f"{f.severity.value} {f.rule}: {f.recorded} -> {f.measured}" for f in result.findings)
+        table.add_row(*(Text(cell) for cell in (result.acf, result.kernel, result.verdict, findings or "-")))
+    out.print(table)
+    for result in report.results:
+        for finding in result.findings:
+            out.print(f"{result.acf}: {gate_report.finding_line(finding)}", markup=False)
+    out.print(gate_report.summary_line(report), markup=False)
+
+
 @db_cli.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the database schema to this version of compileiq."""
@@ -179,8 +219,14 @@ def _first_line(text: str | None, limit: int = 400) -> str:
 
 
 def _ranked(trials: list[Trial]) -> list[Trial]:
+    """Best first; among equal values the one with the fewest changed settings first."""
     complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
-    return sorted(complete, key=lambda t: (t.value, t.number))
+    baseline = trials[0].config if trials else {}
+    return sorted(complete, key=lambda t: (t.value, _changed_count(t, baseline), t.number))
+
+
+def _changed_count(trial: Trial, baseline: dict[str, Any]) -> int:
+    return sum(1 for k, v in trial.config.items() if baseline.get(k) != v)
 
 
 def _emit(as_json: bool, data: Any, table: Any) -> None:
@@ -281,9 +327,10 @@ def _trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -
 
 
 def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
-    """The trial's settings that differ from the baseline's (the compiler defaults)."""
-    parts = [f"{k}={v}" for k, v in sorted(trial.config.items()) if k.startswith("define.") or baseline.get(k) != v]
-    return ", ".join(parts) or "(defaults)"
+    """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
+    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items())
+             if k.startswith("define.") or baseline.get(k) != v]
+    return " ".join(parts) or "(defaults)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,6 +41,19 @@ class Progress(Protocol):
     def note(self, message: str) -> None: ...
 
 
+class SilentProgress:
+    """A progress sink that shows nothing (library use, benchmarks, tests)."""
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        pass
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
 @dataclass
 class RunCounters:
     frontend_calls: int = 0
