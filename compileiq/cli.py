@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from typer._click.exceptions import NoArgsIsHelpError
 
-from compileiq import __version__, app, gate_report
+from compileiq import __version__, app, gate_report, gate_rules
 from compileiq import gate as gate_lib
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.runner import Outcome
@@ -92,6 +92,7 @@ def tune(
     only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
     exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
     simplify: Annotated[bool, typer.Option(help="Drop the winner's settings that make no difference (recompiles each).")] = True,
+    stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
     as_json: JsonOption = False,
 ) -> None:
     """Search compiler settings for KERNEL and write the advanced-control file."""
@@ -100,7 +101,7 @@ def tune(
         surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
-        only=_names(only), exclude=_names(exclude), simplify=simplify,
+        only=_names(only), exclude=_names(exclude), simplify=simplify, stale_after=stale_after,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
     try:
@@ -156,9 +157,9 @@ def flags(
 
 @cli.command()
 def gate(
-    acf_files: Annotated[list[Path], typer.Argument(metavar="ACF...", help="ACF files written by `compileiq tune`.")],
+    acf_files: Annotated[list[Path], typer.Argument(metavar="ACF", help="ACF files written by `compileiq tune`.")],
     kernel: Annotated[Path | None, typer.Option(help="The kernel source (one ACF only); default: the ACF's kernel.path.")] = None,
-    rule: Annotated[list[str] | None, typer.Option(help="NAME=error|warn|off; repeatable. Rules: " + ", ".join(gate_lib.RULE_NAMES))] = None,
+    rule: Annotated[list[str] | None, typer.Option(help="NAME=error|warn|off; repeatable. Rules: " + ", ".join(gate_rules.RULE_NAMES))] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (e.g. for $GITHUB_STEP_SUMMARY).")] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML (one testcase per ACF).")] = None,
     device: Annotated[bool | None, typer.Option("--device/--static", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
@@ -203,10 +204,48 @@ def db_upgrade(db: DbOption = None) -> None:
         store.close()
 
 
+@db_cli.command("export")
+def db_export(
+    study: Annotated[str, typer.Argument(help="Study name or id.")],
+    out_file: Annotated[Path, typer.Option("--out", "-o", help="File to write (gzip when it ends in .gz).")],
+    db: DbOption = None,
+) -> None:
+    """Write a study, its trials, builds and measurements to a checksummed JSON file."""
+    from compileiq import exchange
+
+    done = exchange.export_to_file(app.database_url(db), study, out_file)
+    out.print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
+              f"{done.measurements} measurements -> {done.path}", markup=False)
+
+
+@db_cli.command("import")
+def db_import(
+    in_file: Annotated[Path, typer.Argument(metavar="FILE", help="A file written by `compileiq db export`.")],
+    db: DbOption = None,
+) -> None:
+    """Merge an exported study into this database (one transaction; importing twice changes nothing)."""
+    from compileiq import exchange
+
+    done = exchange.import_from_file(app.database_url(db), in_file)
+    verb = "created" if done.created else "merged into"
+    note = "" if done.changed else " (nothing new)"
+    out.print(f"{verb} study {done.study.name}: {done.trials_added} trials added, {done.trials_kept} kept, "
+              f"{done.trials_skipped} unfinished skipped; {done.builds_added} builds and "
+              f"{done.measurements_added} measurements added{note}", markup=False)
+
+
 @cli.command("version")
 def version() -> None:
     """Print the version."""
     print(__version__)
+
+
+@cli.command("include-dir")
+def include_dir() -> None:
+    """Print the directory of the measuring harness header (nvcc -I "$(compileiq include-dir)")."""
+    from compileiq.measure import include_dir as harness_include_dir
+
+    print(harness_include_dir())
 
 
 def _names(text: str | None) -> tuple[str, ...]:

@@ -1,0 +1,234 @@
+"""The CI gate: real nvcc/ptxas, a real ACF from `tune`, the real `compileiq gate` command.
+
+A 32-tap FIR kernel is tuned (it does not spill); the gate passes on it. Its source is then
+replaced by the 128-tap version, which spills under the same settings: the gate fails naming
+`spills`, the same way every time. The GPU statistic is checked with synthetic samplers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from helpers import CliResult, run_cli
+
+from compileiq import app, gate, gate_rules
+from compileiq.errors import UsageError
+from compileiq.stats import Verdict
+
+FIR = textwrap.dedent(
+    """
+    extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
+        float taps[TAPS];
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        #pragma unroll
+        for (int k = 0; k < TAPS; ++k) taps[k] = in[(i * 7 + k * 13) % n];
+        float acc = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < TAPS; ++k) acc += taps[k] * taps[TAPS - 1 - k] * taps[(k * 37) % TAPS];
+        #pragma unroll
+        for (int k = 0; k < TAPS; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % TAPS] + acc;
+    }
+    """
+)
+SMALL, SPILLING = FIR.replace("TAPS", "32"), FIR.replace("TAPS", "128")  # 128: 424 + 628 spill bytes
+ACF, KERNEL = "k/fir.acf.toml", "k/fir.cu"
+RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --out k/fir.acf.toml"
+
+
+class Quiet:
+    def started(self, study, budget, finished):
+        pass
+
+    def trial(self, outcome, best):
+        pass
+
+    def note(self, message):
+        pass
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> Path:
+    """A workspace with k/fir.cu (32 taps) and k/fir.acf.toml written by a real tune run in it."""
+    workspace = tmp_path_factory.mktemp("gate")
+    (workspace / "k").mkdir()
+    (workspace / KERNEL).write_text(SMALL)
+    options = app.TuneOptions(kernel=Path(KERNEL), objective="spills", budget=6, workers="local",
+                              db=f"sqlite:///{workspace}/t.db", out=Path(ACF), arch="sm_90",
+                              only=("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level"))
+    with contextlib.chdir(workspace):
+        app.tune(options, Quiet())
+    return workspace
+
+
+@pytest.fixture()
+def spilling(tuned, tmp_path) -> Path:
+    """A copy of the tuned workspace whose kernel source now spills under the ACF's settings."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / KERNEL).write_text(SPILLING)
+    return workspace
+
+
+def _gate(workspace: Path, *args: str) -> CliResult:
+    return run_cli(["gate", *args], cwd=workspace)
+
+
+def _junit(path: Path) -> ET.Element:
+    root = ET.parse(path).getroot()
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("name") == "compileiq-gate"
+    return suite
+
+
+def _one_line_usage_error(result: CliResult, *says: str) -> None:
+    assert result.returncode == 2, result.describe()
+    assert len(result.stderr_lines) == 1 and result.stderr_lines[0].startswith("error: "), result.describe()
+    assert "Traceback" not in result.output
+    for text in says:
+        assert text in result.stderr_lines[0], result.describe()
+
+
+def test_a_fresh_acf_passes(tuned):
+    result = _gate(tuned, ACF, "--junit", "gate.xml", "--markdown", "gate.md")
+    assert result.returncode == 0, result.describe()
+    assert "gate PASS: 1/1" in result.stdout
+    suite = _junit(tuned / "gate.xml")
+    assert (suite.get("tests"), suite.get("failures")) == ("1", "0")
+    assert suite.find("testcase/failure") is None
+    assert "No findings" in (tuned / "gate.md").read_text()
+
+
+def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling):
+    runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]
+    for result in runs:
+        assert result.returncode == 1, result.describe()
+        assert "error spills: spill bytes appeared: 0 -> 1052 (recorded 0 B, measured 1052 B)" in result.stdout
+        assert f"warn stale-source: the kernel source changed since the ACF was tuned; re-tune: {RETUNE}" in result.stdout
+    assert runs[0].stdout == runs[1].stdout
+    assert (spilling / "gate1.md").read_bytes() == (spilling / "gate2.md").read_bytes()
+    assert (spilling / "gate1.xml").read_bytes() == (spilling / "gate2.xml").read_bytes()
+    suite = _junit(spilling / "gate1.xml")
+    assert suite.get("failures") == "1"
+    failure = suite.find("testcase/failure")
+    assert failure is not None and failure.get("message", "").startswith("spills: spill bytes appeared")
+    assert RETUNE in (suite.findtext("testcase/system-out") or "")
+    assert "| `spills` | error | 0 B | 1052 B |" in (spilling / "gate1.md").read_text()
+
+
+def test_a_rule_made_a_warning_passes_with_the_warning(spilling):
+    result = _gate(spilling, ACF, "--rule", "spills=warn", "--rule", "code-changed=off", "--json")
+    assert result.returncode == 0, result.describe()
+    document = json.loads(result.stdout)
+    assert document["verdict"] == "PASS"
+    findings = {f["rule"]: f["severity"] for f in document["acfs"][0]["findings"]}
+    assert findings == {"spills": "warn", "stale-source": "warn"}
+    assert document["acfs"][0]["measured"]["spill_bytes"] == 1052
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--rule", "nope=warn"), ("unknown rule", "nope")),
+        (("--rule", "spills=fatal"), ("severity must be one of error, warn, off",)),
+        (("--kernel", "other/other.cu"), ("ACF of kernel 'fir'", "other/other.cu")),
+    ],
+)
+def test_bad_options_are_one_line_usage_errors(tuned, args, says):
+    (tuned / "other").mkdir(exist_ok=True)
+    (tuned / "other" / "other.cu").write_text('extern "C" __global__ void other(float* x) { x[0] = 1.0f; }\n')
+    _one_line_usage_error(_gate(tuned, ACF, *args), *says)
+
+
+def test_a_garbage_acf_is_a_one_line_usage_error(tmp_path):
+    (tmp_path / "junk.acf.toml").write_text("this is [not an ACF\n")
+    (tmp_path / "empty.acf.toml").write_text("format = 1\n")
+    _one_line_usage_error(_gate(tmp_path, "junk.acf.toml"), "junk.acf.toml", "not a readable ACF")
+    with pytest.raises(UsageError, match="not a valid ACF"):
+        gate.run(gate.GateOptions(acfs=(tmp_path / "empty.acf.toml",)), visible=lambda: False)
+
+
+def test_a_missing_kernel_names_what_was_tried(tuned, tmp_path):
+    shutil.copy(tuned / ACF, tmp_path / "fir.acf.toml")
+    with pytest.raises(UsageError, match=r"kernel source not found \(tried k/fir.cu, .*--kernel PATH"):
+        gate.locate(tmp_path / "fir.acf.toml")
+
+
+def test_a_kernel_that_no_longer_builds_fails_the_build_rule(spilling):
+    (spilling / KERNEL).write_text(SMALL.replace("float acc = 0.0f;", "float acc = ;"))
+    with contextlib.chdir(spilling):
+        report = gate.run(gate.GateOptions(acfs=(Path(ACF),), device=False))
+    (result,) = report.results
+    assert report.exit_code == 1
+    assert [f.rule for f in result.findings] == ["build", "stale-source"]
+    assert result.findings[0].severity is gate_rules.Severity.ERROR and result.findings[0].recorded == "builds"
+
+
+# --- the GPU statistic, with synthetic samplers ------------------------------------------------
+
+
+def _sampler(mean: float, seed: int, noise: float = 0.005):
+    rng = random.Random(seed)
+    return lambda k: [mean * (1.0 + rng.gauss(0.0, noise)) for _ in range(k)]
+
+
+@pytest.mark.parametrize(("acf_mean", "verdict"), [(0.85, Verdict.FASTER), (1.0, Verdict.SAME), (1.15, Verdict.SLOWER)])
+def test_timing_verdict_against_the_defaults(acf_mean, verdict):
+    timing = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(acf_mean, 1), _sampler(1.0, 2)))
+    assert timing.vs_default.verdict is verdict
+    assert timing.vs_recorded is None
+    rules = [hit.rule for hit in gate_rules.timing_hits(timing)]
+    assert rules == (["slower-than-default"] if verdict is Verdict.SLOWER else [])
+
+
+def test_timing_against_the_recorded_value():
+    same = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.0, 1), _sampler(1.0, 2), recorded_median=1.0))
+    assert same.vs_recorded is not None and same.vs_recorded.verdict is Verdict.SAME
+    slower = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.2, 2), recorded_median=1.0))
+    assert slower.vs_default.verdict is Verdict.SAME
+    assert [hit.rule for hit in gate_rules.timing_hits(slower)] == ["slower-than-recorded"]
+
+
+def test_timing_is_deterministic_for_a_seed():
+    runs = [gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.01, 1, 0.03), _sampler(1.0, 2, 0.03)), seed=7)
+            for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+class SlowerOnGpu:
+    def samplers(self, target: gate.Target) -> gate_rules.TimingSamplers:
+        return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0)
+
+
+def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
+    with contextlib.chdir(tuned):
+        report = gate.run(gate.GateOptions(acfs=(Path(ACF),), device=True), timing=SlowerOnGpu(),
+                          visible=lambda: True)
+    (result,) = report.results
+    assert report.mode == "timing" and report.exit_code == 1
+    assert [f.rule for f in result.findings] == ["slower-than-default", "slower-than-recorded"]
+    assert result.timing is not None and result.timing.vs_default.verdict is Verdict.SLOWER
+
+
+def test_mode_resolution():
+    fake = SlowerOnGpu()
+    assert gate.resolve_mode(None, lambda: False, fake)[0] == "static"
+    assert gate.resolve_mode(None, lambda: True, fake)[0] == "timing"
+    assert gate.resolve_mode(False, lambda: True, fake)[0] == "static"
+    assert gate.resolve_mode(None, lambda: True, None)[0] == "static"  # no harness yet: static, said so
+    with pytest.raises(UsageError, match="no GPU is visible"):
+        gate.resolve_mode(True, lambda: False, fake)
+    with pytest.raises(UsageError, match="harness"):
+        gate.resolve_mode(True, lambda: True, None)
+
+
+def test_severities_default_and_override():
+    table = gate_rules.severities(["registers=error", "code-changed=off"])
+    assert table["spills"] is gate_rules.Severity.ERROR and table["stale-source"] is gate_rules.Severity.WARN
+    assert table["registers"] is gate_rules.Severity.ERROR and table["code-changed"] is gate_rules.Severity.OFF
