@@ -194,3 +194,51 @@ def _trim(output: str, limit: int = 4000) -> str:
 
 def _timeout_message(tool: str, job: FrontendJob | AssembleJob) -> str:
     return f"{tool} did not finish within {job.timeout_s:g} s and was killed"
+
+
+@dataclass(frozen=True)
+class ExecutableJob:
+    """One measuring executable: the kernel's main with the harness, built by a full nvcc run."""
+
+    nvcc: str
+    bundle: SourceBundle
+    arch: str
+    frontend_args: tuple[str, ...]  # nvcc-level flags and -D defines
+    ptxas_args: tuple[str, ...]  # passed through as -Xptxas=ARG
+    timeout_s: float
+    harness_include: str | None = None  # default: this installation's include directory
+
+
+@dataclass(frozen=True)
+class ExecutableBuild:
+    status: BuildStatus
+    executable: bytes
+    seconds: float
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK
+
+
+def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
+    from compileiq.measure import include_dir
+
+    include = job.harness_include or str(include_dir())
+    ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
+    return [job.nvcc, f"-arch={job.arch}", *job.frontend_args, *ptxas, "-std=c++17", f"-I{include}",
+            *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
+
+
+def build_executable(job: ExecutableJob) -> ExecutableBuild:
+    """Source bundle -> executable bytes (runs on any CPU worker: bytes in, bytes out)."""
+    with tempfile.TemporaryDirectory(prefix="compileiq-exe-") as workdir:
+        main = job.bundle.write_to(Path(workdir))
+        out = Path(workdir) / "variant"
+        run = run_tool(executable_argv(job, main, out), job.timeout_s, cwd=workdir)
+        if run.timed_out:
+            message = f"nvcc did not finish within {job.timeout_s:g} s and was killed"
+            return ExecutableBuild(BuildStatus.TIMEOUT, b"", run.seconds, message)
+        if run.returncode != 0:
+            return ExecutableBuild(BuildStatus.COMPILE_ERROR, b"", run.seconds, _trim(run.output))
+        return ExecutableBuild(BuildStatus.OK, out.read_bytes(), run.seconds, "")

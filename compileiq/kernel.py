@@ -50,6 +50,13 @@ class KernelSpec:
     compile_timeout_s: float
     allow_numerics: bool
     allow_semantics: bool
+    # Measuring on a GPU (objective time): output tolerance against the baseline, how the
+    # executable reports its time, and extra arguments for it (e.g. --set n=4096).
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    mode: str = "harness"  # "harness" (compileiq/harness.cuh) or "program" (its own timing line)
+    metric_regex: str | None = None  # program mode: the time in ms is the regex's first group
+    run_args: tuple[str, ...] = ()
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.
@@ -151,6 +158,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise KernelError(f"{path}: malformed TOML: {reason}") from None
 
 
+MODES = ("harness", "program")
+
+
 class _Parser:
     """Validates one tune.toml; every error names the file and the key."""
 
@@ -179,7 +189,36 @@ class _Parser:
             compile_timeout_s=self.timeout(),
             allow_numerics=self.flag("allow_numerics"),
             allow_semantics=self.flag("allow_semantics"),
+            rtol=self.tolerance("rtol", 1e-5),
+            atol=self.tolerance("atol", 1e-6),
+            mode=self.mode(),
+            metric_regex=self.metric_regex(),
+            run_args=tuple(self.str_list("run_args") or ()),
         )
+
+    def tolerance(self, key: str, default: float) -> float:
+        value = self.raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise self.fail(key, "must be a number >= 0")
+        return float(value)
+
+    def mode(self) -> str:
+        value = self.raw.get("mode", "harness")
+        if value not in MODES:
+            raise self.fail("mode", f"must be one of: {', '.join(MODES)}")
+        return str(value)
+
+    def metric_regex(self) -> str | None:
+        value = self.raw.get("metric_regex")
+        if value is None:
+            return None
+        try:
+            groups = re.compile(value).groups if isinstance(value, str) else 0
+        except re.error as exc:
+            raise self.fail("metric_regex", f"not a regular expression: {exc}") from None
+        if groups < 1:
+            raise self.fail("metric_regex", "must be a regular expression with a group for the time in ms")
+        return str(value)
 
     def arch(self, override: str | None) -> str:
         value = self.raw.get("arch")

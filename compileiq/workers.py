@@ -7,13 +7,26 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from compileiq.compile import AssembleJob, Build, FrontendJob, PtxResult, assemble, emit_ptx
+from compileiq.compile import (
+    AssembleJob,
+    Build,
+    ExecutableBuild,
+    ExecutableJob,
+    FrontendJob,
+    PtxResult,
+    assemble,
+    build_executable,
+    emit_ptx,
+)
 from compileiq.errors import CompileIQError, UsageError
+from compileiq.measure import HarnessResult, LocalMeasurer, Measurer, RunResult, gpu_count
 
 TASK_RETRIES = 3
 
@@ -56,6 +69,8 @@ class VariantResult:
 class Workers(Protocol):
     def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]: ...
 
+    def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]: ...
+
     def close(self) -> None: ...
 
     @property
@@ -86,6 +101,10 @@ class LocalWorkers:
                 ptx, build = future.result()
                 yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
 
+    def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
+        """Measuring executables, in the order of `jobs`."""
+        return list(self._pool.map(build_executable, jobs))
+
     def _variant(self, job: VariantJob) -> tuple[PtxResult, Build]:
         ptx = self._ptx[job.frontend].result()
         return ptx, assemble(job.assemble, ptx)
@@ -109,6 +128,7 @@ class RayWorkers:
         _init_ray(ray, address, num_cpus, env)
         self._emit = ray.remote(max_retries=TASK_RETRIES)(emit_ptx)
         self._assemble = ray.remote(max_retries=TASK_RETRIES)(assemble)
+        self._executable = ray.remote(max_retries=TASK_RETRIES)(build_executable)
         self._ptx: dict[FrontendJob, Any] = {}
 
     @property
@@ -130,6 +150,10 @@ class RayWorkers:
                 ptx = self._get(self._ptx[job.frontend])
                 yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
 
+    def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
+        """Measuring executables built on Ray CPU workers, in the order of `jobs`."""
+        return [self._get(ref) for ref in [self._executable.remote(job) for job in jobs]]
+
     def _get(self, ref: Any) -> Any:
         try:
             return self._ray.get(ref)
@@ -138,6 +162,119 @@ class RayWorkers:
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+GRACE_S = 30.0  # beyond a call's own timeout before its measuring actor is presumed hung
+RESTART_WAIT_S = 120.0
+
+
+class _GpuMeasurerBody:
+    """The measuring actor's state: one Measurer; Ray runs an actor's calls one at a time."""
+
+    def __init__(self, factory: Callable[[], Measurer] | None = None) -> None:
+        self._measurer = factory() if factory is not None else LocalMeasurer()
+
+    def device(self) -> str:
+        return self._measurer.device
+
+    def measure(self, executable: bytes, args: list[str], timeout_s: float) -> RunResult:
+        return self._measurer.measure(executable, args, timeout_s)
+
+
+class GpuMeasurerActor:
+    """A Measurer backed by a Ray actor holding one GPU (timing serialised per GPU). A call that
+    crashes the actor or hangs past its timeout + grace is reported as a failed run; the actor is
+    restarted (max_restarts=-1) and the next call goes to the fresh one."""
+
+    def __init__(self, ray: Any, *, num_gpus: float = 1, factory: Callable[[], Measurer] | None = None,
+                 grace_s: float = GRACE_S) -> None:
+        self._ray = ray
+        actor_class = ray.remote(num_gpus=num_gpus, max_restarts=-1, max_task_retries=0)(_GpuMeasurerBody)
+        self._actor = actor_class.remote(factory)
+        self._grace_s = grace_s
+        self._device: str | None = None
+        self.restarts = 0
+
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            self._device = str(self._ray.get(self._actor.device.remote(), timeout=300))
+        return self._device
+
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+        start, limit = time.perf_counter(), timeout_s + self._grace_s
+        ref = self._actor.measure.remote(executable, list(args), timeout_s)
+        try:
+            result: RunResult = self._ray.get(ref, timeout=limit)
+        except self._ray.exceptions.GetTimeoutError:
+            self._ray.kill(self._actor, no_restart=False)
+            self._await_restart()
+            return _lost(f"timeout: the measuring actor hung past {limit:g} s and was restarted", True, start)
+        except self._ray.exceptions.RayActorError as error:
+            self._await_restart()
+            return _lost(f"crashed: the measuring actor died and was restarted ({_first_line(error)})", False, start)
+        if result.harness.device:
+            self._device = result.harness.device
+        return result
+
+    def _await_restart(self) -> None:
+        """Block until the restarted actor answers, so the next call is not refused."""
+        self.restarts += 1
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                self._ray.get(self._actor.device.remote(), timeout=RESTART_WAIT_S)
+                return
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
+                time.sleep(0.5)
+
+    def close(self) -> None:
+        self._ray.kill(self._actor, no_restart=True)
+
+
+class SerialMeasurer:
+    """The local-thread fallback: a Measurer whose calls run one at a time (one per GPU)."""
+
+    def __init__(self, measurer: Measurer) -> None:
+        self._measurer = measurer
+        self._lock = threading.Lock()
+
+    @property
+    def device(self) -> str:
+        return self._measurer.device
+
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+        with self._lock:
+            return self._measurer.measure(executable, args, timeout_s)
+
+    def close(self) -> None:
+        pass
+
+
+def open_gpu_measurers(
+    address: str | None, *, count: int | None = None, num_gpus: float = 1,
+    factory: Callable[[], Measurer] | None = None, grace_s: float = GRACE_S,
+) -> list[GpuMeasurerActor]:
+    """One measuring actor per GPU of the embedded or joined Ray (`count` overrides; tests use
+    num_gpus=0 with a fake `factory` on CPU-only Ray)."""
+    env = ray_environment(address)
+    os.environ.update(env)
+    import ray
+
+    if address:
+        _check_reachable(address)
+    _init_ray(ray, address, None, env)
+    n = count if count is not None else int(ray.cluster_resources().get("GPU", 0))
+    return [GpuMeasurerActor(ray, num_gpus=num_gpus, factory=factory, grace_s=grace_s) for _ in range(n)]
+
+
+def open_local_measurers() -> list[SerialMeasurer]:
+    """One serialised LocalMeasurer per GPU of this machine (no Ray)."""
+    return [SerialMeasurer(LocalMeasurer(gpu=index)) for index in range(gpu_count())]
+
+
+def _lost(message: str, timed_out: bool, start: float) -> RunResult:
+    return RunResult(HarnessResult("error", message), b"", None, timed_out, time.perf_counter() - start)
 
 
 def check_options(backend: str, address: str | None = None) -> None:

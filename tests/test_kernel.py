@@ -294,3 +294,21 @@ def test_bundled_kernels_compile_to_ptx_with_default_defines(tmp_path: Path) -> 
         assert spec.block_size_for({}) in (64, 128, 256, 512, 1024), spec.name
         for entry in spec.entries:
             assert f".entry {entry}(" in ptx or f"{len(entry)}{entry}" in ptx, (spec.name, entry)
+
+
+def test_measuring_keys_default_and_parse(tmp_path: Path) -> None:
+    spec = load_spec(write_kernel(tmp_path / "a"), arch="sm_90")
+    assert (spec.rtol, spec.atol, spec.mode, spec.metric_regex, spec.run_args) == (1e-5, 1e-6, "harness", None, ())
+    toml = 'rtol = 1e-3\natol = 0\nmode = "program"\nmetric_regex = "took ([0-9.]+) ms"\nrun_args = ["--set", "n=64"]\n'
+    spec = load_spec(write_kernel(tmp_path / "b", toml), arch="sm_90")
+    assert (spec.rtol, spec.atol, spec.mode) == (1e-3, 0.0, "program")
+    assert spec.metric_regex == "took ([0-9.]+) ms" and spec.run_args == ("--set", "n=64")
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ("rtol = -1\n", "rtol"), ('atol = "x"\n', "atol"), ('mode = "bench"\n', "mode"),
+    ('metric_regex = "no group"\n', "metric_regex"), ('metric_regex = "(("\n', "metric_regex"),
+])
+def test_bad_measuring_keys_name_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    with pytest.raises(KernelError, match=f"tune.toml: {key}:"):
+        load_spec(write_kernel(tmp_path, toml), arch="sm_90")

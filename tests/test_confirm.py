@@ -1,0 +1,85 @@
+"""Screening and confirmation decisions, with synthetic samplers standing in for the GPU."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from compileiq.confirm import (
+    Candidate,
+    ConfirmError,
+    choose_finalists,
+    confirm,
+    confirm_args,
+    executable_sampler,
+)
+from compileiq.measure import FakeMeasurer, RunResult, synthetic_result
+from compileiq.stats import Sampler, Verdict
+
+
+def noisy(center: float, noise: float, seed: int) -> Sampler:
+    rng = random.Random(seed)
+    return lambda k: [center * (1 + rng.gauss(0, noise)) for _ in range(k)]
+
+
+def test_finalists_are_fastest_correct_distinct_and_not_the_baseline_code() -> None:
+    candidates = [
+        Candidate(1, "base", 0.80, True),  # same machine code as the baseline
+        Candidate(2, "a", 0.85, True),
+        Candidate(3, "a", 0.86, True),  # duplicate code
+        Candidate(4, "b", 0.70, False),  # wrong result
+        Candidate(5, "c", 0.90, True),
+        Candidate(6, "d", 0.95, True),
+        Candidate(7, "e", 0.99, True),
+        Candidate(8, "f", 1.20, True),
+    ]
+    chosen = choose_finalists(candidates, "base", limit=4)
+    assert [c.trial for c in chosen] == [2, 5, 6, 7]
+
+
+def test_a_clear_winner_is_faster_with_an_interval() -> None:
+    baseline = noisy(1.0, 0.01, 1)
+    finalists = [(Candidate(2, "a", 0.8, True), noisy(0.8, 0.01, 2)),
+                 (Candidate(3, "b", 0.9, True), noisy(0.9, 0.01, 3))]
+    result = confirm(baseline, finalists, samples=5)
+    assert not result.keeps_baseline and result.winner is not None
+    comparison = result.winner.comparison
+    assert result.winner.candidate.trial == 2 and comparison is not None
+    assert comparison.verdict is Verdict.FASTER and comparison.low < 0.8 < comparison.high < 0.9
+    assert comparison.speedup > 1.2 and result.delta >= 0.02
+
+
+def test_noise_keeps_the_baseline() -> None:
+    baseline = noisy(1.0, 0.03, 1)
+    finalists = [(Candidate(2, "a", 0.95, True), noisy(0.995, 0.03, 2))]
+    result = confirm(baseline, finalists, samples=5)
+    assert result.keeps_baseline and result.winner is None
+    [only] = result.confirmed
+    assert only.comparison is not None and only.comparison.verdict is not Verdict.FASTER
+
+
+def test_a_candidate_that_fails_when_rerun_is_skipped() -> None:
+    def broken(k: int) -> list[float]:
+        raise ConfirmError("crashed: killed by signal 11")
+
+    finalists = [(Candidate(2, "a", 0.5, True), broken), (Candidate(3, "b", 0.8, True), noisy(0.8, 0.01, 3))]
+    result = confirm(noisy(1.0, 0.01, 1), finalists, samples=5)
+    assert result.winner is not None and result.winner.candidate.trial == 3
+    assert result.confirmed[0].comparison is None and "signal 11" in result.confirmed[0].failure
+
+
+def test_executable_sampler_runs_exactly_k_samples_on_the_measurer() -> None:
+    def script(exe: bytes, args: Sequence[str]) -> RunResult:
+        k = int(args[list(args).index("--max-samples") + 1])
+        status = "ok" if exe == b"good" else "error"
+        return RunResult(synthetic_result([1.0] * k, status=status), b"", 0, False, 0.1)
+
+    fake = FakeMeasurer(script)
+    assert executable_sampler(fake, b"good", ["--set", "n=4"])(7) == [1.0] * 7
+    assert fake.calls[0][1] == ("--set", "n=4", *confirm_args(7))
+    try:
+        executable_sampler(fake, b"bad")(3)
+    except ConfirmError as error:
+        assert "error" in str(error)
+    else:
+        raise AssertionError("a failing run must raise ConfirmError")

@@ -1,0 +1,77 @@
+"""The real measuring path on a real GPU (run by scripts/gpu-check.sh; deselected by default)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compileiq.compile import ExecutableJob, build_executable
+from compileiq.confirm import aa_noise, executable_sampler
+from compileiq.kernel import SourceBundle, bundle_sources, load_spec
+from compileiq.measure import LocalMeasurer, gpu_visible, run_executable
+from compileiq.stats import Verdict, interleaved, noise_delta
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not gpu_visible() or shutil.which("nvcc") is None, reason="needs a GPU and nvcc"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCH = "sm_90"
+
+
+def _build(bundle: SourceBundle, frontend: tuple[str, ...] = (), ptxas: tuple[str, ...] = ()) -> bytes:
+    build = build_executable(ExecutableJob(shutil.which("nvcc") or "nvcc", bundle, ARCH, frontend, ptxas, 300))
+    assert build.ok, build.message
+    return build.executable
+
+
+def _source(name: str, text: str) -> SourceBundle:
+    return SourceBundle(name, ((name, text.encode()),), (), "test")
+
+
+@pytest.fixture(scope="module")
+def smoke() -> bytes:
+    return _build(_source("main.cu", (ROOT / "tests" / "cuda" / "harness_smoke.cu").read_text()))
+
+
+def test_saxpy_timing_is_sane_and_checked(smoke: bytes) -> None:
+    run = LocalMeasurer().measure(smoke, ["--check"], 60)
+    h = run.harness
+    assert run.failure is None, run.failure
+    assert h.check.run and h.check.passed
+    assert h.median_ms is not None and 0.005 < h.median_ms < 5.0  # 2^24 floats: ~0.05 ms on an H200
+    assert len(h.samples_ms) >= 10 and h.min_ms is not None and h.min_ms <= h.median_ms
+    assert [o.name for o in h.outputs] == ["y"] and len(run.dump) == 4 * (1 << 24)
+    assert h.device and h.driver
+
+
+def test_a_tiny_kernel_is_timed_as_a_graph_batch(smoke: bytes) -> None:
+    run = run_executable(smoke, ["--set", "n=1024", "--quick"], 30)
+    assert run.failure is None and run.harness.graph_batch >= 8
+    assert run.harness.median_ms is not None and run.harness.median_ms < 0.01
+
+
+def test_a_aa_comparison_is_same(smoke: bytes) -> None:
+    measurer = LocalMeasurer()
+    a = executable_sampler(measurer, smoke)
+    b = executable_sampler(measurer, smoke)
+    delta = noise_delta(aa_noise(a, samples=10))
+    assert interleaved(a, b, delta=delta, samples=10).verdict is Verdict.SAME
+
+
+def test_an_unwritten_output_element_is_caught() -> None:
+    text = (ROOT / "tests" / "cuda" / "harness_smoke.cu").read_text().replace("if (i < n)", "if (i < n - 1)")
+    run = run_executable(_build(_source("main.cu", text)), ["--quick", "--set", "n=4096"], 30)
+    assert run.returncode == 3 and run.harness.status == "unwritten_output"
+    assert run.harness.message.startswith("1 output elements")
+
+
+def test_a_bundled_kernel_runs_and_checks() -> None:
+    spec = load_spec(ROOT / "kernels" / "reduction" / "reduction.cu", arch=ARCH)
+    exe = _build(bundle_sources(spec), spec.fixed_define_args())
+    run = LocalMeasurer().measure(exe, ["--quick", "--check"], 60)
+    assert run.failure is None, run.failure
+    assert run.harness.check.passed and run.harness.median_ms
