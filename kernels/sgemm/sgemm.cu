@@ -7,9 +7,22 @@
 // so any M, N, K work.
 // Launch: sgemm<<<dim3(ceil(N / BN), ceil(M / BM)), 256>>>(A, B, C, M, N, K, alpha, beta).
 //
-// Expected bottleneck: FMA throughput and register pressure: larger TM/TN raise arithmetic
-// intensity per shared-memory load but need ~TM*TN + TM + TN registers per thread, which
-// lowers occupancy or makes ptxas spill.
+// With beta == 0 (as the harness runs it: C is an output, poisoned before each launch) C is
+// not read, as in BLAS.
+//
+// Default problem: M = N = K = 4096, alpha = 1, beta = 0.
+// Expected bottleneck: FMA throughput and register pressure: 2 * M * N * K = 137.4 GFLOP, a
+// ~2.05 ms floor at ~67 TFLOP/s fp32 (132 SMs x 128 FMA/clk x 2 x 1.98 GHz); DRAM is only
+// 3 x 67 MB. Larger TM/TN raise arithmetic intensity per shared-memory load but need
+// ~TM*TN + TM + TN registers per thread, which lowers occupancy or makes ptxas spill.
+//
+// Reference: the full CPU product (137 GFLOP) would take minutes, so --check recomputes 33
+// full rows of C (every M/32-th and the last), in double. Tolerance: rtol 1e-4, atol 2e-3 —
+// each output is a 4096-term fp32 dot product of values in [-1, 1) (|C| ~ 21).
+#include "compileiq/harness.cuh"  // found through include_dirs in tune.toml
+
+#include <vector>
+
 #ifndef TM
 #define TM 4
 #endif
@@ -76,8 +89,48 @@ sgemm(const float* __restrict__ A, const float* __restrict__ B, float* __restric
             const int c = col0 + tx * TN + j;
             if (r < M && c < N) {
                 float* out = &C[(size_t)r * N + c];
-                *out = alpha * acc[m][j] + beta * *out;
+                // BLAS semantics: with beta == 0, C is not read (it may hold anything, NaN too).
+                *out = beta == 0.0f ? alpha * acc[m][j] : alpha * acc[m][j] + beta * *out;
             }
         }
     }
+}
+
+int main(int argc, char** argv)
+{
+    ciq::Harness h(argc, argv);
+    const int M = (int)h.size("m", 4096), N = (int)h.size("n", 4096), K = (int)h.size("k", 4096);
+    const float alpha = (float)h.real("alpha", 1.0);
+    auto A = h.input<float>("A", (size_t)M * K);
+    auto B = h.input<float>("B", (size_t)K * N);
+    auto C = h.output<float>("C", (size_t)M * N);
+    const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM), block(THREADS_X, THREADS_Y);
+    h.launch([&](cudaStream_t s) {
+        sgemm<<<grid, block, 0, s>>>(A.device(), B.device(), C.device(), M, N, K, alpha, 0.0f);
+    });
+    h.reference([&] {
+        // Subset check (see the header comment); the harness itself checks that every element
+        // of C was written.
+        const std::vector<float>&ha = A.host(), &hb = B.host();
+        const std::vector<float> got = C.fetch();
+        std::vector<float> sub_got, sub_ref;
+        std::vector<double> row(N);
+        std::vector<int> rows;
+        for (int r = 0; r < M; r += M / 32 > 0 ? M / 32 : 1) rows.push_back(r);
+        if (rows.back() != M - 1) rows.push_back(M - 1);
+        for (int r : rows) {
+            std::fill(row.begin(), row.end(), 0.0);
+            for (int k = 0; k < K; ++k) {
+                const double a = ha[(size_t)r * K + k];
+                const float* b = &hb[(size_t)k * N];
+                for (int c = 0; c < N; ++c) row[c] += a * b[c];
+            }
+            for (int c = 0; c < N; ++c) {
+                sub_got.push_back(got[(size_t)r * N + c]);
+                sub_ref.push_back((float)(alpha * row[c]));
+            }
+        }
+        return h.compare(sub_got, sub_ref, 1e-4, 2e-3);
+    });
+    return h.run();
 }

@@ -6,9 +6,20 @@
 // block-wide reductions through warp shuffles and one shared slot per warp.
 // Launch: softmax_rows<<<rows, 256>>>(in, out, rows, cols).
 //
-// Expected bottleneck: DRAM bandwidth for long rows (the row is read twice and written once;
-// the second read mostly hits L2/L1), the block-reduction latency for short rows. expf makes
-// it sensitive to --use_fast_math (allowed here, subject to the output check).
+// Default problem: rows = 32768, cols = 2048 floats (268 MB in, 268 MB out).
+// Expected bottleneck: DRAM bandwidth for long rows (the row is read three times and written
+// once; the 8 KB row stays in L1/L2 after the first read): 537 MB at 4.8 TB/s is a ~0.11 ms
+// floor; 2 expf per element (134 M, SFU) stay well below it. The block-reduction latency
+// dominates for short rows. expf makes it sensitive to --use_fast_math (allowed here, subject
+// to the output check).
+//
+// Reference: the full softmax in double on the CPU (~1 s). Tolerance: rtol 1e-4, atol 1e-9 —
+// outputs are ~1/2048 (inputs in [-1, 1)); fast-math expf/division stay within a few ulp.
+#include "compileiq/harness.cuh"  // found through include_dirs in tune.toml
+
+#include <cmath>
+#include <vector>
+
 #define THREADS 256
 #define WARP 32
 
@@ -60,4 +71,28 @@ softmax_rows(const float* __restrict__ in, float* __restrict__ out, int rows, in
     const float inv = 1.0f / s;
     float* dst = out + (size_t)r * cols;
     for (int j = threadIdx.x; j < cols; j += THREADS) dst[j] = expf(row[j] - m) * inv;
+}
+
+int main(int argc, char** argv)
+{
+    ciq::Harness h(argc, argv);
+    const int rows = (int)h.size("rows", 32768), cols = (int)h.size("cols", 2048);
+    auto in = h.input<float>("in", (size_t)rows * cols);
+    auto out = h.output<float>("out", (size_t)rows * cols);
+    h.launch([&](cudaStream_t s) {
+        softmax_rows<<<rows, THREADS, 0, s>>>(in.device(), out.device(), rows, cols);
+    });
+    h.reference([&] {
+        const std::vector<float>& a = in.host();
+        std::vector<float> ref((size_t)rows * cols);
+        for (int r = 0; r < rows; ++r) {
+            const float* row = &a[(size_t)r * cols];
+            double m = -INFINITY, sum = 0.0;
+            for (int j = 0; j < cols; ++j) m = std::max(m, (double)row[j]);
+            for (int j = 0; j < cols; ++j) sum += std::exp(row[j] - m);
+            for (int j = 0; j < cols; ++j) ref[(size_t)r * cols + j] = (float)(std::exp(row[j] - m) / sum);
+        }
+        return h.compare(out, ref, 1e-4, 1e-9);
+    });
+    return h.run();
 }

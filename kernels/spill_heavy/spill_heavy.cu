@@ -22,6 +22,19 @@
 //   -maxrregcount 255 (without --override-directive-values)  336 / 336, 128 regs (directive wins)
 // Removing the spills costs occupancy (214 registers -> 1 block of 256 threads per SM), which
 // is exactly the trade-off a runtime measurement has to settle.
+//
+// Default problem: n = 2^25 (x and y 134 MB each, coef 512 B). Per element: 64 gathered loads
+// (mostly L1/L2 hits: the 64 taps of neighbouring threads overlap), 8 x 64 x (FMA + MUL) and
+// 64 FMA -> ~1.66 kFLOP, so ~56 GFLOP in all: a ~0.83 ms fp32 floor on an H200 (~67 TFLOP/s),
+// plus 64 integer modulos per element; DRAM (268 MB, 0.06 ms) is not the limit. Spilled
+// variants add local-memory traffic (L1/L2) on top.
+//
+// Reference: the full CPU reference (~56 GFLOP) would take ~30 s, so --check recomputes every
+// 509th element and the last 64, in double. Tolerance: rtol 1e-4, atol 1e-5 (|y| ~ 0.4..2;
+// 8 rounds of fp32 FMA on values in [-1, 1) round at ~1e-7 relative).
+#include "compileiq/harness.cuh"  // found through include_dirs in tune.toml
+
+#include <vector>
 #ifndef TAPS
 #define TAPS 64
 #endif
@@ -54,4 +67,45 @@ spill_heavy(const float* __restrict__ x, const float* __restrict__ coef, float* 
         s += acc[k] * acc[(k * 7) % TAPS];
     }
     y[i] = s;
+}
+
+int main(int argc, char** argv)
+{
+    ciq::Harness h(argc, argv);
+    const int n = (int)h.size("n", 1 << 25);
+    auto x = h.input<float>("x", n);
+    auto coef = h.input<float>("coef", 2 * TAPS);
+    auto y = h.output<float>("y", n);
+    h.launch([&](cudaStream_t s) {
+        spill_heavy<<<(n + 255) / 256, 256, 0, s>>>(x.device(), coef.device(), y.device(), n);
+    });
+    h.reference([&] {
+        // Subset check (see the header comment); the harness itself checks that every element
+        // of y was written.
+        const std::vector<float>&hx = x.host(), &hc = coef.host();
+        const std::vector<float> got = y.fetch();
+        std::vector<float> sub_got, sub_ref;
+        std::vector<int> sample;
+        for (int i = 0; i < n; i += 509) sample.push_back(i);
+        for (int i = n > 64 ? n - 64 : 0; i < n; ++i) sample.push_back(i);
+        double acc[TAPS], next[TAPS];
+        for (int i : sample) {
+            for (int k = 0; k < TAPS; ++k) acc[k] = hx[((size_t)i + (size_t)k * 131) % n];
+            for (int round = 0; round < ROUNDS; ++round) {
+                // The GPU updates acc[k] in place for k = 0..TAPS-1, so acc[k + 1] is still the
+                // old value except for k = TAPS - 1, which reads the already-updated acc[0].
+                for (int k = 0; k < TAPS; ++k) {
+                    const double right = k + 1 < TAPS ? acc[k + 1] : next[0];
+                    next[k] = acc[k] * hc[k] + right * hc[TAPS + k];
+                }
+                for (int k = 0; k < TAPS; ++k) acc[k] = next[k];
+            }
+            double s = 0.0;
+            for (int k = 0; k < TAPS; ++k) s += acc[k] * acc[(k * 7) % TAPS];
+            sub_got.push_back(got[i]);
+            sub_ref.push_back((float)s);
+        }
+        return h.compare(sub_got, sub_ref, 1e-4, 1e-5);
+    });
+    return h.run();
 }

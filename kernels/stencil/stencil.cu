@@ -7,9 +7,18 @@
 // Launch: stencil7<<<dim3(ceil(nx / 32), ceil(ny / 8)), dim3(32, 8)>>>(in, out, nx, ny, nz,
 //     c0, c1).
 //
+// Default problem: nx = ny = 512, nz = 256 floats (268 MB in, 268 MB out); the grid is
+// 16 x 64 = 1024 blocks of 256 threads, about one wave on 132 SMs.
 // Expected bottleneck: DRAM bandwidth (each point is read about once and written once,
-// 8 FLOPs per 8 bytes); the shared-memory halo and the z-march add latency that more
-// independent loads (and fewer registers) can hide.
+// 8 FLOPs per 8 bytes): 537 MB at 4.8 TB/s is a ~0.11 ms floor; the shared-memory halo and
+// the z-march add latency that more independent loads (and fewer registers) can hide.
+//
+// Reference: the full stencil in double on the CPU (~0.5 s). Tolerance: rtol 1e-5, atol 1e-6
+// (c0 = 0.4, c1 = 0.1, inputs in [-1, 1): outputs below 1 in magnitude, a few fp32 roundings).
+#include "compileiq/harness.cuh"  // found through include_dirs in tune.toml
+
+#include <vector>
+
 #define BX 32
 #define BY 8
 
@@ -48,4 +57,37 @@ stencil7(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, 
         cur = above;
         above = (inside && z + 2 < nz) ? in[at + 2 * stride] : 0.0f;
     }
+}
+
+int main(int argc, char** argv)
+{
+    ciq::Harness h(argc, argv);
+    const int nx = (int)h.size("nx", 512), ny = (int)h.size("ny", 512), nz = (int)h.size("nz", 256);
+    const float c0 = (float)h.real("c0", 0.4), c1 = (float)h.real("c1", 0.1);
+    const size_t count = (size_t)nx * ny * nz;
+    auto in = h.input<float>("in", count);
+    auto out = h.output<float>("out", count);
+    const dim3 grid((nx + BX - 1) / BX, (ny + BY - 1) / BY), block(BX, BY);
+    h.launch([&](cudaStream_t s) {
+        stencil7<<<grid, block, 0, s>>>(in.device(), out.device(), nx, ny, nz, c0, c1);
+    });
+    h.reference([&] {
+        const std::vector<float>& a = in.host();
+        std::vector<float> ref(count);
+        const size_t sy = nx, sz = (size_t)nx * ny;
+        for (int z = 0; z < nz; ++z)
+            for (int y = 0; y < ny; ++y)
+                for (int x = 0; x < nx; ++x) {
+                    const size_t i = z * sz + y * sy + x;
+                    const bool interior = x > 0 && y > 0 && z > 0 && x < nx - 1 && y < ny - 1 && z < nz - 1;
+                    if (!interior) {
+                        ref[i] = a[i];
+                        continue;
+                    }
+                    const double sum = (double)a[i - 1] + a[i + 1] + a[i - sy] + a[i + sy] + a[i - sz] + a[i + sz];
+                    ref[i] = (float)(c0 * (double)a[i] + c1 * sum);
+                }
+        return h.compare(out, ref, 1e-5, 1e-6);
+    });
+    return h.run();
 }

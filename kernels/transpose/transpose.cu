@@ -7,8 +7,16 @@
 // Launch: transpose<<<dim3(ceil(cols / TILE), ceil(rows / TILE)), dim3(TILE, 256 / TILE)>>>(
 //     in, out, rows, cols).
 //
-// Expected bottleneck: DRAM bandwidth (pure data movement, no arithmetic); TILE (co-tuned)
-// changes the work per thread and the shared-memory footprint.
+// Default problem: rows = cols = 8192 floats (268 MB in, 268 MB out).
+// Expected bottleneck: DRAM bandwidth (pure data movement, no arithmetic): 537 MB at 4.8 TB/s is
+// a ~0.11 ms floor. TILE (co-tuned) changes the work per thread and the shared-memory footprint.
+//
+// Reference: the full transpose on the CPU (~0.5 s). Tolerance: none, the comparison is exact
+// (rtol = atol = 0): a transpose only moves bits.
+#include "compileiq/harness.cuh"  // found through include_dirs in tune.toml
+
+#include <vector>
+
 #ifndef TILE
 #define TILE 32
 #endif
@@ -39,4 +47,28 @@ transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int c
             out[(size_t)oy * rows + ox] = tile[threadIdx.x][dy];
         }
     }
+}
+
+int main(int argc, char** argv)
+{
+    ciq::Harness h(argc, argv);
+    const int rows = (int)h.size("rows", 8192), cols = (int)h.size("cols", 8192);
+    auto in = h.input<float>("in", (size_t)rows * cols);
+    auto out = h.output<float>("out", (size_t)rows * cols);
+    const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, THREADS / TILE);
+    h.launch([&](cudaStream_t s) {
+        transpose<<<grid, block, 0, s>>>(in.device(), out.device(), rows, cols);
+    });
+    h.reference([&] {
+        const std::vector<float>& a = in.host();
+        std::vector<float> ref((size_t)rows * cols);
+        const int B = 64;  // cache-blocked
+        for (int r0 = 0; r0 < rows; r0 += B)
+            for (int c0 = 0; c0 < cols; c0 += B)
+                for (int r = r0; r < std::min(r0 + B, rows); ++r)
+                    for (int c = c0; c < std::min(c0 + B, cols); ++c)
+                        ref[(size_t)c * rows + r] = a[(size_t)r * cols + c];
+        return h.compare(out, ref, 0.0, 0.0);
+    });
+    return h.run();
 }
