@@ -146,7 +146,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     base = space or load_space(str(tools["nvcc"]))
     _check_tokens(path, base, argv, fixed)
     controls = dict(data["controls"])
-    config, full_space = _config(base, controls)
+    config, full_space = _config(base, controls, argv)
     expected = (*full_space.nvcc_args(config), *fixed)
     if argv != expected:
         raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
@@ -172,8 +172,13 @@ def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: 
     space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
 
 
-def _config(base: SearchSpace, controls: dict[str, Any]) -> tuple[Config, SearchSpace]:
-    defines = {name.removeprefix("define."): [value] for name, value in controls.items() if name.startswith("define.")}
+def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) -> tuple[Config, SearchSpace]:
+    """The config and the space it lives in; tuned macros keep the order they have in argv
+    (tune.toml's order), which TOML tables do not preserve for us."""
+    order = [token[2:].partition("=")[0] for token in argv if token.startswith("-D")]
+    names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
+                   key=lambda n: order.index(n) if n in order else len(order))
+    defines = {name: [controls[f"define.{name}"]] for name in names}
     space = base.with_defines(defines) if defines else base
     config = space.default_config().with_values(controls)
     space.validate(config)

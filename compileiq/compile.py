@@ -110,12 +110,18 @@ def run_tool(argv: list[str], timeout_s: float, cwd: str | None = None) -> ToolR
     return ToolRun(process.returncode, text, time.perf_counter() - start, timed_out)
 
 
+def harness_include_dir() -> Path:
+    """The folder to pass as -I for `#include <compileiq/harness.cuh>` (shipped in the package)."""
+    return Path(__file__).with_name("include")
+
+
 def emit_ptx(job: FrontendJob) -> PtxResult:
     """Run the nvcc front end once: source bundle -> PTX bytes."""
     with tempfile.TemporaryDirectory(prefix="compileiq-ptx-") as workdir:
         main = job.bundle.write_to(Path(workdir))
         out = Path(workdir) / "kernel.ptx"
-        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args]
+        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
+                f"-I{harness_include_dir()}"]
         run = run_tool([*argv, str(main), "-o", str(out)], job.timeout_s, cwd=workdir)
         if run.timed_out:
             return PtxResult(BuildStatus.TIMEOUT, b"", run.seconds, _timeout_message("nvcc", job))
@@ -222,9 +228,7 @@ class ExecutableBuild:
 
 
 def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
-    from compileiq.measure import include_dir
-
-    include = job.harness_include or str(include_dir())
+    include = job.harness_include or str(harness_include_dir())
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
     return [job.nvcc, f"-arch={job.arch}", *job.frontend_args, *ptxas, "-std=c++17", f"-I{include}",
             *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from compileiq.compile import harness_include_dir
+
 HARNESS_KEY = "compileiq_harness"
 STATUSES = ("ok", "error", "check_failed", "unwritten_output")
 QUICK_ARGS = ("--quick",)  # screening: ~0.1 s of samples
@@ -30,7 +32,7 @@ SCREEN_TIMEOUT_S = 3.0
 
 def include_dir() -> Path:
     """The directory to pass to nvcc as -I for `#include <compileiq/harness.cuh>`."""
-    return Path(__file__).with_name("include")
+    return harness_include_dir()
 
 
 @dataclass(frozen=True)

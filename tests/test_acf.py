@@ -1,0 +1,82 @@
+"""The advanced-control file: written by a tune, read back validated, never trusted as text."""
+
+from pathlib import Path
+
+import pytest
+import tomli_w
+import tomllib
+
+from compileiq import acf
+from compileiq.space import load_space
+
+
+def _content(space, config, defines=("-DN=4096",)):
+    return acf.AcfContent(
+        kernel="k", source_name="k.cu", source_path="kernels/k/k.cu", source_sha256="ab" * 32, arch="sm_90",
+        nvcc_version="13.0", ptxas_version="13.0", toolchain_build="cuda_13.0", space=space, config=config,
+        fixed_defines=defines, objective={"name": "spills", "kind": "static estimate"},
+        evidence={"best": {"spill_bytes": 0}}, provenance={"study": "s"},
+    )
+
+
+@pytest.fixture()
+def tuned_space():
+    # two tuned macros listed in non-alphabetical order, as a tune.toml may list them
+    return load_space("13.0").with_defines({"TT": [16, 32], "BK": [8, 16]})
+
+
+def _written(tmp_path: Path, space, values) -> Path:
+    config = space.default_config().with_values(values)
+    return acf.write(tmp_path / "k.acf.toml", _content(space, config))
+
+
+def test_round_trip_keeps_controls_and_flags(tmp_path, tuned_space):
+    path = _written(tmp_path, tuned_space, {"ptxas.maxrregcount": 64, "define.BK": 16})
+    read = acf.read(path)
+    assert read.controls == {"ptxas.maxrregcount": 64, "define.TT": 16, "define.BK": 16}
+    assert read.flags() == ("-arch=sm_90", "-DTT=16", "-DBK=16", "-Xptxas=--maxrregcount=64", "-DN=4096")
+    assert read.flags("ptxas") == ("--maxrregcount=64",)
+    assert read.source_path == "kernels/k/k.cu"
+
+
+def test_writing_is_atomic_and_leaves_no_temporary(tmp_path, tuned_space):
+    path = _written(tmp_path, tuned_space, {})
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def _tamper(path: Path, edit) -> Path:
+    data = tomllib.loads(path.read_text())
+    edit(data)
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda d: d["args"]["argv"].append("-Xcompiler=-fPIC"), "-Xcompiler=-fPIC"),
+        (lambda d: d["args"]["argv"].append("--compiler-bindir=/tmp"), "--compiler-bindir"),
+        (lambda d: d["args"]["argv"].extend(["-o", "x"]), "'-o'"),
+        (lambda d: d["args"]["defines"].append("-DX=$(rm -rf ~)"), "not an allowed define"),
+        (lambda d: d["controls"].update({"ptxas.maxrregcount": 7}), "maxrregcount"),
+        (lambda d: d["controls"].update({"nvcc.run": True}), "nvcc.run"),
+        (lambda d: d["args"]["argv"].remove("-Xptxas=--maxrregcount=64"), "does not match its controls"),
+        (lambda d: d.update({"format": 99}), "unsupported ACF format"),
+        (lambda d: d.pop("args"), "missing or malformed"),
+    ],
+)
+def test_a_tampered_acf_is_refused(tmp_path, tuned_space, edit, says):
+    path = _tamper(_written(tmp_path, tuned_space, {"ptxas.maxrregcount": 64}), edit)
+    with pytest.raises(acf.AcfError) as error:
+        acf.read(path)
+    assert says in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_garbage_is_refused(tmp_path):
+    path = tmp_path / "g.acf.toml"
+    path.write_bytes(b"\x00\xffnot toml [[[")
+    with pytest.raises(acf.AcfError, match="not a readable ACF"):
+        acf.read(path)
+    with pytest.raises(acf.AcfError, match="not found"):
+        acf.read(tmp_path / "missing.acf.toml")
