@@ -49,6 +49,7 @@ class TuneOptions:
     only: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     simplify: bool = True
+    stale_after: float = 300.0  # seconds without a heartbeat before another tuner retries a trial
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def _check(options: TuneOptions) -> None:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
+    if not options.stale_after > 0:
+        raise UsageError(f"--stale-after must be a positive number of seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
 
 
@@ -113,6 +116,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         study_name=options.study,
         resume=options.resume,
         simplify=options.simplify,
+        stale_after_s=options.stale_after,
     )
     url = database_url(options.db)
     store = Store.open(url)

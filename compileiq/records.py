@@ -66,3 +66,45 @@ class BuildRecord:
 
 
 KEY_FIELDS = tuple(f.name for f in fields(StudyKey))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """GPU timings of one machine code on one device, driver and harness setting (a cache entry)."""
+
+    code_hash: str
+    device: str
+    driver: str
+    harness_args_hash: str
+    samples: tuple[float, ...]  # seconds, in the order taken
+    median: float
+    iqr: float
+    min: float
+    clocks: tuple[float, ...]  # SM clock (MHz) per sample; empty when not read
+    status: str  # "ok", or why the variant could not be timed
+
+
+@dataclass(frozen=True)
+class StudyExport:
+    """One study as it moves between databases: its trials, their builds and measurements."""
+
+    name: str
+    key: StudyKey
+    trials: tuple[Trial, ...]
+    builds: tuple[BuildRecord, ...]
+    measurements: tuple[Measurement, ...]
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    study: Study
+    created: bool  # the study did not exist in this database before
+    trials_added: int
+    trials_kept: int  # already finished here: left as they were
+    trials_skipped: int  # unfinished in the file (running, or failed to be retried): not results
+    builds_added: int
+    measurements_added: int
+
+    @property
+    def changed(self) -> bool:
+        return self.created or bool(self.trials_added + self.builds_added + self.measurements_added)

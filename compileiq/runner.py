@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Self
 
 from compileiq.compile import AssembleJob, Build, BuildStatus, EntryResources, FrontendJob
+from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.metrics import StaticEvaluator
 from compileiq.space import Config, SearchSpace
@@ -101,7 +103,9 @@ class TrialRunner:
         evaluator: StaticEvaluator,
         open_workers: Callable[[], Workers],
         progress: Progress,
+        heartbeat_every_s: float = HEARTBEAT_EVERY_S,
     ) -> None:
+        self._heartbeat_every_s = heartbeat_every_s
         self._target = target
         self._store = store
         self._evaluator = evaluator
@@ -140,14 +144,11 @@ class TrialRunner:
         by_id = {t.id: t for t in batch}
         finished: list[Trial] = []
         try:
-            workers = self._workers or self._start_workers()
-            beat = time.monotonic()
-            results = iter(workers.run(jobs))
-            while (result := self._wait(results)) is not None:
-                finished.append(self._record_compiled(by_id[result.tag], result))
-                if time.monotonic() - beat > HEARTBEAT_EVERY_S:
-                    self._store.heartbeat([j.tag for j in jobs])
-                    beat = time.monotonic()
+            with Heartbeat(self._store, [j.tag for j in jobs], self._heartbeat_every_s):
+                workers = self._workers or self._start_workers()
+                results = iter(workers.run(jobs))
+                while (result := self._wait(results)) is not None:
+                    finished.append(self._record_compiled(by_id[result.tag], result))
         except WorkersError as error:
             self._release({j.tag for j in jobs} - {t.id for t in finished}, str(error))
             raise
@@ -229,6 +230,34 @@ class TrialRunner:
             list(space.ptxas_args(config)),
         ]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+class Heartbeat:
+    """Keeps claimed trials alive from a background thread while they compile.
+
+    A compile (or Ray's start-up) can outlast the stale timeout of other tuners on the study;
+    beating only between results would let them take over trials that are still being worked on.
+    """
+
+    def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float) -> None:
+        self._store, self._ids, self._every_s = store, list(trial_ids), every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="compileiq-heartbeat", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self._store.heartbeat(self._ids)
+            except CompileIQError:
+                pass  # best effort: the loop itself reports a database that went away
 
 
 def _build_record(key: str, build: Build) -> BuildRecord:

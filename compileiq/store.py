@@ -29,9 +29,20 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from compileiq.errors import CompileIQError
-from compileiq.records import KEY_FIELDS, BuildRecord, Study, StudyKey, Trial, TrialState
+from compileiq.records import (
+    KEY_FIELDS,
+    BuildRecord,
+    ImportSummary,
+    Measurement,
+    Study,
+    StudyExport,
+    StudyKey,
+    Trial,
+    TrialState,
+)
 
-__all__ = ["KEY_FIELDS", "BuildRecord", "Store", "StoreError", "Study", "StudyKey", "Trial", "TrialState"]
+__all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "Store", "StoreError"]
+__all__ += ["Study", "StudyExport", "StudyKey", "Trial", "TrialState"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 _PG_SCHEMA_LOCK = 0x636F6D70  # advisory lock id serialising concurrent upgrades
@@ -73,6 +84,14 @@ trials_table = _table(
 builds = _table(
     "builds", str="key code_hash", text="message", bool="ok", json="metrics", float="seconds"
 )
+measurements = _table(
+    "measurements",
+    int="id",
+    str="code_hash device driver harness_args_hash status",
+    json="samples clocks",
+    float="median iqr min",
+)
+_MEASUREMENT_KEY = ("code_hash", "device", "driver", "harness_args_hash")
 
 
 class db_now(sa.sql.functions.FunctionElement[datetime]):
@@ -302,15 +321,30 @@ class Store:
             rows = conn.execute(query.order_by(trials_table.c.number)).mappings().all()
         return [_trial(row) for row in rows]
 
+    def related_trials(self, key: StudyKey, exclude_study_id: int | None = None) -> list[Trial]:
+        """Finished trials of the studies that share ``key``'s kernel source, toolchain, arch and
+        search space (any objective), except study ``exclude_study_id``: a warm start's evidence."""
+        s, t = studies.c, trials_table.c
+        query = (
+            sa.select(trials_table)
+            .join(studies, s.id == t.study_id)
+            .where(s.source_sha256 == key.source_sha256, s.toolchain == key.toolchain)
+            .where(s.arch == key.arch, s.space_id == key.space_id)
+            .where(sa.or_(t.state == TrialState.COMPLETE.value, _final_failure(t)))
+        )
+        if exclude_study_id is not None:
+            query = query.where(s.id != exclude_study_id)
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
+        return [_trial(row) for row in rows]
+
     # -- build cache ---------------------------------------------------------------------
 
     def get_build(self, key: str) -> BuildRecord | None:
         query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
         with self._tx(readonly=True) as conn:
             row = conn.execute(query.where(builds.c.key == key)).mappings().one_or_none()
-        if row is None:
-            return None
-        return BuildRecord(**{**row, "ok": bool(row["ok"]), "seconds": float(row["seconds"])})
+        return None if row is None else _build(row)
 
     def put_build(self, record: BuildRecord) -> None:
         """Cache a build; an existing record under the same key is kept."""
@@ -323,6 +357,100 @@ class Store:
     def builds_count(self) -> int:
         with self._tx(readonly=True) as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())
+
+    # -- measurement cache ---------------------------------------------------------------
+
+    def get_measurement(
+        self, code_hash: str, device: str, driver: str, harness_args_hash: str
+    ) -> Measurement | None:
+        m = measurements.c
+        where = (m.code_hash == code_hash, m.device == device, m.driver == driver)
+        query = sa.select(measurements).where(*where, m.harness_args_hash == harness_args_hash)
+        with self._tx(readonly=True) as conn:
+            row = conn.execute(query).mappings().one_or_none()
+        return None if row is None else _measurement(row)
+
+    def put_measurement(self, measurement: Measurement) -> None:
+        """Cache a measurement; an existing one under the same key is kept."""
+        try:
+            with self._tx() as conn:
+                conn.execute(measurements.insert().values(_measurement_values(measurement)))
+        except sa.exc.IntegrityError:
+            pass
+
+    # -- export and import ---------------------------------------------------------------
+
+    def export_study(self, name_or_id: str) -> StudyExport:
+        """A study with all its trials, the builds and measurements of their machine code."""
+        study = self.find_study(name_or_id)
+        t = trials_table.c
+        with self._tx(readonly=True) as conn:
+            query = sa.select(trials_table).where(t.study_id == study.id).order_by(t.number)
+            trials = tuple(_trial(row) for row in conn.execute(query).mappings())
+            hashes = sorted({trial.code_hash for trial in trials if trial.code_hash})
+            build_query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
+            build_query = build_query.where(builds.c.code_hash.in_(hashes)).order_by(builds.c.key)
+            found = tuple(_build(row) for row in conn.execute(build_query).mappings())
+            m = measurements.c
+            query = sa.select(measurements).where(m.code_hash.in_(hashes)).order_by(m.id)
+            timed = tuple(_measurement(row) for row in conn.execute(query).mappings())
+        return StudyExport(study.name, study.key, trials, found, timed)
+
+    def import_study(self, export: StudyExport) -> ImportSummary:
+        """Merge an exported study in ONE transaction: on any error nothing changes.
+
+        The study is matched by name (its key must be the same); trials by config key: a
+        finished or running trial here is kept, one failed-to-be-retried is replaced, a missing
+        one is added with the next free number. Builds and measurements are added when missing.
+        Importing the same export twice changes nothing.
+        """
+        try:
+            with self._tx() as conn:
+                study, created = self._import_target(conn, export)
+                added, kept, skipped = self._import_trials(conn, study.id, export.trials)
+                builds_added = _insert_builds(conn, export.builds)
+                timed = _insert_measurements(conn, export.measurements)
+        except sa.exc.IntegrityError:
+            raise StoreError(
+                f"import of study '{export.name}' collided with a concurrent change; "
+                "nothing was imported: run it again"
+            ) from None
+        return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
+
+    def _import_target(self, conn: Connection, export: StudyExport) -> tuple[Study, bool]:
+        query = sa.select(studies).where(studies.c.name == export.name).with_for_update()
+        row = conn.execute(query).mappings().one_or_none()
+        created = row is None
+        if row is None:
+            values = dict(name=export.name, next_number=0, **asdict(export.key))
+            conn.execute(studies.insert().values(values))
+            row = conn.execute(query).mappings().one()
+        study = _study(row)
+        _check_same_key(study, export.key)
+        return study, created
+
+    def _import_trials(
+        self, conn: Connection, study_id: int, imported: Sequence[Trial]
+    ) -> tuple[int, int, int]:
+        t = trials_table.c
+        query = sa.select(t.id, t.config_key, t.state, t.retryable).where(t.study_id == study_id)
+        here = {row.config_key: row for row in conn.execute(query)}
+        added = kept = skipped = 0
+        for trial in imported:
+            mine = here.get(trial.config_key)
+            if not _final(trial.state, trial.retryable):
+                skipped += 1
+            elif mine is not None and not (mine.state == TrialState.FAILED.value and mine.retryable):
+                kept += 1
+            else:
+                values = _imported_values(trial)
+                if mine is None:
+                    number = self._take_number(conn, study_id)
+                    conn.execute(trials_table.insert().values(study_id=study_id, number=number, **values))
+                else:
+                    conn.execute(trials_table.update().where(t.id == mine.id).values(values))
+                added += 1
+        return added, kept, skipped
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -416,6 +544,64 @@ def _running(config: dict[str, Any], worker: str) -> dict[str, Any]:
     values = dict.fromkeys(("value", "reason", "code_hash", "compile_seconds", "finished_at"))
     values.update(config=config, worker=worker, state=TrialState.RUNNING.value, retryable=False)
     return {**values, "metrics": {}, "started_at": db_now(), "heartbeat_at": db_now()}
+
+
+def _final(state: TrialState | str, retryable: bool) -> bool:
+    """COMPLETE, or FAILED for good (not waiting to be retried)."""
+    state = TrialState(state)
+    return state is TrialState.COMPLETE or (state is TrialState.FAILED and not retryable)
+
+
+def _final_failure(t: Any) -> sa.ColumnElement[bool]:
+    return sa.and_(t.state == TrialState.FAILED.value, t.retryable.is_(False))
+
+
+def _imported_values(trial: Trial) -> dict[str, Any]:
+    values = {f.name: getattr(trial, f.name) for f in fields(Trial)}
+    for name in ("id", "study_id", "number"):
+        del values[name]
+    values.update(state=trial.state.value, heartbeat_at=trial.finished_at or trial.started_at)
+    return values
+
+
+def _build(row: sa.RowMapping) -> BuildRecord:
+    return BuildRecord(**{**row, "ok": bool(row["ok"]), "seconds": float(row["seconds"])})
+
+
+def _insert_builds(conn: Connection, records: Sequence[BuildRecord]) -> int:
+    keys = [record.key for record in records]
+    query = sa.select(builds.c.key).where(builds.c.key.in_(keys))
+    present = set(conn.execute(query).scalars())
+    fresh = {r.key: asdict(r) for r in records if r.key not in present}
+    if fresh:
+        conn.execute(builds.insert(), list(fresh.values()))
+    return len(fresh)
+
+
+def _insert_measurements(conn: Connection, records: Sequence[Measurement]) -> int:
+    added = 0
+    for record in records:
+        m = measurements.c
+        where = [m[name] == getattr(record, name) for name in _MEASUREMENT_KEY]
+        if conn.execute(sa.select(m.id).where(*where)).first() is None:
+            conn.execute(measurements.insert().values(_measurement_values(record)))
+            added += 1
+    return added
+
+
+def _measurement_values(measurement: Measurement) -> dict[str, Any]:
+    values = asdict(measurement)
+    values.update(samples=list(measurement.samples), clocks=list(measurement.clocks))
+    return values
+
+
+def _measurement(row: sa.RowMapping) -> Measurement:
+    values = {f.name: row[f.name] for f in fields(Measurement)}
+    values.update(samples=tuple(float(v) for v in row["samples"] or ()))
+    values.update(clocks=tuple(float(v) for v in row["clocks"] or ()))
+    for name in ("median", "iqr", "min"):
+        values[name] = float("nan") if row[name] is None else float(row[name])
+    return Measurement(**values)
 
 
 def _trial(row: sa.RowMapping) -> Trial:

@@ -15,16 +15,18 @@ from dataclasses import dataclass, field
 
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources
-from compileiq.metrics import StaticEvaluator
-from compileiq.runner import Progress, RunCounters, Target, TrialRunner
+from compileiq.metrics import StaticEvaluator, StaticMetrics, objective_value
+from compileiq.runner import HEARTBEAT_EVERY_S, Progress, RunCounters, Target, TrialRunner
 from compileiq.search import Observation, Searcher, SearchSettings
 from compileiq.simplify import Simplification, simplify
-from compileiq.space import Config, SearchSpace
+from compileiq.space import Config, SearchSpace, SpaceError
 from compileiq.store import Store, Study, StudyKey, Trial, TrialState
 from compileiq.toolchain import Toolchain
 from compileiq.workers import Workers
 
 WAIT_FOR_OTHERS_S = 1.0
+WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
+_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 
 class BaselineError(CompileIQError):
@@ -89,7 +91,10 @@ class Tuner:
         self._bundle = bundle_sources(request.kernel)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         evaluator = StaticEvaluator(request.objective, request.kernel)
-        self._runner = TrialRunner(target, store, evaluator, open_workers, progress)
+        beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
+        self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
+        self._evaluator_kind = evaluator.kind
+        self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._searcher = Searcher(request.space, request.search)
         self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
         self._baseline = request.space.default_config()
@@ -100,6 +105,8 @@ class Tuner:
         study = self._store.get_or_create_study(key, request.study_name)
         self._store.fail_stale_trials(study.id, 0.0 if request.resume else request.stale_after_s)
         self._progress.started(study, request.budget, self._sync(study))
+        if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
+            self._warm_start(study)
         try:
             exhausted = self._search(study)
             result = self._result(study, exhausted)
@@ -110,12 +117,18 @@ class Tuner:
     def _search(self, study: Study) -> bool:
         """Run batches until the budget is spent; True if the space ran out first."""
         while (remaining := self._request.budget - self._sync(study)) > 0:
-            batch = self._claim_batch(study, min(remaining, self._request.batch_size))
+            # Before each ask: a tuner that died mid-batch leaves RUNNING trials; fail them
+            # (retryable) once their heartbeat is stale, so that this tuner retries them.
+            self._store.fail_stale_trials(study.id, self._request.stale_after_s)
+            candidates = self._candidates(study, min(remaining, self._request.batch_size))
+            batch = self._claim(study, candidates)
             if batch:
                 finished = self._runner.run(batch)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([_observation(t) for t in finished if _counts(t)])
+            elif candidates:
+                continue  # other tuners claimed them first: sync their results and ask again
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
             else:
@@ -130,15 +143,46 @@ class Tuner:
         self._check_baseline(finished)
         return len(finished)
 
-    def _claim_batch(self, study: Study, count: int) -> list[Trial]:
+    def _candidates(self, study: Study, count: int) -> list[Config]:
+        """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
         trials = self._store.trials(study.id)
         taken = {t.config_key for t in trials if not _retryable(t)}
-        candidates = [Config.of(t.config) for t in trials if _retryable(t)]
-        if self._baseline.key not in taken | {c.key for c in candidates}:
-            candidates.insert(0, self._baseline)
+        retry = [Config.of(t.config) for t in trials if _retryable(t)]
+        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first] if c.key not in taken}
+        self._warm_first = []
+        candidates = list(first.values())
         if (wanted := count - len(candidates)) > 0:
-            candidates += self._searcher.ask(wanted, exclude=sorted(taken | {c.key for c in candidates}))
-        return self._claim(study, candidates[:count])
+            candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
+        return candidates[:count]
+
+    def _warm_start(self, study: Study) -> None:
+        """Tell the searcher what earlier studies of this kernel found, re-scored for this
+        objective (not recorded as trials here); their best few are tried first (cache hits)."""
+        related = self._store.related_trials(study.key, exclude_study_id=study.id)
+        found = {o.config.key: (o, t.study_id) for t in related if (o := self._warm_observation(t))}
+        if not found:
+            return
+        observations = [observation for observation, _ in found.values()]
+        self._searcher.tell(observations)
+        ranked = sorted(observations, key=lambda o: (o.value, o.config.key))
+        ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
+        self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
+        studies = len({study_id for _, study_id in found.values()})
+        self._progress.note(f"warm start: {len(found)} results from {studies} earlier studies")
+
+    def _warm_observation(self, trial: Trial) -> Observation | None:
+        """The trial's result for this run's objective, if its config fits this space."""
+        if trial.state is not TrialState.COMPLETE or self._evaluator_kind != "static":
+            return None
+        try:
+            config = Config.of(trial.config)
+            self._request.space.validate(config)
+            metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
+        except (SpaceError, KeyError, TypeError):
+            return None
+        if trial.metrics.get("block_size") != self._request.kernel.block_size_for(config.as_dict()):
+            return None  # scored for another block size: occupancy would differ
+        return Observation(config, objective_value(self._request.objective, metrics))
 
     def _claim(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
         claimed = []
@@ -149,12 +193,23 @@ class Tuner:
         return claimed
 
     def evaluate(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
-        """Finished trials for these configs: recorded ones as they are, the rest evaluated now."""
-        recorded = {t.config_key: t for t in self._store.trials(study.id) if _counts(t)}
-        fresh = self._claim(study, [c for c in configs if c.key not in recorded])
-        for trial in self._runner.run(fresh):
-            recorded[trial.config_key] = trial
-        return [recorded[c.key] for c in configs if c.key in recorded]
+        """Finished trials for these configs: recorded ones as they are, the rest evaluated now.
+
+        A config another tuner is evaluating is waited for (it may go stale and be retried
+        here); one still unfinished after WAIT_FOR_RUNNING_S is left out of the answer.
+        """
+        limit = min(self._request.stale_after_s, WAIT_FOR_RUNNING_S) + 2 * WAIT_FOR_OTHERS_S
+        deadline = time.monotonic() + limit
+        while True:
+            recorded = {t.config_key: t for t in self._store.trials(study.id) if _counts(t)}
+            missing = [c for c in configs if c.key not in recorded]
+            fresh = self._claim(study, missing)
+            for trial in self._runner.run(fresh):
+                recorded[trial.config_key] = trial
+            if len(fresh) == len(missing) or time.monotonic() > deadline:
+                return [recorded[c.key] for c in configs if c.key in recorded]
+            time.sleep(WAIT_FOR_OTHERS_S)
+            self._store.fail_stale_trials(study.id, self._request.stale_after_s)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
@@ -164,6 +219,7 @@ class Tuner:
                 raise BaselineError(f"{name} does not build with default settings: {lines[0] if lines else ''}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
+        self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
         trials = self._store.trials(study.id)
         baseline = next(t for t in trials if t.config_key == self._baseline.key)
         winner = _best(trials) or baseline

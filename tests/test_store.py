@@ -46,9 +46,9 @@ def _finish(store: Store, trial_id: int, value: float = 1.0) -> None:
 
 
 def test_open_creates_schema_and_is_idempotent(store: Store, store_url: str) -> None:
-    assert store.upgrade() == "0001"
+    assert store.upgrade() == "0002"
     again = Store.open(store_url)
-    assert again.upgrade() == "0001"
+    assert again.upgrade() == "0002"
     again.close()
 
 
@@ -221,3 +221,41 @@ def test_wrong_password_hides_password(postgres_admin_url: str) -> None:
         Store.open(url.render_as_string(hide_password=False))
     assert "wrong-pw-7731" not in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_measurement_cache_keeps_first(store: Store) -> None:
+    from compileiq.store import Measurement
+
+    timed = Measurement(
+        code_hash="c" * 64,
+        device="NVIDIA H200",
+        driver="580.65",
+        harness_args_hash="d" * 64,
+        samples=(1.25e-5, 1.5e-5, 1.3e-5),
+        median=1.3e-5,
+        iqr=1.25e-6,
+        min=1.25e-5,
+        clocks=(1980.0, 1965.0, 1980.0),
+        status="ok",
+    )
+    key = (timed.code_hash, timed.device, timed.driver, timed.harness_args_hash)
+    assert store.get_measurement(*key) is None
+    store.put_measurement(timed)
+    store.put_measurement(replace(timed, median=9.0, status="timeout"))  # idempotent: first kept
+    assert store.get_measurement(*key) == timed
+    assert store.get_measurement(timed.code_hash, "NVIDIA A100", timed.driver, key[3]) is None
+
+
+def test_related_trials_are_other_studies_of_the_same_kernel(store: Store) -> None:
+    spills = store.get_or_create_study(KEY, name="spills")
+    registers = store.get_or_create_study(replace(KEY, objective="registers"), name="registers")
+    other_arch = store.get_or_create_study(replace(KEY, arch="sm_80"), name="sm80")
+    other_space = store.get_or_create_study(replace(KEY, space_id="nvcc-13.0"), name="nvcc-only")
+    for study in (spills, other_arch, other_space):
+        done = store.claim_trial(study.id, "k1", {"v": 1}, "w")
+        assert done is not None
+        _finish(store, done.id)
+        store.claim_trial(study.id, "k2", {"v": 2}, "w")  # still running: not evidence
+    related = store.related_trials(registers.key, exclude_study_id=registers.id)
+    assert [(t.study_id, t.config_key) for t in related] == [(spills.id, "k1")]
+    assert store.related_trials(spills.key, exclude_study_id=spills.id) == []

@@ -173,3 +173,61 @@ def test_a_killed_run_resumes_and_loses_nothing(tmp_path, spiller):
 
 def _counted(trial):
     return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
+
+
+class Recorder(SilentProgress):
+    def __init__(self):
+        self.notes, self.outcomes = [], []
+
+    def note(self, message):
+        self.notes.append(message)
+
+    def trial(self, outcome, best):
+        self.outcomes.append(outcome)
+
+
+def test_a_new_objective_starts_warm_from_earlier_studies(tmp_path, spiller):
+    first = app.tune(_options(tmp_path, spiller, budget=16, batch_size=4, simplify=False), SilentProgress())
+    complete = [t for t in first.result.trials if t.state is TrialState.COMPLETE]
+    recorder = Recorder()
+    second = app.tune(_options(tmp_path, spiller, budget=12, batch_size=4, objective="registers", simplify=False),
+                      recorder)
+    assert f"warm start: {len(complete)} results from 1 earlier studies" in recorder.notes
+    first_batch = recorder.outcomes[:4]
+    assert {o.trial.config_key for o in first_batch} <= {t.config_key for t in complete}
+    assert second.result.counters.build_cache_hits >= 4
+    # the warm start's best (fewest registers among the first study's results) was tried first
+    best_known = min(t.metrics["registers"] for t in complete)
+    assert min(o.trial.value for o in first_batch) == best_known
+    assert {t.study_id for t in second.result.trials} == {second.result.study.id}  # not copied over
+
+
+def test_another_arch_never_reuses_builds(tmp_path, spiller):
+    app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6), SilentProgress())
+    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6, arch="sm_80"), SilentProgress())
+    assert other.result.study.key.arch == "sm_80"
+    assert other.result.counters.build_cache_hits == 0
+    assert other.result.counters.ptxas_calls >= 6
+
+
+def test_another_toolchain_build_never_reuses_builds(tmp_path, spiller, monkeypatch):
+    app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6), SilentProgress())
+    real = find_toolchain()
+    folder = tmp_path / "cuda" / "bin"
+    folder.mkdir(parents=True)
+    (folder / "nvcc").write_text(  # the same compiler, reporting another build string
+        f'#!/bin/sh\nif [ "$1" = --version ]; then "{real.nvcc}" --version | sed "s/^Build /Build other-/"; '
+        f'else exec "{real.nvcc}" "$@"; fi\n'
+    )
+    (folder / "ptxas").write_text(f'#!/bin/sh\nexec "{real.ptxas}" "$@"\n')
+    for tool in folder.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    find_toolchain.cache_clear()
+    try:
+        other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6), SilentProgress())
+    finally:
+        find_toolchain.cache_clear()
+    assert other.result.study.key.toolchain == f"other-{real.nvcc_build}"
+    assert other.result.counters.build_cache_hits == 0
+    assert other.result.counters.frontend_calls >= 1

@@ -1,0 +1,173 @@
+"""Several `compileiq tune` processes on one study, coordinating only through the database.
+
+Each test starts real tuner processes (the console script, a clean environment, local compile
+threads) on SQLite and on PostgreSQL and checks what the design promises: every configuration
+is claimed once, no variant is compiled twice (the compiler calls of all processes add up to
+the builds in the cache), nothing finished is lost, every process finishes, and the trials of a
+tuner killed mid-compile are retried by another one once their heartbeat is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from helpers import TINY_KERNEL, clean_env, compileiq_command
+
+from compileiq.store import Store, Trial, TrialState
+from compileiq.toolchain import find_toolchain
+
+pytestmark = pytest.mark.slow
+
+SMALL_SPACE = "ptxas.opt_level,ptxas.maxrregcount,ptxas.register_usage_level"
+# ptxas 13.0 spills this kernel at its default settings; overriding the bound removes the spills,
+# so the search's winner has non-default settings and every tuner simplifies it at the end.
+SPILLER = """\
+extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
+    float taps[128];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    #pragma unroll
+    for (int k = 0; k < 128; ++k) taps[k] = in[(i * 7 + k * 13) % n];
+    float acc = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < 128; ++k) acc += taps[k] * taps[127 - k] * taps[(k * 37) % 128];
+    #pragma unroll
+    for (int k = 0; k < 128; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % 128] + acc;
+}
+"""
+SPILLER_SPACE = "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level"
+
+
+def _tune(kernel: Path, url: str, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    args = [compileiq_command(), "tune", str(kernel), "--db", url, "--workers", "local", "--json",
+            "--out", str(kernel.parent / f"{time.monotonic_ns()}.acf.toml"), *extra]  # fmt: skip
+    return subprocess.Popen(args, cwd=kernel.parent, env=clean_env(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _finish(processes: Sequence[subprocess.Popen[str]], timeout: float = 150) -> list[dict]:
+    """Wait for every process; each must exit 0 with one JSON document on stdout."""
+    outputs = [p.communicate(timeout=timeout) for p in processes]
+    for process, (stdout, stderr) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, f"exit {process.returncode}\n{stderr}\n{stdout}"
+    return [json.loads(stdout) for stdout, _ in outputs]
+
+
+def _study_trials(url: str, name: str) -> tuple[list[Trial], int]:
+    store = Store.open(url)
+    try:
+        return store.trials(store.find_study(name).id), store.builds_count()
+    finally:
+        store.close()
+
+
+def _assert_nothing_done_twice(url: str, name: str, reports: list[dict], budget: int) -> list[Trial]:
+    trials, builds = _study_trials(url, name)
+    keys = [t.config_key for t in trials]
+    assert len(keys) == len(set(keys))
+    assert [t for t in trials if t.state is TrialState.RUNNING] == []
+    assert sum(t.state is TrialState.COMPLETE or not t.retryable for t in trials) >= budget
+    compiled = sum(r["counters"]["ptxas_calls"] for r in reports)
+    assert compiled == builds, f"{compiled} ptxas runs for {builds} distinct builds"
+    assert sum(r["counters"]["new_trials"] for r in reports) == len(trials)
+    return trials
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    return tmp_path / "scale.cu"
+
+
+def test_four_tuners_share_one_study(store_url: str, tiny: Path) -> None:
+    args = ("--study", "S", "--budget", "24", "--batch-size", "4", "--only", SMALL_SPACE)
+    reports = _finish([_tune(tiny, store_url, *args, "--seed", str(seed)) for seed in range(4)])
+    trials = _assert_nothing_done_twice(store_url, "S", reports, 24)
+    assert len({t.worker for t in trials}) >= 2  # the work was shared, not done by one process
+    assert {r["study"]["name"] for r in reports} == {"S"}
+
+
+@pytest.mark.postgres
+def test_two_tuners_started_at_once_on_postgres_both_finish(postgres_url: str, tmp_path: Path) -> None:
+    (tmp_path / "fir.cu").write_text(SPILLER)
+    args = ("--study", "pair", "--objective", "spills", "--budget", "16", "--batch-size", "4",
+            "--only", SPILLER_SPACE)  # fmt: skip
+    reports = _finish([_tune(tmp_path / "fir.cu", postgres_url, *args) for _ in range(2)])
+    trials = _assert_nothing_done_twice(postgres_url, "pair", reports, 16)
+    assert min(t.value for t in trials if t.value is not None) < trials[0].value  # a real winner
+    for report in reports:  # both simplified the winner; neither reported someone else's RUNNING row
+        assert report["best"]["state"] == "complete"
+        assert report["best"]["value"] <= report["baseline"]["value"]
+
+
+def _slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
+    """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
+    tools = find_toolchain()
+    (folder / "bin").mkdir(parents=True)
+    scripts = {
+        "nvcc": f'#!/bin/sh\nexec "{tools.nvcc}" "$@"\n',
+        "ptxas": f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep {seconds} ;; esac\nexec "{tools.ptxas}" "$@"\n',
+    }
+    for name, text in scripts.items():
+        path = folder / "bin" / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return {"CUDA_HOME": str(folder)}
+
+
+def _running_keys(url: str, deadline: float) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                with engine.connect() as conn:
+                    rows = conn.exec_driver_sql("SELECT config_key FROM trials WHERE state = 'running'").all()
+            except sa.exc.DBAPIError:
+                rows = []  # the schema is not there yet
+            if rows:
+                return {row[0] for row in rows}
+            time.sleep(0.1)
+        return set()
+    finally:
+        engine.dispose()
+
+
+def _trials_now(url: str) -> list[Trial]:
+    store = Store.open(url)
+    try:
+        return store.trials(store.find_study("K").id)
+    finally:
+        store.close()
+
+
+def test_a_killed_tuners_trials_are_retried_after_the_stale_timeout(store_url: str, tiny: Path) -> None:
+    # The whole space (4 configs) is the victim's first batch, and its ptxas sleeps 20 s: it is
+    # mid-compile throughout. A second tuner (exhaustive: it cannot finish without those 4)
+    # starts while the victim is alive and must leave its trials alone (heartbeats), then take
+    # them over once the victim is SIGKILLed and their heartbeat is 3 s old.
+    space = ("--study", "K", "--only", "ptxas.opt_level", "--batch-size", "4", "--stale-after", "3")
+    victim = _tune(tiny, store_url, *space, "--budget", "4", env=_slow_toolchain(tiny.parent / "slow", 20))
+    held = _running_keys(store_url, time.monotonic() + 60)
+    rescuer = _tune(tiny, store_url, *space, "--budget", "10", "--strategy", "exhaustive")
+    time.sleep(8)  # the rescuer starts (~4 s) and waits for the victim's trials
+    alive = {t.config_key: t.worker for t in _trials_now(store_url) if t.state is TrialState.RUNNING}
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=30)
+    assert victim.returncode == -signal.SIGKILL and held, "the victim finished before it was killed"
+    victim_name = f"{socket.gethostname()}:{victim.pid}"
+    assert set(alive) >= held and set(alive.values()) == {victim_name}, "trials taken from a live tuner"
+
+    (report,) = _finish([rescuer], timeout=90)
+    trials = _assert_nothing_done_twice(store_url, "K", [report], 4)
+    assert report["exhausted"] and len(trials) == 4
+    for trial in trials:
+        assert trial.state is TrialState.COMPLETE
+        assert trial.worker == f"{socket.gethostname()}:{rescuer.pid}"

@@ -1,0 +1,204 @@
+"""`compileiq db export` / `db import`: a study moves between databases, merged idempotently,
+in one transaction (a bad file or a clash changes nothing). Run on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from helpers import TINY_KERNEL, run_cli
+
+from compileiq import exchange
+from compileiq.errors import UsageError
+from compileiq.store import BuildRecord, Measurement, Store, StoreError, StudyKey, TrialState
+
+KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "sm_90", "static", "spills")
+TABLES = ("studies", "trials", "builds", "measurements")
+
+
+def _config(level: int) -> dict[str, int]:
+    return {"ptxas.opt_level": level}
+
+
+def _key(level: int) -> str:
+    return json.dumps(_config(level), separators=(",", ":"))
+
+
+def _record(store: Store, study_id: int, level: int, state: TrialState, value: float | None = None,
+            retryable: bool = False) -> None:  # fmt: skip
+    trial = store.claim_trial(study_id, _key(level), _config(level), "laptop:1")
+    assert trial is not None
+    if state is not TrialState.RUNNING:
+        store.finish_trial(trial.id, state=state, value=value, reason=None if value is not None else "ptxas error",
+                           metrics={"spill_bytes": 4}, code_hash=f"{level}" * 64 if value is not None else None,
+                           compile_seconds=0.1, retryable=retryable)  # fmt: skip
+
+
+def _laptop(url: str) -> Store:
+    """A study: 2 complete, 1 failed for good, 1 running; builds (2 referenced, 1 not), 1 measurement."""
+    store = Store.open(url)
+    study = store.get_or_create_study(KEY, "fir-laptop")
+    _record(store, study.id, 3, TrialState.COMPLETE, 8.0)
+    _record(store, study.id, 2, TrialState.COMPLETE, 4.0)
+    _record(store, study.id, 1, TrialState.FAILED)
+    _record(store, study.id, 0, TrialState.RUNNING)
+    for level in (3, 2, 7):
+        store.put_build(BuildRecord(f"{level}" * 64, True, "", {"status": "ok"}, f"{level}" * 64, 0.2))
+    store.put_measurement(Measurement("3" * 64, "H200", "580.1", "e" * 64, (1e-5, 2e-5), 1.5e-5, 5e-6, 1e-5, (1980.0,), "ok"))
+    return store
+
+
+@pytest.fixture
+def laptop(tmp_path: Path) -> Iterator[Store]:
+    store = _laptop(f"sqlite:///{tmp_path / 'laptop.db'}")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def team(store_url: str) -> Iterator[Store]:
+    store = Store.open(store_url)
+    yield store
+    store.close()
+
+
+def _counts(url: str) -> dict[str, int]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {name: conn.exec_driver_sql(f"SELECT count(*) FROM {name}").scalar_one() for name in TABLES}
+    finally:
+        engine.dispose()
+
+
+def _url(store: Store) -> str:
+    return store._engine.url.render_as_string(hide_password=False)  # test access to the URL with its password
+
+
+@pytest.mark.parametrize("name", ["study.json", "study.json.gz"])
+def test_export_then_import_twice_changes_nothing_the_second_time(laptop: Store, team: Store, tmp_path: Path,
+                                                                  name: str) -> None:  # fmt: skip
+    path = tmp_path / name
+    exported = exchange.export_to_file(_url(laptop), "fir-laptop", path)
+    assert (exported.trials, exported.builds, exported.measurements) == (4, 2, 1)  # build 7 is not referenced
+    assert path.read_bytes().startswith(b"\x1f\x8b") == name.endswith(".gz")
+
+    first = exchange.import_from_file(_url(team), path)
+    assert (first.created, first.trials_added, first.trials_skipped) == (True, 3, 1)  # running: not a result
+    assert (first.builds_added, first.measurements_added) == (2, 1)
+    before = _counts(_url(team))
+    again = exchange.import_from_file(_url(team), path)
+    assert not again.changed and again.trials_kept == 3
+    assert _counts(_url(team)) == before == {"studies": 1, "trials": 3, "builds": 2, "measurements": 1}
+
+    study = team.find_study("fir-laptop")
+    assert study.key == KEY
+    mine = {t.config_key: t for t in team.trials(study.id)}
+    theirs = {t.config_key: t for t in laptop.trials(laptop.find_study("fir-laptop").id)}
+    for key, trial in mine.items():
+        fields = ("state", "value", "reason", "metrics", "code_hash", "config", "worker", "finished_at")
+        assert [getattr(trial, f) for f in fields] == [getattr(theirs[key], f) for f in fields]
+    assert team.get_build("3" * 64) == laptop.get_build("3" * 64)
+    assert team.get_measurement("3" * 64, "H200", "580.1", "e" * 64) == laptop.get_measurement(
+        "3" * 64, "H200", "580.1", "e" * 64
+    )
+
+
+def test_merge_keeps_finished_rows_and_numbers_new_ones(laptop: Store, team: Store, tmp_path: Path) -> None:
+    study = team.get_or_create_study(KEY, "fir-laptop")
+    _record(team, study.id, 3, TrialState.COMPLETE, 9.0)  # finished here with another value: kept
+    _record(team, study.id, 2, TrialState.FAILED, retryable=True)  # waiting for a retry: replaced
+    _record(team, study.id, 5, TrialState.RUNNING)  # someone is on it
+    exchange.export_to_file(_url(laptop), "fir-laptop", tmp_path / "s.json")
+    summary = exchange.import_from_file(_url(team), tmp_path / "s.json")
+    assert (summary.created, summary.trials_added, summary.trials_kept, summary.trials_skipped) == (False, 2, 1, 1)
+    trials = {t.config_key: t for t in team.trials(study.id)}
+    assert trials[_key(3)].value == 9.0
+    assert (trials[_key(2)].state, trials[_key(2)].value, trials[_key(2)].number) == (TrialState.COMPLETE, 4.0, 1)
+    assert trials[_key(5)].state is TrialState.RUNNING
+    assert trials[_key(1)].number == 3  # a fresh number after the existing 0..2
+    assert team.claim_trial(study.id, "next", {}, "w").number == 4  # type: ignore[union-attr]
+
+
+def test_a_name_clash_with_another_key_changes_nothing(laptop: Store, team: Store, tmp_path: Path) -> None:
+    team.get_or_create_study(replace(KEY, arch="sm_80"), "fir-laptop")
+    exchange.export_to_file(_url(laptop), "fir-laptop", tmp_path / "s.json")
+    before = _counts(_url(team))
+    with pytest.raises(StoreError, match="study 'fir-laptop' was made for another architecture") as caught:
+        exchange.import_from_file(_url(team), tmp_path / "s.json")
+    assert "\n" not in str(caught.value)
+    assert _counts(_url(team)) == before
+
+
+def _damaged(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    document = json.loads(data) if how in ("tampered", "version") else {}
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "gz-truncated":
+        path.with_suffix(".gz").write_bytes(gzip.compress(data)[:-40])
+    elif how == "tampered":
+        document["payload"]["trials"][0]["value"] = 0.0
+        path.write_text(json.dumps(document))
+    elif how == "version":
+        path.write_text(json.dumps({**document, "version": 2}))
+    elif how == "foreign":
+        path.write_text(json.dumps({"hello": "world"}))
+    elif how == "binary":
+        path.write_bytes(bytes(range(256)))
+
+
+@pytest.mark.parametrize("how", ["truncated", "gz-truncated", "tampered", "version", "foreign", "binary"])
+def test_a_bad_file_is_refused_and_nothing_changes(laptop: Store, team: Store, tmp_path: Path, how: str) -> None:
+    path = tmp_path / "s.json"
+    exchange.export_to_file(_url(laptop), "fir-laptop", path)
+    exchange.import_from_file(_url(team), path)  # a populated target
+    exchange.export_to_file(_url(laptop), "fir-laptop", path)
+    _damaged(path, how)
+    before = _counts(_url(team))
+    with pytest.raises(UsageError) as caught:
+        exchange.import_from_file(_url(team), path.with_suffix(".gz") if how == "gz-truncated" else path)
+    assert "\n" not in str(caught.value)
+    assert _counts(_url(team)) == before
+
+
+def test_a_failing_import_rolls_back_everything(laptop: Store, team: Store, tmp_path: Path) -> None:
+    """A trial that cannot be written (its config key collides inside the file) aborts the
+    whole import: the study, the trials before it, the builds are all rolled back."""
+    export = laptop.export_study("fir-laptop")
+    clash = replace(export, name="new-study", trials=(*export.trials, replace(export.trials[1], number=9)))
+    before = _counts(_url(team))
+    with pytest.raises(StoreError, match="nothing was imported"):
+        team.import_study(clash)
+    assert _counts(_url(team)) == before
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_laptop_sqlite_study_merges_into_the_team_postgres(postgres_url: str, tmp_path: Path) -> None:
+    """The CLI end to end: tune on a laptop (SQLite), export, import into the team's PostgreSQL,
+    import again (nothing changes), then a tuner on the team database compiles nothing new."""
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    tune = ["tune", "scale.cu", "--workers", "local", "--json", "--budget", "8", "--batch-size", "4",
+            "--study", "scale-team", "--only", "ptxas.opt_level,ptxas.register_usage_level"]  # fmt: skip
+    laptop = run_cli([*tune, "--db", f"sqlite:///{tmp_path}/laptop.db"], cwd=tmp_path)
+    assert laptop.returncode == 0, laptop.describe()
+    exported = run_cli(["db", "export", "scale-team", "-o", "scale.json.gz", "--db", f"sqlite:///{tmp_path}/laptop.db"],
+                       cwd=tmp_path)  # fmt: skip
+    assert exported.returncode == 0 and "exported study scale-team" in exported.stdout, exported.describe()
+    imported = run_cli(["db", "import", "scale.json.gz", "--db", postgres_url], cwd=tmp_path)
+    assert imported.returncode == 0 and "created study scale-team" in imported.stdout, imported.describe()
+    counts = _counts(postgres_url)
+    again = run_cli(["db", "import", "scale.json.gz", "--db", postgres_url], cwd=tmp_path)
+    assert again.returncode == 0 and "(nothing new)" in again.stdout, again.describe()
+    assert _counts(postgres_url) == counts
+    team = run_cli([*tune, "--db", postgres_url], cwd=tmp_path)
+    assert team.returncode == 0, team.describe()
+    report = json.loads(team.stdout)
+    assert report["counters"]["compiler_calls"] == 0 and report["counters"]["new_trials"] == 0
+    assert report["best"]["config"] == json.loads(laptop.stdout)["best"]["config"]
