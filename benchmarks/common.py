@@ -7,9 +7,8 @@ import platform
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-from compileiq import app
+from compileiq import __version__, app
+from compileiq.runner import SilentProgress
 from compileiq.toolchain import find_toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +22,7 @@ def fresh_db() -> str:
 
 def machine() -> str:
     tools = find_toolchain()
-    return f"{platform.node()} ({os.cpu_count()} CPUs), nvcc {tools.nvcc_version}, compileiq {app.__dict__.get('__version__', '')}"
+    return f"{platform.node()} ({os.cpu_count()} CPUs), nvcc {tools.nvcc_version}, compileiq {__version__}"
 
 
 def tune(kernel: Path, db: str, **options) -> app.TuneReport:

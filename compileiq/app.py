@@ -7,16 +7,17 @@ decides something lives here or below, never in the CLI.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compileiq import acf
+from compileiq import acf, evidence
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, load_spec
 from compileiq.metrics import STATIC_OBJECTIVES
 from compileiq.runner import Progress
-from compileiq.space import Config, SearchSpace, load_space
+from compileiq.space import SearchSpace, load_space
 from compileiq.store import Store
 from compileiq.toolchain import Toolchain, find_toolchain
 from compileiq.workers import Workers, check_options, open_workers
@@ -65,18 +66,24 @@ def database_url(option: str | None) -> str:
     return option or os.environ.get("COMPILEIQ_DB") or DEFAULT_DB
 
 
-def check_objective(objective: str) -> None:
-    if objective == "time":
+def check_objective(objective: str, ray_address: str | None = None) -> None:
+    if objective == "time" and not ray_address and not _gpu_visible():
         raise UsageError(
             "--objective time needs a GPU and none is visible here; use a static objective "
             f"({', '.join(STATIC_OBJECTIVES)}) or --ray-address of a Ray cluster with GPU nodes"
         )
-    if objective not in STATIC_OBJECTIVES:
+    if objective not in (*STATIC_OBJECTIVES, "time"):
         raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
+def _gpu_visible() -> bool:
+    from compileiq.measure import gpu_visible
+
+    return gpu_visible()
+
+
 def _check(options: TuneOptions) -> None:
-    check_objective(options.objective)
+    check_objective(options.objective, options.ray_address)
     if options.budget < 1:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
@@ -121,78 +128,50 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     url = database_url(options.db)
     store = Store.open(url)
     try:
-        result = Tuner(request, store, toolchain, lambda: _workers(options), progress).run()
+        workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
+        evaluator = _time_evaluator(options, spec, space, toolchain, store, workers) if options.objective == "time" else None
+        result = Tuner(request, store, toolchain, workers, progress, evaluator).run()
         path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
-        acf.write(path, _acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel))
+        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel)
+        acf.write(path, content)
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display)
 
 
-def _workers(options: TuneOptions) -> Workers:
-    return open_workers(options.workers, options.ray_address)
+class SharedWorkers:
+    """Opens the workers once, on first use, for every part of a run that compiles (the runner
+    closes them at the end of the run)."""
+
+    def __init__(self, opener: Callable[[], Workers]) -> None:
+        self._opener = opener
+        self._workers: Workers | None = None
+
+    def __call__(self) -> Workers:
+        if self._workers is None:
+            self._workers = self._opener()
+        return self._workers
 
 
-def _acf_content(
-    result: TuneResult, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
-    source_path: Path,
-) -> acf.AcfContent:
-    best = result.chosen
-    return acf.AcfContent(
-        kernel=spec.name,
-        source_name=spec.source.name,
-        source_path=str(source_path),
-        source_sha256=result.study.key.source_sha256,
-        arch=spec.arch,
-        nvcc_version=toolchain.nvcc_version,
-        ptxas_version=toolchain.ptxas_version,
-        toolchain_build=toolchain.nvcc_build,
-        space=space,
-        config=Config.of(best.config),
-        fixed_defines=spec.fixed_define_args(),
-        objective=_objective_table(result),
-        evidence=_evidence_table(result),
-        provenance={
-            "study": result.study.name,
-            "study_id": result.study.id,
-            "trial": best.number,
-            "trials_in_study": len(result.trials),
-            "database": database,
-        },
-    )
+def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
+                    store: Store, workers: SharedWorkers) -> Any:
+    """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
+    from compileiq.kernel import bundle_sources
+    from compileiq.metrics import StaticEvaluator
+    from compileiq.timing import TimeEvaluator, TimingTarget
+    from compileiq.workers import open_gpu_measurers, open_local_measurers
 
-
-def _objective_table(result: TuneResult) -> dict[str, Any]:
-    key = result.study.key
-    baseline, best = result.baseline.value, result.chosen.value
-    table: dict[str, Any] = {"name": key.objective, "kind": "static estimate (compiler output, not a runtime)",
-                             "direction": "minimise", "evaluator": key.evaluator}
-    if baseline is not None:
-        table["baseline"] = baseline
-    if best is not None:
-        table["best"] = best
-    table["improved"] = bool(baseline is not None and best is not None and best < baseline)
-    return table
-
-
-def _evidence_table(result: TuneResult) -> dict[str, Any]:
-    table = {"baseline": _evidence(result.baseline), "best": _evidence(result.chosen)}
-    if result.simplification is not None:
-        table["simplified"] = {
-            "search_winner_trial": result.winner.number,
-            "dropped": list(result.simplification.dropped),
-            "kept": list(result.simplification.kept),
-            "rule": "a setting is dropped when resetting it to the compiler default gives the same machine code or an objective no worse",
-        }
-    return table
-
-
-def _evidence(trial: Any) -> dict[str, Any]:
-    keep = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size")
-    evidence = {name: trial.metrics[name] for name in keep if name in trial.metrics}
-    evidence["trial"] = trial.number
-    evidence["code_hash"] = trial.code_hash or ""
-    return evidence
+    measurers: list[Any] = (open_local_measurers() if options.workers == "local"
+                            else open_gpu_measurers(options.ray_address))
+    if not measurers:
+        raise UsageError("--objective time: no GPU found (none on this machine, or in the Ray cluster)")
+    target = TimingTarget(
+        nvcc=toolchain.nvcc, bundle=bundle_sources(spec), arch=spec.arch, space=space,
+        fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,
+        rtol=spec.rtol, atol=spec.atol, program_regex=spec.metric_regex, program=spec.mode == "program",
+        static=StaticEvaluator("static", spec),
+    )  # fmt: skip
+    return TimeEvaluator(target, store, workers, measurers[0])
 
 
 def read_acf(path: Path) -> acf.Acf:

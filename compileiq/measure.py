@@ -82,6 +82,7 @@ class RunResult:
     returncode: int | None
     timed_out: bool
     seconds: float
+    stdout: str = ""  # the program's own output (program mode reads its metric from it)
 
     @property
     def failure(self) -> str | None:
@@ -194,7 +195,7 @@ def run_executable(
         stdout, returncode, timed_out, seconds = _run(argv, timeout_s, workdir, env)
         dumped = dump_path.read_bytes() if dump and dump_path.exists() else b""
     harness = parse_harness_output(stdout)
-    return RunResult(harness, dumped, returncode, timed_out, seconds)
+    return RunResult(harness, dumped, returncode, timed_out, seconds, stdout)
 
 
 def _run(
@@ -243,7 +244,10 @@ def compare_outputs(
 def _arrays(dump: bytes, outputs: Sequence[OutputInfo]) -> list[np.ndarray]:
     arrays, offset = [], 0
     for info in outputs:
-        dtype = np.dtype(info.dtype)
+        try:
+            dtype = np.dtype(info.dtype)
+        except TypeError:
+            raise ValueError(f"output {info.name} has an unknown dtype {info.dtype!r}") from None
         size = dtype.itemsize * info.count
         if offset + size > len(dump):
             raise ValueError(f"the output dump is too short for {info.name}")

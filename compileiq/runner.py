@@ -18,7 +18,7 @@ from typing import Protocol, Self
 from compileiq.compile import AssembleJob, Build, BuildStatus, EntryResources, FrontendJob
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.metrics import StaticEvaluator
+from compileiq.metrics import Evaluation
 from compileiq.space import Config, SearchSpace
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
 from compileiq.toolchain import Toolchain
@@ -41,6 +41,15 @@ class Progress(Protocol):
     def trial(self, outcome: Outcome, best: Trial | None) -> None: ...
 
     def note(self, message: str) -> None: ...
+
+
+class Evaluator(Protocol):
+    """Scores one build: `StaticEvaluator` (compiler output) or `TimeEvaluator` (GPU runtime)."""
+
+    @property
+    def kind(self) -> str: ...  # "static", or the device model
+
+    def evaluate(self, build: Build, config: Config) -> Evaluation: ...
 
 
 class SilentProgress:
@@ -100,7 +109,7 @@ class TrialRunner:
         self,
         target: Target,
         store: Store,
-        evaluator: StaticEvaluator,
+        evaluator: Evaluator,
         open_workers: Callable[[], Workers],
         progress: Progress,
         heartbeat_every_s: float = HEARTBEAT_EVERY_S,

@@ -34,19 +34,20 @@ def non_default(config: Config, space: SearchSpace) -> list[str]:
     ]
 
 
-def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate) -> Simplification:
+def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool = False) -> Simplification:
+    """`exact`: keep a drop only for identical machine code (for noisy objectives like runtime)."""
     current = winner
     while changed := non_default(Config.of(current.config), space):
         base = Config.of(current.config)
         singles = {name: _reset(base, space, [name]) for name in changed}
         results = {t.config_key: t for t in evaluate(list(singles.values()))}
-        droppable = [n for n, c in singles.items() if _as_good(results.get(c.key), winner)]
+        droppable = [n for n, c in singles.items() if _as_good(results.get(c.key), winner, exact)]
         if not droppable:
             break
         combined = _reset(base, space, droppable)
         found = {t.config_key: t for t in evaluate([combined])}
         both = found.get(combined.key)
-        current = both if both is not None and _as_good(both, winner) else results[singles[droppable[0]].key]
+        current = both if both is not None and _as_good(both, winner, exact) else results[singles[droppable[0]].key]
     kept = tuple(non_default(Config.of(current.config), space))
     dropped = tuple(n for n in non_default(Config.of(winner.config), space) if n not in kept)
     return Simplification(winner, current, dropped, kept)
@@ -56,9 +57,9 @@ def _reset(config: Config, space: SearchSpace, names: Sequence[str]) -> Config:
     return config.with_values({name: space.parameter(name).default for name in names})
 
 
-def _as_good(trial: Trial | None, reference: Trial) -> bool:
+def _as_good(trial: Trial | None, reference: Trial, exact: bool = False) -> bool:
     if trial is None or trial.state is not TrialState.COMPLETE or trial.value is None:
         return False
     if trial.code_hash is not None and trial.code_hash == reference.code_hash:
         return True
-    return reference.value is not None and trial.value <= reference.value
+    return not exact and reference.value is not None and trial.value <= reference.value

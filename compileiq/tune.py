@@ -13,10 +13,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources
 from compileiq.metrics import StaticEvaluator, StaticMetrics, objective_value
-from compileiq.runner import HEARTBEAT_EVERY_S, Progress, RunCounters, Target, TrialRunner
+from compileiq.runner import (
+    HEARTBEAT_EVERY_S,
+    Evaluator,
+    Progress,
+    RunCounters,
+    Target,
+    TrialRunner,
+)
 from compileiq.search import Observation, Searcher, SearchSettings
 from compileiq.simplify import Simplification, simplify
 from compileiq.space import Config, SearchSpace, SpaceError
@@ -58,9 +66,12 @@ class TuneResult:
     counters: RunCounters
     wall_seconds: float
     exhausted: bool  # the space ran out of untried configurations before the budget
+    confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
 
 
-def study_key(request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain) -> StudyKey:
+def study_key(
+    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
+) -> StudyKey:
     return StudyKey(
         kernel=request.kernel.name,
         source_sha256=bundle.sha256,
@@ -68,7 +79,7 @@ def study_key(request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain) 
         space_sha256=request.space.sha256,
         toolchain=toolchain.nvcc_build,
         arch=request.kernel.arch,
-        evaluator=StaticEvaluator.kind,
+        evaluator=evaluator,
         objective=request.objective,
     )
 
@@ -83,6 +94,7 @@ class Tuner:
         toolchain: Toolchain,
         open_workers: Callable[[], Workers],
         progress: Progress,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self._request = request
         self._store = store
@@ -90,10 +102,10 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle_sources(request.kernel)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
-        evaluator = StaticEvaluator(request.objective, request.kernel)
+        evaluator = evaluator or StaticEvaluator(request.objective, request.kernel)
+        self._evaluator = evaluator
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
-        self._evaluator_kind = evaluator.kind
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._searcher = Searcher(request.space, request.search)
         self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
@@ -101,7 +113,11 @@ class Tuner:
 
     def run(self) -> TuneResult:
         request = self._request
-        key = study_key(request, self._bundle, self._toolchain)
+        prepare = getattr(self._evaluator, "prepare", None)
+        if prepare is not None:  # a runtime evaluator measures the baseline first: reference, device
+            self._progress.note("measuring the baseline (the reference for every variant's outputs)")
+            prepare(self._baseline)
+        key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
         study = self._store.get_or_create_study(key, request.study_name)
         self._store.fail_stale_trials(study.id, 0.0 if request.resume else request.stale_after_s)
         self._progress.started(study, request.budget, self._sync(study))
@@ -172,7 +188,7 @@ class Tuner:
 
     def _warm_observation(self, trial: Trial) -> Observation | None:
         """The trial's result for this run's objective, if its config fits this space."""
-        if trial.state is not TrialState.COMPLETE or self._evaluator_kind != "static":
+        if trial.state is not TrialState.COMPLETE or self._evaluator.kind != "static":
             return None
         try:
             config = Config.of(trial.config)
@@ -224,12 +240,35 @@ class Tuner:
         baseline = next(t for t in trials if t.config_key == self._baseline.key)
         winner = _best(trials) or baseline
         simplification = None
+        exact = self._evaluator.kind != StaticEvaluator.kind  # timings are noisy: same code only
         if self._request.simplify and winner is not baseline:
-            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs))
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs), exact)
         chosen = simplification.chosen if simplification else winner
-        wall = time.perf_counter() - self._runner.counters.started
         final = tuple(self._store.trials(study.id))
-        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall, exhausted)
+        confirmation = None
+        confirm = getattr(self._evaluator, "confirm", None)
+        if confirm is not None:
+            self._progress.note("confirming the fastest variants against the baseline (interleaved rounds)")
+            confirmation = confirm(final, baseline, self._request.search.seed)
+            chosen = _confirmed_choice(confirmation, final, baseline, chosen)
+        wall = time.perf_counter() - self._runner.counters.started
+        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
+                          exhausted, confirmation)
+
+
+def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:
+    """The confirmed winner, as its simplest trial with the same machine code; else the baseline."""
+    if confirmation.winner is None:
+        return baseline
+    code = confirmation.winner.candidate.code_hash
+    if simplified.code_hash == code:
+        return simplified
+    same = [t for t in trials if t.code_hash == code and t.state is TrialState.COMPLETE]
+    return min(same, key=lambda t: (_changed(t, baseline), t.number))
+
+
+def _changed(trial: Trial, baseline: Trial) -> int:
+    return sum(1 for k, v in trial.config.items() if baseline.config.get(k) != v)
 
 
 def _best(trials: Sequence[Trial]) -> Trial | None:

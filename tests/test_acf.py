@@ -1,10 +1,10 @@
 """The advanced-control file: written by a tune, read back validated, never trusted as text."""
 
+import tomllib
 from pathlib import Path
 
 import pytest
 import tomli_w
-import tomllib
 
 from compileiq import acf
 from compileiq.space import load_space

@@ -171,3 +171,11 @@ def test_include_dir_holds_the_header() -> None:
     out = subprocess.run([str(Path(__import__("sys").executable).with_name("compileiq")), "include-dir"],
                          capture_output=True, text=True, check=True)
     assert Path(out.stdout.strip()) == include_dir()
+
+
+def test_an_unknown_dtype_fails_the_check_instead_of_crashing():
+    from compileiq.measure import OutputInfo, compare_outputs
+
+    odd = [OutputInfo("y", "f32", 1, "")]
+    check = compare_outputs(b"\0" * 4, odd, b"\0" * 4, odd, 1e-5, 1e-6)
+    assert not check.passed and "unknown dtype" in check.reason

@@ -1,0 +1,109 @@
+"""The runtime objective end to end on the CPU: real nvcc builds of a harness program, a fake
+measurer at the process boundary (no GPU here), the real store, search, confirmation and ACF."""
+
+import random
+import re
+
+import pytest
+
+from compileiq import acf, evidence
+from compileiq.app import SharedWorkers, TuneOptions, tuning_space
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.measure import FakeMeasurer, OutputInfo, RunResult, synthetic_result
+from compileiq.metrics import StaticEvaluator
+from compileiq.runner import SilentProgress
+from compileiq.search import SearchSettings
+from compileiq.store import Store, TrialState
+from compileiq.timing import TimeEvaluator, TimingTarget
+from compileiq.toolchain import find_toolchain
+from compileiq.tune import Tuner, TuneRequest
+from compileiq.workers import LocalWorkers
+
+KERNEL = r"""
+#include <compileiq/harness.cuh>
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+#define CIQ_STR2(x) #x
+#define CIQ_STR(x) CIQ_STR2(x)
+extern "C" const char ciq_variant_marker[] = "ciq-variant-UNROLL=" CIQ_STR(UNROLL) ";";
+__global__ void scale(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc = 0.0f;
+  for (int k = 0; k < UNROLL; ++k) acc += x[i < n ? i : 0];
+  if (i < n) y[i] = 2.0f * acc / UNROLL;
+}
+int main(int argc, char** argv) {
+  ciq::Harness h(argc, argv);
+  const int n = static_cast<int>(h.size("n", 1 << 20));
+  auto x = h.input<float>("x", n);
+  auto y = h.output<float>("y", n);
+  h.launch([&](cudaStream_t s) { scale<<<(n + 255) / 256, 256, 0, s>>>(x.device(), y.device(), n); });
+  return h.run();
+}
+"""
+# What the fake GPU reports per UNROLL (read from the marker string compiled into each binary):
+# 2 is the fastest correct variant; 4 is faster still but computes a wrong result.
+TIMES_MS = {1: 2.0, 2: 1.0, 4: 0.5}
+OUTPUT = OutputInfo("y", "float32", 4, "")
+RIGHT, WRONG = b"\x00\x00\x80\x3f" * 4, b"\x00\x00\x00\x40" * 4  # 1.0f vs 2.0f
+
+
+def _fake_gpu(executable: bytes, args) -> RunResult:
+    unroll = int(re.search(rb"ciq-variant-UNROLL=(\d+);", executable).group(1))
+    noise = random.Random(len(args) * 7919 + unroll)
+    count = 10 if "--samples" in args else 5
+    samples = [TIMES_MS[unroll] * noise.uniform(0.995, 1.005) for _ in range(count)]
+    dump = WRONG if unroll == 4 else RIGHT
+    return RunResult(synthetic_result(samples, outputs=[OUTPUT]), dump, 0, False, 0.01)
+
+
+@pytest.mark.slow
+def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
+    folder = tmp_path / "scale"
+    folder.mkdir()
+    (folder / "scale.cu").write_text(KERNEL)
+    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2, 4]\n")
+    spec, tools = load_spec(folder / "scale.cu"), find_toolchain()
+    options = TuneOptions(kernel=spec.source, only=("ptxas.opt_level",), objective="time")
+    space = tuning_space(spec, tools, options)
+    workers = SharedWorkers(LocalWorkers)
+    measurer = FakeMeasurer(_fake_gpu)
+    target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(),
+                          120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
+    evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/t.db"), workers, measurer)
+    request = TuneRequest(spec, space, "time", budget=6, search=SearchSettings("exhaustive"), batch_size=6)
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
+
+    wrong = [t for t in result.trials if t.config.get("define.UNROLL") == 4]
+    assert wrong and all(t.state is TrialState.FAILED and t.reason.startswith("wrong result") for t in wrong)
+    assert result.chosen.config["define.UNROLL"] == 2
+    assert result.chosen.metrics["kind"] == evidence.RUNTIME_KIND
+    assert result.confirmation is not None and not result.confirmation.keeps_baseline
+    comparison = result.confirmation.winner.comparison
+    assert comparison.low <= 0.5 / 0.99 and comparison.high >= 0.5 * 0.99
+    table = evidence.objective_table(result)
+    assert table["kind"] == evidence.RUNTIME_KIND and table["unit"] == "ms"
+    assert table["speedup"] == pytest.approx(2.0, rel=0.02)
+    assert table["speedup_interval_95"][0] <= table["speedup"] <= table["speedup_interval_95"][1]
+    # every screened code was measured once: later lookups come from the measurement cache
+    screened = [c for c in measurer.calls if "--quick" in c[1]]
+    assert len(screened) == len({t.code_hash for t in result.trials if t.code_hash}) + 1  # + the reference run
+    store.close()
+
+
+def test_the_acf_records_a_runtime_as_such(tmp_path):
+    """The ACF for a runtime objective says so, in ms, with the confirmed speedup and interval."""
+    space = tuning_space(load_spec(_tiny(tmp_path)), find_toolchain(), TuneOptions(kernel=tmp_path))
+    content = acf.AcfContent("k", "k.cu", "k.cu", "ab" * 32, "sm_90", "13.0", "13.0", "b", space,
+                             space.default_config(), (), {"name": "time", "kind": evidence.RUNTIME_KIND,
+                                                           "unit": "ms", "speedup": 1.5}, {}, {})
+    read = acf.read(acf.write(tmp_path / "k.acf.toml", content))
+    assert read.objective["kind"].startswith("runtime") and read.objective["unit"] == "ms"
+
+
+def _tiny(tmp_path):
+    path = tmp_path / "k.cu"
+    path.write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    return path
