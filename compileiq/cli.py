@@ -30,6 +30,12 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
 STATIC_LABEL = "static estimate"
+RUNTIME_LABEL = "GPU runtime, ms"
+
+
+def _kind(objective: str) -> str:
+    """How values of this objective are labelled everywhere they are shown."""
+    return RUNTIME_LABEL if objective == "time" else STATIC_LABEL
 
 
 class LineProgress:
@@ -45,7 +51,7 @@ class LineProgress:
     def started(self, study: Study, budget: int, finished: int) -> None:
         self._budget, self._done = budget, finished
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
-                  f"objective {study.key.objective} ({STATIC_LABEL})")
+                  f"objective {study.key.objective} ({_kind(study.key.objective)})")
         if self._live and not self._quiet:
             self._status = err.status("tuning…")
             self._status.start()
@@ -167,7 +173,9 @@ def gate(
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
-    report = gate_lib.run(options)
+    from compileiq.timing import HarnessTiming
+
+    report = gate_lib.run(options, HarnessTiming())
     if markdown is not None:
         gate_report.write(markdown, gate_report.markdown(report))
     if junit is not None:
@@ -278,7 +286,7 @@ def _emit(as_json: bool, data: Any, table: Any) -> None:
 def _print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
-    table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({STATIC_LABEL}, lower is better)")
+    table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({_kind(result.study.key.objective)}, lower is better)")
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
     for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
@@ -290,6 +298,8 @@ def _print_report(report: app.TuneReport) -> None:
         dropped = result.simplification.dropped
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
                   f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
+    if result.confirmation is not None:
+        out.print(_confirmation_line(result.confirmation), markup=False)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
@@ -297,6 +307,15 @@ def _print_report(report: app.TuneReport) -> None:
     out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {result.study.name}; "
               f"{result.wall_seconds:.1f} s" + ("; search space exhausted" if result.exhausted else ""), markup=False)
     out.print(f"wrote {report.acf_path}", markup=False)
+
+
+def _confirmation_line(confirmation: Any) -> str:
+    if confirmation.keeps_baseline:
+        return (f"confirmed: no variant beat the baseline beyond ±{confirmation.delta:.1%} "
+                "(the A/A noise threshold); the ACF keeps the compiler defaults")
+    c = confirmation.winner.comparison
+    return (f"confirmed: {c.verdict.value}, speedup {1 / c.estimate:.3f}x "
+            f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds)")
 
 
 def _config(trial: Trial) -> Any:
@@ -316,7 +335,7 @@ def _report_json(report: app.TuneReport) -> dict[str, Any]:
     result, counters = report.result, report.result.counters
     return {
         "study": _study_json(result.study, list(result.trials)),
-        "objective": {"name": result.study.key.objective, "kind": STATIC_LABEL},
+        "objective": {"name": result.study.key.objective, "kind": _kind(result.study.key.objective)},
         "baseline": _trial_json(result.baseline),
         "best": _trial_json(result.chosen),
         "best_args": list(report.space.nvcc_args(_config(result.chosen))),
@@ -347,7 +366,7 @@ def _trial_json(trial: Trial) -> dict[str, Any]:
 
 def _studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
     table = Table(title="studies")
-    for column in ("id", "name", "kernel", "objective", "arch", "trials", f"best ({STATIC_LABEL})"):
+    for column in ("id", "name", "kernel", "objective", "arch", "trials", "best"):
         table.add_column(column)
     for study, trials in rows:
         ranked = _ranked(trials)
@@ -357,7 +376,7 @@ def _studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
 
 
 def _trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -> Table:
-    table = Table(title=f"{study.name}: best trials ({study.key.objective}, {STATIC_LABEL})")
+    table = Table(title=f"{study.name}: best trials ({study.key.objective}, {_kind(study.key.objective)})")
     for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "non-default settings"):
         table.add_column(column)
     for trial in trials:

@@ -196,8 +196,8 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
         raise UsageError("--device: no GPU is visible (nvidia-smi -L failed); run with --static")
     if has_gpu and timing is None:
         if requested:
-            raise UsageError("--device: the GPU timing harness is not built into this compileiq yet; run with --static")
-        return "static", "static rules only (a GPU is visible but the timing harness is not built yet)"
+            raise UsageError("--device: no timing source was given; run with --static")
+        return "static", "static rules only (a GPU is visible but no timing source was given)"
     if not has_gpu:
         return "static", "static rules only (no GPU visible)"
     return "timing", "static rules and the interleaved A/B timing statistic"

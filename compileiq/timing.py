@@ -182,3 +182,40 @@ def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation
     timing = {"kind": RUNTIME_LABEL, "median_ms": cached.median * 1000, "iqr_ms": cached.iqr * 1000,
               "min_ms": cached.min * 1000, "samples": len(cached.samples), "device": cached.device}
     return Evaluation(cached.median * 1000, None, {**static, **timing})
+
+
+class HarnessTiming:
+    """The gate's timing source: the kernel's harness built with the ACF's flags and with the
+    compiler defaults, sampled on this machine's GPU."""
+
+    def __init__(self, measurer: Measurer | None = None) -> None:
+        from compileiq.measure import LocalMeasurer
+
+        self._measurer = measurer or LocalMeasurer()
+
+    def samplers(self, target: Any) -> Any:
+        from compileiq.compile import build_executable
+        from compileiq.gate_rules import TimingSamplers
+        from compileiq.kernel import bundle_sources
+        from compileiq.toolchain import find_toolchain
+
+        acf, spec = target.acf, target.spec
+        tools, bundle = find_toolchain(), bundle_sources(spec)
+        jobs = {
+            "acf": ExecutableJob(tools.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+                                 acf.ptxas_args, spec.compile_timeout_s),
+            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, _define_args(acf), (), spec.compile_timeout_s),
+        }
+        built = {name: build_executable(job) for name, job in jobs.items()}
+        for name, result in built.items():
+            if not result.ok:
+                raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
+        recorded = acf.objective.get("best") if acf.objective.get("name") == "time" else None
+        sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
+                  for name, result in built.items()}
+        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)
+
+
+def _define_args(acf: Any) -> tuple[str, ...]:
+    """The defaults build keeps the ACF's macros (they are the kernel's, not compiler settings)."""
+    return tuple(t for t in acf.argv if t.startswith("-D"))

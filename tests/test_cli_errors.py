@@ -93,7 +93,7 @@ CASES: dict[str, Case] = {
     "acf-unknown-control": Case("flags {ws}/control.acf.toml", 2, ("no_such_flag",)),
     "acf-define-injection": Case("flags {ws}/define.acf.toml", 2, ("not an allowed define",)),
     "acf-bad-arch": Case("flags {ws}/arch.acf.toml", 2, ("bad arch",)),
-    "flags-bad-stage": Case("flags {ws}/good.acf.toml --stage link", 1, ("--stage",)),  # 1: see report
+    "flags-bad-stage": Case("flags {ws}/good.acf.toml --stage link", 2, ("--stage",)),
     # databases
     "pg-show": Case(f"show --db {PG_URL}", 1, ("127.0.0.1",)),
     "pg-show-env": Case("show", 1, ("127.0.0.1",), {"COMPILEIQ_DB": PG_URL}),

@@ -1,0 +1,342 @@
+"""The database: studies, trial claims and heartbeats, the build cache (SQLite or PostgreSQL).
+
+The database is the coordinator: a config is claimed by INSERT under UNIQUE(study, key), time
+comes from the database clock, and the schema is managed by the Alembic migrations shipped in
+``compileiq/migrations``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, fields
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from compileiq.records import (
+    KEY_FIELDS,
+    BuildRecord,
+    ImportSummary,
+    Measurement,
+    Study,
+    StudyExport,
+    StudyKey,
+    Trial,
+    TrialState,
+)
+from compileiq.store import transfer
+from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
+from compileiq.store.connect import (
+    StoreError,
+    display,
+    open_engine,
+    transaction,
+    upgrade_schema,
+)
+from compileiq.store.rows import (
+    build_record,
+    check_same_key,
+    measurement_record,
+    measurement_values,
+    running_values,
+    study_record,
+    trial_record,
+    utc,
+)
+from compileiq.store.schema import (
+    builds,
+    db_now,
+    final_failure,
+    measurements,
+    studies,
+    take_number,
+    trials_table,
+)
+
+__all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "Store", "StoreError"]
+__all__ += ["Study", "StudyExport", "StudyKey", "Trial", "TrialState"]
+
+
+def default_study_name(key: StudyKey) -> str:
+    """``<kernel>-<objective>-<8 hex digits of the key's hash>``."""
+    digest = hashlib.sha256(json.dumps(asdict(key), sort_keys=True).encode()).hexdigest()
+    return f"{key.kernel}-{key.objective}-{digest[:8]}"
+
+
+class Store:
+    """A study/trial/build database. Open with :meth:`Store.open`; every call is one transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect to ``url`` and bring its schema up to date (a new database is created)."""
+        store = cls(open_engine(url))
+        try:
+            store.upgrade()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @property
+    def url_for_display(self) -> str:
+        return display(self._engine.url)
+
+    def upgrade(self) -> str:
+        """Apply pending migrations; return the schema revision now in the database."""
+        with self._tx() as conn:
+            return upgrade_schema(conn)
+
+    # -- studies -------------------------------------------------------------------------
+
+    def get_or_create_study(self, key: StudyKey, name: str | None = None) -> Study:
+        """The study named ``name`` (default: derived from ``key``), created if missing."""
+        name = name or default_study_name(key)
+        study = self._study_where(studies.c.name == name)
+        if study is None:
+            try:
+                with self._tx() as conn:
+                    conn.execute(studies.insert().values(name=name, next_number=0, **asdict(key)))
+            except sa.exc.IntegrityError:
+                pass  # created by a concurrent process: read theirs
+            study = self._study_where(studies.c.name == name)
+        if study is None:
+            raise StoreError(f"study '{name}' could not be created")
+        check_same_key(study, key)
+        return study
+
+    def find_study(self, name_or_id: str) -> Study:
+        study = self._study_where(studies.c.name == name_or_id)
+        if study is None and name_or_id.isdigit():
+            study = self._study_where(studies.c.id == int(name_or_id))
+        if study is None:
+            raise StoreError(f"no study named '{name_or_id}' in {self.url_for_display}")
+        return study
+
+    def list_studies(self) -> list[Study]:
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(sa.select(studies).order_by(studies.c.id)).mappings().all()
+        return [study_record(row) for row in rows]
+
+    def _study_where(self, condition: sa.ColumnElement[bool]) -> Study | None:
+        with self._tx(readonly=True) as conn:
+            row = conn.execute(sa.select(studies).where(condition)).mappings().one_or_none()
+        return None if row is None else study_record(row)
+
+    # -- trials --------------------------------------------------------------------------
+
+    def claim_trial(
+        self, study_id: int, config_key: str, config: dict[str, Any], worker: str
+    ) -> Trial | None:
+        """Claim ``config_key`` for ``worker``; None if another claim holds it or it is done.
+
+        A FAILED trial marked retryable is claimed again (same id and number).
+        """
+        try:
+            with self._tx() as conn:
+                number = take_number(conn, study_id)
+                insert = trials_table.insert().values(
+                    study_id=study_id,
+                    number=number,
+                    config_key=config_key,
+                    **running_values(config, worker),
+                )
+                return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
+        except sa.exc.IntegrityError:
+            return self._reclaim(study_id, config_key, config, worker)
+
+    def _reclaim(
+        self, study_id: int, config_key: str, config: dict[str, Any], worker: str
+    ) -> Trial | None:
+        t = trials_table.c
+        update = (
+            trials_table.update()
+            .where(t.study_id == study_id, t.config_key == config_key)
+            .where(t.state == TrialState.FAILED.value, t.retryable.is_(True))
+            .values(running_values(config, worker))
+        )
+        return self._update_one(update)
+
+    def heartbeat(self, trial_ids: Sequence[int]) -> None:
+        """Mark RUNNING trials as alive, by the database clock."""
+        if not trial_ids:
+            return
+        t = trials_table.c
+        with self._tx() as conn:
+            conn.execute(
+                trials_table.update()
+                .where(t.id.in_(list(trial_ids)), t.state == TrialState.RUNNING.value)
+                .values(heartbeat_at=db_now())
+            )
+
+    def finish_trial(
+        self,
+        trial_id: int,
+        *,
+        state: TrialState,
+        value: float | None,
+        reason: str | None,
+        metrics: dict[str, Any],
+        code_hash: str | None,
+        compile_seconds: float | None,
+        retryable: bool = False,
+    ) -> Trial:
+        """Record the outcome of a trial (COMPLETE or FAILED)."""
+        if state is TrialState.RUNNING:
+            raise StoreError("finish_trial needs a final state, not running")
+        update = (
+            trials_table.update()
+            .where(trials_table.c.id == trial_id)
+            .values(
+                state=state.value,
+                value=value,
+                reason=reason,
+                metrics=metrics,
+                code_hash=code_hash,
+                compile_seconds=compile_seconds,
+                retryable=retryable,
+                finished_at=db_now(),
+            )
+        )
+        trial = self._update_one(update)
+        if trial is None:
+            raise StoreError(f"no trial with id {trial_id}")
+        return trial
+
+    def _update_one(self, update: sa.Update) -> Trial | None:
+        with self._tx() as conn:
+            row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
+        return None if row is None else trial_record(row)
+
+    def fail_stale_trials(self, study_id: int, older_than_s: float) -> int:
+        """Fail RUNNING trials without a heartbeat for ``older_than_s`` (0: all of them)."""
+        t = trials_table.c
+        stale = [t.study_id == study_id, t.state == TrialState.RUNNING.value]
+        with self._tx() as conn:
+            if older_than_s > 0:
+                now = utc(conn.execute(sa.select(db_now())).scalar_one())
+                stale.append(t.heartbeat_at < now - timedelta(seconds=older_than_s))
+            result = conn.execute(
+                trials_table.update()
+                .where(*stale)
+                .values(
+                    state=TrialState.FAILED.value,
+                    retryable=True,
+                    finished_at=db_now(),
+                    reason=f"abandoned: no heartbeat for {older_than_s:g}s",
+                )
+            )
+        return int(result.rowcount)
+
+    def trials(self, study_id: int, states: Collection[TrialState] | None = None) -> list[Trial]:
+        """The study's trials ordered by number, optionally only those in ``states``."""
+        query = sa.select(trials_table).where(trials_table.c.study_id == study_id)
+        if states is not None:
+            query = query.where(trials_table.c.state.in_([s.value for s in states]))
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(query.order_by(trials_table.c.number)).mappings().all()
+        return [trial_record(row) for row in rows]
+
+    def related_trials(self, key: StudyKey, exclude_study_id: int | None = None) -> list[Trial]:
+        """Finished trials of the studies that share ``key``'s kernel source, toolchain, arch and
+        search space (any objective), except study ``exclude_study_id``: a warm start's evidence."""
+        s, t = studies.c, trials_table.c
+        query = (
+            sa.select(trials_table)
+            .join(studies, s.id == t.study_id)
+            .where(s.source_sha256 == key.source_sha256, s.toolchain == key.toolchain)
+            .where(s.arch == key.arch, s.space_id == key.space_id)
+            .where(sa.or_(t.state == TrialState.COMPLETE.value, final_failure(t)))
+        )
+        if exclude_study_id is not None:
+            query = query.where(s.id != exclude_study_id)
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
+        return [trial_record(row) for row in rows]
+
+    # -- build cache ---------------------------------------------------------------------
+
+    def get_build(self, key: str) -> BuildRecord | None:
+        query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
+        with self._tx(readonly=True) as conn:
+            row = conn.execute(query.where(builds.c.key == key)).mappings().one_or_none()
+        return None if row is None else build_record(row)
+
+    def put_build(self, record: BuildRecord) -> None:
+        """Cache a build; an existing record under the same key is kept."""
+        try:
+            with self._tx() as conn:
+                conn.execute(builds.insert().values(**asdict(record)))
+        except sa.exc.IntegrityError:
+            pass
+
+    def builds_count(self) -> int:
+        with self._tx(readonly=True) as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())
+
+    # -- measurement cache ---------------------------------------------------------------
+
+    def get_measurement(
+        self, code_hash: str, device: str, driver: str, harness_args_hash: str
+    ) -> Measurement | None:
+        m = measurements.c
+        where = (m.code_hash == code_hash, m.device == device, m.driver == driver)
+        query = sa.select(measurements).where(*where, m.harness_args_hash == harness_args_hash)
+        with self._tx(readonly=True) as conn:
+            row = conn.execute(query).mappings().one_or_none()
+        return None if row is None else measurement_record(row)
+
+    def put_measurement(self, measurement: Measurement) -> None:
+        """Cache a measurement; an existing one under the same key is kept."""
+        try:
+            with self._tx() as conn:
+                conn.execute(measurements.insert().values(measurement_values(measurement)))
+        except sa.exc.IntegrityError:
+            pass
+
+    # -- export and import ---------------------------------------------------------------
+
+    def export_study(self, name_or_id: str) -> StudyExport:
+        """A study with all its trials, the builds and measurements of their machine code."""
+        study = self.find_study(name_or_id)
+        with self._tx(readonly=True) as conn:
+            return transfer.export_rows(conn, study)
+
+    def import_study(self, export: StudyExport) -> ImportSummary:
+        """Merge an exported study in ONE transaction: on any error nothing changes.
+
+        The study is matched by name (its key must be the same); trials by config key: a
+        finished or running trial here is kept, one failed-to-be-retried is replaced, a missing
+        one is added with the next free number. Builds and measurements are added when missing.
+        Importing the same export twice changes nothing.
+        """
+        try:
+            with self._tx() as conn:
+                study, created = transfer.import_target(conn, export)
+                added, kept, skipped = transfer.import_trials(conn, study.id, export.trials)
+                builds_added = transfer.insert_builds(conn, export.builds)
+                timed = transfer.insert_measurements(conn, export.measurements)
+        except sa.exc.IntegrityError:
+            raise StoreError(
+                f"import of study '{export.name}' collided with a concurrent change; "
+                "nothing was imported: run it again"
+            ) from None
+        return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, readonly: bool = False) -> Iterator[Connection]:
+        """One transaction; connection-level failures become a one-line StoreError."""
+        with transaction(self._engine, readonly) as conn:
+            yield conn

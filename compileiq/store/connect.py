@@ -1,0 +1,135 @@
+"""Reaching the database: URL parsing, engines (SQLite pragmas and BEGIN IMMEDIATE),
+transactions, the Alembic upgrade with newer-schema detection, and error messages that never
+show a password."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
+from sqlalchemy.engine import URL, Connection, Engine
+
+from compileiq.errors import CompileIQError
+
+MIGRATIONS = Path(__file__).parent.with_name("migrations")
+_PG_SCHEMA_LOCK = 0x636F6D70  # advisory lock id serialising concurrent upgrades
+
+
+class StoreError(CompileIQError):
+    """The database cannot be reached, is too new, or holds something that contradicts a request."""
+
+
+def open_engine(url: str) -> Engine:
+    """An engine for ``url``; a bad URL or a missing driver is a StoreError."""
+    return _make_engine(_parse_url(url))
+
+
+def display(url: URL) -> str:
+    """``url`` without its password."""
+    return url.render_as_string(hide_password=True)
+
+
+@contextmanager
+def transaction(engine: Engine, readonly: bool = False) -> Iterator[Connection]:
+    """One transaction; connection-level failures become a one-line StoreError."""
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(compileiq_readonly=readonly)
+            with conn.begin():
+                yield conn
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        raise StoreError(f"database {display(engine.url)}: {_one_line(exc, engine.url)}") from None
+
+
+def upgrade_schema(conn: Connection) -> str:
+    """Apply pending migrations in ``conn``; return the schema revision now in the database."""
+    script = ScriptDirectory(str(MIGRATIONS))
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is not None and not _known_revision(script, current):
+        raise StoreError(
+            f"database schema {current} is newer than this compileiq knows; upgrade compileiq"
+        )
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+    return MigrationContext.configure(conn).get_current_revision() or ""
+
+
+def _known_revision(script: ScriptDirectory, revision: str) -> bool:
+    try:
+        return script.get_revision(revision) is not None
+    except (CommandError, RevisionError):
+        return False
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        return sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        raise StoreError(f"not a database URL: {_redact(url)}") from None
+
+
+def _make_engine(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    try:
+        if backend == "sqlite":
+            return _sqlite_engine(url)
+        args = {"connect_timeout": 10} if backend == "postgresql" else {}
+        return sa.create_engine(url, connect_args=args, pool_pre_ping=True)
+    except ImportError:
+        raise StoreError(
+            f"no database driver for {url.drivername}; for PostgreSQL: "
+            "pip install 'compileiq-tuner[postgres]'"
+        ) from None
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(f"unsupported database URL {display(url)}: {exc}") from None
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        folder = Path(database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"database {display(url)}: cannot create {folder}: {exc.strerror or exc}"
+            ) from None
+    engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "foreign_keys=ON"):
+            dbapi_conn.execute(f"PRAGMA {pragma}")
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        readonly = conn.get_execution_options().get("compileiq_readonly", False)
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _redact(text: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+
+
+def _one_line(exc: sa.exc.DBAPIError, url: URL) -> str:
+    text = " ".join(str(exc.orig or exc).split())
+    if url.password:
+        text = text.replace(str(url.password), "***")
+    return _redact(text)[:400]

@@ -1,0 +1,88 @@
+"""Rows to records and records to column values, and the check that a stored study matches
+the key a request asks for."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from compileiq.records import (
+    KEY_FIELDS,
+    BuildRecord,
+    Measurement,
+    Study,
+    StudyKey,
+    Trial,
+    TrialState,
+)
+from compileiq.store.connect import StoreError
+from compileiq.store.schema import db_now
+
+_KEY_WORDS = {"source_sha256": "kernel source", "space_id": "search space"}
+_KEY_WORDS.update(space_sha256="version of the search space", arch="architecture")
+
+
+def check_same_key(study: Study, key: StudyKey) -> None:
+    """Refuse a study made for another kernel source, toolchain, arch, space or objective."""
+    for name in KEY_FIELDS:
+        theirs, ours = getattr(study.key, name), getattr(key, name)
+        if theirs != ours:
+            raise StoreError(
+                f"study '{study.name}' was made for another {_KEY_WORDS.get(name, name)} "
+                f"({name} {theirs[:16]} != {ours[:16]}); choose another study name"
+            )
+
+
+def study_record(row: sa.RowMapping) -> Study:
+    key = StudyKey(**{name: row[name] for name in KEY_FIELDS})
+    return Study(id=row["id"], name=row["name"], key=key, created_at=utc(row["created_at"]))
+
+
+def trial_record(row: sa.RowMapping) -> Trial:
+    values = {f.name: row[f.name] for f in fields(Trial)}
+    values.update(state=TrialState(row["state"]), retryable=bool(row["retryable"]))
+    values.update(value=_float(row["value"]), compile_seconds=_float(row["compile_seconds"]))
+    values.update(config=dict(row["config"]), metrics=dict(row["metrics"] or {}))
+    finished = row["finished_at"]
+    values.update(started_at=utc(row["started_at"]), finished_at=finished and utc(finished))
+    return Trial(**values)
+
+
+def build_record(row: sa.RowMapping) -> BuildRecord:
+    return BuildRecord(**{**row, "ok": bool(row["ok"]), "seconds": float(row["seconds"])})
+
+
+def measurement_record(row: sa.RowMapping) -> Measurement:
+    values = {f.name: row[f.name] for f in fields(Measurement)}
+    values.update(samples=tuple(float(v) for v in row["samples"] or ()))
+    values.update(clocks=tuple(float(v) for v in row["clocks"] or ()))
+    for name in ("median", "iqr", "min"):
+        values[name] = float("nan") if row[name] is None else float(row[name])
+    return Measurement(**values)
+
+
+def running_values(config: dict[str, Any], worker: str) -> dict[str, Any]:
+    """Column values of a freshly claimed trial."""
+    values = dict.fromkeys(("value", "reason", "code_hash", "compile_seconds", "finished_at"))
+    values.update(config=config, worker=worker, state=TrialState.RUNNING.value, retryable=False)
+    return {**values, "metrics": {}, "started_at": db_now(), "heartbeat_at": db_now()}
+
+
+def measurement_values(measurement: Measurement) -> dict[str, Any]:
+    values = asdict(measurement)
+    values.update(samples=list(measurement.samples), clocks=list(measurement.clocks))
+    return values
+
+
+def utc(value: datetime) -> datetime:
+    """Naive values (SQLite) are UTC already; aware ones are converted."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)  # SQLite RETURNING may hand back an int

@@ -1,0 +1,88 @@
+"""Query-side views of the tables that ``migrations/versions/*`` create (never create_all),
+the database clock, and the few SQL building blocks the store and its transfers share."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from compileiq.records import KEY_FIELDS, TrialState
+from compileiq.store.connect import StoreError
+
+_meta = sa.MetaData()
+_TS = sa.DateTime(timezone=True)
+_TYPES: dict[str, Any] = {"int": sa.Integer, "str": sa.String, "text": sa.Text, "float": sa.Float}
+_TYPES.update(bool=sa.Boolean, json=sa.JSON, time=_TS)
+
+
+def _table(name: str, **columns: str) -> sa.Table:
+    """``_table("t", int="a b", json="c")``: columns a and b are integers, c is JSON."""
+    typed = ((column, _TYPES[kind]) for kind, names in columns.items() for column in names.split())
+    return sa.Table(name, _meta, *(sa.Column(column, kind) for column, kind in typed))
+
+
+studies = _table(
+    "studies", int="id next_number", str=" ".join(("name", *KEY_FIELDS)), time="created_at"
+)
+trials_table = _table(
+    "trials",
+    int="id study_id number",
+    str="config_key state worker code_hash",
+    text="reason",
+    float="value compile_seconds",
+    bool="retryable",
+    json="config metrics",
+    time="started_at heartbeat_at finished_at",
+)
+builds = _table(
+    "builds", str="key code_hash", text="message", bool="ok", json="metrics", float="seconds"
+)
+measurements = _table(
+    "measurements",
+    int="id",
+    str="code_hash device driver harness_args_hash status",
+    json="samples clocks",
+    float="median iqr min",
+)
+MEASUREMENT_KEY = ("code_hash", "device", "driver", "harness_args_hash")
+
+
+class db_now(sa.sql.functions.FunctionElement[datetime]):
+    """The database clock (millisecond precision on SQLite, where CURRENT_TIMESTAMP has seconds)."""
+
+    type = _TS
+    inherit_cache = True
+
+
+@compiles(db_now)
+def _db_now_default(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(db_now, "sqlite")
+def _db_now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+def take_number(conn: Connection, study_id: int) -> int:
+    """The study's next trial number, taken in ``conn``'s transaction."""
+    bump = (
+        studies.update()
+        .where(studies.c.id == study_id)
+        .values(next_number=studies.c.next_number + 1)
+        .returning(studies.c.next_number)
+    )
+    taken = conn.execute(bump).scalar_one_or_none()
+    if taken is None:
+        raise StoreError(f"no study with id {study_id}")
+    return int(taken) - 1
+
+
+def final_failure(t: Any) -> sa.ColumnElement[bool]:
+    """A FAILED trial that will not be retried."""
+    return sa.and_(t.state == TrialState.FAILED.value, t.retryable.is_(False))

@@ -1,0 +1,122 @@
+"""Export and import of a study: its trials with the builds and measurements of their machine
+code, read or merged inside one transaction that the caller holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from compileiq.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
+from compileiq.store.rows import (
+    build_record,
+    check_same_key,
+    measurement_record,
+    measurement_values,
+    study_record,
+    trial_record,
+)
+from compileiq.store.schema import (
+    MEASUREMENT_KEY,
+    builds,
+    measurements,
+    studies,
+    take_number,
+    trials_table,
+)
+
+
+def export_rows(conn: Connection, study: Study) -> StudyExport:
+    """``study`` with all its trials, the builds and measurements of their machine code."""
+    t = trials_table.c
+    query = sa.select(trials_table).where(t.study_id == study.id).order_by(t.number)
+    trials = tuple(trial_record(row) for row in conn.execute(query).mappings())
+    hashes = sorted({trial.code_hash for trial in trials if trial.code_hash})
+    build_query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
+    build_query = build_query.where(builds.c.code_hash.in_(hashes)).order_by(builds.c.key)
+    found = tuple(build_record(row) for row in conn.execute(build_query).mappings())
+    m = measurements.c
+    query = sa.select(measurements).where(m.code_hash.in_(hashes)).order_by(m.id)
+    timed = tuple(measurement_record(row) for row in conn.execute(query).mappings())
+    return StudyExport(study.name, study.key, trials, found, timed)
+
+
+def import_target(conn: Connection, export: StudyExport) -> tuple[Study, bool]:
+    """The study to import into (locked), created if missing; and whether it was created."""
+    query = sa.select(studies).where(studies.c.name == export.name).with_for_update()
+    row = conn.execute(query).mappings().one_or_none()
+    created = row is None
+    if row is None:
+        values = dict(name=export.name, next_number=0, **asdict(export.key))
+        conn.execute(studies.insert().values(values))
+        row = conn.execute(query).mappings().one()
+    study = study_record(row)
+    check_same_key(study, export.key)
+    return study, created
+
+
+def import_trials(
+    conn: Connection, study_id: int, imported: Sequence[Trial]
+) -> tuple[int, int, int]:
+    """Merge ``imported`` by config key; return how many were added, kept and skipped."""
+    t = trials_table.c
+    query = sa.select(t.id, t.config_key, t.state, t.retryable).where(t.study_id == study_id)
+    here = {row.config_key: row for row in conn.execute(query)}
+    added = kept = skipped = 0
+    for trial in imported:
+        mine = here.get(trial.config_key)
+        if not _final(trial.state, trial.retryable):
+            skipped += 1
+        elif mine is not None and not (mine.state == TrialState.FAILED.value and mine.retryable):
+            kept += 1
+        else:
+            values = _imported_values(trial)
+            if mine is None:
+                number = take_number(conn, study_id)
+                conn.execute(
+                    trials_table.insert().values(study_id=study_id, number=number, **values)
+                )
+            else:
+                conn.execute(trials_table.update().where(t.id == mine.id).values(values))
+            added += 1
+    return added, kept, skipped
+
+
+def insert_builds(conn: Connection, records: Sequence[BuildRecord]) -> int:
+    """Add the builds not cached yet; return how many."""
+    keys = [record.key for record in records]
+    query = sa.select(builds.c.key).where(builds.c.key.in_(keys))
+    present = set(conn.execute(query).scalars())
+    fresh = {r.key: asdict(r) for r in records if r.key not in present}
+    if fresh:
+        conn.execute(builds.insert(), list(fresh.values()))
+    return len(fresh)
+
+
+def insert_measurements(conn: Connection, records: Sequence[Measurement]) -> int:
+    """Add the measurements not cached yet; return how many."""
+    added = 0
+    for record in records:
+        m = measurements.c
+        where = [m[name] == getattr(record, name) for name in MEASUREMENT_KEY]
+        if conn.execute(sa.select(m.id).where(*where)).first() is None:
+            conn.execute(measurements.insert().values(measurement_values(record)))
+            added += 1
+    return added
+
+
+def _final(state: TrialState | str, retryable: bool) -> bool:
+    """COMPLETE, or FAILED for good (not waiting to be retried)."""
+    state = TrialState(state)
+    return state is TrialState.COMPLETE or (state is TrialState.FAILED and not retryable)
+
+
+def _imported_values(trial: Trial) -> dict[str, Any]:
+    values = {f.name: getattr(trial, f.name) for f in fields(Trial)}
+    for name in ("id", "study_id", "number"):
+        del values[name]
+    values.update(state=trial.state.value, heartbeat_at=trial.finished_at or trial.started_at)
+    return values
