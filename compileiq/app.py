@@ -51,6 +51,8 @@ class TuneOptions:
     exclude: tuple[str, ...] = ()
     simplify: bool = True
     stale_after: float = 300.0  # seconds without a heartbeat before another tuner retries a trial
+    program: bool = False  # time a program with its own main (overrides tune.toml's mode)
+    metric_regex: str | None = None  # program mode: the time in ms is the first group
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,17 @@ def check_objective(objective: str, ray_address: str | None = None) -> None:
         raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
+def _check_regex(text: str) -> None:
+    import re
+
+    try:
+        groups = re.compile(text).groups
+    except re.error as error:
+        raise UsageError(f"--metric-regex is not a regular expression: {error}") from None
+    if groups < 1:
+        raise UsageError("--metric-regex needs a group around the time in ms, e.g. 'time: ([0-9.]+) ms'")
+
+
 def _gpu_visible() -> bool:
     from compileiq.measure import gpu_visible
 
@@ -84,6 +97,10 @@ def _gpu_visible() -> bool:
 
 def _check(options: TuneOptions) -> None:
     check_objective(options.objective, options.ray_address)
+    if (options.program or options.metric_regex) and options.objective != "time":
+        raise UsageError("--program and --metric-regex apply to --objective time")
+    if options.metric_regex is not None:
+        _check_regex(options.metric_regex)
     if options.budget < 1:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
@@ -168,7 +185,8 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
     target = TimingTarget(
         nvcc=toolchain.nvcc, bundle=bundle_sources(spec), arch=spec.arch, space=space,
         fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,
-        rtol=spec.rtol, atol=spec.atol, program_regex=spec.metric_regex, program=spec.mode == "program",
+        rtol=spec.rtol, atol=spec.atol, program_regex=options.metric_regex or spec.metric_regex,
+        program=options.program or options.metric_regex is not None or spec.mode == "program",
         static=StaticEvaluator("static", spec),
     )  # fmt: skip
     return TimeEvaluator(target, store, workers, measurers[0])

@@ -97,6 +97,8 @@ def tune(
     allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
     only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
     exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    program: Annotated[bool, typer.Option(help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
+    metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
     simplify: Annotated[bool, typer.Option(help="Drop the winner's settings that make no difference (recompiles each).")] = True,
     stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
     as_json: JsonOption = False,
@@ -108,6 +110,7 @@ def tune(
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only), exclude=_names(exclude), simplify=simplify, stale_after=stale_after,
+        program=program, metric_regex=metric_regex,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
     try:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -93,12 +94,20 @@ class Build:
         return self.status is BuildStatus.OK
 
 
-def run_tool(argv: list[str], timeout_s: float, cwd: str | None = None) -> ToolRun:
-    """Run a compiler; on timeout kill its whole process group (nvcc spawns cicc and ptxas)."""
+def run_tool(
+    argv: list[str], timeout_s: float, cwd: str | None = None, *,
+    env: Mapping[str, str] | None = None, with_stderr: bool = True,
+) -> ToolRun:
+    """Run a compiler or a measuring program in its own process group; on timeout kill the whole
+    group (nvcc spawns cicc and ptxas). `with_stderr=False` keeps stdout alone (a program's JSON)."""
     start = time.perf_counter()
-    process = subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    environment = {**os.environ, **env} if env else None
+    stderr = subprocess.STDOUT if with_stderr else subprocess.DEVNULL
+    try:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr,
+                                   start_new_session=True, env=environment)
+    except OSError as error:
+        return ToolRun(127, f"cannot run {argv[0]}: {error}", time.perf_counter() - start, False)
     try:
         output, _ = process.communicate(timeout=timeout_s)
         timed_out = False

@@ -9,14 +9,14 @@ flags with the compiler defaults and with the recorded value.
 from __future__ import annotations
 
 import shlex
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from compileiq import acf as acf_file
-from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx, run_tool
+from compileiq import measure
+from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.errors import UsageError
 from compileiq.gate_rules import (
     Finding,
@@ -175,18 +175,6 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
                      recorded, measured, measured_timing)
 
 
-def gpu_visible() -> bool:
-    """Whether `nvidia-smi -L` lists a GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        run = run_tool([smi, "-L"], 20)
-    except OSError:
-        return False
-    return run.returncode == 0 and "GPU" in run.output
-
-
 def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: TimingSource | None) -> tuple[str, str]:
     """("static" | "timing", a note for the report); UsageError when a GPU was asked for in vain."""
     if requested is False:
@@ -204,7 +192,7 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
 
 
 def run(options: GateOptions, timing: TimingSource | None = None,
-        visible: Callable[[], bool] = gpu_visible) -> GateReport:
+        visible: Callable[[], bool] = measure.gpu_visible) -> GateReport:
     """Check every ACF; all inputs are validated before anything is built."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")

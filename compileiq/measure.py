@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import signal
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from compileiq.compile import harness_include_dir
+from compileiq.compile import harness_include_dir, run_tool
 
 HARNESS_KEY = "compileiq_harness"
 STATUSES = ("ok", "error", "check_failed", "unwritten_output")
@@ -201,21 +197,8 @@ def run_executable(
 def _run(
     argv: list[str], timeout_s: float, cwd: str, env: Mapping[str, str] | None
 ) -> tuple[str, int | None, bool, float]:
-    start = time.perf_counter()
-    environment = {**os.environ, **env} if env else None
-    try:
-        process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True, env=environment)
-    except OSError as error:
-        return f"cannot run the variant: {error}", 127, False, time.perf_counter() - start
-    try:
-        out, _ = process.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, _ = process.communicate()
-        timed_out = True
-    return out.decode("utf-8", errors="replace"), process.returncode, timed_out, time.perf_counter() - start
+    run = run_tool(argv, timeout_s, cwd, env=env, with_stderr=False)
+    return run.output, run.returncode, run.timed_out, run.seconds
 
 
 def compare_outputs(
@@ -283,13 +266,10 @@ class Measurer(Protocol):
 
 def gpu_count() -> int:
     """How many GPUs `nvidia-smi -L` lists on this machine (0 without a driver)."""
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
+    listing = run_tool(["nvidia-smi", "-L"], 20, with_stderr=False)
+    if listing.returncode != 0 or listing.timed_out:
         return 0
-    if listing.returncode != 0:
-        return 0
-    return sum(line.startswith("GPU ") for line in listing.stdout.splitlines())
+    return sum(line.startswith("GPU ") for line in listing.output.splitlines())
 
 
 def gpu_visible() -> bool:

@@ -73,7 +73,7 @@ class TimeEvaluator:
             raise TimingError(f"the baseline's measuring executable does not build: {executable}")
         run = self._run(executable, SCREEN_ARGS)
         if self._value(run) is None:
-            raise TimingError(f"the baseline cannot be measured: {run.failure or 'the program printed no time'}")
+            raise TimingError(f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}")
         self._reference = run
         self.driver = run.harness.driver
 
@@ -115,7 +115,7 @@ class TimeEvaluator:
         run = self._run(executable, SCREEN_ARGS)
         value = self._value(run)
         if value is None:
-            reason = run.failure or "the program printed no time"
+            reason = self._failure(run) or "the program printed no time"
             self._remember(code_hash, run, reason)
             return Evaluation(None, reason, static)
         check = self._check(run)
@@ -129,6 +129,14 @@ class TimeEvaluator:
         if self._target.program:
             return parse_program_metric(run.stdout, self._target.program_regex) if run.returncode == 0 else None
         return run.harness.median_ms if run.failure is None else None
+
+    def _failure(self, run: RunResult) -> str | None:
+        """Why a run gave no time: a program is judged by its exit, a harness by its report."""
+        if not self._target.program:
+            return run.failure
+        if run.timed_out:
+            return f"timeout: killed after {run.seconds:.1f} s"
+        return f"the program exited with code {run.returncode}" if run.returncode else None
 
     def _check(self, run: RunResult) -> str | None:
         reference = self._reference

@@ -77,6 +77,7 @@ CASES: dict[str, Case] = {
     "objective-time": Case(f"{T} {{k}} --objective time", 2, ("needs a GPU", "instructions", "--ray-address")),
     "budget-negative": Case(f"{T} {{k}} --budget -3", 2, ("--budget", "-3")),
     "budget-zero": Case(f"{T} {{k}} --budget 0", 2, ("--budget",)),
+    "metric-regex-static": Case(f"{T} {{k}} --metric-regex x", 2, ("--metric-regex", "--objective time")),
     "strategy-unknown": Case(f"{T} {{k}} --strategy anneal", 2, ("strategy", "anneal")),
     "workers-unknown": Case(f"{T} {{k}} --workers mpi", 2, ("mpi",)),
     # ACFs

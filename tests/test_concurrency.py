@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL, clean_env, compileiq_command
+from helpers import SPILLING_KERNEL, TINY_KERNEL, clean_env, compileiq_command
 
 from compileiq.store import Store, Trial, TrialState
 from compileiq.toolchain import find_toolchain
@@ -28,21 +28,7 @@ from compileiq.toolchain import find_toolchain
 pytestmark = pytest.mark.slow
 
 SMALL_SPACE = "ptxas.opt_level,ptxas.maxrregcount,ptxas.register_usage_level"
-# ptxas 13.0 spills this kernel at its default settings; overriding the bound removes the spills,
-# so the search's winner has non-default settings and every tuner simplifies it at the end.
-SPILLER = """\
-extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
-    float taps[128];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    #pragma unroll
-    for (int k = 0; k < 128; ++k) taps[k] = in[(i * 7 + k * 13) % n];
-    float acc = 0.0f;
-    #pragma unroll
-    for (int k = 0; k < 128; ++k) acc += taps[k] * taps[127 - k] * taps[(k * 37) % 128];
-    #pragma unroll
-    for (int k = 0; k < 128; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % 128] + acc;
-}
-"""
+SPILLER = SPILLING_KERNEL  # the winner has non-default settings: every tuner simplifies at the end
 SPILLER_SPACE = "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level"
 
 

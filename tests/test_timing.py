@@ -107,3 +107,38 @@ def _tiny(tmp_path):
     path = tmp_path / "k.cu"
     path.write_text("__global__ void k(float* x) { x[0] = 1; }\n")
     return path
+
+
+PROGRAM = r"""
+#include <cstdio>
+#ifndef VARIANT
+#define VARIANT 1
+#endif
+extern "C" const char ciq_variant_marker[] = "ciq-variant-" "VARIANT" ";";
+__global__ void k(float* x) { x[threadIdx.x] *= VARIANT; }
+int main() { std::printf("elapsed: %d.5 ms\n", VARIANT); return 0; }
+"""
+
+
+def test_program_mode_reads_the_time_the_program_prints(tmp_path):
+    from compileiq.compile import Build, BuildStatus
+
+    (tmp_path / "prog.cu").write_text(PROGRAM)
+    spec, tools = load_spec(tmp_path / "prog.cu"), find_toolchain()
+    space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",)))
+    printed = iter(["elapsed: 3.5 ms\n", "elapsed: 2.5 ms\n", "no time here\n"])
+
+    def program(executable, args):
+        assert "--quick" not in args  # a program gets only its own arguments
+        return RunResult(synthetic_result([]), b"", 0, False, 0.1, next(printed))
+
+    target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, (), 120, (), 1e-5, 1e-6,
+                          r"elapsed: ([0-9.]+) ms", True, StaticEvaluator("static", spec))
+    evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/p.db"), SharedWorkers(LocalWorkers),
+                              FakeMeasurer(program))
+    evaluator.prepare(space.default_config())  # the baseline: 3.5 ms
+    build = Build(BuildStatus.OK, "", (), "code-a", b"", 0.0)
+    assert evaluator.evaluate(build, space.default_config()).value == 2.5
+    silent = evaluator.evaluate(Build(BuildStatus.OK, "", (), "code-b", b"", 0.0), space.default_config())
+    assert silent.value is None and "printed no time" in silent.reason
+    assert evaluator.evaluate(build, space.default_config()).value == 2.5  # cached per machine code

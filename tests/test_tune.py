@@ -5,11 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from helpers import SPILLING_KERNEL
 
 from compileiq import acf, app
 from compileiq.compile import parse_resources, run_tool
@@ -17,23 +17,7 @@ from compileiq.runner import SilentProgress
 from compileiq.store import Store, TrialState
 from compileiq.toolchain import find_toolchain
 
-# A kernel the tuner has never seen: 128 live floats per thread under a 2-blocks-of-256 bound
-# (ptxas 13.0: 424 + 628 spill bytes at defaults, none with the bound overridden).
-SPILLER = textwrap.dedent(
-    """
-    extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
-        float taps[128];
-        int i = blockIdx.x * blockDim.x + threadIdx.x;
-        #pragma unroll
-        for (int k = 0; k < 128; ++k) taps[k] = in[(i * 7 + k * 13) % n];
-        float acc = 0.0f;
-        #pragma unroll
-        for (int k = 0; k < 128; ++k) acc += taps[k] * taps[127 - k] * taps[(k * 37) % 128];
-        #pragma unroll
-        for (int k = 0; k < 128; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % 128] + acc;
-    }
-    """
-)
+SPILLER = SPILLING_KERNEL
 SUBSPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level")
 
 
