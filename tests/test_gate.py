@@ -221,10 +221,10 @@ def test_mode_resolution():
     assert gate.resolve_mode(None, lambda: False, fake)[0] == "static"
     assert gate.resolve_mode(None, lambda: True, fake)[0] == "timing"
     assert gate.resolve_mode(False, lambda: True, fake)[0] == "static"
-    assert gate.resolve_mode(None, lambda: True, None)[0] == "static"  # no harness yet: static, said so
+    assert gate.resolve_mode(None, lambda: True, None)[0] == "static"  # no timing source: static, said so
     with pytest.raises(UsageError, match="no GPU is visible"):
         gate.resolve_mode(True, lambda: False, fake)
-    with pytest.raises(UsageError, match="harness"):
+    with pytest.raises(UsageError, match="no timing source"):
         gate.resolve_mode(True, lambda: True, None)
 
 
