@@ -23,7 +23,7 @@ from compileiq.search import Observation, Searcher, SearchSettings
 from compileiq.space import SearchSpace
 from compileiq.store import Trial, TrialState
 
-SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.register_usage_level")
+SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.allow_expensive_optimizations")
 BATCH = 8
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from common import ROOT, fresh_db, machine, tune
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import run_tool
+from compileiq.compile import harness_include_dir, run_tool
 from compileiq.kernel import load_spec
 from compileiq.space import Config
 from compileiq.toolchain import find_toolchain
@@ -28,9 +28,13 @@ def naive_loop(kernel: Path, configs: list[Config], threads: int) -> float:
 
     def build(item: tuple[int, Config]) -> int:
         index, config = item
+        includes = [f"-I{d}" for d in (*spec.include_dirs, harness_include_dir())]
         argv = [tools.nvcc, f"-arch={spec.arch}", "-cubin", "-Xptxas=-v", *space.nvcc_args(config),
-                *spec.fixed_define_args(), str(kernel), "-o", str(out_dir / f"{index}.cubin")]
-        return run_tool(argv, 300).returncode
+                *spec.fixed_define_args(), *includes, str(kernel), "-o", str(out_dir / f"{index}.cubin")]
+        run = run_tool(argv, 300)
+        if run.returncode != 0:
+            raise SystemExit(f"the reference loop's nvcc failed: {run.output[:500]}")
+        return run.returncode
 
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:

@@ -19,6 +19,7 @@ from skopt.acquisition import gaussian_ei
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 from skopt.space import Integer
 
+from compileiq.encoding import Encoding, Row
 from compileiq.errors import UsageError
 from compileiq.space import Config, Parameter, SearchSpace
 
@@ -57,14 +58,14 @@ class Searcher:
         self._space = space
         self._settings = settings
         self._rng = np.random.default_rng(settings.seed)
-        self._seen: set[str] = set()
+        self._encoding = Encoding(space)
+        self._seen: set[Row] = set()
         self._values: list[float | None] = []
-        self._points: list[list[Any]] = []
+        self._points: list[list[int]] = []
         self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
         self._enumeration: Iterator[Config] | None = None
-        self._frontend_names = [p.name for p in space.parameters if p.stage == "frontend"]
-        self._frontends: set[str] = set()  # front-end settings already compiled or about to be
-        self._initial_frontends: set[str] = set()
+        self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
+        self._initial_frontends: set[Row] = set()
         self._frontend_cost = settings.frontend_cost
 
     @property
@@ -73,102 +74,99 @@ class Searcher:
 
     def tell(self, observations: Sequence[Observation]) -> None:
         """Record results (one refit per call, however many observations it carries)."""
-        fresh = [o for o in observations if o.config.key not in self._seen]
-        for observation in fresh:
-            self._seen.add(observation.config.key)
-            self._frontends.add(self._frontend(observation.config))
-            self._points.append(_to_point(self._space, observation.config))
+        fresh = 0
+        for observation in observations:
+            row = self._encoding.row(observation.config)
+            if row in self._seen:
+                continue
+            self._seen.add(row)
+            self._frontends.add(self._encoding.frontend(row))
+            self._points.append(self._encoding.points(np.array([row]))[0])
             self._values.append(observation.value)
+            fresh += 1
         if self._optimizer is not None and fresh:
             self._refit()
 
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
-        """Up to `count` distinct configurations, none seen before nor in `exclude`."""
-        skip = self._seen | set(exclude)
+        """Up to `count` distinct configurations, none seen before nor in `exclude` (config keys)."""
+        skip = self._seen | self._encoding.rows_of_keys(exclude)
         strategy = self._settings.strategy
         if strategy == "exhaustive":
             return self._next_enumerated(count, skip)
-        if strategy == "random":
-            return self._random(count, skip)
         pool = self._candidates(skip)
+        if strategy == "random":
+            order = self._rng.permutation(len(pool))[:count]
+            return [self._encoding.config(row) for row in pool[order]]
         if len(self._values) < self._settings.initial_points or self._optimizer is None:
             pool = self._initial_pool(pool)
-            scores = np.ones(len(pool))
-            chosen = self._pick(pool, scores, count, lambda weights: self._rng.choice(len(pool), p=weights))
+            picks = self._pick(pool, np.ones(len(pool)), count, lambda w: self._rng.choice(len(w), p=w))
         else:
-            chosen = self._pick(pool, self._acquisition(pool), count, lambda weights: int(np.argmax(weights)))
-        self._frontends.update(self._frontend(c) for c in chosen)
-        return chosen
+            picks = self._pick(pool, self._acquisition(pool), count, lambda w: int(np.argmax(w)))
+        self._frontends.update(self._encoding.frontend(pool[i]) for i in picks)
+        return [self._encoding.config(pool[i]) for i in picks]
 
-    def _next_enumerated(self, count: int, skip: set[str]) -> list[Config]:
+    def _next_enumerated(self, count: int, skip: set[Row]) -> list[Config]:
         if self._enumeration is None:
             self._enumeration = enumerate_space(self._space)
         batch: list[Config] = []
         for config in self._enumeration:
-            if config.key not in skip:
+            if self._encoding.row(config) not in skip:
                 batch.append(config)
                 if len(batch) == count:
                     break
         return batch
 
-    def _random(self, count: int, skip: set[str]) -> list[Config]:
-        pool = self._candidates(skip)
-        order = self._rng.permutation(len(pool))
-        return [pool[index] for index in order[:count]]
-
-    def _acquisition(self, pool: list[Config]) -> np.ndarray:
+    def _acquisition(self, pool: np.ndarray) -> np.ndarray:
         assert self._optimizer is not None
-        if not pool:
+        if not len(pool):
             return np.zeros(0)
         model = self._optimizer.models[-1]
-        features = self._optimizer.space.transform([_to_point(self._space, c) for c in pool])
+        features = self._optimizer.space.transform(self._encoding.points(pool))
         best = min(self._optimizer.yi)
         scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
         return np.maximum(np.asarray(scores, dtype=float), 0.0) + 1e-12
 
-    def _pick(self, pool: list[Config], scores: np.ndarray, count: int, choose: Any) -> list[Config]:
+    def _pick(self, pool: np.ndarray, scores: np.ndarray, count: int, choose: Any) -> list[int]:
         """Greedy batch: score per unit of compile cost; a new front-end setting costs more
         until one variant of the batch pays for it (expected improvement per second)."""
-        frontends = [self._frontend(c) for c in pool]
-        planned = set(self._frontends)
+        if not len(pool):
+            return []
+        columns = self._encoding.frontend_columns
+        keys, group = np.unique(pool[:, columns], axis=0, return_inverse=True)
+        planned = np.array([tuple(k) in self._frontends for k in keys.tolist()], dtype=bool)
         available = np.ones(len(pool), dtype=bool)
-        chosen: list[Config] = []
+        chosen: list[int] = []
         for _ in range(min(count, len(pool))):
-            cost = np.array([1.0 if f in planned else 1.0 + self._frontend_cost for f in frontends])
+            cost = np.where(planned[group.reshape(-1)], 1.0, 1.0 + self._frontend_cost)
             weights = np.where(available, scores / cost, 0.0)
-            index = choose(weights / weights.sum())
+            index = int(choose(weights / weights.sum()))
             available[index] = False
-            planned.add(frontends[index])
-            chosen.append(pool[index])
+            planned[group.reshape(-1)[index]] = True
+            chosen.append(index)
         return chosen
 
-    def _initial_pool(self, pool: list[Config]) -> list[Config]:
+    def _initial_pool(self, pool: np.ndarray) -> np.ndarray:
         """The initial design spreads over a few front-end settings only (each costs an nvcc run):
         enough variety for the model to learn their effect, few enough to stay cheap."""
+        if not len(pool):
+            return pool
+        frontends = [tuple(r) for r in pool[:, self._encoding.frontend_columns].tolist()]
         if not self._initial_frontends:
-            fresh = sorted({self._frontend(c) for c in pool} - self._frontends)
+            fresh = sorted(set(frontends) - self._frontends)
             picks = self._rng.permutation(len(fresh))[: self._settings.initial_frontends]
             self._initial_frontends = self._frontends | {fresh[i] for i in picks}
-        narrowed = [c for c in pool if self._frontend(c) in self._initial_frontends]
-        return narrowed or pool
+        keep = np.array([f in self._initial_frontends for f in frontends], dtype=bool)
+        return pool[keep] if keep.any() else pool
 
     def set_frontend_cost(self, ratio: float) -> None:
         """Measured cost of a new front-end compile, in ptxas runs (updates the batch choice)."""
         if math.isfinite(ratio) and ratio > 0:
             self._frontend_cost = ratio
 
-    def _frontend(self, config: Config) -> str:
-        return repr([config[name] for name in self._frontend_names])
-
-    def _candidates(self, skip: set[str]) -> list[Config]:
-        if self._space.size() <= ENUMERATE_LIMIT:
-            return [c for c in enumerate_space(self._space) if c.key not in skip]
-        drawn: dict[str, Config] = {}
-        for _ in range(CANDIDATE_SAMPLES):
-            config = _random_config(self._space, self._rng)
-            if config.key not in skip:
-                drawn.setdefault(config.key, config)
-        return list(drawn.values())
+    def _candidates(self, skip: set[Row]) -> np.ndarray:
+        encoding = self._encoding
+        rows = encoding.grid if self._space.size() <= ENUMERATE_LIMIT else encoding.sample(self._rng, CANDIDATE_SAMPLES)
+        return encoding.without(rows, skip)
 
     def _refit(self) -> None:
         assert self._optimizer is not None
@@ -194,10 +192,6 @@ def _default_first(parameter: Parameter) -> list[Any]:
     return [parameter.default] + [v for v in parameter.values if v != parameter.default]
 
 
-def _random_config(space: SearchSpace, rng: np.random.Generator) -> Config:
-    return Config.of({p.name: p.values[int(rng.integers(len(p.values)))] for p in space.parameters})
-
-
 def _dimension(parameter: Parameter) -> Integer:
     """Every parameter as an ordinal: int values as they are, choices by their listed order.
 
@@ -207,14 +201,6 @@ def _dimension(parameter: Parameter) -> Integer:
     if parameter.kind == "int":
         return Integer(int(min(parameter.values)), int(max(parameter.values)), name=parameter.name)  # type: ignore[arg-type]
     return Integer(0, len(parameter.values) - 1, name=parameter.name)
-
-
-def _to_point(space: SearchSpace, config: Config) -> list[Any]:
-    point: list[Any] = []
-    for parameter in space.parameters:
-        value = config[parameter.name]
-        point.append(value if parameter.kind == "int" else parameter.values.index(value))
-    return point
 
 
 def _with_penalty(values: Sequence[float | None]) -> list[float]:
