@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 from skopt import Optimizer
 from skopt.acquisition import gaussian_ei
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
@@ -67,6 +68,8 @@ class Searcher:
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
         self._initial_frontends: set[Row] = set()
         self._frontend_cost = settings.frontend_cost
+        self._model: Any = None  # the surrogate, once `initial_points` results are in
+        self._fitted: list[float] = []  # what it was fitted on (ranks; failures penalised)
 
     @property
     def observations(self) -> int:
@@ -97,7 +100,7 @@ class Searcher:
         if strategy == "random":
             order = self._rng.permutation(len(pool))[:count]
             return [self._encoding.config(row) for row in pool[order]]
-        if len(self._values) < self._settings.initial_points or self._optimizer is None:
+        if self._model is None:
             pool = self._initial_pool(pool)
             picks = self._pick(pool, np.ones(len(pool)), count, lambda w: self._rng.choice(len(w), p=w))
         else:
@@ -120,10 +123,9 @@ class Searcher:
         assert self._optimizer is not None
         if not len(pool):
             return np.zeros(0)
-        model = self._optimizer.models[-1]
         features = self._optimizer.space.transform(self._encoding.points(pool))
-        best = min(self._optimizer.yi)
-        scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
+        best = min(self._fitted)
+        scores = gaussian_ei(features, self._model, y_opt=best, xi=self._settings.exploration)
         return np.maximum(np.asarray(scores, dtype=float), 0.0) + 1e-12
 
     def _pick(self, pool: np.ndarray, scores: np.ndarray, count: int, choose: Any) -> list[int]:
@@ -173,11 +175,13 @@ class Searcher:
         values = _with_penalty(self._values)
         if len(values) < self._settings.initial_points:
             return
-        fitted = self._optimizer
-        fitted.Xi, fitted.yi, fitted.models = [], [], []
+        # One fit on the whole history; skopt's Optimizer.tell would also optimise an acquisition
+        # for its own next point, which the batch choice here never uses.
+        model = clone(self._optimizer.base_estimator_)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fitted.tell([list(p) for p in self._points], values)
+            model.fit(self._optimizer.space.transform(self._points), values)
+        self._model, self._fitted = model, values
 
 
 def enumerate_space(space: SearchSpace) -> Iterator[Config]:
