@@ -110,6 +110,7 @@ class Tuner:
         self._searcher = Searcher(request.space, request.search)
         self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
         self._baseline = request.space.default_config()
+        self._told: set[int] = set()  # ids of the finished trials the searcher knows
 
     def run(self) -> TuneResult:
         request = self._request
@@ -154,9 +155,11 @@ class Tuner:
     def _sync(self, study: Study) -> int:
         """Tell the searcher every finished trial (ours and other processes'); count them."""
         finished = [t for t in self._store.trials(study.id) if _counts(t)]
-        self._searcher.tell([_observation(t) for t in finished])
-        self._runner.remember(finished)
-        self._check_baseline(finished)
+        fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
+        self._told.update(t.id for t in fresh)
+        self._searcher.tell([_observation(t) for t in fresh])
+        self._runner.remember(fresh)
+        self._check_baseline(fresh)
         return len(finished)
 
     def _candidates(self, study: Study, count: int) -> list[Config]:
