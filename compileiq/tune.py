@@ -121,7 +121,7 @@ class Tuner:
         key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
         study = self._store.get_or_create_study(key, request.study_name)
         self._store.fail_stale_trials(study.id, 0.0 if request.resume else request.stale_after_s)
-        self._progress.started(study, request.budget, self._sync(study))
+        self._progress.started(study, request.budget, self._sync(study)[0])
         if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
             self._warm_start(study)
         try:
@@ -133,11 +133,15 @@ class Tuner:
 
     def _search(self, study: Study) -> bool:
         """Run batches until the budget is spent; True if the space ran out first."""
-        while (remaining := self._request.budget - self._sync(study)) > 0:
+        while True:
+            counted, trials = self._sync(study)
+            if (remaining := self._request.budget - counted) <= 0:
+                break
             # Before each ask: a tuner that died mid-batch leaves RUNNING trials; fail them
             # (retryable) once their heartbeat is stale, so that this tuner retries them.
-            self._store.fail_stale_trials(study.id, self._request.stale_after_s)
-            candidates = self._candidates(study, min(remaining, self._request.batch_size))
+            if self._store.fail_stale_trials(study.id, self._request.stale_after_s):
+                trials = self._store.trials(study.id)
+            candidates = self._candidates(trials, min(remaining, self._request.batch_size))
             batch = self._claim(study, candidates)
             if batch:
                 finished = self._runner.run(batch)
@@ -152,19 +156,20 @@ class Tuner:
                 return True
         return False
 
-    def _sync(self, study: Study) -> int:
-        """Tell the searcher every finished trial (ours and other processes'); count them."""
-        finished = [t for t in self._store.trials(study.id) if _counts(t)]
+    def _sync(self, study: Study) -> tuple[int, list[Trial]]:
+        """Tell the searcher every finished trial (ours and other processes'); count them.
+        Returns the count and the study's trials as read (one read per batch)."""
+        trials = self._store.trials(study.id)
+        finished = [t for t in trials if _counts(t)]
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
         self._searcher.tell([_observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
-        return len(finished)
+        return len(finished), trials
 
-    def _candidates(self, study: Study, count: int) -> list[Config]:
+    def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
-        trials = self._store.trials(study.id)
         taken = {t.config_key for t in trials if not _retryable(t)}
         retry = [Config.of(t.config) for t in trials if _retryable(t)]
         first = {c.key: c for c in [self._baseline, *retry, *self._warm_first] if c.key not in taken}
