@@ -17,6 +17,7 @@ from typing import Any
 from compileiq.compile import Build, ExecutableJob
 from compileiq.confirm import Candidate, Confirmation, choose_finalists, confirm, executable_sampler
 from compileiq.errors import CompileIQError
+from compileiq.evidence import RUNTIME_KIND
 from compileiq.measure import Measurer, RunResult, compare_outputs, parse_program_metric
 from compileiq.metrics import Evaluation, StaticEvaluator
 from compileiq.records import Measurement, Trial, TrialState
@@ -25,7 +26,6 @@ from compileiq.workers import Workers
 
 SCREEN_ARGS = ("--quick",)
 SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
-RUNTIME_LABEL = "runtime (GPU, median of samples)"
 
 
 class TimingError(CompileIQError):
@@ -179,7 +179,7 @@ class TimeEvaluator:
 
 def _timing(run: RunResult) -> dict[str, Any]:
     harness = run.harness
-    return {"kind": RUNTIME_LABEL, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
+    return {"kind": RUNTIME_KIND, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
             "min_ms": harness.min_ms, "samples": len(harness.samples_ms), "device": harness.device,
             "graph_batch": harness.graph_batch}
 
@@ -187,7 +187,7 @@ def _timing(run: RunResult) -> dict[str, Any]:
 def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation:
     if cached.status != "ok":
         return Evaluation(None, cached.status, static)
-    timing = {"kind": RUNTIME_LABEL, "median_ms": cached.median * 1000, "iqr_ms": cached.iqr * 1000,
+    timing = {"kind": RUNTIME_KIND, "median_ms": cached.median * 1000, "iqr_ms": cached.iqr * 1000,
               "min_ms": cached.min * 1000, "samples": len(cached.samples), "device": cached.device}
     return Evaluation(cached.median * 1000, None, {**static, **timing})
 

@@ -196,7 +196,7 @@ class Tuner:
 
     def _warm_observation(self, trial: Trial) -> Observation | None:
         """The trial's result for this run's objective, if its config fits this space."""
-        if trial.state is not TrialState.COMPLETE or self._evaluator.kind != "static":
+        if trial.state is not TrialState.COMPLETE or self._evaluator.kind != StaticEvaluator.kind:
             return None
         try:
             config = Config.of(trial.config)
