@@ -8,26 +8,39 @@ reaches the optimum. Cases where the baseline itself is optimal are trivial (1 e
 every strategy) and are listed but left out of the summary ratio.
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--objectives static,spills,registers]
+        [--tables tables.json]   # keep the exhaustive tables: a rerun replays without compiling
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 from common import KERNELS, fresh_db, machine, tune
 
+from compileiq import app
+from compileiq.kernel import bundle_sources, load_spec
 from compileiq.metrics import StaticMetrics, objective_value
 from compileiq.search import Observation, Searcher, SearchSettings
 from compileiq.space import SearchSpace
-from compileiq.store import Trial, TrialState
+from compileiq.store import TrialState
+from compileiq.toolchain import find_toolchain
 
-SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.allow_expensive_optimizations")
+SPACE = (
+    "ptxas.opt_level",
+    "ptxas.register_usage_level",
+    "ptxas.maxrregcount",
+    "ptxas.override_directive_values",
+)
 BATCH = 8
 
 
-def evaluations_to_optimum(space: SearchSpace, values: dict[str, float | None], settings: SearchSettings) -> int:
+def evaluations_to_optimum(
+    space: SearchSpace, values: dict[str, float | None], settings: SearchSettings
+) -> int:
     target = min(v for v in values.values() if v is not None)
     searcher = Searcher(space, settings)
     batch = [space.default_config()]
@@ -43,12 +56,41 @@ def evaluations_to_optimum(space: SearchSpace, values: dict[str, float | None], 
     raise AssertionError("the search ended without visiting the optimum")
 
 
-def value(trial: Trial, objective: str) -> float | None:
-    if trial.state is not TrialState.COMPLETE:
+def value(metrics: dict | None, objective: str) -> float | None:
+    if metrics is None:
         return None
-    m = trial.metrics
-    metrics = StaticMetrics(m["spill_bytes"], m["registers"], m["occupancy"], m["instructions"], m["stack_bytes"])
-    return objective_value(objective, metrics)
+    m = metrics
+    static = StaticMetrics(
+        m["spill_bytes"], m["registers"], m["occupancy"], m["instructions"], m["stack_bytes"]
+    )
+    return objective_value(objective, static)
+
+
+def exhaustive_table(
+    kernel: Path, cache: dict, only: tuple[str, ...] = SPACE
+) -> tuple[SearchSpace, dict[str, dict | None]]:
+    """Every configuration's static metrics (None: failed), compiled by an exhaustive `tune`,
+    or read from the cache written by an earlier run of the same source and space."""
+    spec = load_spec(kernel)
+    space = app.tuning_space(spec, find_toolchain(), app.TuneOptions(kernel=kernel, only=only))
+    key = f"{kernel.stem}:{bundle_sources(spec).sha256[:16]}:{','.join(p.name for p in space.parameters)}"
+    if key not in cache:
+        report = tune(
+            kernel,
+            fresh_db(),
+            objective="static",
+            strategy="exhaustive",
+            budget=10**6,
+            workers="local",
+            only=only,
+            batch_size=32,
+            simplify=False,
+        )
+        cache[key] = {
+            t.config_key: t.metrics if t.state is TrialState.COMPLETE else None
+            for t in report.result.trials
+        }
+    return space, cache[key]
 
 
 def main() -> None:
@@ -56,37 +98,54 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--objectives", default="static,spills,registers")
     parser.add_argument("--surrogate", default="ET")
+    parser.add_argument(
+        "--tables", type=Path, help="JSON cache of the exhaustive tables (read and written)"
+    )
     args = parser.parse_args()
+    cache = json.loads(args.tables.read_text()) if args.tables and args.tables.exists() else {}
     print(f"machine: {machine()}; {args.seeds} seeds; batch {BATCH}; surrogate {args.surrogate}")
     print(f"space: {', '.join(SPACE)} (+ each kernel's tuned macros)")
-    print(f"{'kernel':12} {'objective':10} {'configs':>7} {'optima':>6} {'bayes':>7} {'random':>7} {'ratio':>6}  note")
+    print(
+        f"{'kernel':12} {'objective':10} {'configs':>7} {'optima':>6} {'bayes':>7} {'random':>7} {'ratio':>6}  note"
+    )
     ratios = []
     for kernel in KERNELS:
         start = time.perf_counter()
-        report = tune(kernel, fresh_db(), objective="static", strategy="exhaustive", budget=10**6,
-                      workers="local", only=SPACE, batch_size=32, simplify=False)
+        space, table = exhaustive_table(kernel, cache)
+        if args.tables:
+            args.tables.write_text(json.dumps(cache))
         for objective in args.objectives.split(","):
-            values = {t.config_key: value(t, objective) for t in report.result.trials}
+            values = {key: value(metrics, objective) for key, metrics in table.items()}
             best = min(v for v in values.values() if v is not None)
             optima = sum(1 for v in values.values() if v == best)
             medians = {
                 strategy: statistics.median(
-                    evaluations_to_optimum(report.space, values, SearchSettings(strategy, seed, args.surrogate))
+                    evaluations_to_optimum(
+                        space, values, SearchSettings(strategy, seed, args.surrogate)
+                    )
                     for seed in range(args.seeds)
                 )
                 for strategy in ("bayes", "random")
             }
             ratio = medians["bayes"] / medians["random"]
-            trivial = values[report.space.default_config().key] == best
+            trivial = values[space.default_config().key] == best
             if not trivial:
                 ratios.append(ratio)
             note = "trivial: the baseline is optimal" if trivial else ""
-            print(f"{kernel.stem:12} {objective:10} {len(values):7d} {optima:6d} {medians['bayes']:7.1f} "
-                  f"{medians['random']:7.1f} {ratio:6.2f}  {note}", flush=True)
-        print(f"{'':12} (exhaustive compile + replays: {time.perf_counter() - start:.0f} s)", flush=True)
+            print(
+                f"{kernel.stem:12} {objective:10} {len(values):7d} {optima:6d} {medians['bayes']:7.1f} "
+                f"{medians['random']:7.1f} {ratio:6.2f}  {note}",
+                flush=True,
+            )
+        print(
+            f"{'':12} (exhaustive compile + replays: {time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
     if ratios:
-        print(f"non-trivial cases: {len(ratios)}; median ratio bayes/random {statistics.median(ratios):.2f}; "
-              f"geometric mean {statistics.geometric_mean(ratios):.2f} (target <= 0.33)")
+        print(
+            f"non-trivial cases: {len(ratios)}; median ratio bayes/random {statistics.median(ratios):.2f}; "
+            f"geometric mean {statistics.geometric_mean(ratios):.2f} (target <= 0.33)"
+        )
 
 
 if __name__ == "__main__":

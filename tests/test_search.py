@@ -2,16 +2,27 @@
 
 import math
 
+import numpy as np
 import pytest
+from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 
 from compileiq.errors import UsageError
-from compileiq.search import Observation, Searcher, SearchSettings, enumerate_space
+from compileiq.search import (
+    FAILURE_RANK,
+    Observation,
+    Searcher,
+    SearchSettings,
+    _OnePassForest,
+    enumerate_space,
+)
 from compileiq.space import Parameter, SearchSpace
 
 
 def _space() -> SearchSpace:
     def choice(name, values, default, stage="ptxas"):
-        return Parameter(name, stage, "choice", tuple(values), default, f"--{name}={{value}}", "safe", "")
+        return Parameter(
+            name, stage, "choice", tuple(values), default, f"--{name}={{value}}", "safe", ""
+        )
 
     return SearchSpace(
         "test",
@@ -30,8 +41,12 @@ def _objective(config) -> float:
     """A bowl with its minimum at level=1, cap=64, cache=cg, vec=True, usage=8."""
     cap = {"default": 3, 32: 2, 64: 0, 128: 1, 255: 2}[config["ptxas.cap"]]
     cache = {"default": 1, "ca": 2, "cg": 0, "cs": 3}[config["ptxas.cache"]]
-    return (config["ptxas.level"] - 1) ** 2 + cap * 2 + cache + (0 if config["nvcc.vec"] else 1) + abs(
-        config["ptxas.usage"] - 8
+    return (
+        (config["ptxas.level"] - 1) ** 2
+        + cap * 2
+        + cache
+        + (0 if config["nvcc.vec"] else 1)
+        + abs(config["ptxas.usage"] - 8)
     )
 
 
@@ -88,7 +103,22 @@ def test_failures_are_told_as_a_finite_penalty():
     searcher.tell([Observation(c, None if i % 2 else _objective(c)) for i, c in enumerate(configs)])
     more = searcher.ask(4)  # fits a model on the penalised history: would raise on inf/NaN
     assert len(more) == 4
-    assert all(math.isfinite(v) for v in searcher._optimizer.yi)
+    fitted = searcher._fitted
+    assert len(fitted) == 8 and all(math.isfinite(v) for v in fitted)
+    assert [v for i, v in enumerate(fitted) if i % 2] == [FAILURE_RANK] * 4
+    assert max(v for i, v in enumerate(fitted) if not i % 2) < FAILURE_RANK
+
+
+@pytest.mark.parametrize("forest", [ExtraTreesRegressor, RandomForestRegressor])
+def test_one_pass_forest_predicts_what_the_forest_predicts(forest):
+    rng = np.random.default_rng(0)
+    points, values = rng.integers(0, 6, size=(120, 5)).astype(float), rng.random(120)
+    model = forest(n_estimators=8, random_state=0, min_variance=1e-3).fit(points, values)
+    pool = rng.integers(0, 6, size=(300, 5)).astype(float)
+    mean, std = model.predict(pool, return_std=True)
+    fast_mean, fast_std = _OnePassForest(model).predict(pool, return_std=True)
+    np.testing.assert_allclose(fast_mean, mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fast_std, std, rtol=1e-9, atol=1e-12)
 
 
 def test_warm_start_tells_history_in_one_call():
@@ -104,3 +134,15 @@ def test_bad_settings_are_usage_errors():
         Searcher(_space(), SearchSettings(strategy="annealing"))
     with pytest.raises(UsageError, match="surrogate"):
         Searcher(_space(), SearchSettings(surrogate="GBRT"))
+
+
+def test_a_batch_on_a_plateau_spreads_out():
+    """Where the model sees no difference, a batch must not be eight near-copies of one config."""
+    searcher = Searcher(_space(), SearchSettings(seed=5))
+    history = list(enumerate_space(_space()))[::37][:12]
+    searcher.tell([Observation(c, 1.0) for c in history])
+    batch = searcher.ask(8)
+    rows = [tuple(sorted(c.as_dict().items())) for c in batch]
+    for i, first in enumerate(rows):
+        for second in rows[i + 1 :]:
+            assert sum(a != b for a, b in zip(first, second)) >= 2, (first, second)
