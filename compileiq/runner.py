@@ -89,7 +89,9 @@ class RunCounters:
         """Mean nvcc front-end time over mean ptxas time, as measured in this run (nan if unknown)."""
         if not self.frontend_calls or not self.ptxas_calls or not self.ptxas_seconds:
             return math.nan
-        return (self.frontend_seconds / self.frontend_calls) / (self.ptxas_seconds / self.ptxas_calls)
+        return (self.frontend_seconds / self.frontend_calls) / (
+            self.ptxas_seconds / self.ptxas_calls
+        )
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,10 @@ class TrialRunner:
     def run(self, batch: Sequence[Trial]) -> list[Trial]:
         jobs: list[VariantJob] = []
         finished: list[Trial] = []
+        keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
+        cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
-            cached = self._store.get_build(self.build_key(Config.of(trial.config)))
+            cached = cache.get(keys[trial.id])
             if cached is None:
                 jobs.append(self._job(trial))
                 continue
@@ -191,10 +195,13 @@ class TrialRunner:
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
         counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
-        self._store.put_build(_build_record(self.build_key(Config.of(trial.config)), result.build))
-        return self._record(trial, result.build, "compiled")
+        record = _build_record(self.build_key(Config.of(trial.config)), result.build)
+        return self._record(trial, result.build, "compiled", record)
 
-    def _record(self, trial: Trial, build: Build, source: str) -> Trial:
+    def _record(
+        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None
+    ) -> Trial:
+        """Evaluate and finish the trial; `record` (a fresh build) is cached in the same write."""
         if build.ok and build.code_hash in self._by_code:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1
@@ -207,6 +214,7 @@ class TrialRunner:
             metrics=evaluation.metrics,
             code_hash=build.code_hash,
             compile_seconds=build.seconds,
+            build=record,
         )
         self.remember([finished])
         self.counters.new_trials += 1
@@ -223,8 +231,12 @@ class TrialRunner:
         frontend_args = (*space.frontend_args(config), *spec.fixed_define_args())
         return VariantJob(
             tag=trial.id,
-            frontend=FrontendJob(tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s),
-            assemble=AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s),
+            frontend=FrontendJob(
+                tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s
+            ),
+            assemble=AssembleJob(
+                tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s
+            ),
         )
 
     def build_key(self, config: Config) -> str:

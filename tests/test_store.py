@@ -146,28 +146,66 @@ def test_failed_not_retryable_is_not_reclaimed(store: Store) -> None:
     assert store.claim_trial(study.id, "bad", {}, "w") is None
 
 
-def _claim_all(url: str, worker: int, keys: list[str]) -> list[tuple[str, int]]:
+def _claim_all(url: str, worker: int, keys: list[str], batch: int) -> list[tuple[str, int]]:
     store = Store.open(url)
     study = store.get_or_create_study(KEY, name="race")  # racing creations get one study
     order = keys if worker % 2 == 0 else list(reversed(keys))
     claimed = []
-    for key in order:
-        trial = store.claim_trial(study.id, key, {"key": key}, f"w{worker}")
-        if trial is not None:
-            claimed.append((key, trial.number))
+    for start in range(0, len(order), batch):
+        pairs = [(key, {"key": key}) for key in order[start : start + batch]]
+        claimed += [
+            (t.config_key, t.number) for t in store.claim_trials(study.id, pairs, f"w{worker}")
+        ]
     store.close()
     return claimed
 
 
-def test_concurrent_claims_are_exclusive(store: Store, store_url: str) -> None:
+@pytest.mark.parametrize("batch", [1, 8])
+def test_concurrent_claims_are_exclusive(store: Store, store_url: str, batch: int) -> None:
     keys = [f"key-{i}" for i in range(50)]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
-        results = pool.starmap(_claim_all, [(store_url, w, keys) for w in range(4)])
+        results = pool.starmap(_claim_all, [(store_url, w, keys, batch) for w in range(4)])
     claimed = [item for result in results for item in result]
     assert sorted(key for key, _ in claimed) == sorted(keys)
     assert sorted(number for _, number in claimed) == list(range(50))
     assert len(store.trials(store.find_study("race").id)) == 50
+
+
+def test_a_batch_claim_skips_taken_configs_and_retakes_retryable_ones(store: Store) -> None:
+    study = store.get_or_create_study(KEY)
+    done, abandoned = (
+        store.claim_trial(study.id, "done", {}, "w1"),
+        store.claim_trial(study.id, "gone", {}, "w1"),
+    )
+    assert done is not None and abandoned is not None
+    _finish(store, done.id)
+    assert store.fail_stale_trials(study.id, 0) == 1
+    pairs = [("done", {}), ("gone", {"v": 2}), ("new", {"v": 3})]
+    claimed = store.claim_trials(study.id, pairs, "w2")
+    assert [(t.config_key, t.state, t.worker) for t in claimed] == [
+        ("gone", TrialState.RUNNING, "w2"),
+        ("new", TrialState.RUNNING, "w2"),
+    ]
+    assert claimed[0].id == abandoned.id and claimed[1].number == 2
+    assert store.claim_trials(study.id, pairs, "w3") == []
+
+
+def test_finishing_a_trial_caches_its_build_once(store: Store) -> None:
+    study = store.get_or_create_study(KEY)
+    first, second = (store.claim_trial(study.id, key, {}, "w") for key in ("a", "b"))
+    assert first is not None and second is not None
+    record = BuildRecord(
+        key="e" * 64, ok=True, message="", metrics={"spills": 0}, code_hash="f" * 64, seconds=0.5
+    )
+    for trial, build in ((first, record), (second, replace(record, message="later"))):
+        finished = store.finish_trial(
+            trial.id, state=TrialState.COMPLETE, value=1.0, reason=None, metrics={}, code_hash=record.code_hash,
+            compile_seconds=0.5, build=build,
+        )  # fmt: skip
+        assert finished.state is TrialState.COMPLETE
+    assert store.get_builds([record.key, "missing"]) == {record.key: record}
+    assert store.builds_count() == 1
 
 
 def test_build_cache_keeps_first(store: Store) -> None:

@@ -142,30 +142,24 @@ class Store:
 
         A FAILED trial marked retryable is claimed again (same id and number).
         """
+        claimed = self.claim_trials(study_id, [(config_key, config)], worker)
+        return claimed[0] if claimed else None
+
+    def claim_trials(
+        self, study_id: int, configs: Sequence[tuple[str, dict[str, Any]]], worker: str
+    ) -> list[Trial]:
+        """Claim a batch of ``(config_key, config)`` in one transaction; the trials claimed
+        (configs another claim holds, or that are done, are left out)."""
         try:
             with self._tx() as conn:
-                number = take_number(conn, study_id)
-                insert = trials_table.insert().values(
-                    study_id=study_id,
-                    number=number,
-                    config_key=config_key,
-                    **running_values(config, worker),
-                )
-                return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
-        except sa.exc.IntegrityError:
-            return self._reclaim(study_id, config_key, config, worker)
-
-    def _reclaim(
-        self, study_id: int, config_key: str, config: dict[str, Any], worker: str
-    ) -> Trial | None:
-        t = trials_table.c
-        update = (
-            trials_table.update()
-            .where(t.study_id == study_id, t.config_key == config_key)
-            .where(t.state == TrialState.FAILED.value, t.retryable.is_(True))
-            .values(running_values(config, worker))
-        )
-        return self._update_one(update)
+                claimed = (_claim(conn, study_id, key, config, worker) for key, config in configs)
+                return [trial for trial in claimed if trial is not None]
+        except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them: one at a time
+            if len(configs) == 1:
+                return self.claim_trials(study_id, configs, worker)
+            return [
+                trial for pair in configs for trial in self.claim_trials(study_id, [pair], worker)
+            ]
 
     def heartbeat(self, trial_ids: Sequence[int]) -> None:
         """Mark RUNNING trials as alive, by the database clock."""
@@ -190,8 +184,10 @@ class Store:
         code_hash: str | None,
         compile_seconds: float | None,
         retryable: bool = False,
+        build: BuildRecord | None = None,
     ) -> Trial:
-        """Record the outcome of a trial (COMPLETE or FAILED)."""
+        """Record the outcome of a trial (COMPLETE or FAILED), and cache its ``build`` in the
+        same transaction (an existing record under the build's key is kept)."""
         if state is TrialState.RUNNING:
             raise StoreError("finish_trial needs a final state, not running")
         update = (
@@ -208,6 +204,18 @@ class Store:
                 finished_at=db_now(),
             )
         )
+        try:
+            with self._tx() as conn:
+                if build is not None:
+                    _put_build(conn, build)
+                row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
+        except sa.exc.IntegrityError:  # a concurrent tuner cached the same build first
+            return self._finish(trial_id, update)
+        if row is None:
+            raise StoreError(f"no trial with id {trial_id}")
+        return trial_record(row)
+
+    def _finish(self, trial_id: int, update: sa.Update) -> Trial:
         trial = self._update_one(update)
         if trial is None:
             raise StoreError(f"no trial with id {trial_id}")
@@ -267,16 +275,20 @@ class Store:
     # -- build cache ---------------------------------------------------------------------
 
     def get_build(self, key: str) -> BuildRecord | None:
+        return self.get_builds([key]).get(key)
+
+    def get_builds(self, keys: Collection[str]) -> dict[str, BuildRecord]:
+        """The cached builds among ``keys``, by key (one query)."""
         query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
         with self._tx(readonly=True) as conn:
-            row = conn.execute(query.where(builds.c.key == key)).mappings().one_or_none()
-        return None if row is None else build_record(row)
+            rows = conn.execute(query.where(builds.c.key.in_(list(keys)))).mappings().all()
+        return {row["key"]: build_record(row) for row in rows}
 
     def put_build(self, record: BuildRecord) -> None:
         """Cache a build; an existing record under the same key is kept."""
         try:
             with self._tx() as conn:
-                conn.execute(builds.insert().values(**asdict(record)))
+                _put_build(conn, record)
         except sa.exc.IntegrityError:
             pass
 
@@ -340,3 +352,35 @@ class Store:
         """One transaction; connection-level failures become a one-line StoreError."""
         with transaction(self._engine, readonly) as conn:
             yield conn
+
+
+def _claim(
+    conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str
+) -> Trial | None:
+    """Insert a RUNNING trial, or take over a retryable failed one; None if the key is taken."""
+    t = trials_table.c
+    existing = conn.execute(
+        sa.select(t.state, t.retryable).where(t.study_id == study_id, t.config_key == key)
+    ).one_or_none()
+    if existing is None:
+        values = running_values(config, worker)
+        insert = trials_table.insert().values(
+            study_id=study_id, number=take_number(conn, study_id), config_key=key, **values
+        )
+        return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
+    if existing.state != TrialState.FAILED.value or not existing.retryable:
+        return None
+    update = (
+        trials_table.update()
+        .where(t.study_id == study_id, t.config_key == key)
+        .where(t.state == TrialState.FAILED.value, t.retryable.is_(True))
+        .values(running_values(config, worker))
+    )
+    row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
+    return None if row is None else trial_record(row)
+
+
+def _put_build(conn: Connection, record: BuildRecord) -> None:
+    """Insert ``record`` unless its key is cached already."""
+    if conn.execute(sa.select(builds.c.key).where(builds.c.key == record.key)).first() is None:
+        conn.execute(builds.insert().values(**asdict(record)))
