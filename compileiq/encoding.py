@@ -35,7 +35,9 @@ class Encoding:
 
     def row(self, config: Config | dict[str, Value]) -> Row:
         values = config.as_dict() if isinstance(config, Config) else config
-        return tuple(slots[_slot(values[p.name])] for p, slots in zip(self._parameters, self._slots))
+        return tuple(
+            slots[_slot(values[p.name])] for p, slots in zip(self._parameters, self._slots)
+        )
 
     def rows_of_keys(self, keys: Iterable[str]) -> set[Row]:
         """Rows of configuration keys (JSON); keys of another space are ignored."""
@@ -72,5 +74,7 @@ class Encoding:
     def without(self, rows: np.ndarray, skip: set[Row]) -> np.ndarray:
         if not skip or not len(rows):
             return rows
-        keep = np.fromiter((tuple(r) not in skip for r in rows.tolist()), dtype=bool, count=len(rows))
+        keep = np.fromiter(
+            (tuple(r) not in skip for r in rows.tolist()), dtype=bool, count=len(rows)
+        )
         return rows[keep]

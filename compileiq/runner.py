@@ -145,7 +145,7 @@ class TrialRunner:
             self.counters.build_cache_hits += 1
             finished.append(self._record(trial, _build_from_record(cached), "build cache"))
         if jobs:
-            finished += self._compile_and_record(batch, jobs)
+            finished += self._compile_and_record(batch, jobs, keys)
         return finished
 
     def close(self) -> None:
@@ -153,7 +153,9 @@ class TrialRunner:
             self._workers.close()
             self._workers = None
 
-    def _compile_and_record(self, batch: Sequence[Trial], jobs: list[VariantJob]) -> list[Trial]:
+    def _compile_and_record(
+        self, batch: Sequence[Trial], jobs: list[VariantJob], keys: dict[int, str]
+    ) -> list[Trial]:
         by_id = {t.id: t for t in batch}
         finished: list[Trial] = []
         try:
@@ -161,7 +163,9 @@ class TrialRunner:
                 workers = self._workers or self._start_workers()
                 results = iter(workers.run(jobs))
                 while (result := self._wait(results)) is not None:
-                    finished.append(self._record_compiled(by_id[result.tag], result))
+                    finished.append(
+                        self._record_compiled(by_id[result.tag], result, keys[result.tag])
+                    )
         except WorkersError as error:
             self._release({j.tag for j in jobs} - {t.id for t in finished}, str(error))
             raise
@@ -188,14 +192,14 @@ class TrialRunner:
         self._progress.note(f"compiling on {self._workers.description}")
         return self._workers
 
-    def _record_compiled(self, trial: Trial, result: VariantResult) -> Trial:
+    def _record_compiled(self, trial: Trial, result: VariantResult, build_key: str) -> Trial:
         counters = self.counters
         counters.frontend_calls += int(result.ptx_compiled)
         counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
         counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
-        record = _build_record(self.build_key(Config.of(trial.config)), result.build)
+        record = _build_record(build_key, result.build)
         return self._record(trial, result.build, "compiled", record)
 
     def _record(

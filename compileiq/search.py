@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,9 @@ class Searcher:
         self._values: list[float | None] = []
         self._points: list[list[int]] = []
         self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
+        self._features: Callable[[Any], Any] = (
+            _features_of(self._optimizer) if self._optimizer else np.asarray
+        )
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
         self._initial_frontends: set[Row] = set()
@@ -128,7 +131,7 @@ class Searcher:
         assert self._optimizer is not None
         if not len(pool):
             return np.zeros(0)
-        features = self._optimizer.space.transform(self._encoding.points(pool))
+        features = self._features(self._encoding.points(pool))
         best = min(self._fitted)
         model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
         scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
@@ -201,7 +204,7 @@ class Searcher:
         model = clone(self._optimizer.base_estimator_)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model.fit(self._optimizer.space.transform(self._points), values)
+            model.fit(self._features(self._points), values)
         self._model, self._fitted = model, values
 
 
@@ -232,6 +235,15 @@ class _OnePassForest:
             axis=0
         ) - mean**2
         return mean, np.sqrt(np.maximum(spread, 0.0))
+
+
+def _features_of(optimizer: Optimizer) -> Callable[[Any], Any]:
+    """skopt's point -> model-feature transform; for tree surrogates every dimension is the
+    identity, and skopt's column-by-column Python transform cost more than the prediction."""
+    space = optimizer.space
+    if all(dimension.transform_ == "identity" for dimension in space.dimensions):
+        return lambda points: np.asarray(points, dtype=float)
+    return space.transform
 
 
 def enumerate_space(space: SearchSpace) -> Iterator[Config]:

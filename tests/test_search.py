@@ -12,7 +12,9 @@ from compileiq.search import (
     Observation,
     Searcher,
     SearchSettings,
+    _features_of,
     _OnePassForest,
+    _optimizer,
     enumerate_space,
 )
 from compileiq.space import Parameter, SearchSpace
@@ -146,3 +148,11 @@ def test_a_batch_on_a_plateau_spreads_out():
     for i, first in enumerate(rows):
         for second in rows[i + 1 :]:
             assert sum(a != b for a, b in zip(first, second)) >= 2, (first, second)
+
+
+@pytest.mark.parametrize("surrogate", ["ET", "GP"])
+def test_model_features_are_skopts_transform(surrogate):
+    """Tree surrogates skip skopt's identity transform; GP still gets its normalised inputs."""
+    optimizer = _optimizer(_space(), SearchSettings(surrogate=surrogate))
+    points = [[3, 0, 0, 0, 5], [0, 4, 3, 1, 10], [1, 2, 1, 0, 0]]
+    np.testing.assert_array_equal(_features_of(optimizer)(points), optimizer.space.transform(points))

@@ -16,6 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
 from compileiq.records import (
@@ -204,22 +206,13 @@ class Store:
                 finished_at=db_now(),
             )
         )
-        try:
-            with self._tx() as conn:
-                if build is not None:
-                    _put_build(conn, build)
-                row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
-        except sa.exc.IntegrityError:  # a concurrent tuner cached the same build first
-            return self._finish(trial_id, update)
+        with self._tx() as conn:
+            if build is not None:
+                _put_build(conn, build)
+            row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
         if row is None:
             raise StoreError(f"no trial with id {trial_id}")
         return trial_record(row)
-
-    def _finish(self, trial_id: int, update: sa.Update) -> Trial:
-        trial = self._update_one(update)
-        if trial is None:
-            raise StoreError(f"no trial with id {trial_id}")
-        return trial
 
     def _update_one(self, update: sa.Update) -> Trial | None:
         with self._tx() as conn:
@@ -286,11 +279,8 @@ class Store:
 
     def put_build(self, record: BuildRecord) -> None:
         """Cache a build; an existing record under the same key is kept."""
-        try:
-            with self._tx() as conn:
-                _put_build(conn, record)
-        except sa.exc.IntegrityError:
-            pass
+        with self._tx() as conn:
+            _put_build(conn, record)
 
     def builds_count(self) -> int:
         with self._tx(readonly=True) as conn:
@@ -381,6 +371,15 @@ def _claim(
 
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:
-    """Insert ``record`` unless its key is cached already."""
-    if conn.execute(sa.select(builds.c.key).where(builds.c.key == record.key)).first() is None:
-        conn.execute(builds.insert().values(**asdict(record)))
+    """Insert ``record`` unless its key is cached already (one statement, no error to catch)."""
+    values = asdict(record)
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            postgresql_insert(builds)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+    else:
+        conn.execute(
+            sqlite_insert(builds).values(**values).on_conflict_do_nothing(index_elements=["key"])
+        )
