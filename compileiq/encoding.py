@@ -32,6 +32,11 @@ class Encoding:
         self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
         self.lows = np.array([int(p.values[0]) if p.kind == "int" else 0 for p in space.parameters])  # type: ignore[arg-type]
         self.frontend_columns = [i for i, p in enumerate(space.parameters) if p.stage == "frontend"]
+        # Each parameter's extreme values, as value indices (a choice's "default", unset, is none).
+        self.extreme_low = np.array(
+            [1 if p.values[0] == "default" and len(p.values) > 2 else 0 for p in space.parameters]
+        )
+        self.extreme_high = self.cardinality - 1
 
     def row(self, config: Config | dict[str, Value]) -> Row:
         values = config.as_dict() if isinstance(config, Config) else config

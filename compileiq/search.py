@@ -71,6 +71,7 @@ class Searcher:
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
         self._initial_frontends: set[Row] = set()
+        self._corners_done = False
         self._frontend_cost = settings.frontend_cost
         self._model: Any = None  # the surrogate, once `initial_points` results are in
         self._fitted: list[float] = []  # what it was fitted on (ranks; failures penalised)
@@ -105,16 +106,52 @@ class Searcher:
             order = self._rng.permutation(len(pool))[:count]
             return [self._encoding.config(row) for row in pool[order]]
         if self._model is None:
-            pool = self._initial_pool(pool)
-            picks = self._pick(
-                pool, np.ones(len(pool)), count, lambda w: self._rng.choice(len(w), p=w)
-            )
+            rows = self._initial_design(pool, skip, count)
         else:
             # Tree surrogates predict plateaus: many candidates tie, and grid order must not decide.
             scores = self._acquisition(pool) * (1.0 + 1e-6 * self._rng.random(len(pool)))
-            picks = self._pick(pool, scores, count, lambda w: int(np.argmax(w)), spread=True)
-        self._frontends.update(self._encoding.frontend(pool[i]) for i in picks)
-        return [self._encoding.config(pool[i]) for i in picks]
+            rows = pool[self._pick(pool, scores, count, lambda w: int(np.argmax(w)), spread=True)]
+        self._frontends.update(self._encoding.frontend(row) for row in rows)
+        return [self._encoding.config(row) for row in rows]
+
+    def _initial_design(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
+        """Corners first (once), then random picks over a few front-end settings."""
+        pool = self._initial_pool(pool)
+        corners = pool[:0] if self._corners_done else self._corners(pool, skip, count)
+        self._corners_done = True
+        self._frontends.update(self._encoding.frontend(row) for row in corners)
+        rest = self._encoding.without(pool, {tuple(row) for row in corners.tolist()})
+        random = self._pick(
+            rest, np.ones(len(rest)), count - len(corners), lambda w: self._rng.choice(len(w), p=w)
+        )
+        return np.concatenate([corners, rest[random]])
+
+    def _corners(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
+        """Runs of a two-level orthogonal array over the ptxas-stage parameters, each at its
+        lowest or highest value: every pair of parameters is seen at all four combinations of
+        extremes (the highest register cap with and without --override-directive-values, say),
+        where strong compiler effects and two-option interactions usually lie."""
+        encoding = self._encoding
+        columns = [
+            j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns
+        ]
+        if not columns or not len(pool) or count < 1:
+            return pool[:0]
+        runs = 8
+        while runs - 1 < len(columns):
+            runs *= 2
+        signs = _hadamard(runs)[:, 1 + self._rng.permutation(runs - 1)[: len(columns)]]
+        signs = signs * self._rng.choice([-1, 1], size=len(columns))
+        frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
+        low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
+        rows: dict[Row, None] = {}
+        for run in self._rng.permutation(runs)[:count]:
+            row = pool[0].copy()
+            row[columns] = np.where(signs[run] > 0, high, low)
+            row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
+            if tuple(row.tolist()) not in skip:
+                rows[tuple(row.tolist())] = None
+        return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
 
     def _next_enumerated(self, count: int, skip: set[Row]) -> list[Config]:
         if self._enumeration is None:
@@ -235,6 +272,15 @@ class _OnePassForest:
             axis=0
         ) - mean**2
         return mean, np.sqrt(np.maximum(spread, 0.0))
+
+
+def _hadamard(order: int) -> np.ndarray:
+    """A Sylvester Hadamard matrix (order a power of two): its columns but the first are the
+    two-level orthogonal array of `order` runs."""
+    matrix = np.ones((1, 1), dtype=int)
+    while len(matrix) < order:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix
 
 
 def _features_of(optimizer: Optimizer) -> Callable[[Any], Any]:

@@ -155,4 +155,30 @@ def test_model_features_are_skopts_transform(surrogate):
     """Tree surrogates skip skopt's identity transform; GP still gets its normalised inputs."""
     optimizer = _optimizer(_space(), SearchSettings(surrogate=surrogate))
     points = [[3, 0, 0, 0, 5], [0, 4, 3, 1, 10], [1, 2, 1, 0, 0]]
-    np.testing.assert_array_equal(_features_of(optimizer)(points), optimizer.space.transform(points))
+    np.testing.assert_array_equal(
+        _features_of(optimizer)(points), optimizer.space.transform(points)
+    )
+
+
+def test_the_first_batch_pairs_every_two_settings_at_their_extremes():
+    """The corners design: with at most 7 ptxas parameters, an 8-run orthogonal array at each
+    parameter's lowest and highest value; every pair of parameters meets at all four corners."""
+    space = _space()
+    batch = Searcher(space, SearchSettings(seed=11)).ask(8)
+    ptxas = [p for p in space.parameters if p.stage == "ptxas"]
+    extremes = {
+        p.name: (p.values[1] if p.values[0] == "default" else p.values[0], p.values[-1])
+        for p in ptxas
+    }
+    configs = [c.as_dict() for c in batch]
+    assert all(c[name] in extremes[name] for c in configs for name in extremes)
+    for i, first in enumerate(ptxas):
+        for second in ptxas[i + 1 :]:
+            corners = {
+                (
+                    c[first.name] == extremes[first.name][1],
+                    c[second.name] == extremes[second.name][1],
+                )
+                for c in configs
+            }
+            assert len(corners) == 4, (first.name, second.name)
