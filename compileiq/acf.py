@@ -112,9 +112,7 @@ def render(content: AcfContent) -> dict[str, Any]:
 
 def write(path: Path, content: AcfContent) -> Path:
     """Write atomically (temporary file + rename): a reader never sees half a file."""
-    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(
-        render(content)
-    )
+    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -134,18 +132,14 @@ def read(path: Path, space: SearchSpace | None = None) -> Acf:
     try:
         return _validated(path, data, space)
     except (KeyError, TypeError, ValueError) as error:
-        raise AcfError(
-            f"{path} is not a valid ACF: missing or malformed {_one_line(error)}"
-        ) from None
+        raise AcfError(f"{path} is not a valid ACF: missing or malformed {_one_line(error)}") from None
     except SpaceError as error:
         raise AcfError(f"{path}: {error}") from None
 
 
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
     if data.get("format") != FORMAT_VERSION:
-        raise AcfError(
-            f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})"
-        )
+        raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
     fixed = tuple(_strings(args["defines"], "args.defines"))
@@ -155,9 +149,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     config, full_space = _config(base, controls, argv)
     expected = (*full_space.nvcc_args(config), *fixed)
     if argv != expected:
-        raise AcfError(
-            f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}"
-        )
+        raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
     arch = str(kernel["arch"])
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
@@ -171,9 +163,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     )  # fmt: skip
 
 
-def _check_tokens(
-    path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]
-) -> None:
+def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:
     """Name the first argument the space cannot produce (the allow-list)."""
     defines = [t for t in (*fixed, *argv) if t.startswith("-D")]
     for token in defines:
@@ -182,16 +172,12 @@ def _check_tokens(
     space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
 
 
-def _config(
-    base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]
-) -> tuple[Config, SearchSpace]:
+def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) -> tuple[Config, SearchSpace]:
     """The config and the space it lives in; tuned macros keep the order they have in argv
     (tune.toml's order), which TOML tables do not preserve for us."""
     order = [token[2:].partition("=")[0] for token in argv if token.startswith("-D")]
-    names = sorted(
-        (n.removeprefix("define.") for n in controls if n.startswith("define.")),
-        key=lambda n: order.index(n) if n in order else len(order),
-    )
+    names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
+                   key=lambda n: order.index(n) if n in order else len(order))
     defines = {name: [controls[f"define.{name}"]] for name in names}
     space = base.with_defines(defines) if defines else base
     config = space.default_config().with_values(controls)

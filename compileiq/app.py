@@ -75,9 +75,7 @@ def check_objective(objective: str, ray_address: str | None = None) -> None:
             f"({', '.join(STATIC_OBJECTIVES)}) or --ray-address of a Ray cluster with GPU nodes"
         )
     if objective not in (*STATIC_OBJECTIVES, "time"):
-        raise UsageError(
-            f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time"
-        )
+        raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
 def _check_regex(text: str) -> None:
@@ -88,9 +86,7 @@ def _check_regex(text: str) -> None:
     except re.error as error:
         raise UsageError(f"--metric-regex is not a regular expression: {error}") from None
     if groups < 1:
-        raise UsageError(
-            "--metric-regex needs a group around the time in ms, e.g. 'time: ([0-9.]+) ms'"
-        )
+        raise UsageError("--metric-regex needs a group around the time in ms, e.g. 'time: ([0-9.]+) ms'")
 
 
 def _gpu_visible() -> bool:
@@ -110,9 +106,7 @@ def _check(options: TuneOptions) -> None:
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
     if not options.stale_after > 0:
-        raise UsageError(
-            f"--stale-after must be a positive number of seconds, got {options.stale_after}"
-        )
+        raise UsageError(f"--stale-after must be a positive number of seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
 
 
@@ -152,16 +146,10 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     store = Store.open(url)
     try:
         workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
-        evaluator = (
-            _time_evaluator(options, spec, space, toolchain, store, workers)
-            if options.objective == "time"
-            else None
-        )
+        evaluator = _time_evaluator(options, spec, space, toolchain, store, workers) if options.objective == "time" else None
         result = Tuner(request, store, toolchain, workers, progress, evaluator).run()
         path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
-        content = evidence.acf_content(
-            result, spec, space, toolchain, store.url_for_display, options.kernel
-        )
+        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel)
         acf.write(path, content)
     finally:
         store.close()
@@ -182,29 +170,18 @@ class SharedWorkers:
         return self._workers
 
 
-def _time_evaluator(
-    options: TuneOptions,
-    spec: KernelSpec,
-    space: SearchSpace,
-    toolchain: Toolchain,
-    store: Store,
-    workers: SharedWorkers,
-) -> Any:
+def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
+                    store: Store, workers: SharedWorkers) -> Any:
     """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
     from compileiq.kernel import bundle_sources
     from compileiq.metrics import StaticEvaluator
     from compileiq.timing import TimeEvaluator, TimingTarget
     from compileiq.workers import open_gpu_measurers, open_local_measurers
 
-    measurers: list[Any] = (
-        open_local_measurers()
-        if options.workers == "local"
-        else open_gpu_measurers(options.ray_address)
-    )
+    measurers: list[Any] = (open_local_measurers() if options.workers == "local"
+                            else open_gpu_measurers(options.ray_address))
     if not measurers:
-        raise UsageError(
-            "--objective time: no GPU found (none on this machine, or in the Ray cluster)"
-        )
+        raise UsageError("--objective time: no GPU found (none on this machine, or in the Ray cluster)")
     target = TimingTarget(
         nvcc=toolchain.nvcc, bundle=bundle_sources(spec), arch=spec.arch, space=space,
         fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,

@@ -95,12 +95,8 @@ class Build:
 
 
 def run_tool(
-    argv: list[str],
-    timeout_s: float,
-    cwd: str | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    with_stderr: bool = True,
+    argv: list[str], timeout_s: float, cwd: str | None = None, *,
+    env: Mapping[str, str] | None = None, with_stderr: bool = True,
 ) -> ToolRun:
     """Run a compiler or a measuring program in its own process group; on timeout kill the whole
     group (nvcc spawns cicc and ptxas). `with_stderr=False` keeps stdout alone (a program's JSON)."""
@@ -108,14 +104,8 @@ def run_tool(
     environment = {**os.environ, **env} if env else None
     stderr = subprocess.STDOUT if with_stderr else subprocess.DEVNULL
     try:
-        process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,
-            env=environment,
-        )
+        process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr,
+                                   start_new_session=True, env=environment)
     except OSError as error:
         return ToolRun(127, f"cannot run {argv[0]}: {error}", time.perf_counter() - start, False)
     try:
@@ -139,14 +129,8 @@ def emit_ptx(job: FrontendJob) -> PtxResult:
     with tempfile.TemporaryDirectory(prefix="compileiq-ptx-") as workdir:
         main = job.bundle.write_to(Path(workdir))
         out = Path(workdir) / "kernel.ptx"
-        argv = [
-            job.nvcc,
-            f"-arch={job.arch}",
-            "-ptx",
-            *job.args,
-            *job.bundle.include_args,
-            f"-I{harness_include_dir()}",
-        ]
+        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
+                f"-I{harness_include_dir()}"]
         run = run_tool([*argv, str(main), "-o", str(out)], job.timeout_s, cwd=workdir)
         if run.timed_out:
             return PtxResult(BuildStatus.TIMEOUT, b"", run.seconds, _timeout_message("nvcc", job))
@@ -165,16 +149,12 @@ def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
         argv = [job.ptxas, f"-arch={job.arch}", "-v", *job.args, str(source), "-o", str(out)]
         run = run_tool(argv, job.timeout_s, cwd=workdir)
         if run.timed_out:
-            return Build(
-                BuildStatus.TIMEOUT, _timeout_message("ptxas", job), (), None, b"", run.seconds
-            )
+            return Build(BuildStatus.TIMEOUT, _timeout_message("ptxas", job), (), None, b"", run.seconds)
         if run.returncode != 0:
             return Build(BuildStatus.COMPILE_ERROR, _trim(run.output), (), None, b"", run.seconds)
         cubin = out.read_bytes()
     sections = text_sections(cubin)
-    entries = parse_resources(
-        run.output, {name: len(code) // 16 for name, code in sections.items()}
-    )
+    entries = parse_resources(run.output, {name: len(code) // 16 for name, code in sections.items()})
     return Build(BuildStatus.OK, "", entries, code_hash(sections), cubin, run.seconds)
 
 
@@ -187,7 +167,9 @@ def code_hash(sections: dict[str, bytes]) -> str:
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
 _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
 
 
@@ -206,9 +188,7 @@ def parse_resources(report: str, instructions: dict[str, int]) -> tuple[EntryRes
     return tuple(entries)
 
 
-def _entry(
-    current: dict[str, int | str], used: re.Match[str], counts: dict[str, int]
-) -> EntryResources:
+def _entry(current: dict[str, int | str], used: re.Match[str], counts: dict[str, int]) -> EntryResources:
     name = str(current["name"])
     return EntryResources(
         name=name,
@@ -259,19 +239,8 @@ class ExecutableBuild:
 def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     include = job.harness_include or str(harness_include_dir())
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
-    return [
-        job.nvcc,
-        f"-arch={job.arch}",
-        *job.frontend_args,
-        *ptxas,
-        "-std=c++17",
-        f"-I{include}",
-        *job.bundle.include_args,
-        str(main),
-        "-o",
-        str(out),
-        "-ldl",
-    ]
+    return [job.nvcc, f"-arch={job.arch}", *job.frontend_args, *ptxas, "-std=c++17", f"-I{include}",
+            *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 
 def build_executable(job: ExecutableJob) -> ExecutableBuild:

@@ -87,14 +87,9 @@ def aa_noise(baseline: Sampler, *, rounds: int = AA_ROUNDS, samples: int = 10) -
 
 def pick_winner(confirmed: Sequence[Confirmed]) -> Confirmed | None:
     """The FASTER candidate with the lowest estimated ratio, or None."""
-    faster = [
-        c for c in confirmed if c.comparison is not None and c.comparison.verdict is Verdict.FASTER
-    ]
-    return min(
-        faster,
-        key=lambda c: (c.comparison.estimate if c.comparison else 1.0, c.candidate.trial),
-        default=None,
-    )
+    faster = [c for c in confirmed if c.comparison is not None and c.comparison.verdict is Verdict.FASTER]
+    return min(faster, key=lambda c: (c.comparison.estimate if c.comparison else 1.0, c.candidate.trial),
+               default=None)
 
 
 def confirm(
@@ -111,14 +106,8 @@ def confirm(
     results = []
     for index, (candidate, sampler) in enumerate(finalists):
         try:
-            comparison = interleaved(
-                baseline,
-                sampler,
-                delta=delta,
-                samples=samples,
-                schedule=schedule,
-                seed=seed + index,
-            )
+            comparison = interleaved(baseline, sampler, delta=delta, samples=samples,
+                                     schedule=schedule, seed=seed + index)
         except ConfirmError as error:
             results.append(Confirmed(candidate, None, str(error)))
             continue
@@ -128,22 +117,12 @@ def confirm(
 
 def confirm_args(samples: int) -> tuple[str, ...]:
     """Harness options for one confirmation block: exactly `samples` samples, short warm-up."""
-    return (
-        "--samples",
-        str(samples),
-        "--max-samples",
-        str(samples),
-        "--min-time-ms",
-        "0",
-        "--warmup-ms",
-        "5",
-    )
+    return ("--samples", str(samples), "--max-samples", str(samples), "--min-time-ms", "0",
+            "--warmup-ms", "5")
 
 
 def executable_sampler(
-    measurer: Measurer,
-    executable: bytes,
-    extra_args: Sequence[str] = (),
+    measurer: Measurer, executable: bytes, extra_args: Sequence[str] = (),
     timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> Sampler:
     """A Sampler that runs `executable` once per block of samples on `measurer`."""

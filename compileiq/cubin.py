@@ -21,7 +21,7 @@ def text_sections(cubin: bytes) -> dict[str, bytes]:
     """Map each kernel (function) name to the bytes of its `.text.<name>` section."""
     if cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
         raise CubinError("not a 64-bit little-endian ELF cubin")
-    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     headers = [_section_header(cubin, shoff + index * shentsize) for index in range(shnum)]
     names_offset = headers[shstrndx][2]
@@ -29,7 +29,7 @@ def text_sections(cubin: bytes) -> dict[str, bytes]:
     for name_index, kind, offset, size in headers:
         name = _c_string(cubin, names_offset + name_index)
         if name.startswith(_TEXT_PREFIX) and kind == 1:  # SHT_PROGBITS
-            sections[name[len(_TEXT_PREFIX) :]] = cubin[offset : offset + size]
+            sections[name[len(_TEXT_PREFIX):]] = cubin[offset:offset + size]
     return sections
 
 

@@ -13,29 +13,12 @@ from compileiq.toolchain import Toolchain
 
 STATIC_KIND = "static estimate (compiler output, not a runtime)"
 RUNTIME_KIND = "runtime (GPU, median of samples)"
-EVIDENCE_KEYS = (
-    "spill_bytes",
-    "registers",
-    "occupancy",
-    "instructions",
-    "stack_bytes",
-    "block_size",
-    "median_ms",
-    "iqr_ms",
-    "min_ms",
-    "samples",
-    "device",
-)
+EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size",
+                 "median_ms", "iqr_ms", "min_ms", "samples", "device")
 
 
-def acf_content(
-    result: Any,
-    spec: KernelSpec,
-    space: SearchSpace,
-    toolchain: Toolchain,
-    database: str,
-    source_path: Path,
-) -> AcfContent:
+def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
+                source_path: Path) -> AcfContent:
     """`result` is a tune.TuneResult (not imported: tune pulls in skopt)."""
     chosen = result.chosen
     return AcfContent(
@@ -54,12 +37,8 @@ def objective_table(result: Any) -> dict[str, Any]:
     key = result.study.key
     runtime = key.objective == "time"
     baseline, best = result.baseline.value, result.chosen.value
-    table: dict[str, Any] = {
-        "name": key.objective,
-        "kind": RUNTIME_KIND if runtime else STATIC_KIND,
-        "direction": "minimise",
-        "evaluator": key.evaluator,
-    }
+    table: dict[str, Any] = {"name": key.objective, "kind": RUNTIME_KIND if runtime else STATIC_KIND,
+                             "direction": "minimise", "evaluator": key.evaluator}
     if runtime:
         table["unit"] = "ms"
     if baseline is not None:
@@ -74,20 +53,15 @@ def objective_table(result: Any) -> dict[str, Any]:
 
 def _confirmed(confirmation: Any) -> dict[str, Any]:
     """Screening values are one quick run each; the speedup is the interleaved confirmation's."""
-    table: dict[str, Any] = {
-        "confirmation_delta": confirmation.delta,
-        "improved": not confirmation.keeps_baseline,
-    }
+    table: dict[str, Any] = {"confirmation_delta": confirmation.delta,
+                             "improved": not confirmation.keeps_baseline}
     if confirmation.keeps_baseline:
         table["verdict"] = "no candidate was faster than the baseline beyond the noise threshold"
         return table
     comparison = confirmation.winner.comparison
-    table.update(
-        verdict=comparison.verdict.value,
-        speedup=1.0 / comparison.estimate,
-        speedup_interval_95=[1.0 / comparison.high, 1.0 / comparison.low],
-        confirmation_rounds=comparison.rounds,
-    )
+    table.update(verdict=comparison.verdict.value, speedup=1.0 / comparison.estimate,
+                 speedup_interval_95=[1.0 / comparison.high, 1.0 / comparison.low],
+                 confirmation_rounds=comparison.rounds)
     return table
 
 
@@ -99,13 +73,11 @@ def evidence_table(result: Any) -> dict[str, Any]:
             "dropped": list(result.simplification.dropped),
             "kept": list(result.simplification.kept),
             "rule": "a setting is dropped when resetting it to the compiler default gives the same "
-            "machine code (or, for static objectives, an objective no worse)",
+                    "machine code (or, for static objectives, an objective no worse)",
         }
     return table
 
 
 def evidence(trial: Trial) -> dict[str, Any]:
-    found = {
-        name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None
-    }
+    found = {name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None}
     return {**found, "trial": trial.number, "code_hash": trial.code_hash or ""}

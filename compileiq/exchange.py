@@ -58,9 +58,7 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
     finally:
         store.close()
     write(path, export)
-    return ExportSummary(
-        export.name, path, len(export.trials), len(export.builds), len(export.measurements)
-    )
+    return ExportSummary(export.name, path, len(export.trials), len(export.builds), len(export.measurements))
 
 
 def import_from_file(url: str, path: Path) -> ImportSummary:
@@ -76,12 +74,7 @@ def import_from_file(url: str, path: Path) -> ImportSummary:
 def write(path: Path, export: StudyExport) -> None:
     """Atomically write ``export`` to ``path`` (gzip when the name ends in .gz)."""
     payload = _payload(export)
-    document = {
-        "format": FORMAT,
-        "version": VERSION,
-        "sha256": _checksum(payload),
-        "payload": payload,
-    }
+    document = {"format": FORMAT, "version": VERSION, "sha256": _checksum(payload), "payload": payload}
     data = json.dumps(document, indent=1, sort_keys=True).encode()
     if path.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
@@ -168,9 +161,7 @@ def _trial(values: dict[str, Any]) -> Trial:
     if config.key != values["config_key"]:
         raise ValueError(f"trial {values.get('number')}: config_key does not match its config")
     finished = values["finished_at"]
-    fixed = dict(
-        values, id=0, study_id=0, config=config.as_dict(), state=TrialState(values["state"])
-    )
+    fixed = dict(values, id=0, study_id=0, config=config.as_dict(), state=TrialState(values["state"]))
     fixed.update(started_at=datetime.fromisoformat(values["started_at"]))
     fixed.update(finished_at=datetime.fromisoformat(finished) if finished else None)
     return Trial(**fixed)

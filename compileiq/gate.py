@@ -105,9 +105,7 @@ def locate(path: Path, kernel: Path | None = None) -> Target:
     if not found.is_file():
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
-        raise UsageError(
-            f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})"
-        )
+        raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     return Target(acf, str(path), str(found), load_spec(found, arch=acf.arch))
 
 
@@ -126,14 +124,8 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
     best = acf.evidence.get("best")
     if isinstance(best, dict):
         try:
-            return Recorded(
-                int(best["spill_bytes"]),
-                int(best["registers"]),
-                float(best["occupancy"]),
-                str(best["code_hash"]),
-                acf.source_sha256,
-                acf.toolchain_build,
-            )
+            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
+                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build)
         except (KeyError, TypeError, ValueError):
             pass
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
@@ -146,61 +138,31 @@ def rebuild(target: Target, toolchain: Toolchain) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
     acf, spec = target.acf, target.spec
     bundle = bundle_sources(spec)
-    frontend = FrontendJob(
-        toolchain.nvcc,
-        bundle,
-        acf.arch,
-        (*acf.frontend_args, *acf.fixed_defines),
-        spec.compile_timeout_s,
-    )
-    build = assemble(
-        AssembleJob(toolchain.ptxas, acf.arch, acf.ptxas_args, spec.compile_timeout_s),
-        emit_ptx(frontend),
-    )
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+                           spec.compile_timeout_s)
+    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, acf.ptxas_args, spec.compile_timeout_s),
+                     emit_ptx(frontend))
     evaluation = StaticEvaluator("spills", spec).evaluate(build, Config.of(acf.controls))
     if evaluation.value is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
     m = evaluation.metrics
-    return Measured(
-        bundle.sha256,
-        toolchain.nvcc_build,
-        None,
-        int(m["spill_bytes"]),
-        int(m["registers"]),
-        float(m["occupancy"]),
-        build.code_hash or "",
-    )
+    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
+                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "")
 
 
 def retune_command(target: Target) -> str:
     """The command that re-tunes a stale ACF in place."""
     objective = str(target.acf.objective.get("name", "static"))
-    return shlex.join(
-        [
-            "compileiq",
-            "tune",
-            target.kernel_label,
-            "--objective",
-            objective,
-            "--arch",
-            target.acf.arch,
-            "--out",
-            target.acf_label,
-        ]
-    )
+    return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective,
+                       "--arch", target.acf.arch, "--out", target.acf_label])
 
 
 # --- the gate -----------------------------------------------------------------------------------
 
 
-def evaluate(
-    target: Target,
-    table: Mapping[str, Severity],
-    toolchain: Toolchain,
-    timing: TimingSource | None = None,
-    seed: int = 0,
-) -> AcfResult:
+def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
+             timing: TimingSource | None = None, seed: int = 0) -> AcfResult:
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given)."""
     recorded = recorded_of(target.acf)
     measured = rebuild(target, toolchain)
@@ -209,20 +171,11 @@ def evaluate(
     if timing is not None and measured.failure is None:
         measured_timing = compare_timing(timing.samplers(target), seed=seed)
         hits += timing_hits(measured_timing)
-    return AcfResult(
-        target.acf_label,
-        target.acf.kernel,
-        target.kernel_label,
-        findings(hits, table),
-        recorded,
-        measured,
-        measured_timing,
-    )
+    return AcfResult(target.acf_label, target.acf.kernel, target.kernel_label, findings(hits, table),
+                     recorded, measured, measured_timing)
 
 
-def resolve_mode(
-    requested: bool | None, visible: Callable[[], bool], timing: TimingSource | None
-) -> tuple[str, str]:
+def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: TimingSource | None) -> tuple[str, str]:
     """("static" | "timing", a note for the report); UsageError when a GPU was asked for in vain."""
     if requested is False:
         return "static", "static rules only (--static)"
@@ -238,11 +191,8 @@ def resolve_mode(
     return "timing", "static rules and the interleaved A/B timing statistic"
 
 
-def run(
-    options: GateOptions,
-    timing: TimingSource | None = None,
-    visible: Callable[[], bool] = measure.gpu_visible,
-) -> GateReport:
+def run(options: GateOptions, timing: TimingSource | None = None,
+        visible: Callable[[], bool] = measure.gpu_visible) -> GateReport:
     """Check every ACF; all inputs are validated before anything is built."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")

@@ -21,59 +21,40 @@ def summary_line(report: GateReport) -> str:
     failed = sum(1 for r in results if not r.passed)
     warnings = sum(1 for r in results for f in r.findings if f.severity is Severity.WARN)
     verdict = "PASS" if report.passed else "FAIL"
-    return (
-        f"gate {verdict}: {len(results) - failed}/{len(results)} ACF(s) pass, {failed} fail, "
-        f"{warnings} warning(s); mode {report.mode}"
-    )
+    return (f"gate {verdict}: {len(results) - failed}/{len(results)} ACF(s) pass, {failed} fail, "
+            f"{warnings} warning(s); mode {report.mode}")
 
 
 def finding_line(finding: Finding) -> str:
-    return (
-        f"{finding.severity.value} {finding.rule}: {finding.message} "
-        f"(recorded {finding.recorded}, measured {finding.measured})"
-    )
+    return (f"{finding.severity.value} {finding.rule}: {finding.message} "
+            f"(recorded {finding.recorded}, measured {finding.measured})")
 
 
 # --- markdown -----------------------------------------------------------------------------------
 
 
 def markdown(report: GateReport) -> str:
-    lines = [
-        f"## compileiq gate: {'PASS' if report.passed else 'FAIL'}",
-        "",
-        summary_line(report) + ".",
-        f"Mode: {report.mode}: {report.note}.",
-        "",
-        "| ACF | kernel | verdict | errors | warnings |",
-        "|---|---|---|---|---|",
-    ]
+    lines = [f"## compileiq gate: {'PASS' if report.passed else 'FAIL'}", "", summary_line(report) + ".",
+             f"Mode: {report.mode}: {report.note}.", "",
+             "| ACF | kernel | verdict | errors | warnings |", "|---|---|---|---|---|"]
     for result in report.results:
-        lines.append(
-            f"| {_cell(result.acf)} | {_cell(result.kernel)} | **{result.verdict}** | "
-            f"{_count(result, Severity.ERROR)} | {_count(result, Severity.WARN)} |"
-        )
+        lines.append(f"| {_cell(result.acf)} | {_cell(result.kernel)} | **{result.verdict}** | "
+                     f"{_count(result, Severity.ERROR)} | {_count(result, Severity.WARN)} |")
     for result in report.results:
         lines += ["", *_markdown_result(result)]
     return "\n".join(lines) + "\n"
 
 
 def _markdown_result(result: AcfResult) -> list[str]:
-    lines = [
-        f"### {_cell(result.acf)}: {result.verdict}",
-        "",
-        f"Kernel `{result.kernel_path}`.",
-        "",
-    ]
+    lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel `{result.kernel_path}`.", ""]
     if result.timing is not None:
         lines += [*_markdown_timing(result.timing), ""]
     if not result.findings:
         return [*lines, "No findings: the rebuild matches the recorded evidence."]
     lines += ["| rule | severity | recorded | measured | detail |", "|---|---|---|---|---|"]
     for f in result.findings:
-        lines.append(
-            f"| `{f.rule}` | {f.severity.value} | {_cell(f.recorded)} | {_cell(f.measured)} | "
-            f"{_cell(f.message)} |"
-        )
+        lines.append(f"| `{f.rule}` | {f.severity.value} | {_cell(f.recorded)} | {_cell(f.measured)} | "
+                     f"{_cell(f.message)} |")
     return lines
 
 
@@ -100,9 +81,8 @@ def junit(report: GateReport) -> str:
     failures = str(sum(1 for r in report.results if not r.passed))
     tests = str(len(report.results))
     root = ET.Element("testsuites", name=SUITE, tests=tests, failures=failures, errors="0")
-    suite = ET.SubElement(
-        root, "testsuite", name=SUITE, tests=tests, failures=failures, errors="0", skipped="0"
-    )
+    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=tests, failures=failures, errors="0",
+                          skipped="0")
     for result in report.results:
         _testcase(suite, result)
     ET.indent(root)
@@ -113,12 +93,8 @@ def _testcase(suite: ET.Element, result: AcfResult) -> None:
     case = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{result.kernel}", name=result.acf)
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
     if errors:
-        failure = ET.SubElement(
-            case,
-            "failure",
-            type="regression",
-            message="; ".join(f"{f.rule}: {f.message}" for f in errors),
-        )
+        failure = ET.SubElement(case, "failure", type="regression",
+                                message="; ".join(f"{f.rule}: {f.message}" for f in errors))
         failure.text = "\n".join(finding_line(f) for f in errors)
     notes = [finding_line(f) for f in result.findings if f.severity is Severity.WARN]
     if result.timing is not None:
@@ -159,29 +135,15 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
 def _metrics_json(result: AcfResult) -> dict[str, Any]:
     m = result.measured
     built = m.failure is None
-    return {
-        "spill_bytes": m.spill_bytes if built else None,
-        "registers": m.registers if built else None,
-        "occupancy": m.occupancy if built else None,
-        "code_hash": m.code_hash if built else None,
-    }
+    return {"spill_bytes": m.spill_bytes if built else None, "registers": m.registers if built else None,
+            "occupancy": m.occupancy if built else None, "code_hash": m.code_hash if built else None}
 
 
 def _timing_json(timing: Timing) -> dict[str, Any]:
     pairs = (("vs_default", timing.vs_default), ("vs_recorded", timing.vs_recorded))
-    return {
-        key: None
-        if c is None
-        else {
-            "verdict": c.verdict.value,
-            "ratio": c.estimate,
-            "low": c.low,
-            "high": c.high,
-            "rounds": c.rounds,
-            "delta": c.delta,
-        }
-        for key, c in pairs
-    }
+    return {key: None if c is None else {"verdict": c.verdict.value, "ratio": c.estimate, "low": c.low,
+                                         "high": c.high, "rounds": c.rounds, "delta": c.delta}
+            for key, c in pairs}
 
 
 def write(path: Path, text: str) -> None:

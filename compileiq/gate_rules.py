@@ -35,11 +35,7 @@ RULES = (
     Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
     Rule("stale-toolchain", Severity.WARN, "the compiler build differs from the tuning one"),
-    Rule(
-        "slower-than-default",
-        Severity.ERROR,
-        "timing: the ACF's flags are SLOWER than the defaults",
-    ),
+    Rule("slower-than-default", Severity.ERROR, "timing: the ACF's flags are SLOWER than the defaults"),
     Rule("slower-than-recorded", Severity.ERROR, "timing: the ACF's build is SLOWER than recorded"),
 )
 RULE_NAMES = tuple(rule.name for rule in RULES)
@@ -108,11 +104,8 @@ class Finding:
 def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Finding, ...]:
     """Apply severities (dropping rules that are off), in the fixed rule order."""
     ordered = sorted(hits, key=lambda hit: RULE_NAMES.index(hit.rule))
-    return tuple(
-        Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message)
-        for h in ordered
-        if table[h.rule] is not Severity.OFF
-    )
+    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message) for h in ordered
+                 if table[h.rule] is not Severity.OFF)
 
 
 def static_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
@@ -122,75 +115,32 @@ def static_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
 
 def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
     if m.failure is not None:
-        return [
-            Hit(
-                "build",
-                "builds",
-                m.failure,
-                f"the kernel no longer builds with the ACF's flags: {m.failure}",
-            )
-        ]
+        return [Hit("build", "builds", m.failure, f"the kernel no longer builds with the ACF's flags: {m.failure}")]
     found: list[Hit] = []
     if m.spill_bytes > r.spill_bytes:
         how = "appeared" if r.spill_bytes == 0 else "grew"
-        found.append(
-            Hit(
-                "spills",
-                f"{r.spill_bytes} B",
-                f"{m.spill_bytes} B",
-                f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}",
-            )
-        )
+        found.append(Hit("spills", f"{r.spill_bytes} B", f"{m.spill_bytes} B",
+                         f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}"))
     if m.occupancy < r.occupancy - 1e-9:
-        found.append(
-            Hit(
-                "occupancy",
-                _pct(r.occupancy),
-                _pct(m.occupancy),
-                f"occupancy fell: {_pct(r.occupancy)} -> {_pct(m.occupancy)}",
-            )
-        )
+        found.append(Hit("occupancy", _pct(r.occupancy), _pct(m.occupancy),
+                         f"occupancy fell: {_pct(r.occupancy)} -> {_pct(m.occupancy)}"))
     if m.registers > r.registers:
-        found.append(
-            Hit(
-                "registers",
-                str(r.registers),
-                str(m.registers),
-                f"registers per thread rose: {r.registers} -> {m.registers}",
-            )
-        )
+        found.append(Hit("registers", str(r.registers), str(m.registers),
+                         f"registers per thread rose: {r.registers} -> {m.registers}"))
     if m.code_hash != r.code_hash:
-        found.append(
-            Hit(
-                "code-changed",
-                r.code_hash[:12],
-                m.code_hash[:12],
-                "the machine code differs from the recorded code",
-            )
-        )
+        found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
+                         "the machine code differs from the recorded code"))
     return found
 
 
 def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     found = []
     if m.source_sha256 != r.source_sha256:
-        found.append(
-            Hit(
-                "stale-source",
-                r.source_sha256[:12],
-                m.source_sha256[:12],
-                f"the kernel source changed since the ACF was tuned; re-tune: {retune}",
-            )
-        )
+        found.append(Hit("stale-source", r.source_sha256[:12], m.source_sha256[:12],
+                         f"the kernel source changed since the ACF was tuned; re-tune: {retune}"))
     if m.toolchain_build != r.toolchain_build:
-        found.append(
-            Hit(
-                "stale-toolchain",
-                r.toolchain_build,
-                m.toolchain_build,
-                f"the compiler differs from the one the ACF was tuned with; re-tune: {retune}",
-            )
-        )
+        found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
+                         f"the compiler differs from the one the ACF was tuned with; re-tune: {retune}"))
     return found
 
 
@@ -216,38 +166,25 @@ class Timing:
     vs_recorded: Comparison | None  # ratio = ACF / recorded median
 
 
-def compare_timing(
-    samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int = 10, seed: int = 0
-) -> Timing:
+def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int = 10,
+                   seed: int = 0) -> Timing:
     """The A/B statistic twice: ACF vs defaults, and ACF vs the recorded median (if recorded)."""
-    vs_default = interleaved(
-        samplers.default, samplers.acf, delta=delta, samples=samples, seed=seed
-    )
+    vs_default = interleaved(samplers.default, samplers.acf, delta=delta, samples=samples, seed=seed)
     recorded = samplers.recorded_median
     if recorded is None:
         return Timing(vs_default, None)
     constant: Sampler = lambda k: [recorded] * k
-    return Timing(
-        vs_default, interleaved(constant, samplers.acf, delta=delta, samples=samples, seed=seed)
-    )
+    return Timing(vs_default, interleaved(constant, samplers.acf, delta=delta, samples=samples, seed=seed))
 
 
 def timing_hits(timing: Timing) -> list[Hit]:
     """SLOWER against the defaults or against the recorded value is a regression."""
     found: list[Hit] = []
-    for rule, against, comparison in (
-        ("slower-than-default", "defaults", timing.vs_default),
-        ("slower-than-recorded", "recorded", timing.vs_recorded),
-    ):
+    for rule, against, comparison in (("slower-than-default", "defaults", timing.vs_default),
+                                      ("slower-than-recorded", "recorded", timing.vs_recorded)):
         if comparison is not None and comparison.verdict is Verdict.SLOWER:
-            found.append(
-                Hit(
-                    rule,
-                    f"<= {1 + comparison.delta:.3f}x {against}",
-                    describe(comparison),
-                    f"the ACF build is SLOWER than {against}: {describe(comparison)}",
-                )
-            )
+            found.append(Hit(rule, f"<= {1 + comparison.delta:.3f}x {against}", describe(comparison),
+                             f"the ACF build is SLOWER than {against}: {describe(comparison)}"))
     return found
 
 

@@ -217,9 +217,7 @@ class _Parser:
         except re.error as exc:
             raise self.fail("metric_regex", f"not a regular expression: {exc}") from None
         if groups < 1:
-            raise self.fail(
-                "metric_regex", "must be a regular expression with a group for the time in ms"
-            )
+            raise self.fail("metric_regex", "must be a regular expression with a group for the time in ms")
         return str(value)
 
     def arch(self, override: str | None) -> str:

@@ -140,16 +140,10 @@ def _harness_result(data: dict[str, Any]) -> HarnessResult:
         min_ms=_number(data.get("min_ms")),
         graph_batch=int(data.get("graph_batch") or 0),
         sm_clock_default_mhz=_int_or_none(data.get("sm_clock_default_mhz")),
-        outputs=tuple(
-            OutputInfo(str(o["name"]), str(o["dtype"]), int(o["count"]), str(o.get("sha256", "")))
-            for o in data.get("outputs") or ()
-        ),
-        check=HarnessCheck(
-            bool(check.get("run", False)),
-            check.get("passed"),
-            _number(check.get("max_abs_err")),
-            _number(check.get("max_rel_err")),
-        ),
+        outputs=tuple(OutputInfo(str(o["name"]), str(o["dtype"]), int(o["count"]), str(o.get("sha256", "")))
+                      for o in data.get("outputs") or ()),
+        check=HarnessCheck(bool(check.get("run", False)), check.get("passed"),
+                           _number(check.get("max_abs_err")), _number(check.get("max_rel_err"))),
     )
 
 
@@ -185,11 +179,7 @@ def _float(text: Any) -> float | None:
 
 
 def run_executable(
-    executable: bytes,
-    args: Sequence[str],
-    timeout_s: float,
-    *,
-    dump: bool = True,
+    executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Write `executable` to a temp dir and run it with `args` (+ --dump); kill its group on timeout."""
@@ -212,25 +202,16 @@ def _run(
 
 
 def compare_outputs(
-    baseline_dump: bytes,
-    baseline_outputs: Sequence[OutputInfo],
-    variant_dump: bytes,
-    variant_outputs: Sequence[OutputInfo],
-    rtol: float,
-    atol: float,
+    baseline_dump: bytes, baseline_outputs: Sequence[OutputInfo],
+    variant_dump: bytes, variant_outputs: Sequence[OutputInfo], rtol: float, atol: float,
 ) -> OutputCheck:
     """Variant against baseline: |v - b| <= atol + rtol·|b| everywhere; NaN never passes."""
     shapes = [(o.name, o.dtype, o.count) for o in baseline_outputs]
     if shapes != [(o.name, o.dtype, o.count) for o in variant_outputs]:
         return OutputCheck(False, math.inf, math.inf, "outputs differ in name, dtype or count")
     try:
-        pairs = list(
-            zip(
-                _arrays(baseline_dump, baseline_outputs),
-                _arrays(variant_dump, variant_outputs),
-                strict=True,
-            )
-        )
+        pairs = list(zip(_arrays(baseline_dump, baseline_outputs), _arrays(variant_dump, variant_outputs),
+                         strict=True))
     except ValueError as error:
         return OutputCheck(False, math.inf, math.inf, str(error))
     worst_abs = worst_rel = 0.0
@@ -238,12 +219,8 @@ def compare_outputs(
         passed, abs_err, rel_err = _close(base, variant, rtol, atol)
         worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
         if not passed:
-            return OutputCheck(
-                False,
-                worst_abs,
-                worst_rel,
-                f"wrong result: output {info.name} max rel err {rel_err:.3g}",
-            )
+            return OutputCheck(False, worst_abs, worst_rel,
+                               f"wrong result: output {info.name} max rel err {rel_err:.3g}")
     return OutputCheck(True, worst_abs, worst_rel, "")
 
 
@@ -264,9 +241,7 @@ def _arrays(dump: bytes, outputs: Sequence[OutputInfo]) -> list[np.ndarray]:
     return arrays
 
 
-def _close(
-    base: np.ndarray, variant: np.ndarray, rtol: float, atol: float
-) -> tuple[bool, float, float]:
+def _close(base: np.ndarray, variant: np.ndarray, rtol: float, atol: float) -> tuple[bool, float, float]:
     b, v = base.astype(np.float64), variant.astype(np.float64)
     if b.size == 0:
         return True, 0.0, 0.0
@@ -321,24 +296,15 @@ class LocalMeasurer:
         return result
 
 
-def synthetic_result(
-    samples_ms: Sequence[float],
-    status: str = "ok",
-    outputs: Sequence[OutputInfo] = (),
-    device: str = "fake GPU",
-) -> HarnessResult:
+def synthetic_result(samples_ms: Sequence[float], status: str = "ok",
+                     outputs: Sequence[OutputInfo] = (), device: str = "fake GPU") -> HarnessResult:
     """A HarnessResult as a real run would report `samples_ms` (for fakes and tests)."""
     values = sorted(samples_ms)
     q = np.quantile(values, [0.25, 0.5, 0.75]) if values else [math.nan] * 3
     return HarnessResult(
-        status=status,
-        device=device,
-        driver="fake",
-        samples_ms=tuple(samples_ms),
-        median_ms=float(q[1]) if values else None,
-        iqr_ms=float(q[2] - q[0]) if values else None,
-        min_ms=values[0] if values else None,
-        outputs=tuple(outputs),
+        status=status, device=device, driver="fake", samples_ms=tuple(samples_ms),
+        median_ms=float(q[1]) if values else None, iqr_ms=float(q[2] - q[0]) if values else None,
+        min_ms=values[0] if values else None, outputs=tuple(outputs),
     )
 
 

@@ -47,9 +47,7 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def occupancy(
-    arch: str, threads: int, registers: int, static_smem: int, dynamic_smem: int = 0
-) -> float:
+def occupancy(arch: str, threads: int, registers: int, static_smem: int, dynamic_smem: int = 0) -> float:
     """Theoretical occupancy (active warps / max warps), as cuda_occupancy.h computes it."""
     limits = arch_limits(arch)
     warps = math.ceil(threads / 32)
@@ -87,9 +85,7 @@ def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int) -> 
     return StaticMetrics(
         spill_bytes=sum(entry.spill_bytes for entry in entries),
         registers=max((entry.registers for entry in entries), default=0),
-        occupancy=min(
-            (_entry_occupancy(e, arch, threads, dynamic_smem) for e in entries), default=0.0
-        ),
+        occupancy=min((_entry_occupancy(e, arch, threads, dynamic_smem) for e in entries), default=0.0),
         instructions=sum(entry.instructions for entry in entries),
         stack_bytes=max((entry.stack_bytes for entry in entries), default=0),
     )
@@ -121,12 +117,8 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
         return float(metrics.instructions)
     if objective == "static":
         permille = round(shortfall * 1000)
-        return (
-            metrics.spill_bytes * 1e9 + permille * 1e6 + min(metrics.instructions, MAX_INSTRUCTIONS)
-        )
-    raise UsageError(
-        f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time"
-    )
+        return metrics.spill_bytes * 1e9 + permille * 1e6 + min(metrics.instructions, MAX_INSTRUCTIONS)
+    raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
 @dataclass(frozen=True)
@@ -153,17 +145,11 @@ class StaticEvaluator:
         entries = tuple(e for e in build.entries if _wanted(e.name, self._kernel.entries))
         if not entries:
             names = ", ".join(e.name for e in build.entries) or "none"
-            return Evaluation(
-                None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {}
-            )
+            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
         threads = self._kernel.block_size_for(config.as_dict())
         scored = Build(build.status, build.message, entries, build.code_hash, b"", build.seconds)
         metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem)
-        details = {
-            **metrics.as_dict(),
-            "block_size": threads,
-            "entries": [asdict(e) for e in entries],
-        }
+        details = {**metrics.as_dict(), "block_size": threads, "entries": [asdict(e) for e in entries]}
         return Evaluation(objective_value(self._objective, metrics), None, details)
 
 

@@ -34,9 +34,7 @@ def non_default(config: Config, space: SearchSpace) -> list[str]:
     ]
 
 
-def simplify(
-    winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool = False
-) -> Simplification:
+def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool = False) -> Simplification:
     """`exact`: keep a drop only for identical machine code (for noisy objectives like runtime)."""
     current = winner
     while changed := non_default(Config.of(current.config), space):
@@ -49,11 +47,7 @@ def simplify(
         combined = _reset(base, space, droppable)
         found = {t.config_key: t for t in evaluate([combined])}
         both = found.get(combined.key)
-        current = (
-            both
-            if both is not None and _as_good(both, winner, exact)
-            else results[singles[droppable[0]].key]
-        )
+        current = both if both is not None and _as_good(both, winner, exact) else results[singles[droppable[0]].key]
     kept = tuple(non_default(Config.of(current.config), space))
     dropped = tuple(n for n in non_default(Config.of(winner.config), space) if n not in kept)
     return Simplification(winner, current, dropped, kept)

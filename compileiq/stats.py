@@ -57,18 +57,14 @@ def interval_ranks(rounds: int, confidence: float = 0.95) -> tuple[int, int]:
 
 
 def ratios(rounds_a: Sequence[Sequence[float]], rounds_b: Sequence[Sequence[float]]) -> list[float]:
-    return [
-        statistics.median(b) / statistics.median(a) for a, b in zip(rounds_a, rounds_b, strict=True)
-    ]
+    return [statistics.median(b) / statistics.median(a) for a, b in zip(rounds_a, rounds_b, strict=True)]
 
 
 def judge(round_ratios: Sequence[float], delta: float) -> Comparison:
     ordered = sorted(round_ratios)
     low_rank, high_rank = interval_ranks(len(ordered))
     low, high = ordered[low_rank - 1], ordered[high_rank - 1]
-    return Comparison(
-        statistics.median(ordered), low, high, len(ordered), delta, verdict(low, high, delta)
-    )
+    return Comparison(statistics.median(ordered), low, high, len(ordered), delta, verdict(low, high, delta))
 
 
 def verdict(low: float, high: float, delta: float) -> Verdict:

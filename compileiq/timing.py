@@ -25,9 +25,7 @@ from compileiq.space import Config, SearchSpace
 from compileiq.workers import Workers
 
 SCREEN_ARGS = ("--quick",)
-SCREEN_TIMEOUT_S = (
-    30.0  # the process start and input generation dominate, not the ~0.1 s of samples
-)
+SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
 
 
 class TimingError(CompileIQError):
@@ -55,9 +53,7 @@ class TimingTarget:
 class TimeEvaluator:
     """Screens each distinct machine code once; results are cached in the database per device."""
 
-    def __init__(
-        self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer
-    ) -> None:
+    def __init__(self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer) -> None:
         self._target = target
         self._store = store
         self._workers = workers
@@ -77,9 +73,7 @@ class TimeEvaluator:
             raise TimingError(f"the baseline's measuring executable does not build: {executable}")
         run = self._run(executable, SCREEN_ARGS)
         if self._value(run) is None:
-            raise TimingError(
-                f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}"
-            )
+            raise TimingError(f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}")
         self._reference = run
         self.driver = run.harness.driver
 
@@ -87,9 +81,7 @@ class TimeEvaluator:
         if not build.ok or build.code_hash is None:
             return Evaluation(None, f"{build.status.value}: {build.message}", {})
         static = self._target.static.evaluate(build, config).metrics
-        cached = self._store.get_measurement(
-            build.code_hash, self.kind, self.driver, self._args_hash()
-        )
+        cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
         if cached is not None:
             return _from_measurement(cached, static)
         executable = self._build(config)
@@ -104,27 +96,19 @@ class TimeEvaluator:
         if key not in self._executables:
             built = self._build(Config.of(trial.config))
             if isinstance(built, str):
-                raise TimingError(
-                    f"trial #{trial.number}: measuring executable does not build: {built}"
-                )
+                raise TimingError(f"trial #{trial.number}: measuring executable does not build: {built}")
             self._executables[key] = built
         return self._executables[key]
 
     def confirm(self, trials: Sequence[Trial], baseline: Trial, seed: int = 0) -> Confirmation:
         """Re-measure the fastest screened variants against the baseline, interleaved."""
-        candidates = [
-            Candidate(t.number, t.code_hash or "", t.value, True)
-            for t in trials
-            if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash
-        ]
+        candidates = [Candidate(t.number, t.code_hash or "", t.value, True)
+                      for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
         finalists = choose_finalists(candidates, baseline.code_hash)
         by_number = {t.number: t for t in trials}
         args = self._target.run_args
         base = executable_sampler(self._measurer, self.executable(baseline), args)
-        pairs = [
-            (c, executable_sampler(self._measurer, self.executable(by_number[c.trial]), args))
-            for c in finalists
-        ]
+        pairs = [(c, executable_sampler(self._measurer, self.executable(by_number[c.trial]), args)) for c in finalists]
         return confirm(base, pairs, seed=seed)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
@@ -143,11 +127,7 @@ class TimeEvaluator:
 
     def _value(self, run: RunResult) -> float | None:
         if self._target.program:
-            return (
-                parse_program_metric(run.stdout, self._target.program_regex)
-                if run.returncode == 0
-                else None
-            )
+            return parse_program_metric(run.stdout, self._target.program_regex) if run.returncode == 0 else None
         return run.harness.median_ms if run.failure is None else None
 
     def _failure(self, run: RunResult) -> str | None:
@@ -162,14 +142,8 @@ class TimeEvaluator:
         reference = self._reference
         if self._target.program or reference is None:
             return None
-        check = compare_outputs(
-            reference.dump,
-            reference.harness.outputs,
-            run.dump,
-            run.harness.outputs,
-            self._target.rtol,
-            self._target.atol,
-        )
+        check = compare_outputs(reference.dump, reference.harness.outputs, run.dump, run.harness.outputs,
+                                self._target.rtol, self._target.atol)
         return None if check.passed else check.reason
 
     def _remember(self, code_hash: str, run: RunResult, status: str) -> None:
@@ -183,22 +157,15 @@ class TimeEvaluator:
         ))  # fmt: skip
 
     def _run(self, executable: bytes, extra: Sequence[str]) -> RunResult:
-        args = (
-            [*self._target.run_args] if self._target.program else [*self._target.run_args, *extra]
-        )
+        args = [*self._target.run_args] if self._target.program else [*self._target.run_args, *extra]
         return self._measurer.measure(executable, args, SCREEN_TIMEOUT_S)
 
     def _build(self, config: Config) -> bytes | str:
         """The executable, or the compiler's first line of complaint."""
         target, space = self._target, self._target.space
-        job = ExecutableJob(
-            target.nvcc,
-            target.bundle,
-            target.arch,
-            (*space.frontend_args(config), *target.fixed_defines),
-            space.ptxas_args(config),
-            target.timeout_s,
-        )
+        job = ExecutableJob(target.nvcc, target.bundle, target.arch,
+                            (*space.frontend_args(config), *target.fixed_defines),
+                            space.ptxas_args(config), target.timeout_s)
         (built,) = self._workers().build_executables([job])
         if not built.ok:
             lines = built.message.strip().splitlines()
@@ -212,28 +179,16 @@ class TimeEvaluator:
 
 def _timing(run: RunResult) -> dict[str, Any]:
     harness = run.harness
-    return {
-        "kind": RUNTIME_KIND,
-        "median_ms": harness.median_ms,
-        "iqr_ms": harness.iqr_ms,
-        "min_ms": harness.min_ms,
-        "samples": len(harness.samples_ms),
-        "device": harness.device,
-        "graph_batch": harness.graph_batch,
-    }
+    return {"kind": RUNTIME_KIND, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
+            "min_ms": harness.min_ms, "samples": len(harness.samples_ms), "device": harness.device,
+            "graph_batch": harness.graph_batch}
 
 
 def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation:
     if cached.status != "ok":
         return Evaluation(None, cached.status, static)
-    timing = {
-        "kind": RUNTIME_KIND,
-        "median_ms": cached.median * 1000,
-        "iqr_ms": cached.iqr * 1000,
-        "min_ms": cached.min * 1000,
-        "samples": len(cached.samples),
-        "device": cached.device,
-    }
+    timing = {"kind": RUNTIME_KIND, "median_ms": cached.median * 1000, "iqr_ms": cached.iqr * 1000,
+              "min_ms": cached.min * 1000, "samples": len(cached.samples), "device": cached.device}
     return Evaluation(cached.median * 1000, None, {**static, **timing})
 
 
@@ -255,32 +210,18 @@ class HarnessTiming:
         acf, spec = target.acf, target.spec
         tools, bundle = find_toolchain(), bundle_sources(spec)
         jobs = {
-            "acf": ExecutableJob(
-                tools.nvcc,
-                bundle,
-                acf.arch,
-                (*acf.frontend_args, *acf.fixed_defines),
-                acf.ptxas_args,
-                spec.compile_timeout_s,
-            ),
-            "default": ExecutableJob(
-                tools.nvcc, bundle, acf.arch, _define_args(acf), (), spec.compile_timeout_s
-            ),
+            "acf": ExecutableJob(tools.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+                                 acf.ptxas_args, spec.compile_timeout_s),
+            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, _define_args(acf), (), spec.compile_timeout_s),
         }
         built = {name: build_executable(job) for name, job in jobs.items()}
         for name, result in built.items():
             if not result.ok:
-                raise TimingError(
-                    f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}"
-                )
+                raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
         recorded = acf.objective.get("best") if acf.objective.get("name") == "time" else None
-        sample = {
-            name: executable_sampler(self._measurer, result.executable, spec.run_args)
-            for name, result in built.items()
-        }
-        return TimingSamplers(
-            sample["acf"], sample["default"], float(recorded) if recorded else None
-        )
+        sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
+                  for name, result in built.items()}
+        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)
 
 
 def _define_args(acf: Any) -> tuple[str, ...]:

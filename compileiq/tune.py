@@ -60,24 +60,17 @@ class TuneResult:
     study: Study
     baseline: Trial
     winner: Trial  # the search's best trial
-    chosen: (
-        Trial  # what the ACF records: the winner with every setting that made no difference dropped
-    )
+    chosen: Trial  # what the ACF records: the winner with every setting that made no difference dropped
     simplification: Simplification | None
     trials: tuple[Trial, ...]
     counters: RunCounters
     wall_seconds: float
     exhausted: bool  # the space ran out of untried configurations before the budget
-    confirmation: Confirmation | None = (
-        None  # runtime objectives: finalists re-measured vs the baseline
-    )
+    confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
 
 
 def study_key(
-    request: TuneRequest,
-    bundle: SourceBundle,
-    toolchain: Toolchain,
-    evaluator: str = StaticEvaluator.kind,
+    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
 ) -> StudyKey:
     return StudyKey(
         kernel=request.kernel.name,
@@ -111,13 +104,9 @@ class Tuner:
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         evaluator = evaluator or StaticEvaluator(request.objective, request.kernel)
         self._evaluator = evaluator
-        beat = min(
-            HEARTBEAT_EVERY_S, request.stale_after_s / 3
-        )  # well inside others' stale timeout
+        beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
-        self._warm_first: list[
-            Config
-        ] = []  # earlier studies' best configs: cache hits, tried first
+        self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._searcher = Searcher(request.space, request.search)
         self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
         self._baseline = request.space.default_config()
@@ -126,12 +115,8 @@ class Tuner:
     def run(self) -> TuneResult:
         request = self._request
         prepare = getattr(self._evaluator, "prepare", None)
-        if (
-            prepare is not None
-        ):  # a runtime evaluator measures the baseline first: reference, device
-            self._progress.note(
-                "measuring the baseline (the reference for every variant's outputs)"
-            )
+        if prepare is not None:  # a runtime evaluator measures the baseline first: reference, device
+            self._progress.note("measuring the baseline (the reference for every variant's outputs)")
             prepare(self._baseline)
         key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
         study = self._store.get_or_create_study(key, request.study_name)
@@ -187,9 +172,7 @@ class Tuner:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
         taken = {t.config_key for t in trials if not _retryable(t)}
         retry = [Config.of(t.config) for t in trials if _retryable(t)]
-        first = {
-            c.key: c for c in [self._baseline, *retry, *self._warm_first] if c.key not in taken
-        }
+        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first] if c.key not in taken}
         self._warm_first = []
         candidates = list(first.values())
         if (wanted := count - len(candidates)) > 0:
@@ -226,9 +209,7 @@ class Tuner:
         return Observation(config, objective_value(self._request.objective, metrics))
 
     def _claim(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
-        return self._store.claim_trials(
-            study.id, [(c.key, c.as_dict()) for c in configs], self._worker_name
-        )
+        return self._store.claim_trials(study.id, [(c.key, c.as_dict()) for c in configs], self._worker_name)
 
     def evaluate(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
         """Finished trials for these configs: recorded ones as they are, the rest evaluated now.
@@ -251,16 +232,10 @@ class Tuner:
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
-            if (
-                trial.config_key == self._baseline.key
-                and trial.state is TrialState.FAILED
-                and not trial.retryable
-            ):
+            if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
                 lines = (trial.reason or "unknown error").strip().splitlines()
                 name = self._request.kernel.source.name
-                raise BaselineError(
-                    f"{name} does not build with default settings: {lines[0] if lines else ''}"
-                )
+                raise BaselineError(f"{name} does not build with default settings: {lines[0] if lines else ''}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
@@ -270,37 +245,21 @@ class Tuner:
         simplification = None
         exact = self._evaluator.kind != StaticEvaluator.kind  # timings are noisy: same code only
         if self._request.simplify and winner is not baseline:
-            simplification = simplify(
-                winner, self._request.space, lambda cs: self.evaluate(study, cs), exact
-            )
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs), exact)
         chosen = simplification.chosen if simplification else winner
         final = tuple(self._store.trials(study.id))
         confirmation = None
         confirm = getattr(self._evaluator, "confirm", None)
         if confirm is not None:
-            self._progress.note(
-                "confirming the fastest variants against the baseline (interleaved rounds)"
-            )
+            self._progress.note("confirming the fastest variants against the baseline (interleaved rounds)")
             confirmation = confirm(final, baseline, self._request.search.seed)
             chosen = _confirmed_choice(confirmation, final, baseline, chosen)
         wall = time.perf_counter() - self._runner.counters.started
-        return TuneResult(
-            study,
-            baseline,
-            winner,
-            chosen,
-            simplification,
-            final,
-            self._runner.counters,
-            wall,
-            exhausted,
-            confirmation,
-        )
+        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
+                          exhausted, confirmation)
 
 
-def _confirmed_choice(
-    confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial
-) -> Trial:
+def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:
     """The confirmed winner, as its simplest trial with the same machine code; else the baseline."""
     if confirmation.winner is None:
         return baseline
@@ -325,12 +284,8 @@ def _retryable(trial: Trial) -> bool:
 
 
 def _counts(trial: Trial) -> bool:
-    return trial.state is TrialState.COMPLETE or (
-        trial.state is TrialState.FAILED and not trial.retryable
-    )
+    return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
 
 
 def _observation(trial: Trial) -> Observation:
-    return Observation(
-        Config.of(trial.config), trial.value if trial.state is TrialState.COMPLETE else None
-    )
+    return Observation(Config.of(trial.config), trial.value if trial.state is TrialState.COMPLETE else None)

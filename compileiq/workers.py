@@ -141,9 +141,7 @@ class RayWorkers:
         fresh = {job.frontend for job in jobs if job.frontend not in self._ptx}
         for frontend in fresh:
             self._ptx[frontend] = self._emit.remote(frontend)
-        pending = {
-            self._assemble.remote(job.assemble, self._ptx[job.frontend]): job for job in jobs
-        }
+        pending = {self._assemble.remote(job.assemble, self._ptx[job.frontend]): job for job in jobs}
         while pending:
             ready, _ = self._ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -160,9 +158,7 @@ class RayWorkers:
         try:
             return self._ray.get(ref)
         except self._ray.exceptions.RayError as error:
-            raise WorkersError(
-                f"a compile task failed on Ray after {TASK_RETRIES} retries: {error}"
-            ) from error
+            raise WorkersError(f"a compile task failed on Ray after {TASK_RETRIES} retries: {error}") from error
 
     def close(self) -> None:
         self._ray.shutdown()
@@ -190,18 +186,10 @@ class GpuMeasurerActor:
     crashes the actor or hangs past its timeout + grace is reported as a failed run; the actor is
     restarted (max_restarts=-1) and the next call goes to the fresh one."""
 
-    def __init__(
-        self,
-        ray: Any,
-        *,
-        num_gpus: float = 1,
-        factory: Callable[[], Measurer] | None = None,
-        grace_s: float = GRACE_S,
-    ) -> None:
+    def __init__(self, ray: Any, *, num_gpus: float = 1, factory: Callable[[], Measurer] | None = None,
+                 grace_s: float = GRACE_S) -> None:
         self._ray = ray
-        actor_class = ray.remote(num_gpus=num_gpus, max_restarts=-1, max_task_retries=0)(
-            _GpuMeasurerBody
-        )
+        actor_class = ray.remote(num_gpus=num_gpus, max_restarts=-1, max_task_retries=0)(_GpuMeasurerBody)
         self._actor = actor_class.remote(factory)
         self._grace_s = grace_s
         self._device: str | None = None
@@ -221,16 +209,10 @@ class GpuMeasurerActor:
         except self._ray.exceptions.GetTimeoutError:
             self._ray.kill(self._actor, no_restart=False)
             self._await_restart()
-            return _lost(
-                f"timeout: the measuring actor hung past {limit:g} s and was restarted", True, start
-            )
+            return _lost(f"timeout: the measuring actor hung past {limit:g} s and was restarted", True, start)
         except self._ray.exceptions.RayActorError as error:
             self._await_restart()
-            return _lost(
-                f"crashed: the measuring actor died and was restarted ({_first_line(error)})",
-                False,
-                start,
-            )
+            return _lost(f"crashed: the measuring actor died and was restarted ({_first_line(error)})", False, start)
         if result.harness.device:
             self._device = result.harness.device
         return result
@@ -270,12 +252,8 @@ class SerialMeasurer:
 
 
 def open_gpu_measurers(
-    address: str | None,
-    *,
-    count: int | None = None,
-    num_gpus: float = 1,
-    factory: Callable[[], Measurer] | None = None,
-    grace_s: float = GRACE_S,
+    address: str | None, *, count: int | None = None, num_gpus: float = 1,
+    factory: Callable[[], Measurer] | None = None, grace_s: float = GRACE_S,
 ) -> list[GpuMeasurerActor]:
     """One measuring actor per GPU of the embedded or joined Ray (`count` overrides; tests use
     num_gpus=0 with a fake `factory` on CPU-only Ray)."""
@@ -287,9 +265,7 @@ def open_gpu_measurers(
         _check_reachable(address)
     _init_ray(ray, address, None, env)
     n = count if count is not None else int(ray.cluster_resources().get("GPU", 0))
-    return [
-        GpuMeasurerActor(ray, num_gpus=num_gpus, factory=factory, grace_s=grace_s) for _ in range(n)
-    ]
+    return [GpuMeasurerActor(ray, num_gpus=num_gpus, factory=factory, grace_s=grace_s) for _ in range(n)]
 
 
 def open_local_measurers() -> list[SerialMeasurer]:
@@ -298,9 +274,7 @@ def open_local_measurers() -> list[SerialMeasurer]:
 
 
 def _lost(message: str, timed_out: bool, start: float) -> RunResult:
-    return RunResult(
-        HarnessResult("error", message), b"", None, timed_out, time.perf_counter() - start
-    )
+    return RunResult(HarnessResult("error", message), b"", None, timed_out, time.perf_counter() - start)
 
 
 def check_options(backend: str, address: str | None = None) -> None:
@@ -352,9 +326,7 @@ def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str
     try:
         ray.init(**options)
     except Exception as error:  # Ray raises many unrelated types for one cause: not started
-        raise WorkersError(
-            f"cannot start Ray{' at ' + address if address else ''}: {_first_line(error)}"
-        ) from error
+        raise WorkersError(f"cannot start Ray{' at ' + address if address else ''}: {_first_line(error)}") from error
 
 
 def _check_reachable(address: str) -> None:

@@ -115,12 +115,7 @@ def _sqlite_engine(url: URL) -> Engine:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
         # synchronous=NORMAL: with WAL a killed process loses nothing committed; only a power
         # cut can drop the last commits (each trial's commit no longer waits for an fsync).
-        for pragma in (
-            "journal_mode=WAL",
-            "synchronous=NORMAL",
-            "busy_timeout=30000",
-            "foreign_keys=ON",
-        ):
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000", "foreign_keys=ON"):
             dbapi_conn.execute(f"PRAGMA {pragma}")
 
     @sa.event.listens_for(engine, "begin")
