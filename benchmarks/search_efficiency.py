@@ -10,7 +10,7 @@ configuration in eight is optimal are dense: random search finds the optimum wit
 batch or two, before any model could act, so they are summarised apart as well as with the rest.
 
     .venv/bin/python benchmarks/search_efficiency.py [--seeds 10] [--objectives static,spills,registers]
-        [--tables tables.json]   # keep the exhaustive tables: a rerun replays without compiling
+        [--tables store/search-tables.json]   # keep the exhaustive tables: a rerun replays without compiling
 """
 
 from __future__ import annotations
