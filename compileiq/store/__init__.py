@@ -148,7 +148,11 @@ class Store:
         return claimed[0] if claimed else None
 
     def claim_trials(
-        self, study_id: int, configs: Sequence[tuple[str, dict[str, Any]]], worker: str
+        self,
+        study_id: int,
+        configs: Sequence[tuple[str, dict[str, Any]]],
+        worker: str,
+        retry: bool = True,
     ) -> list[Trial]:
         """Claim a batch of ``(config_key, config)`` in one transaction; the trials claimed
         (configs another claim holds, or that are done, are left out)."""
@@ -156,12 +160,11 @@ class Store:
             with self._tx() as conn:
                 claimed = (_claim(conn, study_id, key, config, worker) for key, config in configs)
                 return [trial for trial in claimed if trial is not None]
-        except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them: one at a time
-            if len(configs) == 1:
-                return self.claim_trials(study_id, configs, worker)
-            return [
-                trial for pair in configs for trial in self.claim_trials(study_id, [pair], worker)
-            ]
+        except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them first
+            if not retry:
+                raise
+            again = len(configs) > 1  # one at a time, each retried once more at most
+            return [t for pair in configs for t in self.claim_trials(study_id, [pair], worker, again)]
 
     def heartbeat(self, trial_ids: Sequence[int]) -> None:
         """Mark RUNNING trials as alive, by the database clock."""
