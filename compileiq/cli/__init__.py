@@ -1,0 +1,234 @@
+"""The `compileiq` command: typed options, one library call each; rendering lives in `render`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer._click.exceptions import NoArgsIsHelpError
+
+from compileiq import __version__, app, gate_report, gate_rules
+from compileiq import gate as gate_lib
+from compileiq.cli.render import (
+    LineProgress,
+    best_first,
+    emit,
+    err,
+    first_line,
+    out,
+    print_gate,
+    print_report,
+    report_json,
+    studies_table,
+    study_json,
+    trial_json,
+    trials_table,
+)
+from compileiq.errors import CompileIQError, UsageError
+from compileiq.store import Store, TrialState
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
+db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+cli.add_typer(db_cli, name="db")
+
+DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+
+
+@cli.command()
+def tune(
+    kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
+    objective: Annotated[str, typer.Option(help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
+    budget: Annotated[int, typer.Option(help="Trials in the study, baseline included.")] = 40,
+    strategy: Annotated[str, typer.Option(help="bayes | random | exhaustive")] = "bayes",
+    seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
+    surrogate: Annotated[str, typer.Option(help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
+    batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
+    out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.acf.toml")] = None,
+    db: DbOption = None,
+    study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
+    workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
+    ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
+    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry its in-flight trials now.")] = False,
+    arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
+    allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
+    allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
+    only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
+    exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    program: Annotated[bool, typer.Option(help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
+    metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
+    simplify: Annotated[bool, typer.Option(help="Drop the winner's settings that make no difference (recompiles each).")] = True,
+    stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Search compiler settings for KERNEL and write the advanced-control file."""
+    options = app.TuneOptions(
+        kernel=kernel, objective=objective, budget=budget, strategy=strategy, seed=seed,
+        surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
+        workers=workers, ray_address=ray_address, resume=resume, arch=arch,
+        allow_numerics=allow_numerics, allow_semantics=allow_semantics,
+        only=_names(only), exclude=_names(exclude), simplify=simplify, stale_after=stale_after,
+        program=program, metric_regex=metric_regex,
+    )  # fmt: skip
+    progress = LineProgress(quiet=as_json)
+    try:
+        report = app.tune(options, progress)
+    finally:
+        progress.close()
+    if as_json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print_report(report)
+
+
+@cli.command()
+def show(
+    study: Annotated[str | None, typer.Argument(help="Study name or id; omit to list studies.")] = None,
+    top: Annotated[int, typer.Option(help="Trials to show.")] = 10,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List studies, or the best trials of one study."""
+    store = Store.open(app.database_url(db))
+    try:
+        if study is None:
+            rows = [(s, store.trials(s.id)) for s in store.list_studies()]
+            emit(as_json, [study_json(s, t) for s, t in rows], lambda: studies_table(rows))
+        else:
+            found = store.find_study(study)
+            trials = store.trials(found.id)
+            ranked = best_first(trials)[:top]
+            failed = [t for t in trials if t.state is TrialState.FAILED]
+            baseline = trials[0].config if trials else {}
+            data = {"study": study_json(found, trials), "trials": [trial_json(t) for t in ranked],
+                    "failed": [trial_json(t) for t in failed]}
+            emit(as_json, data, lambda: trials_table(found, ranked, baseline))
+            if failed and not as_json:
+                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {first_line(failed[0].reason, 200)}",
+                          markup=False)
+    finally:
+        store.close()
+
+
+@cli.command()
+def flags(
+    acf_file: Annotated[Path, typer.Argument(metavar="FILE", help="An .acf.toml written by `compileiq tune`.")],
+    stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
+    arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
+) -> None:
+    """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
+    if stage not in ("all", "frontend", "ptxas"):
+        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+    print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
+
+
+@cli.command()
+def gate(
+    acf_files: Annotated[list[Path], typer.Argument(metavar="ACF", help="ACF files written by `compileiq tune`.")],
+    kernel: Annotated[Path | None, typer.Option(help="The kernel source (one ACF only); default: the ACF's kernel.path.")] = None,
+    rule: Annotated[list[str] | None, typer.Option(help="NAME=error|warn|off; repeatable. Rules: " + ", ".join(gate_rules.RULE_NAMES))] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (e.g. for $GITHUB_STEP_SUMMARY).")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML (one testcase per ACF).")] = None,
+    device: Annotated[bool | None, typer.Option("--device/--static", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
+    options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
+    from compileiq.timing import HarnessTiming
+
+    report = gate_lib.run(options, HarnessTiming())
+    if markdown is not None:
+        gate_report.write(markdown, gate_report.markdown(report))
+    if junit is not None:
+        gate_report.write(junit, gate_report.junit(report))
+    if as_json:
+        print(json.dumps(gate_report.as_json(report), indent=2))
+    else:
+        print_gate(report)
+    raise typer.Exit(report.exit_code)
+
+
+@db_cli.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or migrate the database schema to this version of compileiq."""
+    store = Store.open(app.database_url(db))
+    try:
+        revision = store.upgrade()
+        out.print(f"{store.url_for_display}: schema at revision {revision}", markup=False)
+    finally:
+        store.close()
+
+
+@db_cli.command("export")
+def db_export(
+    study: Annotated[str, typer.Argument(help="Study name or id.")],
+    out_file: Annotated[Path, typer.Option("--out", "-o", help="File to write (gzip when it ends in .gz).")],
+    db: DbOption = None,
+) -> None:
+    """Write a study, its trials, builds and measurements to a checksummed JSON file."""
+    from compileiq import exchange
+
+    done = exchange.export_to_file(app.database_url(db), study, out_file)
+    out.print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
+              f"{done.measurements} measurements -> {done.path}", markup=False)
+
+
+@db_cli.command("import")
+def db_import(
+    in_file: Annotated[Path, typer.Argument(metavar="FILE", help="A file written by `compileiq db export`.")],
+    db: DbOption = None,
+) -> None:
+    """Merge an exported study into this database (one transaction; importing twice changes nothing)."""
+    from compileiq import exchange
+
+    done = exchange.import_from_file(app.database_url(db), in_file)
+    verb = "created" if done.created else "merged into"
+    note = "" if done.changed else " (nothing new)"
+    out.print(f"{verb} study {done.study.name}: {done.trials_added} trials added, {done.trials_kept} kept, "
+              f"{done.trials_skipped} unfinished skipped; {done.builds_added} builds and "
+              f"{done.measurements_added} measurements added{note}", markup=False)
+
+
+@cli.command("version")
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+@cli.command("include-dir")
+def include_dir() -> None:
+    """Print the directory of the measuring harness header (nvcc -I "$(compileiq include-dir)")."""
+    from compileiq.measure import include_dir as harness_include_dir
+
+    print(harness_include_dir())
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: domain errors become one line on stderr and a non-zero exit."""
+    command = typer.main.get_command(cli)
+    try:  # typer >= 0.2x vendors click: its exceptions are typer's, not the `click` package's
+        code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
+    except CompileIQError as error:
+        err.print(f"error: {first_line(str(error))}", markup=False)
+        sys.exit(error.exit_code)
+    except NoArgsIsHelpError as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except typer.TyperException as error:  # usage errors: unknown option, bad value...
+        err.print(f"error: {first_line(error.format_message())}", markup=False)
+        sys.exit(error.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        code = 130
+    if code == 130:  # typer turns Ctrl-C into a returned 130 when not standalone
+        err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -1,0 +1,215 @@
+"""How the `compileiq` command shows things: progress lines, rich tables and JSON documents.
+
+Static scores are labelled as static estimates wherever they appear; runtimes as GPU runtimes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from compileiq import app, gate_report
+from compileiq import gate as gate_lib
+from compileiq.runner import Outcome
+from compileiq.store import Study, Trial, TrialState
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+STATIC_LABEL = "static estimate"
+RUNTIME_LABEL = "GPU runtime, ms"
+
+
+def kind_label(objective: str) -> str:
+    """How values of this objective are labelled everywhere they are shown."""
+    return RUNTIME_LABEL if objective == "time" else STATIC_LABEL
+
+
+class LineProgress:
+    """Progress as plain lines (pipes, CI logs) or a live status line on a terminal."""
+
+    def __init__(self, quiet: bool) -> None:
+        self._quiet = quiet
+        self._live = err.is_terminal
+        self._budget = 0
+        self._done = 0
+        self._status: Any = None
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        self._budget, self._done = budget, finished
+        self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
+                  f"objective {study.key.objective} ({kind_label(study.key.objective)})")
+        if self._live and not self._quiet:
+            self._status = err.status("tuning…")
+            self._status.start()
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        self._done += 1
+        trial = outcome.trial
+        shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({first_line(trial.reason, 120)})"
+        best_text = f"{best.value:g} (#{best.number})" if best and best.value is not None else "-"
+        step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
+        line = f"[{step}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
+        if self._status is not None:
+            self._status.update(line)
+        if not self._quiet:
+            err.print(line, markup=False)
+
+    def note(self, message: str) -> None:
+        if not self._quiet:
+            err.print(message, markup=False)
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+
+def print_gate(report: gate_lib.GateReport) -> None:
+    table = Table(title=f"compileiq gate ({report.mode})")
+    for column in ("ACF", "kernel", "verdict", "findings"):
+        table.add_column(column)
+    for result in report.results:
+        findings = "\n".join(f"{f.severity.value} {f.rule}: {f.recorded} -> {f.measured}" for f in result.findings)
+        table.add_row(*(Text(cell) for cell in (result.acf, result.kernel, result.verdict, findings or "-")))
+    out.print(table)
+    for result in report.results:
+        for finding in result.findings:
+            out.print(f"{result.acf}: {gate_report.finding_line(finding)}", markup=False)
+    out.print(gate_report.summary_line(report), markup=False)
+
+
+def first_line(text: str | None, limit: int = 400) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0][:limit] if lines else "unknown"
+
+
+def best_first(trials: list[Trial]) -> list[Trial]:
+    """Best first; among equal values the one with the fewest changed settings first."""
+    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
+    baseline = trials[0].config if trials else {}
+    return sorted(complete, key=lambda t: (t.value, _changed_count(t, baseline), t.number))
+
+
+def _changed_count(trial: Trial, baseline: dict[str, Any]) -> int:
+    return sum(1 for k, v in trial.config.items() if baseline.get(k) != v)
+
+
+def emit(as_json: bool, data: Any, table: Any) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        out.print(table())
+
+
+def print_report(report: app.TuneReport) -> None:
+    result = report.result
+    counters = result.counters
+    table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({kind_label(result.study.key.objective)}, lower is better)")
+    for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
+        table.add_column(column, justify="right" if column else "left")
+    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
+        table.add_row(label, *_metric_cells(trial))
+    out.print(table)
+    acf_flags = report.space.nvcc_args(_config(result.chosen))
+    out.print(f"best flags: {shlex.join(acf_flags) or '(compiler defaults)'}", markup=False)
+    if result.simplification is not None and result.simplification.dropped:
+        dropped = result.simplification.dropped
+        out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
+                  f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
+    if result.confirmation is not None:
+        out.print(_confirmation_line(result.confirmation), markup=False)
+    calls = counters.compiler_calls
+    note = " — every result came from the database" if calls == 0 else ""
+    out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
+              f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
+    out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {result.study.name}; "
+              f"{result.wall_seconds:.1f} s" + ("; search space exhausted" if result.exhausted else ""), markup=False)
+    out.print(f"wrote {report.acf_path}", markup=False)
+
+
+def _confirmation_line(confirmation: Any) -> str:
+    if confirmation.keeps_baseline:
+        return (f"confirmed: no variant beat the baseline beyond ±{confirmation.delta:.1%} "
+                "(the A/A noise threshold); the ACF keeps the compiler defaults")
+    c = confirmation.winner.comparison
+    return (f"confirmed: {c.verdict.value}, speedup {1 / c.estimate:.3f}x "
+            f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds)")
+
+
+def _config(trial: Trial) -> Any:
+    from compileiq.space import Config
+
+    return Config.of(trial.config)
+
+
+def _metric_cells(trial: Trial) -> list[str]:
+    m = trial.metrics
+    value = f"{trial.value:g}" if trial.value is not None else "failed"
+    occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
+    return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
+
+
+def report_json(report: app.TuneReport) -> dict[str, Any]:
+    result, counters = report.result, report.result.counters
+    return {
+        "study": study_json(result.study, list(result.trials)),
+        "objective": {"name": result.study.key.objective, "kind": kind_label(result.study.key.objective)},
+        "baseline": trial_json(result.baseline),
+        "best": trial_json(result.chosen),
+        "best_args": list(report.space.nvcc_args(_config(result.chosen))),
+        "acf": str(report.acf_path),
+        "counters": {"compiler_calls": counters.compiler_calls, "frontend_calls": counters.frontend_calls,
+                     "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
+                     "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,
+                     "compile_seconds": round(counters.compile_seconds, 3),
+                     "compile_wait_seconds": round(counters.compile_wait_seconds, 3),
+                     "worker_start_seconds": round(counters.worker_start_seconds, 3)},
+        "wall_seconds": round(result.wall_seconds, 3),
+        "exhausted": result.exhausted,
+    }
+
+
+def study_json(study: Study, trials: list[Trial]) -> dict[str, Any]:
+    ranked = best_first(trials)
+    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
+            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": len(trials),
+            "best": ranked[0].value if ranked else None, "created_at": study.created_at.isoformat()}
+
+
+def trial_json(trial: Trial) -> dict[str, Any]:
+    return {"number": trial.number, "state": trial.state.value, "value": trial.value, "reason": trial.reason,
+            "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
+            "code_hash": trial.code_hash}
+
+
+def studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
+    table = Table(title="studies")
+    for column in ("id", "name", "kernel", "objective", "arch", "trials", "best"):
+        table.add_column(column)
+    for study, trials in rows:
+        ranked = best_first(trials)
+        best = f"{ranked[0].value:g}" if ranked else "-"
+        table.add_row(str(study.id), study.name, study.key.kernel, study.key.objective, study.key.arch, str(len(trials)), best)
+    return table
+
+
+def trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -> Table:
+    table = Table(title=f"{study.name}: best trials ({study.key.objective}, {kind_label(study.key.objective)})")
+    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "non-default settings"):
+        table.add_column(column)
+    for trial in trials:
+        table.add_row(str(trial.number), *_metric_cells(trial), _changes(trial, baseline))
+    return table
+
+
+def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
+    """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
+    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items())
+             if k.startswith("define.") or baseline.get(k) != v]
+    return " ".join(parts) or "(defaults)"
