@@ -113,8 +113,9 @@ def main() -> None:
     ratios = []
     for kernel in KERNELS:
         start = time.perf_counter()
+        cached = len(cache)
         space, table = exhaustive_table(kernel, cache)
-        if args.tables:
+        if args.tables and len(cache) > cached:
             args.tables.write_text(json.dumps(cache))
         for objective in args.objectives.split(","):
             values = {key: value(metrics, objective) for key, metrics in table.items()}

@@ -146,7 +146,7 @@ class Searcher:
         low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
         rows: dict[Row, None] = {}
         for run in self._rng.permutation(runs)[:count]:
-            row = pool[0].copy()
+            row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
             row[columns] = np.where(signs[run] > 0, high, low)
             row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
             if tuple(row.tolist()) not in skip:

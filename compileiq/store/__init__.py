@@ -375,14 +375,6 @@ def _claim(
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:
     """Insert ``record`` unless its key is cached already (one statement, no error to catch)."""
-    values = asdict(record)
-    if conn.dialect.name == "postgresql":
-        conn.execute(
-            postgresql_insert(builds)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["key"])
-        )
-    else:
-        conn.execute(
-            sqlite_insert(builds).values(**values).on_conflict_do_nothing(index_elements=["key"])
-        )
+    insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    statement = insert(builds).values(**asdict(record)).on_conflict_do_nothing(index_elements=["key"])
+    conn.execute(statement)
