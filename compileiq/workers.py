@@ -5,6 +5,7 @@ Jobs and results are plain frozen dataclasses of bytes, so nothing assumes a sha
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import threading
@@ -119,8 +120,7 @@ class RayWorkers:
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         env = ray_environment(address)
         os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
-        import ray
-
+        ray = import_ray()
         self._ray = ray
         self._address = address
         if address:
@@ -259,8 +259,7 @@ def open_gpu_measurers(
     num_gpus=0 with a fake `factory` on CPU-only Ray)."""
     env = ray_environment(address)
     os.environ.update(env)
-    import ray
-
+    ray = import_ray()
     if address:
         _check_reachable(address)
     _init_ray(ray, address, None, env)
@@ -277,12 +276,26 @@ def _lost(message: str, timed_out: bool, start: float) -> RunResult:
     return RunResult(HarnessResult("error", message), b"", None, timed_out, time.perf_counter() - start)
 
 
+RAY_MISSING = "Ray is not installed: install it (pip install ray) or use --workers local"
+
+
+def import_ray() -> Any:
+    """The ray module, or a one-line UsageError that says how to get it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(RAY_MISSING) from None
+    return ray
+
+
 def check_options(backend: str, address: str | None = None) -> None:
     """UsageError for a bad backend or address, WorkersError for an unreachable one (cheap: no Ray)."""
     if backend not in ("ray", "local"):
         raise UsageError(f"unknown workers backend {backend!r}; choose ray or local")
     if address and backend == "local":
         raise UsageError("--ray-address needs --workers ray")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError(RAY_MISSING)
     if address:
         _check_reachable(address)
 
@@ -295,9 +308,7 @@ def open_workers(backend: str, address: str | None = None, num_cpus: int | None 
 
 def remote_function(function: Any) -> Any:
     """Wrap any function as a retried Ray task (used by tests and benchmarks of the Ray layer)."""
-    import ray
-
-    return ray.remote(max_retries=TASK_RETRIES)(function)
+    return import_ray().remote(max_retries=TASK_RETRIES)(function)
 
 
 def ray_environment(address: str | None) -> dict[str, str]:

@@ -1,0 +1,69 @@
+"""The GPU machine's offline kit: built here, installed with no network, and enough to run compileiq
+without Ray. The rehearsal is the GPU check itself, run up to where a GPU would be needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import TINY_KERNEL, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_gpu_check_rehearsal_installs_the_kit_offline_and_runs_every_step_that_needs_no_gpu(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_CHECK_KERNELS": "reduction",
+           "GPU_CHECK_BUDGET": "4", "GPU_CHECK_DEADLINE_S": "600"}
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--rehearse"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    assert "compileiq imports offline" in log
+    assert "ray is present" not in log  # the image has no Ray; local work must not need it
+    kit_line = next(line for line in log.splitlines() if line.startswith("device kit:"))
+    assert float(kit_line.split(",")[1].split()[0]) < 20, kit_line
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    built = {row["kernel"]: row["build"] for row in summary["kernels"]}
+    assert built == {path.parent.name: "ok" for path in ROOT.glob("kernels/*/*.cu")}
+    assert [row["result"] for row in summary["tune"]["rows"]] == ["ok"]
+    assert summary["gate"]["false_alarms"] == "0/1"
+    assert summary["pytest_gpu"]["exit"] == 0
+    assert "errors" not in summary
+    assert (tmp_path / "out" / "summary.md").read_text().startswith("# compileiq GPU check (rehearsal")
+
+
+def _without_ray(tmp_path: Path) -> dict[str, str]:
+    """An environment where `import ray` fails, as on the GPU image."""
+    shadow = tmp_path / "no-ray"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text('raise ImportError("No module named \'ray\'")\n')
+    path = os.pathsep.join(p for p in [str(shadow), os.environ.get("PYTHONPATH", "")] if p)
+    return {"PYTHONPATH": path}
+
+
+def test_local_workers_tune_where_ray_cannot_be_imported(tmp_path: Path) -> None:
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    env = _without_ray(tmp_path)
+    result = run_cli(["tune", str(kernel), "--workers", "local", "--objective", "static", "--budget", "3",
+                      "--only", "ptxas.opt_level", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}",
+                      "--out", str(tmp_path / "scale.acf.toml")], cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.describe()
+    assert (tmp_path / "scale.acf.toml").is_file()
+
+
+def test_ray_workers_without_ray_say_how_to_get_it_in_one_line(tmp_path: Path) -> None:
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    result = run_cli(["tune", str(kernel), "--workers", "ray", "--budget", "2",
+                      "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"], cwd=tmp_path, env=_without_ray(tmp_path))
+    assert result.returncode != 0
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr_lines if line.startswith("error")]
+    assert errors == [result.stderr_lines[-1]], result.describe()
+    assert "Ray is not installed" in errors[0] and "--workers local" in errors[0]
