@@ -6,6 +6,7 @@ decides something lives here or below, never in the CLI.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,8 +106,8 @@ def _check(options: TuneOptions) -> None:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
-    if not options.stale_after > 0:
-        raise UsageError(f"--stale-after must be a positive number of seconds, got {options.stale_after}")
+    if not 0 < options.stale_after < math.inf:
+        raise UsageError(f"--stale-after must be a finite positive number of seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
 
 
