@@ -475,3 +475,41 @@ def test_a_failed_write_leaves_the_old_acf_and_no_temporary_file(tmp_path: Path)
     assert done.stdout.startswith(f"refused: cannot write {path}: File too large"), done.stdout + done.stderr
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["k.acf.toml"]
+
+
+# -- a compile task that raises leaves no claim running ------------------------------------------
+
+
+class _BrokenWorkers:
+    description = "workers whose compile task raises"
+
+    def run(self, jobs):
+        raise RuntimeError("a bug in a compile task")
+        yield  # a generator, like the real ones
+
+    def build_executables(self, jobs):
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> None:
+    from compileiq.app import TuneOptions, tuning_space
+    from compileiq.runner import SilentProgress
+    from compileiq.toolchain import find_toolchain
+    from compileiq.tune import Tuner, TuneRequest
+
+    spec, tools = load_spec(_kernel(tmp_path)), find_toolchain()
+    space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",)))
+    store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        tuner = Tuner(TuneRequest(spec, space, "instructions", 3), store, tools, _BrokenWorkers, SilentProgress())
+        with pytest.raises(RuntimeError):
+            tuner.run()
+        (study,) = store.list_studies()
+        trials = store.trials(study.id)
+    finally:
+        store.close()
+    assert trials and all(t.state is TrialState.FAILED and t.retryable for t in trials)
+    assert all(t.reason == "not compiled: RuntimeError" for t in trials)
