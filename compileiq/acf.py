@@ -7,10 +7,8 @@ does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +19,7 @@ import tomli_w
 
 from compileiq import __version__
 from compileiq.errors import UsageError
+from compileiq.output_file import write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, load_space
 
 FORMAT_VERSION = 1
@@ -111,13 +110,10 @@ def render(content: AcfContent) -> dict[str, Any]:
 
 
 def write(path: Path, content: AcfContent) -> Path:
-    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    """Write atomically (temporary file + rename): a reader never sees half a file. A symlink
+    stays a link to the rewritten file; anything but a regular file is refused (OutputFileError)."""
     text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
+    write_atomically(path, text.encode("utf-8"))
     return path
 
 

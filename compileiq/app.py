@@ -6,6 +6,7 @@ decides something lives here or below, never in the CLI.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from compileiq import acf, evidence
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, load_spec
 from compileiq.metrics import STATIC_OBJECTIVES
+from compileiq.output_file import check_target
 from compileiq.runner import Progress
 from compileiq.space import SearchSpace, load_space
 from compileiq.store import Store
@@ -105,8 +107,8 @@ def _check(options: TuneOptions) -> None:
         raise UsageError(f"--budget must be at least 1, got {options.budget}")
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
-    if not options.stale_after > 0:
-        raise UsageError(f"--stale-after must be a positive number of seconds, got {options.stale_after}")
+    if not 0 < options.stale_after < math.inf:
+        raise UsageError(f"--stale-after must be a finite positive number of seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
 
 
@@ -125,6 +127,8 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
     _check(options)
     spec = load_spec(options.kernel, arch=options.arch)
+    path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
+    check_target(path)  # before the tuning, not after it
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
@@ -148,7 +152,6 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
         evaluator = _time_evaluator(options, spec, space, toolchain, store, workers) if options.objective == "time" else None
         result = Tuner(request, store, toolchain, workers, progress, evaluator).run()
-        path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel)
         acf.write(path, content)
     finally:

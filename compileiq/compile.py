@@ -7,36 +7,33 @@ filesystem with the driver.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import signal
-import subprocess
-import tempfile
-import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compileiq.cubin import text_sections
+from compileiq.cubin import CubinError, text_sections
+from compileiq.processes import ToolRun, killed_by, run_tool, scratch_dir
 
 if TYPE_CHECKING:
     from compileiq.kernel import SourceBundle
 
 
+ATTEMPTS = 2  # a compiler that timed out or crashed gets one more try before it counts
+
+
 class BuildStatus(str, Enum):
     OK = "ok"
-    COMPILE_ERROR = "compile_error"
+    COMPILE_ERROR = "compile_error"  # the compiler refused the input and said why
     TIMEOUT = "timeout"
+    CRASHED = "crashed"  # killed by a signal, or exited 0 with missing or unreadable output
 
-
-@dataclass(frozen=True)
-class ToolRun:
-    returncode: int
-    output: str
-    seconds: float
-    timed_out: bool
+    @property
+    def deterministic(self) -> bool:
+        """The same inputs give the same outcome: worth caching (timeouts and crashes are not)."""
+        return self in (BuildStatus.OK, BuildStatus.COMPILE_ERROR)
 
 
 @dataclass(frozen=True)
@@ -94,31 +91,6 @@ class Build:
         return self.status is BuildStatus.OK
 
 
-def run_tool(
-    argv: list[str], timeout_s: float, cwd: str | None = None, *,
-    env: Mapping[str, str] | None = None, with_stderr: bool = True,
-) -> ToolRun:
-    """Run a compiler or a measuring program in its own process group; on timeout kill the whole
-    group (nvcc spawns cicc and ptxas). `with_stderr=False` keeps stdout alone (a program's JSON)."""
-    start = time.perf_counter()
-    environment = {**os.environ, **env} if env else None
-    stderr = subprocess.STDOUT if with_stderr else subprocess.DEVNULL
-    try:
-        process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr,
-                                   start_new_session=True, env=environment)
-    except OSError as error:
-        return ToolRun(127, f"cannot run {argv[0]}: {error}", time.perf_counter() - start, False)
-    try:
-        output, _ = process.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        timed_out = True
-    text = output.decode("utf-8", errors="replace")
-    return ToolRun(process.returncode, text, time.perf_counter() - start, timed_out)
-
-
 def harness_include_dir() -> Path:
     """The folder to pass as -I for `#include <compileiq/harness.cuh>` (shipped in the package)."""
     return Path(__file__).with_name("include")
@@ -126,36 +98,128 @@ def harness_include_dir() -> Path:
 
 def emit_ptx(job: FrontendJob) -> PtxResult:
     """Run the nvcc front end once: source bundle -> PTX bytes."""
-    with tempfile.TemporaryDirectory(prefix="compileiq-ptx-") as workdir:
-        main = job.bundle.write_to(Path(workdir))
-        out = Path(workdir) / "kernel.ptx"
-        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
-                f"-I{harness_include_dir()}"]
-        run = run_tool([*argv, str(main), "-o", str(out)], job.timeout_s, cwd=workdir)
-        if run.timed_out:
-            return PtxResult(BuildStatus.TIMEOUT, b"", run.seconds, _timeout_message("nvcc", job))
-        if run.returncode != 0:
-            return PtxResult(BuildStatus.COMPILE_ERROR, b"", run.seconds, _trim(run.output))
-        return PtxResult(BuildStatus.OK, out.read_bytes(), run.seconds, "")
+    try:
+        with scratch_dir("ptx") as workdir:
+            main = job.bundle.write_to(Path(workdir))
+            out = Path(workdir) / "kernel.ptx"
+            argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
+                    f"-I{harness_include_dir()}", str(main), "-o", str(out)]
+            made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem)
+    except OSError as error:
+        return PtxResult(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
+    return PtxResult(made.status, made.data, made.seconds, made.message)
 
 
 def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
     """Run ptxas -v on PTX: one variant's machine code and its resource report."""
     if ptx.status is not BuildStatus.OK:
         return Build(ptx.status, ptx.message, (), None, b"", 0.0)
-    with tempfile.TemporaryDirectory(prefix="compileiq-sass-") as workdir:
-        source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
-        source.write_bytes(ptx.ptx)
-        argv = [job.ptxas, f"-arch={job.arch}", "-v", *job.args, str(source), "-o", str(out)]
-        run = run_tool(argv, job.timeout_s, cwd=workdir)
-        if run.timed_out:
-            return Build(BuildStatus.TIMEOUT, _timeout_message("ptxas", job), (), None, b"", run.seconds)
-        if run.returncode != 0:
-            return Build(BuildStatus.COMPILE_ERROR, _trim(run.output), (), None, b"", run.seconds)
-        cubin = out.read_bytes()
-    sections = text_sections(cubin)
-    entries = parse_resources(run.output, {name: len(code) // 16 for name, code in sections.items()})
-    return Build(BuildStatus.OK, "", entries, code_hash(sections), cubin, run.seconds)
+    try:
+        with scratch_dir("sass") as workdir:
+            source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
+            source.write_bytes(ptx.ptx)
+            argv = [job.ptxas, f"-arch={job.arch}", "-v", *job.args, str(source), "-o", str(out)]
+            made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem)
+    except OSError as error:
+        return Build(BuildStatus.CRASHED, _unprepared("ptxas", error), (), None, b"", 0.0)
+    if not made.ok:
+        return Build(made.status, made.message, (), None, b"", made.seconds)
+    sections = text_sections(made.data)
+    entries = parse_resources(made.report, {name: len(code) // 16 for name, code in sections.items()})
+    return Build(BuildStatus.OK, "", entries, code_hash(sections), made.data, made.seconds)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One compiler call whose argv writes `out` (`what` names that file in messages)."""
+
+    tool: str
+    argv: list[str]
+    out: Path
+    what: str
+    timeout_s: float
+    cwd: str
+
+
+@dataclass(frozen=True)
+class _Product:
+    status: BuildStatus
+    data: bytes  # the file the compiler wrote (when OK)
+    report: str  # what the compiler printed
+    message: str  # why there is no usable file
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK
+
+
+def _produce(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
+    """Run the compiler; one that timed out or crashed is tried once more before it counts."""
+    seconds = 0.0
+    for attempt in range(1, ATTEMPTS + 1):
+        call.out.unlink(missing_ok=True)
+        made = _attempt(call, problem)
+        seconds += made.seconds
+        if made.status.deterministic:
+            break
+    tries = f" (tried {attempt} times)" if attempt > 1 and not made.ok else ""
+    return _Product(made.status, made.data, made.report, made.message + tries, seconds)
+
+
+def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
+    run = run_tool(call.argv, call.timeout_s, cwd=call.cwd)
+
+    def failed(status: BuildStatus, message: str) -> _Product:
+        return _Product(status, b"", run.output, message, run.seconds)
+
+    if run.timed_out:
+        return failed(BuildStatus.TIMEOUT, f"{call.tool} did not finish within {call.timeout_s:g} s and was killed")
+    if crash := _crash(call.tool, run):
+        return failed(BuildStatus.CRASHED, crash)
+    if run.returncode != 0:
+        return failed(BuildStatus.COMPILE_ERROR, _trim(run.output))
+    try:
+        data = call.out.read_bytes()
+    except FileNotFoundError:
+        return failed(BuildStatus.CRASHED, f"{call.tool} exited 0 but wrote no {call.what}")
+    except OSError as error:
+        return failed(BuildStatus.CRASHED, f"cannot read the {call.what} {call.tool} wrote: {error.strerror}")
+    if not data:
+        return failed(BuildStatus.CRASHED, f"{call.tool} exited 0 but wrote an empty {call.what}")
+    if why := problem(data):
+        return failed(BuildStatus.CRASHED, f"{call.tool} wrote an unreadable {call.what}: {why}")
+    return _Product(BuildStatus.OK, data, run.output, "", run.seconds)
+
+
+def _crash(tool: str, run: ToolRun) -> str | None:
+    name = killed_by(run.returncode)
+    if name is None:
+        return None
+    said = f"\n{_trim(run.output)}" if run.output.strip() else ""
+    if run.returncode < 0:
+        return f"{tool} was killed by {name}{said}"
+    return f"{tool} exited with status {run.returncode}: a process it ran was killed by {name}{said}"
+
+
+def _ptx_problem(data: bytes) -> str | None:
+    return None if b".version" in data else "no .version directive"
+
+
+def _cubin_problem(data: bytes) -> str | None:
+    try:
+        text_sections(data)
+    except CubinError as error:
+        return str(error)
+    return None
+
+
+def _executable_problem(data: bytes) -> str | None:
+    return None if data[:4] == b"\x7fELF" else "not an ELF file"
+
+
+def _unprepared(tool: str, error: OSError) -> str:
+    return f"cannot prepare the {tool} run: {error.strerror or error}"
 
 
 def code_hash(sections: dict[str, bytes]) -> str:
@@ -207,10 +271,6 @@ def _trim(output: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
 
-def _timeout_message(tool: str, job: FrontendJob | AssembleJob) -> str:
-    return f"{tool} did not finish within {job.timeout_s:g} s and was killed"
-
-
 @dataclass(frozen=True)
 class ExecutableJob:
     """One measuring executable: the kernel's main with the harness, built by a full nvcc run."""
@@ -245,13 +305,12 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
 
 def build_executable(job: ExecutableJob) -> ExecutableBuild:
     """Source bundle -> executable bytes (runs on any CPU worker: bytes in, bytes out)."""
-    with tempfile.TemporaryDirectory(prefix="compileiq-exe-") as workdir:
-        main = job.bundle.write_to(Path(workdir))
-        out = Path(workdir) / "variant"
-        run = run_tool(executable_argv(job, main, out), job.timeout_s, cwd=workdir)
-        if run.timed_out:
-            message = f"nvcc did not finish within {job.timeout_s:g} s and was killed"
-            return ExecutableBuild(BuildStatus.TIMEOUT, b"", run.seconds, message)
-        if run.returncode != 0:
-            return ExecutableBuild(BuildStatus.COMPILE_ERROR, b"", run.seconds, _trim(run.output))
-        return ExecutableBuild(BuildStatus.OK, out.read_bytes(), run.seconds, "")
+    try:
+        with scratch_dir("exe") as workdir:
+            main = job.bundle.write_to(Path(workdir))
+            out = Path(workdir) / "variant"
+            call = _Call("nvcc", executable_argv(job, main, out), out, "executable", job.timeout_s, workdir)
+            made = _produce(call, _executable_problem)
+    except OSError as error:
+        return ExecutableBuild(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
+    return ExecutableBuild(made.status, made.data, made.seconds, made.message)

@@ -6,6 +6,7 @@ A tuned define's first listed value is its default: the baseline configuration u
 from __future__ import annotations
 
 import hashlib
+import math
 import posixpath
 import re
 import shutil
@@ -21,6 +22,7 @@ from compileiq.errors import UsageError
 TUNE_FILE = "tune.toml"
 DEFAULT_ARCH = "sm_90"
 DEFAULT_BLOCK_SIZE = 256
+MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
 CUDA_SUFFIXES = (".cu", ".cuh")
 Values = tuple[int | str, ...]
 
@@ -198,8 +200,8 @@ class _Parser:
 
     def tolerance(self, key: str, default: float) -> float:
         value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise self.fail(key, "must be a number >= 0")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            raise self.fail(key, "must be a finite number >= 0")
         return float(value)
 
     def mode(self) -> str:
@@ -243,8 +245,8 @@ class _Parser:
 
     def timeout(self) -> float:
         value = self.raw.get("compile_timeout_s", 60)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise self.fail("compile_timeout_s", "must be a positive number of seconds")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
+            raise self.fail("compile_timeout_s", f"must be a positive number of seconds, at most {MAX_TIMEOUT_S}")
         return float(value)
 
     def flag(self, key: str) -> bool:

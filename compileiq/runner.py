@@ -22,9 +22,10 @@ from compileiq.metrics import Evaluation
 from compileiq.space import Config, SearchSpace
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
 from compileiq.toolchain import Toolchain
-from compileiq.workers import VariantJob, VariantResult, Workers, WorkersError
+from compileiq.workers import VariantJob, VariantResult, Workers
 
 HEARTBEAT_EVERY_S = 10.0
+TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler timed out or crashed
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class TrialRunner:
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
-            if cached is None:
+            if cached is None or not _deterministic(cached):
                 jobs.append(self._job(trial))
                 continue
             self.counters.build_cache_hits += 1
@@ -166,18 +167,22 @@ class TrialRunner:
                     finished.append(
                         self._record_compiled(by_id[result.tag], result, keys[result.tag])
                     )
-        except WorkersError as error:
-            self._release({j.tag for j in jobs} - {t.id for t in finished}, str(error))
+        except BaseException as error:  # workers, database, Ctrl-C: no claim stays running
+            reason = str(error) if isinstance(error, CompileIQError) else type(error).__name__
+            self._release({j.tag for j in jobs} - {t.id for t in finished}, reason)
             raise
         return finished
 
     def _release(self, trial_ids: set[int], reason: str) -> None:
-        """Hand claimed trials back (retryable) when the workers fail: they were never tried."""
-        for trial_id in sorted(trial_ids):
-            self._store.finish_trial(
-                trial_id, state=TrialState.FAILED, value=None, reason=f"not compiled: {reason}",
-                metrics={}, code_hash=None, compile_seconds=None, retryable=True,
-            )  # fmt: skip
+        """Hand claimed trials back (retryable) when the run fails: they were never tried."""
+        try:
+            for trial_id in sorted(trial_ids):
+                self._store.finish_trial(
+                    trial_id, state=TrialState.FAILED, value=None, reason=f"not compiled: {reason}",
+                    metrics={}, code_hash=None, compile_seconds=None, retryable=True,
+                )  # fmt: skip
+        except CompileIQError:
+            pass  # the database itself failed: the caller reports the first error; heartbeats go stale
 
     def _wait(self, results: Iterator[VariantResult]) -> VariantResult | None:
         start = time.perf_counter()
@@ -199,7 +204,7 @@ class TrialRunner:
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
         counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
-        record = _build_record(build_key, result.build)
+        record = _build_record(build_key, result.build) if result.build.status.deterministic else None
         return self._record(trial, result.build, "compiled", record)
 
     def _record(
@@ -210,12 +215,15 @@ class TrialRunner:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1
         evaluation = self._evaluator.evaluate(build, Config.of(trial.config))
+        metrics = evaluation.metrics
+        if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
+            metrics = {**metrics, TRANSIENT_KEY: build.status.value}
         finished = self._store.finish_trial(
             trial.id,
             state=TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,
             value=evaluation.value,
             reason=evaluation.reason,
-            metrics=evaluation.metrics,
+            metrics=metrics,
             code_hash=build.code_hash,
             compile_seconds=build.seconds,
             build=record,
@@ -224,6 +232,17 @@ class TrialRunner:
         self.counters.new_trials += 1
         self._progress.trial(Outcome(finished, source), self.best())
         return finished
+
+    def reopen_transient(self, trials: Sequence[Trial]) -> int:
+        """Make the trials that an earlier run lost to a compiler timeout or crash retryable, so
+        that this run tries them again (once: it records its own outcome as final)."""
+        lost = [t for t in trials if t.state is TrialState.FAILED and not t.retryable and TRANSIENT_KEY in t.metrics]
+        for trial in lost:
+            self._store.finish_trial(
+                trial.id, state=TrialState.FAILED, value=None, reason=trial.reason, metrics=trial.metrics,
+                code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True,
+            )  # fmt: skip
+        return len(lost)
 
     def best(self) -> Trial | None:
         complete = [t for t in self._by_code.values() if t.value is not None]
@@ -289,6 +308,13 @@ def _build_record(key: str, build: Build) -> BuildRecord:
     entries = [vars(entry) for entry in build.entries]
     metrics = {"status": build.status.value, "entries": entries}
     return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds)
+
+
+def _deterministic(record: BuildRecord) -> bool:
+    """Only outcomes that the same inputs repeat are served from the cache (older versions
+    cached timeouts: those are compiled again)."""
+    status = record.metrics.get("status", "ok" if record.ok else "compile_error")
+    return status in (BuildStatus.OK.value, BuildStatus.COMPILE_ERROR.value)
 
 
 def _build_from_record(record: BuildRecord) -> Build:

@@ -121,6 +121,7 @@ class Tuner:
         key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
         study = self._store.get_or_create_study(key, request.study_name)
         self._store.fail_stale_trials(study.id, 0.0 if request.resume else request.stale_after_s)
+        self._runner.reopen_transient(self._store.trials(study.id))
         self._progress.started(study, request.budget, self._sync(study)[0])
         if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
             self._warm_start(study)

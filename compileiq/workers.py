@@ -99,12 +99,12 @@ class LocalWorkers:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 job = pending.pop(future)
-                ptx, build = future.result()
+                ptx, build = _outcome(future)
                 yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables, in the order of `jobs`."""
-        return list(self._pool.map(build_executable, jobs))
+        return [_outcome(future) for future in [self._pool.submit(build_executable, job) for job in jobs]]
 
     def _variant(self, job: VariantJob) -> tuple[PtxResult, Build]:
         ptx = self._ptx[job.frontend].result()
@@ -349,6 +349,16 @@ def _check_reachable(address: str) -> None:
             pass
     except OSError as error:
         raise WorkersError(f"cannot reach Ray at {address}: {error.strerror or error}") from error
+
+
+def _outcome(future: Future[Any]) -> Any:
+    """A compile task's result; a task that raised is a worker failure (one line), as on Ray."""
+    try:
+        return future.result()
+    except CompileIQError:
+        raise
+    except Exception as error:
+        raise WorkersError(f"a compile task failed: {type(error).__name__}: {_first_line(error)}") from error
 
 
 def _first_of(frontend: FrontendJob, fresh: set[FrontendJob]) -> bool:
