@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError
+
+try:  # typer >= 0.20 vendors click; older typer uses the click package
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef]
 
 from compileiq import __version__, app, gate_report, gate_rules
 from compileiq import gate as gate_lib
@@ -215,7 +219,7 @@ def _names(text: str | None) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
     command = typer.main.get_command(cli)
-    try:  # typer >= 0.2x vendors click: its exceptions are typer's, not the `click` package's
+    try:
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
     except CompileIQError as error:
         err.print(f"error: {first_line(str(error))}", markup=False)
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     except NoArgsIsHelpError as error:
         error.show()
         sys.exit(error.exit_code)
-    except typer.TyperException as error:  # usage errors: unknown option, bad value...
+    except ClickException as error:  # usage errors: unknown option, bad value...
         err.print(f"error: {first_line(error.format_message())}", markup=False)
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
