@@ -35,8 +35,9 @@ section{margin-bottom:2em}"""
 _SORT = ("document.querySelectorAll('table.sortable th').forEach(function(th,i){th.addEventListener('click',"
          "function(){var b=th.closest('table').tBodies[0],r=Array.from(b.rows),d=th.dataset.dir==='a'?-1:1;"
          "th.dataset.dir=d>0?'a':'d';function k(row){var c=row.cells[i],v=c.dataset.v!==undefined?c.dataset.v:"
-         "c.textContent,n=parseFloat(v);return isNaN(n)?v:n}r.sort(function(x,y){var a=k(x),c=k(y);"
-         "return(a<c?-1:a>c?1:0)*d});r.forEach(function(x){b.appendChild(x)})})});")
+         "c.textContent,n=parseFloat(v);return isNaN(n)?[1,v]:[0,n]}r.sort(function(x,y){var a=k(x),c=k(y);"
+         "if(a[0]!==c[0])return a[0]-c[0];return(a[1]<c[1]?-1:a[1]>c[1]?1:0)*d});"
+         "r.forEach(function(x){b.appendChild(x)})})});")
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
