@@ -251,7 +251,9 @@ def _contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[s
 
 
 def _contribution_note(ablation: Ablation) -> str:
-    note = f"Ablation path: {RULE}. The contributions sum to the total gain (baseline minus chosen)."
+    note = (f"Ablation path: {RULE}. The contributions sum to the total gain (baseline minus chosen). "
+            "A setting that only helps together with one flipped after it is credited 0 here; the surrogate "
+            "importance below also sees such interactions.")
     if not ablation.complete:
         note += (f" {ablation.missing} configuration(s) on the path were never built: rerun `compileiq tune` "
                  "on this study to complete the path.")
