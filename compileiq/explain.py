@@ -13,7 +13,7 @@ from typing import Any
 
 from compileiq.ablation import Ablation, ablation_path, recorded
 from compileiq.simplify import simplify
-from compileiq.space import Parameter, SearchSpace, Value
+from compileiq.space import Parameter, SearchSpace, Stage, Value
 from compileiq.store import Study, Trial, TrialState
 
 
@@ -62,5 +62,5 @@ def recorded_space(baseline: Trial) -> SearchSpace:
 
 
 def _parameter(name: str, default: Value) -> Parameter:
-    stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
+    stage: Stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
     return Parameter(name, stage, "choice", (default,), default, "", "safe", "")
