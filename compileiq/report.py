@@ -21,10 +21,12 @@ from compileiq.errors import UsageError
 from compileiq.evidence import EVIDENCE_KEYS, RUNTIME_KIND, STATIC_KIND
 from compileiq.explain import Explanation, changed_settings, explain
 from compileiq.importance import METHOD, Importances, surrogate_importance
+from compileiq.pareto import Front, front, parse_objectives
 from compileiq.store import Store, Trial, TrialState
 
 FORMATS = ("html", "md")
 SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "trials", "failures", "provenance")
+PARETO_RULES = "knee: nearest the ideal point after scaling each objective to [0, 1] over the front; first: best first objective; weights=...: lowest weighted sum of the scaled values"
 REASON_CHARS = 2000
 
 _STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -55,6 +57,7 @@ class StudyReport:
     importance: Importances
     failures: tuple[FailureGroup, ...]
     database: str
+    front: Front | None = None
 
     @property
     def kind(self) -> str:
@@ -66,13 +69,16 @@ class StudyReport:
         return f"{objective} (GPU runtime, ms)" if self.explanation.runtime else f"{objective} (static estimate)"
 
 
-def build(store: Store, study: str) -> StudyReport:
+def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee") -> StudyReport:
+    objectives = parse_objectives(pareto) if pareto else None
     found = store.find_study(study)
     trials = store.trials(found.id)
     if not trials:
         raise UsageError(f"study {found.name} has no trials yet: nothing to report")
     explanation = explain(found, trials)
-    return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display)
+    trade_offs = front(trials, objectives, pick, explanation.runtime) if objectives else None
+    return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display,
+                       trade_offs)
 
 
 def failure_groups(trials: Sequence[Trial]) -> tuple[FailureGroup, ...]:
@@ -90,11 +96,11 @@ def first_line(text: str | None, limit: int = 200) -> str:
     return lines[0][:limit] if lines else "unknown"
 
 
-def write(store: Store, study: str, out: Path, fmt: str) -> list[Path]:
+def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:
     """Write the report; the files written (markdown has SVG files beside it)."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    report = build(store, study)
+    report = build(store, study, pareto, pick)
     if fmt == "html":
         return [write_file(out, html_page(report))]
     document, figures = markdown(report, out.stem)
@@ -137,6 +143,25 @@ def contributions_svg(report: StudyReport, ablation: Ablation) -> str:
                                 f"gain in {report.value_label}")
 
 
+def pareto_svg(trade_offs: Front) -> str:
+    """The first two objectives: every complete trial, the front, and the pick."""
+    x_name, y_name = trade_offs.objectives[:2]
+    series = [
+        report_svg.Series("dominated trials", tuple((p.values[0], p.values[1]) for p in trade_offs.others), "#888", "dots"),
+        report_svg.Series("Pareto front", tuple((p.values[0], p.values[1]) for p in trade_offs.points), "#1f5fbf", "line"),
+    ]
+    if trade_offs.pick is not None:
+        picked = trade_offs.pick.values
+        series.append(report_svg.Series(f"pick ({trade_offs.rule})", ((picked[0], picked[1]),), "#c00", "dots",
+                                        radius=5))
+    return report_svg.line_chart(f"Pareto front: {x_name} vs {y_name} (static estimates unless time)", series,
+                                 _objective_label(x_name), _objective_label(y_name), integer_x=False)
+
+
+def _objective_label(name: str) -> str:
+    return "occupancy shortfall (1 - occupancy)" if name == "occupancy" else name
+
+
 def importance_svg(importance: Importances) -> str:
     return report_svg.bar_chart("surrogate importance (share)", [(i.setting, i.share) for i in importance.items],
                                 "share of importance")
@@ -148,7 +173,7 @@ def importance_svg(importance: Importances) -> str:
 def html_page(report: StudyReport) -> str:
     study = report.explanation.study
     body = "".join(section(report) for section in (_summary, _convergence, _chosen, _contributions, _importance,
-                                                      _trials, _failures, _provenance))
+                                                      _pareto, _trials, _failures, _provenance))
     return html_document(f"compileiq report: {study.name}", body)
 
 
@@ -268,6 +293,31 @@ def _importance(report: StudyReport) -> str:
     return html_section("importance", "Surrogate importance", importance_svg(imp) + html_note(note))
 
 
+def _pareto(report: StudyReport) -> str:
+    trade_offs = report.front
+    if trade_offs is None:
+        return ""
+    if not trade_offs.points:
+        return html_section("pareto", "Pareto front", html_note("no complete trial records these objectives"))
+    return html_section("pareto", "Pareto front", pareto_svg(trade_offs) + html_table(*pareto_rows(report, trade_offs))
+                        + html_note(_pareto_note(trade_offs)))
+
+
+def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    header = ("#", *(_objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
+    base = report.explanation.baseline
+    rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "",
+             " ".join(f"{_short(k)}={v}" for k, v in changed_settings(p.trial, base).items()) or "(defaults)")
+            for p in trade_offs.points]
+    return header, rows
+
+
+def _pareto_note(trade_offs: Front) -> str:
+    return (f"Non-dominated complete trials for {', '.join(trade_offs.objectives)} (lower is better for each), read "
+            f"from the recorded trials: the search aimed at one objective, so it samples the front unevenly. "
+            f"Pick rule {trade_offs.rule!r} ({PARETO_RULES}).")
+
+
 def _trials(report: StudyReport) -> str:
     e = report.explanation
     keys = ("spill_bytes", "registers", "occupancy", "instructions")
@@ -346,6 +396,10 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         figures[f"{stem}-importance.svg"] = importance_svg(report.importance)
         lines += ["## Surrogate importance", "", f"![importance]({stem}-importance.svg)", "",
                   md_text(f"{METHOD} ({report.importance.trials} trials)."), ""]
+    if report.front is not None and report.front.points:
+        figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
+        lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
+                  "", md_text(_pareto_note(report.front)), ""]
     ranked = sorted((t for t in e.trials if t.state is TrialState.COMPLETE and t.value is not None),
                     key=lambda t: (t.value, t.number))[:MD_TRIALS]
     lines += [f"## Best {len(ranked)} trials", ""]

@@ -20,6 +20,7 @@ class Series:
     color: str
     kind: str = "step"  # step | line | dots
     dashed: bool = False
+    radius: float = 2.0  # dots
 
 
 def _n(x: float) -> str:
@@ -38,7 +39,7 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 
 def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
-               marks: Sequence[float] = (), mark_label: str = "") -> str:
+               marks: Sequence[float] = (), mark_label: str = "", integer_x: bool = True) -> str:
     """Series over a shared x axis; `marks` are x positions drawn as red crosses under the axis."""
     xs = [x for s in series for x, _ in s.points] + list(marks)
     ys = [y for s in series for _, y in s.points]
@@ -60,7 +61,7 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{_n(py(y))}" y2="{_n(py(y))}" stroke="#eee"/>'
                      f'<text x="{LEFT - 4}" y="{_n(py(y) + 4)}" text-anchor="end">{escape(_label(y))}</text>')
     for x in _ticks(x0, x1):
-        parts.append(f'<text x="{_n(px(x))}" y="{TOP + ph + 16}" text-anchor="middle">{escape(_label(round(x)))}</text>')
+        parts.append(f'<text x="{_n(px(x))}" y="{TOP + ph + 16}" text-anchor="middle">{escape(_label(round(x) if integer_x else x))}</text>')
     parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text x="12" y="{TOP + ph / 2}" transform="rotate(-90 12 {TOP + ph / 2})" '
                  f'text-anchor="middle">{escape(y_label)}</text>')
@@ -78,7 +79,7 @@ def _series(s: Series, px: Callable[[float], float], py: Callable[[float], float
     if not s.points:
         return ""
     if s.kind == "dots":
-        dots = "".join(f'<circle cx="{_n(px(x))}" cy="{_n(py(y))}" r="2"/>' for x, y in s.points)
+        dots = "".join(f'<circle cx="{_n(px(x))}" cy="{_n(py(y))}" r="{_n(s.radius)}"/>' for x, y in s.points)
         return f'<g fill="{s.color}" fill-opacity="0.5">{dots}</g>'
     path: list[str] = []
     previous: tuple[float, float] | None = None

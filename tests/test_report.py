@@ -198,3 +198,55 @@ def test_the_report_reads_a_postgresql_study(tmp_path, postgres_url):
     for section in SECTIONS:
         assert f'<section id="{section}">' in html
     assert "compileiq-test" not in html  # the password is not shown
+
+
+def _metric_study(url: str) -> None:
+    """Trials with known (registers, instructions): the front is #1, #2, #4; #3 and #5 are dominated."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="registers"), "tradeoffs")
+    points = [(128, 1400), (40, 2000), (64, 1500), (72, 1700), (200, 1300), (128, 1500)]
+    for number, (registers, instructions) in enumerate(points):
+        config = {"ptxas.maxrregcount": "default" if number == 0 else registers + number}
+        trial = store.claim_trials(study.id, [(json.dumps(config), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": registers, "occupancy": 0.5, "instructions": instructions,
+                   "stack_bytes": 0, "block_size": 256}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=float(registers), reason=None, metrics=metrics,
+                           code_hash=str(number), compile_seconds=0.1)
+    store.close()
+
+
+@pytest.mark.parametrize(("pick", "chosen"), [("first", 1), ("knee", 2), ("weights=0,1", 4), ("weights=1,0", 1)])
+def test_show_pareto_lists_the_front_and_the_pick(tmp_path, pick, chosen):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    result = run_cli(["show", "tradeoffs", "--pareto", "registers,instructions", "--pick", pick, "--json",
+                      "--db", url], tmp_path)
+    assert result.returncode == 0, result.describe()
+    data = json.loads(result.stdout)
+    assert [p["trial"] for p in data["front"]] == [1, 2, 0, 4]
+    assert data["pick"] == chosen
+
+
+def test_the_report_plots_the_pareto_front(tmp_path):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    page = _report(tmp_path, "tradeoffs", "--pareto", "registers,instructions", "--pick", "knee")
+    dom, console = open_in_chromium(page)
+    assert console == []
+    section = dom[dom.index('<section id="pareto">'):]
+    section = section[:section.index("</section>")]
+    assert "Pareto front" in section and "<svg" in section and "◀" in section
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--pareto", "registers"], "--pareto takes two or more distinct objectives"),
+    (["--pareto", "registers,speed"], "--pareto takes two or more distinct objectives"),
+    (["--pareto", "registers,time"], "the time objective needs a runtime study"),
+    (["--pareto", "registers,spills", "--pick", "weights=1"], "--pick must be knee, first or weights=W1,W2"),
+])
+def test_bad_pareto_input_is_one_line(tmp_path, args, message):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    result = run_cli(["show", "tradeoffs", *args, "--db", url], tmp_path)
+    assert result.returncode != 0
+    assert len(result.stderr_lines) == 1 and message in result.stderr, result.describe()

@@ -93,6 +93,8 @@ def show(
     db: DbOption = None,
     as_json: JsonOption = False,
     why: Annotated[bool, typer.Option("--why", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
+    pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions.")] = None,
+    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
     store = Store.open(app.database_url(db))
@@ -108,10 +110,13 @@ def show(
             baseline = trials[0].config if trials else {}
             data = {"study": study_json(found, trials), "trials": [trial_json(t) for t in ranked],
                     "failed": [trial_json(t) for t in failed]}
-            if why:
-                from compileiq.cli.why import print_why
+            if why or pareto:
+                from compileiq.cli.why import print_pareto, print_why
 
-                print_why(found, trials, as_json)
+                if pareto:
+                    print_pareto(found, trials, pareto, pick, as_json)
+                else:
+                    print_why(found, trials, as_json)
                 return
             emit(as_json, data, lambda: trials_table(found, ranked, baseline))
             if failed and not as_json:
@@ -220,6 +225,8 @@ def report(
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default report.html (report.md with --format md).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", help="Compare two studies: STUDY_A STUDY_B.")] = False,
+    pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
+    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
@@ -235,7 +242,7 @@ def report(
         if compare:
             written = report_compare.write(store, studies[0], studies[1], target, fmt)
         else:
-            written = report_lib.write(store, studies[0], target, fmt)
+            written = report_lib.write(store, studies[0], target, fmt, pareto, pick)
     finally:
         store.close()
     for path in written:

@@ -1,4 +1,5 @@
-"""`compileiq show STUDY --why`: each setting's contribution and the surrogate importance."""
+"""`compileiq show STUDY --why | --pareto`: each setting's contribution, the surrogate importance, the
+Pareto front of the recorded trials."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from compileiq.ablation import RULE, evidence_rows
 from compileiq.cli.render import kind_label, out
 from compileiq.explain import explain
 from compileiq.importance import METHOD, surrogate_importance
+from compileiq.pareto import front, parse_objectives
 from compileiq.store import Study, Trial
 
 
@@ -60,3 +62,29 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
+
+
+def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, rule: str, as_json: bool) -> None:
+    objectives = parse_objectives(objectives_text)
+    explanation = explain(study, trials)
+    trade_offs = front(trials, objectives, rule, explanation.runtime)
+    base = explanation.baseline.config if explanation.baseline else {}
+    changes = {p.trial.number: {k: v for k, v in p.trial.config.items() if base.get(k) != v} for p in trade_offs.points}
+    if as_json:
+        print(json.dumps({"study": study.name, "objectives": list(objectives), "pick_rule": rule,
+                          "pick": trade_offs.pick.trial.number if trade_offs.pick else None,
+                          "front": [{"trial": p.trial.number, "values": list(p.values), "changed": changes[p.trial.number]}
+                                    for p in trade_offs.points]}, indent=2, default=str))
+        return
+    table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials, lower is better; "
+                        "static estimates unless time)")
+    for column in ("#", *objectives, "pick", "settings that differ from the baseline"):
+        table.add_column(column)
+    for p in trade_offs.points:
+        settings = " ".join(f"{k}={v}" for k, v in sorted(changes[p.trial.number].items())) or "(defaults)"
+        table.add_row(*(Text(c) for c in (str(p.trial.number), *(f"{v:g}" for v in p.values),
+                                            "<- " + rule if p is trade_offs.pick else "", settings)))
+    out.print(table)
+    if trade_offs.pick is not None:
+        out.print(f"pick ({rule}): trial #{trade_offs.pick.trial.number}; {len(trade_offs.points)} trial(s) on the "
+                  f"front, {len(trade_offs.others)} dominated", markup=False)
