@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from compileiq import ablation
 from compileiq.acf import AcfContent
 from compileiq.kernel import KernelSpec
 from compileiq.records import Trial
@@ -75,6 +76,8 @@ def evidence_table(result: Any) -> dict[str, Any]:
             "rule": "a setting is dropped when resetting it to the compiler default gives the same "
                     "machine code (or, for static objectives, an objective no worse)",
         }
+    if getattr(result, "ablation", None) is not None:
+        table["contribution"] = ablation.evidence_rows(result.ablation)
     return table
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from compileiq.ablation import Ablation, ablation_path
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources
@@ -53,6 +54,7 @@ class TuneRequest:
     resume: bool = False
     stale_after_s: float = 300.0
     simplify: bool = True
+    ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class TuneResult:
     wall_seconds: float
     exhausted: bool  # the space ran out of untried configurations before the budget
     confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
+    ablation: Ablation | None = None  # each setting's share of the gain, baseline -> chosen
 
 
 def study_key(
@@ -255,9 +258,13 @@ class Tuner:
             self._progress.note("confirming the fastest variants against the baseline (interleaved rounds)")
             confirmation = confirm(final, baseline, self._request.search.seed)
             chosen = _confirmed_choice(confirmation, final, baseline, chosen)
+        ablation = None
+        if self._request.ablate and chosen is not baseline:
+            ablation = ablation_path(baseline, chosen, lambda cs: self.evaluate(study, cs))
+            final = tuple(self._store.trials(study.id))
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
-                          exhausted, confirmation)
+                          exhausted, confirmation, ablation)
 
 
 def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:

@@ -96,6 +96,9 @@ def show(
     top: Annotated[int, typer.Option(help="Trials to show.")] = 10,
     db: DbOption = None,
     as_json: JsonOption = False,
+    why: Annotated[bool, typer.Option("--why", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
+    pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions.")] = None,
+    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
     store = Store.open(app.database_url(db))
@@ -111,6 +114,14 @@ def show(
             baseline = trials[0].config if trials else {}
             data = {"study": study_json(found, trials), "trials": [trial_json(t) for t in ranked],
                     "failed": [trial_json(t) for t in failed]}
+            if why or pareto:
+                from compileiq.cli.why import print_pareto, print_why
+
+                if pareto:
+                    print_pareto(found, trials, pareto, pick, as_json)
+                else:
+                    print_why(found, trials, as_json)
+                return
             emit(as_json, data, lambda: trials_table(found, ranked, baseline))
             if failed and not as_json:
                 out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {first_line(failed[0].reason, 200)}",
@@ -210,6 +221,36 @@ def include_dir() -> None:
     from compileiq.measure import include_dir as harness_include_dir
 
     print(harness_include_dir())
+
+
+@cli.command()
+def report(
+    studies: Annotated[list[str], typer.Argument(metavar="STUDY", help="Study name or id (two with --compare).")],
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default report.html (report.md with --format md).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
+    compare: Annotated[bool, typer.Option("--compare", help="Compare two studies: STUDY_A STUDY_B.")] = False,
+    pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
+    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
+    db: DbOption = None,
+) -> None:
+    """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
+    from compileiq import report as report_lib
+    from compileiq import report_compare
+
+    if len(studies) != (2 if compare else 1):
+        raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
+                         "give one study (or --compare STUDY_A STUDY_B)")
+    target = out_file or Path(f"report.{fmt}")
+    store = Store.open(app.database_url(db))
+    try:
+        if compare:
+            written = report_compare.write(store, studies[0], studies[1], target, fmt)
+        else:
+            written = report_lib.write(store, studies[0], target, fmt, pareto, pick)
+    finally:
+        store.close()
+    for path in written:
+        out.print(f"wrote {path}", markup=False)
 
 
 def _names(text: str | None) -> tuple[str, ...]:

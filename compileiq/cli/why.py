@@ -1,0 +1,90 @@
+"""`compileiq show STUDY --why | --pareto`: each setting's contribution, the surrogate importance, the
+Pareto front of the recorded trials."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from compileiq.ablation import RULE, evidence_rows
+from compileiq.cli.render import kind_label, out
+from compileiq.explain import explain
+from compileiq.importance import METHOD, surrogate_importance
+from compileiq.pareto import front, parse_objectives
+from compileiq.store import Study, Trial
+
+
+def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
+    explanation = explain(study, trials)
+    importance = surrogate_importance(trials)
+    ablation = explanation.ablation
+    if as_json:
+        data: dict[str, Any] = {
+            "study": study.name, "objective": study.key.objective, "kind": kind_label(study.key.objective),
+            "baseline": explanation.baseline.number if explanation.baseline else None,
+            "chosen": explanation.chosen.number if explanation.chosen else None,
+            "contribution": evidence_rows(ablation) if ablation else [],
+            "total_gain": ablation.total_gain if ablation else None,
+            "path_complete": ablation.complete if ablation else None,
+            "importance": [{"setting": i.setting, "share": i.share} for i in importance.items],
+        }
+        print(json.dumps(data, indent=2, default=str))
+        return
+    label = f"{study.key.objective}, {kind_label(study.key.objective)}"
+    if ablation is None or not ablation.steps:
+        out.print("no contribution to show: " + ("the chosen configuration is the baseline" if ablation else
+                                                   "no completed baseline and chosen trial"), markup=False)
+    else:
+        table = Table(title=f"{study.name}: each setting's contribution ({label}, lower is better)")
+        for column in ("step", "setting", "value", "before", "after", "contribution"):
+            table.add_column(column)
+        for i, s in enumerate(ablation.steps, 1):
+            table.add_row(*(Text(c) for c in (str(i), s.setting, str(s.value), _num(s.before), _num(s.after),
+                                                _num(s.contribution))))
+        out.print(table)
+        out.print(f"total gain {_num(ablation.total_gain)} = baseline {_num(ablation.baseline_value)} - chosen "
+                  f"#{explanation.chosen.number if explanation.chosen else '?'} {_num(ablation.chosen_value)}; "
+                  "the contributions sum to it", markup=False)
+        out.print(f"ablation path: {RULE}", markup=False)
+        if not ablation.complete:
+            out.print(f"{ablation.missing} configuration(s) on the path were never built; rerun tune to complete it",
+                      markup=False)
+    if importance.items:
+        shares = ", ".join(f"{i.setting} {i.share:.0%}" for i in importance.items[:8])
+        out.print(f"surrogate importance ({METHOD}, {importance.trials} trials): {shares}", markup=False)
+    else:
+        out.print(f"surrogate importance: not computed ({importance.note})", markup=False)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, rule: str, as_json: bool) -> None:
+    objectives = parse_objectives(objectives_text)
+    explanation = explain(study, trials)
+    trade_offs = front(trials, objectives, rule, explanation.runtime)
+    base = explanation.baseline.config if explanation.baseline else {}
+    changes = {p.trial.number: {k: v for k, v in p.trial.config.items() if base.get(k) != v} for p in trade_offs.points}
+    if as_json:
+        print(json.dumps({"study": study.name, "objectives": list(objectives), "pick_rule": rule,
+                          "pick": trade_offs.pick.trial.number if trade_offs.pick else None,
+                          "front": [{"trial": p.trial.number, "values": list(p.values), "changed": changes[p.trial.number]}
+                                    for p in trade_offs.points]}, indent=2, default=str))
+        return
+    table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials, lower is better; "
+                        "static estimates unless time)")
+    for column in ("#", *objectives, "pick", "settings that differ from the baseline"):
+        table.add_column(column)
+    for p in trade_offs.points:
+        settings = " ".join(f"{k}={v}" for k, v in sorted(changes[p.trial.number].items())) or "(defaults)"
+        table.add_row(*(Text(c) for c in (str(p.trial.number), *(f"{v:g}" for v in p.values),
+                                            "<- " + rule if p is trade_offs.pick else "", settings)))
+    out.print(table)
+    if trade_offs.pick is not None:
+        out.print(f"pick ({rule}): trial #{trade_offs.pick.trial.number}; {len(trade_offs.points)} trial(s) on the "
+                  f"front, {len(trade_offs.others)} dominated", markup=False)

@@ -1,0 +1,66 @@
+"""Why a study chose what it chose, from its recorded trials alone (nothing is built here).
+
+The baseline is the study's first trial (the compiler defaults, always claimed first); the
+winner is the best trial; the chosen config replays the tuner's simplification over recorded
+results; the ablation path runs from the baseline to the chosen config over recorded results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compileiq.ablation import Ablation, ablation_path, recorded
+from compileiq.simplify import simplify
+from compileiq.space import Parameter, SearchSpace, Stage, Value
+from compileiq.store import Study, Trial, TrialState
+
+
+@dataclass(frozen=True)
+class Explanation:
+    study: Study
+    trials: tuple[Trial, ...]
+    baseline: Trial | None
+    winner: Trial | None
+    chosen: Trial | None
+    ablation: Ablation | None
+
+    @property
+    def runtime(self) -> bool:
+        return self.study.key.objective == "time"
+
+
+def explain(study: Study, trials: Sequence[Trial]) -> Explanation:
+    trials = tuple(trials)
+    baseline = trials[0] if trials else None
+    winner = best(trials)
+    if baseline is None or winner is None:
+        return Explanation(study, trials, baseline, winner, None, None)
+    chosen = winner
+    if winner.config_key != baseline.config_key:
+        exact = study.key.evaluator != "static"
+        chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact).chosen
+    return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)))
+
+
+def best(trials: Sequence[Trial]) -> Trial | None:
+    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
+    return min(complete, key=lambda t: (t.value, t.number), default=None)
+
+
+def changed_settings(trial: Trial, baseline: Trial | None) -> dict[str, Any]:
+    """The trial's settings that differ from the baseline's, plus its macros (always shown)."""
+    base = baseline.config if baseline else {}
+    return {k: v for k, v in sorted(trial.config.items()) if k.startswith("define.") or base.get(k) != v}
+
+
+def recorded_space(baseline: Trial) -> SearchSpace:
+    """A stand-in space whose defaults are the baseline's values (all the simplification reads)."""
+    params = tuple(_parameter(name, value) for name, value in sorted(baseline.config.items()))
+    return SearchSpace("recorded", "", params)
+
+
+def _parameter(name: str, default: Value) -> Parameter:
+    stage: Stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
+    return Parameter(name, stage, "choice", (default,), default, "", "safe", "")

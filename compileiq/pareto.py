@@ -1,0 +1,108 @@
+"""Trade-offs between objectives: the Pareto front of a study's recorded trials, and one pick.
+
+Every complete trial records all static metrics, so the front of any objectives (lower is better
+for each, occupancy as its shortfall) is read from the study without building anything. In a
+runtime study "time" is the trial's measured value. The front is over what the search recorded:
+a search aimed at one objective samples the front unevenly.
+
+Pick rules: `first`: the best in the first objective, ties broken by the next; `knee`: the point
+nearest the ideal (every objective at its best on the front) after scaling each objective to
+[0, 1] over the front; `weights=w1,w2,...`: the lowest weighted sum of those scaled values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compileiq.errors import UsageError
+from compileiq.metrics import StaticMetrics, objective_value
+from compileiq.store import Trial, TrialState
+
+OBJECTIVES = ("spills", "registers", "occupancy", "instructions", "time")
+_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    trial: Trial
+    values: tuple[float, ...]  # one per objective, lower is better
+
+
+@dataclass(frozen=True)
+class Front:
+    objectives: tuple[str, ...]
+    points: tuple[FrontPoint, ...]  # non-dominated, sorted by the first objective
+    others: tuple[FrontPoint, ...]  # the dominated complete trials
+    pick: FrontPoint | None
+    rule: str
+
+
+def parse_objectives(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown or len(names) < 2 or len(set(names)) != len(names):
+        raise UsageError(f"--pareto takes two or more distinct objectives from {', '.join(OBJECTIVES)}, "
+                         f"comma-separated (e.g. registers,instructions); got {text!r}")
+    return names
+
+
+def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee", runtime: bool = False) -> Front:
+    if "time" in objectives and not runtime:
+        raise UsageError("the time objective needs a runtime study (--objective time)")
+    weights = _weights(rule, len(objectives))
+    scored = [p for t in trials if (p := _point(t, objectives)) is not None]
+    kept: dict[tuple[float, ...], FrontPoint] = {}
+    for p in sorted(scored, key=lambda p: (p.values, p.trial.number)):  # one trial per value vector
+        kept.setdefault(p.values, p)
+    points = [p for p in kept.values() if not any(_dominates(q.values, p.values) for q in kept.values())]
+    on_front = {p.trial.number for p in points}
+    others = tuple(p for p in scored if p.trial.number not in on_front)
+    return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
+
+
+def _point(trial: Trial, objectives: Sequence[str]) -> FrontPoint | None:
+    if trial.state is not TrialState.COMPLETE or trial.value is None:
+        return None
+    try:
+        metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
+    except (KeyError, TypeError):
+        return None
+    values = tuple(trial.value if name == "time" else objective_value(name, metrics) for name in objectives)
+    return FrontPoint(trial, values)
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+def _weights(rule: str, count: int) -> tuple[float, ...]:
+    if rule in ("knee", "first"):
+        return (1.0,) * count
+    name, _, text = rule.partition("=")
+    try:
+        weights = tuple(float(w) for w in text.split(","))
+    except ValueError:
+        weights = ()
+    if name != "weights" or len(weights) != count or any(w < 0 for w in weights) or not any(weights):
+        names = ",".join(f"W{i + 1}" for i in range(count))
+        raise UsageError(f"--pick must be knee, first or weights={names} (non-negative, one per "
+                         f"objective); got {rule!r}")
+    return weights
+
+
+def _pick(points: Sequence[FrontPoint], rule: str, weights: tuple[float, ...]) -> FrontPoint | None:
+    if not points:
+        return None
+    if rule == "first":
+        return min(points, key=lambda p: (p.values, p.trial.number))
+    columns = list(zip(*(p.values for p in points), strict=True))
+    low = [min(c) for c in columns]
+    span = [(max(c) - min(c)) or 1.0 for c in columns]
+
+    def scaled(p: FrontPoint) -> list[float]:
+        return [(v - lo) / s for v, lo, s in zip(p.values, low, span, strict=True)]
+
+    if rule == "knee":
+        return min(points, key=lambda p: (sum(x * x for x in scaled(p)), p.trial.number))
+    return min(points, key=lambda p: (sum(w * x for w, x in zip(weights, scaled(p), strict=True)), p.trial.number))

@@ -1,0 +1,96 @@
+"""Each setting's contribution: the ablation path sums to the total gain, on a real kernel (real
+nvcc/ptxas, SQLite) through tune, the ACF, `show --why` and the report, and on recorded trials."""
+
+import itertools
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from compileiq.ablation import ablation_path, recorded
+from compileiq.explain import explain
+from compileiq.store import Store, StudyKey, TrialState
+
+SPILL_HEAVY = Path(__file__).resolve().parents[1] / "kernels" / "spill_heavy" / "spill_heavy.cu"
+ONLY = "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level,ptxas.register_usage_level"
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """spill_heavy tuned for spills with a small budget; its database and ACF."""
+    where = tmp_path_factory.mktemp("spill_heavy")
+    db = f"sqlite:///{where}/t.db"
+    acf_path = where / "spill_heavy.acf.toml"
+    result = run_cli(["tune", str(SPILL_HEAVY), "--objective", "spills", "--budget", "12", "--workers", "local",
+                      "--only", ONLY, "--db", db, "--out", str(acf_path), "--study", "sh"], where)
+    assert result.returncode == 0, result.describe()
+    return where, db, tomllib.loads(acf_path.read_text())
+
+
+@pytest.mark.slow
+def test_contributions_in_the_acf_sum_to_the_total_gain(tuned):
+    _, _, acf = tuned
+    rows = acf["evidence"]["contribution"]
+    baseline, best = acf["objective"]["baseline"], acf["objective"]["best"]
+    assert baseline > best  # spill_heavy spills at its defaults; the tuned config spills less
+    assert sum(r.get("contribution", 0) for r in rows) == pytest.approx(baseline - best)
+    assert {r["setting"] for r in rows} == set(acf["controls"])  # every chosen setting is credited
+    assert rows[0]["metric_before"] == baseline and rows[-1]["metric_after"] == best
+    for before, after in itertools.pairwise(rows):
+        assert after.get("metric_before") == before.get("metric_after")
+
+
+@pytest.mark.slow
+def test_show_why_prints_each_contribution(tuned):
+    where, db, acf = tuned
+    result = run_cli(["show", "sh", "--why", "--db", db], where)
+    assert result.returncode == 0, result.describe()
+    for row in acf["evidence"]["contribution"]:
+        line = next(line for line in result.stdout.splitlines() if row["setting"] in line)
+        assert re.search(rf"\b{row['contribution']:g}\b", line), line
+    assert "the contributions sum to it" in result.stdout and "static estimate" in result.stdout
+    data = run_cli(["show", "sh", "--why", "--json", "--db", db], where)
+    rows = json.loads(data.stdout)["contribution"]
+    assert [r["setting"] for r in rows] == [r["setting"] for r in acf["evidence"]["contribution"]]
+
+
+@pytest.mark.slow
+def test_the_report_shows_the_contributions(tuned):
+    where, db, acf = tuned
+    out = where / "report.html"
+    result = run_cli(["report", "sh", "--db", db, "-o", str(out)], where)
+    assert result.returncode == 0, result.describe()
+    section = out.read_text().split('<section id="contributions">')[1].split("</section>")[0]
+    for row in acf["evidence"]["contribution"]:
+        assert f"<td>{row['setting']}</td>" in section
+    total = acf["objective"]["baseline"] - acf["objective"]["best"]
+    assert "<td>total</td>" in section and f'data-v="{float(total)!r}"' in section
+
+
+def test_a_failed_step_keeps_the_sum_exact(tmp_path):
+    """Recorded trials: baseline 100; a alone 90, b alone fails, c alone 95; a+b and a+c fail; the
+    chosen a+b+c is 40. The gain across the failed step is credited to the next step with a value."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    key = StudyKey("k", "0" * 64, "s", "0" * 64, "t", "sm_90", "static", "spills")
+    study = store.get_or_create_study(key, "unit")
+    base = {"a": 0, "b": 0, "c": 0}
+    results = [(base, 100.0), ({"a": 1, "b": 0, "c": 0}, 90.0), ({"a": 0, "b": 1, "c": 0}, None),
+               ({"a": 0, "b": 0, "c": 1}, 95.0), ({"a": 1, "b": 1, "c": 0}, None), ({"a": 1, "b": 0, "c": 1}, None),
+               ({"a": 1, "b": 1, "c": 1}, 40.0)]
+    for config, value in results:
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True, separators=(",", ":")), config)], "t")[0]
+        state = TrialState.COMPLETE if value is not None else TrialState.FAILED
+        store.finish_trial(trial.id, state=state, value=value, reason=None if value else "ptxas error", metrics={},
+                           code_hash=None, compile_seconds=0.0)
+    trials = store.trials(study.id)
+    store.close()
+    ablation = ablation_path(trials[0], trials[-1], recorded(trials))
+    assert ablation is not None and ablation.complete
+    assert [s.setting for s in ablation.steps] == ["a", "b", "c"]
+    assert [(s.before, s.after, s.contribution) for s in ablation.steps] == [
+        (100.0, 90.0, 10.0), (90.0, None, None), (None, 40.0, 50.0)]
+    assert sum(s.contribution or 0 for s in ablation.steps) == ablation.total_gain == 60.0
+    assert explain(study, trials).ablation == ablation

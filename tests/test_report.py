@@ -1,0 +1,252 @@
+"""`compileiq report`: a self-contained page opened in real headless Chromium, its size, escaping,
+the exact random-search reference, markdown output and study comparison."""
+
+import itertools
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from compileiq.convergence import expected_random_best
+from compileiq.store import Store, StudyKey, TrialState
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "trials", "failures", "provenance")
+SETTINGS = {
+    "ptxas.maxrregcount": ["default", 32, 40, 48, 64, 80, 96, 128, 168, 255],
+    "ptxas.override_directive_values": [False, True],
+    "ptxas.opt_level": ["default", 0, 1, 2, 3],
+    "ptxas.def_load_cache": ["default", "ca", "cg", "cv"],
+    "nvcc.extra_device_vectorization": [False, True],
+}
+BASELINE = {name: values[0] for name, values in SETTINGS.items()}
+
+
+def _spills(config: dict) -> float:
+    """A made-up objective with a known shape: the override removes most spills, a high register
+    cap the rest; other settings add a little noise."""
+    value = 600.0
+    if config["ptxas.override_directive_values"]:
+        value -= 500
+        if config["ptxas.maxrregcount"] in ("default", 255):
+            value -= 100
+    return value + (8 if config["ptxas.opt_level"] == 0 else 0)
+
+
+def _key(**changes: str) -> StudyKey:
+    fields = {"kernel": "fir", "source_sha256": "ab" * 32, "space_id": "nvcc-13.0+ptxas-13.0", "space_sha256": "cd" * 32,
+              "toolchain": "cuda_13.0.r13.0", "arch": "sm_90", "evaluator": "static", "objective": "spills"}
+    return StudyKey(**{**fields, **changes})
+
+
+def synthetic_study(url: str, trials: int, name: str = "synthetic", seed: int = 0, key: StudyKey | None = None,
+                    failures_every: int = 7) -> None:
+    """A study of `trials` trials recorded through the public store API, as a tuner would: the
+    baseline first, random configs, some failing with untrusted reasons."""
+    rng = random.Random(seed)
+    store = Store.open(url)
+    study = store.get_or_create_study(key or _key(), name)
+    configs = [BASELINE]
+    while len(configs) < trials:
+        config = {n: rng.choice(v) for n, v in SETTINGS.items()}
+        if config not in configs:
+            configs.append(config)
+    for number, config in enumerate(configs):
+        key_text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+        trial = store.claim_trials(study.id, [(key_text, config)], "test")[0]
+        if number and number % failures_every == 0:
+            store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason=f"ptxas fatal: {HOSTILE}\nmore",
+                               metrics={}, code_hash=None, compile_seconds=0.1)
+        else:
+            value = _spills(config)
+            metrics = {"spill_bytes": int(value), "registers": 128, "occupancy": 0.25, "instructions": 1400}
+            store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics=metrics,
+                               code_hash=f"{value:064.0f}", compile_seconds=0.1)
+    store.close()
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (CI must install Debian's chromium package)")
+        pytest.skip("chromium is not installed: apt-get install -y chromium")
+    return found
+
+
+def open_in_chromium(page: Path) -> tuple[str, list[str]]:
+    """The DOM after the page's scripts ran, and the console messages of the page."""
+    done = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                           "--v=0", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    return done.stdout, console
+
+
+def _report(tmp_path: Path, study: str, *extra: str) -> Path:
+    out = tmp_path / "out" / "report.html"
+    result = run_cli(["report", study, "--db", f"sqlite:///{tmp_path}/t.db", "-o", str(out), *extra], tmp_path)
+    assert result.returncode == 0, result.describe()
+    return out
+
+
+def test_the_report_opens_in_chromium_without_errors_and_has_every_section(tmp_path):
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 60, name=HOSTILE)
+    page = _report(tmp_path, HOSTILE)
+    dom, console = open_in_chromium(page)
+    assert console == []
+    for section in SECTIONS:
+        assert re.search(rf'<section id="{section}"><h2>', dom), section
+    assert "static estimate" in dom and "runtime" not in dom.replace("not a runtime", "")
+    assert "alert" in dom  # the hostile text is shown, as text:
+    assert "<img" not in dom and dom.count("<script>") == 1
+    assert "&lt;script&gt;alert" in dom
+    html = page.read_text()
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html
+
+
+def test_the_trial_table_sorts_in_the_browser(tmp_path):
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 30)
+    page = _report(tmp_path, "synthetic")
+    clicked = page.with_name("clicked.html")  # the report plus one click on the value column's header
+    script = "<script>document.querySelectorAll('#trials th')[2].click()</script></body>"
+    clicked.write_text(page.read_text().replace("</body>", script))
+    dom, console = open_in_chromium(clicked)
+    assert console == []
+    table = dom[dom.index('<section id="trials">'):]
+    values = [float(v) for v in re.findall(r'<tr><td class="n" data-v="\d+">\d+</td><td>complete</td>'
+                                           r'<td class="n" data-v="([0-9.]+)">', table)]
+    assert len(values) > 20
+    assert values == sorted(values) and values[0] < values[-1]
+
+
+@pytest.mark.parametrize("trials", [50, 200, pytest.param(500, marks=pytest.mark.slow)])
+def test_report_size(tmp_path, trials):
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", trials)
+    size = _report(tmp_path, "synthetic").stat().st_size
+    print(f"report of {trials} trials: {size / 1024:.0f} KiB")
+    if trials <= 200:
+        assert size < 1_000_000
+
+
+def test_expected_random_best_is_exact():
+    values = [5.0, None, 3.0, 3.0, 9.0, None, 1.0, 4.0]
+    expected = expected_random_best(values)
+    for k in range(1, len(values) + 1):
+        draws = [min(v for v in c if v is not None) for c in itertools.combinations(values, k)
+                 if any(v is not None for v in c)]
+        assert expected[k - 1] == pytest.approx(statistics.mean(draws))
+    assert expected_random_best([None, None]) == [None, None]
+
+
+def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 40, name="md|study")
+    out = tmp_path / "summary" / "r.md"
+    result = run_cli(["report", "md|study", "--db", f"sqlite:///{tmp_path}/t.db", "-o", str(out), "--format", "md"],
+                     tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = out.read_text()
+    for figure in re.findall(r"!\[[a-z]+\]\(([^)]+)\)", text):
+        assert (out.parent / figure).read_text().startswith("<svg")
+    assert "r-convergence.svg" in text and "r-contributions.svg" in text
+    assert "md\\|study" in text and "static estimate" in text
+    assert "&lt;script&gt;" in text and "<script>" not in text
+
+
+def test_compare_two_studies(tmp_path):
+    url = f"sqlite:///{tmp_path}/t.db"
+    synthetic_study(url, 40, name="before")
+    synthetic_study(url, 40, name="after", seed=1, key=_key(toolchain="cuda_13.1"), failures_every=1000)
+    out = tmp_path / "compare.html"
+    result = run_cli(["report", "--compare", "before", "after", "--db", url, "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    dom, console = open_in_chromium(out)
+    assert console == []
+    for section in ("compare-keys", "compare-values", "compare-settings", "compare-holds"):
+        assert f'id="{section}"' in dom
+    assert "cuda_13.1" in dom and "toolchain" in dom
+    assert "holds: beats that baseline" in dom or "not evaluated there" in dom
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["report", "nope"], "nope"),
+    (["report", "--compare", "synthetic"], "--compare takes two studies"),
+    (["report", "synthetic", "--format", "pdf"], "--format must be one of html, md"),
+])
+def test_bad_report_input_is_one_line(tmp_path, args, message):
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 10)
+    result = run_cli([*args, "--db", f"sqlite:///{tmp_path}/t.db"], tmp_path)
+    assert result.returncode != 0
+    assert len(result.stderr_lines) == 1 and message in result.stderr, result.describe()
+
+
+@pytest.mark.postgres
+def test_the_report_reads_a_postgresql_study(tmp_path, postgres_url):
+    synthetic_study(postgres_url, 25, name="pg")
+    out = tmp_path / "pg.html"
+    result = run_cli(["report", "pg", "--db", postgres_url, "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    html = out.read_text()
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in html
+    assert "compileiq-test" not in html  # the password is not shown
+
+
+def _metric_study(url: str) -> None:
+    """Trials with known (registers, instructions): the front is #1, #2, #4; #3 and #5 are dominated."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="registers"), "tradeoffs")
+    points = [(128, 1400), (40, 2000), (64, 1500), (72, 1700), (200, 1300), (128, 1500)]
+    for number, (registers, instructions) in enumerate(points):
+        config = {"ptxas.maxrregcount": "default" if number == 0 else registers + number}
+        trial = store.claim_trials(study.id, [(json.dumps(config), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": registers, "occupancy": 0.5, "instructions": instructions,
+                   "stack_bytes": 0, "block_size": 256}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=float(registers), reason=None, metrics=metrics,
+                           code_hash=str(number), compile_seconds=0.1)
+    store.close()
+
+
+@pytest.mark.parametrize(("pick", "chosen"), [("first", 1), ("knee", 2), ("weights=0,1", 4), ("weights=1,0", 1)])
+def test_show_pareto_lists_the_front_and_the_pick(tmp_path, pick, chosen):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    result = run_cli(["show", "tradeoffs", "--pareto", "registers,instructions", "--pick", pick, "--json",
+                      "--db", url], tmp_path)
+    assert result.returncode == 0, result.describe()
+    data = json.loads(result.stdout)
+    assert [p["trial"] for p in data["front"]] == [1, 2, 0, 4]
+    assert data["pick"] == chosen
+
+
+def test_the_report_plots_the_pareto_front(tmp_path):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    page = _report(tmp_path, "tradeoffs", "--pareto", "registers,instructions", "--pick", "knee")
+    dom, console = open_in_chromium(page)
+    assert console == []
+    section = dom[dom.index('<section id="pareto">'):]
+    section = section[:section.index("</section>")]
+    assert "Pareto front" in section and "<svg" in section and "◀" in section
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--pareto", "registers"], "--pareto takes two or more distinct objectives"),
+    (["--pareto", "registers,speed"], "--pareto takes two or more distinct objectives"),
+    (["--pareto", "registers,time"], "the time objective needs a runtime study"),
+    (["--pareto", "registers,spills", "--pick", "weights=1"], "--pick must be knee, first or weights=W1,W2"),
+])
+def test_bad_pareto_input_is_one_line(tmp_path, args, message):
+    url = f"sqlite:///{tmp_path}/t.db"
+    _metric_study(url)
+    result = run_cli(["show", "tradeoffs", *args, "--db", url], tmp_path)
+    assert result.returncode != 0
+    assert len(result.stderr_lines) == 1 and message in result.stderr, result.describe()
