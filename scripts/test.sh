@@ -8,6 +8,10 @@ if ! command -v strace >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
     # strace lets the loopback test prove Ray stays on 127.0.0.1; the test skips without it.
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace) >&2 || true
 fi
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    # headless Chromium opens the HTML report in the report tests (they fail under CI=true without it).
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2 || true
+fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 
