@@ -142,7 +142,13 @@ class Store:
     def list_studies(self) -> list[Study]:
         with self._tx(readonly=True) as conn:
             rows = conn.execute(sa.select(studies).order_by(studies.c.id)).mappings().all()
-        return [study_record(row) for row in rows]
+        found = []
+        for row in rows:
+            try:
+                found.append(study_record(row))
+            except StoreError as error:
+                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
+        return found
 
     def _study_where(self, condition: sa.ColumnElement[bool]) -> Study | None:
         with self._tx(readonly=True) as conn:
@@ -388,7 +394,7 @@ class Store:
         or its config not in the study's space); None if the key is taken."""
         t = trials_table.c
         query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key == key)
-        existing = conn.execute(query.with_for_update(of=trials_table)).mappings().one_or_none()
+        existing = conn.execute(query).mappings().one_or_none()
         if existing is None:
             values = running_values(config, worker)
             insert = trials_table.insert().values(
@@ -399,8 +405,10 @@ class Store:
         retryable = isinstance(checked, Trial) and checked.state is TrialState.FAILED and checked.retryable
         if isinstance(checked, Trial) and not retryable:
             return None
-        update = trials_table.update().where(t.id == existing["id"]).values(running_values(config, worker))
-        return trial_record(conn.execute(update.returning(trials_table)).mappings().one())
+        unchanged = (t.id == existing["id"], t.state == existing["state"], t.worker == existing["worker"])
+        update = trials_table.update().where(*unchanged).values(running_values(config, worker))
+        row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
+        return None if row is None else trial_record(row)  # None: another claim took it first
 
     # -- plumbing ------------------------------------------------------------------------
 

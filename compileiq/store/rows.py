@@ -39,8 +39,15 @@ def check_same_key(study: Study, key: StudyKey) -> None:
 
 
 def study_record(row: sa.RowMapping) -> Study:
-    key = StudyKey(**{name: row[name] for name in KEY_FIELDS})
-    return Study(id=row["id"], name=row["name"], key=key, created_at=utc(row["created_at"]))
+    """The row as a study; StoreError (one line) if it is damaged."""
+    texts = [row[name] for name in ("name", *KEY_FIELDS)]
+    try:
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("its name or key is not text")
+        key = StudyKey(**{name: row[name] for name in KEY_FIELDS})
+        return Study(id=row["id"], name=row["name"], key=key, created_at=utc(row["created_at"]))
+    except TypeError as error:
+        raise StoreError(f"study {row['id']} in the database is damaged: {error}") from None
 
 
 def trial_record(row: sa.RowMapping) -> Trial:

@@ -41,7 +41,8 @@ def export_rows(
     found = tuple(b for row in conn.execute(build_query).mappings() if isinstance(b := checked_build(row), BuildRecord))
     m = measurements.c
     query = sa.select(measurements).where(m.code_hash.in_(hashes)).order_by(m.id)
-    timed = tuple(m for row in conn.execute(query).mappings() if isinstance(m := checked_measurement(row), Measurement))
+    rows = conn.execute(query).mappings()
+    timed = tuple(timing for row in rows if isinstance(timing := checked_measurement(row), Measurement))
     return StudyExport(study.name, study.key, trials, found, timed)
 
 
