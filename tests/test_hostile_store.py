@@ -480,7 +480,7 @@ def test_every_bundled_kernel_tunes_its_default_space_in_postgres(postgres_url: 
     assert len(kernels) >= 5
 
     def tune(kernel: Path) -> CliResult:
-        return run_cli(["tune", str(kernel), "--workers", "local", "--json", "--budget", "4", "--batch-size", "4",
+        return run_cli(["tune", str(kernel), "--workers", "local", "--json", "--budget", "3", "--batch-size", "3",
                         "--no-simplify", "--out", f"{kernel.stem}.acf.toml", "--db", postgres_url], cwd=tmp_path)  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=2) as pool:
