@@ -3,6 +3,7 @@ anything uses it. A row that does not is skipped with its reason, never a crash.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -92,20 +93,27 @@ def export_space(key: StudyKey, names: list[str]) -> SearchSpace | None:
     """The space a study's config with ``names`` was drawn from, as far as this install knows it:
     the bundled space of ``key.space_id`` cut to ``names``, each ``define.NAME`` as any value.
     None when this install has no such space (the rows are then checked for shape only)."""
-    match = _SPACE_ID.fullmatch(key.space_id)
-    if match is None:
-        return None
-    try:
-        full = load_space(match["version"])
-    except SpaceError:
-        return None
-    if full.id != key.space_id:
+    full = _bundled(key.space_id)
+    if full is None:
         return None
     try:
         own = [name for name in names if not name.startswith(_DEFINE)]
         return full.select(allow_numerics=True, allow_semantics=True, only=own)
     except SpaceError:
         return full  # an unknown name: validating against the whole space names it
+
+
+@functools.lru_cache(maxsize=8)
+def _bundled(space_id: str) -> SearchSpace | None:
+    """The whole bundled space called ``space_id`` ("nvcc-V+ptxas-V"), if this install has it."""
+    match = _SPACE_ID.fullmatch(space_id)
+    if match is None:
+        return None
+    try:
+        full = load_space(match["version"])
+    except SpaceError:
+        return None
+    return full if full.id == space_id else None
 
 
 def check_in_export(trial: Trial, key: StudyKey) -> str | None:
