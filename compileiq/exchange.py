@@ -18,7 +18,8 @@ import json
 import os
 import tempfile
 import zlib
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,13 @@ from compileiq.records import (
     TrialState,
 )
 from compileiq.space import Config, SpaceError
-from compileiq.store import Store
+from compileiq.store import Store, trust
 
 FORMAT = "compileiq-study"
 VERSION = 1
+MAX_BYTES = 256 * 2**20  # an export (after gzip) larger than this is refused, not inflated
 _GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 2**20
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,12 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
 
 
 def import_from_file(url: str, path: Path) -> ImportSummary:
-    """Merge the study in ``path`` into the database at ``url`` (the file is checked first)."""
+    """Merge the study in ``path`` into the database at ``url`` (the file is checked first; a
+    row that does not fit the study's search space or is malformed is rejected, and counted)."""
     export = read(path)
     store = Store.open(url)
     try:
-        return store.import_study(export)
+        return replace(store.import_study(export), rejected=export.rejected)
     finally:
         store.close()
 
@@ -74,7 +78,7 @@ def import_from_file(url: str, path: Path) -> ImportSummary:
 def write(path: Path, export: StudyExport) -> None:
     """Atomically write ``export`` to ``path`` (gzip when the name ends in .gz)."""
     payload = _payload(export)
-    document = {"format": FORMAT, "version": VERSION, "sha256": _checksum(payload), "payload": payload}
+    document = {"format": FORMAT, "version": VERSION, "sha256": _checksum(None, payload), "payload": payload}
     data = json.dumps(document, indent=1, sort_keys=True).encode()
     if path.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
@@ -99,7 +103,7 @@ def read(path: Path) -> StudyExport:
             f"(this compileiq reads version {VERSION})"
         )
     payload = document.get("payload")
-    if not isinstance(payload, dict) or document.get("sha256") != _checksum(payload):
+    if not isinstance(payload, dict) or document.get("sha256") != _checksum(path, payload):
         raise UsageError(f"{path}: checksum mismatch: the file was changed or damaged after export")
     try:
         return _export(payload)
@@ -108,22 +112,57 @@ def read(path: Path) -> StudyExport:
 
 
 def _document(path: Path) -> Any:
+    data = _contents(path)
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
-    try:
-        if data.startswith(_GZIP_MAGIC):
-            data = gzip.decompress(data)
         return json.loads(data)
-    except (OSError, EOFError, zlib.error) as error:
-        raise UsageError(f"{path}: damaged or truncated gzip data ({error})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a compileiq study export (JSON nested too deeply)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{path}: not a compileiq study export (not JSON: {error})") from None
 
 
-def _checksum(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+def _contents(path: Path) -> bytes:
+    """The file's bytes, gunzipped when gzip; at most MAX_BYTES either way."""
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    if data.startswith(_GZIP_MAGIC):
+        data = _gunzip(path, data)
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_BYTES // 2**20} MiB; not an export this compileiq reads")
+    return data
+
+
+def _gunzip(path: Path, data: bytes) -> bytes:
+    """Inflate chunk by chunk, stopping past MAX_BYTES (a small file may inflate to gigabytes)."""
+    inflater = zlib.decompressobj(wbits=31)
+    parts, size, rest = [], 0, data
+    try:
+        while not inflater.eof and size <= MAX_BYTES:
+            part = inflater.decompress(rest, _CHUNK)
+            rest = inflater.unconsumed_tail
+            if not part and not rest:
+                break  # the input ended before the end of the stream
+            parts.append(part)
+            size += len(part)
+        if size > MAX_BYTES:
+            raise UsageError(f"{path}: inflates past {MAX_BYTES // 2**20} MiB; refused before reading further")
+        if not inflater.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    except (zlib.error, EOFError) as error:
+        raise UsageError(f"{path}: damaged or truncated gzip data ({error})") from None
+    if inflater.unused_data.strip(b"\0"):
+        raise UsageError(f"{path}: data after the gzip stream; not an export this compileiq wrote")
+    return b"".join(parts)
+
+
+def _checksum(path: Path | None, payload: Any) -> str:
+    try:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    except (RecursionError, ValueError) as error:
+        raise UsageError(f"{path}: not a compileiq study export ({error})") from None
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -146,30 +185,60 @@ def _trial_json(trial: Trial) -> dict[str, Any]:
 
 
 def _export(payload: dict[str, Any]) -> StudyExport:
+    """The payload as an export; each row that does not fit is left out with its reason."""
     study = payload["study"]
-    return StudyExport(
-        name=_text(study["name"]),
-        key=StudyKey(**{f.name: _text(study["key"][f.name]) for f in fields(StudyKey)}),
-        trials=tuple(_trial(values) for values in payload["trials"]),
-        builds=tuple(BuildRecord(**values) for values in payload["builds"]),
-        measurements=tuple(_measurement(values) for values in payload["measurements"]),
-    )
+    key = StudyKey(**{f.name: _text(study["key"][f.name]) for f in fields(StudyKey)})
+    rejected: list[str] = []
+    seen: set[str] = set()
+    trials = _rows(payload["trials"], "trial", lambda v: _trial(v, key, seen), rejected)
+    builds = _rows(payload["builds"], "build", _build, rejected)
+    measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
+    return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected))
 
 
-def _trial(values: dict[str, Any]) -> Trial:
-    config = Config.of(values["config"])
-    if config.key != values["config_key"]:
-        raise ValueError(f"trial {values.get('number')}: config_key does not match its config")
+def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], rejected: list[str]) -> tuple[Any, ...]:
+    if not isinstance(items, list):
+        raise TypeError(f"{kind}s: expected a list")
+    kept = []
+    for index, values in enumerate(items):
+        try:
+            kept.append(parse(values))
+        except (KeyError, TypeError, ValueError, AttributeError, SpaceError, RecursionError) as error:
+            why = f"missing field {error}" if isinstance(error, KeyError) else str(error)
+            rejected.append(" ".join(f"{kind} {index + 1}: {why[:200]}".split()))
+    return tuple(kept)
+
+
+def _trial(values: dict[str, Any], key: StudyKey, seen: set[str]) -> Trial:
     finished = values["finished_at"]
-    fixed = dict(values, id=0, study_id=0, config=config.as_dict(), state=TrialState(values["state"]))
-    fixed.update(started_at=datetime.fromisoformat(values["started_at"]))
-    fixed.update(finished_at=datetime.fromisoformat(finished) if finished else None)
-    return Trial(**fixed)
+    fixed = dict(values, id=0, study_id=0, state=TrialState(values["state"]))
+    fixed.update(started_at=_time(values["started_at"]), finished_at=_time(finished) if finished else None)
+    trial = Trial(**fixed)
+    if problem := trust.check_in_export(trial, key):
+        raise ValueError(problem)
+    if trial.config_key in seen:
+        raise ValueError("a second trial of the same config")
+    seen.add(trial.config_key)
+    return replace(trial, config=Config.of(trial.config).as_dict())
+
+
+def _build(values: dict[str, Any]) -> BuildRecord:
+    build = BuildRecord(**values)
+    if problem := trust.build_problem(build):
+        raise ValueError(problem)
+    return build
+
+
+def _time(text: Any) -> datetime:
+    return datetime.fromisoformat(_text(text))
 
 
 def _measurement(values: dict[str, Any]) -> Measurement:
     samples, clocks = (tuple(float(v) for v in values[name]) for name in ("samples", "clocks"))
-    return Measurement(**{**values, "samples": samples, "clocks": clocks})
+    measurement = Measurement(**{**values, "samples": samples, "clocks": clocks})
+    if problem := trust.measurement_problem(measurement):
+        raise ValueError(problem)
+    return measurement
 
 
 def _text(value: Any) -> str:

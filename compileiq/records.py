@@ -93,6 +93,7 @@ class StudyExport:
     trials: tuple[Trial, ...]
     builds: tuple[BuildRecord, ...]
     measurements: tuple[Measurement, ...]
+    rejected: tuple[str, ...] = ()  # rows of a file left out: why each one
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class ImportSummary:
     trials_skipped: int  # unfinished in the file (running, or failed to be retried): not results
     builds_added: int
     measurements_added: int
+    rejected: tuple[str, ...] = ()  # rows of the file refused (malformed or outside the space)
 
     @property
     def changed(self) -> bool:

@@ -101,6 +101,7 @@ class Tuner:
     ) -> None:
         self._request = request
         self._store = store
+        store.check_trials_against(request.space)  # shared rows are untrusted: skip foreign ones
         self._toolchain = toolchain
         self._progress = progress
         self._bundle = bundle_sources(request.kernel)

@@ -15,9 +15,11 @@ from helpers import TINY_KERNEL, run_cli
 
 from compileiq import exchange
 from compileiq.errors import UsageError
+from compileiq.space import load_space
 from compileiq.store import BuildRecord, Measurement, Store, StoreError, StudyKey, TrialState
 
-KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "sm_90", "static", "spills")
+SPACE = load_space("13.0").select(only=["ptxas.opt_level"])  # an import checks configs against it
+KEY = StudyKey("saxpy", "a" * 64, SPACE.id, SPACE.sha256, "13.0.88", "sm_90", "static", "spills")
 TABLES = ("studies", "trials", "builds", "measurements")
 
 

@@ -207,6 +207,11 @@ def db_import(
     out.print(f"{verb} study {done.study.name}: {done.trials_added} trials added, {done.trials_kept} kept, "
               f"{done.trials_skipped} unfinished skipped; {done.builds_added} builds and "
               f"{done.measurements_added} measurements added{note}", markup=False)
+    if done.rejected:
+        out.print(f"{len(done.rejected)} rows of the file rejected (malformed, or not in the study's search space):",
+                  markup=False)
+        for reason in done.rejected[:20]:
+            out.print(f"  {reason}", markup=False)
 
 
 @cli.command("version")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Sequence
+import sys
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -41,9 +42,10 @@ from compileiq.store.connect import (
     upgrade_schema,
 )
 from compileiq.store.rows import (
-    build_record,
     check_same_key,
-    measurement_record,
+    checked_build,
+    checked_measurement,
+    checked_trial,
     measurement_values,
     running_values,
     study_record,
@@ -60,6 +62,9 @@ from compileiq.store.schema import (
     trials_table,
 )
 
+if TYPE_CHECKING:
+    from compileiq.space import SearchSpace
+
 __all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "Store", "StoreError"]
 __all__ += ["Study", "StudyExport", "StudyKey", "Trial", "TrialState"]
 
@@ -73,13 +78,17 @@ def default_study_name(key: StudyKey) -> str:
 class Store:
     """A study/trial/build database. Open with :meth:`Store.open`; every call is one transaction."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, warn: Callable[[str], None] | None = None) -> None:
         self._engine = engine
+        self._warn = warn or _warn_on_stderr
+        self._spaces: dict[str, SearchSpace] = {}  # by sha256: the studies' rows must fit them
+        self._reported: set[tuple[str, Any]] = set()
 
     @classmethod
-    def open(cls, url: str) -> Store:
-        """Connect to ``url`` and bring its schema up to date (a new database is created)."""
-        store = cls(open_engine(url))
+    def open(cls, url: str, warn: Callable[[str], None] | None = None) -> Store:
+        """Connect to ``url`` and bring its schema up to date (a new database is created).
+        ``warn`` hears of each stored row skipped as unusable (default: a line on stderr)."""
+        store = cls(open_engine(url), warn)
         try:
             store.upgrade()
         except BaseException:
@@ -98,6 +107,11 @@ class Store:
         """Apply pending migrations; return the schema revision now in the database."""
         with self._tx() as conn:
             return upgrade_schema(conn)
+
+    def check_trials_against(self, space: SearchSpace) -> None:
+        """From now on a trial of a study made for ``space`` whose config does not fit it is
+        skipped when read (shared and imported rows are untrusted), and taken over by a claim."""
+        self._spaces[space.sha256] = space
 
     # -- studies -------------------------------------------------------------------------
 
@@ -128,7 +142,13 @@ class Store:
     def list_studies(self) -> list[Study]:
         with self._tx(readonly=True) as conn:
             rows = conn.execute(sa.select(studies).order_by(studies.c.id)).mappings().all()
-        return [study_record(row) for row in rows]
+        found = []
+        for row in rows:
+            try:
+                found.append(study_record(row))
+            except StoreError as error:
+                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
+        return found
 
     def _study_where(self, condition: sa.ColumnElement[bool]) -> Study | None:
         with self._tx(readonly=True) as conn:
@@ -158,7 +178,7 @@ class Store:
         (configs another claim holds, or that are done, are left out)."""
         try:
             with self._tx() as conn:
-                claimed = (_claim(conn, study_id, key, config, worker) for key, config in configs)
+                claimed = (self._claim(conn, study_id, key, config, worker) for key, config in configs)
                 return [trial for trial in claimed if trial is not None]
         except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them first
             if not retry:
@@ -244,19 +264,19 @@ class Store:
 
     def trials(self, study_id: int, states: Collection[TrialState] | None = None) -> list[Trial]:
         """The study's trials ordered by number, optionally only those in ``states``."""
-        query = sa.select(trials_table).where(trials_table.c.study_id == study_id)
+        query = _with_space(sa.select(trials_table)).where(trials_table.c.study_id == study_id)
         if states is not None:
             query = query.where(trials_table.c.state.in_([s.value for s in states]))
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query.order_by(trials_table.c.number)).mappings().all()
-        return [trial_record(row) for row in rows]
+        return self._usable(rows)
 
     def related_trials(self, key: StudyKey, exclude_study_id: int | None = None) -> list[Trial]:
         """Finished trials of the studies that share ``key``'s kernel source, toolchain, arch and
         search space (any objective), except study ``exclude_study_id``: a warm start's evidence."""
         s, t = studies.c, trials_table.c
         query = (
-            sa.select(trials_table)
+            sa.select(trials_table, s.space_sha256)
             .join(studies, s.id == t.study_id)
             .where(s.source_sha256 == key.source_sha256, s.toolchain == key.toolchain)
             .where(s.arch == key.arch, s.space_id == key.space_id)
@@ -266,7 +286,23 @@ class Store:
             query = query.where(s.id != exclude_study_id)
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
-        return [trial_record(row) for row in rows]
+        return self._usable(rows)
+
+    def _usable(self, rows: Iterable[sa.RowMapping]) -> list[Trial]:
+        """The rows that are usable trials; each other one is reported once and skipped."""
+        usable = []
+        for row in rows:
+            checked = checked_trial(row, self._spaces.get(row["space_sha256"]))
+            if isinstance(checked, Trial):
+                usable.append(checked)
+            else:
+                self._skip(("trial", row["id"]), f"trial #{row['number']} of study {row['study_id']}", checked)
+        return usable
+
+    def _skip(self, identity: tuple[str, Any], what: str, problem: str) -> None:
+        if identity not in self._reported:
+            self._reported.add(identity)
+            self._warn(f"skipped {what}: {problem}")
 
     # -- build cache ---------------------------------------------------------------------
 
@@ -278,7 +314,14 @@ class Store:
         query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query.where(builds.c.key.in_(list(keys)))).mappings().all()
-        return {row["key"]: build_record(row) for row in rows}
+        found = {}
+        for row in rows:
+            checked = checked_build(row)
+            if isinstance(checked, BuildRecord):
+                found[checked.key] = checked
+            else:
+                self._skip(("build", row["key"]), f"cached build {str(row['key'])[:16]}", checked)
+        return found
 
     def put_build(self, record: BuildRecord) -> None:
         """Cache a build; an existing record under the same key is kept."""
@@ -299,7 +342,13 @@ class Store:
         query = sa.select(measurements).where(*where, m.harness_args_hash == harness_args_hash)
         with self._tx(readonly=True) as conn:
             row = conn.execute(query).mappings().one_or_none()
-        return None if row is None else measurement_record(row)
+        if row is None:
+            return None
+        checked = checked_measurement(row)
+        if isinstance(checked, Measurement):
+            return checked
+        self._skip(("measurement", row["id"]), f"cached measurement {row['id']}", checked)
+        return None
 
     def put_measurement(self, measurement: Measurement) -> None:
         """Cache a measurement; an existing one under the same key is kept."""
@@ -315,7 +364,7 @@ class Store:
         """A study with all its trials, the builds and measurements of their machine code."""
         study = self.find_study(name_or_id)
         with self._tx(readonly=True) as conn:
-            return transfer.export_rows(conn, study)
+            return transfer.export_rows(conn, study, self._usable)
 
     def import_study(self, export: StudyExport) -> ImportSummary:
         """Merge an exported study in ONE transaction: on any error nothing changes.
@@ -338,6 +387,29 @@ class Store:
             ) from None
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
 
+    def _claim(
+        self, conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str
+    ) -> Trial | None:
+        """Insert a RUNNING trial, or take over a retryable failed one or an unusable one (damaged,
+        or its config not in the study's space); None if the key is taken."""
+        t = trials_table.c
+        query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key == key)
+        existing = conn.execute(query).mappings().one_or_none()
+        if existing is None:
+            values = running_values(config, worker)
+            insert = trials_table.insert().values(
+                study_id=study_id, number=take_number(conn, study_id), config_key=key, **values
+            )
+            return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
+        checked = checked_trial(existing, self._spaces.get(existing["space_sha256"]))
+        retryable = isinstance(checked, Trial) and checked.state is TrialState.FAILED and checked.retryable
+        if isinstance(checked, Trial) and not retryable:
+            return None
+        unchanged = (t.id == existing["id"], t.state == existing["state"], t.worker == existing["worker"])
+        update = trials_table.update().where(*unchanged).values(running_values(config, worker))
+        row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
+        return None if row is None else trial_record(row)  # None: another claim took it first
+
     # -- plumbing ------------------------------------------------------------------------
 
     @contextmanager
@@ -347,30 +419,13 @@ class Store:
             yield conn
 
 
-def _claim(
-    conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str
-) -> Trial | None:
-    """Insert a RUNNING trial, or take over a retryable failed one; None if the key is taken."""
-    t = trials_table.c
-    existing = conn.execute(
-        sa.select(t.state, t.retryable).where(t.study_id == study_id, t.config_key == key)
-    ).one_or_none()
-    if existing is None:
-        values = running_values(config, worker)
-        insert = trials_table.insert().values(
-            study_id=study_id, number=take_number(conn, study_id), config_key=key, **values
-        )
-        return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
-    if existing.state != TrialState.FAILED.value or not existing.retryable:
-        return None
-    update = (
-        trials_table.update()
-        .where(t.study_id == study_id, t.config_key == key)
-        .where(t.state == TrialState.FAILED.value, t.retryable.is_(True))
-        .values(running_values(config, worker))
-    )
-    row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
-    return None if row is None else trial_record(row)
+def _with_space(query: sa.Select[Any]) -> sa.Select[Any]:
+    """``query`` of trials, each row with its study's space_sha256."""
+    return query.add_columns(studies.c.space_sha256).join(studies, studies.c.id == trials_table.c.study_id)
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:

@@ -20,6 +20,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 
 from compileiq.errors import CompileIQError
+from compileiq.store.trust import lenient_json
 
 MIGRATIONS = Path(__file__).parent.with_name("migrations")
 _PG_SCHEMA_LOCK = 0x636F6D70  # advisory lock id serialising concurrent upgrades
@@ -35,8 +36,10 @@ def open_engine(url: str) -> Engine:
 
 
 def display(url: URL) -> str:
-    """``url`` without its password."""
-    return url.render_as_string(hide_password=True)
+    """``url`` fit to show or record: its password and every query value masked (any of them,
+    ``?password=`` or a token, may be a credential)."""
+    shown = url.set(query={}).render_as_string(hide_password=True)
+    return shown + ("?" + "&".join(f"{name}=***" for name in url.query) if url.query else "")
 
 
 @contextmanager
@@ -47,7 +50,9 @@ def transaction(engine: Engine, readonly: bool = False) -> Iterator[Connection]:
             conn.execution_options(compileiq_readonly=readonly)
             with conn.begin():
                 yield conn
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+    except sa.exc.IntegrityError:
+        raise  # a concurrent claim or import: the store handles it
+    except sa.exc.DBAPIError as exc:  # unreachable, not a database, damaged, a value too long...
         raise StoreError(f"database {display(engine.url)}: {_one_line(exc, engine.url)}") from None
 
 
@@ -79,7 +84,7 @@ def _parse_url(url: str) -> URL:
     try:
         return sa.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
-        raise StoreError(f"not a database URL: {_redact(url)}") from None
+        raise StoreError(f"not a database URL: {_unparsed(url)}") from None
 
 
 def _make_engine(url: URL) -> Engine:
@@ -88,7 +93,7 @@ def _make_engine(url: URL) -> Engine:
         if backend == "sqlite":
             return _sqlite_engine(url)
         args = {"connect_timeout": 10} if backend == "postgresql" else {}
-        return sa.create_engine(url, connect_args=args, pool_pre_ping=True)
+        return sa.create_engine(url, connect_args=args, pool_pre_ping=True, json_deserializer=lenient_json)
     except ImportError:
         raise StoreError(
             f"no database driver for {url.drivername}; for PostgreSQL: "
@@ -100,7 +105,12 @@ def _make_engine(url: URL) -> Engine:
 
 def _sqlite_engine(url: URL) -> Engine:
     database = url.database or ""
-    if database and database != ":memory:" and not database.startswith("file:"):
+    if database in ("", ":memory:") or "mode=memory" in database or url.query.get("mode") == "memory":
+        raise StoreError(
+            f"{display(url)} is an in-memory database, gone when this process ends; "
+            "give a file, e.g. sqlite:///store/compileiq.db"
+        )
+    if not database.startswith("file:"):
         folder = Path(database).expanduser().parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -108,7 +118,7 @@ def _sqlite_engine(url: URL) -> Engine:
             raise StoreError(
                 f"database {display(url)}: cannot create {folder}: {exc.strerror or exc}"
             ) from None
-    engine = sa.create_engine(url, connect_args={"timeout": 30})
+    engine = sa.create_engine(url, connect_args={"timeout": 30}, json_deserializer=lenient_json)
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
@@ -127,11 +137,20 @@ def _sqlite_engine(url: URL) -> Engine:
 
 
 def _redact(text: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+    """Text that may hold a URL: no password in user:password@."""
+    return re.sub(r"(://[^/?#@\s]*:)[^/?#\s]*@", r"\1***@", text)
+
+
+def _unparsed(url: str) -> str:
+    """A URL that did not parse: no password, nothing after a '?'."""
+    return _redact(re.sub(r"\?.*", "?***", url, flags=re.DOTALL))
 
 
 def _one_line(exc: sa.exc.DBAPIError, url: URL) -> str:
     text = " ".join(str(exc.orig or exc).split())
-    if url.password:
-        text = text.replace(str(url.password), "***")
+    secrets = [str(url.password)] if url.password else []
+    for value in url.query.values():
+        secrets += [v for v in ([value] if isinstance(value, str) else value) if len(v) > 2]
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
     return _redact(text)[:400]

@@ -18,8 +18,10 @@ from compileiq.records import (
     Trial,
     TrialState,
 )
+from compileiq.space import SearchSpace
 from compileiq.store.connect import StoreError
 from compileiq.store.schema import db_now
+from compileiq.store.trust import build_problem, measurement_problem, trial_problem
 
 _KEY_WORDS = {"source_sha256": "kernel source", "space_id": "search space"}
 _KEY_WORDS.update(space_sha256="version of the search space", arch="architecture")
@@ -37,18 +39,50 @@ def check_same_key(study: Study, key: StudyKey) -> None:
 
 
 def study_record(row: sa.RowMapping) -> Study:
-    key = StudyKey(**{name: row[name] for name in KEY_FIELDS})
-    return Study(id=row["id"], name=row["name"], key=key, created_at=utc(row["created_at"]))
+    """The row as a study; StoreError (one line) if it is damaged."""
+    texts = [row[name] for name in ("name", *KEY_FIELDS)]
+    try:
+        if not all(isinstance(text, str) for text in texts):
+            raise TypeError("its name or key is not text")
+        key = StudyKey(**{name: row[name] for name in KEY_FIELDS})
+        return Study(id=row["id"], name=row["name"], key=key, created_at=utc(row["created_at"]))
+    except TypeError as error:
+        raise StoreError(f"study {row['id']} in the database is damaged: {error}") from None
 
 
 def trial_record(row: sa.RowMapping) -> Trial:
     values = {f.name: row[f.name] for f in fields(Trial)}
     values.update(state=TrialState(row["state"]), retryable=bool(row["retryable"]))
     values.update(value=_float(row["value"]), compile_seconds=_float(row["compile_seconds"]))
-    values.update(config=dict(row["config"]), metrics=dict(row["metrics"] or {}))
+    values.update(config=_object(row["config"], "config"), metrics=_object(row["metrics"] or {}, "metrics"))
     finished = row["finished_at"]
     values.update(started_at=utc(row["started_at"]), finished_at=finished and utc(finished))
     return Trial(**values)
+
+
+def checked_trial(row: sa.RowMapping, space: SearchSpace | None) -> Trial | str:
+    """The row as a trial, or why it cannot be used (damaged, or its config is not in ``space``)."""
+    try:
+        trial = trial_record(row)
+    except (ValueError, TypeError, AttributeError, KeyError) as error:
+        return f"unreadable: {error}"
+    return trial_problem(trial, space) or trial
+
+
+def checked_build(row: sa.RowMapping) -> BuildRecord | str:
+    try:
+        build = build_record(row)
+    except (ValueError, TypeError, AttributeError) as error:
+        return f"unreadable: {error}"
+    return build_problem(build) or build
+
+
+def checked_measurement(row: sa.RowMapping) -> Measurement | str:
+    try:
+        measurement = measurement_record(row)
+    except (ValueError, TypeError, AttributeError) as error:
+        return f"unreadable: {error}"
+    return measurement_problem(measurement) or measurement
 
 
 def build_record(row: sa.RowMapping) -> BuildRecord:
@@ -79,9 +113,17 @@ def measurement_values(measurement: Measurement) -> dict[str, Any]:
 
 def utc(value: datetime) -> datetime:
     """Naive values (SQLite) are UTC already; aware ones are converted."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{value!r} is not a time")
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"its {what} is not a JSON object")
+    return value
 
 
 def _float(value: float | None) -> float | None:

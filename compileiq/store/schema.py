@@ -13,11 +13,34 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from compileiq.records import KEY_FIELDS, TrialState
 from compileiq.store.connect import StoreError
+from compileiq.store.trust import MALFORMED
 
 _meta = sa.MetaData()
 _TS = sa.DateTime(timezone=True)
+
+
+class _ReadableTime(sa.TypeDecorator[Any]):
+    """A timestamp that reads as MALFORMED when damaged (SQLite stores any text), never raises."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def result_processor(self, dialect: sa.Dialect, coltype: Any) -> Any:
+        inner = self.impl_instance.result_processor(dialect, coltype)
+        if inner is None:
+            return None
+
+        def process(value: Any) -> Any:
+            try:
+                return inner(value)
+            except (ValueError, TypeError):
+                return MALFORMED
+
+        return process
+
+
 _TYPES: dict[str, Any] = {"int": sa.Integer, "str": sa.String, "text": sa.Text, "float": sa.Float}
-_TYPES.update(bool=sa.Boolean, json=sa.JSON, time=_TS)
+_TYPES.update(bool=sa.Boolean, json=sa.JSON, time=_ReadableTime(timezone=True))
 
 
 def _table(name: str, **columns: str) -> sa.Table:

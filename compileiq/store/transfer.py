@@ -3,7 +3,7 @@ code, read or merged inside one transaction that the caller holds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -12,12 +12,11 @@ from sqlalchemy.engine import Connection
 
 from compileiq.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
 from compileiq.store.rows import (
-    build_record,
     check_same_key,
-    measurement_record,
+    checked_build,
+    checked_measurement,
     measurement_values,
     study_record,
-    trial_record,
 )
 from compileiq.store.schema import (
     MEASUREMENT_KEY,
@@ -29,18 +28,21 @@ from compileiq.store.schema import (
 )
 
 
-def export_rows(conn: Connection, study: Study) -> StudyExport:
-    """``study`` with all its trials, the builds and measurements of their machine code."""
+def export_rows(
+    conn: Connection, study: Study, usable: Callable[[Iterable[sa.RowMapping]], list[Trial]]
+) -> StudyExport:
+    """``study`` with all its ``usable`` trials, the builds and measurements of their machine code."""
     t = trials_table.c
-    query = sa.select(trials_table).where(t.study_id == study.id).order_by(t.number)
-    trials = tuple(trial_record(row) for row in conn.execute(query).mappings())
+    query = sa.select(trials_table, studies.c.space_sha256).join(studies, studies.c.id == t.study_id)
+    trials = tuple(usable(conn.execute(query.where(t.study_id == study.id).order_by(t.number)).mappings()))
     hashes = sorted({trial.code_hash for trial in trials if trial.code_hash})
     build_query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
     build_query = build_query.where(builds.c.code_hash.in_(hashes)).order_by(builds.c.key)
-    found = tuple(build_record(row) for row in conn.execute(build_query).mappings())
+    found = tuple(b for row in conn.execute(build_query).mappings() if isinstance(b := checked_build(row), BuildRecord))
     m = measurements.c
     query = sa.select(measurements).where(m.code_hash.in_(hashes)).order_by(m.id)
-    timed = tuple(measurement_record(row) for row in conn.execute(query).mappings())
+    rows = conn.execute(query).mappings()
+    timed = tuple(timing for row in rows if isinstance(timing := checked_measurement(row), Measurement))
     return StudyExport(study.name, study.key, trials, found, timed)
 
 

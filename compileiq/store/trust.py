@@ -1,0 +1,148 @@
+"""Rows from a shared database or an export file are untrusted: what one must look like before
+anything uses it. A row that does not is skipped with its reason, never a crash."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from typing import Any
+
+from compileiq.records import BuildRecord, Measurement, StudyKey, Trial, TrialState
+from compileiq.space import Config, SearchSpace, SpaceError, load_space
+
+_HASH = re.compile(r"[0-9A-Za-z]{1,128}")
+_SPACE_ID = re.compile(r"nvcc-(?P<version>[\w.]+)\+ptxas-(?P=version)")
+_DEFINE = "define."
+_DEFINE_VALUE = re.compile(r"[\w.+-]{1,64}")  # a macro value from a file: no shell text
+
+
+class Malformed:
+    """A stored JSON or time value that could not be read (damaged, or nested too deeply)."""
+
+    def __repr__(self) -> str:
+        return "<unreadable>"
+
+
+MALFORMED = Malformed()
+
+
+def lenient_json(text: str | bytes) -> Any:
+    """``json.loads``, but MALFORMED for damaged or too deeply nested JSON (never an exception)."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return MALFORMED
+
+
+def trial_problem(trial: Trial, space: SearchSpace | None = None) -> str | None:
+    """Why ``trial`` cannot be used (None if it can): a config that is not a flat object, a
+    result of the wrong type; given a ``space``, a config that does not fit it or whose key is
+    not its canonical JSON."""
+    if not isinstance(trial.config, dict):
+        return "its config is not a JSON object"
+    try:
+        config = Config.of(trial.config)
+    except SpaceError as error:
+        return f"its config: {error}"
+    if space is not None:
+        if config.key != trial.config_key:
+            return "its config_key does not match its config"
+        try:
+            space.validate(config)
+        except SpaceError as error:
+            return f"its config is not in the search space: {error}"
+    return _result_problem(trial)
+
+
+def _result_problem(trial: Trial) -> str | None:
+    if not isinstance(trial.metrics, dict):
+        return "its metrics are not a JSON object"
+    if trial.state is TrialState.COMPLETE and not _finite(trial.value):
+        return f"a complete trial with value {trial.value!r}"
+    if trial.value is not None and not _finite(trial.value):
+        return f"value {trial.value!r} is not a finite number"
+    if trial.code_hash is not None and not _is_hash(trial.code_hash):
+        return "its code_hash is not a hash"
+    if trial.compile_seconds is not None and not (_finite(trial.compile_seconds) and trial.compile_seconds >= 0):
+        return f"compile_seconds {trial.compile_seconds!r} is not a duration"
+    if not all(isinstance(v, str | None) for v in (trial.reason, trial.worker or "")):
+        return "its reason or worker is not text"
+    return None
+
+
+def build_problem(build: BuildRecord) -> str | None:
+    if not (_is_hash(build.key) and (build.code_hash is None or _is_hash(build.code_hash))):
+        return "its key or code_hash is not a hash"
+    if not isinstance(build.metrics, dict) or not isinstance(build.message, str) or not isinstance(build.ok, bool):
+        return "its metrics, message or ok flag has the wrong type"
+    return None if _finite(build.seconds) else f"seconds {build.seconds!r} is not a number"
+
+
+def measurement_problem(measurement: Measurement) -> str | None:
+    if not (_is_hash(measurement.code_hash) and _is_hash(measurement.harness_args_hash)):
+        return "its code_hash or harness_args_hash is not a hash"
+    if not all(isinstance(v, str) for v in (measurement.device, measurement.driver, measurement.status)):
+        return "its device, driver or status is not text"
+    numbers = (*measurement.samples, *measurement.clocks)
+    return None if all(_finite(v) for v in numbers) else "a sample or clock is not a finite number"
+
+
+def export_space(key: StudyKey, names: list[str]) -> SearchSpace | None:
+    """The space a study's config with ``names`` was drawn from, as far as this install knows it:
+    the bundled space of ``key.space_id`` cut to ``names``, each ``define.NAME`` as any value.
+    None when this install has no such space (the rows are then checked for shape only)."""
+    full = _bundled(key.space_id)
+    if full is None:
+        return None
+    try:
+        own = [name for name in names if not name.startswith(_DEFINE)]
+        return full.select(allow_numerics=True, allow_semantics=True, only=own)
+    except SpaceError:
+        return full  # an unknown name: validating against the whole space names it
+
+
+@functools.lru_cache(maxsize=8)
+def _bundled(space_id: str) -> SearchSpace | None:
+    """The whole bundled space called ``space_id`` ("nvcc-V+ptxas-V"), if this install has it."""
+    match = _SPACE_ID.fullmatch(space_id)
+    if match is None:
+        return None
+    try:
+        full = load_space(match["version"])
+    except SpaceError:
+        return None
+    return full if full.id == space_id else None
+
+
+def check_in_export(trial: Trial, key: StudyKey) -> str | None:
+    """``trial_problem`` for a trial of an export: its config must fit the bundled space of the
+    study's space_id (its macros as given), and with no macros hash to the study's space."""
+    problem = trial_problem(trial)
+    if problem is not None or not isinstance(trial.config, dict):
+        return problem
+    if Config.of(trial.config).key != trial.config_key:
+        return "its config_key does not match its config"
+    space = export_space(key, list(trial.config))
+    if space is None:
+        return None
+    defines = {n[len(_DEFINE) :]: [v] for n, v in trial.config.items() if n.startswith(_DEFINE)}
+    if any(not _DEFINE_VALUE.fullmatch(str(v)) for (v,) in defines.values()):
+        return "its config sets a macro to a value that is not a plain word or number"
+    try:
+        space = space.with_defines(defines) if defines else space
+    except SpaceError as error:
+        return f"its config: {error}"
+    problem = trial_problem(trial, space)
+    if problem is None and not defines and space.sha256 != key.space_sha256:
+        return "its config's parameters are not those of the study's search space"
+    return problem
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_hash(value: Any) -> bool:
+    return isinstance(value, str) and _HASH.fullmatch(value) is not None

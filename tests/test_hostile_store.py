@@ -1,0 +1,541 @@
+"""Hostile and broken input on the database side, through the real `compileiq` command:
+credentials in URLs, damaged or in-memory SQLite databases, unreachable servers, hostile export
+files (deep JSON, gzip bombs), forged rows in a shared database or an export file, and the
+PostgreSQL store holding default-space studies.
+
+Each bad input: a non-zero exit with one error line (no traceback) and no secret in the output,
+and what the database held before is still there; a forged row is skipped or rejected, never a
+crash.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import sqlite3
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from helpers import TINY_KERNEL, CliResult, run_cli
+
+from compileiq import exchange
+from compileiq.store import Store, StudyKey, TrialState
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "Hush7Secret"
+TABLES = ("studies", "trials", "builds", "measurements")
+ONLY = "ptxas.opt_level,ptxas.register_usage_level"
+TINY_TUNE = ["tune", "scale.cu", "--workers", "local", "--json", "--budget", "4", "--batch-size", "4",
+             "--no-simplify", "--study", "scale", "--only", ONLY]  # fmt: skip
+
+
+def one_line_error(result: CliResult, code: int | None = None) -> str:
+    """The single error line of a failed command (no traceback, no secret)."""
+    context = result.describe()
+    assert "Traceback" not in result.output, context
+    assert result.returncode != 0 if code is None else result.returncode == code, context
+    assert len(result.stderr_lines) == 1 and result.stderr_lines[0].startswith("error: "), context
+    assert SECRET not in result.output, context
+    return result.stderr_lines[0]
+
+
+def counts(url: str) -> dict[str, int]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar_one() for t in TABLES}
+    finally:
+        engine.dispose()
+
+
+def in_parallel(jobs: dict[str, Callable[[], CliResult]]) -> dict[str, CliResult]:
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace with a tiny kernel tuned into `tuned.db` (study "scale") and its export."""
+    ws = tmp_path_factory.mktemp("hostile-store")
+    (ws / "scale.cu").write_text(TINY_KERNEL)
+    done = run_cli([*TINY_TUNE, "--db", f"sqlite:///{ws}/tuned.db"], cwd=ws)
+    assert done.returncode == 0, done.describe()
+    exported = run_cli(["db", "export", "scale", "-o", "scale.json", "--db", f"sqlite:///{ws}/tuned.db"], cwd=ws)
+    assert exported.returncode == 0, exported.describe()
+    return ws
+
+
+# -- 1. credentials in a URL are never shown nor written --------------------------------------
+
+URLS = {
+    "user-password": f"postgresql+psycopg://team:{SECRET}@127.0.0.1:1/tuning",
+    "query-password": f"postgresql+psycopg://team@127.0.0.1:1/tuning?password={SECRET}",
+    "query-and-user-password": f"postgresql+psycopg://team:{SECRET}x@127.0.0.1:1/t?password={SECRET}&application_name=ci",
+    "query-sslmode-echoed": f"postgresql+psycopg://team@127.0.0.1:1/tuning?sslmode={SECRET}",
+    "query-token": f"postgresql+psycopg://team@127.0.0.1:1/tuning?options=-c%20token%3D{SECRET}",
+    "unparsable-port": f"postgresql+psycopg://team:{SECRET}@127.0.0.1:bad/t?password={SECRET}",
+    "unknown-driver": f"nosuchdb://team:{SECRET}@127.0.0.1/t?token={SECRET}",
+    "at-in-password": f"postgresql+psycopg://team:{SECRET}@x@127.0.0.1:1/tuning",
+}
+URL_COMMANDS = {
+    "show": ["show"],
+    "upgrade": ["db", "upgrade"],
+    "import": ["db", "import", "scale.json"],
+    "export": ["db", "export", "scale", "-o", "out.json"],
+    "tune": TINY_TUNE,
+}
+
+
+def _url_command(index: int) -> list[str]:
+    return list(URL_COMMANDS.values())[index % len(URL_COMMANDS)]
+
+
+@pytest.fixture(scope="module")
+def url_results(tuned: Path) -> dict[str, CliResult]:
+    jobs = {name: lambda u=url, i=index: run_cli([*_url_command(i), "--db", u], cwd=tuned)
+            for index, (name, url) in enumerate(URLS.items())}  # fmt: skip
+    return in_parallel(jobs)
+
+
+@pytest.mark.parametrize("name", list(URLS))
+def test_a_url_credential_never_shows_in_an_error(url_results: dict[str, CliResult], name: str) -> None:
+    line = one_line_error(url_results[name])
+    assert "127.0.0.1" in line or "nosuchdb" in line or "not a database URL" in line
+
+
+@pytest.mark.postgres
+def test_db_upgrade_output_hides_a_password_in_the_query(postgres_url: str, tmp_path: Path) -> None:
+    url = sa.make_url(postgres_url)
+    password = str(url.password)
+    in_query = url.set(password=None, query={"password": password, "application_name": SECRET})
+    result = run_cli(["db", "upgrade", "--db", in_query.render_as_string(hide_password=False)], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "schema at revision 0003" in result.stdout
+    assert password not in result.output and SECRET not in result.output, result.describe()
+
+
+def test_the_acf_records_no_query_parameter(tuned: Path, tmp_path: Path) -> None:
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    url = f"sqlite:///{tmp_path}/q.db?secret_token={SECRET}&password={SECRET}"
+    result = run_cli([*TINY_TUNE, "--db", url, "--out", "scale.acf.toml"], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    acf = (tmp_path / "scale.acf.toml").read_text()
+    assert SECRET not in acf and SECRET not in result.stdout, acf
+    assert f'database = "sqlite:///{tmp_path}/q.db?' in acf
+
+
+# -- 2. a database that cannot hold a study -----------------------------------------------------
+
+def _damaged_databases(ws: Path, good: Path) -> dict[str, Path]:
+    data = good.read_bytes()
+    files = {
+        "random-bytes": bytes(range(256)) * 40,
+        "text-file": b"just some notes, not a database\n" * 50,
+        "truncated-half": data[: len(data) // 2],
+        "header-only": data[:100],
+        "zeroed-pages": data[:100] + b"\0" * (len(data) - 100),
+        "gzip-of-a-db": gzip.compress(data),
+    }
+    paths = {}
+    for name, content in files.items():
+        paths[name] = ws / f"damaged-{name}.db"
+        paths[name].write_bytes(content)
+    return paths
+
+
+DAMAGED = {  # each damaged file, and the command that meets it
+    "random-bytes": ["tune", *TINY_TUNE[1:]],
+    "text-file": ["show"],
+    "truncated-half": ["db", "import", "scale.json"],
+    "header-only": ["show", "scale"],
+    "zeroed-pages": ["db", "upgrade"],
+    "gzip-of-a-db": ["db", "export", "scale", "-o", "never.json"],
+}
+
+
+@pytest.fixture(scope="module")
+def damaged_results(tuned: Path) -> dict[str, tuple[CliResult, bytes, bytes]]:
+    paths = _damaged_databases(tuned, tuned / "tuned.db")
+    before = {name: paths[name].read_bytes() for name in DAMAGED}
+    jobs = {name: lambda n=name: run_cli([*DAMAGED[n], "--db", f"sqlite:///{paths[n]}"], cwd=tuned) for name in DAMAGED}
+    results = in_parallel(jobs)
+    return {name: (results[name], before[name], paths[name].read_bytes()) for name in DAMAGED}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_a_damaged_sqlite_file_is_one_line_and_left_as_it_was(damaged_results: dict, tuned: Path, name: str) -> None:
+    result, before, after = damaged_results[name]
+    line = one_line_error(result, 1)
+    assert "database" in line, result.describe()
+    assert after == before
+    assert not (tuned / "never.json").exists()
+
+
+@pytest.mark.parametrize(("url", "args"), [
+    ("sqlite://", TINY_TUNE),
+    ("sqlite:///:memory:", ["db", "import", "scale.json"]),
+    ("sqlite:///file:x?mode=memory&uri=true", ["show"]),
+], ids=["empty-tune", "memory-import", "uri-memory-show"])  # fmt: skip
+def test_an_in_memory_database_is_refused(tuned: Path, url: str, args: list[str]) -> None:
+    line = one_line_error(run_cli([*args, "--db", url], cwd=tuned), 1)
+    assert "in-memory" in line
+
+
+# -- 3. hostile export files --------------------------------------------------------------------
+
+def _gzip_stream(size: int, chunk: bytes = b"\0" * 2**20) -> bytes:
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [deflate.compress(chunk) for _ in range(size // len(chunk))]
+    return b"".join([*parts, deflate.flush()])
+
+
+def _hostile_files(ws: Path, good: bytes) -> dict[str, Path]:
+    deep = b"[" * 200_000 + b"]" * 200_000
+    deep_payload = json.loads(good)
+    nested: object = 1
+    for _ in range(900):
+        nested = [nested]
+    deep_payload["payload"]["trials"][0]["metrics"] = {"x": nested}
+    files = {
+        "deep-json": deep,
+        "deep-json-gz": gzip.compress(deep),
+        "deep-object": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        "deep-inside-valid-document": json.dumps(deep_payload).encode(),
+        "gzip-bomb": _gzip_stream(exchange.MAX_BYTES + 2**21),
+        "gzip-bomb-of-json": _gzip_stream(exchange.MAX_BYTES + 2**21, b"[1," * 2**18),
+        "gzip-trailing-garbage": gzip.compress(good) + b"garbage after the stream",
+        "gzip-header-only": gzip.compress(good)[:10],
+        "empty": b"",
+        "json-null": b"null",
+        "json-array": b"[]",
+        "nul-bytes": b"\0" * 4096,
+    }
+    paths = {}
+    for name, content in files.items():
+        paths[name] = ws / f"hostile-{name}.json"
+        paths[name].write_bytes(content)
+    return paths
+
+
+HOSTILE_FILES = ("deep-json", "deep-json-gz", "deep-object", "deep-inside-valid-document", "gzip-bomb",
+                 "gzip-bomb-of-json", "gzip-trailing-garbage", "gzip-header-only", "empty", "json-null",
+                 "json-array", "nul-bytes")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hostile_file_results(tuned: Path) -> dict[str, tuple[CliResult, dict[str, int], dict[str, int]]]:
+    paths = _hostile_files(tuned, (tuned / "scale.json").read_bytes())
+    urls = {}
+    for name in HOSTILE_FILES:
+        shutil.copyfile(tuned / "tuned.db", tuned / f"target-{name}.db")
+        urls[name] = f"sqlite:///{tuned}/target-{name}.db"
+    before = {name: counts(url) for name, url in urls.items()}
+    results = in_parallel({name: lambda n=name: run_cli(["db", "import", str(paths[n]), "--db", urls[n]], cwd=tuned)
+                           for name in HOSTILE_FILES})  # fmt: skip
+    return {name: (results[name], before[name], counts(urls[name])) for name in HOSTILE_FILES}
+
+
+@pytest.mark.parametrize("name", HOSTILE_FILES)
+def test_a_hostile_export_file_is_one_line_and_changes_nothing(hostile_file_results: dict, name: str) -> None:
+    result, before, after = hostile_file_results[name]
+    line = one_line_error(result, 2)
+    if name.startswith("gzip-bomb"):
+        assert "MiB" in line, line
+    if name.startswith("deep"):
+        assert "nested too deeply" in line or "checksum" in line, line
+    assert after == before
+
+
+# -- 4. forged rows: in an export file, and in a shared database --------------------------------
+
+def _resealed(document: dict) -> str:
+    payload = document["payload"]
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return json.dumps({**document, "sha256": hashlib.sha256(text.encode()).hexdigest()})
+
+
+def _key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def _forge_trial(trial: dict, how: str) -> dict:
+    config = dict(trial["config"])
+    forged = dict(trial, value=-1.0, state="complete")
+    if how == "unknown-parameter":
+        config["ptxas.bogus"] = 1
+    elif how == "value-outside-space":
+        config["ptxas.opt_level"] = 99
+    elif how == "wrong-value-type":
+        config["ptxas.opt_level"] = "3"
+    elif how == "define-with-shell-text":
+        config["define.X"] = "1;touch${IFS}/tmp/pwned"
+    elif how == "nested-config-value":
+        config["ptxas.opt_level"] = {"deep": [1]}
+    elif how == "missing-parameter":
+        config.pop("ptxas.opt_level")
+    elif how == "extra-parameter-of-the-space":
+        config["nvcc.use_fast_math"] = True
+    forged["config"] = config
+    forged["config_key"] = _key(config) if isinstance(config, dict) else "x"
+    if how == "key-does-not-match":
+        forged["config_key"] = _key({**config, "ptxas.opt_level": (config["ptxas.opt_level"] + 1) % 4})
+    elif how == "value-not-a-number":
+        forged["value"] = "fast"
+    elif how == "value-infinite":
+        forged["value"] = float("-inf")
+    elif how == "metrics-a-list":
+        forged["metrics"] = [1, 2]
+    elif how == "state-unknown":
+        forged["state"] = "winner"
+    elif how == "time-not-a-time":
+        forged["started_at"] = "yesterday"
+    elif how == "code-hash-huge":
+        forged["code_hash"] = "a" * 100_000
+    elif how == "duplicate-of-a-good-row":
+        forged = dict(trial, value=-1.0)
+    return forged
+
+
+FORGED_IN_FILE = ("unknown-parameter", "value-outside-space", "wrong-value-type", "define-with-shell-text",
+                  "nested-config-value", "missing-parameter", "extra-parameter-of-the-space",
+                  "key-does-not-match", "value-not-a-number", "value-infinite", "metrics-a-list",
+                  "state-unknown", "time-not-a-time", "code-hash-huge", "duplicate-of-a-good-row")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def forged_import(tuned: Path) -> tuple[CliResult, Path, int]:
+    """Import one export holding the good trials and one forged trial per FORGED_IN_FILE."""
+    document = json.loads((tuned / "scale.json").read_text())
+    good = document["payload"]["trials"]
+    forged = [_forge_trial(good[-1], how) for how in FORGED_IN_FILE]
+    document["payload"]["trials"] = [*good, *forged]
+    (tuned / "forged.json").write_text(_resealed(document))
+    result = run_cli(["db", "import", "forged.json", "--db", f"sqlite:///{tuned}/forged.db"], cwd=tuned)
+    return result, tuned / "forged.db", len(good)
+
+
+def test_forged_rows_in_an_export_are_counted_and_the_rest_imported(forged_import: tuple, tuned: Path) -> None:
+    result, db, _ = forged_import
+    assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+    assert f"{len(FORGED_IN_FILE)} rows of the file rejected" in result.stdout, result.describe()
+    trials = json.loads((tuned / "scale.json").read_text())["payload"]["trials"]
+    finished = [t for t in trials if t["state"] == "complete" or (t["state"] == "failed" and not t["retryable"])]
+    with sqlite3.connect(db) as conn:
+        values = [row[0] for row in conn.execute("SELECT value FROM trials")]
+    assert len(values) == len(finished) and -1.0 not in values
+
+
+@pytest.mark.parametrize("how", FORGED_IN_FILE)
+def test_each_forged_row_of_an_export_is_named(forged_import: tuple, how: str) -> None:
+    result, _, good = forged_import
+    number = good + FORGED_IN_FILE.index(how) + 1
+    assert f"  trial {number}: " in result.stdout, result.describe()
+
+
+def _forged_row(how: str, index: int) -> dict[str, object]:
+    valid = {"ptxas.opt_level": 1, "ptxas.register_usage_level": index}  # distinct keys
+    values: dict[str, object] = {"config": json.dumps(valid), "config_key": _key(valid), "state": "complete",
+                                 "value": -1.0, "metrics": "{}", "started_at": "2026-11-30 10:00:00.000"}  # fmt: skip
+    if how == "config-outside-space":
+        values.update(config=json.dumps({**valid, "ptxas.opt_level": 42}), config_key=_key({**valid, "ptxas.opt_level": 42}))
+    elif how == "config-unknown-parameter":
+        values.update(config=json.dumps({"ptxas.nope": 1}), config_key=_key({"ptxas.nope": 1}))
+    elif how == "config-key-mismatch":
+        values.update(config=json.dumps({**valid, "ptxas.opt_level": 0}))
+    elif how == "config-not-json":
+        values["config"] = "{not json"
+    elif how == "config-a-list":
+        values["config"] = "[1, 2]"
+    elif how == "config-deeply-nested":
+        values["config"] = "[" * 5000 + "]" * 5000
+    elif how == "metrics-not-json":
+        values["metrics"] = '{"spill_bytes": '
+    elif how == "state-unknown":
+        values["state"] = "winner"
+    elif how == "value-text":
+        values["value"] = "fast"
+    elif how == "value-missing":
+        values["value"] = None
+    elif how == "time-garbage":
+        values["started_at"] = "last tuesday"
+    elif how == "baseline-damaged":  # the default config's row, unreadable: it is evaluated again
+        default = {"ptxas.opt_level": 3, "ptxas.register_usage_level": 5}
+        values.update(config=json.dumps(default), config_key=_key(default), metrics="{oops")
+    return values
+
+
+def _insert_forged(db: Path, hows: tuple[str, ...]) -> dict[str, int]:
+    """Write forged rows straight into the shared database, as another client could; their numbers."""
+    numbers = {}
+    with sqlite3.connect(db) as conn:
+        study_id, number = conn.execute("SELECT id, next_number FROM studies WHERE name = 'scale'").fetchone()
+        for index, how in enumerate(hows):
+            values = _forged_row(how, index)
+            conn.execute("DELETE FROM trials WHERE study_id = ? AND config_key = ?", (study_id, values["config_key"]))
+            conn.execute(
+                "INSERT INTO trials (study_id, number, config_key, config, state, value, reason, retryable, metrics,"
+                " code_hash, compile_seconds, worker, started_at, heartbeat_at, finished_at) VALUES (:study_id,"
+                " :number, :config_key, :config, :state, :value, NULL, 0, :metrics, NULL, 0.1, 'mallory:1',"
+                " :started_at, :started_at, :started_at)",
+                {**values, "study_id": study_id, "number": number + index},
+            )
+            numbers[how] = number + index
+        conn.execute("UPDATE studies SET next_number = ? WHERE id = ?", (number + len(hows), study_id))
+    return numbers
+
+
+FORGED_IN_DB = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch", "config-not-json",
+                "config-a-list", "config-deeply-nested", "metrics-not-json", "state-unknown", "value-text",
+                "value-missing", "time-garbage")  # fmt: skip
+SPACE_LEVEL = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch")
+SHARED = {"many": FORGED_IN_DB, "baseline": ("baseline-damaged",)}
+
+
+@pytest.fixture(scope="module")
+def forged_runs(tuned: Path) -> dict[str, tuple[CliResult, CliResult, int, int, dict[str, int]]]:
+    jobs: dict[str, Callable[[], CliResult]] = {}
+    numbers, before = {}, {}
+    for name, hows in SHARED.items():
+        db = tuned / f"shared-{name}.db"
+        shutil.copyfile(tuned / "tuned.db", db)
+        numbers[name] = _insert_forged(db, hows)
+        before[name] = _rows(db)
+        budget = [a if a != "4" else "8" for a in TINY_TUNE]
+        jobs[f"{name}-tune"] = lambda d=db, b=budget, n=name: run_cli(
+            [*b, "--db", f"sqlite:///{d}", "--out", f"{n}.acf.toml"], cwd=tuned)
+        jobs[f"{name}-show"] = lambda d=db: run_cli(["show", "scale", "--json", "--db", f"sqlite:///{d}"], cwd=tuned)
+    results = in_parallel(jobs)
+    return {name: (results[f"{name}-tune"], results[f"{name}-show"], before[name], _rows(tuned / f"shared-{name}.db"),
+                   numbers[name]) for name in SHARED}  # fmt: skip
+
+
+def _rows(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT count(*) FROM trials").fetchone()[0])
+
+
+@pytest.mark.parametrize("name", list(SHARED))
+def test_forged_rows_in_a_shared_database_are_skipped_not_a_crash(forged_runs: dict, tuned: Path, name: str) -> None:
+    tune, show, before, after, _ = forged_runs[name]
+    for result in (tune, show):
+        assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+        assert "warning: skipped trial" in result.stderr, result.describe()
+    best = json.loads(tune.stdout)["best"]
+    assert best["value"] != -1.0, tune.stdout  # the forged "winner" is not believed
+    assert sorted(best["config"]) == sorted(ONLY.split(",")) and best["config"]["ptxas.opt_level"] in range(4)
+    assert "mallory" not in (tuned / f"{name}.acf.toml").read_text()
+    assert after >= before  # the forged rows stay (or are evaluated afresh); nothing is lost
+
+
+@pytest.mark.parametrize("how", [*FORGED_IN_DB, "baseline-damaged"])
+def test_each_forged_row_in_a_shared_database_is_reported(forged_runs: dict, how: str) -> None:
+    name = "many" if how in FORGED_IN_DB else "baseline"
+    tune, show, *_, numbers = forged_runs[name]
+    assert f"skipped trial #{numbers[how]} of study" in tune.stderr, tune.describe()
+    if how not in SPACE_LEVEL:  # `show` knows no search space: it skips only what it cannot read
+        assert f"skipped trial #{numbers[how]} of study" in show.stderr, show.describe()
+
+
+# -- 5. PostgreSQL holds default-space studies -------------------------------------------------
+
+SPILL_HEAVY = REPO / "kernels" / "spill_heavy" / "spill_heavy.cu"
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_postgres_tunes_the_default_space_and_imports_a_sqlite_export(postgres_url: str, tmp_path: Path) -> None:
+    """No --only: configs of the whole default space (keys of ~400 characters) in PostgreSQL,
+    by a real tune and by importing a SQLite study of the same space."""
+    tune = ["tune", str(SPILL_HEAVY), "--objective", "spills", "--workers", "local", "--json", "--budget", "8",
+            "--no-simplify"]  # fmt: skip
+    team = run_cli([*tune, "--db", postgres_url], cwd=tmp_path)
+    assert team.returncode == 0, team.describe()
+    laptop_db = f"sqlite:///{tmp_path}/laptop.db"
+    laptop = run_cli([*tune, "--seed", "7", "--study", "laptop", "--db", laptop_db], cwd=tmp_path)
+    assert laptop.returncode == 0, laptop.describe()
+    exported = run_cli(["db", "export", "laptop", "-o", "laptop.json.gz", "--db", laptop_db], cwd=tmp_path)
+    assert exported.returncode == 0, exported.describe()
+    imported = run_cli(["db", "import", "laptop.json.gz", "--db", postgres_url], cwd=tmp_path)
+    assert imported.returncode == 0 and "created study laptop: 8 trials added" in imported.stdout, imported.describe()
+    assert "rejected" not in imported.stdout
+    store = Store.open(postgres_url)
+    try:
+        keys = [t.config_key for s in store.list_studies() for t in store.trials(s.id)]
+    finally:
+        store.close()
+    assert len(keys) >= 16 and max(len(k) for k in keys) > 200
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_every_bundled_kernel_tunes_its_default_space_in_postgres(postgres_url: str, tmp_path: Path) -> None:
+    kernels = sorted(REPO.glob("kernels/*/*.cu"))
+    assert len(kernels) >= 5
+
+    def tune(kernel: Path) -> CliResult:
+        return run_cli(["tune", str(kernel), "--workers", "local", "--json", "--budget", "3", "--batch-size", "3",
+                        "--no-simplify", "--out", f"{kernel.stem}.acf.toml", "--db", postgres_url], cwd=tmp_path)  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(tune, kernels))
+    for kernel, result in zip(kernels, results, strict=True):
+        assert result.returncode == 0, f"{kernel.name}: {result.describe()}"
+        assert json.loads(result.stdout)["counters"]["new_trials"] >= 1
+
+
+KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "sm_90", "static", "spills")
+
+
+def _at_previous_head(url: str) -> None:
+    """A database made by the release before 0003: schema at 0002, with a study and a trial."""
+    from alembic import command
+    from alembic.config import Config
+
+    from compileiq.store import MIGRATIONS
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS))
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0002")
+            conn.exec_driver_sql(
+                "INSERT INTO studies (name, kernel, source_sha256, space_id, space_sha256, toolchain, arch, evaluator,"
+                " objective, next_number) VALUES ('old', 'saxpy', 'a', 's', 'b', 't', 'sm_90', 'static', 'spills', 1)"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO trials (study_id, number, config_key, config, state, retryable, metrics, worker)"
+                " VALUES (1, 0, 'k', '{\"a\": 1}', 'failed', false, '{}', 'w')"
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_database_at_the_previous_head_upgrades_in_place(backend: str, request: pytest.FixtureRequest,
+                                                           tmp_path: Path) -> None:  # fmt: skip
+    url = f"sqlite:///{tmp_path}/old.db" if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
+    _at_previous_head(url)
+    result = run_cli(["db", "upgrade", "--db", url], cwd=tmp_path)
+    assert result.returncode == 0 and "schema at revision 0003" in result.stdout, result.describe()
+    store = Store.open(url)
+    try:
+        old = store.find_study("old")
+        assert [t.config_key for t in store.trials(old.id)] == ["k"]
+        long_name = "n" * 300
+        study = store.get_or_create_study(KEY, long_name)
+        config = {f"nvcc.option_{i:03d}": "value" for i in range(40)}
+        trial = store.claim_trial(study.id, _key(config), config, "w" * 300)
+        assert trial is not None and len(trial.config_key) > 200
+        assert store.find_study(long_name).name == long_name
+        assert store.trials(study.id)[0].state is TrialState.RUNNING
+    finally:
+        store.close()
