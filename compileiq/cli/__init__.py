@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -135,11 +134,13 @@ def flags(
     acf_file: Annotated[Path, typer.Argument(metavar="FILE", help="An .acf.toml written by `compileiq tune`.")],
     stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
     arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
+    fmt: Annotated[str, typer.Option("--format", help="args (shell words) | optf (nvcc --options-file) | cmake | bazel | json")] = "args",
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
-    if stage not in ("all", "frontend", "ptxas"):
-        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
-    print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
+    from compileiq import flag_formats
+
+    text = flag_formats.render(app.read_acf(acf_file), fmt, stage, with_arch=arch)
+    print(text, end="" if text.endswith("\n") else "\n")
 
 
 @cli.command()
@@ -256,6 +257,14 @@ def report(
         store.close()
     for path in written:
         out.print(f"wrote {path}", markup=False)
+
+
+@cli.command("cmake-dir")
+def cmake_dir() -> None:
+    """Print the directory of compileiq's CMake package: find_package(compileiq CONFIG PATHS "$(compileiq cmake-dir)")."""
+    from compileiq.flag_formats import cmake_dir as package_cmake_dir
+
+    print(package_cmake_dir())
 
 
 def _names(text: str | None) -> tuple[str, ...]:

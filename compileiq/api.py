@@ -1,0 +1,179 @@
+"""The Python API for scripts and notebooks: tune a kernel, read an ACF, format its flags, gate.
+
+    import compileiq
+    result = compileiq.tune("kernels/spill_heavy/spill_heavy.cu", objective="spills", budget=8,
+                            workers="local")
+    print(result.best_value, result.flags, result.acf_path)
+
+A thin layer over `compileiq.app` (what the command line calls): the same options, defaults,
+checks and one-line errors (compileiq.errors.UsageError), with frozen typed results and no
+progress display (pass `on_trial` to follow a run).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from compileiq import app, flag_formats
+from compileiq.acf import Acf
+from compileiq.records import Trial
+from compileiq.runner import Outcome, SilentProgress
+
+if TYPE_CHECKING:
+    from compileiq.gate import GateReport
+
+_DEFAULTS = app.TuneOptions(kernel=Path())
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial of a study, read-only."""
+
+    number: int
+    state: str  # "complete", "failed" or "running"
+    value: float | None  # the objective (lower is better); None when the trial failed
+    config: Mapping[str, Any]  # parameter name -> value
+    metrics: Mapping[str, Any]  # spill_bytes, registers, occupancy, ... as measured
+    reason: str | None  # why it failed
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "complete"
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What `tune` found: the chosen settings, their value against the compiler defaults, every
+    trial of the study, and the ACF that records them."""
+
+    kernel: str
+    objective: str
+    study: str  # the study's name (`compileiq show STUDY`)
+    database: str  # where the study is kept (password hidden)
+    acf_path: Path
+    flags: tuple[str, ...]  # the chosen settings as nvcc arguments (with -arch=)
+    best: TrialRow  # the trial the ACF records (the search's winner, simplified)
+    baseline: TrialRow  # the compiler defaults
+    trials: tuple[TrialRow, ...]
+
+    @property
+    def best_config(self) -> Mapping[str, Any]:
+        return self.best.config
+
+    @property
+    def best_value(self) -> float | None:
+        return self.best.value
+
+    @property
+    def baseline_value(self) -> float | None:
+        return self.baseline.value
+
+    @property
+    def improved(self) -> bool:
+        return self.best_value is not None and self.baseline_value is not None and self.best_value < self.baseline_value
+
+
+def tune(
+    kernel: PathLike,
+    *,
+    objective: str = _DEFAULTS.objective,
+    budget: int = _DEFAULTS.budget,
+    strategy: str = _DEFAULTS.strategy,
+    seed: int = _DEFAULTS.seed,
+    surrogate: str = _DEFAULTS.surrogate,
+    batch_size: int = _DEFAULTS.batch_size,
+    out: PathLike | None = None,
+    db: str | None = None,
+    study: str | None = None,
+    workers: str = _DEFAULTS.workers,
+    ray_address: str | None = None,
+    resume: bool = False,
+    arch: str | None = None,
+    allow_numerics: bool = False,
+    allow_semantics: bool = False,
+    only: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    simplify: bool = _DEFAULTS.simplify,
+    program: bool = False,
+    metric_regex: str | None = None,
+    on_trial: Callable[[TrialRow], None] | None = None,
+) -> TuneResult:
+    """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
+    `compileiq tune` does with the same options; `on_trial` is called with each finished trial."""
+    options = app.TuneOptions(
+        kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
+        surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
+        study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
+        allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
+        exclude=_names(exclude), simplify=simplify, program=program, metric_regex=metric_regex,
+    )  # fmt: skip
+    report = app.tune(options, _CallbackProgress(on_trial))
+    result = report.result
+    return TuneResult(
+        kernel=report.kernel.name, objective=objective, study=result.study.name, database=report.database,
+        acf_path=report.acf_path, flags=load_acf(report.acf_path).flags(),
+        best=trial_row(result.chosen), baseline=trial_row(result.baseline),
+        trials=tuple(trial_row(t) for t in result.trials),
+    )  # fmt: skip
+
+
+def load_acf(path: PathLike) -> Acf:
+    """Read and validate an advanced-control file (compileiq.acf.AcfError when it is not valid)."""
+    return app.read_acf(Path(path))
+
+
+def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True) -> str:
+    """An ACF's flags as text: args (shell words), optf (an nvcc options file), cmake, bazel, json."""
+    loaded = acf if isinstance(acf, Acf) else load_acf(acf)
+    return flag_formats.render(loaded, format, stage, with_arch)
+
+
+def gate(
+    acfs: PathLike | Iterable[PathLike],
+    *,
+    kernel: PathLike | None = None,
+    rules: Mapping[str, str] | Iterable[str] = (),
+    device: bool | None = None,
+) -> GateReport:
+    """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
+    is 0 (pass) or 1 (a regression). device: None times on a visible GPU (else static rules),
+    False static rules only, True the GPU."""
+    from compileiq import gate as gate_lib
+    from compileiq.timing import HarnessTiming
+
+    paths = (acfs,) if isinstance(acfs, str | os.PathLike) else tuple(acfs)
+    given = [f"{k}={v}" for k, v in rules.items()] if isinstance(rules, Mapping) else list(rules)
+    options = gate_lib.GateOptions(acfs=tuple(Path(p) for p in paths),
+                                   kernel=None if kernel is None else Path(kernel),
+                                   rules=tuple(given), device=device)
+    return gate_lib.run(options, HarnessTiming())
+
+
+def trial_row(trial: Trial) -> TrialRow:
+    return TrialRow(
+        number=trial.number, state=trial.state.value, value=trial.value,
+        config=MappingProxyType(dict(trial.config)), metrics=MappingProxyType(dict(trial.metrics)),
+        reason=trial.reason,
+    )  # fmt: skip
+
+
+class _CallbackProgress(SilentProgress):
+    def __init__(self, on_trial: Callable[[TrialRow], None] | None) -> None:
+        self._on_trial = on_trial
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        if self._on_trial is not None:
+            self._on_trial(trial_row(outcome.trial))
+
+
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(names, str):
+        names = names.split(",")
+    return tuple(n.strip() for n in names if n.strip())
+

@@ -1,0 +1,107 @@
+"""The Python API (`import compileiq`): the documented example runs as written; results are
+frozen and typed; errors are the command's one-line errors; importing stays cheap."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL, clean_env
+
+import compileiq
+from compileiq.acf import AcfError
+from compileiq.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+_PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def api_examples() -> list[tuple[str, str]]:
+    """Every ```python block that imports compileiq, in the README and in docs/."""
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for block in _PYTHON_BLOCK.findall(page.read_text(encoding="utf-8")):
+            if "import compileiq" in block:
+                found.append((page.relative_to(REPO).as_posix(), block))
+    return found
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=clean_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_the_python_api_is_documented_with_an_example() -> None:
+    assert "docs/python-api.md" in [page for page, _ in api_examples()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("page", "code"), api_examples(), ids=lambda value: value if value.endswith(".md") else "")
+def test_documented_api_example_runs_as_written(tmp_path: Path, page: str, code: str) -> None:
+    (tmp_path / "kernels").symlink_to(REPO / "kernels")  # "run from the repository root"
+    done = _python(code, tmp_path)
+    assert done.returncode == 0, f"{page}:\n{done.stdout}\n{done.stderr}"
+    assert "spill_heavy: 672 -> 0 spill bytes" in done.stdout
+    assert "set_source_files_properties(" in done.stdout and "gate: PASS" in done.stdout
+
+
+def test_import_compileiq_loads_no_heavy_dependency() -> None:
+    code = ("import sys, compileiq\n"
+            "heavy = ('sqlalchemy', 'skopt', 'numpy', 'ray', 'typer', 'rich', 'compileiq.api')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m == 'compileiq.api'))")
+    done = _python(code, REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_tune_and_gate_are_callable_and_still_the_modules() -> None:
+    from compileiq import gate as gate_module
+
+    assert callable(compileiq.tune) and callable(compileiq.gate)
+    assert gate_module is compileiq.gate and hasattr(gate_module, "GateOptions")
+    import compileiq.tune as tune_module
+
+    assert tune_module is compileiq.tune and hasattr(tune_module, "Tuner")
+
+
+def test_tune_returns_frozen_typed_rows_and_calls_back_per_trial(tmp_path: Path) -> None:
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    seen: list[compileiq.TrialRow] = []
+    # type checkers see the compileiq.tune submodule, not the callable it becomes at run time
+    result = compileiq.tune(  # type: ignore[operator]
+        kernel, objective="instructions", budget=3, strategy="exhaustive", workers="local",
+        only=["ptxas.opt_level"], db=f"sqlite:///{tmp_path / 't.db'}", out=tmp_path / "scale.acf.toml",
+        on_trial=seen.append)
+    assert isinstance(result, compileiq.TuneResult)
+    assert result.acf_path == tmp_path / "scale.acf.toml" and result.acf_path.is_file()
+    assert [row.number for row in result.trials] == sorted(row.number for row in seen)
+    assert result.baseline == result.trials[0] and result.baseline.config == {"ptxas.opt_level": 3}
+    assert result.baseline_value == result.trials[0].value
+    assert result.best_value == min(row.value for row in result.trials if row.value is not None)
+    assert result.flags == compileiq.load_acf(result.acf_path).flags()
+    assert result.trials[0].metrics["instructions"] > 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.best = result.baseline  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        result.best.config["ptxas.opt_level"] = 0  # type: ignore[index]
+    assert compileiq.flags(result.acf_path, format="optf").splitlines() == list(result.flags)
+
+
+def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    with pytest.raises(UsageError, match="--budget must be at least 1, got 0"):
+        compileiq.tune(kernel, budget=0, workers="local", db=f"sqlite:///{tmp_path / 't.db'}")  # type: ignore[operator]
+    with pytest.raises(AcfError, match="ACF not found"):
+        compileiq.load_acf(tmp_path / "missing.acf.toml")
+    (tmp_path / "bad.acf.toml").write_text("format = 1\n")
+    with pytest.raises(AcfError, match="not a valid ACF") as error:
+        compileiq.flags(tmp_path / "bad.acf.toml")
+    assert "\n" not in str(error.value)
+    with pytest.raises(UsageError, match="give at least one ACF file"):
+        compileiq.gate([])  # type: ignore[operator]

@@ -1,0 +1,258 @@
+"""Where a user's build begins: `compileiq flags --format ...` and the CMake package, checked with
+real CMake and real nvcc against what the ACF recorded."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import clean_env, compileiq_command, run_cli
+
+from compileiq import acf, flag_formats
+from compileiq.space import load_space
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY = "spill_heavy"
+SOURCE = "kernels/spill_heavy/spill_heavy.cu"
+
+
+def cmake_command() -> str:
+    """The `cmake` installed beside this interpreter (the pip package), else the one on PATH."""
+    beside = Path(sys.executable).with_name("cmake")
+    found = str(beside) if beside.is_file() else shutil.which("cmake")
+    if found is None:
+        pytest.fail("cmake is not installed: pip install -e '.[test]' installs it")
+    return found
+
+
+@dataclass(frozen=True)
+class PtxasFacts:
+    registers: int
+    spill_bytes: int
+
+
+def ptxas_facts(output: str, entry: str = ENTRY) -> PtxasFacts:
+    """Registers and spill bytes of one entry, from `-Xptxas -v` output."""
+    found = re.search(
+        rf"Function properties for {entry}\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
+        rf"(\d+) bytes spill loads\n.*?Used (\d+) registers",
+        output,
+        re.DOTALL,
+    )
+    assert found, f"no ptxas -v report for {entry} in:\n{output}"
+    return PtxasFacts(registers=int(found[3]), spill_bytes=int(found[1]) + int(found[2]))
+
+
+@dataclass(frozen=True)
+class Tuned:
+    root: Path  # a project folder: kernels/ (the bundled ones) and the ACF
+    acf_path: Path
+    best: PtxasFacts
+    baseline: PtxasFacts
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
+    """The bundled spill_heavy kernel tuned for spills (a narrow space keeps it quick)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "kernels").symlink_to(REPO / "kernels")
+    done = run_cli(["tune", SOURCE, "--objective", "spills", "--budget", "8", "--workers", "local",
+                    "--only", "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level",
+                    "--db", f"sqlite:///{root / 'tune.db'}", "--out", "spill_heavy.acf.toml"], cwd=root)
+    assert done.returncode == 0, done.describe()
+    evidence = tomllib.loads((root / "spill_heavy.acf.toml").read_text())["evidence"]
+    best, baseline = (PtxasFacts(evidence[k]["registers"], evidence[k]["spill_bytes"]) for k in ("best", "baseline"))
+    assert best != baseline, "the tune found nothing: the build checks below could not tell flags from none"
+    return Tuned(root, root / "spill_heavy.acf.toml", best, baseline)
+
+
+def _include_dir(root: Path) -> str:
+    done = run_cli(["include-dir"], cwd=root)
+    assert done.returncode == 0, done.describe()
+    return done.stdout.strip()
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"{args} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+CMAKE_PROJECT = """\
+cmake_minimum_required(VERSION 3.24)
+project(demo LANGUAGES CUDA)
+find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+
+add_library(by_target OBJECT {source})
+compileiq_apply(TARGET by_target ACF spill_heavy.acf.toml)
+
+add_library(by_source OBJECT copy/spill_heavy.cu)
+set_property(TARGET by_source PROPERTY CUDA_ARCHITECTURES 90)
+compileiq_apply(SOURCE copy/spill_heavy.cu ACF spill_heavy.acf.toml)
+
+add_library(untuned OBJECT untuned/spill_heavy.cu)
+set_property(TARGET untuned PROPERTY CUDA_ARCHITECTURES 90)
+
+add_subdirectory(snippet)  # `compileiq flags --format cmake` output, included
+
+foreach(target by_target by_source untuned by_snippet)
+  target_include_directories(${{target}} PRIVATE "{include_dir}")
+  target_compile_options(${{target}} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Xptxas -v>")
+  target_compile_definitions(${{target}} PRIVATE TAPS=64)
+endforeach()
+"""
+
+
+@pytest.mark.slow
+def test_cmake_build_with_compileiq_apply_reproduces_the_acf_evidence(tuned: Tuned) -> None:
+    project = tuned.root
+    for folder in ("copy", "untuned"):
+        (project / folder).mkdir(exist_ok=True)
+        shutil.copy(REPO / SOURCE, project / folder / "spill_heavy.cu")
+    cmake_dir = run_cli(["cmake-dir"], cwd=project).stdout.strip()
+    assert (Path(cmake_dir) / "compileiq-config.cmake").is_file()
+    (project / "CMakeLists.txt").write_text(
+        CMAKE_PROJECT.format(cmake_dir=cmake_dir, source=SOURCE, include_dir=_include_dir(project)))
+    snippet = project / "snippet"  # a directory of its own: source properties are per directory
+    snippet.mkdir(exist_ok=True)
+    (snippet / "kernels").symlink_to(REPO / "kernels")
+    flags = run_cli(["flags", "../spill_heavy.acf.toml", "--format", "cmake"], cwd=snippet)
+    assert flags.returncode == 0, flags.describe()
+    (snippet / "compileiq-flags.cmake").write_text(flags.stdout)
+    (snippet / "CMakeLists.txt").write_text(
+        f"add_library(by_snippet OBJECT {SOURCE})\n"
+        "set_property(TARGET by_snippet PROPERTY CUDA_ARCHITECTURES 90)\n"
+        "include(compileiq-flags.cmake)\n")
+    cmake = cmake_command()
+    configured = _run([cmake, "-S", ".", "-B", "build", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], project)
+    assert "compileiq: by_target: flags of spill_heavy.acf.toml (sm_90)" in configured.stdout
+
+    def built(target: str) -> PtxasFacts:
+        done = _run([cmake, "--build", "build", "--target", target, "--verbose"], project)
+        return ptxas_facts(done.stdout + done.stderr)
+
+    assert built("by_target") == tuned.best
+    assert built("by_source") == tuned.best
+    assert built("by_snippet") == tuned.best
+    assert built("untuned") == tuned.baseline  # the same build without the ACF: the flags made the difference
+
+
+@pytest.mark.slow
+def test_nvcc_options_file_reproduces_the_acf_evidence(tuned: Tuned) -> None:
+    done = run_cli(["flags", "spill_heavy.acf.toml", "--format", "optf"], cwd=tuned.root)
+    assert done.returncode == 0, done.describe()
+    lines = done.stdout.splitlines()
+    assert lines == list(acf.read(tuned.acf_path).flags())
+    assert len(lines) == len(set(lines)) and "-arch=sm_90" in lines
+    (tuned.root / "k.optf").write_text(done.stdout)
+    compiled = _run(["nvcc", "--options-file", "k.optf", "-cubin", "-Xptxas", "-v", "-I", _include_dir(tuned.root),
+                     SOURCE, "-o", "k.cubin"], tuned.root)
+    assert ptxas_facts(compiled.stdout + compiled.stderr) == tuned.best
+
+
+# --- the formats, on a hand-made ACF (no compiler) ------------------------------------------------
+
+
+@pytest.fixture()
+def made_acf(tmp_path: Path) -> Path:
+    space = load_space("13.0").with_defines({"BK": [8, 16]})
+    config = space.default_config().with_values({"ptxas.maxrregcount": 64, "nvcc.extra_device_vectorization": True,
+                                                 "define.BK": 16})
+    content = acf.AcfContent(
+        kernel='k"\nexecute_process(COMMAND touch pwned)', source_name="k.cu", source_path="src/my k;$x.cu",
+        source_sha256="ab" * 32, arch="sm_90a", nvcc_version="13.0", ptxas_version="13.0",
+        toolchain_build="cuda_13.0", space=space, config=config, fixed_defines=("-DN=4096",),
+        objective={"name": "spills"}, evidence={"best": {"spill_bytes": 0, "registers": 64}}, provenance={},
+    )  # fmt: skip
+    return acf.write(tmp_path / "k.acf.toml", content)
+
+
+def _flags(path: Path, *options: str) -> str:
+    done = run_cli(["flags", path.name, *options], cwd=path.parent)
+    assert done.returncode == 0, done.describe()
+    return done.stdout
+
+
+def test_args_is_the_default_format_and_unchanged(made_acf: Path) -> None:
+    expected = "-arch=sm_90a --extra-device-vectorization -DBK=16 -Xptxas=--maxrregcount=64 -DN=4096\n"
+    assert _flags(made_acf) == expected
+    assert _flags(made_acf, "--format", "args") == expected
+
+
+def test_optf_lists_each_flag_once_per_line(made_acf: Path) -> None:
+    assert _flags(made_acf, "--format", "optf", "--stage", "frontend").splitlines() == [
+        "-arch=sm_90a", "--extra-device-vectorization", "-DBK=16", "-DN=4096"]
+
+
+def test_cmake_snippet_keeps_each_flag_one_token_and_cannot_be_injected(made_acf: Path) -> None:
+    text = _flags(made_acf, "--format", "cmake")
+    comment, call = text.splitlines()
+    assert comment.startswith("# compileiq: kernel ") and "CUDA_ARCHITECTURES 90a" in comment
+    assert call == ('set_source_files_properties("src/my k;\\$x.cu" PROPERTIES COMPILE_OPTIONS '
+                    '"--extra-device-vectorization;-DBK=16;-Xptxas=--maxrregcount=64;-DN=4096")')
+
+
+def test_cmake_snippet_parses_in_cmake_to_the_acf_flags(made_acf: Path) -> None:
+    snippet = _flags(made_acf, "--format", "cmake")
+    script = made_acf.parent / "check.cmake"
+    script.write_text(
+        "function(set_source_files_properties file _properties _name options)\n"
+        '  message(STATUS "file=${file}")\n'
+        '  foreach(o IN LISTS options)\n    message(STATUS "option=${o}")\n  endforeach()\n'
+        "endfunction()\n" + snippet)
+    done = _run([cmake_command(), "-P", str(script)], made_acf.parent)
+    assert done.stdout.splitlines() == [
+        "-- file=src/my k;$x.cu", "-- option=--extra-device-vectorization", "-- option=-DBK=16",
+        "-- option=-Xptxas=--maxrregcount=64", "-- option=-DN=4096"]
+    assert not (made_acf.parent / "pwned").exists()
+
+
+def test_bazel_copts_and_json(made_acf: Path) -> None:
+    bazel = _flags(made_acf, "--format", "bazel", "--no-arch")
+    body = bazel.split("copts = ", 1)[1].rstrip().rstrip(",")
+    assert json.loads(body.replace(",\n]", "\n]")) == [
+        "--extra-device-vectorization", "-DBK=16", "-Xptxas=--maxrregcount=64", "-DN=4096"]
+    assert bazel.count("\n") == 7  # the kernel name cannot add a line
+    document = json.loads(_flags(made_acf, "--format", "json"))
+    assert document["flags"][0] == "-arch=sm_90a" and document["cuda_architectures"] == "90a"
+    assert document["ptxas"] == ["--maxrregcount=64"] and document["recorded"]["registers"] == 64
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [(["--format", "xml"], "--format must be one of args, optf, cmake, bazel, json, got 'xml'"),
+     (["--format", "cmake", "--stage", "ptxas"], "--format cmake gives nvcc options: use --stage all or frontend")],
+)
+def test_bad_format_options_are_one_line_errors(made_acf: Path, options: list[str], says: str) -> None:
+    done = run_cli(["flags", made_acf.name, *options], cwd=made_acf.parent)
+    assert done.returncode == 2 and done.stderr_lines == [f"error: {says}"], done.describe()
+
+
+def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf: Path) -> None:
+    data = tomllib.loads(made_acf.read_text())
+    data["args"]["argv"].append("-Xcompiler=-fPIC")
+    import tomli_w
+
+    made_acf.write_text(tomli_w.dumps(data))
+    script = made_acf.parent / "apply.cmake"
+    script.write_text(f'include("{flag_formats.cmake_dir()}/compileiq-config.cmake")\n'
+                      f'compileiq_apply(SOURCE k.cu ACF "{made_acf.name}")\n')
+    done = subprocess.run([cmake_command(), f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}", "-P", str(script)],
+                          cwd=made_acf.parent, env=clean_env(), capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    assert "compileiq_apply(k.acf.toml): error:" in done.stderr and "-Xcompiler=-fPIC" in done.stderr
+
+
+def test_the_wheel_ships_the_cmake_package(tmp_path: Path) -> None:
+    build = ("import sys, hatchling.build as b; sys.stdout.write(b.build_wheel(sys.argv[1]))")
+    done = _run([sys.executable, "-c", build, str(tmp_path)], REPO)
+    with zipfile.ZipFile(tmp_path / done.stdout.strip()) as wheel:
+        assert "compileiq/cmake/compileiq-config.cmake" in wheel.namelist()

@@ -1,0 +1,243 @@
+"""The CI recipes in docs/ work as written: GitHub workflows pass actionlint, the GitLab job's
+script and the plain-shell script run against a tuned kernel, and the pre-commit hook's entry
+gates a real ACF."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+import yaml
+from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+_BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    language: str
+    text: str
+
+    @property
+    def data(self) -> Any:
+        return yaml.safe_load(self.text)
+
+
+def blocks(language: str, pages: list[Path] | None = None) -> list[Block]:
+    found = []
+    for page in pages or sorted(DOCS.glob("*.md")):
+        for lang, text in _BLOCK.findall(page.read_text(encoding="utf-8")):
+            if lang == language:
+                found.append(Block(page.name, lang, text))
+    return found
+
+
+def is_workflow(block: Block) -> bool:
+    data = block.data
+    return isinstance(data, dict) and "jobs" in data and ("on" in data or True in data)  # YAML 1.1: on -> True
+
+
+def actionlint_command() -> str:
+    """actionlint installed beside this interpreter (the test extra), else the one on PATH."""
+    beside = Path(sys.executable).with_name("actionlint")
+    found = str(beside) if beside.is_file() else shutil.which("actionlint")
+    if found is None:
+        pytest.fail("actionlint is not installed: pip install -e '.[test]' installs it")
+    return found
+
+
+# --- GitHub Actions --------------------------------------------------------------------------------
+
+
+def test_every_yaml_block_of_the_github_recipe_is_a_whole_workflow() -> None:
+    found = blocks("yaml", [DOCS / "ci-github-actions.md"])
+    assert len(found) >= 2
+    for block in found:
+        assert is_workflow(block), f"{block.page}: not a whole workflow (actionlint cannot check it):\n{block.text}"
+
+
+def test_every_workflow_in_docs_passes_actionlint(tmp_path: Path) -> None:
+    workflows = [b for b in blocks("yaml") if is_workflow(b)]
+    assert workflows
+    config = tmp_path / "actionlint.yaml"
+    config.write_text("self-hosted-runner:\n  labels: [gpu]\n")  # as the recipe tells users to declare it
+    files = []
+    for number, block in enumerate(workflows):
+        path = tmp_path / f"{block.page.removesuffix('.md')}-{number}.yml"
+        path.write_text(block.text)
+        files.append(str(path))
+    done = subprocess.run([actionlint_command(), "-no-color", "-oneline", "-shellcheck=", "-pyflakes=",
+                           "-config-file", str(config), *files],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_actionlint_rejects_the_concurrency_expression_the_recipe_used_to_have(tmp_path: Path) -> None:
+    old = ("on: [push]\njobs:\n  gate-gpu:\n    runs-on: ubuntu-24.04\n"
+           "    concurrency: { group: gpu-${{ runner.name }}, cancel-in-progress: false }\n"
+           "    steps:\n      - run: nvidia-smi -L\n")
+    (tmp_path / "old.yml").write_text(old)
+    done = subprocess.run([actionlint_command(), "-no-color", "-oneline", "-shellcheck=", "-pyflakes=",
+                           str(tmp_path / "old.yml")], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "could not parse as YAML" in done.stdout, done.stdout + done.stderr
+
+
+def _pip_install_targets(text: str) -> list[list[str]]:
+    """What each `pip install` in a page installs (options and comments left out)."""
+    found = []
+    for args in re.findall(r"pip install ([^`\n#]*)", text):
+        found.append([a.strip('"\'') for a in args.split() if not a.startswith("-")])
+    return found
+
+
+def test_no_recipe_installs_compileiq_from_the_package_index() -> None:
+    """compileiq-tuner is not published: every recipe installs a checkout (a path)."""
+    installs = [t for page in sorted(DOCS.glob("ci-*.md")) for t in _pip_install_targets(page.read_text())]
+    assert len(installs) >= 5
+    for targets in installs:
+        assert targets and all(t == "." or t.startswith(("./", "/", "$")) for t in targets), targets
+
+
+# --- a tuned kernel in a git repository, as a user's CI sees it -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("user-repo")
+    (root / "kernels").mkdir()
+    (root / "kernels" / "scale.cu").write_text(TINY_KERNEL)
+    db = f"sqlite:///{root.parent / (root.name + '.db')}"  # outside the repository
+    done = run_cli(["tune", "kernels/scale.cu", "--objective", "instructions", "--budget", "2",
+                    "--strategy", "exhaustive", "--only", "ptxas.opt_level", "--workers", "local",
+                    "--db", db, "--out", "kernels/scale.acf.toml"], cwd=root)
+    assert done.returncode == 0, done.describe()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "kernels"], cwd=root, check=True)
+    return root
+
+
+def _env_with_compileiq() -> dict[str, str]:
+    """compileiq on PATH (the install step of a recipe is what a test leaves out)."""
+    bin_dir = str(Path(compileiq_command()).parent)
+    return clean_env({"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+
+
+def _env_without_compileiq() -> dict[str, str]:
+    bin_dir = str(Path(compileiq_command()).parent)
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != bin_dir and
+            not (Path(p) / "compileiq").exists()]
+    env = clean_env({"PATH": os.pathsep.join(path)})
+    env.pop("COMPILEIQ_SRC", None)
+    return env
+
+
+def _fresh_reports(root: Path) -> None:
+    for name in ("gate.xml", "gate.md"):
+        (root / name).unlink(missing_ok=True)
+
+
+def _shell_script(tmp_path: Path) -> Path:
+    (found,) = blocks("bash", [DOCS / "ci-shell.md"])
+    script = tmp_path / "compileiq-gate.sh"
+    script.write_text(found.text)
+    return script
+
+
+def test_the_shell_recipe_gates_every_committed_acf(project: Path, tmp_path: Path) -> None:
+    _fresh_reports(project)
+    done = subprocess.run(["bash", str(_shell_script(tmp_path))], cwd=project, env=_env_with_compileiq(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kernels/scale.acf.toml" in done.stdout and "PASS" in done.stdout
+    assert "<testsuite" in (project / "gate.xml").read_text() and (project / "gate.md").read_text()
+
+
+def test_the_shell_recipe_passes_the_gates_exit_status_on(project: Path, tmp_path: Path) -> None:
+    broken = project / "kernels" / "broken.acf.toml"
+    data = tomllib.loads((project / "kernels" / "scale.acf.toml").read_text())
+    data["args"]["argv"].append("-Xcompiler=-fPIC")
+    broken.write_text(tomli_w.dumps(data))
+    subprocess.run(["git", "add", str(broken)], cwd=project, check=True)
+    try:
+        done = subprocess.run(["bash", str(_shell_script(tmp_path))], cwd=project, env=_env_with_compileiq(),
+                              capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        subprocess.run(["git", "rm", "-q", "-f", str(broken)], cwd=project, check=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "-Xcompiler=-fPIC" in done.stderr
+
+
+def test_the_shell_recipe_without_compileiq_says_how_to_install_it(project: Path, tmp_path: Path) -> None:
+    done = subprocess.run(["bash", str(_shell_script(tmp_path))], cwd=project, env=_env_without_compileiq(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "set COMPILEIQ_SRC to a checkout of compileiq" in done.stderr
+    assert not (project / ".ciq").exists()
+
+
+# --- GitLab CI ----------------------------------------------------------------------------------------
+
+
+def test_the_gitlab_job_runs_its_script_as_written(project: Path) -> None:
+    (block,) = blocks("yaml", [DOCS / "ci-gitlab.md"])
+    job = block.data["perf-gate"]
+    assert set(job) >= {"image", "before_script", "script", "artifacts"}
+    assert job["artifacts"]["reports"]["junit"] == "gate.xml" and job["artifacts"]["when"] == "always"
+    assert "/opt/ciq/bin/pip install /opt/compileiq-src" in " ".join(job["before_script"])
+    _fresh_reports(project)
+    script = "set -e\n" + "\n".join(job["script"])  # as a GitLab runner runs them (bash, stop at the first failure)
+    done = subprocess.run(["bash", "-c", script], cwd=project, env=_env_with_compileiq(), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all((project / name).is_file() for name in job["artifacts"]["paths"])
+
+
+# --- pre-commit -----------------------------------------------------------------------------------------
+
+
+def _hook() -> dict[str, Any]:
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    return hook
+
+
+def test_the_pre_commit_hook_selects_acf_files_only() -> None:
+    hook = _hook()
+    assert hook["id"] == "compileiq-gate" and hook["language"] == "python"
+    files = re.compile(hook["files"])
+    assert files.search("kernels/sgemm.acf.toml") and files.search("a/b/k.acf.toml")
+    assert not files.search("kernels/tune.toml") and not files.search("kernels/k.acf.toml.bak")
+
+
+def test_the_pre_commit_hook_entry_gates_a_changed_acf(project: Path) -> None:
+    entry = shlex.split(_hook()["entry"])
+    assert entry[0] == "compileiq" and "--static" in entry
+    env = _env_with_compileiq()
+    passed = subprocess.run([*entry, "kernels/scale.acf.toml"], cwd=project, env=env, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "PASS" in passed.stdout
+    missing = subprocess.run([*entry, "kernels/gone.acf.toml"], cwd=project, env=env, capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        "error: ACF not found: kernels/gone.acf.toml"], missing.stderr
+
+
+def test_the_local_hook_in_the_docs_matches_the_shipped_one() -> None:
+    local = [b.data for b in blocks("yaml", [DOCS / "ci-shell.md"]) if b.data["repos"][0]["repo"] == "local"]
+    (config,) = local
+    (hook,) = config["repos"][0]["hooks"]
+    shipped = _hook()
+    assert {k: hook[k] for k in ("id", "entry", "files")} == {k: shipped[k] for k in ("id", "entry", "files")}
