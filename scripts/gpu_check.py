@@ -49,7 +49,7 @@ class Check:
         if limit < 5:
             return None
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=limit, cwd=ROOT)
+            done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=limit, cwd=ROOT)
         except subprocess.TimeoutExpired as expired:
             text = _text(expired.stdout) + _text(expired.stderr)
             done = subprocess.CompletedProcess(argv, 124, text, f"timed out after {limit:.0f} s")
@@ -185,8 +185,8 @@ def markdown(check: Check) -> str:
     s = check.sections
     m = s.get("machine", {})
     lines = [f"# compileiq GPU check{' (rehearsal: no GPU)' if check.rehearse else ''}", "",
-             f"- date: {m.get('date')}", f"- GPU (name, driver, SM clock, max SM clock, mem clock, memory): "
-             f"{m.get('gpu')}", f"- nvcc: {m.get('nvcc')}", f"- python: {m.get('python')}",
+             f"- date: {m.get('date')}",
+             f"- GPU (name, driver, SM clock, max SM clock, mem clock, memory): {m.get('gpu')}", f"- nvcc: {m.get('nvcc')}", f"- python: {m.get('python')}",
              f"- command: `scripts/gpu-check.sh{' --rehearse' if check.rehearse else ''}`", "",
              "## Bundled kernels: build, --check against the CPU reference, A/A noise", "",
              "| kernel | build | check | median ms | A/A noise (IQR/median) | samples |", "|---|---|---|---|---|---|"]
@@ -228,7 +228,7 @@ def main() -> int:
         started = time.monotonic()
         try:
             step()
-        except Exception as error:  # a broken step is a finding, not the end of the check
+        except Exception as error:  # noqa: BLE001 - a broken step is a finding, not the end of the check
             check.sections.setdefault("errors", []).append(f"{name}: {type(error).__name__}: {error}")
         print(f"== {name}: {time.monotonic() - started:.1f} s", flush=True)
     (args.out / "summary.json").write_text(json.dumps(check.sections, indent=2, default=str))

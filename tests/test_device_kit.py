@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_check_rehearsal_installs_the_kit_offline_and_runs_every_step_that_needs_no_gpu(tmp_path: Path) -> None:
     env = {**os.environ, "OUT": str(tmp_path / "out"), "GPU_CHECK_KERNELS": "reduction",
            "GPU_CHECK_BUDGET": "4", "GPU_CHECK_DEADLINE_S": "600"}
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--rehearse"], cwd=ROOT, env=env,
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--rehearse"], check=False, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
