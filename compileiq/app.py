@@ -113,14 +113,29 @@ def _check(options: TuneOptions) -> None:
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
-    space = load_space(toolchain.nvcc_version).select(
+    """The installed compiler's space narrowed by the options; the kernel's macros are always
+    searched unless --only or --exclude names them (``define.NAME``)."""
+    space = load_space(toolchain.nvcc_version)
+    tuned = {name: list(values) for name, values in spec.tuned_defines}
+    names = [*options.only, *options.exclude]
+    macros_named = any(name.startswith("define.") for name in names)
+    if tuned and macros_named:
+        space = space.with_defines(tuned)
+    space = space.select(
         allow_numerics=options.allow_numerics or spec.allow_numerics,
         allow_semantics=options.allow_semantics or spec.allow_semantics,
         only=list(options.only) or None,
         exclude=list(options.exclude),
     )
-    tuned = {name: list(values) for name, values in spec.tuned_defines}
-    return space.with_defines(tuned) if tuned else space
+    return space.with_defines(tuned) if tuned and not macros_named else space
+
+
+def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpace, KernelSpec | None]:
+    """Every parameter of the installed compiler's space, plus the kernel's macros when given."""
+    spec = load_spec(kernel, arch=arch) if kernel is not None else None
+    space = load_space(find_toolchain().nvcc_version)
+    tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
+    return (space.with_defines(tuned) if tuned else space), spec
 
 
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -145,7 +146,15 @@ class SearchSpace:
         for p in self.parameters:
             if p.name == name:
                 return p
-        raise SpaceError(f"unknown parameter {name!r} in search space {self.id}")
+        raise SpaceError(f"unknown parameter {name!r} in search space {self.id}{self._suggestion(name)}")
+
+    def _suggestion(self, name: str) -> str:
+        names = [p.name for p in self.parameters]
+        same_tail = [n for n in names if n.split(".", 1)[-1] == name.split(".", 1)[-1]]
+        close = same_tail or difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            return f"; did you mean {' or '.join(close)}?"
+        return "; `compileiq space` lists the parameters"
 
     def select(
         self,

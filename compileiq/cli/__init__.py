@@ -26,6 +26,8 @@ from compileiq.cli.render import (
     print_gate,
     print_report,
     report_json,
+    space_json,
+    space_table,
     studies_table,
     study_json,
     trial_json,
@@ -37,6 +39,20 @@ from compileiq.store import Store, TrialState
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
 db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@cli.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it."""
 cli.add_typer(db_cli, name="db")
 
 DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
@@ -213,6 +229,16 @@ def db_import(
                   markup=False)
         for reason in done.rejected[:20]:
             out.print(f"  {reason}", markup=False)
+
+
+@cli.command("space")
+def space(
+    kernel: Annotated[Path | None, typer.Argument(help="A .cu file: add the macros its tune.toml tunes.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List every parameter that --only/--exclude take: values, default, risk and what it does."""
+    found, spec = app.full_space(kernel)
+    emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
 
 
 @cli.command("version")

@@ -11,12 +11,14 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from compileiq import app, gate_report
 from compileiq import gate as gate_lib
 from compileiq.runner import Outcome
+from compileiq.space import SearchSpace
 from compileiq.store import Study, Trial, TrialState
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -213,3 +215,19 @@ def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
     parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items())
              if k.startswith("define.") or baseline.get(k) != v]
     return " ".join(parts) or "(defaults)"
+
+
+def space_json(space: SearchSpace) -> list[dict[str, Any]]:
+    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
+             "help": p.help} for p in space.parameters]
+
+
+def space_table(space: SearchSpace, kernel: str | None) -> Table:
+    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
+    table = Table(title=title)
+    for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
+        table.add_column(column, overflow="fold")
+    for p in space.parameters:
+        values = ", ".join(str(v) for v in p.values)
+        table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
+    return table
