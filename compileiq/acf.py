@@ -24,6 +24,7 @@ from compileiq.errors import UsageError
 from compileiq.space import Config, SearchSpace, SpaceError, load_space
 
 FORMAT_VERSION = 1
+MAX_BYTES = 1 << 20
 _ARCH = re.compile(r"-arch=sm_\d+[af]?")
 _DEFINE = re.compile(r"-D[A-Za-z_]\w*(=[\w.+-]*)?")
 
@@ -111,19 +112,43 @@ def render(content: AcfContent) -> dict[str, Any]:
 
 
 def write(path: Path, content: AcfContent) -> Path:
-    """Write atomically (temporary file + rename): a reader never sees half a file."""
+    """Write atomically (temporary file + rename): a reader never sees half a file, and an
+    existing ACF is replaced only by one that reads back valid."""
     text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        try:
+            read(Path(temporary))
+        except AcfError as error:
+            raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
+        os.replace(temporary, path)
+    except OSError as error:
+        raise AcfError(f"cannot write the ACF {path}: {error.strerror or error}") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
     return path
+
+
+def check_writable(path: Path) -> None:
+    """AcfError unless an ACF can be written at ``path`` (checked before a run, not after it)."""
+    if path.is_dir():
+        raise AcfError(f"cannot write the ACF {path}: it is a directory; name a file, e.g. {path / 'kernel.acf.toml'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as error:
+        raise AcfError(f"cannot write the ACF {path}: {error.strerror or error}") from None
 
 
 def read(path: Path, space: SearchSpace | None = None) -> Acf:
     """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise AcfError(f"ACF not found: {path}") from None

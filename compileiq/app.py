@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tu
 
 DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
+MAX_BUDGET = 100_000
+MAX_BATCH_SIZE = 4096
+MAX_STALE_AFTER_S = 7 * 24 * 3600.0
+SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,19 @@ def _check(options: TuneOptions) -> None:
         raise UsageError("--program and --metric-regex apply to --objective time")
     if options.metric_regex is not None:
         _check_regex(options.metric_regex)
-    if options.budget < 1:
-        raise UsageError(f"--budget must be at least 1, got {options.budget}")
-    if options.batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
-    if not options.stale_after > 0:
-        raise UsageError(f"--stale-after must be a positive number of seconds, got {options.stale_after}")
+    _check_range("--budget", options.budget, 1, MAX_BUDGET)
+    _check_range("--batch-size", options.batch_size, 1, MAX_BATCH_SIZE)
+    _check_range("--seed", options.seed, 0, SEED_LIMIT - 1)
+    if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
+        raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
+
+
+def _check_range(option: str, value: int, low: int, high: int) -> None:
+    if value < low:
+        raise UsageError(f"{option} must be at least {low}, got {value}")
+    if value > high:
+        raise UsageError(f"{option} must be at most {high}, got {value}")
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
@@ -127,6 +137,8 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     spec = load_spec(options.kernel, arch=options.arch)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
+    acf.check_writable(path)  # before the run: a bad --out must not cost a whole run
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
     from compileiq.tune import Tuner, TuneRequest
 
@@ -148,7 +160,6 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
         evaluator = _time_evaluator(options, spec, space, toolchain, store, workers) if options.objective == "time" else None
         result = Tuner(request, store, toolchain, workers, progress, evaluator).run()
-        path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel)
         acf.write(path, content)
     finally:

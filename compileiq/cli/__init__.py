@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from compileiq.cli.render import (
     print_gate,
     print_report,
     report_json,
+    safe,
     studies_table,
     study_json,
     trial_json,
@@ -72,7 +74,7 @@ def tune(
         surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
-        only=_names(only), exclude=_names(exclude), simplify=simplify, stale_after=stale_after,
+        only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
@@ -94,6 +96,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """List studies, or the best trials of one study."""
+    if top < 1:
+        raise UsageError(f"--top must be at least 1, got {top}")
     store = Store.open(app.database_url(db))
     try:
         if study is None:
@@ -109,8 +113,8 @@ def show(
                     "failed": [trial_json(t) for t in failed]}
             emit(as_json, data, lambda: trials_table(found, ranked, baseline))
             if failed and not as_json:
-                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {first_line(failed[0].reason, 200)}",
-                          markup=False)
+                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
+                          f"{safe(first_line(failed[0].reason, 200))}", markup=False)
     finally:
         store.close()
 
@@ -142,15 +146,25 @@ def gate(
     from compileiq.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming())
-    if markdown is not None:
-        gate_report.write(markdown, gate_report.markdown(report))
-    if junit is not None:
-        gate_report.write(junit, gate_report.junit(report))
+    unwritten = [_write_report(option, path, render(report)) for option, path, render in
+                 (("--markdown", markdown, gate_report.markdown), ("--junit", junit, gate_report.junit))
+                 if path is not None]  # fmt: skip
     if as_json:
         print(json.dumps(gate_report.as_json(report), indent=2))
     else:
         print_gate(report)
+    if problems := [problem for problem in unwritten if problem]:  # bad input beats a regression
+        raise UsageError("; ".join(problems))
     raise typer.Exit(report.exit_code)
+
+
+def _write_report(option: str, path: Path, text: str) -> str:
+    """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
+    try:
+        gate_report.write(path, text)
+    except OSError as error:
+        return f"{option} {path}: cannot write: {error.strerror or error}"
+    return ""
 
 
 @db_cli.command("upgrade")
@@ -208,8 +222,13 @@ def include_dir() -> None:
     print(harness_include_dir())
 
 
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+def _names(text: str | None, option: str) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise UsageError(f"{option} names no parameter: give comma-separated names, e.g. ptxas.opt_level")
+    return names
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -217,14 +236,17 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(cli)
     try:  # typer >= 0.2x vendors click: its exceptions are typer's, not the `click` package's
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
+    except BrokenPipeError:  # `compileiq ... | head`: stop quietly, as a SIGPIPE'd program does
+        _silence_output()
+        sys.exit(141)
     except CompileIQError as error:
-        err.print(f"error: {first_line(str(error))}", markup=False)
+        err.print(f"error: {safe(first_line(str(error)))}", markup=False)
         sys.exit(error.exit_code)
     except NoArgsIsHelpError as error:
         error.show()
         sys.exit(error.exit_code)
     except typer.TyperException as error:  # usage errors: unknown option, bad value...
-        err.print(f"error: {first_line(error.format_message())}", markup=False)
+        err.print(f"error: {safe(first_line(error.format_message()))}", markup=False)
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = 130
@@ -232,3 +254,13 @@ def main(argv: list[str] | None = None) -> None:
         err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _silence_output() -> None:
+    """Point stdout and stderr at /dev/null so that exit's flush cannot fail on the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
