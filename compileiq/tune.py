@@ -155,13 +155,17 @@ class Tuner:
 
     def _release(self, study: Study, error: BaseException) -> None:
         """Hand this run's unfinished claims back (retryable) so that nobody waits for them."""
-        why = {KeyboardInterrupt: "interrupted", BrokenPipeError: "its output was closed"}.get(
+        closed = "its output was closed"  # rich turns a broken pipe into SystemExit
+        why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
             type(error), f"failed: {type(error).__name__}"
         )
         try:
-            self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
+            released = self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
         except CompileIQError:
-            pass  # the database itself went away: the stale timeout frees the claims
+            return  # the database itself went away: the stale timeout frees the claims
+        if released and isinstance(error, KeyboardInterrupt):
+            self._progress.note(f"interrupted: {released} unfinished trial(s) handed back; "
+                                "waiting for the compiles in flight to end")
 
     def _search(self, study: Study) -> bool:
         """Run batches until the budget is spent; True if the space ran out first."""

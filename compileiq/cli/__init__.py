@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -236,9 +235,6 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(cli)
     try:  # typer >= 0.2x vendors click: its exceptions are typer's, not the `click` package's
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
-    except BrokenPipeError:  # `compileiq ... | head`: stop quietly, as a SIGPIPE'd program does
-        _silence_output()
-        sys.exit(141)
     except CompileIQError as error:
         err.print(f"error: {safe(first_line(str(error)))}", markup=False)
         sys.exit(error.exit_code)
@@ -255,12 +251,3 @@ def main(argv: list[str] | None = None) -> None:
     if isinstance(code, int) and code:
         sys.exit(code)
 
-
-def _silence_output() -> None:
-    """Point stdout and stderr at /dev/null so that exit's flush cannot fail on the closed pipe."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            os.dup2(devnull, stream.fileno())
-        except (OSError, ValueError):
-            pass
