@@ -38,17 +38,17 @@ def is_gone(worker: str, host: str | None = None) -> bool:
 class Takeover:
     released: dict[str, int]  # gone worker -> trials handed back
     stale: int  # trials failed (retryable) for a stale heartbeat
-    alive: tuple[str, ...]  # workers still holding trials, left to them
+    alive: tuple[str, ...]  # workers still holding trials, left to them (when asked for)
 
 
-def take_over(store: Store, study_id: int, me: str, stale_after_s: float) -> Takeover:
+def take_over(store: Store, study_id: int, me: str, stale_after_s: float, report: bool = False) -> Takeover:
     """Hand back the claims of tuners that are gone, fail those whose heartbeat is older than
-    ``stale_after_s``; report the tuners still holding trials."""
+    ``stale_after_s``; with ``report``, name the tuners still holding trials."""
     released: dict[str, int] = {}
     for worker in store.running_claims(study_id):
         if worker != me and is_gone(worker):
             reason = f"abandoned: its tuner {worker} is no longer running"
             released[worker] = store.release_trials(study_id, worker, reason)
     stale = store.fail_stale_trials(study_id, stale_after_s)
-    alive = tuple(sorted(w for w in store.running_claims(study_id) if w != me))
+    alive = tuple(sorted(w for w in store.running_claims(study_id) if w != me)) if report else ()
     return Takeover(released, stale, alive)

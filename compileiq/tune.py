@@ -145,7 +145,7 @@ class Tuner:
         stale_after = self._request.stale_after_s
         if self._request.resume:
             stale_after = min(stale_after, claims.RESUME_STALE_S)
-        done = claims.take_over(self._store, study.id, self._worker_name, stale_after)
+        done = claims.take_over(self._store, study.id, self._worker_name, stale_after, report=announce)
         if announce:
             for worker, count in done.released.items():
                 self._progress.note(f"retrying {count} trial(s) of tuner {worker}, which is no longer running")

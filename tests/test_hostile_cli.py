@@ -364,3 +364,29 @@ def test_acf_evidence_says_whether_this_run_built_it(tmp_path: Path, tiny: Path)
         source = imported[name]["source"]
         assert source.startswith(f"recorded in sqlite:///{tmp_path / 'b.db'} by ") and "not rebuilt" in source
         assert imported[name]["worker"] == built[name]["worker"]  # who evaluated it, as imported
+
+
+# -- the store's side: claims handed back by worker, ages of the claims held -------------------
+
+
+def test_release_hands_back_only_that_tuners_running_trials(store_url: str) -> None:
+    from compileiq.store import StudyKey
+
+    store = Store.open(store_url)
+    try:
+        key = StudyKey("k", "a" * 64, "space", "b" * 64, "13.0", "sm_90", "static", "spills")
+        study = store.get_or_create_study(key)
+        mine = store.claim_trials(study.id, [("m1", {"x": 1}), ("m2", {"x": 2})], "host:1")
+        (theirs,) = store.claim_trials(study.id, [("t1", {"x": 3})], "host:2")
+        store.finish_trial(mine[0].id, state=TrialState.COMPLETE, value=1.0, reason=None, metrics={},
+                           code_hash="c", compile_seconds=0.1)  # fmt: skip
+        claims = store.running_claims(study.id)
+        assert set(claims) == {"host:1", "host:2"} and all(0 <= age < 60 for age in claims.values())
+        assert store.release_trials(study.id, "host:1", "released: test") == 1
+        after = {t.config_key: t for t in store.trials(study.id)}
+        assert after["m1"].state is TrialState.COMPLETE  # finished work is never touched
+        assert after["m2"].state is TrialState.FAILED and after["m2"].retryable and after["m2"].reason == "released: test"
+        assert after["t1"].state is TrialState.RUNNING and after[theirs.config_key].worker == "host:2"
+        assert set(store.running_claims(study.id)) == {"host:2"}
+    finally:
+        store.close()

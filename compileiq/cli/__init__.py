@@ -55,7 +55,7 @@ def tune(
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
     workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
-    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry its in-flight trials now.")] = False,
+    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
