@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from compileiq.output_file import write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, load_space
 
 FORMAT_VERSION = 1
+MAX_BYTES = 1 << 20
 _ARCH = re.compile(r"-arch=sm_\d+[af]?")
 _DEFINE = re.compile(r"-D[A-Za-z_]\w*(=[\w.+-]*)?")
 
@@ -110,20 +112,48 @@ def render(content: AcfContent) -> dict[str, Any]:
 
 
 def write(path: Path, content: AcfContent) -> Path:
-    """Write atomically (temporary file + rename): a reader never sees half a file. A symlink
-    stays a link to the rewritten file; anything but a regular file is refused (OutputFileError)."""
+    """Write atomically (temporary file + rename): a reader never sees half a file; an existing
+    ACF is replaced only by one that reads back valid. A symlink stays a link to the rewritten
+    file; anything but a regular file is refused (OutputFileError)."""
     text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
+    try:
+        parse(path, text)
+    except AcfError as error:
+        raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
     write_atomically(path, text.encode("utf-8"))
     return path
+
+
+def check_writable(path: Path) -> None:
+    """AcfError unless an ACF can be written at ``path`` (checked before a run, not after it)."""
+    if path.is_dir():
+        raise AcfError(f"cannot write the ACF {path}: it is a directory; name a file, e.g. {path / 'kernel.acf.toml'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as error:
+        raise AcfError(f"cannot write the ACF {path}: {error.strerror or error}") from None
 
 
 def read(path: Path, space: SearchSpace | None = None) -> Acf:
     """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_BYTES:
+            raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise AcfError(f"ACF not found: {path}") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+    except (OSError, UnicodeDecodeError) as error:
+        raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    return parse(path, text, space)
+
+
+def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
+    """Validate an ACF's text (`path` names it in errors)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
         raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
     try:
         return _validated(path, data, space)

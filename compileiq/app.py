@@ -6,7 +6,6 @@ decides something lives here or below, never in the CLI.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,10 @@ if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tu
 
 DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
+MAX_BUDGET = 100_000
+MAX_BATCH_SIZE = 4096
+MAX_STALE_AFTER_S = 7 * 24 * 3600.0
+SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 
 
 @dataclass(frozen=True)
@@ -103,13 +106,19 @@ def _check(options: TuneOptions) -> None:
         raise UsageError("--program and --metric-regex apply to --objective time")
     if options.metric_regex is not None:
         _check_regex(options.metric_regex)
-    if options.budget < 1:
-        raise UsageError(f"--budget must be at least 1, got {options.budget}")
-    if options.batch_size < 1:
-        raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
-    if not 0 < options.stale_after < math.inf:
-        raise UsageError(f"--stale-after must be a finite positive number of seconds, got {options.stale_after}")
+    _check_range("--budget", options.budget, 1, MAX_BUDGET)
+    _check_range("--batch-size", options.batch_size, 1, MAX_BATCH_SIZE)
+    _check_range("--seed", options.seed, 0, SEED_LIMIT - 1)
+    if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
+        raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
+
+
+def _check_range(option: str, value: int, low: int, high: int) -> None:
+    if value < low:
+        raise UsageError(f"{option} must be at least {low}, got {value}")
+    if value > high:
+        raise UsageError(f"{option} must be at most {high}, got {value}")
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
@@ -143,7 +152,8 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     _check(options)
     spec = load_spec(options.kernel, arch=options.arch)
     path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
-    check_target(path)  # before the tuning, not after it
+    check_target(path)  # before the run: a bad --out must not cost a whole run
+    acf.check_writable(path)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast

@@ -7,13 +7,18 @@ from typing import Any
 
 from compileiq import ablation
 from compileiq.acf import AcfContent
+from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec
-from compileiq.records import Trial
+from compileiq.records import Trial, TrialState
 from compileiq.space import Config, SearchSpace
 from compileiq.toolchain import Toolchain
 
 STATIC_KIND = "static estimate (compiler output, not a runtime)"
 RUNTIME_KIND = "runtime (GPU, median of samples)"
+class EvidenceError(CompileIQError):
+    """A result an ACF must not be written from (an unfinished trial, no machine code)."""
+
+
 EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size",
                  "median_ms", "iqr_ms", "min_ms", "samples", "device")
 
@@ -28,7 +33,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
         toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
         fixed_defines=spec.fixed_define_args(), objective=objective_table(result),
-        evidence=evidence_table(result),
+        evidence=evidence_table(result, database),
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "database": database},
     )  # fmt: skip
@@ -66,8 +71,9 @@ def _confirmed(confirmation: Any) -> dict[str, Any]:
     return table
 
 
-def evidence_table(result: Any) -> dict[str, Any]:
-    table: dict[str, Any] = {"baseline": evidence(result.baseline), "best": evidence(result.chosen)}
+def evidence_table(result: Any, database: str = "the database") -> dict[str, Any]:
+    table: dict[str, Any] = {name: evidence(trial, source(trial, result, database))
+                             for name, trial in (("baseline", result.baseline), ("best", result.chosen))}
     if result.simplification is not None:
         table["simplified"] = {
             "search_winner_trial": result.winner.number,
@@ -81,6 +87,20 @@ def evidence_table(result: Any) -> dict[str, Any]:
     return table
 
 
-def evidence(trial: Trial) -> dict[str, Any]:
+def evidence(trial: Trial, origin: str) -> dict[str, Any]:
+    if trial.state is not TrialState.COMPLETE or not trial.code_hash:
+        raise EvidenceError(f"trial #{trial.number} is {trial.state.value} without machine code; no ACF was written")
     found = {name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None}
-    return {**found, "trial": trial.number, "code_hash": trial.code_hash or ""}
+    return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
+
+
+def source(trial: Trial, result: Any, database: str) -> str:
+    """Where a trial's evidence comes from: a build this run made, this run's reading of the
+    build cache, or a row it found in the database (imported or shared: not rebuilt here)."""
+    origin = result.origins.get(trial.id)
+    if origin == "compiled":
+        return "compiled by this run"
+    if origin is not None:
+        return "evaluated by this run from the build cache (not recompiled)"
+    return (f"recorded in {database} by {trial.worker} (an earlier, shared or imported result; "
+            "not rebuilt by this run: compileiq gate rebuilds it)")

@@ -125,6 +125,7 @@ class TrialRunner:
         self._workers: Workers | None = None
         self._progress = progress
         self.counters = RunCounters()
+        self.origins: dict[int, str] = {}  # trial id -> "compiled" or "build cache", for trials this run finished
         self._by_code: dict[str, Trial] = {}
 
     def remember(self, trials: Sequence[Trial]) -> None:
@@ -134,6 +135,14 @@ class TrialRunner:
                 self._by_code.setdefault(trial.code_hash, trial)
 
     def run(self, batch: Sequence[Trial]) -> list[Trial]:
+        """Finish the claimed trials, beating their heartbeat throughout (a cache hit's
+        evaluation can take as long as a compile: a runtime objective measures it)."""
+        if not batch:
+            return []
+        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s):
+            return self._run(batch)
+
+    def _run(self, batch: Sequence[Trial]) -> list[Trial]:
         jobs: list[VariantJob] = []
         finished: list[Trial] = []
         keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
@@ -160,13 +169,10 @@ class TrialRunner:
         by_id = {t.id: t for t in batch}
         finished: list[Trial] = []
         try:
-            with Heartbeat(self._store, [j.tag for j in jobs], self._heartbeat_every_s):
-                workers = self._workers or self._start_workers()
-                results = iter(workers.run(jobs))
-                while (result := self._wait(results)) is not None:
-                    finished.append(
-                        self._record_compiled(by_id[result.tag], result, keys[result.tag])
-                    )
+            workers = self._workers or self._start_workers()
+            results = iter(workers.run(jobs))
+            while (result := self._wait(results)) is not None:
+                finished.append(self._record_compiled(by_id[result.tag], result, keys[result.tag]))
         except BaseException as error:  # workers, database, Ctrl-C: no claim stays running
             reason = str(error) if isinstance(error, CompileIQError) else type(error).__name__
             self._release({j.tag for j in jobs} - {t.id for t in finished}, reason)
@@ -211,6 +217,7 @@ class TrialRunner:
         self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None
     ) -> Trial:
         """Evaluate and finish the trial; `record` (a fresh build) is cached in the same write."""
+        self.origins[trial.id] = source
         if build.ok and build.code_hash in self._by_code:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1

@@ -7,12 +7,11 @@ failures included, as soon as it is known.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from compileiq import claims
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
@@ -40,6 +39,10 @@ _METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 class BaselineError(CompileIQError):
     """The kernel does not build with the compiler's default settings."""
+
+
+class UnfinishedBaseline(CompileIQError):
+    """The run ended without a finished baseline (another tuner still holds it): no ACF."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class TuneResult:
     exhausted: bool  # the space ran out of untried configurations before the budget
     confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
     ablation: Ablation | None = None  # each setting's share of the gain, baseline -> chosen
+    origins: dict[int, str] = field(default_factory=dict)  # trial id -> how this run built it (absent: not this run)
+    worker: str = ""  # this run's tuner, host:pid
 
 
 def study_key(
@@ -112,7 +117,7 @@ class Tuner:
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._searcher = Searcher(request.space, request.search)
-        self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
+        self._worker_name = claims.worker_name()
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
 
@@ -124,17 +129,48 @@ class Tuner:
             prepare(self._baseline)
         key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
         study = self._store.get_or_create_study(key, request.study_name)
-        self._store.fail_stale_trials(study.id, 0.0 if request.resume else request.stale_after_s)
+        self._take_over(study, announce=True)
         self._runner.reopen_transient(self._store.trials(study.id))
-        self._progress.started(study, request.budget, self._sync(study)[0])
-        if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
-            self._warm_start(study)
         try:
+            self._progress.started(study, request.budget, self._sync(study)[0])
+            if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
+                self._warm_start(study)
             exhausted = self._search(study)
             result = self._result(study, exhausted)
+        except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
+            self._release(study, error)
+            raise
         finally:
             self._runner.close()
         return result
+
+    def _take_over(self, study: Study, announce: bool = False) -> bool:
+        """Retry the trials of tuners that are gone (or, with --resume, silent for RESUME_STALE_S);
+        a live tuner's trials are left to it. True if any trial was handed back."""
+        stale_after = self._request.stale_after_s
+        if self._request.resume:
+            stale_after = min(stale_after, claims.RESUME_STALE_S)
+        done = claims.take_over(self._store, study.id, self._worker_name, stale_after, report=announce)
+        if announce:
+            for worker, count in done.released.items():
+                self._progress.note(f"retrying {count} trial(s) of tuner {worker}, which is no longer running")
+            for worker in done.alive:
+                self._progress.note(f"another tuner ({worker}) is working on this study; its trials are left to it")
+        return bool(done.released or done.stale)
+
+    def _release(self, study: Study, error: BaseException) -> None:
+        """Hand this run's unfinished claims back (retryable) so that nobody waits for them."""
+        closed = "its output was closed"  # rich turns a broken pipe into SystemExit
+        why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
+            type(error), f"failed: {type(error).__name__}"
+        )
+        try:
+            released = self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
+        except CompileIQError:
+            return  # the database itself went away: the stale timeout frees the claims
+        if released and isinstance(error, KeyboardInterrupt):
+            self._progress.note(f"interrupted: {released} unfinished trial(s) handed back; "
+                                "waiting for the compiles in flight to end")
 
     def _search(self, study: Study) -> bool:
         """Run batches until the budget is spent; True if the space ran out first."""
@@ -142,9 +178,9 @@ class Tuner:
             counted, trials = self._sync(study)
             if (remaining := self._request.budget - counted) <= 0:
                 break
-            # Before each ask: a tuner that died mid-batch leaves RUNNING trials; fail them
-            # (retryable) once their heartbeat is stale, so that this tuner retries them.
-            if self._store.fail_stale_trials(study.id, self._request.stale_after_s):
+            # Before each ask: a tuner that died mid-batch leaves RUNNING trials; retry them
+            # once its process is gone (this host) or its heartbeat is stale.
+            if self._take_over(study):
                 trials = self._store.trials(study.id)
             candidates = self._candidates(trials, min(remaining, self._request.batch_size))
             batch = self._claim(study, candidates)
@@ -233,7 +269,7 @@ class Tuner:
             if len(fresh) == len(missing) or time.monotonic() > deadline:
                 return [recorded[c.key] for c in configs if c.key in recorded]
             time.sleep(WAIT_FOR_OTHERS_S)
-            self._store.fail_stale_trials(study.id, self._request.stale_after_s)
+            self._take_over(study)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
@@ -245,7 +281,7 @@ class Tuner:
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
         trials = self._store.trials(study.id)
-        baseline = next(t for t in trials if t.config_key == self._baseline.key)
+        baseline = self._finished_baseline(trials)
         winner = _best(trials) or baseline
         simplification = None
         exact = self._evaluator.kind != StaticEvaluator.kind  # timings are noisy: same code only
@@ -265,7 +301,26 @@ class Tuner:
             final = tuple(self._store.trials(study.id))
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
-                          exhausted, confirmation, ablation)
+                          exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name)
+
+
+    def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
+        """The baseline trial, complete; else UnfinishedBaseline (an ACF needs its evidence)."""
+        found = next((t for t in trials if t.config_key == self._baseline.key), None)
+        if found is not None and found.state is TrialState.COMPLETE and found.value is not None:
+            return found
+        if found is not None and found.state is TrialState.RUNNING:
+            raise UnfinishedBaseline(
+                f"the baseline (trial #{found.number}) is still being evaluated by another tuner "
+                f"({found.worker}); no ACF was written: rerun when it has finished"
+            )
+        reason = first_line(found.reason) if found is not None else "never claimed"
+        raise UnfinishedBaseline(f"the baseline was not evaluated ({reason}); no ACF was written: rerun")
+
+
+def first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "no reason recorded"
 
 
 def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:

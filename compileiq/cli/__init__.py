@@ -12,7 +12,7 @@ import typer
 try:  # typer >= 0.20 vendors click; older typer uses the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
-    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef]
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
 from compileiq import __version__, app, gate_report, gate_rules
 from compileiq import gate as gate_lib
@@ -26,6 +26,7 @@ from compileiq.cli.render import (
     print_gate,
     print_report,
     report_json,
+    safe,
     space_json,
     space_table,
     studies_table,
@@ -73,7 +74,7 @@ def tune(
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
     workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
-    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry its in-flight trials now.")] = False,
+    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
@@ -91,7 +92,7 @@ def tune(
         surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
-        only=_names(only), exclude=_names(exclude), simplify=simplify, stale_after=stale_after,
+        only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
@@ -116,6 +117,8 @@ def show(
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
+    if top < 1:
+        raise UsageError(f"--top must be at least 1, got {top}")
     store = Store.open(app.database_url(db))
     try:
         if study is None:
@@ -139,8 +142,8 @@ def show(
                 return
             emit(as_json, data, lambda: trials_table(found, ranked, baseline))
             if failed and not as_json:
-                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {first_line(failed[0].reason, 200)}",
-                          markup=False)
+                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
+                          f"{safe(first_line(failed[0].reason, 200))}", markup=False)
     finally:
         store.close()
 
@@ -174,15 +177,25 @@ def gate(
     from compileiq.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming())
-    if markdown is not None:
-        gate_report.write(markdown, gate_report.markdown(report))
-    if junit is not None:
-        gate_report.write(junit, gate_report.junit(report))
+    unwritten = [_write_report(option, path, render(report)) for option, path, render in
+                 (("--markdown", markdown, gate_report.markdown), ("--junit", junit, gate_report.junit))
+                 if path is not None]  # fmt: skip
     if as_json:
         print(json.dumps(gate_report.as_json(report), indent=2))
     else:
         print_gate(report)
+    if problems := [problem for problem in unwritten if problem]:  # bad input beats a regression
+        raise UsageError("; ".join(problems))
     raise typer.Exit(report.exit_code)
+
+
+def _write_report(option: str, path: Path, text: str) -> str:
+    """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
+    try:
+        gate_report.write(path, text)
+    except OSError as error:
+        return f"{option} {path}: cannot write: {error.strerror or error}"
+    return ""
 
 
 @db_cli.command("upgrade")
@@ -293,8 +306,13 @@ def cmake_dir() -> None:
     print(package_cmake_dir())
 
 
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+def _names(text: str | None, option: str) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise UsageError(f"{option} names no parameter: give comma-separated names, e.g. ptxas.opt_level")
+    return names
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -303,13 +321,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
     except CompileIQError as error:
-        err.print(f"error: {first_line(str(error))}", markup=False)
+        err.print(f"error: {safe(first_line(str(error)))}", markup=False)
         sys.exit(error.exit_code)
     except NoArgsIsHelpError as error:
         error.show()
         sys.exit(error.exit_code)
     except ClickException as error:  # usage errors: unknown option, bad value...
-        err.print(f"error: {first_line(error.format_message())}", markup=False)
+        err.print(f"error: {safe(first_line(error.format_message()))}", markup=False)
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = 130
@@ -317,3 +335,4 @@ def main(argv: list[str] | None = None) -> None:
         err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
     if isinstance(code, int) and code:
         sys.exit(code)
+

@@ -24,8 +24,21 @@ from compileiq.store import Study, Trial, TrialState
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
 STATIC_LABEL = "static estimate"
 RUNTIME_LABEL = "GPU runtime, ms"
+
+
+def safe(text: object) -> str:
+    """Text from outside (study and kernel names, compiler messages) with every control
+    character written as an escape (\\x1b...): nothing reaches the terminal as a command."""
+    return str(text).translate(_CONTROL)
+
+
+def cells(*values: object) -> list[Text]:
+    """Table cells as plain text: never parsed as rich markup, control characters escaped."""
+    return [Text(safe(value)) for value in values]
 
 
 def kind_label(objective: str) -> str:
@@ -54,18 +67,18 @@ class LineProgress:
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         self._done += 1
         trial = outcome.trial
-        shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({first_line(trial.reason, 120)})"
+        shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
         best_text = f"{best.value:g} (#{best.number})" if best and best.value is not None else "-"
         step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
         line = f"[{step}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
         if self._status is not None:
-            self._status.update(line)
+            self._status.update(Text(line))
         if not self._quiet:
             err.print(line, markup=False)
 
     def note(self, message: str) -> None:
         if not self._quiet:
-            err.print(message, markup=False)
+            err.print(safe(message), markup=False)
 
     def close(self) -> None:
         if self._status is not None:
@@ -73,16 +86,16 @@ class LineProgress:
 
 
 def print_gate(report: gate_lib.GateReport) -> None:
-    table = Table(title=f"compileiq gate ({report.mode})")
+    table = Table(title=Text(f"compileiq gate ({report.mode})"))
     for column in ("ACF", "kernel", "verdict", "findings"):
         table.add_column(column)
     for result in report.results:
         findings = "\n".join(f"{f.severity.value} {f.rule}: {f.recorded} -> {f.measured}" for f in result.findings)
-        table.add_row(*(Text(cell) for cell in (result.acf, result.kernel, result.verdict, findings or "-")))
+        table.add_row(*cells(result.acf, result.kernel, result.verdict, findings or "-"))
     out.print(table)
     for result in report.results:
         for finding in result.findings:
-            out.print(f"{result.acf}: {gate_report.finding_line(finding)}", markup=False)
+            out.print(safe(f"{result.acf}: {gate_report.finding_line(finding)}"), markup=False)
     out.print(gate_report.summary_line(report), markup=False)
 
 
@@ -112,14 +125,15 @@ def emit(as_json: bool, data: Any, table: Any) -> None:
 def print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
-    table = Table(title=f"{report.kernel.name}: {result.study.key.objective} ({kind_label(result.study.key.objective)}, lower is better)")
+    title = f"{report.kernel.name}: {result.study.key.objective} ({kind_label(result.study.key.objective)}, lower is better)"
+    table = Table(title=Text(safe(title)))
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
     for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
-        table.add_row(label, *_metric_cells(trial))
+        table.add_row(*cells(label, *_metric_cells(trial)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
-    out.print(f"best flags: {shlex.join(acf_flags) or '(compiler defaults)'}", markup=False)
+    out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
     if result.simplification is not None and result.simplification.dropped:
         dropped = result.simplification.dropped
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
@@ -130,9 +144,9 @@ def print_report(report: app.TuneReport) -> None:
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
               f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
-    out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {result.study.name}; "
+    out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {safe(result.study.name)}; "
               f"{result.wall_seconds:.1f} s" + ("; search space exhausted" if result.exhausted else ""), markup=False)
-    out.print(f"wrote {report.acf_path}", markup=False)
+    out.print(f"wrote {safe(report.acf_path)}", markup=False)
 
 
 def _confirmation_line(confirmation: Any) -> str:
@@ -191,22 +205,22 @@ def trial_json(trial: Trial) -> dict[str, Any]:
 
 
 def studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
-    table = Table(title="studies")
+    table = Table(title=Text("studies"))
     for column in ("id", "name", "kernel", "objective", "arch", "trials", "best"):
         table.add_column(column)
     for study, trials in rows:
         ranked = best_first(trials)
         best = f"{ranked[0].value:g}" if ranked else "-"
-        table.add_row(str(study.id), study.name, study.key.kernel, study.key.objective, study.key.arch, str(len(trials)), best)
+        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch, len(trials), best))
     return table
 
 
 def trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -> Table:
-    table = Table(title=f"{study.name}: best trials ({study.key.objective}, {kind_label(study.key.objective)})")
+    table = Table(title=Text(safe(f"{study.name}: best trials ({study.key.objective}, {kind_label(study.key.objective)})")))
     for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "non-default settings"):
         table.add_column(column)
     for trial in trials:
-        table.add_row(str(trial.number), *_metric_cells(trial), _changes(trial, baseline))
+        table.add_row(*cells(trial.number, *_metric_cells(trial), _changes(trial, baseline)))
     return table
 
 

@@ -262,6 +262,29 @@ class Store:
             )
         return int(result.rowcount)
 
+    def release_trials(self, study_id: int, worker: str, reason: str) -> int:
+        """Hand back the RUNNING trials ``worker`` claimed in the study (FAILED, retryable: any
+        tuner retries them at once): a run that stops early, or a tuner known to be gone."""
+        t = trials_table.c
+        held = [t.study_id == study_id, t.state == TrialState.RUNNING.value, t.worker == worker]
+        release = trials_table.update().where(*held)
+        release = release.values(state=TrialState.FAILED.value, retryable=True, reason=reason, finished_at=db_now())
+        with self._tx() as conn:
+            return int(conn.execute(release).rowcount)
+
+    def running_claims(self, study_id: int) -> dict[str, float]:
+        """Workers holding RUNNING trials of the study -> seconds since their latest heartbeat."""
+        t = trials_table.c
+        query = (
+            sa.select(t.worker, sa.func.max(t.heartbeat_at))
+            .where(t.study_id == study_id, t.state == TrialState.RUNNING.value)
+            .group_by(t.worker)
+        )
+        with self._tx(readonly=True) as conn:
+            now = utc(conn.execute(sa.select(db_now())).scalar_one())
+            rows = conn.execute(query).all()
+        return {worker: (now - utc(beat)).total_seconds() if beat else float("inf") for worker, beat in rows}
+
     def trials(self, study_id: int, states: Collection[TrialState] | None = None) -> list[Trial]:
         """The study's trials ordered by number, optionally only those in ``states``."""
         query = _with_space(sa.select(trials_table)).where(trials_table.c.study_id == study_id)

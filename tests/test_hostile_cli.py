@@ -1,0 +1,395 @@
+"""Hostile and broken inputs to the tuning loop and the command line (issue 9).
+
+Real `compileiq` processes (the console script, a clean environment), real SQLite, real nvcc;
+where a compile must still be in flight when something happens to its tuner, ptxas is wrapped
+by a script that sleeps first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli
+
+from compileiq import app, exchange
+from compileiq.runner import SilentProgress
+from compileiq.store import Store, Trial, TrialState
+from compileiq.toolchain import find_toolchain
+
+REPO = Path(__file__).resolve().parent.parent
+REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"
+ONE_FLAG = "ptxas.opt_level"  # four configurations: the baseline and three others
+
+
+# -- one line, the right exit code, no traceback: every option's hostile values ----------------
+
+T = "tune {k} --workers local --json --db sqlite:///{ws}/t.db --objective instructions"
+# fmt: off
+BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in the error line
+    "seed-negative": (f"{T} --seed -1", 2, "--seed must be at least 0"),
+    "seed-2**32": (f"{T} --seed {2**32}", 2, "--seed must be at most 4294967295"),
+    "seed-2**40": (f"{T} --seed {2**40}", 2, "--seed must be at most"),
+    "budget-zero": (f"{T} --budget 0", 2, "--budget must be at least 1"),
+    "budget-huge": (f"{T} --budget 100001", 2, "--budget must be at most 100000"),
+    "budget-absurd": (f"{T} --budget {10**15}", 2, "--budget must be at most"),
+    "batch-size-zero": (f"{T} --batch-size 0", 2, "--batch-size must be at least 1"),
+    "batch-size-negative": (f"{T} --batch-size -4", 2, "--batch-size must be at least 1"),
+    "batch-size-huge": (f"{T} --batch-size 5000", 2, "--batch-size must be at most"),
+    "stale-after-inf": (f"{T} --stale-after inf", 2, "--stale-after"),
+    "stale-after-nan": (f"{T} --stale-after nan", 2, "--stale-after"),
+    "stale-after-negative": (f"{T} --stale-after -1", 2, "--stale-after"),
+    "out-is-a-directory": (f"{T} --out {{ws}}/adir", 2, "is a directory"),
+    "out-under-a-file": (f"{T} --out {{ws}}/afile/k.acf.toml", 2, "cannot write the ACF"),
+    "out-unwritable": (f"{T} --out /proc/nope/k.acf.toml", 2, "cannot write the ACF"),
+    "only-empty": (f"{T} --only ,", 2, "--only names no parameter"),
+    "exclude-empty": (f"{T} --exclude ' , '", 2, "--exclude names no parameter"),
+    "only-unknown": (f"{T} --only no.such", 2, "no.such"),
+    "only-one-unknown": (f"{T} --only {ONE_FLAG},bogus", 2, "bogus"),
+    "exclude-unknown": (f"{T} --exclude bogus", 2, "bogus"),
+    "surrogate-unknown": (f"{T} --surrogate XGB", 2, "XGB"),
+    "arch-injection": (f"{T} '--arch=sm_90;id'", 2, "is not an arch"),
+    "objective-empty": (f"{T} --objective=", 2, "unknown objective"),
+    "strategy-empty": (f"{T} --strategy=", 2, "unknown strategy"),
+    "kernel-is-a-directory": ("tune {ws}/adir --workers local --db sqlite:///{ws}/t.db", 2, "adir"),
+    "show-top-zero": ("show --top 0 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
+    "show-top-negative": ("show x --top -3 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
+    "flags-directory": ("flags {ws}/adir", 2, "adir"),
+    "flags-binary": ("flags {ws}/binary.acf.toml", 2, "not a readable ACF"),
+    "flags-huge": ("flags {ws}/huge.acf.toml", 2, "bytes"),
+    "gate-directory": ("gate {ws}/adir --static", 2, "adir"),
+    "gate-binary": ("gate {ws}/binary.acf.toml --static", 2, "not a readable ACF"),
+    "gate-huge": ("gate {ws}/huge.acf.toml --static", 2, "bytes"),
+    "gate-markdown-unwritable": ("gate {ws}/good.acf.toml --static --markdown /proc/nope/summary.md", 2,
+                                 "--markdown /proc/nope/summary.md: cannot write"),
+    "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
+    "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
+}
+# fmt: on
+
+
+@dataclass
+class Workspace:
+    path: Path
+    results: dict[str, Future[CliResult]]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    ws = tmp_path_factory.mktemp("hostile-cli")
+    (ws / "adir").mkdir()
+    (ws / "afile").write_text("not a directory\n")
+    (ws / "binary.acf.toml").write_bytes(bytes(range(256)) * 64)
+    (ws / "huge.acf.toml").write_text("# " + "x" * (2 << 20) + "\n")
+    good = run_cli([*shlex.split(_fill(T, ws)), "--budget", "2", "--only", ONE_FLAG, "--out", str(ws / "good.acf.toml")], ws)
+    assert good.returncode == 0, good.describe()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = {name: pool.submit(run_cli, shlex.split(_fill(command, ws)), ws)
+                   for name, (command, _, _) in BAD_INPUTS.items()}  # fmt: skip
+        yield Workspace(ws, results)
+
+
+def _fill(command: str, ws: Path) -> str:
+    return command.replace("{ws}", str(ws)).replace("{k}", str(REDUCTION))
+
+
+def _error_line(result: CliResult, code: int) -> str:
+    context = result.describe()
+    assert "Traceback" not in result.output, context
+    assert result.returncode == code, context
+    errors = [line for line in result.stderr_lines if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == result.stderr_lines[-1], context
+    return errors[0]
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_a_hostile_option_value_is_one_line(workspace: Workspace, name: str) -> None:
+    _, code, says = BAD_INPUTS[name]
+    result = workspace.results[name].result()
+    line = _error_line(result, code)
+    assert says.lower() in line.lower(), result.describe()
+    if not name.startswith("gate-"):  # the gate prints its report before the error
+        assert len(result.stderr_lines) == 1, result.describe()
+
+
+def test_an_unwritable_gate_report_still_writes_the_others(workspace: Workspace) -> None:
+    junit = workspace.path / "report.xml"
+    args = ["gate", str(workspace.path / "good.acf.toml"), "--static", "--junit", str(junit),
+            "--markdown", "/proc/nope/summary.md"]  # fmt: skip
+    result = run_cli(args, workspace.path)
+    _error_line(result, 2)
+    assert "gate PASS" in result.stdout, result.describe()  # the verdict was still shown
+    assert "<testsuite" in junit.read_text()
+
+
+def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> None:
+    workspace.results["out-is-a-directory"].result()
+    store = Store.open(f"sqlite:///{workspace.path / 't.db'}")
+    try:
+        assert [len(store.trials(s.id)) for s in store.list_studies()] == [2]  # the good run's only
+    finally:
+        store.close()
+
+
+# -- terminal and markup injection -------------------------------------------------------------
+
+HOSTILE_NAME = "evil\x1b[31m[bold red]x[/bold red][/foo][/"
+HOSTILE_KERNEL = (
+    "#ifndef MODE\n#define MODE 1\n#endif\n#if MODE == 2\n#error [/foo] [bold red]y[/bold red] \x1b[31mred\n#endif\n"
+    "__global__ void k(float* x) { x[threadIdx.x] *= MODE; }\n"
+)
+
+
+def _raw(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the command without stripping anything from its output (run_cli strips ANSI)."""
+    return subprocess.run([compileiq_command(), *args], cwd=cwd, env=clean_env(), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=120, check=False)  # fmt: skip
+
+
+def test_names_and_compiler_messages_are_shown_literally(tmp_path: Path) -> None:
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "k.cu").write_text(HOSTILE_KERNEL)
+    (tmp_path / "k" / "tune.toml").write_text("[tune.defines]\nMODE = [1, 2]\n")
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    tuned = _raw(["tune", "k/k.cu", "--workers", "local", "--db", db, "--study", HOSTILE_NAME, "--strategy",
+                  "exhaustive", "--budget", "4", "--only", ONE_FLAG, "--objective", "instructions",
+                  "--no-simplify", "--out", str(tmp_path / "k.acf.toml")], tmp_path)  # fmt: skip
+    listed = _raw(["show", "--db", db], tmp_path)
+    shown = _raw(["show", "1", "--db", db], tmp_path)
+    for done in (tuned, listed, shown):
+        output = done.stdout + done.stderr
+        assert done.returncode == 0 and "Traceback" not in output, output
+        assert "\x1b" not in output, output  # no escape sequence reaches the terminal
+    assert "evil\\x1b[31m[bold red]x[/bold red][/foo][/" in listed.stdout, listed.stdout
+    assert "FAILED (" in tuned.stderr and "[/foo] [bold red]y[/bold red] \\x1b[31mred" in tuned.stderr
+    assert "[/foo] [bold red]y[/bold red] \\x1b[31mred" in shown.stdout, shown.stdout
+    assert "evil\\x1b[31m[bold red]x[/bold red][/foo][/" in shown.stdout  # the table's title
+
+
+# -- crashes, Ctrl-C and closed pipes: nothing left RUNNING, no broken ACF ---------------------
+
+
+def _slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
+    """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
+    tools = find_toolchain()
+    (folder / "bin").mkdir(parents=True)
+    scripts = {
+        "nvcc": f'#!/bin/sh\nexec "{tools.nvcc}" "$@"\n',
+        "ptxas": f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep {seconds} ;; esac\nexec "{tools.ptxas}" "$@"\n',
+    }
+    for name, text in scripts.items():
+        path = folder / "bin" / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return {"CUDA_HOME": str(folder)}
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    return tmp_path / "scale.cu"
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+
+
+def _start(processes: list[subprocess.Popen[str]], kernel: Path, db: str, *extra: str,
+           env: dict[str, str] | None = None, json_out: bool = True) -> subprocess.Popen[str]:
+    args = [compileiq_command(), "tune", str(kernel), "--db", db, "--workers", "local", "--study", "S",
+            "--only", ONE_FLAG, *(["--json"] if json_out else []), *extra]  # fmt: skip
+    process = subprocess.Popen(args, cwd=kernel.parent, env=clean_env(env), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    processes.append(process)
+    return process
+
+
+def _trials(db: str) -> list[Trial]:
+    store = Store.open(db)
+    try:
+        return [t for s in store.list_studies() for t in store.trials(s.id)]
+    finally:
+        store.close()
+
+
+def _wait_for_running(db: str, process: subprocess.Popen[str], timeout: float = 60) -> list[Trial]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if Path(db.removeprefix("sqlite:///")).exists():
+            running = [t for t in _trials(db) if t.state is TrialState.RUNNING]
+            if running:
+                return running
+        time.sleep(0.2)
+    raise AssertionError(f"no trial was claimed (exit {process.poll()})")
+
+
+def _worker(process: subprocess.Popen[str]) -> str:
+    return f"{socket.gethostname()}:{process.pid}"
+
+
+@pytest.mark.slow
+def test_a_plain_rerun_after_a_crash_in_the_baseline_writes_a_valid_acf(tiny: Path, processes: list) -> None:
+    db, out = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "scale.acf.toml"
+    victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4", "--out", str(out),
+                    env=_slow_toolchain(tiny.parent / "slow", 60))
+    held = _wait_for_running(db, victim)
+    assert 0 in {t.number for t in held}  # the baseline is in flight
+    victim.kill()
+    victim.communicate(timeout=30)
+
+    started = time.monotonic()
+    rerun = _start(processes, tiny, db, "--budget", "4", "--out", str(out), json_out=False)
+    _, stderr = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, stderr
+    assert time.monotonic() - started < 45, "the rerun waited for the dead tuner's heartbeat to go stale"
+    assert f"retrying {len(held)} trial(s) of tuner {_worker(victim)}, which is no longer running" in stderr
+    evidence = tomllib.loads(out.read_text())["evidence"]
+    for name in ("baseline", "best"):
+        assert evidence[name]["code_hash"], evidence
+    assert evidence["baseline"]["trial"] == 0
+    assert all(t.state is TrialState.COMPLETE for t in _trials(db))
+
+
+@pytest.mark.slow
+def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, processes: list) -> None:
+    db, out = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "scale.acf.toml"
+    out.write_text("# the good ACF of an earlier run\n")
+    holder = _start(processes, tiny, db, "--budget", "1", "--batch-size", "1", "--stale-after", "3",
+                    "--out", str(tiny.parent / "holder.acf.toml"), env=_slow_toolchain(tiny.parent / "slow", 60))
+    (baseline,) = _wait_for_running(db, holder)
+    other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "3", "--out", str(out))
+    _, stderr = other.communicate(timeout=120)
+    line = stderr.strip().splitlines()[-1]
+    assert other.returncode == 1 and "Traceback" not in stderr, stderr
+    assert line.startswith("error: the baseline (trial #0) is still being evaluated by another tuner"), stderr
+    assert _worker(holder) in line and "no ACF was written" in line
+    assert out.read_text() == "# the good ACF of an earlier run\n"
+    assert baseline.number == 0 and holder.poll() is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_hands_the_claimed_trials_back(tiny: Path, processes: list) -> None:
+    db = f"sqlite:///{tiny.parent / 't.db'}"
+    victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4",
+                    env=_slow_toolchain(tiny.parent / "slow", 15), json_out=False)
+    held = _wait_for_running(db, victim)
+    os.killpg(victim.pid, signal.SIGINT)  # what a terminal's Ctrl-C does (compilers have their own group)
+    deadline = time.monotonic() + 8
+    while any(t.state is TrialState.RUNNING for t in _trials(db)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = {t.config_key: t for t in _trials(db)}
+    assert [t for t in after.values() if t.state is TrialState.RUNNING] == []  # at once, not after the compiles
+    _, stderr = victim.communicate(timeout=60)
+    assert victim.returncode == 130 and "Traceback" not in stderr, stderr
+    assert f"interrupted: {len(held)} unfinished trial(s) handed back" in stderr
+    for trial in held:
+        released = after[trial.config_key]
+        assert released.state is TrialState.FAILED and released.retryable
+        assert "interrupted" in (released.reason or "")
+
+
+@pytest.mark.slow
+def test_a_closed_output_pipe_hands_the_claimed_trials_back(tiny: Path, processes: list) -> None:
+    db = f"sqlite:///{tiny.parent / 't.db'}"
+    args = [compileiq_command(), "tune", str(tiny), "--db", db, "--workers", "local", "--study", "S",
+            "--only", ONE_FLAG, "--budget", "4", "--batch-size", "4"]  # fmt: skip
+    env = clean_env(_slow_toolchain(tiny.parent / "slow", 5))
+    pipeline = f"{shlex.join(args)} 2>&1 | head -1; echo \"exit ${{PIPESTATUS[0]}}\""
+    done = subprocess.run(["bash", "-c", pipeline], cwd=tiny.parent, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("study S"), done.stdout + done.stderr
+    assert lines[1] == "exit 1", done.stdout + done.stderr  # click's answer to EPIPE, and no traceback
+    trials = _trials(db)
+    assert trials and [t for t in trials if t.state is TrialState.RUNNING] == []
+    reasons = [t.reason or "" for t in trials if t.state is TrialState.FAILED]
+    assert all("output was closed" in reason for reason in reasons), reasons
+
+
+@pytest.mark.slow
+def test_resume_leaves_a_live_tuners_trials_to_it(tiny: Path, processes: list) -> None:
+    db = f"sqlite:///{tiny.parent / 't.db'}"
+    common = ("--budget", "4", "--batch-size", "4", "--stale-after", "6", "--strategy", "exhaustive")
+    live = _start(processes, tiny, db, *common, "--out", str(tiny.parent / "live.acf.toml"),
+                  env=_slow_toolchain(tiny.parent / "slow", 12))
+    held = _wait_for_running(db, live)
+    resumed = _start(processes, tiny, db, *common, "--resume", "--out", str(tiny.parent / "resumed.acf.toml"),
+                     json_out=False)
+    stdout, stderr = resumed.communicate(timeout=120)
+    live_out, live_err = live.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr
+    assert live.returncode == 0, live_err
+    assert f"another tuner ({_worker(live)}) is working on this study; its trials are left to it" in stderr
+    assert "compiler calls: 0 " in stdout, stdout  # nothing compiled twice
+    trials = _trials(db)
+    assert len(trials) == 4 and all(t.state is TrialState.COMPLETE for t in trials)
+    assert {t.worker for t in trials if t.config_key in {h.config_key for h in held}} == {_worker(live)}
+    assert json.loads(live_out)["counters"]["new_trials"] == 4
+
+
+# -- the ACF says where its evidence comes from ------------------------------------------------
+
+
+def test_acf_evidence_says_whether_this_run_built_it(tmp_path: Path, tiny: Path) -> None:
+    def tune(db: Path, out: str) -> dict:
+        options = app.TuneOptions(kernel=tiny, objective="instructions", budget=4, strategy="exhaustive",
+                                  workers="local", db=f"sqlite:///{db}", out=tmp_path / out, study="S",
+                                  only=(ONE_FLAG,))  # fmt: skip
+        app.tune(options, SilentProgress())
+        return tomllib.loads((tmp_path / out).read_text())["evidence"]
+
+    built = tune(tmp_path / "a.db", "a.acf.toml")
+    assert built["baseline"]["source"] == "compiled by this run"
+    assert built["best"]["source"] == "compiled by this run"
+    exchange.export_to_file(f"sqlite:///{tmp_path / 'a.db'}", "S", tmp_path / "s.json")
+    exchange.import_from_file(f"sqlite:///{tmp_path / 'b.db'}", tmp_path / "s.json")
+    imported = tune(tmp_path / "b.db", "b.acf.toml")
+    for name in ("baseline", "best"):
+        source = imported[name]["source"]
+        assert source.startswith(f"recorded in sqlite:///{tmp_path / 'b.db'} by ") and "not rebuilt" in source
+        assert imported[name]["worker"] == built[name]["worker"]  # who evaluated it, as imported
+
+
+# -- the store's side: claims handed back by worker, ages of the claims held -------------------
+
+
+def test_release_hands_back_only_that_tuners_running_trials(store_url: str) -> None:
+    from compileiq.store import StudyKey
+
+    store = Store.open(store_url)
+    try:
+        key = StudyKey("k", "a" * 64, "space", "b" * 64, "13.0", "sm_90", "static", "spills")
+        study = store.get_or_create_study(key)
+        mine = store.claim_trials(study.id, [("m1", {"x": 1}), ("m2", {"x": 2})], "host:1")
+        (theirs,) = store.claim_trials(study.id, [("t1", {"x": 3})], "host:2")
+        store.finish_trial(mine[0].id, state=TrialState.COMPLETE, value=1.0, reason=None, metrics={},
+                           code_hash="c", compile_seconds=0.1)  # fmt: skip
+        claims = store.running_claims(study.id)
+        assert set(claims) == {"host:1", "host:2"} and all(0 <= age < 60 for age in claims.values())
+        assert store.release_trials(study.id, "host:1", "released: test") == 1
+        after = {t.config_key: t for t in store.trials(study.id)}
+        assert after["m1"].state is TrialState.COMPLETE  # finished work is never touched
+        assert after["m2"].state is TrialState.FAILED and after["m2"].retryable and after["m2"].reason == "released: test"
+        assert after["t1"].state is TrialState.RUNNING and after[theirs.config_key].worker == "host:2"
+        assert set(store.running_claims(study.id)) == {"host:2"}
+    finally:
+        store.close()
