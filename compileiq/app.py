@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,11 +147,24 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
     return (space.with_defines(tuned) if tuned else space), spec
 
 
+def default_acf_path(kernel: str, objective: str) -> Path:
+    """store/<kernel>.<objective>.acf.toml: tuning one kernel for two objectives keeps two ACFs."""
+    return DEFAULT_STORE_DIR / f"{kernel}.{objective}.acf.toml"
+
+
+def with_ray_address(options: TuneOptions) -> TuneOptions:
+    """Ray's convention: without --ray-address, RAY_ADDRESS names the cluster (ignored by --workers local)."""
+    if options.ray_address or options.workers != "ray" or not os.environ.get("RAY_ADDRESS"):
+        return options
+    return replace(options, ray_address=os.environ["RAY_ADDRESS"])
+
+
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
+    options = with_ray_address(options)
     _check(options)
     spec = load_spec(options.kernel, arch=options.arch)
-    path = options.out or DEFAULT_STORE_DIR / f"{spec.name}.acf.toml"
+    path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
     acf.check_writable(path)
     toolchain = find_toolchain()

@@ -15,8 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
-import tempfile
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.errors import UsageError
+from compileiq.output_file import write_atomically
 from compileiq.records import (
     BuildRecord,
     ImportSummary,
@@ -75,21 +75,19 @@ def import_from_file(url: str, path: Path) -> ImportSummary:
         store.close()
 
 
+STDOUT = Path("-")
+
+
 def write(path: Path, export: StudyExport) -> None:
-    """Atomically write ``export`` to ``path`` (gzip when the name ends in .gz)."""
+    """Atomically write ``export`` to ``path`` (gzip when the name ends in .gz; ``-``: stdout)."""
     payload = _payload(export)
     document = {"format": FORMAT, "version": VERSION, "sha256": _checksum(None, payload), "payload": payload}
     data = json.dumps(document, indent=1, sort_keys=True).encode()
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, path)
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    if path == STDOUT:
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.flush()
+        return
+    write_atomically(path, gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 
 def read(path: Path) -> StudyExport:

@@ -341,9 +341,11 @@ def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str
 
 
 def _check_reachable(address: str) -> None:
+    if address == "auto":
+        return  # Ray finds the cluster started on this machine (`ray start --head`), or says there is none
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise UsageError(f"--ray-address must be HOST:PORT, got {address!r}")
+        raise UsageError(f"--ray-address must be HOST:PORT or auto, got {address!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=3):
             pass

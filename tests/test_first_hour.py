@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import TINY_KERNEL, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,3 +70,65 @@ def test_tune_without_a_kernel_prints_usage_and_fails(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.output
     assert "Missing argument" in result.stderr or "Usage" in result.output
+
+
+def _tiny(tmp_path: Path) -> Path:
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    return kernel
+
+
+def test_two_objectives_keep_two_default_acfs(tmp_path: Path) -> None:
+    kernel = _tiny(tmp_path)
+    for objective in ("registers", "instructions"):
+        result = run_cli(["tune", str(kernel), "--objective", objective, "--budget", "2", "--workers", "local",
+                          "--only", "ptxas.opt_level"], cwd=tmp_path)
+        assert result.returncode == 0, result.describe()
+        assert f"store/scale.{objective}.acf.toml" in result.output
+    written = sorted(p.name for p in (tmp_path / "store").glob("*.acf.toml"))
+    assert written == ["scale.instructions.acf.toml", "scale.registers.acf.toml"]
+
+
+def test_db_export_to_stdout_is_the_file_and_imports(tmp_path: Path) -> None:
+    kernel, db = _tiny(tmp_path), f"sqlite:///{tmp_path / 'a.db'}"
+    tuned = run_cli(["tune", str(kernel), "--budget", "2", "--workers", "local", "--only", "ptxas.opt_level",
+                     "--db", db], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    exported = run_cli(["db", "export", "1", "-o", "-", "--db", db], cwd=tmp_path)
+    assert exported.returncode == 0, exported.describe()
+    assert json.loads(exported.stdout)["format"] == "compileiq-study"
+    assert "exported study" in exported.stderr
+    (tmp_path / "copy.json").write_text(exported.stdout)
+    imported = run_cli(["db", "import", "copy.json", "--db", f"sqlite:///{tmp_path / 'b.db'}"], cwd=tmp_path)
+    assert imported.returncode == 0 and "2 trials added" in imported.stdout, imported.describe()
+
+
+def test_ray_address_comes_from_the_environment_as_in_every_ray_tool(tmp_path: Path) -> None:
+    kernel = _tiny(tmp_path)
+    result = run_cli(["tune", str(kernel), "--budget", "2", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"],
+                     cwd=tmp_path, env={"RAY_ADDRESS": "127.0.0.1:1"})
+    assert result.returncode != 0 and "cannot reach Ray at 127.0.0.1:1" in result.stderr, result.describe()
+    local = run_cli(["tune", str(kernel), "--budget", "2", "--workers", "local", "--only", "ptxas.opt_level",
+                     "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"], cwd=tmp_path, env={"RAY_ADDRESS": "127.0.0.1:1"})
+    assert local.returncode == 0, local.describe()
+
+
+def test_ray_address_auto_without_a_cluster_is_one_line(tmp_path: Path) -> None:
+    result = run_cli(["tune", str(_tiny(tmp_path)), "--budget", "2", "--ray-address", "auto",
+                      "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"], cwd=tmp_path, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.output
+    assert "cannot start Ray at auto" in result.stderr_lines[-1], result.describe()
+
+
+def test_show_prints_values_exactly_and_only_settings_that_differ(tmp_path: Path) -> None:
+    from compileiq.cli.render import exact
+
+    assert exact(0.1 + 0.2) != exact(0.3) and exact(672.0) == "672" and exact(0.125) == "0.125"
+    kernel, db = _tiny(tmp_path), f"sqlite:///{tmp_path / 'db.sqlite'}"
+    kernel.with_name("tune.toml").write_text('[tune.defines]\nK = [1, 2]\n')
+    kernel.write_text(TINY_KERNEL.replace("1.0f", "(float)K"))
+    tuned = run_cli(["tune", str(kernel), "--budget", "2", "--workers", "local", "--strategy", "exhaustive",
+                     "--only", "ptxas.opt_level", "--db", db], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    shown = run_cli(["show", "1", "--db", db], cwd=tmp_path)
+    assert "K=1" not in shown.stdout and "(defaults)" in shown.stdout, shown.describe()

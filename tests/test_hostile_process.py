@@ -373,12 +373,20 @@ def _content(config_values: dict | None = None) -> acf.AcfContent:
 
 
 OUT_TARGETS = {
-    "device": (lambda root: Path("/dev/full"), "character device"),
+    "device": (lambda root: _device(root / "full"), "character device"),
     "directory": (lambda root: _folder(root / "folder"), "a directory"),
     "fifo": (lambda root: _fifo(root / "pipe"), "named pipe"),
     "under-a-file": (lambda root: _file(root / "plain") / "k.acf.toml", "not a directory"),
     "link-to-a-directory": (lambda root: _link(root / "to-dir", root), "a directory"),
 }
+
+
+def _device(path: Path) -> Path:
+    """A private /dev/full (the real one must never be at risk if a regression replaced it)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a device node needs root")
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    return path
 
 
 def _folder(path: Path) -> Path:

@@ -69,11 +69,11 @@ def tune(
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
     surrogate: Annotated[str, typer.Option(help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
-    out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.acf.toml")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.<objective>.acf.toml")] = None,
     db: DbOption = None,
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
     workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
-    ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster (HOST:PORT).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster: HOST:PORT, or auto (the one started on this machine); default $RAY_ADDRESS.")] = None,
     resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
@@ -212,14 +212,14 @@ def db_upgrade(db: DbOption = None) -> None:
 @db_cli.command("export")
 def db_export(
     study: Annotated[str, typer.Argument(help="Study name or id.")],
-    out_file: Annotated[Path, typer.Option("--out", "-o", help="File to write (gzip when it ends in .gz).")],
+    out_file: Annotated[Path, typer.Option("--out", "-o", help="File to write (gzip when it ends in .gz; - for stdout).")],
     db: DbOption = None,
 ) -> None:
     """Write a study, its trials, builds and measurements to a checksummed JSON file."""
     from compileiq import exchange
 
     done = exchange.export_to_file(app.database_url(db), study, out_file)
-    out.print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
+    (err if out_file == exchange.STDOUT else out).print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
               f"{done.measurements} measurements -> {done.path}", markup=False)
 
 

@@ -67,8 +67,8 @@ class LineProgress:
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         self._done += 1
         trial = outcome.trial
-        shown = f"{trial.value:g}" if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
-        best_text = f"{best.value:g} (#{best.number})" if best and best.value is not None else "-"
+        shown = exact(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
+        best_text = f"{exact(best.value)} (#{best.number})" if best and best.value is not None else "-"
         step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
         line = f"[{step}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
         if self._status is not None:
@@ -97,6 +97,13 @@ def print_gate(report: gate_lib.GateReport) -> None:
         for finding in result.findings:
             out.print(safe(f"{result.acf}: {gate_report.finding_line(finding)}"), markup=False)
     out.print(gate_report.summary_line(report), markup=False)
+
+
+def exact(value: float) -> str:
+    """A value at full precision (the shortest text that reads back as the same number), so that
+    two different values never look equal; whole numbers without a decimal point."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
 
 
 def first_line(text: str | None, limit: int = 400) -> str:
@@ -166,7 +173,7 @@ def _config(trial: Trial) -> Any:
 
 def _metric_cells(trial: Trial) -> list[str]:
     m = trial.metrics
-    value = f"{trial.value:g}" if trial.value is not None else "failed"
+    value = exact(trial.value) if trial.value is not None else "failed"
     occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
     return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
 
@@ -210,7 +217,7 @@ def studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
         table.add_column(column)
     for study, trials in rows:
         ranked = best_first(trials)
-        best = f"{ranked[0].value:g}" if ranked else "-"
+        best = exact(ranked[0].value) if ranked and ranked[0].value is not None else "-"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch, len(trials), best))
     return table
 
@@ -226,8 +233,7 @@ def trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) ->
 
 def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
     """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
-    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items())
-             if k.startswith("define.") or baseline.get(k) != v]
+    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items()) if baseline.get(k) != v]
     return " ".join(parts) or "(defaults)"
 
 
