@@ -70,6 +70,7 @@ class PtxResult:
     ptx: bytes
     seconds: float
     message: str
+    relocatable: bool = False  # from -rdc=true: ptxas assembles it with --compile-only
 
 
 @dataclass(frozen=True)
@@ -129,14 +130,14 @@ def emit_ptx(job: FrontendJob) -> PtxResult:
     with tempfile.TemporaryDirectory(prefix="compileiq-ptx-") as workdir:
         main = job.bundle.write_to(Path(workdir))
         out = Path(workdir) / "kernel.ptx"
-        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
-                f"-I{harness_include_dir()}"]
+        argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.bundle.base_args, *job.args,
+                *job.bundle.include_args, f"-I{harness_include_dir()}"]
         run = run_tool([*argv, str(main), "-o", str(out)], job.timeout_s, cwd=workdir)
         if run.timed_out:
             return PtxResult(BuildStatus.TIMEOUT, b"", run.seconds, _timeout_message("nvcc", job))
         if run.returncode != 0:
             return PtxResult(BuildStatus.COMPILE_ERROR, b"", run.seconds, _trim(run.output))
-        return PtxResult(BuildStatus.OK, out.read_bytes(), run.seconds, "")
+        return PtxResult(BuildStatus.OK, out.read_bytes(), run.seconds, "", job.bundle.relocatable)
 
 
 def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
@@ -146,7 +147,8 @@ def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
     with tempfile.TemporaryDirectory(prefix="compileiq-sass-") as workdir:
         source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
         source.write_bytes(ptx.ptx)
-        argv = [job.ptxas, f"-arch={job.arch}", "-v", *job.args, str(source), "-o", str(out)]
+        compile_only = ("--compile-only",) if ptx.relocatable else ()
+        argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *job.args, str(source), "-o", str(out)]
         run = run_tool(argv, job.timeout_s, cwd=workdir)
         if run.timed_out:
             return Build(BuildStatus.TIMEOUT, _timeout_message("ptxas", job), (), None, b"", run.seconds)
@@ -202,6 +204,14 @@ def _entry(current: dict[str, int | str], used: re.Match[str], counts: dict[str,
     )
 
 
+def first_error_line(output: str) -> str:
+    """The compiler's first line that names an error (not "In file included from ..."), else
+    its first line."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    return (named or lines or [""])[0]
+
+
 def _trim(output: str, limit: int = 4000) -> str:
     text = output.strip()
     return text if len(text) <= limit else text[:limit] + " …"
@@ -239,7 +249,9 @@ class ExecutableBuild:
 def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     include = job.harness_include or str(harness_include_dir())
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
-    return [job.nvcc, f"-arch={job.arch}", *job.frontend_args, *ptxas, "-std=c++17", f"-I{include}",
+    base = job.bundle.base_args
+    std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
+    return [job.nvcc, f"-arch={job.arch}", *base, *job.frontend_args, *ptxas, *std, f"-I{include}",
             *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 

@@ -120,11 +120,12 @@ def flags(
     acf_file: Annotated[Path, typer.Argument(metavar="FILE", help="An .acf.toml written by `compileiq tune`.")],
     stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
     arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
+    with_base: Annotated[bool, typer.Option("--all", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     if stage not in ("all", "frontend", "ptxas"):
         raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
-    print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch)))
+    print(shlex.join(app.read_acf(acf_file).flags(stage, with_arch=arch, with_base=with_base)))
 
 
 @cli.command()
