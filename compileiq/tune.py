@@ -115,6 +115,7 @@ class Tuner:
         self._worker_name = f"{socket.gethostname()}:{os.getpid()}"
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
+        self._baseline_built = False  # an earlier study of the same sources built the baseline
 
     def run(self) -> TuneResult:
         request = self._request
@@ -147,7 +148,7 @@ class Tuner:
                 trials = self._store.trials(study.id)
             # The baseline alone first: a kernel that does not build with the compiler's defaults
             # stops the run with its one failed trial, before a batch of variants is compiled.
-            alone = not any(t.config_key == self._baseline.key for t in trials)
+            alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
             candidates = self._candidates(trials, 1 if alone else min(remaining, self._request.batch_size))
             batch = self._claim(study, candidates)
             if batch:
@@ -194,6 +195,7 @@ class Tuner:
         if not found:
             return
         observations = [observation for observation, _ in found.values()]
+        self._baseline_built = any(o.config.key == self._baseline.key and o.value is not None for o in observations)
         self._searcher.tell(observations)
         ranked = sorted(observations, key=lambda o: (o.value, o.config.key))
         ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
