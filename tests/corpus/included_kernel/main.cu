@@ -1,4 +1,4 @@
-// A program whose kernels are in an included .cu file: main.cu itself has no __global__.
+// A program whose kernels are in an included .cu file: main.cu itself defines none.
 #include <cstdio>
 #include "kernel.cu"
 
