@@ -161,8 +161,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
     try:
-        base = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
-                                f"{path}: base.nvcc_flags")
+        base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
+                                      f"{path}: base.nvcc_flags")
     except BaseFlagError as error:
         raise AcfError(str(error)) from None
     return Acf(
@@ -172,7 +172,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
-        base=base,
+        base=base_flags,
     )  # fmt: skip
 
 

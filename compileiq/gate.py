@@ -16,7 +16,7 @@ from typing import Protocol
 
 from compileiq import acf as acf_file
 from compileiq import measure
-from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx, first_error_line
+from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.errors import UsageError
 from compileiq.gate_rules import (
     Finding,
@@ -144,7 +144,7 @@ def rebuild(target: Target, toolchain: Toolchain) -> Measured:
                      emit_ptx(frontend))
     evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(acf.controls))
     if evaluation.value is None:
-        reason = first_error_line(evaluation.reason or "unknown")
+        reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
     m = evaluation.metrics
     return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),

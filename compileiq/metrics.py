@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from compileiq.compile import Build, EntryResources
+from compileiq.compile import Build, EntryResources, first_error_line
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.launch import LaunchModel
@@ -154,8 +154,11 @@ class StaticEvaluator:
         self._launch = LaunchModel(kernel, bundle)
 
     def evaluate(self, build: Build, config: Config) -> Evaluation:
-        if not build.ok:
-            return Evaluation(None, f"{build.status.value}: {build.message}", {})
+        if not build.ok:  # the compiler's first error line first, then its whole output
+            headline = first_error_line(build.message)
+            full = build.message.strip()
+            reason = headline if full == headline else f"{headline}\n{full}"
+            return Evaluation(None, f"{build.status.value}: {reason}", {})
         if not build.entries:
             return Evaluation(None, NO_KERNEL, {})
         entries = tuple(e for e in build.entries if _wanted(e.name, self._kernel.entries))

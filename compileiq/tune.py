@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compileiq.compile import first_error_line
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
@@ -242,7 +241,7 @@ class Tuner:
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
             if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
-                reason = first_error_line(trial.reason or "unknown error")
+                reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason:
                     raise BaselineError(f"{name}: {NO_KERNEL}")
