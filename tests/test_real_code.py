@@ -99,6 +99,8 @@ def test_base_flags_are_recorded_and_printed_for_a_rebuild(tuned: dict[str, Futu
     tuned_only = run_cli(["flags", str(acf)], cwd=acf.parent)
     assert everything.stdout.split() == ["-arch=sm_90", "-rdc=true", *tuned_only.stdout.split()[1:]]
     assert "-rdc=true" not in tuned_only.stdout
+    ptxas = run_cli(["flags", str(acf), "--all", "--stage", "ptxas"], cwd=acf.parent)
+    assert ptxas.stdout.split()[:1] == ["--compile-only"]  # relocatable PTX: ptxas -c
     _, lambda_acf = tuned["extended_lambda"].result()
     assert _acf(lambda_acf)["base"]["nvcc_flags"] == ["--extended-lambda", "-std=c++17"]
 
