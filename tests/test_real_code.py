@@ -256,3 +256,32 @@ def test_a_clone_elsewhere_gates_the_acf(tmp_path: Path) -> None:
     result = run_cli(["gate", str(clone / "acfs" / "fir.acf.toml"), "--static"], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
     assert "gate PASS: 1/1" in result.stdout
+
+
+# -- tune.toml keys of this layer ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ('nvcc_flags = "-rdc=true"\n', "nvcc_flags"),
+    ('nvcc_flags = ["-rdc=maybe"]\n', "nvcc_flags"),
+    ('nvcc_flags = ["-I", "missing"]\n', "include_dirs"),
+    ("[launch.fir]\nthreads = 3\n", "launch.fir"),
+    ('[launch.fir]\nblock_size = "2 ** 10"\n', "launch.fir.block_size"),
+    ("[launch.fir]\nblock_size = true\n", "launch.fir.block_size"),
+    ('[launch."bad name"]\nblock_size = 1\n', "launch.bad name"),
+])
+def test_bad_base_flags_and_launch_tables_name_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text(toml)
+    with pytest.raises(UsageError) as info:
+        load_spec(tmp_path / "fir.cu", arch="sm_90")
+    assert "\n" not in str(info.value) and f"{key}:" in str(info.value)
+
+
+def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
+    from compileiq.launch import LaunchModel
+
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
+    with pytest.raises(UsageError, match=r"tune.toml: launch.fir: unknown macro 'NOPE'"):
+        LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
