@@ -11,7 +11,7 @@ import re
 import shlex
 import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,14 +19,14 @@ from typing import Any
 import tomli_w
 
 from compileiq import __version__
+from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.errors import UsageError
 from compileiq.output_file import write_atomically
-from compileiq.space import Config, SearchSpace, SpaceError, load_space
+from compileiq.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
 _ARCH = re.compile(r"-arch=sm_\d+[af]?")
-_DEFINE = re.compile(r"-D[A-Za-z_]\w*(=[\w.+-]*)?")
 
 
 class AcfError(UsageError):
@@ -53,14 +53,17 @@ class Acf:
     evidence: dict[str, Any]
     provenance: dict[str, Any]
     data: dict[str, Any]
+    base: BaseFlags = field(default_factory=BaseFlags)  # the flags the code needs to build at all (tune.toml nvcc_flags)
 
-    def flags(self, stage: str = "all", with_arch: bool = True) -> tuple[str, ...]:
+    def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> tuple[str, ...]:
+        """The tuned settings for a build; ``with_base`` adds what a rebuild needs besides them."""
         arch = (f"-arch={self.arch}",) if with_arch else ()
+        base = self.base.as_args() if with_base else ()
         if stage == "ptxas":
-            return self.ptxas_args
+            return (("--compile-only",) if with_base and self.base.relocatable else ()) + self.ptxas_args
         if stage == "frontend":
-            return arch + self.frontend_args + self.fixed_defines
-        return arch + self.argv
+            return arch + base + self.frontend_args + self.fixed_defines
+        return arch + base + self.argv
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class AcfContent:
 
     kernel: str
     source_name: str
-    source_path: str  # as the user gave it (relative to where `tune` ran), for `gate`
+    source_path: str  # relative to the ACF's folder (a clone elsewhere finds it), for `gate`
     source_sha256: str
     arch: str
     nvcc_version: str
@@ -81,6 +84,8 @@ class AcfContent:
     objective: dict[str, Any]
     evidence: dict[str, Any]
     provenance: dict[str, Any]
+    base_flags: tuple[str, ...] = ()  # validated nvcc_flags, canonical spelling
+    settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
 
 
 def render(content: AcfContent) -> dict[str, Any]:
@@ -95,7 +100,9 @@ def render(content: AcfContent) -> dict[str, Any]:
     return {
         "format": FORMAT_VERSION,
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
-                   "source_sha256": content.source_sha256, "arch": content.arch},
+                   "source_sha256": content.source_sha256, "settings_sha256": content.settings_sha256,
+                   "arch": content.arch},
+        "base": {"nvcc_flags": list(content.base_flags)},
         "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
                       "build": content.toolchain_build, "search_space": space.id,
                       "search_space_sha256": space.sha256},
@@ -179,6 +186,11 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     arch = str(kernel["arch"])
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
+    try:
+        base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
+                                      f"{path}: base.nvcc_flags")
+    except BaseFlagError as error:
+        raise AcfError(str(error)) from None
     return Acf(
         path=path, kernel=str(kernel["name"]), source_path=str(kernel.get("path", kernel.get("source", ""))),
         source_sha256=str(kernel["source_sha256"]), arch=arch,
@@ -186,6 +198,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
+        base=base_flags,
     )  # fmt: skip
 
 
@@ -193,8 +206,8 @@ def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: 
     """Name the first argument the space cannot produce (the allow-list)."""
     defines = [t for t in (*fixed, *argv) if t.startswith("-D")]
     for token in defines:
-        if not _DEFINE.fullmatch(token):
-            raise AcfError(f"{path}: {token!r} is not an allowed define (-DNAME or -DNAME=VALUE)")
+        if problem := define_arg_problem(token):
+            raise AcfError(f"{path}: {token!r} is not an allowed define (-DNAME or -DNAME=VALUE): {problem}")
     space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from compileiq import acf, evidence
 from compileiq.errors import UsageError
-from compileiq.kernel import KernelSpec, load_spec
+from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.metrics import STATIC_OBJECTIVES
 from compileiq.output_file import check_target
 from compileiq.runner import Progress
@@ -167,6 +167,8 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
     acf.check_writable(path)
+    if options.program or options.metric_regex is not None:  # part of the study identity
+        spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
@@ -184,13 +186,15 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         simplify=options.simplify,
         stale_after_s=options.stale_after,
     )
+    bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     url = database_url(options.db)
     store = Store.open(url)
     try:
         workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
-        evaluator = _time_evaluator(options, spec, space, toolchain, store, workers) if options.objective == "time" else None
-        result = Tuner(request, store, toolchain, workers, progress, evaluator).run()
-        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, options.kernel)
+        evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
+                     if options.objective == "time" else None)
+        result = Tuner(request, store, toolchain, workers, progress, evaluator, bundle).run()
+        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)
         acf.write(path, content)
     finally:
         store.close()
@@ -212,9 +216,8 @@ class SharedWorkers:
 
 
 def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
-                    store: Store, workers: SharedWorkers) -> Any:
+                    store: Store, workers: SharedWorkers, bundle: SourceBundle) -> Any:
     """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
-    from compileiq.kernel import bundle_sources
     from compileiq.metrics import StaticEvaluator
     from compileiq.timing import TimeEvaluator, TimingTarget
     from compileiq.workers import open_gpu_measurers, open_local_measurers
@@ -224,11 +227,11 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
     if not measurers:
         raise UsageError("--objective time: no GPU found (none on this machine, or in the Ray cluster)")
     target = TimingTarget(
-        nvcc=toolchain.nvcc, bundle=bundle_sources(spec), arch=spec.arch, space=space,
+        nvcc=toolchain.nvcc, bundle=bundle, arch=spec.arch, space=space,
         fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,
         rtol=spec.rtol, atol=spec.atol, program_regex=options.metric_regex or spec.metric_regex,
         program=options.program or options.metric_regex is not None or spec.mode == "program",
-        static=StaticEvaluator("static", spec),
+        static=StaticEvaluator("static", spec, bundle),
     )  # fmt: skip
     return TimeEvaluator(target, store, workers, measurers[0])
 

@@ -67,6 +67,7 @@ class PtxResult:
     ptx: bytes
     seconds: float
     message: str
+    relocatable: bool = False  # from -rdc=true: ptxas assembles it with --compile-only
 
 
 @dataclass(frozen=True)
@@ -102,12 +103,12 @@ def emit_ptx(job: FrontendJob) -> PtxResult:
         with scratch_dir("ptx") as workdir:
             main = job.bundle.write_to(Path(workdir))
             out = Path(workdir) / "kernel.ptx"
-            argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.args, *job.bundle.include_args,
+            argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.bundle.base_args, *job.args, *job.bundle.include_args,
                     f"-I{harness_include_dir()}", str(main), "-o", str(out)]
             made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem)
     except OSError as error:
         return PtxResult(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
-    return PtxResult(made.status, made.data, made.seconds, made.message)
+    return PtxResult(made.status, made.data, made.seconds, made.message, job.bundle.relocatable)
 
 
 def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
@@ -118,7 +119,8 @@ def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
         with scratch_dir("sass") as workdir:
             source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
             source.write_bytes(ptx.ptx)
-            argv = [job.ptxas, f"-arch={job.arch}", "-v", *job.args, str(source), "-o", str(out)]
+            compile_only = ("--compile-only",) if ptx.relocatable else ()
+            argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *job.args, str(source), "-o", str(out)]
             made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem)
     except OSError as error:
         return Build(BuildStatus.CRASHED, _unprepared("ptxas", error), (), None, b"", 0.0)
@@ -266,6 +268,14 @@ def _entry(current: dict[str, int | str], used: re.Match[str], counts: dict[str,
     )
 
 
+def first_error_line(output: str) -> str:
+    """The compiler's first line that names an error (not "In file included from ..."), else
+    its first line."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    return (named or lines or [""])[0]
+
+
 def _trim(output: str, limit: int = 4000) -> str:
     text = output.strip()
     return text if len(text) <= limit else text[:limit] + " …"
@@ -299,7 +309,9 @@ class ExecutableBuild:
 def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     include = job.harness_include or str(harness_include_dir())
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
-    return [job.nvcc, f"-arch={job.arch}", *job.frontend_args, *ptxas, "-std=c++17", f"-I{include}",
+    base = job.bundle.base_args
+    std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
+    return [job.nvcc, f"-arch={job.arch}", *base, *job.frontend_args, *ptxas, *std, f"-I{include}",
             *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from compileiq import ablation
 from compileiq.acf import AcfContent
 from compileiq.errors import CompileIQError
-from compileiq.kernel import KernelSpec
+from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.records import Trial, TrialState
 from compileiq.space import Config, SearchSpace
 from compileiq.toolchain import Toolchain
@@ -24,18 +25,21 @@ EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack
 
 
 def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
-                source_path: Path) -> AcfContent:
-    """`result` is a tune.TuneResult (not imported: tune pulls in skopt)."""
+                acf_path: Path, bundle: SourceBundle) -> AcfContent:
+    """`result` is a tune.TuneResult (not imported: tune pulls in skopt). The kernel's path is
+    recorded relative to the ACF's folder, so a clone of the repository elsewhere can gate it."""
     chosen = result.chosen
+    source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     return AcfContent(
-        kernel=spec.name, source_name=spec.source.name, source_path=str(source_path),
-        source_sha256=result.study.key.source_sha256, arch=spec.arch,
+        kernel=spec.name, source_name=spec.source.name, source_path=source_path,
+        source_sha256=bundle.sha256, arch=spec.arch,
         nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
         toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
         fixed_defines=spec.fixed_define_args(), objective=objective_table(result),
         evidence=evidence_table(result, database),
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "database": database},
+        base_flags=spec.nvcc_flags.as_args(), settings_sha256=spec.settings_sha256(),
     )  # fmt: skip
 
 

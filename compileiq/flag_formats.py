@@ -21,7 +21,7 @@ STAGES = ("all", "frontend", "ptxas")
 _PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_=.+:/-]+")
 
 
-def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True) -> str:
+def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False) -> str:
     """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`."""
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -30,8 +30,8 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
     if fmt == "cmake":  # CMake sets the architecture itself (CUDA_ARCHITECTURES)
         if stage == "ptxas":
             raise UsageError("--format cmake gives nvcc options: use --stage all or frontend")
-        return cmake_snippet(acf, stage)
-    flags = unique(acf.flags(stage, with_arch=with_arch))
+        return cmake_snippet(acf, stage, with_base)
+    flags = unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))
     if fmt == "args":
         return shlex.join(flags)
     if fmt == "optf":
@@ -39,7 +39,7 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
     if fmt == "bazel":
         lines = "".join(f"    {json.dumps(token)},\n" for token in flags)
         return f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}\ncopts = [\n{lines}],\n"
-    return json.dumps(document(acf, stage, with_arch), indent=2) + "\n"
+    return json.dumps(document(acf, stage, with_arch, with_base), indent=2) + "\n"
 
 
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -52,7 +52,7 @@ def cuda_architectures(arch: str) -> str:
     return arch.removeprefix("sm_")
 
 
-def document(acf: Acf, stage: str = "all", with_arch: bool = True) -> dict[str, Any]:
+def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
     """The JSON document of `--format json` (also what the CMake module reads)."""
     return {
         "acf": str(acf.path),
@@ -61,7 +61,8 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True) -> dict[str, 
         "arch": acf.arch,
         "cuda_architectures": cuda_architectures(acf.arch),
         "stage": stage,
-        "flags": list(unique(acf.flags(stage, with_arch=with_arch))),
+        "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
+        "base": list(acf.base.as_args()),
         "frontend": list(acf.frontend_args),
         "ptxas": list(acf.ptxas_args),
         "defines": list(acf.fixed_defines),
@@ -70,11 +71,11 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True) -> dict[str, 
     }
 
 
-def cmake_snippet(acf: Acf, stage: str = "all") -> str:
+def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     """set_source_files_properties(...) giving the kernel source the ACF's flags. Each flag is one
     token (ptxas options as -Xptxas=OPTION, never split from their -Xptxas); a source's
     COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
-    options = ";".join(_plain(acf, token) for token in unique(acf.flags(stage, with_arch=False)))
+    options = ";".join(_plain(acf, token) for token in unique(acf.flags(stage, with_arch=False, with_base=with_base)))
     arch = cuda_architectures(acf.arch)
     return (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"

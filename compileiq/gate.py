@@ -111,7 +111,7 @@ def locate(path: Path, kernel: Path | None = None) -> Target:
 
 def _find_source(acf: acf_file.Acf) -> Path:
     given = Path(acf.source_path)
-    tried = [given] if given.is_absolute() else [given, acf.path.parent / given]
+    tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
     tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
     for candidate in dict.fromkeys(tried):
         if candidate.is_file():
@@ -137,12 +137,12 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
 def rebuild(target: Target, toolchain: Toolchain) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
     acf, spec = target.acf, target.spec
-    bundle = bundle_sources(spec)
+    bundle = bundle_sources(spec, toolchain.nvcc)
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, acf.ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
-    evaluation = StaticEvaluator("spills", spec).evaluate(build, Config.of(acf.controls))
+    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(acf.controls))
     if evaluation.value is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
@@ -152,10 +152,13 @@ def rebuild(target: Target, toolchain: Toolchain) -> Measured:
 
 
 def retune_command(target: Target) -> str:
-    """The command that re-tunes a stale ACF in place."""
+    """The command that re-tunes a stale ACF in place, in the database it was tuned in (a URL's
+    password shows as *** in the ACF: put it back, or set COMPILEIQ_DB)."""
     objective = str(target.acf.objective.get("name", "static"))
+    database = str(target.acf.provenance.get("database", ""))
+    db = ["--db", database] if database else []
     return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective,
-                       "--arch", target.acf.arch, "--out", target.acf_label])
+                       "--arch", target.acf.arch, *db, "--out", target.acf_label])
 
 
 # --- the gate -----------------------------------------------------------------------------------

@@ -6,17 +6,17 @@ A tuned define's first listed value is its default: the baseline configuration u
 from __future__ import annotations
 
 import hashlib
-import math
-import posixpath
+import json
+import os
 import re
 import shutil
 import subprocess
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from compileiq.base_flags import BaseFlags, path_problem
 from compileiq.errors import UsageError
 
 TUNE_FILE = "tune.toml"
@@ -26,14 +26,19 @@ MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
 CUDA_SUFFIXES = (".cu", ".cuh")
 Values = tuple[int | str, ...]
 
-_ARCH_RE = re.compile(r"sm_\d+[a-z]?")
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
-_LAUNCH_BOUNDS_RE = re.compile(r"__launch_bounds__\s*\(\s*(\d+|[A-Za-z_]\w*)\s*[,)]")
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
-
 
 class KernelError(UsageError):
     """A kernel file or its tune.toml is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """How one entry is launched: threads per block and dynamic shared memory, each an integer
+    or an arithmetic expression over macros (``2*BLOCK*sizeof(float)``)."""
+
+    entry: str
+    block_size: str | None = None
+    dynamic_smem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class KernelSpec:
     mode: str = "harness"  # "harness" (compileiq/harness.cuh) or "program" (its own timing line)
     metric_regex: str | None = None  # program mode: the time in ms is the regex's first group
     run_args: tuple[str, ...] = ()
+    nvcc_flags: BaseFlags = field(default_factory=BaseFlags)  # what the code needs to build at all
+    launch: tuple[LaunchFacts, ...] = ()  # per-entry launch facts ([launch.NAME] tables)
+    block_size_given: bool = False  # block_size set in tune.toml (else from __launch_bounds__)
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.
@@ -82,29 +90,55 @@ class KernelSpec:
         """Each tuned define's default (first listed) value, keyed ``define.NAME``."""
         return {f"define.{name}": values[0] for name, values in self.tuned_defines}
 
+    def settings(self) -> dict[str, Any]:
+        """Every tune.toml setting that changes a build or a score, as plain JSON data."""
+        return {
+            "entries": list(self.entries), "block_size": [self.block_size, self.block_size_given],
+            "dynamic_smem": self.dynamic_smem, "defines": [list(d) for d in self.defines],
+            "tuned_defines": [[name, list(values)] for name, values in self.tuned_defines],
+            "nvcc_flags": list(self.nvcc_flags.flags),
+            "launch": [[f.entry, f.block_size, f.dynamic_smem] for f in self.launch],
+            "rtol": self.rtol, "atol": self.atol, "mode": self.mode,
+            "metric_regex": self.metric_regex, "run_args": list(self.run_args),
+        }  # fmt: skip
 
-# tune.toml's top-level keys: the spec's own fields, with [tune.defines] under "tune".
-_TOP_KEYS = {f.name for f in fields(KernelSpec)} - {"name", "source", "tuned_defines"} | {"tune"}
+    def settings_sha256(self) -> str:
+        text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
 class SourceBundle:
-    """A kernel's source and quoted-include headers as bytes, for a worker with no shared disk."""
+    """A kernel's source and every header it reads (outside the toolchain) as bytes, for a
+    worker with no shared disk, with the arguments that build it there."""
 
     main: str
     files: tuple[tuple[str, bytes], ...]
     include_args: tuple[str, ...]
-    sha256: str
+    sha256: str  # the files, their paths and the arguments below
+    base_args: tuple[str, ...] = ()  # the kernel's base flags (and -x cu for a header), no -I
+
+    @property
+    def relocatable(self) -> bool:
+        """Built with -rdc=true: ptxas must assemble its PTX with --compile-only."""
+        return "-rdc=true" in self.base_args
 
     def write_to(self, directory: Path) -> Path:
         """Materialise the bundle under ``directory``; return the main file's path."""
         for rel, content in self.files:
-            if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
-                raise KernelError(f"unsafe path in source bundle: {rel}")
+            if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts or path_problem(rel):
+                raise KernelError(f"unsafe path in source bundle: {rel!r}")
             target = directory / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         return directory / self.main
+
+
+def study_identity(spec: KernelSpec, bundle: SourceBundle) -> str:
+    """sha256 of the sources (with their build arguments) and the build- and score-relevant
+    tune.toml settings: two runs with the same identity are the same study."""
+    text = json.dumps({"sources": bundle.sha256, "settings": spec.settings()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def detect_arch() -> str | None:
@@ -125,205 +159,62 @@ def detect_arch() -> str | None:
 def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:
     """Load a kernel's spec from ``cu_path`` and the tune.toml beside it (if any).
 
-    ``arch`` overrides the file's arch; without either, the GPU's arch or sm_90.
+    ``arch`` overrides the file's arch; without either, the GPU's arch or sm_90. Whether the
+    file holds a kernel is the compiled module's to say (a kernel may live in an included file).
     """
+    from compileiq.kernel_toml import parse_spec
+
     source = Path(cu_path).expanduser().resolve()
     if not source.is_file():
         raise KernelError(f"kernel file not found: {cu_path}")
-    text = source.read_text(errors="replace")
-    if source.suffix not in CUDA_SUFFIXES or "__global__" not in text:
-        raise KernelError(f"{cu_path} is not a CUDA source: no __global__ function found")
-    toml_path = source.parent / TUNE_FILE
-    raw = _read_toml(toml_path) if toml_path.is_file() else {}
-    return _Parser(toml_path, raw, source, text).spec(arch)
+    if source.suffix not in CUDA_SUFFIXES:
+        raise KernelError(f"{cu_path} is not a CUDA source: expected a {' or '.join(CUDA_SUFFIXES)} file")
+    if problem := path_problem(source.name):
+        raise KernelError(f"kernel file name: {problem}")
+    return parse_spec(source, arch)
 
 
-def bundle_sources(spec: KernelSpec) -> SourceBundle:
-    """Collect the main file and every header it reaches through ``#include "..."``."""
+def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
+    """The main file and every file the compiler reads for it, except the toolchain's own and the
+    compileiq harness (from `nvcc -M` with the spec's include folders, defines and base flags)."""
+    from compileiq.compile import harness_include_dir
+    from compileiq.dependencies import compiler_dependencies
+    from compileiq.toolchain import find_toolchain
+
+    nvcc = nvcc or find_toolchain().nvcc
     root = spec.source.parent
     dirs = [(d, _bundle_dir(d, root, i)) for i, d in enumerate(spec.include_dirs)]
+    base_args = spec.nvcc_flags.flags + (("-x", "cu") if spec.source.suffix == ".cuh" else ())
+    defaults = tuple(f"-D{k.removeprefix('define.')}={v}" for k, v in spec.default_values().items())
+    includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
+    args = (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
+    found = compiler_dependencies(nvcc, root, spec.source.name, args, spec.compile_timeout_s)
+    toolchain_dirs = _toolchain_dirs(nvcc)
     files: dict[str, bytes] = {}
-    _collect(spec.source, spec.source.name, dirs, files)
-    digest = hashlib.sha256()
+    for path in found:
+        rel = _bundle_path(path, root, dirs, toolchain_dirs)
+        if rel is not None:
+            files[rel] = path.read_bytes()
+    include_args = tuple(f"-I{rel}" for _, rel in dirs)
+    digest = hashlib.sha256(json.dumps([spec.source.name, include_args, base_args]).encode())
     for rel, content in files.items():
         digest.update(f"{rel}\0{len(content)}\0".encode())
         digest.update(content)
-    include_args = tuple(f"-I{rel}" for _, rel in dirs)
-    return SourceBundle(spec.source.name, tuple(files.items()), include_args, digest.hexdigest())
+    return SourceBundle(spec.source.name, tuple(files.items()), include_args, digest.hexdigest(), base_args)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        reason = " ".join(str(exc).split())
-        raise KernelError(f"{path}: malformed TOML: {reason}") from None
+def _relative(directory: Path, root: Path) -> str:
+    text = os.path.relpath(directory, root)
+    if problem := path_problem(text):
+        raise KernelError(f"include folder: {problem}")
+    return text
 
 
-MODES = ("harness", "program")
+def _toolchain_dirs(nvcc: str) -> tuple[Path, ...]:
+    from compileiq.compile import harness_include_dir
 
-
-class _Parser:
-    """Validates one tune.toml; every error names the file and the key."""
-
-    def __init__(self, path: Path, raw: dict[str, Any], source: Path, text: str) -> None:
-        self.path, self.raw, self.source, self.text = path, raw, source, text
-
-    def fail(self, key: str, problem: str) -> KernelError:
-        return KernelError(f"{self.path}: {key}: {problem}")
-
-    def spec(self, arch: str | None) -> KernelSpec:
-        if set(self.raw) - _TOP_KEYS:
-            raise self.fail(min(set(self.raw) - _TOP_KEYS), "unknown key")
-        defines, tuned = self.defines(), self.tuned_defines()
-        if both := set(dict(defines)) & set(dict(tuned)):
-            raise self.fail(f"tune.defines.{min(both)}", "also set in [defines]")
-        return KernelSpec(
-            name=self.source.stem,
-            source=self.source,
-            arch=self.arch(arch),
-            entries=tuple(self.str_list("entries") or ()),
-            block_size=self.block_size(dict(defines), dict(tuned)),
-            dynamic_smem=self.integer("dynamic_smem", 0, 0),
-            defines=defines,
-            tuned_defines=tuned,
-            include_dirs=self.include_dirs(),
-            compile_timeout_s=self.timeout(),
-            allow_numerics=self.flag("allow_numerics"),
-            allow_semantics=self.flag("allow_semantics"),
-            rtol=self.tolerance("rtol", 1e-5),
-            atol=self.tolerance("atol", 1e-6),
-            mode=self.mode(),
-            metric_regex=self.metric_regex(),
-            run_args=tuple(self.str_list("run_args") or ()),
-        )
-
-    def tolerance(self, key: str, default: float) -> float:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-            raise self.fail(key, "must be a finite number >= 0")
-        return float(value)
-
-    def mode(self) -> str:
-        value = self.raw.get("mode", "harness")
-        if value not in MODES:
-            raise self.fail("mode", f"must be one of: {', '.join(MODES)}")
-        return str(value)
-
-    def metric_regex(self) -> str | None:
-        value = self.raw.get("metric_regex")
-        if value is None:
-            return None
-        try:
-            groups = re.compile(value).groups if isinstance(value, str) else 0
-        except re.error as exc:
-            raise self.fail("metric_regex", f"not a regular expression: {exc}") from None
-        if groups < 1:
-            raise self.fail("metric_regex", "must be a regular expression with a group for the time in ms")
-        return str(value)
-
-    def arch(self, override: str | None) -> str:
-        value = self.raw.get("arch")
-        if value is not None and (not isinstance(value, str) or not _ARCH_RE.fullmatch(value)):
-            raise self.fail("arch", f"{value!r} is not an arch like 'sm_90'")
-        if override is not None and not _ARCH_RE.fullmatch(override):
-            raise KernelError(f"{override!r} is not an arch like 'sm_90'")
-        return override or value or detect_arch() or DEFAULT_ARCH
-
-    def str_list(self, key: str) -> list[str] | None:
-        value = self.raw.get(key)
-        ok = isinstance(value, list) and value and all(isinstance(v, str) and v for v in value)
-        if value is not None and not ok:
-            raise self.fail(key, "must be a non-empty list of non-empty strings")
-        return value
-
-    def integer(self, key: str, default: int, low: int, high: int = 2**31 - 1) -> int:
-        value = self.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"must be an integer from {low} to {high}")
-        return value
-
-    def timeout(self) -> float:
-        value = self.raw.get("compile_timeout_s", 60)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
-            raise self.fail("compile_timeout_s", f"must be a positive number of seconds, at most {MAX_TIMEOUT_S}")
-        return float(value)
-
-    def flag(self, key: str) -> bool:
-        value = self.raw.get(key, False)
-        if not isinstance(value, bool):
-            raise self.fail(key, "must be true or false")
-        return value
-
-    def include_dirs(self) -> tuple[Path, ...]:
-        names = self.str_list("include_dirs") or []
-        dirs = tuple((self.source.parent / d).resolve() for d in names)
-        missing = [d for d in dirs if not d.is_dir()]
-        if missing:
-            raise self.fail("include_dirs", f"not a directory: {missing[0]}")
-        return dirs
-
-    def table(self, key: str, raw: Any) -> dict[str, Any]:
-        if not isinstance(raw, dict):
-            raise self.fail(key, "must be a table")
-        bad = [name for name in raw if not _NAME_RE.fullmatch(name)]
-        if bad:
-            raise self.fail(f"{key}.{bad[0]}", "not a valid macro name")
-        return raw
-
-    def defines(self) -> tuple[tuple[str, str], ...]:
-        table = self.table("defines", self.raw.get("defines", {}))
-        for name, value in table.items():
-            if isinstance(value, bool) or not isinstance(value, int | float | str):
-                raise self.fail(f"defines.{name}", "must be an integer, float or string")
-        return tuple(sorted((name, str(value)) for name, value in table.items()))
-
-    def tuned_defines(self) -> tuple[tuple[str, Values], ...]:
-        tune = self.raw.get("tune", {})
-        if not isinstance(tune, dict):
-            raise self.fail("tune", "must be a table")
-        if set(tune) - {"defines"}:
-            raise self.fail(f"tune.{min(set(tune) - {'defines'})}", "unknown key")
-        table = self.table("tune.defines", tune.get("defines", {}))
-        return tuple((name, self.values(name, vals)) for name, vals in table.items())
-
-    def values(self, name: str, values: Any) -> Values:
-        key = f"tune.defines.{name}"
-        if not isinstance(values, list) or not values:
-            raise self.fail(key, "must be a non-empty list of values")
-        if any(isinstance(v, bool) or not isinstance(v, int | str) for v in values):
-            raise self.fail(key, "values must be integers or strings")
-        if len(set(values)) != len(values):
-            raise self.fail(key, "values must be distinct")
-        return tuple(values)
-
-    def block_size(self, defines: dict[str, str], tuned: dict[str, Values]) -> int | str:
-        value = self.raw.get("block_size")
-        if value is None:
-            return self.launch_bounds(defines, tuned)
-        if isinstance(value, str):
-            values = tuned.get(value)
-            if values is None:
-                raise self.fail("block_size", f"{value!r} is not a tuned define")
-            if not all(isinstance(v, int) and 0 < v <= 1024 for v in values):
-                raise self.fail("block_size", f"tuned define {value!r} has a non-block-size value")
-            return value
-        return self.integer("block_size", DEFAULT_BLOCK_SIZE, 1, 1024)
-
-    def launch_bounds(self, defines: dict[str, str], tuned: dict[str, Values]) -> int | str:
-        match = _LAUNCH_BOUNDS_RE.search(self.text)
-        token = match.group(1) if match else ""
-        if token in tuned and all(isinstance(v, int) for v in tuned[token]):
-            return token
-        token = defines.get(token) or self.source_define(token) or token
-        return int(token) if token.isdigit() and int(token) > 0 else DEFAULT_BLOCK_SIZE
-
-    def source_define(self, name: str) -> str | None:
-        if not _NAME_RE.fullmatch(name):
-            return None
-        pattern = rf"^[ \t]*#[ \t]*define[ \t]+{name}[ \t]+(\d+)\b"
-        match = re.search(pattern, self.text, re.MULTILINE)
-        return match.group(1) if match else None
+    cuda = Path(os.path.normpath(Path(nvcc).resolve().parent.parent))
+    return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), Path("/usr"), Path("/opt"))
 
 
 def _bundle_dir(directory: Path, root: Path, index: int) -> str:
@@ -332,33 +223,25 @@ def _bundle_dir(directory: Path, root: Path, index: int) -> str:
     return f"inc{index}"
 
 
-def _collect(path: Path, rel: str, dirs: list[tuple[Path, str]], files: dict[str, bytes]) -> None:
-    content = path.read_bytes()
-    if rel in files:
-        if files[rel] != content:
-            raise KernelError(f"two different headers map to {rel} in the source bundle")
-        return
-    files[rel] = content
-    for name in _INCLUDE_RE.findall(content.decode(errors="replace")):
-        found = _resolve(name, path, rel, dirs)
-        if found is not None:
-            _collect(found[0], found[1], dirs, files)
-
-
-def _resolve(
-    name: str, includer: Path, includer_rel: str, dirs: list[tuple[Path, str]]
-) -> tuple[Path, str] | None:
-    if PurePosixPath(name).is_absolute():
+def _bundle_path(path: Path, root: Path, dirs: list[tuple[Path, str]], toolchain: tuple[Path, ...]) -> str | None:
+    """Where a dependency goes in the bundle; None for a toolchain or system header."""
+    if any(path.is_relative_to(d) for d in toolchain[:2]):
         return None
-    candidates = [(includer.parent, PurePosixPath(includer_rel).parent)]
-    candidates += [(directory, PurePosixPath(rel)) for directory, rel in dirs]
-    for directory, bundle_dir in candidates:
-        if (directory / name).is_file():
-            rel = posixpath.normpath(bundle_dir / name)
-            if rel.split("/")[0] == "..":
-                raise KernelError(
-                    f'{includer}: #include "{name}" reaches outside the kernel '
-                    "folder; include it relative to an include_dirs entry"
-                )
-            return directory / name, rel
-    return None  # not ours (a toolchain or harness header): the compiler finds it
+    rel: str | None = None
+    if path.is_relative_to(root):
+        rel = path.relative_to(root).as_posix()
+    else:
+        for directory, bundle_dir in dirs:
+            if path.is_relative_to(directory):
+                rel = PurePosixPath(bundle_dir, path.relative_to(directory).as_posix()).as_posix()
+                break
+    if rel is None:
+        if any(path.is_relative_to(d) for d in toolchain[2:]):
+            return None
+        raise KernelError(
+            f"{path} reaches outside the kernel folder and its include_dirs: a worker would not "
+            "find it; include it relative to an include_dirs entry"
+        )
+    if problem := path_problem(rel):
+        raise KernelError(f"header {problem}")
+    return rel

@@ -7,12 +7,14 @@ labels them "static".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from compileiq.compile import Build, EntryResources
+from compileiq.compile import Build, EntryResources, first_error_line
 from compileiq.errors import UsageError
-from compileiq.kernel import KernelSpec
+from compileiq.kernel import KernelSpec, SourceBundle
+from compileiq.launch import LaunchModel
 from compileiq.space import Config
 
 
@@ -80,12 +82,20 @@ class StaticMetrics:
         return asdict(self)
 
 
-def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int) -> StaticMetrics:
+def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
+                   launch: Mapping[str, tuple[int, int]] | None = None) -> StaticMetrics:
+    """``launch`` gives an entry its own (threads, dynamic smem); others get ``threads``/``dynamic_smem``."""
     entries = build.entries
+    facts = launch or {}
+
+    def entry_occupancy(e: EntryResources) -> float:
+        entry_threads, entry_smem = facts.get(e.name, (threads, dynamic_smem))
+        return _entry_occupancy(e, arch, entry_threads, entry_smem)
+
     return StaticMetrics(
         spill_bytes=sum(entry.spill_bytes for entry in entries),
         registers=max((entry.registers for entry in entries), default=0),
-        occupancy=min((_entry_occupancy(e, arch, threads, dynamic_smem) for e in entries), default=0.0),
+        occupancy=min((entry_occupancy(e) for e in entries), default=0.0),
         instructions=sum(entry.instructions for entry in entries),
         stack_bytes=max((entry.stack_bytes for entry in entries), default=0),
     )
@@ -121,6 +131,9 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
     raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
+NO_KERNEL = "no kernel (__global__ function) in the compiled module"
+
+
 @dataclass(frozen=True)
 class Evaluation:
     value: float | None  # None: the variant failed; `reason` says why
@@ -133,23 +146,33 @@ class StaticEvaluator:
 
     kind = "static"
 
-    def __init__(self, objective: str, kernel: KernelSpec) -> None:
+    def __init__(self, objective: str, kernel: KernelSpec, bundle: SourceBundle | None = None) -> None:
         if objective not in STATIC_OBJECTIVES:
             objective_value(objective, StaticMetrics(0, 0, 0.0, 0, 0))  # raises the usage error
         self._objective = objective
         self._kernel = kernel
+        self._launch = LaunchModel(kernel, bundle)
 
     def evaluate(self, build: Build, config: Config) -> Evaluation:
-        if not build.ok:
-            return Evaluation(None, f"{build.status.value}: {build.message}", {})
+        if not build.ok:  # the compiler's first error line first, then its whole output
+            headline = first_error_line(build.message)
+            full = build.message.strip()
+            reason = headline if full == headline else f"{headline}\n{full}"
+            return Evaluation(None, f"{build.status.value}: {reason}", {})
+        if not build.entries:
+            return Evaluation(None, NO_KERNEL, {})
         entries = tuple(e for e in build.entries if _wanted(e.name, self._kernel.entries))
         if not entries:
             names = ", ".join(e.name for e in build.entries) or "none"
             return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
-        threads = self._kernel.block_size_for(config.as_dict())
+        values = config.as_dict()
+        threads = self._kernel.block_size_for(values)
+        launch = {e.name: self._launch.facts(e.name, values) for e in entries}
         scored = Build(build.status, build.message, entries, build.code_hash, b"", build.seconds)
-        metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem)
+        metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)
         details = {**metrics.as_dict(), "block_size": threads, "entries": [asdict(e) for e in entries]}
+        if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
+            details["launch"] = {name: list(facts) for name, facts in launch.items()}
         return Evaluation(objective_value(self._objective, metrics), None, details)
 
 

@@ -15,8 +15,8 @@ from compileiq import claims
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
-from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources
-from compileiq.metrics import StaticEvaluator, StaticMetrics, objective_value
+from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
+from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -80,9 +80,11 @@ class TuneResult:
 def study_key(
     request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
 ) -> StudyKey:
+    """The study's identity; `source_sha256` holds the sources, headers and base flags together
+    with every tune.toml setting that changes a build or a score (`kernel.study_identity`)."""
     return StudyKey(
         kernel=request.kernel.name,
-        source_sha256=bundle.sha256,
+        source_sha256=study_identity(request.kernel, bundle),
         space_id=request.space.id,
         space_sha256=request.space.sha256,
         toolchain=toolchain.nvcc_build,
@@ -103,15 +105,16 @@ class Tuner:
         open_workers: Callable[[], Workers],
         progress: Progress,
         evaluator: Evaluator | None = None,
+        bundle: SourceBundle | None = None,
     ) -> None:
         self._request = request
         self._store = store
         store.check_trials_against(request.space)  # shared rows are untrusted: skip foreign ones
         self._toolchain = toolchain
         self._progress = progress
-        self._bundle = bundle_sources(request.kernel)
+        self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
-        evaluator = evaluator or StaticEvaluator(request.objective, request.kernel)
+        evaluator = evaluator or StaticEvaluator(request.objective, request.kernel, self._bundle)
         self._evaluator = evaluator
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
@@ -120,6 +123,7 @@ class Tuner:
         self._worker_name = claims.worker_name()
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
+        self._baseline_built = False  # an earlier study of the same sources built the baseline
 
     def run(self) -> TuneResult:
         request = self._request
@@ -182,7 +186,10 @@ class Tuner:
             # once its process is gone (this host) or its heartbeat is stale.
             if self._take_over(study):
                 trials = self._store.trials(study.id)
-            candidates = self._candidates(trials, min(remaining, self._request.batch_size))
+            # The baseline alone first: a kernel that does not build with the compiler's defaults
+            # stops the run with its one failed trial, before a batch of variants is compiled.
+            alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
+            candidates = self._candidates(trials, 1 if alone else min(remaining, self._request.batch_size))
             batch = self._claim(study, candidates)
             if batch:
                 finished = self._runner.run(batch)
@@ -228,6 +235,7 @@ class Tuner:
         if not found:
             return
         observations = [observation for observation, _ in found.values()]
+        self._baseline_built = any(o.config.key == self._baseline.key and o.value is not None for o in observations)
         self._searcher.tell(observations)
         ranked = sorted(observations, key=lambda o: (o.value, o.config.key))
         ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
@@ -274,9 +282,11 @@ class Tuner:
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
             if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
-                lines = (trial.reason or "unknown error").strip().splitlines()
+                reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
-                raise BaselineError(f"{name} does not build with default settings: {lines[0] if lines else ''}")
+                if NO_KERNEL in reason:
+                    raise BaselineError(f"{name}: {NO_KERNEL}")
+                raise BaselineError(f"{name} does not build with default settings: {reason}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it

@@ -54,7 +54,7 @@ CASES: dict[str, Case] = {
     # the kernel file
     "missing-cu": Case(f"{T} {{ws}}/nope.cu", 2, ("not found", "nope.cu")),
     "python-file": Case(f"{T} {{ws}}/script.py", 2, ("script.py", "not a CUDA source")),
-    "cu-without-global": Case(f"{T} {{ws}}/plain/plain.cu", 2, ("plain.cu", "no __global__")),
+    "cu-without-global": Case(f"{T} {{ws}}/plain/plain.cu", 1, ("plain.cu", "no kernel (__global__ function)")),
     "compile-error-local": Case(
         "tune {ws}/broken/broken.cu --workers local --json --budget 2 --db sqlite:///{ws}/failed.db",
         1, ("broken.cu", "does not build with default settings"),

@@ -39,7 +39,7 @@ FIR = textwrap.dedent(
 )
 SMALL, SPILLING = FIR.replace("TAPS", "32"), FIR.replace("TAPS", "128")  # 128: 424 + 628 spill bytes
 ACF, KERNEL = "k/fir.acf.toml", "k/fir.cu"
-RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --out k/fir.acf.toml"
+RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --db sqlite:///{db} --out k/fir.acf.toml"
 
 
 class Quiet:
@@ -105,12 +105,13 @@ def test_a_fresh_acf_passes(tuned):
     assert "No findings" in (tuned / "gate.md").read_text()
 
 
-def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling):
+def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tuned):
+    retune = RETUNE.format(db=tuned / "t.db")  # the hint repeats the database the ACF was tuned in
     runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]
     for result in runs:
         assert result.returncode == 1, result.describe()
         assert "error spills: spill bytes appeared: 0 -> 1052 (recorded 0 B, measured 1052 B)" in result.stdout
-        assert f"warn stale-source: the kernel source changed since the ACF was tuned; re-tune: {RETUNE}" in result.stdout
+        assert f"warn stale-source: the kernel source changed since the ACF was tuned; re-tune: {retune}" in result.stdout
     assert runs[0].stdout == runs[1].stdout
     assert (spilling / "gate1.md").read_bytes() == (spilling / "gate2.md").read_bytes()
     assert (spilling / "gate1.xml").read_bytes() == (spilling / "gate2.xml").read_bytes()
@@ -118,7 +119,7 @@ def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling):
     assert suite.get("failures") == "1"
     failure = suite.find("testcase/failure")
     assert failure is not None and failure.get("message", "").startswith("spills: spill bytes appeared")
-    assert RETUNE in (suite.findtext("testcase/system-out") or "")
+    assert retune in (suite.findtext("testcase/system-out") or "")
     assert "| `spills` | error | 0 B | 1052 B |" in (spilling / "gate1.md").read_text()
 
 
@@ -156,7 +157,7 @@ def test_a_garbage_acf_is_a_one_line_usage_error(tmp_path):
 
 def test_a_missing_kernel_names_what_was_tried(tuned, tmp_path):
     shutil.copy(tuned / ACF, tmp_path / "fir.acf.toml")
-    with pytest.raises(UsageError, match=r"kernel source not found \(tried k/fir.cu, .*--kernel PATH"):
+    with pytest.raises(UsageError, match=r"kernel source not found \(tried \S+/fir.cu, fir.cu\); pass --kernel PATH"):
         gate.locate(tmp_path / "fir.acf.toml")
 
 

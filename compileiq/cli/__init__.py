@@ -154,11 +154,12 @@ def flags(
     stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
     arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
     fmt: Annotated[str, typer.Option("--format", help="args (shell words) | optf (nvcc --options-file) | cmake | bazel | json")] = "args",
+    with_base: Annotated[bool, typer.Option("--all", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq import flag_formats
 
-    text = flag_formats.render(app.read_acf(acf_file), fmt, stage, with_arch=arch)
+    text = flag_formats.render(app.read_acf(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
 
 

@@ -1,0 +1,2 @@
+// The kernels are explicit template instantiations in the header.
+#include "reduce.cuh"

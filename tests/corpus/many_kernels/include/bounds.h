@@ -1,0 +1,3 @@
+#pragma once
+#define SCAN_THREADS 512
+#define COPY_THREADS 64

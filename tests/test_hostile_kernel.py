@@ -1,0 +1,174 @@
+"""Shell text in a kernel's settings never runs: nvcc hands -D values, file names and include
+folders to /bin/sh (in double quotes), so `$(...)`, backticks and quotes there would execute.
+
+Each case is a real `compileiq tune` (the console command, --workers local) on a valid kernel
+whose settings carry a payload that touches $CIQ_MARKER; the run must stop with a one-line
+error naming the offending key, exit non-zero, and the marker must not exist. Before the
+allow-lists the -D, file-name and include-folder cases created the marker.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import CliResult, run_cli
+
+from compileiq.acf import AcfError
+from compileiq.base_flags import BaseFlagError, parse_base_flags
+from compileiq.launch import ExpressionError, evaluate
+from compileiq.space import define_arg_problem, macro_problem
+
+KERNEL = """\
+#ifndef SCALE
+#define SCALE 2.0f
+#endif
+extern "C" __global__ void scale(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= SCALE;
+}
+"""
+RUN = "$(touch $CIQ_MARKER)"
+TICK = "`touch $CIQ_MARKER`"
+
+
+@dataclass(frozen=True)
+class Hostile:
+    toml: str = ""
+    says: str = ""  # the key (or name) the error line must name
+    file_name: str = "k.cu"
+    folder: str = ""  # a folder to create beside the kernel (an include dir with shell text)
+    header: str = ""  # a header to create and include
+
+
+# fmt: off
+CASES: dict[str, Hostile] = {
+    "define-subshell": Hostile(f'[defines]\nSCALE = "{RUN}"\n', "defines.SCALE"),
+    "define-backtick": Hostile(f'[defines]\nSCALE = "{TICK}"\n', "defines.SCALE"),
+    "define-semicolon": Hostile('[defines]\nSCALE = "1; touch $CIQ_MARKER"\n', "defines.SCALE"),
+    "define-and": Hostile('[defines]\nSCALE = "1 && touch x"\n', "defines.SCALE"),
+    "define-pipe": Hostile('[defines]\nSCALE = "1 | tee x"\n', "defines.SCALE"),
+    "define-newline": Hostile('[defines]\nSCALE = "1\\ntouch x"\n', "defines.SCALE"),
+    "define-double-quote": Hostile('[defines]\nSCALE = \'1"; touch $CIQ_MARKER; echo "\'\n', "defines.SCALE"),
+    "define-single-quote": Hostile("[defines]\nSCALE = \"1'x\"\n", "defines.SCALE"),
+    "define-ifs": Hostile('[defines]\nSCALE = "1${IFS}x"\n', "defines.SCALE"),
+    "define-backslash": Hostile('[defines]\nSCALE = "1\\\\"\n', "defines.SCALE"),
+    "define-comma": Hostile('[defines]\nSCALE = "1,EVIL=2"\n', "defines.SCALE"),
+    "define-redirect-append": Hostile('[defines]\nSCALE = "1 >> x &"\n', "defines.SCALE"),
+    "define-name-subshell": Hostile(f'[defines]\n"A{RUN}" = 1\n', "defines.A"),
+    "tuned-subshell": Hostile(f'[tune.defines]\nSCALE = ["2.0f", "{RUN}"]\n', "tune.defines.SCALE"),
+    "tuned-backtick": Hostile(f'[tune.defines]\nSCALE = ["{TICK}"]\n', "tune.defines.SCALE"),
+    "tuned-semicolon": Hostile('[tune.defines]\nSCALE = ["2.0f;touch x"]\n', "tune.defines.SCALE"),
+    "tuned-name-subshell": Hostile(f'[tune.defines]\n"B{RUN}" = [1]\n', "tune.defines.B"),
+    "flags-define-subshell": Hostile(f'nvcc_flags = ["-DSCALE={RUN}"]\n', "nvcc_flags"),
+    "flags-define-split": Hostile(f'nvcc_flags = ["-D", "SCALE={TICK}"]\n', "nvcc_flags"),
+    "flags-include-subshell": Hostile(f'nvcc_flags = ["-I{RUN}"]\n', "nvcc_flags"),
+    "flags-xcompiler": Hostile('nvcc_flags = ["-Xcompiler=-fPIC"]\n', "-Xcompiler"),
+    "flags-ccbin": Hostile('nvcc_flags = ["-ccbin=/bin/sh"]\n', "-ccbin"),
+    "flags-compiler-bindir": Hostile('nvcc_flags = ["--compiler-bindir", "/tmp"]\n', "--compiler-bindir"),
+    "flags-output": Hostile('nvcc_flags = ["-o", "/tmp/x"]\n', "-o"),
+    "flags-run": Hostile('nvcc_flags = ["--run"]\n', "--run"),
+    "flags-xlinker": Hostile('nvcc_flags = ["-Xlinker", "-rpath"]\n', "-Xlinker"),
+    "flags-odir": Hostile('nvcc_flags = ["-odir", "/tmp"]\n', "-odir"),
+    "flags-dryrun": Hostile('nvcc_flags = ["--dryrun"]\n', "--dryrun"),
+    "flags-std-injection": Hostile(f'nvcc_flags = ["-std=c++17{RUN}"]\n', "nvcc_flags"),
+    "include-dir-subshell": Hostile(f'include_dirs = ["inc{RUN}"]\n', "include_dirs", folder=f"inc{RUN}"),
+    "include-dir-backtick": Hostile(f'include_dirs = ["inc{TICK}"]\n', "include_dirs", folder=f"inc{TICK}"),
+    "file-name-subshell": Hostile("", "kernel file name", file_name=f"k{RUN}.cu"),
+    "file-name-backtick": Hostile("", "kernel file name", file_name=f"k{TICK}.cu"),
+    "file-name-semicolon": Hostile("", "kernel file name", file_name="k;touch x.cu"),
+    "header-name-subshell": Hostile("", "header", header=f"h{RUN}.h"),
+    "launch-python": Hostile('[launch.scale]\ndynamic_smem = "__import__(\'os\').system(\'touch x\')"\n',
+                             "launch.scale.dynamic_smem"),
+}
+# fmt: on
+
+
+def _workspace(root: Path, case: Hostile) -> tuple[Path, Path]:
+    root.mkdir(parents=True)
+    source = KERNEL
+    if case.header:
+        (root / case.header).write_text("#define FROM_HEADER 1\n")
+        source = f'#include "{case.header}"\n' + KERNEL
+    if case.folder:
+        (root / case.folder).mkdir()
+    (root / case.file_name).write_text(source)
+    if case.toml:
+        (root / "tune.toml").write_text(case.toml)
+    return root / case.file_name, root / "MARKER"
+
+
+def _run(root: Path, case: Hostile) -> tuple[CliResult, Path]:
+    cu, marker = _workspace(root, case)
+    args = ["tune", str(cu), "--objective", "static", "--budget", "2", "--workers", "local", "--only",
+            "ptxas.opt_level", "--arch", "sm_90", "--db", f"sqlite:///{root / 'db.sqlite'}"]
+    return run_cli(args, cwd=root, env={"CIQ_MARKER": str(marker)}, timeout=300), marker
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[tuple[CliResult, Path]]]:
+    base = tmp_path_factory.mktemp("hostile")
+    pool = ThreadPoolExecutor(max_workers=3)
+    futures = {name: pool.submit(_run, base / name, case) for name, case in CASES.items()}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def test_there_are_many_distinct_payloads() -> None:
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shell_text_in_settings_never_runs(results: dict[str, Future[tuple[CliResult, Path]]], name: str) -> None:
+    result, marker = results[name].result()
+    assert not marker.exists(), f"the payload ran: {result.describe()}"
+    assert not (marker.parent / "x").exists()
+    assert result.returncode != 0, result.describe()
+    assert len(result.stderr_lines) == 1, result.describe()
+    assert CASES[name].says in result.stderr_lines[0], result.describe()
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value", ["2*BLOCK", "1.5f", "float", "-1", "(N+1)/2", "a<b", "x:y", "unsigned int",
+                                   "1e-3", "A=B", ""])
+def test_real_macro_values_pass(value: str) -> None:
+    assert macro_problem("V", value) is None
+    assert define_arg_problem(f"-DV={value}") is None
+
+
+def test_real_base_flags_pass_in_canonical_spelling() -> None:
+    flags = parse_base_flags(["-rdc=true", "--std", "c++20", "--expt-extended-lambda", "-expt-relaxed-constexpr",
+                              "-lineinfo", "-I", "include", "-Ithird_party/lib", "-DUSE_X", "-D", "N=2*BLOCK",
+                              "--diag-suppress=177,550", "-w"], "test")
+    assert flags.flags == ("-rdc=true", "-std=c++20", "--extended-lambda", "--expt-relaxed-constexpr",
+                           "-lineinfo", "-DUSE_X", "-DN=2*BLOCK", "--diag-suppress=177,550", "-w")
+    assert flags.include_dirs == ("include", "third_party/lib") and flags.relocatable
+
+
+@pytest.mark.parametrize("flag", ["--use_fast_math", "-O3", "-G", "-arch=sm_80", "-gencode", "--keep",
+                                  "-Xptxas=-v", "-Xcudafe", "--dlink-time-opt", "-std=gnu++17"])
+def test_other_flags_are_refused_with_one_line(flag: str) -> None:
+    with pytest.raises(BaseFlagError) as info:
+        parse_base_flags([flag], "k/tune.toml: nvcc_flags")
+    assert "\n" not in str(info.value) and str(info.value).startswith("k/tune.toml: nvcc_flags: ")
+
+
+@pytest.mark.parametrize("text", ["__import__('os')", "open('x')", "x.y", "[1]", "lambda: 1", "2**99999999",
+                                  "sizeof(evil)", "1 if 1 else 2"])
+def test_launch_expressions_are_arithmetic_only(text: str) -> None:
+    with pytest.raises(ExpressionError):
+        evaluate(text, {"x": 1})
+
+
+def test_an_acf_with_shell_text_in_a_base_flag_is_refused(tmp_path: Path) -> None:
+    from compileiq import acf
+    from compileiq.space import load_space
+
+    space = load_space("13.0")
+    content = acf.AcfContent("k", "k.cu", "k.cu", "ab" * 32, "sm_90", "13.0", "13.0", "b", space,
+                             space.default_config(), (), {"name": "static"}, {}, {}, ("-DX=$(id)",))
+    path = acf.write(tmp_path / "k.acf.toml", content)
+    with pytest.raises(AcfError, match=r"base.nvcc_flags: .*contains '\$'"):
+        acf.read(path)

@@ -1,0 +1,287 @@
+"""Tune the CUDA code people actually have: each shape in tests/corpus/ is tuned, with no wrapper,
+by the real `compileiq tune ... --objective static --budget 6 --workers local`; then the spec
+side of it (dependencies from `nvcc -M`, base flags, per-entry launch facts, the study identity,
+errors that say what failed, a relocatable ACF) is checked through the library and the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import time
+import tomllib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import CliResult, run_cli
+
+from compileiq import app
+from compileiq.errors import CompileIQError, UsageError
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.runner import SilentProgress
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+NARROW = ["--only", "ptxas.opt_level", "--only", "ptxas.maxrregcount"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    kernel: str  # relative to tests/corpus
+    entries: tuple[str, ...]  # every kernel the compiled module must hold (plain or mangled prefix)
+
+
+# fmt: off
+SHAPES: dict[str, Shape] = {
+    "included_kernel": Shape("included_kernel/main.cu", ("saxpy",)),
+    "headers_cuh": Shape("headers_cuh/ops.cuh", ("normalize", "histogram")),
+    "include_dirs": Shape("include_dirs/blur.cu", ("blur",)),
+    "dynamic_parallelism": Shape("dynamic_parallelism/tree.cu", ("parent", "child")),
+    "extended_lambda": Shape("extended_lambda/transform.cu", ("transform",)),
+    "header_templates": Shape("header_templates/sum.cu", ("block_sum",)),
+    "many_kernels": Shape("many_kernels/pipeline.cu", ("scan_tile", "copy4", "stage")),
+}
+# fmt: on
+
+
+def _tune(workspace: Path, name: str) -> tuple[CliResult, Path]:
+    folder = workspace / name
+    shutil.copytree(CORPUS / name, folder)
+    kernel = folder / Path(SHAPES[name].kernel).name
+    acf = workspace / "acfs" / f"{name}.acf.toml"
+    args = ["tune", str(kernel), "--objective", "static", "--budget", "6", "--workers", "local", "--arch",
+            "sm_90", "--db", f"sqlite:///{workspace / f'{name}.db'}", "--out", str(acf), "--json", *NARROW]
+    return run_cli(args, cwd=workspace, timeout=600), acf
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[tuple[CliResult, Path]]]:
+    workspace = tmp_path_factory.mktemp("real")
+    pool = ThreadPoolExecutor(max_workers=3)
+    futures = {name: pool.submit(_tune, workspace, name) for name in SHAPES}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def _acf(path: Path) -> dict[str, Any]:
+    return tomllib.loads(path.read_text())
+
+
+def _entries(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("select metrics from trials where number = 0").fetchall()
+    import json
+
+    return [entry["name"] for entry in json.loads(rows[0][0])["entries"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_real_code_shape_tunes_without_a_wrapper(tuned: dict[str, Future[tuple[CliResult, Path]]], name: str) -> None:
+    result, acf = tuned[name].result()
+    assert result.returncode == 0, result.describe()
+    document = _acf(acf)
+    assert document["objective"]["baseline"] > 0
+    entries = _entries(acf.parent.parent / f"{name}.db")
+    for wanted in SHAPES[name].entries:
+        assert any(e == wanted or e.startswith(f"_Z{len(wanted)}{wanted}") for e in entries), (wanted, entries)
+
+
+@pytest.mark.slow
+def test_base_flags_are_recorded_and_printed_for_a_rebuild(tuned: dict[str, Future[tuple[CliResult, Path]]]) -> None:
+    result, acf = tuned["dynamic_parallelism"].result()
+    assert result.returncode == 0, result.describe()
+    assert _acf(acf)["base"]["nvcc_flags"] == ["-rdc=true"]
+    everything = run_cli(["flags", str(acf), "--all"], cwd=acf.parent)
+    tuned_only = run_cli(["flags", str(acf)], cwd=acf.parent)
+    assert everything.stdout.split() == ["-arch=sm_90", "-rdc=true", *tuned_only.stdout.split()[1:]]
+    assert "-rdc=true" not in tuned_only.stdout
+    ptxas = run_cli(["flags", str(acf), "--all", "--stage", "ptxas"], cwd=acf.parent)
+    assert ptxas.stdout.split()[:1] == ["--compile-only"]  # relocatable PTX: ptxas -c
+    _, lambda_acf = tuned["extended_lambda"].result()
+    assert _acf(lambda_acf)["base"]["nvcc_flags"] == ["--extended-lambda", "-std=c++17"]
+
+
+@pytest.mark.slow
+def test_per_entry_launch_facts_score_each_kernel(tuned: dict[str, Future[tuple[CliResult, Path]]]) -> None:
+    result, acf = tuned["many_kernels"].result()
+    assert result.returncode == 0, result.describe()
+    import json
+
+    with contextlib.closing(sqlite3.connect(acf.parent.parent / "many_kernels.db")) as conn:
+        metrics = json.loads(conn.execute("select metrics from trials where number = 0").fetchone()[0])
+    # scan_tile and copy4: __launch_bounds__ in include/kernels.cuh with macros from bounds.h;
+    # stage: the [launch.stage] table, STAGE_BLOCK * sizeof(float) bytes of dynamic smem.
+    assert metrics["launch"] == {"scan_tile": [512, 0], "copy4": [64, 0], "stage": [256, 1024]}
+
+
+# -- dependencies from the compiler --------------------------------------------------------------
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    shutil.copytree(CORPUS / name, tmp_path / name)
+    return tmp_path / name
+
+
+def test_angle_bracket_headers_from_include_dirs_are_bundled_and_hashed(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "include_dirs")
+    spec = load_spec(folder / "blur.cu", arch="sm_90")
+    start = time.perf_counter()
+    bundle = bundle_sources(spec)
+    seconds = time.perf_counter() - start
+    assert [rel for rel, _ in bundle.files] == ["blur.cu", "include/mylib/helper.h", "include/mylib/config.h"]
+    assert bundle.include_args == ("-Iinclude",) and seconds < 10  # nvcc -M: ~0.3 s unloaded
+    (folder / "include" / "mylib" / "config.h").write_text("#pragma once\n#define MYLIB_WEIGHT 0.5f\n")
+    assert bundle_sources(spec).sha256 != bundle.sha256
+    main = bundle.write_to(tmp_path / "worker")  # relocatable: builds where nothing else is
+    assert (main.parent / "include" / "mylib" / "config.h").is_file()
+
+
+def test_toolchain_headers_are_not_bundled(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text('#include <cuda_fp16.h>\n#include <cstdio>\n__global__ void k(__half* x) {}\n')
+    assert [rel for rel, _ in bundle_sources(load_spec(tmp_path / "k.cu", arch="sm_90")).files] == ["k.cu"]
+
+
+def test_a_header_by_absolute_path_outside_the_kernel_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "h.h").write_text("#define H 1\n")
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "k.cu").write_text(f'#include "{tmp_path}/elsewhere/h.h"\n__global__ void k(int* x) {{ *x = H; }}\n')
+    with pytest.raises(UsageError, match="reaches outside the kernel folder and its include_dirs") as info:
+        bundle_sources(load_spec(tmp_path / "k" / "k.cu", arch="sm_90"))
+    assert "\n" not in str(info.value)
+
+
+# -- the study identity --------------------------------------------------------------------------
+
+TAPS_KERNEL = """\
+extern "C" __global__ void fir(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < TAPS; ++k) acc += in[(i + k) % n] * (k + 1);
+    if (i < n) out[i] = acc;
+}
+"""
+
+
+def _tune_lib(folder: Path, out: Path, budget: int = 2) -> Any:
+    options = app.TuneOptions(kernel=folder / "fir.cu", objective="static", budget=budget, workers="local",
+                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch="sm_90",
+                              only=("ptxas.opt_level",), simplify=False)
+    return app.tune(options, SilentProgress())
+
+
+def test_a_changed_tune_toml_is_a_new_study_and_the_acf_agrees(tmp_path: Path) -> None:
+    folder = tmp_path / "fir"
+    folder.mkdir()
+    (folder / "fir.cu").write_text(TAPS_KERNEL)
+    (folder / "tune.toml").write_text("[defines]\nTAPS = 64\n")
+    out = tmp_path / "fir.acf.toml"
+    first = _tune_lib(folder, out)
+    acf64 = _acf(out)
+    assert _tune_lib(folder, out).result.study.name == first.result.study.name  # same settings: same study
+    (folder / "tune.toml").write_text("[defines]\nTAPS = 8\n")
+    second = _tune_lib(folder, out)
+    assert second.result.study.name != first.result.study.name
+    assert second.result.study.key.source_sha256 != first.result.study.key.source_sha256
+    assert [t.number for t in second.result.trials] == [0, 1]  # nothing reused from the TAPS=64 study
+    acf8 = _acf(out)
+    assert acf64["args"]["defines"] == ["-DTAPS=64"] and acf8["args"]["defines"] == ["-DTAPS=8"]
+    assert acf8["provenance"]["study"] == second.result.study.name
+    assert acf8["kernel"]["settings_sha256"] != acf64["kernel"]["settings_sha256"]
+
+
+@pytest.mark.parametrize("change", ['entries = ["fir"]\n', "block_size = 128\n", "dynamic_smem = 64\n",
+                                    "rtol = 0.1\n", 'nvcc_flags = ["-lineinfo"]\n', 'run_args = ["--n", "4"]\n',
+                                    '[launch.fir]\nblock_size = 64\n'])
+def test_every_build_or_score_setting_is_in_the_identity(tmp_path: Path, change: str) -> None:
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text("[defines]\nTAPS = 4\n")
+    before = load_spec(tmp_path / "fir.cu", arch="sm_90").settings_sha256()
+    (tmp_path / "tune.toml").write_text(change + "[defines]\nTAPS = 4\n" if not change.startswith("[")
+                                        else "[defines]\nTAPS = 4\n" + change)
+    assert load_spec(tmp_path / "fir.cu", arch="sm_90").settings_sha256() != before
+
+
+# -- errors that say what failed -----------------------------------------------------------------
+
+
+def test_a_kernel_that_does_not_build_stops_after_the_baseline_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "fir"
+    folder.mkdir()
+    (folder / "fir.cu").write_text(TAPS_KERNEL.replace("float acc = 0.0f;", "float acc = ;"))
+    (folder / "tune.toml").write_text("[defines]\nTAPS = 4\n")
+    with pytest.raises(CompileIQError, match=r"fir.cu does not build with default settings: .*error: expected an expression"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", budget=8)
+    with contextlib.closing(sqlite3.connect(tmp_path / "id.db")) as conn:
+        assert conn.execute("select number, state from trials").fetchall() == [(0, "failed")]
+
+
+def test_a_missing_header_names_the_error_not_the_include_chain(tmp_path: Path) -> None:
+    (tmp_path / "h.h").write_text('#include "nothere.h"\n')
+    (tmp_path / "k.cu").write_text('#include "h.h"\n__global__ void k(int* x) { *x = 1; }\n')
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--arch", "sm_90", "--db", "sqlite:///db.sqlite"],
+                     cwd=tmp_path)
+    assert result.returncode != 0 and len(result.stderr_lines) == 1, result.describe()
+    assert "fatal error: nothere.h: No such file or directory" in result.stderr_lines[0]
+    assert "In file included from" not in result.stderr_lines[0]
+
+
+def test_a_file_without_a_kernel_says_so(tmp_path: Path) -> None:
+    (tmp_path / "host.cu").write_text("// no __global__ here, only a comment naming it\nint twice(int x) { return 2 * x; }\n")
+    result = run_cli(["tune", "host.cu", "--workers", "local", "--arch", "sm_90", "--db", "sqlite:///db.sqlite",
+                      "--json"], cwd=tmp_path)
+    assert result.returncode == 1 and len(result.stderr_lines) == 1, result.describe()
+    assert result.stderr_lines[0] == "error: host.cu: no kernel (__global__ function) in the compiled module"
+
+
+# -- a relocatable ACF ---------------------------------------------------------------------------
+
+
+def test_a_clone_elsewhere_gates_the_acf(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "fir").mkdir(parents=True)
+    (repo / "fir" / "fir.cu").write_text(TAPS_KERNEL)
+    (repo / "fir" / "tune.toml").write_text("[defines]\nTAPS = 4\n")
+    with contextlib.chdir(repo):
+        _tune_lib(Path("fir").resolve(), Path("acfs/fir.acf.toml"))
+    assert _acf(repo / "acfs" / "fir.acf.toml")["kernel"]["path"] == "../fir/fir.cu"
+    clone = tmp_path / "clone"
+    shutil.copytree(repo, clone)
+    shutil.rmtree(repo)
+    result = run_cli(["gate", str(clone / "acfs" / "fir.acf.toml"), "--static"], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "gate PASS: 1/1" in result.stdout
+
+
+# -- tune.toml keys of this layer ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("toml", "key"), [
+    ('nvcc_flags = "-rdc=true"\n', "nvcc_flags"),
+    ('nvcc_flags = ["-rdc=maybe"]\n', "nvcc_flags"),
+    ('nvcc_flags = ["-I", "missing"]\n', "include_dirs"),
+    ("[launch.fir]\nthreads = 3\n", "launch.fir"),
+    ('[launch.fir]\nblock_size = "2 ** 10"\n', "launch.fir.block_size"),
+    ("[launch.fir]\nblock_size = true\n", "launch.fir.block_size"),
+    ('[launch."bad name"]\nblock_size = 1\n', "launch.bad name"),
+])
+def test_bad_base_flags_and_launch_tables_name_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text(toml)
+    with pytest.raises(UsageError) as info:
+        load_spec(tmp_path / "fir.cu", arch="sm_90")
+    assert "\n" not in str(info.value) and f"{key}:" in str(info.value)
+
+
+def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
+    from compileiq.launch import LaunchModel
+
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
+    with pytest.raises(UsageError, match=r"tune.toml: launch.fir: unknown macro 'NOPE'"):
+        LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
