@@ -57,6 +57,7 @@ class TuneOptions:
     simplify: bool = True
     stale_after: float = 300.0  # seconds without a heartbeat before another tuner retries a trial
     program: bool = False  # time a program with its own main (overrides tune.toml's mode)
+    compile_commands: Path | None = None  # a compilation database: the file's own flags become the base
     metric_regex: str | None = None  # program mode: the time in ms is the first group
 
 
@@ -152,6 +153,23 @@ def default_acf_path(kernel: str, objective: str) -> Path:
     return DEFAULT_STORE_DIR / f"{kernel}.{objective}.acf.toml"
 
 
+def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -> KernelSpec:
+    """The kernel's spec; with a compilation database, the file's real compile command adds its
+    -I/-D/-std/device switches to the base flags and names the arch (unless --arch does)."""
+    spec = load_spec(kernel, arch=arch)
+    if compile_commands is None:
+        return spec
+    from compileiq.base_flags import parse_base_flags
+    from compileiq.compile_db import read_command
+
+    command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
+    where = f"{compile_commands}: the command for {kernel.name}"
+    flags = parse_base_flags([*spec.nvcc_flags.as_args(), *command.base_flags], where)
+    folders = [(spec.source.parent / d).resolve() for d in flags.include_dirs]
+    include_dirs = tuple(dict.fromkeys([*spec.include_dirs, *folders]))
+    return replace(spec, nvcc_flags=flags, include_dirs=include_dirs, arch=arch or command.arch or spec.arch)
+
+
 def with_ray_address(options: TuneOptions) -> TuneOptions:
     """Ray's convention: without --ray-address, RAY_ADDRESS names the cluster (ignored by --workers local)."""
     if options.ray_address or options.workers != "ray" or not os.environ.get("RAY_ADDRESS"):
@@ -163,7 +181,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
     options = with_ray_address(options)
     _check(options)
-    spec = load_spec(options.kernel, arch=options.arch)
+    spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
     acf.check_writable(path)

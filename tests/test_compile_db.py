@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,75 @@ def test_a_bad_database_is_one_clear_error(tmp_path: Path, content: str, message
 def test_a_missing_database_is_named(tmp_path: Path) -> None:
     with pytest.raises(CompileDbError, match="compilation database not found"):
         read_command(tmp_path / "nope.json", tmp_path / "k.cu", SPACE)
+
+
+CMAKE_PROJECT = {
+    "CMakeLists.txt": """\
+cmake_minimum_required(VERSION 3.24)
+project(demo LANGUAGES CXX CUDA)
+set(CMAKE_CUDA_ARCHITECTURES 90)
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
+option(USE_WIDE "wide tiles" OFF)
+add_library(kernels STATIC src/axpy.cu src/stencil.cu)
+target_include_directories(kernels PRIVATE include)
+target_compile_definitions(kernels PRIVATE TILE=64 $<$<BOOL:${USE_WIDE}>:WIDE=1>)
+target_compile_options(kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xptxas=-O3>)
+""",
+    "include/proj/util.cuh": """\
+#pragma once
+#ifndef TILE
+#error TILE must be defined
+#endif
+__device__ inline float twice(float x) { return 2.0f * x; }
+""",
+    "src/axpy.cu": """\
+#include <proj/util.cuh>
+__global__ void axpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * twice(x[i]) + y[i];
+}
+""",
+    "src/stencil.cu": """\
+#include <proj/util.cuh>
+#ifndef WIDE
+#error configure with -DUSE_WIDE=ON
+#endif
+__global__ void stencil(const float* in, float* out, int n) {
+  __shared__ float tile[TILE + 2];
+  int i = blockIdx.x * TILE + threadIdx.x;
+  if (i < n) tile[threadIdx.x + 1] = in[i];
+  __syncthreads();
+  if (i + 1 < n && i > 0) out[i] = twice(tile[threadIdx.x] + tile[threadIdx.x + 2]);
+}
+""",
+}
+
+
+@pytest.mark.slow
+def test_a_real_cmake_project_tunes_from_its_compilation_database(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+    from tests.test_build_integration import cmake_command
+
+    project = tmp_path / "project"
+    for name, text in CMAKE_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    configured = subprocess.run([cmake_command(), "-S", str(project), "-B", str(project / "build"), "-G", "Ninja",
+                                 "-DUSE_WIDE=ON"], capture_output=True, text=True, check=False, timeout=300)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    database = project / "build" / "compile_commands.json"
+    common = ["--workers", "local", "--budget", "3", "--only", "ptxas.opt_level",
+              "--db", f"sqlite:///{tmp_path / 't.db'}"]
+    alone = run_cli(["tune", "src/stencil.cu", *common], cwd=project)
+    assert alone.returncode != 0 and "proj/util.cuh" in alone.stderr, alone.describe()
+    for source in ("src/axpy.cu", "src/stencil.cu"):
+        acf = tmp_path / f"{Path(source).stem}.acf.toml"
+        tuned = run_cli(["tune", "--compile-commands", str(database), source, *common, "--out", str(acf)],
+                        cwd=project)
+        assert tuned.returncode == 0, tuned.describe()
+        rebuild = run_cli(["flags", "--all", str(acf)], cwd=project).stdout.split()
+        assert rebuild[0] == "-arch=sm_90"
+        assert {"-DTILE=64", "-DWIDE=1", "--expt-relaxed-constexpr", "-lineinfo",
+                f"-I{project / 'include'}"} <= set(rebuild)
+        assert not any(flag.startswith("-Xptxas=-O3") for flag in rebuild)  # the build's own -O3: tuned here
+        assert run_cli(["flags", str(acf)], cwd=project).stdout.split()[0] == "-arch=sm_90"
