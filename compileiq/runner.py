@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from compileiq.compile import AssembleJob, Build, BuildStatus, EntryResources, FrontendJob
+from compileiq.compile import (
+    RESOURCE_REPORT_VERSION,
+    AssembleJob,
+    Build,
+    BuildStatus,
+    EntryResources,
+    FrontendJob,
+)
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.metrics import Evaluation
@@ -253,6 +260,7 @@ class TrialRunner:
             spec.arch,
             [*space.frontend_args(config), *spec.fixed_define_args(), *target.bundle.include_args],
             list(space.ptxas_args(config)),
+            RESOURCE_REPORT_VERSION,
         ]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
