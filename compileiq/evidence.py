@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from compileiq import eligibility
 from compileiq.acf import AcfContent
 from compileiq.kernel import KernelSpec
 from compileiq.records import Trial
@@ -21,13 +22,15 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                 source_path: Path) -> AcfContent:
     """`result` is a tune.TuneResult (not imported: tune pulls in skopt)."""
     chosen = result.chosen
+    objective = objective_table(result)
+    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), objective)
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=str(source_path),
         source_sha256=result.study.key.source_sha256, arch=spec.arch,
         nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
         toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
-        fixed_defines=spec.fixed_define_args(), objective=objective_table(result),
-        evidence=evidence_table(result),
+        fixed_defines=spec.fixed_define_args(), objective=objective,
+        evidence={**evidence_table(result), "vs_defaults": vs_defaults},
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "database": database},
     )  # fmt: skip
