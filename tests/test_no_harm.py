@@ -21,7 +21,14 @@ from helpers import run_cli
 
 from compileiq import acf, app, eligibility, gate
 from compileiq.acf import AcfContent
-from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx, parse_resources, run_tool
+from compileiq.compile import (
+    AssembleJob,
+    FrontendJob,
+    assemble,
+    emit_ptx,
+    parse_resources,
+    run_tool,
+)
 from compileiq.kernel import bundle_sources, load_spec
 from compileiq.metrics import StaticEvaluator
 from compileiq.records import Trial, TrialState
