@@ -6,7 +6,7 @@ objective is bound by three rules:
 
 - no more spill bytes than the defaults: a constraint, not a weight. A trial that adds spills is
   recorded with its metrics but may not win; the searcher is told it is worse than any trial that
-  may;
+  may. Lower occupancy than the defaults is allowed only in exchange for fewer spill bytes;
 - a configuration that lowers ptxas's optimisation (a lower -O, expensive optimisations or the
   optimiser's constant bank turned off) may win only with a strict spill or occupancy gain over
   the defaults: fewer static instructions or registers alone do not justify it;
@@ -70,7 +70,8 @@ class Reference:
 def static_gain(spill_bytes: int, occupancy: float, reference: Reference) -> str | None:
     """The spill or occupancy gain over the defaults, described; None when there is none."""
     if spill_bytes < reference.spill_bytes:
-        return f"spill bytes {reference.spill_bytes} -> {spill_bytes}"
+        also = "" if occupancy == reference.occupancy else f" (occupancy {reference.occupancy:.1%} -> {occupancy:.1%})"
+        return f"spill bytes {reference.spill_bytes} -> {spill_bytes}{also}"
     if occupancy > reference.occupancy + 1e-9:
         return f"occupancy {reference.occupancy:.1%} -> {occupancy:.1%} with no more spill bytes"
     return None
@@ -81,8 +82,11 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     spills = int(metrics.get("spill_bytes", 0))
     if spills > reference.spill_bytes:
         return f"adds spill bytes over the compiler defaults ({reference.spill_bytes} -> {spills})"
+    occupancy = float(metrics.get("occupancy", 0.0))
+    if occupancy < reference.occupancy - 1e-9 and spills >= reference.spill_bytes:
+        return f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%}) with no fewer spill bytes"
     lowered = lowered_optimisation(config, reference.config)
-    if lowered and static_gain(spills, float(metrics.get("occupancy", 0.0)), reference) is None:
+    if lowered and static_gain(spills, occupancy, reference) is None:
         return f"lowers optimisation ({', '.join(lowered)}) with no spill or occupancy gain"
     return None
 

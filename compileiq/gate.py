@@ -1,8 +1,8 @@
 """The CI gate: rebuild each kernel with its ACF and check the result against the ACF's evidence.
 
 Without a GPU the checks are exact static rules (spills, occupancy, registers, machine code,
-stale source or toolchain), each with a configurable severity: the same inputs give the same
-verdict. With a GPU the interleaved A/B statistic (`stats.interleaved`) compares the ACF's
+stale source or toolchain, and `worse-than-default`: the ACF against a build with the compiler's
+defaults), each with a configurable severity: the same inputs give the same verdict. With a GPU the interleaved A/B statistic (`stats.interleaved`) compares the ACF's
 flags with the compiler defaults and with the recorded value.
 """
 

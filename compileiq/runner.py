@@ -132,6 +132,7 @@ class TrialRunner:
         self._progress = progress
         self.counters = RunCounters()
         self._by_code: dict[str, Trial] = {}
+        self.may_win: Callable[[Trial], bool] = lambda trial: True  # the tuner's rule, for `best`
 
     def remember(self, trials: Sequence[Trial]) -> None:
         """Note finished trials' machine code, so identical code is reported as a reuse."""
@@ -233,7 +234,7 @@ class TrialRunner:
         return finished
 
     def best(self) -> Trial | None:
-        complete = [t for t in self._by_code.values() if t.value is not None]
+        complete = [t for t in self._by_code.values() if t.value is not None and self.may_win(t)]
         return min(complete, key=lambda t: (t.value, t.number), default=None)
 
     def _job(self, trial: Trial) -> VariantJob:

@@ -113,6 +113,7 @@ class Tuner:
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._reference: eligibility.Reference | None = None  # the defaults' build, for static objectives
+        self._runner.may_win = lambda trial: self._refusal(trial) is None
 
     def run(self) -> TuneResult:
         request = self._request

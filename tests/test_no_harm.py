@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from helpers import run_cli
 
-from compileiq import acf, app, eligibility, gate
+from compileiq import acf, app, eligibility, gate, gate_rules
 from compileiq.acf import AcfContent
 from compileiq.compile import (
     AssembleJob,
@@ -186,6 +186,17 @@ def test_the_winner_rule_strictly_better_then_closest_to_the_defaults():
     assert eligibility.choose([baseline, near, low_o_gain], baseline, refuse) is low_o_gain
     assert "adds spill bytes" in (refuse(spills) or "")
     assert "lowers optimisation (ptxas.opt_level=1)" in (refuse(low_o) or "")
+    assert "lowers occupancy" in (refuse(_trial(7, 1.0, defaults, occupancy=0.25)) or "")
+
+
+def test_lower_occupancy_passes_the_gate_only_with_fewer_spills_or_a_runtime_gain():
+    acf_build = gate_rules.Measured("s", "t", None, spill_bytes=0, registers=200, occupancy=0.125, code_hash="c")
+    traded = gate_rules.Defaults(None, spill_bytes=672, occupancy=0.25)
+    assert gate_rules.default_hits(acf_build, traded) == []
+    plain = gate_rules.Defaults(None, spill_bytes=0, occupancy=0.25)
+    (hit,) = gate_rules.default_hits(acf_build, plain)
+    assert hit.rule == "worse-than-default" and "lower occupancy" in hit.message
+    assert gate_rules.default_hits(acf_build, gate_rules.Defaults(None, 0, 0.25, (), "confirmed speedup")) == []
 
 
 # --- item 10: the gate checks an ACF against the compiler defaults -----------------------------
