@@ -2,8 +2,9 @@
 
 Without a GPU the checks are exact static rules (spills, occupancy, registers, machine code,
 stale source or toolchain, and `worse-than-default`: the ACF against a build with the compiler's
-defaults), each with a configurable severity: the same inputs give the same verdict. With a GPU the interleaved A/B statistic (`stats.interleaved`) compares the ACF's
-flags with the compiler defaults and with the recorded value.
+defaults), each with a configurable severity: the same inputs give the same verdict. With a GPU
+the interleaved A/B statistic (`stats.interleaved`) compares the ACF's flags with the compiler
+defaults and with the recorded value.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, acf_build: Measured) 
     space = load_space(acf.nvcc_version)
     first = {name: values[0] for name, values in spec.tuned_defines}
     macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
-    space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
+    if macros:
+        space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
     config = space.default_config()
     frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
     lowered = eligibility.lowered_optimisation(acf.controls, config.as_dict())
