@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 
 ATTEMPTS = 2  # a compiler that timed out or crashed gets one more try before it counts
+RESOURCE_REPORT_VERSION = 2  # 2: device functions' spills are counted; part of every build-cache key
 
 
 class BuildStatus(str, Enum):
@@ -46,6 +47,7 @@ class EntryResources:
     shared_bytes: int
     barriers: int
     instructions: int
+    entry: bool = True  # False: a device function ptxas compiled on its own (not inlined) for calls
 
     @property
     def spill_bytes(self) -> int:
@@ -233,6 +235,7 @@ def code_hash(sections: dict[str, bytes]) -> str:
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
@@ -240,28 +243,35 @@ _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) by
 
 
 def parse_resources(report: str, instructions: dict[str, int]) -> tuple[EntryResources, ...]:
-    """Parse `ptxas -v` output into one record per entry function."""
+    """Parse `ptxas -v` output: one record per entry function, then one per device function that
+    ptxas compiled on its own (a `__noinline__` callee: a "Function properties" block with its own
+    stack frame and spills, and no register line), so that no function's spills go uncounted."""
     entries: list[EntryResources] = []
-    current: dict[str, int | str] = {}
+    frames: dict[str, dict[str, int]] = {}
+    current: str | None = None  # the entry being compiled
+    described: str | None = None  # the function whose properties come next
     for line in report.splitlines():
         if match := _ENTRY.search(line):
-            current = {"name": match.group(1)}
-        elif (match := _FRAME.search(line)) and current:
-            current.update(stack=int(match[1]), stores=int(match[2]), loads=int(match[3]))
-        elif (match := _USED.search(line)) and current:
-            entries.append(_entry(current, match, instructions))
-            current = {}
-    return tuple(entries)
+            current = described = match.group(1)
+        elif match := _PROPERTIES.search(line):
+            described = match.group(1)
+        elif (match := _FRAME.search(line)) and described is not None:
+            frames[described] = {"stack": int(match[1]), "stores": int(match[2]), "loads": int(match[3])}
+        elif (match := _USED.search(line)) and current is not None:
+            entries.append(_entry(current, frames.get(current, {}), match, instructions))
+            current = None
+    names = {entry.name for entry in entries}
+    functions = [_function(name, frame, instructions) for name, frame in frames.items() if name not in names]
+    return (*entries, *functions)
 
 
-def _entry(current: dict[str, int | str], used: re.Match[str], counts: dict[str, int]) -> EntryResources:
-    name = str(current["name"])
+def _entry(name: str, frame: dict[str, int], used: re.Match[str], counts: dict[str, int]) -> EntryResources:
     return EntryResources(
         name=name,
         registers=int(used[1]),
-        spill_store_bytes=int(current.get("stores", 0)),
-        spill_load_bytes=int(current.get("loads", 0)),
-        stack_bytes=int(current.get("stack", 0)),
+        spill_store_bytes=frame.get("stores", 0),
+        spill_load_bytes=frame.get("loads", 0),
+        stack_bytes=frame.get("stack", 0),
         shared_bytes=int(used[3] or 0),
         barriers=int(used[2] or 0),
         instructions=counts.get(name, 0),
@@ -274,6 +284,11 @@ def first_error_line(output: str) -> str:
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
     named = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
     return (named or lines or [""])[0]
+
+
+def _function(name: str, frame: dict[str, int], counts: dict[str, int]) -> EntryResources:
+    return EntryResources(name, 0, frame["stores"], frame["loads"], frame["stack"], 0, 0, counts.get(name, 0),
+                          entry=False)
 
 
 def _trim(output: str, limit: int = 4000) -> str:

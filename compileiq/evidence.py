@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compileiq import ablation
+from compileiq import ablation, eligibility
 from compileiq.acf import AcfContent
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
@@ -30,13 +30,15 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     recorded relative to the ACF's folder, so a clone of the repository elsewhere can gate it."""
     chosen = result.chosen
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
+    objective = objective_table(result)
+    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), objective)
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=source_path,
         source_sha256=bundle.sha256, arch=spec.arch,
         nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
         toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
-        fixed_defines=spec.fixed_define_args(), objective=objective_table(result),
-        evidence=evidence_table(result, database),
+        fixed_defines=spec.fixed_define_args(), objective=objective,
+        evidence={**evidence_table(result, database), "vs_defaults": vs_defaults},
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "database": database},
         base_flags=spec.nvcc_flags.as_args(), settings_sha256=spec.settings_sha256(),

@@ -1,9 +1,10 @@
 """The CI gate: rebuild each kernel with its ACF and check the result against the ACF's evidence.
 
 Without a GPU the checks are exact static rules (spills, occupancy, registers, machine code,
-stale source or toolchain), each with a configurable severity: the same inputs give the same
-verdict. With a GPU the interleaved A/B statistic (`stats.interleaved`) compares the ACF's
-flags with the compiler defaults and with the recorded value.
+stale source or toolchain, and `worse-than-default`: the ACF against a build with the compiler's
+defaults), each with a configurable severity: the same inputs give the same verdict. With a GPU
+the interleaved A/B statistic (`stats.interleaved`) compares the ACF's flags with the compiler
+defaults and with the recorded value.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 from typing import Protocol
 
 from compileiq import acf as acf_file
-from compileiq import measure
+from compileiq import eligibility, measure
 from compileiq.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.errors import UsageError
 from compileiq.gate_rules import (
+    Defaults,
     Finding,
     Measured,
     Recorded,
@@ -26,6 +28,7 @@ from compileiq.gate_rules import (
     Timing,
     TimingSamplers,
     compare_timing,
+    default_hits,
     findings,
     severities,
     static_hits,
@@ -33,7 +36,7 @@ from compileiq.gate_rules import (
 )
 from compileiq.kernel import KernelSpec, bundle_sources, load_spec
 from compileiq.metrics import StaticEvaluator
-from compileiq.space import Config
+from compileiq.space import Config, load_space
 from compileiq.toolchain import Toolchain, find_toolchain
 
 
@@ -136,13 +139,37 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
 
 def rebuild(target: Target, toolchain: Toolchain) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
+    acf = target.acf
+    return _measure(target, toolchain, acf.frontend_args, acf.ptxas_args, acf.controls)
+
+
+def rebuild_defaults(target: Target, toolchain: Toolchain, acf_build: Measured) -> Defaults:
+    """Build with the compiler's defaults (tuned macros at tune.toml's first value, as `tune`'s
+    baseline) and note what in the ACF could justify departing from them."""
+    acf, spec = target.acf, target.spec
+    space = load_space(acf.nvcc_version)
+    first = {name: values[0] for name, values in spec.tuned_defines}
+    macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
+    if macros:
+        space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
+    config = space.default_config()
+    frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
+    lowered = eligibility.lowered_optimisation(acf.controls, config.as_dict())
+    gain = eligibility.recorded_runtime_gain(acf.objective)
+    same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
+    built = acf_build if same else _measure(target, toolchain, frontend, ptxas, config.as_dict())
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain)
+
+
+def _measure(target: Target, toolchain: Toolchain, frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...],
+             controls: Mapping[str, object]) -> Measured:
     acf, spec = target.acf, target.spec
     bundle = bundle_sources(spec, toolchain.nvcc)
-    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *acf.fixed_defines),
                            spec.compile_timeout_s)
-    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, acf.ptxas_args, spec.compile_timeout_s),
+    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
-    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(acf.controls))
+    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
     if evaluation.value is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
@@ -170,6 +197,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     recorded = recorded_of(target.acf)
     measured = rebuild(target, toolchain)
     hits = static_hits(recorded, measured, retune_command(target))
+    hits += default_hits(measured, rebuild_defaults(target, toolchain, measured))
     measured_timing = None
     if timing is not None and measured.failure is None:
         measured_timing = compare_timing(timing.samplers(target), seed=seed)

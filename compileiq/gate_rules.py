@@ -31,6 +31,8 @@ RULES = (
     Rule("build", Severity.ERROR, "the kernel no longer builds with the ACF's flags"),
     Rule("spills", Severity.ERROR, "spill bytes appeared or grew"),
     Rule("occupancy", Severity.ERROR, "occupancy fell below the recorded value"),
+    Rule("worse-than-default", Severity.ERROR, "more spills, lower occupancy or a lower ptxas optimisation "
+         "than the compiler defaults, with no recorded gain that justifies it"),
     Rule("registers", Severity.WARN, "registers per thread rose above the recorded value"),
     Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
@@ -78,6 +80,17 @@ class Measured:
     registers: int = 0
     occupancy: float = 0.0
     code_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The compiler defaults' rebuild, and what in the ACF could justify departing from them."""
+
+    failure: str | None = None
+    spill_bytes: int = 0
+    occupancy: float = 0.0
+    lowered: tuple[str, ...] = ()  # the ACF's settings that lower ptxas's optimisation
+    runtime_gain: str | None = None  # the ACF's recorded, confirmed runtime gain
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,30 @@ def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
     if m.code_hash != r.code_hash:
         found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
                          "the machine code differs from the recorded code"))
+    return found
+
+
+def default_hits(m: Measured, d: Defaults) -> list[Hit]:
+    """`worse-than-default`: the ACF build against the defaults' build. A recorded runtime gain
+    justifies anything; lower occupancy is also justified by fewer spill bytes (the trade a static
+    objective makes), and a lower optimisation level by fewer spills or higher occupancy."""
+    if m.failure is not None or d.failure is not None or d.runtime_gain is not None:
+        return []
+    rule, unjustified = "worse-than-default", "with no recorded runtime gain"
+    found: list[Hit] = []
+    if m.spill_bytes > d.spill_bytes:
+        found.append(Hit(rule, f"defaults {d.spill_bytes} B", f"{m.spill_bytes} B",
+                         f"spills more than the compiler defaults ({d.spill_bytes} -> {m.spill_bytes} B) {unjustified}"))
+    if m.occupancy < d.occupancy - 1e-9 and m.spill_bytes >= d.spill_bytes:
+        found.append(Hit(rule, f"defaults {_pct(d.occupancy)}", _pct(m.occupancy),
+                         f"lower occupancy than the compiler defaults ({_pct(d.occupancy)} -> {_pct(m.occupancy)}) "
+                         f"with no fewer spill bytes and no recorded runtime gain"))
+    gain = m.spill_bytes < d.spill_bytes or m.occupancy > d.occupancy + 1e-9
+    if d.lowered and not gain:
+        lowered = ", ".join(d.lowered)
+        found.append(Hit(rule, "defaults' optimisation", lowered,
+                         f"lowers ptxas optimisation vs the compiler defaults ({lowered}) with no spill or "
+                         f"occupancy gain and {unjustified[5:]}"))
     return found
 
 

@@ -70,7 +70,10 @@ def occupancy(arch: str, threads: int, registers: int, static_smem: int, dynamic
 
 @dataclass(frozen=True)
 class StaticMetrics:
-    """Whole-build static estimates: sums over entries, or the worst entry where a sum is meaningless."""
+    """Whole-build static estimates: sums over functions, or the worst entry where a sum is meaningless.
+
+    Spill bytes count every function ptxas reports: the entries and the device functions it
+    compiled on their own (non-inlined callees spill in their own frames)."""
 
     spill_bytes: int
     registers: int
@@ -84,8 +87,11 @@ class StaticMetrics:
 
 def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
                    launch: Mapping[str, tuple[int, int]] | None = None) -> StaticMetrics:
-    """``launch`` gives an entry its own (threads, dynamic smem); others get ``threads``/``dynamic_smem``."""
-    entries = build.entries
+    """``launch`` gives an entry its own (threads, dynamic smem); others get ``threads``/``dynamic_smem``.
+    Spills and instructions count every function ptxas reports (callees too); occupancy and
+    registers the kernels (entries) only."""
+    functions = build.entries
+    entries = [f for f in functions if f.entry]
     facts = launch or {}
 
     def entry_occupancy(e: EntryResources) -> float:
@@ -93,10 +99,10 @@ def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
         return _entry_occupancy(e, arch, entry_threads, entry_smem)
 
     return StaticMetrics(
-        spill_bytes=sum(entry.spill_bytes for entry in entries),
+        spill_bytes=sum(f.spill_bytes for f in functions),
         registers=max((entry.registers for entry in entries), default=0),
         occupancy=min((entry_occupancy(e) for e in entries), default=0.0),
-        instructions=sum(entry.instructions for entry in entries),
+        instructions=sum(f.instructions for f in functions),
         stack_bytes=max((entry.stack_bytes for entry in entries), default=0),
     )
 
@@ -106,15 +112,16 @@ def _entry_occupancy(entry: EntryResources, arch: str, threads: int, dynamic_sme
 
 
 STATIC_OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions")
-MAX_INSTRUCTIONS = 999_999
 
 
 def objective_value(objective: str, metrics: StaticMetrics) -> float:
     """The value to minimise for a static objective (lower is better for every one).
 
-    `occupancy` is minimised as the shortfall 1 - occupancy. `static` is the lexicographic
-    composite: spill bytes first, then occupancy shortfall (per mille), then instruction count,
-    packed into one number whose terms never overlap (spill bytes come in multiples of 4).
+    `occupancy` is minimised as the shortfall 1 - occupancy. `static` is lexicographic: spill
+    bytes first, then occupancy shortfall (per mille, below 1000, so it never outweighs 4 spill
+    bytes). Instruction counts do not enter it: fewer static instructions is not faster code
+    (unrolled loops are longer and faster), so a change with no spill or occupancy gain is no
+    improvement. Every static objective is further bound by `compileiq.eligibility`.
     """
     shortfall = 1.0 - metrics.occupancy
     if objective == "spills":
@@ -126,8 +133,7 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
     if objective == "instructions":
         return float(metrics.instructions)
     if objective == "static":
-        permille = round(shortfall * 1000)
-        return metrics.spill_bytes * 1e9 + permille * 1e6 + min(metrics.instructions, MAX_INSTRUCTIONS)
+        return float(metrics.spill_bytes * 1000 + round(shortfall * 1000))
     raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 
@@ -159,18 +165,19 @@ class StaticEvaluator:
             full = build.message.strip()
             reason = headline if full == headline else f"{headline}\n{full}"
             return Evaluation(None, f"{build.status.value}: {reason}", {})
-        if not build.entries:
+        if not any(e.entry for e in build.entries):
             return Evaluation(None, NO_KERNEL, {})
-        entries = tuple(e for e in build.entries if _wanted(e.name, self._kernel.entries))
+        entries = tuple(e for e in build.entries if e.entry and _wanted(e.name, self._kernel.entries))
         if not entries:
-            names = ", ".join(e.name for e in build.entries) or "none"
+            names = ", ".join(e.name for e in build.entries if e.entry) or "none"
             return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
         values = config.as_dict()
         threads = self._kernel.block_size_for(values)
         launch = {e.name: self._launch.facts(e.name, values) for e in entries}
-        scored = Build(build.status, build.message, entries, build.code_hash, b"", build.seconds)
+        functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted
+        scored = Build(build.status, build.message, (*entries, *functions), build.code_hash, b"", build.seconds)
         metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)
-        details = {**metrics.as_dict(), "block_size": threads, "entries": [asdict(e) for e in entries]}
+        details = {**metrics.as_dict(), "block_size": threads, "entries": [asdict(e) for e in scored.entries]}
         if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
             details["launch"] = {name: list(facts) for name, facts in launch.items()}
         return Evaluation(objective_value(self._objective, metrics), None, details)

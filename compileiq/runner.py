@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
-from compileiq.compile import AssembleJob, Build, BuildStatus, EntryResources, FrontendJob
+from compileiq.compile import (
+    RESOURCE_REPORT_VERSION,
+    AssembleJob,
+    Build,
+    BuildStatus,
+    EntryResources,
+    FrontendJob,
+)
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.metrics import Evaluation
@@ -127,6 +134,7 @@ class TrialRunner:
         self.counters = RunCounters()
         self.origins: dict[int, str] = {}  # trial id -> "compiled" or "build cache", for trials this run finished
         self._by_code: dict[str, Trial] = {}
+        self.may_win: Callable[[Trial], bool] = lambda trial: True  # the tuner's rule, for `best`
 
     def remember(self, trials: Sequence[Trial]) -> None:
         """Note finished trials' machine code, so identical code is reported as a reuse."""
@@ -252,7 +260,7 @@ class TrialRunner:
         return len(lost)
 
     def best(self) -> Trial | None:
-        complete = [t for t in self._by_code.values() if t.value is not None]
+        complete = [t for t in self._by_code.values() if t.value is not None and self.may_win(t)]
         return min(complete, key=lambda t: (t.value, t.number), default=None)
 
     def _job(self, trial: Trial) -> VariantJob:
@@ -279,6 +287,7 @@ class TrialRunner:
             spec.arch,
             [*space.frontend_args(config), *spec.fixed_define_args(), *target.bundle.include_args],
             list(space.ptxas_args(config)),
+            RESOURCE_REPORT_VERSION,
         ]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 

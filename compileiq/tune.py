@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compileiq import claims
+from compileiq import claims, eligibility
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
@@ -124,6 +124,8 @@ class Tuner:
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
+        self._reference: eligibility.Reference | None = None  # the defaults' build, for static objectives
+        self._runner.may_win = lambda trial: self._refusal(trial) is None
 
     def run(self) -> TuneResult:
         request = self._request
@@ -136,7 +138,9 @@ class Tuner:
         self._take_over(study, announce=True)
         self._runner.reopen_transient(self._store.trials(study.id))
         try:
-            self._progress.started(study, request.budget, self._sync(study)[0])
+            self._progress.started(study, request.budget, sum(1 for t in self._store.trials(study.id) if _counts(t)))
+            if self._static:  # the defaults first: every result the searcher learns is held to them
+                self._reference = self._baseline_reference(study)
             if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
                 self._warm_start(study)
             exhausted = self._search(study)
@@ -195,7 +199,7 @@ class Tuner:
                 finished = self._runner.run(batch)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                self._searcher.tell([_observation(t) for t in finished if _counts(t)])
+                self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
             elif candidates:
                 continue  # other tuners claimed them first: sync their results and ask again
             elif self._store.trials(study.id, {TrialState.RUNNING}):
@@ -211,7 +215,7 @@ class Tuner:
         finished = [t for t in trials if _counts(t)]
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
-        self._searcher.tell([_observation(t) for t in fresh])
+        self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
         return len(finished), trials
@@ -237,7 +241,7 @@ class Tuner:
         observations = [observation for observation, _ in found.values()]
         self._baseline_built = any(o.config.key == self._baseline.key and o.value is not None for o in observations)
         self._searcher.tell(observations)
-        ranked = sorted(observations, key=lambda o: (o.value, o.config.key))
+        ranked = sorted((o for o in observations if o.value is not None), key=lambda o: (o.value, o.config.key))
         ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
         self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
         studies = len({study_id for _, study_id in found.values()})
@@ -255,7 +259,20 @@ class Tuner:
             return None
         if trial.metrics.get("block_size") != self._request.kernel.block_size_for(config.as_dict()):
             return None  # scored for another block size: occupancy would differ
+        if self._refusal(trial) is not None:
+            return Observation(config, None)
         return Observation(config, objective_value(self._request.objective, metrics))
+
+    def _observation(self, trial: Trial) -> Observation:
+        """A trial as the searcher learns it: one that may not win is worse than any that may."""
+        allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
+        return Observation(Config.of(trial.config), trial.value if allowed else None)
+
+    def _refusal(self, trial: Trial) -> str | None:
+        """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""
+        if self._reference is None or not self._static:
+            return None
+        return eligibility.refusal(trial.config, trial.metrics, self._reference)
 
     def _claim(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
         return self._store.claim_trials(study.id, [(c.key, c.as_dict()) for c in configs], self._worker_name)
@@ -279,6 +296,15 @@ class Tuner:
             time.sleep(WAIT_FOR_OTHERS_S)
             self._take_over(study)
 
+    @property
+    def _static(self) -> bool:
+        return self._evaluator.kind == StaticEvaluator.kind
+
+    def _baseline_reference(self, study: Study) -> eligibility.Reference | None:
+        found = self.evaluate(study, [self._baseline])
+        self._check_baseline(found)
+        return eligibility.Reference.of(found[0]) if found else None
+
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
             if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
@@ -292,11 +318,13 @@ class Tuner:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
         trials = self._store.trials(study.id)
         baseline = self._finished_baseline(trials)
-        winner = _best(trials) or baseline
+        self._reference = eligibility.Reference.of(baseline) if self._static else None
+        winner = eligibility.choose(trials, baseline, self._refusal)
         simplification = None
-        exact = self._evaluator.kind != StaticEvaluator.kind  # timings are noisy: same code only
+        exact = not self._static  # timings are noisy: same code only
         if self._request.simplify and winner is not baseline:
-            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs), exact)
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs), exact,
+                                      allowed=lambda t: self._refusal(t) is None)
         chosen = simplification.chosen if simplification else winner
         final = tuple(self._store.trials(study.id))
         confirmation = None
@@ -348,11 +376,6 @@ def _changed(trial: Trial, baseline: Trial) -> int:
     return sum(1 for k, v in trial.config.items() if baseline.config.get(k) != v)
 
 
-def _best(trials: Sequence[Trial]) -> Trial | None:
-    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
-    return min(complete, key=lambda t: (t.value, t.number), default=None)
-
-
 def _retryable(trial: Trial) -> bool:
     return trial.state is TrialState.FAILED and trial.retryable
 
@@ -361,5 +384,3 @@ def _counts(trial: Trial) -> bool:
     return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
 
 
-def _observation(trial: Trial) -> Observation:
-    return Observation(Config.of(trial.config), trial.value if trial.state is TrialState.COMPLETE else None)

@@ -31,12 +31,14 @@ def test_unknown_arch_is_a_usage_error():
         occupancy("sm_70", 256, 32, 0)
 
 
-def test_static_composite_orders_spills_then_occupancy_then_instructions():
+def test_static_composite_orders_spills_then_occupancy_and_ignores_instructions():
     no_spill_low_occ = StaticMetrics(0, 200, 0.125, 5000, 0)
     no_spill_full_occ_long = StaticMetrics(0, 32, 1.0, 900_000, 0)
+    no_spill_full_occ_short = StaticMetrics(0, 32, 1.0, 10, 0)
     spill_short = StaticMetrics(4, 32, 1.0, 10, 16)
     assert objective_value("static", no_spill_full_occ_long) < objective_value("static", no_spill_low_occ)
     assert objective_value("static", no_spill_low_occ) < objective_value("static", spill_short)
+    assert objective_value("static", no_spill_full_occ_short) == objective_value("static", no_spill_full_occ_long)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,295 @@
+"""Static objectives never recommend harm (issue 14, items 8-10), with real nvcc/ptxas.
+
+- every function ptxas reports counts: a `__noinline__` callee's spills are the kernel's spills;
+- a GPU-free objective may not add spill bytes over the compiler defaults, nor win by lowering
+  ptxas's optimisation without a spill or occupancy gain; ties go to the defaults;
+- `compileiq gate` fails an ACF that is worse than the defaults without a recorded gain.
+
+tests/corpus_harm/ holds register-hungry kernels where the lowest register cap spills:
+a GEMM tile (8 x 8 accumulators per thread), a reaction-rate network with 48 live species, and
+a tiny kernel whose `__noinline__` callee spills in its own frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import run_cli
+
+from compileiq import acf, app, eligibility, gate, gate_rules
+from compileiq.acf import AcfContent
+from compileiq.compile import (
+    AssembleJob,
+    FrontendJob,
+    assemble,
+    emit_ptx,
+    parse_resources,
+    run_tool,
+)
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.metrics import StaticEvaluator
+from compileiq.records import Trial, TrialState
+from compileiq.runner import SilentProgress
+from compileiq.space import load_space
+from compileiq.toolchain import find_toolchain
+
+CORPUS = Path(__file__).resolve().parent / "corpus_harm"
+KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+HARM_SPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level",
+              "ptxas.allow_expensive_optimizations")
+STATIC = ("static", "spills", "registers", "occupancy", "instructions")
+LOW_CAP = {"ptxas.maxrregcount": 24, "ptxas.override_directive_values": True}
+
+
+def _by_hand(kernel: Path, flags: list[str], tmp_path: Path) -> tuple[int, int]:
+    """(spill bytes of every function, max registers of the entries) from `nvcc -cubin -Xptxas=-v`,
+    as a user would read them."""
+    tools = find_toolchain()
+    include = [f"-I{KERNELS.parent / 'compileiq' / 'include'}"]
+    out = tmp_path / f"{kernel.stem}.cubin"
+    run = run_tool([tools.nvcc, *flags, *include, "-cubin", "-Xptxas=-v", str(kernel), "-o", str(out)], 300)
+    assert run.returncode == 0, run.output
+    report = parse_resources(run.output, {})
+    return sum(f.spill_bytes for f in report), max(f.registers for f in report if f.entry)
+
+
+def _tune(kernel: Path, tmp_path: Path, objective: str, **overrides: Any) -> app.TuneReport:
+    options = {"kernel": kernel, "objective": objective, "budget": 10, "workers": "local",
+               "db": f"sqlite:///{tmp_path}/t.db", "out": tmp_path / f"{kernel.stem}.{objective}.acf.toml",
+               "only": HARM_SPACE, **overrides}
+    return app.tune(app.TuneOptions(**options), SilentProgress())
+
+
+# --- item 8: callee spills count ---------------------------------------------------------------
+
+
+def test_a_noinline_callees_spills_are_the_kernels_spills(tmp_path):
+    spec = load_spec(CORPUS / "noinline_callee.cu")
+    tools = find_toolchain()
+    ptx = emit_ptx(FrontendJob(tools.nvcc, bundle_sources(spec), "sm_90", (), 120))
+    build = assemble(AssembleJob(tools.ptxas, "sm_90", (), 120), ptx)
+    (kernel,) = [f for f in build.entries if f.entry]
+    (callee,) = [f for f in build.entries if not f.entry]
+    assert (kernel.name, kernel.spill_bytes, kernel.registers) == ("noinline_callee", 0, 128)
+    assert (callee.name, callee.spill_store_bytes, callee.spill_load_bytes) == ("_Z6fir128PKfii", 60, 60)
+    evaluation = StaticEvaluator("spills", spec).evaluate(build, load_space(tools.nvcc_version).default_config())
+    assert evaluation.value == 120 and evaluation.metrics["spill_bytes"] == 120
+    assert evaluation.metrics["registers"] == 128  # the callee has no register line of its own
+    assert _by_hand(CORPUS / "noinline_callee.cu", ["-arch=sm_90"], tmp_path) == (120, 128)
+
+
+def test_the_registers_objective_does_not_buy_registers_with_callee_spills(tmp_path):
+    report = _tune(CORPUS / "noinline_callee.cu", tmp_path, "registers", budget=6, strategy="exhaustive",
+                   only=("ptxas.maxrregcount", "ptxas.override_directive_values"))
+    baseline, chosen = report.result.baseline, report.result.chosen
+    assert baseline.metrics["spill_bytes"] == 120
+    assert any(t.metrics.get("spill_bytes", 0) > 120 for t in report.result.trials)  # capped: the callee spills more
+    assert chosen.metrics["spill_bytes"] <= 120
+
+
+# --- item 8: no added spills, end to end -------------------------------------------------------
+
+
+@pytest.mark.parametrize("objective", ["registers", "occupancy"])
+@pytest.mark.parametrize("kernel", ["tile_gemm", "chemistry"])
+def test_register_objectives_never_add_spills_over_the_defaults(tmp_path, kernel, objective):
+    source = CORPUS / f"{kernel}.cu"
+    report = _tune(source, tmp_path, objective, budget=8)
+    trials = report.result.trials
+    baseline = report.result.baseline
+    assert baseline.metrics["spill_bytes"] == 0
+    spilling = [t for t in trials if t.state is TrialState.COMPLETE and t.metrics["spill_bytes"] > 0]
+    assert spilling, "the search never tried a spilling cap: the test would prove nothing"
+    assert all(t.value is not None and t.state is TrialState.COMPLETE for t in spilling)  # recorded, not failed
+    written = acf.read(report.acf_path)
+    assert written.evidence["best"]["spill_bytes"] == 0
+    assert written.evidence["vs_defaults"]["spill_bytes"] == {"defaults": 0, "chosen": 0}
+    assert _by_hand(source, list(written.flags()), tmp_path)[0] == 0
+    result = run_cli(["gate", str(report.acf_path)], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+
+
+# --- item 9: no lower optimisation level for a static number, ties to the defaults -------------
+
+
+@pytest.mark.parametrize(
+    ("source", "objective", "budget"),
+    [
+        (KERNELS / "softmax" / "softmax.cu", "instructions", 4),  # -O1: 448 instructions vs 504
+        (KERNELS / "softmax" / "softmax.cu", "static", 4),
+        (KERNELS / "spmv_sell" / "spmv_sell.cu", "instructions", 12),  # -O1: 120 vs 280 (x 3 BLOCK values)
+        (KERNELS / "spmv_sell" / "spmv_sell.cu", "static", 12),
+        (CORPUS / "chemistry.cu", "registers", 4),  # -O1: 112 registers vs 128
+    ],
+    ids=lambda v: v.stem if isinstance(v, Path) else str(v),
+)
+def test_a_lower_opt_level_never_wins_without_a_spill_or_occupancy_gain(tmp_path, source, objective, budget):
+    """-O1 lowers the static number (instructions, registers) at the same occupancy and no spills:
+    nothing a static objective may reward."""
+    report = _tune(source, tmp_path, objective, budget=budget, strategy="exhaustive", only=("ptxas.opt_level",))
+    result = report.result
+    defaults = {k: v for k, v in result.baseline.config.items() if k != "ptxas.opt_level"}
+    by_level = {t.config["ptxas.opt_level"]: t for t in result.trials
+                if {k: v for k, v in t.config.items() if k != "ptxas.opt_level"} == defaults}
+    assert set(by_level) == {0, 1, 2, 3}
+    lower, base = by_level[1], by_level[3]
+    assert lower.metrics["instructions" if objective != "registers" else "registers"] < base.metrics[
+        "instructions" if objective != "registers" else "registers"]
+    assert (lower.metrics["spill_bytes"], lower.metrics["occupancy"]) == (0, base.metrics["occupancy"])
+    assert result.chosen.config["ptxas.opt_level"] == 3
+    assert "ptxas.opt_level" not in acf.read(report.acf_path).controls
+
+
+def test_the_static_objective_ignores_instruction_counts(tmp_path):
+    """Same spills and occupancy is no improvement, whatever the instruction count: the ACF keeps
+    the defaults (the search tried caps and levels that change the code but not those two)."""
+    report = _tune(CORPUS / "tile_gemm.cu", tmp_path, "static", budget=8)
+    result = report.result
+    base = result.baseline.metrics
+    same = [t for t in result.trials if t.state is TrialState.COMPLETE and t.code_hash != result.baseline.code_hash
+            and (t.metrics["spill_bytes"], t.metrics["occupancy"]) == (base["spill_bytes"], base["occupancy"])]
+    assert same and any(t.metrics["instructions"] != base["instructions"] for t in same)
+    assert all(t.value == result.baseline.value for t in same)
+    better = [t for t in result.trials if t.value is not None and t.value < result.baseline.value
+              and eligibility.refusal(t.config, t.metrics, eligibility.Reference.of(result.baseline)) is None]
+    if not better:
+        assert result.chosen is result.baseline and acf.read(report.acf_path).controls == {}
+
+
+def _trial(number: int, value: float | None, config: dict[str, Any], **metrics: Any) -> Trial:
+    state = TrialState.COMPLETE if value is not None else TrialState.FAILED
+    return Trial(number, 1, number, str(number), config, state, value, None, False,
+                 {"spill_bytes": 0, "occupancy": 0.5, **metrics}, f"code{number}", 0.1, None, None, "w")  # type: ignore[arg-type]
+
+
+def test_the_winner_rule_strictly_better_then_closest_to_the_defaults():
+    defaults = {"a": 0, "b": 0, "ptxas.opt_level": 3}
+    baseline = _trial(0, 10.0, defaults)
+    far = _trial(1, 8.0, {"a": 1, "b": 1, "ptxas.opt_level": 3})
+    near = _trial(2, 8.0, {"a": 1, "b": 0, "ptxas.opt_level": 3})
+    tie = _trial(3, 10.0, {"a": 1, "b": 0, "ptxas.opt_level": 3})
+    spills = _trial(4, 1.0, {"a": 0, "b": 1, "ptxas.opt_level": 3}, spill_bytes=64)
+    low_o = _trial(5, 2.0, {"a": 0, "b": 0, "ptxas.opt_level": 1})
+    low_o_gain = _trial(6, 7.0, {"a": 0, "b": 0, "ptxas.opt_level": 1}, occupancy=0.75)
+    reference = eligibility.Reference.of(baseline)
+    assert reference is not None
+
+    def refuse(t: Trial) -> str | None:
+        return eligibility.refusal(t.config, t.metrics, reference)
+
+    assert eligibility.choose([baseline, tie], baseline, refuse) is baseline
+    assert eligibility.choose([baseline, far, near, tie], baseline, refuse) is near
+    assert eligibility.choose([baseline, far, near, spills, low_o], baseline, refuse) is near
+    assert eligibility.choose([baseline, near, low_o_gain], baseline, refuse) is low_o_gain
+    assert "adds spill bytes" in (refuse(spills) or "")
+    assert "lowers optimisation (ptxas.opt_level=1)" in (refuse(low_o) or "")
+    assert "lowers occupancy" in (refuse(_trial(7, 1.0, defaults, occupancy=0.25)) or "")
+
+
+def test_lower_occupancy_passes_the_gate_only_with_fewer_spills_or_a_runtime_gain():
+    acf_build = gate_rules.Measured("s", "t", None, spill_bytes=0, registers=200, occupancy=0.125, code_hash="c")
+    traded = gate_rules.Defaults(None, spill_bytes=672, occupancy=0.25)
+    assert gate_rules.default_hits(acf_build, traded) == []
+    plain = gate_rules.Defaults(None, spill_bytes=0, occupancy=0.25)
+    (hit,) = gate_rules.default_hits(acf_build, plain)
+    assert hit.rule == "worse-than-default" and "lower occupancy" in hit.message
+    assert gate_rules.default_hits(acf_build, gate_rules.Defaults(None, 0, 0.25, (), "confirmed speedup")) == []
+
+
+# --- item 10: the gate checks an ACF against the compiler defaults -----------------------------
+
+
+def _hand_made_acf(workspace: Path, source: Path, controls: dict[str, Any],
+                   objective: dict[str, Any] | None = None) -> Path:
+    """An ACF written by hand with `controls`; its evidence is its own honest rebuild, so only a
+    comparison with the defaults can fault it."""
+    kernel = workspace / source.name
+    kernel.write_bytes(source.read_bytes())
+    spec, tools = load_spec(kernel), find_toolchain()
+    space = load_space(tools.nvcc_version)
+    config = space.default_config().with_values(controls)
+    bundle = bundle_sources(spec)
+    ptx = emit_ptx(FrontendJob(tools.nvcc, bundle, spec.arch, space.frontend_args(config), 300))
+    build = assemble(AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(config), 300), ptx)
+    metrics = StaticEvaluator("spills", spec).evaluate(build, config).metrics
+    best = {k: metrics[k] for k in ("spill_bytes", "registers", "occupancy")} | {"code_hash": build.code_hash}
+    content = AcfContent(
+        kernel=spec.name, source_name=kernel.name, source_path=kernel.name, source_sha256=bundle.sha256,
+        arch=spec.arch, nvcc_version=tools.nvcc_version, ptxas_version=tools.ptxas_version,
+        toolchain_build=tools.nvcc_build, space=space, config=config, fixed_defines=(),
+        objective=objective or {"name": "registers", "kind": "static estimate"}, evidence={"best": best},
+        provenance={"by": "hand"},
+    )  # fmt: skip
+    return acf.write(workspace / f"{spec.name}.acf.toml", content)
+
+
+def test_the_gate_fails_an_acf_that_spills_more_than_the_defaults(tmp_path):
+    path = _hand_made_acf(tmp_path, CORPUS / "tile_gemm.cu", LOW_CAP)
+    spills, _ = _by_hand(CORPUS / "tile_gemm.cu", list(acf.read(path).flags()), tmp_path)
+    assert spills > 0
+    result = run_cli(["gate", path.name, "--static"], cwd=tmp_path)
+    assert result.returncode == 1, result.describe()
+    assert (f"error worse-than-default: spills more than the compiler defaults (0 -> {spills} B) with no recorded "
+            f"runtime gain (recorded defaults 0 B, measured {spills} B)") in result.stdout
+    assert "lower occupancy" not in result.stdout  # 24 registers raise occupancy: spills alone fail it
+    assert "error spills" not in result.stdout  # the ACF's own evidence is honest
+
+
+def test_the_gate_fails_a_callee_that_spills_more_than_the_defaults(tmp_path):
+    path = _hand_made_acf(tmp_path, CORPUS / "noinline_callee.cu", LOW_CAP)
+    result = run_cli(["gate", path.name, "--static", "--json"], cwd=tmp_path)
+    assert result.returncode == 1, result.describe()
+    assert "spills more than the compiler defaults (120 -> " in result.stdout
+
+
+def test_the_gate_fails_a_lower_opt_level_unless_a_runtime_gain_is_recorded(tmp_path):
+    path = _hand_made_acf(tmp_path, CORPUS / "chemistry.cu", {"ptxas.opt_level": 1})
+    with contextlib.chdir(tmp_path):
+        report = gate.run(gate.GateOptions(acfs=(Path(path.name),), device=False))
+    (result,) = report.results
+    assert report.exit_code == 1
+    assert [(f.rule, f.measured) for f in result.findings] == [("worse-than-default", "ptxas.opt_level=1")]
+    assert "with no spill or occupancy gain and no recorded runtime gain" in result.findings[0].message
+
+    faster = {"name": "time", "kind": "runtime", "improved": True, "speedup": 1.25, "verdict": "faster"}
+    _hand_made_acf(tmp_path, CORPUS / "chemistry.cu", {"ptxas.opt_level": 1}, objective=faster)
+    assert run_cli(["gate", path.name, "--static"], cwd=tmp_path).returncode == 0
+
+
+def test_the_gate_passes_the_defaults_and_a_harmless_change(tmp_path):
+    path = _hand_made_acf(tmp_path, CORPUS / "chemistry.cu", {"ptxas.maxrregcount": 255})
+    result = run_cli(["gate", path.name, "--static"], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+
+
+# --- what it must show: every static objective, bundled kernels and the corpus -----------------
+
+
+def _kernel_sources() -> list[Path]:
+    bundled = sorted(KERNELS.glob("*/*.cu"))
+    return [*bundled, *sorted(CORPUS.glob("*.cu"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", _kernel_sources(), ids=lambda p: p.stem)
+def test_no_static_objective_writes_an_acf_worse_than_the_defaults(tmp_path, source):
+    defaults = ["-arch=sm_90", *load_spec(source).fixed_define_args()]
+    defaults_spills, defaults_registers = _by_hand(source, defaults, tmp_path)
+    written = []
+    for objective in STATIC:
+        report = _tune(source, tmp_path, objective, budget=8, batch_size=8)
+        found = acf.read(report.acf_path)
+        spills, registers = _by_hand(source, list(found.flags()), tmp_path)
+        vs_defaults = found.evidence["vs_defaults"]
+        assert spills <= defaults_spills, (objective, found.controls, spills, defaults_spills)
+        lowered = eligibility.lowered_optimisation(found.controls, report.space.default_config().as_dict())
+        assert vs_defaults["lowered_optimisation"] == list(lowered)
+        if lowered:  # only with the spill or occupancy gain it records
+            assert vs_defaults["gain"].startswith(("spill bytes", "occupancy")), (objective, vs_defaults)
+            assert spills < defaults_spills or registers < defaults_registers, (objective, found.controls)
+        written.append(str(report.acf_path))
+    result = run_cli(["gate", "--static", *written], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
