@@ -40,6 +40,37 @@ def compileiq_command() -> str:
     return found
 
 
+def venv_tool(name: str, hint: str) -> str:
+    """A command installed beside this interpreter (the venv's), else the one on PATH; the test
+    fails with `hint` when there is neither."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        import pytest
+
+        pytest.fail(f"{name} is not installed: {hint}")
+    return found
+
+
+def slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
+    """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
+    import stat
+
+    from compileiq.toolchain import find_toolchain
+
+    tools = find_toolchain()
+    (folder / "bin").mkdir(parents=True)
+    scripts = {
+        "nvcc": f'#!/bin/sh\nexec "{tools.nvcc}" "$@"\n',
+        "ptxas": f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep {seconds} ;; esac\nexec "{tools.ptxas}" "$@"\n',
+    }
+    for name, text in scripts.items():
+        path = folder / "bin" / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return {"CUDA_HOME": str(folder)}
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without compileiq/colour settings, plus NO_COLOR and TERM=dumb."""
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, compileiq_command, run_cli
+from helpers import clean_env, compileiq_command, run_cli, venv_tool
 
 from compileiq import acf, flag_formats
 from compileiq.space import load_space
@@ -25,12 +25,7 @@ SOURCE = "kernels/spill_heavy/spill_heavy.cu"
 
 
 def cmake_command() -> str:
-    """The `cmake` installed beside this interpreter (the pip package), else the one on PATH."""
-    beside = Path(sys.executable).with_name("cmake")
-    found = str(beside) if beside.is_file() else shutil.which("cmake")
-    if found is None:
-        pytest.fail("cmake is not installed: pip install -e '.[test]' installs it")
-    return found
+    return venv_tool("cmake", "pip install -e '.[test]' installs it")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 import pytest
 import tomli_w
 import yaml
-from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli
+from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli, venv_tool
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -51,12 +49,7 @@ def is_workflow(block: Block) -> bool:
 
 
 def actionlint_command() -> str:
-    """actionlint installed beside this interpreter (the test extra), else the one on PATH."""
-    beside = Path(sys.executable).with_name("actionlint")
-    found = str(beside) if beside.is_file() else shutil.which("actionlint")
-    if found is None:
-        pytest.fail("actionlint is not installed: pip install -e '.[test]' installs it")
-    return found
+    return venv_tool("actionlint", "pip install -e '.[test]' installs it")
 
 
 # --- GitHub Actions --------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Sequence
@@ -20,10 +19,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import SPILLING_KERNEL, TINY_KERNEL, clean_env, compileiq_command
+from helpers import SPILLING_KERNEL, TINY_KERNEL, clean_env, compileiq_command, slow_toolchain
 
 from compileiq.store import Store, Trial, TrialState
-from compileiq.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
 
@@ -94,19 +92,6 @@ def test_two_tuners_started_at_once_on_postgres_both_finish(postgres_url: str, t
         assert report["best"]["value"] <= report["baseline"]["value"]
 
 
-def _slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
-    """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
-    tools = find_toolchain()
-    (folder / "bin").mkdir(parents=True)
-    scripts = {
-        "nvcc": f'#!/bin/sh\nexec "{tools.nvcc}" "$@"\n',
-        "ptxas": f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep {seconds} ;; esac\nexec "{tools.ptxas}" "$@"\n',
-    }
-    for name, text in scripts.items():
-        path = folder / "bin" / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return {"CUDA_HOME": str(folder)}
 
 
 def _running_keys(url: str, deadline: float) -> set[str]:
@@ -140,7 +125,7 @@ def test_a_killed_tuners_trials_are_retried_after_the_stale_timeout(store_url: s
     # starts while the victim is alive and must leave its trials alone (heartbeats), then take
     # them over once the victim is SIGKILLed and their heartbeat is 3 s old.
     space = ("--study", "K", "--only", "ptxas.opt_level", "--batch-size", "4", "--stale-after", "3")
-    victim = _tune(tiny, store_url, *space, "--budget", "4", env=_slow_toolchain(tiny.parent / "slow", 20))
+    victim = _tune(tiny, store_url, *space, "--budget", "4", env=slow_toolchain(tiny.parent / "slow", 20))
     held = _running_keys(store_url, time.monotonic() + 60)
     rescuer = _tune(tiny, store_url, *space, "--budget", "10", "--strategy", "exhaustive")
     time.sleep(8)  # the rescuer starts (~4 s) and waits for the victim's trials

@@ -12,7 +12,6 @@ import os
 import shlex
 import signal
 import socket
-import stat
 import subprocess
 import time
 import tomllib
@@ -22,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli
+from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli, slow_toolchain
 
 from compileiq import app, exchange
 from compileiq.runner import SilentProgress
 from compileiq.store import Store, Trial, TrialState
-from compileiq.toolchain import find_toolchain
 
 REPO = Path(__file__).resolve().parent.parent
 REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"
@@ -181,19 +179,6 @@ def test_names_and_compiler_messages_are_shown_literally(tmp_path: Path) -> None
 # -- crashes, Ctrl-C and closed pipes: nothing left RUNNING, no broken ACF ---------------------
 
 
-def _slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
-    """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
-    tools = find_toolchain()
-    (folder / "bin").mkdir(parents=True)
-    scripts = {
-        "nvcc": f'#!/bin/sh\nexec "{tools.nvcc}" "$@"\n',
-        "ptxas": f'#!/bin/sh\ncase "$*" in *--version*) ;; *) sleep {seconds} ;; esac\nexec "{tools.ptxas}" "$@"\n',
-    }
-    for name, text in scripts.items():
-        path = folder / "bin" / name
-        path.write_text(text)
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return {"CUDA_HOME": str(folder)}
 
 
 @pytest.fixture
@@ -250,7 +235,7 @@ def _worker(process: subprocess.Popen[str]) -> str:
 def test_a_plain_rerun_after_a_crash_in_the_baseline_writes_a_valid_acf(tiny: Path, processes: list) -> None:
     db, out = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "scale.acf.toml"
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4", "--out", str(out),
-                    env=_slow_toolchain(tiny.parent / "slow", 60))
+                    env=slow_toolchain(tiny.parent / "slow", 60))
     held = _wait_for_running(db, victim)
     assert 0 in {t.number for t in held}  # the baseline is in flight
     victim.kill()
@@ -274,7 +259,7 @@ def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, p
     db, out = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "scale.acf.toml"
     out.write_text("# the good ACF of an earlier run\n")
     holder = _start(processes, tiny, db, "--budget", "1", "--batch-size", "1", "--stale-after", "3",
-                    "--out", str(tiny.parent / "holder.acf.toml"), env=_slow_toolchain(tiny.parent / "slow", 60))
+                    "--out", str(tiny.parent / "holder.acf.toml"), env=slow_toolchain(tiny.parent / "slow", 60))
     (baseline,) = _wait_for_running(db, holder)
     other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "3", "--out", str(out))
     _, stderr = other.communicate(timeout=120)
@@ -290,7 +275,7 @@ def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, p
 def test_ctrl_c_hands_the_claimed_trials_back(tiny: Path, processes: list) -> None:
     db = f"sqlite:///{tiny.parent / 't.db'}"
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4",
-                    env=_slow_toolchain(tiny.parent / "slow", 15), json_out=False)
+                    env=slow_toolchain(tiny.parent / "slow", 15), json_out=False)
     held = _wait_for_running(db, victim)
     os.killpg(victim.pid, signal.SIGINT)  # what a terminal's Ctrl-C does (compilers have their own group)
     deadline = time.monotonic() + 8
@@ -312,7 +297,7 @@ def test_a_closed_output_pipe_hands_the_claimed_trials_back(tiny: Path, processe
     db = f"sqlite:///{tiny.parent / 't.db'}"
     args = [compileiq_command(), "tune", str(tiny), "--db", db, "--workers", "local", "--study", "S",
             "--only", ONE_FLAG, "--budget", "4", "--batch-size", "4"]  # fmt: skip
-    env = clean_env(_slow_toolchain(tiny.parent / "slow", 5))
+    env = clean_env(slow_toolchain(tiny.parent / "slow", 5))
     pipeline = f"{shlex.join(args)} 2>&1 | head -1; echo \"exit ${{PIPESTATUS[0]}}\""
     done = subprocess.run(["bash", "-c", pipeline], cwd=tiny.parent, env=env, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
@@ -330,7 +315,7 @@ def test_resume_leaves_a_live_tuners_trials_to_it(tiny: Path, processes: list) -
     db = f"sqlite:///{tiny.parent / 't.db'}"
     common = ("--budget", "4", "--batch-size", "4", "--stale-after", "6", "--strategy", "exhaustive")
     live = _start(processes, tiny, db, *common, "--out", str(tiny.parent / "live.acf.toml"),
-                  env=_slow_toolchain(tiny.parent / "slow", 12))
+                  env=slow_toolchain(tiny.parent / "slow", 12))
     held = _wait_for_running(db, live)
     resumed = _start(processes, tiny, db, *common, "--resume", "--out", str(tiny.parent / "resumed.acf.toml"),
                      json_out=False)

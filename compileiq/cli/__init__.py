@@ -14,8 +14,7 @@ try:  # typer >= 0.20 vendors click; older typer uses the click package
 except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
-from compileiq import __version__, app, gate_report, gate_rules
-from compileiq import gate as gate_lib
+from compileiq import __version__, gate_rules
 from compileiq.cli.render import (
     LineProgress,
     best_first,
@@ -35,7 +34,6 @@ from compileiq.cli.render import (
     trials_table,
 )
 from compileiq.errors import CompileIQError, UsageError
-from compileiq.store import Store, TrialState
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
@@ -88,6 +86,8 @@ def tune(
     as_json: JsonOption = False,
 ) -> None:
     """Search compiler settings for KERNEL and write the advanced-control file."""
+    from compileiq import app
+
     options = app.TuneOptions(
         kernel=kernel, objective=objective, budget=budget, strategy=strategy, seed=seed,
         surrogate=surrogate, batch_size=batch_size, out=out_file, db=db, study=study,
@@ -118,6 +118,9 @@ def show(
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
+    from compileiq import app
+    from compileiq.store import Store, TrialState
+
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
     store = Store.open(app.database_url(db))
@@ -158,9 +161,9 @@ def flags(
     with_base: Annotated[bool, typer.Option("--all", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
-    from compileiq import flag_formats
+    from compileiq import acf, flag_formats
 
-    text = flag_formats.render(app.read_acf(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
+    text = flag_formats.render(acf.read(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
 
 
@@ -175,6 +178,9 @@ def gate(
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
+    from compileiq import gate as gate_lib
+    from compileiq import gate_report
+
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
     from compileiq.timing import HarnessTiming
 
@@ -193,6 +199,8 @@ def gate(
 
 def _write_report(option: str, path: Path, text: str) -> str:
     """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
+    from compileiq import gate_report
+
     try:
         gate_report.write(path, text)
     except OSError as error:
@@ -203,6 +211,9 @@ def _write_report(option: str, path: Path, text: str) -> str:
 @db_cli.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the database schema to this version of compileiq."""
+    from compileiq import app
+    from compileiq.store import Store
+
     store = Store.open(app.database_url(db))
     try:
         revision = store.upgrade()
@@ -218,7 +229,7 @@ def db_export(
     db: DbOption = None,
 ) -> None:
     """Write a study, its trials, builds and measurements to a checksummed JSON file."""
-    from compileiq import exchange
+    from compileiq import app, exchange
 
     done = exchange.export_to_file(app.database_url(db), study, out_file)
     (err if out_file == exchange.STDOUT else out).print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
@@ -231,7 +242,7 @@ def db_import(
     db: DbOption = None,
 ) -> None:
     """Merge an exported study into this database (one transaction; importing twice changes nothing)."""
-    from compileiq import exchange
+    from compileiq import app, exchange
 
     done = exchange.import_from_file(app.database_url(db), in_file)
     verb = "created" if done.created else "merged into"
@@ -252,6 +263,8 @@ def space(
     as_json: JsonOption = False,
 ) -> None:
     """List every parameter that --only/--exclude take: values, default, risk and what it does."""
+    from compileiq import app
+
     found, spec = app.full_space(kernel)
     emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
 
@@ -281,8 +294,9 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
+    from compileiq import app, report_compare
     from compileiq import report as report_lib
-    from compileiq import report_compare
+    from compileiq.store import Store
 
     if len(studies) != (2 if compare else 1):
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else

@@ -8,18 +8,20 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from compileiq import app, gate_report
-from compileiq import gate as gate_lib
-from compileiq.runner import Outcome
-from compileiq.space import SearchSpace
-from compileiq.store import Study, Trial, TrialState
+from compileiq.records import Study, Trial, TrialState
+
+if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
+    from compileiq import app
+    from compileiq import gate as gate_lib
+    from compileiq.runner import Outcome
+    from compileiq.space import SearchSpace
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -86,6 +88,8 @@ class LineProgress:
 
 
 def print_gate(report: gate_lib.GateReport) -> None:
+    from compileiq import gate_report
+
     table = Table(title=Text(f"compileiq gate ({report.mode})"))
     for column in ("ACF", "kernel", "verdict", "findings"):
         table.add_column(column)
