@@ -137,8 +137,8 @@ def test_program_mode_reads_the_time_the_program_prints(tmp_path):
     evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/p.db"), SharedWorkers(LocalWorkers),
                               FakeMeasurer(program))
     evaluator.prepare(space.default_config())  # the baseline: 3.5 ms
-    build = Build(BuildStatus.OK, "", (), "code-a", b"", 0.0)
+    build = Build(BuildStatus.OK, "", (), "a" * 64, b"", 0.0)
     assert evaluator.evaluate(build, space.default_config()).value == 2.5
-    silent = evaluator.evaluate(Build(BuildStatus.OK, "", (), "code-b", b"", 0.0), space.default_config())
+    silent = evaluator.evaluate(Build(BuildStatus.OK, "", (), "b" * 64, b"", 0.0), space.default_config())
     assert silent.value is None and "printed no time" in silent.reason
     assert evaluator.evaluate(build, space.default_config()).value == 2.5  # cached per machine code
