@@ -132,3 +132,34 @@ def test_show_prints_values_exactly_and_only_settings_that_differ(tmp_path: Path
     assert tuned.returncode == 0, tuned.describe()
     shown = run_cli(["show", "1", "--db", db], cwd=tmp_path)
     assert "K=1" not in shown.stdout and "(defaults)" in shown.stdout, shown.describe()
+
+
+def test_progress_on_a_terminal_is_a_bar_above_which_each_trial_is_listed(tmp_path: Path) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from tests.helpers import clean_env, compileiq_command, strip_ansi
+
+    kernel = _tiny(tmp_path)
+    env = {k: v for k, v in clean_env({"TERM": "xterm-256color", "COLUMNS": "120"}).items() if k != "NO_COLOR"}
+    master, slave = pty.openpty()
+    process = subprocess.Popen([compileiq_command(), "tune", str(kernel), "--workers", "local", "--budget", "6",
+                                "--only", "ptxas.opt_level,ptxas.maxrregcount", "--db",
+                                f"sqlite:///{tmp_path / 'db.sqlite'}"], stdin=slave, stdout=slave, stderr=slave,
+                               env=env, cwd=tmp_path)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert process.wait(timeout=120) == 0
+    screen = strip_ansi(b"".join(chunks).decode(errors="replace"))
+    assert "tuning" in screen and "━" in screen  # the bar (a spinner has no bar)
+    assert "[1/6] #0" in screen and "[6/6]" in screen  # each trial's line above it
+    assert "wrote store/scale.static.acf.toml" in screen

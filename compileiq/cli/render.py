@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -49,22 +57,29 @@ def kind_label(objective: str) -> str:
 
 
 class LineProgress:
-    """Progress as plain lines (pipes, CI logs) or a live status line on a terminal."""
+    """Progress on stderr: plain lines in a pipe or CI log (and with --json, whose stdout stays one
+    document); on a terminal a progress bar (trials done / budget, best so far, rate, time left)
+    with each trial's line printed above it."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool = False, *, live: bool | None = None) -> None:
         self._quiet = quiet
-        self._live = err.is_terminal
+        self._live = (err.is_terminal and not quiet) if live is None else live
         self._budget = 0
         self._done = 0
-        self._status: Any = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def started(self, study: Study, budget: int, finished: int) -> None:
         self._budget, self._done = budget, finished
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
                   f"objective {study.key.objective} ({kind_label(study.key.objective)})")
-        if self._live and not self._quiet:
-            self._status = err.status("tuning…")
-            self._status.start()
+        if self._live:
+            self._bar = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[rate]}"),
+                                 TimeRemainingColumn(), console=err, transient=True)
+            self._task = self._bar.add_task("tuning", total=max(budget, finished), completed=finished,
+                                            best="-", rate="")
+            self._bar.start()
 
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         self._done += 1
@@ -72,19 +87,23 @@ class LineProgress:
         shown = exact(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
         best_text = f"{exact(best.value)} (#{best.number})" if best and best.value is not None else "-"
         step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
-        line = f"[{step}] #{trial.number} {shown}  best {best_text}  [{outcome.source}]"
-        if self._status is not None:
-            self._status.update(Text(line))
-        if not self._quiet:
-            err.print(line, markup=False)
+        self._line(f"[{step}] #{trial.number} {shown}  best {best_text}  [{safe(outcome.source)}]")
+        if self._bar is not None and self._task is not None:
+            task = self._bar.tasks[0]
+            rate = f"{task.speed * 60:.0f}/min" if task.speed else ""
+            self._bar.update(self._task, completed=min(self._done, self._budget), best=best_text, rate=rate)
 
     def note(self, message: str) -> None:
+        self._line(safe(message))
+
+    def _line(self, text: str) -> None:
         if not self._quiet:
-            err.print(safe(message), markup=False)
+            (self._bar.console if self._bar is not None else err).print(text, markup=False, highlight=False)
 
     def close(self) -> None:
-        if self._status is not None:
-            self._status.stop()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def print_gate(report: gate_lib.GateReport) -> None:
