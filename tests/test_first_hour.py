@@ -163,3 +163,13 @@ def test_progress_on_a_terminal_is_a_bar_above_which_each_trial_is_listed(tmp_pa
     assert "tuning" in screen and "━" in screen  # the bar (a spinner has no bar)
     assert "[1/6] #0" in screen and "[6/6]" in screen  # each trial's line above it
     assert "wrote store/scale.static.acf.toml" in screen
+
+
+def test_help_shows_the_choices_and_no_value_for_switches(tmp_path: Path) -> None:
+    result = run_cli(["tune", "--help"], cwd=tmp_path)
+    assert result.returncode == 0
+    for choices in ("[static|spills|registers|occupancy|instructions|time]", "[bayes|random|exhaustive]",
+                    "[ET|RF|GP]", "[ray|local]"):
+        assert choices in result.stdout, result.stdout
+    switches = [line for line in result.stdout.splitlines() if "--resume" in line or "--json" in line]
+    assert switches and not any("<bool>" in line for line in switches), switches

@@ -48,40 +48,40 @@ def _print_version(value: bool) -> None:
 
 @cli.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", metavar="", callback=_print_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it."""
 cli.add_typer(db_cli, name="db")
 
 DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON document for scripts.")]
 
 
 @cli.command()
 def tune(
     kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
-    objective: Annotated[str, typer.Option(help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
+    objective: Annotated[str, typer.Option(metavar="[static|spills|registers|occupancy|instructions|time]", help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
     budget: Annotated[int, typer.Option(help="Trials in the study, baseline included.")] = 40,
-    strategy: Annotated[str, typer.Option(help="bayes | random | exhaustive")] = "bayes",
+    strategy: Annotated[str, typer.Option(metavar="[bayes|random|exhaustive]", help="bayes | random | exhaustive")] = "bayes",
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
-    surrogate: Annotated[str, typer.Option(help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
+    surrogate: Annotated[str, typer.Option(metavar="[ET|RF|GP]", help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
     out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.<objective>.acf.toml")] = None,
     db: DbOption = None,
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
-    workers: Annotated[str, typer.Option(help="ray | local (threads, no Ray)")] = "ray",
+    workers: Annotated[str, typer.Option(metavar="[ray|local]", help="ray | local (threads, no Ray)")] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster: HOST:PORT, or auto (the one started on this machine); default $RAY_ADDRESS.")] = None,
-    resume: Annotated[bool, typer.Option(help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
+    resume: Annotated[bool, typer.Option(metavar="", help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     compile_commands: Annotated[Path | None, typer.Option(help="A compile_commands.json (CMake, Bear): the kernel file's own -I/-D/-std/arch become the base flags.")] = None,
-    allow_numerics: Annotated[bool, typer.Option(help="Search numerics-changing flags (fast math, ftz...).")] = False,
-    allow_semantics: Annotated[bool, typer.Option(help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
+    allow_numerics: Annotated[bool, typer.Option(metavar="", help="Search numerics-changing flags (fast math, ftz...).")] = False,
+    allow_semantics: Annotated[bool, typer.Option(metavar="", help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
     only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
     exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
-    program: Annotated[bool, typer.Option(help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
+    program: Annotated[bool, typer.Option(metavar="", help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
     metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
-    simplify: Annotated[bool, typer.Option(help="Drop the winner's settings that make no difference (recompiles each).")] = True,
+    simplify: Annotated[bool, typer.Option(metavar="", help="Drop the winner's settings that make no difference (recompiles each).")] = True,
     stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
     as_json: JsonOption = False,
 ) -> None:
@@ -113,7 +113,7 @@ def show(
     top: Annotated[int, typer.Option(help="Trials to show.")] = 10,
     db: DbOption = None,
     as_json: JsonOption = False,
-    why: Annotated[bool, typer.Option("--why", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
+    why: Annotated[bool, typer.Option("--why", metavar="", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions.")] = None,
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
@@ -155,10 +155,10 @@ def show(
 @cli.command()
 def flags(
     acf_file: Annotated[Path, typer.Argument(metavar="FILE", help="An .acf.toml written by `compileiq tune`.")],
-    stage: Annotated[str, typer.Option(help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
-    arch: Annotated[bool, typer.Option(help="Include -arch=.")] = True,
-    fmt: Annotated[str, typer.Option("--format", help="args (shell words) | optf (nvcc --options-file) | cmake | bazel | json")] = "args",
-    with_base: Annotated[bool, typer.Option("--all", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
+    stage: Annotated[str, typer.Option(metavar="[all|frontend|ptxas]", help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
+    arch: Annotated[bool, typer.Option(metavar="", help="Include -arch=.")] = True,
+    fmt: Annotated[str, typer.Option("--format", metavar="[args|optf|cmake|bazel|json]", help="args (shell words) | optf (nvcc --options-file) | cmake | bazel | json")] = "args",
+    with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq import acf, flag_formats
@@ -174,7 +174,7 @@ def gate(
     rule: Annotated[list[str] | None, typer.Option(help="NAME=error|warn|off; repeatable. Rules: " + ", ".join(gate_rules.RULE_NAMES))] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (e.g. for $GITHUB_STEP_SUMMARY).")] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML (one testcase per ACF).")] = None,
-    device: Annotated[bool | None, typer.Option("--device/--static", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
+    device: Annotated[bool | None, typer.Option("--device/--static", metavar="", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
@@ -287,8 +287,8 @@ def include_dir() -> None:
 def report(
     studies: Annotated[list[str], typer.Argument(metavar="STUDY", help="Study name or id (two with --compare).")],
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default report.html (report.md with --format md).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
-    compare: Annotated[bool, typer.Option("--compare", help="Compare two studies: STUDY_A STUDY_B.")] = False,
+    fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
+    compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
     db: DbOption = None,
