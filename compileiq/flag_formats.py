@@ -8,6 +8,7 @@ search space can produce, so no format has to quote more than a file path.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -79,9 +80,16 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     arch = cuda_architectures(acf.arch)
     return (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
-        f"set_source_files_properties({_cmake_quoted(acf.source_path)} PROPERTIES COMPILE_OPTIONS "
+        f"set_source_files_properties({_cmake_quoted(_source_from_here(acf))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
+
+
+def _source_from_here(acf: Acf) -> str:
+    """The kernel source as a path from the current folder (an ACF records it relative to its own
+    folder; an older ACF relative to where `tune` ran, used as it is)."""
+    beside = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(acf.path)), acf.source_path))
+    return os.path.relpath(beside) if os.path.isfile(beside) else acf.source_path
 
 
 def _plain(acf: Acf, token: str) -> str:

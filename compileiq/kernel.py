@@ -22,6 +22,7 @@ from compileiq.errors import UsageError
 TUNE_FILE = "tune.toml"
 DEFAULT_ARCH = "sm_90"
 DEFAULT_BLOCK_SIZE = 256
+DEPENDENCY_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
 CUDA_SUFFIXES = (".cu", ".cuh")
 Values = tuple[int | str, ...]
@@ -188,7 +189,8 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     defaults = tuple(f"-D{k.removeprefix('define.')}={v}" for k, v in spec.default_values().items())
     includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
     args = (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
-    found = compiler_dependencies(nvcc, root, spec.source.name, args, spec.compile_timeout_s)
+    # the preprocessor alone, once per run: not held to the per-variant compile timeout
+    found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S))
     toolchain_dirs = _toolchain_dirs(nvcc)
     files: dict[str, bytes] = {}
     for path in found:

@@ -181,7 +181,8 @@ class TrialRunner:
             results = iter(workers.run(jobs))
             while (result := self._wait(results)) is not None:
                 finished.append(self._record_compiled(by_id[result.tag], result, keys[result.tag]))
-        except BaseException as error:  # workers, database, Ctrl-C: no claim stays running
+        except Exception as error:  # workers, database, a bug: no claim stays running (Ctrl-C and a
+            # closed pipe are the tuner's to hand back, with their own reason)
             reason = str(error) if isinstance(error, CompileIQError) else type(error).__name__
             self._release({j.tag for j in jobs} - {t.id for t in finished}, reason)
             raise

@@ -213,6 +213,8 @@ class Tuner:
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
         finished = [t for t in trials if _counts(t)]
+        if self._static and self._reference is None:  # another tuner held the baseline: now done?
+            self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
         self._searcher.tell([self._observation(t) for t in fresh])
@@ -301,9 +303,19 @@ class Tuner:
         return self._evaluator.kind == StaticEvaluator.kind
 
     def _baseline_reference(self, study: Study) -> eligibility.Reference | None:
+        """The defaults' result, evaluated now unless another live tuner is evaluating it (then it
+        is picked up when it is recorded: concurrent tuners never queue behind one baseline)."""
+        trials = self._store.trials(study.id)
+        if any(t.config_key == self._baseline.key and t.state is TrialState.RUNNING for t in trials):
+            return self._complete_baseline(trials)
         found = self.evaluate(study, [self._baseline])
         self._check_baseline(found)
-        return eligibility.Reference.of(found[0]) if found else None
+        return self._complete_baseline(found)
+
+    def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
+        found = next((t for t in trials if t.config_key == self._baseline.key
+                      and t.state is TrialState.COMPLETE), None)
+        return eligibility.Reference.of(found) if found is not None else None
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:

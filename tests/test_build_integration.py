@@ -123,7 +123,7 @@ def test_cmake_build_with_compileiq_apply_reproduces_the_acf_evidence(tuned: Tun
     assert flags.returncode == 0, flags.describe()
     (snippet / "compileiq-flags.cmake").write_text(flags.stdout)
     (snippet / "CMakeLists.txt").write_text(
-        f"add_library(by_snippet OBJECT {SOURCE})\n"
+        f"add_library(by_snippet OBJECT {REPO / SOURCE})\n"  # the snippet names the file by its real path
         "set_property(TARGET by_snippet PROPERTY CUDA_ARCHITECTURES 90)\n"
         "include(compileiq-flags.cmake)\n")
     cmake = cmake_command()

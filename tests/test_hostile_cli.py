@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -324,11 +325,12 @@ def test_resume_leaves_a_live_tuners_trials_to_it(tiny: Path, processes: list) -
     assert resumed.returncode == 0, stderr
     assert live.returncode == 0, live_err
     assert f"another tuner ({_worker(live)}) is working on this study; its trials are left to it" in stderr
-    assert "compiler calls: 0 " in stdout, stdout  # nothing compiled twice
     trials = _trials(db)
     assert len(trials) == 4 and all(t.state is TrialState.COMPLETE for t in trials)
     assert {t.worker for t in trials if t.config_key in {h.config_key for h in held}} == {_worker(live)}
-    assert json.loads(live_out)["counters"]["new_trials"] == 4
+    # nothing was compiled twice: the two tuners' new trials add up to the study
+    resumed_new = int(re.search(r"trials: (\d+) new", stdout).group(1))  # type: ignore[union-attr]
+    assert json.loads(live_out)["counters"]["new_trials"] + resumed_new == 4, (live_out, stdout)
 
 
 # -- the ACF says where its evidence comes from ------------------------------------------------
