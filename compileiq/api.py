@@ -25,7 +25,7 @@ from compileiq.records import Trial
 from compileiq.runner import Outcome, SilentProgress
 
 if TYPE_CHECKING:
-    from compileiq.gate import GateReport
+    from compileiq.gating import GateReport
 
 _DEFAULTS = app.TuneOptions(kernel=Path())
 PathLike = str | os.PathLike[str]
@@ -144,7 +144,7 @@ def gate(
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
     is 0 (pass) or 1 (a regression). device: None times on a visible GPU (else static rules),
     False static rules only, True the GPU."""
-    from compileiq import gate as gate_lib
+    from compileiq import gating as gate_lib
     from compileiq.timing import HarnessTiming
 
     paths = (acfs,) if isinstance(acfs, str | os.PathLike) else tuple(acfs)

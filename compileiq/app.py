@@ -24,7 +24,7 @@ from compileiq.toolchain import Toolchain, find_toolchain
 from compileiq.workers import Workers, check_options, open_workers
 
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
-    from compileiq.tune import TuneResult
+    from compileiq.tuner import TuneResult
 
 DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
@@ -190,7 +190,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
-    from compileiq.tune import Tuner, TuneRequest
+    from compileiq.tuner import Tuner, TuneRequest
 
     request = TuneRequest(
         kernel=spec,

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from compileiq.gate import AcfResult, GateReport
 from compileiq.gate_rules import Finding, Severity, Timing, describe
+from compileiq.gating import AcfResult, GateReport
 
 SUITE = "compileiq-gate"
 

@@ -506,7 +506,7 @@ def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> Non
     from compileiq.app import TuneOptions, tuning_space
     from compileiq.runner import SilentProgress
     from compileiq.toolchain import find_toolchain
-    from compileiq.tune import Tuner, TuneRequest
+    from compileiq.tuner import Tuner, TuneRequest
 
     spec, tools = load_spec(_kernel(tmp_path)), find_toolchain()
     space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",)))

@@ -16,7 +16,7 @@ from compileiq.search import SearchSettings
 from compileiq.store import Store, TrialState
 from compileiq.timing import TimeEvaluator, TimingTarget
 from compileiq.toolchain import find_toolchain
-from compileiq.tune import Tuner, TuneRequest
+from compileiq.tuner import Tuner, TuneRequest
 from compileiq.workers import LocalWorkers
 
 KERNEL = r"""

@@ -178,8 +178,8 @@ def gate(
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
-    from compileiq import gate as gate_lib
     from compileiq import gate_report
+    from compileiq import gating as gate_lib
 
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
     from compileiq.timing import HarnessTiming

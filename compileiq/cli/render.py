@@ -27,7 +27,7 @@ from compileiq.records import Study, Trial, TrialState
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from compileiq import app
-    from compileiq import gate as gate_lib
+    from compileiq import gating as gate_lib
     from compileiq.runner import Outcome
     from compileiq.space import SearchSpace
 
