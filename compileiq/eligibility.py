@@ -28,7 +28,12 @@ Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when
 
 
 def _lower_level(value: Any, default: Any) -> bool:
-    return int(value) < int(default)
+    """True when an optimisation level is below the default's; a value that is no level (a row
+    from elsewhere, "default") lowers nothing."""
+    try:
+        return int(value) < int(default)
+    except (TypeError, ValueError):
+        return False
 
 
 # Settings whose only effect is to switch optimisations off (the -O0 / --dont-merge-basicblocks

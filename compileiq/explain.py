@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compileiq import eligibility
 from compileiq.ablation import Ablation, ablation_path, recorded
 from compileiq.simplify import simplify
 from compileiq.space import Parameter, SearchSpace, Stage, Value
@@ -34,7 +35,7 @@ class Explanation:
 def explain(study: Study, trials: Sequence[Trial]) -> Explanation:
     trials = tuple(trials)
     baseline = trials[0] if trials else None
-    winner = best(trials)
+    winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
         return Explanation(study, trials, baseline, winner, None, None)
     chosen = winner
@@ -42,6 +43,17 @@ def explain(study: Study, trials: Sequence[Trial]) -> Explanation:
         exact = study.key.evaluator != "static"
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact).chosen
     return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)))
+
+
+def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:
+    """The tuner's own rule (`eligibility.choose`): for a static objective only trials that may win,
+    strictly better than the baseline, the fewest changed settings among equals."""
+    if baseline is None or baseline.state is not TrialState.COMPLETE:
+        return best(trials)
+    reference = eligibility.Reference.of(baseline) if study.key.evaluator == "static" else None
+    if reference is None:
+        return eligibility.choose(trials, baseline, lambda trial: None)
+    return eligibility.choose(trials, baseline, lambda t: eligibility.refusal(t.config, t.metrics, reference))
 
 
 def best(trials: Sequence[Trial]) -> Trial | None:

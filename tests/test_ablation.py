@@ -52,6 +52,7 @@ def test_show_why_prints_each_contribution(tuned):
         line = next(line for line in result.stdout.splitlines() if row["setting"] in line)
         assert re.search(rf"\b{row['contribution']:g}\b", line), line
     assert "the contributions sum to it" in result.stdout and "static estimate" in result.stdout
+    assert f"chosen #{acf['provenance']['trial']} " in result.stdout  # the same choice as the tuner's
     data = run_cli(["show", "sh", "--why", "--json", "--db", db], where)
     rows = json.loads(data.stdout)["contribution"]
     assert [r["setting"] for r in rows] == [r["setting"] for r in acf["evidence"]["contribution"]]

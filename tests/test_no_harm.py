@@ -293,3 +293,11 @@ def test_no_static_objective_writes_an_acf_worse_than_the_defaults(tmp_path, sou
         written.append(str(report.acf_path))
     result = run_cli(["gate", "--static", *written], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
+
+
+def test_an_optimisation_level_that_is_no_number_lowers_nothing() -> None:
+    from compileiq.eligibility import lowered_optimisation
+
+    assert lowered_optimisation({"ptxas.opt_level": "default"}, {"ptxas.opt_level": 3}) == ()
+    assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": "x"}) == ()
+    assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": 3}) == ("ptxas.opt_level=1",)
