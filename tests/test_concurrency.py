@@ -73,7 +73,10 @@ def tiny(tmp_path: Path) -> Path:
 
 def test_four_tuners_share_one_study(store_url: str, tiny: Path) -> None:
     args = ("--study", "S", "--budget", "24", "--batch-size", "4", "--only", SMALL_SPACE)
-    reports = _finish([_tune(tiny, store_url, *args, "--seed", str(seed)) for seed in range(4)])
+    # ptxas takes 0.5 s, as on a real kernel: the first tuner cannot finish the study before the
+    # others have started, however busy the machine
+    env = slow_toolchain(tiny.parent / "slow", 0.5)
+    reports = _finish([_tune(tiny, store_url, *args, "--seed", str(seed), env=env) for seed in range(4)])
     trials = _assert_nothing_done_twice(store_url, "S", reports, 24)
     assert len({t.worker for t in trials}) >= 2  # the work was shared, not done by one process
     assert {r["study"]["name"] for r in reports} == {"S"}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import CliResult, run_cli
 
-from compileiq import app, gate, gate_rules
+from compileiq import app, gate_rules, gating
 from compileiq.errors import UsageError
 from compileiq.stats import Verdict
 
@@ -152,19 +152,19 @@ def test_a_garbage_acf_is_a_one_line_usage_error(tmp_path):
     (tmp_path / "empty.acf.toml").write_text("format = 1\n")
     _one_line_usage_error(_gate(tmp_path, "junk.acf.toml"), "junk.acf.toml", "not a readable ACF")
     with pytest.raises(UsageError, match="not a valid ACF"):
-        gate.run(gate.GateOptions(acfs=(tmp_path / "empty.acf.toml",)), visible=lambda: False)
+        gating.run(gating.GateOptions(acfs=(tmp_path / "empty.acf.toml",)), visible=lambda: False)
 
 
 def test_a_missing_kernel_names_what_was_tried(tuned, tmp_path):
     shutil.copy(tuned / ACF, tmp_path / "fir.acf.toml")
     with pytest.raises(UsageError, match=r"kernel source not found \(tried \S+/fir.cu, fir.cu\); pass --kernel PATH"):
-        gate.locate(tmp_path / "fir.acf.toml")
+        gating.locate(tmp_path / "fir.acf.toml")
 
 
 def test_a_kernel_that_no_longer_builds_fails_the_build_rule(spilling):
     (spilling / KERNEL).write_text(SMALL.replace("float acc = 0.0f;", "float acc = ;"))
     with contextlib.chdir(spilling):
-        report = gate.run(gate.GateOptions(acfs=(Path(ACF),), device=False))
+        report = gating.run(gating.GateOptions(acfs=(Path(ACF),), device=False))
     (result,) = report.results
     assert report.exit_code == 1
     assert [f.rule for f in result.findings] == ["build", "stale-source"]
@@ -203,13 +203,13 @@ def test_timing_is_deterministic_for_a_seed():
 
 
 class SlowerOnGpu:
-    def samplers(self, target: gate.Target) -> gate_rules.TimingSamplers:
+    def samplers(self, target: gating.Target) -> gate_rules.TimingSamplers:
         return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0)
 
 
 def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
     with contextlib.chdir(tuned):
-        report = gate.run(gate.GateOptions(acfs=(Path(ACF),), device=True), timing=SlowerOnGpu(),
+        report = gating.run(gating.GateOptions(acfs=(Path(ACF),), device=True), timing=SlowerOnGpu(),
                           visible=lambda: True)
     (result,) = report.results
     assert report.mode == "timing" and report.exit_code == 1
@@ -219,14 +219,14 @@ def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
 
 def test_mode_resolution():
     fake = SlowerOnGpu()
-    assert gate.resolve_mode(None, lambda: False, fake)[0] == "static"
-    assert gate.resolve_mode(None, lambda: True, fake)[0] == "timing"
-    assert gate.resolve_mode(False, lambda: True, fake)[0] == "static"
-    assert gate.resolve_mode(None, lambda: True, None)[0] == "static"  # no timing source: static, said so
+    assert gating.resolve_mode(None, lambda: False, fake)[0] == "static"
+    assert gating.resolve_mode(None, lambda: True, fake)[0] == "timing"
+    assert gating.resolve_mode(False, lambda: True, fake)[0] == "static"
+    assert gating.resolve_mode(None, lambda: True, None)[0] == "static"  # no timing source: static, said so
     with pytest.raises(UsageError, match="no GPU is visible"):
-        gate.resolve_mode(True, lambda: False, fake)
+        gating.resolve_mode(True, lambda: False, fake)
     with pytest.raises(UsageError, match="no timing source"):
-        gate.resolve_mode(True, lambda: True, None)
+        gating.resolve_mode(True, lambda: True, None)
 
 
 def test_severities_default_and_override():

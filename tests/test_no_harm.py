@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from helpers import run_cli
 
-from compileiq import acf, app, eligibility, gate, gate_rules
+from compileiq import acf, app, eligibility, gate_rules, gating
 from compileiq.acf import AcfContent
 from compileiq.compile import (
     AssembleJob,
@@ -248,7 +248,7 @@ def test_the_gate_fails_a_callee_that_spills_more_than_the_defaults(tmp_path):
 def test_the_gate_fails_a_lower_opt_level_unless_a_runtime_gain_is_recorded(tmp_path):
     path = _hand_made_acf(tmp_path, CORPUS / "chemistry.cu", {"ptxas.opt_level": 1})
     with contextlib.chdir(tmp_path):
-        report = gate.run(gate.GateOptions(acfs=(Path(path.name),), device=False))
+        report = gating.run(gating.GateOptions(acfs=(Path(path.name),), device=False))
     (result,) = report.results
     assert report.exit_code == 1
     assert [(f.rule, f.measured) for f in result.findings] == [("worse-than-default", "ptxas.opt_level=1")]
