@@ -29,6 +29,7 @@ def _env(checkout: Path) -> dict[str, str]:
 
 
 def _cli(checkout: Path) -> list[str]:
+    """The command line of `checkout`'s compileiq (run from a folder outside both checkouts)."""
     return [sys.executable, "-c", "import sys; from compileiq.cli import main; sys.argv[0] = 'compileiq'; main()"]
 
 
@@ -45,7 +46,8 @@ def flags_seconds(checkout: Path, acf: Path, runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([*_cli(checkout), "flags", str(acf)], env=_env(checkout), check=True, capture_output=True)
+        subprocess.run([*_cli(checkout), "flags", str(acf)], env=_env(checkout), check=True, capture_output=True,
+                       cwd=acf.parent)  # not the repository root: `python -c` would import its compileiq
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -79,8 +81,8 @@ def main() -> None:
                    check=True, capture_output=True)
     try:
         rows = []
-        for label, checkout in ((f"previous ({args.previous})", previous), ("this checkout", ROOT)):
-            folder = scratch / label.split()[0]
+        for index, (label, checkout) in enumerate(((f"previous ({args.previous})", previous), ("this checkout", ROOT))):
+            folder = scratch / f"run-{index}"
             folder.mkdir()
             first_local = first_trial_seconds(checkout, "local", folder)
             first_ray = first_trial_seconds(checkout, "ray", folder)
