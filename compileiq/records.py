@@ -110,3 +110,9 @@ class ImportSummary:
     @property
     def changed(self) -> bool:
         return self.created or bool(self.trials_added + self.builds_added + self.measurements_added)
+
+
+def first_line(text: str | None, limit: int | None = 400, empty: str = "unknown") -> str:
+    """The first non-blank line of a reason or message (cut at `limit` characters), else `empty`."""
+    lines = (text or "").strip().splitlines()
+    return lines[0][:limit] if lines else empty

@@ -22,6 +22,7 @@ from compileiq.evidence import EVIDENCE_KEYS, RUNTIME_KIND, STATIC_KIND
 from compileiq.explain import Explanation, changed_settings, explain
 from compileiq.importance import METHOD, Importances, surrogate_importance
 from compileiq.pareto import Front, front, parse_objectives
+from compileiq.records import first_line
 from compileiq.store import Store, Trial, TrialState
 
 FORMATS = ("html", "md")
@@ -85,15 +86,10 @@ def failure_groups(trials: Sequence[Trial]) -> tuple[FailureGroup, ...]:
     groups: dict[str, list[Trial]] = {}
     for trial in trials:
         if trial.state is TrialState.FAILED:
-            groups.setdefault(first_line(trial.reason), []).append(trial)
+            groups.setdefault(first_line(trial.reason, 200), []).append(trial)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return tuple(FailureGroup(reason, tuple(t.number for t in group), (group[0].reason or "")[:REASON_CHARS],
                               all(t.retryable for t in group)) for reason, group in ordered)
-
-
-def first_line(text: str | None, limit: int = 200) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0][:limit] if lines else "unknown"
 
 
 def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:

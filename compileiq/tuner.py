@@ -17,6 +17,7 @@ from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
+from compileiq.records import first_line
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -364,13 +365,8 @@ class Tuner:
                 f"the baseline (trial #{found.number}) is still being evaluated by another tuner "
                 f"({found.worker}); no ACF was written: rerun when it has finished"
             )
-        reason = first_line(found.reason) if found is not None else "never claimed"
+        reason = first_line(found.reason, None, "no reason recorded") if found is not None else "never claimed"
         raise UnfinishedBaseline(f"the baseline was not evaluated ({reason}); no ACF was written: rerun")
-
-
-def first_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0] if lines else "no reason recorded"
 
 
 def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.records import Study, Trial, TrialState
+from compileiq.records import Study, Trial, TrialState, first_line
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from compileiq import app
@@ -127,11 +127,6 @@ def exact(value: float) -> str:
     two different values never look equal; whole numbers without a decimal point."""
     number = float(value)
     return str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
-
-
-def first_line(text: str | None, limit: int = 400) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[0][:limit] if lines else "unknown"
 
 
 def best_first(trials: list[Trial]) -> list[Trial]:
