@@ -34,7 +34,7 @@ from compileiq.gate_rules import (
     static_hits,
     timing_hits,
 )
-from compileiq.kernel import KernelSpec, bundle_sources, load_spec
+from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.metrics import StaticEvaluator
 from compileiq.space import Config, load_space
 from compileiq.toolchain import Toolchain, find_toolchain
@@ -137,13 +137,13 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def rebuild(target: Target, toolchain: Toolchain) -> Measured:
+def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
     acf = target.acf
-    return _measure(target, toolchain, acf.frontend_args, acf.ptxas_args, acf.controls)
+    return _measure(target, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
 
 
-def rebuild_defaults(target: Target, toolchain: Toolchain, acf_build: Measured) -> Defaults:
+def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
     """Build with the compiler's defaults (tuned macros at tune.toml's first value, as `tune`'s
     baseline) and note what in the ACF could justify departing from them."""
     acf, spec = target.acf, target.spec
@@ -157,14 +157,13 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, acf_build: Measured) 
     lowered = eligibility.lowered_optimisation(acf.controls, config.as_dict())
     gain = eligibility.recorded_runtime_gain(acf.objective)
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
-    built = acf_build if same else _measure(target, toolchain, frontend, ptxas, config.as_dict())
+    built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
     return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain)
 
 
-def _measure(target: Target, toolchain: Toolchain, frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...],
-             controls: Mapping[str, object]) -> Measured:
+def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],
+             ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
     acf, spec = target.acf, target.spec
-    bundle = bundle_sources(spec, toolchain.nvcc)
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *acf.fixed_defines),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
@@ -195,9 +194,10 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
              timing: TimingSource | None = None, seed: int = 0) -> AcfResult:
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given)."""
     recorded = recorded_of(target.acf)
-    measured = rebuild(target, toolchain)
+    bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
+    measured = rebuild(target, toolchain, bundle)
     hits = static_hits(recorded, measured, retune_command(target))
-    hits += default_hits(measured, rebuild_defaults(target, toolchain, measured))
+    hits += default_hits(measured, rebuild_defaults(target, toolchain, bundle, measured))
     measured_timing = None
     if timing is not None and measured.failure is None:
         measured_timing = compare_timing(timing.samplers(target), seed=seed)
