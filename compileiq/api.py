@@ -41,6 +41,7 @@ class TrialRow:
     config: Mapping[str, Any]  # parameter name -> value
     metrics: Mapping[str, Any]  # spill_bytes, registers, occupancy, ... as measured
     reason: str | None  # why it failed
+    purpose: str = "search"  # search (counted by the budget), simplify, ablation or confirm
 
     @property
     def ok(self) -> bool:
@@ -61,6 +62,9 @@ class TuneResult:
     best: TrialRow  # the trial the ACF records (the search's winner, simplified)
     baseline: TrialRow  # the compiler defaults
     trials: tuple[TrialRow, ...]
+    search_trials: int = 0  # the study's search trials: what the budget counts
+    extra_trials: int = 0  # built to simplify or ablate the winner: free of the budget
+    stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
 
     @property
     def best_config(self) -> Mapping[str, Any]:
@@ -102,16 +106,21 @@ def tune(
     simplify: bool = _DEFAULTS.simplify,
     program: bool = False,
     metric_regex: str | None = None,
+    time_budget: str | float | None = None,
+    patience: int | None = None,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
-    `compileiq tune` does with the same options; `on_trial` is called with each finished trial."""
+    `compileiq tune` does with the same options; `on_trial` is called with each finished trial.
+    `budget` counts search trials (simplification and ablation builds are extra); `time_budget`
+    ("10m", or seconds) and `patience` (batches without a better best) may end the search first."""
     options = app.TuneOptions(
         kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
         surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
         study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, program=program, metric_regex=metric_regex,
+        time_budget=_duration(time_budget), patience=patience,
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))
     result = report.result
@@ -120,6 +129,7 @@ def tune(
         acf_path=report.acf_path, flags=load_acf(report.acf_path).flags(),
         best=trial_row(result.chosen), baseline=trial_row(result.baseline),
         trials=tuple(trial_row(t) for t in result.trials),
+        search_trials=result.search_trials, extra_trials=result.extra_trials, stopped=result.stopped,
     )  # fmt: skip
 
 
@@ -159,7 +169,7 @@ def trial_row(trial: Trial) -> TrialRow:
     return TrialRow(
         number=trial.number, state=trial.state.value, value=trial.value,
         config=MappingProxyType(dict(trial.config)), metrics=MappingProxyType(dict(trial.metrics)),
-        reason=trial.reason,
+        reason=trial.reason, purpose=trial.purpose,
     )  # fmt: skip
 
 
@@ -170,6 +180,13 @@ class _CallbackProgress(SilentProgress):
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         if self._on_trial is not None:
             self._on_trial(trial_row(outcome.trial))
+
+
+def _duration(value: str | float | None) -> str | None:
+    """A time budget as the command line takes it: "10m" stays, 90 (seconds) becomes "90s"."""
+    if value is None or isinstance(value, str):
+        return value
+    return f"{float(value):g}s"
 
 
 def _names(names: Iterable[str]) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ decides something lives here or below, never in the CLI.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from compileiq import acf, evidence
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
+from compileiq.limits import check_patience, parse_duration
 from compileiq.metrics import STATIC_OBJECTIVES
 from compileiq.output_file import check_target
 from compileiq.runner import Progress
 from compileiq.space import SearchSpace, load_space
+from compileiq.startup import EarlyWorkers, PhaseProgress
 from compileiq.store import Store
 from compileiq.toolchain import Toolchain, find_toolchain
 from compileiq.workers import Workers, check_options, open_workers
@@ -59,6 +62,8 @@ class TuneOptions:
     program: bool = False  # time a program with its own main (overrides tune.toml's mode)
     compile_commands: Path | None = None  # a compilation database: the file's own flags become the base
     metric_regex: str | None = None  # program mode: the time in ms is the first group
+    time_budget: str | None = None  # "90s", "10m", "1h": no search trial starts after it
+    patience: int | None = None  # stop after this many batches in a row without a better best
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,9 @@ def _check(options: TuneOptions) -> None:
     if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
         raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
+    if options.time_budget is not None:
+        parse_duration(options.time_budget)
+    check_patience(options.patience)
 
 
 def _check_range(option: str, value: int, low: int, high: int) -> None:
@@ -179,6 +187,7 @@ def with_ray_address(options: TuneOptions) -> TuneOptions:
 
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
+    phases = PhaseProgress(progress)
     options = with_ray_address(options)
     _check(options)
     spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
@@ -189,8 +198,22 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    opener = lambda: open_workers(options.workers, options.ray_address)
+    early = options.workers == "ray" and options.objective != "time"  # time opens Ray for its GPU first
+    workers = EarlyWorkers(opener, phases) if early else SharedWorkers(opener)  # Ray starts meanwhile
+    try:
+        return _tune(options, spec, path, toolchain, space, workers, phases)
+    finally:
+        workers.close()  # the run closed them already unless it failed before compiling
+
+
+def _tune(options: TuneOptions, spec: KernelSpec, path: Path, toolchain: Toolchain, space: SearchSpace,
+          workers: Callable[[], Workers], phases: PhaseProgress) -> TuneReport:
+    start = time.perf_counter()
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
     from compileiq.tuner import Tuner, TuneRequest
+
+    phases.phase("search loaded", time.perf_counter() - start)
 
     request = TuneRequest(
         kernel=spec,
@@ -203,15 +226,18 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         resume=options.resume,
         simplify=options.simplify,
         stale_after_s=options.stale_after,
+        time_budget_s=parse_duration(options.time_budget) if options.time_budget is not None else None,
+        patience=options.patience,
     )
+    start = time.perf_counter()
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
+    phases.phase("sources bundled", time.perf_counter() - start)
     url = database_url(options.db)
     store = Store.open(url)
     try:
-        workers = SharedWorkers(lambda: open_workers(options.workers, options.ray_address))
         evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
                      if options.objective == "time" else None)
-        result = Tuner(request, store, toolchain, workers, progress, evaluator, bundle).run()
+        result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)
         acf.write(path, content)
     finally:
@@ -232,9 +258,15 @@ class SharedWorkers:
             self._workers = self._opener()
         return self._workers
 
+    def close(self) -> None:
+        """Close the workers if they were opened (closing twice is harmless)."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
 
 def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
-                    store: Store, workers: SharedWorkers, bundle: SourceBundle) -> Any:
+                    store: Store, workers: Callable[[], Workers], bundle: SourceBundle) -> Any:
     """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
     from compileiq.metrics import StaticEvaluator
     from compileiq.timing import TimeEvaluator, TimingTarget

@@ -38,7 +38,8 @@ from compileiq.space import Config, SpaceError
 from compileiq.store import Store, trust
 
 FORMAT = "compileiq-study"
-VERSION = 1
+VERSION = 2  # 2: each trial says why it was built (its purpose); 1 (every trial a search trial) still reads
+READABLE_VERSIONS = (1, VERSION)
 MAX_BYTES = 256 * 2**20  # an export (after gzip) larger than this is refused, not inflated
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 2**20
@@ -95,10 +96,11 @@ def read(path: Path) -> StudyExport:
     document = _document(path)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise UsageError(f"{path}: not a compileiq study export")
-    if document.get("version") != VERSION:
+    version = document.get("version")
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path}: export version {document.get('version')!r} is not supported "
-            f"(this compileiq reads version {VERSION})"
+            f"{path}: export version {version!r} is not supported "
+            f"(this compileiq reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     payload = document.get("payload")
     if not isinstance(payload, dict) or document.get("sha256") != _checksum(path, payload):

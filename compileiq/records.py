@@ -14,6 +14,10 @@ class TrialState(str, enum.Enum):
     FAILED = "failed"
 
 
+SEARCH = "search"  # a trial the search asked for: the budget counts these (the baseline included)
+PURPOSES = (SEARCH, "simplify", "ablation", "confirm")  # the others explain or shrink the winner: free
+
+
 @dataclass(frozen=True)
 class StudyKey:
     """What makes two tuning runs the same study."""
@@ -53,6 +57,26 @@ class Trial:
     started_at: datetime
     finished_at: datetime | None
     worker: str
+    purpose: str = SEARCH  # one of PURPOSES: why this run built it
+
+    @property
+    def searched(self) -> bool:
+        return self.purpose == SEARCH
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One tuning run of a study: its limits, which one ended it, and what it built."""
+
+    id: int
+    study_id: int
+    worker: str
+    limits: dict[str, Any]  # budget, time_budget_s, patience
+    stopped: str | None  # "budget 40", "time budget 10m", ...; None while running (or killed)
+    search_trials: int | None
+    extra_trials: int | None
+    started_at: datetime
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True)

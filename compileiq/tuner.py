@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 from compileiq import claims, eligibility
 from compileiq.ablation import Ablation, ablation_path
+from compileiq.ablation import recorded as ablation_recorded
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
+from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
-from compileiq.records import first_line
+from compileiq.records import SEARCH, first_line
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -59,6 +61,12 @@ class TuneRequest:
     stale_after_s: float = 300.0
     simplify: bool = True
     ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
+    time_budget_s: float | None = None  # no search trial starts after this many seconds
+    patience: int | None = None  # stop after this many batches in a row without a better best
+
+    @property
+    def limits(self) -> RunLimits:
+        return RunLimits(self.budget, self.time_budget_s, self.patience)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,18 @@ class TuneResult:
     ablation: Ablation | None = None  # each setting's share of the gain, baseline -> chosen
     origins: dict[int, str] = field(default_factory=dict)  # trial id -> how this run built it (absent: not this run)
     worker: str = ""  # this run's tuner, host:pid
+    budget: int = 0  # the search trials asked for (the baseline included)
+    stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
+
+    @property
+    def search_trials(self) -> int:
+        """The study's finished search trials: what the budget counts."""
+        return sum(1 for t in self.trials if _counts(t) and t.searched)
+
+    @property
+    def extra_trials(self) -> int:
+        """The study's finished trials built to simplify, ablate or confirm: free of the budget."""
+        return sum(1 for t in self.trials if _counts(t) and not t.searched)
 
 
 def study_key(
@@ -127,6 +147,8 @@ class Tuner:
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference: eligibility.Reference | None = None  # the defaults' build, for static objectives
         self._runner.may_win = lambda trial: self._refusal(trial) is None
+        self._clock = RunClock(request.limits)
+        self._stopped = ""
 
     def run(self) -> TuneResult:
         request = self._request
@@ -138,14 +160,18 @@ class Tuner:
         study = self._store.get_or_create_study(key, request.study_name)
         self._take_over(study, announce=True)
         self._runner.reopen_transient(self._store.trials(study.id))
+        run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
         try:
-            self._progress.started(study, request.budget, sum(1 for t in self._store.trials(study.id) if _counts(t)))
+            self._progress.started(study, request.budget, _searched(self._store.trials(study.id)))
+            self._progress.note(f"limits: {request.limits.describe()}")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = self._baseline_reference(study)
             if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
                 self._warm_start(study)
             exhausted = self._search(study)
+            self._progress.note(f"stopped: {self._stopped}")
             result = self._result(study, exhausted)
+            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials)
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             self._release(study, error)
             raise
@@ -182,10 +208,13 @@ class Tuner:
                                 "waiting for the compiles in flight to end")
 
     def _search(self, study: Study) -> bool:
-        """Run batches until the budget is spent; True if the space ran out first."""
+        """Run batches until a limit stops the search; True if the space ran out first."""
+        self._clock.best = best.value if (best := self._runner.best()) else None
         while True:
             counted, trials = self._sync(study)
-            if (remaining := self._request.budget - counted) <= 0:
+            remaining = self._request.budget - counted
+            if stop := self._clock.stop_reason(counted):
+                self._stopped = stop
                 break
             # Before each ask: a tuner that died mid-batch leaves RUNNING trials; retry them
             # once its process is gone (this host) or its heartbeat is stale.
@@ -201,11 +230,13 @@ class Tuner:
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
+                self._clock.batch_done(best.value if (best := self._runner.best()) else None)
             elif candidates:
                 continue  # other tuners claimed them first: sync their results and ask again
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
             else:
+                self._stopped = "search space exhausted"
                 return True
         return False
 
@@ -214,6 +245,7 @@ class Tuner:
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
         finished = [t for t in trials if _counts(t)]
+        searched = sum(1 for t in finished if t.searched)
         if self._static and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
@@ -221,7 +253,7 @@ class Tuner:
         self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
-        return len(finished), trials
+        return searched, trials
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
@@ -277,10 +309,11 @@ class Tuner:
             return None
         return eligibility.refusal(trial.config, trial.metrics, self._reference)
 
-    def _claim(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
-        return self._store.claim_trials(study.id, [(c.key, c.as_dict()) for c in configs], self._worker_name)
+    def _claim(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
+        pairs = [(c.key, c.as_dict()) for c in configs]
+        return self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
 
-    def evaluate(self, study: Study, configs: Sequence[Config]) -> list[Trial]:
+    def evaluate(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
         """Finished trials for these configs: recorded ones as they are, the rest evaluated now.
 
         A config another tuner is evaluating is waited for (it may go stale and be retried
@@ -291,7 +324,7 @@ class Tuner:
         while True:
             recorded = {t.config_key: t for t in self._store.trials(study.id) if _counts(t)}
             missing = [c for c in configs if c.key not in recorded]
-            fresh = self._claim(study, missing)
+            fresh = self._claim(study, missing, purpose)
             for trial in self._runner.run(fresh):
                 recorded[trial.config_key] = trial
             if len(fresh) == len(missing) or time.monotonic() > deadline:
@@ -335,9 +368,12 @@ class Tuner:
         winner = eligibility.choose(trials, baseline, self._refusal)
         simplification = None
         exact = not self._static  # timings are noisy: same code only
-        if self._request.simplify and winner is not baseline:
-            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs), exact,
-                                      allowed=lambda t: self._refusal(t) is None)
+        out_of_time = self._clock.out_of_time  # then nothing more is built: recorded results only
+        if self._request.simplify and winner is not baseline and out_of_time:
+            self._progress.note("out of time: the winner is not simplified")
+        elif self._request.simplify and winner is not baseline:
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+                                      exact, allowed=lambda t: self._refusal(t) is None)
         chosen = simplification.chosen if simplification else winner
         final = tuple(self._store.trials(study.id))
         confirmation = None
@@ -348,11 +384,14 @@ class Tuner:
             chosen = _confirmed_choice(confirmation, final, baseline, chosen)
         ablation = None
         if self._request.ablate and chosen is not baseline:
-            ablation = ablation_path(baseline, chosen, lambda cs: self.evaluate(study, cs))
+            recorded = ablation_recorded(final)
+            ablation = ablation_path(baseline, chosen, recorded if out_of_time
+                                     else lambda cs: self.evaluate(study, cs, "ablation"))
             final = tuple(self._store.trials(study.id))
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
-                          exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name)
+                          exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
+                          self._request.budget, self._stopped)
 
 
     def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
@@ -386,6 +425,10 @@ def _changed(trial: Trial, baseline: Trial) -> int:
 
 def _retryable(trial: Trial) -> bool:
     return trial.state is TrialState.FAILED and trial.retryable
+
+
+def _searched(trials: Sequence[Trial]) -> int:
+    return sum(1 for t in trials if _counts(t) and t.searched)
 
 
 def _counts(trial: Trial) -> bool:

@@ -148,7 +148,7 @@ def _damaged(path: Path, how: str) -> None:
         document["payload"]["trials"][0]["value"] = 0.0
         path.write_text(json.dumps(document))
     elif how == "version":
-        path.write_text(json.dumps({**document, "version": 2}))
+        path.write_text(json.dumps({**document, "version": 99}))
     elif how == "foreign":
         path.write_text(json.dumps({"hello": "world"}))
     elif how == "binary":

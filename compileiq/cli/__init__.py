@@ -62,7 +62,9 @@ JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print one 
 def tune(
     kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
     objective: Annotated[str, typer.Option(metavar="[static|spills|registers|occupancy|instructions|time]", help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
-    budget: Annotated[int, typer.Option(help="Trials in the study, baseline included.")] = 40,
+    budget: Annotated[int, typer.Option(help="Search trials in the study, baseline included (simplification and ablation builds are extra and free).")] = 40,
+    time_budget: Annotated[str | None, typer.Option(help="Start no search trial after this long, e.g. 90s, 10m, 1h; running ones finish and the ACF is written.")] = None,
+    patience: Annotated[int | None, typer.Option(help="Stop after this many batches in a row without a better best.")] = None,
     strategy: Annotated[str, typer.Option(metavar="[bayes|random|exhaustive]", help="bayes | random | exhaustive")] = "bayes",
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
     surrogate: Annotated[str, typer.Option(metavar="[ET|RF|GP]", help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
@@ -95,12 +97,15 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex, compile_commands=compile_commands,
+        time_budget=time_budget, patience=patience,
     )  # fmt: skip
-    progress = LineProgress(quiet=as_json)
+    progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:
         report = app.tune(options, progress)
-    finally:
-        progress.close()
+    except BaseException:
+        progress.close(failed=True)  # an error stays one line: progress held back is dropped
+        raise
+    progress.close()
     if as_json:
         print(json.dumps(report_json(report), indent=2))
     else:

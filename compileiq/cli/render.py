@@ -58,11 +58,13 @@ def kind_label(objective: str) -> str:
 
 class LineProgress:
     """Progress on stderr: plain lines in a pipe or CI log (and with --json, whose stdout stays one
-    document); on a terminal a progress bar (trials done / budget, best so far, rate, time left)
-    with each trial's line printed above it."""
+    document); on a terminal a progress bar (search trials done / budget, best so far, rate, time
+    left) with each trial's line printed above it. `hold`: lines wait until the run has a result
+    (its first complete trial, or its end), so that a run that fails first says one error line."""
 
-    def __init__(self, quiet: bool = False, *, live: bool | None = None) -> None:
+    def __init__(self, quiet: bool = False, *, live: bool | None = None, hold: bool = False) -> None:
         self._quiet = quiet
+        self._held: list[str] | None = [] if hold else None
         self._live = (err.is_terminal and not quiet) if live is None else live
         self._budget = 0
         self._done = 0
@@ -82,12 +84,14 @@ class LineProgress:
             self._bar.start()
 
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
-        self._done += 1
         trial = outcome.trial
+        self._done += trial.searched
         shown = exact(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
         best_text = f"{exact(best.value)} (#{best.number})" if best and best.value is not None else "-"
-        step = f"{self._done}/{self._budget}" if self._done <= self._budget else "simplify"
+        step = f"{self._done}/{self._budget}" if trial.searched else safe(trial.purpose)
         self._line(f"[{step}] #{trial.number} {shown}  best {best_text}  [{safe(outcome.source)}]")
+        if trial.state is TrialState.COMPLETE:
+            self._release()
         if self._bar is not None and self._task is not None:
             task = self._bar.tasks[0]
             rate = f"{task.speed * 60:.0f}/min" if task.speed else ""
@@ -97,10 +101,21 @@ class LineProgress:
         self._line(safe(message))
 
     def _line(self, text: str) -> None:
-        if not self._quiet:
+        if self._held is not None:
+            self._held.append(text)
+        elif not self._quiet:
             (self._bar.console if self._bar is not None else err).print(text, markup=False, highlight=False)
 
-    def close(self) -> None:
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        for text in held or ():
+            self._line(text)
+
+    def close(self, failed: bool = False) -> None:
+        """End the display; lines still held are printed, or dropped when the run `failed`."""
+        if failed:
+            self._held = None
+        self._release()
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
@@ -169,9 +184,14 @@ def print_report(report: app.TuneReport) -> None:
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
               f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
-    out.print(f"trials: {counters.new_trials} new, {len(result.trials)} in study {safe(result.study.name)}; "
-              f"{result.wall_seconds:.1f} s" + ("; search space exhausted" if result.exhausted else ""), markup=False)
+    out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
+              f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
+
+
+def trials_summary(result: Any) -> str:
+    """"N search trials (budget B) + M for simplification/ablation": the budget counts the first."""
+    return f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials} for simplification/ablation"
 
 
 def _confirmation_line(confirmation: Any) -> str:
@@ -213,6 +233,10 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
                      "worker_start_seconds": round(counters.worker_start_seconds, 3)},
         "wall_seconds": round(result.wall_seconds, 3),
         "exhausted": result.exhausted,
+        "budget": result.budget,
+        "search_trials": result.search_trials,
+        "extra_trials": result.extra_trials,
+        "stopped": result.stopped,
     }
 
 

@@ -23,9 +23,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from compileiq.records import (
     KEY_FIELDS,
+    PURPOSES,
+    SEARCH,
     BuildRecord,
     ImportSummary,
     Measurement,
+    RunRecord,
     Study,
     StudyExport,
     StudyKey,
@@ -47,6 +50,7 @@ from compileiq.store.rows import (
     checked_measurement,
     checked_trial,
     measurement_values,
+    run_record,
     running_values,
     study_record,
     trial_record,
@@ -57,6 +61,7 @@ from compileiq.store.schema import (
     db_now,
     final_failure,
     measurements,
+    runs,
     studies,
     take_number,
     trials_table,
@@ -65,7 +70,7 @@ from compileiq.store.schema import (
 if TYPE_CHECKING:
     from compileiq.space import SearchSpace
 
-__all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "Store", "StoreError"]
+__all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store", "StoreError"]
 __all__ += ["Study", "StudyExport", "StudyKey", "Trial", "TrialState"]
 
 
@@ -158,13 +163,13 @@ class Store:
     # -- trials --------------------------------------------------------------------------
 
     def claim_trial(
-        self, study_id: int, config_key: str, config: dict[str, Any], worker: str
+        self, study_id: int, config_key: str, config: dict[str, Any], worker: str, purpose: str = SEARCH
     ) -> Trial | None:
         """Claim ``config_key`` for ``worker``; None if another claim holds it or it is done.
 
         A FAILED trial marked retryable is claimed again (same id and number).
         """
-        claimed = self.claim_trials(study_id, [(config_key, config)], worker)
+        claimed = self.claim_trials(study_id, [(config_key, config)], worker, purpose=purpose)
         return claimed[0] if claimed else None
 
     def claim_trials(
@@ -173,18 +178,22 @@ class Store:
         configs: Sequence[tuple[str, dict[str, Any]]],
         worker: str,
         retry: bool = True,
+        purpose: str = SEARCH,
     ) -> list[Trial]:
         """Claim a batch of ``(config_key, config)`` in one transaction; the trials claimed
-        (configs another claim holds, or that are done, are left out)."""
+        (configs another claim holds, or that are done, are left out). ``purpose``: why they are
+        built (the budget counts only ``search`` trials)."""
+        if purpose not in PURPOSES:
+            raise StoreError(f"unknown trial purpose {purpose!r}")
         try:
             with self._tx() as conn:
-                claimed = (self._claim(conn, study_id, key, config, worker) for key, config in configs)
+                claimed = (self._claim(conn, study_id, key, config, worker, purpose) for key, config in configs)
                 return [trial for trial in claimed if trial is not None]
         except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them first
             if not retry:
                 raise
             again = len(configs) > 1  # one at a time, each retried once more at most
-            return [t for pair in configs for t in self.claim_trials(study_id, [pair], worker, again)]
+            return [t for pair in configs for t in self.claim_trials(study_id, [pair], worker, again, purpose)]
 
     def heartbeat(self, trial_ids: Sequence[int]) -> None:
         """Mark RUNNING trials as alive, by the database clock."""
@@ -355,6 +364,27 @@ class Store:
         with self._tx(readonly=True) as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())
 
+    # -- runs ----------------------------------------------------------------------------
+
+    def start_run(self, study_id: int, worker: str, limits: dict[str, Any]) -> int:
+        """Record a tuning run of the study with its limits; its id (for `finish_run`)."""
+        with self._tx() as conn:
+            insert = runs.insert().values(study_id=study_id, worker=worker, limits=limits, started_at=db_now())
+            return int(conn.execute(insert.returning(runs.c.id)).scalar_one())
+
+    def finish_run(self, run_id: int, stopped: str, search_trials: int, extra_trials: int) -> None:
+        """Record which limit ended the run and how many trials it left in the study."""
+        update = runs.update().where(runs.c.id == run_id)
+        with self._tx() as conn:
+            conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
+                                       finished_at=db_now()))
+
+    def runs(self, study_id: int) -> list[RunRecord]:
+        """The study's runs, oldest first."""
+        query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
+        with self._tx(readonly=True) as conn:
+            return [run_record(row) for row in conn.execute(query).mappings().all()]
+
     # -- measurement cache ---------------------------------------------------------------
 
     def get_measurement(
@@ -411,7 +441,7 @@ class Store:
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
 
     def _claim(
-        self, conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str
+        self, conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str, purpose: str
     ) -> Trial | None:
         """Insert a RUNNING trial, or take over a retryable failed one or an unusable one (damaged,
         or its config not in the study's space); None if the key is taken."""
@@ -419,7 +449,7 @@ class Store:
         query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key == key)
         existing = conn.execute(query).mappings().one_or_none()
         if existing is None:
-            values = running_values(config, worker)
+            values = running_values(config, worker, purpose)
             insert = trials_table.insert().values(
                 study_id=study_id, number=take_number(conn, study_id), config_key=key, **values
             )
@@ -429,7 +459,7 @@ class Store:
         if isinstance(checked, Trial) and not retryable:
             return None
         unchanged = (t.id == existing["id"], t.state == existing["state"], t.worker == existing["worker"])
-        update = trials_table.update().where(*unchanged).values(running_values(config, worker))
+        update = trials_table.update().where(*unchanged).values(running_values(config, worker, purpose))
         row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
         return None if row is None else trial_record(row)  # None: another claim took it first
 

@@ -11,8 +11,10 @@ import sqlalchemy as sa
 
 from compileiq.records import (
     KEY_FIELDS,
+    SEARCH,
     BuildRecord,
     Measurement,
+    RunRecord,
     Study,
     StudyKey,
     Trial,
@@ -85,6 +87,13 @@ def checked_measurement(row: sa.RowMapping) -> Measurement | str:
     return measurement_problem(measurement) or measurement
 
 
+def run_record(row: sa.RowMapping) -> RunRecord:
+    values = {f.name: row[f.name] for f in fields(RunRecord)}
+    finished = row["finished_at"]
+    values.update(started_at=utc(row["started_at"]), finished_at=finished and utc(finished))
+    return RunRecord(**values)
+
+
 def build_record(row: sa.RowMapping) -> BuildRecord:
     return BuildRecord(**{**row, "ok": bool(row["ok"]), "seconds": float(row["seconds"])})
 
@@ -98,10 +107,10 @@ def measurement_record(row: sa.RowMapping) -> Measurement:
     return Measurement(**values)
 
 
-def running_values(config: dict[str, Any], worker: str) -> dict[str, Any]:
+def running_values(config: dict[str, Any], worker: str, purpose: str = SEARCH) -> dict[str, Any]:
     """Column values of a freshly claimed trial."""
     values = dict.fromkeys(("value", "reason", "code_hash", "compile_seconds", "finished_at"))
-    values.update(config=config, worker=worker, state=TrialState.RUNNING.value, retryable=False)
+    values.update(config=config, worker=worker, state=TrialState.RUNNING.value, retryable=False, purpose=purpose)
     return {**values, "metrics": {}, "started_at": db_now(), "heartbeat_at": db_now()}
 
 

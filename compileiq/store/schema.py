@@ -55,12 +55,16 @@ studies = _table(
 trials_table = _table(
     "trials",
     int="id study_id number",
-    str="config_key state worker code_hash",
+    str="config_key state worker code_hash purpose",
     text="reason",
     float="value compile_seconds",
     bool="retryable",
     json="config metrics",
     time="started_at heartbeat_at finished_at",
+)
+runs = _table(
+    "runs", int="id study_id search_trials extra_trials", str="worker stopped", json="limits",
+    time="started_at finished_at",
 )
 builds = _table(
     "builds", str="key code_hash", text="message", bool="ok", json="metrics", float="seconds"

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from compileiq.records import BuildRecord, Measurement, StudyKey, Trial, TrialState
+from compileiq.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
 from compileiq.space import Config, SearchSpace, SpaceError, load_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
@@ -69,6 +69,8 @@ def _result_problem(trial: Trial) -> str | None:
         return f"compile_seconds {trial.compile_seconds!r} is not a duration"
     if not all(isinstance(v, str | None) for v in (trial.reason, trial.worker or "")):
         return "its reason or worker is not text"
+    if not isinstance(trial.purpose, str) or trial.purpose not in PURPOSES:
+        return f"its purpose {str(trial.purpose)[:40]!r} is not one of {', '.join(PURPOSES)}"
     return None
 
 

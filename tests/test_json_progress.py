@@ -1,0 +1,145 @@
+"""--json: stdout stays one JSON document while progress goes to stderr as plain lines, one per
+trial and phase; Ray starts in the background while the baseline compiles on a local thread."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL, run_cli
+
+from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.records import Study
+from compileiq.runner import SilentProgress
+from compileiq.startup import EarlyWorkers, PhaseProgress
+from compileiq.toolchain import find_toolchain
+from compileiq.workers import LocalWorkers, VariantJob, Workers
+
+ONLY = "ptxas.opt_level,ptxas.register_usage_level"
+PHASE = re.compile(r"^(sources bundled|search loaded|first result \(compiled\)) \d+\.\d s$")
+
+
+def test_json_keeps_stdout_one_document_and_streams_plain_progress_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "4", "--batch-size", "3", "--json",
+                      "--only", ONLY, "--db", "sqlite:///t.db", "--arch", "sm_90", "--study", "S"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.describe()
+    assert json.loads(result.stdout)["search_trials"] == 4  # the whole of stdout is one document
+    lines = result.stderr_lines
+    assert lines[0].startswith("study S (#1): 0/4 trials already recorded"), result.describe()
+    assert [line for line in lines if re.match(r"^\[\d/4\] #\d ", line)] != []
+    assert len([line for line in lines if re.match(r"^\[\d/4\] #\d ", line)]) == 4, result.describe()
+    assert {m[1] for line in lines if (m := PHASE.match(line))} == {"sources bundled", "search loaded",
+                                                                    "first result (compiled)"}, result.describe()
+    assert "stopped: budget 4" in lines, result.describe()
+    assert "\x1b" not in result.stderr and "━" not in result.stderr  # plain lines, no bar
+
+
+def test_json_errors_after_the_study_started_are_still_one_line(tmp_path: Path) -> None:
+    """A kernel that does not build: its failed baseline trial is recorded, its progress dropped."""
+    (tmp_path / "k.cu").write_text("__global__ void k(int* x) { *x = undefined_name; }\n")
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "4", "--json", "--only", ONLY,
+                      "--db", "sqlite:///t.db", "--arch", "sm_90"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1 and result.stdout == "", result.describe()
+    assert len(result.stderr_lines) == 1 and "does not build with default settings" in result.stderr_lines[0]
+
+
+def test_human_output_keeps_its_lines_when_the_run_fails(tmp_path: Path) -> None:
+    """Without --json nothing is held back: the failed baseline's line precedes the error."""
+    (tmp_path / "k.cu").write_text("__global__ void k(int* x) { *x = undefined_name; }\n")
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "4", "--only", ONLY,
+                      "--db", "sqlite:///t.db", "--arch", "sm_90"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1, result.describe()
+    assert any("FAILED (" in line for line in result.stderr_lines), result.describe()
+    assert result.stderr_lines[-1].startswith("error: ") and "does not build" in result.stderr_lines[-1]
+
+
+class _Recorder(SilentProgress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        self.notes.append("started")
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def test_phases_wait_for_the_study_line() -> None:
+    recorder = _Recorder()
+    phases = PhaseProgress(recorder)
+    phases.phase("sources bundled", 0.25)
+    assert recorder.notes == []  # a run that fails before its study says only its error
+    phases.started(None, 4, 0)  # type: ignore[arg-type]
+    phases.note("after")
+    assert recorder.notes == ["started", "sources bundled 0.2 s", "after"]
+
+
+def _jobs(tmp_path: Path, count: int) -> list[VariantJob]:
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    tools = find_toolchain()
+    spec = load_spec(tmp_path / "k.cu", arch="sm_90")
+    bundle = bundle_sources(spec, tools.nvcc)
+    return [VariantJob(tag=i, frontend=FrontendJob(tools.nvcc, bundle, "sm_90", (), 60.0),
+                       assemble=AssembleJob(tools.ptxas, "sm_90", (f"-O{i % 4}",), 60.0)) for i in range(count)]  # fmt: skip
+
+
+def test_the_baseline_compiles_locally_while_the_workers_start(tmp_path: Path) -> None:
+    """The workers' start (Ray's, in a real run) is held here until the baseline has compiled:
+    the baseline does not wait for it; a full batch does, and the ready phase is reported."""
+    release, opened = threading.Event(), []
+
+    def slow_open() -> Workers:
+        release.wait(60)
+        opened.append(LocalWorkers(2))
+        return opened[0]
+
+    recorder = _Recorder()
+    phases = PhaseProgress(recorder)
+    phases.started(None, 4, 0)  # type: ignore[arg-type]
+    early = EarlyWorkers(slow_open, phases)
+    jobs = _jobs(tmp_path, 3)
+    try:
+        workers = early()
+        assert "starting" in workers.description
+        (baseline,) = list(workers.run(jobs[:1]))  # done while the start is still blocked
+        assert baseline.build.status is BuildStatus.OK and not opened
+        release.set()
+        batch = list(workers.run(jobs[1:]))
+        assert sorted(r.tag for r in batch) == [1, 2] and all(r.build.ok for r in batch)
+        assert opened and any(n.startswith("workers ready (local threads (2)) ") for n in recorder.notes), recorder.notes
+    finally:
+        release.set()
+        early.close()
+
+
+def test_a_start_that_fails_is_reported_where_the_workers_are_needed(tmp_path: Path) -> None:
+    from compileiq.workers import WorkersError
+
+    def failing_open() -> Workers:
+        raise WorkersError("cannot start Ray: no room")
+
+    early = EarlyWorkers(failing_open, PhaseProgress(SilentProgress()))
+    jobs = _jobs(tmp_path, 2)
+    with pytest.raises(WorkersError, match="no room"):
+        list(early().run(jobs))
+    early.close()
+
+
+@pytest.mark.slow
+def test_with_ray_the_first_result_comes_before_the_workers_are_ready(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--budget", "3", "--batch-size", "2", "--only", ONLY, "--db", "sqlite:///t.db",
+                      "--arch", "sm_90"], cwd=tmp_path, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.describe()
+    lines = result.stderr_lines
+    first = next(i for i, line in enumerate(lines) if line.startswith("[1/3] #0 "))
+    ready = next(i for i, line in enumerate(lines) if line.startswith("workers ready (embedded local Ray"))
+    assert first < ready, result.describe()
+    assert "[compiled]" in lines[first]
+
+
