@@ -40,7 +40,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         fixed_defines=spec.fixed_define_args(), objective=objective,
         evidence={**evidence_table(result, database), "vs_defaults": vs_defaults},
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
-                    "trials_in_study": len(result.trials), "database": database},
+                    "trials_in_study": len(result.trials), "search_trials": result.search_trials,
+                    "budget": result.budget, "stopped": result.stopped, "database": database},
         base_flags=spec.nvcc_flags.as_args(), settings_sha256=spec.settings_sha256(),
     )  # fmt: skip
 

@@ -52,7 +52,8 @@ def test_a_time_budget_stops_starting_trials_and_still_writes_the_acf(tmp_path: 
     assert result.returncode == 0, result.describe()
     assert "stopped: time budget 1s" in result.stdout and "stopped: time budget 1s" in result.stderr, result.describe()
     assert "limits: budget 40 search trials, time budget 1s" in result.stderr, result.describe()
-    assert (tmp_path / "store" / "k.static.acf.toml").is_file()
+    provenance = compileiq.load_acf(tmp_path / "store" / "k.static.acf.toml").provenance
+    assert provenance["stopped"] == "time budget 1s" and provenance["search_trials"] == 1
     store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
     try:
         study = store.find_study("S")
