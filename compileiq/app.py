@@ -187,7 +187,7 @@ def with_ray_address(options: TuneOptions) -> TuneOptions:
 
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
-    phases = PhaseProgress(progress)
+    phases = PhaseProgress(progress)  # start-up phases, shown after the study line
     options = with_ray_address(options)
     _check(options)
     spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
@@ -198,51 +198,45 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
-    opener = lambda: open_workers(options.workers, options.ray_address)
-    early = options.workers == "ray" and options.objective != "time"  # time opens Ray for its GPU first
-    workers = EarlyWorkers(opener, phases) if early else SharedWorkers(opener)  # Ray starts meanwhile
-    try:
-        return _tune(options, spec, path, toolchain, space, workers, phases)
-    finally:
-        workers.close()  # the run closed them already unless it failed before compiling
-
-
-def _tune(options: TuneOptions, spec: KernelSpec, path: Path, toolchain: Toolchain, space: SearchSpace,
-          workers: Callable[[], Workers], phases: PhaseProgress) -> TuneReport:
-    start = time.perf_counter()
-    from compileiq.search import SearchSettings  # after the checks: bad input fails fast
-    from compileiq.tuner import Tuner, TuneRequest
-
-    phases.phase("search loaded", time.perf_counter() - start)
-
-    request = TuneRequest(
-        kernel=spec,
-        space=space,
-        objective=options.objective,
-        budget=options.budget,
-        search=SearchSettings(options.strategy, options.seed, options.surrogate),
-        batch_size=options.batch_size,
-        study_name=options.study,
-        resume=options.resume,
-        simplify=options.simplify,
-        stale_after_s=options.stale_after,
-        time_budget_s=parse_duration(options.time_budget) if options.time_budget is not None else None,
-        patience=options.patience,
-    )
+    time_budget_s = parse_duration(options.time_budget) if options.time_budget is not None else None
     start = time.perf_counter()
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     phases.phase("sources bundled", time.perf_counter() - start)
-    url = database_url(options.db)
-    store = Store.open(url)
+    store = Store.open(database_url(options.db))
     try:
-        evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
-                     if options.objective == "time" else None)
-        result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
+        workers = _workers(options, phases)  # with Ray: it starts now, while the search loads
+        try:
+            start = time.perf_counter()
+            from compileiq.search import SearchSettings  # after the checks: bad input fails fast
+            from compileiq.tuner import Tuner, TuneRequest
+
+            phases.phase("search loaded", time.perf_counter() - start)
+            request = TuneRequest(
+                kernel=spec, space=space, objective=options.objective, budget=options.budget,
+                search=SearchSettings(options.strategy, options.seed, options.surrogate),
+                batch_size=options.batch_size, study_name=options.study, resume=options.resume,
+                simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
+                patience=options.patience,
+            )  # fmt: skip
+            evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
+                         if options.objective == "time" else None)
+            result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
+        finally:
+            workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)
         acf.write(path, content)
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display)
+
+
+def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | EarlyWorkers:
+    """Ray starts in the background at once (the baseline compiles locally meanwhile); local
+    threads, and the runtime objective (which opens Ray for its GPU first), open on first use."""
+    opener = lambda: open_workers(options.workers, options.ray_address)
+    if options.workers == "ray" and options.objective != "time":
+        return EarlyWorkers(opener, phases)
+    return SharedWorkers(opener)
 
 
 class SharedWorkers:

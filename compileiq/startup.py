@@ -13,7 +13,7 @@ from compileiq.workers import LocalWorkers, Workers
 
 if TYPE_CHECKING:
     from compileiq.records import Study, Trial
-    from compileiq.timing import ExecutableBuild, ExecutableJob
+    from compileiq.compile import ExecutableBuild, ExecutableJob
     from compileiq.workers import VariantJob, VariantResult
 
 

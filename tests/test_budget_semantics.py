@@ -62,6 +62,7 @@ def test_json_reports_the_two_counts(tmp_path: Path) -> None:
     document = json.loads(result.stdout)
     assert document["budget"] == 6 and document["search_trials"] == 6 and document["stopped"] == "budget 6"
     assert document["search_trials"] + document["extra_trials"] == document["study"]["trials"]
+    assert document["baseline"]["purpose"] == "search"
 
 
 KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "sm_90", "static", "spills")

@@ -250,7 +250,7 @@ def study_json(study: Study, trials: list[Trial]) -> dict[str, Any]:
 def trial_json(trial: Trial) -> dict[str, Any]:
     return {"number": trial.number, "state": trial.state.value, "value": trial.value, "reason": trial.reason,
             "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
-            "code_hash": trial.code_hash}
+            "code_hash": trial.code_hash, "purpose": trial.purpose}
 
 
 def studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
