@@ -12,8 +12,8 @@ from compileiq.runner import Outcome, Progress
 from compileiq.workers import LocalWorkers, Workers
 
 if TYPE_CHECKING:
-    from compileiq.records import Study, Trial
     from compileiq.compile import ExecutableBuild, ExecutableJob
+    from compileiq.records import Study, Trial
     from compileiq.workers import VariantJob, VariantResult
 
 
@@ -62,6 +62,7 @@ class EarlyWorkers:
         self._opener, self._phases, self._local_threads = opener, phases, local_threads
         self._started = time.perf_counter()
         self._ready = threading.Event()
+        self._closing = threading.Event()
         self._workers: Workers | None = None
         self._error: BaseException | None = None
         self._local: LocalWorkers | None = None
@@ -71,6 +72,8 @@ class EarlyWorkers:
         self._thread.start()
 
     def _open(self) -> None:
+        """Open the workers, then keep them until `close`: this thread must outlive them, as
+        Ray's own processes are tied to the thread that started them (they die with it)."""
         try:
             self._workers = self._opener()
         except Exception as error:  # noqa: BLE001 - re-raised where the workers are first needed
@@ -78,6 +81,9 @@ class EarlyWorkers:
         finally:
             self._ready_after = time.perf_counter() - self._started
             self._ready.set()
+        self._closing.wait()
+        if self._workers is not None:
+            self._workers.close()
 
     def __call__(self) -> EarlyWorkers:
         return self  # itself a Workers (run, build_executables, close, description), ready at once
@@ -110,11 +116,9 @@ class EarlyWorkers:
         return self._workers
 
     def close(self) -> None:
-        """Close both; a start still in progress is waited for (then shut down)."""
+        """Close both; a start still in progress is waited for (then shut down, by its thread)."""
         if self._local is not None:
             self._local.close()
             self._local = None
-        self._ready.wait()
-        if self._workers is not None:
-            self._workers.close()
-            self._workers = None
+        self._closing.set()
+        self._thread.join()
