@@ -53,7 +53,7 @@ def cells(*values: object) -> list[Text]:
 
 def kind_label(objective: str) -> str:
     """How values of this objective are labelled everywhere they are shown."""
-    return RUNTIME_LABEL if objective == "time" else STATIC_LABEL
+    return RUNTIME_LABEL if "time" in objective.split(",") else STATIC_LABEL
 
 
 class LineProgress:
@@ -165,6 +165,10 @@ def print_report(report: app.TuneReport) -> None:
                   f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
     if result.confirmation is not None:
         out.print(_confirmation_line(result.confirmation), markup=False)
+    if result.front is not None:
+        from compileiq.cli.why import print_front
+
+        print_front(result.study, result.front, result.baseline, result.chosen)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
