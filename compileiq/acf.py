@@ -219,6 +219,10 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
             or objective.get("name") != ",".join(names)):
         raise AcfError(f"{path}: objective.objectives must be 2-3 distinct names from {', '.join(OBJECTIVE_NAMES)} "
                        "matching objective.name")
+    for table in ("baseline", "best"):
+        values = objective.get(table, {})
+        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(_finite, values.values())):
+            raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
     front = evidence.get("front", [])
     if not isinstance(front, list) or len(front) > MAX_FRONT:
         raise AcfError(f"{path}: evidence.front must be a list of at most {MAX_FRONT} points")
