@@ -31,18 +31,17 @@ def true_front(trials: list[Trial], objective: str) -> set[tuple[float, ...]]:
     return {p.values for p in choice.front.points}
 
 
-def evaluations_to_cover(trials: list[Trial], front: set[tuple[float, ...]], objective: str) -> int | None:
+def first_found(trials: list[Trial], front: set[tuple[float, ...]], objective: str) -> dict[tuple[float, ...], int]:
+    """Each front point's first evaluation (1-based) in the run's trial order."""
     baseline = trials[0]
     refuse = multi_objective.study_refusal(baseline, True)
     objectives = multi_objective.objectives_of(objective)
-    found: set[tuple[float, ...]] = set()
+    found: dict[tuple[float, ...], int] = {}
     for count, trial in enumerate(sorted(trials, key=lambda t: t.number), 1):
         values = values_of(trial, objectives)
         if values in front and refuse(trial) is None:
-            found.add(values)
-        if found == front:
-            return count
-    return None
+            found.setdefault(values, count)
+    return found
 
 
 def main() -> None:
@@ -67,18 +66,24 @@ def main() -> None:
     print(f"{args.kernel.name}, {args.objective}, space of {size} configurations; true front: {len(front)} points "
           f"{sorted(front)}")
     results: dict[str, list[int | None]] = {}
+    per_point: dict[str, dict[tuple[float, ...], list[int | None]]] = {}
     for strategy in ("bayes", "random"):
         for seed in range(args.seeds):
             options = {**base.__dict__, "strategy": strategy, "seed": seed, "budget": size,
                        "study": f"{strategy}-{seed}"}
             run = app.tune(app.TuneOptions(**options), SilentProgress())
             trials = store.trials(run.result.study.id)
-            results.setdefault(strategy, []).append(evaluations_to_cover(trials, front, args.objective))
+            found = first_found(trials, front, args.objective)
+            results.setdefault(strategy, []).append(max(found.values()) if len(found) == len(front) else None)
+            for point in front:
+                per_point.setdefault(strategy, {}).setdefault(point, []).append(found.get(point))
     for strategy, counts in results.items():
         shown = ", ".join(str(c) if c is not None else f">{size}" for c in counts)
         done = [c for c in counts if c is not None]
         median = statistics.median(done) if len(done) == len(counts) else None
         print(f"{strategy:>6}: evaluations to find the whole front per seed: {shown}; median {median}")
+        for point, counts_of_point in sorted(per_point[strategy].items()):
+            print(f"        point {point}: first found at {counts_of_point}")
     store.close()
 
 
