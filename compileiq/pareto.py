@@ -106,8 +106,8 @@ def _weights(rule: str, objectives: tuple[str, ...]) -> tuple[float, ...]:
     if (name != "weights" or len(weights) != count or not all(math.isfinite(w) and w >= 0 for w in weights)
             or not any(weights)):
         plain = ",".join(f"W{i + 1}" for i in range(count))
-        named = ",".join(f"{o}:W{i + 1}" for i, o in enumerate(objectives))
-        raise UsageError(f"--pick must be knee, first or weights={plain} (or weights={named}; non-negative, "
+        by_name = ",".join(f"{o}:W{i + 1}" for i, o in enumerate(objectives))
+        raise UsageError(f"--pick must be knee, first or weights={plain} (or weights={by_name}; non-negative, "
                          f"one per objective); got {rule[:80]!r}")
     return weights
 

@@ -93,6 +93,7 @@ def test_the_pick_rules_choose_as_documented(tuned: app.TuneReport) -> None:
     assert values_of(result.chosen, OBJECTIVES) == pick("knee")  # the tuner's default rule
 
 
+@pytest.mark.slow
 def test_the_acf_records_the_front_and_the_choice_and_round_trips(tuned: app.TuneReport) -> None:
     written = acf.read(tuned.acf_path)
     result = tuned.result
@@ -116,6 +117,7 @@ def test_the_acf_records_the_front_and_the_choice_and_round_trips(tuned: app.Tun
     assert verdict["acfs"][0]["verdict"] == "PASS" and verdict["rules"]["instructions"] == "warn"
 
 
+@pytest.mark.slow
 def test_show_lists_the_front_in_full_precision_and_the_report_plots_it(tuned: app.TuneReport, tmp_path: Path
                                                                          ) -> None:
     db = tuned.database
@@ -172,6 +174,14 @@ def test_bad_objectives_or_pick_fail_before_anything_is_built(tmp_path: Path, ov
     assert not (tmp_path / "t.db").exists()
 
 
+@pytest.mark.skipif(__import__("compileiq.measure").measure.gpu_visible(), reason="a GPU is visible here")
+def test_time_among_several_objectives_needs_a_gpu(tmp_path: Path) -> None:
+    result = run_cli(["tune", str(SPILL_HEAVY), "--objective", "time,registers", "--db", f"sqlite:///{tmp_path}/t.db",
+                      "--workers", "local"], tmp_path)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert "time needs a GPU" in result.stderr and not (tmp_path / "t.db").exists()
+
+
 def test_the_front_search_spreads_a_batch_over_the_front() -> None:
     """After the initial design every batch has one member leaning on each objective in turn and
     random Chebyshev weights for the rest; the scalarisation ranks the front's ends first."""
@@ -211,7 +221,7 @@ def test_time_and_registers_with_a_fake_gpu(tmp_path: Path) -> None:
                           120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
     store = Store.open(f"sqlite:///{tmp_path}/t.db")
     evaluator = TimeEvaluator(target, store, workers, FakeMeasurer(_fake_gpu))
-    request = TuneRequest(spec, space, "time,registers", budget=12, search=SearchSettings("exhaustive"),
+    request = TuneRequest(spec, space, "time,registers", budget=6, search=SearchSettings("exhaustive"),
                           batch_size=6, pick="first")
     result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
     assert result.study.key.objective == "time,registers" and result.front is not None

@@ -154,7 +154,8 @@ def print_report(report: app.TuneReport) -> None:
     table = Table(title=Text(safe(title)))
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
-    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
+    chosen_label = "chosen on the front" if result.front is not None else "best"
+    for label, trial in (("baseline (defaults)", result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
         table.add_row(*cells(label, *_metric_cells(trial)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
