@@ -37,7 +37,10 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
         print(json.dumps(data, indent=2, default=str))
         return
     label = f"{study.key.objective}, {kind_label(study.key.objective)}"
-    if ablation is None or not ablation.steps:
+    if explanation.front is not None:
+        out.print("no contribution to show: a study of several objectives chooses a trade-off on its front, which has "
+                  f"no single gain to share out (show {study.name} lists the front)", markup=False)
+    elif ablation is None or not ablation.steps:
         out.print("no contribution to show: " + ("the chosen configuration is the baseline" if ablation else
                                                    "no completed baseline and chosen trial"), markup=False)
     else:
