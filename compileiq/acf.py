@@ -7,6 +7,7 @@ does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import tempfile
@@ -186,6 +187,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     arch = str(kernel["arch"])
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
+    _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
                                       f"{path}: base.nvcc_flags")
@@ -200,6 +202,71 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
         base=base_flags,
     )  # fmt: skip
+
+
+OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
+MAX_FRONT = 10_000
+
+
+def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any], space: SearchSpace) -> None:
+    """An ACF of several objectives: its objectives, `[[evidence.front]]` (values per objective, settings
+    of the search space) and `[evidence.pick]` are checked like the rest (one-line errors)."""
+    if "objectives" not in objective and "front" not in evidence and "pick" not in evidence:
+        return
+    names = objective.get("objectives")
+    if (not isinstance(names, list) or not 2 <= len(names) <= 3 or len(set(map(str, names))) != len(names)
+            or not all(isinstance(n, str) and n in OBJECTIVE_NAMES for n in names)
+            or objective.get("name") != ",".join(names)):
+        raise AcfError(f"{path}: objective.objectives must be 2-3 distinct names from {', '.join(OBJECTIVE_NAMES)} "
+                       "matching objective.name")
+    for table in ("baseline", "best"):
+        values = objective.get(table, {})
+        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(_finite, values.values())):
+            raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
+    front = evidence.get("front", [])
+    if not isinstance(front, list) or len(front) > MAX_FRONT:
+        raise AcfError(f"{path}: evidence.front must be a list of at most {MAX_FRONT} points")
+    for index, point in enumerate(front):
+        where = f"{path}: evidence.front[{index}]"
+        if not isinstance(point, dict) or not _count(point.get("trial")):
+            raise AcfError(f"{where}: needs a trial number")
+        values = point.get("values")
+        if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(_finite, values.values())):
+            raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
+        settings = point.get("settings", {})
+        if not isinstance(settings, dict):
+            raise AcfError(f"{where}.settings must be a table of settings")
+        for name, value in settings.items():
+            if name.startswith("define."):
+                if define_arg_problem(f"-D{name.removeprefix('define.')}={value}") or isinstance(value, dict | list):
+                    raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not an allowed macro")
+                continue
+            try:
+                allowed = space.parameter(name).allows(value)
+            except SpaceError:
+                allowed = False
+            if not allowed:
+                raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not in the search space")
+    pick = evidence.get("pick")
+    if pick is not None:
+        rule = pick.get("rule") if isinstance(pick, dict) else None
+        if not isinstance(rule, str) or len(rule) > 200 or not _count(pick.get("trial")):
+            raise AcfError(f"{path}: evidence.pick needs a rule and a trial number")
+        # the pick rules' parser (it imports the store: only here)
+        from compileiq.pareto import check_rule
+
+        try:
+            check_rule(rule, names)
+        except UsageError as error:
+            raise AcfError(f"{path}: evidence.pick: {_one_line(error)}") from None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:

@@ -64,6 +64,7 @@ class TuneOptions:
     metric_regex: str | None = None  # program mode: the time in ms is the first group
     time_budget: str | None = None  # "90s", "10m", "1h": no search trial starts after it
     patience: int | None = None  # stop after this many batches in a row without a better best
+    pick: str | None = None  # several objectives: knee (default) | first | weights=a:0.7,b:0.3
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,15 @@ def database_url(option: str | None) -> str:
 
 
 def check_objective(objective: str, ray_address: str | None = None) -> None:
+    from compileiq import multi_objective
+
+    if multi_objective.is_multi(objective):
+        objectives = multi_objective.objectives_of(multi_objective.parse(objective))
+        if "time" in objectives and not ray_address and not _gpu_visible():
+            raise UsageError(f"--objective {objective}: time needs a GPU and none is visible here; use static "
+                             "objectives (spills, registers, occupancy, instructions) or --ray-address of a Ray "
+                             "cluster with GPU nodes")
+        return
     if objective == "time" and not ray_address and not _gpu_visible():
         raise UsageError(
             "--objective time needs a GPU and none is visible here; use a static objective "
@@ -107,8 +117,12 @@ def _gpu_visible() -> bool:
 
 
 def _check(options: TuneOptions) -> None:
+    from compileiq import multi_objective
+
     check_objective(options.objective, options.ray_address)
-    if (options.program or options.metric_regex) and options.objective != "time":
+    if options.pick is not None:
+        multi_objective.check_pick(options.pick, multi_objective.parse(options.objective))
+    if (options.program or options.metric_regex) and not _timed(options.objective):
         raise UsageError("--program and --metric-regex apply to --objective time")
     if options.metric_regex is not None:
         _check_regex(options.metric_regex)
@@ -157,8 +171,13 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:
-    """store/<kernel>.<objective>.acf.toml: tuning one kernel for two objectives keeps two ACFs."""
-    return DEFAULT_STORE_DIR / f"{kernel}.{objective}.acf.toml"
+    """store/<kernel>.<objective>.acf.toml: tuning one kernel for two objectives keeps two ACFs
+    (several objectives joined by "+": store/k.registers+instructions.acf.toml)."""
+    return DEFAULT_STORE_DIR / f"{kernel}.{objective.replace(',', '+')}.acf.toml"
+
+
+def _timed(objective: str) -> bool:
+    return "time" in objective.replace(" ", "").split(",")
 
 
 def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -> KernelSpec:
@@ -187,8 +206,11 @@ def with_ray_address(options: TuneOptions) -> TuneOptions:
 
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
+    from compileiq import multi_objective
+
     phases = PhaseProgress(progress)  # start-up phases, shown after the study line
     options = with_ray_address(options)
+    options = replace(options, objective=multi_objective.parse(options.objective))
     _check(options)
     spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
     path = options.out or default_acf_path(spec.name, options.objective)
@@ -216,10 +238,10 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
                 search=SearchSettings(options.strategy, options.seed, options.surrogate),
                 batch_size=options.batch_size, study_name=options.study, resume=options.resume,
                 simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
-                patience=options.patience,
+                patience=options.patience, pick=options.pick or "knee",
             )  # fmt: skip
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
-                         if options.objective == "time" else None)
+                         if _timed(options.objective) else None)
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
@@ -234,7 +256,7 @@ def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | Ear
     """Ray starts in the background at once (the baseline compiles locally meanwhile); local
     threads, and the runtime objective (which opens Ray for its GPU first), open on first use."""
     opener = lambda: open_workers(options.workers, options.ray_address)
-    if options.workers == "ray" and options.objective != "time":
+    if options.workers == "ray" and not _timed(options.objective):
         return EarlyWorkers(opener, phases)
     return SharedWorkers(opener)
 

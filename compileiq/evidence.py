@@ -6,10 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from compileiq import ablation, eligibility
+from compileiq import ablation, eligibility, multi_objective
 from compileiq.acf import AcfContent
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
+from compileiq.pareto import values_of
 from compileiq.records import Trial, TrialState
 from compileiq.space import Config, SearchSpace
 from compileiq.toolchain import Toolchain
@@ -31,7 +32,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     chosen = result.chosen
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     objective = objective_table(result)
-    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), objective)
+    first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
+    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), first)
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=source_path,
         source_sha256=bundle.sha256, arch=spec.arch,
@@ -48,6 +50,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
 
 def objective_table(result: Any) -> dict[str, Any]:
     key = result.study.key
+    if getattr(result, "front", None) is not None:
+        return front_objective_table(result)
     runtime = key.objective == "time"
     baseline, best = result.baseline.value, result.chosen.value
     table: dict[str, Any] = {"name": key.objective, "kind": RUNTIME_KIND if runtime else STATIC_KIND,
@@ -62,6 +66,34 @@ def objective_table(result: Any) -> dict[str, Any]:
     if result.confirmation is not None:
         table.update(_confirmed(result.confirmation))
     return table
+
+
+def front_objective_table(result: Any) -> dict[str, Any]:
+    """Several objectives: each one's value for the defaults and for the choice, and the pick rule."""
+    objectives = result.front.objectives
+    runtime = "time" in objectives
+    table: dict[str, Any] = {"name": result.study.key.objective, "objectives": list(objectives),
+                             "kind": RUNTIME_KIND if runtime else STATIC_KIND, "direction": "minimise",
+                             "evaluator": result.study.key.evaluator, "pick": result.front.rule,
+                             "pick_rule": multi_objective.PICK_RULES}
+    if runtime:
+        table["unit"] = "ms"
+    baseline, chosen = values_of(result.baseline, objectives), values_of(result.chosen, objectives)
+    if baseline is not None:
+        table["baseline"] = dict(zip(objectives, baseline, strict=True))
+    if chosen is not None:
+        table["best"] = dict(zip(objectives, chosen, strict=True))
+    table["improved"] = bool(baseline is not None and chosen is not None and chosen != baseline)
+    return table
+
+
+def front_rows(result: Any) -> list[dict[str, Any]]:
+    """`[[evidence.front]]`: each front point's values per objective and its settings that differ
+    from the defaults."""
+    base = result.baseline.config
+    return [{"trial": p.trial.number, "values": dict(zip(result.front.objectives, p.values, strict=True)),
+             "settings": {k: v for k, v in sorted(p.trial.config.items()) if base.get(k) != v}}
+            for p in result.front.points]
 
 
 def _confirmed(confirmation: Any) -> dict[str, Any]:
@@ -91,6 +123,9 @@ def evidence_table(result: Any, database: str = "the database") -> dict[str, Any
         }
     if getattr(result, "ablation", None) is not None:
         table["contribution"] = ablation.evidence_rows(result.ablation)
+    if getattr(result, "front", None) is not None:
+        table["front"] = front_rows(result)
+        table["pick"] = {"rule": result.front.rule, "trial": result.chosen.number}
     return table
 
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compileiq import eligibility
+from compileiq import eligibility, multi_objective
 from compileiq.ablation import Ablation, ablation_path, recorded
+from compileiq.pareto import Front
 from compileiq.simplify import simplify
 from compileiq.space import Parameter, SearchSpace, Stage, Value
 from compileiq.store import Study, Trial, TrialState
@@ -27,14 +28,19 @@ class Explanation:
     chosen: Trial | None
     ablation: Ablation | None
 
+    front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
+
     @property
     def runtime(self) -> bool:
-        return self.study.key.objective == "time"
+        return "time" in multi_objective.objectives_of(self.study.key.objective)
 
 
-def explain(study: Study, trials: Sequence[Trial]) -> Explanation:
+def explain(study: Study, trials: Sequence[Trial], pick: str = "knee") -> Explanation:
+    """`pick`: the rule that chooses on the front of a study of several objectives."""
     trials = tuple(trials)
     baseline = trials[0] if trials else None
+    if multi_objective.is_multi(study.key.objective) and baseline is not None:
+        return _explain_front(study, trials, baseline, pick)
     winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
         return Explanation(study, trials, baseline, winner, None, None)
@@ -43,6 +49,20 @@ def explain(study: Study, trials: Sequence[Trial]) -> Explanation:
         exact = study.key.evaluator != "static"
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact).chosen
     return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)))
+
+
+def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str) -> Explanation:
+    """The tuner's choice for several objectives: the pick on the front of the trials that may win,
+    simplified to the same machine code; no ablation path (a trade-off has no single gain)."""
+    if baseline.state is not TrialState.COMPLETE:
+        return Explanation(study, trials, baseline, None, None, None)
+    objectives = multi_objective.objectives_of(study.key.objective)
+    refuse = multi_objective.study_refusal(baseline, study.key.evaluator == "static")
+    choice = multi_objective.choose(trials, baseline, objectives, pick, refuse, "time" in objectives)
+    winner = chosen = choice.chosen
+    if winner.config_key != baseline.config_key:
+        chosen = simplify(winner, recorded_space(baseline), recorded(trials), True).chosen
+    return Explanation(study, trials, baseline, winner, chosen, None, choice.front)
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:

@@ -34,6 +34,8 @@ RULES = (
     Rule("worse-than-default", Severity.ERROR, "more spills, lower occupancy or a lower ptxas optimisation "
          "than the compiler defaults, with no recorded gain that justifies it"),
     Rule("registers", Severity.WARN, "registers per thread rose above the recorded value"),
+    Rule("instructions", Severity.WARN, "the static instruction count rose above the recorded value (ACFs whose "
+         "objectives include instructions)"),
     Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
     Rule("stale-toolchain", Severity.WARN, "the compiler build differs from the tuning one"),
@@ -67,6 +69,7 @@ class Recorded:
     code_hash: str
     source_sha256: str
     toolchain_build: str
+    instructions: int | None = None  # checked when one of the ACF's objectives is instructions
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Measured:
     registers: int = 0
     occupancy: float = 0.0
     code_hash: str = ""
+    instructions: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,9 @@ def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
     if m.registers > r.registers:
         found.append(Hit("registers", str(r.registers), str(m.registers),
                          f"registers per thread rose: {r.registers} -> {m.registers}"))
+    if r.instructions is not None and m.instructions > r.instructions:
+        found.append(Hit("instructions", str(r.instructions), str(m.instructions),
+                         f"static instructions rose: {r.instructions} -> {m.instructions}"))
     if m.code_hash != r.code_hash:
         found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
                          "the machine code differs from the recorded code"))

@@ -127,8 +127,9 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
     best = acf.evidence.get("best")
     if isinstance(best, dict):
         try:
+            instructions = int(best["instructions"]) if "instructions" in acf.objective.get("objectives", []) else None
             return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
-                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build)
+                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions)
         except (KeyError, TypeError, ValueError):
             pass
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
@@ -174,7 +175,7 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
     m = evaluation.metrics
     return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
-                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "")
+                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]))
 
 
 def retune_command(target: Target) -> str:
@@ -183,7 +184,9 @@ def retune_command(target: Target) -> str:
     objective = str(target.acf.objective.get("name", "static"))
     database = str(target.acf.provenance.get("database", ""))
     db = ["--db", database] if database else []
-    return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective,
+    pick = target.acf.evidence.get("pick", {}).get("rule") if "objectives" in target.acf.objective else None
+    picked = ["--pick", str(pick)] if pick else []
+    return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective, *picked,
                        "--arch", target.acf.arch, *db, "--out", target.acf_label])
 
 

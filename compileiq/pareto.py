@@ -7,11 +7,13 @@ a search aimed at one objective samples the front unevenly.
 
 Pick rules: `first`: the best in the first objective, ties broken by the next; `knee`: the point
 nearest the ideal (every objective at its best on the front) after scaling each objective to
-[0, 1] over the front; `weights=w1,w2,...`: the lowest weighted sum of those scaled values.
+[0, 1] over the front; `weights=w1,w2,...` (or `weights=name:w,name:w`, by objective name): the
+lowest weighted sum of those scaled values.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,7 +52,7 @@ def parse_objectives(text: str) -> tuple[str, ...]:
 def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee", runtime: bool = False) -> Front:
     if "time" in objectives and not runtime:
         raise UsageError("the time objective needs a runtime study (--objective time)")
-    weights = _weights(rule, len(objectives))
+    weights = _weights(rule, tuple(objectives))
     scored = [p for t in trials if (p := _point(t, objectives)) is not None]
     kept: dict[tuple[float, ...], FrontPoint] = {}
     for p in sorted(scored, key=lambda p: (p.values, p.trial.number)):  # one trial per value vector
@@ -59,6 +61,12 @@ def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee"
     on_front = {p.trial.number for p in points}
     others = tuple(p for p in scored if p.trial.number not in on_front)
     return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
+
+
+def values_of(trial: Trial, objectives: Sequence[str]) -> tuple[float, ...] | None:
+    """The trial's value per objective (lower is better), or None when it records no such result."""
+    point = _point(trial, objectives)
+    return point.values if point is not None else None
 
 
 def _point(trial: Trial, objectives: Sequence[str]) -> FrontPoint | None:
@@ -76,18 +84,31 @@ def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
 
 
-def _weights(rule: str, count: int) -> tuple[float, ...]:
+def check_rule(rule: str, objectives: Sequence[str]) -> None:
+    """UsageError unless `rule` is a pick rule for these objectives."""
+    _weights(rule, tuple(objectives))
+
+
+def _weights(rule: str, objectives: tuple[str, ...]) -> tuple[float, ...]:
+    count = len(objectives)
     if rule in ("knee", "first"):
         return (1.0,) * count
     name, _, text = rule.partition("=")
+    parts = [part.strip() for part in text.split(",")]
     try:
-        weights = tuple(float(w) for w in text.split(","))
-    except ValueError:
+        if all(":" in part for part in parts):  # weights=registers:0.7,instructions:0.3
+            named = {key.strip(): float(w) for key, _, w in (part.partition(":") for part in parts)}
+            weights = tuple(named[o] for o in objectives) if len(named) == len(parts) == count else ()
+        else:
+            weights = tuple(float(w) for w in parts)
+    except (ValueError, KeyError):
         weights = ()
-    if name != "weights" or len(weights) != count or any(w < 0 for w in weights) or not any(weights):
-        names = ",".join(f"W{i + 1}" for i in range(count))
-        raise UsageError(f"--pick must be knee, first or weights={names} (non-negative, one per "
-                         f"objective); got {rule!r}")
+    if (name != "weights" or len(weights) != count or not all(math.isfinite(w) and w >= 0 for w in weights)
+            or not any(weights)):
+        plain = ",".join(f"W{i + 1}" for i in range(count))
+        by_name = ",".join(f"{o}:W{i + 1}" for i, o in enumerate(objectives))
+        raise UsageError(f"--pick must be knee, first or weights={plain} (or weights={by_name}; non-negative, "
+                         f"one per objective); got {rule[:80]!r}")
     return weights
 
 

@@ -21,6 +21,7 @@ from compileiq.errors import UsageError
 from compileiq.evidence import EVIDENCE_KEYS, RUNTIME_KIND, STATIC_KIND
 from compileiq.explain import Explanation, changed_settings, explain
 from compileiq.importance import METHOD, Importances, surrogate_importance
+from compileiq.multi_objective import PICK_RULES
 from compileiq.pareto import Front, front, parse_objectives
 from compileiq.records import first_line
 from compileiq.store import Store, Trial, TrialState
@@ -76,8 +77,13 @@ def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee
     trials = store.trials(found.id)
     if not trials:
         raise UsageError(f"study {found.name} has no trials yet: nothing to report")
-    explanation = explain(found, trials)
-    trade_offs = front(trials, objectives, pick, explanation.runtime) if objectives else None
+    explanation = explain(found, trials, pick)
+    if objectives is None and explanation.front is not None:  # several objectives: the tuner's front
+        objectives = explanation.front.objectives
+    if explanation.front is not None and objectives == explanation.front.objectives:
+        trade_offs: Front | None = explanation.front
+    else:
+        trade_offs = front(trials, objectives, pick, explanation.runtime) if objectives else None
     return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display,
                        trade_offs)
 
@@ -296,7 +302,7 @@ def _pareto(report: StudyReport) -> str:
     if not trade_offs.points:
         return html_section("pareto", "Pareto front", html_note("no complete trial records these objectives"))
     return html_section("pareto", "Pareto front", pareto_svg(trade_offs) + html_table(*pareto_rows(report, trade_offs))
-                        + html_note(_pareto_note(trade_offs)))
+                        + html_note(_pareto_note(trade_offs, _tuned(report))))
 
 
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
@@ -308,10 +314,18 @@ def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...]
     return header, rows
 
 
-def _pareto_note(trade_offs: Front) -> str:
+def _pareto_note(trade_offs: Front, tuned: bool = False) -> str:
+    if tuned:
+        return (f"The study's objectives are {', '.join(trade_offs.objectives)} (lower is better for each); the "
+                "search aimed at their front. Shown: the non-dominated trials that may win (the no-harm rules), the "
+                f"dominated ones in grey, and the configuration chosen by {trade_offs.rule!r} ({PICK_RULES}).")
     return (f"Non-dominated complete trials for {', '.join(trade_offs.objectives)} (lower is better for each), read "
             f"from the recorded trials: the search aimed at one objective, so it samples the front unevenly. "
             f"Pick rule {trade_offs.rule!r} ({PARETO_RULES}).")
+
+
+def _tuned(report: StudyReport) -> bool:
+    return report.front is not None and report.front is report.explanation.front
 
 
 def _trials(report: StudyReport) -> str:
@@ -395,7 +409,7 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     if report.front is not None and report.front.points:
         figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
         lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
-                  "", md_text(_pareto_note(report.front)), ""]
+                  "", md_text(_pareto_note(report.front, _tuned(report))), ""]
     ranked = sorted((t for t in e.trials if t.state is TrialState.COMPLETE and t.value is not None),
                     key=lambda t: (t.value, t.number))[:MD_TRIALS]
     lines += [f"## Best {len(ranked)} trials", ""]

@@ -37,6 +37,7 @@ NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting 
 class Observation:
     config: Config
     value: float | None  # None: the variant failed
+    values: tuple[float, ...] = ()  # a multi-objective search: one per objective (see multi_objective)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ class Searcher:
             self._values.append(observation.value)
             fresh += 1
         if self._optimizer is not None and fresh:
+            self._refit()
+
+    def refit(self, values: Sequence[float | None]) -> None:
+        """Fit the surrogate on other values of the observations told so far, in the order told
+        (a multi-objective search's scalarisation of the moment; None: failed or may not win)."""
+        if len(values) != len(self._values):
+            raise ValueError(f"{len(values)} values for {len(self._values)} observations")
+        self._values = list(values)
+        if self._optimizer is not None:
             self._refit()
 
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:

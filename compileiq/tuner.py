@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compileiq import claims, eligibility
+from compileiq import claims, eligibility, multi_objective
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.ablation import recorded as ablation_recorded
 from compileiq.confirm import Confirmation
@@ -19,6 +19,7 @@ from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
 from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
+from compileiq.pareto import Front, values_of
 from compileiq.records import SEARCH, first_line
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
@@ -63,6 +64,7 @@ class TuneRequest:
     ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
     time_budget_s: float | None = None  # no search trial starts after this many seconds
     patience: int | None = None  # stop after this many batches in a row without a better best
+    pick: str = "knee"  # several objectives: the rule that chooses on the front (`multi_objective`)
 
     @property
     def limits(self) -> RunLimits:
@@ -86,6 +88,7 @@ class TuneResult:
     worker: str = ""  # this run's tuner, host:pid
     budget: int = 0  # the search trials asked for (the baseline included)
     stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
+    front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
 
     @property
     def search_trials(self) -> int:
@@ -135,12 +138,14 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
-        evaluator = evaluator or StaticEvaluator(request.objective, request.kernel, self._bundle)
+        self._objectives = multi_objective.objectives_of(request.objective)
+        self._multi = len(self._objectives) > 1
+        evaluator = evaluator or StaticEvaluator(self._objectives[0], request.kernel, self._bundle)
         self._evaluator = evaluator
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
-        self._searcher = Searcher(request.space, request.search)
+        self._searcher = self._new_searcher()
         self._worker_name = claims.worker_name()
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
@@ -149,6 +154,13 @@ class Tuner:
         self._runner.may_win = lambda trial: self._refusal(trial) is None
         self._clock = RunClock(request.limits)
         self._stopped = ""
+
+    def _new_searcher(self) -> Searcher:
+        if not self._multi:
+            return Searcher(self._request.space, self._request.search)
+        from compileiq.front_search import FrontSearcher
+
+        return FrontSearcher(self._request.space, self._request.search, len(self._objectives))
 
     def run(self) -> TuneResult:
         request = self._request
@@ -296,11 +308,17 @@ class Tuner:
             return None  # scored for another block size: occupancy would differ
         if self._refusal(trial) is not None:
             return Observation(config, None)
+        if self._multi:
+            values = values_of(trial, self._objectives) or ()
+            return Observation(config, values[0] if values else None, values)
         return Observation(config, objective_value(self._request.objective, metrics))
 
     def _observation(self, trial: Trial) -> Observation:
         """A trial as the searcher learns it: one that may not win is worse than any that may."""
         allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
+        if self._multi:
+            values = values_of(trial, self._objectives) if allowed else None
+            return Observation(Config.of(trial.config), trial.value if values else None, values or ())
         return Observation(Config.of(trial.config), trial.value if allowed else None)
 
     def _refusal(self, trial: Trial) -> str | None:
@@ -365,6 +383,8 @@ class Tuner:
         trials = self._store.trials(study.id)
         baseline = self._finished_baseline(trials)
         self._reference = eligibility.Reference.of(baseline) if self._static else None
+        if self._multi:
+            return self._front_result(study, baseline, trials, exhausted)
         winner = eligibility.choose(trials, baseline, self._refusal)
         simplification = None
         exact = not self._static  # timings are noisy: same code only
@@ -393,6 +413,25 @@ class Tuner:
                           exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
                           self._request.budget, self._stopped)
 
+    def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool) -> TuneResult:
+        """Several objectives: the pick on the front of the trials that may win, simplified to the
+        same machine code (so the same values on every objective). Neither the single-objective
+        confirmation nor the ablation path applies to a trade-off."""
+        runtime = not self._static
+        winner = multi_objective.choose(trials, baseline, self._objectives, self._request.pick, self._refusal,
+                                        runtime).chosen
+        simplification = None
+        if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+                                      True, allowed=lambda t: self._refusal(t) is None)
+        chosen = simplification.chosen if simplification else winner
+        final = tuple(self._store.trials(study.id))
+        trade_offs = multi_objective.choose(final, baseline, self._objectives, self._request.pick, self._refusal,
+                                            runtime).front
+        wall = time.perf_counter() - self._runner.counters.started
+        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
+                          exhausted, None, None, dict(self._runner.origins), self._worker_name,
+                          self._request.budget, self._stopped, trade_offs)
 
     def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
         """The baseline trial, complete; else UnfinishedBaseline (an ACF needs its evidence)."""

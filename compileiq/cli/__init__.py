@@ -61,7 +61,8 @@ JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print one 
 @cli.command()
 def tune(
     kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
-    objective: Annotated[str, typer.Option(metavar="[static|spills|registers|occupancy|instructions|time]", help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU")] = "static",
+    objective: Annotated[str, typer.Option(metavar="[static|spills|registers|occupancy|instructions|time]", help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU; or 2-3 of them comma-separated (registers,instructions): the Pareto front")] = "static",
+    pick: Annotated[str | None, typer.Option("--pick", help="Several objectives: the point of the front the ACF takes: knee (nearest the ideal point, scaled; default) | first (best first objective) | weights=a:0.7,b:0.3 (smallest weighted sum, scaled)")] = None,
     budget: Annotated[int, typer.Option(help="Search trials in the study, baseline included (simplification and ablation builds are extra and free).")] = 40,
     time_budget: Annotated[str | None, typer.Option(metavar="DURATION", help="Start no search trial after this long, e.g. 90s, 10m, 1h; running ones finish and the ACF is written.")] = None,
     patience: Annotated[int | None, typer.Option(metavar="BATCHES", help="Stop after this many batches in a row without a better best.")] = None,
@@ -97,7 +98,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex, compile_commands=compile_commands,
-        time_budget=time_budget, patience=patience,
+        time_budget=time_budget, patience=patience, pick=pick,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:
@@ -119,7 +120,7 @@ def show(
     db: DbOption = None,
     as_json: JsonOption = False,
     why: Annotated[bool, typer.Option("--why", metavar="", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
-    pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions.")] = None,
+    pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions (a study of several objectives shows its own front by default).")] = None,
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
@@ -141,6 +142,8 @@ def show(
             baseline = trials[0].config if trials else {}
             data = {"study": study_json(found, trials), "trials": [trial_json(t) for t in ranked],
                     "failed": [trial_json(t) for t in failed]}
+            if not why and pareto is None and "," in found.key.objective:
+                pareto = found.key.objective  # several objectives: the front is the result
             if why or pareto:
                 from compileiq.cli.why import print_pareto, print_why
 

@@ -53,7 +53,7 @@ def cells(*values: object) -> list[Text]:
 
 def kind_label(objective: str) -> str:
     """How values of this objective are labelled everywhere they are shown."""
-    return RUNTIME_LABEL if objective == "time" else STATIC_LABEL
+    return RUNTIME_LABEL if "time" in objective.split(",") else STATIC_LABEL
 
 
 class LineProgress:
@@ -169,7 +169,8 @@ def print_report(report: app.TuneReport) -> None:
     table = Table(title=Text(safe(title)))
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
-    for label, trial in (("baseline (defaults)", result.baseline), (f"best (#{result.chosen.number})", result.chosen)):
+    chosen_label = "chosen on the front" if result.front is not None else "best"
+    for label, trial in (("baseline (defaults)", result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
         table.add_row(*cells(label, *_metric_cells(trial)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
@@ -180,6 +181,10 @@ def print_report(report: app.TuneReport) -> None:
                   f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
     if result.confirmation is not None:
         out.print(_confirmation_line(result.confirmation), markup=False)
+    if result.front is not None:
+        from compileiq.cli.why import print_front
+
+        print_front(result.study, result.front, result.baseline, result.chosen)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "

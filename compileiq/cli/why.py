@@ -10,11 +10,13 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from compileiq import multi_objective
 from compileiq.ablation import RULE, evidence_rows
 from compileiq.cli.render import kind_label, out
-from compileiq.explain import explain
+from compileiq.explain import Explanation, explain
 from compileiq.importance import METHOD, surrogate_importance
-from compileiq.pareto import front, parse_objectives
+from compileiq.multi_objective import PICK_RULES
+from compileiq.pareto import Front, front, parse_objectives, values_of
 from compileiq.store import Study, Trial
 
 
@@ -35,7 +37,10 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
         print(json.dumps(data, indent=2, default=str))
         return
     label = f"{study.key.objective}, {kind_label(study.key.objective)}"
-    if ablation is None or not ablation.steps:
+    if explanation.front is not None:
+        out.print("no contribution to show: a study of several objectives chooses a trade-off on its front, which has "
+                  f"no single gain to share out (show {study.name} lists the front)", markup=False)
+    elif ablation is None or not ablation.steps:
         out.print("no contribution to show: " + ("the chosen configuration is the baseline" if ablation else
                                                    "no completed baseline and chosen trial"), markup=False)
     else:
@@ -65,8 +70,14 @@ def _num(value: float | None) -> str:
 
 
 def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, rule: str, as_json: bool) -> None:
+    """The front of these objectives over the recorded trials; for the objectives of a study of
+    several objectives, the tuner's front (only trials that may win) and its pick, in full precision."""
+    own = multi_objective.objectives_of(study.key.objective)
     objectives = parse_objectives(objectives_text)
-    explanation = explain(study, trials)
+    explanation = explain(study, trials, rule)
+    if objectives == own and explanation.front is not None:
+        print_tuned_front(study, explanation, as_json)
+        return
     trade_offs = front(trials, objectives, rule, explanation.runtime)
     base = explanation.baseline.config if explanation.baseline else {}
     changes = {p.trial.number: {k: v for k, v in p.trial.config.items() if base.get(k) != v} for p in trade_offs.points}
@@ -88,3 +99,41 @@ def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, ru
     if trade_offs.pick is not None:
         out.print(f"pick ({rule}): trial #{trade_offs.pick.trial.number}; {len(trade_offs.points)} trial(s) on the "
                   f"front, {len(trade_offs.others)} dominated", markup=False)
+
+
+def print_tuned_front(study: Study, explanation: Explanation, as_json: bool) -> None:
+    trade_offs = explanation.front
+    assert trade_offs is not None and explanation.baseline is not None
+    chosen = explanation.chosen or explanation.baseline
+    if as_json:
+        base = explanation.baseline.config
+        print(json.dumps({"study": study.name, "objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
+                          "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
+                          "front": [{"trial": p.trial.number, "values": list(p.values),
+                                     "changed": {k: v for k, v in p.trial.config.items() if base.get(k) != v}}
+                                    for p in trade_offs.points]}, indent=2, default=str))
+        return
+    print_front(study, trade_offs, explanation.baseline, chosen)
+
+
+def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial) -> None:
+    """The front of a study of several objectives (values in full precision, the settings that
+    differ from the defaults) and the choice the ACF records."""
+    objectives = trade_offs.objectives
+    table = Table(title=Text(f"{study.name}: Pareto front of {', '.join(objectives)} "
+                             f"({kind_label(study.key.objective)}, lower is better; trials that may win)"))
+    for column in ("#", *(_label(o) for o in objectives), "chosen", "settings that differ from the defaults"):
+        table.add_column(column)
+    picked = values_of(chosen, objectives)
+    for p in trade_offs.points:
+        settings = " ".join(f"{k}={v}" for k, v in sorted(p.trial.config.items())
+                            if baseline.config.get(k) != v) or "(defaults)"
+        mark = f"<- {trade_offs.rule}" if p.values == picked else ""
+        table.add_row(*(Text(c) for c in (str(p.trial.number), *(repr(v) for v in p.values), mark, settings)))
+    out.print(table)
+    out.print(f"chosen ({trade_offs.rule}): trial #{chosen.number}; {len(trade_offs.points)} trial(s) on the front, "
+              f"{len(trade_offs.others)} dominated; pick rules: {PICK_RULES}", markup=False)
+
+
+def _label(objective: str) -> str:
+    return "occupancy shortfall" if objective == "occupancy" else objective

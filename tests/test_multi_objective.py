@@ -1,0 +1,252 @@
+"""Several objectives: the front search, the choice on the front, the ACF's front, show and report.
+
+Real nvcc/ptxas on the bundled spill_heavy kernel (narrowed with --only), a real SQLite store;
+the runtime objective with a fake measurer at the process boundary, as in test_timing."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from compileiq import acf, app, eligibility, multi_objective
+from compileiq.errors import UsageError
+from compileiq.front_search import FrontSearcher, chebyshev
+from compileiq.pareto import values_of
+from compileiq.runner import SilentProgress
+from compileiq.search import Observation, SearchSettings
+from compileiq.space import SearchSpace
+from compileiq.store import Store, Trial, TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+SPILL_HEAVY = ROOT / "kernels" / "spill_heavy" / "spill_heavy.cu"
+ONLY = ("ptxas.maxrregcount", "ptxas.override_directive_values")
+OBJECTIVES = ("registers", "instructions")
+
+
+def _tune(tmp_path: Path, **overrides: object) -> app.TuneReport:
+    options = {"kernel": SPILL_HEAVY, "objective": "registers,instructions", "budget": 18, "batch_size": 4,
+               "workers": "local", "db": f"sqlite:///{tmp_path}/t.db", "out": tmp_path / "k.acf.toml", "only": ONLY}
+    return app.tune(app.TuneOptions(**{**options, **overrides}), SilentProgress())  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> app.TuneReport:
+    return _tune(tmp_path_factory.mktemp("front"))
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+def _may_win(report: app.TuneReport) -> list[Trial]:
+    reference = eligibility.Reference.of(report.result.baseline)
+    assert reference is not None
+    return [t for t in report.result.trials if t.state is TrialState.COMPLETE
+            and eligibility.refusal(t.config, t.metrics, reference) is None]
+
+
+def test_the_front_is_non_dominated_and_covers_the_extremes_found(tuned: app.TuneReport) -> None:
+    result = tuned.result
+    assert result.study.key.objective == "registers,instructions"  # the tuple is the study's identity
+    front = result.front
+    assert front is not None and len(front.points) >= 2
+    points = [p.values for p in front.points]
+    assert not any(_dominates(a, b) for a in points for b in points)
+    allowed = [v for t in _may_win(tuned) if (v := values_of(t, OBJECTIVES)) is not None]
+    assert all(any(p == v or _dominates(p, v) for p in points) for v in allowed)  # nothing allowed beats it
+    for axis in range(2):  # both ends: the best value found on each objective is on the front
+        assert min(v[axis] for v in allowed) == min(p[axis] for p in points)
+    refused = [t for t in result.trials if t.state is TrialState.COMPLETE and t not in _may_win(tuned)]
+    assert refused, "the narrowed space has register caps that spill: the no-harm rules must leave some out"
+    assert all(values_of(t, OBJECTIVES) not in points or t.metrics["spill_bytes"] <= result.baseline.metrics[
+        "spill_bytes"] for t in refused)
+
+
+def _scaled(points: list[tuple[float, ...]]) -> list[list[float]]:
+    low = [min(c) for c in zip(*points, strict=True)]
+    span = [(max(c) - min(c)) or 1.0 for c in zip(*points, strict=True)]
+    return [[(v - lo) / s for v, lo, s in zip(p, low, span, strict=True)] for p in points]
+
+
+def test_the_pick_rules_choose_as_documented(tuned: app.TuneReport) -> None:
+    result = tuned.result
+    refuse = multi_objective.study_refusal(result.baseline, True)
+    points = [p.values for p in result.front.points]  # type: ignore[union-attr]
+    scaled = dict(zip(points, _scaled(points), strict=True))
+
+    def pick(rule: str) -> tuple[float, ...]:
+        chosen = multi_objective.choose(result.trials, result.baseline, OBJECTIVES, rule, refuse, False).chosen
+        assert refuse(chosen) is None
+        values = values_of(chosen, OBJECTIVES)
+        assert values is not None
+        return values
+
+    assert pick("first") == min(points)
+    assert pick("knee") == min(points, key=lambda p: sum(x * x for x in scaled[p]))
+    assert pick("weights=registers:0,instructions:1") == min(points, key=lambda p: (p[1], p[0]))
+    weighted = min(points, key=lambda p: 0.7 * scaled[p][0] + 0.3 * scaled[p][1])
+    assert pick("weights=registers:0.7,instructions:0.3") == weighted == pick("weights=0.7,0.3")
+    assert values_of(result.chosen, OBJECTIVES) == pick("knee")  # the tuner's default rule
+
+
+@pytest.mark.slow
+def test_the_acf_records_the_front_and_the_choice_and_round_trips(tuned: app.TuneReport) -> None:
+    written = acf.read(tuned.acf_path)
+    result = tuned.result
+    assert written.objective["objectives"] == list(OBJECTIVES) and written.objective["pick"] == "knee"
+    assert written.evidence["pick"] == {"rule": "knee", "trial": result.chosen.number}
+    recorded = {tuple(p["values"][o] for o in OBJECTIVES) for p in written.evidence["front"]}
+    assert recorded == {p.values for p in result.front.points}  # type: ignore[union-attr]
+    chosen = tuple(written.objective["best"][o] for o in OBJECTIVES)
+    assert chosen in recorded and written.evidence["best"]["code_hash"] == result.chosen.code_hash
+    base = result.baseline.config
+    for point in written.evidence["front"]:
+        trial = next(t for t in result.trials if t.number == point["trial"])
+        assert point["settings"] == {k: v for k, v in trial.config.items() if base.get(k) != v}
+    again = acf.parse(tuned.acf_path, tuned.acf_path.read_text())
+    assert again.evidence == written.evidence and again.argv == written.argv
+    flags = run_cli(["flags", str(tuned.acf_path)], tuned.acf_path.parent)
+    assert flags.returncode == 0 and "-arch=sm_90" in flags.stdout
+    gate = run_cli(["gate", str(tuned.acf_path), "--static", "--json"], tuned.acf_path.parent)
+    assert gate.returncode == 0, gate.describe()
+    verdict = json.loads(gate.stdout)
+    assert verdict["acfs"][0]["verdict"] == "PASS" and verdict["rules"]["instructions"] == "warn"
+
+
+@pytest.mark.slow
+def test_show_lists_the_front_in_full_precision_and_the_report_plots_it(tuned: app.TuneReport, tmp_path: Path
+                                                                         ) -> None:
+    db = tuned.database
+    name = tuned.result.study.name
+    shown = run_cli(["show", name, "--db", db, "--pareto", "registers,instructions", "--json"], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    data = json.loads(shown.stdout)
+    assert [tuple(p["values"]) for p in data["front"]] == [p.values for p in tuned.result.front.points]  # type: ignore[union-attr]
+    assert data["pick"] == tuned.result.chosen.number and data["pick_rule"] == "knee"
+    plain = run_cli(["show", name, "--db", db], tmp_path)  # a study of several objectives shows its front
+    assert "Pareto front of registers, instructions" in plain.output and "<- knee" in plain.output
+    first = run_cli(["show", name, "--db", db, "--pareto", "registers,instructions", "--pick", "first", "--json"], tmp_path)
+    assert json.loads(first.stdout)["pick_values"] == list(min(p.values for p in tuned.result.front.points))  # type: ignore[union-attr]
+    written = run_cli(["report", name, "--db", db, "--format", "md", "-o", str(tmp_path / "r.md")], tmp_path)
+    assert written.returncode == 0, written.describe()
+    svg = (tmp_path / "r-pareto.svg").read_text()
+    assert "Pareto front" in svg and "pick (knee)" in svg and "registers" in svg
+    assert "the search aimed at their front" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace("[evidence.front.values]\nregisters = ", "[evidence.front.values]\nregisters = nan #", 1),
+     "must give a finite number"),
+    (lambda t: t.replace("[objective.best]\nregisters = ", "[objective.best]\nregisters = inf #", 1),
+     "objective.best must give a finite number"),
+    (lambda t: t.replace('objectives = [\n    "registers",', 'objectives = [\n    "speed",', 1), "objective.objectives"),
+    (lambda t: t.replace('rule = "knee"', 'rule = "weights=9"', 1), "evidence.pick: --pick must be"),
+    (lambda t: t.replace("[evidence.front.settings]", '[evidence.front.settings]\n"-Xcompiler" = "-fplugin=x.so"', 1),
+     "is not in the search space"),
+])
+def test_a_hostile_front_is_a_one_line_error(tuned: app.TuneReport, tmp_path: Path, edit, message) -> None:
+    text = tuned.acf_path.read_text()
+    hostile = edit(text)
+    assert hostile != text
+    path = tmp_path / "hostile.acf.toml"
+    path.write_text(hostile)
+    result = run_cli(["flags", str(path)], tmp_path)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"objective": "registers,registers"}, "2-3 distinct ones"),
+    ({"objective": "registers,speed"}, "2-3 distinct ones"),
+    ({"objective": "spills,registers,occupancy,instructions"}, "2-3 distinct ones"),
+    ({"pick": "first"}, "--pick applies to several objectives"),  # with the default, single objective
+    ({"objective": "registers,instructions", "pick": "weights=1"}, "--pick must be knee, first or weights=W1,W2"),
+    ({"objective": "registers,instructions", "pick": "weights=registers:1,spills:1"}, "--pick must be"),
+])
+def test_bad_objectives_or_pick_fail_before_anything_is_built(tmp_path: Path, overrides, message) -> None:
+    options = {"objective": "static", **overrides}
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        _tune(tmp_path, **options)
+    assert not (tmp_path / "t.db").exists()
+
+
+@pytest.mark.skipif(__import__("compileiq.measure").measure.gpu_visible(), reason="a GPU is visible here")
+def test_time_among_several_objectives_needs_a_gpu(tmp_path: Path) -> None:
+    result = run_cli(["tune", str(SPILL_HEAVY), "--objective", "time,registers", "--db", f"sqlite:///{tmp_path}/t.db",
+                      "--workers", "local"], tmp_path)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert "time needs a GPU" in result.stderr and not (tmp_path / "t.db").exists()
+
+
+def test_the_front_search_spreads_a_batch_over_the_front() -> None:
+    """After the initial design every batch has one member leaning on each objective in turn and
+    random Chebyshev weights for the rest; the scalarisation ranks the front's ends first."""
+    space = SearchSpace("s", "", ())
+    # scaled: (0, 1), (1, 0), (0.5, 0.5); f = max(w * z) + 0.05 * sum(w * z)
+    assert chebyshev([(0.0, 10.0), (10.0, 0.0), (5.0, 5.0), None], (0.98, 0.02)) == pytest.approx(
+        [0.02 + 0.05 * 0.02, 0.98 + 0.05 * 0.98, 0.49 + 0.05 * 0.5, None])
+    searcher = FrontSearcher(space, SearchSettings(seed=3), 2)
+    assert searcher.weights(0) == pytest.approx((0.98, 0.02))
+    weights = searcher.weights(1)
+    assert math.isclose(sum(weights), 1.0) and all(w >= 0 for w in weights)
+
+
+@pytest.mark.slow
+def test_time_and_registers_with_a_fake_gpu(tmp_path: Path) -> None:
+    """`--objective time,registers`: the runtime evaluator's time and the static registers of each
+    variant make the front; the ACF says runtime, in ms (fake measurer at the process boundary)."""
+    from test_timing import KERNEL, _fake_gpu
+
+    from compileiq import evidence
+    from compileiq.kernel import bundle_sources, load_spec
+    from compileiq.measure import FakeMeasurer
+    from compileiq.metrics import StaticEvaluator
+    from compileiq.timing import TimeEvaluator, TimingTarget
+    from compileiq.toolchain import find_toolchain
+    from compileiq.tuner import Tuner, TuneRequest
+    from compileiq.workers import LocalWorkers
+
+    folder = tmp_path / "scale"
+    folder.mkdir()
+    (folder / "scale.cu").write_text(KERNEL)
+    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2, 4]\n")
+    spec, tools = load_spec(folder / "scale.cu"), find_toolchain()
+    space = app.tuning_space(spec, tools, app.TuneOptions(kernel=spec.source, only=("ptxas.maxrregcount",)))
+    workers = app.SharedWorkers(LocalWorkers)
+    target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(),
+                          120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    evaluator = TimeEvaluator(target, store, workers, FakeMeasurer(_fake_gpu))
+    request = TuneRequest(spec, space, "time,registers", budget=6, search=SearchSettings("exhaustive"),
+                          batch_size=6, pick="first")
+    result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
+    assert result.study.key.objective == "time,registers" and result.front is not None
+    points = [p.values for p in result.front.points]
+    assert not any(_dominates(a, b) for a in points for b in points)
+    assert result.chosen.config["define.UNROLL"] == 2  # first = fastest; UNROLL=4 computes a wrong result
+    assert values_of(result.chosen, ("time", "registers")) == min(points)
+    table = evidence.objective_table(result)
+    assert table["kind"] == evidence.RUNTIME_KIND and table["unit"] == "ms"
+    assert table["objectives"] == ["time", "registers"] and set(table["best"]) == {"time", "registers"}
+    store.close()
+
+
+def test_the_searcher_learns_vectors_in_the_order_told() -> None:
+    space = app.tuning_space(*_spec_and_tools(), app.TuneOptions(kernel=SPILL_HEAVY, only=ONLY))
+    searcher = FrontSearcher(space, SearchSettings(seed=1, initial_points=4), 2)
+    configs = searcher.ask(6)
+    searcher.tell([Observation(c, float(i), (float(i), float(-i))) for i, c in enumerate(configs)])
+    searcher.tell([Observation(configs[0], 0.0, (0.0, 0.0))])  # told twice: learnt once
+    batch = searcher.ask(4)
+    assert len(batch) == 4 and not {c.key for c in batch} & {c.key for c in configs}
+
+
+def _spec_and_tools() -> tuple[object, object]:
+    from compileiq.kernel import load_spec
+    from compileiq.toolchain import find_toolchain
+
+    return load_spec(SPILL_HEAVY), find_toolchain()
