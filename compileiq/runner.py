@@ -182,6 +182,8 @@ class TrialRunner:
     def _start(self, batch: Sequence[Trial], finished: list[Trial]) -> list[VariantJob]:
         """Record the cache hits among `batch` (into `finished`); the compile jobs of the rest."""
         jobs: list[VariantJob] = []
+        if not batch:
+            return jobs
         keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:

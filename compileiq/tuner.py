@@ -224,7 +224,8 @@ class Tuner:
 
     def _refiller(self, study: Study, counted: int) -> Refill:
         """Streaming: claim new variants while others compile, as soon as a quarter of the batch
-        (at least one) is free, so that the workers never wait for a batch's slowest variant."""
+        (at least one) is free, so that the workers never wait for a batch's slowest variant. The
+        searcher learns the results (one refit) per batch_size of them, as in a batch run."""
         request = self._request
         step = max(1, request.batch_size // 4)
 
@@ -234,9 +235,10 @@ class Tuner:
             if free <= 0 or free < min(step, left):
                 return []
             fresh = [t for t in finished if t.id not in self._told and _counts(t)]
-            self._told.update(t.id for t in fresh)
-            self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-            self._searcher.tell([self._observation(t) for t in fresh])
+            if len(fresh) >= request.batch_size:  # refit once per batch of results, as a batch run does
+                self._told.update(t.id for t in fresh)
+                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+                self._searcher.tell([self._observation(t) for t in fresh])
             busy = sorted({t.config_key for t in (*finished, *running)})
             return self._claim(study, self._searcher.ask(free, exclude=busy))
 
