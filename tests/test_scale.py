@@ -7,11 +7,13 @@ tuner already has (`open_workers`), with builds copied from the kernel's real ba
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -94,7 +96,7 @@ def _statements(engine_kind: type[sa.engine.Engine] = sa.engine.Engine) -> tuple
     seen: list[str] = []
 
     def count(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        seen.append(statement.split()[0].upper())
+        seen.append(statement.strip())
 
     sa.event.listen(engine_kind, "before_cursor_execute", count)
     return seen, lambda: sa.event.remove(engine_kind, "before_cursor_execute", count)
@@ -115,7 +117,7 @@ def test_a_batch_is_claimed_in_a_few_statements_whatever_its_size(store_url: str
             claimed = store.claim_trials(study.id, configs, "me:2")
         finally:
             stop()
-        writes = [s for s in seen if s in ("INSERT", "UPDATE", "SELECT")]
+        writes = [s for s in seen if s.split()[0].upper() in ("INSERT", "UPDATE", "SELECT")]
         assert len(writes) <= 12, seen  # 3 reads, 1 numbering, 3 inserts of 500, 1 retake
         keys = [t.config_key for t in claimed]
         assert keys == [f"c{i}" for i in range(1, 1200) if i != 2]  # c1 taken again (retryable), c2 running
@@ -227,3 +229,94 @@ def test_eight_tuners_on_two_machines_share_one_study_on_postgres(postgres_url: 
     assert sum(r["counters"]["ptxas_calls"] for r in reports) == builds  # no variant compiled twice
     hosts = {t.worker.rpartition(":")[0] for t in trials}
     assert "machine-b" in hosts and len(hosts) == 2
+
+
+def _filled(url: str, studies: int, trials: int) -> str:
+    """A team database filled by benchmarks/db_scale.py's generator; the name of its real study."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import db_scale
+    finally:
+        sys.path.pop(0)
+    return str(db_scale.fill(url, studies_count=studies, trials=trials).target)
+
+
+def test_show_lists_studies_without_reading_their_trials(store_url: str, tmp_path: Path) -> None:
+    # `compileiq show` read every trial of every study to print a count and a best value: a
+    # team database of 100,000 trials took seconds. The database counts now, in one query.
+    from typer.testing import CliRunner
+
+    from compileiq.cli import cli
+
+    _filled(store_url, studies=8, trials=400)
+    store = Store.open(store_url)
+    try:
+        study = store.find_study("sgemm-static-v0")
+        expected = {"trials": len(store.trials(study.id)),
+                    "best": min(t.value for t in store.trials(study.id) if t.state is TrialState.COMPLETE)}
+    finally:
+        store.close()
+    seen, stop = _statements()
+    try:
+        result = CliRunner().invoke(cli, ["show", "--db", store_url, "--json"])
+    finally:
+        stop()
+    assert result.exit_code == 0, result.output
+    import json
+
+    listed = {row["name"]: row for row in json.loads(result.output)}
+    assert len(listed) == 8
+    assert {k: listed["sgemm-static-v0"][k] for k in expected} == expected
+    reads = [s for s in seen if s.split()[0].upper() == "SELECT" and re.search(r"\b(FROM|JOIN) trials\b", s)]
+    assert len(reads) == 1, reads  # one aggregate, not a read per study
+
+
+# The store's queries that must find a study's rows by index, not by reading the whole table.
+def _store_queries(store: Store, study_name: str, space_sha: str) -> None:
+    study = store.find_study(study_name)
+    store.trials(study.id)
+    store.trials(study.id, {TrialState.RUNNING})
+    store.running_claims(study.id)
+    store.related_trials(study.key, exclude_study_id=study.id)
+    store.fail_stale_trials(study.id, 300)
+    claimed = store.claim_trials(study.id, [("new-key", {"x": 1})], "me:1")
+    store.heartbeat([t.id for t in claimed])
+    store.release_trials(study.id, "me:1", "done")
+    store.get_builds(["0" * 64])
+
+
+def _plans(url: str, statements: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("ANALYZE")
+            plans = []
+            for statement, parameters in statements:
+                prefix = "EXPLAIN QUERY PLAN " if conn.dialect.name == "sqlite" else "EXPLAIN "
+                rows = conn.exec_driver_sql(prefix + statement, parameters).all()
+                plans.append((statement, "\n".join(str(row[-1]) for row in rows)))
+            return plans
+    finally:
+        engine.dispose()
+
+
+def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: str) -> None:
+    target = _filled(store_url, studies=40, trials=12_000)
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if re.search(r"\btrials\b", statement) and not statement.lstrip().upper().startswith("INSERT"):
+            captured.append((statement, parameters))
+
+    store = Store.open(store_url)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", capture)
+    try:
+        _store_queries(store, target, "")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", capture)
+        store.close()
+    assert len(captured) >= 8
+    for statement, plan in _plans(store_url, captured):
+        full_scan = re.search(r"\bSCAN trials\b|Seq Scan on trials\b", plan)
+        assert not full_scan, f"{statement}\n{plan}"

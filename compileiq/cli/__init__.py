@@ -30,6 +30,7 @@ from compileiq.cli.render import (
     space_table,
     studies_table,
     study_json,
+    summary_json,
     trial_json,
     trials_table,
 )
@@ -126,8 +127,8 @@ def show(
     store = Store.open(app.database_url(db))
     try:
         if study is None:
-            rows = [(s, store.trials(s.id)) for s in store.list_studies()]
-            emit(as_json, [study_json(s, t) for s, t in rows], lambda: studies_table(rows))
+            summaries = store.study_summaries()
+            emit(as_json, [summary_json(s) for s in summaries], lambda: studies_table(summaries))
         else:
             found = store.find_study(study)
             trials = store.trials(found.id)
