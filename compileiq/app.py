@@ -59,6 +59,7 @@ class TuneOptions:
     program: bool = False  # time a program with its own main (overrides tune.toml's mode)
     compile_commands: Path | None = None  # a compilation database: the file's own flags become the base
     metric_regex: str | None = None  # program mode: the time in ms is the first group
+    stream: bool = False  # keep batch_size variants compiling, a new one as each finishes
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         resume=options.resume,
         simplify=options.simplify,
         stale_after_s=options.stale_after,
+        stream=options.stream,
     )
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     url = database_url(options.db)

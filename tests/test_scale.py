@@ -320,3 +320,25 @@ def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: s
     for statement, plan in _plans(store_url, captured):
         full_scan = re.search(r"\bSCAN trials\b|Seq Scan on trials\b", plan)
         assert not full_scan, f"{statement}\n{plan}"
+
+
+def test_tune_stream_runs_the_budget_with_real_compiles(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "scale.cu", "--workers", "local", "--json", "--budget", "9", "--batch-size", "4",
+                      "--stream", "--only", ",".join(SMALL_SPACE), "--no-simplify",
+                      "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.describe()
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["counters"]["new_trials"] >= 9  # the budget, then the ablation path's variants
+    assert (tmp_path / "store" / "scale.static.acf.toml").is_file()
+    store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        trials = store.trials(store.find_study(report["study"]["name"]).id)
+    finally:
+        store.close()
+    assert len({t.config_key for t in trials}) == len(trials) == report["counters"]["new_trials"]
+    assert all(t.state is not TrialState.RUNNING for t in trials)

@@ -68,6 +68,7 @@ def tune(
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
     surrogate: Annotated[str, typer.Option(metavar="[ET|RF|GP]", help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
+    stream: Annotated[bool, typer.Option("--stream", metavar="", help="Keep --batch-size variants compiling, starting one as each finishes (a cluster's workers never wait for a batch's slowest; not reproducible by --seed).")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.<objective>.acf.toml")] = None,
     db: DbOption = None,
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
@@ -95,7 +96,7 @@ def tune(
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
-        program=program, metric_regex=metric_regex, compile_commands=compile_commands,
+        program=program, metric_regex=metric_regex, compile_commands=compile_commands, stream=stream,
     )  # fmt: skip
     progress = LineProgress(quiet=as_json)
     try:
