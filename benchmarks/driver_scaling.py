@@ -9,8 +9,9 @@ tasks need no real cores).
 
 Reported per slot count: the driver's sustained trials/s, slot utilisation (sleep time over
 slots x wall, after the baseline), the searcher's ms per ask and per tell, the database's ms per
-trial in the loop and its write rate alone (claim + finish), and the profile's top entries with
---profile.
+trial in the loop and its write rate alone (claim + finish), trials per CPU-second of the driver
+process (its ceiling on a core of its own, whatever the machine's load), and the profile's top
+entries with --profile.
 
     PYTHONPATH=. .venv/bin/python benchmarks/driver_scaling.py [--slots 8 32 128] [--db sqlite]
         [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend threads]
@@ -293,6 +294,7 @@ class Row:
     tell_ms: float
     db_ms_per_trial: float
     db_writes_per_s: float
+    trials_per_cpu_s: float  # the driver process's CPU (a PostgreSQL server's own is not counted)
 
 
 def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, template: Template, spec: Any,
@@ -312,13 +314,13 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     profile = cProfile.Profile() if args.profile else None
     try:
         with timers:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             if profile:
                 profile.enable()
             result = Tuner(request, store, tools, lambda: workers, SilentProgress(), bundle=bundle).run()
             if profile:
                 profile.disable()
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         steady = (workers.last_done - workers.first_submit) if workers.first_submit else float("nan")
         trials = result.counters.new_trials
         db_s = sum(timers.seconds[k] for k in ("claim", "finish", "read"))
@@ -329,7 +331,7 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
         drop()
     row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
               workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.per_call_ms("tell"),
-              1000 * db_s / max(trials, 1), rate)
+              1000 * db_s / max(trials, 1), rate, trials / cpu)
     text = ""
     if profile:
         out = io.StringIO()
@@ -355,14 +357,14 @@ def main() -> None:
     print(f"machine: {machine()}; kernel {args.kernel.name}, space of {space.size():,} configs, tasks "
           f"{args.task_ms[0]:g}-{args.task_ms[1]:g} ms, {args.backend}, batch size = {args.in_flight:g} x slots")
     print(f"{'db':10} {'mode':6} {'slots':>5} {'batch':>5} {'trials':>6} {'wall s':>6} {'trials/s':>8} {'busy':>5} "
-          f"{'ask ms':>7} {'tell ms':>7} {'db ms/trial':>11} {'db writes/s':>11}")
+          f"{'ask ms':>7} {'tell ms':>7} {'db ms/trial':>11} {'db writes/s':>11} {'trials/CPU-s':>12}")
     profiles = []
     for db in args.db or ["sqlite"]:
         for mode, slots in [(mode, slots) for slots in args.slots for mode in args.mode]:
             row, text = run_one(args, db, slots, mode == "stream", template, spec, space, tools_bundle)
             print(f"{row.db:10} {row.mode:6} {row.slots:5d} {row.in_flight:5d} {row.trials:6d} {row.wall_s:6.1f} "
                   f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.tell_ms:7.1f} "
-                  f"{row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f}", flush=True)
+                  f"{row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} {row.trials_per_cpu_s:12.0f}", flush=True)
             if text:
                 profiles.append(f"--- {row.db}, {mode}, {slots} slots ---\n{text}")
     print("\n".join(profiles))
