@@ -65,6 +65,7 @@ class TuneOptions:
     time_budget: str | None = None  # "90s", "10m", "1h": no search trial starts after it
     patience: int | None = None  # stop after this many batches in a row without a better best
     pick: str | None = None  # several objectives: knee (default) | first | weights=a:0.7,b:0.3
+    stream: bool = False  # keep batch_size variants compiling, a new one as each finishes
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
                 search=SearchSettings(options.strategy, options.seed, options.surrogate),
                 batch_size=options.batch_size, study_name=options.study, resume=options.resume,
                 simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
-                patience=options.patience, pick=options.pick or "knee",
+                patience=options.patience, pick=options.pick or "knee", stream=options.stream,
             )  # fmt: skip
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
                          if _timed(options.objective) else None)

@@ -41,6 +41,15 @@ class Study:
 
 
 @dataclass(frozen=True)
+class StudySummary:
+    """A study with its trial count and best value, counted by the database (`compileiq show`)."""
+
+    study: Study
+    trials: int
+    best: float | None
+
+
+@dataclass(frozen=True)
 class Trial:
     id: int
     study_id: int

@@ -51,6 +51,11 @@ class Progress(Protocol):
     def note(self, message: str) -> None: ...
 
 
+# Streaming: given the trials finished so far in this run() call and those still running, the
+# tuner claims more to start now (none: wait for more results).
+Refill = Callable[[Sequence[Trial], Sequence[Trial]], Sequence[Trial]]
+
+
 class Evaluator(Protocol):
     """Scores one build: `StaticEvaluator` (compiler output) or `TimeEvaluator` (GPU runtime)."""
 
@@ -134,37 +139,62 @@ class TrialRunner:
         self.counters = RunCounters()
         self.origins: dict[int, str] = {}  # trial id -> "compiled" or "build cache", for trials this run finished
         self._by_code: dict[str, Trial] = {}
-        self.may_win: Callable[[Trial], bool] = lambda trial: True  # the tuner's rule, for `best`
+        self._claimed: dict[int, tuple[Trial, str]] = {}  # compiling now: trial id -> (trial, build key)
+        self._may_win: Callable[[Trial], bool] = lambda trial: True
+        self._best: Trial | None = None  # among _by_code's trials that may win, kept as they arrive
+        self._best_known = True  # False: the rule changed, recompute on the next `best()`
+
+    @property
+    def may_win(self) -> Callable[[Trial], bool]:
+        """The tuner's rule for which trials `best` may name."""
+        return self._may_win
+
+    @may_win.setter
+    def may_win(self, rule: Callable[[Trial], bool]) -> None:
+        self._may_win = rule
+        self.rules_changed()
+
+    def rules_changed(self) -> None:
+        """`may_win` now answers differently (the tuner learned its reference): recompute `best`."""
+        self._best_known = False
 
     def remember(self, trials: Sequence[Trial]) -> None:
         """Note finished trials' machine code, so identical code is reported as a reuse."""
         for trial in trials:
-            if trial.code_hash and trial.state is TrialState.COMPLETE:
-                self._by_code.setdefault(trial.code_hash, trial)
+            if trial.code_hash and trial.state is TrialState.COMPLETE and trial.code_hash not in self._by_code:
+                self._by_code[trial.code_hash] = trial
+                if self._best_known and _better(trial, self._best) and self._may_win(trial):
+                    self._best = trial
 
-    def run(self, batch: Sequence[Trial]) -> list[Trial]:
+    def run(self, batch: Sequence[Trial], refill: Refill | None = None) -> list[Trial]:
         """Finish the claimed trials, beating their heartbeat throughout (a cache hit's
-        evaluation can take as long as a compile: a runtime objective measures it)."""
+        evaluation can take as long as a compile: a runtime objective measures it). With
+        `refill`, the trials it hands over while compiles run are started and finished too."""
         if not batch:
             return []
-        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s):
-            return self._run(batch)
+        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s) as beat:
+            finished: list[Trial] = []
+            jobs = self._start(batch, finished)
+            if jobs:
+                self._compile_and_record(jobs, finished, refill, beat)
+            return finished
 
-    def _run(self, batch: Sequence[Trial]) -> list[Trial]:
+    def _start(self, batch: Sequence[Trial], finished: list[Trial]) -> list[VariantJob]:
+        """Record the cache hits among `batch` (into `finished`); the compile jobs of the rest."""
         jobs: list[VariantJob] = []
-        finished: list[Trial] = []
+        if not batch:
+            return jobs
         keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
             if cached is None or not _deterministic(cached):
+                self._claimed[trial.id] = (trial, keys[trial.id])
                 jobs.append(self._job(trial))
                 continue
             self.counters.build_cache_hits += 1
             finished.append(self._record(trial, _build_from_record(cached), "build cache"))
-        if jobs:
-            finished += self._compile_and_record(batch, jobs, keys)
-        return finished
+        return jobs
 
     def close(self) -> None:
         if self._workers is not None:
@@ -172,21 +202,32 @@ class TrialRunner:
             self._workers = None
 
     def _compile_and_record(
-        self, batch: Sequence[Trial], jobs: list[VariantJob], keys: dict[int, str]
-    ) -> list[Trial]:
-        by_id = {t.id: t for t in batch}
-        finished: list[Trial] = []
+        self, jobs: list[VariantJob], finished: list[Trial], refill: Refill | None, beat: Heartbeat
+    ) -> None:
+        running = {job.tag for job in jobs}
+
+        def more() -> list[VariantJob]:
+            trials = refill(finished, [self._claimed[tag][0] for tag in sorted(running)]) if refill else ()
+            beat.add([trial.id for trial in trials])
+            fresh = self._start(trials, finished)
+            running.update(job.tag for job in fresh)
+            return fresh
+
         try:
             workers = self._workers or self._start_workers()
-            results = iter(workers.run(jobs))
+            results = iter(workers.run(jobs, more if refill is not None else None))
             while (result := self._wait(results)) is not None:
-                finished.append(self._record_compiled(by_id[result.tag], result, keys[result.tag]))
+                trial, key = self._claimed.pop(result.tag)
+                running.discard(result.tag)
+                finished.append(self._record_compiled(trial, result, key))
         except Exception as error:  # workers, database, a bug: no claim stays running (Ctrl-C and a
             # closed pipe are the tuner's to hand back, with their own reason)
             reason = str(error) if isinstance(error, CompileIQError) else type(error).__name__
-            self._release({j.tag for j in jobs} - {t.id for t in finished}, reason)
+            self._release(running, reason)
             raise
-        return finished
+        finally:
+            for tag in running:
+                self._claimed.pop(tag, None)
 
     def _release(self, trial_ids: set[int], reason: str) -> None:
         """Hand claimed trials back (retryable) when the run fails: they were never tried."""
@@ -261,8 +302,12 @@ class TrialRunner:
         return len(lost)
 
     def best(self) -> Trial | None:
-        complete = [t for t in self._by_code.values() if t.value is not None and self.may_win(t)]
-        return min(complete, key=lambda t: (t.value, t.number), default=None)
+        """The best trial that may win (one check per new trial: this runs after every result)."""
+        if not self._best_known:
+            complete = [t for t in self._by_code.values() if t.value is not None and self._may_win(t)]
+            self._best = min(complete, key=lambda t: (t.value, t.number), default=None)
+            self._best_known = True
+        return self._best
 
     def _job(self, trial: Trial) -> VariantJob:
         config, target = Config.of(trial.config), self._target
@@ -302,6 +347,7 @@ class Heartbeat:
 
     def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float) -> None:
         self._store, self._ids, self._every_s = store, list(trial_ids), every_s
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="compileiq-heartbeat", daemon=True)
 
@@ -313,12 +359,25 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
+    def add(self, trial_ids: Sequence[int]) -> None:
+        """Beat for these trials too (claimed while the others compile)."""
+        with self._lock:
+            self._ids = [*self._ids, *trial_ids]
+
     def _beat(self) -> None:
         while not self._stop.wait(self._every_s):
+            with self._lock:
+                ids = self._ids
             try:
-                self._store.heartbeat(self._ids)
+                self._store.heartbeat(ids)
             except CompileIQError:
                 pass  # best effort: the loop itself reports a database that went away
+
+
+def _better(trial: Trial, best: Trial | None) -> bool:
+    if trial.value is None:
+        return False
+    return best is None or best.value is None or (trial.value, trial.number) < (best.value, best.number)
 
 
 def _build_record(key: str, build: Build) -> BuildRecord:

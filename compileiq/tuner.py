@@ -25,6 +25,7 @@ from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
     Progress,
+    Refill,
     RunCounters,
     Target,
     TrialRunner,
@@ -65,6 +66,8 @@ class TuneRequest:
     time_budget_s: float | None = None  # no search trial starts after this many seconds
     patience: int | None = None  # stop after this many batches in a row without a better best
     pick: str = "knee"  # several objectives: the rule that chooses on the front (`multi_objective`)
+    stream: bool = False  # keep batch_size variants compiling: refill as results arrive (not reproducible
+    # run to run: what the searcher knows at each ask depends on timing)
 
     @property
     def limits(self) -> RunLimits:
@@ -150,7 +153,7 @@ class Tuner:
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
-        self._reference: eligibility.Reference | None = None  # the defaults' build, for static objectives
+        self._reference = None  # the defaults' build, for static objectives
         self._runner.may_win = lambda trial: self._refusal(trial) is None
         self._clock = RunClock(request.limits)
         self._stopped = ""
@@ -161,6 +164,15 @@ class Tuner:
         from compileiq.front_search import FrontSearcher
 
         return FrontSearcher(self._request.space, self._request.search, len(self._objectives))
+
+    @property
+    def _reference(self) -> eligibility.Reference | None:
+        return self._reference_value
+
+    @_reference.setter
+    def _reference(self, reference: eligibility.Reference | None) -> None:
+        self._reference_value = reference
+        self._runner.rules_changed()  # `may_win` answers by the reference
 
     def run(self) -> TuneResult:
         request = self._request
@@ -238,7 +250,8 @@ class Tuner:
             candidates = self._candidates(trials, 1 if alone else min(remaining, self._request.batch_size))
             batch = self._claim(study, candidates)
             if batch:
-                finished = self._runner.run(batch)
+                refill = self._refiller(study, counted) if self._request.stream and not alone else None
+                finished = self._runner.run(batch, refill)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
@@ -251,6 +264,28 @@ class Tuner:
                 self._stopped = "search space exhausted"
                 return True
         return False
+
+    def _refiller(self, study: Study, counted: int) -> Refill:
+        """Streaming: claim new variants while others compile, as soon as a quarter of the batch
+        (at least one) is free, so that the workers never wait for a batch's slowest variant. The
+        searcher learns the results (one refit) per batch_size of them, as in a batch run."""
+        request = self._request
+        step = max(1, request.batch_size // 4)
+
+        def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
+            left = request.budget - counted - len(running) - sum(1 for t in finished if _counts(t))
+            free = min(request.batch_size - len(running), left)
+            if self._clock.out_of_time or free <= 0 or free < min(step, left):
+                return []
+            fresh = [t for t in finished if t.id not in self._told and _counts(t)]
+            if len(fresh) >= request.batch_size:  # refit once per batch of results, as a batch run does
+                self._told.update(t.id for t in fresh)
+                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+                self._searcher.tell([self._observation(t) for t in fresh])
+            busy = sorted({t.config_key for t in (*finished, *running)})
+            return self._claim(study, self._searcher.ask(free, exclude=busy))
+
+        return refill
 
     def _sync(self, study: Study) -> tuple[int, list[Trial]]:
         """Tell the searcher every finished trial (ours and other processes'); count them.

@@ -67,8 +67,11 @@ class VariantResult:
     ptx_compiled: bool  # True on exactly one result per front end compiled by this run() call
 
 
+More = Callable[[], Sequence[VariantJob]]  # asked after each result: jobs to start now (streaming)
+
+
 class Workers(Protocol):
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]: ...
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]: ...
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]: ...
 
@@ -90,17 +93,26 @@ class LocalWorkers:
     def description(self) -> str:
         return f"local threads ({self._threads})"
 
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
-        fresh = {job.frontend for job in jobs if job.frontend not in self._ptx}
-        for frontend in fresh:
-            self._ptx[frontend] = self._pool.submit(emit_ptx, frontend)
-        pending = {self._pool.submit(self._variant, job): job for job in jobs}
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
+        """Results as they complete; after each, the jobs `more` returns start too."""
+        fresh: set[FrontendJob] = set()
+        pending: dict[Future[tuple[PtxResult, Build]], VariantJob] = {}
+
+        def submit(batch: Sequence[VariantJob]) -> None:
+            for frontend in {job.frontend for job in batch if job.frontend not in self._ptx}:
+                self._ptx[frontend] = self._pool.submit(emit_ptx, frontend)
+                fresh.add(frontend)
+            pending.update({self._pool.submit(self._variant, job): job for job in batch})
+
+        submit(jobs)
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 job = pending.pop(future)
                 ptx, build = _outcome(future)
                 yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
+                if more is not None:
+                    submit(more())
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables, in the order of `jobs`."""
@@ -137,11 +149,18 @@ class RayWorkers:
         where = f"cluster at {self._address}" if self._address else "embedded local Ray"
         return f"{where} ({cpus} CPUs)"
 
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
-        fresh = {job.frontend for job in jobs if job.frontend not in self._ptx}
-        for frontend in fresh:
-            self._ptx[frontend] = self._emit.remote(frontend)
-        pending = {self._assemble.remote(job.assemble, self._ptx[job.frontend]): job for job in jobs}
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
+        """Results as they complete; after each, the jobs `more` returns start too."""
+        fresh: set[FrontendJob] = set()
+        pending: dict[Any, VariantJob] = {}
+
+        def submit(batch: Sequence[VariantJob]) -> None:
+            for frontend in {job.frontend for job in batch if job.frontend not in self._ptx}:
+                self._ptx[frontend] = self._emit.remote(frontend)
+                fresh.add(frontend)
+            pending.update({self._assemble.remote(job.assemble, self._ptx[job.frontend]): job for job in batch})
+
+        submit(jobs)
         while pending:
             ready, _ = self._ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -149,6 +168,8 @@ class RayWorkers:
                 build = self._get(ref)
                 ptx = self._get(self._ptx[job.frontend])
                 yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
+                if more is not None:
+                    submit(more())
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables built on Ray CPU workers, in the order of `jobs`."""

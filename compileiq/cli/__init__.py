@@ -30,6 +30,7 @@ from compileiq.cli.render import (
     space_table,
     studies_table,
     study_json,
+    summary_json,
     trial_json,
     trials_table,
 )
@@ -70,6 +71,7 @@ def tune(
     seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
     surrogate: Annotated[str, typer.Option(metavar="[ET|RF|GP]", help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
+    stream: Annotated[bool, typer.Option("--stream", metavar="", help="Keep --batch-size variants compiling, starting one as each finishes (a cluster's workers never wait for a batch's slowest; not reproducible by --seed).")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.<objective>.acf.toml")] = None,
     db: DbOption = None,
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
@@ -98,7 +100,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex, compile_commands=compile_commands,
-        time_budget=time_budget, patience=patience, pick=pick,
+        time_budget=time_budget, patience=patience, pick=pick, stream=stream,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:
@@ -132,8 +134,8 @@ def show(
     store = Store.open(app.database_url(db))
     try:
         if study is None:
-            rows = [(s, store.trials(s.id)) for s in store.list_studies()]
-            emit(as_json, [study_json(s, t) for s, t in rows], lambda: studies_table(rows))
+            summaries = store.study_summaries()
+            emit(as_json, [summary_json(s) for s in summaries], lambda: studies_table(summaries))
         else:
             found = store.find_study(study)
             trials = store.trials(found.id)

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.records import Study, Trial, TrialState, first_line
+from compileiq.records import Study, StudySummary, Trial, TrialState, first_line
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from compileiq import app
@@ -258,14 +258,21 @@ def trial_json(trial: Trial) -> dict[str, Any]:
             "code_hash": trial.code_hash, "purpose": trial.purpose}
 
 
-def studies_table(rows: list[tuple[Study, list[Trial]]]) -> Table:
+def summary_json(summary: StudySummary) -> dict[str, Any]:
+    study = summary.study
+    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
+            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": summary.trials,
+            "best": summary.best, "created_at": study.created_at.isoformat()}
+
+
+def studies_table(summaries: list[StudySummary]) -> Table:
     table = Table(title=Text("studies"))
     for column in ("id", "name", "kernel", "objective", "arch", "trials", "best"):
         table.add_column(column)
-    for study, trials in rows:
-        ranked = best_first(trials)
-        best = exact(ranked[0].value) if ranked and ranked[0].value is not None else "-"
-        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch, len(trials), best))
+    for summary in summaries:
+        study, best = summary.study, "-" if summary.best is None else exact(summary.best)
+        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
+                             summary.trials, best))
     return table
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from compileiq.records import (
     Study,
     StudyExport,
     StudyKey,
+    StudySummary,
     Trial,
     TrialState,
 )
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
     from compileiq.space import SearchSpace
 
 __all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store", "StoreError"]
-__all__ += ["Study", "StudyExport", "StudyKey", "Trial", "TrialState"]
+__all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialState"]
 
 
 def default_study_name(key: StudyKey) -> str:
@@ -155,6 +157,28 @@ class Store:
                 self._skip(("study", row["id"]), f"study {row['id']}", str(error))
         return found
 
+    def study_summaries(self) -> list[StudySummary]:
+        """Every study with its trial count and best complete value, in one aggregate query: the
+        database counts, so listing a team database of 100,000 trials reads 200 rows."""
+        t = trials_table.c
+        finite = sa.and_(t.state == TrialState.COMPLETE.value, t.value.between(-1e308, 1e308))
+        query = (
+            sa.select(studies, sa.func.count(t.id).label("trial_count"),
+                      sa.func.min(sa.case((finite, t.value))).label("best_value"))
+            .select_from(studies.outerjoin(trials_table, t.study_id == studies.c.id))
+            .group_by(*studies.c)
+            .order_by(studies.c.id)
+        )  # fmt: skip
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(query).mappings().all()
+        found = []
+        for row in rows:
+            try:
+                found.append(StudySummary(study_record(row), int(row["trial_count"]), _finite_or_none(row["best_value"])))
+            except StoreError as error:
+                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
+        return found
+
     def _study_where(self, condition: sa.ColumnElement[bool]) -> Study | None:
         with self._tx(readonly=True) as conn:
             row = conn.execute(sa.select(studies).where(condition)).mappings().one_or_none()
@@ -187,8 +211,7 @@ class Store:
             raise StoreError(f"unknown trial purpose {purpose!r}")
         try:
             with self._tx() as conn:
-                claimed = (self._claim(conn, study_id, key, config, worker, purpose) for key, config in configs)
-                return [trial for trial in claimed if trial is not None]
+                return self._claim_batch(conn, study_id, configs, worker, purpose)
         except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them first
             if not retry:
                 raise
@@ -440,20 +463,36 @@ class Store:
             ) from None
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
 
-    def _claim(
-        self, conn: Connection, study_id: int, key: str, config: dict[str, Any], worker: str, purpose: str
-    ) -> Trial | None:
-        """Insert a RUNNING trial, or take over a retryable failed one or an unusable one (damaged,
-        or its config not in the study's space); None if the key is taken."""
+    def _claim_batch(
+        self, conn: Connection, study_id: int, configs: Sequence[tuple[str, dict[str, Any]]], worker: str, purpose: str
+    ) -> list[Trial]:
+        """The batch's claims in a few statements whatever its size (one read, one numbering,
+        multi-row inserts): a driver feeding a hundred workers claims hundreds per batch."""
         t = trials_table.c
-        query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key == key)
-        existing = conn.execute(query).mappings().one_or_none()
-        if existing is None:
-            values = running_values(config, worker, purpose)
-            insert = trials_table.insert().values(
-                study_id=study_id, number=take_number(conn, study_id), config_key=key, **values
-            )
-            return trial_record(conn.execute(insert.returning(trials_table)).mappings().one())
+        wanted = {key: config for key, config in reversed(configs)}  # the first config of a repeated key
+        keys = list(dict.fromkeys(key for key, _ in configs))
+        existing: dict[str, sa.RowMapping] = {}
+        for chunk in _chunks(keys):
+            query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key.in_(chunk))
+            existing.update((row["config_key"], row) for row in conn.execute(query).mappings())
+        fresh = [key for key in keys if key not in existing]
+        inserted: dict[str, Trial] = {}
+        if fresh:
+            first = take_number(conn, study_id, len(fresh))
+            rows = [dict(study_id=study_id, number=first + index, config_key=key, **running_values(wanted[key], worker, purpose))
+                    for index, key in enumerate(fresh)]
+            for chunk in _chunks(rows):
+                for row in conn.execute(trials_table.insert().values(chunk).returning(trials_table)).mappings():
+                    inserted[row["config_key"]] = trial_record(row)
+        claimed = (inserted.get(key) or self._retake(conn, existing[key], wanted[key], worker, purpose) for key in keys)
+        return [trial for trial in claimed if trial is not None]
+
+    def _retake(
+        self, conn: Connection, existing: sa.RowMapping, config: dict[str, Any], worker: str, purpose: str
+    ) -> Trial | None:
+        """Take over a retryable failed trial or an unusable one (damaged, or its config not in
+        the study's space); None if the key is taken."""
+        t = trials_table.c
         checked = checked_trial(existing, self._spaces.get(existing["space_sha256"]))
         retryable = isinstance(checked, Trial) and checked.state is TrialState.FAILED and checked.retryable
         if isinstance(checked, Trial) and not retryable:
@@ -475,6 +514,17 @@ class Store:
 def _with_space(query: sa.Select[Any]) -> sa.Select[Any]:
     """``query`` of trials, each row with its study's space_sha256."""
     return query.add_columns(studies.c.space_sha256).join(studies, studies.c.id == trials_table.c.study_id)
+
+
+def _finite_or_none(value: Any) -> float | None:
+    """A best value read back: a finite float, else None (SQLite stores whatever it was given)."""
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    """Slices small enough for any database's limit on bound parameters per statement."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 def _warn_on_stderr(message: str) -> None:

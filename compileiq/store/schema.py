@@ -96,18 +96,18 @@ def _db_now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 
-def take_number(conn: Connection, study_id: int) -> int:
-    """The study's next trial number, taken in ``conn``'s transaction."""
+def take_number(conn: Connection, study_id: int, count: int = 1) -> int:
+    """The first of the study's next ``count`` trial numbers, taken in ``conn``'s transaction."""
     bump = (
         studies.update()
         .where(studies.c.id == study_id)
-        .values(next_number=studies.c.next_number + 1)
+        .values(next_number=studies.c.next_number + count)
         .returning(studies.c.next_number)
     )
     taken = conn.execute(bump).scalar_one_or_none()
     if taken is None:
         raise StoreError(f"no study with id {study_id}")
-    return int(taken) - 1
+    return int(taken) - count
 
 
 def final_failure(t: Any) -> sa.ColumnElement[bool]:

@@ -1,0 +1,374 @@
+"""Benchmark (issue 11, item 4): how many compile slots one tuning driver keeps busy.
+
+The real tuner, searcher (bayes, ET) and store run unchanged; only the workers are simulated at
+the seam the tuner already has (`open_workers`): every variant "compiles" by sleeping a fixed,
+ptxas-like time (uniform in --task-ms, fixed per variant) and returns a copy of the kernel's real
+baseline build with a code hash and register count of its own. Slots are threads, or Ray actor
+slots (`--backend ray`: actors with max_concurrency on an embedded Ray given fake CPUs; sleeping
+tasks need no real cores).
+
+Reported per slot count: the driver's sustained trials/s, slot utilisation (sleep time over
+slots x wall, after the baseline), the searcher's ms per ask and per tell, the database's ms per
+trial in the loop and its write rate alone (claim + finish), trials per CPU-second of the driver
+process (its ceiling on a core of its own, whatever the machine's load), and the profile's top
+entries with --profile.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/driver_scaling.py [--slots 8 32 128] [--db sqlite]
+        [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend threads]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import io
+import pstats
+import random
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Self
+
+import sqlalchemy as sa
+from common import ROOT, machine
+
+from compileiq.app import TuneOptions, tuning_space
+from compileiq.compile import (
+    AssembleJob,
+    Build,
+    ExecutableBuild,
+    ExecutableJob,
+    FrontendJob,
+    PtxResult,
+    assemble,
+    emit_ptx,
+)
+from compileiq.kernel import bundle_sources, load_spec
+from compileiq.runner import SilentProgress
+from compileiq.search import Searcher, SearchSettings
+from compileiq.store import Store, TrialState
+from compileiq.toolchain import find_toolchain
+from compileiq.tuner import Tuner, TuneRequest
+from compileiq.workers import VariantJob, VariantResult
+
+KERNEL = ROOT / "kernels" / "sgemm" / "sgemm.cu"
+
+
+@dataclass(frozen=True)
+class Template:
+    """The kernel's real baseline: what every simulated variant returns, varied a little."""
+
+    ptx: PtxResult
+    build: Build
+
+
+def real_template(kernel: Path) -> tuple[Template, Any, Any, Any]:
+    spec, tools = load_spec(kernel), find_toolchain()
+    space = tuning_space(spec, tools, TuneOptions(kernel=kernel))
+    bundle = bundle_sources(spec, tools.nvcc)
+    default = space.default_config()
+    frontend = FrontendJob(tools.nvcc, bundle, spec.arch, (*space.frontend_args(default), *spec.fixed_define_args()),
+                           spec.compile_timeout_s)
+    ptx = emit_ptx(frontend)
+    build = assemble(AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(default), spec.compile_timeout_s), ptx)
+    if not build.ok:
+        raise SystemExit(f"the baseline of {kernel.name} does not build: {build.message}")
+    return Template(ptx, build), spec, space, (tools, bundle)
+
+
+def fake_build(template: Template, job: VariantJob, seconds: float) -> Build:
+    digest = hashlib.sha256(repr((job.frontend.args, job.assemble.args)).encode()).digest()
+    shift = digest[0] % 17 - 8
+    entries = tuple(replace(e, registers=max(16, e.registers + shift), instructions=e.instructions + digest[1] % 64)
+                    for e in template.build.entries)
+    return replace(template.build, entries=entries, code_hash=digest.hex(), cubin=b"", seconds=seconds)
+
+
+def task_seconds(job: VariantJob, low_ms: float, high_ms: float) -> float:
+    digest = hashlib.sha256(repr(job.assemble.args).encode() + repr(job.frontend.args).encode()).digest()
+    return (low_ms + (high_ms - low_ms) * digest[2] / 255) / 1000
+
+
+class Slots:
+    """Where sleeping tasks run: `submit(seconds) -> handle`, `ready(handles) -> done handles`."""
+
+    def submit(self, seconds: float) -> Any: ...
+
+    def ready(self, handles: Sequence[Any]) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class ThreadSlots(Slots):
+    def __init__(self, slots: int) -> None:
+        self._pool = ThreadPoolExecutor(slots, thread_name_prefix="slot")
+
+    def submit(self, seconds: float) -> Future[float]:
+        return self._pool.submit(time.sleep, seconds)
+
+    def ready(self, handles: Sequence[Any]) -> list[Any]:
+        done, _ = wait(handles, return_when=FIRST_COMPLETED)
+        return list(done)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class RaySlots(Slots):
+    """`nodes` actors with slots/nodes concurrent calls each on an embedded Ray with fake CPUs."""
+
+    def __init__(self, slots: int, nodes: int = 4) -> None:
+        import ray
+
+        from compileiq.workers import LOOPBACK_ENV
+
+        ray.init(num_cpus=slots, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+                 runtime_env={"env_vars": dict(LOOPBACK_ENV)}, logging_level="ERROR")
+
+        class Sleeper:
+            def sleep(self, seconds: float) -> float:
+                time.sleep(seconds)
+                return seconds
+
+        per = max(1, slots // nodes)
+        actor = ray.remote(num_cpus=per, max_concurrency=per)(Sleeper)
+        self._ray = ray
+        self._actors = [actor.remote() for _ in range(nodes)]
+        ray.get([a.sleep.remote(0) for a in self._actors])
+        self._next = 0
+
+    def submit(self, seconds: float) -> Any:
+        self._next = (self._next + 1) % len(self._actors)
+        return self._actors[self._next].sleep.remote(seconds)
+
+    def ready(self, handles: Sequence[Any]) -> list[Any]:
+        done, _ = self._ray.wait(list(handles), num_returns=1)
+        more, _ = self._ray.wait(list(handles), num_returns=len(handles), timeout=0)
+        return list({*done, *more})
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+class SimulatedWorkers:
+    """A `Workers` whose compiles sleep: the tuner's seam to the compiler, nothing else replaced."""
+
+    def __init__(self, slots: Slots, count: int, template: Template, task_ms: tuple[float, float]) -> None:
+        self._slots, self._count, self._template, self._task_ms = slots, count, template, task_ms
+        self._frontends: set[FrontendJob] = set()
+        self.calls = 0
+        self.busy_s = 0.0  # summed sleep of tasks after the first call (the baseline alone)
+        self.first_submit: float | None = None
+        self.last_done = 0.0
+        self.lock = threading.Lock()
+
+    @property
+    def description(self) -> str:
+        return f"simulated ({self._count} slots)"
+
+    def run(self, jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
+            ) -> Iterator[VariantResult]:
+        self.calls += 1
+        steady = self.calls > 1
+        if steady and self.first_submit is None:
+            self.first_submit = time.perf_counter()
+        pending: dict[Any, tuple[VariantJob, float]] = {}
+
+        def submit(batch: Sequence[VariantJob]) -> None:
+            for job in batch:
+                seconds = task_seconds(job, *self._task_ms)
+                pending[self._slots.submit(seconds)] = (job, seconds)
+
+        submit(jobs)
+        while pending:
+            for handle in self._slots.ready(list(pending)):
+                job, seconds = pending.pop(handle)
+                if steady:
+                    self.busy_s += seconds
+                    self.last_done = time.perf_counter()
+                fresh = job.frontend not in self._frontends
+                self._frontends.add(job.frontend)
+                yield VariantResult(job.tag, self._template.ptx, fake_build(self._template, job, seconds), fresh)
+                if more is not None:
+                    submit(more())
+
+    def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Timers:
+    """Wall time spent in chosen methods (patched for the run, restored after)."""
+
+    def __init__(self, targets: dict[str, tuple[Any, str]]) -> None:
+        self.seconds = dict.fromkeys(targets, 0.0)
+        self.calls = dict.fromkeys(targets, 0)
+        self._originals = {name: (owner, attr, getattr(owner, attr)) for name, (owner, attr) in targets.items()}
+
+    def __enter__(self) -> Self:
+        for name, (owner, attr, original) in self._originals.items():
+            setattr(owner, attr, self._timed(name, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, attr, original in self._originals.values():
+            setattr(owner, attr, original)
+
+    def _timed(self, name: str, function: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+                self.calls[name] += 1
+
+        return timed
+
+    def per_call_ms(self, name: str) -> float:
+        return 1000 * self.seconds[name] / max(self.calls[name], 1)
+
+
+def database(kind: str) -> tuple[str, Callable[[], None]]:
+    """A fresh database: `sqlite` (a temporary file) or a PostgreSQL admin URL (a new database)."""
+    if kind == "sqlite":
+        return f"sqlite:///{Path(tempfile.mkdtemp(prefix='ciq-scale-')) / 'bench.db'}", lambda: None
+    admin = sa.make_url(kind)
+    name = f"ciq_bench_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        engine.dispose()
+
+    return admin.set(database=name).render_as_string(hide_password=False), drop
+
+
+def write_rate(url: str, space: Any, count: int = 512) -> float:
+    """Trials claimed (batches of 64) and finished (one transaction each) per second, alone."""
+    from compileiq.store import StudyKey
+
+    store = Store.open(url)
+    try:
+        key = StudyKey("bench", "0" * 64, space.id, space.sha256, "nvcc", "sm_90", "static", "static")
+        study = store.get_or_create_study(key, f"write-rate-{uuid.uuid4().hex[:8]}")
+        configs = list(random_configs(space, count))
+        start = time.perf_counter()
+        for first in range(0, count, 64):
+            for trial in store.claim_trials(study.id, configs[first:first + 64], "bench:1"):
+                store.finish_trial(trial.id, state=TrialState.COMPLETE, value=1.0, reason=None,
+                                   metrics={"registers": 32}, code_hash="ab" * 32, compile_seconds=0.1)
+        return count / (time.perf_counter() - start)
+    finally:
+        store.close()
+
+
+def random_configs(space: Any, count: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    searcher = Searcher(space, SearchSettings(strategy="random", seed=1))
+    for config in searcher.ask(count):
+        yield config.key, config.as_dict()
+
+
+@dataclass(frozen=True)
+class Row:
+    db: str
+    mode: str
+    slots: int
+    in_flight: int
+    trials: int
+    wall_s: float
+    trials_per_s: float
+    utilisation: float
+    ask_ms: float
+    tell_ms: float
+    db_ms_per_trial: float
+    db_writes_per_s: float
+    trials_per_cpu_s: float  # the driver process's CPU (a PostgreSQL server's own is not counted)
+
+
+def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, template: Template, spec: Any,
+            space: Any, tools_bundle: Any) -> tuple[Row, str]:
+    tools, bundle = tools_bundle
+    url, drop = database(db)
+    store = Store.open(url)
+    in_flight = max(1, round(slots * args.in_flight))
+    budget = slots * args.trials_per_slot
+    request = TuneRequest(kernel=spec, space=space, objective="static", budget=budget,
+                          search=SearchSettings(seed=1), batch_size=in_flight, simplify=False, ablate=False,
+                          stream=stream)
+    pool: Slots = RaySlots(slots) if args.backend == "ray" else ThreadSlots(slots)
+    workers = SimulatedWorkers(pool, slots, template, (args.task_ms[0], args.task_ms[1]))
+    timers = Timers({"ask": (Searcher, "ask"), "tell": (Searcher, "tell"), "claim": (Store, "claim_trials"),
+                     "finish": (Store, "finish_trial"), "read": (Store, "trials")})
+    profile = cProfile.Profile() if args.profile else None
+    try:
+        with timers:
+            start, cpu = time.perf_counter(), time.process_time()
+            if profile:
+                profile.enable()
+            result = Tuner(request, store, tools, lambda: workers, SilentProgress(), bundle=bundle).run()
+            if profile:
+                profile.disable()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        steady = (workers.last_done - workers.first_submit) if workers.first_submit else float("nan")
+        trials = result.counters.new_trials
+        db_s = sum(timers.seconds[k] for k in ("claim", "finish", "read"))
+        rate = write_rate(url, space)
+    finally:
+        pool.close()
+        store.close()
+        drop()
+    row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
+              workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.per_call_ms("tell"),
+              1000 * db_s / max(trials, 1), rate, trials / cpu)
+    text = ""
+    if profile:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("compileiq", 30)
+        text = out.getvalue()
+    return row, text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", type=Path, default=KERNEL)
+    parser.add_argument("--slots", type=int, nargs="+", default=[8, 32, 128])
+    parser.add_argument("--db", action="append", help="sqlite, or a PostgreSQL URL allowed to CREATE DATABASE")
+    parser.add_argument("--trials-per-slot", type=int, default=12)
+    parser.add_argument("--in-flight", type=float, default=1.0, help="--batch-size as a multiple of the slots")
+    parser.add_argument("--mode", choices=("batch", "stream"), nargs="+", default=["batch", "stream"])
+    parser.add_argument("--task-ms", type=float, nargs=2, default=[50.0, 150.0])
+    parser.add_argument("--backend", choices=("threads", "ray"), default="threads")
+    parser.add_argument("--profile", action="store_true", help="cProfile the driver; print its top entries")
+    args = parser.parse_args()
+    random.seed(0)
+    template, spec, space, tools_bundle = real_template(args.kernel)
+    print(f"machine: {machine()}; kernel {args.kernel.name}, space of {space.size():,} configs, tasks "
+          f"{args.task_ms[0]:g}-{args.task_ms[1]:g} ms, {args.backend}, batch size = {args.in_flight:g} x slots")
+    print(f"{'db':10} {'mode':6} {'slots':>5} {'batch':>5} {'trials':>6} {'wall s':>6} {'trials/s':>8} {'busy':>5} "
+          f"{'ask ms':>7} {'tell ms':>7} {'db ms/trial':>11} {'db writes/s':>11} {'trials/CPU-s':>12}")
+    profiles = []
+    for db in args.db or ["sqlite"]:
+        for mode, slots in [(mode, slots) for slots in args.slots for mode in args.mode]:
+            row, text = run_one(args, db, slots, mode == "stream", template, spec, space, tools_bundle)
+            print(f"{row.db:10} {row.mode:6} {row.slots:5d} {row.in_flight:5d} {row.trials:6d} {row.wall_s:6.1f} "
+                  f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.tell_ms:7.1f} "
+                  f"{row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} {row.trials_per_cpu_s:12.0f}", flush=True)
+            if text:
+                profiles.append(f"--- {row.db}, {mode}, {slots} slots ---\n{text}")
+    print("\n".join(profiles))
+
+
+if __name__ == "__main__":
+    main()
