@@ -59,6 +59,7 @@ class LoopbackCluster:
 
     root: Path  # short: Ray's Unix socket paths are limited to ~107 characters
     node_env: dict[str, str] = field(default_factory=dict)  # every node's processes inherit these
+    prefix: list[str] = field(default_factory=list)  # a wrapper for each `ray start` (e.g. strace)
     nodes: list[Node] = field(default_factory=list)
     address: str = ""
     dashboard: str = ""
@@ -115,7 +116,7 @@ class LoopbackCluster:
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
         low = free_port()
-        argv = [str(Path(sys.executable).with_name("ray")), "start", *args, "--block",
+        argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")), "start", *args, "--block",
                 f"--node-ip-address={ip}", f"--num-cpus={num_cpus}", "--disable-usage-stats",
                 f"--temp-dir={temp}", f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
                 f"--min-worker-port={low}", f"--max-worker-port={low + 40}", f"--metrics-export-port={free_port()}",
