@@ -70,9 +70,9 @@ class LoopbackCluster:
         args = [f"--port={port}", "--head", f"--ray-client-server-port={free_port()}", "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={dash}", f"--include-dashboard={str(dashboard).lower()}"]
         self.dashboard = f"http://127.0.0.1:{dash}"
-        self._start("head", args, num_cpus, HEAD_IP)
+        head = self._start("head", args, num_cpus, HEAD_IP)
         self.address = f"{HEAD_IP}:{port}"
-        _wait_for_port(port, self.nodes[0])
+        _wait_for_port(port, head)
         return self.address
 
     def add_node(self, name: str, num_cpus: int, num_gpus: int = 0) -> Node:
@@ -89,10 +89,7 @@ class LoopbackCluster:
 
     def kill(self, node: Node) -> None:
         """The node dies at once, as a machine that loses power: raylet, workers and their children."""
-        try:
-            os.killpg(node.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(node)
         node.process.wait(timeout=30)
 
     def stop(self) -> None:
@@ -104,32 +101,57 @@ class LoopbackCluster:
                 node.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-            try:
-                os.killpg(node.process.pid, signal.SIGKILL)  # stragglers of this node's session only
-            except ProcessLookupError:
-                pass
+            _kill_group(node)  # stragglers of this node's session only
 
     def logs(self) -> str:
         return "\n".join(f"--- {n.name}\n{n.log.read_text()[-2000:]}" for n in self.nodes if n.log.exists())
 
     def _start(self, name: str, args: list[str], num_cpus: int, ip: str) -> Node:
+        """Start the node and wait until it says it runs; a node that gives up (a joining raylet
+        whose first call to a busy head times out) is started once more."""
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
         low = free_port()
-        argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")), "start", *args, "--block",
-                f"--node-ip-address={ip}", f"--num-cpus={num_cpus}", "--disable-usage-stats",
-                f"--temp-dir={temp}", f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-                f"--min-worker-port={low}", f"--max-worker-port={low + 40}", f"--metrics-export-port={free_port()}",
-                f"--runtime-env-agent-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-                f"--dashboard-agent-grpc-port={free_port()}"]
-        log = self.root / f"{name}.log"
-        with log.open("w") as stream:
-            env = ray_env({**self.node_env, "CIQ_TEST_NODE": name, **_cluster_flag(ip)})
-            process = subprocess.Popen(argv, env=env, stdout=stream,
-                                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        node = Node(name, ip, process, log)
+        argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")),
+                "start", *args, "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
+                "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={free_port()}",
+                f"--object-manager-port={free_port()}", f"--min-worker-port={low}", f"--max-worker-port={low + 40}",
+                f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}"]
+        env = ray_env({**self.node_env, "CIQ_TEST_NODE": name, **_cluster_flag(ip)})
+        for attempt in (1, 2):
+            node = self._launch(name, ip, argv, env, attempt)
+            if _started(node):
+                break
+            _kill_group(node)
         self.nodes.append(node)
         return node
+
+    def _launch(self, name: str, ip: str, argv: list[str], env: dict[str, str], attempt: int) -> Node:
+        log = self.root / f"{name}.{attempt}.log"
+        with log.open("w") as stream:
+            process = subprocess.Popen(argv, env=env, stdout=stream, stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True)
+        return Node(name, ip, process, log)
+
+
+def _kill_group(node: Node) -> None:
+    try:
+        os.killpg(node.process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _started(node: Node, timeout_s: float = 240) -> bool:
+    """True once `ray start` says the node runs; False if it exited first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "Ray runtime started" in node.log.read_text():
+            return True
+        if node.process.poll() is not None:
+            return False
+        time.sleep(0.5)
+    raise AssertionError(f"Ray node {node.name} did not start within {timeout_s} s: {node.log.read_text()[-3000:]}")
 
 
 def _cluster_flag(ip: str) -> dict[str, str]:

@@ -23,8 +23,7 @@ from ray_cluster import LoopbackCluster, ray_env
 
 from compileiq.store import Store
 from compileiq.toolchain import find_toolchain
-
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+from compileiq.workers import LOOPBACK_ENV, ray_environment
 
 LOOPBACK_ONLY = Path("/work/shared/bin/loopback-only")
 ARCH = "sm_90"
@@ -127,6 +126,8 @@ def _tune(cluster: LoopbackCluster, kernel: Path, cuda: Path, objective: str, pr
                    timeout=400, prefix=prefix)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_compiles_spread_over_the_nodes_and_each_trial_names_its_node(
     cluster: LoopbackCluster, kernel: Path, tmp_path: Path
 ) -> None:
@@ -153,6 +154,8 @@ def test_compiles_spread_over_the_nodes_and_each_trial_names_its_node(
     assert Counter({ip.partition("/")[0]: n for ip, n in recorded.items()}) == Counter(
         {ips[name]: n for name, n in by_node.items()}), (recorded, by_node)
     assert "compiled on 3 Ray nodes: " in result.stdout, result.describe()
+    # the sources and the one front end's PTX were put into the object store once, not sent per task
+    assert "(source bundle 1x, PTX 1x)" in result.stdout, result.describe()
 
     shown = run_cli(["show", study.name, "--db", f"sqlite:///{kernel.parent / 'ciq.db'}"], cwd=kernel.parent)
     assert shown.returncode == 0, shown.describe()
@@ -160,6 +163,8 @@ def test_compiles_spread_over_the_nodes_and_each_trial_names_its_node(
     assert f"compiled on 3 Ray nodes: {spread}" in shown.stdout, shown.describe()
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_one_measuring_actor_on_the_one_gpu_node(cluster: LoopbackCluster, kernel: Path, tmp_path: Path) -> None:
     cuda = _fake_cuda(tmp_path / "cuda", ptxas_sleep_s=0.0)
     measure_log = Path(cluster.node_env["CIQ_MEASURE_LOG"])
@@ -172,10 +177,13 @@ def test_one_measuring_actor_on_the_one_gpu_node(cluster: LoopbackCluster, kerne
     assert {node for node, _, _ in runs} == {"gpu"}  # measured only where the GPU is
     assert len({actor for _, actor, _ in runs}) == 1  # by one actor process
     assert {gpus for _, _, gpus in runs} == {"0"}  # holding that node's one GPU
-    built = set((cuda / "executables.log").read_text().split())
-    assert built <= {"head", "cpu", "gpu"}  # executables are built on any CPU
+    built = (cuda / "executables.log").read_text().split()
+    assert len(built) >= 2 and set(built) <= {"head", "cpu", "gpu"}  # executables are built on any CPU
+    assert "(source bundle 1x, PTX 1x)" in result.stdout, result.describe()  # one bundle for PTX and executables
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_a_worker_node_killed_mid_run_loses_no_trial(
     cluster: LoopbackCluster, kernel: Path, tmp_path: Path
 ) -> None:
@@ -215,6 +223,8 @@ def test_a_worker_node_killed_mid_run_loses_no_trial(
     assert not any(str(t.metrics["node"]) == "" for t in trials)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
 @pytest.mark.skipif(not LOOPBACK_ONLY.is_file() or shutil.which("strace") is None,
                     reason="needs /work/shared/bin/loopback-only and strace")
 def test_a_cluster_run_stays_on_loopback(cluster: LoopbackCluster, kernel: Path, tmp_path: Path) -> None:
@@ -223,3 +233,13 @@ def test_a_cluster_run_stays_on_loopback(cluster: LoopbackCluster, kernel: Path,
     assert result.returncode == 0, result.describe()
     assert "no connection outside loopback" in result.stderr, result.describe()
 
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2:6379", "127.0.0.1:6379", "localhost:6379", "[::1]:6379", "auto"])
+def test_a_cluster_on_this_machine_gets_the_loopback_settings(address: str) -> None:
+    """Any loopback address (a test cluster's head is on 127.0.0.2) keeps the driver on loopback."""
+    assert ray_environment(address) == LOOPBACK_ENV
+
+
+def test_a_cluster_elsewhere_only_gets_usage_stats_off() -> None:
+    assert ray_environment("10.1.2.3:6379") == {"RAY_USAGE_STATS_ENABLED": "0"}
