@@ -94,8 +94,11 @@ class LoopbackCluster:
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
-            if node.process.poll() is None:
-                node.process.send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes
+            if node.process.poll() is None:  # `ray start --block` stops its node (a wrapper flushes its log)
+                try:
+                    os.killpg(node.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for node in reversed(self.nodes):
             try:
                 node.process.wait(timeout=30)

@@ -9,6 +9,7 @@ prints a harness result: the GPU faked at the process boundary, as in test_gpu_a
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -243,3 +244,34 @@ def test_a_cluster_on_this_machine_gets_the_loopback_settings(address: str) -> N
 
 def test_a_cluster_elsewhere_only_gets_usage_stats_off() -> None:
     assert ray_environment("10.1.2.3:6379") == {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+OUTSIDE = re.compile(r'sa_family=AF_INET6?, .*?(?:inet_addr\("(?!127\.)[^"]+"\)|inet_pton\(AF_INET6, "(?!::1"|::ffff:127\.)[^"]+")')
+ROUTE_PROBE = 'sin_port=htons(53), sin_addr=inet_addr("8.8.8.8")'
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_every_node_sends_nothing_outside_loopback(kernel: Path, tmp_path: Path) -> None:
+    """Each node under strace while a tune runs on the cluster. The one call outside loopback Ray
+    2.60 makes on a joining node is its route probe: a UDP connect() to 8.8.8.8:53 that sends no
+    datagram (Python's way to ask the kernel which local address routes outward)."""
+    root = Path(tempfile.mkdtemp(prefix="ciqs", dir="/tmp"))
+    trace = ["strace", "-f", "-qq", "-e", "trace=connect,sendto,sendmsg", "-e", "signal=none",
+             "-o", str(root / "{node}.strace")]
+    cluster = LoopbackCluster(root, prefix=trace)
+    cuda = _fake_cuda(tmp_path / "cuda", ptxas_sleep_s=0.0)
+    try:
+        cluster.start_head(num_cpus=1)
+        cluster.add_node("cpu", num_cpus=1)
+        cluster.wait_for_nodes(2)
+        result = _tune(cluster, kernel, cuda, "instructions")
+        assert result.returncode == 0, result.describe() + cluster.logs()
+    finally:
+        cluster.stop()
+        lines = [line for log in sorted(root.glob("*.strace")) for line in log.read_text().splitlines()]
+        shutil.rmtree(root, ignore_errors=True)
+    outside = [line for line in lines if OUTSIDE.search(line)]
+    assert len(lines) > 20  # the trace saw the nodes' own loopback traffic
+    assert all(line.split(None, 1)[1].startswith("connect(") and ROUTE_PROBE in line for line in outside), outside
