@@ -29,10 +29,11 @@ from compileiq.metrics import Evaluation
 from compileiq.space import Config, SearchSpace
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
 from compileiq.toolchain import Toolchain
-from compileiq.workers import VariantJob, VariantResult, Workers
+from compileiq.workers import Transfers, VariantJob, VariantResult, Workers
 
 HEARTBEAT_EVERY_S = 10.0
 TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler timed out or crashed
+NODE_KEY = "node"  # in a trial's metrics: the Ray node whose ptxas built it ("IP/node-id")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class RunCounters:
 
     frontend_seconds: float = 0.0
     ptxas_seconds: float = 0.0
+    nodes: dict[str, int] = field(default_factory=dict)  # Ray node -> variants its ptxas built this run
+    transfers: Transfers = field(default_factory=Transfers)  # what the driver shipped to the workers
 
     @property
     def compiler_calls(self) -> int:
@@ -198,6 +201,7 @@ class TrialRunner:
 
     def close(self) -> None:
         if self._workers is not None:
+            self.counters.transfers = self._workers.transfers
             self._workers.close()
             self._workers = None
 
@@ -260,11 +264,13 @@ class TrialRunner:
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
         counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
+        if result.node:
+            counters.nodes[result.node] = counters.nodes.get(result.node, 0) + 1
         record = _build_record(build_key, result.build) if result.build.status.deterministic else None
-        return self._record(trial, result.build, "compiled", record)
+        return self._record(trial, result.build, "compiled", record, result.node)
 
     def _record(
-        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None
+        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None, node: str = ""
     ) -> Trial:
         """Evaluate and finish the trial; `record` (a fresh build) is cached in the same write."""
         self.origins[trial.id] = source
@@ -275,6 +281,8 @@ class TrialRunner:
         metrics = evaluation.metrics
         if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
             metrics = {**metrics, TRANSIENT_KEY: build.status.value}
+        if node:
+            metrics = {**metrics, NODE_KEY: node}
         finished = self._store.finish_trial(
             trial.id,
             state=TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,

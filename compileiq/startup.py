@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from compileiq.runner import Outcome, Progress
-from compileiq.workers import LocalWorkers, Workers
+from compileiq.workers import LocalWorkers, More, Transfers, Workers
 
 if TYPE_CHECKING:
     from compileiq.compile import ExecutableBuild, ExecutableJob
@@ -94,12 +94,17 @@ class EarlyWorkers:
             return self._workers.description
         return "Ray (starting; meanwhile the first variants compile on a local thread)"
 
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
+    @property
+    def transfers(self) -> Transfers:
+        """What went to the real workers (the local threads ship nothing)."""
+        return self._workers.transfers if self._workers is not None else Transfers()
+
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
         if not self._ready.is_set() and len(jobs) <= self._local_threads:
             if self._local is None:
                 self._local = LocalWorkers(self._local_threads)
-            return self._local.run(jobs)
-        return self.ready().run(jobs)
+            return self._local.run(jobs, more)
+        return self.ready().run(jobs, more)
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         return self.ready().build_executables(jobs)

@@ -6,18 +6,21 @@ Jobs and results are plain frozen dataclasses of bytes, so nothing assumes a sha
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
+import pickle
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from compileiq.compile import (
     AssembleJob,
     Build,
+    BuildStatus,
     ExecutableBuild,
     ExecutableJob,
     FrontendJob,
@@ -27,6 +30,7 @@ from compileiq.compile import (
     emit_ptx,
 )
 from compileiq.errors import CompileIQError, UsageError
+from compileiq.kernel import SourceBundle
 from compileiq.measure import HarnessResult, LocalMeasurer, Measurer, RunResult, gpu_count
 
 TASK_RETRIES = 3
@@ -65,6 +69,19 @@ class VariantResult:
     ptx: PtxResult
     build: Build
     ptx_compiled: bool  # True on exactly one result per front end compiled by this run() call
+    node: str = ""  # where ptxas ran: "IP/node-id" on Ray, "" on local threads
+
+
+@dataclass
+class Transfers:
+    """What the driver handed to Ray, in serialised bytes: data put into the object store once
+    (each node pulls it once) and the arguments carried by each task."""
+
+    bundle_puts: int = 0
+    ptx_puts: int = 0
+    put_bytes: int = 0
+    tasks: int = 0
+    task_bytes: int = 0
 
 
 More = Callable[[], Sequence[VariantJob]]  # asked after each result: jobs to start now (streaming)
@@ -80,6 +97,9 @@ class Workers(Protocol):
     @property
     def description(self) -> str: ...
 
+    @property
+    def transfers(self) -> Transfers: ...
+
 
 class LocalWorkers:
     """Threads on this machine: no cluster start-up cost."""
@@ -88,6 +108,7 @@ class LocalWorkers:
         self._threads = threads or max(1, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="compileiq")
         self._ptx: dict[FrontendJob, Future[PtxResult]] = {}
+        self.transfers = Transfers()  # nothing leaves this process
 
     @property
     def description(self) -> str:
@@ -127,7 +148,10 @@ class LocalWorkers:
 
 
 class RayWorkers:
-    """Compile tasks on Ray: an embedded local instance, or a cluster joined by address."""
+    """Compile tasks on Ray: an embedded local instance, or a cluster joined by address.
+
+    The source bundle and each front end's PTX are put into Ray's object store once and passed to
+    tasks by reference, so each node pulls them once, not once per task."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         env = ray_environment(address)
@@ -138,42 +162,98 @@ class RayWorkers:
         if address:
             _check_reachable(address)
         _init_ray(ray, address, num_cpus, env)
-        self._emit = ray.remote(max_retries=TASK_RETRIES)(emit_ptx)
-        self._assemble = ray.remote(max_retries=TASK_RETRIES)(assemble)
-        self._executable = ray.remote(max_retries=TASK_RETRIES)(build_executable)
-        self._ptx: dict[FrontendJob, Any] = {}
+        self._emit = ray.remote(max_retries=TASK_RETRIES)(_emit_on_node)
+        self._assemble = ray.remote(max_retries=TASK_RETRIES)(_assemble_on_node)
+        self._executable = ray.remote(max_retries=TASK_RETRIES)(_executable_on_node)
+        self._bundles: dict[str, Any] = {}  # bundle sha256 -> its object ref
+        self._emitted: dict[FrontendJob, Any] = {}  # front end -> its emit task's ref
+        self._ptx: dict[FrontendJob, tuple[PtxResult, Any]] = {}  # front end -> PTX and its object ref
+        self._node_names: dict[str, str] = {}
+        self.transfers = Transfers()
 
     @property
     def description(self) -> str:
         cpus = int(self._ray.cluster_resources().get("CPU", 0))
+        nodes = sum(1 for node in self._ray.nodes() if node.get("Alive"))
         where = f"cluster at {self._address}" if self._address else "embedded local Ray"
-        return f"{where} ({cpus} CPUs)"
+        return f"{where} ({cpus} CPUs" + (f" on {nodes} nodes)" if nodes > 1 else ")")
 
     def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
-        """Results as they complete; after each, the jobs `more` returns start too."""
+        """Results as they complete; after each, the jobs `more` returns start too. Each front
+        end's PTX goes into the object store once; its variants start when it arrives."""
         fresh: set[FrontendJob] = set()
+        groups: dict[FrontendJob, list[VariantJob]] = {}
+        waiting: dict[Any, FrontendJob] = {}
         pending: dict[Any, VariantJob] = {}
 
-        def submit(batch: Sequence[VariantJob]) -> None:
-            for frontend in {job.frontend for job in batch if job.frontend not in self._ptx}:
-                self._ptx[frontend] = self._emit.remote(frontend)
-                fresh.add(frontend)
-            pending.update({self._assemble.remote(job.assemble, self._ptx[job.frontend]): job for job in batch})
+        def add(batch: Sequence[VariantJob]) -> Iterator[VariantResult]:
+            ready: dict[FrontendJob, list[VariantJob]] = {}
+            for job in batch:
+                frontend = job.frontend
+                if frontend not in self._emitted:
+                    bundle = self._bundle_ref(frontend.bundle)
+                    self._emitted[frontend] = self._task(self._emit, bundle, _light(frontend))
+                    fresh.add(frontend)
+                if frontend in self._ptx:
+                    ready.setdefault(frontend, []).append(job)
+                else:
+                    groups.setdefault(frontend, []).append(job)
+                    waiting[self._emitted[frontend]] = frontend
+            for group in ready.values():
+                yield from self._submit(group, pending, fresh)
 
-        submit(jobs)
-        while pending:
-            ready, _ = self._ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                job = pending.pop(ref)
-                build = self._get(ref)
-                ptx = self._get(self._ptx[job.frontend])
-                yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
-                if more is not None:
-                    submit(more())
+        yield from add(jobs)
+        while waiting or pending:
+            [ref], _ = self._ray.wait([*waiting, *pending], num_returns=1)
+            if ref in waiting:
+                frontend = waiting.pop(ref)
+                ptx, _node = self._get(ref)
+                self._ptx[frontend] = (ptx, self._put(ptx) if ptx.status is BuildStatus.OK else None)
+                self.transfers.ptx_puts += int(ptx.status is BuildStatus.OK)
+                yield from self._submit(groups.pop(frontend), pending, fresh)
+                continue
+            job = pending.pop(ref)
+            build, node = self._get(ref)
+            ptx = self._ptx[job.frontend][0]
+            yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh), self._node_name(node))
+            if more is not None:
+                yield from add(more())
+
+    def _submit(self, group: list[VariantJob], pending: dict[Any, VariantJob],
+                fresh: set[FrontendJob]) -> Iterator[VariantResult]:
+        """Start ptxas for each variant of one front end; a front end that failed fails them here."""
+        ptx, ref = self._ptx[group[0].frontend]
+        for job in group:
+            if ref is None:
+                yield VariantResult(job.tag, ptx, assemble(job.assemble, ptx), _first_of(job.frontend, fresh))
+            else:
+                pending[self._task(self._assemble, job.assemble, ref)] = job
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables built on Ray CPU workers, in the order of `jobs`."""
-        return [self._get(ref) for ref in [self._executable.remote(job) for job in jobs]]
+        refs = [self._task(self._executable, self._bundle_ref(job.bundle), _light(job)) for job in jobs]
+        return [self._get(ref) for ref in refs]
+
+    def _node_name(self, node_id: str) -> str:
+        """"IP/first 8 hex digits of the node id" (nodes may share an IP)."""
+        if node_id not in self._node_names:
+            self._node_names.update({n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in self._ray.nodes()})
+        return self._node_names.get(node_id, node_id[:8])
+
+    def _bundle_ref(self, bundle: SourceBundle) -> Any:
+        if bundle.sha256 not in self._bundles:
+            self._bundles[bundle.sha256] = self._put(bundle)
+            self.transfers.bundle_puts += 1
+        return self._bundles[bundle.sha256]
+
+    def _put(self, value: Any) -> Any:
+        self.transfers.put_bytes += _serialised_size(value)
+        return self._ray.put(value)
+
+    def _task(self, remote: Any, *args: Any) -> Any:
+        self.transfers.tasks += 1
+        self.transfers.task_bytes += sum(_serialised_size(a) for a in args if not isinstance(a, self._ray.ObjectRef))
+        return remote.remote(*args)
 
     def _get(self, ref: Any) -> Any:
         try:
@@ -183,6 +263,32 @@ class RayWorkers:
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+def _light(job: Any) -> Any:
+    """A job without its bundle's file contents: the files travel once, as an object ref."""
+    return replace(job, bundle=replace(job.bundle, files=()))
+
+
+def _serialised_size(value: Any) -> int:
+    return len(pickle.dumps(value, protocol=5))
+
+
+def _node() -> str:
+    """This Ray worker's node id (the driver names it: asking a worker for its IP probes the network)."""
+    return str(import_ray().get_runtime_context().get_node_id())
+
+
+def _emit_on_node(bundle: SourceBundle, job: FrontendJob) -> tuple[PtxResult, str]:
+    return emit_ptx(replace(job, bundle=bundle)), _node()
+
+
+def _assemble_on_node(job: AssembleJob, ptx: PtxResult) -> tuple[Build, str]:
+    return assemble(job, ptx), _node()
+
+
+def _executable_on_node(bundle: SourceBundle, job: ExecutableJob) -> ExecutableBuild:
+    return build_executable(replace(job, bundle=bundle))
 
 
 GRACE_S = 30.0  # beyond a call's own timeout before its measuring actor is presumed hung
@@ -336,9 +442,17 @@ def ray_environment(address: str | None) -> dict[str, str]:
     """The embedded instance or a cluster on this machine: loopback only and offline. A cluster
     elsewhere: only usage stats off (forcing 127.0.0.1 would give it an unreachable driver)."""
     host = (address or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
-    if host in ("127.0.0.1", "localhost", "::1"):
+    if _loopback(host.strip("[]")):
         return dict(LOOPBACK_ENV)
     return {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 (a test cluster's nodes on 127.0.0.2, .3 ...) or ::1."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2 || true
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,cluster]"
 
 COMPILEIQ_TEST_POSTGRES_URL="$(scripts/start-postgres.sh | tail -n 1)"
 export COMPILEIQ_TEST_POSTGRES_URL

@@ -21,6 +21,7 @@ from compileiq.cli.render import (
     emit,
     err,
     first_line,
+    node_spread,
     out,
     print_gate,
     print_report,
@@ -32,6 +33,7 @@ from compileiq.cli.render import (
     study_json,
     summary_json,
     trial_json,
+    trials_per_node,
     trials_table,
 )
 from compileiq.errors import CompileIQError, UsageError
@@ -155,6 +157,9 @@ def show(
                     print_why(found, trials, as_json)
                 return
             emit(as_json, data, lambda: trials_table(found, ranked, baseline))
+            nodes = trials_per_node(trials)
+            if nodes and not as_json:
+                out.print(node_spread(nodes), markup=False)
             if failed and not as_json:
                 out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
                           f"{safe(first_line(failed[0].reason, 200))}", markup=False)

@@ -191,12 +191,40 @@ def print_report(report: app.TuneReport) -> None:
               f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
+    if counters.nodes:
+        out.print(node_spread(counters.nodes), markup=False)
+    if counters.transfers.tasks:
+        out.print(_transfers_line(counters.transfers, counters.new_trials), markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
 
 
 def trials_summary(result: Any) -> str:
     """"N search trials (budget B) + M for simplification/ablation": the budget counts the first."""
     return f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials} for simplification/ablation"
+
+
+def node_spread(nodes: dict[str, int]) -> str:
+    """"compiled on 2 Ray nodes: 127.0.0.1/1a2b3c4d 5, ..." (most first)."""
+    ranked = sorted(nodes.items(), key=lambda item: (-item[1], item[0]))
+    plural = "s" if len(nodes) > 1 else ""
+    return f"compiled on {len(nodes)} Ray node{plural}: " + ", ".join(f"{safe(n)} {c}" for n, c in ranked)
+
+
+def trials_per_node(trials: list[Trial]) -> dict[str, int]:
+    """How many of the study's trials each Ray node compiled (as recorded in their metrics)."""
+    nodes: dict[str, int] = {}
+    for trial in trials:
+        node = trial.metrics.get("node")
+        if isinstance(node, str) and node:
+            nodes[node] = nodes.get(node, 0) + 1
+    return nodes
+
+
+def _transfers_line(t: Any, trials: int) -> str:
+    per_trial = (t.put_bytes + t.task_bytes) / max(trials, 1)
+    return (f"data to workers: {t.put_bytes / 1024:.1f} KiB put once (source bundle {t.bundle_puts}x, "
+            f"PTX {t.ptx_puts}x) + {t.task_bytes / 1024:.1f} KiB in {t.tasks} task arguments; "
+            f"{per_trial / 1024:.2f} KiB per trial")
 
 
 def _confirmation_line(confirmation: Any) -> str:
@@ -235,7 +263,8 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
                      "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,
                      "compile_seconds": round(counters.compile_seconds, 3),
                      "compile_wait_seconds": round(counters.compile_wait_seconds, 3),
-                     "worker_start_seconds": round(counters.worker_start_seconds, 3)},
+                     "worker_start_seconds": round(counters.worker_start_seconds, 3),
+                     "nodes": dict(counters.nodes), "transfers": vars(counters.transfers)},
         "wall_seconds": round(result.wall_seconds, 3),
         "exhausted": result.exhausted,
         "budget": result.budget,
