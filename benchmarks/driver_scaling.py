@@ -55,7 +55,7 @@ from compileiq.search import Searcher, SearchSettings
 from compileiq.store import Store, TrialState
 from compileiq.toolchain import find_toolchain
 from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import VariantJob, VariantResult
+from compileiq.workers import Transfers, VariantJob, VariantResult
 
 KERNEL = ROOT / "kernels" / "sgemm" / "sgemm.cu"
 
@@ -162,6 +162,7 @@ class SimulatedWorkers:
     def __init__(self, slots: Slots, count: int, template: Template, task_ms: tuple[float, float]) -> None:
         self._slots, self._count, self._template, self._task_ms = slots, count, template, task_ms
         self._frontends: set[FrontendJob] = set()
+        self.transfers = Transfers()  # nothing leaves this process
         self.calls = 0
         self.busy_s = 0.0  # summed sleep of tasks after the first call (the baseline alone)
         self.first_submit: float | None = None

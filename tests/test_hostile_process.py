@@ -41,6 +41,7 @@ from compileiq.output_file import OutputFileError
 from compileiq.processes import reap_stale_scratch
 from compileiq.space import load_space
 from compileiq.store import Store, TrialState
+from compileiq.workers import Transfers
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -490,8 +491,9 @@ def test_a_failed_write_leaves_the_old_acf_and_no_temporary_file(tmp_path: Path)
 
 class _BrokenWorkers:
     description = "workers whose compile task raises"
+    transfers = Transfers()
 
-    def run(self, jobs):
+    def run(self, jobs, more=None):
         raise RuntimeError("a bug in a compile task")
         yield  # a generator, like the real ones
 

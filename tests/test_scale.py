@@ -35,7 +35,7 @@ from compileiq.search import SearchSettings
 from compileiq.store import Store, StudyKey, Trial, TrialState
 from compileiq.toolchain import find_toolchain
 from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import VariantJob, VariantResult
+from compileiq.workers import Transfers, VariantJob, VariantResult
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")
 
@@ -134,6 +134,7 @@ class _SimulatedWorkers:
 
     def __init__(self, template: Build) -> None:
         self._template = template
+        self.transfers = Transfers()  # nothing leaves this process
         self.started_while_busy = 0
         self.most_pending = 0
 
