@@ -189,6 +189,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    from compileiq.screening import ScreeningPolicy
     from compileiq.search import SearchSettings  # after the checks: bad input fails fast
     from compileiq.tuner import Tuner, TuneRequest
 
@@ -203,6 +204,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         resume=options.resume,
         simplify=options.simplify,
         stale_after_s=options.stale_after,
+        screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
     )
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     url = database_url(options.db)

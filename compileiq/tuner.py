@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compileiq import claims, eligibility
+from compileiq import claims, eligibility, screening
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
@@ -59,6 +59,7 @@ class TuneRequest:
     stale_after_s: float = 300.0
     simplify: bool = True
     ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
+    screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,10 @@ class Tuner:
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference: eligibility.Reference | None = None  # the defaults' build, for static objectives
         self._runner.may_win = lambda trial: self._refusal(trial) is None
+        self._screening = None if self._static else request.screening
+        self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
+                              if self._screening else None)
+        self._screened = 0  # trials screened out (never measured) in this study
 
     def run(self) -> TuneResult:
         request = self._request
@@ -194,7 +199,13 @@ class Tuner:
             # The baseline alone first: a kernel that does not build with the compiler's defaults
             # stops the run with its one failed trial, before a batch of variants is compiled.
             alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
-            candidates = self._candidates(trials, 1 if alone else min(remaining, self._request.batch_size))
+            count = 1 if alone else min(remaining, self._request.batch_size)
+            policy = None if alone or self._reference is None else self._screening
+            if policy is not None and self._screened >= policy.factor * self._request.budget:
+                break
+            candidates = self._candidates(trials, count * (policy.factor if policy else 1))
+            if policy is not None and candidates:
+                candidates = self._screen(study, candidates, count)
             batch = self._claim(study, candidates)
             if batch:
                 finished = self._runner.run(batch)
@@ -214,14 +225,36 @@ class Tuner:
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
         finished = [t for t in trials if _counts(t)]
-        if self._static and self._reference is None:  # another tuner held the baseline: now done?
+        if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
         self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
-        return len(finished), trials
+        if self._screening is None:
+            return len(finished), trials
+        self._screened = sum(1 for t in finished if screening.is_screened(t))
+        return len(finished) - self._screened, trials
+
+    def _screen(self, study: Study, candidates: Sequence[Config], count: int) -> list[Config]:
+        """Compile the candidates, record those the static rules refuse (never measured) and
+        return those to measure (see `compileiq.screening`)."""
+        assert self._reference is not None and self._static_judge is not None
+        builds = self._runner.prebuild(candidates)
+        found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
+                 for c in candidates]
+        measured = {t.code_hash for t in self._store.trials(study.id)
+                    if t.code_hash and _counts(t) and not screening.is_screened(t)}
+        selection = screening.select(found, self._reference, count, measured)
+        rejected = {r.candidate.config.key: r for r in selection.rejected}
+        for trial in self._claim(study, [r.candidate.config for r in selection.rejected]):
+            judged = rejected[trial.config_key]
+            self._runner.record_judged(trial, judged.candidate.build, judged.evaluation)
+        if selection.rejected or selection.held:
+            self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
+                                f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
+        return list(selection.measure)
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
