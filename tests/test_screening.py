@@ -39,8 +39,10 @@ BEST_MS = 0.8  # -O3, loads cached at L2 only (cg), no spills
 
 def facts(args: Sequence[str]) -> tuple[int, int, int, str]:
     """(opt level, registers, spill bytes, load cache) that the fake ptxas reports for its args."""
-    values = dict(a.lstrip("-").split("=", 1) if "=" in a else (a.lstrip("-")[:1], a.lstrip("-")[1:])
-                  for a in args)
+    values: dict[str, str] = {}
+    for arg in args:
+        name, _, value = arg.lstrip("-").partition("=")
+        values.update({name: value} if value else {name[:1]: name[1:]})  # -O2: ("O", "2")
     level = int(values.get("O", 3))
     cap = int(values.get("maxrregcount", 255))
     registers = min(NATURAL_REGISTERS, cap)
@@ -184,8 +186,8 @@ def test_select_refuses_by_the_static_rules_and_keeps_a_build_failure_as_it_is()
     selection = screening.select(candidates, REFERENCE, 8)
     reasons = {r.candidate.config["name"]: r.evaluation.reason for r in selection.rejected}
     assert reasons["spills"] == "screened: adds spill bytes over the compiler defaults (0 -> 12)"
-    assert reasons["occupancy"].startswith("screened: lowers occupancy")
-    assert reasons["lowered"].startswith("screened: lowers optimisation")
+    assert str(reasons["occupancy"]).startswith("screened: lowers occupancy")
+    assert str(reasons["lowered"]).startswith("screened: lowers optimisation")
     assert reasons["broken"] == "compile_error: bad flag"
     assert [c["name"] for c in selection.measure] == ["fine"] and not selection.held
     assert all(r.evaluation.value is None for r in selection.rejected)
