@@ -203,17 +203,17 @@ class Tuner:
             policy = None if alone or self._reference is None else self._screening
             if policy is not None and self._screened >= policy.factor * self._request.budget:
                 break
-            candidates = self._candidates(trials, count * (policy.factor if policy else 1))
-            if policy is not None and candidates:
-                candidates = self._screen(study, candidates, count)
+            proposed = candidates = self._candidates(trials, count * (policy.factor if policy else 1))
+            if policy is not None and proposed:
+                candidates = self._screen(study, proposed, count)  # a batch refused whole is no end
             batch = self._claim(study, candidates)
             if batch:
                 finished = self._runner.run(batch)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
-            elif candidates:
-                continue  # other tuners claimed them first: sync their results and ask again
+            elif proposed:
+                continue  # other tuners claimed them first (or screening refused them): ask again
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
             else:

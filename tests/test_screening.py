@@ -163,6 +163,32 @@ def test_a_refused_candidate_is_recorded_with_its_reason_and_never_measured(kern
     assert sum(1 for t in trials if not screening.is_screened(t)) == 24
 
 
+class SpillingPtxas(FakePtxas):
+    """Every setting but the defaults spills: screening refuses whole batches."""
+
+    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
+        for result in super().run(jobs):
+            spills = 0 if not jobs[0].assemble.args and len(jobs) == 1 else 64
+            entry = EntryResources("scale", 32, spills, 0, 0, 0, 0, 100)
+            code = hashlib.sha256(f"{result.tag}-{spills}".encode()).hexdigest()
+            build = Build(BuildStatus.OK, "", (entry,), code, b"", 0.001)
+            yield VariantResult(result.tag, result.ptx, build, True)
+
+
+def test_a_batch_screened_out_whole_does_not_end_the_run(kernel: Any, tmp_path: Path) -> None:
+    spec, space, bundle = kernel
+    request = TuneRequest(spec, space, "time", budget=4, search=SearchSettings("bayes", 0), batch_size=2,
+                          simplify=False, ablate=False, screening=screening.ScreeningPolicy(factor=2))
+    store = Store.open(f"sqlite:///{tmp_path / 'spilling.db'}")
+    try:
+        result = Tuner(request, store, find_toolchain(), SpillingPtxas, SilentProgress(), FakeGpu(spec), bundle).run()
+    finally:
+        store.close()
+    refused = [t for t in result.trials if screening.is_screened(t)]
+    assert not result.exhausted  # the space is far from spent: screening's bound ended the run
+    assert len(refused) >= 2 * 4 and len(result.trials) - len(refused) == 1  # only the baseline measured
+
+
 def _candidate(name: str, spills: int, occupancy: float, code: str, level: int = 3, ok: bool = True
                ) -> screening.Candidate:
     config = Config.of({"ptxas.opt_level": level, "name": name})
@@ -205,3 +231,39 @@ def test_select_measures_new_code_up_to_the_quota_by_the_static_prior() -> None:
     assert [c["name"] for c in selection.measure] == ["known code", "better occupancy", "first",
                                                       "same code as first"]
     assert [c["name"] for c in selection.held] == ["third"]
+
+
+@pytest.mark.slow
+def test_screening_with_the_real_compiler_measures_only_what_the_rules_allow(tmp_path: Path) -> None:
+    """spill_heavy spills under its launch bounds: capped or de-optimised builds spill more and
+    are refused before measuring; the measured ones are build-cache hits of the screening compile."""
+    from compileiq.app import SharedWorkers
+    from compileiq.workers import LocalWorkers
+
+    path = Path(__file__).resolve().parent.parent / "kernels/spill_heavy/spill_heavy.cu"
+    spec, tools = load_spec(path), find_toolchain()
+    only = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.override_directive_values")
+    space = tuning_space(spec, tools, TuneOptions(kernel=path, only=only))
+    _SPACE[:] = [space]
+
+    class StaticGpu(FakeGpu):  # measures the static facts: this test is about who gets measured
+        def evaluate(self, build: Build, config: Config) -> Evaluation:
+            static = self._static.evaluate(build, config)
+            self.measured.append((config, static.metrics, 0.0))
+            return static
+
+    gpu = StaticGpu(spec)
+    request = TuneRequest(spec, space, "time", budget=9, search=SearchSettings("bayes", 0), simplify=False,
+                          ablate=False, screening=screening.ScreeningPolicy(factor=3))
+    store = Store.open(f"sqlite:///{tmp_path / 'real.db'}")
+    try:
+        tuner = Tuner(request, store, tools, SharedWorkers(LocalWorkers), SilentProgress(), gpu,
+                      bundle_sources(spec, tools.nvcc))
+        result = tuner.run()
+    finally:
+        store.close()
+    refused = [t for t in result.trials if screening.is_screened(t)]
+    assert any("adds spill bytes over the compiler defaults (672 -> " in (t.reason or "") for t in refused)
+    measured = {config.key for config, _, _ in gpu.measured}
+    assert len(measured) == 9 and not measured & {t.config_key for t in refused}
+    assert result.counters.build_cache_hits == 8  # every measured variant but the baseline was compiled once
