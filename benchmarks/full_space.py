@@ -253,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             summaries = summarise([r for r in runs if r.objective == objective], reference)
             print(f"{kernel.stem:13} {objective:10} {space.size():10.2e} {len(table.entries):6d} "
                   f"{_number(baseline):>9} {_number(reference):>9}  "
-                  + "  ".join(f"{s.shown(args.budget):>14}" for s in summaries), flush=True)
+                  + "  ".join(f"{s.shown(args.budget):>14}" for s in summaries)
+                  + ("   trivial: the baseline is the best known" if baseline == reference else ""), flush=True)
         print(f"{'':13} ({table.compiled} compiled now; {time.perf_counter() - start:.0f} s)", flush=True)
 
 
