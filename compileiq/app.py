@@ -230,6 +230,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         workers = _workers(options, phases)  # with Ray: it starts now, while the search loads
         try:
             start = time.perf_counter()
+            from compileiq.screening import ScreeningPolicy
             from compileiq.search import SearchSettings  # after the checks: bad input fails fast
             from compileiq.tuner import Tuner, TuneRequest
 
@@ -240,6 +241,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
                 batch_size=options.batch_size, study_name=options.study, resume=options.resume,
                 simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
                 patience=options.patience, pick=options.pick or "knee", stream=options.stream,
+                screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
             )  # fmt: skip
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
                          if _timed(options.objective) else None)

@@ -15,7 +15,8 @@ class TrialState(str, enum.Enum):
 
 
 SEARCH = "search"  # a trial the search asked for: the budget counts these (the baseline included)
-PURPOSES = (SEARCH, "simplify", "ablation", "confirm")  # the others explain or shrink the winner: free
+SCREEN = "screen"  # compiled and refused by the static rules before measuring (runtime objectives): free
+PURPOSES = (SEARCH, SCREEN, "simplify", "ablation", "confirm")  # the others explain or shrink the winner: free
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,11 @@ class TrialRunner:
         return self._workers
 
     def _record_compiled(self, trial: Trial, result: VariantResult, build_key: str) -> Trial:
+        self._count_compile(result)
+        record = _build_record(build_key, result.build) if result.build.status.deterministic else None
+        return self._record(trial, result.build, "compiled", record, result.node)
+
+    def _count_compile(self, result: VariantResult) -> None:
         counters = self.counters
         counters.frontend_calls += int(result.ptx_compiled)
         counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
@@ -266,18 +271,21 @@ class TrialRunner:
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
         if result.node:
             counters.nodes[result.node] = counters.nodes.get(result.node, 0) + 1
-        record = _build_record(build_key, result.build) if result.build.status.deterministic else None
-        return self._record(trial, result.build, "compiled", record, result.node)
+
+    def record_judged(self, trial: Trial, build: Build, evaluation: Evaluation) -> Trial:
+        """Finish a trial judged without the evaluator (screened out before it was measured)."""
+        return self._record(trial, build, "screened", evaluation=evaluation)
 
     def _record(
-        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None, node: str = ""
+        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None, node: str = "",
+        evaluation: Evaluation | None = None,
     ) -> Trial:
         """Evaluate and finish the trial; `record` (a fresh build) is cached in the same write."""
         self.origins[trial.id] = source
         if build.ok and build.code_hash in self._by_code:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1
-        evaluation = self._evaluator.evaluate(build, Config.of(trial.config))
+        evaluation = evaluation or self._evaluator.evaluate(build, Config.of(trial.config))
         metrics = evaluation.metrics
         if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
             metrics = {**metrics, TRANSIENT_KEY: build.status.value}
@@ -317,12 +325,37 @@ class TrialRunner:
             self._best_known = True
         return self._best
 
+    def prebuild(self, configs: Sequence[Config]) -> dict[str, Build]:
+        """Each config's build (config key -> Build) without a trial: from the build cache, else
+        compiled now and cached, so that a trial of the same config later is a cache hit."""
+        keys = [self.build_key(config) for config in configs]
+        cache = self._store.get_builds(set(keys))
+        builds: dict[str, Build] = {}
+        jobs = []
+        for index, (config, key) in enumerate(zip(configs, keys)):
+            cached = cache.get(key)
+            if cached is not None and _deterministic(cached):
+                builds[config.key] = _build_from_record(cached)
+            else:
+                jobs.append(self._config_job(index, config))
+        if jobs:
+            workers = self._workers or self._start_workers()
+            for result in workers.run(jobs):
+                self._count_compile(result)
+                if result.build.status.deterministic:
+                    self._store.put_build(_build_record(keys[result.tag], result.build))
+                builds[configs[result.tag].key] = result.build
+        return builds
+
     def _job(self, trial: Trial) -> VariantJob:
-        config, target = Config.of(trial.config), self._target
+        return self._config_job(trial.id, Config.of(trial.config))
+
+    def _config_job(self, tag: int, config: Config) -> VariantJob:
+        target = self._target
         spec, tools, space = target.kernel, target.toolchain, target.space
         frontend_args = (*space.frontend_args(config), *spec.fixed_define_args())
         return VariantJob(
-            tag=trial.id,
+            tag=tag,
             frontend=FrontendJob(
                 tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s
             ),

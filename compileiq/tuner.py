@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from compileiq import claims, eligibility, multi_objective
+from compileiq import claims, eligibility, multi_objective, screening
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.ablation import recorded as ablation_recorded
 from compileiq.confirm import Confirmation
@@ -20,7 +20,7 @@ from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_ide
 from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.pareto import Front, values_of
-from compileiq.records import SEARCH, first_line
+from compileiq.records import SCREEN, SEARCH, first_line
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -68,6 +68,7 @@ class TuneRequest:
     pick: str = "knee"  # several objectives: the rule that chooses on the front (`multi_objective`)
     stream: bool = False  # keep batch_size variants compiling: refill as results arrive (not reproducible
     # run to run: what the searcher knows at each ask depends on timing)
+    screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
 
     @property
     def limits(self) -> RunLimits:
@@ -157,6 +158,10 @@ class Tuner:
         self._runner.may_win = lambda trial: self._refusal(trial) is None
         self._clock = RunClock(request.limits)
         self._stopped = ""
+        self._screening = None if self._static else request.screening
+        self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
+                              if self._screening else None)
+        self._screened = 0  # trials screened out (never measured) in this study
 
     def _new_searcher(self) -> Searcher:
         if not self._multi:
@@ -247,7 +252,14 @@ class Tuner:
             # The baseline alone first: a kernel that does not build with the compiler's defaults
             # stops the run with its one failed trial, before a batch of variants is compiled.
             alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
-            candidates = self._candidates(trials, 1 if alone else min(remaining, self._request.batch_size))
+            count = 1 if alone else min(remaining, self._request.batch_size)
+            policy = None if alone or self._reference is None else self._screening
+            if policy is not None and self._screened >= policy.factor * self._request.budget:
+                self._stopped = f"screened {self._screened} candidates ({policy.factor}x the budget)"
+                break
+            proposed = candidates = self._candidates(trials, count * (policy.factor if policy else 1))
+            if policy is not None and proposed:
+                candidates = self._screen(study, proposed, count)  # a batch refused whole is no end
             batch = self._claim(study, candidates)
             if batch:
                 refill = self._refiller(study, counted) if self._request.stream and not alone else None
@@ -256,8 +268,8 @@ class Tuner:
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
                 self._clock.batch_done(best.value if (best := self._runner.best()) else None)
-            elif candidates:
-                continue  # other tuners claimed them first: sync their results and ask again
+            elif proposed:
+                continue  # other tuners claimed them first (or screening refused them): ask again
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
             else:
@@ -293,14 +305,34 @@ class Tuner:
         trials = self._store.trials(study.id)
         finished = [t for t in trials if _counts(t)]
         searched = sum(1 for t in finished if t.searched)
-        if self._static and self._reference is None:  # another tuner held the baseline: now done?
+        if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
         self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
+        self._screened = sum(1 for t in finished if t.purpose == SCREEN)
         return searched, trials
+
+    def _screen(self, study: Study, candidates: Sequence[Config], count: int) -> list[Config]:
+        """Compile the candidates, record those the static rules refuse (never measured) and
+        return those to measure (see `compileiq.screening`)."""
+        assert self._reference is not None and self._static_judge is not None
+        builds = self._runner.prebuild(candidates)
+        found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
+                 for c in candidates]
+        measured = {t.code_hash for t in self._store.trials(study.id)
+                    if t.code_hash and _counts(t) and not screening.is_screened(t)}
+        selection = screening.select(found, self._reference, count, measured)
+        rejected = {r.candidate.config.key: r for r in selection.rejected}
+        for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
+            judged = rejected[trial.config_key]
+            self._runner.record_judged(trial, judged.candidate.build, judged.evaluation)
+        if selection.rejected or selection.held:
+            self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
+                                f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
+        return list(selection.measure)
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.records import Study, StudySummary, Trial, TrialState, first_line
+from compileiq.records import SCREEN, Study, StudySummary, Trial, TrialState, first_line
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from compileiq import app
@@ -200,7 +200,10 @@ def print_report(report: app.TuneReport) -> None:
 
 def trials_summary(result: Any) -> str:
     """"N search trials (budget B) + M for simplification/ablation": the budget counts the first."""
-    return f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials} for simplification/ablation"
+    screened = sum(1 for t in result.trials if t.purpose == SCREEN and t.state is not TrialState.RUNNING)
+    text = (f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials - screened} "
+            "for simplification/ablation")
+    return text + (f" + {screened} screened out before measuring" if screened else "")
 
 
 def node_spread(nodes: dict[str, int]) -> str:
