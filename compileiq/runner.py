@@ -201,7 +201,7 @@ class TrialRunner:
 
     def close(self) -> None:
         if self._workers is not None:
-            self.counters.transfers = self._workers.transfers
+            self.counters.transfers = getattr(self._workers, "transfers", Transfers())  # Ray ships; others may not say
             self._workers.close()
             self._workers = None
 
@@ -219,7 +219,7 @@ class TrialRunner:
 
         try:
             workers = self._workers or self._start_workers()
-            results = iter(workers.run(jobs, more if refill is not None else None))
+            results = iter(workers.run(jobs, more) if refill is not None else workers.run(jobs))
             while (result := self._wait(results)) is not None:
                 trial, key = self._claimed.pop(result.tag)
                 running.discard(result.tag)

@@ -123,11 +123,11 @@ def _study_with_purposes(url: str) -> Store:
 
     from compileiq.space import load_space
 
-    space = load_space("13.0").select(allow_numerics=True, allow_semantics=True, only=["ptxas.opt_level"])
+    space = load_space("13.0").select(allow_numerics=True, allow_semantics=True, only=["ptxas.maxrregcount"])
     store = Store.open(url)
     study = store.get_or_create_study(replace(KEY, space_id=space.id, space_sha256=space.sha256), "p")
     for number, purpose in enumerate(PURPOSES):
-        config = {"ptxas.opt_level": number}
+        config = {"ptxas.maxrregcount": (24, 32, 40, 48, 64, 80, 96)[number]}  # one per purpose
         (trial,) = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True, separators=(",", ":")), config)],
                                       "w", purpose=purpose)  # fmt: skip
         store.finish_trial(trial.id, state=TrialState.COMPLETE, value=float(number), reason=None, metrics={},
