@@ -163,9 +163,10 @@ class Searcher:
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
 
     def _middles(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
-        """A Latin hypercube over every parameter's value indices: each parameter's range cut
-        into `count` strata, one value from each, shuffled per parameter, so the batch holds
-        middle values (ptxas -O1, a mid register cap) that the corners never try."""
+        """The centre of the space (every parameter at its middle value, the front-end setting
+        nearest the middle), then a Latin hypercube over the value indices: each parameter's
+        range cut into `count` strata, one value from each, shuffled per parameter. The batch
+        holds middle values (ptxas -O1, a mid register cap) that the corners never try."""
         encoding = self._encoding
         columns = [
             j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns
@@ -173,6 +174,8 @@ class Searcher:
         if count < 1 or not len(pool) or not columns:
             return pool[:0]
         frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
+        middle = (encoding.cardinality[encoding.frontend_columns] - 1) / 2
+        central = int(np.argmin(np.abs(frontends - middle).sum(axis=1)))
         rows: dict[Row, None] = {}
         low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
         for _ in range(4):  # a few tries to replace rows that were seen already
@@ -180,10 +183,12 @@ class Searcher:
             levels = low + np.floor(
                 (strata + self._rng.random(strata.shape)) * (high - low + 1) / count
             )
+            levels[0] = np.floor(low + (high - low + self._rng.random(len(columns))) / 2)
             for run in range(count):
                 row = np.empty(pool.shape[1], dtype=pool.dtype)
                 row[columns] = np.minimum(levels[run], high)
-                row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
+                pick = central if run == 0 else self._rng.integers(len(frontends))
+                row[encoding.frontend_columns] = frontends[pick]
                 key = tuple(row.tolist())
                 if key not in skip and len(rows) < count:
                     rows[key] = None

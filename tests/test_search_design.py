@@ -89,3 +89,24 @@ def test_a_space_of_front_end_settings_only_gets_a_full_batch():
     )
     batch = Searcher(space, SearchSettings(seed=0)).ask(3)
     assert len({c.key for c in batch}) == 3
+
+
+def test_the_first_middle_run_is_the_centre_of_the_space():
+    """After the corners: -O1 or -O2, the middle register cap and the middle block size
+    (bsr_spmm's static optimum lies there: 19 evaluations with the corners first, 6 with it)."""
+    for seed in range(5):
+        centre = Searcher(_space(), SearchSettings(seed=seed)).ask(8)[CORNER_RUNS]
+        assert centre["ptxas.level"] in (1, 2)
+        assert centre["ptxas.cap"] == 64
+        assert centre["nvcc.block"] == 64
+
+
+def test_a_space_without_front_end_settings_gets_middle_values():
+    space = SearchSpace(
+        "ptxas",
+        "13.0",
+        (Parameter("ptxas.level", "ptxas", "int", (0, 1, 2, 3), 3, "-O{value}", "safe", ""),),
+    )
+    batch = Searcher(space, SearchSettings(seed=0)).ask(3)
+    assert len({c.key for c in batch}) == 3
+    assert {c["ptxas.level"] for c in batch} & {1, 2}
