@@ -31,6 +31,7 @@ CANDIDATE_SAMPLES = 2048
 MAX_EXHAUSTIVE = 1_000_000
 FAILURE_RANK = 1.5
 NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting from an earlier pick
+CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle values
 
 
 @dataclass(frozen=True)
@@ -125,9 +126,17 @@ class Searcher:
         return [self._encoding.config(row) for row in rows]
 
     def _initial_design(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
-        """Corners first (once), then random picks over a few front-end settings."""
+        """Corners and middle values first (once), then random picks over a few front-end
+        settings."""
         pool = self._initial_pool(pool)
-        corners = pool[:0] if self._corners_done else self._corners(pool, skip, count)
+        if self._corners_done:
+            corners = pool[:0]
+        else:
+            corners = self._corners(pool, skip, min(count, CORNER_RUNS))
+            middles = self._middles(
+                pool, skip | {tuple(r) for r in corners.tolist()}, count - len(corners)
+            )
+            corners = np.concatenate([corners, middles])
         self._corners_done = True
         self._frontends.update(self._encoding.frontend(row) for row in corners)
         rest = self._encoding.without(pool, {tuple(row) for row in corners.tolist()})
@@ -161,6 +170,40 @@ class Searcher:
             row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
             if tuple(row.tolist()) not in skip:
                 rows[tuple(row.tolist())] = None
+        return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
+
+    def _middles(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
+        """The centre of the space (every parameter at its middle value, the front-end setting
+        nearest the middle), then a Latin hypercube over the value indices: each parameter's
+        range cut into `count` strata, one value from each, shuffled per parameter. The batch
+        holds middle values (ptxas -O1, a mid register cap) that the corners never try."""
+        encoding = self._encoding
+        columns = [
+            j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns
+        ]
+        if count < 1 or not len(pool) or not columns:
+            return pool[:0]
+        frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
+        middle = (encoding.cardinality[encoding.frontend_columns] - 1) / 2
+        central = int(np.argmin(np.abs(frontends - middle).sum(axis=1)))
+        rows: dict[Row, None] = {}
+        low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
+        for _ in range(4):  # a few tries to replace rows that were seen already
+            strata = np.stack([self._rng.permutation(count) for _ in columns], axis=1)
+            levels = low + np.floor(
+                (strata + self._rng.random(strata.shape)) * (high - low + 1) / count
+            )
+            levels[0] = np.floor(low + (high - low + self._rng.random(len(columns))) / 2)
+            for run in range(count):
+                row = np.empty(pool.shape[1], dtype=pool.dtype)
+                row[columns] = np.minimum(levels[run], high)
+                pick = central if run == 0 else self._rng.integers(len(frontends))
+                row[encoding.frontend_columns] = frontends[pick]
+                key = tuple(row.tolist())
+                if key not in skip and len(rows) < count:
+                    rows[key] = None
+            if len(rows) >= count:
+                break
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
 
     def _next_enumerated(self, count: int, skip: set[Row]) -> list[Config]:

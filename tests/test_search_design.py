@@ -1,0 +1,112 @@
+"""The search's initial design: corners, then middle values (no compiler needed)."""
+
+import statistics
+
+from compileiq.search import CORNER_RUNS, Observation, Searcher, SearchSettings
+from compileiq.space import Parameter, SearchSpace
+
+
+def _choice(name, values, default, stage="ptxas"):
+    return Parameter(
+        name, stage, "choice", tuple(values), default, f"--{name}={{value}}", "safe", ""
+    )
+
+
+def _space() -> SearchSpace:
+    return SearchSpace(
+        "design",
+        "13.0",
+        (
+            Parameter("ptxas.level", "ptxas", "int", (0, 1, 2, 3), 3, "-O{value}", "safe", ""),
+            _choice("ptxas.cap", ["default", 24, 32, 64, 128, 255], "default"),
+            _choice("ptxas.expensive", ["default", True, False], "default"),
+            _choice("nvcc.block", [128, 64, 256], 128, stage="frontend"),
+        ),
+    )
+
+
+def _evaluations_to_optimum(space, value, seed, batch=8):
+    """`compileiq tune`'s counting: the baseline first, then batches, until the optimum."""
+    searcher = Searcher(space, SearchSettings(seed=seed))
+    configs, count = [space.default_config()], 0
+    while configs:
+        observations = [Observation(c, value(c)) for c in configs]
+        for observation in observations:
+            count += 1
+            if observation.value == 0:
+                return count
+        searcher.tell(observations)
+        configs = searcher.ask(batch)
+    raise AssertionError("the search ended without the optimum")
+
+
+def test_the_first_batch_holds_middle_values():
+    """-O1/-O2 and a middle register cap are in every first batch; the corners alone never
+    try them."""
+    for seed in range(10):
+        batch = Searcher(_space(), SearchSettings(seed=seed)).ask(8)
+        assert {c["ptxas.level"] for c in batch} & {1, 2}, seed
+        assert {c["ptxas.cap"] for c in batch} & {32, 64, 128}, seed
+
+
+def test_the_first_batch_opens_with_corners_at_the_extremes():
+    batch = Searcher(_space(), SearchSettings(seed=4)).ask(8)
+    for config in batch[:CORNER_RUNS]:
+        assert config["ptxas.level"] in (0, 3)
+        assert config["ptxas.cap"] in (24, 255)
+        assert config["ptxas.expensive"] in (True, False)
+    assert len({c.key for c in batch}) == 8
+
+
+def test_a_dense_landscape_is_solved_within_the_first_batch():
+    """A quarter of the space is optimal, all at -O1 (softmax's registers objective): random
+    search needs about 5 evaluations; the corners alone never tried -O1 in the first batch."""
+    space = _space()
+    counts = [
+        _evaluations_to_optimum(space, lambda c: 0 if c["ptxas.level"] == 1 else 1, seed)
+        for seed in range(10)
+    ]
+    assert statistics.median(counts) <= 1 + 8, counts  # the baseline and the first batch
+
+
+def test_a_needle_at_two_extremes_is_still_found_by_the_corners():
+    """The lowest register cap with the expensive optimisations off: a corner."""
+    space = _space()
+    counts = [
+        _evaluations_to_optimum(
+            space,
+            lambda c: 0 if c["ptxas.cap"] == 24 and c["ptxas.expensive"] is False else 1,
+            seed,
+        )
+        for seed in range(10)
+    ]
+    assert statistics.median(counts) <= 5, counts
+
+
+def test_a_space_of_front_end_settings_only_gets_a_full_batch():
+    space = SearchSpace(
+        "fe", "13.0", (_choice("nvcc.block", [128, 64, 256, 512, 32], 128, "frontend"),)
+    )
+    batch = Searcher(space, SearchSettings(seed=0)).ask(3)
+    assert len({c.key for c in batch}) == 3
+
+
+def test_the_first_middle_run_is_the_centre_of_the_space():
+    """After the corners: -O1 or -O2, the middle register cap and the middle block size
+    (bsr_spmm's static optimum lies there: 19 evaluations with the corners first, 6 with it)."""
+    for seed in range(5):
+        centre = Searcher(_space(), SearchSettings(seed=seed)).ask(8)[CORNER_RUNS]
+        assert centre["ptxas.level"] in (1, 2)
+        assert centre["ptxas.cap"] == 64
+        assert centre["nvcc.block"] == 64
+
+
+def test_a_space_without_front_end_settings_gets_middle_values():
+    space = SearchSpace(
+        "ptxas",
+        "13.0",
+        (Parameter("ptxas.level", "ptxas", "int", (0, 1, 2, 3), 3, "-O{value}", "safe", ""),),
+    )
+    batch = Searcher(space, SearchSettings(seed=0)).ask(3)
+    assert len({c.key for c in batch}) == 3
+    assert {c["ptxas.level"] for c in batch} & {1, 2}
