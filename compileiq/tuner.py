@@ -332,7 +332,7 @@ class Tuner:
         if selection.rejected or selection.held:
             self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
                                 f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
-        return list(selection.measure)
+        return list(selection.measure)[:count]  # the budget counts trials, repeated machine code included
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""

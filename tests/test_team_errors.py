@@ -9,6 +9,7 @@ with a newer schema for tune/show/db import, damaged export files, a study-name 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -74,7 +75,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (ws / "truncated.json").write_text(good[: len(good) // 3])
     document["payload"]["trials"][0]["value"] = 0.5
     (ws / "tampered.json").write_text(json.dumps(document))
-    (ws / "future.json").write_text(good.replace('"version": 1', '"version": 7', 1))
+    (ws / "future.json").write_text(re.sub(r'"version": \d+', '"version": 7', good, count=1))
     (ws / "random.json.gz").write_bytes(b"\x1f\x8b" + bytes(range(200)))
     return ws
 
