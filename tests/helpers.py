@@ -139,3 +139,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float*
     for (int k = 0; k < 128; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % 128] + acc;
 }
 """
+
+
+def database_at(url: str, revision: str, trial: Mapping[str, object]) -> None:
+    """A database as an earlier release left it: the schema at `revision`, one study and one trial
+    (`trial`: the trial's columns besides study_id, number and worker)."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from compileiq.store import MIGRATIONS
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS))
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            conn.exec_driver_sql(
+                "INSERT INTO studies (name, kernel, source_sha256, space_id, space_sha256, toolchain, arch, evaluator,"
+                " objective, next_number) VALUES ('old', 'saxpy', 'a', 's', 'b', 't', 'sm_90', 'static', 'spills', 1)"
+            )
+            columns = {"study_id": 1, "number": 0, "worker": "w", **trial}
+            names = ", ".join(columns)
+            conn.execute(sa.text(f"INSERT INTO trials ({names}) VALUES ({', '.join(':' + n for n in columns)})"),
+                         columns)  # fmt: skip
+    finally:
+        engine.dispose()

@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from helpers import SPILLING_KERNEL, run_cli
+from helpers import SPILLING_KERNEL, database_at, run_cli
 
 from compileiq import exchange
 from compileiq.records import PURPOSES, StudyKey, TrialState
@@ -69,29 +68,7 @@ KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "
 
 
 def _at_0003(url: str) -> None:
-    """A database made by the release before 0004, with a study and a finished trial."""
-    from alembic import command
-    from alembic.config import Config
-
-    from compileiq.store import MIGRATIONS
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            config = Config()
-            config.set_main_option("script_location", str(MIGRATIONS))
-            config.attributes["connection"] = conn
-            command.upgrade(config, "0003")
-            conn.exec_driver_sql(
-                "INSERT INTO studies (name, kernel, source_sha256, space_id, space_sha256, toolchain, arch, evaluator,"
-                " objective, next_number) VALUES ('old', 'saxpy', 'a', 's', 'b', 't', 'sm_90', 'static', 'spills', 1)"
-            )
-            conn.exec_driver_sql(
-                "INSERT INTO trials (study_id, number, config_key, config, state, retryable, metrics, worker, value)"
-                " VALUES (1, 0, '{\"a\":1}', '{\"a\": 1}', 'complete', false, '{}', 'w', 3.0)"
-            )
-    finally:
-        engine.dispose()
+    database_at(url, "0003", {"config_key": '{"a":1}', "config": '{"a": 1}', "state": "complete", "retryable": False, "metrics": "{}", "value": 3.0})
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL, CliResult, run_cli
+from helpers import TINY_KERNEL, CliResult, database_at, run_cli
 
 from compileiq import exchange
 from compileiq.store import Store, StudyKey, TrialState
@@ -496,29 +496,7 @@ KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "
 
 
 def _at_previous_head(url: str) -> None:
-    """A database made by the release before 0003: schema at 0002, with a study and a trial."""
-    from alembic import command
-    from alembic.config import Config
-
-    from compileiq.store import MIGRATIONS
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            config = Config()
-            config.set_main_option("script_location", str(MIGRATIONS))
-            config.attributes["connection"] = conn
-            command.upgrade(config, "0002")
-            conn.exec_driver_sql(
-                "INSERT INTO studies (name, kernel, source_sha256, space_id, space_sha256, toolchain, arch, evaluator,"
-                " objective, next_number) VALUES ('old', 'saxpy', 'a', 's', 'b', 't', 'sm_90', 'static', 'spills', 1)"
-            )
-            conn.exec_driver_sql(
-                "INSERT INTO trials (study_id, number, config_key, config, state, retryable, metrics, worker)"
-                " VALUES (1, 0, 'k', '{\"a\": 1}', 'failed', false, '{}', 'w')"
-            )
-    finally:
-        engine.dispose()
+    database_at(url, "0002", {"config_key": "k", "config": '{"a": 1}', "state": "failed", "retryable": False, "metrics": "{}"})
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
