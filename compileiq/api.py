@@ -108,19 +108,23 @@ def tune(
     metric_regex: str | None = None,
     time_budget: str | float | None = None,
     patience: int | None = None,
+    pick: str | None = None,
+    stream: bool = False,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
     `compileiq tune` does with the same options; `on_trial` is called with each finished trial.
     `budget` counts search trials (simplification and ablation builds are extra); `time_budget`
-    ("10m", or seconds) and `patience` (batches without a better best) may end the search first."""
+    ("10m", or seconds) and `patience` (batches without a better best) may end the search first.
+    Several objectives ("registers,instructions") search the Pareto front; `pick` chooses on it
+    ("knee", "first", "weights=a:0.7,b:0.3")."""
     options = app.TuneOptions(
         kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
         surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
         study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, program=program, metric_regex=metric_regex,
-        time_budget=_duration(time_budget), patience=patience,
+        time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream,
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))
     result = report.result

@@ -89,6 +89,21 @@ def test_tune_returns_frozen_typed_rows_and_calls_back_per_trial(tmp_path: Path)
     assert compileiq.flags(result.acf_path, format="optf").splitlines() == list(result.flags)
 
 
+def test_tune_takes_several_objectives_and_the_pick_rule(tmp_path: Path) -> None:
+    import tomllib
+
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    result = compileiq.tune(
+        kernel, objective="registers,instructions", pick="first", budget=4, strategy="exhaustive",
+        workers="local", only=["ptxas.opt_level"], db=f"sqlite:///{tmp_path / 't.db'}", out=tmp_path / "k.acf.toml")
+    objective = tomllib.loads(result.acf_path.read_text())["objective"]
+    assert objective["pick"] == "first" and objective["objectives"] == ["registers", "instructions"]
+    with pytest.raises(UsageError, match="pick"):
+        compileiq.tune(kernel, objective="registers,instructions", pick="middle", budget=4, workers="local",
+                       db=f"sqlite:///{tmp_path / 't.db'}")
+
+
 def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
     kernel = tmp_path / "scale.cu"
     kernel.write_text(TINY_KERNEL)
