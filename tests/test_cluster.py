@@ -24,7 +24,7 @@ from ray_cluster import LoopbackCluster, ray_env
 
 from compileiq.store import Store
 from compileiq.toolchain import find_toolchain
-from compileiq.workers import LOOPBACK_ENV, ray_environment
+from compileiq.workers import LOOPBACK_ENV, TASK_RETRIES, ray_environment
 
 LOOPBACK_ONLY = Path("/work/shared/bin/loopback-only")
 ARCH = "sm_90"
@@ -190,7 +190,7 @@ def test_a_worker_node_killed_mid_run_loses_no_trial(
 ) -> None:
     victim = cluster.add_node("victim", num_cpus=2)
     cluster.wait_for_nodes(4)
-    cuda = _fake_cuda(tmp_path / "cuda", ptxas_sleep_s=3.0)
+    cuda = _fake_cuda(tmp_path / "cuda", ptxas_sleep_s=6.0)  # long enough for the kill to land under load
     command = [compileiq_command(), *_tune_args(cluster, kernel, "instructions")]
     tune = subprocess.Popen(
         command, cwd=kernel.parent,
@@ -201,7 +201,7 @@ def test_a_worker_node_killed_mid_run_loses_no_trial(
         while not any(node == "victim" for node, _ in _compiles(cuda)):
             assert tune.poll() is None and time.monotonic() < deadline, (command, tune.communicate())
             time.sleep(0.2)
-        cluster.kill(victim)  # while ptxas runs there (each run sleeps 3 s first)
+        cluster.kill(victim)  # while ptxas runs there (each run sleeps 6 s first)
         stdout, stderr = tune.communicate(timeout=400)
     finally:
         if tune.poll() is None:
@@ -210,8 +210,10 @@ def test_a_worker_node_killed_mid_run_loses_no_trial(
 
     runs = _compiles(cuda)
     per_variant = Counter(args for _, args in runs)
-    assert len(per_variant) == REGISTER_CAPS and max(per_variant.values()) <= 2, per_variant
-    retried = {args for args, count in per_variant.items() if count == 2}
+    # Ray retries a task lost with its node; a retry can land on the dying node before Ray has
+    # declared it dead (seen: a third compile), so the bound is Ray's retries, not one retry.
+    assert len(per_variant) == REGISTER_CAPS and max(per_variant.values()) <= 1 + TASK_RETRIES, per_variant
+    retried = {args for args, count in per_variant.items() if count >= 2}
     assert retried and all(("victim", args) in runs for args in retried)  # the victim's work, done again
 
     store = Store.open(f"sqlite:///{kernel.parent / 'ciq.db'}")
