@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from compileiq.compile import Build
 from compileiq.eligibility import Reference, refusal
 from compileiq.metrics import Evaluation
-from compileiq.records import Trial
+from compileiq.records import SCREEN, Trial
 from compileiq.space import Config
 
 SCREENED = "screened: "
@@ -62,8 +62,8 @@ class Selection:
 
 
 def is_screened(trial: Trial) -> bool:
-    """True for a trial that screening recorded instead of measuring."""
-    return (trial.reason or "").startswith(SCREENED)
+    """True for a trial that screening recorded instead of measuring (its purpose says so)."""
+    return trial.purpose == SCREEN
 
 
 def verdict(candidate: Candidate, reference: Reference) -> str | None:

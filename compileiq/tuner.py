@@ -97,7 +97,7 @@ class TuneResult:
     @property
     def search_trials(self) -> int:
         """The study's finished search trials: what the budget counts."""
-        return sum(1 for t in self.trials if _counts(t) and t.searched)
+        return _searched(self.trials)
 
     @property
     def extra_trials(self) -> int:
@@ -259,7 +259,7 @@ class Tuner:
                 break
             proposed = candidates = self._candidates(trials, count * (policy.factor if policy else 1))
             if policy is not None and proposed:
-                candidates = self._screen(study, proposed, count)  # a batch refused whole is no end
+                candidates = self._screen(study, trials, proposed, count)  # a batch refused whole is no end
             batch = self._claim(study, candidates)
             if batch:
                 refill = self._refiller(study, counted) if self._request.stream and not alone else None
@@ -304,7 +304,7 @@ class Tuner:
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
         finished = [t for t in trials if _counts(t)]
-        searched = sum(1 for t in finished if t.searched)
+        searched = _searched(finished)
         if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
@@ -312,18 +312,18 @@ class Tuner:
         self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
-        self._screened = sum(1 for t in finished if t.purpose == SCREEN)
+        self._screened = sum(1 for t in finished if screening.is_screened(t))
         return searched, trials
 
-    def _screen(self, study: Study, candidates: Sequence[Config], count: int) -> list[Config]:
+    def _screen(self, study: Study, trials: Sequence[Trial], candidates: Sequence[Config],
+                count: int) -> list[Config]:
         """Compile the candidates, record those the static rules refuse (never measured) and
-        return those to measure (see `compileiq.screening`)."""
+        return those to measure (see `compileiq.screening`); `trials`: the study as this batch read it."""
         assert self._reference is not None and self._static_judge is not None
         builds = self._runner.prebuild(candidates)
         found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
                  for c in candidates]
-        measured = {t.code_hash for t in self._store.trials(study.id)
-                    if t.code_hash and _counts(t) and not screening.is_screened(t)}
+        measured = {t.code_hash for t in trials if t.code_hash and _counts(t) and not screening.is_screened(t)}
         selection = screening.select(found, self._reference, count, measured)
         rejected = {r.candidate.config.key: r for r in selection.rejected}
         for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
