@@ -1,5 +1,6 @@
 """Benchmark (issue 13, item 3): evaluations to reach the best known value on the DEFAULT search
-space of nvcc/ptxas (no --only: millions of configurations), compileiq against random search.
+space of nvcc/ptxas (no --only: millions of configurations), compileiq against random search and the
+best peer of benchmarks/peers.py (Optuna's TPE, needs the `peers` extra).
 
 Nobody can compile the whole default space, so the reference is the best value any strategy
 found: every strategy runs `--budget` evaluations for each seed and objective, and every
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, when impor
 from common import ROOT, machine
 
 from compileiq import app, eligibility
+from compileiq.encoding import Encoding
 from compileiq.kernel import bundle_sources, load_spec
 from compileiq.metrics import StaticMetrics, objective_value
 from compileiq.search import Observation, Searcher, SearchSettings
@@ -70,9 +72,67 @@ class Proposer(Protocol):
     def tell(self, observations: Sequence[Observation]) -> None: ...
 
 
+class OptunaTPE:
+    """Optuna's TPE (its defaults, the best peer of benchmarks/peers.py) behind the searcher's
+    ask/tell: every setting an integer index; a proposal already evaluated is told its known
+    value and asked again, so that it costs no evaluation (as peers.py counts repeats)."""
+
+    TRIES = 50  # asks per wanted proposal before giving up (a converged TPE repeats itself)
+
+    def __init__(self, space: SearchSpace, seed: int) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        self._optuna = optuna
+        self._encoding = Encoding(space)
+        self._names = [p.name for p in space.parameters]
+        self._distributions = {name: optuna.distributions.IntDistribution(0, int(n) - 1)
+                               for name, n in zip(self._names, self._encoding.cardinality)}
+        self._study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+        self._known: dict[str, float | None] = {}
+        self._pending: dict[str, Any] = {}
+
+    def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
+        chosen: dict[str, Config] = {}
+        for _ in range(count * self.TRIES):
+            if len(chosen) == count:
+                break
+            trial = self._study.ask(self._distributions)
+            config = self._encoding.config([trial.params[name] for name in self._names])
+            if config.key in self._known:
+                self._finish(trial, self._known[config.key])
+            elif config.key in chosen or config.key in exclude:
+                self._finish(trial, None)
+            else:
+                chosen[config.key] = config
+                self._pending[config.key] = trial
+        return list(chosen.values())
+
+    def tell(self, observations: Sequence[Observation]) -> None:
+        for observation in observations:
+            key = observation.config.key
+            self._known[key] = observation.value
+            if (trial := self._pending.pop(key, None)) is not None:
+                self._finish(trial, observation.value)
+                continue
+            row = self._encoding.row(observation.config)
+            complete = observation.value is not None
+            self._study.add_trial(self._optuna.trial.create_trial(
+                params=dict(zip(self._names, row)), distributions=self._distributions,
+                value=observation.value if complete else None,
+                state=self._optuna.trial.TrialState.COMPLETE if complete else self._optuna.trial.TrialState.FAIL))
+
+    def _finish(self, trial: Any, value: float | None) -> None:
+        if value is None:
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+        else:
+            self._study.tell(trial, value)
+
+
 STRATEGIES: dict[str, Callable[[SearchSpace, int], Proposer]] = {
     "compileiq": lambda space, seed: Searcher(space, SearchSettings("bayes", seed)),
     "random": lambda space, seed: Searcher(space, SearchSettings("random", seed)),
+    "optuna-tpe": OptunaTPE,  # needs the `peers` extra
 }
 
 

@@ -118,3 +118,18 @@ def test_an_unmapped_config_is_compiled_through_the_tuner(kernel: Path, tmp_path
     assert set(found) == {space.default_config().key, capped.key}
     assert all(m is not None and m["registers"] > 0 for m in found.values())
     assert found[capped.key]["registers"] <= 24
+
+
+def test_the_peer_proposes_only_unseen_configurations_so_repeats_cost_nothing(kernel: Path) -> None:
+    pytest.importorskip("optuna")  # the `peers` extra
+    space = _space(kernel)
+    peer = full_space.STRATEGIES["optuna-tpe"](space, 0)
+    default = space.default_config()
+    peer.tell([full_space.Observation(default, 40.0)])  # told, never asked: as replay() starts
+    proposed = [default.key]
+    while batch := peer.ask(4, ()):
+        proposed += [c.key for c in batch]
+        peer.tell([full_space.Observation(c, full_space.value("registers", c, _metrics(c), _metrics(default), default))
+                   for c in batch])
+    assert len(proposed) == len(set(proposed))  # TPE repeats itself; the adapter never spends them
+    assert len(proposed) > space.size() // 2
