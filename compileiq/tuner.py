@@ -395,6 +395,7 @@ class Tuner:
         return eligibility.refusal(trial.config, trial.metrics, self._reference)
 
     def _claim(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
+        self._runner.flush()  # the results this run knows are recorded before it claims more
         pairs = [(c.key, c.as_dict()) for c in configs]
         return self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
 
