@@ -9,11 +9,13 @@ group, whose trials stay claimed by a tuner that is gone and are retried by the 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
 from typing import Self
 
+from compileiq.errors import CompileIQError
 from compileiq.store import Store, TrialOutcome
 
 FLUSH_EVERY_S = 0.05
@@ -39,10 +41,8 @@ class GroupCommit:
         if kind is None:
             self.close()
             return
-        try:
+        with contextlib.suppress(CompileIQError):  # the first error is the one to report
             self.close()  # what finished before the error is kept
-        except Exception:
-            pass  # the first error is the one to report (the database may be what failed)
 
     def add(self, outcome: TrialOutcome) -> None:
         with self._changed:
@@ -105,6 +105,6 @@ class GroupCommit:
                     continue
             try:
                 self.flush()
-            except Exception:
+            except Exception:  # noqa: BLE001 - the batch stays pending: the caller's next flush raises it
                 with self._changed:
                     self._failed = True  # left for the caller's next add or flush to report

@@ -21,6 +21,7 @@ from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.pareto import Front, values_of
 from compileiq.records import SCREEN, SEARCH, first_line
+from compileiq.refit_schedule import RefitSchedule
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -266,7 +267,12 @@ class Tuner:
                 finished = self._runner.run(batch, refill)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
+                observations = [self._observation(t) for t in finished if _counts(t)]
+                if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
+                    self._searcher.tell(observations, fit=False)
+                    self._searcher.fit()
+                else:
+                    self._searcher.tell(observations)
                 self._clock.batch_done(best.value if (best := self._runner.best()) else None)
             elif proposed:
                 continue  # other tuners claimed them first (or screening refused them): ask again
@@ -280,24 +286,54 @@ class Tuner:
     def _refiller(self, study: Study, counted: int) -> Refill:
         """Streaming: claim new variants while others compile, as soon as a quarter of the batch
         (at least one) is free, so that the workers never wait for a batch's slowest variant. The
-        searcher learns the results (one refit) per batch_size of them, as in a batch run."""
+        searcher learns each result when the next variants are asked for, refits once per
+        batch_size of them while the driver has time for it (`refit_schedule`), and proposes a
+        batch at a time: a hundred slots are fed from a queue, not by an ask per free slot."""
         request = self._request
         step = max(1, request.batch_size // 4)
+        schedule = RefitSchedule(request.batch_size)
+        read = 0  # finished trials looked at so far (the runner's list only grows)
+        done = 0  # ... of which count towards the budget
+        untold: list[Trial] = []
+        proposals: list[Config] = []
 
         def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
-            left = request.budget - counted - len(running) - sum(1 for t in finished if _counts(t))
+            nonlocal read, done, proposals
+            for trial in finished[read:]:
+                if _counts(trial):
+                    done += 1
+                    untold.append(trial)
+            read = len(finished)
+            left = request.budget - counted - len(running) - done
             free = min(request.batch_size - len(running), left)
             if self._clock.out_of_time or free <= 0 or free < min(step, left):
                 return []
-            fresh = [t for t in finished if t.id not in self._told and _counts(t)]
-            if len(fresh) >= request.batch_size:  # refit once per batch of results, as a batch run does
-                self._told.update(t.id for t in fresh)
-                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                self._searcher.tell([self._observation(t) for t in fresh])
-            busy = sorted({t.config_key for t in (*finished, *running)})
-            return self._claim(study, self._searcher.ask(free, exclude=busy))
+            self._runner.flush()  # what the searcher learns is recorded first
+            if self._multi:  # several objectives refit per proposal anyway: as a batch run does
+                if len(untold) >= request.batch_size:
+                    self._tell(untold)
+                    untold.clear()
+                busy = sorted({t.config_key for t in (*finished, *running)})
+                return self._claim(study, self._searcher.ask(free, exclude=busy))
+            if untold:
+                self._tell(untold, fit=False)
+                schedule.told(len(untold))
+                untold.clear()
+            if schedule.due():
+                schedule.fit(self._searcher.fit)
+                proposals = []  # asked of the previous model
+            if len(proposals) < free:
+                busy = sorted({t.config_key for t in running})
+                proposals = self._searcher.ask(max(free, request.batch_size), exclude=busy)
+            batch, proposals = proposals[:free], proposals[free:]
+            return self._claim(study, batch)
 
         return refill
+
+    def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
+        self._told.update(t.id for t in trials)
+        self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+        self._searcher.tell([self._observation(t) for t in trials], fit)
 
     def _sync(self, study: Study) -> tuple[int, list[Trial]]:
         """Tell the searcher every finished trial (ours and other processes'); count them.
