@@ -5,15 +5,18 @@ results, as a batch run does, costs the driver more per result the longer the st
 driver that feeds a hundred compile slots has no time to spare. A streaming run therefore refits
 once `batch_size` new results are in AND the fits so far took at most `share` of the driver's
 wall time since the previous one ended; a driver with time to spare (few slots, slow compiles)
-refits per batch exactly as before. Batch runs never use this: they stay reproducible.
+refits per batch exactly as before. A refit's time counts the proposals asked of the new model
+(they are asked then, a batch at a time, and handed out as slots free up). Batch runs never use this: they stay reproducible.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 FIT_SHARE = 0.25
+T = TypeVar("T")
 
 
 class RefitSchedule:
@@ -34,10 +37,11 @@ class RefitSchedule:
         since = self._clock() - self._fitted_at
         return self._fit_s * (1 - self._share) <= since * self._share
 
-    def fit(self, refit: Callable[[], None]) -> None:
-        """Run `refit`, timing it."""
+    def refresh(self, refit_and_ask: Callable[[], T]) -> T:
+        """Run `refit_and_ask` (a refit and the proposals of the new model), timing it."""
         start = self._clock()
-        refit()
+        found = refit_and_ask()
         self._fitted_at = self._clock()
         self._fit_s = self._fitted_at - start
         self._unfitted = 0
+        return found

@@ -149,6 +149,7 @@ class TrialRunner:
         self._best: Trial | None = None  # among _by_code's trials that may win, kept as they arrive
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
+        self._configs: dict[str, Config] = {}
 
     @property
     def may_win(self) -> Callable[[Trial], bool]:
@@ -199,7 +200,7 @@ class TrialRunner:
         jobs: list[VariantJob] = []
         if not batch:
             return jobs
-        keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
+        keys = {trial.id: self.build_key(self.config_of(trial)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
@@ -297,7 +298,7 @@ class TrialRunner:
         if build.ok and build.code_hash in self._by_code:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1
-        evaluation = evaluation or self._evaluator.evaluate(build, Config.of(trial.config))
+        evaluation = evaluation or self._evaluator.evaluate(build, self.config_of(trial))
         metrics = evaluation.metrics
         if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
             metrics = {**metrics, TRANSIENT_KEY: build.status.value}
@@ -363,7 +364,17 @@ class TrialRunner:
         return builds
 
     def _job(self, trial: Trial) -> VariantJob:
-        return self._config_job(trial.id, Config.of(trial.config))
+        return self._config_job(trial.id, self.config_of(trial))
+
+    def config_of(self, trial: Trial) -> Config:
+        """The trial's config (one `Config` per config key: each trial's is needed several times)."""
+        config = self._configs.get(trial.config_key)
+        if config is None:
+            config = Config.of(trial.config)
+            if len(self._configs) >= 1 << 16:
+                self._configs.clear()
+            self._configs[trial.config_key] = config
+        return config
 
     def _config_job(self, tag: int, config: Config) -> VariantJob:
         target = self._target

@@ -41,6 +41,8 @@ class SpaceError(UsageError):
 
 
 def _plain(value: object) -> Value:
+    if type(value) in _PLAIN:
+        return value  # type: ignore[return-value]
     if isinstance(value, str):
         return str(value)
     if not isinstance(value, bool | int):
@@ -49,6 +51,9 @@ def _plain(value: object) -> Value:
     if isinstance(value, bool | int):
         return bool(value) if isinstance(value, bool) else int(value)
     raise SpaceError(f"config value {value!r} is not a bool, int or str")
+
+
+_PLAIN = frozenset((bool, int, str))
 
 
 def _same(a: Value, b: Value) -> bool:
@@ -80,7 +85,11 @@ class Config:
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
     def __getitem__(self, name: str) -> Value:
-        return self.as_dict()[name]
+        return self._values[name]
+
+    @cached_property
+    def _values(self) -> dict[str, Value]:
+        return dict(self.items)
 
     def with_values(self, mapping: Mapping[str, Value]) -> Config:
         """A copy with the given names set (added or replaced); names contain dots, so no kwargs."""

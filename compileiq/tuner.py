@@ -319,16 +319,19 @@ class Tuner:
                 self._tell(untold, fit=False)
                 schedule.told(len(untold))
                 untold.clear()
-            if schedule.due():
-                schedule.fit(self._searcher.fit)
-                proposals = []  # asked of the previous model
-            if len(proposals) < free:
-                busy = sorted({t.config_key for t in running})
+            busy = sorted({t.config_key for t in running})
+            if schedule.due():  # the queue was asked of the previous model
+                proposals = schedule.refresh(lambda: self._refit_and_ask(max(free, request.batch_size), busy))
+            elif len(proposals) < free:
                 proposals = self._searcher.ask(max(free, request.batch_size), exclude=busy)
             batch, proposals = proposals[:free], proposals[free:]
             return self._claim(study, batch)
 
         return refill
+
+    def _refit_and_ask(self, count: int, exclude: Sequence[str]) -> list[Config]:
+        self._searcher.fit()
+        return self._searcher.ask(count, exclude=exclude)
 
     def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
         self._told.update(t.id for t in trials)
@@ -419,10 +422,11 @@ class Tuner:
     def _observation(self, trial: Trial) -> Observation:
         """A trial as the searcher learns it: one that may not win is worse than any that may."""
         allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
+        config = self._runner.config_of(trial)
         if self._multi:
             values = values_of(trial, self._objectives) if allowed else None
-            return Observation(Config.of(trial.config), trial.value if values else None, values or ())
-        return Observation(Config.of(trial.config), trial.value if allowed else None)
+            return Observation(config, trial.value if values else None, values or ())
+        return Observation(config, trial.value if allowed else None)
 
     def _refusal(self, trial: Trial) -> str | None:
         """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""

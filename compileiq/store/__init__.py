@@ -289,7 +289,7 @@ class Store:
                  "new_retryable": o.retryable} for o in outcomes]
         if any(o.state is TrialState.RUNNING for o in outcomes):
             raise StoreError("finish_trials needs final states, not running")
-        records = {o.build.key: asdict(o.build) for o in outcomes if o.build is not None}
+        records = {o.build.key: _columns(o.build) for o in outcomes if o.build is not None}
         with self._tx() as conn:
             if records:
                 insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
@@ -582,6 +582,11 @@ def _warn_on_stderr(message: str) -> None:
 # to tell whether a row changed since it was read.
 _MARKER = tuple(c for c in trials_table.c if c.name not in ("config", "metrics", "heartbeat_at"))
 _OUTCOME_COLUMNS = ("state", "value", "reason", "metrics", "code_hash", "compile_seconds", "retryable")
+
+
+def _columns(record: BuildRecord) -> dict[str, Any]:
+    """The record's column values as they are (`asdict` would copy its metrics deeply)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:
