@@ -295,6 +295,7 @@ class Tuner:
         read = 0  # finished trials looked at so far (the runner's list only grows)
         done = 0  # ... of which count towards the budget
         untold: list[Trial] = []
+        lost: set[str] = set()  # finished without a result that counts (retried later): not proposed again now
         proposals: list[Config] = []
 
         def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
@@ -303,6 +304,8 @@ class Tuner:
                 if _counts(trial):
                     done += 1
                     untold.append(trial)
+                else:
+                    lost.add(trial.config_key)
             read = len(finished)
             left = request.budget - counted - len(running) - done
             free = min(request.batch_size - len(running), left)
@@ -319,7 +322,7 @@ class Tuner:
                 self._tell(untold, fit=False)
                 schedule.told(len(untold))
                 untold.clear()
-            busy = sorted({t.config_key for t in running})
+            busy = sorted(lost.union(t.config_key for t in running))
             if schedule.due():  # the queue was asked of the previous model
                 proposals = schedule.refresh(lambda: self._refit_and_ask(max(free, request.batch_size), busy))
             elif len(proposals) < free:
