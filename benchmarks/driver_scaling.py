@@ -8,10 +8,16 @@ slots (`--backend ray`: actors with max_concurrency on an embedded Ray given fak
 tasks need no real cores).
 
 Reported per slot count: the driver's sustained trials/s, slot utilisation (sleep time over
-slots x wall, after the baseline), the searcher's ms per ask and per tell, the database's ms per
-trial in the loop and its write rate alone (claim + finish), trials per CPU-second of the driver
-process (its ceiling on a core of its own, whatever the machine's load), and the profile's top
-entries with --profile.
+slots x wall, after the baseline), the searcher's ms per ask, its refits and ms per refit, its
+ms per trial (asks, tells and refits together), the database's ms per trial in the loop (claims,
+group-commit writes, reads; wall time, waits for the database's lock included) and its write
+rate alone (claims of 64, groups of 64), trials per CPU-second of the driver process (its
+ceiling on a core of its own, whatever the machine's load), and the profile's top entries with
+--profile (cProfile sees the main thread only: the group-commit writer is not in it).
+
+Streaming runs should keep more variants in flight than there are slots (--in-flight 1.5, the
+tuner's --batch-size 1.5 x slots): the tuner refills a quarter of the batch at a time, and with
+exactly as many in flight as slots a quarter of them would wait for each refill.
 
     PYTHONPATH=. .venv/bin/python benchmarks/driver_scaling.py [--slots 8 32 128] [--db sqlite]
         [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend threads]
@@ -303,7 +309,7 @@ class Row:
     trials_per_s: float
     utilisation: float
     ask_ms: float
-    fits: int
+    fits: int  # the surrogate's refits (in a tell, or a streaming run's scheduled fit)
     fit_ms: float
     search_ms_per_trial: float  # ask + tell + fit
     db_ms_per_trial: float
@@ -324,6 +330,7 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     pool: Slots = RaySlots(slots) if args.backend == "ray" else ThreadSlots(slots)
     workers = SimulatedWorkers(pool, slots, template, (args.task_ms[0], args.task_ms[1]))
     timers = Timers({"ask": (Searcher, "ask"), "tell": (Searcher, "tell"), "fit": (Searcher, "fit"),
+                     "refit": (Searcher, "_refit"),
                      "claim": (Store, "claim_trials"), "finish": (Store, "finish_trials"), "read": (Store, "trials")})
     profile = cProfile.Profile() if args.profile else None
     try:
@@ -343,10 +350,10 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
         pool.close()
         store.close()
         drop()
-    search_s = sum(timers.seconds[k] for k in ("ask", "tell", "fit"))
+    search_s = sum(timers.seconds[k] for k in ("ask", "tell", "fit"))  # refits happen inside tell or fit
     row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
-              workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.calls["fit"],
-              timers.per_call_ms("fit"), 1000 * search_s / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
+              workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.calls["refit"],
+              timers.per_call_ms("refit"), 1000 * search_s / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
               trials / cpu)
     text = ""
     if profile:

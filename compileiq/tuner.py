@@ -39,6 +39,7 @@ from compileiq.toolchain import Toolchain
 from compileiq.workers import Workers
 
 WAIT_FOR_OTHERS_S = 1.0
+PROPOSALS_PER_ASK = 2  # streaming: batches of proposals asked at once of one model (until it is refitted)
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
 _METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
@@ -323,10 +324,11 @@ class Tuner:
                 schedule.told(len(untold))
                 untold.clear()
             busy = sorted(lost.union(t.config_key for t in running))
+            wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
             if schedule.due():  # the queue was asked of the previous model
-                proposals = schedule.refresh(lambda: self._refit_and_ask(max(free, request.batch_size), busy))
+                proposals = schedule.refresh(lambda: self._refit_and_ask(wanted, busy))
             elif len(proposals) < free:
-                proposals = self._searcher.ask(max(free, request.batch_size), exclude=busy)
+                proposals = self._searcher.ask(wanted, exclude=busy)
             batch, proposals = proposals[:free], proposals[free:]
             return self._claim(study, batch)
 
