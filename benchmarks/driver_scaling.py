@@ -8,10 +8,16 @@ slots (`--backend ray`: actors with max_concurrency on an embedded Ray given fak
 tasks need no real cores).
 
 Reported per slot count: the driver's sustained trials/s, slot utilisation (sleep time over
-slots x wall, after the baseline), the searcher's ms per ask and per tell, the database's ms per
-trial in the loop and its write rate alone (claim + finish), trials per CPU-second of the driver
-process (its ceiling on a core of its own, whatever the machine's load), and the profile's top
-entries with --profile.
+slots x wall, after the baseline), the searcher's ms per ask, its refits and ms per refit, its
+ms per trial (asks, tells and refits together), the database's ms per trial in the loop (claims,
+group-commit writes, reads; wall time, waits for the database's lock included) and its write
+rate alone (claims of 64, groups of 64), trials per CPU-second of the driver process (its
+ceiling on a core of its own, whatever the machine's load), and the profile's top entries with
+--profile (cProfile sees the main thread only: the group-commit writer is not in it).
+
+Streaming runs should keep more variants in flight than there are slots (--in-flight 1.5, the
+tuner's --batch-size 1.5 x slots): the tuner refills a quarter of the batch at a time, and with
+exactly as many in flight as slots a quarter of them would wait for each refill.
 
     PYTHONPATH=. .venv/bin/python benchmarks/driver_scaling.py [--slots 8 32 128] [--db sqlite]
         [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend threads]
@@ -24,13 +30,14 @@ import cProfile
 import hashlib
 import io
 import pstats
+import queue
 import random
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
@@ -52,7 +59,7 @@ from compileiq.compile import (
 from compileiq.kernel import bundle_sources, load_spec
 from compileiq.runner import SilentProgress
 from compileiq.search import Searcher, SearchSettings
-from compileiq.store import Store, TrialState
+from compileiq.store import Store, TrialOutcome, TrialState
 from compileiq.toolchain import find_toolchain
 from compileiq.tuner import Tuner, TuneRequest
 from compileiq.workers import Transfers, VariantJob, VariantResult
@@ -106,15 +113,24 @@ class Slots:
 
 
 class ThreadSlots(Slots):
+    """Sleeps on a thread pool; finished ones are queued as they end (O(1) per result, where
+    `concurrent.futures.wait` over every pending future cost the driver's thread more than a
+    real scheduler's notification)."""
+
     def __init__(self, slots: int) -> None:
         self._pool = ThreadPoolExecutor(slots, thread_name_prefix="slot")
+        self._done: queue.SimpleQueue[Future[None]] = queue.SimpleQueue()
 
-    def submit(self, seconds: float) -> Future[float]:
-        return self._pool.submit(time.sleep, seconds)
+    def submit(self, seconds: float) -> Future[None]:
+        future = self._pool.submit(time.sleep, seconds)
+        future.add_done_callback(self._done.put)
+        return future
 
     def ready(self, handles: Sequence[Any]) -> list[Any]:
-        done, _ = wait(handles, return_when=FIRST_COMPLETED)
-        return list(done)
+        done = [self._done.get()]
+        while not self._done.empty():
+            done.append(self._done.get())
+        return done
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -257,7 +273,8 @@ def database(kind: str) -> tuple[str, Callable[[], None]]:
 
 
 def write_rate(url: str, space: Any, count: int = 512) -> float:
-    """Trials claimed (batches of 64) and finished (one transaction each) per second, alone."""
+    """Trials claimed (batches of 64) and finished (groups of 64, as the driver's group commit
+    writes them at this rate) per second, alone."""
     from compileiq.store import StudyKey
 
     store = Store.open(url)
@@ -267,9 +284,9 @@ def write_rate(url: str, space: Any, count: int = 512) -> float:
         configs = list(random_configs(space, count))
         start = time.perf_counter()
         for first in range(0, count, 64):
-            for trial in store.claim_trials(study.id, configs[first:first + 64], "bench:1"):
-                store.finish_trial(trial.id, state=TrialState.COMPLETE, value=1.0, reason=None,
-                                   metrics={"registers": 32}, code_hash="ab" * 32, compile_seconds=0.1)
+            claimed = store.claim_trials(study.id, configs[first:first + 64], "bench:1")
+            store.finish_trials([TrialOutcome(trial.id, TrialState.COMPLETE, 1.0, None, {"registers": 32}, "ab" * 32, 0.1)
+                                 for trial in claimed])
         return count / (time.perf_counter() - start)
     finally:
         store.close()
@@ -292,7 +309,9 @@ class Row:
     trials_per_s: float
     utilisation: float
     ask_ms: float
-    tell_ms: float
+    fits: int  # the surrogate's refits (in a tell, or a streaming run's scheduled fit)
+    fit_ms: float
+    search_ms_per_trial: float  # ask + tell + fit
     db_ms_per_trial: float
     db_writes_per_s: float
     trials_per_cpu_s: float  # the driver process's CPU (a PostgreSQL server's own is not counted)
@@ -310,8 +329,9 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
                           stream=stream)
     pool: Slots = RaySlots(slots) if args.backend == "ray" else ThreadSlots(slots)
     workers = SimulatedWorkers(pool, slots, template, (args.task_ms[0], args.task_ms[1]))
-    timers = Timers({"ask": (Searcher, "ask"), "tell": (Searcher, "tell"), "claim": (Store, "claim_trials"),
-                     "finish": (Store, "finish_trial"), "read": (Store, "trials")})
+    timers = Timers({"ask": (Searcher, "ask"), "tell": (Searcher, "tell"), "fit": (Searcher, "fit"),
+                     "refit": (Searcher, "_refit"),
+                     "claim": (Store, "claim_trials"), "finish": (Store, "finish_trials"), "read": (Store, "trials")})
     profile = cProfile.Profile() if args.profile else None
     try:
         with timers:
@@ -330,9 +350,11 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
         pool.close()
         store.close()
         drop()
+    search_s = sum(timers.seconds[k] for k in ("ask", "tell", "fit"))  # refits happen inside tell or fit
     row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
-              workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.per_call_ms("tell"),
-              1000 * db_s / max(trials, 1), rate, trials / cpu)
+              workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.calls["refit"],
+              timers.per_call_ms("refit"), 1000 * search_s / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
+              trials / cpu)
     text = ""
     if profile:
         out = io.StringIO()
@@ -358,14 +380,16 @@ def main() -> None:
     print(f"machine: {machine()}; kernel {args.kernel.name}, space of {space.size():,} configs, tasks "
           f"{args.task_ms[0]:g}-{args.task_ms[1]:g} ms, {args.backend}, batch size = {args.in_flight:g} x slots")
     print(f"{'db':10} {'mode':6} {'slots':>5} {'batch':>5} {'trials':>6} {'wall s':>6} {'trials/s':>8} {'busy':>5} "
-          f"{'ask ms':>7} {'tell ms':>7} {'db ms/trial':>11} {'db writes/s':>11} {'trials/CPU-s':>12}")
+          f"{'ask ms':>7} {'fits':>4} {'fit ms':>7} {'search ms/trial':>15} {'db ms/trial':>11} {'db writes/s':>11} "
+          f"{'trials/CPU-s':>12}")
     profiles = []
     for db in args.db or ["sqlite"]:
         for mode, slots in [(mode, slots) for slots in args.slots for mode in args.mode]:
             row, text = run_one(args, db, slots, mode == "stream", template, spec, space, tools_bundle)
             print(f"{row.db:10} {row.mode:6} {row.slots:5d} {row.in_flight:5d} {row.trials:6d} {row.wall_s:6.1f} "
-                  f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.tell_ms:7.1f} "
-                  f"{row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} {row.trials_per_cpu_s:12.0f}", flush=True)
+                  f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.fits:4d} {row.fit_ms:7.1f} "
+                  f"{row.search_ms_per_trial:15.2f} {row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} "
+                  f"{row.trials_per_cpu_s:12.0f}", flush=True)
             if text:
                 profiles.append(f"--- {row.db}, {mode}, {slots} slots ---\n{text}")
     print("\n".join(profiles))

@@ -68,14 +68,14 @@ class FrontSearcher(Searcher):
         self._vectors: list[tuple[float, ...] | None] = []
         self._batches = 0
 
-    def tell(self, observations: Sequence[Observation]) -> None:
+    def tell(self, observations: Sequence[Observation], fit: bool = True) -> None:
         for observation in observations:
             if observation.config.key in self._keys:
                 continue
             self._keys.add(observation.config.key)
             usable = observation.value is not None and len(observation.values) == self._objectives
             self._vectors.append(tuple(observation.values) if usable else None)
-        super().tell(observations)
+        super().tell(observations, fit)
 
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
         in_step = len(self._vectors) == self.observations  # a config told twice under two keys: plain search

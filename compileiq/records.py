@@ -75,6 +75,21 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class TrialOutcome:
+    """What `Store.finish_trials` records for one trial; `build` is cached in the same write."""
+
+    trial_id: int
+    state: TrialState
+    value: float | None
+    reason: str | None
+    metrics: dict[str, Any]
+    code_hash: str | None
+    compile_seconds: float | None
+    retryable: bool = False
+    build: BuildRecord | None = None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One tuning run of a study: its limits, which one ended it, and what it built."""
 

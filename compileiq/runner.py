@@ -12,7 +12,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Protocol, Self
 
 from compileiq.compile import (
@@ -24,10 +25,11 @@ from compileiq.compile import (
     FrontendJob,
 )
 from compileiq.errors import CompileIQError
+from compileiq.group_commit import GroupCommit
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.metrics import Evaluation
 from compileiq.space import Config, SearchSpace
-from compileiq.store import BuildRecord, Store, Study, Trial, TrialState
+from compileiq.store import BuildRecord, Store, Study, Trial, TrialOutcome, TrialState
 from compileiq.toolchain import Toolchain
 from compileiq.workers import Transfers, VariantJob, VariantResult, Workers
 
@@ -146,6 +148,8 @@ class TrialRunner:
         self._may_win: Callable[[Trial], bool] = lambda trial: True
         self._best: Trial | None = None  # among _by_code's trials that may win, kept as they arrive
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
+        self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
+        self._configs: dict[str, Config] = {}
 
     @property
     def may_win(self) -> Callable[[Trial], bool]:
@@ -176,18 +180,27 @@ class TrialRunner:
         if not batch:
             return []
         with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s) as beat:
-            finished: list[Trial] = []
-            jobs = self._start(batch, finished)
-            if jobs:
-                self._compile_and_record(jobs, finished, refill, beat)
+            with GroupCommit(self._store) as self._commit:
+                try:
+                    finished: list[Trial] = []
+                    jobs = self._start(batch, finished)
+                    if jobs:
+                        self._compile_and_record(jobs, finished, refill, beat)
+                finally:
+                    self._commit = None
             return finished
+
+    def flush(self) -> None:
+        """Make every result recorded so far durable (before the tuner asks or claims)."""
+        if self._commit is not None:
+            self._commit.flush()
 
     def _start(self, batch: Sequence[Trial], finished: list[Trial]) -> list[VariantJob]:
         """Record the cache hits among `batch` (into `finished`); the compile jobs of the rest."""
         jobs: list[VariantJob] = []
         if not batch:
             return jobs
-        keys = {trial.id: self.build_key(Config.of(trial.config)) for trial in batch}
+        keys = {trial.id: self.build_key(self.config_of(trial)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
@@ -285,22 +298,25 @@ class TrialRunner:
         if build.ok and build.code_hash in self._by_code:
             source = f"same code as #{self._by_code[build.code_hash].number}"
             self.counters.same_code_reuses += 1
-        evaluation = evaluation or self._evaluator.evaluate(build, Config.of(trial.config))
+        evaluation = evaluation or self._evaluator.evaluate(build, self.config_of(trial))
         metrics = evaluation.metrics
         if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
             metrics = {**metrics, TRANSIENT_KEY: build.status.value}
         if node:
             metrics = {**metrics, NODE_KEY: node}
-        finished = self._store.finish_trial(
-            trial.id,
-            state=TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,
-            value=evaluation.value,
-            reason=evaluation.reason,
-            metrics=metrics,
-            code_hash=build.code_hash,
-            compile_seconds=build.seconds,
-            build=record,
-        )
+        outcome = TrialOutcome(trial.id, TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,
+                               _float(evaluation.value), evaluation.reason, metrics, build.code_hash,
+                               _float(build.seconds), build=record)
+        if self._commit is not None:  # in a run: written with the results that arrive with it
+            self._commit.add(outcome)
+            finished = replace(trial, state=outcome.state, value=outcome.value, reason=outcome.reason,
+                               metrics=metrics, code_hash=outcome.code_hash, retryable=False,
+                               compile_seconds=outcome.compile_seconds, finished_at=datetime.now(UTC))
+        else:
+            finished = self._store.finish_trial(
+                trial.id, state=outcome.state, value=evaluation.value, reason=evaluation.reason, metrics=metrics,
+                code_hash=build.code_hash, compile_seconds=build.seconds, build=record,
+            )  # fmt: skip
         self.remember([finished])
         self.counters.new_trials += 1
         self._progress.trial(Outcome(finished, source), self.best())
@@ -348,7 +364,17 @@ class TrialRunner:
         return builds
 
     def _job(self, trial: Trial) -> VariantJob:
-        return self._config_job(trial.id, Config.of(trial.config))
+        return self._config_job(trial.id, self.config_of(trial))
+
+    def config_of(self, trial: Trial) -> Config:
+        """The trial's config (one `Config` per config key: each trial's is needed several times)."""
+        config = self._configs.get(trial.config_key)
+        if config is None:
+            config = Config.of(trial.config)
+            if len(self._configs) >= 1 << 16:
+                self._configs.clear()
+            self._configs[trial.config_key] = config
+        return config
 
     def _config_job(self, tag: int, config: Config) -> VariantJob:
         target = self._target
@@ -419,6 +445,10 @@ def _better(trial: Trial, best: Trial | None) -> bool:
     if trial.value is None:
         return False
     return best is None or best.value is None or (trial.value, trial.number) < (best.value, best.number)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _build_record(key: str, build: Build) -> BuildRecord:

@@ -82,8 +82,9 @@ class Searcher:
     def observations(self) -> int:
         return len(self._values)
 
-    def tell(self, observations: Sequence[Observation]) -> None:
-        """Record results (one refit per call, however many observations it carries)."""
+    def tell(self, observations: Sequence[Observation], fit: bool = True) -> None:
+        """Record results (one refit per call, however many observations it carries; none
+        with `fit` False: a streaming run refits on its own schedule, see `refit_schedule`)."""
         fresh = 0
         for observation in observations:
             row = self._encoding.row(observation.config)
@@ -94,7 +95,12 @@ class Searcher:
             self._points.append(self._encoding.points(np.array([row]))[0])
             self._values.append(observation.value)
             fresh += 1
-        if self._optimizer is not None and fresh:
+        if self._optimizer is not None and fresh and fit:
+            self._refit()
+
+    def fit(self) -> None:
+        """Refit the surrogate on every observation told so far."""
+        if self._optimizer is not None:
             self._refit()
 
     def refit(self, values: Sequence[float | None]) -> None:

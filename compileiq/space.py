@@ -9,7 +9,8 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from math import prod
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -40,6 +41,8 @@ class SpaceError(UsageError):
 
 
 def _plain(value: object) -> Value:
+    if type(value) in _PLAIN:
+        return value  # type: ignore[return-value]
     if isinstance(value, str):
         return str(value)
     if not isinstance(value, bool | int):
@@ -48,6 +51,9 @@ def _plain(value: object) -> Value:
     if isinstance(value, bool | int):
         return bool(value) if isinstance(value, bool) else int(value)
     raise SpaceError(f"config value {value!r} is not a bool, int or str")
+
+
+_PLAIN = frozenset((bool, int, str))
 
 
 def _same(a: Value, b: Value) -> bool:
@@ -73,13 +79,17 @@ class Config:
         """The config as a new dict."""
         return dict(self.items)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Canonical JSON text: the identity of this config in a study."""
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
     def __getitem__(self, name: str) -> Value:
-        return self.as_dict()[name]
+        return self._values[name]
+
+    @cached_property
+    def _values(self) -> dict[str, Value]:
+        return dict(self.items)
 
     def with_values(self, mapping: Mapping[str, Value]) -> Config:
         """A copy with the given names set (added or replaced); names contain dots, so no kwargs."""
@@ -111,7 +121,14 @@ class Parameter:
 
     def allows(self, value: Value) -> bool:
         """Whether value is one of this parameter's values (type-strict: True is not 1)."""
-        return any(_same(value, v) for v in self.values)
+        try:
+            return (type(value), value) in self._allowed
+        except TypeError:  # unhashable: not a value of any parameter
+            return False
+
+    @cached_property
+    def _allowed(self) -> frozenset[tuple[type, Value]]:
+        return frozenset((type(v), v) for v in self.values)
 
     def _fill(self, template: str, value: Value) -> tuple[str, ...]:
         if not self.allows(value):
@@ -124,7 +141,7 @@ class Parameter:
 
     def canonical(self) -> dict[str, Any]:
         """Everything that affects rendering (not `help`), for the space hash."""
-        data = {k: v for k, v in vars(self).items() if k != "help"}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "help"}
         return {**data, "values": list(self.values)}
 
 
@@ -139,12 +156,17 @@ class SearchSpace:
     _tokens: dict[tuple[Stage, str], tuple[str, Value]] = field(
         init=False, repr=False, compare=False
     )
+    # Per config key: known valid, rendered arguments (a driver renders each trial's twice).
+    _valid: set[str] = field(init=False, repr=False, compare=False)
+    _rendered: dict[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _no_duplicates(self.parameters, f"search space {self.id}")
         text = json.dumps([p.canonical() for p in self.parameters], sort_keys=True)
         object.__setattr__(self, "sha256", hashlib.sha256(text.encode()).hexdigest())
         object.__setattr__(self, "_tokens", _token_map(self.parameters))
+        object.__setattr__(self, "_valid", set())
+        object.__setattr__(self, "_rendered", {})
 
     def parameter(self, name: str) -> Parameter:
         """The parameter called name; SpaceError if there is none."""
@@ -195,6 +217,8 @@ class SearchSpace:
 
     def validate(self, config: Config) -> None:
         """SpaceError unless config sets every parameter, and only those, to an allowed value."""
+        if self.knows_valid(config.key):
+            return
         given = config.as_dict()
         for name in given:
             self.parameter(name)
@@ -203,15 +227,33 @@ class SearchSpace:
                 raise SpaceError(f"config lacks parameter {p.name!r}")
             if not p.allows(given[p.name]):
                 raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
+        _remember(self._valid, config.key)
+
+    def knows_valid(self, key: str) -> bool:
+        """True if the config whose canonical key is ``key`` was validated already (its JSON text
+        is its whole content: the same text is the same config, type for type)."""
+        return key in self._valid
 
     def frontend_args(self, config: Config) -> tuple[str, ...]:
         """nvcc arguments of the front-end parameters (for `nvcc -ptx`)."""
-        return tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
+        return self._render("frontend", config)
 
     def ptxas_args(self, config: Config) -> tuple[str, ...]:
         """Arguments for a direct `ptxas` call, incl. what nvcc forwards from front-end values."""
-        fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
-        return fwd + self._own_ptxas_args(config)
+        return self._render("ptxas", config)
+
+    def _render(self, what: str, config: Config) -> tuple[str, ...]:
+        found = self._rendered.get((what, config.key))
+        if found is None:
+            if what == "frontend":
+                found = tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
+            else:
+                fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
+                found = fwd + self._own_ptxas_args(config)
+            if len(self._rendered) >= _REMEMBERED:
+                self._rendered.clear()
+            self._rendered[(what, config.key)] = found
+        return found
 
     def nvcc_args(self, config: Config) -> tuple[str, ...]:
         """Arguments for a one-step nvcc build: front-end args, then -Xptxas=ARG per ptxas arg."""
@@ -238,6 +280,15 @@ class SearchSpace:
 
     def _own_ptxas_args(self, config: Config) -> tuple[str, ...]:
         return tuple(a for p, v in self._pairs(config, "ptxas") for a in p.argv(v))
+
+
+_REMEMBERED = 1 << 16  # per space: config keys known valid, and rendered arguments
+
+
+def _remember(known: set[str], key: str) -> None:
+    if len(known) >= _REMEMBERED:
+        known.clear()
+    known.add(key)
 
 
 def _no_duplicates(params: Sequence[Parameter], where: str) -> None:

@@ -21,6 +21,7 @@ from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.pareto import Front, values_of
 from compileiq.records import SCREEN, SEARCH, first_line
+from compileiq.refit_schedule import RefitSchedule
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -38,6 +39,7 @@ from compileiq.toolchain import Toolchain
 from compileiq.workers import Workers
 
 WAIT_FOR_OTHERS_S = 1.0
+PROPOSALS_PER_ASK = 2  # streaming: batches of proposals asked at once of one model (until it is refitted)
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
 _METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
@@ -266,7 +268,12 @@ class Tuner:
                 finished = self._runner.run(batch, refill)
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                self._searcher.tell([self._observation(t) for t in finished if _counts(t)])
+                observations = [self._observation(t) for t in finished if _counts(t)]
+                if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
+                    self._searcher.tell(observations, fit=False)
+                    self._searcher.fit()
+                else:
+                    self._searcher.tell(observations)
                 self._clock.batch_done(best.value if (best := self._runner.best()) else None)
             elif proposed:
                 continue  # other tuners claimed them first (or screening refused them): ask again
@@ -280,24 +287,61 @@ class Tuner:
     def _refiller(self, study: Study, counted: int) -> Refill:
         """Streaming: claim new variants while others compile, as soon as a quarter of the batch
         (at least one) is free, so that the workers never wait for a batch's slowest variant. The
-        searcher learns the results (one refit) per batch_size of them, as in a batch run."""
+        searcher learns each result when the next variants are asked for, refits once per
+        batch_size of them while the driver has time for it (`refit_schedule`), and proposes a
+        batch at a time: a hundred slots are fed from a queue, not by an ask per free slot."""
         request = self._request
         step = max(1, request.batch_size // 4)
+        schedule = RefitSchedule(request.batch_size)
+        read = 0  # finished trials looked at so far (the runner's list only grows)
+        done = 0  # ... of which count towards the budget
+        untold: list[Trial] = []
+        lost: set[str] = set()  # finished without a result that counts (retried later): not proposed again now
+        proposals: list[Config] = []
 
         def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
-            left = request.budget - counted - len(running) - sum(1 for t in finished if _counts(t))
+            nonlocal read, done, proposals
+            for trial in finished[read:]:
+                if _counts(trial):
+                    done += 1
+                    untold.append(trial)
+                else:
+                    lost.add(trial.config_key)
+            read = len(finished)
+            left = request.budget - counted - len(running) - done
             free = min(request.batch_size - len(running), left)
             if self._clock.out_of_time or free <= 0 or free < min(step, left):
                 return []
-            fresh = [t for t in finished if t.id not in self._told and _counts(t)]
-            if len(fresh) >= request.batch_size:  # refit once per batch of results, as a batch run does
-                self._told.update(t.id for t in fresh)
-                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                self._searcher.tell([self._observation(t) for t in fresh])
-            busy = sorted({t.config_key for t in (*finished, *running)})
-            return self._claim(study, self._searcher.ask(free, exclude=busy))
+            self._runner.flush()  # what the searcher learns is recorded first
+            if self._multi:  # several objectives refit per proposal anyway: as a batch run does
+                if len(untold) >= request.batch_size:
+                    self._tell(untold)
+                    untold.clear()
+                busy = sorted({t.config_key for t in (*finished, *running)})
+                return self._claim(study, self._searcher.ask(free, exclude=busy))
+            if untold:
+                self._tell(untold, fit=False)
+                schedule.told(len(untold))
+                untold.clear()
+            busy = sorted(lost.union(t.config_key for t in running))
+            wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
+            if schedule.due():  # the queue was asked of the previous model
+                proposals = schedule.refresh(lambda: self._refit_and_ask(wanted, busy))
+            elif len(proposals) < free:
+                proposals = self._searcher.ask(wanted, exclude=busy)
+            batch, proposals = proposals[:free], proposals[free:]
+            return self._claim(study, batch)
 
         return refill
+
+    def _refit_and_ask(self, count: int, exclude: Sequence[str]) -> list[Config]:
+        self._searcher.fit()
+        return self._searcher.ask(count, exclude=exclude)
+
+    def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
+        self._told.update(t.id for t in trials)
+        self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+        self._searcher.tell([self._observation(t) for t in trials], fit)
 
     def _sync(self, study: Study) -> tuple[int, list[Trial]]:
         """Tell the searcher every finished trial (ours and other processes'); count them.
@@ -383,10 +427,11 @@ class Tuner:
     def _observation(self, trial: Trial) -> Observation:
         """A trial as the searcher learns it: one that may not win is worse than any that may."""
         allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
+        config = self._runner.config_of(trial)
         if self._multi:
             values = values_of(trial, self._objectives) if allowed else None
-            return Observation(Config.of(trial.config), trial.value if values else None, values or ())
-        return Observation(Config.of(trial.config), trial.value if allowed else None)
+            return Observation(config, trial.value if values else None, values or ())
+        return Observation(config, trial.value if allowed else None)
 
     def _refusal(self, trial: Trial) -> str | None:
         """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""
@@ -395,6 +440,7 @@ class Tuner:
         return eligibility.refusal(trial.config, trial.metrics, self._reference)
 
     def _claim(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
+        self._runner.flush()  # the results this run knows are recorded before it claims more
         pairs = [(c.key, c.as_dict()) for c in configs]
         return self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
 

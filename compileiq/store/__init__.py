@@ -35,6 +35,7 @@ from compileiq.records import (
     StudyKey,
     StudySummary,
     Trial,
+    TrialOutcome,
     TrialState,
 )
 from compileiq.store import transfer
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
     from compileiq.space import SearchSpace
 
 __all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store", "StoreError"]
-__all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialState"]
+__all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialOutcome", "TrialState"]
 
 
 def default_study_name(key: StudyKey) -> str:
@@ -90,6 +91,7 @@ class Store:
         self._warn = warn or _warn_on_stderr
         self._spaces: dict[str, SearchSpace] = {}  # by sha256: the studies' rows must fit them
         self._reported: set[tuple[str, Any]] = set()
+        self._read: dict[int, dict[int, tuple[tuple[Any, ...], Trial | None]]] = {}  # study -> id -> (row, as checked)
 
     @classmethod
     def open(cls, url: str, warn: Callable[[str], None] | None = None) -> Store:
@@ -119,6 +121,7 @@ class Store:
         """From now on a trial of a study made for ``space`` whose config does not fit it is
         skipped when read (shared and imported rows are untrusted), and taken over by a claim."""
         self._spaces[space.sha256] = space
+        self._read.clear()  # rows read before are checked again, against the space
 
     # -- studies -------------------------------------------------------------------------
 
@@ -269,6 +272,32 @@ class Store:
             raise StoreError(f"no trial with id {trial_id}")
         return trial_record(row)
 
+    def finish_trials(self, outcomes: Sequence[TrialOutcome]) -> None:
+        """Record several outcomes, and cache their builds, in ONE transaction of a few
+        statements whatever their number (group commit: a driver feeding a hundred workers
+        records hundreds of results a second). The trials are not read back."""
+        if not outcomes:
+            return
+        t = trials_table.c
+        update = (
+            trials_table.update()
+            .where(t.id == sa.bindparam("trial_id"))
+            .values(finished_at=db_now(), **{name: sa.bindparam(f"new_{name}") for name in _OUTCOME_COLUMNS})
+        )
+        rows = [{"trial_id": o.trial_id, "new_state": o.state.value, "new_value": o.value, "new_reason": o.reason,
+                 "new_metrics": o.metrics, "new_code_hash": o.code_hash, "new_compile_seconds": o.compile_seconds,
+                 "new_retryable": o.retryable} for o in outcomes]
+        if any(o.state is TrialState.RUNNING for o in outcomes):
+            raise StoreError("finish_trials needs final states, not running")
+        records = {o.build.key: _columns(o.build) for o in outcomes if o.build is not None}
+        with self._tx() as conn:
+            if records:
+                insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
+                conn.execute(insert(builds).on_conflict_do_nothing(index_elements=["key"]), list(records.values()))
+            done = conn.execute(update, rows).rowcount
+            if conn.dialect.supports_sane_multi_rowcount and done != len({o.trial_id for o in outcomes}):
+                raise StoreError(f"{len(rows) - done} of {len(rows)} finished trials are not in the database")
+
     def _update_one(self, update: sa.Update) -> Trial | None:
         with self._tx() as conn:
             row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
@@ -318,13 +347,27 @@ class Store:
         return {worker: (now - utc(beat)).total_seconds() if beat else float("inf") for worker, beat in rows}
 
     def trials(self, study_id: int, states: Collection[TrialState] | None = None) -> list[Trial]:
-        """The study's trials ordered by number, optionally only those in ``states``."""
-        query = _with_space(sa.select(trials_table)).where(trials_table.c.study_id == study_id)
+        """The study's trials ordered by number, optionally only those in ``states``.
+
+        Each row is read whole and checked once while it stays the same: a later read fetches
+        every row's plain columns and reads again only the rows that changed (or are new), so
+        that a driver reading a study of thousands of trials per batch does not decode and
+        check thousands of configs each time. Only an edit of a row's config or metrics JSON
+        that leaves every other column as it was goes unseen (the row as checked is kept)."""
+        t = trials_table.c
+        query = sa.select(*_MARKER).where(t.study_id == study_id)
         if states is not None:
-            query = query.where(trials_table.c.state.in_([s.value for s in states]))
+            query = query.where(t.state.in_([s.value for s in states]))
+        known = self._read.setdefault(study_id, {})
         with self._tx(readonly=True) as conn:
-            rows = conn.execute(query.order_by(trials_table.c.number)).mappings().all()
-        return self._usable(rows)
+            markers = conn.execute(query.order_by(t.number)).all()
+            changed = [row[0] for row in markers if (row[0] not in known or known[row[0]][0] != tuple(row))]
+            for chunk in _chunks(changed):
+                rows = conn.execute(_with_space(sa.select(trials_table)).where(t.id.in_(chunk))).mappings().all()
+                for row in rows:
+                    usable = self._usable([row])
+                    known[row["id"]] = (tuple(row[c.name] for c in _MARKER), usable[0] if usable else None)
+        return [trial for row in markers if (found := known.get(row[0])) and (trial := found[1]) is not None]
 
     def related_trials(self, key: StudyKey, exclude_study_id: int | None = None) -> list[Trial]:
         """Finished trials of the studies that share ``key``'s kernel source, toolchain, arch and
@@ -479,10 +522,14 @@ class Store:
         inserted: dict[str, Trial] = {}
         if fresh:
             first = take_number(conn, study_id, len(fresh))
-            rows = [dict(study_id=study_id, number=first + index, config_key=key, **running_values(wanted[key], worker, purpose))
+            values = running_values({}, worker, purpose)
+            clock = {name: v for name, v in values.items() if isinstance(v, sa.ClauseElement)}  # the database's
+            common = {name: v for name, v in values.items() if name not in clock}
+            rows = [{**common, "study_id": study_id, "number": first + index, "config_key": key, "config": wanted[key]}
                     for index, key in enumerate(fresh)]
-            for chunk in _chunks(rows):
-                for row in conn.execute(trials_table.insert().values(chunk).returning(trials_table)).mappings():
+            insert = trials_table.insert().values(clock).returning(trials_table)
+            for chunk in _chunks(rows):  # one statement compiled once (executemany), not one per batch size
+                for row in conn.execute(insert, list(chunk)).mappings():
                     inserted[row["config_key"]] = trial_record(row)
         claimed = (inserted.get(key) or self._retake(conn, existing[key], wanted[key], worker, purpose) for key in keys)
         return [trial for trial in claimed if trial is not None]
@@ -529,6 +576,17 @@ def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
 
 def _warn_on_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
+
+
+# A trial row's columns but its JSON (config, metrics) and heartbeat: what `Store.trials` compares
+# to tell whether a row changed since it was read.
+_MARKER = tuple(c for c in trials_table.c if c.name not in ("config", "metrics", "heartbeat_at"))
+_OUTCOME_COLUMNS = ("state", "value", "reason", "metrics", "code_hash", "compile_seconds", "retryable")
+
+
+def _columns(record: BuildRecord) -> dict[str, Any]:
+    """The record's column values as they are (`asdict` would copy its metrics deeply)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:
