@@ -286,10 +286,12 @@ class SharedWorkers:
 
 def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
                     store: Store, workers: Callable[[], Workers], bundle: SourceBundle) -> Any:
-    """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
+    """The runtime evaluator: screening runs take turns on every GPU of this machine, or of the Ray
+    cluster (one measuring actor each); confirmation runs on the first."""
+    from compileiq.measurer_pool import MeasurerPool
+    from compileiq.measuring_actors import open_gpu_measurers, open_local_measurers
     from compileiq.metrics import StaticEvaluator
     from compileiq.timing import TimeEvaluator, TimingTarget
-    from compileiq.workers import open_gpu_measurers, open_local_measurers
 
     measurers: list[Any] = (open_local_measurers() if options.workers == "local"
                             else open_gpu_measurers(options.ray_address))
@@ -302,7 +304,8 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
         program=options.program or options.metric_regex is not None or spec.mode == "program",
         static=StaticEvaluator("static", spec, bundle),
     )  # fmt: skip
-    return TimeEvaluator(target, store, workers, measurers[0])
+    pool = MeasurerPool(measurers)
+    return TimeEvaluator(target, store, workers, pool, confirm_on=pool.first)
 
 
 def read_acf(path: Path) -> acf.Acf:

@@ -21,6 +21,7 @@ from compileiq.cli.render import (
     emit,
     err,
     first_line,
+    gpu_spread,
     node_spread,
     out,
     print_gate,
@@ -160,6 +161,9 @@ def show(
             nodes = trials_per_node(trials)
             if nodes and not as_json:
                 out.print(node_spread(nodes), markup=False)
+            gpus = trials_per_node(trials, "measured_on")
+            if len(gpus) > 1 and not as_json:
+                out.print(gpu_spread(gpus), markup=False)
             if failed and not as_json:
                 out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
                           f"{safe(first_line(failed[0].reason, 200))}", markup=False)

@@ -213,11 +213,19 @@ def node_spread(nodes: dict[str, int]) -> str:
     return f"compiled on {len(nodes)} Ray node{plural}: " + ", ".join(f"{safe(n)} {c}" for n, c in ranked)
 
 
-def trials_per_node(trials: list[Trial]) -> dict[str, int]:
-    """How many of the study's trials each Ray node compiled (as recorded in their metrics)."""
+def gpu_spread(gpus: dict[str, int]) -> str:
+    """"measured on 2 GPUs: 127.0.0.3/1a2b3c4d GPU 0 5, ..." (most first)."""
+    ranked = sorted(gpus.items(), key=lambda item: (-item[1], item[0]))
+    plural = "s" if len(gpus) > 1 else ""
+    return f"measured on {len(gpus)} GPU{plural}: " + ", ".join(f"{safe(g)} {c}" for g, c in ranked)
+
+
+def trials_per_node(trials: list[Trial], key: str = "node") -> dict[str, int]:
+    """How many of the study's trials each Ray node compiled (as recorded in their metrics);
+    key="measured_on": how many each GPU measured."""
     nodes: dict[str, int] = {}
     for trial in trials:
-        node = trial.metrics.get("node")
+        node = trial.metrics.get(key)
         if isinstance(node, str) and node:
             nodes[node] = nodes.get(node, 0) + 1
     return nodes
