@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compileiq import acf, evidence
+from compileiq.database_url import database_url
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.limits import check_patience, parse_duration
@@ -29,7 +30,6 @@ from compileiq.workers import Workers, check_options, open_workers
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
     from compileiq.tuner import TuneResult
 
-DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
 MAX_BUDGET = 100_000
 MAX_BATCH_SIZE = 4096
@@ -75,10 +75,6 @@ class TuneReport:
     space: SearchSpace
     kernel: KernelSpec
     database: str
-
-
-def database_url(option: str | None) -> str:
-    return option or os.environ.get("COMPILEIQ_DB") or DEFAULT_DB
 
 
 def check_objective(objective: str, ray_address: str | None = None) -> None:
