@@ -12,20 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from compileiq.records import SCREEN, Study, StudySummary, Trial, TrialState, first_line
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
+    from rich.progress import Progress, TaskID
+
     from compileiq import app
     from compileiq import gating as gate_lib
     from compileiq.runner import Outcome
@@ -76,6 +70,14 @@ class LineProgress:
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
                   f"objective {study.key.objective} ({kind_label(study.key.objective)})")
         if self._live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
             self._bar = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[rate]}"),
                                  TimeRemainingColumn(), console=err, transient=True)
