@@ -166,7 +166,6 @@ class RayWorkers:
                       ray.exceptions.LocalRayletDiedError, ray.exceptions.ObjectLostError,
                       ray.exceptions.RaySystemError)
         self._calls: dict[Any, _Call] = {}  # running task's ref -> how to run it again
-        self.resubmits = 0
         self._bundles: dict[str, Any] = {}  # bundle sha256 -> its object ref
         self._emitted: dict[FrontendJob, Any] = {}  # front end -> its emit task's ref
         self._ptx: dict[FrontendJob, tuple[PtxResult, Any]] = {}  # front end -> PTX and its object ref
@@ -292,7 +291,6 @@ class RayWorkers:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         node = self._answering_node()
-        self.resubmits += 1
         pinned = call.remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
         return self._task(pinned, *call.args, resubmits=call.resubmits - 1)
 
