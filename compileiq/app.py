@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compileiq import acf, evidence
+from compileiq.database_url import database_url
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.limits import check_patience, parse_duration
@@ -29,7 +30,6 @@ from compileiq.workers import Workers, check_options, open_workers
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
     from compileiq.tuner import TuneResult
 
-DEFAULT_DB = "sqlite:///store/compileiq.db"
 DEFAULT_STORE_DIR = Path("store")
 MAX_BUDGET = 100_000
 MAX_BATCH_SIZE = 4096
@@ -75,10 +75,6 @@ class TuneReport:
     space: SearchSpace
     kernel: KernelSpec
     database: str
-
-
-def database_url(option: str | None) -> str:
-    return option or os.environ.get("COMPILEIQ_DB") or DEFAULT_DB
 
 
 def check_objective(objective: str, ray_address: str | None = None) -> None:
@@ -286,10 +282,12 @@ class SharedWorkers:
 
 def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
                     store: Store, workers: Callable[[], Workers], bundle: SourceBundle) -> Any:
-    """The runtime evaluator: the first GPU of this machine, or of the Ray cluster."""
+    """The runtime evaluator: screening runs take turns on every GPU of this machine, or of the Ray
+    cluster (one measuring actor each); confirmation runs on the first."""
+    from compileiq.measurer_pool import MeasurerPool
+    from compileiq.measuring_actors import open_gpu_measurers, open_local_measurers
     from compileiq.metrics import StaticEvaluator
     from compileiq.timing import TimeEvaluator, TimingTarget
-    from compileiq.workers import open_gpu_measurers, open_local_measurers
 
     measurers: list[Any] = (open_local_measurers() if options.workers == "local"
                             else open_gpu_measurers(options.ray_address))
@@ -302,7 +300,8 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
         program=options.program or options.metric_regex is not None or spec.mode == "program",
         static=StaticEvaluator("static", spec, bundle),
     )  # fmt: skip
-    return TimeEvaluator(target, store, workers, measurers[0])
+    pool = MeasurerPool(measurers)
+    return TimeEvaluator(target, store, workers, pool, confirm_on=pool.first)
 
 
 def read_acf(path: Path) -> acf.Acf:

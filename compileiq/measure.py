@@ -12,7 +12,7 @@ import math
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -79,6 +79,7 @@ class RunResult:
     timed_out: bool
     seconds: float
     stdout: str = ""  # the program's own output (program mode reads its metric from it)
+    where: str = ""  # the GPU that ran it: "IP/node-id GPU n" on Ray, "GPU n" locally
 
     @property
     def failure(self) -> str | None:
@@ -283,6 +284,7 @@ class LocalMeasurer:
 
     def __init__(self, gpu: int | None = None, device: str = "local GPU") -> None:
         self._env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else None
+        self._where = f"GPU {gpu}" if gpu is not None else ""
         self._device = device
 
     @property
@@ -293,7 +295,7 @@ class LocalMeasurer:
         result = run_executable(executable, args, timeout_s, env=self._env)
         if result.harness.device:
             self._device = result.harness.device
-        return result
+        return replace(result, where=self._where)
 
 
 def synthetic_result(samples_ms: Sequence[float], status: str = "ok",

@@ -24,6 +24,7 @@ from compileiq.records import Measurement, Trial, TrialState
 from compileiq.space import Config, SearchSpace
 from compileiq.workers import Workers
 
+MEASURED_ON_KEY = "measured_on"  # in a trial's metrics: the GPU that screened it
 SCREEN_ARGS = ("--quick",)
 SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
 
@@ -53,11 +54,15 @@ class TimingTarget:
 class TimeEvaluator:
     """Screens each distinct machine code once; results are cached in the database per device."""
 
-    def __init__(self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer) -> None:
+    def __init__(self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer,
+                 confirm_on: Measurer | None = None) -> None:
+        """`measurer` screens (a MeasurerPool spreads runs over GPUs); `confirm_on`, one GPU for
+        every interleaved confirmation round (default: `measurer`)."""
         self._target = target
         self._store = store
         self._workers = workers
         self._measurer = measurer
+        self._confirm_on = confirm_on or measurer
         self._reference: RunResult | None = None
         self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
         self.driver = ""
@@ -107,8 +112,8 @@ class TimeEvaluator:
         finalists = choose_finalists(candidates, baseline.code_hash)
         by_number = {t.number: t for t in trials}
         args = self._target.run_args
-        base = executable_sampler(self._measurer, self.executable(baseline), args)
-        pairs = [(c, executable_sampler(self._measurer, self.executable(by_number[c.trial]), args)) for c in finalists]
+        base = executable_sampler(self._confirm_on, self.executable(baseline), args)
+        pairs = [(c, executable_sampler(self._confirm_on, self.executable(by_number[c.trial]), args)) for c in finalists]
         return confirm(base, pairs, seed=seed)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
@@ -181,7 +186,7 @@ def _timing(run: RunResult) -> dict[str, Any]:
     harness = run.harness
     return {"kind": RUNTIME_KIND, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
             "min_ms": harness.min_ms, "samples": len(harness.samples_ms), "device": harness.device,
-            "graph_batch": harness.graph_batch}
+            "graph_batch": harness.graph_batch, **({MEASURED_ON_KEY: run.where} if run.where else {})}
 
 
 def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation:

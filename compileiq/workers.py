@@ -10,7 +10,6 @@ import ipaddress
 import os
 import pickle
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -31,9 +30,9 @@ from compileiq.compile import (
 )
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.kernel import SourceBundle
-from compileiq.measure import HarnessResult, LocalMeasurer, Measurer, RunResult, gpu_count
 
-TASK_RETRIES = 3
+RESUBMITS = 1  # a compile task lost with its worker or node runs once more, on a node that answers
+PROBE_WAIT_S = 60.0  # for some node to answer before a lost task is resubmitted
 
 # What keeps an embedded Ray on loopback and offline (see the README's architecture notes).
 LOOPBACK_ENV = {
@@ -154,17 +153,19 @@ class RayWorkers:
     tasks by reference, so each node pulls them once, not once per task."""
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
-        env = ray_environment(address)
-        os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
-        ray = import_ray()
+        ray = connect(address, num_cpus)
         self._ray = ray
         self._address = address
-        if address:
-            _check_reachable(address)
-        _init_ray(ray, address, num_cpus, env)
-        self._emit = ray.remote(max_retries=TASK_RETRIES)(_emit_on_node)
-        self._assemble = ray.remote(max_retries=TASK_RETRIES)(_assemble_on_node)
-        self._executable = ray.remote(max_retries=TASK_RETRIES)(_executable_on_node)
+        # Ray's own retries are off: a retry can land on a dying node before Ray declares it dead
+        # (a third compile of one variant was seen); the driver resubmits a lost task itself.
+        self._emit = ray.remote(max_retries=0)(_emit_on_node)
+        self._assemble = ray.remote(max_retries=0)(_assemble_on_node)
+        self._executable = ray.remote(max_retries=0)(_executable_on_node)
+        self._probe = ray.remote(num_cpus=0, max_retries=0)(current_node_id)
+        self._lost = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                      ray.exceptions.LocalRayletDiedError, ray.exceptions.ObjectLostError,
+                      ray.exceptions.RaySystemError)
+        self._calls: dict[Any, _Call] = {}  # running task's ref -> how to run it again
         self._bundles: dict[str, Any] = {}  # bundle sha256 -> its object ref
         self._emitted: dict[FrontendJob, Any] = {}  # front end -> its emit task's ref
         self._ptx: dict[FrontendJob, tuple[PtxResult, Any]] = {}  # front end -> PTX and its object ref
@@ -207,13 +208,22 @@ class RayWorkers:
             [ref], _ = self._ray.wait([*waiting, *pending], num_returns=1)
             if ref in waiting:
                 frontend = waiting.pop(ref)
-                ptx, _node = self._get(ref)
+                emitted = self._result(ref)
+                if isinstance(emitted, Resubmitted):
+                    self._emitted[frontend] = emitted.ref
+                    waiting[emitted.ref] = frontend
+                    continue
+                ptx, _node = emitted
                 self._ptx[frontend] = (ptx, self._put(ptx) if ptx.status is BuildStatus.OK else None)
                 self.transfers.ptx_puts += int(ptx.status is BuildStatus.OK)
                 yield from self._submit(groups.pop(frontend), pending, fresh)
                 continue
             job = pending.pop(ref)
-            build, node = self._get(ref)
+            assembled = self._result(ref)
+            if isinstance(assembled, Resubmitted):
+                pending[assembled.ref] = job
+                continue
+            build, node = assembled
             ptx = self._ptx[job.frontend][0]
             yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh), self._node_name(node))
             if more is not None:
@@ -232,12 +242,11 @@ class RayWorkers:
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables built on Ray CPU workers, in the order of `jobs`."""
         refs = [self._task(self._executable, self._bundle_ref(job.bundle), _light(job)) for job in jobs]
-        return [self._get(ref) for ref in refs]
+        return [self._value(ref) for ref in refs]
 
     def _node_name(self, node_id: str) -> str:
-        """"IP/first 8 hex digits of the node id" (nodes may share an IP)."""
         if node_id not in self._node_names:
-            self._node_names.update({n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in self._ray.nodes()})
+            self._node_names.update(node_names(self._ray))
         return self._node_names.get(node_id, node_id[:8])
 
     def _bundle_ref(self, bundle: SourceBundle) -> Any:
@@ -250,19 +259,79 @@ class RayWorkers:
         self.transfers.put_bytes += _serialised_size(value)
         return self._ray.put(value)
 
-    def _task(self, remote: Any, *args: Any) -> Any:
+    def _task(self, remote: Any, *args: Any, resubmits: int = RESUBMITS) -> Any:
         self.transfers.tasks += 1
         self.transfers.task_bytes += sum(_serialised_size(a) for a in args if not isinstance(a, self._ray.ObjectRef))
-        return remote.remote(*args)
+        ref = remote.remote(*args)
+        self._calls[ref] = _Call(remote, args, resubmits)
+        return ref
 
-    def _get(self, ref: Any) -> Any:
+    def _result(self, ref: Any) -> Any:
+        """A finished task's value, or `Resubmitted` when the task was lost with its worker or node
+        (Ray system errors) and runs again; lost again, or failed otherwise: WorkersError."""
+        call = self._calls.pop(ref, None)
         try:
             return self._ray.get(ref)
+        except self._lost as error:
+            if call is None or call.resubmits <= 0:
+                raise WorkersError(f"a compile task was lost {1 + RESUBMITS}x with its worker or node: "
+                                   f"{_first_line(error)}") from error
+            return Resubmitted(self._resubmit(call))
         except self._ray.exceptions.RayError as error:
-            raise WorkersError(f"a compile task failed on Ray after {TASK_RETRIES} retries: {error}") from error
+            raise WorkersError(f"a compile task failed on Ray: {_first_line(error)}") from error
+
+    def _value(self, ref: Any) -> Any:
+        """A task's value, waited for through its resubmission."""
+        while isinstance(result := self._result(ref), Resubmitted):
+            ref = result.ref
+        return result
+
+    def _resubmit(self, call: _Call) -> Any:
+        """Run a lost task again, pinned to a node that answers now (not the one that died)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self._answering_node()
+        pinned = call.remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+        return self._task(pinned, *call.args, resubmits=call.resubmits - 1)
+
+    def _answering_node(self) -> str:
+        """The first node with CPUs to answer a tiny task pinned to it. A node that has died, or is
+        dying but not yet declared dead by Ray, does not answer."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n["NodeID"] for n in self._ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        probes = [self._probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+                  for node in nodes]
+        deadline = time.monotonic() + PROBE_WAIT_S
+        try:
+            while probes and (left := deadline - time.monotonic()) > 0:
+                ready, probes = self._ray.wait(probes, num_returns=1, timeout=left)
+                for ref in ready:
+                    try:
+                        return str(self._ray.get(ref))
+                    except self._ray.exceptions.RayError:
+                        continue  # that node is gone
+        finally:
+            for ref in probes:
+                self._ray.cancel(ref, force=True)
+        raise WorkersError(f"a compile task was lost with its node and no other node answered within {PROBE_WAIT_S:g} s")
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+@dataclass(frozen=True)
+class _Call:
+    remote: Any
+    args: tuple[Any, ...]
+    resubmits: int  # left
+
+
+@dataclass(frozen=True)
+class Resubmitted:
+    """A lost task runs again as `ref`."""
+
+    ref: Any
 
 
 def _light(job: Any) -> Any:
@@ -274,133 +343,21 @@ def _serialised_size(value: Any) -> int:
     return len(pickle.dumps(value, protocol=5))
 
 
-def _node() -> str:
+def current_node_id() -> str:
     """This Ray worker's node id (the driver names it: asking a worker for its IP probes the network)."""
     return str(import_ray().get_runtime_context().get_node_id())
 
 
 def _emit_on_node(bundle: SourceBundle, job: FrontendJob) -> tuple[PtxResult, str]:
-    return emit_ptx(replace(job, bundle=bundle)), _node()
+    return emit_ptx(replace(job, bundle=bundle)), current_node_id()
 
 
 def _assemble_on_node(job: AssembleJob, ptx: PtxResult) -> tuple[Build, str]:
-    return assemble(job, ptx), _node()
+    return assemble(job, ptx), current_node_id()
 
 
 def _executable_on_node(bundle: SourceBundle, job: ExecutableJob) -> ExecutableBuild:
     return build_executable(replace(job, bundle=bundle))
-
-
-GRACE_S = 30.0  # beyond a call's own timeout before its measuring actor is presumed hung
-RESTART_WAIT_S = 120.0
-
-
-class _GpuMeasurerBody:
-    """The measuring actor's state: one Measurer; Ray runs an actor's calls one at a time."""
-
-    def __init__(self, factory: Callable[[], Measurer] | None = None) -> None:
-        self._measurer = factory() if factory is not None else LocalMeasurer()
-
-    def device(self) -> str:
-        return self._measurer.device
-
-    def measure(self, executable: bytes, args: list[str], timeout_s: float) -> RunResult:
-        return self._measurer.measure(executable, args, timeout_s)
-
-
-class GpuMeasurerActor:
-    """A Measurer backed by a Ray actor holding one GPU (timing serialised per GPU). A call that
-    crashes the actor or hangs past its timeout + grace is reported as a failed run; the actor is
-    restarted (max_restarts=-1) and the next call goes to the fresh one."""
-
-    def __init__(self, ray: Any, *, num_gpus: float = 1, factory: Callable[[], Measurer] | None = None,
-                 grace_s: float = GRACE_S) -> None:
-        self._ray = ray
-        actor_class = ray.remote(num_gpus=num_gpus, max_restarts=-1, max_task_retries=0)(_GpuMeasurerBody)
-        self._actor = actor_class.remote(factory)
-        self._grace_s = grace_s
-        self._device: str | None = None
-        self.restarts = 0
-
-    @property
-    def device(self) -> str:
-        if self._device is None:
-            self._device = str(self._ray.get(self._actor.device.remote(), timeout=300))
-        return self._device
-
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
-        start, limit = time.perf_counter(), timeout_s + self._grace_s
-        ref = self._actor.measure.remote(executable, list(args), timeout_s)
-        try:
-            result: RunResult = self._ray.get(ref, timeout=limit)
-        except self._ray.exceptions.GetTimeoutError:
-            self._ray.kill(self._actor, no_restart=False)
-            self._await_restart()
-            return _lost(f"timeout: the measuring actor hung past {limit:g} s and was restarted", True, start)
-        except self._ray.exceptions.RayActorError as error:
-            self._await_restart()
-            return _lost(f"crashed: the measuring actor died and was restarted ({_first_line(error)})", False, start)
-        if result.harness.device:
-            self._device = result.harness.device
-        return result
-
-    def _await_restart(self) -> None:
-        """Block until the restarted actor answers, so the next call is not refused."""
-        self.restarts += 1
-        deadline = time.monotonic() + RESTART_WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                self._ray.get(self._actor.device.remote(), timeout=RESTART_WAIT_S)
-                return
-            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError):
-                time.sleep(0.5)
-
-    def close(self) -> None:
-        self._ray.kill(self._actor, no_restart=True)
-
-
-class SerialMeasurer:
-    """The local-thread fallback: a Measurer whose calls run one at a time (one per GPU)."""
-
-    def __init__(self, measurer: Measurer) -> None:
-        self._measurer = measurer
-        self._lock = threading.Lock()
-
-    @property
-    def device(self) -> str:
-        return self._measurer.device
-
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
-        with self._lock:
-            return self._measurer.measure(executable, args, timeout_s)
-
-    def close(self) -> None:
-        pass
-
-
-def open_gpu_measurers(
-    address: str | None, *, count: int | None = None, num_gpus: float = 1,
-    factory: Callable[[], Measurer] | None = None, grace_s: float = GRACE_S,
-) -> list[GpuMeasurerActor]:
-    """One measuring actor per GPU of the embedded or joined Ray (`count` overrides; tests use
-    num_gpus=0 with a fake `factory` on CPU-only Ray)."""
-    env = ray_environment(address)
-    os.environ.update(env)
-    ray = import_ray()
-    if address:
-        _check_reachable(address)
-    _init_ray(ray, address, None, env)
-    n = count if count is not None else int(ray.cluster_resources().get("GPU", 0))
-    return [GpuMeasurerActor(ray, num_gpus=num_gpus, factory=factory, grace_s=grace_s) for _ in range(n)]
-
-
-def open_local_measurers() -> list[SerialMeasurer]:
-    """One serialised LocalMeasurer per GPU of this machine (no Ray)."""
-    return [SerialMeasurer(LocalMeasurer(gpu=index)) for index in range(gpu_count())]
-
-
-def _lost(message: str, timed_out: bool, start: float) -> RunResult:
-    return RunResult(HarnessResult("error", message), b"", None, timed_out, time.perf_counter() - start)
 
 
 RAY_MISSING = "Ray is not installed: install it (pip install ray) or use --workers local"
@@ -433,9 +390,25 @@ def open_workers(backend: str, address: str | None = None, num_cpus: int | None 
     return LocalWorkers(num_cpus) if backend == "local" else RayWorkers(address, num_cpus)
 
 
-def remote_function(function: Any) -> Any:
-    """Wrap any function as a retried Ray task (used by tests and benchmarks of the Ray layer)."""
-    return import_ray().remote(max_retries=TASK_RETRIES)(function)
+def connect(address: str | None, num_cpus: int | None = None) -> Any:
+    """The ray module, initialised once per process: embedded (loopback, offline) or joined."""
+    env = ray_environment(address)
+    os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
+    ray = import_ray()
+    if address:
+        _check_reachable(address)
+    _init_ray(ray, address, num_cpus, env)
+    return ray
+
+
+def node_names(ray: Any) -> dict[str, str]:
+    """Node id -> "IP/first 8 hex digits of the node id" (nodes may share an IP)."""
+    return {n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in ray.nodes()}
+
+
+def accelerator_ids() -> list[str]:
+    """The GPUs Ray gave the calling task or actor."""
+    return [str(gpu) for gpu in import_ray().get_gpu_ids()]
 
 
 def ray_environment(address: str | None) -> dict[str, str]:

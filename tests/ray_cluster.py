@@ -16,6 +16,7 @@ from pathlib import Path
 
 from helpers import clean_env
 
+from compileiq.toolchain import find_toolchain
 from compileiq.workers import LOOPBACK_ENV
 
 HEAD_IP = "127.0.0.2"
@@ -180,3 +181,65 @@ def _wait_for_port(port: int, head: Node, timeout_s: float = 120) -> None:
 
 def read_json_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+STUB = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char** argv) {
+  const char* log = getenv("CIQ_MEASURE_LOG");
+  const char* node = getenv("CIQ_TEST_NODE");
+  const char* gpus = getenv("CUDA_VISIBLE_DEVICES");
+  if (log) {
+    FILE* f = fopen(log, "a");
+    fprintf(f, "%s\t%d\t%s\n", node ? node : "-", (int)getppid(), gpus ? gpus : "-");
+    fclose(f);
+  }
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!strcmp(argv[i], "--dump")) fclose(fopen(argv[i + 1], "w"));
+  printf("{\"compileiq_harness\": 1, \"status\": \"ok\", \"device\": \"fake GPU\", \"driver\": \"fake\", "
+         "\"samples_ms\": [1.0, 1.001, 0.999], \"median_ms\": 1.0, \"iqr_ms\": 0.001, \"min_ms\": 0.999, "
+         "\"outputs\": []}\n");
+  return 0;
+}
+"""
+
+
+def fake_cuda(root: Path, ptxas_sleep_s: float) -> Path:
+    """CUDA_HOME whose ptxas logs `node<TAB>args` and sleeps, and whose nvcc builds the stub as a
+    measuring executable (other nvcc runs are the real one)."""
+    tools = find_toolchain()
+    (root / "bin").mkdir(parents=True)
+    stub = root / "stub"
+    subprocess.run(["gcc", "-O1", "-x", "c", "-", "-o", str(stub)], input=STUB, text=True, check=True)
+    ptxas = f"""#!/bin/sh
+case "$*" in *--version*) exec "{tools.ptxas}" "$@" ;; esac
+printf '%s\\t%s\\n' "$CIQ_TEST_NODE" "$*" >> "{root}/ptxas.log"
+sleep {ptxas_sleep_s}
+exec "{tools.ptxas}" "$@"
+"""
+    nvcc = f"""#!/bin/sh
+case "$*" in *-ldl*) ;; *) exec "{tools.nvcc}" "$@" ;; esac
+out=""; prev=""
+for arg in "$@"; do [ "$prev" = "-o" ] && out="$arg"; prev="$arg"; done
+printf '%s\\n' "$CIQ_TEST_NODE" >> "{root}/executables.log"
+cp "{stub}" "$out"
+"""
+    for name, text in (("ptxas", ptxas), ("nvcc", nvcc)):
+        path = root / "bin" / name
+        path.write_text(text)
+        path.chmod(0o755)
+    return root
+
+
+def ptxas_runs(cuda: Path) -> list[tuple[str, str]]:
+    """(node, ptxas options without paths) per ptxas run the wrapper saw."""
+    log = cuda / "ptxas.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    runs = []
+    for line in lines:
+        node, _, argv = line.partition("\t")
+        runs.append((node, " ".join(word for word in argv.split() if not word.startswith("/"))))
+    return runs

@@ -1,4 +1,4 @@
-"""The real Ray layer (compileiq/workers.py): embedded Ray, task retries, a joined cluster, loopback.
+"""The real Ray layer (compileiq/workers.py): embedded Ray, a joined cluster, loopback.
 
 One embedded Ray per module (start-up ~5 s); the cluster test runs its driver in a subprocess,
 because a process can initialise Ray only once.
@@ -29,7 +29,6 @@ from compileiq.workers import (
     RayWorkers,
     VariantJob,
     VariantResult,
-    remote_function,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,27 +136,6 @@ def test_a_compile_error_is_a_result_not_an_exception(
     [result] = list(ray_workers.run([job]))
     assert result.ptx.status is BuildStatus.COMPILE_ERROR
     assert not result.build.ok and "expected an expression" in result.ptx.message
-
-
-def test_a_worker_that_dies_is_retried(ray_workers: RayWorkers, tmp_path: Path) -> None:
-    """The first attempt kills its own worker process; Ray retries it and the result arrives."""
-    import ray
-
-    marker = str(tmp_path / "attempts")
-
-    def crash_once(value: int) -> tuple[int, int]:
-        with open(marker, "a") as stream:
-            stream.write(f"{os.getpid()}\n")
-        with open(marker) as stream:
-            attempts = len(stream.readlines())
-        if attempts == 1:
-            os._exit(1)  # the worker process dies mid-task, as a crashed or OOM-killed one would
-        return value * 2, attempts
-
-    task = remote_function(crash_once)
-    assert ray.get(task.remote(21), timeout=120) == (42, 2)
-    pids = Path(marker).read_text().split()
-    assert len(pids) == 2 and pids[0] != pids[1]  # the retry ran in a fresh worker process
 
 
 # -- a real cluster, joined by address --------------------------------------------------------

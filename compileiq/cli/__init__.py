@@ -21,6 +21,7 @@ from compileiq.cli.render import (
     emit,
     err,
     first_line,
+    gpu_spread,
     node_spread,
     out,
     print_gate,
@@ -128,12 +129,12 @@ def show(
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
-    from compileiq import app
+    from compileiq.database_url import database_url
     from compileiq.store import Store, TrialState
 
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
-    store = Store.open(app.database_url(db))
+    store = Store.open(database_url(db))
     try:
         if study is None:
             summaries = store.study_summaries()
@@ -160,6 +161,9 @@ def show(
             nodes = trials_per_node(trials)
             if nodes and not as_json:
                 out.print(node_spread(nodes), markup=False)
+            gpus = trials_per_node(trials, "measured_on")
+            if len(gpus) > 1 and not as_json:
+                out.print(gpu_spread(gpus), markup=False)
             if failed and not as_json:
                 out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
                           f"{safe(first_line(failed[0].reason, 200))}", markup=False)
@@ -226,10 +230,10 @@ def _write_report(option: str, path: Path, text: str) -> str:
 @db_cli.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the database schema to this version of compileiq."""
-    from compileiq import app
+    from compileiq.database_url import database_url
     from compileiq.store import Store
 
-    store = Store.open(app.database_url(db))
+    store = Store.open(database_url(db))
     try:
         revision = store.upgrade()
         out.print(f"{store.url_for_display}: schema at revision {revision}", markup=False)
@@ -244,9 +248,10 @@ def db_export(
     db: DbOption = None,
 ) -> None:
     """Write a study, its trials, builds and measurements to a checksummed JSON file."""
-    from compileiq import app, exchange
+    from compileiq import exchange
+    from compileiq.database_url import database_url
 
-    done = exchange.export_to_file(app.database_url(db), study, out_file)
+    done = exchange.export_to_file(database_url(db), study, out_file)
     (err if out_file == exchange.STDOUT else out).print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
               f"{done.measurements} measurements -> {done.path}", markup=False)
 
@@ -257,9 +262,10 @@ def db_import(
     db: DbOption = None,
 ) -> None:
     """Merge an exported study into this database (one transaction; importing twice changes nothing)."""
-    from compileiq import app, exchange
+    from compileiq import exchange
+    from compileiq.database_url import database_url
 
-    done = exchange.import_from_file(app.database_url(db), in_file)
+    done = exchange.import_from_file(database_url(db), in_file)
     verb = "created" if done.created else "merged into"
     note = "" if done.changed else " (nothing new)"
     out.print(f"{verb} study {done.study.name}: {done.trials_added} trials added, {done.trials_kept} kept, "
@@ -309,15 +315,16 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
-    from compileiq import app, report_compare
     from compileiq import report as report_lib
+    from compileiq import report_compare
+    from compileiq.database_url import database_url
     from compileiq.store import Store
 
     if len(studies) != (2 if compare else 1):
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
-    store = Store.open(app.database_url(db))
+    store = Store.open(database_url(db))
     try:
         if compare:
             written = report_compare.write(store, studies[0], studies[1], target, fmt)

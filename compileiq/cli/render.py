@@ -12,20 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
 from compileiq.records import SCREEN, Study, StudySummary, Trial, TrialState, first_line
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
+    from rich.progress import Progress, TaskID
+
     from compileiq import app
     from compileiq import gating as gate_lib
     from compileiq.runner import Outcome
@@ -76,6 +70,14 @@ class LineProgress:
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
                   f"objective {study.key.objective} ({kind_label(study.key.objective)})")
         if self._live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
             self._bar = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[rate]}"),
                                  TimeRemainingColumn(), console=err, transient=True)
@@ -213,11 +215,19 @@ def node_spread(nodes: dict[str, int]) -> str:
     return f"compiled on {len(nodes)} Ray node{plural}: " + ", ".join(f"{safe(n)} {c}" for n, c in ranked)
 
 
-def trials_per_node(trials: list[Trial]) -> dict[str, int]:
-    """How many of the study's trials each Ray node compiled (as recorded in their metrics)."""
+def gpu_spread(gpus: dict[str, int]) -> str:
+    """"measured on 2 GPUs: 127.0.0.3/1a2b3c4d GPU 0 5, ..." (most first)."""
+    ranked = sorted(gpus.items(), key=lambda item: (-item[1], item[0]))
+    plural = "s" if len(gpus) > 1 else ""
+    return f"measured on {len(gpus)} GPU{plural}: " + ", ".join(f"{safe(g)} {c}" for g, c in ranked)
+
+
+def trials_per_node(trials: list[Trial], key: str = "node") -> dict[str, int]:
+    """How many of the study's trials each Ray node compiled (as recorded in their metrics);
+    key="measured_on": how many each GPU measured."""
     nodes: dict[str, int] = {}
     for trial in trials:
-        node = trial.metrics.get("node")
+        node = trial.metrics.get(key)
         if isinstance(node, str) and node:
             nodes[node] = nodes.get(node, 0) + 1
     return nodes

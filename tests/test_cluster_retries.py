@@ -1,0 +1,99 @@
+"""A compile task lost with its Ray worker runs once more, and only once: the driver resubmits it
+itself, pinned to a node that answers (Ray's own task retries are off: a retry could land on a
+dying node before Ray declares it dead, and compile a variant a third time).
+
+The compilers are real; a wrapper in front of ptxas (or nvcc) logs each run and, for the first
+`crashes` runs, kills its parent: the Ray worker executing the task, as an OOM kill or a lost
+machine would. The node-kill case on a real multi-node cluster is in test_cluster.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL
+
+from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
+from compileiq.kernel import SourceBundle, bundle_sources, load_spec
+from compileiq.toolchain import find_toolchain
+from compileiq.workers import RayWorkers, VariantJob, WorkersError
+
+pytestmark = pytest.mark.slow
+ARCH = "sm_90"
+
+
+@pytest.fixture(scope="module")
+def ray_workers() -> Iterator[RayWorkers]:
+    saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
+    workers = RayWorkers(num_cpus=2)
+    try:
+        yield workers
+    finally:
+        workers.close()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> SourceBundle:
+    path = tmp_path_factory.mktemp("kernel") / "scale.cu"
+    path.write_text(TINY_KERNEL)
+    return bundle_sources(load_spec(path, arch=ARCH))
+
+
+def _killer(folder: Path, tool: str, crashes: int) -> tuple[Path, Path]:
+    """A wrapper around the real `tool` whose first `crashes` runs kill the Ray worker that runs
+    them; and the log of its runs (one line each)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    real, log, wrapper = getattr(find_toolchain(), tool), folder / "runs.log", folder / tool
+    wrapper.write_text(f"""#!/bin/sh
+echo run >> "{log}"
+if [ "$(wc -l < "{log}")" -le {crashes} ]; then kill -KILL $PPID; sleep 30; fi
+exec "{real}" "$@"
+""")
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def _runs(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _job(bundle: SourceBundle, nvcc: str, ptxas: str, tag: int = 1) -> VariantJob:
+    return VariantJob(tag, FrontendJob(nvcc, bundle, ARCH, (), 60.0), AssembleJob(ptxas, ARCH, (f"-O{tag % 4}",), 60.0))
+
+
+def test_a_ptxas_task_whose_worker_dies_runs_once_more(
+    ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
+) -> None:
+    ptxas, log = _killer(tmp_path, "ptxas", crashes=1)
+    [result] = list(ray_workers.run([_job(bundle, find_toolchain().nvcc, str(ptxas))]))
+    assert result.build.status is BuildStatus.OK and result.build.code_hash
+    assert _runs(log) == 2  # the lost run and its one resubmission
+    assert result.node  # the resubmitted task's node, named as any other
+
+
+def test_a_ptxas_task_lost_twice_fails_the_run_after_two_compiles(
+    ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
+) -> None:
+    """Before: Ray retried it three times (four compiles of one variant)."""
+    ptxas, log = _killer(tmp_path, "ptxas", crashes=100)
+    with pytest.raises(WorkersError, match=r"^a compile task was lost 2x with its worker or node: ") as raised:
+        list(ray_workers.run([_job(bundle, find_toolchain().nvcc, str(ptxas), tag=2)]))
+    assert "\n" not in str(raised.value)
+    assert _runs(log) == 2
+
+
+def test_a_front_end_task_whose_worker_dies_runs_once_more(
+    ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
+) -> None:
+    nvcc, log = _killer(tmp_path, "nvcc", crashes=1)
+    jobs = [_job(bundle, str(nvcc), find_toolchain().ptxas, tag) for tag in (3, 4)]  # one front end, two variants
+    results = list(ray_workers.run(jobs))
+    assert sorted(r.tag for r in results) == [3, 4]
+    assert all(r.build.status is BuildStatus.OK for r in results)
+    assert [r.ptx_compiled for r in results].count(True) == 1
+    assert _runs(log) == 2
