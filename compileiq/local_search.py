@@ -13,10 +13,6 @@ predicts lowest; where it predicts a tie (the plateau), the one an additive mode
 main effects predicts lowest. The additive model is what sees that two settings which each
 reached the plateau on their own may do better together (TPE's independent densities see the
 same thing; a tree ensemble, which predicts leaf means, never predicts below the best seen).
-
-For spaces too large to score whole, the one-setting neighbours of the incumbents also join the
-random candidate pool that expected improvement is maximised over (SMAC's local search around
-incumbents): a random sample of 14 million configurations almost never holds them.
 """
 
 from __future__ import annotations
