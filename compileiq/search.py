@@ -20,6 +20,7 @@ from skopt.acquisition import gaussian_ei
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 from skopt.space import Integer
 
+from compileiq import local_search
 from compileiq.encoding import Encoding, Row
 from compileiq.errors import UsageError
 from compileiq.space import Config, Parameter, SearchSpace
@@ -125,9 +126,14 @@ class Searcher:
         if self._model is None:
             rows = self._initial_design(pool, skip, count)
         else:
+            polished = self._polish(skip) if count > 1 else pool[:0]
+            pool = self._encoding.without(pool, {tuple(r) for r in polished.tolist()})
             # Tree surrogates predict plateaus: many candidates tie, and grid order must not decide.
             scores = self._acquisition(pool) * (1.0 + 1e-6 * self._rng.random(len(pool)))
-            rows = pool[self._pick(pool, scores, count, lambda w: int(np.argmax(w)), spread=True)]
+            picks = self._pick(
+                pool, scores, count - len(polished), lambda w: int(np.argmax(w)), spread=True
+            )
+            rows = np.concatenate([polished, pool[picks]])
         self._frontends.update(self._encoding.frontend(row) for row in rows)
         return [self._encoding.config(row) for row in rows]
 
@@ -142,7 +148,7 @@ class Searcher:
             middles = self._middles(
                 pool, skip | {tuple(r) for r in corners.tolist()}, count - len(corners)
             )
-            corners = np.concatenate([corners, middles])
+            corners = np.concatenate([middles[:1], corners, middles[1:]])  # the centre first
         self._corners_done = True
         self._frontends.update(self._encoding.frontend(row) for row in corners)
         rest = self._encoding.without(pool, {tuple(row) for row in corners.tolist()})
@@ -211,6 +217,28 @@ class Searcher:
             if len(rows) >= count:
                 break
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
+
+    def _polish(self, skip: set[Row]) -> np.ndarray:
+        """The batch's local pick: an untried neighbour of the incumbents (see local_search)."""
+        rows = self._observed_rows()
+        encoding = self._encoding
+        around = local_search.incumbents(rows, self._values, self._rng)
+        candidates = encoding.without(local_search.neighbours(around, encoding.cardinality), skip)
+        pick = local_search.polish(
+            candidates,
+            self._predicted_mean,
+            local_search.main_effects(rows, _with_penalty(self._values), encoding.cardinality),
+            self._rng,
+        )
+        return candidates[:0] if pick is None else candidates[pick : pick + 1]
+
+    def _observed_rows(self) -> np.ndarray:
+        points = np.asarray(self._points, dtype=np.int64)
+        return points.reshape(-1, len(self._encoding.cardinality)) - self._encoding.lows
+
+    def _predicted_mean(self, rows: np.ndarray) -> np.ndarray:
+        model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
+        return np.asarray(model.predict(self._features(self._encoding.points(rows))), dtype=float)
 
     def _next_enumerated(self, count: int, skip: set[Row]) -> list[Config]:
         if self._enumeration is None:
