@@ -290,8 +290,7 @@ class Store:
         records = {o.build.key: _columns(o.build) for o in outcomes if o.build is not None}
         with self._tx() as conn:
             if records:
-                insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
-                conn.execute(insert(builds).on_conflict_do_nothing(index_elements=["key"]), list(records.values()))
+                conn.execute(_insert_new_builds(conn), list(records.values()))
             done = conn.execute(update, rows).rowcount
             if conn.dialect.supports_sane_multi_rowcount and done != len({o.trial_id for o in outcomes}):
                 raise StoreError(f"{len(rows) - done} of {len(rows)} finished trials are not in the database")
@@ -587,12 +586,16 @@ def _columns(record: BuildRecord) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
-def _put_build(conn: Connection, record: BuildRecord) -> None:
-    """Insert ``record`` unless its key is cached already (one statement, no error to catch)."""
+def _insert_new_builds(conn: Connection) -> Any:
+    """An insert into the build cache that skips keys cached already (one statement, no error)."""
     # each dialect imported here, when used: the other one's import costs every command ~0.1 s
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects import postgresql as dialect
     else:
         from sqlalchemy.dialects import sqlite as dialect  # type: ignore[no-redef]
-    statement = dialect.insert(builds).values(**asdict(record)).on_conflict_do_nothing(index_elements=["key"])
-    conn.execute(statement)
+    return dialect.insert(builds).on_conflict_do_nothing(index_elements=["key"])
+
+
+def _put_build(conn: Connection, record: BuildRecord) -> None:
+    """Insert ``record`` unless its key is cached already."""
+    conn.execute(_insert_new_builds(conn).values(**asdict(record)))
