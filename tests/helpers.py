@@ -7,9 +7,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 # Variables that would point the command at another database or force colour into a pipe.
@@ -29,6 +31,32 @@ __global__ void scale(float* out, const float* in, float k, int n) {
     if (i < n) out[i] = k * in[i] + 1.0f;
 }
 """
+
+
+if TYPE_CHECKING:
+    from compileiq.workers import RayWorkers
+
+
+@contextmanager
+def embedded_ray_workers(num_cpus: int = 2) -> Iterator[RayWorkers]:
+    """An embedded Ray's workers for a test module; the environment restored afterwards."""
+    from compileiq.workers import RayWorkers
+
+    saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
+    workers = RayWorkers(num_cpus=num_cpus)
+    try:
+        yield workers
+    finally:
+        workers.close()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def tiny_kernel_file(folder: Path, name: str) -> Path:
+    """TINY_KERNEL written as folder/name (no tune.toml: the defaults)."""
+    source = folder / name
+    source.write_text(TINY_KERNEL)
+    return source
 
 
 def compileiq_command() -> str:

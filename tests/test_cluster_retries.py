@@ -9,12 +9,11 @@ machine would. The node-kill case on a real multi-node cluster is in test_cluste
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL
+from helpers import TINY_KERNEL, embedded_ray_workers
 
 from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
 from compileiq.kernel import SourceBundle, bundle_sources, load_spec
@@ -27,14 +26,8 @@ ARCH = "sm_90"
 
 @pytest.fixture(scope="module")
 def ray_workers() -> Iterator[RayWorkers]:
-    saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
-    workers = RayWorkers(num_cpus=2)
-    try:
+    with embedded_ray_workers() as workers:
         yield workers
-    finally:
-        workers.close()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")

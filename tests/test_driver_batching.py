@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL
+from helpers import tiny_kernel_file
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.compile import (
@@ -45,9 +45,7 @@ SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_le
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("tiny") / "batching.cu"
-    source.write_text(TINY_KERNEL)
-    return source
+    return tiny_kernel_file(tmp_path_factory.mktemp("tiny"), "batching.cu")
 
 
 class _Workers:

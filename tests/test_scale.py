@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL, clean_env, slow_toolchain
+from helpers import TINY_KERNEL, clean_env, slow_toolchain, tiny_kernel_file
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.compile import (
@@ -42,9 +42,7 @@ SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_le
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("tiny") / "scale.cu"
-    source.write_text(TINY_KERNEL)
-    return source
+    return tiny_kernel_file(tmp_path_factory.mktemp("tiny"), "scale.cu")
 
 
 def _key(space_id: str = "s", space_sha: str = "0" * 64, kernel: str = "k") -> StudyKey:

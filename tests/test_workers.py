@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL, clean_env, run_cli
+from helpers import TINY_KERNEL, clean_env, embedded_ray_workers, run_cli
 
 from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
 from compileiq.kernel import SourceBundle, bundle_sources, load_spec
@@ -69,14 +69,8 @@ def _jobs(bundle: SourceBundle, tools: Toolchain) -> list[VariantJob]:
 
 @pytest.fixture(scope="module")
 def ray_workers() -> Iterator[RayWorkers]:
-    saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
-    workers = RayWorkers(num_cpus=2)
-    try:
+    with embedded_ray_workers() as workers:
         yield workers
-    finally:
-        workers.close()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")
