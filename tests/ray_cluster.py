@@ -36,10 +36,15 @@ print(len(alive), flush=True)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: range = range(0)) -> int:
+    """A port free now, outside `avoid` (a node's worker ports: Ray refuses a component's port
+    inside that range, and the kernel may hand one out that lies in it)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -115,13 +120,19 @@ class LoopbackCluster:
         whose first call to a busy head times out) is started once more."""
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
-        low = free_port()
+        taken = {int(word.split("=")[1]) for word in args if word.split("=")[-1].isdigit()}  # the head's own ports
+        while not taken.isdisjoint(workers := range(low := free_port(), low + 41)):
+            pass
+
+        def port() -> int:
+            return free_port(avoid=workers)
+
         argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")),
                 "start", *args, "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
-                "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={free_port()}",
-                f"--object-manager-port={free_port()}", f"--min-worker-port={low}", f"--max-worker-port={low + 40}",
-                f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}"]
+                "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={port()}",
+                f"--object-manager-port={port()}", f"--min-worker-port={low}", f"--max-worker-port={workers[-1]}",
+                f"--metrics-export-port={port()}", f"--runtime-env-agent-port={port()}",
+                f"--dashboard-agent-listen-port={port()}", f"--dashboard-agent-grpc-port={port()}"]
         env = ray_env({**self.node_env, "CIQ_TEST_NODE": name, **_cluster_flag(ip)})
         for attempt in (1, 2):
             node = self._launch(name, ip, argv, env, attempt)
