@@ -17,6 +17,8 @@ class TrialState(str, enum.Enum):
 SEARCH = "search"  # a trial the search asked for: the budget counts these (the baseline included)
 SCREEN = "screen"  # compiled and refused by the static rules before measuring (runtime objectives): free
 PURPOSES = (SEARCH, SCREEN, "simplify", "ablation", "confirm")  # the others explain or shrink the winner: free
+NODE_KEY = "node"  # in a trial's metrics: the Ray node whose ptxas built it ("IP/node-id")
+MEASURED_ON_KEY = "measured_on"  # in a trial's metrics: the GPU that screened it ("IP/node-id GPU n")
 
 
 @dataclass(frozen=True)

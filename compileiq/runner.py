@@ -28,14 +28,14 @@ from compileiq.errors import CompileIQError
 from compileiq.group_commit import GroupCommit
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.metrics import Evaluation
-from compileiq.space import Config, SearchSpace
+from compileiq.records import NODE_KEY
+from compileiq.space import Config, SearchSpace, remember
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialOutcome, TrialState
 from compileiq.toolchain import Toolchain
 from compileiq.workers import Transfers, VariantJob, VariantResult, Workers
 
 HEARTBEAT_EVERY_S = 10.0
 TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler timed out or crashed
-NODE_KEY = "node"  # in a trial's metrics: the Ray node whose ptxas built it ("IP/node-id")
 
 
 @dataclass(frozen=True)
@@ -369,12 +369,7 @@ class TrialRunner:
     def config_of(self, trial: Trial) -> Config:
         """The trial's config (one `Config` per config key: each trial's is needed several times)."""
         config = self._configs.get(trial.config_key)
-        if config is None:
-            config = Config.of(trial.config)
-            if len(self._configs) >= 1 << 16:
-                self._configs.clear()
-            self._configs[trial.config_key] = config
-        return config
+        return config if config is not None else remember(self._configs, trial.config_key, Config.of(trial.config))
 
     def _config_job(self, tag: int, config: Config) -> VariantJob:
         target = self._target

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from math import prod
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from compileiq.errors import UsageError
 
@@ -82,7 +82,7 @@ class Config:
     @cached_property
     def key(self) -> str:
         """Canonical JSON text: the identity of this config in a study."""
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        return canonical_key(self.as_dict())
 
     def __getitem__(self, name: str) -> Value:
         return self._values[name]
@@ -157,7 +157,7 @@ class SearchSpace:
         init=False, repr=False, compare=False
     )
     # Per config key: known valid, rendered arguments (a driver renders each trial's twice).
-    _valid: set[str] = field(init=False, repr=False, compare=False)
+    _valid: dict[str, bool] = field(init=False, repr=False, compare=False)
     _rendered: dict[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,7 +165,7 @@ class SearchSpace:
         text = json.dumps([p.canonical() for p in self.parameters], sort_keys=True)
         object.__setattr__(self, "sha256", hashlib.sha256(text.encode()).hexdigest())
         object.__setattr__(self, "_tokens", _token_map(self.parameters))
-        object.__setattr__(self, "_valid", set())
+        object.__setattr__(self, "_valid", {})
         object.__setattr__(self, "_rendered", {})
 
     def parameter(self, name: str) -> Parameter:
@@ -227,7 +227,7 @@ class SearchSpace:
                 raise SpaceError(f"config lacks parameter {p.name!r}")
             if not p.allows(given[p.name]):
                 raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
-        _remember(self._valid, config.key)
+        remember(self._valid, config.key, True)
 
     def knows_valid(self, key: str) -> bool:
         """True if the config whose canonical key is ``key`` was validated already (its JSON text
@@ -244,16 +244,14 @@ class SearchSpace:
 
     def _render(self, what: str, config: Config) -> tuple[str, ...]:
         found = self._rendered.get((what, config.key))
-        if found is None:
-            if what == "frontend":
-                found = tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
-            else:
-                fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
-                found = fwd + self._own_ptxas_args(config)
-            if len(self._rendered) >= _REMEMBERED:
-                self._rendered.clear()
-            self._rendered[(what, config.key)] = found
-        return found
+        if found is not None:
+            return found
+        if what == "frontend":
+            found = tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
+        else:
+            fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
+            found = fwd + self._own_ptxas_args(config)
+        return remember(self._rendered, (what, config.key), found)
 
     def nvcc_args(self, config: Config) -> tuple[str, ...]:
         """Arguments for a one-step nvcc build: front-end args, then -Xptxas=ARG per ptxas arg."""
@@ -282,13 +280,23 @@ class SearchSpace:
         return tuple(a for p, v in self._pairs(config, "ptxas") for a in p.argv(v))
 
 
-_REMEMBERED = 1 << 16  # per space: config keys known valid, and rendered arguments
+K = TypeVar("K")
+V = TypeVar("V")
+REMEMBERED = 1 << 16  # entries a per-config memo holds before it starts again empty
 
 
-def _remember(known: set[str], key: str) -> None:
-    if len(known) >= _REMEMBERED:
-        known.clear()
-    known.add(key)
+def remember(memo: dict[K, V], key: K, value: V) -> V:
+    """Put ``value`` in a per-config memo (valid keys, rendered arguments, `Config`s by key),
+    which forgets everything once full: bounded memory, no bookkeeping per entry."""
+    if len(memo) >= REMEMBERED:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def canonical_key(values: Mapping[str, Any]) -> str:
+    """A config's identity in a study: its values as canonical JSON text (`Config.key`)."""
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
 def _no_duplicates(params: Sequence[Parameter], where: str) -> None:

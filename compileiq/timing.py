@@ -20,11 +20,10 @@ from compileiq.errors import CompileIQError
 from compileiq.evidence import RUNTIME_KIND
 from compileiq.measure import Measurer, RunResult, compare_outputs, parse_program_metric
 from compileiq.metrics import Evaluation, StaticEvaluator
-from compileiq.records import Measurement, Trial, TrialState
+from compileiq.records import MEASURED_ON_KEY, Measurement, Trial, TrialState
 from compileiq.space import Config, SearchSpace
 from compileiq.workers import Workers
 
-MEASURED_ON_KEY = "measured_on"  # in a trial's metrics: the GPU that screened it
 SCREEN_ARGS = ("--quick",)
 SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
 

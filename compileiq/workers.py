@@ -288,20 +288,13 @@ class RayWorkers:
 
     def _resubmit(self, call: _Call) -> Any:
         """Run a lost task again, pinned to a node that answers now (not the one that died)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        node = self._answering_node()
-        pinned = call.remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-        return self._task(pinned, *call.args, resubmits=call.resubmits - 1)
+        return self._task(_pinned(call.remote, self._answering_node()), *call.args, resubmits=call.resubmits - 1)
 
     def _answering_node(self) -> str:
         """The first node with CPUs to answer a tiny task pinned to it. A node that has died, or is
         dying but not yet declared dead by Ray, does not answer."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         nodes = [n["NodeID"] for n in self._ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
-        probes = [self._probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-                  for node in nodes]
+        probes = [_pinned(self._probe, node).remote() for node in nodes]
         deadline = time.monotonic() + PROBE_WAIT_S
         try:
             while probes and (left := deadline - time.monotonic()) > 0:
@@ -318,6 +311,13 @@ class RayWorkers:
 
     def close(self) -> None:
         self._ray.shutdown()
+
+
+def _pinned(remote: Any, node_id: str) -> Any:
+    """`remote` scheduled only on that node (hard affinity: never elsewhere)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
 
 
 @dataclass(frozen=True)

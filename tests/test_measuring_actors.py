@@ -21,8 +21,8 @@ from ray_cluster import LoopbackCluster, fake_cuda, ray_env
 from compileiq.measure import RunResult, synthetic_result
 from compileiq.measurer_pool import MeasurerPool
 from compileiq.measuring_actors import placeable_actors
+from compileiq.records import MEASURED_ON_KEY
 from compileiq.store import Store
-from compileiq.timing import MEASURED_ON_KEY
 
 ARCH = "sm_90"
 LOAD_CACHES = 6  # ptxas.def_load_cache's values: distinct machine code each, so each is measured

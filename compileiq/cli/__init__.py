@@ -38,6 +38,7 @@ from compileiq.cli.render import (
     trials_table,
 )
 from compileiq.errors import CompileIQError, UsageError
+from compileiq.records import MEASURED_ON_KEY
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
@@ -161,7 +162,7 @@ def show(
             nodes = trials_per_node(trials)
             if nodes and not as_json:
                 out.print(node_spread(nodes), markup=False)
-            gpus = trials_per_node(trials, "measured_on")
+            gpus = trials_per_node(trials, MEASURED_ON_KEY)
             if len(gpus) > 1 and not as_json:
                 out.print(gpu_spread(gpus), markup=False)
             if failed and not as_json:

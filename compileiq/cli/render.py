@@ -15,7 +15,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.records import SCREEN, Study, StudySummary, Trial, TrialState, first_line
+from compileiq.records import (
+    NODE_KEY,
+    SCREEN,
+    Study,
+    StudySummary,
+    Trial,
+    TrialState,
+    first_line,
+)
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from rich.progress import Progress, TaskID
@@ -210,21 +218,23 @@ def trials_summary(result: Any) -> str:
 
 def node_spread(nodes: dict[str, int]) -> str:
     """"compiled on 2 Ray nodes: 127.0.0.1/1a2b3c4d 5, ..." (most first)."""
-    ranked = sorted(nodes.items(), key=lambda item: (-item[1], item[0]))
-    plural = "s" if len(nodes) > 1 else ""
-    return f"compiled on {len(nodes)} Ray node{plural}: " + ", ".join(f"{safe(n)} {c}" for n, c in ranked)
+    return _spread("compiled on", "Ray node", nodes)
 
 
 def gpu_spread(gpus: dict[str, int]) -> str:
     """"measured on 2 GPUs: 127.0.0.3/1a2b3c4d GPU 0 5, ..." (most first)."""
-    ranked = sorted(gpus.items(), key=lambda item: (-item[1], item[0]))
-    plural = "s" if len(gpus) > 1 else ""
-    return f"measured on {len(gpus)} GPU{plural}: " + ", ".join(f"{safe(g)} {c}" for g, c in ranked)
+    return _spread("measured on", "GPU", gpus)
 
 
-def trials_per_node(trials: list[Trial], key: str = "node") -> dict[str, int]:
+def _spread(verb: str, noun: str, counts: dict[str, int]) -> str:
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    plural = "s" if len(counts) > 1 else ""
+    return f"{verb} {len(counts)} {noun}{plural}: " + ", ".join(f"{safe(name)} {count}" for name, count in ranked)
+
+
+def trials_per_node(trials: list[Trial], key: str = NODE_KEY) -> dict[str, int]:
     """How many of the study's trials each Ray node compiled (as recorded in their metrics);
-    key="measured_on": how many each GPU measured."""
+    key=MEASURED_ON_KEY: how many each GPU measured."""
     nodes: dict[str, int] = {}
     for trial in trials:
         node = trial.metrics.get(key)

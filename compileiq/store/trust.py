@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from compileiq.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
-from compileiq.space import Config, SearchSpace, SpaceError, load_space
+from compileiq.space import Config, SearchSpace, SpaceError, canonical_key, load_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
 _SPACE_ID = re.compile(r"nvcc-(?P<version>[\w.]+)\+ptxas-(?P=version)")
@@ -62,7 +62,7 @@ def _known_valid(trial: Trial, space: SearchSpace) -> bool:
     """The row's config is, JSON text for JSON text, its key, and the space validated that config
     before: checked once per config, not once per read of the study."""
     try:
-        text = json.dumps(trial.config, sort_keys=True, separators=(",", ":"))
+        text = canonical_key(trial.config)
     except (TypeError, ValueError):
         return False
     return text == trial.config_key and space.knows_valid(text)
