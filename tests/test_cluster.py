@@ -148,7 +148,7 @@ def test_a_worker_node_killed_mid_run_loses_no_trial(
     runs = ptxas_runs(cuda)
     per_variant = Counter(args for _, args in runs)
     # a task lost with its node runs once more, on a node that answered: no variant compiles 3 times
-    assert len(per_variant) == REGISTER_CAPS and max(per_variant.values()) <= 2, per_variant
+    assert len(per_variant) == REGISTER_CAPS and max(per_variant.values()) <= 2, (per_variant, runs, stderr)
     retried = {args for args, count in per_variant.items() if count >= 2}
     assert retried and all(("victim", args) in runs for args in retried)  # the victim's work, done again
     last = {args: node for node, args in runs}
