@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from compileiq.cubin import CubinError, text_sections
 from compileiq.processes import ToolRun, killed_by, run_tool, scratch_dir
@@ -99,21 +99,21 @@ def harness_include_dir() -> Path:
     return Path(__file__).with_name("include")
 
 
-def emit_ptx(job: FrontendJob) -> PtxResult:
-    """Run the nvcc front end once: source bundle -> PTX bytes."""
+def emit_ptx(job: FrontendJob, attempts: int = ATTEMPTS) -> PtxResult:
+    """Run the nvcc front end: source bundle -> PTX bytes (see `_produce` for `attempts`)."""
     try:
         with scratch_dir("ptx") as workdir:
             main = job.bundle.write_to(Path(workdir))
             out = Path(workdir) / "kernel.ptx"
             argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.bundle.base_args, *job.args, *job.bundle.include_args,
                     f"-I{harness_include_dir()}", str(main), "-o", str(out)]
-            made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem)
+            made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem, attempts)
     except OSError as error:
         return PtxResult(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
     return PtxResult(made.status, made.data, made.seconds, made.message, job.bundle.relocatable)
 
 
-def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
+def assemble(job: AssembleJob, ptx: PtxResult, attempts: int = ATTEMPTS) -> Build:
     """Run ptxas -v on PTX: one variant's machine code and its resource report."""
     if ptx.status is not BuildStatus.OK:
         return Build(ptx.status, ptx.message, (), None, b"", 0.0)
@@ -123,7 +123,7 @@ def assemble(job: AssembleJob, ptx: PtxResult) -> Build:
             source.write_bytes(ptx.ptx)
             compile_only = ("--compile-only",) if ptx.relocatable else ()
             argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *job.args, str(source), "-o", str(out)]
-            made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem)
+            made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem, attempts)
     except OSError as error:
         return Build(BuildStatus.CRASHED, _unprepared("ptxas", error), (), None, b"", 0.0)
     if not made.ok:
@@ -158,17 +158,28 @@ class _Product:
         return self.status is BuildStatus.OK
 
 
-def _produce(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
-    """Run the compiler; one that timed out or crashed is tried once more before it counts."""
+def _produce(call: _Call, problem: Callable[[bytes], str | None], attempts: int) -> _Product:
+    """Run the compiler; one that timed out or crashed is tried again, `attempts` times in all,
+    before it counts (Ray tasks make one attempt: the driver decides every re-run, see workers)."""
     seconds = 0.0
-    for attempt in range(1, ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         call.out.unlink(missing_ok=True)
         made = _attempt(call, problem)
         seconds += made.seconds
         if made.status.deterministic:
             break
-    tries = f" (tried {attempt} times)" if attempt > 1 and not made.ok else ""
-    return _Product(made.status, made.data, made.report, made.message + tries, seconds)
+    made = replace(made, seconds=seconds)
+    return tried(made, attempt) if attempt > 1 else made
+
+
+Tried = TypeVar("Tried", "PtxResult", "Build", "ExecutableBuild", "_Product")
+
+
+def tried(result: Tried, times: int) -> Tried:
+    """A failed result whose message says how many times the compiler ran; a success as it is."""
+    if result.status is BuildStatus.OK:
+        return result
+    return replace(result, message=f"{result.message} (tried {times} times)")
 
 
 def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
@@ -330,14 +341,14 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
             *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 
-def build_executable(job: ExecutableJob) -> ExecutableBuild:
+def build_executable(job: ExecutableJob, attempts: int = ATTEMPTS) -> ExecutableBuild:
     """Source bundle -> executable bytes (runs on any CPU worker: bytes in, bytes out)."""
     try:
         with scratch_dir("exe") as workdir:
             main = job.bundle.write_to(Path(workdir))
             out = Path(workdir) / "variant"
             call = _Call("nvcc", executable_argv(job, main, out), out, "executable", job.timeout_s, workdir)
-            made = _produce(call, _executable_problem)
+            made = _produce(call, _executable_problem, attempts)
     except OSError as error:
         return ExecutableBuild(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
     return ExecutableBuild(made.status, made.data, made.seconds, made.message)

@@ -27,11 +27,13 @@ from compileiq.compile import (
     assemble,
     build_executable,
     emit_ptx,
+    tried,
 )
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.kernel import SourceBundle
 
-RESUBMITS = 1  # a compile task lost with its worker or node runs once more, on a node that answers
+RESUBMITS = 1  # a compile task lost with its worker or node, or whose compiler crashed or timed
+# out, runs once more, on a node that answers: no variant is compiled more than twice
 PROBE_WAIT_S = 60.0  # for some node to answer before a lost task is resubmitted
 
 # What keeps an embedded Ray on loopback and offline (see the README's architecture notes).
@@ -81,6 +83,7 @@ class Transfers:
     put_bytes: int = 0
     tasks: int = 0
     task_bytes: int = 0
+    resubmitted: int = 0  # tasks run again: lost with their worker or node, or the compiler crashed or timed out
 
 
 More = Callable[[], Sequence[VariantJob]]  # asked after each result: jobs to start now (streaming)
@@ -156,8 +159,10 @@ class RayWorkers:
         ray = connect(address, num_cpus)
         self._ray = ray
         self._address = address
-        # Ray's own retries are off: a retry can land on a dying node before Ray declares it dead
-        # (a third compile of one variant was seen); the driver resubmits a lost task itself.
+        # Ray's own retries are off (a retry can land on a dying node before Ray declares it
+        # dead), and a task runs its compiler once: a worker whose raylet died kills the compile
+        # on its way out, and a retry there was a third compile of one variant. The driver
+        # decides every re-run, one per task, for a lost task or a crashed or timed-out compiler.
         self._emit = ray.remote(max_retries=0)(_emit_on_node)
         self._assemble = ray.remote(max_retries=0)(_assemble_on_node)
         self._executable = ray.remote(max_retries=0)(_executable_on_node)
@@ -267,11 +272,12 @@ class RayWorkers:
         return ref
 
     def _result(self, ref: Any) -> Any:
-        """A finished task's value, or `Resubmitted` when the task was lost with its worker or node
-        (Ray system errors) and runs again; lost again, or failed otherwise: WorkersError."""
+        """A finished task's value, or `Resubmitted` when the task runs again: it was lost with its
+        worker or node (Ray system errors), or its compiler crashed or timed out (the one run
+        left decides). Lost again, or failed otherwise: WorkersError."""
         call = self._calls.pop(ref, None)
         try:
-            return self._ray.get(ref)
+            value = self._ray.get(ref)
         except self._lost as error:
             if call is None or call.resubmits <= 0:
                 raise WorkersError(f"a compile task was lost {1 + RESUBMITS}x with its worker or node: "
@@ -279,6 +285,13 @@ class RayWorkers:
             return Resubmitted(self._resubmit(call))
         except self._ray.exceptions.RayError as error:
             raise WorkersError(f"a compile task failed on Ray: {_first_line(error)}") from error
+        compiled = value[0] if isinstance(value, tuple) else value
+        if compiled.status.deterministic or call is None:
+            return value
+        if call.resubmits > 0:
+            return Resubmitted(self._resubmit(call))
+        again = tried(compiled, 1 + RESUBMITS)
+        return (again, *value[1:]) if isinstance(value, tuple) else again
 
     def _value(self, ref: Any) -> Any:
         """A task's value, waited for through its resubmission."""
@@ -288,6 +301,7 @@ class RayWorkers:
 
     def _resubmit(self, call: _Call) -> Any:
         """Run a lost task again, pinned to a node that answers now (not the one that died)."""
+        self.transfers.resubmitted += 1
         return self._task(_pinned(call.remote, self._answering_node()), *call.args, resubmits=call.resubmits - 1)
 
     def _answering_node(self) -> str:
@@ -349,15 +363,15 @@ def current_node_id() -> str:
 
 
 def _emit_on_node(bundle: SourceBundle, job: FrontendJob) -> tuple[PtxResult, str]:
-    return emit_ptx(replace(job, bundle=bundle)), current_node_id()
+    return emit_ptx(replace(job, bundle=bundle), attempts=1), current_node_id()
 
 
 def _assemble_on_node(job: AssembleJob, ptx: PtxResult) -> tuple[Build, str]:
-    return assemble(job, ptx), current_node_id()
+    return assemble(job, ptx, attempts=1), current_node_id()
 
 
 def _executable_on_node(bundle: SourceBundle, job: ExecutableJob) -> ExecutableBuild:
-    return build_executable(replace(job, bundle=bundle))
+    return build_executable(replace(job, bundle=bundle), attempts=1)
 
 
 RAY_MISSING = "Ray is not installed: install it (pip install ray) or use --workers local"

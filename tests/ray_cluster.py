@@ -94,7 +94,10 @@ class LoopbackCluster:
             raise AssertionError(f"{alive[0]} of {count} Ray nodes alive: {done.stderr[-3000:]}\n{self.logs()}")
 
     def kill(self, node: Node) -> None:
-        """The node dies at once, as a machine that loses power: raylet, workers and their children."""
+        """The node's Ray processes (its `ray start`, raylet, agents) die at once. Its workers live
+        in process groups of their own: they see their raylet die and exit, killing their
+        children (a compile in flight "crashes") on the way out, as on a node whose raylet the
+        kernel's OOM killer took."""
         _kill_group(node)
         node.process.wait(timeout=30)
 
@@ -227,7 +230,7 @@ def fake_cuda(root: Path, ptxas_sleep_s: float) -> Path:
     subprocess.run(["gcc", "-O1", "-x", "c", "-", "-o", str(stub)], input=STUB, text=True, check=True)
     ptxas = f"""#!/bin/sh
 case "$*" in *--version*) exec "{tools.ptxas}" "$@" ;; esac
-printf '%s\\t%s\\n' "$CIQ_TEST_NODE" "$*" >> "{root}/ptxas.log"
+printf '%s\\t%s\\t%s pid %s parent %s\\n' "$CIQ_TEST_NODE" "$*" "$(date +%s.%N)" $$ $PPID >> "{root}/ptxas.log"
 sleep {ptxas_sleep_s}
 exec "{tools.ptxas}" "$@"
 """
@@ -251,6 +254,6 @@ def ptxas_runs(cuda: Path) -> list[tuple[str, str]]:
     lines = log.read_text().splitlines() if log.exists() else []
     runs = []
     for line in lines:
-        node, _, argv = line.partition("\t")
+        node, argv, *_when = line.split("\t")  # the time and process ids are for failure messages
         runs.append((node, " ".join(word for word in argv.split() if not word.startswith("/"))))
     return runs

@@ -37,14 +37,18 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> SourceBundle:
     return bundle_sources(load_spec(path, arch=ARCH))
 
 
-def _killer(folder: Path, tool: str, crashes: int) -> tuple[Path, Path]:
-    """A wrapper around the real `tool` whose first `crashes` runs kill the Ray worker that runs
-    them; and the log of its runs (one line each)."""
+KILL_WORKER = "kill -KILL $PPID; sleep 30"  # the Ray worker running the task dies
+CRASH = "kill -SEGV $$"  # the compiler itself crashes; its worker lives on
+
+
+def _killer(folder: Path, tool: str, crashes: int, fault: str = KILL_WORKER) -> tuple[Path, Path]:
+    """A wrapper around the real `tool` whose first `crashes` runs do `fault` (by default: kill
+    the Ray worker that runs them); and the log of its runs (one line each)."""
     folder.mkdir(parents=True, exist_ok=True)
     real, log, wrapper = getattr(find_toolchain(), tool), folder / "runs.log", folder / tool
     wrapper.write_text(f"""#!/bin/sh
 echo run >> "{log}"
-if [ "$(wc -l < "{log}")" -le {crashes} ]; then kill -KILL $PPID; sleep 30; fi
+if [ "$(wc -l < "{log}")" -le {crashes} ]; then {fault}; fi
 exec "{real}" "$@"
 """)
     wrapper.chmod(0o755)
@@ -63,9 +67,11 @@ def test_a_ptxas_task_whose_worker_dies_runs_once_more(
     ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
 ) -> None:
     ptxas, log = _killer(tmp_path, "ptxas", crashes=1)
+    before = ray_workers.transfers.resubmitted
     [result] = list(ray_workers.run([_job(bundle, find_toolchain().nvcc, str(ptxas))]))
     assert result.build.status is BuildStatus.OK and result.build.code_hash
     assert _runs(log) == 2  # the lost run and its one resubmission
+    assert ray_workers.transfers.resubmitted == before + 1  # counted for the run's summary line
     assert result.node  # the resubmitted task's node, named as any other
 
 
@@ -90,3 +96,27 @@ def test_a_front_end_task_whose_worker_dies_runs_once_more(
     assert all(r.build.status is BuildStatus.OK for r in results)
     assert [r.ptx_compiled for r in results].count(True) == 1
     assert _runs(log) == 2
+
+
+def test_a_ptxas_that_crashes_once_on_ray_is_run_again_by_the_driver(
+    ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
+) -> None:
+    """A Ray task runs its compiler once; the driver re-runs a crash (before, the worker ran it
+    again itself, and when that worker was dying with its node the driver ran it a third time)."""
+    ptxas, log = _killer(tmp_path, "ptxas", crashes=1, fault=CRASH)
+    before = ray_workers.transfers.resubmitted
+    [result] = list(ray_workers.run([_job(bundle, find_toolchain().nvcc, str(ptxas), tag=5)]))
+    assert result.build.status is BuildStatus.OK and result.build.code_hash
+    assert _runs(log) == 2
+    assert ray_workers.transfers.resubmitted == before + 1
+
+
+def test_a_ptxas_that_always_crashes_on_ray_runs_twice_and_says_so(
+    ray_workers: RayWorkers, bundle: SourceBundle, tmp_path: Path
+) -> None:
+    ptxas, log = _killer(tmp_path, "ptxas", crashes=100, fault=CRASH)
+    [result] = list(ray_workers.run([_job(bundle, find_toolchain().nvcc, str(ptxas), tag=6)]))
+    assert result.build.status is BuildStatus.CRASHED
+    assert result.build.message.startswith("ptxas was killed by SIGSEGV"), result.build.message
+    assert result.build.message.endswith("(tried 2 times)"), result.build.message
+    assert _runs(log) == 2  # a failed build, recorded with its reason: the run goes on

@@ -247,7 +247,14 @@ def _transfers_line(t: Any, trials: int) -> str:
     per_trial = (t.put_bytes + t.task_bytes) / max(trials, 1)
     return (f"data to workers: {t.put_bytes / 1024:.1f} KiB put once (source bundle {t.bundle_puts}x, "
             f"PTX {t.ptx_puts}x) + {t.task_bytes / 1024:.1f} KiB in {t.tasks} task arguments; "
-            f"{per_trial / 1024:.2f} KiB per trial")
+            f"{per_trial / 1024:.2f} KiB per trial" + _resubmitted(t.resubmitted))
+
+
+def _resubmitted(count: int) -> str:
+    if not count:
+        return ""
+    return (f"; {count} compile task{'s' if count > 1 else ''} run again (lost with a worker or node, "
+            "or the compiler crashed or timed out)")
 
 
 def _confirmation_line(confirmation: Any) -> str:
