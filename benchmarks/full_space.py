@@ -129,8 +129,23 @@ class OptunaTPE:
             self._study.tell(trial, value)
 
 
+class RefusalsAsFailures:
+    """compileiq's searcher told a refused result as a plain failure, without its value: the
+    previous release's search (before refused results carried their objective value)."""
+
+    def __init__(self, space: SearchSpace, seed: int) -> None:
+        self._searcher = Searcher(space, SearchSettings("bayes", seed))
+
+    def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
+        return self._searcher.ask(count, exclude)
+
+    def tell(self, observations: Sequence[Observation]) -> None:
+        self._searcher.tell([Observation(o.config, o.value) for o in observations])
+
+
 STRATEGIES: dict[str, Callable[[SearchSpace, int], Proposer]] = {
     "compileiq": lambda space, seed: Searcher(space, SearchSettings("bayes", seed)),
+    "compileiq-failures": RefusalsAsFailures,
     "random": lambda space, seed: Searcher(space, SearchSettings("random", seed)),
     "optuna-tpe": OptunaTPE,  # needs the `peers` extra
 }
@@ -182,6 +197,17 @@ def value(objective: str, config: Config, metrics: Metrics, baseline: Metrics, d
     return objective_value(objective, static)
 
 
+def observation(objective: str, config: Config, metrics: Metrics, baseline: Metrics, defaults: Config) -> Observation:
+    """What the tuner tells its searcher (as `Tuner._observation`): the value, or for a compiled
+    result the no-harm rules refuse, its objective value as `refused`."""
+    allowed = value(objective, config, metrics, baseline, defaults)
+    if allowed is not None or metrics is None or baseline is None:
+        return Observation(config, allowed)
+    static = StaticMetrics(metrics["spill_bytes"], metrics["registers"], metrics["occupancy"],
+                           metrics["instructions"], metrics["stack_bytes"])
+    return Observation(config, None, refused=objective_value(objective, static))
+
+
 def replay(space: SearchSpace, table: Table, strategy: str, objective: str, seed: int, budget: int) -> Run:
     """One strategy's search, as `compileiq tune` runs it: the baseline alone, then batches."""
     default = space.default_config()
@@ -190,7 +216,7 @@ def replay(space: SearchSpace, table: Table, strategy: str, objective: str, seed
     values: list[float | None] = []
     batch = [default]
     while batch:
-        observations = [Observation(c, value(objective, c, m, baseline, default)) for c, m in zip(batch, table.lookup(batch))]
+        observations = [observation(objective, c, m, baseline, default) for c, m in zip(batch, table.lookup(batch))]
         values += [o.value for o in observations]
         proposer.tell(observations)
         if (left := budget - len(values)) <= 0:

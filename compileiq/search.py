@@ -38,8 +38,9 @@ CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle v
 @dataclass(frozen=True)
 class Observation:
     config: Config
-    value: float | None  # None: the variant failed
+    value: float | None  # None: the variant failed, or the no-harm rules refuse it
     values: tuple[float, ...] = ()  # a multi-objective search: one per objective (see multi_objective)
+    refused: float | None = None  # value None because the no-harm rules refuse it: its objective value
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Searcher:
         self._encoding = Encoding(space)
         self._seen: set[Row] = set()
         self._values: list[float | None] = []
+        self._refused: list[float | None] = []  # parallel to _values (see Observation.refused)
         self._points: list[list[int]] = []
         self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
         self._features: Callable[[Any], Any] = (
@@ -78,6 +80,8 @@ class Searcher:
         self._frontend_cost = settings.frontend_cost
         self._model: Any = None  # the surrogate, once `initial_points` results are in
         self._fitted: list[float] = []  # what it was fitted on (ranks; failures penalised)
+        self._best_fitted = 0.0  # the best allowed result's rank in _fitted (EI's incumbent)
+        self._feasibility: Any = None  # P(allowed), fitted once some compiled result was refused
 
     @property
     def observations(self) -> int:
@@ -95,6 +99,7 @@ class Searcher:
             self._frontends.add(self._encoding.frontend(row))
             self._points.append(self._encoding.points(np.array([row]))[0])
             self._values.append(observation.value)
+            self._refused.append(observation.refused if observation.value is None else None)
             fresh += 1
         if self._optimizer is not None and fresh and fit:
             self._refit()
@@ -238,7 +243,12 @@ class Searcher:
 
     def _predicted_mean(self, rows: np.ndarray) -> np.ndarray:
         model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
-        return np.asarray(model.predict(self._features(self._encoding.points(rows))), dtype=float)
+        features = self._features(self._encoding.points(rows))
+        mean = np.asarray(model.predict(features), dtype=float)
+        if self._feasibility is None:
+            return mean
+        allowed = self._allowed_probability(features)  # refused at the failures' rank, as before
+        return allowed * mean + (1.0 - allowed) * FAILURE_RANK
 
     def _next_enumerated(self, count: int, skip: set[Row]) -> list[Config]:
         if self._enumeration is None:
@@ -256,10 +266,15 @@ class Searcher:
         if not len(pool):
             return np.zeros(0)
         features = self._features(self._encoding.points(pool))
-        best = min(self._fitted)
         model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
-        scores = gaussian_ei(features, model, y_opt=best, xi=self._settings.exploration)
-        return np.maximum(np.asarray(scores, dtype=float), 0.0) + 1e-12
+        scores = gaussian_ei(features, model, y_opt=self._best_fitted, xi=self._settings.exploration)
+        scores = np.maximum(np.asarray(scores, dtype=float), 0.0)
+        if self._feasibility is not None:
+            scores = scores * self._allowed_probability(features)
+        return scores + 1e-12
+
+    def _allowed_probability(self, features: Any) -> np.ndarray:
+        return np.clip(np.asarray(self._feasibility.predict(features), dtype=float), 0.0, 1.0)
 
     def _pick(
         self, pool: np.ndarray, scores: np.ndarray, count: int, choose: Any, spread: bool = False
@@ -325,11 +340,19 @@ class Searcher:
             return
         # One fit on the whole history; skopt's Optimizer.tell would also optimise an acquisition
         # for its own next point, which the batch choice here never uses.
+        refused = any(r is not None for r in self._refused)
+        if refused:  # see _fit_with_refusals
+            values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         model = clone(self._optimizer.base_estimator_)
+        feasibility = clone(self._optimizer.base_estimator_) if refused else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(self._features(self._points), values)
-        self._model, self._fitted = model, values
+            if feasibility is not None:
+                feasibility.fit(self._features(self._points), [float(v is not None) for v in self._values])
+        allowed = [rank for rank, value in zip(values, self._values) if value is not None]
+        self._model, self._fitted, self._feasibility = model, values, feasibility
+        self._best_fitted = min(allowed, default=min(values))
 
 
 class _OnePassForest:

@@ -418,7 +418,8 @@ class Tuner:
         if trial.metrics.get("block_size") != self._request.kernel.block_size_for(config.as_dict()):
             return None  # scored for another block size: occupancy would differ
         if self._refusal(trial) is not None:
-            return Observation(config, None)
+            refused = None if self._multi else objective_value(self._request.objective, metrics)
+            return Observation(config, None, refused=refused)
         if self._multi:
             values = values_of(trial, self._objectives) or ()
             return Observation(config, values[0] if values else None, values)
@@ -431,7 +432,10 @@ class Tuner:
         if self._multi:
             values = values_of(trial, self._objectives) if allowed else None
             return Observation(config, trial.value if values else None, values or ())
-        return Observation(config, trial.value if allowed else None)
+        if allowed:
+            return Observation(config, trial.value)
+        refused = trial.value if trial.state is TrialState.COMPLETE else None  # compiled; may not win
+        return Observation(config, None, refused=refused)
 
     def _refusal(self, trial: Trial) -> str | None:
         """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""
