@@ -340,8 +340,11 @@ class Searcher:
             return
         # One fit on the whole history; skopt's Optimizer.tell would also optimise an acquisition
         # for its own next point, which the batch choice here never uses.
+        # Once a compiled result was refused by the no-harm rules, the surrogate models the
+        # objective as compiled (refused results at their own rank) and a second forest the
+        # chance of being allowed; EI is weighted by it (see _acquisition, README "constrained EI").
         refused = any(r is not None for r in self._refused)
-        if refused:  # see _fit_with_refusals
+        if refused:
             values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         model = clone(self._optimizer.base_estimator_)
         feasibility = clone(self._optimizer.base_estimator_) if refused else None
