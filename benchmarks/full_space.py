@@ -41,12 +41,11 @@ from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, when imported by the tests
 
-from common import ROOT, machine
+from common import ROOT, machine, static_value
 
 from compileiq import app, eligibility
 from compileiq.encoding import Encoding
 from compileiq.kernel import bundle_sources, load_spec
-from compileiq.metrics import StaticMetrics, objective_value
 from compileiq.search import Observation, Searcher, SearchSettings
 from compileiq.space import Config, SearchSpace
 from compileiq.store import TrialState
@@ -192,9 +191,7 @@ def value(objective: str, config: Config, metrics: Metrics, baseline: Metrics, d
     reference = eligibility.Reference(int(baseline["spill_bytes"]), float(baseline["occupancy"]), defaults.as_dict())
     if eligibility.refusal(config.as_dict(), metrics, reference) is not None:
         return None
-    static = StaticMetrics(metrics["spill_bytes"], metrics["registers"], metrics["occupancy"],
-                           metrics["instructions"], metrics["stack_bytes"])
-    return objective_value(objective, static)
+    return static_value(metrics, objective)
 
 
 def observation(objective: str, config: Config, metrics: Metrics, baseline: Metrics, defaults: Config) -> Observation:
@@ -203,9 +200,7 @@ def observation(objective: str, config: Config, metrics: Metrics, baseline: Metr
     allowed = value(objective, config, metrics, baseline, defaults)
     if allowed is not None or metrics is None or baseline is None:
         return Observation(config, allowed)
-    static = StaticMetrics(metrics["spill_bytes"], metrics["registers"], metrics["occupancy"],
-                           metrics["instructions"], metrics["stack_bytes"])
-    return Observation(config, None, refused=objective_value(objective, static))
+    return Observation(config, None, refused=static_value(metrics, objective))
 
 
 def replay(space: SearchSpace, table: Table, strategy: str, objective: str, seed: int, budget: int) -> Run:

@@ -335,17 +335,15 @@ class Searcher:
 
     def _refit(self) -> None:
         assert self._optimizer is not None
-        values = _with_penalty(self._values)
-        if len(values) < self._settings.initial_points:
+        if len(self._values) < self._settings.initial_points:
             return
         # One fit on the whole history; skopt's Optimizer.tell would also optimise an acquisition
-        # for its own next point, which the batch choice here never uses.
-        # Once a compiled result was refused by the no-harm rules, the surrogate models the
-        # objective as compiled (refused results at their own rank) and a second forest the
-        # chance of being allowed; EI is weighted by it (see _acquisition, README "constrained EI").
+        # for its own next point, which the batch choice here never uses. The surrogate models
+        # the objective as compiled: a result the no-harm rules refused at its own rank. Once one
+        # was refused, a second forest models the chance of being allowed and EI is weighted by
+        # it (see _acquisition, README "constrained EI").
+        values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         refused = any(r is not None for r in self._refused)
-        if refused:
-            values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         model = clone(self._optimizer.base_estimator_)
         feasibility = clone(self._optimizer.base_estimator_) if refused else None
         with warnings.catch_warnings():
