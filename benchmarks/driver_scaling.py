@@ -325,7 +325,7 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     in_flight = max(1, round(slots * args.in_flight))
     budget = slots * args.trials_per_slot
     request = TuneRequest(kernel=spec, space=space, objective="static", budget=budget,
-                          search=SearchSettings(seed=1), batch_size=in_flight, simplify=False, ablate=False,
+                          search=SearchSettings(seed=1, strategy=args.strategy), batch_size=in_flight, simplify=False, ablate=False,
                           stream=stream)
     pool: Slots = RaySlots(slots) if args.backend == "ray" else ThreadSlots(slots)
     workers = SimulatedWorkers(pool, slots, template, (args.task_ms[0], args.task_ms[1]))
@@ -341,6 +341,7 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
             result = Tuner(request, store, tools, lambda: workers, SilentProgress(), bundle=bundle).run()
             if profile:
                 profile.disable()
+                profile.dump_stats(Path(tempfile.gettempdir()) / "driver_scaling.prof")
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         steady = (workers.last_done - workers.first_submit) if workers.first_submit else float("nan")
         trials = result.counters.new_trials
@@ -358,7 +359,7 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     text = ""
     if profile:
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats("compileiq", 30)
+        pstats.Stats(profile, stream=out).sort_stats(args.profile_sort).print_stats(30)
         text = out.getvalue()
     return row, text
 
@@ -373,7 +374,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=("batch", "stream"), nargs="+", default=["batch", "stream"])
     parser.add_argument("--task-ms", type=float, nargs=2, default=[50.0, 150.0])
     parser.add_argument("--backend", choices=("threads", "ray"), default="threads")
+    parser.add_argument("--strategy", choices=("bayes", "random"), default="bayes",
+                        help="random: the driver's ceiling without the surrogate (bookkeeping only)")
     parser.add_argument("--profile", action="store_true", help="cProfile the driver; print its top entries")
+    parser.add_argument("--profile-sort", default="cumulative", help="pstats order: cumulative, tottime, ...")
     args = parser.parse_args()
     random.seed(0)
     template, spec, space, tools_bundle = real_template(args.kernel)

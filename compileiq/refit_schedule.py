@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 FIT_SHARE = 0.25
 T = TypeVar("T")
@@ -45,3 +46,46 @@ class RefitSchedule:
         self._fit_s = self._fitted_at - start
         self._unfitted = 0
         return found
+
+
+class BackgroundRefresh:
+    """A streaming run's refit and ask on a thread of their own, so that the driver keeps handing
+    out the previous model's proposals while the next model is fitted (the forest's trees are
+    built and walked outside the interpreter lock: on a second core). At most one is in flight;
+    while it is, the searcher is the thread's alone: nothing else may tell or ask it."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: Future[list[Any]] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._running is not None
+
+    def start(self, refit_and_ask: Callable[[], list[T]]) -> None:
+        assert self._running is None, "one refresh at a time"
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compileiq-refit")
+        self._running = self._pool.submit(refit_and_ask)
+
+    def done(self) -> list[Any] | None:
+        """The proposals of the new model if it is ready (None if not, or if none runs)."""
+        if self._running is None or not self._running.done():
+            return None
+        return self.wait()
+
+    def wait(self) -> list[Any]:
+        """The new model's proposals, waiting for them ([] if none runs); a failure raises here."""
+        running, self._running = self._running, None
+        return [] if running is None else running.result()
+
+    def close(self) -> None:
+        """Wait for a refresh in flight (the searcher is the caller's again), stop the thread."""
+        try:
+            if self._running is not None:
+                self._running.exception()
+        finally:
+            self._running = None
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Protocol, Self
+from functools import cached_property
+from typing import Any, Protocol, Self
 
 from compileiq.compile import (
     RESOURCE_REPORT_VERSION,
@@ -150,6 +151,7 @@ class TrialRunner:
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
         self._configs: dict[str, Config] = {}
+        self._fixed_defines = target.kernel.fixed_define_args()  # the same for every variant
 
     @property
     def may_win(self) -> Callable[[Trial], bool]:
@@ -224,7 +226,7 @@ class TrialRunner:
         running = {job.tag for job in jobs}
 
         def more() -> list[VariantJob]:
-            trials = refill(finished, [self._claimed[tag][0] for tag in sorted(running)]) if refill else ()
+            trials = refill(finished, _Compiling(running, self._claimed)) if refill else ()
             beat.add([trial.id for trial in trials])
             fresh = self._start(trials, finished)
             running.update(job.tag for job in fresh)
@@ -374,7 +376,7 @@ class TrialRunner:
     def _config_job(self, tag: int, config: Config) -> VariantJob:
         target = self._target
         spec, tools, space = target.kernel, target.toolchain, target.space
-        frontend_args = (*space.frontend_args(config), *spec.fixed_define_args())
+        frontend_args = (*space.frontend_args(config), *self._fixed_defines)
         return VariantJob(
             tag=tag,
             frontend=FrontendJob(
@@ -393,7 +395,7 @@ class TrialRunner:
             target.bundle.sha256,
             target.toolchain.nvcc_build,
             spec.arch,
-            [*space.frontend_args(config), *spec.fixed_define_args(), *target.bundle.include_args],
+            [*space.frontend_args(config), *self._fixed_defines, *target.bundle.include_args],
             list(space.ptxas_args(config)),
             RESOURCE_REPORT_VERSION,
         ]
@@ -434,6 +436,27 @@ class Heartbeat:
                 self._store.heartbeat(ids)
             except CompileIQError:
                 pass  # best effort: the loop itself reports a database that went away
+
+
+class _Compiling(Sequence[Trial]):
+    """The trials compiling now, as a refill sees them: their count at once, the trials
+    themselves only if it asks (a refill runs per result and seldom needs them)."""
+
+    def __init__(self, running: set[int], claimed: dict[int, tuple[Trial, str]]) -> None:
+        self._running, self._claimed = running, claimed
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    @cached_property
+    def _trials(self) -> list[Trial]:
+        return [self._claimed[tag][0] for tag in sorted(self._running)]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._trials[index]
+
+    def __iter__(self) -> Iterator[Trial]:
+        return iter(self._trials)
 
 
 def _better(trial: Trial, best: Trial | None) -> bool:

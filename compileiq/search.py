@@ -290,20 +290,23 @@ class Searcher:
             return []
         columns = self._encoding.frontend_columns
         keys, group = np.unique(pool[:, columns], axis=0, return_inverse=True)
+        group = group.reshape(-1)
         planned = np.array([tuple(k) in self._frontends for k in keys.tolist()], dtype=bool)
+        cost = np.where(planned[group], 1.0, 1.0 + self._frontend_cost)
+        values = pool.astype(np.int16) if spread else pool  # value indices: compared once per pick
         available = np.ones(len(pool), dtype=bool)
         chosen: list[int] = []
         for _ in range(min(count, len(pool))):
-            cost = np.where(planned[group.reshape(-1)], 1.0, 1.0 + self._frontend_cost)
             weights = np.where(available, scores / cost, 0.0)
             index = int(choose(weights / weights.sum()))
             available[index] = False
-            planned[group.reshape(-1)[index]] = True
+            if not planned[group[index]]:
+                planned[group[index]] = True
+                cost[group == group[index]] = 1.0
             chosen.append(index)
             if spread:
-                scores = np.where(
-                    (pool != pool[index]).sum(axis=1) <= 1, scores * NEIGHBOUR_DISCOUNT, scores
-                )
+                near = np.count_nonzero(values != values[index], axis=1) <= 1
+                scores = np.where(near, scores * NEIGHBOUR_DISCOUNT, scores)
         return chosen
 
     def _initial_pool(self, pool: np.ndarray) -> np.ndarray:
@@ -372,8 +375,9 @@ class _OnePassForest:
         trees = self._forest.estimators_
         means = np.empty((len(trees), len(points)))
         variances = np.empty_like(means)
+        features = np.ascontiguousarray(points, dtype=np.float32)  # as each tree's own check makes it
         for index, tree in enumerate(trees):
-            leaves = tree.apply(points)
+            leaves = tree.tree_.apply(features)  # the tree itself: its per-call checks cost as much
             means[index] = tree.tree_.value[leaves, 0, 0]
             variances[index] = tree.tree_.impurity[leaves]
         mean = means.mean(axis=0)

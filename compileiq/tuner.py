@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from compileiq import claims, eligibility, multi_objective, screening
 from compileiq.ablation import Ablation, ablation_path
@@ -21,7 +22,7 @@ from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.pareto import Front, values_of
 from compileiq.records import SCREEN, SEARCH, first_line
-from compileiq.refit_schedule import RefitSchedule
+from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -152,6 +153,7 @@ class Tuner:
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._searcher = self._new_searcher()
+        self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
         self._worker_name = claims.worker_name()
         self._baseline = request.space.default_config()
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
@@ -265,7 +267,10 @@ class Tuner:
             batch = self._claim(study, candidates)
             if batch:
                 refill = self._refiller(study, counted) if self._request.stream and not alone else None
-                finished = self._runner.run(batch, refill)
+                try:
+                    finished = self._runner.run(batch, refill)
+                finally:
+                    self._refresh.close()  # the searcher is this thread's again
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 observations = [self._observation(t) for t in finished if _counts(t)]
@@ -298,6 +303,8 @@ class Tuner:
         untold: list[Trial] = []
         lost: set[str] = set()  # finished without a result that counts (retried later): not proposed again now
         proposals: list[Config] = []
+        refresh = self._refresh
+        handed: set[str] = set()  # config keys handed out since the refresh in flight was asked
 
         def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
             nonlocal read, done, proposals
@@ -319,17 +326,28 @@ class Tuner:
                     untold.clear()
                 busy = sorted({t.config_key for t in (*finished, *running)})
                 return self._claim(study, self._searcher.ask(free, exclude=busy))
-            if untold:
-                self._tell(untold, fit=False)
-                schedule.told(len(untold))
-                untold.clear()
-            busy = sorted(lost.union(t.config_key for t in running))
             wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
-            if schedule.due():  # the queue was asked of the previous model
-                proposals = schedule.refresh(lambda: self._refit_and_ask(wanted, busy))
-            elif len(proposals) < free:
+            if (fresh := refresh.done()) is not None:  # the new model's proposals replace the old
+                proposals = [c for c in fresh if c.key not in handed]
+            if not refresh.running:
+                if untold:
+                    self._tell(untold, fit=False)
+                    schedule.told(len(untold))
+                    untold.clear()
+                busy = sorted(lost.union(t.config_key for t in running))
+                if schedule.due():  # the queue was asked of the previous model: refit beside the driver
+                    handed.clear()
+                    refresh.start(partial(schedule.refresh, partial(self._refit_and_ask, wanted, busy)))
+                elif len(proposals) < request.batch_size:  # running low: the next ones asked beside it
+                    handed.clear()
+                    refresh.start(partial(self._searcher.ask, wanted, busy))
+            if len(proposals) < free and refresh.running:
+                proposals = [c for c in refresh.wait() if c.key not in handed]
+            if len(proposals) < free:
+                busy = sorted(lost.union(t.config_key for t in running))
                 proposals = self._searcher.ask(wanted, exclude=busy)
             batch, proposals = proposals[:free], proposals[free:]
+            handed.update(c.key for c in batch)
             return self._claim(study, batch)
 
         return refill

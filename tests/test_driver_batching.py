@@ -8,6 +8,7 @@ the seam the tuner has (`open_workers`), with builds copied from the kernel's re
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -31,9 +32,9 @@ from compileiq.compile import (
 )
 from compileiq.group_commit import GroupCommit
 from compileiq.kernel import bundle_sources, load_spec
-from compileiq.refit_schedule import RefitSchedule
+from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.runner import SilentProgress
-from compileiq.search import SearchSettings
+from compileiq.search import Searcher, SearchSettings
 from compileiq.space import SearchSpace, load_space
 from compileiq.store import BuildRecord, Store, StudyKey, TrialOutcome, TrialState
 from compileiq.toolchain import find_toolchain
@@ -244,3 +245,57 @@ def test_a_streaming_run_refits_per_batch_while_the_driver_has_time() -> None:
     assert not schedule.due()  # two seconds since: the fits would take a third of the driver's time
     now[0] += 1.0
     assert schedule.due()
+
+
+def test_a_streaming_run_refits_beside_the_driver_and_never_shares_its_searcher(
+    tiny: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver hands out the previous model's proposals while the next one is fitted on a
+    # thread of its own; the searcher is not thread-safe, so no two threads may be inside it.
+    inside: list[str] = []
+    overlaps: list[tuple[str, str]] = []
+    threads: set[str] = set()
+    lock = threading.Lock()
+
+    def guarded(method: Callable[..., object]) -> Callable[..., object]:
+        def call(self: Searcher, *args: object, **kwargs: object) -> object:
+            name = threading.current_thread().name
+            with lock:
+                overlaps.extend((name, other) for other in inside if other != name)
+                inside.append(name)
+                threads.add(name)
+            try:
+                if name.startswith("compileiq-refit"):
+                    time.sleep(0.01)  # a slow refit: the driver goes on meanwhile, and must not come in
+                return method(self, *args, **kwargs)
+            finally:
+                with lock:
+                    inside.remove(name)
+        return call
+
+    for name in ("tell", "fit", "ask", "refit", "set_frontend_cost"):
+        monkeypatch.setattr(Searcher, name, guarded(getattr(Searcher, name)))
+    store = Store.open(store_url)
+    try:
+        tuner, workers = _tuner(tiny, store, budget=120)
+        result = tuner.run()
+        trials = store.trials(result.study.id)
+    finally:
+        store.close()
+    assert not overlaps, overlaps[:5]
+    assert any(name.startswith("compileiq-refit") for name in threads), threads  # it did refit beside
+    assert len([t for t in trials if t.state is not TrialState.RUNNING]) == len(trials) == 120
+    assert len({t.config_key for t in trials}) == 120  # a new model's proposals skip what was handed out
+
+
+def test_a_failed_background_refit_surfaces_in_the_driver_and_stops_its_thread() -> None:
+    refresh = BackgroundRefresh()
+    refresh.start(lambda: [1, 2])
+    assert refresh.wait() == [1, 2] and not refresh.running
+    refresh.start(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        refresh.wait()
+    refresh.start(lambda: time.sleep(0.2) or ["late"])
+    assert refresh.done() is None and refresh.running  # not ready: the driver goes on
+    refresh.close()  # waits for it: the searcher is the driver's again
+    assert not refresh.running and refresh.done() is None
