@@ -1,4 +1,4 @@
-"""`compileiq show` loads only what it uses: no searcher (skopt, scikit-learn), no Ray, no numpy,
+"""`compileiq show` loads only what it uses: no searcher (skopt, scikit-learn), no Ray, no numpy, no pydantic,
 and no Alembic once the schema is current (its version is read in one query). Checked in a fresh
 process through its sys.modules, not by timing."""
 
@@ -13,7 +13,7 @@ from helpers import clean_env
 
 from compileiq.store.connect import MIGRATIONS, SCHEMA_HEAD
 
-HEAVY = ("skopt", "sklearn", "scipy", "ray", "numpy", "alembic")
+HEAVY = ("skopt", "sklearn", "scipy", "ray", "numpy", "alembic", "pydantic")  # pydantic: typer 0.29 loads it
 
 LOADED_AFTER = """
 import json, sys
