@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from compileiq.errors import CompileIQError
+from compileiq.records import SCREEN
 from compileiq.store import BuildRecord, Store, StoreError, StudyKey, TrialState
 
 KEY = StudyKey(
@@ -93,6 +94,19 @@ def test_claim_is_unique_and_finish_records(store: Store) -> None:
     assert trial.config == {"-O": 3} and trial.finished_at is not None
     assert trial.finished_at.tzinfo == UTC
     assert [t.number for t in store.trials(study.id)] == [0, 1]
+
+
+def test_a_claimed_batch_is_the_trials_a_read_of_the_study_returns(store: Store) -> None:
+    # A claim builds its trials from what it wrote and what the database chose (id, start time)
+    # instead of reading the rows back: they must be the same records, field for field.
+    study = store.get_or_create_study(KEY)
+    pairs = [(f'{{"-O":{i},"f":true}}', {"-O": i, "f": True}) for i in range(5)]
+    claimed = store.claim_trials(study.id, pairs, "w1", purpose=SCREEN)
+    read = store.trials(study.id)
+    assert claimed == read and [t.number for t in claimed] == [0, 1, 2, 3, 4]
+    assert all(t.started_at.tzinfo == UTC and t.purpose == SCREEN and t.worker == "w1" for t in claimed)
+    pairs[0][1]["-O"] = 99  # the caller's dict is not the trial's
+    assert claimed[0].config == {"-O": 0, "f": True}
 
 
 def test_finish_unknown_trial(store: Store) -> None:

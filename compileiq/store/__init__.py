@@ -528,10 +528,12 @@ class Store:
             common = {name: v for name, v in values.items() if name not in clock}
             rows = [{**common, "study_id": study_id, "number": first + index, "config_key": key, "config": wanted[key]}
                     for index, key in enumerate(fresh)]
-            insert = trials_table.insert().values(clock).returning(trials_table)
+            by_key = {row["config_key"]: row for row in rows}
+            # Only what the database chose comes back: the rest is what this claim wrote.
+            insert = trials_table.insert().values(clock).returning(t.id, t.config_key, t.started_at)
             for chunk in _chunks(rows):  # one statement compiled once (executemany), not one per batch size
-                for row in conn.execute(insert, list(chunk)).mappings():
-                    inserted[row["config_key"]] = trial_record(row)
+                for made in conn.execute(insert, list(chunk)).mappings():
+                    inserted[made["config_key"]] = _claimed_trial(by_key[made["config_key"]], made)
         claimed = (inserted.get(key) or self._retake(conn, existing[key], wanted[key], worker, purpose) for key in keys)
         return [trial for trial in claimed if trial is not None]
 
@@ -603,3 +605,14 @@ def _insert_new_builds(conn: Connection) -> Any:
 def _put_build(conn: Connection, record: BuildRecord) -> None:
     """Insert ``record`` unless its key is cached already."""
     conn.execute(_insert_new_builds(conn).values(**asdict(record)))
+
+
+def _claimed_trial(written: dict[str, Any], made: sa.RowMapping) -> Trial:
+    """A trial just claimed, from the values the claim wrote and the id and start time the
+    database gave it (the same record a read of the row gives, without reading it back)."""
+    return Trial(
+        id=made["id"], study_id=written["study_id"], number=written["number"], config_key=written["config_key"],
+        config=dict(written["config"]), state=TrialState.RUNNING, value=None, reason=None, retryable=False,
+        metrics={}, code_hash=None, compile_seconds=None, started_at=utc(made["started_at"]), finished_at=None,
+        worker=written["worker"], purpose=written["purpose"],
+    )  # fmt: skip
