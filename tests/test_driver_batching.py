@@ -277,7 +277,7 @@ def test_a_streaming_run_refits_beside_the_driver_and_never_shares_its_searcher(
         monkeypatch.setattr(Searcher, name, guarded(getattr(Searcher, name)))
     store = Store.open(store_url)
     try:
-        tuner, workers = _tuner(tiny, store, budget=120)
+        tuner, _ = _tuner(tiny, store, budget=120)
         result = tuner.run()
         trials = store.trials(result.study.id)
     finally:
