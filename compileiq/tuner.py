@@ -304,7 +304,8 @@ class Tuner:
         lost: set[str] = set()  # finished without a result that counts (retried later): not proposed again now
         proposals: list[Config] = []
         refresh = self._refresh
-        handed: set[str] = set()  # config keys handed out since the refresh in flight was asked
+        handed: set[str] = set()  # config keys handed out since the refresh in flight was asked (it
+        # excluded those compiling then, not these; nor those lost meanwhile, retried by a later run)
 
         def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
             nonlocal read, done, proposals
@@ -328,7 +329,7 @@ class Tuner:
                 return self._claim(study, self._searcher.ask(free, exclude=busy))
             wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
             if (fresh := refresh.done()) is not None:  # the new model's proposals replace the old
-                proposals = [c for c in fresh if c.key not in handed]
+                proposals = [c for c in fresh if c.key not in handed and c.key not in lost]
             if not refresh.running:
                 if untold:
                     self._tell(untold, fit=False)
@@ -342,7 +343,7 @@ class Tuner:
                     handed.clear()
                     refresh.start(partial(self._searcher.ask, wanted, busy))
             if len(proposals) < free and refresh.running:
-                proposals = [c for c in refresh.wait() if c.key not in handed]
+                proposals = [c for c in refresh.wait() if c.key not in handed and c.key not in lost]
             if len(proposals) < free:
                 busy = sorted(lost.union(t.config_key for t in running))
                 proposals = self._searcher.ask(wanted, exclude=busy)
