@@ -328,24 +328,29 @@ class Tuner:
                 busy = sorted({t.config_key for t in (*finished, *running)})
                 return self._claim(study, self._searcher.ask(free, exclude=busy))
             wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
+            busy = sorted(lost.union(t.config_key for t in running))
+
+            def untaken(configs: Sequence[Config]) -> list[Config]:
+                return [c for c in configs if c.key not in handed and c.key not in lost]
+
             if (fresh := refresh.done()) is not None:  # the new model's proposals replace the old
-                proposals = [c for c in fresh if c.key not in handed and c.key not in lost]
+                proposals = untaken(fresh)
             if not refresh.running:
                 if untold:
                     self._tell(untold, fit=False)
                     schedule.told(len(untold))
                     untold.clear()
-                busy = sorted(lost.union(t.config_key for t in running))
+                job = None
                 if schedule.due():  # the queue was asked of the previous model: refit beside the driver
-                    handed.clear()
-                    refresh.start(partial(schedule.refresh, partial(self._refit_and_ask, wanted, busy)))
+                    job = partial(schedule.refresh, partial(self._refit_and_ask, wanted, busy))
                 elif len(proposals) < request.batch_size:  # running low: the next ones asked beside it
+                    job = partial(self._searcher.ask, wanted, busy)
+                if job is not None:
                     handed.clear()
-                    refresh.start(partial(self._searcher.ask, wanted, busy))
+                    refresh.start(job)
             if len(proposals) < free and refresh.running:
-                proposals = [c for c in refresh.wait() if c.key not in handed and c.key not in lost]
+                proposals = untaken(refresh.wait())
             if len(proposals) < free:
-                busy = sorted(lost.union(t.config_key for t in running))
                 proposals = self._searcher.ask(wanted, exclude=busy)
             batch, proposals = proposals[:free], proposals[free:]
             handed.update(c.key for c in batch)

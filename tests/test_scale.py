@@ -303,8 +303,9 @@ def _plans(url: str, statements: list[tuple[str, Any]]) -> list[tuple[str, str]]
         engine.dispose()
 
 
-def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: str) -> None:
-    target = _filled(store_url, studies=40, trials=12_000)
+def _reads_of_trials(store_url: str, use: Callable[[Store], object]) -> list[tuple[str, Any]]:
+    """The statements (and parameters) that touch the trials table, other than inserts, while
+    `use` runs on a store of `store_url`."""
     captured: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
@@ -314,10 +315,16 @@ def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: s
     store = Store.open(store_url)
     sa.event.listen(sa.engine.Engine, "before_cursor_execute", capture)
     try:
-        _store_queries(store, target, "")
+        use(store)
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", capture)
         store.close()
+    return captured
+
+
+def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: str) -> None:
+    target = _filled(store_url, studies=40, trials=12_000)
+    captured = _reads_of_trials(store_url, lambda store: _store_queries(store, target, ""))
     assert len(captured) >= 8
     for statement, plan in _plans(store_url, captured):
         full_scan = re.search(r"\bSCAN trials\b(?! USING COVERING INDEX)|Seq Scan on trials\b", plan)
@@ -326,19 +333,9 @@ def test_a_studys_queries_use_indexes_in_a_database_of_many_studies(store_url: s
 
 def test_listing_studies_counts_trials_from_an_index_without_reading_their_rows(store_url: str) -> None:
     _filled(store_url, studies=40, trials=12_000)
-    captured: list[tuple[str, Any]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        if re.search(r"\btrials\b", statement):
-            captured.append((statement, parameters))
-
-    store = Store.open(store_url)
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", capture)
-    try:
-        assert len(store.study_summaries()) == 40
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", capture)
-        store.close()
+    listed: list[int] = []
+    captured = _reads_of_trials(store_url, lambda store: listed.append(len(store.study_summaries())))
+    assert listed == [40]
     [(statement, plan)] = _plans(store_url, captured)
     index_only = re.search(r"Index Only Scan using ix_trials_study_state_value on trials"
                            r"|SCAN trials USING COVERING INDEX ix_trials_study_state_value", plan)

@@ -608,11 +608,9 @@ def _put_build(conn: Connection, record: BuildRecord) -> None:
 
 
 def _claimed_trial(written: dict[str, Any], made: sa.RowMapping) -> Trial:
-    """A trial just claimed, from the values the claim wrote and the id and start time the
-    database gave it (the same record a read of the row gives, without reading it back)."""
-    return Trial(
-        id=made["id"], study_id=written["study_id"], number=written["number"], config_key=written["config_key"],
-        config=dict(written["config"]), state=TrialState.RUNNING, value=None, reason=None, retryable=False,
-        metrics={}, code_hash=None, compile_seconds=None, started_at=utc(made["started_at"]), finished_at=None,
-        worker=written["worker"], purpose=written["purpose"],
-    )  # fmt: skip
+    """A trial just claimed, from the values the claim wrote (`running_values`) and the id and
+    start time the database gave it: the record a read of the row gives, without reading it back."""
+    values = {name: written[name] for name in Trial.__dataclass_fields__ if name in written}
+    values.update(id=made["id"], state=TrialState(written["state"]), started_at=utc(made["started_at"]),
+                  config=dict(written["config"]), metrics=dict(written["metrics"]))
+    return Trial(**values)
