@@ -3,13 +3,17 @@
 The real tuner, searcher (bayes, ET) and store run unchanged; only the workers are simulated at
 the seam the tuner already has (`open_workers`): every variant "compiles" by sleeping a fixed,
 ptxas-like time (uniform in --task-ms, fixed per variant) and returns a copy of the kernel's real
-baseline build with a code hash and register count of its own. Slots are threads, or Ray actor
-slots (`--backend ray`: actors with max_concurrency on an embedded Ray given fake CPUs; sleeping
-tasks need no real cores).
+baseline build with a code hash and register count of its own. Slots are simulated by a process
+of their own (`--backend process`: a scheduler with a heap of deadlines; the driver pays one pipe
+message per task each way, as it would for remote workers), by threads of the driver's process
+(`--backend threads`: 128 of them wake under the driver's own interpreter lock, which real remote
+workers never take), or by Ray actor slots (`--backend ray`: actors with max_concurrency on an
+embedded Ray given fake CPUs; sleeping tasks need no real cores).
 
 Reported per slot count: the driver's sustained trials/s, slot utilisation (sleep time over
 slots x wall, after the baseline), the searcher's ms per ask, its refits and ms per refit, its
-ms per trial (asks, tells and refits together), the database's ms per trial in the loop (claims,
+ms per trial (asks, tells and refits together), how long the driver waited for it (its queue
+of proposals ran dry while a refit or ask ran beside it), the database's ms per trial in the loop (claims,
 group-commit writes, reads; wall time, waits for the database's lock included) and its write
 rate alone (claims of 64, groups of 64), trials per CPU-second of the driver process (its
 ceiling on a core of its own, whatever the machine's load), and the profile's top entries with
@@ -20,7 +24,8 @@ tuner's --batch-size 1.5 x slots): the tuner refills a quarter of the batch at a
 exactly as many in flight as slots a quarter of them would wait for each refill.
 
     PYTHONPATH=. .venv/bin/python benchmarks/driver_scaling.py [--slots 8 32 128] [--db sqlite]
-        [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend threads]
+        [--db postgresql+psycopg://...] [--trials-per-slot 12] [--in-flight 1.5] [--backend process]
+        [--search-process auto|on|off]
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ from compileiq.compile import (
     emit_ptx,
 )
 from compileiq.kernel import bundle_sources, load_spec
+from compileiq.refit_schedule import BackgroundRefresh
 from compileiq.runner import SilentProgress
 from compileiq.search import Searcher, SearchSettings
+from compileiq.search_process import RemoteSearcher
 from compileiq.store import Store, TrialOutcome, TrialState
 from compileiq.toolchain import find_toolchain
 from compileiq.tuner import Tuner, TuneRequest
@@ -134,6 +141,64 @@ class ThreadSlots(Slots):
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+class ProcessSlots(Slots):
+    """Slots simulated by a process of their own (a scheduler with a heap of deadlines, like a
+    cluster's: a queued task starts when that process sees a slot free), so that the slots cost the
+    driver's interpreter nothing but a pipe message per task each way, as real remote workers do.
+    Thread slots wake 128 threads under the driver's own interpreter lock."""
+
+    def __init__(self, slots: int) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")  # before the tuner starts any thread
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_simulate_slots, args=(child, slots), daemon=True)
+        self._process.start()
+        child.close()
+        self._next = 0
+
+    def submit(self, seconds: float) -> int:
+        self._next += 1
+        self._conn.send((self._next, seconds))
+        return self._next
+
+    def ready(self, handles: Sequence[Any]) -> list[Any]:
+        done = list(self._conn.recv())
+        while self._conn.poll(0):
+            done.extend(self._conn.recv())
+        return done
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._process.join(timeout=5)
+
+
+def _simulate_slots(conn: Any, slots: int) -> None:
+    import heapq
+    from collections import deque
+
+    free, waiting, deadlines = slots, deque[tuple[int, float]](), list[tuple[float, int]]()
+    while True:
+        wait = max(0.0, deadlines[0][0] - time.perf_counter()) if deadlines else None
+        while conn.poll(wait):
+            message = conn.recv()
+            if message is None:
+                return
+            waiting.append(message)
+            wait = 0
+        now = time.perf_counter()
+        done = []
+        while deadlines and deadlines[0][0] <= now:
+            done.append(heapq.heappop(deadlines)[1])
+            free += 1
+        while free and waiting:
+            handle, seconds = waiting.popleft()
+            heapq.heappush(deadlines, (now + seconds, handle))
+            free -= 1
+        if done:
+            conn.send(done)
 
 
 class RaySlots(Slots):
@@ -223,20 +288,22 @@ class SimulatedWorkers:
 
 
 class Timers:
-    """Wall time spent in chosen methods (patched for the run, restored after)."""
+    """Wall time spent in chosen methods (patched for the run, restored after); a name may time
+    several methods (the searcher's, and its remote proxy's when it runs in a process)."""
 
-    def __init__(self, targets: dict[str, tuple[Any, str]]) -> None:
+    def __init__(self, targets: dict[str, Sequence[tuple[Any, str]]]) -> None:
         self.seconds = dict.fromkeys(targets, 0.0)
         self.calls = dict.fromkeys(targets, 0)
-        self._originals = {name: (owner, attr, getattr(owner, attr)) for name, (owner, attr) in targets.items()}
+        self._originals = [(name, owner, attr, getattr(owner, attr))
+                           for name, pairs in targets.items() for owner, attr in pairs]
 
     def __enter__(self) -> Self:
-        for name, (owner, attr, original) in self._originals.items():
+        for name, owner, attr, original in self._originals:
             setattr(owner, attr, self._timed(name, original))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for owner, attr, original in self._originals.values():
+        for _, owner, attr, original in self._originals:
             setattr(owner, attr, original)
 
     def _timed(self, name: str, function: Any) -> Any:
@@ -312,6 +379,7 @@ class Row:
     fits: int  # the surrogate's refits (in a tell, or a streaming run's scheduled fit)
     fit_ms: float
     search_ms_per_trial: float  # ask + tell + fit
+    wait_ms_per_trial: float  # the driver blocked on a refit or ask beside it (its queue ran dry)
     db_ms_per_trial: float
     db_writes_per_s: float
     trials_per_cpu_s: float  # the driver process's CPU (a PostgreSQL server's own is not counted)
@@ -326,12 +394,15 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     budget = slots * args.trials_per_slot
     request = TuneRequest(kernel=spec, space=space, objective="static", budget=budget,
                           search=SearchSettings(seed=1, strategy=args.strategy), batch_size=in_flight, simplify=False, ablate=False,
-                          stream=stream)
-    pool: Slots = RaySlots(slots) if args.backend == "ray" else ThreadSlots(slots)
+                          stream=stream, search_process=args.search_process)
+    pool: Slots = {"ray": RaySlots, "process": ProcessSlots, "threads": ThreadSlots}[args.backend](slots)
     workers = SimulatedWorkers(pool, slots, template, (args.task_ms[0], args.task_ms[1]))
-    timers = Timers({"ask": (Searcher, "ask"), "tell": (Searcher, "tell"), "fit": (Searcher, "fit"),
-                     "refit": (Searcher, "_refit"),
-                     "claim": (Store, "claim_trials"), "finish": (Store, "finish_trials"), "read": (Store, "trials")})
+    timers = Timers({"ask": [(Searcher, "ask"), (RemoteSearcher, "ask")],
+                     "tell": [(Searcher, "tell"), (RemoteSearcher, "tell")],
+                     "fit": [(Searcher, "fit"), (RemoteSearcher, "fit")],
+                     "refit": [(Searcher, "_refit"), (RemoteSearcher, "fit")],  # remote: its scheduled fits
+                     "claim": [(Store, "claim_trials")], "finish": [(Store, "finish_trials")], "read": [(Store, "trials")],
+                     "waits": [(BackgroundRefresh, "wait")]})
     profile = cProfile.Profile() if args.profile else None
     try:
         with timers:
@@ -354,7 +425,8 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
     search_s = sum(timers.seconds[k] for k in ("ask", "tell", "fit"))  # refits happen inside tell or fit
     row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
               workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.calls["refit"],
-              timers.per_call_ms("refit"), 1000 * search_s / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
+              timers.per_call_ms("refit"), 1000 * search_s / max(trials, 1),
+              1000 * timers.seconds["waits"] / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
               trials / cpu)
     text = ""
     if profile:
@@ -373,9 +445,11 @@ def main() -> None:
     parser.add_argument("--in-flight", type=float, default=1.0, help="--batch-size as a multiple of the slots")
     parser.add_argument("--mode", choices=("batch", "stream"), nargs="+", default=["batch", "stream"])
     parser.add_argument("--task-ms", type=float, nargs=2, default=[50.0, 150.0])
-    parser.add_argument("--backend", choices=("threads", "ray"), default="threads")
+    parser.add_argument("--backend", choices=("process", "threads", "ray"), default="process")
     parser.add_argument("--strategy", choices=("bayes", "random"), default="bayes",
                         help="random: the driver's ceiling without the surrogate (bookkeeping only)")
+    parser.add_argument("--search-process", type=lambda text: {"on": True, "off": False, "auto": None}[text],
+                        default=None, help="on, off or auto (the tuner's default): the searcher in a process of its own")
     parser.add_argument("--profile", action="store_true", help="cProfile the driver; print its top entries")
     parser.add_argument("--profile-sort", default="cumulative", help="pstats order: cumulative, tottime, ...")
     args = parser.parse_args()
@@ -384,7 +458,7 @@ def main() -> None:
     print(f"machine: {machine()}; kernel {args.kernel.name}, space of {space.size():,} configs, tasks "
           f"{args.task_ms[0]:g}-{args.task_ms[1]:g} ms, {args.backend}, batch size = {args.in_flight:g} x slots")
     print(f"{'db':10} {'mode':6} {'slots':>5} {'batch':>5} {'trials':>6} {'wall s':>6} {'trials/s':>8} {'busy':>5} "
-          f"{'ask ms':>7} {'fits':>4} {'fit ms':>7} {'search ms/trial':>15} {'db ms/trial':>11} {'db writes/s':>11} "
+          f"{'ask ms':>7} {'fits':>4} {'fit ms':>7} {'search ms/trial':>15} {'wait ms/trial':>13} {'db ms/trial':>11} {'db writes/s':>11} "
           f"{'trials/CPU-s':>12}")
     profiles = []
     for db in args.db or ["sqlite"]:
@@ -392,7 +466,7 @@ def main() -> None:
             row, text = run_one(args, db, slots, mode == "stream", template, spec, space, tools_bundle)
             print(f"{row.db:10} {row.mode:6} {row.slots:5d} {row.in_flight:5d} {row.trials:6d} {row.wall_s:6.1f} "
                   f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.fits:4d} {row.fit_ms:7.1f} "
-                  f"{row.search_ms_per_trial:15.2f} {row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} "
+                  f"{row.search_ms_per_trial:15.2f} {row.wait_ms_per_trial:13.3f} {row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} "
                   f"{row.trials_per_cpu_s:12.0f}", flush=True)
             if text:
                 profiles.append(f"--- {row.db}, {mode}, {slots} slots ---\n{text}")

@@ -22,7 +22,7 @@ from compileiq.limits import RunClock, RunLimits
 from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
 from compileiq.pareto import Front, values_of
 from compileiq.records import SCREEN, SEARCH, first_line
-from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
+from compileiq.refit_schedule import BackgroundRefresh
 from compileiq.runner import (
     HEARTBEAT_EVERY_S,
     Evaluator,
@@ -33,14 +33,17 @@ from compileiq.runner import (
     TrialRunner,
 )
 from compileiq.search import Observation, Searcher, SearchSettings
+from compileiq.search_process import RemoteSearcher
 from compileiq.simplify import Simplification, simplify
 from compileiq.space import Config, SearchSpace, SpaceError
 from compileiq.store import Store, Study, StudyKey, Trial, TrialState
+from compileiq.streaming import StreamingFeed
+from compileiq.streaming import counts as _counts
 from compileiq.toolchain import Toolchain
 from compileiq.workers import Workers
 
 WAIT_FOR_OTHERS_S = 1.0
-PROPOSALS_PER_ASK = 2  # streaming: batches of proposals asked at once of one model (until it is refitted)
+SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
 _METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
@@ -72,6 +75,15 @@ class TuneRequest:
     stream: bool = False  # keep batch_size variants compiling: refill as results arrive (not reproducible
     # run to run: what the searcher knows at each ask depends on timing)
     screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
+    search_process: bool | None = None  # the searcher in a child process (None: when streaming a
+    # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
+
+    @property
+    def searches_in_a_process(self) -> bool:
+        if self.search_process is not None:
+            return self.search_process
+        return (self.stream and self.batch_size >= SEARCH_PROCESS_FROM_BATCH and self.search.strategy == "bayes"
+                and not multi_objective.is_multi(self.objective))
 
     @property
     def limits(self) -> RunLimits:
@@ -167,8 +179,10 @@ class Tuner:
                               if self._screening else None)
         self._screened = 0  # trials screened out (never measured) in this study
 
-    def _new_searcher(self) -> Searcher:
+    def _new_searcher(self) -> Searcher | RemoteSearcher:
         if not self._multi:
+            if self._request.searches_in_a_process:
+                return RemoteSearcher(self._request.space, self._request.search)
             return Searcher(self._request.space, self._request.search)
         from compileiq.front_search import FrontSearcher
 
@@ -197,6 +211,9 @@ class Tuner:
         try:
             self._progress.started(study, request.budget, _searched(self._store.trials(study.id)))
             self._progress.note(f"limits: {request.limits.describe()}")
+            if isinstance(self._searcher, RemoteSearcher):
+                self._progress.note("the searcher runs in a process of its own (streaming a batch of "
+                                    f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = self._baseline_reference(study)
             if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
@@ -210,6 +227,8 @@ class Tuner:
             raise
         finally:
             self._runner.close()
+            if isinstance(self._searcher, RemoteSearcher):
+                self._searcher.close()
         return result
 
     def _take_over(self, study: Study, announce: bool = False) -> bool:
@@ -290,77 +309,10 @@ class Tuner:
         return False
 
     def _refiller(self, study: Study, counted: int) -> Refill:
-        """Streaming: claim new variants while others compile, as soon as a quarter of the batch
-        (at least one) is free, so that the workers never wait for a batch's slowest variant. The
-        searcher learns each result when the next variants are asked for, refits once per
-        batch_size of them while the driver has time for it (`refit_schedule`), and proposes a
-        batch at a time: a hundred slots are fed from a queue, not by an ask per free slot."""
-        request = self._request
-        step = max(1, request.batch_size // 4)
-        schedule = RefitSchedule(request.batch_size)
-        read = 0  # finished trials looked at so far (the runner's list only grows)
-        done = 0  # ... of which count towards the budget
-        untold: list[Trial] = []
-        lost: set[str] = set()  # finished without a result that counts (retried later): not proposed again now
-        proposals: list[Config] = []
-        refresh = self._refresh
-        handed: set[str] = set()  # config keys handed out since the refresh in flight was asked (it
-        # excluded those compiling then, not these; nor those lost meanwhile, retried by a later run)
-
-        def refill(finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
-            nonlocal read, done, proposals
-            for trial in finished[read:]:
-                if _counts(trial):
-                    done += 1
-                    untold.append(trial)
-                else:
-                    lost.add(trial.config_key)
-            read = len(finished)
-            left = request.budget - counted - len(running) - done
-            free = min(request.batch_size - len(running), left)
-            if self._clock.out_of_time or free <= 0 or free < min(step, left):
-                return []
-            self._runner.flush()  # what the searcher learns is recorded first
-            if self._multi:  # several objectives refit per proposal anyway: as a batch run does
-                if len(untold) >= request.batch_size:
-                    self._tell(untold)
-                    untold.clear()
-                busy = sorted({t.config_key for t in (*finished, *running)})
-                return self._claim(study, self._searcher.ask(free, exclude=busy))
-            wanted = max(free, PROPOSALS_PER_ASK * request.batch_size)  # an ask's cost is mostly fixed
-            busy = sorted(lost.union(t.config_key for t in running))
-
-            def untaken(configs: Sequence[Config]) -> list[Config]:
-                return [c for c in configs if c.key not in handed and c.key not in lost]
-
-            if (fresh := refresh.done()) is not None:  # the new model's proposals replace the old
-                proposals = untaken(fresh)
-            if not refresh.running:
-                if untold:
-                    self._tell(untold, fit=False)
-                    schedule.told(len(untold))
-                    untold.clear()
-                job = None
-                if schedule.due():  # the queue was asked of the previous model: refit beside the driver
-                    job = partial(schedule.refresh, partial(self._refit_and_ask, wanted, busy))
-                elif len(proposals) < request.batch_size:  # running low: the next ones asked beside it
-                    job = partial(self._searcher.ask, wanted, busy)
-                if job is not None:
-                    handed.clear()
-                    refresh.start(job)
-            if len(proposals) < free and refresh.running:
-                proposals = untaken(refresh.wait())
-            if len(proposals) < free:
-                proposals = self._searcher.ask(wanted, exclude=busy)
-            batch, proposals = proposals[:free], proposals[free:]
-            handed.update(c.key for c in batch)
-            return self._claim(study, batch)
-
-        return refill
-
-    def _refit_and_ask(self, count: int, exclude: Sequence[str]) -> list[Config]:
-        self._searcher.fit()
-        return self._searcher.ask(count, exclude=exclude)
+        """Streaming: claim new variants while others compile (`streaming`)."""
+        return StreamingFeed(self._request.batch_size, self._request.budget - counted, self._searcher,
+                             self._refresh, self._tell, partial(self._claim, study), self._runner.flush,
+                             lambda: self._clock.out_of_time, refit_each_batch=self._multi)
 
     def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
         self._told.update(t.id for t in trials)
@@ -609,9 +561,3 @@ def _retryable(trial: Trial) -> bool:
 
 def _searched(trials: Sequence[Trial]) -> int:
     return sum(1 for t in trials if _counts(t) and t.searched)
-
-
-def _counts(trial: Trial) -> bool:
-    return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
-
-

@@ -35,6 +35,7 @@ from compileiq.kernel import bundle_sources, load_spec
 from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.runner import SilentProgress
 from compileiq.search import Searcher, SearchSettings
+from compileiq.search_process import RemoteSearcher
 from compileiq.space import SearchSpace, load_space
 from compileiq.store import BuildRecord, Store, StudyKey, TrialOutcome, TrialState
 from compileiq.toolchain import find_toolchain
@@ -81,7 +82,8 @@ class _Workers:
         pass
 
 
-def _tuner(tiny: Path, store: Store, budget: int, stop_after: int | None = None) -> tuple[Tuner, _Workers]:
+def _tuner(tiny: Path, store: Store, budget: int, stop_after: int | None = None,
+           search_process: bool | None = None) -> tuple[Tuner, _Workers]:
     spec, tools = load_spec(tiny), find_toolchain()
     space = tuning_space(spec, tools, TuneOptions(kernel=tiny, only=SMALL_SPACE))
     bundle = bundle_sources(spec, tools.nvcc)
@@ -90,7 +92,7 @@ def _tuner(tiny: Path, store: Store, budget: int, stop_after: int | None = None)
     template = assemble(AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(default), 120), emit_ptx(frontend))
     workers = _Workers(template, stop_after)
     request = TuneRequest(spec, space, "static", budget, SearchSettings(seed=3), batch_size=8, simplify=False,
-                          ablate=False, stream=True)  # fmt: skip
+                          ablate=False, stream=True, search_process=search_process)  # fmt: skip
     return Tuner(request, store, tools, lambda: workers, SilentProgress(), bundle=bundle), workers
 
 
@@ -286,6 +288,25 @@ def test_a_streaming_run_refits_beside_the_driver_and_never_shares_its_searcher(
     assert any(name.startswith("compileiq-refit") for name in threads), threads  # it did refit beside
     assert len([t for t in trials if t.state is not TrialState.RUNNING]) == len(trials) == 120
     assert len({t.config_key for t in trials}) == 120  # a new model's proposals skip what was handed out
+
+
+def test_a_streaming_run_with_its_searcher_in_a_process_finds_each_variant_once_and_ends_it(
+    tiny: Path, store_url: str
+) -> None:
+    store = Store.open(store_url)
+    try:
+        tuner, workers = _tuner(tiny, store, budget=120, search_process=True)
+        searcher = tuner._searcher
+        assert isinstance(searcher, RemoteSearcher)
+        result = tuner.run()
+        trials = store.trials(result.study.id)
+    finally:
+        store.close()
+    assert searcher._process.poll() == 0  # the child ended with the run
+    assert len([t for t in trials if t.state is TrialState.COMPLETE]) == len(trials) == 120 == workers.results
+    assert len({t.config_key for t in trials}) == 120
+    assert result.winner.value is not None and result.baseline.value is not None
+    assert result.winner.value <= result.baseline.value
 
 
 def test_a_failed_background_refit_surfaces_in_the_driver_and_stops_its_thread() -> None:
