@@ -128,6 +128,10 @@ def _serve(conn: Connection) -> None:
                 raise RuntimeError(f"{method} before start")
             elif method == "observations":
                 answer = searcher.observations
+            elif method == "ask":
+                answer = searcher.ask(*args)
+                for config in answer:
+                    _ = config.key  # its canonical JSON travels with it: computed here, not by the driver
             elif method in _CALLS:
                 answer = getattr(searcher, method)(*args)
             else:

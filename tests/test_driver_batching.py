@@ -35,7 +35,7 @@ from compileiq.kernel import bundle_sources, load_spec
 from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.runner import SilentProgress
 from compileiq.search import Searcher, SearchSettings
-from compileiq.search_process import RemoteSearcher
+from compileiq.search_process import RemoteSearcher, SearchProcessError
 from compileiq.space import SearchSpace, load_space
 from compileiq.store import BuildRecord, Store, StudyKey, TrialOutcome, TrialState
 from compileiq.toolchain import find_toolchain
@@ -307,6 +307,40 @@ def test_a_streaming_run_with_its_searcher_in_a_process_finds_each_variant_once_
     assert len({t.config_key for t in trials}) == 120
     assert result.winner.value is not None and result.baseline.value is not None
     assert result.winner.value <= result.baseline.value
+
+
+def test_a_searchers_process_killed_mid_run_stops_it_with_one_line_and_loses_no_result(
+    tiny: Path, store_url: str
+) -> None:
+    # The kernel's OOM killer, say: the run stops (no searcher, no search), what finished is
+    # kept and the claims in flight are handed back for the next run.
+    store = Store.open(store_url)
+    try:
+        tuner, workers = _tuner(tiny, store, budget=120, search_process=True)
+        searcher = tuner._searcher
+        assert isinstance(searcher, RemoteSearcher)
+        run = workers.run
+
+        def killing(jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
+                    ) -> Iterator[VariantResult]:
+            for result in run(jobs, more):
+                if workers.results == 30:
+                    searcher._process.kill()
+                yield result
+
+        workers.run = killing  # type: ignore[method-assign]
+        with pytest.raises(SearchProcessError, match=r"^the searcher's process ended \(exit code -9\) during \w+$"):
+            tuner.run()
+        trials = store.trials(store.list_studies()[0].id)
+    finally:
+        store.close()
+    done = [t for t in trials if t.state is TrialState.COMPLETE]
+    assert len(done) == workers.results >= 30
+    assert all(t.value is not None and t.code_hash for t in done)
+    assert not [t for t in trials if t.state is TrialState.RUNNING]
+    released = [t for t in trials if t.state is TrialState.FAILED]
+    assert released and all(t.retryable and (t.reason or "").startswith("not compiled: the searcher's process ended")
+                            for t in released)  # fmt: skip
 
 
 def test_a_failed_background_refit_surfaces_in_the_driver_and_stops_its_thread() -> None:
