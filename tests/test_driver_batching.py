@@ -290,14 +290,19 @@ def test_a_streaming_run_refits_beside_the_driver_and_never_shares_its_searcher(
     assert len({t.config_key for t in trials}) == 120  # a new model's proposals skip what was handed out
 
 
+def _remote_tuner(tiny: Path, store: Store, budget: int) -> tuple[Tuner, _Workers, RemoteSearcher]:
+    tuner, workers = _tuner(tiny, store, budget, search_process=True)
+    searcher = tuner._searcher
+    assert isinstance(searcher, RemoteSearcher)
+    return tuner, workers, searcher
+
+
 def test_a_streaming_run_with_its_searcher_in_a_process_finds_each_variant_once_and_ends_it(
     tiny: Path, store_url: str
 ) -> None:
     store = Store.open(store_url)
     try:
-        tuner, workers = _tuner(tiny, store, budget=120, search_process=True)
-        searcher = tuner._searcher
-        assert isinstance(searcher, RemoteSearcher)
+        tuner, workers, searcher = _remote_tuner(tiny, store, budget=120)
         result = tuner.run()
         trials = store.trials(result.study.id)
     finally:
@@ -316,9 +321,7 @@ def test_a_searchers_process_killed_mid_run_stops_it_with_one_line_and_loses_no_
     # kept and the claims in flight are handed back for the next run.
     store = Store.open(store_url)
     try:
-        tuner, workers = _tuner(tiny, store, budget=120, search_process=True)
-        searcher = tuner._searcher
-        assert isinstance(searcher, RemoteSearcher)
+        tuner, workers, searcher = _remote_tuner(tiny, store, budget=120)
         run = workers.run
 
         def killing(jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
