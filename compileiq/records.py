@@ -75,6 +75,11 @@ class Trial:
     def searched(self) -> bool:
         return self.purpose == SEARCH
 
+    @property
+    def final(self) -> bool:
+        """COMPLETE, or FAILED for good (not waiting to be retried): a result a budget counts."""
+        return self.state is TrialState.COMPLETE or (self.state is TrialState.FAILED and not self.retryable)
+
 
 @dataclass(frozen=True)
 class TrialOutcome:

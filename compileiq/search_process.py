@@ -111,7 +111,7 @@ class RemoteSearcher:
         return SearchProcessError(f"the searcher's process ended (exit code {code}) during {method}")
 
 
-_CALLS = frozenset({"tell", "fit", "refit", "ask", "set_frontend_cost"})
+_CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost"})  # ask: its own branch above
 
 
 def _serve(conn: Connection) -> None:
@@ -121,9 +121,10 @@ def _serve(conn: Connection) -> None:
             method, args = conn.recv()
         except (EOFError, OSError):
             return
+        answer: Any = None
         try:
             if method == "start":
-                searcher, answer = Searcher(*args), None
+                searcher = Searcher(*args)
             elif searcher is None:
                 raise RuntimeError(f"{method} before start")
             elif method == "observations":

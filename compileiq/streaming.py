@@ -6,9 +6,9 @@ proposals, not by an ask per free slot: the searcher learns each result when the
 asked for, refits on `RefitSchedule`'s terms, and both its refits and its asks run beside the
 driver (`BackgroundRefresh`), which keeps handing out the previous model's proposals meanwhile.
 
-The queue is sized by the pace of the run: each ask asks for enough proposals to last through two
-refits at the rate variants are being handed out, and a refit only starts when the queue can last
-through it (else the queue is topped up first and the refit starts next). A driver that waits for
+The queue is sized by the pace of the run: each ask asks for enough proposals to last 2.5 refits
+at the rate variants are being handed out, and a refit only starts when the queue lasts twice as
+long as the last one took (else the queue is topped up first and the refit starts next). A driver that waits for
 its searcher leaves every slot that frees meanwhile idle.
 """
 
@@ -22,7 +22,7 @@ from typing import Protocol
 
 from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.space import Config
-from compileiq.store import Trial, TrialState
+from compileiq.store import Trial
 
 PROPOSALS_PER_ASK = 2  # batches of proposals asked at once of one model, at the least
 MARGIN = 2.0  # a job starts while the queue lasts this many times as long as the job is expected to take
@@ -33,11 +33,6 @@ class Proposer(Protocol):
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]: ...
 
     def fit(self) -> None: ...
-
-
-def counts(trial: Trial) -> bool:
-    """A finished trial whose result counts towards the budget (not lost: retried later)."""
-    return trial.state is TrialState.COMPLETE or (trial.state is TrialState.FAILED and not trial.retryable)
 
 
 class StreamingFeed:
@@ -81,7 +76,7 @@ class StreamingFeed:
 
     def __call__(self, finished: Sequence[Trial], running: Sequence[Trial]) -> Sequence[Trial]:
         for trial in finished[self._read:]:
-            if counts(trial):
+            if trial.final:
                 self._done += 1
                 self._untold.append(trial)
             else:

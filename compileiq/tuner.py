@@ -38,7 +38,6 @@ from compileiq.simplify import Simplification, simplify
 from compileiq.space import Config, SearchSpace, SpaceError
 from compileiq.store import Store, Study, StudyKey, Trial, TrialState
 from compileiq.streaming import StreamingFeed
-from compileiq.streaming import counts as _counts
 from compileiq.toolchain import Toolchain
 from compileiq.workers import Workers
 
@@ -117,7 +116,7 @@ class TuneResult:
     @property
     def extra_trials(self) -> int:
         """The study's finished trials built to simplify, ablate or confirm: free of the budget."""
-        return sum(1 for t in self.trials if _counts(t) and not t.searched)
+        return sum(1 for t in self.trials if t.final and not t.searched)
 
 
 def study_key(
@@ -292,7 +291,7 @@ class Tuner:
                     self._refresh.close()  # the searcher is this thread's again
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                observations = [self._observation(t) for t in finished if _counts(t)]
+                observations = [self._observation(t) for t in finished if t.final]
                 if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
                     self._searcher.tell(observations, fit=False)
                     self._searcher.fit()
@@ -323,7 +322,7 @@ class Tuner:
         """Tell the searcher every finished trial (ours and other processes'); count them.
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
-        finished = [t for t in trials if _counts(t)]
+        finished = [t for t in trials if t.final]
         searched = _searched(finished)
         if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
@@ -343,7 +342,7 @@ class Tuner:
         builds = self._runner.prebuild(candidates)
         found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
                  for c in candidates]
-        measured = {t.code_hash for t in trials if t.code_hash and _counts(t) and not screening.is_screened(t)}
+        measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
         selection = screening.select(found, self._reference, count, measured)
         rejected = {r.candidate.config.key: r for r in selection.rejected}
         for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
@@ -433,7 +432,7 @@ class Tuner:
         limit = min(self._request.stale_after_s, WAIT_FOR_RUNNING_S) + 2 * WAIT_FOR_OTHERS_S
         deadline = time.monotonic() + limit
         while True:
-            recorded = {t.config_key: t for t in self._store.trials(study.id) if _counts(t)}
+            recorded = {t.config_key: t for t in self._store.trials(study.id) if t.final}
             missing = [c for c in configs if c.key not in recorded]
             fresh = self._claim(study, missing, purpose)
             for trial in self._runner.run(fresh):
@@ -560,4 +559,4 @@ def _retryable(trial: Trial) -> bool:
 
 
 def _searched(trials: Sequence[Trial]) -> int:
-    return sum(1 for t in trials if _counts(t) and t.searched)
+    return sum(1 for t in trials if t.final and t.searched)

@@ -203,7 +203,7 @@ def _stream(fit_s: float, ask_s: float, results: int, batch_size: int = 8, pace_
     searcher, refresh = _Searcher(clock, fit_s, ask_s), _Refresh(clock)
 
     def trial(config: Config) -> Any:
-        return SimpleNamespace(config_key=config.key, state=TrialState.COMPLETE, retryable=False)
+        return SimpleNamespace(config_key=config.key, state=TrialState.COMPLETE, retryable=False, final=True)
 
     feed = StreamingFeed(batch_size, results, searcher, refresh, tell=lambda trials, fit: None,
                          claim=lambda configs: [trial(c) for c in configs], flush=lambda: None,

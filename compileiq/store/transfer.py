@@ -70,7 +70,7 @@ def import_trials(
     added = kept = skipped = 0
     for trial in imported:
         mine = here.get(trial.config_key)
-        if not _final(trial.state, trial.retryable):
+        if not trial.final:
             skipped += 1
         elif mine is not None and not (mine.state == TrialState.FAILED.value and mine.retryable):
             kept += 1
@@ -108,12 +108,6 @@ def insert_measurements(conn: Connection, records: Sequence[Measurement]) -> int
             conn.execute(measurements.insert().values(measurement_values(record)))
             added += 1
     return added
-
-
-def _final(state: TrialState | str, retryable: bool) -> bool:
-    """COMPLETE, or FAILED for good (not waiting to be retried)."""
-    state = TrialState(state)
-    return state is TrialState.COMPLETE or (state is TrialState.FAILED and not retryable)
 
 
 def _imported_values(trial: Trial) -> dict[str, Any]:
