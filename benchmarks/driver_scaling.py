@@ -110,7 +110,10 @@ def task_seconds(job: VariantJob, low_ms: float, high_ms: float) -> float:
 
 
 class Slots:
-    """Where sleeping tasks run: `submit(seconds) -> handle`, `ready(handles) -> done handles`."""
+    """Where sleeping tasks run: `submit(seconds) -> handle`, `ready(handles) -> done handles`;
+    after `close`, `idle` is a timeline of (time, slots idle from then on) where one is kept."""
+
+    idle: Sequence[tuple[float, int]] = ()
 
     def submit(self, seconds: float) -> Any: ...
 
@@ -172,7 +175,21 @@ class ProcessSlots(Slots):
 
     def close(self) -> None:
         self._conn.send(None)
+        while self._conn.poll(5):
+            message = self._conn.recv()
+            if message and message[0] == "idle":
+                self.idle = message[1]
+                break
         self._process.join(timeout=5)
+
+
+def idle_slot_seconds(idle: Sequence[tuple[float, int]], start: float, end: float) -> float:
+    """Slot-seconds idle within [start, end] from a timeline of (time, slots idle from then on)."""
+    total = 0.0
+    for (at, count), (until, _) in zip(idle, [*idle[1:], (end, 0)]):
+        low, high = max(at, start), min(until, end)
+        total += count * max(0.0, high - low)
+    return total
 
 
 def _simulate_slots(conn: Any, slots: int) -> None:
@@ -180,11 +197,13 @@ def _simulate_slots(conn: Any, slots: int) -> None:
     from collections import deque
 
     free, waiting, deadlines = slots, deque[tuple[int, float]](), list[tuple[float, int]]()
+    idle = [(time.perf_counter(), slots)]  # (time, slots idle from then on): for where the idle time went
     while True:
         wait = max(0.0, deadlines[0][0] - time.perf_counter()) if deadlines else None
         while conn.poll(wait):
             message = conn.recv()
             if message is None:
+                conn.send(("idle", idle))
                 return
             waiting.append(message)
             wait = 0
@@ -197,6 +216,8 @@ def _simulate_slots(conn: Any, slots: int) -> None:
             handle, seconds = waiting.popleft()
             heapq.heappush(deadlines, (now + seconds, handle))
             free -= 1
+        if free != idle[-1][1]:
+            idle.append((now, free))
         if done:
             conn.send(done)
 
@@ -248,6 +269,7 @@ class SimulatedWorkers:
         self.busy_s = 0.0  # summed sleep of tasks after the first call (the baseline alone)
         self.first_submit: float | None = None
         self.last_done = 0.0
+        self.last_submit = 0.0  # after it, slots idle only because the budget is spent (the tail)
         self.lock = threading.Lock()
 
     @property
@@ -266,6 +288,8 @@ class SimulatedWorkers:
             for job in batch:
                 seconds = task_seconds(job, *self._task_ms)
                 pending[self._slots.submit(seconds)] = (job, seconds)
+            if batch and steady:
+                self.last_submit = time.perf_counter()
 
         submit(jobs)
         while pending:
@@ -383,6 +407,8 @@ class Row:
     db_ms_per_trial: float
     db_writes_per_s: float
     trials_per_cpu_s: float  # the driver process's CPU (a PostgreSQL server's own is not counted)
+    starved: float  # share of slot time idle with nothing queued before the last submission: the driver was late
+    tail: float  # ... after it: the budget was spent, the last tasks drain
 
 
 def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, template: Template, spec: Any,
@@ -423,11 +449,14 @@ def run_one(args: argparse.Namespace, db: str, slots: int, stream: bool, templat
         store.close()
         drop()
     search_s = sum(timers.seconds[k] for k in ("ask", "tell", "fit"))  # refits happen inside tell or fit
+    slot_s = slots * steady
+    starved = idle_slot_seconds(pool.idle, workers.first_submit or 0.0, workers.last_submit) / slot_s
+    tail = idle_slot_seconds(pool.idle, workers.last_submit, workers.last_done) / slot_s
     row = Row(db.split("+")[0].split(":")[0], "stream" if stream else "batch", slots, in_flight, trials, wall, (trials - 1) / steady,
               workers.busy_s / (slots * steady), timers.per_call_ms("ask"), timers.calls["refit"],
               timers.per_call_ms("refit"), 1000 * search_s / max(trials, 1),
               1000 * timers.seconds["waits"] / max(trials, 1), 1000 * db_s / max(trials, 1), rate,
-              trials / cpu)
+              trials / cpu, starved if pool.idle else float("nan"), tail if pool.idle else float("nan"))
     text = ""
     if profile:
         out = io.StringIO()
@@ -459,7 +488,7 @@ def main() -> None:
           f"{args.task_ms[0]:g}-{args.task_ms[1]:g} ms, {args.backend}, batch size = {args.in_flight:g} x slots")
     print(f"{'db':10} {'mode':6} {'slots':>5} {'batch':>5} {'trials':>6} {'wall s':>6} {'trials/s':>8} {'busy':>5} "
           f"{'ask ms':>7} {'fits':>4} {'fit ms':>7} {'search ms/trial':>15} {'wait ms/trial':>13} {'db ms/trial':>11} {'db writes/s':>11} "
-          f"{'trials/CPU-s':>12}")
+          f"{'trials/CPU-s':>12} {'starved':>7} {'tail':>5}")
     profiles = []
     for db in args.db or ["sqlite"]:
         for mode, slots in [(mode, slots) for slots in args.slots for mode in args.mode]:
@@ -467,7 +496,7 @@ def main() -> None:
             print(f"{row.db:10} {row.mode:6} {row.slots:5d} {row.in_flight:5d} {row.trials:6d} {row.wall_s:6.1f} "
                   f"{row.trials_per_s:8.1f} {row.utilisation:5.0%} {row.ask_ms:7.1f} {row.fits:4d} {row.fit_ms:7.1f} "
                   f"{row.search_ms_per_trial:15.2f} {row.wait_ms_per_trial:13.3f} {row.db_ms_per_trial:11.2f} {row.db_writes_per_s:11.0f} "
-                  f"{row.trials_per_cpu_s:12.0f}", flush=True)
+                  f"{row.trials_per_cpu_s:12.0f} {row.starved:7.1%} {row.tail:5.1%}", flush=True)
             if text:
                 profiles.append(f"--- {row.db}, {mode}, {slots} slots ---\n{text}")
     print("\n".join(profiles))

@@ -58,6 +58,7 @@ from compileiq.store.rows import (
     utc,
 )
 from compileiq.store.schema import (
+    among,
     builds,
     db_now,
     final_failure,
@@ -231,7 +232,7 @@ class Store:
         with self._tx() as conn:
             conn.execute(
                 trials_table.update()
-                .where(t.id.in_(list(trial_ids)), t.state == TrialState.RUNNING.value)
+                .where(among(conn, t.id, trial_ids), t.state == TrialState.RUNNING.value)
                 .values(heartbeat_at=db_now())
             )
 
@@ -364,7 +365,7 @@ class Store:
             markers = conn.execute(query.order_by(t.number)).all()
             changed = [row[0] for row in markers if (row[0] not in known or known[row[0]][0] != tuple(row))]
             for chunk in _chunks(changed):
-                rows = conn.execute(_with_space(sa.select(trials_table)).where(t.id.in_(chunk))).mappings().all()
+                rows = conn.execute(_with_space(sa.select(trials_table)).where(among(conn, t.id, chunk))).mappings().all()
                 for row in rows:
                     usable = self._usable([row])
                     known[row["id"]] = (tuple(row[c.name] for c in _MARKER), usable[0] if usable else None)
@@ -412,7 +413,7 @@ class Store:
         """The cached builds among ``keys``, by key (one query)."""
         query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
         with self._tx(readonly=True) as conn:
-            rows = conn.execute(query.where(builds.c.key.in_(list(keys)))).mappings().all()
+            rows = conn.execute(query.where(among(conn, builds.c.key, keys))).mappings().all()
         found = {}
         for row in rows:
             checked = checked_build(row)
@@ -517,7 +518,7 @@ class Store:
         keys = list(dict.fromkeys(key for key, _ in configs))
         existing: dict[str, sa.RowMapping] = {}
         for chunk in _chunks(keys):
-            query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, t.config_key.in_(chunk))
+            query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, among(conn, t.config_key, chunk))
             existing.update((row["config_key"], row) for row in conn.execute(query).mappings())
         fresh = [key for key in keys if key not in existing]
         inserted: dict[str, Trial] = {}
@@ -529,11 +530,15 @@ class Store:
             rows = [{**common, "study_id": study_id, "number": first + index, "config_key": key, "config": wanted[key]}
                     for index, key in enumerate(fresh)]
             by_key = {row["config_key"]: row for row in rows}
-            # Only what the database chose comes back: the rest is what this claim wrote.
-            insert = trials_table.insert().values(clock).returning(t.id, t.config_key, t.started_at)
-            for chunk in _chunks(rows):  # one statement compiled once (executemany), not one per batch size
-                for made in conn.execute(insert, list(chunk)).mappings():
-                    inserted[made["config_key"]] = _claimed_trial(by_key[made["config_key"]], made)
+            insert = trials_table.insert().values(clock)
+            for chunk in _chunks(rows):  # executemany of one short statement: no RETURNING, whose
+                conn.execute(insert, list(chunk))  # many-row VALUES the driver would parse each time
+            # Only what the database chose is read back (by the numbers just taken): the rest is
+            # what this claim wrote.
+            numbered = t.number.between(first, first + len(fresh) - 1)
+            made_rows = conn.execute(sa.select(t.id, t.config_key, t.started_at).where(t.study_id == study_id, numbered))
+            for made in made_rows.mappings():
+                inserted[made["config_key"]] = _claimed_trial(by_key[made["config_key"]], made)
         claimed = (inserted.get(key) or self._retake(conn, existing[key], wanted[key], worker, purpose) for key in keys)
         return [trial for trial in claimed if trial is not None]
 

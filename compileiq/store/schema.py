@@ -3,6 +3,7 @@ the database clock, and the few SQL building blocks the store and its transfers 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -113,3 +114,12 @@ def take_number(conn: Connection, study_id: int, count: int = 1) -> int:
 def final_failure(t: Any) -> sa.ColumnElement[bool]:
     """A FAILED trial that will not be retried."""
     return sa.and_(t.state == TrialState.FAILED.value, t.retryable.is_(False))
+
+
+def among(conn: Connection, column: sa.ColumnElement[Any], values: Iterable[Any]) -> sa.ColumnElement[bool]:
+    """``column IN values``; on PostgreSQL one array parameter (``= ANY(...)``): psycopg parses
+    again every statement of more than 50 parameters, ~5 ms for a claim's 48 keys."""
+    listed = list(values)
+    if conn.dialect.name == "postgresql":
+        return column == sa.any_(sa.bindparam(None, listed, type_=sa.ARRAY(column.type)))
+    return column.in_(listed)
