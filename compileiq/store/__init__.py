@@ -37,6 +37,7 @@ from compileiq.records import (
     TrialState,
 )
 from compileiq.store import transfer
+from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
     StoreError,
@@ -52,7 +53,6 @@ from compileiq.store.rows import (
     checked_trial,
     measurement_values,
     run_record,
-    running_values,
     study_record,
     trial_record,
     utc,
@@ -60,13 +60,14 @@ from compileiq.store.rows import (
 from compileiq.store.schema import (
     among,
     builds,
+    chunks,
     db_now,
     final_failure,
     measurements,
     runs,
     studies,
-    take_number,
     trials_table,
+    with_space,
 )
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ class Store:
             raise StoreError(f"unknown trial purpose {purpose!r}")
         try:
             with self._tx() as conn:
-                return self._claim_batch(conn, study_id, configs, worker, purpose)
+                return claim_batch(conn, study_id, configs, worker, purpose, self._spaces.get)
         except sa.exc.IntegrityError:  # a concurrent tuner inserted one of them first
             if not retry:
                 raise
@@ -364,8 +365,8 @@ class Store:
         with self._tx(readonly=True) as conn:
             markers = conn.execute(query.order_by(t.number)).all()
             changed = [row[0] for row in markers if (row[0] not in known or known[row[0]][0] != tuple(row))]
-            for chunk in _chunks(changed):
-                rows = conn.execute(_with_space(sa.select(trials_table)).where(among(conn, t.id, chunk))).mappings().all()
+            for chunk in chunks(changed):
+                rows = conn.execute(with_space(sa.select(trials_table)).where(among(conn, t.id, chunk))).mappings().all()
                 for row in rows:
                     usable = self._usable([row])
                     known[row["id"]] = (tuple(row[c.name] for c in _MARKER), usable[0] if usable else None)
@@ -508,55 +509,6 @@ class Store:
             ) from None
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
 
-    def _claim_batch(
-        self, conn: Connection, study_id: int, configs: Sequence[tuple[str, dict[str, Any]]], worker: str, purpose: str
-    ) -> list[Trial]:
-        """The batch's claims in a few statements whatever its size (one read, one numbering,
-        multi-row inserts): a driver feeding a hundred workers claims hundreds per batch."""
-        t = trials_table.c
-        wanted = {key: config for key, config in reversed(configs)}  # the first config of a repeated key
-        keys = list(dict.fromkeys(key for key, _ in configs))
-        existing: dict[str, sa.RowMapping] = {}
-        for chunk in _chunks(keys):
-            query = _with_space(sa.select(trials_table)).where(t.study_id == study_id, among(conn, t.config_key, chunk))
-            existing.update((row["config_key"], row) for row in conn.execute(query).mappings())
-        fresh = [key for key in keys if key not in existing]
-        inserted: dict[str, Trial] = {}
-        if fresh:
-            first = take_number(conn, study_id, len(fresh))
-            values = running_values({}, worker, purpose)
-            clock = {name: v for name, v in values.items() if isinstance(v, sa.ClauseElement)}  # the database's
-            common = {name: v for name, v in values.items() if name not in clock}
-            rows = [{**common, "study_id": study_id, "number": first + index, "config_key": key, "config": wanted[key]}
-                    for index, key in enumerate(fresh)]
-            by_key = {row["config_key"]: row for row in rows}
-            insert = trials_table.insert().values(clock)
-            for chunk in _chunks(rows):  # executemany of one short statement: no RETURNING, whose
-                conn.execute(insert, list(chunk))  # many-row VALUES the driver would parse each time
-            # Only what the database chose is read back (by the numbers just taken): the rest is
-            # what this claim wrote.
-            numbered = t.number.between(first, first + len(fresh) - 1)
-            made_rows = conn.execute(sa.select(t.id, t.config_key, t.started_at).where(t.study_id == study_id, numbered))
-            for made in made_rows.mappings():
-                inserted[made["config_key"]] = _claimed_trial(by_key[made["config_key"]], made)
-        claimed = (inserted.get(key) or self._retake(conn, existing[key], wanted[key], worker, purpose) for key in keys)
-        return [trial for trial in claimed if trial is not None]
-
-    def _retake(
-        self, conn: Connection, existing: sa.RowMapping, config: dict[str, Any], worker: str, purpose: str
-    ) -> Trial | None:
-        """Take over a retryable failed trial or an unusable one (damaged, or its config not in
-        the study's space); None if the key is taken."""
-        t = trials_table.c
-        checked = checked_trial(existing, self._spaces.get(existing["space_sha256"]))
-        retryable = isinstance(checked, Trial) and checked.state is TrialState.FAILED and checked.retryable
-        if isinstance(checked, Trial) and not retryable:
-            return None
-        unchanged = (t.id == existing["id"], t.state == existing["state"], t.worker == existing["worker"])
-        update = trials_table.update().where(*unchanged).values(running_values(config, worker, purpose))
-        row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
-        return None if row is None else trial_record(row)  # None: another claim took it first
-
     # -- plumbing ------------------------------------------------------------------------
 
     @contextmanager
@@ -566,20 +518,9 @@ class Store:
             yield conn
 
 
-def _with_space(query: sa.Select[Any]) -> sa.Select[Any]:
-    """``query`` of trials, each row with its study's space_sha256."""
-    return query.add_columns(studies.c.space_sha256).join(studies, studies.c.id == trials_table.c.study_id)
-
-
 def _finite_or_none(value: Any) -> float | None:
     """A best value read back: a finite float, else None (SQLite stores whatever it was given)."""
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
-def _chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
-    """Slices small enough for any database's limit on bound parameters per statement."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def _warn_on_stderr(message: str) -> None:
@@ -610,12 +551,3 @@ def _insert_new_builds(conn: Connection) -> Any:
 def _put_build(conn: Connection, record: BuildRecord) -> None:
     """Insert ``record`` unless its key is cached already."""
     conn.execute(_insert_new_builds(conn).values(**asdict(record)))
-
-
-def _claimed_trial(written: dict[str, Any], made: sa.RowMapping) -> Trial:
-    """A trial just claimed, from the values the claim wrote (`running_values`) and the id and
-    start time the database gave it: the record a read of the row gives, without reading it back."""
-    values = {name: written[name] for name in Trial.__dataclass_fields__ if name in written}
-    values.update(id=made["id"], state=TrialState(written["state"]), started_at=utc(made["started_at"]),
-                  config=dict(written["config"]), metrics=dict(written["metrics"]))
-    return Trial(**values)

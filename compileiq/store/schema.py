@@ -3,7 +3,7 @@ the database clock, and the few SQL building blocks the store and its transfers 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -123,3 +123,14 @@ def among(conn: Connection, column: sa.ColumnElement[Any], values: Iterable[Any]
     if conn.dialect.name == "postgresql":
         return column == sa.any_(sa.bindparam(None, listed, type_=sa.ARRAY(column.type)))
     return column.in_(listed)
+
+
+def with_space(query: sa.Select[Any]) -> sa.Select[Any]:
+    """``query`` of trials, each row with its study's space_sha256."""
+    return query.add_columns(studies.c.space_sha256).join(studies, studies.c.id == trials_table.c.study_id)
+
+
+def chunks(items: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    """Slices small enough for any database's limit on bound parameters per statement."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
