@@ -163,6 +163,8 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise AcfError(f"{path} is not a readable ACF: nested too deeply") from None
     try:
         return _validated(path, data, space)
     except (KeyError, TypeError, ValueError) as error:

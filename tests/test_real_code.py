@@ -240,6 +240,15 @@ def test_a_file_without_a_kernel_says_so(tmp_path: Path) -> None:
     assert result.stderr_lines[0] == "error: host.cu: no kernel (__global__ function) in the compiled module"
 
 
+def test_a_utf8_tune_toml_reads_whatever_the_locale(tmp_path: Path) -> None:
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text("# Größe der Filter (TOML is UTF-8)\n[tune.defines]\nTAPS = [4, 8]\n", encoding="utf-8")
+    result = run_cli(["space", "fir.cu"], cwd=tmp_path, env={"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                                             "PYTHONCOERCECLOCALE": "0"})
+    assert result.returncode == 0, result.describe()  # before: 'ascii' codec can't decode byte 0xc3
+    assert "define.TAPS" in result.stdout
+
+
 # -- a relocatable ACF ---------------------------------------------------------------------------
 
 
