@@ -288,6 +288,28 @@ def test_bad_base_flags_and_launch_tables_name_the_key(tmp_path: Path, toml: str
     assert "\n" not in str(info.value) and f"{key}:" in str(info.value)
 
 
+@pytest.mark.parametrize(("table", "says"), [
+    ("block_size = 0", "launch.fir.block_size: 0 must be from 1 to 1024"),
+    ("block_size = 2048", "launch.fir.block_size: 2048 must be from 1 to 1024"),
+    ('block_size = "-32"', "launch.fir.block_size: -32 must be from 1 to 1024"),
+    ('block_size = "TAPS * 512"', "launch.fir.block_size: 'TAPS * 512' is 2048 with the defaults: it must be"),
+    ("dynamic_smem = -4", "launch.fir.dynamic_smem: -4 must be from 0 to 2147483647"),
+    ('dynamic_smem = "TAPS * 1024 * 1024 * 1024"', "launch.fir.dynamic_smem: 'TAPS * 1024 * 1024 * 1024' is"),
+])
+def test_a_launch_table_no_launch_could_ask_for_fails_before_any_build(tmp_path: Path, table: str, says: str) -> None:
+    # Before, each scored every variant alike (occupancy 0, or 100% for negative bytes) and the
+    # run "succeeded"; the top-level block_size and dynamic_smem were already range-checked.
+    from compileiq.launch import LaunchModel
+
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text(f"[tune.defines]\nTAPS = [4, 8]\n[launch.fir]\n{table}\n")
+    with pytest.raises(UsageError) as info:
+        LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
+    assert "\n" not in str(info.value) and says in str(info.value)
+    (tmp_path / "tune.toml").write_text('[tune.defines]\nTAPS = [4, 8]\n[launch.fir]\nblock_size = "TAPS * 256"\n')
+    assert LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90")).facts("fir", {})[0] == 1024
+
+
 def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
     from compileiq.launch import LaunchModel
 
