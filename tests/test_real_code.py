@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sqlite3
+import subprocess
 import time
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -266,6 +267,28 @@ def test_a_clone_elsewhere_gates_the_acf(tmp_path: Path) -> None:
     result = run_cli(["gate", str(clone / "acfs" / "fir.acf.toml"), "--static"], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
     assert "gate PASS: 1/1" in result.stdout
+
+
+def test_flags_all_rebuilds_a_kernel_whose_headers_are_in_a_sibling_folder(tmp_path: Path) -> None:
+    # apps/scale/scale.cu includes "check_macros.h" from ../../common (tune.toml include_dirs), as
+    # a samples repository does; the ACF goes to acfs/ and the rebuild runs from the repository root.
+    from compileiq.toolchain import find_toolchain
+
+    repo = _copy(tmp_path, "sibling_common")
+    args = ["tune", "apps/scale/scale.cu", "--objective", "static", "--budget", "2", "--workers", "local",
+            "--arch", "sm_90", "--db", "sqlite:///db.sqlite", "--out", "acfs/scale.acf.toml", *NARROW]
+    result = run_cli(args, cwd=repo)
+    assert result.returncode == 0, result.describe()
+    assert _acf(repo / "acfs" / "scale.acf.toml")["base"]["nvcc_flags"] == ["-I../../common"]  # from the kernel's folder
+    everything = run_cli(["flags", "acfs/scale.acf.toml", "--all"], cwd=repo)
+    assert everything.stdout.split() == ["-arch=sm_90", "-Icommon"], everything.describe()
+    build = [find_toolchain().nvcc, *everything.stdout.split(), "-c", "apps/scale/scale.cu", "-o", str(tmp_path / "k.o")]
+    done = subprocess.run(build, check=False, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr  # before: check_macros.h: No such file or directory
+    from_acfs = run_cli(["flags", "scale.acf.toml", "--all"], cwd=repo / "acfs")
+    assert from_acfs.stdout.split() == ["-arch=sm_90", "-I../common"], from_acfs.describe()
+    cmake = run_cli(["flags", "acfs/scale.acf.toml", "--all", "--format", "cmake"], cwd=repo)
+    assert f'COMPILE_OPTIONS "-I{repo.resolve() / "common"}")' in cmake.stdout, cmake.describe()  # CMake builds elsewhere
 
 
 # -- tune.toml keys of this layer ----------------------------------------------------------------
