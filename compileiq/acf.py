@@ -8,6 +8,7 @@ does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import tempfile
@@ -56,15 +57,30 @@ class Acf:
     data: dict[str, Any]
     base: BaseFlags = field(default_factory=BaseFlags)  # the flags the code needs to build at all (tune.toml nvcc_flags)
 
-    def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> tuple[str, ...]:
-        """The tuned settings for a build; ``with_base`` adds what a rebuild needs besides them."""
+    def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
+              absolute: bool = False) -> tuple[str, ...]:
+        """The tuned settings for a build; ``with_base`` adds what a rebuild needs besides them,
+        its include folders as paths from the current folder (``absolute``: from the root)."""
         arch = (f"-arch={self.arch}",) if with_arch else ()
-        base = self.base.as_args() if with_base else ()
+        base = self.base_args(absolute) if with_base else ()
         if stage == "ptxas":
             return (("--compile-only",) if with_base and self.base.relocatable else ()) + self.ptxas_args
         if stage == "frontend":
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv
+
+    def source_from_here(self) -> str:
+        """The kernel source as a path from the current folder (an ACF records it relative to its
+        own folder; an older ACF relative to where `tune` ran, used as it is)."""
+        beside = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(self.path)), self.source_path))
+        return os.path.relpath(beside) if os.path.isfile(beside) else self.source_path
+
+    def base_args(self, absolute: bool = False) -> tuple[str, ...]:
+        """The base flags for a build run from the current folder: a relative include folder is
+        recorded relative to the kernel's folder (as tune.toml gives it), which is seldom here."""
+        folder = os.path.dirname(self.source_from_here())
+        paths = (os.path.normpath(os.path.join(folder, d)) for d in self.base.include_dirs)
+        return self.base.flags + tuple(f"-I{os.path.abspath(p) if absolute else p}" for p in paths)
 
 
 @dataclass(frozen=True)
@@ -163,6 +179,8 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise AcfError(f"{path} is not a readable ACF: nested too deeply") from None
     try:
         return _validated(path, data, space)
     except (KeyError, TypeError, ValueError) as error:

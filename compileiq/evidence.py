@@ -8,6 +8,7 @@ from typing import Any
 
 from compileiq import ablation, eligibility, multi_objective
 from compileiq.acf import AcfContent
+from compileiq.base_flags import path_problem
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle
 from compileiq.pareto import values_of
@@ -44,8 +45,21 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database},
-        base_flags=spec.nvcc_flags.as_args(), settings_sha256=spec.settings_sha256(),
+        base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(),
     )  # fmt: skip
+
+
+def base_flags(spec: KernelSpec) -> tuple[str, ...]:
+    """What a rebuild needs besides the tuned settings: the nvcc_flags, then every include folder
+    the build used (tune.toml's include_dirs too), relative to the kernel's folder as tune.toml
+    gives them; a folder with nothing but the root in common with it stays absolute. A folder
+    whose resolved path the ACF could not hold (a link to a name with a space) is left out."""
+    folder = spec.source.parent
+    includes: list[str] = []
+    for d in spec.include_dirs:
+        relative = os.path.relpath(d, folder) if os.path.commonpath([d, folder]) != d.anchor else None
+        includes += [p for p in (relative, d.as_posix()) if p is not None and path_problem(p) is None][:1]
+    return spec.nvcc_flags.flags + tuple(f"-I{d}" for d in includes)
 
 
 def objective_table(result: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ search space can produce, so no format has to quote more than a file path.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from pathlib import Path
@@ -63,7 +62,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "cuda_architectures": cuda_architectures(acf.arch),
         "stage": stage,
         "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
-        "base": list(acf.base.as_args()),
+        "base": list(acf.base_args()),
         "frontend": list(acf.frontend_args),
         "ptxas": list(acf.ptxas_args),
         "defines": list(acf.fixed_defines),
@@ -76,20 +75,15 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     """set_source_files_properties(...) giving the kernel source the ACF's flags. Each flag is one
     token (ptxas options as -Xptxas=OPTION, never split from their -Xptxas); a source's
     COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
-    options = ";".join(_plain(acf, token) for token in unique(acf.flags(stage, with_arch=False, with_base=with_base)))
+    # absolute include folders: the compiler runs in CMake's build folder, not here
+    flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
+    options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf.arch)
     return (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
-        f"set_source_files_properties({_cmake_quoted(_source_from_here(acf))} PROPERTIES COMPILE_OPTIONS "
+        f"set_source_files_properties({_cmake_quoted(acf.source_from_here())} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
-
-
-def _source_from_here(acf: Acf) -> str:
-    """The kernel source as a path from the current folder (an ACF records it relative to its own
-    folder; an older ACF relative to where `tune` ran, used as it is)."""
-    beside = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(acf.path)), acf.source_path))
-    return os.path.relpath(beside) if os.path.isfile(beside) else acf.source_path
 
 
 def _plain(acf: Acf, token: str) -> str:

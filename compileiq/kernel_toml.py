@@ -41,10 +41,12 @@ def parse_spec(source: Path, arch: str | None) -> KernelSpec:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8 whatever the locale
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         reason = " ".join(str(exc).split())
         raise KernelError(f"{path}: malformed TOML: {reason}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise KernelError(f"{path}: malformed TOML: nested too deeply") from None
 
 
 MODES = ("harness", "program")

@@ -20,6 +20,8 @@ SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat
           "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4, "double": 8, "long": 8,
           "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
 _MAX_DEPTH = 8
+# What a launch can ask for, as tune.toml's top-level block_size and dynamic_smem allow.
+RANGES = {"block_size": (1, 1024), "dynamic_smem": (0, 2**31 - 1)}
 _LAUNCH_BOUNDS = re.compile(
     r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)\s*(?:,[^)]*)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
 
@@ -142,9 +144,18 @@ class LaunchModel:
         self._defines = source_defines(texts)
         defaults = spec.default_values()
         for facts in spec.launch:  # a wrong expression is a usage error now, not a failed trial
-            for text in (facts.block_size, facts.dynamic_smem):
+            for fact, text in (("block_size", facts.block_size), ("dynamic_smem", facts.dynamic_smem)):
                 if text is not None:
-                    self._evaluate(text, defaults, f"launch.{facts.entry}")
+                    self._in_range(fact, text, self._evaluate(text, defaults, f"launch.{facts.entry}"), facts.entry)
+
+    def _in_range(self, fact: str, text: str, value: int, entry: str) -> None:
+        """A launch fact outside what a launch can ask for (0 threads, negative bytes) would score
+        every variant of the study alike (no occupancy, or too much): refused before any build."""
+        low, high = RANGES[fact]
+        if not low <= value <= high:
+            where = f"{self._spec.source.parent / 'tune.toml'}: launch.{entry}.{fact}"
+            shown = text if text == str(value) else f"{text!r} is {value} with the defaults: it"
+            raise ExpressionError(f"{where}: {shown} must be from {low} to {high}")
 
     def facts(self, entry: str, config: Mapping[str, Any]) -> tuple[int, int]:
         spec = self._spec

@@ -397,6 +397,8 @@ def _load_file(path: Path, compiler: str, version: str) -> tuple[Parameter, ...]
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpaceError(f"{path}: malformed TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise SpaceError(f"{path}: malformed TOML: nested too deeply") from None
     except OSError as e:
         raise SpaceError(f"{path}: cannot read: {e.strerror or e}") from None
     header = {k: data.get(k) for k in ("compiler", "version", "stage")}

@@ -71,6 +71,8 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "gate-directory": ("gate {ws}/adir --static", 2, "adir"),
     "gate-binary": ("gate {ws}/binary.acf.toml --static", 2, "not a readable ACF"),
     "gate-huge": ("gate {ws}/huge.acf.toml --static", 2, "bytes"),
+    "flags-deeply-nested": ("flags {ws}/deep.acf.toml", 2, "not a readable ACF: nested too deeply"),
+    "gate-deeply-nested": ("gate {ws}/deep.acf.toml --static", 2, "not a readable ACF: nested too deeply"),
     "gate-markdown-unwritable": ("gate {ws}/good.acf.toml --static --markdown /proc/nope/summary.md", 2,
                                  "--markdown /proc/nope/summary.md: cannot write"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
@@ -92,6 +94,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     (ws / "afile").write_text("not a directory\n")
     (ws / "binary.acf.toml").write_bytes(bytes(range(256)) * 64)
     (ws / "huge.acf.toml").write_text("# " + "x" * (2 << 20) + "\n")
+    (ws / "deep.acf.toml").write_text("format = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n")  # under the size cap
     good = run_cli([*shlex.split(_fill(T, ws)), "--budget", "2", "--only", ONE_FLAG, "--out", str(ws / "good.acf.toml")], ws)
     assert good.returncode == 0, good.describe()
     with ThreadPoolExecutor(max_workers=3) as pool:

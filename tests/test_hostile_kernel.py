@@ -81,6 +81,8 @@ CASES: dict[str, Hostile] = {
     "file-name-backtick": Hostile("", "kernel file name", file_name=f"k{TICK}.cu"),
     "file-name-semicolon": Hostile("", "kernel file name", file_name="k;touch x.cu"),
     "header-name-subshell": Hostile("", "header", header=f"h{RUN}.h"),
+    "toml-nested-arrays": Hostile("x = " + "[" * 5000 + "]" * 5000 + "\n", "malformed TOML: nested too deeply"),
+    "toml-nested-tables": Hostile("x = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "malformed TOML: nested too deeply"),
     "launch-python": Hostile('[launch.scale]\ndynamic_smem = "__import__(\'os\').system(\'touch x\')"\n',
                              "launch.scale.dynamic_smem"),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sqlite3
+import subprocess
 import time
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -240,6 +241,15 @@ def test_a_file_without_a_kernel_says_so(tmp_path: Path) -> None:
     assert result.stderr_lines[0] == "error: host.cu: no kernel (__global__ function) in the compiled module"
 
 
+def test_a_utf8_tune_toml_reads_whatever_the_locale(tmp_path: Path) -> None:
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text("# Größe der Filter (TOML is UTF-8)\n[tune.defines]\nTAPS = [4, 8]\n", encoding="utf-8")
+    result = run_cli(["space", "fir.cu"], cwd=tmp_path, env={"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                                             "PYTHONCOERCECLOCALE": "0"})
+    assert result.returncode == 0, result.describe()  # before: 'ascii' codec can't decode byte 0xc3
+    assert "define.TAPS" in result.stdout
+
+
 # -- a relocatable ACF ---------------------------------------------------------------------------
 
 
@@ -257,6 +267,28 @@ def test_a_clone_elsewhere_gates_the_acf(tmp_path: Path) -> None:
     result = run_cli(["gate", str(clone / "acfs" / "fir.acf.toml"), "--static"], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
     assert "gate PASS: 1/1" in result.stdout
+
+
+def test_flags_all_rebuilds_a_kernel_whose_headers_are_in_a_sibling_folder(tmp_path: Path) -> None:
+    # apps/scale/scale.cu includes "check_macros.h" from ../../common (tune.toml include_dirs), as
+    # a samples repository does; the ACF goes to acfs/ and the rebuild runs from the repository root.
+    from compileiq.toolchain import find_toolchain
+
+    repo = _copy(tmp_path, "sibling_common")
+    args = ["tune", "apps/scale/scale.cu", "--objective", "static", "--budget", "2", "--workers", "local",
+            "--arch", "sm_90", "--db", "sqlite:///db.sqlite", "--out", "acfs/scale.acf.toml", *NARROW]
+    result = run_cli(args, cwd=repo)
+    assert result.returncode == 0, result.describe()
+    assert _acf(repo / "acfs" / "scale.acf.toml")["base"]["nvcc_flags"] == ["-I../../common"]  # from the kernel's folder
+    everything = run_cli(["flags", "acfs/scale.acf.toml", "--all"], cwd=repo)
+    assert everything.stdout.split() == ["-arch=sm_90", "-Icommon"], everything.describe()
+    build = [find_toolchain().nvcc, *everything.stdout.split(), "-c", "apps/scale/scale.cu", "-o", str(tmp_path / "k.o")]
+    done = subprocess.run(build, check=False, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr  # before: check_macros.h: No such file or directory
+    from_acfs = run_cli(["flags", "scale.acf.toml", "--all"], cwd=repo / "acfs")
+    assert from_acfs.stdout.split() == ["-arch=sm_90", "-I../common"], from_acfs.describe()
+    cmake = run_cli(["flags", "acfs/scale.acf.toml", "--all", "--format", "cmake"], cwd=repo)
+    assert f'COMPILE_OPTIONS "-I{repo.resolve() / "common"}")' in cmake.stdout, cmake.describe()  # CMake builds elsewhere
 
 
 # -- tune.toml keys of this layer ----------------------------------------------------------------
@@ -277,6 +309,28 @@ def test_bad_base_flags_and_launch_tables_name_the_key(tmp_path: Path, toml: str
     with pytest.raises(UsageError) as info:
         load_spec(tmp_path / "fir.cu", arch="sm_90")
     assert "\n" not in str(info.value) and f"{key}:" in str(info.value)
+
+
+@pytest.mark.parametrize(("table", "says"), [
+    ("block_size = 0", "launch.fir.block_size: 0 must be from 1 to 1024"),
+    ("block_size = 2048", "launch.fir.block_size: 2048 must be from 1 to 1024"),
+    ('block_size = "-32"', "launch.fir.block_size: -32 must be from 1 to 1024"),
+    ('block_size = "TAPS * 512"', "launch.fir.block_size: 'TAPS * 512' is 2048 with the defaults: it must be"),
+    ("dynamic_smem = -4", "launch.fir.dynamic_smem: -4 must be from 0 to 2147483647"),
+    ('dynamic_smem = "TAPS * 1024 * 1024 * 1024"', "launch.fir.dynamic_smem: 'TAPS * 1024 * 1024 * 1024' is"),
+])
+def test_a_launch_table_no_launch_could_ask_for_fails_before_any_build(tmp_path: Path, table: str, says: str) -> None:
+    # Before, each scored every variant alike (occupancy 0, or 100% for negative bytes) and the
+    # run "succeeded"; the top-level block_size and dynamic_smem were already range-checked.
+    from compileiq.launch import LaunchModel
+
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text(f"[tune.defines]\nTAPS = [4, 8]\n[launch.fir]\n{table}\n")
+    with pytest.raises(UsageError) as info:
+        LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
+    assert "\n" not in str(info.value) and says in str(info.value)
+    (tmp_path / "tune.toml").write_text('[tune.defines]\nTAPS = [4, 8]\n[launch.fir]\nblock_size = "TAPS * 256"\n')
+    assert LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90")).facts("fir", {})[0] == 1024
 
 
 def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
