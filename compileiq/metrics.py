@@ -14,7 +14,7 @@ from typing import Any
 from compileiq.compile import Build, EntryResources, first_error_line
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.launch import LaunchModel
+from compileiq.launch import LaunchModel, entry_matches
 from compileiq.space import Config
 
 
@@ -138,6 +138,7 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
 
 
 NO_KERNEL = "no kernel (__global__ function) in the compiled module"
+NO_LAUNCHED_KERNEL = "names no kernel of the build"  # a [launch.NAME] table of tune.toml
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,13 @@ class StaticEvaluator:
             return Evaluation(None, f"{build.status.value}: {reason}", {})
         if not any(e.entry for e in build.entries):
             return Evaluation(None, NO_KERNEL, {})
+        names = ", ".join(e.name for e in build.entries if e.entry)
         entries = tuple(e for e in build.entries if e.entry and _wanted(e.name, self._kernel.entries))
         if not entries:
-            names = ", ".join(e.name for e in build.entries if e.entry) or "none"
             return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
+        if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
+            # a typo there would leave its kernel scored at the default launch, unnoticed
+            return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {names}", {})
         values = config.as_dict()
         threads = self._kernel.block_size_for(values)
         launch = {e.name: self._launch.facts(e.name, values) for e in entries}
@@ -190,6 +194,8 @@ def plain_fields(record: Any) -> dict[str, Any]:
 
 
 def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
-    if not wanted:
-        return True
-    return any(entry == name or entry.startswith(f"_Z{len(name)}{name}") for name in wanted)
+    return not wanted or any(entry_matches(entry, name) for name in wanted)
+
+
+def _built(name: str, build: Build) -> bool:
+    return any(e.entry and entry_matches(e.name, name) for e in build.entries)

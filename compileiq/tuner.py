@@ -19,7 +19,13 @@ from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
 from compileiq.limits import RunClock, RunLimits
-from compileiq.metrics import NO_KERNEL, StaticEvaluator, StaticMetrics, objective_value
+from compileiq.metrics import (
+    NO_KERNEL,
+    NO_LAUNCHED_KERNEL,
+    StaticEvaluator,
+    StaticMetrics,
+    objective_value,
+)
 from compileiq.pareto import Front, values_of
 from compileiq.records import SCREEN, SEARCH, first_line
 from compileiq.refit_schedule import BackgroundRefresh
@@ -466,8 +472,8 @@ class Tuner:
             if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
-                if NO_KERNEL in reason:
-                    raise BaselineError(f"{name}: {NO_KERNEL}")
+                if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
+                    raise BaselineError(f"{name}: {reason}")
                 raise BaselineError(f"{name} does not build with default settings: {reason}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:

@@ -67,6 +67,9 @@ CASES: dict[str, Case] = {
     "toml-syntax": Case(f"{T} {{ws}}/syntax/reduction.cu", 2, ("tune.toml", "malformed TOML")),
     "toml-unknown-key": Case(f"{T} {{ws}}/unknown/reduction.cu", 2, ("tune.toml", "colour", "unknown key")),
     "toml-wrong-type": Case(f"{T} {{ws}}/wrongtype/reduction.cu", 2, ("tune.toml", "block_size")),
+    "toml-launch-typo": Case(  # a [launch.NAME] that names no kernel: its kernel would be scored at the default launch
+        f"{T} {{ws}}/launchtypo/reduction.cu --budget 2", 1, ("reduction.cu", "[launch.reduce_summ]", "found: reduce_sum"),
+    ),
     # search spaces
     "space-syntax": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "malformed TOML"), {SPACE: "{ws}/space-syntax"}),
     "space-missing-key": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "render"), {SPACE: "{ws}/space-missing-key"}),
@@ -143,6 +146,8 @@ def _write_inputs(ws: Path) -> None:
     _copy_kernel(ws, "syntax", 'arch = "sm_90\n')
     _copy_kernel(ws, "unknown", 'colour = "blue"\n')
     _copy_kernel(ws, "wrongtype", "block_size = true\n")
+    harness = json.dumps(str(REPO / "compileiq" / "include"))
+    _copy_kernel(ws, "launchtypo", f'include_dirs = [{harness}]\n[launch.reduce_summ]\nblock_size = 128\n')
     _space_copy(ws, "space-syntax", "\njunk = [\n")
     _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
     (ws / "space-empty").mkdir()
