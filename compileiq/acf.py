@@ -205,6 +205,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     arch = str(kernel["arch"])
     if not _ARCH.fullmatch(f"-arch={arch}"):
         raise AcfError(f"{path}: bad arch {arch!r}")
+    _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
@@ -220,6 +221,34 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
         base=base_flags,
     )  # fmt: skip
+
+
+# What each number of [evidence.baseline] / [evidence.best] may be: the gate compares a rebuild
+# against them, so a NaN (never worse), a string or a negative count would forge a pass.
+_EVIDENCE_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
+    "instructions": (int, 0, math.inf), "stack_bytes": (int, 0, math.inf), "block_size": (int, 1, 1024),
+    "trial": (int, 0, math.inf), "samples": (int, 0, math.inf), "median_ms": (float, 0, math.inf),
+    "iqr_ms": (float, 0, math.inf), "min_ms": (float, 0, math.inf),
+}  # fmt: skip
+_OBJECTIVE_NUMBERS = ("baseline", "best", "speedup", "confirmation_delta")  # one objective's values
+
+
+def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Every recorded number a finite value of its type and range; one line naming the first that is not."""
+    for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
+        if name in objective and not _finite(objective[name]):
+            raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
+    for table in ("baseline", "best"):
+        values = evidence.get(table, {})
+        if not isinstance(values, dict):
+            raise AcfError(f"{path}: evidence.{table} must be a table")
+        for key, (kind, low, high) in _EVIDENCE_NUMBERS.items():
+            value = values.get(key)
+            if key in values and not ((_count(value) if kind is int else _finite(value)) and low <= value <= high):
+                what = "an integer" if kind is int else "a number"
+                bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
+                raise AcfError(f"{path}: evidence.{table}.{key} = {str(value)[:40]!r} must be {what} {bounds}")
 
 
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")

@@ -8,6 +8,7 @@ by a script that sleeps first.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -16,15 +17,17 @@ import socket
 import subprocess
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tomli_w
 from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli, slow_toolchain
 
-from compileiq import app, exchange
+from compileiq import acf, app, exchange
 from compileiq.runner import SilentProgress
 from compileiq.store import Store, Trial, TrialState
 
@@ -77,6 +80,8 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
                                  "--markdown /proc/nope/summary.md: cannot write"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
+    "gate-evidence-nan": ("gate {ws}/nan.acf.toml --static", 2, "evidence.best.occupancy"),
+    "flags-evidence-nan": ("flags {ws}/nan.acf.toml", 2, "evidence.best.occupancy = 'nan' must be a number"),
 }
 # fmt: on
 
@@ -97,10 +102,19 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     (ws / "deep.acf.toml").write_text("format = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n")  # under the size cap
     good = run_cli([*shlex.split(_fill(T, ws)), "--budget", "2", "--only", ONE_FLAG, "--out", str(ws / "good.acf.toml")], ws)
     assert good.returncode == 0, good.describe()
+    _edited(ws / "good.acf.toml", ws / "nan.acf.toml", lambda d: d["evidence"]["best"].update(occupancy=math.nan))
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = {name: pool.submit(run_cli, shlex.split(_fill(command, ws)), ws)
                    for name, (command, _, _) in BAD_INPUTS.items()}  # fmt: skip
         yield Workspace(ws, results)
+
+
+def _edited(good: Path, path: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """A hand edit of a real ACF: `good` read, changed by `edit`, written to `path`."""
+    data = tomllib.loads(good.read_text())
+    edit(data)
+    path.write_text(tomli_w.dumps(data))
+    return path
 
 
 def _fill(command: str, ws: Path) -> str:
@@ -143,6 +157,59 @@ def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> No
         assert [len(store.trials(s.id)) for s in store.list_studies()] == [2]  # the good run's only
     finally:
         store.close()
+
+
+# -- a hand-edited ACF: every recorded number is checked, so the gate compares with real values ----
+
+def _set(table: str, key: str, value: object) -> Callable[[dict[str, Any]], object]:
+    def edit(data: dict[str, Any]) -> None:
+        *path, last = f"{table}.{key}".split(".")
+        for name in path:
+            data = data[name]
+        data[last] = value
+    return edit
+
+
+# fmt: off
+ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit, text in the error
+    "occupancy-nan": (_set("evidence.best", "occupancy", math.nan), "evidence.best.occupancy"),
+    "occupancy-above-one": (_set("evidence.best", "occupancy", 1.5), "evidence.best.occupancy"),
+    "occupancy-negative": (_set("evidence.best", "occupancy", -0.5), "evidence.best.occupancy"),
+    "occupancy-string": (_set("evidence.best", "occupancy", "1.0"), "evidence.best.occupancy"),
+    "registers-string": (_set("evidence.best", "registers", "8"), "evidence.best.registers"),
+    "registers-float": (_set("evidence.best", "registers", 8.0), "evidence.best.registers"),
+    "registers-bool": (_set("evidence.best", "registers", True), "evidence.best.registers"),
+    "registers-256": (_set("evidence.best", "registers", 256), "evidence.best.registers"),
+    "registers-negative": (_set("evidence.best", "registers", -1), "evidence.best.registers"),
+    "spills-negative": (_set("evidence.best", "spill_bytes", -4), "evidence.best.spill_bytes"),
+    "spills-inf": (_set("evidence.best", "spill_bytes", math.inf), "evidence.best.spill_bytes"),
+    "instructions-inf": (_set("evidence.best", "instructions", math.inf), "evidence.best.instructions"),
+    "instructions-negative": (_set("evidence.best", "instructions", -7), "evidence.best.instructions"),
+    "stack-nan": (_set("evidence.best", "stack_bytes", math.nan), "evidence.best.stack_bytes"),
+    "block-size-zero": (_set("evidence.best", "block_size", 0), "evidence.best.block_size"),
+    "median-negative": (_set("evidence.best", "median_ms", -1.0), "evidence.best.median_ms"),
+    "baseline-spills-nan": (_set("evidence.baseline", "spill_bytes", math.nan), "evidence.baseline.spill_bytes"),
+    "baseline-occupancy-inf": (_set("evidence.baseline", "occupancy", math.inf), "evidence.baseline.occupancy"),
+    "best-not-a-table": (_set("evidence", "best", "fine"), "evidence.best must be a table"),
+    "objective-best-nan": (_set("objective", "best", math.nan), "objective.best"),
+    "objective-baseline-string": (_set("objective", "baseline", "0"), "objective.baseline"),
+    "objective-speedup-inf": (_set("objective", "speedup", math.inf), "objective.speedup"),
+}
+# fmt: on
+
+
+def test_a_real_acf_reads_back_valid(workspace: Workspace) -> None:
+    read = acf.read(workspace.path / "good.acf.toml")
+    assert {"spill_bytes", "registers", "occupancy", "instructions"} <= set(read.evidence["best"])
+
+
+@pytest.mark.parametrize("name", list(ACF_EDITS))
+def test_a_forged_evidence_number_is_refused_naming_its_key(workspace: Workspace, name: str) -> None:
+    edit, says = ACF_EDITS[name]
+    path = _edited(workspace.path / "good.acf.toml", workspace.path / f"edit-{name}.acf.toml", edit)
+    with pytest.raises(acf.AcfError) as info:
+        acf.read(path)
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
 # -- terminal and markup injection -------------------------------------------------------------
