@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import tempfile
 import tomllib
@@ -23,12 +22,12 @@ import tomli_w
 from compileiq import __version__
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.errors import UsageError
+from compileiq.kernel import ARCH
 from compileiq.output_file import write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
-_ARCH = re.compile(r"-arch=sm_\d+[af]?")
 
 
 class AcfError(UsageError):
@@ -190,7 +189,7 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 
 
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
-    if data.get("format") != FORMAT_VERSION:
+    if not _count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
         raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
@@ -202,9 +201,9 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     expected = (*full_space.nvcc_args(config), *fixed)
     if argv != expected:
         raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
-    arch = str(kernel["arch"])
-    if not _ARCH.fullmatch(f"-arch={arch}"):
-        raise AcfError(f"{path}: bad arch {arch!r}")
+    arch = kernel["arch"]
+    if not isinstance(arch, str) or not ARCH.fullmatch(arch):
+        raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")
     _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     try:

@@ -21,6 +21,7 @@ from compileiq.errors import UsageError
 
 TUNE_FILE = "tune.toml"
 DEFAULT_ARCH = "sm_90"
+ARCH = re.compile(r"sm_[1-9]\d{1,2}[af]?")  # what --arch, tune.toml and an ACF accept: sm_90, sm_90a, sm_100f
 DEFAULT_BLOCK_SIZE = 256
 DEPENDENCY_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan

@@ -82,6 +82,9 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
     "gate-evidence-nan": ("gate {ws}/nan.acf.toml --static", 2, "evidence.best.occupancy"),
     "flags-evidence-nan": ("flags {ws}/nan.acf.toml", 2, "evidence.best.occupancy = 'nan' must be a number"),
+    "flags-format-true": ("flags {ws}/format-true.acf.toml", 2, "unsupported ACF format True"),
+    "flags-arch-9999": ("flags {ws}/arch-9999.acf.toml", 2, "kernel.arch = 'sm_9999' is not an arch"),
+    "arch-9999": (f"{T} --arch sm_9999", 2, "'sm_9999' is not an arch like 'sm_90'"),
 }
 # fmt: on
 
@@ -103,6 +106,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     good = run_cli([*shlex.split(_fill(T, ws)), "--budget", "2", "--only", ONE_FLAG, "--out", str(ws / "good.acf.toml")], ws)
     assert good.returncode == 0, good.describe()
     _edited(ws / "good.acf.toml", ws / "nan.acf.toml", lambda d: d["evidence"]["best"].update(occupancy=math.nan))
+    _edited(ws / "good.acf.toml", ws / "format-true.acf.toml", lambda d: d.update(format=True))
+    _edited(ws / "good.acf.toml", ws / "arch-9999.acf.toml", lambda d: d["kernel"].update(arch="sm_9999"))
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = {name: pool.submit(run_cli, shlex.split(_fill(command, ws)), ws)
                    for name, (command, _, _) in BAD_INPUTS.items()}  # fmt: skip
@@ -159,7 +164,7 @@ def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> No
         store.close()
 
 
-# -- a hand-edited ACF: every recorded number is checked, so the gate compares with real values ----
+# -- a hand-edited ACF: every recorded number, its format and arch are checked ---------------------
 
 def _set(table: str, key: str, value: object) -> Callable[[dict[str, Any]], object]:
     def edit(data: dict[str, Any]) -> None:
@@ -194,6 +199,11 @@ ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit
     "objective-best-nan": (_set("objective", "best", math.nan), "objective.best"),
     "objective-baseline-string": (_set("objective", "baseline", "0"), "objective.baseline"),
     "objective-speedup-inf": (_set("objective", "speedup", math.inf), "objective.speedup"),
+    "format-true": (lambda d: d.update(format=True), "unsupported ACF format True"),
+    "format-float": (lambda d: d.update(format=1.0), "unsupported ACF format 1.0"),
+    "arch-9999": (_set("kernel", "arch", "sm_9999"), "kernel.arch = 'sm_9999' is not an arch"),
+    "arch-number": (_set("kernel", "arch", 90), "kernel.arch = '90' is not an arch"),
+    "arch-suffix": (_set("kernel", "arch", "sm_90x"), "kernel.arch = 'sm_90x' is not an arch"),
 }
 # fmt: on
 
@@ -204,7 +214,7 @@ def test_a_real_acf_reads_back_valid(workspace: Workspace) -> None:
 
 
 @pytest.mark.parametrize("name", list(ACF_EDITS))
-def test_a_forged_evidence_number_is_refused_naming_its_key(workspace: Workspace, name: str) -> None:
+def test_a_hand_edited_number_or_arch_is_refused_naming_its_key(workspace: Workspace, name: str) -> None:
     edit, says = ACF_EDITS[name]
     path = _edited(workspace.path / "good.acf.toml", workspace.path / f"edit-{name}.acf.toml", edit)
     with pytest.raises(acf.AcfError) as info:
