@@ -23,7 +23,7 @@ from compileiq import __version__
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.errors import UsageError
 from compileiq.kernel import ARCH
-from compileiq.output_file import write_atomically
+from compileiq.output_file import not_regular, write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 
 FORMAT_VERSION = 1
@@ -161,6 +161,8 @@ def check_writable(path: Path) -> None:
 
 def read(path: Path, space: SearchSpace | None = None) -> Acf:
     """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
+    if kind := not_regular(path):  # never opened: reading a named pipe blocks
+        raise AcfError(f"{path} is not a readable ACF: it is {kind}, not a regular file")
     try:
         if path.stat().st_size > MAX_BYTES:
             raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")

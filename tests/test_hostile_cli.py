@@ -65,13 +65,22 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "arch-injection": (f"{T} '--arch=sm_90;id'", 2, "is not an arch"),
     "objective-empty": (f"{T} --objective=", 2, "unknown objective"),
     "strategy-empty": (f"{T} --strategy=", 2, "unknown strategy"),
-    "kernel-is-a-directory": ("tune {ws}/adir --workers local --db sqlite:///{ws}/t.db", 2, "adir"),
+    "kernel-is-a-directory": ("tune {ws}/adir --workers local --db sqlite:///{ws}/t.db", 2,
+                              "adir is a directory, not a regular file"),
+    "kernel-is-a-fifo": ("tune {ws}/fifo.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                         "fifo.cu is a named pipe, not a regular file"),
+    "kernel-links-to-dev-zero": ("tune {ws}/zero.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                                 "zero.cu is a character device, not a regular file"),
     "show-top-zero": ("show --top 0 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
     "show-top-negative": ("show x --top -3 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
     "flags-directory": ("flags {ws}/adir", 2, "adir"),
     "flags-binary": ("flags {ws}/binary.acf.toml", 2, "not a readable ACF"),
     "flags-huge": ("flags {ws}/huge.acf.toml", 2, "bytes"),
     "gate-directory": ("gate {ws}/adir --static", 2, "adir"),
+    "flags-fifo": ("flags {ws}/fifo.acf.toml", 2, "it is a named pipe, not a regular file"),  # never opened
+    "gate-fifo": ("gate {ws}/fifo.acf.toml --static", 2, "it is a named pipe, not a regular file"),
+    "gate-kernel-fifo": ("gate {ws}/good.acf.toml --static --kernel {ws}/fifo.cu", 2,
+                         "fifo.cu is a named pipe, not a regular file"),
     "gate-binary": ("gate {ws}/binary.acf.toml --static", 2, "not a readable ACF"),
     "gate-huge": ("gate {ws}/huge.acf.toml --static", 2, "bytes"),
     "flags-deeply-nested": ("flags {ws}/deep.acf.toml", 2, "not a readable ACF: nested too deeply"),
@@ -100,6 +109,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     ws = tmp_path_factory.mktemp("hostile-cli")
     (ws / "adir").mkdir()
     (ws / "afile").write_text("not a directory\n")
+    for fifo in ("fifo.cu", "fifo.acf.toml"):  # reading one would block until a writer comes
+        os.mkfifo(ws / fifo)
+    (ws / "zero.cu").symlink_to("/dev/zero")
     (ws / "binary.acf.toml").write_bytes(bytes(range(256)) * 64)
     (ws / "huge.acf.toml").write_text("# " + "x" * (2 << 20) + "\n")
     (ws / "deep.acf.toml").write_text("format = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n")  # under the size cap
