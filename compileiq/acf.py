@@ -166,7 +166,7 @@ def read(path: Path, space: SearchSpace | None = None) -> Acf:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is skipped
     except FileNotFoundError:
         raise AcfError(f"ACF not found: {path}") from None
     except (OSError, UnicodeDecodeError) as error:

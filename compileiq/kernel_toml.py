@@ -41,7 +41,7 @@ def parse_spec(source: Path, arch: str | None) -> KernelSpec:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8 whatever the locale
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # UTF-8 whatever the locale; a BOM (Windows editors) skipped
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         reason = " ".join(str(exc).split())
         raise KernelError(f"{path}: malformed TOML: {reason}") from None

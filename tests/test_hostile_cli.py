@@ -7,6 +7,7 @@ by a script that sleeps first.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -223,6 +224,12 @@ ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit
 def test_a_real_acf_reads_back_valid(workspace: Workspace) -> None:
     read = acf.read(workspace.path / "good.acf.toml")
     assert {"spill_bytes", "registers", "occupancy", "instructions"} <= set(read.evidence["best"])
+
+
+def test_an_acf_saved_with_a_byte_order_mark_is_read(workspace: Workspace) -> None:
+    path = workspace.path / "bom.acf.toml"
+    path.write_bytes(codecs.BOM_UTF8 + (workspace.path / "good.acf.toml").read_bytes())
+    assert acf.read(path).argv == acf.read(workspace.path / "good.acf.toml").argv
 
 
 @pytest.mark.parametrize("name", list(ACF_EDITS))
