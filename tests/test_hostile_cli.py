@@ -90,6 +90,13 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
                                  "--markdown /proc/nope/summary.md: cannot write"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
+    "db-empty": ("show --db ''", 2, "--db is empty"),  # not the default database, silently
+    "db-empty-upgrade": ("db upgrade --db=", 2, "--db is empty"),
+    "db-blank": ("show --db ' '", 2, "--db is empty"),
+    "db-not-a-url": ("show --db 'not a database URL: file.db'", 2, "not a database URL"),
+    "db-http": ("show --db http://x", 2, "unsupported database URL http://x"),
+    "db-no-such-driver": ("show --db sqlite+nodriver:///x.db", 2, "unsupported database URL"),
+    "db-in-memory": ("show --db sqlite://", 2, "in-memory database"),
     "gate-evidence-nan": ("gate {ws}/nan.acf.toml --static", 2, "evidence.best.occupancy"),
     "flags-evidence-nan": ("flags {ws}/nan.acf.toml", 2, "evidence.best.occupancy = 'nan' must be a number"),
     "flags-format-true": ("flags {ws}/format-true.acf.toml", 2, "unsupported ACF format True"),
