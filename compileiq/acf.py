@@ -245,8 +245,10 @@ def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, An
         if not isinstance(values, dict):
             raise AcfError(f"{path}: evidence.{table} must be a table")
         for key, (kind, low, high) in _EVIDENCE_NUMBERS.items():
-            value = values.get(key)
-            if key in values and not ((_count(value) if kind is int else _finite(value)) and low <= value <= high):
+            if key not in values:
+                continue
+            value = values[key]
+            if not ((_count(value) if kind is int else _finite(value)) and low <= value <= high):
                 what = "an integer" if kind is int else "a number"
                 bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
                 raise AcfError(f"{path}: evidence.{table}.{key} = {str(value)[:40]!r} must be {what} {bounds}")
