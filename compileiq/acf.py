@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import tempfile
 import tomllib
@@ -23,12 +22,12 @@ import tomli_w
 from compileiq import __version__
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.errors import UsageError
-from compileiq.output_file import write_atomically
+from compileiq.kernel import ARCH
+from compileiq.output_file import not_regular, write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
-_ARCH = re.compile(r"-arch=sm_\d+[af]?")
 
 
 class AcfError(UsageError):
@@ -162,10 +161,12 @@ def check_writable(path: Path) -> None:
 
 def read(path: Path, space: SearchSpace | None = None) -> Acf:
     """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
+    if kind := not_regular(path):  # never opened: reading a named pipe blocks
+        raise AcfError(f"{path} is not a readable ACF: it is {kind}, not a regular file")
     try:
         if path.stat().st_size > MAX_BYTES:
             raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is skipped
     except FileNotFoundError:
         raise AcfError(f"ACF not found: {path}") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -190,7 +191,7 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 
 
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
-    if data.get("format") != FORMAT_VERSION:
+    if not _count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
         raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
@@ -202,9 +203,10 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     expected = (*full_space.nvcc_args(config), *fixed)
     if argv != expected:
         raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
-    arch = str(kernel["arch"])
-    if not _ARCH.fullmatch(f"-arch={arch}"):
-        raise AcfError(f"{path}: bad arch {arch!r}")
+    arch = kernel["arch"]
+    if not isinstance(arch, str) or not ARCH.fullmatch(arch):
+        raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")
+    _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
@@ -220,6 +222,36 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
         base=base_flags,
     )  # fmt: skip
+
+
+# What each number of [evidence.baseline] / [evidence.best] may be: the gate compares a rebuild
+# against them, so a NaN (never worse), a string or a negative count would forge a pass.
+_EVIDENCE_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
+    "instructions": (int, 0, math.inf), "stack_bytes": (int, 0, math.inf), "block_size": (int, 1, 1024),
+    "trial": (int, 0, math.inf), "samples": (int, 0, math.inf), "median_ms": (float, 0, math.inf),
+    "iqr_ms": (float, 0, math.inf), "min_ms": (float, 0, math.inf),
+}  # fmt: skip
+_OBJECTIVE_NUMBERS = ("baseline", "best", "speedup", "confirmation_delta")  # one objective's values
+
+
+def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Every recorded number a finite value of its type and range; one line naming the first that is not."""
+    for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
+        if name in objective and not _finite(objective[name]):
+            raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
+    for table in ("baseline", "best"):
+        values = evidence.get(table, {})
+        if not isinstance(values, dict):
+            raise AcfError(f"{path}: evidence.{table} must be a table")
+        for key, (kind, low, high) in _EVIDENCE_NUMBERS.items():
+            if key not in values:
+                continue
+            value = values[key]
+            if not ((_count(value) if kind is int else _finite(value)) and low <= value <= high):
+                what = "an integer" if kind is int else "a number"
+                bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
+                raise AcfError(f"{path}: evidence.{table}.{key} = {str(value)[:40]!r} must be {what} {bounds}")
 
 
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")

@@ -36,6 +36,7 @@ from compileiq.gate_rules import (
 )
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.metrics import StaticEvaluator
+from compileiq.output_file import not_regular
 from compileiq.space import Config, load_space
 from compileiq.toolchain import Toolchain, find_toolchain
 
@@ -105,6 +106,8 @@ def locate(path: Path, kernel: Path | None = None) -> Target:
     """Read an ACF (validated) and find its kernel; UsageError when either is wrong."""
     acf = acf_file.read(path)
     found = kernel if kernel is not None else _find_source(acf)
+    if kind := not_regular(found):
+        raise UsageError(f"--kernel {found} is {kind}, not a regular file")
     if not found.is_file():
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:

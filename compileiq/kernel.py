@@ -18,9 +18,11 @@ from typing import Any
 
 from compileiq.base_flags import BaseFlags, path_problem
 from compileiq.errors import UsageError
+from compileiq.output_file import not_regular
 
 TUNE_FILE = "tune.toml"
 DEFAULT_ARCH = "sm_90"
+ARCH = re.compile(r"sm_[1-9]\d{1,2}[af]?")  # what --arch, tune.toml and an ACF accept: sm_90, sm_90a, sm_100f
 DEFAULT_BLOCK_SIZE = 256
 DEPENDENCY_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
@@ -166,6 +168,8 @@ def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:
     from compileiq.kernel_toml import parse_spec
 
     source = Path(cu_path).expanduser().resolve()
+    if kind := not_regular(source):  # checked before anything opens it: reading a named pipe blocks
+        raise KernelError(f"{cu_path} is {kind}, not a regular file: give the kernel's .cu or .cuh file")
     if not source.is_file():
         raise KernelError(f"kernel file not found: {cu_path}")
     if source.suffix not in CUDA_SUFFIXES:

@@ -12,6 +12,7 @@ from typing import Any
 from compileiq import kernel
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
 from compileiq.kernel import (
+    ARCH,
     DEFAULT_ARCH,
     DEFAULT_BLOCK_SIZE,
     MAX_TIMEOUT_S,
@@ -24,7 +25,6 @@ from compileiq.kernel import (
 from compileiq.launch import ExpressionError, check
 from compileiq.space import macro_problem
 
-_ARCH_RE = re.compile(r"sm_\d+[a-z]?")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LAUNCH_BOUNDS_RE = re.compile(r"__launch_bounds__\s*\(\s*(\d+|[A-Za-z_]\w*)\s*[,)]")
 _LAUNCH_KEYS = {"block_size", "dynamic_smem"}
@@ -41,7 +41,7 @@ def parse_spec(source: Path, arch: str | None) -> KernelSpec:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))  # TOML is UTF-8 whatever the locale
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # UTF-8 whatever the locale; a BOM (Windows editors) skipped
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         reason = " ".join(str(exc).split())
         raise KernelError(f"{path}: malformed TOML: {reason}") from None
@@ -117,9 +117,9 @@ class _Parser:
 
     def arch(self, override: str | None) -> str:
         value = self.raw.get("arch")
-        if value is not None and (not isinstance(value, str) or not _ARCH_RE.fullmatch(value)):
+        if value is not None and (not isinstance(value, str) or not ARCH.fullmatch(value)):
             raise self.fail("arch", f"{value!r} is not an arch like 'sm_90'")
-        if override is not None and not _ARCH_RE.fullmatch(override):
+        if override is not None and not ARCH.fullmatch(override):
             raise KernelError(f"{override!r} is not an arch like 'sm_90'")
         return override or value or kernel.detect_arch() or DEFAULT_ARCH
 

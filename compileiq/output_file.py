@@ -1,6 +1,7 @@
 """Replace a file the user named (an ACF) the way an editor would: atomically, through a
 symlink to its target, keeping the file's mode, never over a device, folder or pipe, and leaving
-no temporary file behind when the write fails."""
+no temporary file behind when the write fails. An input file is held to the same kinds: a device,
+folder or pipe is named as such, never opened."""
 
 from __future__ import annotations
 
@@ -37,6 +38,17 @@ def check_target(path: Path) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputFileError(f"cannot write {path}: {folder} is read-only or not writable by this user")
     return target
+
+
+def not_regular(path: Path) -> str | None:
+    """What an existing `path` is when it is not a regular file ("a named pipe", "a directory"...),
+    from stat alone: it is never opened, so a named pipe cannot block the reader. None for a
+    regular file (or a link to one) and for a path that does not exist (the reader says not found)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
 
 
 def write_atomically(path: Path, data: bytes) -> Path:

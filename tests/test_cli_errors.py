@@ -105,7 +105,7 @@ CASES: dict[str, Case] = {
     "pg-upgrade": Case(f"db upgrade --db {PG_URL}", 1, ("127.0.0.1",)),
     "sqlite-uncreatable-show": Case(f"show --db {BAD_SQLITE}", 1, ("/proc/nope",)),
     "sqlite-uncreatable-tune": Case(f"tune {{k}} --workers local --db {BAD_SQLITE}", 1, ("/proc/nope",)),
-    "db-not-a-url": Case("show --db 'not a url'", 1, ("not a database URL",)),
+    "db-not-a-url": Case("show --db 'not a url'", 2, ("not a database URL",)),
     "show-unknown-study": Case("show nosuchstudy --db sqlite:///{ws}/empty.db", 1, ("nosuchstudy",)),
     # Ray
     "ray-unreachable": Case(f"tune {{k}} --ray-address 127.0.0.1:1 {RAY_DB}", 1, ("127.0.0.1:1",)),

@@ -7,7 +7,9 @@ by a script that sleeps first.
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
 import os
 import re
 import shlex
@@ -16,15 +18,17 @@ import socket
 import subprocess
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tomli_w
 from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli, slow_toolchain
 
-from compileiq import app, exchange
+from compileiq import acf, app, exchange
 from compileiq.runner import SilentProgress
 from compileiq.store import Store, Trial, TrialState
 
@@ -62,13 +66,22 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "arch-injection": (f"{T} '--arch=sm_90;id'", 2, "is not an arch"),
     "objective-empty": (f"{T} --objective=", 2, "unknown objective"),
     "strategy-empty": (f"{T} --strategy=", 2, "unknown strategy"),
-    "kernel-is-a-directory": ("tune {ws}/adir --workers local --db sqlite:///{ws}/t.db", 2, "adir"),
+    "kernel-is-a-directory": ("tune {ws}/adir --workers local --db sqlite:///{ws}/t.db", 2,
+                              "adir is a directory, not a regular file"),
+    "kernel-is-a-fifo": ("tune {ws}/fifo.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                         "fifo.cu is a named pipe, not a regular file"),
+    "kernel-links-to-dev-zero": ("tune {ws}/zero.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                                 "zero.cu is a character device, not a regular file"),
     "show-top-zero": ("show --top 0 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
     "show-top-negative": ("show x --top -3 --db sqlite:///{ws}/t.db", 2, "--top must be at least 1"),
     "flags-directory": ("flags {ws}/adir", 2, "adir"),
     "flags-binary": ("flags {ws}/binary.acf.toml", 2, "not a readable ACF"),
     "flags-huge": ("flags {ws}/huge.acf.toml", 2, "bytes"),
     "gate-directory": ("gate {ws}/adir --static", 2, "adir"),
+    "flags-fifo": ("flags {ws}/fifo.acf.toml", 2, "it is a named pipe, not a regular file"),  # never opened
+    "gate-fifo": ("gate {ws}/fifo.acf.toml --static", 2, "it is a named pipe, not a regular file"),
+    "gate-kernel-fifo": ("gate {ws}/good.acf.toml --static --kernel {ws}/fifo.cu", 2,
+                         "fifo.cu is a named pipe, not a regular file"),
     "gate-binary": ("gate {ws}/binary.acf.toml --static", 2, "not a readable ACF"),
     "gate-huge": ("gate {ws}/huge.acf.toml --static", 2, "bytes"),
     "flags-deeply-nested": ("flags {ws}/deep.acf.toml", 2, "not a readable ACF: nested too deeply"),
@@ -77,6 +90,18 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
                                  "--markdown /proc/nope/summary.md: cannot write"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
+    "db-empty": ("show --db ''", 2, "--db is empty"),  # not the default database, silently
+    "db-empty-upgrade": ("db upgrade --db=", 2, "--db is empty"),
+    "db-blank": ("show --db ' '", 2, "--db is empty"),
+    "db-not-a-url": ("show --db 'not a database URL: file.db'", 2, "not a database URL"),
+    "db-http": ("show --db http://x", 2, "unsupported database URL http://x"),
+    "db-no-such-driver": ("show --db sqlite+nodriver:///x.db", 2, "unsupported database URL"),
+    "db-in-memory": ("show --db sqlite://", 2, "in-memory database"),
+    "gate-evidence-nan": ("gate {ws}/nan.acf.toml --static", 2, "evidence.best.occupancy"),
+    "flags-evidence-nan": ("flags {ws}/nan.acf.toml", 2, "evidence.best.occupancy = 'nan' must be a number"),
+    "flags-format-true": ("flags {ws}/format-true.acf.toml", 2, "unsupported ACF format True"),
+    "flags-arch-9999": ("flags {ws}/arch-9999.acf.toml", 2, "kernel.arch = 'sm_9999' is not an arch"),
+    "arch-9999": (f"{T} --arch sm_9999", 2, "'sm_9999' is not an arch like 'sm_90'"),
 }
 # fmt: on
 
@@ -92,15 +117,29 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     ws = tmp_path_factory.mktemp("hostile-cli")
     (ws / "adir").mkdir()
     (ws / "afile").write_text("not a directory\n")
+    for fifo in ("fifo.cu", "fifo.acf.toml"):  # reading one would block until a writer comes
+        os.mkfifo(ws / fifo)
+    (ws / "zero.cu").symlink_to("/dev/zero")
     (ws / "binary.acf.toml").write_bytes(bytes(range(256)) * 64)
     (ws / "huge.acf.toml").write_text("# " + "x" * (2 << 20) + "\n")
     (ws / "deep.acf.toml").write_text("format = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n")  # under the size cap
     good = run_cli([*shlex.split(_fill(T, ws)), "--budget", "2", "--only", ONE_FLAG, "--out", str(ws / "good.acf.toml")], ws)
     assert good.returncode == 0, good.describe()
+    _edited(ws / "good.acf.toml", ws / "nan.acf.toml", lambda d: d["evidence"]["best"].update(occupancy=math.nan))
+    _edited(ws / "good.acf.toml", ws / "format-true.acf.toml", lambda d: d.update(format=True))
+    _edited(ws / "good.acf.toml", ws / "arch-9999.acf.toml", lambda d: d["kernel"].update(arch="sm_9999"))
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = {name: pool.submit(run_cli, shlex.split(_fill(command, ws)), ws)
                    for name, (command, _, _) in BAD_INPUTS.items()}  # fmt: skip
         yield Workspace(ws, results)
+
+
+def _edited(good: Path, path: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """A hand edit of a real ACF: `good` read, changed by `edit`, written to `path`."""
+    data = tomllib.loads(good.read_text())
+    edit(data)
+    path.write_text(tomli_w.dumps(data))
+    return path
 
 
 def _fill(command: str, ws: Path) -> str:
@@ -143,6 +182,70 @@ def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> No
         assert [len(store.trials(s.id)) for s in store.list_studies()] == [2]  # the good run's only
     finally:
         store.close()
+
+
+# -- a hand-edited ACF: every recorded number, its format and arch are checked ---------------------
+
+def _set(table: str, key: str, value: object) -> Callable[[dict[str, Any]], object]:
+    def edit(data: dict[str, Any]) -> None:
+        *path, last = f"{table}.{key}".split(".")
+        for name in path:
+            data = data[name]
+        data[last] = value
+    return edit
+
+
+# fmt: off
+ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit, text in the error
+    "occupancy-nan": (_set("evidence.best", "occupancy", math.nan), "evidence.best.occupancy"),
+    "occupancy-above-one": (_set("evidence.best", "occupancy", 1.5), "evidence.best.occupancy"),
+    "occupancy-negative": (_set("evidence.best", "occupancy", -0.5), "evidence.best.occupancy"),
+    "occupancy-string": (_set("evidence.best", "occupancy", "1.0"), "evidence.best.occupancy"),
+    "registers-string": (_set("evidence.best", "registers", "8"), "evidence.best.registers"),
+    "registers-float": (_set("evidence.best", "registers", 8.0), "evidence.best.registers"),
+    "registers-bool": (_set("evidence.best", "registers", True), "evidence.best.registers"),
+    "registers-256": (_set("evidence.best", "registers", 256), "evidence.best.registers"),
+    "registers-negative": (_set("evidence.best", "registers", -1), "evidence.best.registers"),
+    "spills-negative": (_set("evidence.best", "spill_bytes", -4), "evidence.best.spill_bytes"),
+    "spills-inf": (_set("evidence.best", "spill_bytes", math.inf), "evidence.best.spill_bytes"),
+    "instructions-inf": (_set("evidence.best", "instructions", math.inf), "evidence.best.instructions"),
+    "instructions-negative": (_set("evidence.best", "instructions", -7), "evidence.best.instructions"),
+    "stack-nan": (_set("evidence.best", "stack_bytes", math.nan), "evidence.best.stack_bytes"),
+    "block-size-zero": (_set("evidence.best", "block_size", 0), "evidence.best.block_size"),
+    "median-negative": (_set("evidence.best", "median_ms", -1.0), "evidence.best.median_ms"),
+    "baseline-spills-nan": (_set("evidence.baseline", "spill_bytes", math.nan), "evidence.baseline.spill_bytes"),
+    "baseline-occupancy-inf": (_set("evidence.baseline", "occupancy", math.inf), "evidence.baseline.occupancy"),
+    "best-not-a-table": (_set("evidence", "best", "fine"), "evidence.best must be a table"),
+    "objective-best-nan": (_set("objective", "best", math.nan), "objective.best"),
+    "objective-baseline-string": (_set("objective", "baseline", "0"), "objective.baseline"),
+    "objective-speedup-inf": (_set("objective", "speedup", math.inf), "objective.speedup"),
+    "format-true": (lambda d: d.update(format=True), "unsupported ACF format True"),
+    "format-float": (lambda d: d.update(format=1.0), "unsupported ACF format 1.0"),
+    "arch-9999": (_set("kernel", "arch", "sm_9999"), "kernel.arch = 'sm_9999' is not an arch"),
+    "arch-number": (_set("kernel", "arch", 90), "kernel.arch = '90' is not an arch"),
+    "arch-suffix": (_set("kernel", "arch", "sm_90x"), "kernel.arch = 'sm_90x' is not an arch"),
+}
+# fmt: on
+
+
+def test_a_real_acf_reads_back_valid(workspace: Workspace) -> None:
+    read = acf.read(workspace.path / "good.acf.toml")
+    assert {"spill_bytes", "registers", "occupancy", "instructions"} <= set(read.evidence["best"])
+
+
+def test_an_acf_saved_with_a_byte_order_mark_is_read(workspace: Workspace) -> None:
+    path = workspace.path / "bom.acf.toml"
+    path.write_bytes(codecs.BOM_UTF8 + (workspace.path / "good.acf.toml").read_bytes())
+    assert acf.read(path).argv == acf.read(workspace.path / "good.acf.toml").argv
+
+
+@pytest.mark.parametrize("name", list(ACF_EDITS))
+def test_a_hand_edited_number_or_arch_is_refused_naming_its_key(workspace: Workspace, name: str) -> None:
+    edit, says = ACF_EDITS[name]
+    path = _edited(workspace.path / "good.acf.toml", workspace.path / f"edit-{name}.acf.toml", edit)
+    with pytest.raises(acf.AcfError) as info:
+        acf.read(path)
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
 # -- terminal and markup injection -------------------------------------------------------------

@@ -9,6 +9,7 @@ allow-lists the -D, file-name and include-folder cases created the marker.
 
 from __future__ import annotations
 
+import codecs
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from helpers import CliResult, run_cli
 
 from compileiq.acf import AcfError
 from compileiq.base_flags import BaseFlagError, parse_base_flags
+from compileiq.kernel import load_spec
 from compileiq.launch import ExpressionError, evaluate
 from compileiq.space import define_arg_problem, macro_problem
 
@@ -117,6 +119,16 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[tuple[
     futures = {name: pool.submit(_run, base / name, case) for name, case in CASES.items()}
     pool.shutdown(wait=False)
     return futures
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_tune_toml_saved_with_a_byte_order_mark_is_read(tmp_path: Path, newline: str) -> None:
+    """Windows editors start a UTF-8 file with U+FEFF; TOML readers must not see it as a key."""
+    (tmp_path / "k.cu").write_text(KERNEL)
+    text = newline.join(['arch = "sm_80"', "[defines]", 'SCALE = "3.0f"', ""])
+    (tmp_path / "tune.toml").write_bytes(codecs.BOM_UTF8 + text.encode())
+    spec = load_spec(tmp_path / "k.cu")
+    assert spec.arch == "sm_80" and spec.defines == (("SCALE", "3.0f"),)
 
 
 def test_there_are_many_distinct_payloads() -> None:

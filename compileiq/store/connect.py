@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from compileiq.errors import CompileIQError
+from compileiq.errors import CompileIQError, UsageError
 from compileiq.store.trust import lenient_json
 
 if TYPE_CHECKING:
@@ -26,6 +26,10 @@ _PG_SCHEMA_LOCK = 0x636F6D70  # advisory lock id serialising concurrent upgrades
 
 class StoreError(CompileIQError):
     """The database cannot be reached, is too new, or holds something that contradicts a request."""
+
+
+class DatabaseUrlError(StoreError, UsageError):
+    """The URL given is not one of a database compileiq can keep a study in: bad input (exit 2)."""
 
 
 def open_engine(url: str) -> Engine:
@@ -105,7 +109,7 @@ def _parse_url(url: str) -> URL:
     try:
         return sa.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
-        raise StoreError(f"not a database URL: {_unparsed(url)}") from None
+        raise DatabaseUrlError(f"not a database URL: {_unparsed(url)}") from None
 
 
 def _make_engine(url: URL) -> Engine:
@@ -121,13 +125,13 @@ def _make_engine(url: URL) -> Engine:
             "pip install 'compileiq-tuner[postgres]'"
         ) from None
     except sa.exc.ArgumentError as exc:
-        raise StoreError(f"unsupported database URL {display(url)}: {exc}") from None
+        raise DatabaseUrlError(f"unsupported database URL {display(url)}: {exc}") from None
 
 
 def _sqlite_engine(url: URL) -> Engine:
     database = url.database or ""
     if database in ("", ":memory:") or "mode=memory" in database or url.query.get("mode") == "memory":
-        raise StoreError(
+        raise DatabaseUrlError(
             f"{display(url)} is an in-memory database, gone when this process ends; "
             "give a file, e.g. sqlite:///store/compileiq.db"
         )
