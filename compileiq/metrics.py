@@ -168,13 +168,12 @@ class StaticEvaluator:
             return Evaluation(None, f"{build.status.value}: {reason}", {})
         if not any(e.entry for e in build.entries):
             return Evaluation(None, NO_KERNEL, {})
-        names = ", ".join(e.name for e in build.entries if e.entry)
         entries = tuple(e for e in build.entries if e.entry and _wanted(e.name, self._kernel.entries))
         if not entries:
-            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {names}", {})
+            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {_kernels(build)}", {})
         if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
             # a typo there would leave its kernel scored at the default launch, unnoticed
-            return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {names}", {})
+            return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
         values = config.as_dict()
         threads = self._kernel.block_size_for(values)
         launch = {e.name: self._launch.facts(e.name, values) for e in entries}
@@ -195,6 +194,11 @@ def plain_fields(record: Any) -> dict[str, Any]:
 
 def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
     return not wanted or any(entry_matches(entry, name) for name in wanted)
+
+
+def _kernels(build: Build) -> str:
+    """The build's kernels, for a failure's reason (not computed for every result)."""
+    return ", ".join(e.name for e in build.entries if e.entry) or "none"
 
 
 def _built(name: str, build: Build) -> bool:
