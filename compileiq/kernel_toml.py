@@ -22,7 +22,7 @@ from compileiq.kernel import (
     LaunchFacts,
     Values,
 )
-from compileiq.launch import ExpressionError, check
+from compileiq.launch import RANGES, ExpressionError, check
 from compileiq.space import macro_problem
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -74,7 +74,7 @@ class _Parser:
             arch=self.arch(arch),
             entries=tuple(self.str_list("entries") or ()),
             block_size=self.block_size(dict(defines), dict(tuned)),
-            dynamic_smem=self.integer("dynamic_smem", 0, 0),
+            dynamic_smem=self.integer("dynamic_smem", 0, *RANGES["dynamic_smem"]),
             defines=defines,
             tuned_defines=tuned,
             include_dirs=self.include_dirs(flags),
@@ -240,10 +240,11 @@ class _Parser:
             values = tuned.get(value)
             if values is None:
                 raise self.fail("block_size", f"{value!r} is not a tuned define")
-            if not all(isinstance(v, int) and 0 < v <= 1024 for v in values):
+            low, high = RANGES["block_size"]
+            if not all(isinstance(v, int) and low <= v <= high for v in values):
                 raise self.fail("block_size", f"tuned define {value!r} has a non-block-size value")
             return value
-        return self.integer("block_size", DEFAULT_BLOCK_SIZE, 1, 1024)
+        return self.integer("block_size", DEFAULT_BLOCK_SIZE, *RANGES["block_size"])
 
     def launch_bounds(self, defines: dict[str, str], tuned: dict[str, Values]) -> int | str:
         match = _LAUNCH_BOUNDS_RE.search(self.text)

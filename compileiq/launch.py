@@ -20,7 +20,7 @@ SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat
           "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4, "double": 8, "long": 8,
           "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
 _MAX_DEPTH = 8
-# What a launch can ask for, as tune.toml's top-level block_size and dynamic_smem allow.
+# What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
 RANGES = {"block_size": (1, 1024), "dynamic_smem": (0, 2**31 - 1)}
 _LAUNCH_BOUNDS = re.compile(
     r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)\s*(?:,[^)]*)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
