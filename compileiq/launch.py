@@ -146,25 +146,29 @@ class LaunchModel:
         for facts in spec.launch:  # a wrong expression is a usage error now, not a failed trial
             for fact, text in (("block_size", facts.block_size), ("dynamic_smem", facts.dynamic_smem)):
                 if text is not None:
-                    self._in_range(fact, text, self._evaluate(text, defaults, f"launch.{facts.entry}"), facts.entry)
+                    self._fact(facts.entry, fact, text, defaults, "with the defaults")
 
-    def _in_range(self, fact: str, text: str, value: int, entry: str) -> None:
+    def _fact(self, entry: str, fact: str, text: str, config: Mapping[str, Any], under: str) -> int:
         """A launch fact outside what a launch can ask for (0 threads, negative bytes) would score
-        every variant of the study alike (no occupancy, or too much): refused before any build."""
+        a variant as no occupancy, or as more than any launch gets: refused (the study at the
+        defaults, before any build; a variant whose macros make it so, as that variant's failure)."""
+        value = self._evaluate(text, config, f"launch.{entry}.{fact}")
         low, high = RANGES[fact]
         if not low <= value <= high:
             where = f"{self._spec.source.parent / 'tune.toml'}: launch.{entry}.{fact}"
-            shown = text if text == str(value) else f"{text!r} is {value} with the defaults: it"
+            shown = text if text == str(value) else f"{text!r} is {value} {under}: it"
             raise ExpressionError(f"{where}: {shown} must be from {low} to {high}")
+        return value
 
     def facts(self, entry: str, config: Mapping[str, Any]) -> tuple[int, int]:
+        """ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
         spec = self._spec
         table = next((f for f in spec.launch if entry_matches(entry, f.entry)), None)
         smem = spec.dynamic_smem
         if table is not None and table.dynamic_smem is not None:
-            smem = self._evaluate(table.dynamic_smem, config, f"launch.{table.entry}.dynamic_smem")
+            smem = self._fact(table.entry, "dynamic_smem", table.dynamic_smem, config, "in this variant")
         if table is not None and table.block_size is not None:
-            return self._evaluate(table.block_size, config, f"launch.{table.entry}.block_size"), smem
+            return self._fact(table.entry, "block_size", table.block_size, config, "in this variant"), smem
         bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
         if spec.block_size_given or bound is None:
             return spec.block_size_for(config), smem

@@ -14,7 +14,7 @@ from typing import Any
 from compileiq.compile import Build, EntryResources, first_error_line
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.launch import LaunchModel, entry_matches
+from compileiq.launch import ExpressionError, LaunchModel, entry_matches
 from compileiq.space import Config
 
 
@@ -176,7 +176,10 @@ class StaticEvaluator:
             return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
         values = config.as_dict()
         threads = self._kernel.block_size_for(values)
-        launch = {e.name: self._launch.facts(e.name, values) for e in entries}
+        try:
+            launch = {e.name: self._launch.facts(e.name, values) for e in entries}
+        except ExpressionError as error:  # this variant's macros, not the study's defaults
+            return Evaluation(None, f"launch: {error}", {})
         functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted
         scored = Build(build.status, build.message, (*entries, *functions), build.code_hash, b"", build.seconds)
         metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)

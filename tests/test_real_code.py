@@ -333,6 +333,25 @@ def test_a_launch_table_no_launch_could_ask_for_fails_before_any_build(tmp_path:
     assert LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90")).facts("fir", {})[0] == 1024
 
 
+def test_a_variant_whose_macros_take_its_launch_out_of_range_fails_alone(tmp_path: Path) -> None:
+    # The defaults are checked before any build; other values of a tuned macro only per variant.
+    # Before, TAPS = -64 scored -64 KiB of dynamic smem as extra occupancy and TAPS = 12 (a
+    # division by zero in block_size) stopped the whole run.
+    folder = tmp_path / "fir"
+    folder.mkdir()
+    (folder / "fir.cu").write_text(TAPS_KERNEL)
+    (folder / "tune.toml").write_text('[tune.defines]\nTAPS = [4, -64, 12, 8]\n[launch.fir]\n'
+                                      'dynamic_smem = "TAPS * 1024"\nblock_size = "1024 / (TAPS - 12) + 512"\n')
+    options = app.TuneOptions(kernel=folder / "fir.cu", objective="static", budget=8, workers="local",
+                              db=f"sqlite:///{tmp_path / 'launch.db'}", out=tmp_path / "fir.acf.toml",
+                              arch="sm_90", only=("define.TAPS",), simplify=False)
+    trials = {t.config["define.TAPS"]: t for t in app.tune(options, SilentProgress()).result.trials}
+    assert sorted(trials) == [-64, 4, 8, 12]
+    assert trials[-64].value is None and "launch.fir.dynamic_smem: 'TAPS * 1024' is -65536 in this variant: it must be from 0" in (trials[-64].reason or "")
+    assert trials[12].value is None and "launch.fir.block_size: '1024 / (TAPS - 12)': division by zero" in (trials[12].reason or "")
+    assert trials[4].value is not None and trials[8].value is not None
+
+
 def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
     from compileiq.launch import LaunchModel
 
