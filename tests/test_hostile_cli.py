@@ -97,6 +97,9 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "db-http": ("show --db http://x", 2, "unsupported database URL http://x"),
     "db-no-such-driver": ("show --db sqlite+nodriver:///x.db", 2, "unsupported database URL"),
     "db-in-memory": ("show --db sqlite://", 2, "in-memory database"),
+    "db-mysql": ("show --db mysql://u:secret@127.0.0.1/x", 2, "unsupported database URL mysql://u:***@127.0.0.1/x"),
+    "db-driver-not-installed": ("show --db postgresql+psycopg2cffi://u@127.0.0.1:9/x", 2,  # exited 1 before
+                                "no database driver for postgresql+psycopg2cffi in this Python"),
     "gate-evidence-nan": ("gate {ws}/nan.acf.toml --static", 2, "evidence.best.occupancy"),
     "flags-evidence-nan": ("flags {ws}/nan.acf.toml", 2, "evidence.best.occupancy = 'nan' must be a number"),
     "flags-format-true": ("flags {ws}/format-true.acf.toml", 2, "unsupported ACF format True"),

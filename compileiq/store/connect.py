@@ -114,16 +114,18 @@ def _parse_url(url: str) -> URL:
 
 def _make_engine(url: URL) -> Engine:
     backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):  # the schema and its migrations are made for these two
+        raise DatabaseUrlError(f"unsupported database URL {display(url)}: compileiq keeps studies in SQLite "
+                               "(sqlite:///FILE) or PostgreSQL (postgresql+psycopg://...)")
     try:
         if backend == "sqlite":
             return _sqlite_engine(url)
-        args = {"connect_timeout": 10} if backend == "postgresql" else {}
-        return sa.create_engine(url, connect_args=args, pool_pre_ping=True, json_deserializer=lenient_json)
+        return sa.create_engine(url, connect_args={"connect_timeout": 10}, pool_pre_ping=True,
+                                json_deserializer=lenient_json)
     except ImportError:
-        raise StoreError(
-            f"no database driver for {url.drivername}; for PostgreSQL: "
-            "pip install 'compileiq-tuner[postgres]'"
-        ) from None
+        hint = ("pip install 'compileiq-tuner[postgres]' and use postgresql+psycopg://..."
+                if backend == "postgresql" else "use sqlite:///FILE")
+        raise DatabaseUrlError(f"no database driver for {url.drivername} in this Python: {hint}") from None
     except sa.exc.ArgumentError as exc:
         raise DatabaseUrlError(f"unsupported database URL {display(url)}: {exc}") from None
 
