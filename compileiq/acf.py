@@ -7,7 +7,6 @@ does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import tempfile
@@ -19,10 +18,11 @@ from typing import Any
 
 import tomli_w
 
-from compileiq import __version__
+from compileiq import __version__, metric_ranges
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.errors import UsageError
 from compileiq.kernel import ARCH
+from compileiq.metric_ranges import is_count, is_finite
 from compileiq.output_file import not_regular, write_atomically
 from compileiq.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 
@@ -191,7 +191,7 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 
 
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
-    if not _count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
+    if not is_count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
         raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
@@ -224,34 +224,20 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     )  # fmt: skip
 
 
-# What each number of [evidence.baseline] / [evidence.best] may be: the gate compares a rebuild
-# against them, so a NaN (never worse), a string or a negative count would forge a pass.
-_EVIDENCE_NUMBERS: dict[str, tuple[type, float, float]] = {
-    "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
-    "instructions": (int, 0, math.inf), "stack_bytes": (int, 0, math.inf), "block_size": (int, 1, 1024),
-    "trial": (int, 0, math.inf), "samples": (int, 0, math.inf), "median_ms": (float, 0, math.inf),
-    "iqr_ms": (float, 0, math.inf), "min_ms": (float, 0, math.inf),
-}  # fmt: skip
 _OBJECTIVE_NUMBERS = ("baseline", "best", "speedup", "confirmation_delta")  # one objective's values
 
 
 def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
     """Every recorded number a finite value of its type and range; one line naming the first that is not."""
     for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
-        if name in objective and not _finite(objective[name]):
+        if name in objective and not is_finite(objective[name]):
             raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
     for table in ("baseline", "best"):
         values = evidence.get(table, {})
         if not isinstance(values, dict):
             raise AcfError(f"{path}: evidence.{table} must be a table")
-        for key, (kind, low, high) in _EVIDENCE_NUMBERS.items():
-            if key not in values:
-                continue
-            value = values[key]
-            if not ((_count(value) if kind is int else _finite(value)) and low <= value <= high):
-                what = "an integer" if kind is int else "a number"
-                bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
-                raise AcfError(f"{path}: evidence.{table}.{key} = {str(value)[:40]!r} must be {what} {bounds}")
+        if problem := metric_ranges.problem(values):  # the gate compares a rebuild against them
+            raise AcfError(f"{path}: evidence.{table}.{problem}")
 
 
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
@@ -271,17 +257,17 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
                        "matching objective.name")
     for table in ("baseline", "best"):
         values = objective.get(table, {})
-        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(_finite, values.values())):
+        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
     front = evidence.get("front", [])
     if not isinstance(front, list) or len(front) > MAX_FRONT:
         raise AcfError(f"{path}: evidence.front must be a list of at most {MAX_FRONT} points")
     for index, point in enumerate(front):
         where = f"{path}: evidence.front[{index}]"
-        if not isinstance(point, dict) or not _count(point.get("trial")):
+        if not isinstance(point, dict) or not is_count(point.get("trial")):
             raise AcfError(f"{where}: needs a trial number")
         values = point.get("values")
-        if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(_finite, values.values())):
+        if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
         settings = point.get("settings", {})
         if not isinstance(settings, dict):
@@ -300,7 +286,7 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
     pick = evidence.get("pick")
     if pick is not None:
         rule = pick.get("rule") if isinstance(pick, dict) else None
-        if not isinstance(rule, str) or len(rule) > 200 or not _count(pick.get("trial")):
+        if not isinstance(rule, str) or len(rule) > 200 or not is_count(pick.get("trial")):
             raise AcfError(f"{path}: evidence.pick needs a rule and a trial number")
         # the pick rules' parser (it imports the store: only here)
         from compileiq.pareto import check_rule
@@ -311,12 +297,6 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
             raise AcfError(f"{path}: evidence.pick: {_one_line(error)}") from None
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:

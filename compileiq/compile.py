@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from compileiq.cubin import CubinError, text_sections
-from compileiq.processes import ToolRun, killed_by, run_tool, scratch_dir
+from compileiq.processes import COMPILER_MEMORY, ToolRun, killed_by, run_tool, scratch_dir
 
 if TYPE_CHECKING:
     from compileiq.kernel import SourceBundle
@@ -183,7 +183,7 @@ def tried(result: Tried, times: int) -> Tried:
 
 
 def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
-    run = run_tool(call.argv, call.timeout_s, cwd=call.cwd)
+    run = run_tool(call.argv, call.timeout_s, cwd=call.cwd, memory_bytes=COMPILER_MEMORY)
 
     def failed(status: BuildStatus, message: str) -> _Product:
         return _Product(status, b"", run.output, message, run.seconds)

@@ -194,7 +194,8 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
     args = (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
     # the preprocessor alone, once per run: not held to the per-variant compile timeout
-    found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S))
+    found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S),
+                                  [d for d, _ in dirs])
     toolchain_dirs = _toolchain_dirs(nvcc)
     files: dict[str, bytes] = {}
     for path in found:

@@ -26,6 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OUTPUT_LIMIT = 16 * 1024 * 1024  # bytes of a child's output kept
+
+
+def _compiler_memory() -> int:
+    """Bytes of data a compiler process may hold: COMPILEIQ_COMPILER_MEMORY_GIB, else a quarter of
+    the machine, from 4 to 16 GiB. Without a cap, a header that includes /dev/zero through a macro
+    has the preprocessor fill the machine's memory."""
+    given = os.environ.get("COMPILEIQ_COMPILER_MEMORY_GIB", "")
+    try:
+        if given and 0 < float(given) < 1 << 20:
+            return int(float(given) * (1 << 30))
+    except ValueError:
+        pass  # not a number: the default (this runs at import, where no error can be told)
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 16 << 30
+    return min(16 << 30, max(4 << 30, physical // 4))
+
+
+COMPILER_MEMORY = _compiler_memory()
 SCRATCH_PREFIX = "compileiq-"
 _SCRATCH = re.compile(rf"{SCRATCH_PREFIX}(\d+)-")
 
@@ -92,11 +112,12 @@ _guard = _Guard()
 
 def run_tool(
     argv: list[str], timeout_s: float, cwd: str | None = None, *,
-    env: Mapping[str, str] | None = None, with_stderr: bool = True,
+    env: Mapping[str, str] | None = None, with_stderr: bool = True, memory_bytes: int | None = None,
 ) -> ToolRun:
     """Run a compiler or a measuring program in its own process group; kill the whole group on
     timeout (nvcc spawns cicc and ptxas) and once it exits (nothing it started lingers).
-    `with_stderr=False` keeps stdout alone (a program's JSON)."""
+    `with_stderr=False` keeps stdout alone (a program's JSON); `memory_bytes` caps the data each
+    process of it may hold (a compiler past it fails with "out of memory")."""
     start = time.perf_counter()
     environment = {**os.environ, **env} if env else None
     with tempfile.TemporaryFile(prefix=SCRATCH_PREFIX) as sink:
@@ -107,6 +128,8 @@ def run_tool(
         except OSError as error:
             return ToolRun(127, f"cannot run {argv[0]}: {error}", time.perf_counter() - start, False)
         _guard.tell(f"+{process.pid}")
+        if memory_bytes is not None:
+            _limit_memory(process.pid, memory_bytes)
         timed_out = _wait(process, timeout_s)
         _kill_group(process.pid)
         _guard.tell(f"-{process.pid}")
@@ -114,6 +137,17 @@ def run_tool(
         output = sink.read(OUTPUT_LIMIT)
     text = output.decode("utf-8", errors="replace")
     return ToolRun(process.returncode, text, time.perf_counter() - start, timed_out)
+
+
+def _limit_memory(pid: int, memory_bytes: int) -> None:
+    """Set on the child once it has started (a Popen preexec_fn is unsafe beside threads): nvcc
+    starts its own children (the preprocessor, cicc, ptxas) later, and they inherit it."""
+    try:
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass  # no such limit here, or the child is already gone
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:

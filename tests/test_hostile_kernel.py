@@ -10,6 +10,7 @@ allow-lists the -D, file-name and include-folder cases created the marker.
 from __future__ import annotations
 
 import codecs
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,3 +191,21 @@ def test_an_acf_with_shell_text_in_a_base_flag_is_refused(tmp_path: Path) -> Non
     path.write_text(tomli_w.dumps(acf.render(content)))  # a hand-made one
     with pytest.raises(AcfError, match=r"base.nvcc_flags: .*contains '\$'"):
         acf.read(path)
+
+
+@pytest.mark.parametrize(("include", "says"), [
+    ('"/dev/zero"', "k.cu:1: #include '/dev/zero' is a character device, not a source file"),
+    ('"inc/deeper.h"', "inc/deeper.h:2: #include 'pipe.h' is a named pipe, not a source file"),
+    ("<inc>", "k.cu:1: #include 'inc' is a directory, not a source file"),
+])
+def test_an_include_of_a_device_pipe_or_folder_is_one_line_before_any_compiler_runs(
+        tmp_path: Path, include: str, says: str) -> None:
+    # Before, the preprocessor read /dev/zero until it held gigabytes, and a named pipe until the timeout.
+    (tmp_path / "inc").mkdir()
+    os.mkfifo(tmp_path / "inc" / "pipe.h")
+    (tmp_path / "inc" / "deeper.h").write_text('#pragma once\n#include "pipe.h"\n')
+    (tmp_path / "k.cu").write_text(f"#include {include}\n{KERNEL}")
+    (tmp_path / "tune.toml").write_text('include_dirs = ["."]\n')
+    args = ["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"]
+    result = run_cli(args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and result.stderr_lines == [f"error: {says}"], result.describe()

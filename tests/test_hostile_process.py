@@ -523,3 +523,14 @@ def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> Non
         store.close()
     assert trials and all(t.state is TrialState.FAILED and t.retryable for t in trials)
     assert all(t.reason == "not compiled: RuntimeError" for t in trials)
+
+
+def test_a_compiler_past_its_memory_cap_fails_and_its_children_inherit_the_cap(tmp_path: Path) -> None:
+    # The cap is set on the child once it runs; a process it starts afterwards (as nvcc starts
+    # cc1plus and cicc) inherits it. 512 MiB under a 256 MiB cap: out of memory, not the machine's.
+    grab = "b = bytearray(512 << 20); print('held', len(b))"
+    child = f"import subprocess, sys, time; time.sleep(0.2); sys.exit(subprocess.call([sys.executable, '-c', {grab!r}]))"
+    capped = run_tool([sys.executable, "-c", child], 60, memory_bytes=256 << 20)
+    assert capped.returncode != 0 and "MemoryError" in capped.output, capped
+    free = run_tool([sys.executable, "-c", child], 60)
+    assert free.returncode == 0 and "held 536870912" in free.output, free

@@ -15,6 +15,7 @@ import hashlib
 import json
 import shutil
 import sqlite3
+import tomllib
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -292,6 +293,8 @@ def _forge_trial(trial: dict, how: str) -> dict:
         forged["value"] = float("-inf")
     elif how == "metrics-a-list":
         forged["metrics"] = [1, 2]
+    elif how == "metrics-out-of-range":  # the evidence an ACF would carry
+        forged["metrics"] = {**trial["metrics"], "occupancy": 7.0}
     elif how == "state-unknown":
         forged["state"] = "winner"
     elif how == "time-not-a-time":
@@ -305,8 +308,11 @@ def _forge_trial(trial: dict, how: str) -> dict:
 
 FORGED_IN_FILE = ("unknown-parameter", "value-outside-space", "wrong-value-type", "define-with-shell-text",
                   "nested-config-value", "missing-parameter", "extra-parameter-of-the-space",
-                  "key-does-not-match", "value-not-a-number", "value-infinite", "metrics-a-list",
+                  "key-does-not-match", "value-not-a-number", "value-infinite", "metrics-a-list", "metrics-out-of-range",
                   "state-unknown", "time-not-a-time", "code-hash-huge", "duplicate-of-a-good-row")  # fmt: skip
+
+
+WHY_IN_FILE = {"metrics-out-of-range": "its metrics: occupancy = '7.0' must be a number from 0 to 1"}
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +342,7 @@ def test_forged_rows_in_an_export_are_counted_and_the_rest_imported(forged_impor
 def test_each_forged_row_of_an_export_is_named(forged_import: tuple, how: str) -> None:
     result, _, good = forged_import
     number = good + FORGED_IN_FILE.index(how) + 1
-    assert f"  trial {number}: " in result.stdout, result.describe()
+    assert f"  trial {number}: {WHY_IN_FILE.get(how, '')}" in result.stdout, result.describe()
 
 
 def _forged_row(how: str, index: int) -> dict[str, object]:
@@ -357,6 +363,8 @@ def _forged_row(how: str, index: int) -> dict[str, object]:
         values["config"] = "[" * 5000 + "]" * 5000
     elif how == "metrics-not-json":
         values["metrics"] = '{"spill_bytes": '
+    elif how == "metrics-out-of-range":
+        values["metrics"] = '{"spill_bytes": 0, "registers": 999, "occupancy": "NaN"}'
     elif how == "state-unknown":
         values["state"] = "winner"
     elif how == "value-text":
@@ -392,7 +400,7 @@ def _insert_forged(db: Path, hows: tuple[str, ...]) -> dict[str, int]:
 
 
 FORGED_IN_DB = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch", "config-not-json",
-                "config-a-list", "config-deeply-nested", "metrics-not-json", "state-unknown", "value-text",
+                "config-a-list", "config-deeply-nested", "metrics-not-json", "metrics-out-of-range", "state-unknown", "value-text",
                 "value-missing", "time-garbage")  # fmt: skip
 SPACE_LEVEL = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch")
 SHARED = {"many": FORGED_IN_DB, "baseline": ("baseline-damaged",)}
@@ -441,6 +449,37 @@ def test_each_forged_row_in_a_shared_database_is_reported(forged_runs: dict, how
     assert f"skipped trial #{numbers[how]} of study" in tune.stderr, tune.describe()
     if how not in SPACE_LEVEL:  # `show` knows no search space: it skips only what it cannot read
         assert f"skipped trial #{numbers[how]} of study" in show.stderr, show.describe()
+
+
+FORGED_BUILDS = {
+    "registers-negative": lambda e: e.update(registers=-5),
+    "registers-past-255": lambda e: e.update(registers=4096),
+    "spills-as-text": lambda e: e.update(spill_store_bytes="none"),
+    "unknown-field": lambda e: e.update(evil=1),
+    "status-unknown": None,
+}
+
+
+@pytest.mark.parametrize("how", list(FORGED_BUILDS))
+def test_a_forged_cached_build_in_a_shared_database_is_compiled_again(tuned: Path, how: str) -> None:
+    # A cached build is scored as it says, without recompiling: forged counts were that score.
+    db = tuned / f"builds-{how}.db"
+    shutil.copyfile(tuned / "tuned.db", db)
+    with sqlite3.connect(db) as conn:
+        for key, text in conn.execute("SELECT key, metrics FROM builds").fetchall():
+            metrics = json.loads(text)
+            if FORGED_BUILDS[how] is None:
+                metrics["status"] = "winner"
+            for entry in metrics["entries"]:
+                FORGED_BUILDS[how](entry) if FORGED_BUILDS[how] else None
+            conn.execute("UPDATE builds SET metrics = ? WHERE key = ?", (json.dumps(metrics), key))
+    result = run_cli([*TINY_TUNE[:-4], "--study", f"again-{how}", "--only", ONLY, "--db", f"sqlite:///{db}",
+                      "--out", f"again-{how}.acf.toml"], cwd=tuned)  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+    assert "skipped cached build" in result.stderr, result.describe()
+    best = json.loads(result.stdout)["best"]
+    assert 0 < best["metrics"]["registers"] <= 255, result.stdout
+    assert tomllib.loads((tuned / f"again-{how}.acf.toml").read_text())["evidence"]["best"]["registers"] > 0
 
 
 # -- 5. PostgreSQL holds default-space studies -------------------------------------------------

@@ -3,12 +3,15 @@ anything uses it. A row that does not is skipped with its reason, never a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import re
 from typing import Any
 
+from compileiq import metric_ranges
+from compileiq.compile import BuildStatus, EntryResources
 from compileiq.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
 from compileiq.space import Config, SearchSpace, SpaceError, canonical_key, load_space
 
@@ -71,6 +74,8 @@ def _known_valid(trial: Trial, space: SearchSpace) -> bool:
 def _result_problem(trial: Trial) -> str | None:
     if not isinstance(trial.metrics, dict):
         return "its metrics are not a JSON object"
+    if problem := metric_ranges.problem(trial.metrics):
+        return f"its metrics: {problem}"
     if trial.state is TrialState.COMPLETE and not _finite(trial.value):
         return f"a complete trial with value {trial.value!r}"
     if trial.value is not None and not _finite(trial.value):
@@ -91,7 +96,33 @@ def build_problem(build: BuildRecord) -> str | None:
         return "its key or code_hash is not a hash"
     if not isinstance(build.metrics, dict) or not isinstance(build.message, str) or not isinstance(build.ok, bool):
         return "its metrics, message or ok flag has the wrong type"
+    if problem := _build_metrics_problem(build.metrics):
+        return problem  # a cached build is scored again as it says: its counts are the evidence
     return None if _finite(build.seconds) else f"seconds {build.seconds!r} is not a number"
+
+
+_STATUSES = frozenset(status.value for status in BuildStatus)
+_ENTRY_FIELDS = {name: spec.type for name, spec in EntryResources.__dataclass_fields__.items()}
+_ENTRY_REQUIRED = {name for name, spec in EntryResources.__dataclass_fields__.items()
+                   if spec.default is dataclasses.MISSING}
+MAX_ENTRIES = 10_000
+
+
+def _build_metrics_problem(metrics: dict[str, Any]) -> str | None:
+    if metrics.get("status", BuildStatus.OK.value) not in _STATUSES:
+        return f"its status {str(metrics.get('status'))[:40]!r} is not a build status"
+    entries = metrics.get("entries", [])
+    if not isinstance(entries, list) or len(entries) > MAX_ENTRIES:
+        return "its entries are not a list of functions"
+    for entry in entries:
+        if not isinstance(entry, dict) or not _ENTRY_REQUIRED <= set(entry) <= set(_ENTRY_FIELDS):
+            return "an entry does not have the fields of a compiled function"
+        if not isinstance(entry["name"], str) or not isinstance(entry.get("entry", True), bool):
+            return "an entry's name or entry flag has the wrong type"
+        counts = [value for name, value in entry.items() if name not in ("name", "entry")]
+        if not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255:
+            return f"function {entry['name'][:60]!r}: a count that is not an integer from 0 (registers up to 255)"
+    return None
 
 
 def measurement_problem(measurement: Measurement) -> str | None:
