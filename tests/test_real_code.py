@@ -357,5 +357,5 @@ def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path:
 
     (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
     (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
-    with pytest.raises(UsageError, match=r"tune.toml: launch.fir: unknown macro 'NOPE'"):
+    with pytest.raises(UsageError, match=r"tune.toml: launch.fir.dynamic_smem: unknown macro 'NOPE'"):
         LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
