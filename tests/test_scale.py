@@ -389,3 +389,20 @@ def test_tune_stream_runs_the_budget_with_real_compiles(tmp_path: Path) -> None:
         store.close()
     assert len({t.config_key for t in trials}) == len(trials) == report["counters"]["new_trials"]
     assert all(t.state is not TrialState.RUNNING for t in trials)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_study_of_more_machine_codes_than_a_statement_takes_parameters_exports_and_imports(postgres_url: str) -> None:
+    # PostgreSQL binds at most 65,535 parameters per statement: the export listed every code hash
+    # of the study in one IN, and the import every build key ("number of parameters must be
+    # between 0 and 65535"). 75,000 trials, ~67,000 distinct machine codes.
+    target = _filled(postgres_url, studies=1, trials=75_000)
+    store = Store.open(postgres_url)
+    try:
+        export = store.export_study(target)
+        again = store.import_study(export)  # into the same database: everything is there already
+    finally:
+        store.close()
+    assert len(export.trials) == 75_000 and len(export.builds) > 65_535
+    assert again.trials_kept == 75_000 and not again.changed

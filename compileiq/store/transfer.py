@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -20,12 +20,16 @@ from compileiq.store.rows import (
 )
 from compileiq.store.schema import (
     MEASUREMENT_KEY,
+    among,
     builds,
+    chunks,
     measurements,
     studies,
     take_number,
     trials_table,
 )
+
+T = TypeVar("T")
 
 
 def export_rows(
@@ -37,13 +41,19 @@ def export_rows(
     trials = tuple(usable(conn.execute(query.where(t.study_id == study.id).order_by(t.number)).mappings()))
     hashes = sorted({trial.code_hash for trial in trials if trial.code_hash})
     build_query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
-    build_query = build_query.where(builds.c.code_hash.in_(hashes)).order_by(builds.c.key)
-    found = tuple(b for row in conn.execute(build_query).mappings() if isinstance(b := checked_build(row), BuildRecord))
-    m = measurements.c
-    query = sa.select(measurements).where(m.code_hash.in_(hashes)).order_by(m.id)
-    rows = conn.execute(query).mappings()
-    timed = tuple(timing for row in rows if isinstance(timing := checked_measurement(row), Measurement))
-    return StudyExport(study.name, study.key, trials, found, timed)
+    found = _checked(conn, build_query, builds.c.code_hash, hashes, checked_build, BuildRecord)
+    query = sa.select(measurements).order_by(measurements.c.id)
+    timed = _checked(conn, query, measurements.c.code_hash, hashes, checked_measurement, Measurement)
+    return StudyExport(study.name, study.key, trials, tuple(sorted(found, key=lambda b: b.key)), tuple(timed))
+
+
+def _checked(conn: Connection, query: sa.Select[Any], column: sa.ColumnElement[Any], keys: Sequence[str],
+             check: Callable[[sa.RowMapping], Any], kind: type[T]) -> list[T]:
+    """The rows of ``query`` whose ``column`` is among ``keys`` and that pass ``check``, in
+    statements of a bounded number of parameters (PostgreSQL takes at most 65,535 per statement)."""
+    rows = (row for chunk in chunks(keys, 10_000)
+            for row in conn.execute(query.where(among(conn, column, chunk))).mappings())
+    return [record for row in rows if isinstance(record := check(row), kind)]
 
 
 def import_target(conn: Connection, export: StudyExport) -> tuple[Study, bool]:
@@ -90,8 +100,10 @@ def import_trials(
 def insert_builds(conn: Connection, records: Sequence[BuildRecord]) -> int:
     """Add the builds not cached yet; return how many."""
     keys = [record.key for record in records]
-    query = sa.select(builds.c.key).where(builds.c.key.in_(keys))
-    present = set(conn.execute(query).scalars())
+    query = sa.select(builds.c.key)
+    present: set[str] = set()
+    for chunk in chunks(keys, 10_000):
+        present.update(conn.execute(query.where(among(conn, builds.c.key, chunk))).scalars())
     fresh = {r.key: asdict(r) for r in records if r.key not in present}
     if fresh:
         conn.execute(builds.insert(), list(fresh.values()))
