@@ -20,6 +20,7 @@ from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
 from compileiq.limits import check_patience, parse_duration
 from compileiq.metrics import STATIC_OBJECTIVES
 from compileiq.output_file import check_target
+from compileiq.processes import compiler_memory_problem
 from compileiq.runner import Progress
 from compileiq.space import SearchSpace, load_space
 from compileiq.startup import EarlyWorkers, PhaseProgress
@@ -129,6 +130,8 @@ def _check(options: TuneOptions) -> None:
     if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
         raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
+    if problem := compiler_memory_problem():  # a bad value would otherwise be the default, unsaid
+        raise UsageError(problem)
     if options.time_budget is not None:
         parse_duration(options.time_budget)
     check_patience(options.patience)

@@ -28,16 +28,26 @@ from pathlib import Path
 OUTPUT_LIMIT = 16 * 1024 * 1024  # bytes of a child's output kept
 
 
+MEMORY_SETTING = "COMPILEIQ_COMPILER_MEMORY_GIB"
+
+
+def compiler_memory_problem() -> str | None:
+    """Why the COMPILEIQ_COMPILER_MEMORY_GIB setting cannot be used (None if it is unset or can)."""
+    given = os.environ.get(MEMORY_SETTING, "")
+    try:
+        if not given or 0.25 <= float(given) <= 1 << 16:
+            return None
+    except ValueError:
+        pass
+    return f"{MEMORY_SETTING}={given[:40]!r}: give the GiB a compiler process may hold, from 0.25 to 65536"
+
+
 def _compiler_memory() -> int:
     """Bytes of data a compiler process may hold: COMPILEIQ_COMPILER_MEMORY_GIB, else a quarter of
     the machine, from 4 to 16 GiB. Without a cap, a header that includes /dev/zero through a macro
     has the preprocessor fill the machine's memory."""
-    given = os.environ.get("COMPILEIQ_COMPILER_MEMORY_GIB", "")
-    try:
-        if given and 0 < float(given) < 1 << 20:
-            return int(float(given) * (1 << 30))
-    except ValueError:
-        pass  # not a number: the default (this runs at import, where no error can be told)
+    if os.environ.get(MEMORY_SETTING) and compiler_memory_problem() is None:
+        return int(float(os.environ[MEMORY_SETTING]) * (1 << 30))
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

@@ -534,3 +534,14 @@ def test_a_compiler_past_its_memory_cap_fails_and_its_children_inherit_the_cap(t
     assert capped.returncode != 0 and "MemoryError" in capped.output, capped
     free = run_tool([sys.executable, "-c", child], 60)
     assert free.returncode == 0 and "held 536870912" in free.output, free
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "nan", "1e9"])
+def test_a_compiler_memory_setting_that_is_not_a_size_is_one_line(tmp_path: Path, value: str) -> None:
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'db'}"],
+                     cwd=tmp_path, env={"COMPILEIQ_COMPILER_MEMORY_GIB": value})
+    assert result.returncode == 2 and result.stderr_lines == [
+        f"error: COMPILEIQ_COMPILER_MEMORY_GIB={value!r}: give the GiB a compiler process may hold, from 0.25 to 65536"
+    ], result.describe()
+    assert not (tmp_path / "db").exists()  # refused before the study was opened
