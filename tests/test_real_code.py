@@ -44,6 +44,7 @@ SHAPES: dict[str, Shape] = {
     "extended_lambda": Shape("extended_lambda/transform.cu", ("transform",)),
     "header_templates": Shape("header_templates/sum.cu", ("block_sum",)),
     "many_kernels": Shape("many_kernels/pipeline.cu", ("scan_tile", "copy4", "stage")),
+    "relative_include": Shape("relative_include/examples/block/block_sum.cu", ("BlockSumKernel",)),
 }
 # fmt: on
 
@@ -51,7 +52,7 @@ SHAPES: dict[str, Shape] = {
 def _tune(workspace: Path, name: str) -> tuple[CliResult, Path]:
     folder = workspace / name
     shutil.copytree(CORPUS / name, folder)
-    kernel = folder / Path(SHAPES[name].kernel).name
+    kernel = folder / Path(SHAPES[name].kernel).relative_to(name)
     acf = workspace / "acfs" / f"{name}.acf.toml"
     args = ["tune", str(kernel), "--objective", "static", "--budget", "6", "--workers", "local", "--arch",
             "sm_90", "--db", f"sqlite:///{workspace / f'{name}.db'}", "--out", str(acf), "--json", *NARROW]
@@ -221,6 +222,24 @@ def test_a_kernel_that_does_not_build_stops_after_the_baseline_alone(tmp_path: P
         _tune_lib(folder, tmp_path / "x.acf.toml", budget=8)
     with contextlib.closing(sqlite3.connect(tmp_path / "id.db")) as conn:
         assert conn.execute("select number, state from trials").fetchall() == [(0, "failed")]
+
+
+def test_a_quoted_include_that_climbs_out_of_the_kernel_folder_builds_in_the_bundle(tmp_path: Path) -> None:
+    # cub/examples/block/*.cu include "../../test/test_util.h"; with include_dirs = ["../.."] the
+    # bundle mirrors that folder, so the worker finds the header where the source says it is
+    # (before: the kernel's folder was the bundle's root and the header went to inc0/: not found).
+    folder = _copy(tmp_path, "relative_include")
+    bundle = bundle_sources(load_spec(folder / "examples" / "block" / "block_sum.cu", arch="sm_90"))
+    assert bundle.main == "examples/block/block_sum.cu"
+    assert {rel for rel, _ in bundle.files} == {"examples/block/block_sum.cu", "test/test_util.h"}
+    assert bundle.include_args == ("-I.",)
+
+
+def test_a_header_outside_every_include_folder_says_what_to_add(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "relative_include")
+    (folder / "examples" / "block" / "tune.toml").unlink()
+    with pytest.raises(UsageError, match=r"test_util.h reaches outside .* add its folder .* include_dirs in tune.toml"):
+        bundle_sources(load_spec(folder / "examples" / "block" / "block_sum.cu", arch="sm_90"))
 
 
 def test_a_missing_header_names_the_error_not_the_include_chain(tmp_path: Path) -> None:
