@@ -61,6 +61,17 @@ class UnfinishedBaseline(CompileIQError):
     """The run ended without a finished baseline (another tuner still holds it): no ACF."""
 
 
+# ptxas's words for a call into (or the address of) a __device__ function defined in another file
+SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of function")
+
+
+def _build_hint(reason: str, bundle: SourceBundle) -> str:
+    """What tune.toml needs when the defaults fail for a known reason ("" when none is known)."""
+    if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
+        return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
+    return ""
+
+
 @dataclass(frozen=True)
 class TuneRequest:
     kernel: KernelSpec
@@ -474,7 +485,8 @@ class Tuner:
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
                     raise BaselineError(f"{name}: {reason}")
-                raise BaselineError(f"{name} does not build with default settings: {reason}")
+                raise BaselineError(f"{name} does not build with default settings: {reason}"
+                                    f"{_build_hint(reason, self._bundle)}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it

@@ -171,8 +171,8 @@ extern "C" __global__ void fir(const float* in, float* out, int n) {
 """
 
 
-def _tune_lib(folder: Path, out: Path, budget: int = 2) -> Any:
-    options = app.TuneOptions(kernel=folder / "fir.cu", objective="static", budget=budget, workers="local",
+def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu") -> Any:
+    options = app.TuneOptions(kernel=folder / kernel, objective="static", budget=budget, workers="local",
                               db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch="sm_90",
                               only=("ptxas.opt_level",), simplify=False)
     return app.tune(options, SilentProgress())
@@ -222,6 +222,14 @@ def test_a_kernel_that_does_not_build_stops_after_the_baseline_alone(tmp_path: P
         _tune_lib(folder, tmp_path / "x.acf.toml", budget=8)
     with contextlib.closing(sqlite3.connect(tmp_path / "id.db")) as conn:
         assert conn.execute("select number, state from trials").fetchall() == [(0, "failed")]
+
+
+def test_a_call_into_another_file_without_rdc_says_what_to_put_in_tune_toml(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "separate_compilation")
+    with pytest.raises(CompileIQError, match=r'transform.cu does not build .*function .* needs nvcc_flags = \["-rdc=true"\] in tune.toml'):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="transform.cu")
+    (folder / "tune.toml").write_text('nvcc_flags = ["-rdc=true"]\n')
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="transform.cu")  # the hint is all it needed
 
 
 def test_a_quoted_include_that_climbs_out_of_the_kernel_folder_builds_in_the_bundle(tmp_path: Path) -> None:
