@@ -7,6 +7,7 @@ failures included, as soon as it is known.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,10 +66,17 @@ class UnfinishedBaseline(CompileIQError):
 SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of function")
 
 
+# a kernel template (``template <int BM, ...> __global__ void sgemm(...)``): no code until instantiated
+KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
+
+
 def _build_hint(reason: str, bundle: SourceBundle) -> str:
-    """What tune.toml needs when the defaults fail for a known reason ("" when none is known)."""
+    """What the user can do when the defaults fail for a known reason ("" when none is known)."""
     if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
         return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
+    if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):
+        return (": its kernels are templates that nothing instantiates; tune the .cu that launches them, or a"
+                " file that includes this one and instantiates them (template __global__ void NAME<...>(...);)")
     return ""
 
 
@@ -484,7 +492,7 @@ class Tuner:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}")
+                    raise BaselineError(f"{name}: {reason}{_build_hint(reason, self._bundle)}")
                 raise BaselineError(f"{name} does not build with default settings: {reason}"
                                     f"{_build_hint(reason, self._bundle)}")
 

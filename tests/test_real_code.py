@@ -232,6 +232,15 @@ def test_a_call_into_another_file_without_rdc_says_what_to_put_in_tune_toml(tmp_
     _tune_lib(folder, tmp_path / "y.acf.toml", kernel="transform.cu")  # the hint is all it needed
 
 
+def test_a_header_of_kernel_templates_says_they_need_an_instantiation(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "kernel_template")
+    with pytest.raises(CompileIQError, match=r"sgemm.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="sgemm.cuh")
+    (folder / "inst.cu").write_text('#include "sgemm.cuh"\ntemplate __global__ void sgemmTiled<32, 32, 8>(int, int, int, '
+                                    "const float*, const float*, float*);\n")
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="inst.cu")  # what the hint says works
+
+
 def test_a_quoted_include_that_climbs_out_of_the_kernel_folder_builds_in_the_bundle(tmp_path: Path) -> None:
     # cub/examples/block/*.cu include "../../test/test_util.h"; with include_dirs = ["../.."] the
     # bundle mirrors that folder, so the worker finds the header where the source says it is
