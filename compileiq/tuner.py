@@ -16,6 +16,7 @@ from functools import partial
 from compileiq import claims, eligibility, multi_objective, screening
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.ablation import recorded as ablation_recorded
+from compileiq.compile import BuildStatus
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
@@ -70,8 +71,10 @@ SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of fu
 KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
 
 
-def _build_hint(reason: str, bundle: SourceBundle) -> str:
+def _build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:
     """What the user can do when the defaults fail for a known reason ("" when none is known)."""
+    if reason.startswith(f"{BuildStatus.TIMEOUT.value}:"):  # a Thrust/CUB-heavy file on a small machine
+        return f" (a heavy build needs a larger compile_timeout_s in tune.toml: now {kernel.compile_timeout_s:g} s)"
     if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
         return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
     if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):
@@ -492,9 +495,9 @@ class Tuner:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}{_build_hint(reason, self._bundle)}")
+                    raise BaselineError(f"{name}: {reason}{_build_hint(reason, self._bundle, self._request.kernel)}")
                 raise BaselineError(f"{name} does not build with default settings: {reason}"
-                                    f"{_build_hint(reason, self._bundle)}")
+                                    f"{_build_hint(reason, self._bundle, self._request.kernel)}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it

@@ -232,6 +232,13 @@ def test_a_call_into_another_file_without_rdc_says_what_to_put_in_tune_toml(tmp_
     _tune_lib(folder, tmp_path / "y.acf.toml", kernel="transform.cu")  # the hint is all it needed
 
 
+def test_a_baseline_past_the_compile_timeout_names_the_tune_toml_key(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "relative_include") / "examples" / "block"
+    (folder / "tune.toml").write_text('include_dirs = ["../.."]\ncompile_timeout_s = 0.05\n')
+    with pytest.raises(CompileIQError, match=r"does not build .*timeout: .* needs a larger compile_timeout_s in tune.toml: now 0.05 s"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="block_sum.cu")
+
+
 def test_a_header_of_kernel_templates_says_they_need_an_instantiation(tmp_path: Path) -> None:
     folder = _copy(tmp_path, "kernel_template")
     with pytest.raises(CompileIQError, match=r"sgemm.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
