@@ -21,6 +21,7 @@ from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
 from compileiq.limits import RunClock, RunLimits
+from compileiq.macros import check_macros_take_effect
 from compileiq.metrics import (
     NO_KERNEL,
     NO_LAUNCHED_KERNEL,
@@ -183,6 +184,7 @@ class Tuner:
         self._toolchain = toolchain
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
+        check_macros_take_effect(request.kernel, self._bundle)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         self._objectives = multi_objective.objectives_of(request.objective)
         self._multi = len(self._objectives) > 1

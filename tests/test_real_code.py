@@ -23,6 +23,7 @@ from helpers import CliResult, run_cli
 from compileiq import app
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.kernel import bundle_sources, load_spec
+from compileiq.macros import check_macros_take_effect
 from compileiq.runner import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -237,6 +238,42 @@ def test_a_baseline_past_the_compile_timeout_names_the_tune_toml_key(tmp_path: P
     (folder / "tune.toml").write_text('include_dirs = ["../.."]\ncompile_timeout_s = 0.05\n')
     with pytest.raises(CompileIQError, match=r"does not build .*timeout: .* needs a larger compile_timeout_s in tune.toml: now 0.05 s"):
         _tune_lib(folder, tmp_path / "x.acf.toml", kernel="block_sum.cu")
+
+
+ROWS_KERNEL = """// After NVIDIA/cuda-samples convolutionSeparable.cu (BSD-3): its tile sizes are plain #defines
+#define ROWS_BLOCKDIM_X 16
+/* a comment
+   over two lines */
+#define ROWS_RESULT_STEPS 8
+__global__ void rows(float* d) { d[threadIdx.x * ROWS_RESULT_STEPS] = ROWS_BLOCKDIM_X; }
+"""
+
+
+def test_a_tuned_macro_the_kernel_defines_itself_is_refused_naming_the_line(tmp_path: Path) -> None:
+    folder = tmp_path / "conv"
+    folder.mkdir()
+    (folder / "conv.cu").write_text(ROWS_KERNEL)
+    (folder / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
+    args = ["tune", "conv/conv.cu", "--budget", "2", "--workers", "local", "--db", "sqlite:///db.sqlite"]
+    result = run_cli(args, cwd=tmp_path)
+    assert result.returncode == 2, result.describe()
+    assert result.stderr.strip().splitlines() == [
+        (f"error: {folder / 'tune.toml'}: tune.defines.ROWS_RESULT_STEPS: conv.cu:5 #defines ROWS_RESULT_STEPS "
+         "itself, so -DROWS_RESULT_STEPS has no effect: guard that line with #ifndef ROWS_RESULT_STEPS")]
+    (folder / "tune.toml").write_text("[defines]\nROWS_BLOCKDIM_X = 32\n")
+    spec = load_spec(folder / "conv.cu", arch="sm_90")
+    with pytest.raises(UsageError, match=r"defines.ROWS_BLOCKDIM_X: conv.cu:2 #defines ROWS_BLOCKDIM_X itself"):
+        check_macros_take_effect(spec, bundle_sources(spec))
+
+
+@pytest.mark.parametrize("guard", ["#ifndef ROWS_RESULT_STEPS", "#if !defined(ROWS_RESULT_STEPS)",
+                                   "#  if defined ROWS_RESULT_STEPS && 0\n#else"])
+def test_a_guarded_macro_define_is_tunable(tmp_path: Path, guard: str) -> None:
+    source = ROWS_KERNEL.replace("#define ROWS_RESULT_STEPS 8", f"{guard}\n#define ROWS_RESULT_STEPS 8\n#endif")
+    (tmp_path / "conv.cu").write_text(source)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
+    spec = load_spec(tmp_path / "conv.cu", arch="sm_90")
+    check_macros_take_effect(spec, bundle_sources(spec))
 
 
 def test_a_header_of_kernel_templates_says_they_need_an_instantiation(tmp_path: Path) -> None:
