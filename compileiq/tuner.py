@@ -68,6 +68,8 @@ class UnfinishedBaseline(CompileIQError):
 SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of function")
 
 
+# ptxas on an instruction of the arch-specific feature set (sm_90a) compiled for the plain target
+ARCH_SPECIFIC = re.compile(r"not supported on \.target '(sm_\d+)'")
 # a kernel template (``template <int BM, ...> __global__ void sgemm(...)``): no code until instantiated
 KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
 
@@ -76,6 +78,8 @@ def _build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:
     """What the user can do when the defaults fail for a known reason ("" when none is known)."""
     if reason.startswith(f"{BuildStatus.TIMEOUT.value}:"):  # a Thrust/CUB-heavy file on a small machine
         return f" (a heavy build needs a larger compile_timeout_s in tune.toml: now {kernel.compile_timeout_s:g} s)"
+    if target := ARCH_SPECIFIC.search(reason):  # wgmma, setmaxnreg...: sm_90a code, not sm_90
+        return f' (arch-specific instructions need --arch {target[1]}a, or arch = "{target[1]}a" in tune.toml)'
     if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
         return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
     if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):

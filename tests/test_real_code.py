@@ -172,9 +172,9 @@ extern "C" __global__ void fir(const float* in, float* out, int n) {
 """
 
 
-def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu") -> Any:
+def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu", arch: str = "sm_90") -> Any:
     options = app.TuneOptions(kernel=folder / kernel, objective="static", budget=budget, workers="local",
-                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch="sm_90",
+                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch=arch,
                               only=("ptxas.opt_level",), simplify=False)
     return app.tune(options, SilentProgress())
 
@@ -274,6 +274,14 @@ def test_a_guarded_macro_define_is_tunable(tmp_path: Path, guard: str) -> None:
     (tmp_path / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
     spec = load_spec(tmp_path / "conv.cu", arch="sm_90")
     check_macros_take_effect(spec, bundle_sources(spec))
+
+
+def test_a_kernel_of_arch_specific_instructions_names_the_arch_it_needs(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "arch_specific")
+    with pytest.raises(CompileIQError, match=r"'wgmma.fence' not supported on .target 'sm_90' \(arch-specific "
+                                             r"instructions need --arch sm_90a, or arch = \"sm_90a\" in tune.toml\)"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="fence.cu")
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="fence.cu", arch="sm_90a")  # what the hint says works
 
 
 def test_a_header_of_kernel_templates_says_they_need_an_instantiation(tmp_path: Path) -> None:
