@@ -7,7 +7,6 @@ failures included, as soon as it is known.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from functools import partial
 from compileiq import claims, eligibility, multi_objective, screening
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.ablation import recorded as ablation_recorded
-from compileiq.compile import BuildStatus
+from compileiq.build_hints import build_hint
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
@@ -62,30 +61,6 @@ class BaselineError(CompileIQError):
 
 class UnfinishedBaseline(CompileIQError):
     """The run ended without a finished baseline (another tuner still holds it): no ACF."""
-
-
-# ptxas's words for a call into (or the address of) a __device__ function defined in another file
-SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of function")
-
-
-# ptxas on an instruction of the arch-specific feature set (sm_90a) compiled for the plain target
-ARCH_SPECIFIC = re.compile(r"not supported on \.target '(sm_\d+)'")
-# a kernel template (``template <int BM, ...> __global__ void sgemm(...)``): no code until instantiated
-KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
-
-
-def _build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:
-    """What the user can do when the defaults fail for a known reason ("" when none is known)."""
-    if reason.startswith(f"{BuildStatus.TIMEOUT.value}:"):  # a Thrust/CUB-heavy file on a small machine
-        return f" (a heavy build needs a larger compile_timeout_s in tune.toml: now {kernel.compile_timeout_s:g} s)"
-    if target := ARCH_SPECIFIC.search(reason):  # wgmma, setmaxnreg...: sm_90a code, not sm_90
-        return f' (arch-specific instructions need --arch {target[1]}a, or arch = "{target[1]}a" in tune.toml)'
-    if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
-        return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
-    if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):
-        return (": its kernels are templates that nothing instantiates; tune the .cu that launches them, or a"
-                " file that includes this one and instantiates them (template __global__ void NAME<...>(...);)")
-    return ""
 
 
 @dataclass(frozen=True)
@@ -501,9 +476,9 @@ class Tuner:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}{_build_hint(reason, self._bundle, self._request.kernel)}")
+                    raise BaselineError(f"{name}: {reason}{build_hint(reason, self._bundle, self._request.kernel)}")
                 raise BaselineError(f"{name} does not build with default settings: {reason}"
-                                    f"{_build_hint(reason, self._bundle, self._request.kernel)}")
+                                    f"{build_hint(reason, self._bundle, self._request.kernel)}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
