@@ -191,6 +191,8 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 
 
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
+    if "format" not in data:  # a tune.toml or another TOML file given by mistake
+        raise AcfError(f"{path} is not an ACF (no format key): give the .acf.toml file that compileiq tune wrote")
     if not is_count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
         raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]

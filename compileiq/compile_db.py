@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.errors import UsageError
+from compileiq.output_file import not_regular
 from compileiq.space import SearchSpace
 
 MAX_DATABASE_BYTES = 64 * 2**20
@@ -43,6 +44,10 @@ _PTXAS = {"-Xptxas", "--ptxas-options", "-maxrregcount", "--maxrregcount"}
 _ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
 _SHORT_ATTACHED = ("-I", "-D", "-U", "-O")  # not -l: nvcc has -lineinfo, -lto
 _NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
+
+
+_OPTIONS_FILE = {"--options-file", "-optf"}
+MAX_OPTIONS_FILE_BYTES = 2**20
 
 
 class CompileDbError(UsageError):
@@ -100,8 +105,40 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
             raise CompileDbError(f"{database}: command for {source.name}: {error}") from None
     else:
         raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
-    kept, stripped, arch = _split(argv[1:], directory, source, _tuned_flags(space))
+    args = _expand_options_files(argv[1:], directory, f"{database}: the command for {source.name}")
+    kept, stripped, arch = _split(args, directory, source, _tuned_flags(space))
     return CompileCommand(source, directory, tuple(kept), arch, tuple(stripped))
+
+
+def _expand_options_files(args: Sequence[str], directory: Path, where: str) -> list[str]:
+    """The arguments with each ``--options-file FILE[,FILE]`` (``-optf``) replaced by the file's
+    arguments: CMake 3.29.5+ puts a CUDA target's -I folders in ``includes_CUDA.rsp`` this way.
+    One level: an options file that names another is left to the allow-list to refuse."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag not in _OPTIONS_FILE:
+            out.append(arg)
+            continue
+        for name in (value if eq else next(it, "")).split(","):
+            out.extend(_options_file(directory / name, where))
+    return out
+
+
+def _options_file(path: Path, where: str) -> list[str]:
+    if kind := not_regular(path):
+        raise CompileDbError(f"{where}: --options-file {path} is {kind}, not a file of arguments")
+    try:
+        if path.stat().st_size > MAX_OPTIONS_FILE_BYTES:
+            raise CompileDbError(f"{where}: --options-file {path} is larger than {MAX_OPTIONS_FILE_BYTES // 2**20} MiB")
+        return shlex.split(path.read_text())
+    except FileNotFoundError:
+        raise CompileDbError(f"{where}: its --options-file {path} is missing: run the build's configure step "
+                             "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise CompileDbError(f"{where}: --options-file {path}: {reason}") from None
 
 
 def _split(args: Sequence[str], directory: Path, source: Path,

@@ -50,7 +50,8 @@ def special_include(main: Path, search: Sequence[Path]) -> str | None:
     there is none."""
     from compileiq.output_file import not_regular
 
-    pending, seen = [main], set()
+    pending: list[Path] = [main]
+    seen: set[Path] = set()
     while pending and len(seen) < _SCANNED_FILES:
         current = pending.pop()
         if current in seen:

@@ -188,7 +188,9 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
 
     nvcc = nvcc or find_toolchain().nvcc
     root = spec.source.parent
-    dirs = [(d, _bundle_dir(d, root, i)) for i, d in enumerate(spec.include_dirs)]
+    toolchain_dirs = _toolchain_dirs(nvcc)
+    top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
+    dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     base_args = spec.nvcc_flags.flags + (("-x", "cu") if spec.source.suffix == ".cuh" else ())
     defaults = tuple(f"-D{k.removeprefix('define.')}={v}" for k, v in spec.default_values().items())
     includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
@@ -196,18 +198,20 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     # the preprocessor alone, once per run: not held to the per-variant compile timeout
     found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S),
                                   [d for d, _ in dirs])
-    toolchain_dirs = _toolchain_dirs(nvcc)
     files: dict[str, bytes] = {}
     for path in found:
-        rel = _bundle_path(path, root, dirs, toolchain_dirs)
+        rel = _bundle_path(path, root, top, dirs, toolchain_dirs)
         if rel is not None:
             files[rel] = path.read_bytes()
     include_args = tuple(f"-I{rel}" for _, rel in dirs)
-    digest = hashlib.sha256(json.dumps([spec.source.name, include_args, base_args]).encode())
+    main = spec.source.relative_to(top).as_posix()
+    if problem := path_problem(main):
+        raise KernelError(f"kernel file {problem}")
+    digest = hashlib.sha256(json.dumps([main, include_args, base_args]).encode())
     for rel, content in files.items():
         digest.update(f"{rel}\0{len(content)}\0".encode())
         digest.update(content)
-    return SourceBundle(spec.source.name, tuple(files.items()), include_args, digest.hexdigest(), base_args)
+    return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args)
 
 
 def _relative(directory: Path, root: Path) -> str:
@@ -224,19 +228,31 @@ def _toolchain_dirs(nvcc: str) -> tuple[Path, ...]:
     return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), Path("/usr"), Path("/opt"))
 
 
-def _bundle_dir(directory: Path, root: Path, index: int) -> str:
-    if directory.is_relative_to(root):
-        return directory.relative_to(root).as_posix() or "."
+def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Path, ...]) -> Path:
+    """The folder the bundle mirrors: the kernel's, or the nearest one above it that also holds
+    the project's include folders, so that a quoted ``#include "../../test/util.h"`` finds the
+    same file in the bundle as on disk. Include folders of the toolchain or the system (/usr,
+    /opt), or with nothing but the filesystem's root in common with the kernel's, go to inc<N>/:
+    the bundle never depends on where the project lies."""
+    project = [d for d in include_dirs if not any(d.is_relative_to(t) for t in toolchain)]
+    top = Path(os.path.commonpath([root, *project]))
+    return root if top == Path(top.anchor) else top
+
+
+def _bundle_dir(directory: Path, top: Path, index: int) -> str:
+    if directory.is_relative_to(top):
+        return directory.relative_to(top).as_posix() or "."
     return f"inc{index}"
 
 
-def _bundle_path(path: Path, root: Path, dirs: list[tuple[Path, str]], toolchain: tuple[Path, ...]) -> str | None:
+def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]],
+                 toolchain: tuple[Path, ...]) -> str | None:
     """Where a dependency goes in the bundle; None for a toolchain or system header."""
     if any(path.is_relative_to(d) for d in toolchain[:2]):
         return None
     rel: str | None = None
     if path.is_relative_to(root):
-        rel = path.relative_to(root).as_posix()
+        rel = path.relative_to(top).as_posix()
     else:
         for directory, bundle_dir in dirs:
             if path.is_relative_to(directory):
@@ -247,7 +263,7 @@ def _bundle_path(path: Path, root: Path, dirs: list[tuple[Path, str]], toolchain
             return None
         raise KernelError(
             f"{path} reaches outside the kernel folder and its include_dirs: a worker would not "
-            "find it; include it relative to an include_dirs entry"
+            "find it; add its folder (or one above it) to include_dirs in tune.toml"
         )
     if problem := path_problem(rel):
         raise KernelError(f"header {problem}")

@@ -15,10 +15,12 @@ from functools import partial
 from compileiq import claims, eligibility, multi_objective, screening
 from compileiq.ablation import Ablation, ablation_path
 from compileiq.ablation import recorded as ablation_recorded
+from compileiq.build_hints import build_hint
 from compileiq.confirm import Confirmation
 from compileiq.errors import CompileIQError
 from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, study_identity
 from compileiq.limits import RunClock, RunLimits
+from compileiq.macros import check_macros_take_effect
 from compileiq.metrics import (
     NO_KERNEL,
     NO_LAUNCHED_KERNEL,
@@ -161,6 +163,7 @@ class Tuner:
         self._toolchain = toolchain
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
+        check_macros_take_effect(request.kernel, self._bundle)
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         self._objectives = multi_objective.objectives_of(request.objective)
         self._multi = len(self._objectives) > 1
@@ -473,8 +476,9 @@ class Tuner:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}")
-                raise BaselineError(f"{name} does not build with default settings: {reason}")
+                    raise BaselineError(f"{name}: {reason}{build_hint(reason, self._bundle, self._request.kernel)}")
+                raise BaselineError(f"{name} does not build with default settings: {reason}"
+                                    f"{build_hint(reason, self._bundle, self._request.kernel)}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it

@@ -89,6 +89,8 @@ CASES: dict[str, Case] = {
     "acf-random-bytes": Case("flags {ws}/random.acf.toml", 2, ("random.acf.toml", "not a readable ACF")),
     "acf-missing-tables": Case("flags {ws}/tables.acf.toml", 2, ("tables.acf.toml", "kernel")),
     "acf-format-99": Case("flags {ws}/format.acf.toml", 2, ("unsupported ACF format",)),
+    "acf-is-a-tune-toml": Case("flags {ws}/tune.toml", 2, ("tune.toml is not an ACF (no format key)",)),
+    "gate-a-tune-toml": Case("gate {ws}/tune.toml --static", 2, ("tune.toml is not an ACF (no format key)",)),
     "acf-Xcompiler": Case("flags {ws}/xcompiler.acf.toml", 2, ("-Xcompiler=-fPIC", "not in search space")),
     "acf-compiler-bindir": Case("flags {ws}/bindir.acf.toml", 2, ("--compiler-bindir=/tmp", "not in search space")),
     "acf-output": Case("flags {ws}/output.acf.toml", 2, ("'-o'", "not in search space")),
@@ -154,6 +156,7 @@ def _write_inputs(ws: Path) -> None:
     (ws / "garbage.acf.toml").write_text("this is not TOML at all\n")
     (ws / "random.acf.toml").write_bytes(bytes(range(256)) * 4)
     (ws / "tables.acf.toml").write_text("format = 1\n[objective]\nname = 'static'\n")
+    (ws / "tune.toml").write_text('include_dirs = ["../Common"]\n')  # given instead of the ACF
 
 
 def _set_argv(good: str, argv: list[str]) -> str:

@@ -46,6 +46,29 @@ def test_bear_style_arguments_with_separate_values(tmp_path: Path) -> None:
     assert found.stripped == ("-Xptxas -v", "-ccbin g++-12")
 
 
+def test_cmake_3_29_include_folders_in_an_options_file_are_read(tmp_path: Path) -> None:
+    # CMake >= 3.29.5 with nvcc >= 11 writes the -I folders to includes_CUDA.rsp (all platforms)
+    source = tmp_path / "src" / "k.cu"
+    rsp = tmp_path / "build" / "CMakeFiles" / "k.dir" / "includes_CUDA.rsp"
+    rsp.parent.mkdir(parents=True)
+    rsp.write_text(f'-I{tmp_path}/include -isystem "{tmp_path}/third party"\n')
+    command = ("/usr/local/bin/nvcc -forward-unknown-to-host-compiler -DTILE=64 --options-file "
+               "CMakeFiles/k.dir/includes_CUDA.rsp -O3 -DNDEBUG -std=c++17 -x cu -c ../src/k.cu -o k.cu.o")
+    db = _database(tmp_path, [{"directory": str(tmp_path / "build"), "command": command, "file": "../src/k.cu"}])
+    found = read_command(db, source, SPACE)
+    assert found.base_flags == ("-DTILE=64", f"-I{tmp_path / 'include'}", f"-I{tmp_path / 'third party'}",
+                                "-DNDEBUG", "-std=c++17")
+    joined = command.replace("--options-file CMakeFiles", "--options-file=CMakeFiles")
+    db = _database(tmp_path, [{"directory": str(tmp_path / "build"), "command": joined, "file": "../src/k.cu"}])
+    assert read_command(db, source, SPACE).base_flags == found.base_flags
+    rsp.unlink()
+    with pytest.raises(CompileDbError, match=r"k.cu: its --options-file .*includes_CUDA.rsp is missing: run .* \(cmake\) first"):
+        read_command(db, source, SPACE)
+    rsp.mkdir()
+    with pytest.raises(CompileDbError, match=r"includes_CUDA.rsp is a directory, not a file of arguments"):
+        read_command(db, source, SPACE)
+
+
 def test_the_entry_of_the_requested_file_is_chosen(tmp_path: Path) -> None:
     entries = [{"directory": str(tmp_path), "command": f"nvcc -DWHICH={n} -c {n}.cu", "file": f"{n}.cu"}
                for n in ("a", "b")]

@@ -61,15 +61,15 @@ def write_kernel(folder: Path, toml: str | None = None, source: str = SOURCE) ->
 def nvcc_ptx(spec: KernelSpec, directory: Path, define_args: tuple[str, ...] = ()) -> str:
     """Write the spec's bundle into a fresh directory and compile it there to PTX."""
     bundle = bundle_sources(spec)
-    main = bundle.write_to(directory)
+    bundle.write_to(directory)
     harness = f"-I{harness_include_dir()}"  # the harness is the installation's, never bundled
     cmd = [str(NVCC), f"-arch={spec.arch}", "-ptx", *bundle.include_args, harness, *define_args]
     cmd += [bundle.main, "-o", "out.ptx"]
-    proc = subprocess.run(
-        cmd, check=False, cwd=main.parent, capture_output=True, text=True, timeout=120
+    proc = subprocess.run(  # from the bundle's root, as a worker runs it (include args are relative to it)
+        cmd, check=False, cwd=directory, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    return (main.parent / "out.ptx").read_text()
+    return (directory / "out.ptx").read_text()
 
 
 def test_defaults_without_tune_toml(tmp_path: Path) -> None:
@@ -232,21 +232,22 @@ def kernel_with_headers(tmp_path: Path) -> Path:
 
 
 def test_bundle_follows_quoted_includes(tmp_path: Path) -> None:
+    # include_dirs reach ../shared: the bundle mirrors the folder above both, keeping their places
     bundle = bundle_sources(load_spec(kernel_with_headers(tmp_path)))
     paths = [rel for rel, _ in bundle.files]
-    assert bundle.main == "k.cu" and paths[0] == "k.cu"
+    assert bundle.main == "proj/k.cu" and paths[0] == "proj/k.cu"
     assert sorted(paths[1:]) == [
-        "detail/nested.h",
-        "inc1/outer.h",
-        "inc1/sub/deep.h",
-        "include/inner.h",
-        "local.h",
+        "proj/detail/nested.h",
+        "proj/include/inner.h",
+        "proj/local.h",
+        "shared/outer.h",
+        "shared/sub/deep.h",
     ]
-    assert bundle.include_args == ("-Iinclude", "-Iinc1")
+    assert bundle.include_args == ("-Iproj/include", "-Ishared")
     assert all(isinstance(content, bytes) for _, content in bundle.files)
     main = bundle.write_to(tmp_path / "fresh")
-    assert main == tmp_path / "fresh" / "k.cu"
-    assert (tmp_path / "fresh" / "inc1" / "sub" / "deep.h").read_text().endswith("4.0f\n")
+    assert main == tmp_path / "fresh" / "proj" / "k.cu"
+    assert (tmp_path / "fresh" / "shared" / "sub" / "deep.h").read_text().endswith("4.0f\n")
 
 
 def test_bundle_hash_follows_header_content(tmp_path: Path) -> None:
@@ -316,3 +317,17 @@ def test_measuring_keys_default_and_parse(tmp_path: Path) -> None:
 def test_bad_measuring_keys_name_the_key(tmp_path: Path, toml: str, key: str) -> None:
     with pytest.raises(KernelError, match=f"tune.toml: {key}:"):
         load_spec(write_kernel(tmp_path, toml), arch="sm_90")
+
+
+def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root() -> None:
+    # the folder above the kernel's and its project include folders, so that "../x.h" resolves;
+    # never one that holds /usr, /opt or the toolchain (their folders go to inc<N>/), nor "/":
+    # a bundle, and so the study identity, never depends on where the project lies
+    from compileiq.kernel import _bundle_top
+
+    toolchain = (Path("/usr/local/cuda-13.0"), Path("/x/compileiq/include"), Path("/usr"), Path("/opt"))
+    root = Path("/work/proj/examples/block")
+    assert _bundle_top(root, (Path("/work/proj/test"),), toolchain) == Path("/work/proj")
+    assert _bundle_top(root, (Path("/work/proj/examples/block/include"),), toolchain) == root
+    assert _bundle_top(root, (Path("/usr/include/eigen3"), Path("/opt/lib/include")), toolchain) == root
+    assert _bundle_top(root, (Path("/home/u/lib"),), toolchain) == root

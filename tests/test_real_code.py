@@ -23,6 +23,7 @@ from helpers import CliResult, run_cli
 from compileiq import app
 from compileiq.errors import CompileIQError, UsageError
 from compileiq.kernel import bundle_sources, load_spec
+from compileiq.macros import check_macros_take_effect
 from compileiq.runner import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -44,6 +45,7 @@ SHAPES: dict[str, Shape] = {
     "extended_lambda": Shape("extended_lambda/transform.cu", ("transform",)),
     "header_templates": Shape("header_templates/sum.cu", ("block_sum",)),
     "many_kernels": Shape("many_kernels/pipeline.cu", ("scan_tile", "copy4", "stage")),
+    "relative_include": Shape("relative_include/examples/block/block_sum.cu", ("BlockSumKernel",)),
 }
 # fmt: on
 
@@ -51,7 +53,7 @@ SHAPES: dict[str, Shape] = {
 def _tune(workspace: Path, name: str) -> tuple[CliResult, Path]:
     folder = workspace / name
     shutil.copytree(CORPUS / name, folder)
-    kernel = folder / Path(SHAPES[name].kernel).name
+    kernel = folder / Path(SHAPES[name].kernel).relative_to(name)
     acf = workspace / "acfs" / f"{name}.acf.toml"
     args = ["tune", str(kernel), "--objective", "static", "--budget", "6", "--workers", "local", "--arch",
             "sm_90", "--db", f"sqlite:///{workspace / f'{name}.db'}", "--out", str(acf), "--json", *NARROW]
@@ -170,9 +172,9 @@ extern "C" __global__ void fir(const float* in, float* out, int n) {
 """
 
 
-def _tune_lib(folder: Path, out: Path, budget: int = 2) -> Any:
-    options = app.TuneOptions(kernel=folder / "fir.cu", objective="static", budget=budget, workers="local",
-                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch="sm_90",
+def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu", arch: str = "sm_90") -> Any:
+    options = app.TuneOptions(kernel=folder / kernel, objective="static", budget=budget, workers="local",
+                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch=arch,
                               only=("ptxas.opt_level",), simplify=False)
     return app.tune(options, SilentProgress())
 
@@ -221,6 +223,92 @@ def test_a_kernel_that_does_not_build_stops_after_the_baseline_alone(tmp_path: P
         _tune_lib(folder, tmp_path / "x.acf.toml", budget=8)
     with contextlib.closing(sqlite3.connect(tmp_path / "id.db")) as conn:
         assert conn.execute("select number, state from trials").fetchall() == [(0, "failed")]
+
+
+def test_a_call_into_another_file_without_rdc_says_what_to_put_in_tune_toml(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "separate_compilation")
+    with pytest.raises(CompileIQError, match=r'transform.cu does not build .*function .* needs nvcc_flags = \["-rdc=true"\] in tune.toml'):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="transform.cu")
+    (folder / "tune.toml").write_text('nvcc_flags = ["-rdc=true"]\n')
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="transform.cu")  # the hint is all it needed
+
+
+def test_a_baseline_past_the_compile_timeout_names_the_tune_toml_key(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "relative_include") / "examples" / "block"
+    (folder / "tune.toml").write_text('include_dirs = ["../.."]\ncompile_timeout_s = 0.05\n')
+    with pytest.raises(CompileIQError, match=r"does not build .*timeout: .* needs a larger compile_timeout_s in tune.toml: now 0.05 s"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="block_sum.cu")
+
+
+ROWS_KERNEL = """// After NVIDIA/cuda-samples convolutionSeparable.cu (BSD-3): its tile sizes are plain #defines
+#define ROWS_BLOCKDIM_X 16
+/* a comment
+   over two lines */
+#define ROWS_RESULT_STEPS 8
+__global__ void rows(float* d) { d[threadIdx.x * ROWS_RESULT_STEPS] = ROWS_BLOCKDIM_X; }
+"""
+
+
+def test_a_tuned_macro_the_kernel_defines_itself_is_refused_naming_the_line(tmp_path: Path) -> None:
+    folder = tmp_path / "conv"
+    folder.mkdir()
+    (folder / "conv.cu").write_text(ROWS_KERNEL)
+    (folder / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
+    args = ["tune", "conv/conv.cu", "--budget", "2", "--workers", "local", "--db", "sqlite:///db.sqlite"]
+    result = run_cli(args, cwd=tmp_path)
+    assert result.returncode == 2, result.describe()
+    assert result.stderr.strip().splitlines() == [
+        (f"error: {folder / 'tune.toml'}: tune.defines.ROWS_RESULT_STEPS: conv.cu:5 #defines ROWS_RESULT_STEPS "
+         "itself, so -DROWS_RESULT_STEPS has no effect: guard that line with #ifndef ROWS_RESULT_STEPS")]
+    (folder / "tune.toml").write_text("[defines]\nROWS_BLOCKDIM_X = 32\n")
+    spec = load_spec(folder / "conv.cu", arch="sm_90")
+    with pytest.raises(UsageError, match=r"defines.ROWS_BLOCKDIM_X: conv.cu:2 #defines ROWS_BLOCKDIM_X itself"):
+        check_macros_take_effect(spec, bundle_sources(spec))
+
+
+@pytest.mark.parametrize("guard", ["#ifndef ROWS_RESULT_STEPS", "#if !defined(ROWS_RESULT_STEPS)",
+                                   "#  if defined ROWS_RESULT_STEPS && 0\n#else"])
+def test_a_guarded_macro_define_is_tunable(tmp_path: Path, guard: str) -> None:
+    source = ROWS_KERNEL.replace("#define ROWS_RESULT_STEPS 8", f"{guard}\n#define ROWS_RESULT_STEPS 8\n#endif")
+    (tmp_path / "conv.cu").write_text(source)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
+    spec = load_spec(tmp_path / "conv.cu", arch="sm_90")
+    check_macros_take_effect(spec, bundle_sources(spec))
+
+
+def test_a_kernel_of_arch_specific_instructions_names_the_arch_it_needs(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "arch_specific")
+    with pytest.raises(CompileIQError, match=r"'wgmma.fence' not supported on .target 'sm_90' \(arch-specific "
+                                             r"instructions need --arch sm_90a, or arch = \"sm_90a\" in tune.toml\)"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="fence.cu")
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="fence.cu", arch="sm_90a")  # what the hint says works
+
+
+def test_a_header_of_kernel_templates_says_they_need_an_instantiation(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "kernel_template")
+    with pytest.raises(CompileIQError, match=r"sgemm.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="sgemm.cuh")
+    (folder / "inst.cu").write_text('#include "sgemm.cuh"\ntemplate __global__ void sgemmTiled<32, 32, 8>(int, int, int, '
+                                    "const float*, const float*, float*);\n")
+    _tune_lib(folder, tmp_path / "y.acf.toml", kernel="inst.cu")  # what the hint says works
+
+
+def test_a_quoted_include_that_climbs_out_of_the_kernel_folder_builds_in_the_bundle(tmp_path: Path) -> None:
+    # cub/examples/block/*.cu include "../../test/test_util.h"; with include_dirs = ["../.."] the
+    # bundle mirrors that folder, so the worker finds the header where the source says it is
+    # (before: the kernel's folder was the bundle's root and the header went to inc0/: not found).
+    folder = _copy(tmp_path, "relative_include")
+    bundle = bundle_sources(load_spec(folder / "examples" / "block" / "block_sum.cu", arch="sm_90"))
+    assert bundle.main == "examples/block/block_sum.cu"
+    assert {rel for rel, _ in bundle.files} == {"examples/block/block_sum.cu", "test/test_util.h"}
+    assert bundle.include_args == ("-I.",)
+
+
+def test_a_header_outside_every_include_folder_says_what_to_add(tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "relative_include")
+    (folder / "examples" / "block" / "tune.toml").unlink()
+    with pytest.raises(UsageError, match=r"test_util.h reaches outside .* add its folder .* include_dirs in tune.toml"):
+        bundle_sources(load_spec(folder / "examples" / "block" / "block_sum.cu", arch="sm_90"))
 
 
 def test_a_missing_header_names_the_error_not_the_include_chain(tmp_path: Path) -> None:
