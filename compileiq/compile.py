@@ -48,6 +48,7 @@ class EntryResources:
     barriers: int
     instructions: int
     entry: bool = True  # False: a device function ptxas compiled on its own (not inlined) for calls
+    max_threads: int = 0  # the PTX entry's .maxntid/.reqntid (its __launch_bounds__, templates too); 0: none
 
     @property
     def spill_bytes(self) -> int:
@@ -130,6 +131,8 @@ def assemble(job: AssembleJob, ptx: PtxResult, attempts: int = ATTEMPTS) -> Buil
         return Build(made.status, made.message, (), None, b"", made.seconds)
     sections = text_sections(made.data)
     entries = parse_resources(made.report, {name: len(code) // 16 for name, code in sections.items()})
+    bounds = thread_bounds(ptx.ptx)
+    entries = tuple(replace(e, max_threads=bounds[e.name]) if e.name in bounds else e for e in entries)
     return Build(BuildStatus.OK, "", entries, code_hash(sections), made.data, made.seconds)
 
 
@@ -251,6 +254,24 @@ _FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
 _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+
+
+_PTX_ENTRY = re.compile(rb"\.entry\s+([\w$.]+)\s*\([^)]*\)([^{]*)\{")
+_THREAD_BOUND = re.compile(rb"\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+
+
+def thread_bounds(ptx: bytes) -> dict[str, int]:
+    """Threads per block each PTX entry declares (``.maxntid x, y, z``: its __launch_bounds__, as
+    the compiler evaluated it, for a template's instances too), by entry name; entries without one
+    are left out."""
+    bounds = {}
+    for match in _PTX_ENTRY.finditer(ptx):
+        if found := _THREAD_BOUND.search(match.group(2)):
+            threads = 1
+            for dimension in found.groups():
+                threads *= int(dimension or 1)
+            bounds[match.group(1).decode(errors="replace")] = threads
+    return bounds
 
 
 def parse_resources(report: str, instructions: dict[str, int]) -> tuple[EntryResources, ...]:

@@ -134,8 +134,8 @@ def entry_matches(entry: str, name: str) -> bool:
 
 class LaunchModel:
     """Threads per block and dynamic shared memory of each entry under a config: its [launch]
-    table, else the tune.toml block_size, else its ``__launch_bounds__`` (in any bundled file),
-    else the spec's default."""
+    table, else the tune.toml block_size, else its ``__launch_bounds__`` (as compiled, else as read
+    in any bundled file), else the spec's default."""
 
     def __init__(self, spec: KernelSpec, bundle: SourceBundle | None = None) -> None:
         texts = {rel: content.decode(errors="replace") for rel, content in (bundle.files if bundle else ())}
@@ -160,8 +160,10 @@ class LaunchModel:
             raise ExpressionError(f"{where}: {shown} must be from {low} to {high}")
         return value
 
-    def facts(self, entry: str, config: Mapping[str, Any]) -> tuple[int, int]:
-        """ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
+    def facts(self, entry: str, config: Mapping[str, Any], compiled_bound: int = 0) -> tuple[int, int]:
+        """``compiled_bound``: the threads the compiled entry declares (PTX .maxntid), which beats
+        reading ``__launch_bounds__`` from the source (a template's parameter, a toolchain header).
+        ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
         spec = self._spec
         table = next((f for f in spec.launch if entry_matches(entry, f.entry)), None)
         smem = spec.dynamic_smem
@@ -169,6 +171,8 @@ class LaunchModel:
             smem = self._fact(table.entry, "dynamic_smem", table.dynamic_smem, config, "in this variant")
         if table is not None and table.block_size is not None:
             return self._fact(table.entry, "block_size", table.block_size, config, "in this variant"), smem
+        if compiled_bound and not spec.block_size_given:
+            return compiled_bound, smem
         bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
         if spec.block_size_given or bound is None:
             return spec.block_size_for(config), smem

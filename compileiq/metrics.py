@@ -7,6 +7,7 @@ labels them "static".
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,9 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
 
 NO_KERNEL = "no kernel (__global__ function) in the compiled module"
 NO_LAUNCHED_KERNEL = "names no kernel of the build"  # a [launch.NAME] table of tune.toml
+# cub::EmptyKernel<void>: compiled into every file that includes CUB (or Thrust) so that CUB can ask
+# the runtime for the PTX version; never launched by the code, so never scored
+PLACEHOLDER_KERNEL = re.compile(r"_ZN3cub\w*11EmptyKernel")
 
 
 @dataclass(frozen=True)
@@ -166,9 +170,10 @@ class StaticEvaluator:
             full = build.message.strip()
             reason = headline if full == headline else f"{headline}\n{full}"
             return Evaluation(None, f"{build.status.value}: {reason}", {})
-        if not any(e.entry for e in build.entries):
+        kernels = tuple(e for e in build.entries if e.entry and not PLACEHOLDER_KERNEL.match(e.name))
+        if not kernels:
             return Evaluation(None, NO_KERNEL, {})
-        entries = tuple(e for e in build.entries if e.entry and _wanted(e.name, self._kernel.entries))
+        entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
         if not entries:
             return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {_kernels(build)}", {})
         if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
@@ -177,7 +182,7 @@ class StaticEvaluator:
         values = config.as_dict()
         threads = self._kernel.block_size_for(values)
         try:
-            launch = {e.name: self._launch.facts(e.name, values) for e in entries}
+            launch = {e.name: self._launch.facts(e.name, values, e.max_threads) for e in entries}
         except ExpressionError as error:  # this variant's macros, not the study's defaults
             return Evaluation(None, f"launch: {error}", {})
         functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted

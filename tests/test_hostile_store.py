@@ -456,6 +456,7 @@ FORGED_BUILDS = {
     "registers-past-255": lambda e: e.update(registers=4096),
     "spills-as-text": lambda e: e.update(spill_store_bytes="none"),
     "unknown-field": lambda e: e.update(evil=1),
+    "max-threads-past-1024": lambda e: e.update(max_threads=4096),  # a block no launch can have
     "status-unknown": None,
 }
 

@@ -440,6 +440,38 @@ def test_a_variant_whose_macros_take_its_launch_out_of_range_fails_alone(tmp_pat
     assert trials[4].value is not None and trials[8].value is not None
 
 
+TEMPLATE_BOUNDS = """\
+template <int THREADS> __global__ void __launch_bounds__(THREADS) tile(float* x) { x[threadIdx.x] *= 2.0f; }
+template __global__ void tile<128>(float*);
+__global__ void unbounded(float* x) { x[threadIdx.x] += 1.0f; }
+"""
+
+
+def test_a_template_parameters_launch_bounds_is_read_from_the_compiled_code(tmp_path: Path) -> None:
+    # __launch_bounds__(THREADS) of a template (CUB's kernels, most GEMM libraries) cannot be read
+    # from the source; it was scored at the default 256 threads. The PTX says .maxntid 128.
+    (tmp_path / "tile.cu").write_text(TEMPLATE_BOUNDS)
+    options = app.TuneOptions(kernel=tmp_path / "tile.cu", objective="static", budget=1, workers="local",
+                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "tile.acf.toml", arch="sm_90",
+                              only=("ptxas.opt_level",), simplify=False)
+    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z4tileILi128EEvPf": [128, 0], "_Z9unboundedPf": [256, 0]}
+    by_name = {e["name"]: e for e in baseline.metrics["entries"]}
+    assert by_name["_Z4tileILi128EEvPf"]["max_threads"] == 128 and by_name["_Z9unboundedPf"]["max_threads"] == 0
+
+
+def test_cubs_placeholder_kernel_is_not_scored_as_one_of_the_kernels(tmp_path: Path) -> None:
+    # Every file that includes CUB or Thrust compiles cub::EmptyKernel<void>, which the code never
+    # launches: it was scored with the user's kernel (its instructions added, its occupancy counted).
+    (tmp_path / "mine.cu").write_text("#include <cub/cub.cuh>\n"
+                                      "__global__ void mine(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    options = app.TuneOptions(kernel=tmp_path / "mine.cu", objective="static", budget=1, workers="local",
+                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "mine.acf.toml", arch="sm_90",
+                              only=("ptxas.opt_level",), simplify=False)
+    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    assert [e["name"] for e in baseline.metrics["entries"]] == ["_Z4minePf"], baseline.metrics["entries"]
+
+
 def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
     from compileiq.launch import LaunchModel
 

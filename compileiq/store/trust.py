@@ -120,8 +120,10 @@ def _build_metrics_problem(metrics: dict[str, Any]) -> str | None:
         if not isinstance(entry["name"], str) or not isinstance(entry.get("entry", True), bool):
             return "an entry's name or entry flag has the wrong type"
         counts = [value for name, value in entry.items() if name not in ("name", "entry")]
-        if not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255:
-            return f"function {entry['name'][:60]!r}: a count that is not an integer from 0 (registers up to 255)"
+        if (not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255
+                or entry.get("max_threads", 0) > 1024):
+            return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0"
+                    " (registers up to 255, max_threads up to 1024)")
     return None
 
 
