@@ -28,11 +28,20 @@ class ArchLimits:
 
 
 KIB = 1024
+# Per compute capability: the CUDA programming guide's resident warps, cuda_occupancy.h's blocks
+# per SM (cudaOccMaxBlocksPerMultiprocessor) and largest shared-memory carve-out, per-block opt-in.
 ARCH_LIMITS = {
+    "sm_75": ArchLimits(32, 16, 64 * KIB, 64 * KIB),
     "sm_80": ArchLimits(64, 32, 164 * KIB, 163 * KIB),
     "sm_86": ArchLimits(48, 16, 100 * KIB, 99 * KIB),
+    "sm_87": ArchLimits(48, 16, 164 * KIB, 163 * KIB),
     "sm_89": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
     "sm_90": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_100": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_103": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_110": ArchLimits(48, 24, 228 * KIB, 227 * KIB),
+    "sm_120": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+    "sm_121": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
 }
 REGISTERS_PER_SM = 65536
 RESERVED_SMEM_PER_BLOCK = KIB

@@ -479,3 +479,16 @@ def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path:
     (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
     with pytest.raises(UsageError, match=r"tune.toml: launch.fir.dynamic_smem: unknown macro 'NOPE'"):
         LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
+
+
+def test_a_blackwell_kernel_names_sm_100a_from_any_other_target_and_tunes_there(tmp_path: Path) -> None:
+    # tcgen05 is sm_100a's: the hint said "--arch sm_90a" on sm_90 (which fails the same way) and
+    # "sm_90aa" on sm_90a; and sm_100a itself stopped with "no occupancy table for sm_100a".
+    folder = _copy(tmp_path, "blackwell_namespace")
+    for arch in ("sm_90", "sm_90a", "sm_100"):
+        with pytest.raises(CompileIQError, match=rf"'tcgen05.alloc' not supported on .target '{arch}' \(arch-specific "
+                                                 r"instructions need --arch sm_100a, or arch = \"sm_100a\" in tune.toml\)"):
+            _tune_lib(folder, tmp_path / f"{arch}.acf.toml", kernel="tmem.cu", arch=arch)
+    tuned = _tune_lib(folder, tmp_path / "ok.acf.toml", kernel="tmem.cu", arch="sm_100a")  # what the hint says works
+    assert tuned.result.trials[0].metrics["occupancy"] > 0
+
