@@ -11,6 +11,7 @@ from typing import Any
 
 from compileiq import kernel
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
+from compileiq.entry_names import KERNEL_NAME
 from compileiq.kernel import (
     ARCH,
     DEFAULT_ARCH,
@@ -178,7 +179,7 @@ class _Parser:
 
     def launch_facts(self, name: str, facts: Any) -> LaunchFacts:
         key = f"launch.{name}"
-        if not _NAME_RE.fullmatch(name):
+        if not KERNEL_NAME.fullmatch(name):
             raise self.fail(key, "not a kernel name")
         if not isinstance(facts, dict) or not facts or set(facts) - _LAUNCH_KEYS:
             raise self.fail(key, "must be a table with block_size and/or dynamic_smem")

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from compileiq.entry_names import entry_matches
 from compileiq.errors import UsageError
 
 if TYPE_CHECKING:
@@ -125,11 +126,6 @@ def _macro(name: str, macros: Mapping[str, int | str] | None, depth: int) -> int
     if depth >= _MAX_DEPTH:
         raise ExpressionError(f"macro {name!r} nests too deeply")
     return _walk(_parse(str(value)), macros, depth + 1)
-
-
-def entry_matches(entry: str, name: str) -> bool:
-    """Whether the compiled entry ``entry`` (maybe mangled) is the kernel called ``name``."""
-    return entry == name or entry.startswith(f"_Z{len(name)}{name}")
 
 
 class LaunchModel:

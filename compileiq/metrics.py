@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.compile import Build, EntryResources, first_error_line
+from compileiq.entry_names import entry_matches
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.launch import ExpressionError, LaunchModel, entry_matches
+from compileiq.launch import ExpressionError, LaunchModel
 from compileiq.space import Config
 
 

@@ -492,3 +492,13 @@ def test_a_blackwell_kernel_names_sm_100a_from_any_other_target_and_tunes_there(
     tuned = _tune_lib(folder, tmp_path / "ok.acf.toml", kernel="tmem.cu", arch="sm_100a")  # what the hint says works
     assert tuned.result.trials[0].metrics["occupancy"] > 0
 
+
+@pytest.mark.parametrize("name", ["gemm", "gemm_n7168_k5120::gemm"])
+def test_a_kernel_in_a_namespace_is_named_by_its_plain_or_qualified_name(tmp_path: Path, name: str) -> None:
+    # [launch.gemm] stopped the run ("names no kernel of the build; found: _ZN16gemm_n7168_k51204gemm...")
+    # and [launch."gemm_n7168_k5120::gemm"] was refused as "not a kernel name".
+    folder = _copy(tmp_path, "blackwell_namespace")
+    (folder / "tune.toml").write_text(f'entries = ["{name}"]\n[launch."{name}"]\ndynamic_smem = "64 * 1024"\n')
+    baseline = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a").result.trials[0]
+    assert baseline.metrics["launch"] == {"_ZN16gemm_n7168_k51204gemmE14CUtensorMap_stPj": [128, 65536]}
+    assert baseline.metrics["occupancy"] == pytest.approx(3 * 4 / 64)  # 3 blocks of 64 KiB + 1 KiB in 228 KiB
