@@ -502,3 +502,24 @@ def test_a_kernel_in_a_namespace_is_named_by_its_plain_or_qualified_name(tmp_pat
     baseline = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a").result.trials[0]
     assert baseline.metrics["launch"] == {"_ZN16gemm_n7168_k51204gemmE14CUtensorMap_stPj": [128, 65536]}
     assert baseline.metrics["occupancy"] == pytest.approx(3 * 4 / 64)  # 3 blocks of 64 KiB + 1 KiB in 228 KiB
+
+
+def test_a_header_the_preprocessor_cannot_find_names_the_include_dirs_line_that_finds_it(tmp_path: Path) -> None:
+    # cuda-samples: Samples/<group>/<sample>/shfl_scan.cu includes <helper_cuda.h> from Common/, three
+    # folders up. The error named the missing header but not what to put in tune.toml.
+    sample = tmp_path / "Samples" / "2_Concepts_and_Techniques" / "shfl_scan"
+    sample.mkdir(parents=True)
+    (tmp_path / "Common").mkdir()
+    (tmp_path / "Common" / "helper_cuda.h").write_text("#pragma once\n#define checkCudaErrors(x) (x)\n")
+    (sample / "shfl_scan.cu").write_text('#include <helper_cuda.h>\n__global__ void k(int* x) { *x = 1; }\n')
+    args = ["tune", "shfl_scan.cu", "--workers", "local", "--arch", "sm_90", "--db", "sqlite:///db.sqlite", "--budget", "1"]
+    result = run_cli(args, cwd=sample)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert result.stderr_lines[0].endswith('helper_cuda.h: No such file or directory (found in ../../../Common: '
+                                           'add include_dirs = ["../../../Common"] to tune.toml)')
+    (sample / "tune.toml").write_text('include_dirs = ["../../../Common"]\n')
+    assert run_cli(args, cwd=sample).returncode == 0  # what the hint says works
+    (tmp_path / "Common" / "helper_cuda.h").unlink()
+    result = run_cli(args, cwd=sample)
+    assert result.stderr_lines[0].endswith("(add the folder that holds it to include_dirs in tune.toml, relative to "
+                                           "the kernel's folder)"), result.describe()
