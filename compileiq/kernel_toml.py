@@ -240,7 +240,8 @@ class _Parser:
         if isinstance(value, str):
             values = tuned.get(value)
             if values is None:
-                raise self.fail("block_size", f"{value!r} is not a tuned define")
+                raise self.fail("block_size", f"{value!r} is not a tuned define (an expression such as "
+                                              f"\"32*ROWS\" goes in a [launch.KERNEL] table)")
             low, high = RANGES["block_size"]
             if not all(isinstance(v, int) and low <= v <= high for v in values):
                 raise self.fail("block_size", f"tuned define {value!r} has a non-block-size value")

@@ -523,3 +523,13 @@ def test_a_header_the_preprocessor_cannot_find_names_the_include_dirs_line_that_
     result = run_cli(args, cwd=sample)
     assert result.stderr_lines[0].endswith("(add the folder that holds it to include_dirs in tune.toml, relative to "
                                            "the kernel's folder)"), result.describe()
+
+
+def test_a_block_size_expression_at_the_top_of_tune_toml_names_the_table_that_takes_it(tmp_path: Path) -> None:
+    # llm.c / ggml kernels launch 32 * ROWS_PER_BLOCK threads; the top-level key takes only a number
+    # or a tuned macro's name, and its error did not say where an expression goes.
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text('block_size = "32*TAPS"\n[tune.defines]\nTAPS = [4, 8]\n')
+    with pytest.raises(UsageError, match=r"block_size: '32\*TAPS' is not a tuned define \(an expression such as "
+                                         r"\"32\*ROWS\" goes in a \[launch.KERNEL\] table\)$"):
+        load_spec(tmp_path / "fir.cu", arch="sm_90")
