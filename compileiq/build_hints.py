@@ -3,6 +3,7 @@ line or option the failure asks for, appended to the baseline's one-line error."
 
 from __future__ import annotations
 
+import json
 import re
 
 from compileiq.compile import BuildStatus
@@ -15,6 +16,9 @@ SEPARATE_COMPILATION = ("Unresolved extern function", "Cannot take address of fu
 ARCH_SPECIFIC = re.compile(r"Instruction '([\w.:]+)' not supported on \.target '(sm_\d+)(a?)'")
 # the first arch-specific target of an instruction family that one of its own arch lacks
 FAMILY_ARCH = {"tcgen05": "sm_100a", "wgmma": "sm_90a", "setmaxnreg": "sm_90a"}
+# the front end names the switch a construct needs: its words, and the switch as tune.toml takes it
+FRONTEND_SWITCHES = (("'--expt-relaxed-constexpr' can be used", "--expt-relaxed-constexpr"),
+                     ("requires --extended-lambda nvcc flag", "--extended-lambda"))
 # a kernel template (``template <int BM, ...> __global__ void sgemm(...)``): no code until instantiated
 KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
 
@@ -25,6 +29,9 @@ def build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:
         return f" (a heavy build needs a larger compile_timeout_s in tune.toml: now {kernel.compile_timeout_s:g} s)"
     if target := ARCH_SPECIFIC.search(reason):  # wgmma: sm_90a code, not sm_90; tcgen05: sm_100a
         return arch_hint(target[1], target[2] + target[3])
+    if switch := next((flag for words, flag in FRONTEND_SWITCHES if words in reason), None):
+        flags = [*kernel.nvcc_flags.flags, switch]
+        return f" (add it in tune.toml: nvcc_flags = {json.dumps(flags)})"
     if not bundle.relocatable and any(words in reason for words in SEPARATE_COMPILATION):
         return ' (a __device__ function from another file needs nvcc_flags = ["-rdc=true"] in tune.toml)'
     if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):

@@ -7,6 +7,7 @@ errors that say what failed, a relocatable ACF) is checked through the library a
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -533,3 +534,26 @@ def test_a_block_size_expression_at_the_top_of_tune_toml_names_the_table_that_ta
     with pytest.raises(UsageError, match=r"block_size: '32\*TAPS' is not a tuned define \(an expression such as "
                                          r"\"32\*ROWS\" goes in a \[launch.KERNEL\] table\)$"):
         load_spec(tmp_path / "fir.cu", arch="sm_90")
+
+
+@pytest.mark.parametrize(("code", "toml", "says"), [
+    # std::numeric_limits in device code (top-k, argmax, FasterTransformer-style reductions)
+    ("#include <limits>\n__global__ void argmax(float* x) { x[0] = -std::numeric_limits<float>::infinity(); }\n",
+     "", 'nvcc_flags = ["--expt-relaxed-constexpr"]'),
+    # a __device__ lambda handed to Thrust: the flags already given are kept in the line to paste
+    (("#include <thrust/transform.h>\n#include <thrust/device_vector.h>\nvoid f(thrust::device_vector<float>& v) {\n"
+     "  thrust::transform(v.begin(), v.end(), v.begin(), [] __device__ (float x) { return 2 * x; });\n}\n"),
+     'nvcc_flags = ["-std=c++17"]\n', 'nvcc_flags = ["-std=c++17", "--extended-lambda"]'),
+])
+def test_a_front_end_switch_the_code_needs_is_named_as_the_tune_toml_line(tmp_path: Path, code: str, toml: str,
+                                                                          says: str) -> None:
+    # nvcc names the switch ("'--expt-relaxed-constexpr' can be used", "requires --extended-lambda nvcc
+    # flag"), but not where compileiq takes it.
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "k.cu").write_text(code)
+    (folder / "tune.toml").write_text(toml)
+    with pytest.raises(CompileIQError, match=re.escape(f"(add it in tune.toml: {says})") + "$"):
+        _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")
+    (folder / "tune.toml").write_text(says + "\n")
+    _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")  # what the hint says works
