@@ -557,3 +557,34 @@ def test_a_front_end_switch_the_code_needs_is_named_as_the_tune_toml_line(tmp_pa
         _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")
     (folder / "tune.toml").write_text(says + "\n")
     _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")  # what the hint says works
+
+
+MATRIX_MUL = """\
+// After NVIDIA/cuda-samples Samples/0_Introduction/matrixMul/matrixMul.cu: one kernel template,
+// MatrixMulCUDA<16> launched with 16x16 threads and MatrixMulCUDA<32> with 32x32.
+template <int BLOCK_SIZE> __global__ void MatrixMulCUDA(float *C, float *A, float *B, int wA, int wB) {
+    __shared__ float As[BLOCK_SIZE][BLOCK_SIZE];
+    As[threadIdx.y][threadIdx.x] = A[wA * threadIdx.y + threadIdx.x];
+    __syncthreads();
+    C[wB * threadIdx.y + threadIdx.x] = As[threadIdx.x][threadIdx.y] * B[threadIdx.x];
+}
+template __global__ void MatrixMulCUDA<16>(float *, float *, float *, int, int);
+template __global__ void MatrixMulCUDA<32>(float *, float *, float *, int, int);
+"""
+
+
+def test_one_instance_of_a_kernel_template_is_named_with_its_arguments(tmp_path: Path) -> None:
+    # The instances of matrixMul run 256 and 1024 threads; only their mangled names
+    # (_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii) could tell them apart: "MatrixMulCUDA<16>" was refused
+    # as "not a kernel name".
+    folder = tmp_path / "matrixMul"
+    folder.mkdir()
+    (folder / "matrixMul.cu").write_text(MATRIX_MUL)
+    (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<16>"]\nblock_size = "16*16"\n'
+                                      '[launch."MatrixMulCUDA< 32 >"]\nblock_size = "32*32"\n')
+    baseline = _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu").result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii": [256, 0],
+                                          "_Z13MatrixMulCUDAILi32EEvPfS0_S0_ii": [1024, 0]}
+    (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<8>"]\nblock_size = 64\n')  # no such instance
+    with pytest.raises(CompileIQError, match=r"\[launch.MatrixMulCUDA<8>\] names no kernel of the build"):
+        _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu")
