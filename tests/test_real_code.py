@@ -588,3 +588,15 @@ def test_one_instance_of_a_kernel_template_is_named_with_its_arguments(tmp_path:
     (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<8>"]\nblock_size = 64\n')  # no such instance
     with pytest.raises(CompileIQError, match=r"\[launch.MatrixMulCUDA<8>\] names no kernel of the build"):
         _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu")
+
+
+def test_a_kernel_without_launch_bounds_is_not_scored_at_another_kernels(tmp_path: Path) -> None:
+    # llm.c's layernorm_forward.cu: kernel6 has __launch_bounds__(512), kernel5 none. The file's first
+    # __launch_bounds__ became the default of every kernel, so kernel5 was scored at 512 threads.
+    (tmp_path / "ln.cu").write_text("__global__ void __launch_bounds__(1024) big(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+                                    "__global__ void plain(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    options = app.TuneOptions(kernel=tmp_path / "ln.cu", objective="static", budget=1, workers="local",
+                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "ln.acf.toml", arch="sm_90",
+                              only=("ptxas.opt_level",), simplify=False)
+    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z3bigPf": [1024, 0], "_Z5plainPf": [256, 0]}
