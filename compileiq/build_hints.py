@@ -20,7 +20,8 @@ FAMILY_ARCH = {"tcgen05": "sm_100a", "wgmma": "sm_90a", "setmaxnreg": "sm_90a"}
 FRONTEND_SWITCHES = (("'--expt-relaxed-constexpr' can be used", "--expt-relaxed-constexpr"),
                      ("requires --extended-lambda nvcc flag", "--extended-lambda"))
 # a kernel template (``template <int BM, ...> __global__ void sgemm(...)``): no code until instantiated
-KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*\s+)*__global__\b")
+# (specifiers before __global__ may carry arguments: ggml's __launch_bounds__(calc_nwarps(N)*32, 1) static)
+KERNEL_TEMPLATE = re.compile(rb"template\s*<[^{};]*>\s*(?:[A-Za-z_]\w*(?:\s*\((?:[^()]|\([^()]*\))*\))?\s+)*__global__\b")
 
 
 def build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:

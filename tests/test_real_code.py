@@ -600,3 +600,16 @@ def test_a_kernel_without_launch_bounds_is_not_scored_at_another_kernels(tmp_pat
                               only=("ptxas.opt_level",), simplify=False)
     baseline = app.tune(options, SilentProgress()).result.trials[0]
     assert baseline.metrics["launch"] == {"_Z3bigPf": [1024, 0], "_Z5plainPf": [256, 0]}
+
+
+def test_a_header_of_templates_with_launch_bounds_before_static_says_they_need_an_instantiation(tmp_path: Path) -> None:
+    # llama.cpp's ggml-cuda writes `template <...> __launch_bounds__(calc_nwarps(N)*32, 1) static __global__
+    # void ...`: the arguments of __launch_bounds__ hid the template from the hint.
+    folder = tmp_path / "ggml"
+    folder.mkdir()
+    (folder / "mmvq.cuh").write_text(
+        "#pragma once\nstatic constexpr __device__ int calc_nwarps(int n) { return n <= 4 ? 4 : 2; }\n"
+        "template <int ncols_dst>\n__launch_bounds__(calc_nwarps(ncols_dst)*32, 1)\n"
+        "static __global__ void mul_mat_vec_q(const float* x, float* dst) { dst[threadIdx.x] = x[ncols_dst]; }\n")
+    with pytest.raises(CompileIQError, match=r"mmvq.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="mmvq.cuh")
