@@ -150,6 +150,10 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
 
 NO_KERNEL = "no kernel (__global__ function) in the compiled module"
 NO_LAUNCHED_KERNEL = "names no kernel of the build"  # a [launch.NAME] table of tune.toml
+NO_ENTRY = "no entry matches"  # tune.toml's entries
+# a build that compiled but whose kernels compileiq could not tell apart: how it names and picks
+# kernels may change (an upgrade), so such a recorded failure is scored again by the next run
+NAMING_FAILURES = (NO_KERNEL, NO_LAUNCHED_KERNEL, NO_ENTRY)
 # cub::EmptyKernel<void>: compiled into every file that includes CUB (or Thrust) so that CUB can ask
 # the runtime for the PTX version; never launched by the code, so never scored
 PLACEHOLDER_KERNEL = re.compile(r"_ZN3cub\w*11EmptyKernel")
@@ -185,7 +189,7 @@ class StaticEvaluator:
             return Evaluation(None, NO_KERNEL, {})
         entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
         if not entries:
-            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {_kernels(build)}", {})
+            return Evaluation(None, f"{NO_ENTRY} {list(self._kernel.entries)}; found: {_kernels(build)}", {})
         if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
             # a typo there would leave its kernel scored at the default launch, unnoticed
             return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})

@@ -613,3 +613,18 @@ def test_a_header_of_templates_with_launch_bounds_before_static_says_they_need_a
         "static __global__ void mul_mat_vec_q(const float* x, float* dst) { dst[threadIdx.x] = x[ncols_dst]; }\n")
     with pytest.raises(CompileIQError, match=r"mmvq.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
         _tune_lib(folder, tmp_path / "x.acf.toml", kernel="mmvq.cuh")
+
+
+def test_a_baseline_an_older_compileiq_could_not_name_is_scored_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A study whose baseline an older compileiq recorded as "no entry matches ['gemm']" (a namespaced
+    # kernel it could not name) kept failing after the upgrade: the failure was read back, never rescored.
+    from compileiq import metrics
+
+    folder = _copy(tmp_path, "blackwell_namespace")
+    (folder / "tune.toml").write_text('entries = ["gemm"]\n')
+    with monkeypatch.context() as patch:
+        patch.setattr(metrics, "entry_matches", lambda entry, name: False)  # the older naming
+        with pytest.raises(CompileIQError, match=r"no entry matches \['gemm'\]"):
+            _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
+    tuned = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
+    assert tuned.result.trials[0].value is not None
