@@ -9,6 +9,7 @@ from pathlib import Path
 
 from compileiq.compile import COMPILER_MEMORY, first_error_line, run_tool
 from compileiq.errors import UsageError
+from compileiq.missing_header import missing_header_hint
 
 _TOKEN = re.compile(r"(?:\\.|[^\s\\])+")
 
@@ -31,7 +32,8 @@ def compiler_dependencies(nvcc: str, root: Path, main: str, args: Sequence[str],
     if run.timed_out:
         raise DependencyError(f"{main}: nvcc -M did not finish within {timeout_s:g} s")
     if run.returncode != 0:
-        raise DependencyError(f"{main}: the preprocessor failed: {first_error_line(run.output)}")
+        error = first_error_line(run.output)
+        raise DependencyError(f"{main}: the preprocessor failed: {error}{missing_header_hint(error, root)}")
     return parse_make_rule(run.output, root)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from compileiq import kernel
 from compileiq.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
+from compileiq.entry_names import KERNEL_NAME
 from compileiq.kernel import (
     ARCH,
     DEFAULT_ARCH,
@@ -178,7 +179,7 @@ class _Parser:
 
     def launch_facts(self, name: str, facts: Any) -> LaunchFacts:
         key = f"launch.{name}"
-        if not _NAME_RE.fullmatch(name):
+        if not KERNEL_NAME.fullmatch(name):
             raise self.fail(key, "not a kernel name")
         if not isinstance(facts, dict) or not facts or set(facts) - _LAUNCH_KEYS:
             raise self.fail(key, "must be a table with block_size and/or dynamic_smem")
@@ -239,7 +240,8 @@ class _Parser:
         if isinstance(value, str):
             values = tuned.get(value)
             if values is None:
-                raise self.fail("block_size", f"{value!r} is not a tuned define")
+                raise self.fail("block_size", f"{value!r} is not a tuned define (an expression such as "
+                                              f"\"32*ROWS\" goes in a [launch.KERNEL] table)")
             low, high = RANGES["block_size"]
             if not all(isinstance(v, int) and low <= v <= high for v in values):
                 raise self.fail("block_size", f"tuned define {value!r} has a non-block-size value")

@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from compileiq.entry_names import entry_matches
 from compileiq.errors import UsageError
+from compileiq.kernel import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from compileiq.kernel import KernelSpec, SourceBundle
@@ -127,11 +129,6 @@ def _macro(name: str, macros: Mapping[str, int | str] | None, depth: int) -> int
     return _walk(_parse(str(value)), macros, depth + 1)
 
 
-def entry_matches(entry: str, name: str) -> bool:
-    """Whether the compiled entry ``entry`` (maybe mangled) is the kernel called ``name``."""
-    return entry == name or entry.startswith(f"_Z{len(name)}{name}")
-
-
 class LaunchModel:
     """Threads per block and dynamic shared memory of each entry under a config: its [launch]
     table, else the tune.toml block_size, else its ``__launch_bounds__`` (as compiled, else as read
@@ -173,13 +170,15 @@ class LaunchModel:
             return self._fact(table.entry, "block_size", table.block_size, config, "in this variant"), smem
         if compiled_bound and not spec.block_size_given:
             return compiled_bound, smem
-        bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
-        if spec.block_size_given or bound is None:
+        if spec.block_size_given:
             return spec.block_size_for(config), smem
+        bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
+        if bound is None:  # never another kernel's bounds: the file's first is the spec's default
+            return DEFAULT_BLOCK_SIZE, smem
         try:
             return self._evaluate(bound, config, "__launch_bounds__"), smem
         except ExpressionError:
-            return spec.block_size_for(config), smem
+            return DEFAULT_BLOCK_SIZE, smem
 
     def _evaluate(self, text: str, config: Mapping[str, Any], where: str) -> int:
         values = {**self._spec.default_values(), **config}

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.compile import Build, EntryResources, first_error_line
+from compileiq.entry_names import entry_matches
 from compileiq.errors import UsageError
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.launch import ExpressionError, LaunchModel, entry_matches
+from compileiq.launch import ExpressionError, LaunchModel
 from compileiq.space import Config
 
 
@@ -28,11 +29,20 @@ class ArchLimits:
 
 
 KIB = 1024
+# Per compute capability: the CUDA programming guide's resident warps, cuda_occupancy.h's blocks
+# per SM (cudaOccMaxBlocksPerMultiprocessor) and largest shared-memory carve-out, per-block opt-in.
 ARCH_LIMITS = {
+    "sm_75": ArchLimits(32, 16, 64 * KIB, 64 * KIB),
     "sm_80": ArchLimits(64, 32, 164 * KIB, 163 * KIB),
     "sm_86": ArchLimits(48, 16, 100 * KIB, 99 * KIB),
+    "sm_87": ArchLimits(48, 16, 164 * KIB, 163 * KIB),
     "sm_89": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
     "sm_90": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_100": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_103": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_110": ArchLimits(48, 24, 228 * KIB, 227 * KIB),
+    "sm_120": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+    "sm_121": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
 }
 REGISTERS_PER_SM = 65536
 RESERVED_SMEM_PER_BLOCK = KIB
@@ -140,6 +150,10 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
 
 NO_KERNEL = "no kernel (__global__ function) in the compiled module"
 NO_LAUNCHED_KERNEL = "names no kernel of the build"  # a [launch.NAME] table of tune.toml
+NO_ENTRY = "no entry matches"  # tune.toml's entries
+# a build that compiled but whose kernels compileiq could not tell apart: how it names and picks
+# kernels may change (an upgrade), so such a recorded failure is scored again by the next run
+NAMING_FAILURES = (NO_KERNEL, NO_LAUNCHED_KERNEL, NO_ENTRY)
 # cub::EmptyKernel<void>: compiled into every file that includes CUB (or Thrust) so that CUB can ask
 # the runtime for the PTX version; never launched by the code, so never scored
 PLACEHOLDER_KERNEL = re.compile(r"_ZN3cub\w*11EmptyKernel")
@@ -175,7 +189,7 @@ class StaticEvaluator:
             return Evaluation(None, NO_KERNEL, {})
         entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
         if not entries:
-            return Evaluation(None, f"no entry matches {list(self._kernel.entries)}; found: {_kernels(build)}", {})
+            return Evaluation(None, f"{NO_ENTRY} {list(self._kernel.entries)}; found: {_kernels(build)}", {})
         if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
             # a typo there would leave its kernel scored at the default launch, unnoticed
             return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})

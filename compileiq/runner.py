@@ -28,7 +28,7 @@ from compileiq.compile import (
 from compileiq.errors import CompileIQError
 from compileiq.group_commit import GroupCommit
 from compileiq.kernel import KernelSpec, SourceBundle
-from compileiq.metrics import Evaluation
+from compileiq.metrics import NAMING_FAILURES, Evaluation
 from compileiq.records import NODE_KEY
 from compileiq.space import Config, SearchSpace, remember
 from compileiq.store import BuildRecord, Store, Study, Trial, TrialOutcome, TrialState
@@ -325,9 +325,11 @@ class TrialRunner:
         return finished
 
     def reopen_transient(self, trials: Sequence[Trial]) -> int:
-        """Make the trials that an earlier run lost to a compiler timeout or crash retryable, so
-        that this run tries them again (once: it records its own outcome as final)."""
-        lost = [t for t in trials if t.state is TrialState.FAILED and not t.retryable and TRANSIENT_KEY in t.metrics]
+        """Make the trials that an earlier run lost to a compiler timeout or crash, or could not
+        score for want of a kernel it recognised (an older compileiq's naming), retryable, so that
+        this run tries them again (once: it records its own outcome as final)."""
+        lost = [t for t in trials if t.state is TrialState.FAILED and not t.retryable
+                and (TRANSIENT_KEY in t.metrics or any(words in (t.reason or "") for words in NAMING_FAILURES))]
         for trial in lost:
             self._store.finish_trial(
                 trial.id, state=TrialState.FAILED, value=None, reason=trial.reason, metrics=trial.metrics,

@@ -7,6 +7,7 @@ errors that say what failed, a relocatable ACF) is checked through the library a
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -479,3 +480,151 @@ def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path:
     (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
     with pytest.raises(UsageError, match=r"tune.toml: launch.fir.dynamic_smem: unknown macro 'NOPE'"):
         LaunchModel(load_spec(tmp_path / "fir.cu", arch="sm_90"))
+
+
+def test_a_blackwell_kernel_names_sm_100a_from_any_other_target_and_tunes_there(tmp_path: Path) -> None:
+    # tcgen05 is sm_100a's: the hint said "--arch sm_90a" on sm_90 (which fails the same way) and
+    # "sm_90aa" on sm_90a; and sm_100a itself stopped with "no occupancy table for sm_100a".
+    folder = _copy(tmp_path, "blackwell_namespace")
+    for arch in ("sm_90", "sm_90a", "sm_100"):
+        with pytest.raises(CompileIQError, match=rf"'tcgen05.alloc' not supported on .target '{arch}' \(arch-specific "
+                                                 r"instructions need --arch sm_100a, or arch = \"sm_100a\" in tune.toml\)"):
+            _tune_lib(folder, tmp_path / f"{arch}.acf.toml", kernel="tmem.cu", arch=arch)
+    tuned = _tune_lib(folder, tmp_path / "ok.acf.toml", kernel="tmem.cu", arch="sm_100a")  # what the hint says works
+    assert tuned.result.trials[0].metrics["occupancy"] > 0
+
+
+@pytest.mark.parametrize("name", ["gemm", "gemm_n7168_k5120::gemm"])
+def test_a_kernel_in_a_namespace_is_named_by_its_plain_or_qualified_name(tmp_path: Path, name: str) -> None:
+    # [launch.gemm] stopped the run ("names no kernel of the build; found: _ZN16gemm_n7168_k51204gemm...")
+    # and [launch."gemm_n7168_k5120::gemm"] was refused as "not a kernel name".
+    folder = _copy(tmp_path, "blackwell_namespace")
+    (folder / "tune.toml").write_text(f'entries = ["{name}"]\n[launch."{name}"]\ndynamic_smem = "64 * 1024"\n')
+    baseline = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a").result.trials[0]
+    assert baseline.metrics["launch"] == {"_ZN16gemm_n7168_k51204gemmE14CUtensorMap_stPj": [128, 65536]}
+    assert baseline.metrics["occupancy"] == pytest.approx(3 * 4 / 64)  # 3 blocks of 64 KiB + 1 KiB in 228 KiB
+
+
+def test_a_header_the_preprocessor_cannot_find_names_the_include_dirs_line_that_finds_it(tmp_path: Path) -> None:
+    # cuda-samples: Samples/<group>/<sample>/shfl_scan.cu includes <helper_cuda.h> from Common/, three
+    # folders up. The error named the missing header but not what to put in tune.toml.
+    sample = tmp_path / "Samples" / "2_Concepts_and_Techniques" / "shfl_scan"
+    sample.mkdir(parents=True)
+    (tmp_path / "Common").mkdir()
+    (tmp_path / "Common" / "helper_cuda.h").write_text("#pragma once\n#define checkCudaErrors(x) (x)\n")
+    (sample / "shfl_scan.cu").write_text('#include <helper_cuda.h>\n__global__ void k(int* x) { *x = 1; }\n')
+    args = ["tune", "shfl_scan.cu", "--workers", "local", "--arch", "sm_90", "--db", "sqlite:///db.sqlite", "--budget", "1"]
+    result = run_cli(args, cwd=sample)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert result.stderr_lines[0].endswith('helper_cuda.h: No such file or directory (found in ../../../Common: '
+                                           'add include_dirs = ["../../../Common"] to tune.toml)')
+    (sample / "tune.toml").write_text('include_dirs = ["../../../Common"]\n')
+    assert run_cli(args, cwd=sample).returncode == 0  # what the hint says works
+    (tmp_path / "Common" / "helper_cuda.h").unlink()
+    result = run_cli(args, cwd=sample)
+    assert result.stderr_lines[0].endswith("(add the folder that holds it to include_dirs in tune.toml, relative to "
+                                           "the kernel's folder)"), result.describe()
+
+
+def test_a_block_size_expression_at_the_top_of_tune_toml_names_the_table_that_takes_it(tmp_path: Path) -> None:
+    # llm.c / ggml kernels launch 32 * ROWS_PER_BLOCK threads; the top-level key takes only a number
+    # or a tuned macro's name, and its error did not say where an expression goes.
+    (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
+    (tmp_path / "tune.toml").write_text('block_size = "32*TAPS"\n[tune.defines]\nTAPS = [4, 8]\n')
+    with pytest.raises(UsageError, match=r"block_size: '32\*TAPS' is not a tuned define \(an expression such as "
+                                         r"\"32\*ROWS\" goes in a \[launch.KERNEL\] table\)$"):
+        load_spec(tmp_path / "fir.cu", arch="sm_90")
+
+
+@pytest.mark.parametrize(("code", "toml", "says"), [
+    # std::numeric_limits in device code (top-k, argmax, FasterTransformer-style reductions)
+    ("#include <limits>\n__global__ void argmax(float* x) { x[0] = -std::numeric_limits<float>::infinity(); }\n",
+     "", 'nvcc_flags = ["--expt-relaxed-constexpr"]'),
+    # a __device__ lambda handed to Thrust: the flags already given are kept in the line to paste
+    (("#include <thrust/transform.h>\n#include <thrust/device_vector.h>\nvoid f(thrust::device_vector<float>& v) {\n"
+     "  thrust::transform(v.begin(), v.end(), v.begin(), [] __device__ (float x) { return 2 * x; });\n}\n"),
+     'nvcc_flags = ["-std=c++17"]\n', 'nvcc_flags = ["-std=c++17", "--extended-lambda"]'),
+])
+def test_a_front_end_switch_the_code_needs_is_named_as_the_tune_toml_line(tmp_path: Path, code: str, toml: str,
+                                                                          says: str) -> None:
+    # nvcc names the switch ("'--expt-relaxed-constexpr' can be used", "requires --extended-lambda nvcc
+    # flag"), but not where compileiq takes it.
+    folder = tmp_path / "k"
+    folder.mkdir()
+    (folder / "k.cu").write_text(code)
+    (folder / "tune.toml").write_text(toml)
+    with pytest.raises(CompileIQError, match=re.escape(f"(add it in tune.toml: {says})") + "$"):
+        _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")
+    (folder / "tune.toml").write_text(says + "\n")
+    _tune_lib(folder, tmp_path / "k.acf.toml", kernel="k.cu")  # what the hint says works
+
+
+MATRIX_MUL = """\
+// After NVIDIA/cuda-samples Samples/0_Introduction/matrixMul/matrixMul.cu: one kernel template,
+// MatrixMulCUDA<16> launched with 16x16 threads and MatrixMulCUDA<32> with 32x32.
+template <int BLOCK_SIZE> __global__ void MatrixMulCUDA(float *C, float *A, float *B, int wA, int wB) {
+    __shared__ float As[BLOCK_SIZE][BLOCK_SIZE];
+    As[threadIdx.y][threadIdx.x] = A[wA * threadIdx.y + threadIdx.x];
+    __syncthreads();
+    C[wB * threadIdx.y + threadIdx.x] = As[threadIdx.x][threadIdx.y] * B[threadIdx.x];
+}
+template __global__ void MatrixMulCUDA<16>(float *, float *, float *, int, int);
+template __global__ void MatrixMulCUDA<32>(float *, float *, float *, int, int);
+"""
+
+
+def test_one_instance_of_a_kernel_template_is_named_with_its_arguments(tmp_path: Path) -> None:
+    # The instances of matrixMul run 256 and 1024 threads; only their mangled names
+    # (_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii) could tell them apart: "MatrixMulCUDA<16>" was refused
+    # as "not a kernel name".
+    folder = tmp_path / "matrixMul"
+    folder.mkdir()
+    (folder / "matrixMul.cu").write_text(MATRIX_MUL)
+    (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<16>"]\nblock_size = "16*16"\n'
+                                      '[launch."MatrixMulCUDA< 32 >"]\nblock_size = "32*32"\n')
+    baseline = _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu").result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii": [256, 0],
+                                          "_Z13MatrixMulCUDAILi32EEvPfS0_S0_ii": [1024, 0]}
+    (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<8>"]\nblock_size = 64\n')  # no such instance
+    with pytest.raises(CompileIQError, match=r"\[launch.MatrixMulCUDA<8>\] names no kernel of the build"):
+        _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu")
+
+
+def test_a_kernel_without_launch_bounds_is_not_scored_at_another_kernels(tmp_path: Path) -> None:
+    # llm.c's layernorm_forward.cu: kernel6 has __launch_bounds__(512), kernel5 none. The file's first
+    # __launch_bounds__ became the default of every kernel, so kernel5 was scored at 512 threads.
+    (tmp_path / "ln.cu").write_text("__global__ void __launch_bounds__(1024) big(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+                                    "__global__ void plain(float* x) { x[threadIdx.x] += 1.0f; }\n")
+    options = app.TuneOptions(kernel=tmp_path / "ln.cu", objective="static", budget=1, workers="local",
+                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "ln.acf.toml", arch="sm_90",
+                              only=("ptxas.opt_level",), simplify=False)
+    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z3bigPf": [1024, 0], "_Z5plainPf": [256, 0]}
+
+
+def test_a_header_of_templates_with_launch_bounds_before_static_says_they_need_an_instantiation(tmp_path: Path) -> None:
+    # llama.cpp's ggml-cuda writes `template <...> __launch_bounds__(calc_nwarps(N)*32, 1) static __global__
+    # void ...`: the arguments of __launch_bounds__ hid the template from the hint.
+    folder = tmp_path / "ggml"
+    folder.mkdir()
+    (folder / "mmvq.cuh").write_text(
+        "#pragma once\nstatic constexpr __device__ int calc_nwarps(int n) { return n <= 4 ? 4 : 2; }\n"
+        "template <int ncols_dst>\n__launch_bounds__(calc_nwarps(ncols_dst)*32, 1)\n"
+        "static __global__ void mul_mat_vec_q(const float* x, float* dst) { dst[threadIdx.x] = x[ncols_dst]; }\n")
+    with pytest.raises(CompileIQError, match=r"mmvq.cuh: no kernel .*: its kernels are templates that nothing instantiates"):
+        _tune_lib(folder, tmp_path / "x.acf.toml", kernel="mmvq.cuh")
+
+
+def test_a_baseline_an_older_compileiq_could_not_name_is_scored_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A study whose baseline an older compileiq recorded as "no entry matches ['gemm']" (a namespaced
+    # kernel it could not name) kept failing after the upgrade: the failure was read back, never rescored.
+    from compileiq import metrics
+
+    folder = _copy(tmp_path, "blackwell_namespace")
+    (folder / "tune.toml").write_text('entries = ["gemm"]\n')
+    with monkeypatch.context() as patch:
+        patch.setattr(metrics, "entry_matches", lambda entry, name: False)  # the older naming
+        with pytest.raises(CompileIQError, match=r"no entry matches \['gemm'\]"):
+            _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
+    tuned = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
+    assert tuned.result.trials[0].value is not None
