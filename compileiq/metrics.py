@@ -29,8 +29,10 @@ class ArchLimits:
 
 
 KIB = 1024
-# Per compute capability: the CUDA programming guide's resident warps, cuda_occupancy.h's blocks
-# per SM (cudaOccMaxBlocksPerMultiprocessor) and largest shared-memory carve-out, per-block opt-in.
+# Per compute capability: resident warps per SM (the CUDA programming guide's table: not in
+# cuda_occupancy.h, which takes it from the device; 11.0 and 12.x are not checked on hardware),
+# blocks per SM and the largest shared-memory carve-out as CUDA 13.0's cuda_occupancy.h has them
+# (cudaOccMaxBlocksPerMultiprocessor, cudaOccSMemPerMultiprocessor), and the per-block opt-in.
 ARCH_LIMITS = {
     "sm_75": ArchLimits(32, 16, 64 * KIB, 64 * KIB),
     "sm_80": ArchLimits(64, 32, 164 * KIB, 163 * KIB),
