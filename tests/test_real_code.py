@@ -173,11 +173,27 @@ extern "C" __global__ void fir(const float* in, float* out, int n) {
 """
 
 
-def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu", arch: str = "sm_90") -> Any:
+def _tune_lib(folder: Path, out: Path, budget: int = 2, kernel: str = "fir.cu", arch: str = "sm_90",
+              only: tuple[str, ...] = ("ptxas.opt_level",)) -> Any:
     options = app.TuneOptions(kernel=folder / kernel, objective="static", budget=budget, workers="local",
-                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch=arch,
-                              only=("ptxas.opt_level",), simplify=False)
+                              db=f"sqlite:///{folder.parent / 'id.db'}", out=out, arch=arch, only=only,
+                              simplify=False)
     return app.tune(options, SilentProgress())
+
+
+def _project(folder: Path, name: str, source: str, toml: str = "") -> Path:
+    """``folder`` made, holding the kernel file ``name`` and, when given, its tune.toml."""
+    folder.mkdir()
+    (folder / name).write_text(source)
+    if toml:
+        (folder / "tune.toml").write_text(toml)
+    return folder
+
+
+def _baseline_of(tmp_path: Path, name: str, source: str) -> Any:
+    """The baseline trial of a one-trial tune of ``source``, written to tmp_path/k/NAME."""
+    folder = _project(tmp_path / "k", name, source)
+    return _tune_lib(folder, tmp_path / "k.acf.toml", budget=1, kernel=name).result.trials[0]
 
 
 def test_a_changed_tune_toml_is_a_new_study_and_the_acf_agrees(tmp_path: Path) -> None:
@@ -426,15 +442,11 @@ def test_a_variant_whose_macros_take_its_launch_out_of_range_fails_alone(tmp_pat
     # The defaults are checked before any build; other values of a tuned macro only per variant.
     # Before, TAPS = -64 scored -64 KiB of dynamic smem as extra occupancy and TAPS = 12 (a
     # division by zero in block_size) stopped the whole run.
-    folder = tmp_path / "fir"
-    folder.mkdir()
-    (folder / "fir.cu").write_text(TAPS_KERNEL)
-    (folder / "tune.toml").write_text('[tune.defines]\nTAPS = [4, -64, 12, 8]\n[launch.fir]\n'
-                                      'dynamic_smem = "TAPS * 1024"\nblock_size = "1024 / (TAPS - 12) + 512"\n')
-    options = app.TuneOptions(kernel=folder / "fir.cu", objective="static", budget=8, workers="local",
-                              db=f"sqlite:///{tmp_path / 'launch.db'}", out=tmp_path / "fir.acf.toml",
-                              arch="sm_90", only=("define.TAPS",), simplify=False)
-    trials = {t.config["define.TAPS"]: t for t in app.tune(options, SilentProgress()).result.trials}
+    folder = _project(tmp_path / "fir", "fir.cu", TAPS_KERNEL,
+                      '[tune.defines]\nTAPS = [4, -64, 12, 8]\n[launch.fir]\n'
+                      'dynamic_smem = "TAPS * 1024"\nblock_size = "1024 / (TAPS - 12) + 512"\n')
+    result = _tune_lib(folder, tmp_path / "fir.acf.toml", budget=8, only=("define.TAPS",)).result
+    trials = {t.config["define.TAPS"]: t for t in result.trials}
     assert sorted(trials) == [-64, 4, 8, 12]
     assert trials[-64].value is None and "launch.fir.dynamic_smem: 'TAPS * 1024' is -65536 in this variant: it must be from 0" in (trials[-64].reason or "")
     assert trials[12].value is None and "launch.fir.block_size: '1024 / (TAPS - 12)': division by zero" in (trials[12].reason or "")
@@ -451,11 +463,7 @@ __global__ void unbounded(float* x) { x[threadIdx.x] += 1.0f; }
 def test_a_template_parameters_launch_bounds_is_read_from_the_compiled_code(tmp_path: Path) -> None:
     # __launch_bounds__(THREADS) of a template (CUB's kernels, most GEMM libraries) cannot be read
     # from the source; it was scored at the default 256 threads. The PTX says .maxntid 128.
-    (tmp_path / "tile.cu").write_text(TEMPLATE_BOUNDS)
-    options = app.TuneOptions(kernel=tmp_path / "tile.cu", objective="static", budget=1, workers="local",
-                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "tile.acf.toml", arch="sm_90",
-                              only=("ptxas.opt_level",), simplify=False)
-    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    baseline = _baseline_of(tmp_path, "tile.cu", TEMPLATE_BOUNDS)
     assert baseline.metrics["launch"] == {"_Z4tileILi128EEvPf": [128, 0], "_Z9unboundedPf": [256, 0]}
     by_name = {e["name"]: e for e in baseline.metrics["entries"]}
     assert by_name["_Z4tileILi128EEvPf"]["max_threads"] == 128 and by_name["_Z9unboundedPf"]["max_threads"] == 0
@@ -464,12 +472,8 @@ def test_a_template_parameters_launch_bounds_is_read_from_the_compiled_code(tmp_
 def test_cubs_placeholder_kernel_is_not_scored_as_one_of_the_kernels(tmp_path: Path) -> None:
     # Every file that includes CUB or Thrust compiles cub::EmptyKernel<void>, which the code never
     # launches: it was scored with the user's kernel (its instructions added, its occupancy counted).
-    (tmp_path / "mine.cu").write_text("#include <cub/cub.cuh>\n"
-                                      "__global__ void mine(float* x) { x[threadIdx.x] += 1.0f; }\n")
-    options = app.TuneOptions(kernel=tmp_path / "mine.cu", objective="static", budget=1, workers="local",
-                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "mine.acf.toml", arch="sm_90",
-                              only=("ptxas.opt_level",), simplify=False)
-    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    baseline = _baseline_of(tmp_path, "mine.cu", "#include <cub/cub.cuh>\n"
+                            "__global__ void mine(float* x) { x[threadIdx.x] += 1.0f; }\n")
     assert [e["name"] for e in baseline.metrics["entries"]] == ["_Z4minePf"], baseline.metrics["entries"]
 
 
@@ -577,11 +581,9 @@ def test_one_instance_of_a_kernel_template_is_named_with_its_arguments(tmp_path:
     # The instances of matrixMul run 256 and 1024 threads; only their mangled names
     # (_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii) could tell them apart: "MatrixMulCUDA<16>" was refused
     # as "not a kernel name".
-    folder = tmp_path / "matrixMul"
-    folder.mkdir()
-    (folder / "matrixMul.cu").write_text(MATRIX_MUL)
-    (folder / "tune.toml").write_text('[launch."MatrixMulCUDA<16>"]\nblock_size = "16*16"\n'
-                                      '[launch."MatrixMulCUDA< 32 >"]\nblock_size = "32*32"\n')
+    folder = _project(tmp_path / "matrixMul", "matrixMul.cu", MATRIX_MUL,
+                      '[launch."MatrixMulCUDA<16>"]\nblock_size = "16*16"\n'
+                      '[launch."MatrixMulCUDA< 32 >"]\nblock_size = "32*32"\n')
     baseline = _tune_lib(folder, tmp_path / "mm.acf.toml", budget=1, kernel="matrixMul.cu").result.trials[0]
     assert baseline.metrics["launch"] == {"_Z13MatrixMulCUDAILi16EEvPfS0_S0_ii": [256, 0],
                                           "_Z13MatrixMulCUDAILi32EEvPfS0_S0_ii": [1024, 0]}
@@ -593,12 +595,8 @@ def test_one_instance_of_a_kernel_template_is_named_with_its_arguments(tmp_path:
 def test_a_kernel_without_launch_bounds_is_not_scored_at_another_kernels(tmp_path: Path) -> None:
     # llm.c's layernorm_forward.cu: kernel6 has __launch_bounds__(512), kernel5 none. The file's first
     # __launch_bounds__ became the default of every kernel, so kernel5 was scored at 512 threads.
-    (tmp_path / "ln.cu").write_text("__global__ void __launch_bounds__(1024) big(float* x) { x[threadIdx.x] *= 2.0f; }\n"
-                                    "__global__ void plain(float* x) { x[threadIdx.x] += 1.0f; }\n")
-    options = app.TuneOptions(kernel=tmp_path / "ln.cu", objective="static", budget=1, workers="local",
-                              db=f"sqlite:///{tmp_path / 'db'}", out=tmp_path / "ln.acf.toml", arch="sm_90",
-                              only=("ptxas.opt_level",), simplify=False)
-    baseline = app.tune(options, SilentProgress()).result.trials[0]
+    baseline = _baseline_of(tmp_path, "ln.cu", "__global__ void __launch_bounds__(1024) big(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+                            "__global__ void plain(float* x) { x[threadIdx.x] += 1.0f; }\n")
     assert baseline.metrics["launch"] == {"_Z3bigPf": [1024, 0], "_Z5plainPf": [256, 0]}
 
 
