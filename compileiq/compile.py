@@ -7,6 +7,7 @@ filesystem with the driver.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -187,6 +188,8 @@ def tried(result: Tried, times: int) -> Tried:
 
 def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
     run = run_tool(call.argv, call.timeout_s, cwd=call.cwd, memory_bytes=COMPILER_MEMORY)
+    # the sources lie in a scratch folder gone by the time anyone reads this: name them from the bundle's top
+    run = replace(run, output=run.output.replace(f"{call.cwd}{os.sep}", ""))
 
     def failed(status: BuildStatus, message: str) -> _Product:
         return _Product(status, b"", run.output, message, run.seconds)

@@ -57,11 +57,12 @@ CASES: dict[str, Case] = {
     "cu-without-global": Case(f"{T} {{ws}}/plain/plain.cu", 1, ("plain.cu", "no kernel (__global__ function)")),
     "compile-error-local": Case(
         "tune {ws}/broken/broken.cu --workers local --json --budget 2 --db sqlite:///{ws}/failed.db",
-        1, ("broken.cu", "does not build with default settings"),
-    ),
+        1, ("broken.cu", "does not build with default settings", "compile_error: broken.cu(2): error"),
+    ),  # the file named as the user has it, not in the scratch folder the compiler ran in
     "compile-error-ray": Case(  # default (Ray) workers, human output: progress lines, then the error
         "tune {ws}/broken/broken.cu --budget 2 --db sqlite:///{ws}/failed-ray.db",
-        1, ("broken.cu", "does not build with default settings"), progress_allowed=True,
+        1, ("broken.cu", "does not build with default settings", "compile_error: broken.cu(2): error"),
+        progress_allowed=True,
     ),
     # tune.toml
     "toml-syntax": Case(f"{T} {{ws}}/syntax/reduction.cu", 2, ("tune.toml", "malformed TOML")),
