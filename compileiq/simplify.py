@@ -28,12 +28,9 @@ class Simplification:
 
 
 def non_default(config: Config, space: SearchSpace) -> list[str]:
-    """Names of the compiler settings (not macros) that differ from the compiler's default."""
-    return [
-        p.name
-        for p in space.parameters
-        if not p.name.startswith("define.") and config[p.name] != p.default
-    ]
+    """Names of the settings that differ from their default: the compiler's, or for a tuned macro
+    the first value tune.toml lists (a macro that changes nothing goes back to it, as a flag does)."""
+    return [p.name for p in space.parameters if config[p.name] != p.default]
 
 
 def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool = False,

@@ -95,3 +95,29 @@ def test_a_failed_step_keeps_the_sum_exact(tmp_path):
         (100.0, 90.0, 10.0), (90.0, None, None), (None, 40.0, 50.0)]
     assert sum(s.contribution or 0 for s in ablation.steps) == ablation.total_gain == 60.0
     assert explain(study, trials).ablation == ablation
+
+
+def test_a_tuned_macro_that_changes_nothing_goes_back_to_its_first_value_as_a_flag_does():
+    # Simplification reset only compiler settings: a winner with -DBLOCK=64 kept it although
+    # -DBLOCK=128 gave the same result, and `show --why` (whose ablation flips macros) then named
+    # another trial than the ACF. Logic only: results by config from a table.
+    from datetime import UTC, datetime
+
+    from compileiq.simplify import simplify
+    from compileiq.space import Config, load_space
+
+    space = load_space("13.0").select(only=["ptxas.opt_level"]).with_defines({"BLOCK": [128, 64], "HALF": [8, 16]})
+    code = {(1, 128, 16): "a", (1, 64, 16): "a", (3, 64, 16): "b", (1, 64, 8): "c", (1, 128, 8): "c", (3, 128, 16): "b"}
+    value = {"a": 250.0, "b": 625.0, "c": 812.0}
+
+    def trial(config: Config, number: int):
+        from compileiq.store import Trial
+
+        key = (config["ptxas.opt_level"], config["define.BLOCK"], config["define.HALF"])
+        return Trial(number, 1, number, config.key, config.as_dict(), TrialState.COMPLETE, value[code[key]], None,
+                     False, {}, code[key], 0.1, datetime.now(UTC), datetime.now(UTC), "host:1")  # fmt: skip
+
+    winner = trial(Config.of({"ptxas.opt_level": 1, "define.BLOCK": 64, "define.HALF": 16}), 1)
+    result = simplify(winner, space, lambda configs: [trial(c, 2 + i) for i, c in enumerate(configs)])
+    assert result.dropped == ("define.BLOCK",) and set(result.kept) == {"ptxas.opt_level", "define.HALF"}
+    assert result.chosen.config == {"ptxas.opt_level": 1, "define.BLOCK": 128, "define.HALF": 16}
