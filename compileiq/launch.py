@@ -46,7 +46,7 @@ def launch_bounds(sources: Mapping[str, str]) -> dict[str, str]:
     """``__launch_bounds__`` max-threads expression per kernel name, from every given source text."""
     found: dict[str, str] = {}
     for text in sources.values():
-        for match in _LAUNCH_BOUNDS.finditer(_without_comments(text)):
+        for match in _LAUNCH_BOUNDS.finditer(without_comments(text)):
             found.setdefault(match.group(2), " ".join(match.group(1).split()))
     return found
 
@@ -56,7 +56,7 @@ def source_defines(sources: Mapping[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     pattern = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]+)$", re.MULTILINE)
     for text in sources.values():
-        for name, value in pattern.findall(_without_comments(text)):
+        for name, value in pattern.findall(without_comments(text)):
             value = value.strip()
             try:
                 check(value)
@@ -66,8 +66,16 @@ def source_defines(sources: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _without_comments(text: str) -> str:
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", text, flags=re.DOTALL)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def without_comments(text: str, keep_lines: bool = False) -> str:
+    """``text`` with each C/C++ comment replaced by a space, as the preprocessor does (a directive
+    continues past a comment over several lines); ``keep_lines``: by its line breaks instead, so
+    that a match's line number is the source's."""
+    if keep_lines:
+        return _COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", text)
+    return _COMMENT.sub(" ", text)
 
 
 def _parse(text: str) -> ast.expr:

@@ -9,12 +9,12 @@ import re
 from typing import TYPE_CHECKING
 
 from compileiq.errors import UsageError
+from compileiq.launch import without_comments
 
 if TYPE_CHECKING:
     from compileiq.kernel import KernelSpec, SourceBundle
 
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 class MacroError(UsageError):
@@ -28,7 +28,7 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
     if not keys:
         return
     for rel, content in bundle.files:
-        text = _COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", content.decode(errors="replace"))
+        text = without_comments(content.decode(errors="replace"), keep_lines=True)
         for match in _DEFINE.finditer(text):
             name = match.group(1)
             if name in keys and not _asked_first(text[: match.start()], name):

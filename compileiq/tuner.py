@@ -475,10 +475,10 @@ class Tuner:
             if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
                 reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
                 name = self._request.kernel.source.name
+                hint = build_hint(reason, self._bundle, self._request.kernel)
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}{build_hint(reason, self._bundle, self._request.kernel)}")
-                raise BaselineError(f"{name} does not build with default settings: {reason}"
-                                    f"{build_hint(reason, self._bundle, self._request.kernel)}")
+                    raise BaselineError(f"{name}: {reason}{hint}")
+                raise BaselineError(f"{name} does not build with default settings: {reason}{hint}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
