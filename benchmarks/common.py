@@ -11,14 +11,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from compileiq import __version__, app
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.metrics import StaticMetrics, objective_value
-from compileiq.runner import SilentProgress
-from compileiq.search import Observation, Searcher, SearchSettings
-from compileiq.space import SearchSpace
-from compileiq.store import TrialState
-from compileiq.toolchain import find_toolchain
+from compileiq import app
+from compileiq.core.records import TrialState
+from compileiq.core.space import SearchSpace
+from compileiq.core.toolchain import find_toolchain
+from compileiq.core.version import __version__
+from compileiq.evaluate.metrics import StaticMetrics, objective_value
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.tuning.runner import SilentProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = sorted((ROOT / "kernels").glob("*/*.cu"))

@@ -36,13 +36,14 @@ import sqlalchemy as sa
 from common import ROOT, machine
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.kernel import KernelSpec, bundle_sources, load_spec
-from compileiq.runner import SilentProgress
-from compileiq.space import Config, SearchSpace, SpaceError
+from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.store.schema import builds, studies, trials_table
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest, study_key
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
 
 KERNEL = ROOT / "kernels" / "reduction" / "reduction.cu"
 OBJECTIVES = ("static", "spills", "registers", "instructions")

@@ -51,7 +51,7 @@ import sqlalchemy as sa
 from common import ROOT, machine
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import (
+from compileiq.build.compile import (
     AssembleJob,
     Build,
     ExecutableBuild,
@@ -61,15 +61,16 @@ from compileiq.compile import (
     assemble,
     emit_ptx,
 )
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.refit_schedule import BackgroundRefresh
-from compileiq.runner import SilentProgress
-from compileiq.search import Searcher, SearchSettings
-from compileiq.search_process import RemoteSearcher
-from compileiq.store import Store, TrialOutcome, TrialState
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import Transfers, VariantJob, VariantResult
+from compileiq.build.workers import Transfers, VariantJob, VariantResult
+from compileiq.core.records import TrialOutcome, TrialState
+from compileiq.core.toolchain import find_toolchain
+from compileiq.search.refit_schedule import BackgroundRefresh
+from compileiq.search.search_process import RemoteSearcher
+from compileiq.search.searcher import Searcher, SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner, TuneRequest
 
 KERNEL = ROOT / "kernels" / "sgemm" / "sgemm.cu"
 
@@ -228,7 +229,7 @@ class RaySlots(Slots):
     def __init__(self, slots: int, nodes: int = 4) -> None:
         import ray
 
-        from compileiq.workers import LOOPBACK_ENV
+        from compileiq.build.workers import LOOPBACK_ENV
 
         ray.init(num_cpus=slots, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
                  runtime_env={"env_vars": dict(LOOPBACK_ENV)}, logging_level="ERROR")
@@ -366,7 +367,7 @@ def database(kind: str) -> tuple[str, Callable[[], None]]:
 def write_rate(url: str, space: Any, count: int = 512) -> float:
     """Trials claimed (batches of 64) and finished (groups of 64, as the driver's group commit
     writes them at this rate) per second, alone."""
-    from compileiq.store import StudyKey
+    from compileiq.core.records import StudyKey
 
     store = Store.open(url)
     try:

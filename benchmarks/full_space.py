@@ -10,7 +10,7 @@ that reference (the baseline first, then batches of 8, as `compileiq tune` count
 count). A run that never reaches it within the budget is censored (shown as ">budget").
 
 Values are what the tuner's searcher learns: the static objective's value, or a failure when the
-trial failed or may not win under `compileiq.eligibility` (it adds spills, loses occupancy, or
+trial failed or may not win under `compileiq.evaluate.eligibility` (it adds spills, loses occupancy, or
 lowers optimisation without a spill or occupancy gain), held to the compiler defaults' build.
 
 The table is a partial map (config key -> static metrics, or null for a failed build) kept in a
@@ -43,13 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, when impor
 
 from common import ROOT, machine, static_value
 
-from compileiq import app, eligibility
-from compileiq.encoding import Encoding
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.search import Observation, Searcher, SearchSettings
-from compileiq.space import Config, SearchSpace
-from compileiq.store import TrialState
-from compileiq.toolchain import find_toolchain
+from compileiq import app
+from compileiq.core.records import TrialState
+from compileiq.core.space import Config, SearchSpace
+from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate import eligibility
+from compileiq.search.encoding import Encoding
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
 
 BATCH = 8
 KERNELS = {
@@ -265,10 +266,10 @@ def default_space(kernel: Path) -> SearchSpace:
 
 def tuner_compiler(kernel: Path, space: SearchSpace, db: Path) -> Compile:
     """Compiles configurations through the tuner's trial path into a study of its own."""
-    from compileiq.runner import SilentProgress
+    from compileiq.build.workers import open_workers
     from compileiq.store import Store
-    from compileiq.tuner import Tuner, TuneRequest, study_key
-    from compileiq.workers import open_workers
+    from compileiq.tuning.runner import SilentProgress
+    from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
 
     spec = load_spec(kernel)
     toolchain = find_toolchain()

@@ -59,8 +59,8 @@ from common import (
     machine,
 )
 
-from compileiq.encoding import Encoding
-from compileiq.search import SearchSettings
+from compileiq.search.encoding import Encoding
+from compileiq.search.searcher import SearchSettings
 
 Strategy = Callable[[Replay, int], None]
 IDLE_BATCHES = 50  # a peer that proposes nothing new for this many batches has stopped

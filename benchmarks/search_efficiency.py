@@ -29,7 +29,7 @@ from common import (
     machine,
 )
 
-from compileiq.search import SearchSettings
+from compileiq.search.searcher import SearchSettings
 
 
 def main() -> None:

@@ -14,10 +14,11 @@ from pathlib import Path
 from common import ROOT, fresh_db, machine, tune
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import harness_include_dir, run_tool
-from compileiq.kernel import load_spec
-from compileiq.space import Config
-from compileiq.toolchain import find_toolchain
+from compileiq.core.processes import run_tool
+from compileiq.core.space import Config
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.harness import harness_include_dir
+from compileiq.source.kernel import load_spec
 
 
 def naive_loop(kernel: Path, configs: list[Config], threads: int) -> float:

@@ -7,7 +7,7 @@ from typing import Any
 # (measured: a parallel nvcc doubled GP's fit time). Set before numpy is first imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-__version__ = "0.1.0"
+from compileiq.core.version import __version__
 
 # The Python API (compileiq.api), imported on first use so that `import compileiq` (and so every
 # command, `compileiq flags` included) stays cheap.

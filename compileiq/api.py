@@ -6,7 +6,7 @@
     print(result.best_value, result.flags, result.acf_path)
 
 A thin layer over `compileiq.app` (what the command line calls): the same options, defaults,
-checks and one-line errors (compileiq.errors.UsageError), with frozen typed results and no
+checks and one-line errors (compileiq.core.errors.UsageError), with frozen typed results and no
 progress display (pass `on_trial` to follow a run).
 """
 
@@ -19,13 +19,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from compileiq import app, flag_formats
-from compileiq.acf import Acf
-from compileiq.records import Trial
-from compileiq.runner import Outcome, SilentProgress
+from compileiq import app
+from compileiq.core.records import Trial
+from compileiq.results import flag_formats
+from compileiq.results.acf import Acf
+from compileiq.tuning.runner import Outcome, SilentProgress
 
 if TYPE_CHECKING:
-    from compileiq.gating import GateReport
+    from compileiq.gating.check import GateReport
 
 _DEFAULTS = app.TuneOptions(kernel=Path())
 PathLike = str | os.PathLike[str]
@@ -138,7 +139,7 @@ def tune(
 
 
 def load_acf(path: PathLike) -> Acf:
-    """Read and validate an advanced-control file (compileiq.acf.AcfError when it is not valid)."""
+    """Read and validate an advanced-control file (compileiq.results.acf.AcfError when it is not valid)."""
     return app.read_acf(Path(path))
 
 
@@ -158,8 +159,8 @@ def gate(
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
     is 0 (pass) or 1 (a regression). device: None times on a visible GPU (else static rules),
     False static rules only, True the GPU."""
-    from compileiq import gating as gate_lib
-    from compileiq.timing import HarnessTiming
+    from compileiq.evaluate.timing import HarnessTiming
+    from compileiq.gating import check as gate_lib
 
     paths = (acfs,) if isinstance(acfs, str | os.PathLike) else tuple(acfs)
     given = [f"{k}={v}" for k, v in rules.items()] if isinstance(rules, Mapping) else list(rules)

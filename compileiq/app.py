@@ -13,23 +13,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compileiq import acf, evidence
-from compileiq.database_url import database_url
-from compileiq.errors import UsageError
-from compileiq.kernel import KernelSpec, SourceBundle, bundle_sources, load_spec
-from compileiq.limits import check_patience, parse_duration
-from compileiq.metrics import STATIC_OBJECTIVES
-from compileiq.output_file import check_target
-from compileiq.processes import compiler_memory_problem
-from compileiq.runner import Progress
-from compileiq.space import SearchSpace, load_space
-from compileiq.startup import EarlyWorkers, PhaseProgress
+from compileiq.build.workers import Workers, check_options, open_workers
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import check_target
+from compileiq.core.processes import compiler_memory_problem
+from compileiq.core.space import SearchSpace, load_space
+from compileiq.core.toolchain import Toolchain, find_toolchain
+from compileiq.evaluate.metrics import STATIC_OBJECTIVES
+from compileiq.results import acf, evidence
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
-from compileiq.toolchain import Toolchain, find_toolchain
-from compileiq.workers import Workers, check_options, open_workers
+from compileiq.store.database_url import database_url
+from compileiq.tuning.limits import check_patience, parse_duration
+from compileiq.tuning.runner import Progress
+from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
-    from compileiq.tuner import TuneResult
+    from compileiq.tuning.tuner import TuneResult
 
 DEFAULT_STORE_DIR = Path("store")
 MAX_BUDGET = 100_000
@@ -79,7 +80,7 @@ class TuneReport:
 
 
 def check_objective(objective: str, ray_address: str | None = None) -> None:
-    from compileiq import multi_objective
+    from compileiq.results import multi_objective
 
     if multi_objective.is_multi(objective):
         objectives = multi_objective.objectives_of(multi_objective.parse(objective))
@@ -109,13 +110,13 @@ def _check_regex(text: str) -> None:
 
 
 def _gpu_visible() -> bool:
-    from compileiq.measure import gpu_visible
+    from compileiq.evaluate.measure import gpu_visible
 
     return gpu_visible()
 
 
 def _check(options: TuneOptions) -> None:
-    from compileiq import multi_objective
+    from compileiq.results import multi_objective
 
     check_objective(options.objective, options.ray_address)
     if options.pick is not None:
@@ -186,8 +187,8 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
     spec = load_spec(kernel, arch=arch)
     if compile_commands is None:
         return spec
-    from compileiq.base_flags import parse_base_flags
-    from compileiq.compile_db import read_command
+    from compileiq.source.base_flags import parse_base_flags
+    from compileiq.source.compile_db import read_command
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
     where = f"{compile_commands}: the command for {kernel.name}"
@@ -206,7 +207,7 @@ def with_ray_address(options: TuneOptions) -> TuneOptions:
 
 def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     """Tune one kernel and write its ACF; the result also stays in the database."""
-    from compileiq import multi_objective
+    from compileiq.results import multi_objective
 
     phases = PhaseProgress(progress)  # start-up phases, shown after the study line
     options = with_ray_address(options)
@@ -229,9 +230,9 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
         workers = _workers(options, phases)  # with Ray: it starts now, while the search loads
         try:
             start = time.perf_counter()
-            from compileiq.screening import ScreeningPolicy
-            from compileiq.search import SearchSettings  # after the checks: bad input fails fast
-            from compileiq.tuner import Tuner, TuneRequest
+            from compileiq.evaluate.screening import ScreeningPolicy
+            from compileiq.search.searcher import SearchSettings
+            from compileiq.tuning.tuner import Tuner, TuneRequest
 
             phases.phase("search loaded", time.perf_counter() - start)
             request = TuneRequest(
@@ -287,10 +288,10 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
                     store: Store, workers: Callable[[], Workers], bundle: SourceBundle) -> Any:
     """The runtime evaluator: screening runs take turns on every GPU of this machine, or of the Ray
     cluster (one measuring actor each); confirmation runs on the first."""
-    from compileiq.measurer_pool import MeasurerPool
-    from compileiq.measuring_actors import open_gpu_measurers, open_local_measurers
-    from compileiq.metrics import StaticEvaluator
-    from compileiq.timing import TimeEvaluator, TimingTarget
+    from compileiq.evaluate.measurer_pool import MeasurerPool
+    from compileiq.evaluate.measuring_actors import open_gpu_measurers, open_local_measurers
+    from compileiq.evaluate.metrics import StaticEvaluator
+    from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
 
     measurers: list[Any] = (open_local_measurers() if options.workers == "local"
                             else open_gpu_measurers(options.ray_address))

@@ -17,11 +17,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from compileiq import app, multi_objective
-from compileiq.pareto import values_of
-from compileiq.runner import SilentProgress
-from compileiq.store import Store, Trial
-from compileiq.tuner import Tuner
+from compileiq import app
+from compileiq.core.records import Trial
+from compileiq.results import multi_objective
+from compileiq.results.pareto import values_of
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner
 
 
 def true_front(trials: list[Trial], objective: str) -> set[tuple[float, ...]]:

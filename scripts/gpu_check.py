@@ -79,8 +79,8 @@ def machine(check: Check) -> None:
 
 def kernels(check: Check) -> None:
     """Build each bundled kernel's measuring executable; on a GPU run it with --check."""
-    from compileiq.compile import ExecutableJob, build_executable
-    from compileiq.kernel import bundle_sources, load_spec
+    from compileiq.build.compile import ExecutableJob, build_executable
+    from compileiq.source.kernel import bundle_sources, load_spec
 
     nvcc = shutil.which("nvcc") or "nvcc"
     specs = [load_spec(path) for path in sorted(ROOT.glob("kernels/*/*.cu"))]
@@ -98,7 +98,7 @@ def kernels(check: Check) -> None:
 
 
 def _check_run(spec: Any, executable: bytes, timeout_s: float) -> dict[str, Any]:
-    from compileiq.measure import LocalMeasurer
+    from compileiq.evaluate.measure import LocalMeasurer
 
     run = LocalMeasurer().measure(executable, [*spec.run_args, "--check"], timeout_s)
     harness = run.harness

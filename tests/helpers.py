@@ -34,13 +34,13 @@ __global__ void scale(float* out, const float* in, float k, int n) {
 
 
 if TYPE_CHECKING:
-    from compileiq.workers import RayWorkers
+    from compileiq.build.workers import RayWorkers
 
 
 @contextmanager
 def embedded_ray_workers(num_cpus: int = 2) -> Iterator[RayWorkers]:
     """An embedded Ray's workers for a test module; the environment restored afterwards."""
-    from compileiq.workers import RayWorkers
+    from compileiq.build.workers import RayWorkers
 
     saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
     workers = RayWorkers(num_cpus=num_cpus)
@@ -84,7 +84,7 @@ def slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
     """CUDA_HOME with the real nvcc and a ptxas that sleeps before every compile."""
     import stat
 
-    from compileiq.toolchain import find_toolchain
+    from compileiq.core.toolchain import find_toolchain
 
     tools = find_toolchain()
     (folder / "bin").mkdir(parents=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from helpers import clean_env
 
-from compileiq.toolchain import find_toolchain
-from compileiq.workers import LOOPBACK_ENV
+from compileiq.build.workers import LOOPBACK_ENV
+from compileiq.core.toolchain import find_toolchain
 
 HEAD_IP = "127.0.0.2"
 RAY_ENV = {**LOOPBACK_ENV, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",

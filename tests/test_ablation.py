@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from compileiq.ablation import ablation_path, recorded
-from compileiq.explain import explain
-from compileiq.store import Store, StudyKey, TrialState
+from compileiq.core.records import StudyKey, TrialState
+from compileiq.results.ablation import ablation_path, recorded
+from compileiq.results.explain import explain
+from compileiq.store import Store
 
 SPILL_HEAVY = Path(__file__).resolve().parents[1] / "kernels" / "spill_heavy" / "spill_heavy.cu"
 ONLY = "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level,ptxas.register_usage_level"
@@ -103,15 +104,15 @@ def test_a_tuned_macro_that_changes_nothing_goes_back_to_its_first_value_as_a_fl
     # another trial than the ACF. Logic only: results by config from a table.
     from datetime import UTC, datetime
 
-    from compileiq.simplify import simplify
-    from compileiq.space import Config, load_space
+    from compileiq.core.space import Config, load_space
+    from compileiq.results.simplify import simplify
 
     space = load_space("13.0").select(only=["ptxas.opt_level"]).with_defines({"BLOCK": [128, 64], "HALF": [8, 16]})
     code = {(1, 128, 16): "a", (1, 64, 16): "a", (3, 64, 16): "b", (1, 64, 8): "c", (1, 128, 8): "c", (3, 128, 16): "b"}
     value = {"a": 250.0, "b": 625.0, "c": 812.0}
 
     def trial(config: Config, number: int):
-        from compileiq.store import Trial
+        from compileiq.core.records import Trial
 
         key = (config["ptxas.opt_level"], config["define.BLOCK"], config["define.HALF"])
         return Trial(number, 1, number, config.key, config.as_dict(), TrialState.COMPLETE, value[code[key]], None,

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from compileiq import acf
-from compileiq.space import load_space
+from compileiq.core.space import load_space
+from compileiq.results import acf
 
 
 def _content(space, config, defines=("-DN=4096",)):

@@ -13,8 +13,8 @@ import pytest
 from helpers import TINY_KERNEL, clean_env
 
 import compileiq
-from compileiq.acf import AcfError
-from compileiq.errors import UsageError
+from compileiq.core.errors import UsageError
+from compileiq.results.acf import AcfError
 
 REPO = Path(__file__).resolve().parents[1]
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -59,8 +59,8 @@ def test_import_compileiq_loads_no_heavy_dependency() -> None:
 
 
 def test_tune_and_gate_are_the_api_functions_even_after_the_modules_load() -> None:
-    import compileiq.gating
-    import compileiq.tuner
+    import compileiq.gating.check
+    import compileiq.tuning.tuner
     from compileiq import api
 
     assert compileiq.tune is api.tune and compileiq.gate is api.gate

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import SPILLING_KERNEL, database_at, run_cli
 
-from compileiq import exchange
-from compileiq.records import PURPOSES, StudyKey, TrialState
-from compileiq.store import Store, StoreError
+from compileiq.core.records import PURPOSES, StudyKey, TrialState
+from compileiq.store import Store, StoreError, exchange
 
 SUBSPACE = "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level"
 SUMMARY = re.compile(r"trials: (\d+) search trials \(budget (\d+)\) \+ (\d+) for simplification/ablation")
@@ -98,7 +97,7 @@ def _study_with_purposes(url: str) -> Store:
     """A study of one parameter, ptxas.opt_level, with a trial of each purpose."""
     from dataclasses import replace
 
-    from compileiq.space import load_space
+    from compileiq.core.space import load_space
 
     space = load_space("13.0").select(allow_numerics=True, allow_semantics=True, only=["ptxas.maxrregcount"])
     store = Store.open(url)

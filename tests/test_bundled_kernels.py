@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 import compileiq
-from compileiq import acf, app
-from compileiq.kernel import KernelSpec, load_spec
-from compileiq.records import TrialState
-from compileiq.runner import SilentProgress
+from compileiq import app
+from compileiq.core.records import TrialState
+from compileiq.results import acf
+from compileiq.source.kernel import load_spec
+from compileiq.source.spec import KernelSpec
+from compileiq.tuning.runner import SilentProgress
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 INCLUDE_DIR = Path(compileiq.__file__).resolve().parent / "include"

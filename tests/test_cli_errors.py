@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import CliResult, run_cli
 
-from compileiq.store import Store, TrialState
+from compileiq.core.records import TrialState
+from compileiq.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"

@@ -22,8 +22,8 @@ import pytest
 from helpers import TINY_KERNEL, CliResult, compileiq_command, run_cli
 from ray_cluster import LoopbackCluster, fake_cuda, ptxas_runs, ray_env
 
+from compileiq.build.workers import LOOPBACK_ENV, ray_environment
 from compileiq.store import Store
-from compileiq.workers import LOOPBACK_ENV, ray_environment
 
 LOOPBACK_ONLY = Path("/work/shared/bin/loopback-only")
 ARCH = "sm_90"

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from helpers import TINY_KERNEL, embedded_ray_workers
 
-from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
-from compileiq.kernel import SourceBundle, bundle_sources, load_spec
-from compileiq.toolchain import find_toolchain
-from compileiq.workers import RayWorkers, VariantJob, WorkersError
+from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
+from compileiq.build.workers import RayWorkers, VariantJob, WorkersError
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import SourceBundle
 
 pytestmark = pytest.mark.slow
 ARCH = "sm_90"

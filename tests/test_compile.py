@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.compile import (
+from compileiq.build.compile import (
     AssembleJob,
     BuildStatus,
     FrontendJob,
@@ -14,11 +14,11 @@ from compileiq.compile import (
     code_hash,
     emit_ptx,
     parse_resources,
-    run_tool,
 )
-from compileiq.cubin import CubinError, text_sections
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.toolchain import find_toolchain
+from compileiq.build.cubin import CubinError, text_sections
+from compileiq.core.processes import run_tool
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.kernel import bundle_sources, load_spec
 
 KERNEL = textwrap.dedent(
     """

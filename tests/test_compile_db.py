@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.compile_db import CompileDbError, read_command
-from compileiq.space import load_space
+from compileiq.core.space import load_space
+from compileiq.source.compile_db import CompileDbError, read_command
 
 SPACE = load_space("13.0")
 

@@ -21,7 +21,8 @@ import pytest
 import sqlalchemy as sa
 from helpers import SPILLING_KERNEL, TINY_KERNEL, clean_env, compileiq_command, slow_toolchain
 
-from compileiq.store import Store, Trial, TrialState
+from compileiq.core.records import Trial, TrialState
+from compileiq.store import Store
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from compileiq.confirm import (
+from compileiq.evaluate.confirm import (
     Candidate,
     ConfirmError,
     choose_finalists,
@@ -13,8 +13,8 @@ from compileiq.confirm import (
     confirm_args,
     executable_sampler,
 )
-from compileiq.measure import FakeMeasurer, RunResult, synthetic_result
-from compileiq.stats import Sampler, Verdict
+from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
+from compileiq.evaluate.stats import Sampler, Verdict
 
 
 def noisy(center: float, noise: float, seed: int) -> Sampler:

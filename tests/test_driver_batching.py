@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from helpers import tiny_kernel_file
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import (
+from compileiq.build.compile import (
     AssembleJob,
     Build,
     BuildStatus,
@@ -30,17 +30,18 @@ from compileiq.compile import (
     assemble,
     emit_ptx,
 )
-from compileiq.group_commit import GroupCommit
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.refit_schedule import BackgroundRefresh, RefitSchedule
-from compileiq.runner import SilentProgress
-from compileiq.search import Searcher, SearchSettings
-from compileiq.search_process import RemoteSearcher, SearchProcessError
-from compileiq.space import SearchSpace, load_space
-from compileiq.store import BuildRecord, Store, StudyKey, TrialOutcome, TrialState
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import Transfers, VariantJob, VariantResult
+from compileiq.build.workers import Transfers, VariantJob, VariantResult
+from compileiq.core.records import BuildRecord, StudyKey, TrialOutcome, TrialState
+from compileiq.core.space import SearchSpace, load_space
+from compileiq.core.toolchain import find_toolchain
+from compileiq.search.refit_schedule import BackgroundRefresh, RefitSchedule
+from compileiq.search.search_process import RemoteSearcher, SearchProcessError
+from compileiq.search.searcher import Searcher, SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.store import Store
+from compileiq.store.group_commit import GroupCommit
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")
 

@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 from helpers import TINY_KERNEL, run_cli
 
-from compileiq import exchange
-from compileiq.errors import UsageError
-from compileiq.space import load_space
-from compileiq.store import BuildRecord, Measurement, Store, StoreError, StudyKey, TrialState
+from compileiq.core.errors import UsageError
+from compileiq.core.records import BuildRecord, Measurement, StudyKey, TrialState
+from compileiq.core.space import load_space
+from compileiq.store import Store, StoreError, exchange
 
 SPACE = load_space("13.0").select(only=["ptxas.opt_level"])  # an import checks configs against it
 KEY = StudyKey("saxpy", "a" * 64, SPACE.id, SPACE.sha256, "13.0.88", "sm_90", "static", "spills")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.kernel import load_spec
-from compileiq.space import Config, SearchSpace
-from compileiq.toolchain import find_toolchain
+from compileiq.core.space import Config, SearchSpace
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.kernel import load_spec
 from tests.helpers import TINY_KERNEL
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 from helpers import CliResult, run_cli
 
-from compileiq import app, gate_rules, gating
-from compileiq.errors import UsageError
-from compileiq.stats import Verdict
+from compileiq import app
+from compileiq.core.errors import UsageError
+from compileiq.evaluate.stats import Verdict
+from compileiq.gating import check as gating
+from compileiq.gating import rules as gate_rules
 
 FIR = textwrap.dedent(
     """

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.compile import ExecutableJob, build_executable
-from compileiq.confirm import aa_noise, executable_sampler
-from compileiq.kernel import SourceBundle, bundle_sources, load_spec
-from compileiq.measure import LocalMeasurer, gpu_visible, run_executable
-from compileiq.stats import Verdict, interleaved, noise_delta
+from compileiq.build.compile import ExecutableJob, build_executable
+from compileiq.evaluate.confirm import aa_noise, executable_sampler
+from compileiq.evaluate.measure import LocalMeasurer, gpu_visible, run_executable
+from compileiq.evaluate.stats import Verdict, interleaved, noise_delta
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import SourceBundle
 
 pytestmark = [
     pytest.mark.gpu,

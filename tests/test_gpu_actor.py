@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from compileiq.measuring_actors import GpuMeasurerActor, open_gpu_measurers
+from compileiq.evaluate.measuring_actors import GpuMeasurerActor, open_gpu_measurers
 
 pytestmark = pytest.mark.slow
 

@@ -28,9 +28,11 @@ import pytest
 import tomli_w
 from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli, slow_toolchain
 
-from compileiq import acf, app, exchange
-from compileiq.runner import SilentProgress
-from compileiq.store import Store, Trial, TrialState
+from compileiq import app
+from compileiq.core.records import Trial, TrialState
+from compileiq.results import acf
+from compileiq.store import Store, exchange
+from compileiq.tuning.runner import SilentProgress
 
 REPO = Path(__file__).resolve().parent.parent
 REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"
@@ -471,7 +473,7 @@ def test_acf_evidence_says_whether_this_run_built_it(tmp_path: Path, tiny: Path)
 
 
 def test_release_hands_back_only_that_tuners_running_trials(store_url: str) -> None:
-    from compileiq.store import StudyKey
+    from compileiq.core.records import StudyKey
 
     store = Store.open(store_url)
     try:

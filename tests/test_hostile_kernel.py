@@ -19,11 +19,11 @@ import pytest
 import tomli_w
 from helpers import CliResult, run_cli
 
-from compileiq.acf import AcfError
-from compileiq.base_flags import BaseFlagError, parse_base_flags
-from compileiq.kernel import load_spec
-from compileiq.launch import ExpressionError, evaluate
-from compileiq.space import define_arg_problem, macro_problem
+from compileiq.core.space import define_arg_problem, macro_problem
+from compileiq.results.acf import AcfError
+from compileiq.source.base_flags import BaseFlagError, parse_base_flags
+from compileiq.source.kernel import load_spec
+from compileiq.source.launch import ExpressionError, evaluate
 
 KERNEL = """\
 #ifndef SCALE
@@ -179,8 +179,8 @@ def test_launch_expressions_are_arithmetic_only(text: str) -> None:
 
 
 def test_an_acf_with_shell_text_in_a_base_flag_is_refused(tmp_path: Path) -> None:
-    from compileiq import acf
-    from compileiq.space import load_space
+    from compileiq.core.space import load_space
+    from compileiq.results import acf
 
     space = load_space("13.0")
     content = acf.AcfContent("k", "k.cu", "k.cu", "ab" * 32, "sm_90", "13.0", "13.0", "b", space,

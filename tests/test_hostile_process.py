@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli
 
-from compileiq import acf
-from compileiq.compile import (
+from compileiq.build.compile import (
     AssembleJob,
     BuildStatus,
     ExecutableJob,
@@ -33,15 +32,17 @@ from compileiq.compile import (
     assemble,
     build_executable,
     emit_ptx,
-    run_tool,
 )
-from compileiq.cubin import CubinError, text_sections
-from compileiq.kernel import KernelError, bundle_sources, load_spec
-from compileiq.output_file import OutputFileError
-from compileiq.processes import reap_stale_scratch
-from compileiq.space import load_space
-from compileiq.store import Store, TrialState
-from compileiq.workers import Transfers
+from compileiq.build.cubin import CubinError, text_sections
+from compileiq.build.workers import Transfers
+from compileiq.core.output_file import OutputFileError
+from compileiq.core.processes import reap_stale_scratch, run_tool
+from compileiq.core.records import TrialState
+from compileiq.core.space import load_space
+from compileiq.results import acf
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelError
+from compileiq.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
@@ -464,7 +465,7 @@ FULL_DISK = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     from test_hostile_process import _content
     from compileiq import acf
-    from compileiq.errors import CompileIQError
+    from compileiq.core.errors import CompileIQError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # every write past 64 bytes: EFBIG
     try:
@@ -506,9 +507,9 @@ class _BrokenWorkers:
 
 def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> None:
     from compileiq.app import TuneOptions, tuning_space
-    from compileiq.runner import SilentProgress
-    from compileiq.toolchain import find_toolchain
-    from compileiq.tuner import Tuner, TuneRequest
+    from compileiq.core.toolchain import find_toolchain
+    from compileiq.tuning.runner import SilentProgress
+    from compileiq.tuning.tuner import Tuner, TuneRequest
 
     spec, tools = load_spec(_kernel(tmp_path)), find_toolchain()
     space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",)))

@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 from helpers import TINY_KERNEL, CliResult, database_at, run_cli
 
-from compileiq import exchange
-from compileiq.store import Store, StudyKey, TrialState
+from compileiq.core.records import StudyKey, TrialState
+from compileiq.store import Store, exchange
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "Hush7Secret"

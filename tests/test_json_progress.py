@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from helpers import TINY_KERNEL, run_cli
 
-from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.records import Study
-from compileiq.runner import SilentProgress
-from compileiq.startup import EarlyWorkers, PhaseProgress
-from compileiq.toolchain import find_toolchain
-from compileiq.workers import LocalWorkers, VariantJob, Workers
+from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
+from compileiq.build.workers import LocalWorkers, VariantJob, Workers
+from compileiq.core.records import Study
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 ONLY = "ptxas.opt_level,ptxas.register_usage_level"
 PHASE = re.compile(r"^(sources bundled|search loaded|first result \(compiled\)) \d+\.\d s$")
@@ -118,7 +118,7 @@ def test_the_baseline_compiles_locally_while_the_workers_start(tmp_path: Path) -
 
 
 def test_a_start_that_fails_is_reported_where_the_workers_are_needed(tmp_path: Path) -> None:
-    from compileiq.workers import WorkersError
+    from compileiq.build.workers import WorkersError
 
     def failing_open() -> Workers:
         raise WorkersError("cannot start Ray: no room")

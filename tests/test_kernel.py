@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from compileiq import kernel
-from compileiq.compile import harness_include_dir
-from compileiq.kernel import KernelError, KernelSpec, bundle_sources, load_spec
+from compileiq.source import arch
+from compileiq.source.harness import harness_include_dir
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelError, KernelSpec
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 NVCC = shutil.which("nvcc")
@@ -46,7 +47,7 @@ UNROLL = [1, 4]
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel, "detect_arch", lambda: None)
+    monkeypatch.setattr(arch, "detect_arch", lambda: None)
 
 
 def write_kernel(folder: Path, toml: str | None = None, source: str = SOURCE) -> Path:
@@ -99,7 +100,7 @@ def test_launch_bounds_naming_a_tuned_define(tmp_path: Path) -> None:
 
 
 def test_arch_from_gpu_and_from_argument(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel, "detect_arch", lambda: "sm_89")
+    monkeypatch.setattr(arch, "detect_arch", lambda: "sm_89")
     cu = write_kernel(tmp_path)
     assert load_spec(cu).arch == "sm_89"
     assert load_spec(cu, arch="sm_100a").arch == "sm_100a"
@@ -203,13 +204,13 @@ def test_cuh_is_accepted(tmp_path: Path) -> None:
 def test_detect_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert kernel.detect_arch() is None
+    assert arch.detect_arch() is None
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 9.0\necho 8.6\n")
     smi.chmod(0o755)
-    assert kernel.detect_arch() == "sm_90"
+    assert arch.detect_arch() == "sm_90"
     smi.write_text("#!/bin/sh\nexit 9\n")
-    assert kernel.detect_arch() is None
+    assert arch.detect_arch() is None
 
 
 def kernel_with_headers(tmp_path: Path) -> Path:
@@ -323,7 +324,7 @@ def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root(
     # the folder above the kernel's and its project include folders, so that "../x.h" resolves;
     # never one that holds /usr, /opt or the toolchain (their folders go to inc<N>/), nor "/":
     # a bundle, and so the study identity, never depends on where the project lies
-    from compileiq.kernel import _bundle_top
+    from compileiq.source.kernel import _bundle_top
 
     toolchain = (Path("/usr/local/cuda-13.0"), Path("/x/compileiq/include"), Path("/usr"), Path("/opt"))
     root = Path("/work/proj/examples/block")

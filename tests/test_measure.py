@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compileiq.compile import BuildStatus, ExecutableJob, build_executable
-from compileiq.kernel import SourceBundle
-from compileiq.measure import (
+from compileiq.build.compile import BuildStatus, ExecutableJob, build_executable
+from compileiq.evaluate.measure import (
     FakeMeasurer,
     OutputInfo,
     RunResult,
@@ -24,6 +23,7 @@ from compileiq.measure import (
     run_executable,
     synthetic_result,
 )
+from compileiq.source.spec import SourceBundle
 
 RESULT = {
     "compileiq_harness": 1, "status": "ok", "message": "", "device": "NVIDIA H200", "driver": "570.1",
@@ -174,7 +174,7 @@ def test_include_dir_holds_the_header() -> None:
 
 
 def test_an_unknown_dtype_fails_the_check_instead_of_crashing():
-    from compileiq.measure import OutputInfo, compare_outputs
+    from compileiq.evaluate.measure import OutputInfo, compare_outputs
 
     odd = [OutputInfo("y", "f32", 1, "")]
     check = compare_outputs(b"\0" * 4, odd, b"\0" * 4, odd, 1e-5, 1e-6)

@@ -18,10 +18,10 @@ import pytest
 from helpers import TINY_KERNEL, run_cli
 from ray_cluster import LoopbackCluster, fake_cuda, ray_env
 
-from compileiq.measure import RunResult, synthetic_result
-from compileiq.measurer_pool import MeasurerPool
-from compileiq.measuring_actors import placeable_actors
-from compileiq.records import MEASURED_ON_KEY
+from compileiq.core.records import MEASURED_ON_KEY
+from compileiq.evaluate.measure import RunResult, synthetic_result
+from compileiq.evaluate.measurer_pool import MeasurerPool
+from compileiq.evaluate.measuring_actors import placeable_actors
 from compileiq.store import Store
 
 ARCH = "sm_90"

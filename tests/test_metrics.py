@@ -2,8 +2,8 @@
 
 import pytest
 
-from compileiq.errors import UsageError
-from compileiq.metrics import StaticMetrics, objective_value, occupancy
+from compileiq.core.errors import UsageError
+from compileiq.evaluate.metrics import StaticMetrics, objective_value, occupancy
 
 
 @pytest.mark.parametrize(

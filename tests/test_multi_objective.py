@@ -12,14 +12,17 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from compileiq import acf, app, eligibility, multi_objective
-from compileiq.errors import UsageError
-from compileiq.front_search import FrontSearcher, chebyshev
-from compileiq.pareto import values_of
-from compileiq.runner import SilentProgress
-from compileiq.search import Observation, SearchSettings
-from compileiq.space import SearchSpace
-from compileiq.store import Store, Trial, TrialState
+from compileiq import app
+from compileiq.core.errors import UsageError
+from compileiq.core.records import Trial, TrialState
+from compileiq.core.space import SearchSpace
+from compileiq.evaluate import eligibility
+from compileiq.results import acf, multi_objective
+from compileiq.results.pareto import values_of
+from compileiq.search.front_search import FrontSearcher, chebyshev
+from compileiq.search.searcher import Observation, SearchSettings
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 SPILL_HEAVY = ROOT / "kernels" / "spill_heavy" / "spill_heavy.cu"
@@ -174,7 +177,7 @@ def test_bad_objectives_or_pick_fail_before_anything_is_built(tmp_path: Path, ov
     assert not (tmp_path / "t.db").exists()
 
 
-@pytest.mark.skipif(__import__("compileiq.measure").measure.gpu_visible(), reason="a GPU is visible here")
+@pytest.mark.skipif(__import__("compileiq.evaluate.measure").measure.gpu_visible(), reason="a GPU is visible here")
 def test_time_among_several_objectives_needs_a_gpu(tmp_path: Path) -> None:
     result = run_cli(["tune", str(SPILL_HEAVY), "--objective", "time,registers", "--db", f"sqlite:///{tmp_path}/t.db",
                       "--workers", "local"], tmp_path)
@@ -201,14 +204,14 @@ def test_time_and_registers_with_a_fake_gpu(tmp_path: Path) -> None:
     variant make the front; the ACF says runtime, in ms (fake measurer at the process boundary)."""
     from test_timing import KERNEL, _fake_gpu
 
-    from compileiq import evidence
-    from compileiq.kernel import bundle_sources, load_spec
-    from compileiq.measure import FakeMeasurer
-    from compileiq.metrics import StaticEvaluator
-    from compileiq.timing import TimeEvaluator, TimingTarget
-    from compileiq.toolchain import find_toolchain
-    from compileiq.tuner import Tuner, TuneRequest
-    from compileiq.workers import LocalWorkers
+    from compileiq.build.workers import LocalWorkers
+    from compileiq.core.toolchain import find_toolchain
+    from compileiq.evaluate.measure import FakeMeasurer
+    from compileiq.evaluate.metrics import StaticEvaluator
+    from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
+    from compileiq.results import evidence
+    from compileiq.source.kernel import bundle_sources, load_spec
+    from compileiq.tuning.tuner import Tuner, TuneRequest
 
     folder = tmp_path / "scale"
     folder.mkdir()
@@ -246,7 +249,7 @@ def test_the_searcher_learns_vectors_in_the_order_told() -> None:
 
 
 def _spec_and_tools() -> tuple[object, object]:
-    from compileiq.kernel import load_spec
-    from compileiq.toolchain import find_toolchain
+    from compileiq.core.toolchain import find_toolchain
+    from compileiq.source.kernel import load_spec
 
     return load_spec(SPILL_HEAVY), find_toolchain()

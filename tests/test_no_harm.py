@@ -19,22 +19,20 @@ from typing import Any
 import pytest
 from helpers import run_cli
 
-from compileiq import acf, app, eligibility, gate_rules, gating
-from compileiq.acf import AcfContent
-from compileiq.compile import (
-    AssembleJob,
-    FrontendJob,
-    assemble,
-    emit_ptx,
-    parse_resources,
-    run_tool,
-)
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.metrics import StaticEvaluator
-from compileiq.records import Trial, TrialState
-from compileiq.runner import SilentProgress
-from compileiq.space import load_space
-from compileiq.toolchain import find_toolchain
+from compileiq import app
+from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx, parse_resources
+from compileiq.core.processes import run_tool
+from compileiq.core.records import Trial, TrialState
+from compileiq.core.space import load_space
+from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate import eligibility
+from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.gating import check as gating
+from compileiq.gating import rules as gate_rules
+from compileiq.results import acf
+from compileiq.results.acf import AcfContent
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.tuning.runner import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus_harm"
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
@@ -296,7 +294,7 @@ def test_no_static_objective_writes_an_acf_worse_than_the_defaults(tmp_path, sou
 
 
 def test_an_optimisation_level_that_is_no_number_lowers_nothing() -> None:
-    from compileiq.eligibility import lowered_optimisation
+    from compileiq.evaluate.eligibility import lowered_optimisation
 
     assert lowered_optimisation({"ptxas.opt_level": "default"}, {"ptxas.opt_level": 3}) == ()
     assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": "x"}) == ()

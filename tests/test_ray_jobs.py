@@ -17,7 +17,7 @@ import pytest
 from helpers import TINY_KERNEL
 from ray_cluster import LoopbackCluster, ray_env
 
-from compileiq import acf
+from compileiq.results import acf
 from compileiq.store import Store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -22,10 +22,10 @@ import pytest
 from helpers import CliResult, run_cli
 
 from compileiq import app
-from compileiq.errors import CompileIQError, UsageError
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.macros import check_macros_take_effect
-from compileiq.runner import SilentProgress
+from compileiq.core.errors import CompileIQError, UsageError
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.macros import check_macros_take_effect
+from compileiq.tuning.runner import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 NARROW = ["--only", "ptxas.opt_level", "--only", "ptxas.maxrregcount"]
@@ -377,7 +377,7 @@ def test_a_clone_elsewhere_gates_the_acf(tmp_path: Path) -> None:
 def test_flags_all_rebuilds_a_kernel_whose_headers_are_in_a_sibling_folder(tmp_path: Path) -> None:
     # apps/scale/scale.cu includes "check_macros.h" from ../../common (tune.toml include_dirs), as
     # a samples repository does; the ACF goes to acfs/ and the rebuild runs from the repository root.
-    from compileiq.toolchain import find_toolchain
+    from compileiq.core.toolchain import find_toolchain
 
     repo = _copy(tmp_path, "sibling_common")
     args = ["tune", "apps/scale/scale.cu", "--objective", "static", "--budget", "2", "--workers", "local",
@@ -427,7 +427,7 @@ def test_bad_base_flags_and_launch_tables_name_the_key(tmp_path: Path, toml: str
 def test_a_launch_table_no_launch_could_ask_for_fails_before_any_build(tmp_path: Path, table: str, says: str) -> None:
     # Before, each scored every variant alike (occupancy 0, or 100% for negative bytes) and the
     # run "succeeded"; the top-level block_size and dynamic_smem were already range-checked.
-    from compileiq.launch import LaunchModel
+    from compileiq.source.launch import LaunchModel
 
     (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
     (tmp_path / "tune.toml").write_text(f"[tune.defines]\nTAPS = [4, 8]\n[launch.fir]\n{table}\n")
@@ -478,7 +478,7 @@ def test_cubs_placeholder_kernel_is_not_scored_as_one_of_the_kernels(tmp_path: P
 
 
 def test_a_launch_table_naming_an_unknown_macro_fails_before_any_build(tmp_path: Path) -> None:
-    from compileiq.launch import LaunchModel
+    from compileiq.source.launch import LaunchModel
 
     (tmp_path / "fir.cu").write_text(TAPS_KERNEL)
     (tmp_path / "tune.toml").write_text('[defines]\nTAPS = 4\n[launch.fir]\ndynamic_smem = "NOPE * 4"\n')
@@ -616,7 +616,7 @@ def test_a_header_of_templates_with_launch_bounds_before_static_says_they_need_a
 def test_a_baseline_an_older_compileiq_could_not_name_is_scored_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A study whose baseline an older compileiq recorded as "no entry matches ['gemm']" (a namespaced
     # kernel it could not name) kept failing after the upgrade: the failure was read back, never rescored.
-    from compileiq import metrics
+    from compileiq.evaluate import metrics
 
     folder = _copy(tmp_path, "blackwell_namespace")
     (folder / "tune.toml").write_text('entries = ["gemm"]\n')

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from compileiq.convergence import expected_random_best
-from compileiq.store import Store, StudyKey, TrialState
+from compileiq.core.records import StudyKey, TrialState
+from compileiq.search.convergence import expected_random_best
+from compileiq.store import Store
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "trials", "failures", "provenance")

@@ -9,9 +9,10 @@ import pytest
 from helpers import TINY_KERNEL, clean_env, run_cli, slow_toolchain
 
 import compileiq
-from compileiq.errors import UsageError
-from compileiq.limits import RunClock, RunLimits, format_duration, parse_duration
-from compileiq.store import Store, TrialState
+from compileiq.core.errors import UsageError
+from compileiq.core.records import TrialState
+from compileiq.store import Store
+from compileiq.tuning.limits import RunClock, RunLimits, format_duration, parse_duration
 
 ONLY = "ptxas.opt_level,ptxas.register_usage_level"
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from helpers import TINY_KERNEL, clean_env, slow_toolchain, tiny_kernel_file
 
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import (
+from compileiq.build.compile import (
     AssembleJob,
     Build,
     ExecutableBuild,
@@ -29,13 +29,14 @@ from compileiq.compile import (
     assemble,
     emit_ptx,
 )
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.runner import SilentProgress, Target, TrialRunner
-from compileiq.search import SearchSettings
-from compileiq.store import Store, StudyKey, Trial, TrialState
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import Transfers, VariantJob, VariantResult
+from compileiq.build.workers import Transfers, VariantJob, VariantResult
+from compileiq.core.records import StudyKey, Trial, TrialState
+from compileiq.core.toolchain import find_toolchain
+from compileiq.search.searcher import SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress, Target, TrialRunner
+from compileiq.tuning.tuner import Tuner, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")
 
@@ -170,7 +171,7 @@ class _SimulatedWorkers:
     def run(self, jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
             ) -> Iterator[VariantResult]:
         pending = list(jobs)
-        from compileiq.compile import BuildStatus, PtxResult
+        from compileiq.build.compile import BuildStatus, PtxResult
 
         ptx = PtxResult(BuildStatus.OK, b"", 0.0, "")
         while pending:

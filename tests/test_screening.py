@@ -1,4 +1,4 @@
-"""Screening for runtime objectives: compile many candidates, measure few (compileiq.screening).
+"""Screening for runtime objectives: compile many candidates, measure few (compileiq.evaluate.screening).
 
 The end-to-end tests run the real tuner, store (SQLite) and searcher with two fakes at the
 process boundaries: the compiler (workers whose ptxas reports registers and spills as a known
@@ -17,18 +17,20 @@ from typing import Any
 
 import pytest
 
-from compileiq import eligibility, screening
 from compileiq.app import TuneOptions, tuning_space
-from compileiq.compile import Build, BuildStatus, EntryResources, PtxResult
-from compileiq.kernel import KernelSpec, bundle_sources, load_spec
-from compileiq.metrics import Evaluation, StaticEvaluator
-from compileiq.runner import SilentProgress
-from compileiq.search import SearchSettings
-from compileiq.space import Config
-from compileiq.store import Store, TrialState
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import VariantJob, VariantResult
+from compileiq.build.compile import Build, BuildStatus, EntryResources, PtxResult
+from compileiq.build.workers import VariantJob, VariantResult
+from compileiq.core.records import TrialState
+from compileiq.core.space import Config
+from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate import eligibility, screening
+from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
+from compileiq.search.searcher import SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelSpec
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner, TuneRequest
 from tests.helpers import TINY_KERNEL
 
 ONLY = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.def_load_cache", "ptxas.register_usage_level")
@@ -238,7 +240,7 @@ def test_screening_with_the_real_compiler_measures_only_what_the_rules_allow(tmp
     """spill_heavy spills under its launch bounds: capped or de-optimised builds spill more and
     are refused before measuring; the measured ones are build-cache hits of the screening compile."""
     from compileiq.app import SharedWorkers
-    from compileiq.workers import LocalWorkers
+    from compileiq.build.workers import LocalWorkers
 
     path = Path(__file__).resolve().parent.parent / "kernels/spill_heavy/spill_heavy.cu"
     spec, tools = load_spec(path), find_toolchain()

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 
-from compileiq.errors import UsageError
-from compileiq.search import (
+from compileiq.core.errors import UsageError
+from compileiq.core.space import Parameter, SearchSpace
+from compileiq.search.searcher import (
     CORNER_RUNS,
     FAILURE_RANK,
     Observation,
@@ -18,7 +19,6 @@ from compileiq.search import (
     _optimizer,
     enumerate_space,
 )
-from compileiq.space import Parameter, SearchSpace
 
 
 def _space() -> SearchSpace:

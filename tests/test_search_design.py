@@ -2,8 +2,8 @@
 
 import statistics
 
-from compileiq.search import CORNER_RUNS, Observation, Searcher, SearchSettings
-from compileiq.space import Parameter, SearchSpace
+from compileiq.core.space import Parameter, SearchSpace
+from compileiq.search.searcher import CORNER_RUNS, Observation, Searcher, SearchSettings
 
 
 def _choice(name, values, default, stage="ptxas"):

@@ -5,10 +5,10 @@ import statistics
 
 import numpy as np
 
-from compileiq import local_search
-from compileiq.encoding import Encoding
-from compileiq.search import Observation, Searcher, SearchSettings
-from compileiq.space import Parameter, SearchSpace
+from compileiq.core.space import Parameter, SearchSpace
+from compileiq.search import local_search
+from compileiq.search.encoding import Encoding
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
 
 
 def _choice(name, values, default, stage="ptxas"):

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from compileiq.refit_schedule import RefitSchedule
-from compileiq.search import Observation, Searcher, SearchSettings
-from compileiq.search_process import RemoteSearcher, SearchProcessError
-from compileiq.space import Config, SearchSpace, load_space
-from compileiq.store import TrialState
-from compileiq.streaming import StreamingFeed
-from compileiq.tuner import SEARCH_PROCESS_FROM_BATCH, TuneRequest
+from compileiq.core.records import TrialState
+from compileiq.core.space import Config, SearchSpace, load_space
+from compileiq.search.refit_schedule import RefitSchedule
+from compileiq.search.search_process import RemoteSearcher, SearchProcessError
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.tuning.streaming import StreamingFeed
+from compileiq.tuning.tuner import SEARCH_PROCESS_FROM_BATCH, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level", "ptxas.allow_expensive_optimizations")
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,9 +85,9 @@ def test_the_searchers_process_ignores_ctrl_c_and_ends_with_its_driver(tmp_path:
     driver = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time\n"
-            "from compileiq.search_process import RemoteSearcher\n"
-            "from compileiq.search import SearchSettings\n"
-            "from compileiq.space import load_space\n"
+            "from compileiq.search.search_process import RemoteSearcher\n"
+            "from compileiq.search.searcher import SearchSettings\n"
+            "from compileiq.core.space import load_space\n"
             f"remote = RemoteSearcher(load_space('13.0').select(only={list(SMALL_SPACE)!r}), SearchSettings())\n"
             "remote.ask(1)\n"
             "print(remote._process.pid, flush=True)\n"

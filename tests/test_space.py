@@ -11,13 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.space import (
-    Config,
-    SearchSpace,
-    SpaceError,
-    available_versions,
-    load_space,
-)
+from compileiq.core.space import Config, SearchSpace, SpaceError, available_versions, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
 

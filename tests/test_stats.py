@@ -4,7 +4,14 @@ import random
 
 import pytest
 
-from compileiq.stats import Verdict, interleaved, interval_ranks, judge, noise_delta, verdict
+from compileiq.evaluate.stats import (
+    Verdict,
+    interleaved,
+    interval_ranks,
+    judge,
+    noise_delta,
+    verdict,
+)
 
 
 def test_interval_ranks_match_the_binomial_tables():

@@ -11,9 +11,9 @@ from datetime import UTC
 import pytest
 import sqlalchemy as sa
 
-from compileiq.errors import CompileIQError
-from compileiq.records import SCREEN
-from compileiq.store import BuildRecord, Store, StoreError, StudyKey, TrialState
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import SCREEN, BuildRecord, StudyKey, TrialState
+from compileiq.store import Store, StoreError
 
 KEY = StudyKey(
     kernel="saxpy",
@@ -276,7 +276,7 @@ def test_wrong_password_hides_password(postgres_admin_url: str) -> None:
 
 
 def test_measurement_cache_keeps_first(store: Store) -> None:
-    from compileiq.store import Measurement
+    from compileiq.core.records import Measurement
 
     timed = Measurement(
         code_hash="c" * 64,

@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 from helpers import CliResult, run_cli
 
-from compileiq import exchange
-from compileiq.store import BuildRecord, Store, StudyKey, TrialState
+from compileiq.core.records import BuildRecord, StudyKey, TrialState
+from compileiq.store import Store, exchange
 
 REPO = Path(__file__).resolve().parent.parent
 REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"

@@ -6,18 +6,19 @@ import re
 
 import pytest
 
-from compileiq import acf, evidence
 from compileiq.app import SharedWorkers, TuneOptions, tuning_space
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.measure import FakeMeasurer, OutputInfo, RunResult, synthetic_result
-from compileiq.metrics import StaticEvaluator
-from compileiq.runner import SilentProgress
-from compileiq.search import SearchSettings
-from compileiq.store import Store, TrialState
-from compileiq.timing import TimeEvaluator, TimingTarget
-from compileiq.toolchain import find_toolchain
-from compileiq.tuner import Tuner, TuneRequest
-from compileiq.workers import LocalWorkers
+from compileiq.build.workers import LocalWorkers
+from compileiq.core.records import TrialState
+from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate.measure import FakeMeasurer, OutputInfo, RunResult, synthetic_result
+from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
+from compileiq.results import acf, evidence
+from compileiq.search.searcher import SearchSettings
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.tuner import Tuner, TuneRequest
 
 KERNEL = r"""
 #include <compileiq/harness.cuh>
@@ -121,7 +122,7 @@ int main() { std::printf("elapsed: %d.5 ms\n", VARIANT); return 0; }
 
 
 def test_program_mode_reads_the_time_the_program_prints(tmp_path):
-    from compileiq.compile import Build, BuildStatus
+    from compileiq.build.compile import Build, BuildStatus
 
     (tmp_path / "prog.cu").write_text(PROGRAM)
     spec, tools = load_spec(tmp_path / "prog.cu"), find_toolchain()

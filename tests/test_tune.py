@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 from helpers import SPILLING_KERNEL
 
-from compileiq import acf, app
-from compileiq.compile import parse_resources, run_tool
-from compileiq.runner import SilentProgress
-from compileiq.store import Store, TrialState
-from compileiq.toolchain import find_toolchain
+from compileiq import app
+from compileiq.build.compile import parse_resources
+from compileiq.core.processes import run_tool
+from compileiq.core.records import TrialState
+from compileiq.core.toolchain import find_toolchain
+from compileiq.results import acf
+from compileiq.store import Store
+from compileiq.tuning.runner import SilentProgress
 
 SPILLER = SPILLING_KERNEL
 SUBSPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level")

@@ -1,4 +1,4 @@
-"""The real Ray layer (compileiq/workers.py): embedded Ray, a joined cluster, loopback.
+"""The real Ray layer (compileiq/build/workers.py): embedded Ray, a joined cluster, loopback.
 
 One embedded Ray per module (start-up ~5 s); the cluster test runs its driver in a subprocess,
 because a process can initialise Ray only once.
@@ -20,16 +20,17 @@ from pathlib import Path
 import pytest
 from helpers import TINY_KERNEL, clean_env, embedded_ray_workers, run_cli
 
-from compileiq.compile import AssembleJob, BuildStatus, FrontendJob
-from compileiq.kernel import SourceBundle, bundle_sources, load_spec
-from compileiq.toolchain import Toolchain, find_toolchain
-from compileiq.workers import (
+from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
+from compileiq.build.workers import (
     LOOPBACK_ENV,
     LocalWorkers,
     RayWorkers,
     VariantJob,
     VariantResult,
 )
+from compileiq.core.toolchain import Toolchain, find_toolchain
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import SourceBundle
 
 REPO = Path(__file__).resolve().parent.parent
 ARCH = "sm_90"
@@ -137,10 +138,10 @@ def test_a_compile_error_is_a_result_not_an_exception(
 DRIVER = """
 import sys
 from pathlib import Path
-from compileiq.compile import AssembleJob, FrontendJob
-from compileiq.kernel import bundle_sources, load_spec
-from compileiq.toolchain import find_toolchain
-from compileiq.workers import RayWorkers, VariantJob
+from compileiq.build.compile import AssembleJob, FrontendJob
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.core.toolchain import find_toolchain
+from compileiq.build.workers import RayWorkers, VariantJob
 
 address, kernel = sys.argv[1], Path(sys.argv[2])
 tools = find_toolchain()

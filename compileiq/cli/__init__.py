@@ -1,4 +1,7 @@
-"""The `compileiq` command: typed options, one library call each; rendering lives in `render`."""
+"""The `compileiq` command: typed options, one library call each; rendering lives in `render`.
+
+The top of the layers with `app` (wiring) and `api` (the Python API): it may import any stage.
+The only importer of typer and rich."""
 
 from __future__ import annotations
 
@@ -14,20 +17,17 @@ try:  # typer >= 0.20 vendors click; older typer uses the click package
 except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
-from compileiq import __version__, gate_rules
+from compileiq.cli.console import err, out, safe
 from compileiq.cli.render import (
     LineProgress,
     best_first,
     emit,
-    err,
     first_line,
     gpu_spread,
     node_spread,
-    out,
     print_gate,
     print_report,
     report_json,
-    safe,
     space_json,
     space_table,
     studies_table,
@@ -37,8 +37,10 @@ from compileiq.cli.render import (
     trials_per_node,
     trials_table,
 )
-from compileiq.errors import CompileIQError, UsageError
-from compileiq.records import MEASURED_ON_KEY
+from compileiq.core.errors import CompileIQError, UsageError
+from compileiq.core.records import MEASURED_ON_KEY
+from compileiq.core.version import __version__
+from compileiq.gating import rules as gate_rules
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tune nvcc/ptxas settings of a CUDA kernel; record the evidence; gate CI on it.")
@@ -130,8 +132,9 @@ def show(
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
-    from compileiq.database_url import database_url
-    from compileiq.store import Store, TrialState
+    from compileiq.core.records import TrialState
+    from compileiq.store import Store
+    from compileiq.store.database_url import database_url
 
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
@@ -181,7 +184,7 @@ def flags(
     with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
-    from compileiq import acf, flag_formats
+    from compileiq.results import acf, flag_formats
 
     text = flag_formats.render(acf.read(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
@@ -198,11 +201,11 @@ def gate(
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
-    from compileiq import gate_report
-    from compileiq import gating as gate_lib
+    from compileiq.gating import check as gate_lib
+    from compileiq.gating import ci_reports as gate_report
 
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
-    from compileiq.timing import HarnessTiming
+    from compileiq.evaluate.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming())
     unwritten = [_write_report(option, path, render(report)) for option, path, render in
@@ -219,7 +222,7 @@ def gate(
 
 def _write_report(option: str, path: Path, text: str) -> str:
     """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
-    from compileiq import gate_report
+    from compileiq.gating import ci_reports as gate_report
 
     try:
         gate_report.write(path, text)
@@ -231,8 +234,8 @@ def _write_report(option: str, path: Path, text: str) -> str:
 @db_cli.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or migrate the database schema to this version of compileiq."""
-    from compileiq.database_url import database_url
     from compileiq.store import Store
+    from compileiq.store.database_url import database_url
 
     store = Store.open(database_url(db))
     try:
@@ -249,8 +252,8 @@ def db_export(
     db: DbOption = None,
 ) -> None:
     """Write a study, its trials, builds and measurements to a checksummed JSON file."""
-    from compileiq import exchange
-    from compileiq.database_url import database_url
+    from compileiq.store import exchange
+    from compileiq.store.database_url import database_url
 
     done = exchange.export_to_file(database_url(db), study, out_file)
     (err if out_file == exchange.STDOUT else out).print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
@@ -263,8 +266,8 @@ def db_import(
     db: DbOption = None,
 ) -> None:
     """Merge an exported study into this database (one transaction; importing twice changes nothing)."""
-    from compileiq import exchange
-    from compileiq.database_url import database_url
+    from compileiq.store import exchange
+    from compileiq.store.database_url import database_url
 
     done = exchange.import_from_file(database_url(db), in_file)
     verb = "created" if done.created else "merged into"
@@ -300,7 +303,7 @@ def version() -> None:
 @cli.command("include-dir")
 def include_dir() -> None:
     """Print the directory of the measuring harness header (nvcc -I "$(compileiq include-dir)")."""
-    from compileiq.measure import include_dir as harness_include_dir
+    from compileiq.evaluate.measure import include_dir as harness_include_dir
 
     print(harness_include_dir())
 
@@ -316,10 +319,10 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
-    from compileiq import report as report_lib
-    from compileiq import report_compare
-    from compileiq.database_url import database_url
+    from compileiq.report import compare as report_compare
+    from compileiq.report import page as report_lib
     from compileiq.store import Store
+    from compileiq.store.database_url import database_url
 
     if len(studies) != (2 if compare else 1):
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
@@ -340,7 +343,7 @@ def report(
 @cli.command("cmake-dir")
 def cmake_dir() -> None:
     """Print the directory of compileiq's CMake package: find_package(compileiq CONFIG PATHS "$(compileiq cmake-dir)")."""
-    from compileiq.flag_formats import cmake_dir as package_cmake_dir
+    from compileiq.results.flag_formats import cmake_dir as package_cmake_dir
 
     print(package_cmake_dir())
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.records import (
+from compileiq.cli.console import cells, err, kind_label, out, safe
+from compileiq.core.records import (
     NODE_KEY,
     SCREEN,
     Study,
@@ -29,34 +28,9 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from rich.progress import Progress, TaskID
 
     from compileiq import app
-    from compileiq import gating as gate_lib
-    from compileiq.runner import Outcome
-    from compileiq.space import SearchSpace
-
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-STATIC_LABEL = "static estimate"
-RUNTIME_LABEL = "GPU runtime, ms"
-
-
-def safe(text: object) -> str:
-    """Text from outside (study and kernel names, compiler messages) with every control
-    character written as an escape (\\x1b...): nothing reaches the terminal as a command."""
-    return str(text).translate(_CONTROL)
-
-
-def cells(*values: object) -> list[Text]:
-    """Table cells as plain text: never parsed as rich markup, control characters escaped."""
-    return [Text(safe(value)) for value in values]
-
-
-def kind_label(objective: str) -> str:
-    """How values of this objective are labelled everywhere they are shown."""
-    return RUNTIME_LABEL if "time" in objective.split(",") else STATIC_LABEL
-
+    from compileiq.core.space import SearchSpace
+    from compileiq.gating import check as gate_lib
+    from compileiq.tuning.runner import Outcome
 
 class LineProgress:
     """Progress on stderr: plain lines in a pipe or CI log (and with --json, whose stdout stays one
@@ -132,7 +106,7 @@ class LineProgress:
 
 
 def print_gate(report: gate_lib.GateReport) -> None:
-    from compileiq import gate_report
+    from compileiq.gating import ci_reports as gate_report
 
     table = Table(title=Text(f"compileiq gate ({report.mode})"))
     for column in ("ACF", "kernel", "verdict", "findings"):
@@ -267,7 +241,7 @@ def _confirmation_line(confirmation: Any) -> str:
 
 
 def _config(trial: Trial) -> Any:
-    from compileiq.space import Config
+    from compileiq.core.space import Config
 
     return Config.of(trial.config)
 

@@ -10,14 +10,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from compileiq import multi_objective
-from compileiq.ablation import RULE, evidence_rows
-from compileiq.cli.render import kind_label, out
-from compileiq.explain import Explanation, explain
-from compileiq.importance import METHOD, surrogate_importance
-from compileiq.multi_objective import PICK_RULES
-from compileiq.pareto import Front, front, parse_objectives, values_of
-from compileiq.store import Study, Trial
+from compileiq.cli.console import kind_label, out
+from compileiq.core.records import Study, Trial
+from compileiq.results import multi_objective
+from compileiq.results.ablation import RULE, evidence_rows
+from compileiq.results.explain import Explanation, explain
+from compileiq.results.multi_objective import PICK_RULES
+from compileiq.results.pareto import Front, front, parse_objectives, values_of
+from compileiq.search.importance import METHOD, surrogate_importance
 
 
 def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:

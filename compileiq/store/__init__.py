@@ -2,7 +2,10 @@
 
 The database is the coordinator: a config is claimed by INSERT under UNIQUE(study, key), time
 comes from the database clock, and the schema is managed by the Alembic migrations shipped in
-``compileiq/migrations``.
+``compileiq/migrations``. Also here: which database a command opens, group commit, and moving a
+study between databases (export/import), with the trust checks every outside row passes.
+
+May import: core, build. The only importer of sqlalchemy and alembic (build: a cached build's record types).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from compileiq.records import (
+from compileiq.core.records import (
     KEY_FIELDS,
     PURPOSES,
     SEARCH,
@@ -71,7 +74,7 @@ from compileiq.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from compileiq.space import SearchSpace
+    from compileiq.core.space import SearchSpace
 
 __all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store", "StoreError"]
 __all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialOutcome", "TrialState"]

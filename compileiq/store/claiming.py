@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compileiq.records import Trial, TrialState
+from compileiq.core.records import Trial, TrialState
 from compileiq.store.rows import checked_trial, running_values, trial_record, utc
 from compileiq.store.schema import among, chunks, take_number, trials_table, with_space
 
 if TYPE_CHECKING:
-    from compileiq.space import SearchSpace
+    from compileiq.core.space import SearchSpace
 
 SpaceOf = Callable[[str], "SearchSpace | None"]  # a study's space by its sha256, if known
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from compileiq.errors import CompileIQError, UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.store.trust import lenient_json
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from compileiq.records import (
+from compileiq.core.records import (
     KEY_FIELDS,
     SEARCH,
     BuildRecord,
@@ -20,7 +20,7 @@ from compileiq.records import (
     Trial,
     TrialState,
 )
-from compileiq.space import SearchSpace
+from compileiq.core.space import SearchSpace
 from compileiq.store.connect import StoreError
 from compileiq.store.schema import db_now
 from compileiq.store.trust import build_problem, measurement_problem, trial_problem

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from compileiq.records import KEY_FIELDS, TrialState
+from compileiq.core.records import KEY_FIELDS, TrialState
 from compileiq.store.connect import StoreError
 from compileiq.store.trust import MALFORMED
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compileiq.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
+from compileiq.core.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
 from compileiq.store.rows import (
     check_same_key,
     checked_build,

@@ -10,10 +10,10 @@ import math
 import re
 from typing import Any
 
-from compileiq import metric_ranges
-from compileiq.compile import BuildStatus, EntryResources
-from compileiq.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
-from compileiq.space import Config, SearchSpace, SpaceError, canonical_key, load_space
+from compileiq.build.compile import BuildStatus, EntryResources
+from compileiq.core import metric_ranges
+from compileiq.core.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
+from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key, load_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
 _SPACE_ID = re.compile(r"nvcc-(?P<version>[\w.]+)\+ptxas-(?P=version)")

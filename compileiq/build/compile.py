@@ -1,0 +1,373 @@
+"""The two-stage compile: PTX once per front-end configuration, ptxas once per variant.
+
+Everything here takes and returns bytes, so it runs unchanged on a Ray worker that shares no
+filesystem with the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from compileiq.build.cubin import CubinError, text_sections
+from compileiq.core.processes import (
+    COMPILER_MEMORY,
+    ToolRun,
+    first_error_line,
+    killed_by,
+    run_tool,
+    scratch_dir,
+)
+from compileiq.source.harness import harness_include_dir
+
+if TYPE_CHECKING:
+    from compileiq.source.spec import SourceBundle
+
+
+ATTEMPTS = 2  # a compiler that timed out or crashed gets one more try before it counts
+RESOURCE_REPORT_VERSION = 2  # 2: device functions' spills are counted; part of every build-cache key
+
+
+class BuildStatus(str, Enum):
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"  # the compiler refused the input and said why
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"  # killed by a signal, or exited 0 with missing or unreadable output
+
+    @property
+    def deterministic(self) -> bool:
+        """The same inputs give the same outcome: worth caching (timeouts and crashes are not)."""
+        return self in (BuildStatus.OK, BuildStatus.COMPILE_ERROR)
+
+
+@dataclass(frozen=True)
+class EntryResources:
+    name: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    shared_bytes: int
+    barriers: int
+    instructions: int
+    entry: bool = True  # False: a device function ptxas compiled on its own (not inlined) for calls
+    max_threads: int = 0  # the PTX entry's .maxntid/.reqntid (its __launch_bounds__, templates too); 0: none
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+
+@dataclass(frozen=True)
+class FrontendJob:
+    nvcc: str
+    bundle: SourceBundle
+    arch: str
+    args: tuple[str, ...]
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class PtxResult:
+    status: BuildStatus
+    ptx: bytes
+    seconds: float
+    message: str
+    relocatable: bool = False  # from -rdc=true: ptxas assembles it with --compile-only
+
+
+@dataclass(frozen=True)
+class AssembleJob:
+    ptxas: str
+    arch: str
+    args: tuple[str, ...]
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Build:
+    status: BuildStatus
+    message: str
+    entries: tuple[EntryResources, ...]
+    code_hash: str | None
+    cubin: bytes
+    seconds: float  # ptxas wall time of this variant
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK
+
+
+def emit_ptx(job: FrontendJob, attempts: int = ATTEMPTS) -> PtxResult:
+    """Run the nvcc front end: source bundle -> PTX bytes (see `_produce` for `attempts`)."""
+    try:
+        with scratch_dir("ptx") as workdir:
+            main = job.bundle.write_to(Path(workdir))
+            out = Path(workdir) / "kernel.ptx"
+            argv = [job.nvcc, f"-arch={job.arch}", "-ptx", *job.bundle.base_args, *job.args, *job.bundle.include_args,
+                    f"-I{harness_include_dir()}", str(main), "-o", str(out)]
+            made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem, attempts)
+    except OSError as error:
+        return PtxResult(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
+    return PtxResult(made.status, made.data, made.seconds, made.message, job.bundle.relocatable)
+
+
+def assemble(job: AssembleJob, ptx: PtxResult, attempts: int = ATTEMPTS) -> Build:
+    """Run ptxas -v on PTX: one variant's machine code and its resource report."""
+    if ptx.status is not BuildStatus.OK:
+        return Build(ptx.status, ptx.message, (), None, b"", 0.0)
+    try:
+        with scratch_dir("sass") as workdir:
+            source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
+            source.write_bytes(ptx.ptx)
+            compile_only = ("--compile-only",) if ptx.relocatable else ()
+            argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *job.args, str(source), "-o", str(out)]
+            made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem, attempts)
+    except OSError as error:
+        return Build(BuildStatus.CRASHED, _unprepared("ptxas", error), (), None, b"", 0.0)
+    if not made.ok:
+        return Build(made.status, made.message, (), None, b"", made.seconds)
+    sections = text_sections(made.data)
+    entries = parse_resources(made.report, {name: len(code) // 16 for name, code in sections.items()})
+    bounds = thread_bounds(ptx.ptx)
+    entries = tuple(replace(e, max_threads=bounds[e.name]) if e.name in bounds else e for e in entries)
+    return Build(BuildStatus.OK, "", entries, code_hash(sections), made.data, made.seconds)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One compiler call whose argv writes `out` (`what` names that file in messages)."""
+
+    tool: str
+    argv: list[str]
+    out: Path
+    what: str
+    timeout_s: float
+    cwd: str
+
+
+@dataclass(frozen=True)
+class _Product:
+    status: BuildStatus
+    data: bytes  # the file the compiler wrote (when OK)
+    report: str  # what the compiler printed
+    message: str  # why there is no usable file
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK
+
+
+def _produce(call: _Call, problem: Callable[[bytes], str | None], attempts: int) -> _Product:
+    """Run the compiler; one that timed out or crashed is tried again, `attempts` times in all,
+    before it counts (Ray tasks make one attempt: the driver decides every re-run, see workers)."""
+    seconds = 0.0
+    for attempt in range(1, attempts + 1):
+        call.out.unlink(missing_ok=True)
+        made = _attempt(call, problem)
+        seconds += made.seconds
+        if made.status.deterministic:
+            break
+    made = replace(made, seconds=seconds)
+    return tried(made, attempt) if attempt > 1 else made
+
+
+Tried = TypeVar("Tried", "PtxResult", "Build", "ExecutableBuild", "_Product")
+
+
+def tried(result: Tried, times: int) -> Tried:
+    """A failed result whose message says how many times the compiler ran; a success as it is."""
+    if result.status is BuildStatus.OK:
+        return result
+    return replace(result, message=f"{result.message} (tried {times} times)")
+
+
+def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
+    run = run_tool(call.argv, call.timeout_s, cwd=call.cwd, memory_bytes=COMPILER_MEMORY)
+    # the sources lie in a scratch folder gone by the time anyone reads this: name them from the bundle's top
+    run = replace(run, output=run.output.replace(f"{call.cwd}{os.sep}", ""))
+
+    def failed(status: BuildStatus, message: str) -> _Product:
+        return _Product(status, b"", run.output, message, run.seconds)
+
+    if run.timed_out:
+        return failed(BuildStatus.TIMEOUT, f"{call.tool} did not finish within {call.timeout_s:g} s and was killed")
+    if crash := _crash(call.tool, run):
+        return failed(BuildStatus.CRASHED, crash)
+    if run.returncode != 0:
+        return failed(BuildStatus.COMPILE_ERROR, _trim(run.output))
+    try:
+        data = call.out.read_bytes()
+    except FileNotFoundError:
+        return failed(BuildStatus.CRASHED, f"{call.tool} exited 0 but wrote no {call.what}")
+    except OSError as error:
+        return failed(BuildStatus.CRASHED, f"cannot read the {call.what} {call.tool} wrote: {error.strerror}")
+    if not data:
+        return failed(BuildStatus.CRASHED, f"{call.tool} exited 0 but wrote an empty {call.what}")
+    if why := problem(data):
+        return failed(BuildStatus.CRASHED, f"{call.tool} wrote an unreadable {call.what}: {why}")
+    return _Product(BuildStatus.OK, data, run.output, "", run.seconds)
+
+
+def _crash(tool: str, run: ToolRun) -> str | None:
+    name = killed_by(run.returncode)
+    if name is None:
+        return None
+    said = f"\n{_trim(run.output)}" if run.output.strip() else ""
+    if run.returncode < 0:
+        return f"{tool} was killed by {name}{said}"
+    return f"{tool} exited with status {run.returncode}: a process it ran was killed by {name}{said}"
+
+
+def _ptx_problem(data: bytes) -> str | None:
+    return None if b".version" in data else "no .version directive"
+
+
+def _cubin_problem(data: bytes) -> str | None:
+    try:
+        text_sections(data)
+    except CubinError as error:
+        return str(error)
+    return None
+
+
+def _executable_problem(data: bytes) -> str | None:
+    return None if data[:4] == b"\x7fELF" else "not an ELF file"
+
+
+def _unprepared(tool: str, error: OSError) -> str:
+    return f"cannot prepare the {tool} run: {error.strerror or error}"
+
+
+def code_hash(sections: dict[str, bytes]) -> str:
+    """sha256 over each kernel's machine code: equal hash, equal code (debug info excluded)."""
+    digest = hashlib.sha256()
+    for name in sorted(sections):
+        digest.update(name.encode() + b"\0" + sections[name])
+    return digest.hexdigest()
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+
+
+_PTX_ENTRY = re.compile(rb"\.entry\s+([\w$.]+)\s*\([^)]*\)([^{]*)\{")
+_THREAD_BOUND = re.compile(rb"\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+
+
+def thread_bounds(ptx: bytes) -> dict[str, int]:
+    """Threads per block each PTX entry declares (``.maxntid x, y, z``: its __launch_bounds__, as
+    the compiler evaluated it, for a template's instances too), by entry name; entries without one
+    are left out."""
+    bounds = {}
+    for match in _PTX_ENTRY.finditer(ptx):
+        if found := _THREAD_BOUND.search(match.group(2)):
+            threads = 1
+            for dimension in found.groups():
+                threads *= int(dimension or 1)
+            bounds[match.group(1).decode(errors="replace")] = threads
+    return bounds
+
+
+def parse_resources(report: str, instructions: dict[str, int]) -> tuple[EntryResources, ...]:
+    """Parse `ptxas -v` output: one record per entry function, then one per device function that
+    ptxas compiled on its own (a `__noinline__` callee: a "Function properties" block with its own
+    stack frame and spills, and no register line), so that no function's spills go uncounted."""
+    entries: list[EntryResources] = []
+    frames: dict[str, dict[str, int]] = {}
+    current: str | None = None  # the entry being compiled
+    described: str | None = None  # the function whose properties come next
+    for line in report.splitlines():
+        if match := _ENTRY.search(line):
+            current = described = match.group(1)
+        elif match := _PROPERTIES.search(line):
+            described = match.group(1)
+        elif (match := _FRAME.search(line)) and described is not None:
+            frames[described] = {"stack": int(match[1]), "stores": int(match[2]), "loads": int(match[3])}
+        elif (match := _USED.search(line)) and current is not None:
+            entries.append(_entry(current, frames.get(current, {}), match, instructions))
+            current = None
+    names = {entry.name for entry in entries}
+    functions = [_function(name, frame, instructions) for name, frame in frames.items() if name not in names]
+    return (*entries, *functions)
+
+
+def _entry(name: str, frame: dict[str, int], used: re.Match[str], counts: dict[str, int]) -> EntryResources:
+    return EntryResources(
+        name=name,
+        registers=int(used[1]),
+        spill_store_bytes=frame.get("stores", 0),
+        spill_load_bytes=frame.get("loads", 0),
+        stack_bytes=frame.get("stack", 0),
+        shared_bytes=int(used[3] or 0),
+        barriers=int(used[2] or 0),
+        instructions=counts.get(name, 0),
+    )
+
+
+def _function(name: str, frame: dict[str, int], counts: dict[str, int]) -> EntryResources:
+    return EntryResources(name, 0, frame["stores"], frame["loads"], frame["stack"], 0, 0, counts.get(name, 0),
+                          entry=False)
+
+
+def _trim(output: str, limit: int = 4000) -> str:
+    text = output.strip()
+    return text if len(text) <= limit else text[:limit] + " …"
+
+
+@dataclass(frozen=True)
+class ExecutableJob:
+    """One measuring executable: the kernel's main with the harness, built by a full nvcc run."""
+
+    nvcc: str
+    bundle: SourceBundle
+    arch: str
+    frontend_args: tuple[str, ...]  # nvcc-level flags and -D defines
+    ptxas_args: tuple[str, ...]  # passed through as -Xptxas=ARG
+    timeout_s: float
+    harness_include: str | None = None  # default: this installation's include directory
+
+
+@dataclass(frozen=True)
+class ExecutableBuild:
+    status: BuildStatus
+    executable: bytes
+    seconds: float
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status is BuildStatus.OK
+
+
+def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
+    include = job.harness_include or str(harness_include_dir())
+    ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
+    base = job.bundle.base_args
+    std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
+    return [job.nvcc, f"-arch={job.arch}", *base, *job.frontend_args, *ptxas, *std, f"-I{include}",
+            *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
+
+
+def build_executable(job: ExecutableJob, attempts: int = ATTEMPTS) -> ExecutableBuild:
+    """Source bundle -> executable bytes (runs on any CPU worker: bytes in, bytes out)."""
+    try:
+        with scratch_dir("exe") as workdir:
+            main = job.bundle.write_to(Path(workdir))
+            out = Path(workdir) / "variant"
+            call = _Call("nvcc", executable_argv(job, main, out), out, "executable", job.timeout_s, workdir)
+            made = _produce(call, _executable_problem, attempts)
+    except OSError as error:
+        return ExecutableBuild(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
+    return ExecutableBuild(made.status, made.data, made.seconds, made.message)

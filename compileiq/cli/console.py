@@ -1,0 +1,33 @@
+"""Where the command writes: stdout and stderr consoles, text from outside made safe to print, and
+the label every view gives an objective's values."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.text import Text
+
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+STATIC_LABEL = "static estimate"
+RUNTIME_LABEL = "GPU runtime, ms"
+
+
+def safe(text: object) -> str:
+    """Text from outside (study and kernel names, compiler messages) with every control
+    character written as an escape (\\x1b...): nothing reaches the terminal as a command."""
+    return str(text).translate(_CONTROL)
+
+
+def cells(*values: object) -> list[Text]:
+    """Table cells as plain text: never parsed as rich markup, control characters escaped."""
+    return [Text(safe(value)) for value in values]
+
+
+def kind_label(objective: str) -> str:
+    """How values of this objective are labelled everywhere they are shown."""
+    return RUNTIME_LABEL if "time" in objective.split(",") else STATIC_LABEL

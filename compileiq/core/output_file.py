@@ -1,0 +1,105 @@
+"""Replace a file the user named (an ACF) the way an editor would: atomically, through a
+symlink to its target, keeping the file's mode, never over a device, folder or pipe, and leaving
+no temporary file behind when the write fails. An input file is held to the same kinds: a device,
+folder or pipe is named as such, never opened."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from compileiq.core.errors import UsageError
+
+
+class OutputFileError(UsageError):
+    """The output path names something that must not be replaced, or cannot be written."""
+
+
+def check_target(path: Path) -> Path:
+    """The regular file that writing `path` replaces or creates (a symlink's target); a
+    one-line OutputFileError when that is something else or its folder cannot take it."""
+    target = Path(os.path.realpath(path))
+    try:
+        info = target.lstat()
+    except FileNotFoundError:
+        info = None
+    except OSError as error:
+        raise OutputFileError(f"cannot write {path}: {error.strerror or error}") from None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise OutputFileError(f"cannot write {path}: a symlink loop")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise OutputFileError(f"cannot write {path}: it is {_kind(info.st_mode)}, not a regular file")
+    folder = _existing_ancestor(target.parent)
+    if not folder.is_dir():
+        raise OutputFileError(f"cannot write {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {path}: {folder} is read-only or not writable by this user")
+    return target
+
+
+def not_regular(path: Path) -> str | None:
+    """What an existing `path` is when it is not a regular file ("a named pipe", "a directory"...),
+    from stat alone: it is never opened, so a named pipe cannot block the reader. None for a
+    regular file (or a link to one) and for a path that does not exist (the reader says not found)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def write_atomically(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` (its target if a symlink) by a temporary file and a rename: a reader
+    never sees half a file; a new file gets the umask's mode, a replaced one keeps its own."""
+    target = check_target(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existing = target.stat() if target.exists() else None
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as error:
+        raise OutputFileError(f"cannot write {path}: {error.strerror or error}") from None
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        _copy_mode(temporary, existing)
+        os.replace(temporary, target)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise OutputFileError(f"cannot write {path}: {error.strerror or error}") from None
+        raise
+    return target
+
+
+def _copy_mode(temporary: str, existing: os.stat_result | None) -> None:
+    if existing is None:
+        os.chmod(temporary, 0o666 & ~_umask())
+        return
+    os.chmod(temporary, stat.S_IMODE(existing.st_mode))
+    if (existing.st_uid, existing.st_gid) != (os.getuid(), os.getgid()):
+        with contextlib.suppress(OSError):  # keeping the owner needs privileges: best effort
+            os.chown(temporary, existing.st_uid, existing.st_gid)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _kind(mode: int) -> str:
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
+             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")

@@ -1,0 +1,177 @@
+"""The records the store hands out: frozen, typed, free of any database library."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+
+class TrialState(str, enum.Enum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+SEARCH = "search"  # a trial the search asked for: the budget counts these (the baseline included)
+SCREEN = "screen"  # compiled and refused by the static rules before measuring (runtime objectives): free
+PURPOSES = (SEARCH, SCREEN, "simplify", "ablation", "confirm")  # the others explain or shrink the winner: free
+NODE_KEY = "node"  # in a trial's metrics: the Ray node whose ptxas built it ("IP/node-id")
+MEASURED_ON_KEY = "measured_on"  # in a trial's metrics: the GPU that screened it ("IP/node-id GPU n")
+# What kind of number an objective's value is, as the ACF and the report label it.
+STATIC_KIND = "static estimate (compiler output, not a runtime)"
+RUNTIME_KIND = "runtime (GPU, median of samples)"
+
+
+@dataclass(frozen=True)
+class StudyKey:
+    """What makes two tuning runs the same study."""
+
+    kernel: str
+    source_sha256: str
+    space_id: str
+    space_sha256: str
+    toolchain: str
+    arch: str
+    evaluator: str  # "static" or a device model
+    objective: str
+
+
+@dataclass(frozen=True)
+class Study:
+    id: int
+    name: str
+    key: StudyKey
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """A study with its trial count and best value, counted by the database (`compileiq show`)."""
+
+    study: Study
+    trials: int
+    best: float | None
+
+
+@dataclass(frozen=True)
+class Trial:
+    id: int
+    study_id: int
+    number: int
+    config_key: str
+    config: dict[str, Any]
+    state: TrialState
+    value: float | None
+    reason: str | None
+    retryable: bool
+    metrics: dict[str, Any]
+    code_hash: str | None
+    compile_seconds: float | None
+    started_at: datetime
+    finished_at: datetime | None
+    worker: str
+    purpose: str = SEARCH  # one of PURPOSES: why this run built it
+
+    @property
+    def searched(self) -> bool:
+        return self.purpose == SEARCH
+
+    @property
+    def final(self) -> bool:
+        """COMPLETE, or FAILED for good (not waiting to be retried): a result a budget counts."""
+        return self.state is TrialState.COMPLETE or (self.state is TrialState.FAILED and not self.retryable)
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What `Store.finish_trials` records for one trial; `build` is cached in the same write."""
+
+    trial_id: int
+    state: TrialState
+    value: float | None
+    reason: str | None
+    metrics: dict[str, Any]
+    code_hash: str | None
+    compile_seconds: float | None
+    retryable: bool = False
+    build: BuildRecord | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One tuning run of a study: its limits, which one ended it, and what it built."""
+
+    id: int
+    study_id: int
+    worker: str
+    limits: dict[str, Any]  # budget, time_budget_s, patience
+    stopped: str | None  # "budget 40", "time budget 10m", ...; None while running (or killed)
+    search_trials: int | None
+    extra_trials: int | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    key: str
+    ok: bool
+    message: str
+    metrics: dict[str, Any]
+    code_hash: str | None
+    seconds: float
+
+
+KEY_FIELDS = tuple(f.name for f in fields(StudyKey))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """GPU timings of one machine code on one device, driver and harness setting (a cache entry)."""
+
+    code_hash: str
+    device: str
+    driver: str
+    harness_args_hash: str
+    samples: tuple[float, ...]  # seconds, in the order taken
+    median: float
+    iqr: float
+    min: float
+    clocks: tuple[float, ...]  # SM clock (MHz) per sample; empty when not read
+    status: str  # "ok", or why the variant could not be timed
+
+
+@dataclass(frozen=True)
+class StudyExport:
+    """One study as it moves between databases: its trials, their builds and measurements."""
+
+    name: str
+    key: StudyKey
+    trials: tuple[Trial, ...]
+    builds: tuple[BuildRecord, ...]
+    measurements: tuple[Measurement, ...]
+    rejected: tuple[str, ...] = ()  # rows of a file left out: why each one
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    study: Study
+    created: bool  # the study did not exist in this database before
+    trials_added: int
+    trials_kept: int  # already finished here: left as they were
+    trials_skipped: int  # unfinished in the file (running, or failed to be retried): not results
+    builds_added: int
+    measurements_added: int
+    rejected: tuple[str, ...] = ()  # rows of the file refused (malformed or outside the space)
+
+    @property
+    def changed(self) -> bool:
+        return self.created or bool(self.trials_added + self.builds_added + self.measurements_added)
+
+
+def first_line(text: str | None, limit: int | None = 400, empty: str = "unknown") -> str:
+    """The first non-blank line of a reason or message (cut at `limit` characters), else `empty`."""
+    lines = (text or "").strip().splitlines()
+    return lines[0][:limit] if lines else empty

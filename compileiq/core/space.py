@@ -1,0 +1,463 @@
+"""Search spaces: declarative TOML per compiler version, configs, and rendering to argv."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+from math import prod
+from pathlib import Path
+from typing import Any, Literal, TypeVar, cast
+
+from compileiq.core.errors import UsageError
+
+Value = bool | int | str
+Stage = Literal["frontend", "ptxas"]
+Kind = Literal["flag", "choice", "int"]
+Risk = Literal["safe", "numerics", "semantics"]
+
+_STAGES = {"nvcc": "frontend", "ptxas": "ptxas"}
+_KINDS = ("flag", "choice", "int")
+_RISKS = ("safe", "numerics", "semantics")
+_REQUIRED = {"name", "kind", "default", "render", "risk", "help"}
+_KEYS = _REQUIRED | {"values", "low", "high", "ptxas_render"}
+_XPTXAS = ("-Xptxas", "--ptxas-options")
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The allow-list of every -D that reaches nvcc (tune.toml, an ACF, base flags): nvcc runs its
+# sub-tools through /bin/sh with -D values in double quotes, so $, `, \, quotes and newlines
+# would run; a comma splits the value into two macros.
+MACRO_VALUE = re.compile(r"[A-Za-z0-9_.+\-*/%()<>:= ]*")
+MACRO_VALUE_CHARS = "letters, digits, space and _ . + - * / % ( ) < > : ="
+
+
+class SpaceError(UsageError):
+    """A search space or a config that does not fit it."""
+
+
+def _plain(value: object) -> Value:
+    if type(value) in _PLAIN:
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        return str(value)
+    if not isinstance(value, bool | int):
+        item = getattr(value, "item", None)
+        value = item() if callable(item) else value
+    if isinstance(value, bool | int):
+        return bool(value) if isinstance(value, bool) else int(value)
+    raise SpaceError(f"config value {value!r} is not a bool, int or str")
+
+
+_PLAIN = frozenset((bool, int, str))
+
+
+def _same(a: Value, b: Value) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _text(value: Value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a search space: (name, value) pairs sorted by name, plain Python values."""
+
+    items: tuple[tuple[str, Value], ...]
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, Any]) -> Config:
+        """Build a config from a mapping; numpy scalars become Python values."""
+        return cls(tuple(sorted((str(k), _plain(v)) for k, v in mapping.items())))
+
+    def as_dict(self) -> dict[str, Value]:
+        """The config as a new dict."""
+        return dict(self.items)
+
+    @cached_property
+    def key(self) -> str:
+        """Canonical JSON text: the identity of this config in a study."""
+        return canonical_key(self.as_dict())
+
+    def __getitem__(self, name: str) -> Value:
+        return self._values[name]
+
+    @cached_property
+    def _values(self) -> dict[str, Value]:
+        return dict(self.items)
+
+    def with_values(self, mapping: Mapping[str, Value]) -> Config:
+        """A copy with the given names set (added or replaced); names contain dots, so no kwargs."""
+        return Config.of({**self.as_dict(), **mapping})
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One compiler option. It renders nothing at its default (unless `render_default`)."""
+
+    name: str
+    stage: Stage
+    kind: Kind
+    values: tuple[Value, ...]
+    default: Value
+    render: str
+    risk: Risk
+    help: str
+    ptxas_render: str = ""  # what nvcc forwards to ptxas for a front-end value
+    render_default: bool = False  # True for -D macros: their default is not the compiler's
+
+    def argv(self, value: Value) -> tuple[str, ...]:
+        """Arguments for this value: () for a False flag, "default", or the default value."""
+        return self._fill(self.render, value)
+
+    def forwarded(self, value: Value) -> tuple[str, ...]:
+        """The ptxas arguments nvcc itself derives from this front-end value (usually ())."""
+        return self._fill(self.ptxas_render, value)
+
+    def allows(self, value: Value) -> bool:
+        """Whether value is one of this parameter's values (type-strict: True is not 1)."""
+        try:
+            return (type(value), value) in self._allowed
+        except TypeError:  # unhashable: not a value of any parameter
+            return False
+
+    @cached_property
+    def _allowed(self) -> frozenset[tuple[type, Value]]:
+        return frozenset((type(v), v) for v in self.values)
+
+    def _fill(self, template: str, value: Value) -> tuple[str, ...]:
+        if not self.allows(value):
+            raise SpaceError(f"{self.name}: value {value!r} not in {list(self.values)}")
+        if not template or value is False and self.kind == "flag" or _same(value, "default"):
+            return ()
+        if _same(value, self.default) and not self.render_default:
+            return ()
+        return (template.replace("{value}", _text(value)),)
+
+    def canonical(self) -> dict[str, Any]:
+        """Everything that affects rendering (not `help`), for the space hash."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "help"}
+        return {**data, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The parameters of nvcc and ptxas for one compiler version; its hash names its content."""
+
+    id: str
+    compiler_version: str
+    parameters: tuple[Parameter, ...]
+    sha256: str = field(init=False)
+    _tokens: dict[tuple[Stage, str], tuple[str, Value]] = field(
+        init=False, repr=False, compare=False
+    )
+    # Per config key: known valid, rendered arguments (a driver renders each trial's twice).
+    _valid: dict[str, bool] = field(init=False, repr=False, compare=False)
+    _rendered: dict[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _no_duplicates(self.parameters, f"search space {self.id}")
+        text = json.dumps([p.canonical() for p in self.parameters], sort_keys=True)
+        object.__setattr__(self, "sha256", hashlib.sha256(text.encode()).hexdigest())
+        object.__setattr__(self, "_tokens", _token_map(self.parameters))
+        object.__setattr__(self, "_valid", {})
+        object.__setattr__(self, "_rendered", {})
+
+    def parameter(self, name: str) -> Parameter:
+        """The parameter called name; SpaceError if there is none."""
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise SpaceError(f"unknown parameter {name!r} in search space {self.id}{self._suggestion(name)}")
+
+    def _suggestion(self, name: str) -> str:
+        names = [p.name for p in self.parameters]
+        same_tail = [n for n in names if n.split(".", 1)[-1] == name.split(".", 1)[-1]]
+        close = same_tail or difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            return f"; did you mean {' or '.join(close)}?"
+        return "; `compileiq space` lists the parameters"
+
+    def select(
+        self,
+        *,
+        allow_numerics: bool = False,
+        allow_semantics: bool = False,
+        only: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
+    ) -> SearchSpace:
+        """A sub-space: numerics/semantics-risk parameters only when allowed; only/exclude by name."""
+        for name in [*(only or ()), *exclude]:
+            self.parameter(name)
+        risks = ["safe"] + ["numerics"] * allow_numerics + ["semantics"] * allow_semantics
+        kept = tuple(
+            p
+            for p in self.parameters
+            if p.risk in risks and (only is None or p.name in only) and p.name not in exclude
+        )
+        return replace(self, parameters=kept)
+
+    def with_defines(self, defines: Mapping[str, Sequence[Value]]) -> SearchSpace:
+        """Add a front-end choice "define.NAME" per macro, rendering -DNAME=value; default first."""
+        added = tuple(_define(name, values) for name, values in defines.items())
+        return replace(self, parameters=self.parameters + added)
+
+    def default_config(self) -> Config:
+        """Every parameter at its default: the compiler's own baseline."""
+        return Config.of({p.name: p.default for p in self.parameters})
+
+    def size(self) -> int:
+        """Number of distinct configs."""
+        return prod(len(p.values) for p in self.parameters)
+
+    def validate(self, config: Config) -> None:
+        """SpaceError unless config sets every parameter, and only those, to an allowed value."""
+        if self.knows_valid(config.key):
+            return
+        given = config.as_dict()
+        for name in given:
+            self.parameter(name)
+        for p in self.parameters:
+            if p.name not in given:
+                raise SpaceError(f"config lacks parameter {p.name!r}")
+            if not p.allows(given[p.name]):
+                raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
+        remember(self._valid, config.key, True)
+
+    def knows_valid(self, key: str) -> bool:
+        """True if the config whose canonical key is ``key`` was validated already (its JSON text
+        is its whole content: the same text is the same config, type for type)."""
+        return key in self._valid
+
+    def frontend_args(self, config: Config) -> tuple[str, ...]:
+        """nvcc arguments of the front-end parameters (for `nvcc -ptx`)."""
+        return self._render("frontend", config)
+
+    def ptxas_args(self, config: Config) -> tuple[str, ...]:
+        """Arguments for a direct `ptxas` call, incl. what nvcc forwards from front-end values."""
+        return self._render("ptxas", config)
+
+    def _render(self, what: str, config: Config) -> tuple[str, ...]:
+        found = self._rendered.get((what, config.key))
+        if found is not None:
+            return found
+        if what == "frontend":
+            found = tuple(a for p, v in self._pairs(config, "frontend") for a in p.argv(v))
+        else:
+            fwd = tuple(a for p, v in self._pairs(config, "frontend") for a in p.forwarded(v))
+            found = fwd + self._own_ptxas_args(config)
+        return remember(self._rendered, (what, config.key), found)
+
+    def nvcc_args(self, config: Config) -> tuple[str, ...]:
+        """Arguments for a one-step nvcc build: front-end args, then -Xptxas=ARG per ptxas arg."""
+        own = self._own_ptxas_args(config)
+        return self.frontend_args(config) + tuple(f"-Xptxas={a}" for a in own)
+
+    def config_from_nvcc_args(self, args: Sequence[str]) -> Config:
+        """Inverse of nvcc_args (also reads `-Xptxas A,B` and --ptxas-options=A); the allow-list:
+        SpaceError naming any token this space cannot produce, or a parameter given twice."""
+        values: dict[str, Value] = {}
+        for stage, token in _tokens_of(args):
+            shown = token if stage == "frontend" else f"-Xptxas={token}"
+            if (stage, token) not in self._tokens:
+                raise SpaceError(f"nvcc argument {shown!r} is not in search space {self.id}")
+            name, value = self._tokens[(stage, token)]
+            if name in values:
+                raise SpaceError(f"nvcc argument {shown!r}: {name} is given twice")
+            values[name] = value
+        return self.default_config().with_values(values)
+
+    def _pairs(self, config: Config, stage: Stage) -> Iterator[tuple[Parameter, Value]]:
+        self.validate(config)
+        return ((p, config[p.name]) for p in self.parameters if p.stage == stage)
+
+    def _own_ptxas_args(self, config: Config) -> tuple[str, ...]:
+        return tuple(a for p, v in self._pairs(config, "ptxas") for a in p.argv(v))
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+REMEMBERED = 1 << 16  # entries a per-config memo holds before it starts again empty
+
+
+def remember(memo: dict[K, V], key: K, value: V) -> V:
+    """Put ``value`` in a per-config memo (valid keys, rendered arguments, `Config`s by key),
+    which forgets everything once full: bounded memory, no bookkeeping per entry."""
+    if len(memo) >= REMEMBERED:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def canonical_key(values: Mapping[str, Any]) -> str:
+    """A config's identity in a study: its values as canonical JSON text (`Config.key`)."""
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def _no_duplicates(params: Sequence[Parameter], where: str) -> None:
+    names = [p.name for p in params]
+    for name in names:
+        if names.count(name) > 1:
+            raise SpaceError(f"{where}: duplicate parameter {name!r}")
+
+
+def _token_map(params: Sequence[Parameter]) -> dict[tuple[Stage, str], tuple[str, Value]]:
+    tokens: dict[tuple[Stage, str], tuple[str, Value]] = {}
+    for p in params:
+        for v in p.values:
+            plain = _same(v, "default") or (p.kind == "flag" and v is False)
+            rendered = "" if plain else p.render.replace("{value}", _text(v))
+            for token in {*p.argv(v), rendered} - {""}:
+                if (p.stage, token) in tokens and tokens[(p.stage, token)][0] != p.name:
+                    raise SpaceError(f"{p.name}: renders {token!r}, as another parameter does")
+                tokens[(p.stage, token)] = (p.name, v)
+    return tokens
+
+
+def _tokens_of(args: Sequence[str]) -> Iterator[tuple[Stage, str]]:
+    it = iter(args)
+    for arg in it:
+        flag, eq, rest = arg.partition("=")
+        if flag in _XPTXAS:
+            rest = rest if eq else next(it, "")
+            yield from (("ptxas", t) for t in rest.split(","))
+        else:
+            yield "frontend", arg
+
+
+def macro_problem(name: str, value: str | None = None) -> str | None:
+    """Why ``-DNAME[=VALUE]`` may not reach nvcc, or None when it may."""
+    if not _MACRO.fullmatch(name):
+        return f"{name!r} is not a valid macro name"
+    if value is not None and not MACRO_VALUE.fullmatch(value):
+        bad = next(c for c in value if not MACRO_VALUE.fullmatch(c))
+        return f"value {value!r} of {name} contains {bad!r} (allowed: {MACRO_VALUE_CHARS})"
+    return None
+
+
+def define_arg_problem(token: str) -> str | None:
+    """Why the nvcc argument ``-DNAME[=VALUE]`` is refused, or None when it is allowed."""
+    if not token.startswith("-D"):
+        return f"{token!r} is not a -D define"
+    name, eq, value = token[2:].partition("=")
+    return macro_problem(name, value if eq else None)
+
+
+def _define(name: str, values: Sequence[Value]) -> Parameter:
+    vals = tuple(_plain(v) for v in values)
+    bad = [v for v in vals if macro_problem(name, _text(v))]
+    if not _MACRO.fullmatch(name) or not vals or bad:
+        raise SpaceError(f"bad define {name!r} with values {list(values)!r}")
+    return Parameter(
+        f"define.{name}", "frontend", "choice", vals, vals[0], f"-D{name}={{value}}",
+        "safe", f"macro {name}", render_default=True,
+    )  # fmt: skip
+
+
+SPACES_ENV = "COMPILEIQ_SEARCH_SPACES"  # a directory of nvcc-V.toml/ptxas-V.toml to use instead
+
+
+def _default_directory() -> Path:
+    if override := os.environ.get(SPACES_ENV):
+        return Path(override).expanduser()
+    package = Path(__file__).resolve().parent.parent
+    top = package.parent / "search_spaces"  # a checkout; a wheel carries them inside the package
+    return top if top.is_dir() else package / "search_spaces"
+
+
+def available_versions(directory: Path | None = None) -> list[str]:
+    """Compiler versions with both an nvcc-V.toml and a ptxas-V.toml, oldest first."""
+    d = directory or _default_directory()
+    found = [p.name[len("nvcc-") : -len(".toml")] for p in d.glob("nvcc-*.toml")]
+    versions = [v for v in found if (d / f"ptxas-{v}.toml").is_file()]
+    return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
+
+
+def load_space(compiler_version: str, directory: Path | None = None) -> SearchSpace:
+    """Load and merge nvcc-V.toml and ptxas-V.toml; "13.0.88" falls back to "13.0"."""
+    d = directory or _default_directory()
+    versions = available_versions(d)
+    v = compiler_version
+    v = v if v in versions else ".".join(v.split(".")[:2])
+    if v not in versions:
+        have = ", ".join(versions) or "none"
+        raise SpaceError(f"no search space for nvcc {compiler_version}; available: {have} ({d}/)")
+    params = _load_file(d / f"nvcc-{v}.toml", "nvcc", v) + _load_file(
+        d / f"ptxas-{v}.toml", "ptxas", v
+    )
+    return SearchSpace(f"nvcc-{v}+ptxas-{v}", v, params)
+
+
+def _load_file(path: Path, compiler: str, version: str) -> tuple[Parameter, ...]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SpaceError(f"{path}: malformed TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise SpaceError(f"{path}: malformed TOML: nested too deeply") from None
+    except OSError as e:
+        raise SpaceError(f"{path}: cannot read: {e.strerror or e}") from None
+    header = {k: data.get(k) for k in ("compiler", "version", "stage")}
+    if header != {"compiler": compiler, "version": version, "stage": _STAGES[compiler]}:
+        raise SpaceError(f"{path}: header {header} does not match file name")
+    tables = data.get("parameter")
+    if not isinstance(tables, list) or not tables:
+        raise SpaceError(f"{path}: no [[parameter]] tables")
+    try:
+        params = tuple(_parameter(t, cast(Stage, _STAGES[compiler])) for t in tables)
+    except SpaceError as e:
+        raise SpaceError(f"{path}: {e}") from None
+    _no_duplicates(params, str(path))
+    return params
+
+
+def _parameter(table: dict[str, Any], stage: Stage) -> Parameter:
+    name = table.get("name", "?")
+    try:
+        return _checked(_build(table, stage))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpaceError(f"parameter {name!r}: bad or missing key {e}") from None
+    except SpaceError as e:
+        raise SpaceError(f"parameter {name!r}: {e}") from None
+
+
+def _build(t: dict[str, Any], stage: Stage) -> Parameter:
+    if set(t) - _KEYS:
+        raise SpaceError(f"unknown keys {sorted(set(t) - _KEYS)}")
+    kind = t["kind"]
+    if kind not in _KINDS:
+        raise SpaceError(f"kind {kind!r} is not one of {_KINDS}")
+    if kind == "int":
+        values: tuple[Any, ...] = tuple(range(int(t["low"]), int(t["high"]) + 1))
+    else:
+        values = (False, True) if kind == "flag" else tuple(t["values"])
+    strs = [t[k] for k in ("name", "render", "risk", "help") if not isinstance(t[k], str)]
+    if strs or not isinstance(t.get("ptxas_render", ""), str):
+        raise SpaceError("name, render, ptxas_render, risk and help must be strings")
+    return Parameter(
+        t["name"], stage, kind, values, t["default"], t["render"], t["risk"], t["help"],
+        t.get("ptxas_render", ""),
+    )  # fmt: skip
+
+
+def _checked(p: Parameter) -> Parameter:
+    if p.risk not in _RISKS:
+        raise SpaceError(f"risk {p.risk!r} is not one of {_RISKS}")
+    if not p.values or any(not isinstance(v, bool | int | str) for v in p.values):
+        raise SpaceError("values must be a non-empty list of bool, int or str")
+    if len({(type(v), v) for v in p.values}) != len(p.values):
+        raise SpaceError("duplicate values")
+    if not p.allows(p.default) or p.kind == "flag" and p.default is not False:
+        raise SpaceError(f"default {p.default!r} not in values (a flag's default is false)")
+    if "default" in p.values and not _same(p.default, "default"):
+        raise SpaceError('a "default" value must be the default')
+    for v in p.values:
+        for token in p.argv(v) + p.forwarded(v):
+            if re.search(r"[\s,]", token):
+                raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
+    return p

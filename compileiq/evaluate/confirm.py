@@ -1,0 +1,144 @@
+"""Screening and confirmation: which screened candidates to re-measure, and whether one really
+beats the baseline.
+
+Screening times every candidate cheaply once, so its best is biased low (the winner's curse).
+The top few (distinct machine code, correct outputs) are re-measured against the baseline with
+the interleaved A/B statistic; the threshold δ comes from an A/A run of the baseline. If none is
+FASTER beyond δ, the baseline is kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compileiq.core.errors import CompileIQError
+from compileiq.evaluate.measure import Measurer
+from compileiq.evaluate.stats import (
+    ROUND_SCHEDULE,
+    Comparison,
+    Sampler,
+    Verdict,
+    interleaved,
+    noise_delta,
+    ratios,
+)
+
+FINALISTS = 4  # how many screened candidates are confirmed (3–5 per the design)
+AA_ROUNDS = 10
+CONFIRM_TIMEOUT_S = 60.0
+
+
+class ConfirmError(CompileIQError):
+    """A confirmation run gave no samples (the variant failed when re-run)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A screened variant: trial number, machine-code hash, screening median, output check."""
+
+    trial: int
+    code_hash: str
+    screen_ms: float
+    output_ok: bool
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    candidate: Candidate
+    comparison: Comparison | None  # None when the candidate failed while being re-measured
+    failure: str = ""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    winner: Confirmed | None  # None: keep the baseline
+    delta: float  # the FASTER/SLOWER threshold from the baseline's A/A noise
+    aa_ratios: tuple[float, ...]
+    confirmed: tuple[Confirmed, ...]
+
+    @property
+    def keeps_baseline(self) -> bool:
+        return self.winner is None
+
+
+def choose_finalists(
+    candidates: Sequence[Candidate], baseline_hash: str | None, limit: int = FINALISTS
+) -> list[Candidate]:
+    """The fastest screened candidates with correct outputs, one per machine code, none equal
+    to the baseline's code."""
+    chosen: list[Candidate] = []
+    seen = {baseline_hash} if baseline_hash else set()
+    for candidate in sorted(candidates, key=lambda c: (c.screen_ms, c.trial)):
+        if candidate.output_ok and candidate.code_hash not in seen:
+            chosen.append(candidate)
+            seen.add(candidate.code_hash)
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def aa_noise(baseline: Sampler, *, rounds: int = AA_ROUNDS, samples: int = 10) -> list[float]:
+    """Per-round median ratios of the baseline against itself."""
+    pairs = [(baseline(samples), baseline(samples)) for _ in range(rounds)]
+    return ratios([a for a, _ in pairs], [b for _, b in pairs])
+
+
+def pick_winner(confirmed: Sequence[Confirmed]) -> Confirmed | None:
+    """The FASTER candidate with the lowest estimated ratio, or None."""
+    faster = [c for c in confirmed if c.comparison is not None and c.comparison.verdict is Verdict.FASTER]
+    return min(faster, key=lambda c: (c.comparison.estimate if c.comparison else 1.0, c.candidate.trial),
+               default=None)
+
+
+def confirm(
+    baseline: Sampler,
+    finalists: Sequence[tuple[Candidate, Sampler]],
+    *,
+    samples: int = 10,
+    seed: int = 0,
+    schedule: Sequence[int] = ROUND_SCHEDULE,
+) -> Confirmation:
+    """A/A of the baseline for δ, then each finalist against the baseline, interleaved."""
+    aa = aa_noise(baseline, samples=samples)
+    delta = noise_delta(aa)
+    results = []
+    for index, (candidate, sampler) in enumerate(finalists):
+        try:
+            comparison = interleaved(baseline, sampler, delta=delta, samples=samples,
+                                     schedule=schedule, seed=seed + index)
+        except ConfirmError as error:
+            results.append(Confirmed(candidate, None, str(error)))
+            continue
+        results.append(Confirmed(candidate, comparison))
+    return Confirmation(pick_winner(results), delta, tuple(aa), tuple(results))
+
+
+def confirm_args(samples: int) -> tuple[str, ...]:
+    """Harness options for one confirmation block: exactly `samples` samples, short warm-up."""
+    return ("--samples", str(samples), "--max-samples", str(samples), "--min-time-ms", "0",
+            "--warmup-ms", "5")
+
+
+def executable_sampler(
+    measurer: Measurer, executable: bytes, extra_args: Sequence[str] = (),
+    timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> Sampler:
+    """A Sampler that runs `executable` once per block of samples on `measurer`."""
+
+    def sample(k: int) -> list[float]:
+        run = measurer.measure(executable, [*extra_args, *confirm_args(k)], timeout_s)
+        if run.failure is not None or not run.harness.samples_ms:
+            raise ConfirmError(run.failure or "the harness reported no samples")
+        return list(run.harness.samples_ms)
+
+    return sample
+
+
+def relative_noise(samples_ms: Sequence[float]) -> float:
+    """IQR / median of one arm's samples (for reports)."""
+    if len(samples_ms) < 2:
+        return 0.0
+    q = statistics.quantiles(samples_ms, n=4)
+    return (q[2] - q[0]) / statistics.median(samples_ms)

@@ -1,0 +1,230 @@
+"""Static, GPU-free metrics of a build: spills, registers, occupancy, instruction count.
+
+These are estimates read from the compiler's output, never runtimes; everything that shows them
+labels them "static".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compileiq.build.compile import Build, EntryResources
+from compileiq.core.errors import UsageError
+from compileiq.core.processes import first_error_line
+from compileiq.core.space import Config
+from compileiq.source.entry_names import entry_matches
+from compileiq.source.launch import ExpressionError, LaunchModel
+from compileiq.source.spec import KernelSpec, SourceBundle
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    smem_per_sm: int
+    smem_per_block_optin: int
+
+
+KIB = 1024
+# Per compute capability: resident warps per SM (the CUDA programming guide's table: not in
+# cuda_occupancy.h, which takes it from the device; 11.0 and 12.x are not checked on hardware),
+# blocks per SM and the largest shared-memory carve-out as CUDA 13.0's cuda_occupancy.h has them
+# (cudaOccMaxBlocksPerMultiprocessor, cudaOccSMemPerMultiprocessor), and the per-block opt-in.
+ARCH_LIMITS = {
+    "sm_75": ArchLimits(32, 16, 64 * KIB, 64 * KIB),
+    "sm_80": ArchLimits(64, 32, 164 * KIB, 163 * KIB),
+    "sm_86": ArchLimits(48, 16, 100 * KIB, 99 * KIB),
+    "sm_87": ArchLimits(48, 16, 164 * KIB, 163 * KIB),
+    "sm_89": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+    "sm_90": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_100": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_103": ArchLimits(64, 32, 228 * KIB, 227 * KIB),
+    "sm_110": ArchLimits(48, 24, 228 * KIB, 227 * KIB),
+    "sm_120": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+    "sm_121": ArchLimits(48, 24, 100 * KIB, 99 * KIB),
+}
+REGISTERS_PER_SM = 65536
+RESERVED_SMEM_PER_BLOCK = KIB
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    base = arch.rstrip("a").rstrip("f")  # sm_90a -> sm_90
+    if base not in ARCH_LIMITS:
+        known = ", ".join(sorted(ARCH_LIMITS))
+        raise UsageError(f"no occupancy table for {arch}; known: {known}")
+    return ARCH_LIMITS[base]
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def occupancy(arch: str, threads: int, registers: int, static_smem: int, dynamic_smem: int = 0) -> float:
+    """Theoretical occupancy (active warps / max warps), as cuda_occupancy.h computes it."""
+    limits = arch_limits(arch)
+    warps = math.ceil(threads / 32)
+    if threads < 1 or threads > 1024:
+        return 0.0
+    by_warps = limits.max_warps_per_sm // warps
+    regs_per_warp = _round_up(registers * 32, 256)
+    if registers > 255 or regs_per_warp * _round_up(warps, 4) > REGISTERS_PER_SM:
+        return 0.0
+    by_registers = (REGISTERS_PER_SM // 4 // regs_per_warp) * 4 // warps if registers else by_warps
+    smem_per_block = _round_up(static_smem + RESERVED_SMEM_PER_BLOCK + dynamic_smem, 128)
+    if smem_per_block > limits.smem_per_block_optin + RESERVED_SMEM_PER_BLOCK:
+        return 0.0
+    by_smem = limits.smem_per_sm // smem_per_block
+    blocks = min(by_warps, by_registers, by_smem, limits.max_blocks_per_sm)
+    return blocks * warps / limits.max_warps_per_sm
+
+
+@dataclass(frozen=True)
+class StaticMetrics:
+    """Whole-build static estimates: sums over functions, or the worst entry where a sum is meaningless.
+
+    Spill bytes count every function ptxas reports: the entries and the device functions it
+    compiled on their own (non-inlined callees spill in their own frames)."""
+
+    spill_bytes: int
+    registers: int
+    occupancy: float
+    instructions: int
+    stack_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return plain_fields(self)
+
+
+def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
+                   launch: Mapping[str, tuple[int, int]] | None = None) -> StaticMetrics:
+    """``launch`` gives an entry its own (threads, dynamic smem); others get ``threads``/``dynamic_smem``.
+    Spills and instructions count every function ptxas reports (callees too); occupancy and
+    registers the kernels (entries) only."""
+    functions = build.entries
+    entries = [f for f in functions if f.entry]
+    facts = launch or {}
+
+    def entry_occupancy(e: EntryResources) -> float:
+        entry_threads, entry_smem = facts.get(e.name, (threads, dynamic_smem))
+        return _entry_occupancy(e, arch, entry_threads, entry_smem)
+
+    return StaticMetrics(
+        spill_bytes=sum(f.spill_bytes for f in functions),
+        registers=max((entry.registers for entry in entries), default=0),
+        occupancy=min((entry_occupancy(e) for e in entries), default=0.0),
+        instructions=sum(f.instructions for f in functions),
+        stack_bytes=max((entry.stack_bytes for entry in entries), default=0),
+    )
+
+
+def _entry_occupancy(entry: EntryResources, arch: str, threads: int, dynamic_smem: int) -> float:
+    return occupancy(arch, threads, entry.registers, entry.shared_bytes, dynamic_smem)
+
+
+STATIC_OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions")
+
+
+def objective_value(objective: str, metrics: StaticMetrics) -> float:
+    """The value to minimise for a static objective (lower is better for every one).
+
+    `occupancy` is minimised as the shortfall 1 - occupancy. `static` is lexicographic: spill
+    bytes first, then occupancy shortfall (per mille, below 1000, so it never outweighs 4 spill
+    bytes). Instruction counts do not enter it: fewer static instructions is not faster code
+    (unrolled loops are longer and faster), so a change with no spill or occupancy gain is no
+    improvement. Every static objective is further bound by `compileiq.evaluate.eligibility`.
+    """
+    shortfall = 1.0 - metrics.occupancy
+    if objective == "spills":
+        return float(metrics.spill_bytes)
+    if objective == "registers":
+        return float(metrics.registers)
+    if objective == "occupancy":
+        return round(shortfall, 6)
+    if objective == "instructions":
+        return float(metrics.instructions)
+    if objective == "static":
+        return float(metrics.spill_bytes * 1000 + round(shortfall * 1000))
+    raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
+
+
+NO_KERNEL = "no kernel (__global__ function) in the compiled module"
+NO_LAUNCHED_KERNEL = "names no kernel of the build"  # a [launch.NAME] table of tune.toml
+NO_ENTRY = "no entry matches"  # tune.toml's entries
+# a build that compiled but whose kernels compileiq could not tell apart: how it names and picks
+# kernels may change (an upgrade), so such a recorded failure is scored again by the next run
+NAMING_FAILURES = (NO_KERNEL, NO_LAUNCHED_KERNEL, NO_ENTRY)
+# cub::EmptyKernel<void>: compiled into every file that includes CUB (or Thrust) so that CUB can ask
+# the runtime for the PTX version; never launched by the code, so never scored
+PLACEHOLDER_KERNEL = re.compile(r"_ZN3cub\w*11EmptyKernel")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    value: float | None  # None: the variant failed; `reason` says why
+    reason: str | None
+    metrics: dict[str, Any]
+
+
+class StaticEvaluator:
+    """Scores a build from the compiler's own report: no GPU, deterministic, labelled static."""
+
+    kind = "static"
+
+    def __init__(self, objective: str, kernel: KernelSpec, bundle: SourceBundle | None = None) -> None:
+        if objective not in STATIC_OBJECTIVES:
+            objective_value(objective, StaticMetrics(0, 0, 0.0, 0, 0))  # raises the usage error
+        self._objective = objective
+        self._kernel = kernel
+        self._launch = LaunchModel(kernel, bundle)
+
+    def evaluate(self, build: Build, config: Config) -> Evaluation:
+        if not build.ok:  # the compiler's first error line first, then its whole output
+            headline = first_error_line(build.message)
+            full = build.message.strip()
+            reason = headline if full == headline else f"{headline}\n{full}"
+            return Evaluation(None, f"{build.status.value}: {reason}", {})
+        kernels = tuple(e for e in build.entries if e.entry and not PLACEHOLDER_KERNEL.match(e.name))
+        if not kernels:
+            return Evaluation(None, NO_KERNEL, {})
+        entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
+        if not entries:
+            return Evaluation(None, f"{NO_ENTRY} {list(self._kernel.entries)}; found: {_kernels(build)}", {})
+        if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
+            # a typo there would leave its kernel scored at the default launch, unnoticed
+            return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
+        values = config.as_dict()
+        threads = self._kernel.block_size_for(values)
+        try:
+            launch = {e.name: self._launch.facts(e.name, values, e.max_threads) for e in entries}
+        except ExpressionError as error:  # this variant's macros, not the study's defaults
+            return Evaluation(None, f"launch: {error}", {})
+        functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted
+        scored = Build(build.status, build.message, (*entries, *functions), build.code_hash, b"", build.seconds)
+        metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)
+        details = {**metrics.as_dict(), "block_size": threads, "entries": [plain_fields(e) for e in scored.entries]}
+        if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
+            details["launch"] = {name: list(facts) for name, facts in launch.items()}
+        return Evaluation(objective_value(self._objective, metrics), None, details)
+
+
+def plain_fields(record: Any) -> dict[str, Any]:
+    """`dataclasses.asdict` of a dataclass of plain values, at a tenth of its cost (it runs for
+    every result; asdict deep-copies each value)."""
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
+def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
+    return not wanted or any(entry_matches(entry, name) for name in wanted)
+
+
+def _kernels(build: Build) -> str:
+    """The build's kernels, for a failure's reason (not computed for every result)."""
+    return ", ".join(e.name for e in build.entries if e.entry) or "none"
+
+
+def _built(name: str, build: Build) -> bool:
+    return any(e.entry and entry_matches(e.name, name) for e in build.entries)

@@ -1,0 +1,238 @@
+"""Evaluate variants by their GPU runtime: executable -> measurement cache -> GPU -> output check,
+and confirm the fastest against the baseline before anything is crowned.
+
+Screening runs each variant once with the harness's `--quick` protocol; the baseline's outputs are
+the reference every variant must match (rtol/atol from tune.toml; NaN never passes). After the
+search, the finalists are re-measured against the baseline in interleaved rounds (stats.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compileiq.build.compile import Build, ExecutableJob
+from compileiq.build.workers import Workers
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import MEASURED_ON_KEY, RUNTIME_KIND, Measurement, Trial, TrialState
+from compileiq.core.space import Config, SearchSpace
+from compileiq.evaluate.confirm import (
+    Candidate,
+    Confirmation,
+    choose_finalists,
+    confirm,
+    executable_sampler,
+)
+from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, parse_program_metric
+from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
+
+SCREEN_ARGS = ("--quick",)
+SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
+
+
+class TimingError(CompileIQError):
+    """The baseline cannot be measured, so no variant can be judged."""
+
+
+@dataclass(frozen=True)
+class TimingTarget:
+    """Everything a variant's executable is built from."""
+
+    nvcc: str
+    bundle: Any  # kernel.SourceBundle
+    arch: str
+    space: SearchSpace
+    fixed_defines: tuple[str, ...]
+    timeout_s: float
+    run_args: tuple[str, ...]
+    rtol: float
+    atol: float
+    program_regex: str | None  # program mode: the metric's regex (None: a JSON line with time_ms)
+    program: bool
+    static: StaticEvaluator  # spills, registers... are recorded beside each runtime
+
+
+class TimeEvaluator:
+    """Screens each distinct machine code once; results are cached in the database per device."""
+
+    def __init__(self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer,
+                 confirm_on: Measurer | None = None) -> None:
+        """`measurer` screens (a MeasurerPool spreads runs over GPUs); `confirm_on`, one GPU for
+        every interleaved confirmation round (default: `measurer`)."""
+        self._target = target
+        self._store = store
+        self._workers = workers
+        self._measurer = measurer
+        self._confirm_on = confirm_on or measurer
+        self._reference: RunResult | None = None
+        self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
+        self.driver = ""
+
+    @property
+    def kind(self) -> str:
+        return self._measurer.device
+
+    def prepare(self, baseline: Config) -> None:
+        """Measure the baseline first: its outputs are the reference and it names the device."""
+        executable = self._build(baseline)
+        if isinstance(executable, str):
+            raise TimingError(f"the baseline's measuring executable does not build: {executable}")
+        run = self._run(executable, SCREEN_ARGS)
+        if self._value(run) is None:
+            raise TimingError(f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}")
+        self._reference = run
+        self.driver = run.harness.driver
+
+    def evaluate(self, build: Build, config: Config) -> Evaluation:
+        if not build.ok or build.code_hash is None:
+            return Evaluation(None, f"{build.status.value}: {build.message}", {})
+        static = self._target.static.evaluate(build, config).metrics
+        cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
+        if cached is not None:
+            return _from_measurement(cached, static)
+        executable = self._build(config)
+        if isinstance(executable, str):
+            return Evaluation(None, f"measuring executable does not build: {executable}", static)
+        self._executables[build.code_hash] = executable
+        return self._screen(executable, build.code_hash, static)
+
+    def executable(self, trial: Trial) -> bytes:
+        """The executable of a finished trial (rebuilt when it came from the cache)."""
+        key = trial.code_hash or ""
+        if key not in self._executables:
+            built = self._build(Config.of(trial.config))
+            if isinstance(built, str):
+                raise TimingError(f"trial #{trial.number}: measuring executable does not build: {built}")
+            self._executables[key] = built
+        return self._executables[key]
+
+    def confirm(self, trials: Sequence[Trial], baseline: Trial, seed: int = 0) -> Confirmation:
+        """Re-measure the fastest screened variants against the baseline, interleaved."""
+        candidates = [Candidate(t.number, t.code_hash or "", t.value, True)
+                      for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
+        finalists = choose_finalists(candidates, baseline.code_hash)
+        by_number = {t.number: t for t in trials}
+        args = self._target.run_args
+        base = executable_sampler(self._confirm_on, self.executable(baseline), args)
+        pairs = [(c, executable_sampler(self._confirm_on, self.executable(by_number[c.trial]), args)) for c in finalists]
+        return confirm(base, pairs, seed=seed)
+
+    def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
+        run = self._run(executable, SCREEN_ARGS)
+        value = self._value(run)
+        if value is None:
+            reason = self._failure(run) or "the program printed no time"
+            self._remember(code_hash, run, reason)
+            return Evaluation(None, reason, static)
+        check = self._check(run)
+        if check is not None:
+            self._remember(code_hash, run, check)
+            return Evaluation(None, check, static)
+        self._remember(code_hash, run, "ok")
+        return Evaluation(value, None, {**static, **_timing(run)})
+
+    def _value(self, run: RunResult) -> float | None:
+        if self._target.program:
+            return parse_program_metric(run.stdout, self._target.program_regex) if run.returncode == 0 else None
+        return run.harness.median_ms if run.failure is None else None
+
+    def _failure(self, run: RunResult) -> str | None:
+        """Why a run gave no time: a program is judged by its exit, a harness by its report."""
+        if not self._target.program:
+            return run.failure
+        if run.timed_out:
+            return f"timeout: killed after {run.seconds:.1f} s"
+        return f"the program exited with code {run.returncode}" if run.returncode else None
+
+    def _check(self, run: RunResult) -> str | None:
+        reference = self._reference
+        if self._target.program or reference is None:
+            return None
+        check = compare_outputs(reference.dump, reference.harness.outputs, run.dump, run.harness.outputs,
+                                self._target.rtol, self._target.atol)
+        return None if check.passed else check.reason
+
+    def _remember(self, code_hash: str, run: RunResult, status: str) -> None:
+        samples = tuple(s / 1000.0 for s in run.harness.samples_ms)
+        value = self._value(run)
+        self._store.put_measurement(Measurement(
+            code_hash=code_hash, device=self.kind, driver=self.driver, harness_args_hash=self._args_hash(),
+            samples=samples, median=(value or 0.0) / 1000.0, iqr=(run.harness.iqr_ms or 0.0) / 1000.0,
+            min=(run.harness.min_ms or 0.0) / 1000.0, clocks=tuple(float(c) for c in run.harness.clocks_mhz),
+            status=status,
+        ))  # fmt: skip
+
+    def _run(self, executable: bytes, extra: Sequence[str]) -> RunResult:
+        args = [*self._target.run_args] if self._target.program else [*self._target.run_args, *extra]
+        return self._measurer.measure(executable, args, SCREEN_TIMEOUT_S)
+
+    def _build(self, config: Config) -> bytes | str:
+        """The executable, or the compiler's first line of complaint."""
+        target, space = self._target, self._target.space
+        job = ExecutableJob(target.nvcc, target.bundle, target.arch,
+                            (*space.frontend_args(config), *target.fixed_defines),
+                            space.ptxas_args(config), target.timeout_s)
+        (built,) = self._workers().build_executables([job])
+        if not built.ok:
+            lines = built.message.strip().splitlines()
+            return lines[0] if lines else built.status.value
+        return built.executable
+
+    def _args_hash(self) -> str:
+        args = [*self._target.run_args, *([] if self._target.program else SCREEN_ARGS)]
+        return hashlib.sha256(json.dumps(args).encode()).hexdigest()[:16]
+
+
+def _timing(run: RunResult) -> dict[str, Any]:
+    harness = run.harness
+    return {"kind": RUNTIME_KIND, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
+            "min_ms": harness.min_ms, "samples": len(harness.samples_ms), "device": harness.device,
+            "graph_batch": harness.graph_batch, **({MEASURED_ON_KEY: run.where} if run.where else {})}
+
+
+def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation:
+    if cached.status != "ok":
+        return Evaluation(None, cached.status, static)
+    timing = {"kind": RUNTIME_KIND, "median_ms": cached.median * 1000, "iqr_ms": cached.iqr * 1000,
+              "min_ms": cached.min * 1000, "samples": len(cached.samples), "device": cached.device}
+    return Evaluation(cached.median * 1000, None, {**static, **timing})
+
+
+class HarnessTiming:
+    """The gate's timing source: the kernel's harness built with the ACF's flags and with the
+    compiler defaults, sampled on this machine's GPU."""
+
+    def __init__(self, measurer: Measurer | None = None) -> None:
+        from compileiq.evaluate.measure import LocalMeasurer
+
+        self._measurer = measurer or LocalMeasurer()
+
+    def samplers(self, target: Any) -> Any:
+        from compileiq.build.compile import build_executable
+        from compileiq.core.toolchain import find_toolchain
+        from compileiq.evaluate.stats import TimingSamplers
+        from compileiq.source.kernel import bundle_sources
+
+        acf, spec = target.acf, target.spec
+        tools, bundle = find_toolchain(), bundle_sources(spec)
+        jobs = {
+            "acf": ExecutableJob(tools.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+                                 acf.ptxas_args, spec.compile_timeout_s),
+            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, _define_args(acf), (), spec.compile_timeout_s),
+        }
+        built = {name: build_executable(job) for name, job in jobs.items()}
+        for name, result in built.items():
+            if not result.ok:
+                raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
+        recorded = acf.objective.get("best") if acf.objective.get("name") == "time" else None
+        sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
+                  for name, result in built.items()}
+        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)
+
+
+def _define_args(acf: Any) -> tuple[str, ...]:
+    """The defaults build keeps the ACF's macros (they are the kernel's, not compiler settings)."""
+    return tuple(t for t in acf.argv if t.startswith("-D"))

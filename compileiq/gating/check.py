@@ -1,0 +1,247 @@
+"""The CI gate: rebuild each kernel with its ACF and check the result against the ACF's evidence.
+
+Without a GPU the checks are exact static rules (spills, occupancy, registers, machine code,
+stale source or toolchain, and `worse-than-default`: the ACF against a build with the compiler's
+defaults), each with a configurable severity: the same inputs give the same verdict. With a GPU
+the interleaved A/B statistic (`stats.interleaved`) compares the ACF's flags with the compiler
+defaults and with the recorded value.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import not_regular
+from compileiq.core.space import Config, load_space
+from compileiq.core.toolchain import Toolchain, find_toolchain
+from compileiq.evaluate import eligibility, measure
+from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate.stats import TimingSamplers
+from compileiq.gating.rules import (
+    Defaults,
+    Finding,
+    Measured,
+    Recorded,
+    Severity,
+    Timing,
+    compare_timing,
+    default_hits,
+    findings,
+    severities,
+    static_hits,
+    timing_hits,
+)
+from compileiq.results import acf as acf_file
+from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.spec import KernelSpec, SourceBundle
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ACF and the kernel source it is checked against."""
+
+    acf: acf_file.Acf
+    acf_label: str  # the ACF path as given
+    kernel_label: str  # the kernel path as found (relative when it was given relative)
+    spec: KernelSpec
+
+
+class TimingSource(Protocol):
+    def samplers(self, target: Target) -> TimingSamplers: ...
+
+
+@dataclass(frozen=True)
+class AcfResult:
+    acf: str
+    kernel: str
+    kernel_path: str
+    findings: tuple[Finding, ...]
+    recorded: Recorded
+    measured: Measured
+    timing: Timing | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not any(f.severity is Severity.ERROR for f in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+
+@dataclass(frozen=True)
+class GateReport:
+    mode: str  # "static" or "timing"
+    note: str
+    severities: tuple[tuple[str, Severity], ...]
+    results: tuple[AcfResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    acfs: tuple[Path, ...]
+    kernel: Path | None = None
+    rules: tuple[str, ...] = ()
+    device: bool | None = None  # None: use a GPU when one is visible
+    seed: int = 0
+
+
+# --- locating -----------------------------------------------------------------------------------
+
+
+def locate(path: Path, kernel: Path | None = None) -> Target:
+    """Read an ACF (validated) and find its kernel; UsageError when either is wrong."""
+    acf = acf_file.read(path)
+    found = kernel if kernel is not None else _find_source(acf)
+    if kind := not_regular(found):
+        raise UsageError(f"--kernel {found} is {kind}, not a regular file")
+    if not found.is_file():
+        raise UsageError(f"--kernel {found}: file not found")
+    if found.stem != acf.kernel:
+        raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
+    return Target(acf, str(path), str(found), load_spec(found, arch=acf.arch))
+
+
+def _find_source(acf: acf_file.Acf) -> Path:
+    given = Path(acf.source_path)
+    tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
+    tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
+    for candidate in dict.fromkeys(tried):
+        if candidate.is_file():
+            return candidate
+    names = ", ".join(str(c) for c in dict.fromkeys(tried))
+    raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
+
+
+def recorded_of(acf: acf_file.Acf) -> Recorded:
+    best = acf.evidence.get("best")
+    if isinstance(best, dict):
+        try:
+            instructions = int(best["instructions"]) if "instructions" in acf.objective.get("objectives", []) else None
+            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
+                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions)
+        except (KeyError, TypeError, ValueError):
+            pass
+    raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
+    """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
+    acf = target.acf
+    return _measure(target, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
+
+
+def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
+    """Build with the compiler's defaults (tuned macros at tune.toml's first value, as `tune`'s
+    baseline) and note what in the ACF could justify departing from them."""
+    acf, spec = target.acf, target.spec
+    space = load_space(acf.nvcc_version)
+    first = {name: values[0] for name, values in spec.tuned_defines}
+    macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
+    if macros:
+        space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
+    config = space.default_config()
+    frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
+    lowered = eligibility.lowered_optimisation(acf.controls, config.as_dict())
+    gain = eligibility.recorded_runtime_gain(acf.objective)
+    same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
+    built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain)
+
+
+def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],
+             ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
+    acf, spec = target.acf, target.spec
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *acf.fixed_defines),
+                           spec.compile_timeout_s)
+    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
+                     emit_ptx(frontend))
+    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
+    if evaluation.value is None:
+        reason = (evaluation.reason or "unknown").strip().splitlines()[0]
+        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
+    m = evaluation.metrics
+    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
+                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]))
+
+
+def retune_command(target: Target) -> str:
+    """The command that re-tunes a stale ACF in place, in the database it was tuned in (a URL's
+    password shows as *** in the ACF: put it back, or set COMPILEIQ_DB)."""
+    objective = str(target.acf.objective.get("name", "static"))
+    database = str(target.acf.provenance.get("database", ""))
+    db = ["--db", database] if database else []
+    pick = target.acf.evidence.get("pick", {}).get("rule") if "objectives" in target.acf.objective else None
+    picked = ["--pick", str(pick)] if pick else []
+    return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective, *picked,
+                       "--arch", target.acf.arch, *db, "--out", target.acf_label])
+
+
+# --- the gate -----------------------------------------------------------------------------------
+
+
+def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
+             timing: TimingSource | None = None, seed: int = 0) -> AcfResult:
+    """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given)."""
+    recorded = recorded_of(target.acf)
+    bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
+    measured = rebuild(target, toolchain, bundle)
+    hits = static_hits(recorded, measured, retune_command(target))
+    hits += default_hits(measured, rebuild_defaults(target, toolchain, bundle, measured))
+    measured_timing = None
+    if timing is not None and measured.failure is None:
+        measured_timing = compare_timing(timing.samplers(target), seed=seed)
+        hits += timing_hits(measured_timing)
+    return AcfResult(target.acf_label, target.acf.kernel, target.kernel_label, findings(hits, table),
+                     recorded, measured, measured_timing)
+
+
+def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: TimingSource | None) -> tuple[str, str]:
+    """("static" | "timing", a note for the report); UsageError when a GPU was asked for in vain."""
+    if requested is False:
+        return "static", "static rules only (--static)"
+    has_gpu = visible()
+    if requested and not has_gpu:
+        raise UsageError("--device: no GPU is visible (nvidia-smi -L failed); run with --static")
+    if has_gpu and timing is None:
+        if requested:
+            raise UsageError("--device: no timing source was given; run with --static")
+        return "static", "static rules only (a GPU is visible but no timing source was given)"
+    if not has_gpu:
+        return "static", "static rules only (no GPU visible)"
+    return "timing", "static rules and the interleaved A/B timing statistic"
+
+
+def run(options: GateOptions, timing: TimingSource | None = None,
+        visible: Callable[[], bool] = measure.gpu_visible) -> GateReport:
+    """Check every ACF; all inputs are validated before anything is built."""
+    if not options.acfs:
+        raise UsageError("give at least one ACF file")
+    if options.kernel is not None and len(options.acfs) > 1:
+        raise UsageError("--kernel applies to a single ACF; give one ACF with it")
+    table = severities(options.rules)
+    mode, note = resolve_mode(options.device, visible, timing)
+    targets = [locate(path, options.kernel) for path in options.acfs]
+    for target in targets:
+        recorded_of(target.acf)
+    toolchain = find_toolchain()
+    source = timing if mode == "timing" else None
+    results = tuple(evaluate(t, table, toolchain, source, options.seed) for t in targets)
+    return GateReport(mode, note, tuple(table.items()), results)

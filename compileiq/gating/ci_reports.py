@@ -1,0 +1,151 @@
+"""The gate's reports for CI systems: a markdown summary, JUnit XML and a JSON document.
+
+Every report is a pure function of the gate's result: no timestamps, no host names, so the same
+inputs give byte-identical reports.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from compileiq.gating.check import AcfResult, GateReport
+from compileiq.gating.rules import Finding, Severity, Timing, describe
+
+SUITE = "compileiq-gate"
+
+
+def summary_line(report: GateReport) -> str:
+    results = report.results
+    failed = sum(1 for r in results if not r.passed)
+    warnings = sum(1 for r in results for f in r.findings if f.severity is Severity.WARN)
+    verdict = "PASS" if report.passed else "FAIL"
+    return (f"gate {verdict}: {len(results) - failed}/{len(results)} ACF(s) pass, {failed} fail, "
+            f"{warnings} warning(s); mode {report.mode}")
+
+
+def finding_line(finding: Finding) -> str:
+    return (f"{finding.severity.value} {finding.rule}: {finding.message} "
+            f"(recorded {finding.recorded}, measured {finding.measured})")
+
+
+# --- markdown -----------------------------------------------------------------------------------
+
+
+def markdown(report: GateReport) -> str:
+    lines = [f"## compileiq gate: {'PASS' if report.passed else 'FAIL'}", "", summary_line(report) + ".",
+             f"Mode: {report.mode}: {report.note}.", "",
+             "| ACF | kernel | verdict | errors | warnings |", "|---|---|---|---|---|"]
+    for result in report.results:
+        lines.append(f"| {_cell(result.acf)} | {_cell(result.kernel)} | **{result.verdict}** | "
+                     f"{_count(result, Severity.ERROR)} | {_count(result, Severity.WARN)} |")
+    for result in report.results:
+        lines += ["", *_markdown_result(result)]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_result(result: AcfResult) -> list[str]:
+    lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel `{result.kernel_path}`.", ""]
+    if result.timing is not None:
+        lines += [*_markdown_timing(result.timing), ""]
+    if not result.findings:
+        return [*lines, "No findings: the rebuild matches the recorded evidence."]
+    lines += ["| rule | severity | recorded | measured | detail |", "|---|---|---|---|---|"]
+    for f in result.findings:
+        lines.append(f"| `{f.rule}` | {f.severity.value} | {_cell(f.recorded)} | {_cell(f.measured)} | "
+                     f"{_cell(f.message)} |")
+    return lines
+
+
+def _markdown_timing(timing: Timing) -> list[str]:
+    lines = [f"Timing vs defaults (ACF/default): {describe(timing.vs_default)}."]
+    if timing.vs_recorded is not None:
+        lines.append(f"Timing vs recorded (ACF/recorded): {describe(timing.vs_recorded)}.")
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _count(result: AcfResult, severity: Severity) -> int:
+    return sum(1 for f in result.findings if f.severity is severity)
+
+
+# --- JUnit --------------------------------------------------------------------------------------
+
+
+def junit(report: GateReport) -> str:
+    """One testsuite `compileiq-gate`, one testcase per ACF; failures hold the error findings."""
+    failures = str(sum(1 for r in report.results if not r.passed))
+    tests = str(len(report.results))
+    root = ET.Element("testsuites", name=SUITE, tests=tests, failures=failures, errors="0")
+    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=tests, failures=failures, errors="0",
+                          skipped="0")
+    for result in report.results:
+        _testcase(suite, result)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _testcase(suite: ET.Element, result: AcfResult) -> None:
+    case = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{result.kernel}", name=result.acf)
+    errors = [f for f in result.findings if f.severity is Severity.ERROR]
+    if errors:
+        failure = ET.SubElement(case, "failure", type="regression",
+                                message="; ".join(f"{f.rule}: {f.message}" for f in errors))
+        failure.text = "\n".join(finding_line(f) for f in errors)
+    notes = [finding_line(f) for f in result.findings if f.severity is Severity.WARN]
+    if result.timing is not None:
+        notes += _markdown_timing(result.timing)
+    if notes:
+        ET.SubElement(case, "system-out").text = "\n".join(notes)
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+
+def as_json(report: GateReport) -> dict[str, Any]:
+    return {
+        "verdict": "PASS" if report.passed else "FAIL",
+        "exit_code": report.exit_code,
+        "mode": report.mode,
+        "note": report.note,
+        "rules": {name: severity.value for name, severity in report.severities},
+        "acfs": [_result_json(r) for r in report.results],
+    }
+
+
+def _result_json(result: AcfResult) -> dict[str, Any]:
+    r, m = result.recorded, result.measured
+    return {
+        "acf": result.acf, "kernel": result.kernel, "kernel_path": result.kernel_path,
+        "verdict": result.verdict,
+        "findings": [{"rule": f.rule, "severity": f.severity.value, "recorded": f.recorded,
+                      "measured": f.measured, "message": f.message} for f in result.findings],
+        "recorded": {"spill_bytes": r.spill_bytes, "registers": r.registers, "occupancy": r.occupancy,
+                     "code_hash": r.code_hash},
+        "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
+                     "toolchain_build": m.toolchain_build, **_metrics_json(result)},
+        "timing": None if result.timing is None else _timing_json(result.timing),
+    }  # fmt: skip
+
+
+def _metrics_json(result: AcfResult) -> dict[str, Any]:
+    m = result.measured
+    built = m.failure is None
+    return {"spill_bytes": m.spill_bytes if built else None, "registers": m.registers if built else None,
+            "occupancy": m.occupancy if built else None, "code_hash": m.code_hash if built else None}
+
+
+def _timing_json(timing: Timing) -> dict[str, Any]:
+    pairs = (("vs_default", timing.vs_default), ("vs_recorded", timing.vs_recorded))
+    return {key: None if c is None else {"verdict": c.verdict.value, "ratio": c.estimate, "low": c.low,
+                                         "high": c.high, "rounds": c.rounds, "delta": c.delta}
+            for key, c in pairs}
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,235 @@
+"""The gate's rules: each a name, a check and a severity; the static checks and the timing checks.
+
+Pure functions of what the ACF recorded and what the rebuild (or the GPU) measured: no I/O, so
+the same inputs always give the same findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from compileiq.core.errors import UsageError
+from compileiq.evaluate.stats import (
+    MIN_DELTA,
+    Comparison,
+    Sampler,
+    TimingSamplers,
+    Verdict,
+    interleaved,
+)
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARN = "warn"
+    OFF = "off"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    severity: Severity  # the default
+    summary: str
+
+
+RULES = (
+    Rule("build", Severity.ERROR, "the kernel no longer builds with the ACF's flags"),
+    Rule("spills", Severity.ERROR, "spill bytes appeared or grew"),
+    Rule("occupancy", Severity.ERROR, "occupancy fell below the recorded value"),
+    Rule("worse-than-default", Severity.ERROR, "more spills, lower occupancy or a lower ptxas optimisation "
+         "than the compiler defaults, with no recorded gain that justifies it"),
+    Rule("registers", Severity.WARN, "registers per thread rose above the recorded value"),
+    Rule("instructions", Severity.WARN, "the static instruction count rose above the recorded value (ACFs whose "
+         "objectives include instructions)"),
+    Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
+    Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
+    Rule("stale-toolchain", Severity.WARN, "the compiler build differs from the tuning one"),
+    Rule("slower-than-default", Severity.ERROR, "timing: the ACF's flags are SLOWER than the defaults"),
+    Rule("slower-than-recorded", Severity.ERROR, "timing: the ACF's build is SLOWER than recorded"),
+)
+RULE_NAMES = tuple(rule.name for rule in RULES)
+
+
+def severities(overrides: Iterable[str] = ()) -> dict[str, Severity]:
+    """Each rule's severity: the defaults, then each `NAME=SEVERITY` override in order."""
+    table = {rule.name: rule.severity for rule in RULES}
+    for text in overrides:
+        name, _, value = text.partition("=")
+        if name.strip() not in table:
+            raise UsageError(f"--rule {text!r}: unknown rule; rules: {', '.join(RULE_NAMES)}")
+        choices = [s.value for s in Severity]
+        if value.strip() not in choices:
+            raise UsageError(f"--rule {text!r}: severity must be one of {', '.join(choices)}")
+        table[name.strip()] = Severity(value.strip())
+    return table
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the ACF recorded: its evidence.best, its source hash and its toolchain build."""
+
+    spill_bytes: int
+    registers: int
+    occupancy: float
+    code_hash: str
+    source_sha256: str
+    toolchain_build: str
+    instructions: int | None = None  # checked when one of the ACF's objectives is instructions
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The rebuild: metrics when it built, else the reason it did not."""
+
+    source_sha256: str
+    toolchain_build: str
+    failure: str | None = None
+    spill_bytes: int = 0
+    registers: int = 0
+    occupancy: float = 0.0
+    code_hash: str = ""
+    instructions: int = 0
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The compiler defaults' rebuild, and what in the ACF could justify departing from them."""
+
+    failure: str | None = None
+    spill_bytes: int = 0
+    occupancy: float = 0.0
+    lowered: tuple[str, ...] = ()  # the ACF's settings that lower ptxas's optimisation
+    runtime_gain: str | None = None  # the ACF's recorded, confirmed runtime gain
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A rule that fired, before its severity is applied."""
+
+    rule: str
+    recorded: str
+    measured: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule that fired: what the ACF recorded, what the rebuild measured, how much it matters."""
+
+    rule: str
+    severity: Severity
+    recorded: str
+    measured: str
+    message: str
+
+
+def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Finding, ...]:
+    """Apply severities (dropping rules that are off), in the fixed rule order."""
+    ordered = sorted(hits, key=lambda hit: RULE_NAMES.index(hit.rule))
+    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message) for h in ordered
+                 if table[h.rule] is not Severity.OFF)
+
+
+def static_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
+    """Every static rule that fires; `retune` is the command that re-tunes a stale ACF."""
+    return [*_build_hits(r, m), *_stale_hits(r, m, retune)]
+
+
+def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
+    if m.failure is not None:
+        return [Hit("build", "builds", m.failure, f"the kernel no longer builds with the ACF's flags: {m.failure}")]
+    found: list[Hit] = []
+    if m.spill_bytes > r.spill_bytes:
+        how = "appeared" if r.spill_bytes == 0 else "grew"
+        found.append(Hit("spills", f"{r.spill_bytes} B", f"{m.spill_bytes} B",
+                         f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}"))
+    if m.occupancy < r.occupancy - 1e-9:
+        found.append(Hit("occupancy", _pct(r.occupancy), _pct(m.occupancy),
+                         f"occupancy fell: {_pct(r.occupancy)} -> {_pct(m.occupancy)}"))
+    if m.registers > r.registers:
+        found.append(Hit("registers", str(r.registers), str(m.registers),
+                         f"registers per thread rose: {r.registers} -> {m.registers}"))
+    if r.instructions is not None and m.instructions > r.instructions:
+        found.append(Hit("instructions", str(r.instructions), str(m.instructions),
+                         f"static instructions rose: {r.instructions} -> {m.instructions}"))
+    if m.code_hash != r.code_hash:
+        found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
+                         "the machine code differs from the recorded code"))
+    return found
+
+
+def default_hits(m: Measured, d: Defaults) -> list[Hit]:
+    """`worse-than-default`: the ACF build against the defaults' build. A recorded runtime gain
+    justifies anything; lower occupancy is also justified by fewer spill bytes (the trade a static
+    objective makes), and a lower optimisation level by fewer spills or higher occupancy."""
+    if m.failure is not None or d.failure is not None or d.runtime_gain is not None:
+        return []
+    rule, unjustified = "worse-than-default", "with no recorded runtime gain"
+    found: list[Hit] = []
+    if m.spill_bytes > d.spill_bytes:
+        found.append(Hit(rule, f"defaults {d.spill_bytes} B", f"{m.spill_bytes} B",
+                         f"spills more than the compiler defaults ({d.spill_bytes} -> {m.spill_bytes} B) {unjustified}"))
+    if m.occupancy < d.occupancy - 1e-9 and m.spill_bytes >= d.spill_bytes:
+        found.append(Hit(rule, f"defaults {_pct(d.occupancy)}", _pct(m.occupancy),
+                         f"lower occupancy than the compiler defaults ({_pct(d.occupancy)} -> {_pct(m.occupancy)}) "
+                         f"with no fewer spill bytes and no recorded runtime gain"))
+    gain = m.spill_bytes < d.spill_bytes or m.occupancy > d.occupancy + 1e-9
+    if d.lowered and not gain:
+        lowered = ", ".join(d.lowered)
+        found.append(Hit(rule, "defaults' optimisation", lowered,
+                         f"lowers ptxas optimisation vs the compiler defaults ({lowered}) with no spill or "
+                         f"occupancy gain and {unjustified[5:]}"))
+    return found
+
+
+def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
+    found = []
+    if m.source_sha256 != r.source_sha256:
+        found.append(Hit("stale-source", r.source_sha256[:12], m.source_sha256[:12],
+                         f"the kernel source changed since the ACF was tuned; re-tune: {retune}"))
+    if m.toolchain_build != r.toolchain_build:
+        found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
+                         f"the compiler differs from the one the ACF was tuned with; re-tune: {retune}"))
+    return found
+
+
+def _pct(value: float) -> str:
+    return f"{value:.1%}"
+
+
+# --- timing (GPU) -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    vs_default: Comparison  # ratio = ACF / defaults
+    vs_recorded: Comparison | None  # ratio = ACF / recorded median
+
+
+def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int = 10,
+                   seed: int = 0) -> Timing:
+    """The A/B statistic twice: ACF vs defaults, and ACF vs the recorded median (if recorded)."""
+    vs_default = interleaved(samplers.default, samplers.acf, delta=delta, samples=samples, seed=seed)
+    recorded = samplers.recorded_median
+    if recorded is None:
+        return Timing(vs_default, None)
+    constant: Sampler = lambda k: [recorded] * k
+    return Timing(vs_default, interleaved(constant, samplers.acf, delta=delta, samples=samples, seed=seed))
+
+
+def timing_hits(timing: Timing) -> list[Hit]:
+    """SLOWER against the defaults or against the recorded value is a regression."""
+    found: list[Hit] = []
+    for rule, against, comparison in (("slower-than-default", "defaults", timing.vs_default),
+                                      ("slower-than-recorded", "recorded", timing.vs_recorded)):
+        if comparison is not None and comparison.verdict is Verdict.SLOWER:
+            found.append(Hit(rule, f"<= {1 + comparison.delta:.3f}x {against}", describe(comparison),
+                             f"the ACF build is SLOWER than {against}: {describe(comparison)}"))
+    return found
+
+
+def describe(comparison: Comparison) -> str:
+    c = comparison
+    return f"{c.verdict.value} {c.estimate:.3f}x [{c.low:.3f}, {c.high:.3f}] over {c.rounds} rounds"

@@ -1,0 +1,134 @@
+"""`compileiq report --compare A B`: what differs between two studies of a kernel.
+
+Which parts of the study key differ (toolchain, arch, source, space, objective), how the baseline
+and chosen values moved, which chosen settings changed, and whether each study's choice still
+holds in the other: its config looked up among the other study's recorded trials (nothing is
+built here), and it holds when it still beats that study's baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.core.records import TrialState
+from compileiq.report.page import (
+    FORMATS,
+    html_document,
+    html_note,
+    html_section,
+    html_table,
+    md_table,
+    md_text,
+    write_file,
+)
+from compileiq.results.explain import Explanation, changed_settings, explain
+from compileiq.store import Store
+
+
+@dataclass(frozen=True)
+class Holds:
+    choice_of: str  # the study whose chosen config is checked
+    checked_in: str  # the study it is looked up in
+    value: float | None  # its value there (None: not recorded there, or failed)
+    baseline: float | None  # that study's baseline value
+    best: float | None  # that study's chosen value
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: Explanation
+    b: Explanation
+    key_changes: tuple[tuple[str, str, str], ...]  # (field, a, b)
+    setting_changes: tuple[tuple[str, Any, Any], ...]  # (setting, chosen in a, chosen in b)
+    holds: tuple[Holds, ...]
+
+    @property
+    def same_objective(self) -> bool:
+        return self.a.study.key.objective == self.b.study.key.objective
+
+
+def compare(store: Store, first: str, second: str) -> Comparison:
+    a, b = (_explained(store, name) for name in (first, second))
+    ka, kb = asdict(a.study.key), asdict(b.study.key)
+    keys = tuple((f, str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
+    chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
+    chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
+    settings = tuple((n, chosen_a.get(n, "(default)"), chosen_b.get(n, "(default)"))
+                     for n in sorted(set(chosen_a) | set(chosen_b)))
+    return Comparison(a, b, keys, settings, (_holds(a, b), _holds(b, a)))
+
+
+def _explained(store: Store, name: str) -> Explanation:
+    study = store.find_study(name)
+    trials = store.trials(study.id)
+    if not trials:
+        raise UsageError(f"study {study.name} has no trials yet: nothing to compare")
+    return explain(study, trials)
+
+
+def _holds(source: Explanation, target: Explanation) -> Holds:
+    baseline = target.baseline.value if target.baseline else None
+    best = target.chosen.value if target.chosen else None
+    names = (source.study.name, target.study.name)
+    if source.chosen is None:
+        return Holds(*names, None, baseline, best, "no choice to check: no trial completed")
+    if source.study.key.objective != target.study.key.objective:
+        return Holds(*names, None, baseline, best, "not comparable: the studies have different objectives")
+    found = next((t for t in target.trials if t.config_key == source.chosen.config_key), None)
+    if found is None or found.state is not TrialState.COMPLETE or found.value is None:
+        verdict = "not evaluated there" if found is None else "fails to build there"
+        return Holds(*names, None, baseline, best, verdict)
+    if baseline is not None and found.value < baseline:
+        gap = "" if best is None else f"; its best is {best:g}"
+        return Holds(*names, found.value, baseline, best, f"holds: beats that baseline{gap}")
+    return Holds(*names, found.value, baseline, best, "no longer holds: no better than that baseline")
+
+
+def write(store: Store, first: str, second: str, out: Path, fmt: str) -> list[Path]:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    comparison = compare(store, first, second)
+    return [write_file(out, html_page(comparison) if fmt == "html" else markdown(comparison))]
+
+
+def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:
+    rows = []
+    for e in (c.a, c.b):
+        base = e.baseline.value if e.baseline else None
+        best = e.chosen.value if e.chosen else None
+        gain = base - best if base is not None and best is not None else None
+        rows.append((e.study.name, e.study.key.objective, base, best, gain, len(e.trials)))
+    return rows
+
+
+VALUE_HEADER = ("study", "objective", "baseline", "chosen", "gain", "trials")
+HOLDS_HEADER = ("choice of", "checked in", "value there", "that baseline", "that best", "verdict")
+
+
+def html_page(c: Comparison) -> str:
+    keys = html_table(("key", "A", "B"), c.key_changes) if c.key_changes else html_note("the study keys are equal")
+    settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
+                else html_note("both chose the compiler defaults"))
+    note = "" if c.same_objective else html_note("different objectives: the values are not comparable")
+    holds = html_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])
+    body = (html_section("compare-keys", "What differs between the studies", keys)
+            + html_section("compare-values", "Best values (lower is better)", html_table(VALUE_HEADER, _value_rows(c)) + note)
+            + html_section("compare-settings", "Chosen settings", settings)
+            + html_section("compare-holds", "Does each choice still hold in the other study?", holds))
+    return html_document(f"compileiq comparison: {c.a.study.name} vs {c.b.study.name}", body)
+
+
+def markdown(c: Comparison) -> str:
+    lines = [f"# compileiq comparison: {md_text(c.a.study.name)} vs {md_text(c.b.study.name)}", "",
+             "## What differs between the studies", ""]
+    lines += md_table(("key", "A", "B"), c.key_changes) if c.key_changes else ["The study keys are equal."]
+    lines += ["", "## Best values (lower is better)", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
+              "## Chosen settings", ""]
+    lines += md_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes else ["Defaults."]
+    lines += ["", "## Does each choice still hold in the other study?", "",
+              *md_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])]
+    return "\n".join(lines) + "\n"

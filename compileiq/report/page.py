@@ -1,0 +1,436 @@
+"""`compileiq report`: one self-contained HTML page (or markdown + SVG files) explaining a study.
+
+Sections: summary, convergence, chosen configuration and its evidence, each setting's contribution
+(ablation path), surrogate importance, the trial table, failures by reason, provenance. Nothing
+is fetched from a network (a Content-Security-Policy forbids it); every text from the database
+is escaped. Static objectives are labelled as static estimates, never as runtimes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
+from compileiq.report import svg as report_svg
+from compileiq.results.ablation import RULE, Ablation
+from compileiq.results.evidence import EVIDENCE_KEYS
+from compileiq.results.explain import Explanation, changed_settings, explain
+from compileiq.results.multi_objective import PICK_RULES
+from compileiq.results.pareto import Front, front, parse_objectives
+from compileiq.search.convergence import best_so_far, expected_random_best
+from compileiq.search.importance import METHOD, Importances, surrogate_importance
+from compileiq.store import Store
+
+FORMATS = ("html", "md")
+SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "trials", "failures", "provenance")
+PARETO_RULES = "knee: nearest the ideal point after scaling each objective to [0, 1] over the front; first: best first objective; weights=...: lowest weighted sum of the scaled values"
+REASON_CHARS = 2000
+
+_STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}
+th{background:#f3f3f3}table.sortable th{cursor:pointer}td.n{text-align:right}.failed{color:#c00}
+.note{color:#555;font-size:13px}pre{white-space:pre-wrap;font-size:12px;background:#f7f7f7;padding:4px}
+section{margin-bottom:2em}"""
+_SORT = ("document.querySelectorAll('table.sortable th').forEach(function(th,i){th.addEventListener('click',"
+         "function(){var b=th.closest('table').tBodies[0],r=Array.from(b.rows),d=th.dataset.dir==='a'?-1:1;"
+         "th.dataset.dir=d>0?'a':'d';function k(row){var c=row.cells[i],v=c.dataset.v!==undefined?c.dataset.v:"
+         "c.textContent,n=parseFloat(v);return isNaN(n)?[1,v]:[0,n]}r.sort(function(x,y){var a=k(x),c=k(y);"
+         "if(a[0]!==c[0])return a[0]-c[0];return(a[1]<c[1]?-1:a[1]>c[1]?1:0)*d});"
+         "r.forEach(function(x){b.appendChild(x)})})});")
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    reason: str  # the first line of the reason
+    trials: tuple[int, ...]
+    example: str  # one full reason (truncated)
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    explanation: Explanation
+    importance: Importances
+    failures: tuple[FailureGroup, ...]
+    database: str
+    front: Front | None = None
+
+    @property
+    def kind(self) -> str:
+        return RUNTIME_KIND if self.explanation.runtime else STATIC_KIND
+
+    @property
+    def value_label(self) -> str:
+        objective = self.explanation.study.key.objective
+        return f"{objective} (GPU runtime, ms)" if self.explanation.runtime else f"{objective} (static estimate)"
+
+
+def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee") -> StudyReport:
+    objectives = parse_objectives(pareto) if pareto else None
+    found = store.find_study(study)
+    trials = store.trials(found.id)
+    if not trials:
+        raise UsageError(f"study {found.name} has no trials yet: nothing to report")
+    explanation = explain(found, trials, pick)
+    if objectives is None and explanation.front is not None:  # several objectives: the tuner's front
+        objectives = explanation.front.objectives
+    if explanation.front is not None and objectives == explanation.front.objectives:
+        trade_offs: Front | None = explanation.front
+    else:
+        trade_offs = front(trials, objectives, pick, explanation.runtime) if objectives else None
+    return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display,
+                       trade_offs)
+
+
+def failure_groups(trials: Sequence[Trial]) -> tuple[FailureGroup, ...]:
+    groups: dict[str, list[Trial]] = {}
+    for trial in trials:
+        if trial.state is TrialState.FAILED:
+            groups.setdefault(first_line(trial.reason, 200), []).append(trial)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    return tuple(FailureGroup(reason, tuple(t.number for t in group), (group[0].reason or "")[:REASON_CHARS],
+                              all(t.retryable for t in group)) for reason, group in ordered)
+
+
+def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:
+    """Write the report; the files written (markdown has SVG files beside it)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    report = build(store, study, pareto, pick)
+    if fmt == "html":
+        return [write_file(out, html_page(report))]
+    document, figures = markdown(report, out.stem)
+    return [write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items())]
+
+
+def write_file(path: Path, content: str) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    return path
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def convergence_svg(report: StudyReport) -> str:
+    points = best_so_far(report.explanation.trials)
+    label = report.value_label
+    values = [p.value for p in points]
+    expected = expected_random_best(values)
+    series = [
+        report_svg.Series("each trial", tuple((p.number, p.value) for p in points if p.value is not None),
+                          "#888", "dots"),
+        report_svg.Series("best so far", tuple((p.number, p.best) for p in points if p.best is not None), "#1f5fbf"),
+        report_svg.Series("random search, expected best",
+                          tuple((p.number, e) for p, e in zip(points, expected, strict=True) if e is not None),
+                          "#e08a00", "line", dashed=True),
+    ]
+    failed = [p.number for p in points if p.value is None]
+    return report_svg.line_chart(f"convergence: {label}, lower is better", series, "trial number", label,
+                                 failed, "failed trial")
+
+
+def contributions_svg(report: StudyReport, ablation: Ablation) -> str:
+    bars = [(f"{_short(s.setting)}={s.value}", s.contribution) for s in ablation.steps if s.contribution is not None]
+    return report_svg.bar_chart("each setting's contribution (gain along the ablation path)", bars,
+                                f"gain in {report.value_label}")
+
+
+def pareto_svg(trade_offs: Front) -> str:
+    """The first two objectives: every complete trial, the front, and the pick."""
+    x_name, y_name = trade_offs.objectives[:2]
+    series = [
+        report_svg.Series("dominated trials", tuple((p.values[0], p.values[1]) for p in trade_offs.others), "#888", "dots"),
+        report_svg.Series("Pareto front", tuple((p.values[0], p.values[1]) for p in trade_offs.points), "#1f5fbf", "line"),
+    ]
+    if trade_offs.pick is not None:
+        picked = trade_offs.pick.values
+        series.append(report_svg.Series(f"pick ({trade_offs.rule})", ((picked[0], picked[1]),), "#c00", "dots",
+                                        radius=5))
+    return report_svg.line_chart(f"Pareto front: {x_name} vs {y_name} (static estimates unless time)", series,
+                                 _objective_label(x_name), _objective_label(y_name), integer_x=False)
+
+
+def _objective_label(name: str) -> str:
+    return "occupancy shortfall (1 - occupancy)" if name == "occupancy" else name
+
+
+def importance_svg(importance: Importances) -> str:
+    return report_svg.bar_chart("surrogate importance (share)", [(i.setting, i.share) for i in importance.items],
+                                "share of importance")
+
+
+# -- HTML ---------------------------------------------------------------------------------------
+
+
+def html_page(report: StudyReport) -> str:
+    study = report.explanation.study
+    body = "".join(section(report) for section in (_summary, _convergence, _chosen, _contributions, _importance,
+                                                      _pareto, _trials, _failures, _provenance))
+    return html_document(f"compileiq report: {study.name}", body)
+
+
+def html_document(title: str, body: str) -> str:
+    """A complete page: inline style and script only; the CSP forbids any network request."""
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<h1>{escape(title)}</h1>{body}<script>{_SORT}</script></body></html>\n")
+
+
+def html_section(name: str, title: str, content: str) -> str:
+    return f'<section id="{name}"><h2>{escape(title)}</h2>{content}</section>'
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "") -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    head = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
+    klass = f' class="{css}"' if css else ""
+    return f"<table{klass}>{head}<tbody>{body}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool) or value is None or not isinstance(value, int | float):
+        return f"<td>{escape(text(value))}</td>"
+    return f'<td class="n" data-v="{value!r}">{escape(text(value))}</td>'
+
+
+def text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def html_note(text: str) -> str:
+    return f'<p class="note">{escape(text)}</p>'
+
+
+def _summary(report: StudyReport) -> str:
+    e = report.explanation
+    key = e.study.key
+    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; lower is better"),
+             ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
+    if e.baseline is not None and e.chosen is not None:
+        lines += [("baseline (compiler defaults)", text(e.baseline.value)),
+                  (f"chosen (trial #{e.chosen.number})", text(e.chosen.value))]
+    return html_section("summary", "Summary", html_table(("", ""), lines))
+
+
+def _convergence(report: StudyReport) -> str:
+    note = ("Dots: each trial's value; line: the best so far; dashed: the expected best of random search "
+            "drawing the same number of trials without replacement from this study's own results "
+            "(exact, conditioned on at least one successful draw); red crosses: failed trials.")
+    return html_section("convergence", "Convergence", convergence_svg(report) + html_note(note))
+
+
+def _chosen(report: StudyReport) -> str:
+    e = report.explanation
+    if e.baseline is None or e.chosen is None:
+        return html_section("chosen", "Chosen configuration", html_note("no trial completed: nothing was chosen"))
+    changes = [(name, e.baseline.config.get(name), value) for name, value in changed_settings(e.chosen, e.baseline).items()]
+    settings = html_table(("setting", "baseline", "chosen"), changes) if changes else html_note("the compiler defaults")
+    shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
+    if e.winner is not None and e.winner.number != e.chosen.number:
+        shown.append((f"search winner #{e.winner.number}", e.winner))
+    keys = [k for k in EVIDENCE_KEYS if any(t.metrics.get(k) is not None for _, t in shown)]
+    rows = [(label, t.value, *(t.metrics.get(k) for k in keys), t.code_hash or "") for label, t in shown]
+    evidence = html_table(("", report.value_label, *keys, "machine code hash"), rows)
+    note = ("The chosen configuration replays the tuner's simplification over the recorded trials: the search "
+            "winner with every setting that made no difference reset to the default.")
+    if e.runtime:
+        note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
+    return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
+
+
+def _contributions(report: StudyReport) -> str:
+    ablation = report.explanation.ablation
+    if ablation is None or not ablation.steps:
+        why = "the chosen configuration is the baseline: no setting to credit" if ablation else \
+            "no ablation path: the baseline or the chosen trial has no value"
+        return html_section("contributions", "Each setting's contribution", html_note(why))
+    return html_section("contributions", "Each setting's contribution",
+                    contributions_svg(report, ablation) + html_table(*_contribution_rows(report, ablation))
+                    + html_note(_contribution_note(ablation)))
+
+
+def _contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    header = ("step", "setting", "value", "before", "after", "contribution", "share of gain", "trial")
+    total = ablation.total_gain
+    rows: list[tuple[Any, ...]] = []
+    for i, s in enumerate(ablation.steps, 1):
+        share = f"{s.contribution / total:.0%}" if s.contribution is not None and total else "-"
+        rows.append((i, s.setting, s.value, s.before, s.after, s.contribution, share,
+                     f"#{s.trial}" if s.trial is not None else "-"))
+    rows.append(("", "total", "", ablation.baseline_value, ablation.chosen_value, total, "100%" if total else "-", ""))
+    return header, rows
+
+
+def _contribution_note(ablation: Ablation) -> str:
+    note = (f"Ablation path: {RULE}. The contributions sum to the total gain (baseline minus chosen). "
+            "A setting that only helps together with one flipped after it is credited 0 here; the surrogate "
+            "importance below also sees such interactions.")
+    if not ablation.complete:
+        note += (f" {ablation.missing} configuration(s) on the path were never built: rerun `compileiq tune` "
+                 "on this study to complete the path.")
+    return note
+
+
+def _importance(report: StudyReport) -> str:
+    imp = report.importance
+    if not imp.items:
+        return html_section("importance", "Surrogate importance", html_note(f"not computed: {imp.note}"))
+    note = f"{METHOD} ({imp.trials} trials). It describes the whole search's sample, not one path."
+    return html_section("importance", "Surrogate importance", importance_svg(imp) + html_note(note))
+
+
+def _pareto(report: StudyReport) -> str:
+    trade_offs = report.front
+    if trade_offs is None:
+        return ""
+    if not trade_offs.points:
+        return html_section("pareto", "Pareto front", html_note("no complete trial records these objectives"))
+    return html_section("pareto", "Pareto front", pareto_svg(trade_offs) + html_table(*pareto_rows(report, trade_offs))
+                        + html_note(_pareto_note(trade_offs, _tuned(report))))
+
+
+def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    header = ("#", *(_objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
+    base = report.explanation.baseline
+    rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "",
+             " ".join(f"{_short(k)}={v}" for k, v in changed_settings(p.trial, base).items()) or "(defaults)")
+            for p in trade_offs.points]
+    return header, rows
+
+
+def _pareto_note(trade_offs: Front, tuned: bool = False) -> str:
+    if tuned:
+        return (f"The study's objectives are {', '.join(trade_offs.objectives)} (lower is better for each); the "
+                "search aimed at their front. Shown: the non-dominated trials that may win (the no-harm rules), the "
+                f"dominated ones in grey, and the configuration chosen by {trade_offs.rule!r} ({PICK_RULES}).")
+    return (f"Non-dominated complete trials for {', '.join(trade_offs.objectives)} (lower is better for each), read "
+            f"from the recorded trials: the search aimed at one objective, so it samples the front unevenly. "
+            f"Pick rule {trade_offs.rule!r} ({PARETO_RULES}).")
+
+
+def _tuned(report: StudyReport) -> bool:
+    return report.front is not None and report.front is report.explanation.front
+
+
+def _trials(report: StudyReport) -> str:
+    e = report.explanation
+    keys = ("spill_bytes", "registers", "occupancy", "instructions")
+    rows = []
+    for t in e.trials:
+        changed = " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()) or "(defaults)"
+        value = t.value if t.state is TrialState.COMPLETE else None
+        rows.append((t.number, t.state.value, value, *(t.metrics.get(k) for k in keys), changed))
+    table = html_table(("#", "state", report.value_label, *keys, "settings that differ from the baseline"), rows,
+                   "sortable")
+    return html_section("trials", "Trials", html_note("Click a column header to sort.") + table)
+
+
+def _failures(report: StudyReport) -> str:
+    if not report.failures:
+        return html_section("failures", "Failures by reason", html_note("no trial failed"))
+    parts = []
+    for group in report.failures:
+        numbers = ", ".join(f"#{n}" for n in group.trials)
+        kind = " (retryable)" if group.retryable else ""
+        parts.append(f'<details><summary class="failed">{len(group.trials)} × {escape(group.reason)}{kind}: '
+                     f"{escape(numbers)}</summary><pre>{escape(group.example)}</pre></details>")
+    return html_section("failures", "Failures by reason", "".join(parts))
+
+
+def _provenance(report: StudyReport) -> str:
+    e = report.explanation
+    key = e.study.key
+    rows = [("study", f"{e.study.name} (#{e.study.id})"), ("created", e.study.created_at.isoformat()),
+            ("toolchain", key.toolchain), ("arch", key.arch), ("source sha256", key.source_sha256),
+            ("search space", f"{key.space_id} (sha256 {key.space_sha256})"), ("evaluator", key.evaluator),
+            ("objective", f"{key.objective}: {report.kind}"), ("database", report.database)]
+    space = _space_rows(e.trials)
+    return html_section("provenance", "Provenance", html_table(("", ""), rows) +
+                    "<h3>Search space (values the study recorded)</h3>" + html_table(("setting", "values"), space))
+
+
+def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:
+    seen: dict[str, list[Any]] = {}
+    for t in trials:
+        for name, value in t.config.items():
+            if value not in seen.setdefault(name, []):
+                seen[name].append(value)
+    return [(name, ", ".join(map(str, values))) for name, values in sorted(seen.items())]
+
+
+def _short(name: str) -> str:
+    return name.partition(".")[2] or name
+
+
+# -- markdown -----------------------------------------------------------------------------------
+
+MD_TRIALS = 20
+
+
+def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
+    """The markdown text and its figures (file name -> SVG text), to be written beside it."""
+    e = report.explanation
+    figures = {f"{stem}-convergence.svg": convergence_svg(report)}
+    lines = [f"# compileiq report: {md_text(e.study.name)}", "",
+             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; lower is better. "
+              f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
+    if e.baseline is not None and e.chosen is not None:
+        lines += ["## Chosen configuration", "",
+                  f"Baseline {text(e.baseline.value)} → chosen (trial #{e.chosen.number}) {text(e.chosen.value)}.", ""]
+        changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
+        lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
+        lines.append("")
+    ablation = e.ablation
+    if ablation is not None and ablation.steps:
+        figures[f"{stem}-contributions.svg"] = contributions_svg(report, ablation)
+        lines += ["## Each setting's contribution", "", f"![contributions]({stem}-contributions.svg)", ""]
+        lines += md_table(*_contribution_rows(report, ablation))
+        lines += ["", md_text(_contribution_note(ablation)), ""]
+    if report.importance.items:
+        figures[f"{stem}-importance.svg"] = importance_svg(report.importance)
+        lines += ["## Surrogate importance", "", f"![importance]({stem}-importance.svg)", "",
+                  md_text(f"{METHOD} ({report.importance.trials} trials)."), ""]
+    if report.front is not None and report.front.points:
+        figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
+        lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
+                  "", md_text(_pareto_note(report.front, _tuned(report))), ""]
+    ranked = sorted((t for t in e.trials if t.state is TrialState.COMPLETE and t.value is not None),
+                    key=lambda t: (t.value, t.number))[:MD_TRIALS]
+    lines += [f"## Best {len(ranked)} trials", ""]
+    lines += md_table(("#", report.value_label, "settings that differ from the baseline"),
+                       [(t.number, t.value, " ".join(f"{_short(k)}={v}" for k, v in
+                                                     changed_settings(t, e.baseline).items()) or "(defaults)")
+                        for t in ranked])
+    lines += ["", "## Failures by reason", ""]
+    lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
+    key = e.study.key
+    lines += ["", "## Provenance", ""]
+    lines += md_table(("", ""), [("toolchain", key.toolchain), ("arch", key.arch),
+                                  ("source sha256", key.source_sha256), ("search space", key.space_id),
+                                  ("evaluator", key.evaluator), ("database", report.database)])
+    return "\n".join(lines) + "\n", figures
+
+
+def md_text(value: Any) -> str:
+    return escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    return ["| " + " | ".join(md_text(h) for h in header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(md_text(c) for c in row) + " |" for row in rows)]

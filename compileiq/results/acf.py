@@ -1,0 +1,335 @@
+"""The advanced-control file (ACF): the chosen settings, their evidence and provenance, as TOML.
+
+Reading one never trusts its argument text: every control is checked against the search space
+and the arguments are re-rendered from the controls, so an ACF cannot inject anything the space
+does not offer (-Xcompiler, --compiler-bindir, -o, --run ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from compileiq.core import metric_ranges
+from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import is_count, is_finite
+from compileiq.core.output_file import not_regular, write_atomically
+from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
+from compileiq.core.version import __version__
+from compileiq.source.arch import ARCH
+from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags
+
+FORMAT_VERSION = 1
+MAX_BYTES = 1 << 20
+
+
+class AcfError(UsageError):
+    """An ACF that is unreadable, malformed, or asks for something outside the search space."""
+
+
+@dataclass(frozen=True)
+class Acf:
+    """A validated advanced-control file."""
+
+    path: Path
+    kernel: str
+    source_path: str
+    source_sha256: str
+    arch: str
+    nvcc_version: str
+    toolchain_build: str
+    controls: dict[str, Any]  # parameter name -> value, non-defaults and every define
+    fixed_defines: tuple[str, ...]
+    frontend_args: tuple[str, ...]
+    ptxas_args: tuple[str, ...]
+    argv: tuple[str, ...]  # for a one-step `nvcc` build, without -arch
+    objective: dict[str, Any]
+    evidence: dict[str, Any]
+    provenance: dict[str, Any]
+    data: dict[str, Any]
+    base: BaseFlags = field(default_factory=BaseFlags)  # the flags the code needs to build at all (tune.toml nvcc_flags)
+
+    def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
+              absolute: bool = False) -> tuple[str, ...]:
+        """The tuned settings for a build; ``with_base`` adds what a rebuild needs besides them,
+        its include folders as paths from the current folder (``absolute``: from the root)."""
+        arch = (f"-arch={self.arch}",) if with_arch else ()
+        base = self.base_args(absolute) if with_base else ()
+        if stage == "ptxas":
+            return (("--compile-only",) if with_base and self.base.relocatable else ()) + self.ptxas_args
+        if stage == "frontend":
+            return arch + base + self.frontend_args + self.fixed_defines
+        return arch + base + self.argv
+
+    def source_from_here(self) -> str:
+        """The kernel source as a path from the current folder (an ACF records it relative to its
+        own folder; an older ACF relative to where `tune` ran, used as it is)."""
+        beside = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(self.path)), self.source_path))
+        return os.path.relpath(beside) if os.path.isfile(beside) else self.source_path
+
+    def base_args(self, absolute: bool = False) -> tuple[str, ...]:
+        """The base flags for a build run from the current folder: a relative include folder is
+        recorded relative to the kernel's folder (as tune.toml gives it), which is seldom here."""
+        folder = os.path.dirname(self.source_from_here())
+        paths = (os.path.normpath(os.path.join(folder, d)) for d in self.base.include_dirs)
+        return self.base.flags + tuple(f"-I{os.path.abspath(p) if absolute else p}" for p in paths)
+
+
+@dataclass(frozen=True)
+class AcfContent:
+    """What the tuner knows when it writes an ACF."""
+
+    kernel: str
+    source_name: str
+    source_path: str  # relative to the ACF's folder (a clone elsewhere finds it), for `gate`
+    source_sha256: str
+    arch: str
+    nvcc_version: str
+    ptxas_version: str
+    toolchain_build: str
+    space: SearchSpace
+    config: Config
+    fixed_defines: tuple[str, ...]
+    objective: dict[str, Any]
+    evidence: dict[str, Any]
+    provenance: dict[str, Any]
+    base_flags: tuple[str, ...] = ()  # validated nvcc_flags, canonical spelling
+    settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
+
+
+def render(content: AcfContent) -> dict[str, Any]:
+    """The ACF document as a TOML-ready dict."""
+    space, config = content.space, content.config
+    defaults = space.default_config()
+    controls = {
+        name: value
+        for name, value in config.items
+        if name.startswith("define.") or value != defaults[name]
+    }
+    return {
+        "format": FORMAT_VERSION,
+        "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
+                   "source_sha256": content.source_sha256, "settings_sha256": content.settings_sha256,
+                   "arch": content.arch},
+        "base": {"nvcc_flags": list(content.base_flags)},
+        "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
+                      "build": content.toolchain_build, "search_space": space.id,
+                      "search_space_sha256": space.sha256},
+        "controls": controls,
+        "args": {"frontend": list(space.frontend_args(config)),
+                 "ptxas": list(space.ptxas_args(config)),
+                 "defines": list(content.fixed_defines),
+                 "argv": [*space.nvcc_args(config), *content.fixed_defines]},
+        "objective": content.objective,
+        "evidence": content.evidence,
+        "provenance": {"written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                       "compileiq": __version__, **content.provenance},
+    }  # fmt: skip
+
+
+def write(path: Path, content: AcfContent) -> Path:
+    """Write atomically (temporary file + rename): a reader never sees half a file; an existing
+    ACF is replaced only by one that reads back valid. A symlink stays a link to the rewritten
+    file; anything but a regular file is refused (OutputFileError)."""
+    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
+    try:
+        parse(path, text)
+    except AcfError as error:
+        raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
+    write_atomically(path, text.encode("utf-8"))
+    return path
+
+
+def check_writable(path: Path) -> None:
+    """AcfError unless an ACF can be written at ``path`` (checked before a run, not after it)."""
+    if path.is_dir():
+        raise AcfError(f"cannot write the ACF {path}: it is a directory; name a file, e.g. {path / 'kernel.acf.toml'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as error:
+        raise AcfError(f"cannot write the ACF {path}: {error.strerror or error}") from None
+
+
+def read(path: Path, space: SearchSpace | None = None) -> Acf:
+    """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
+    if kind := not_regular(path):  # never opened: reading a named pipe blocks
+        raise AcfError(f"{path} is not a readable ACF: it is {kind}, not a regular file")
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is skipped
+    except FileNotFoundError:
+        raise AcfError(f"ACF not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    return parse(path, text, space)
+
+
+def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
+    """Validate an ACF's text (`path` names it in errors)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise AcfError(f"{path} is not a readable ACF: {_one_line(error)}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise AcfError(f"{path} is not a readable ACF: nested too deeply") from None
+    try:
+        return _validated(path, data, space)
+    except (KeyError, TypeError, ValueError) as error:
+        raise AcfError(f"{path} is not a valid ACF: missing or malformed {_one_line(error)}") from None
+    except SpaceError as error:
+        raise AcfError(f"{path}: {error}") from None
+
+
+def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
+    if "format" not in data:  # a tune.toml or another TOML file given by mistake
+        raise AcfError(f"{path} is not an ACF (no format key): give the .acf.toml file that compileiq tune wrote")
+    if not is_count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
+        raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
+    kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
+    argv = tuple(_strings(args["argv"], "args.argv"))
+    fixed = tuple(_strings(args["defines"], "args.defines"))
+    base = space or load_space(str(tools["nvcc"]))
+    _check_tokens(path, base, argv, fixed)
+    controls = dict(data["controls"])
+    config, full_space = _config(base, controls, argv)
+    expected = (*full_space.nvcc_args(config), *fixed)
+    if argv != expected:
+        raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
+    arch = kernel["arch"]
+    if not isinstance(arch, str) or not ARCH.fullmatch(arch):
+        raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")
+    _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
+    _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
+    try:
+        base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
+                                      f"{path}: base.nvcc_flags")
+    except BaseFlagError as error:
+        raise AcfError(str(error)) from None
+    return Acf(
+        path=path, kernel=str(kernel["name"]), source_path=str(kernel.get("path", kernel.get("source", ""))),
+        source_sha256=str(kernel["source_sha256"]), arch=arch,
+        nvcc_version=str(tools["nvcc"]), toolchain_build=str(tools.get("build", "")), controls=controls,
+        fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
+        ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
+        evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
+        base=base_flags,
+    )  # fmt: skip
+
+
+_OBJECTIVE_NUMBERS = ("baseline", "best", "speedup", "confirmation_delta")  # one objective's values
+
+
+def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Every recorded number a finite value of its type and range; one line naming the first that is not."""
+    for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
+        if name in objective and not is_finite(objective[name]):
+            raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
+    for table in ("baseline", "best"):
+        values = evidence.get(table, {})
+        if not isinstance(values, dict):
+            raise AcfError(f"{path}: evidence.{table} must be a table")
+        if problem := metric_ranges.problem(values):  # the gate compares a rebuild against them
+            raise AcfError(f"{path}: evidence.{table}.{problem}")
+
+
+OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
+MAX_FRONT = 10_000
+
+
+def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any], space: SearchSpace) -> None:
+    """An ACF of several objectives: its objectives, `[[evidence.front]]` (values per objective, settings
+    of the search space) and `[evidence.pick]` are checked like the rest (one-line errors)."""
+    if "objectives" not in objective and "front" not in evidence and "pick" not in evidence:
+        return
+    names = objective.get("objectives")
+    if (not isinstance(names, list) or not 2 <= len(names) <= 3 or len(set(map(str, names))) != len(names)
+            or not all(isinstance(n, str) and n in OBJECTIVE_NAMES for n in names)
+            or objective.get("name") != ",".join(names)):
+        raise AcfError(f"{path}: objective.objectives must be 2-3 distinct names from {', '.join(OBJECTIVE_NAMES)} "
+                       "matching objective.name")
+    for table in ("baseline", "best"):
+        values = objective.get(table, {})
+        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(is_finite, values.values())):
+            raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
+    front = evidence.get("front", [])
+    if not isinstance(front, list) or len(front) > MAX_FRONT:
+        raise AcfError(f"{path}: evidence.front must be a list of at most {MAX_FRONT} points")
+    for index, point in enumerate(front):
+        where = f"{path}: evidence.front[{index}]"
+        if not isinstance(point, dict) or not is_count(point.get("trial")):
+            raise AcfError(f"{where}: needs a trial number")
+        values = point.get("values")
+        if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
+            raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
+        settings = point.get("settings", {})
+        if not isinstance(settings, dict):
+            raise AcfError(f"{where}.settings must be a table of settings")
+        for name, value in settings.items():
+            if name.startswith("define."):
+                if define_arg_problem(f"-D{name.removeprefix('define.')}={value}") or isinstance(value, dict | list):
+                    raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not an allowed macro")
+                continue
+            try:
+                allowed = space.parameter(name).allows(value)
+            except SpaceError:
+                allowed = False
+            if not allowed:
+                raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not in the search space")
+    pick = evidence.get("pick")
+    if pick is not None:
+        rule = pick.get("rule") if isinstance(pick, dict) else None
+        if not isinstance(rule, str) or len(rule) > 200 or not is_count(pick.get("trial")):
+            raise AcfError(f"{path}: evidence.pick needs a rule and a trial number")
+        # the pick rules' parser (it imports the store: only here)
+        from compileiq.results.pareto import check_rule
+
+        try:
+            check_rule(rule, names)
+        except UsageError as error:
+            raise AcfError(f"{path}: evidence.pick: {_one_line(error)}") from None
+
+
+
+
+def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:
+    """Name the first argument the space cannot produce (the allow-list)."""
+    defines = [t for t in (*fixed, *argv) if t.startswith("-D")]
+    for token in defines:
+        if problem := define_arg_problem(token):
+            raise AcfError(f"{path}: {token!r} is not an allowed define (-DNAME or -DNAME=VALUE): {problem}")
+    space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
+
+
+def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) -> tuple[Config, SearchSpace]:
+    """The config and the space it lives in; tuned macros keep the order they have in argv
+    (tune.toml's order), which TOML tables do not preserve for us."""
+    order = [token[2:].partition("=")[0] for token in argv if token.startswith("-D")]
+    names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
+                   key=lambda n: order.index(n) if n in order else len(order))
+    defines = {name: [controls[f"define.{name}"]] for name in names}
+    space = base.with_defines(defines) if defines else base
+    config = space.default_config().with_values(controls)
+    space.validate(config)
+    return config, space
+
+
+def _strings(values: Any, where: str) -> list[str]:
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(where)
+    return values
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,162 @@
+"""What an ACF says about a tuning result: the objective's numbers, the evidence, the provenance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
+from compileiq.core.space import Config, SearchSpace
+from compileiq.core.toolchain import Toolchain
+from compileiq.evaluate import eligibility
+from compileiq.results import ablation, multi_objective
+from compileiq.results.acf import AcfContent
+from compileiq.results.pareto import values_of
+from compileiq.source.base_flags import path_problem
+from compileiq.source.spec import KernelSpec, SourceBundle
+
+
+class EvidenceError(CompileIQError):
+    """A result an ACF must not be written from (an unfinished trial, no machine code)."""
+
+
+EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size",
+                 "median_ms", "iqr_ms", "min_ms", "samples", "device")
+
+
+def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
+                acf_path: Path, bundle: SourceBundle) -> AcfContent:
+    """`result` is a tune.TuneResult (not imported: tune pulls in skopt). The kernel's path is
+    recorded relative to the ACF's folder, so a clone of the repository elsewhere can gate it."""
+    chosen = result.chosen
+    source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
+    objective = objective_table(result)
+    first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
+    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), first)
+    return AcfContent(
+        kernel=spec.name, source_name=spec.source.name, source_path=source_path,
+        source_sha256=bundle.sha256, arch=spec.arch,
+        nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
+        toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
+        fixed_defines=spec.fixed_define_args(), objective=objective,
+        evidence={**evidence_table(result, database), "vs_defaults": vs_defaults},
+        provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
+                    "trials_in_study": len(result.trials), "search_trials": result.search_trials,
+                    "budget": result.budget, "stopped": result.stopped, "database": database},
+        base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(),
+    )  # fmt: skip
+
+
+def base_flags(spec: KernelSpec) -> tuple[str, ...]:
+    """What a rebuild needs besides the tuned settings: the nvcc_flags, then every include folder
+    the build used (tune.toml's include_dirs too), relative to the kernel's folder as tune.toml
+    gives them; a folder with nothing but the root in common with it stays absolute. A folder
+    whose resolved path the ACF could not hold (a link to a name with a space) is left out."""
+    folder = spec.source.parent
+    includes: list[str] = []
+    for d in spec.include_dirs:
+        relative = os.path.relpath(d, folder) if os.path.commonpath([d, folder]) != d.anchor else None
+        includes += [p for p in (relative, d.as_posix()) if p is not None and path_problem(p) is None][:1]
+    return spec.nvcc_flags.flags + tuple(f"-I{d}" for d in includes)
+
+
+def objective_table(result: Any) -> dict[str, Any]:
+    key = result.study.key
+    if getattr(result, "front", None) is not None:
+        return front_objective_table(result)
+    runtime = key.objective == "time"
+    baseline, best = result.baseline.value, result.chosen.value
+    table: dict[str, Any] = {"name": key.objective, "kind": RUNTIME_KIND if runtime else STATIC_KIND,
+                             "direction": "minimise", "evaluator": key.evaluator}
+    if runtime:
+        table["unit"] = "ms"
+    if baseline is not None:
+        table["baseline"] = baseline
+    if best is not None:
+        table["best"] = best
+    table["improved"] = bool(baseline is not None and best is not None and best < baseline)
+    if result.confirmation is not None:
+        table.update(_confirmed(result.confirmation))
+    return table
+
+
+def front_objective_table(result: Any) -> dict[str, Any]:
+    """Several objectives: each one's value for the defaults and for the choice, and the pick rule."""
+    objectives = result.front.objectives
+    runtime = "time" in objectives
+    table: dict[str, Any] = {"name": result.study.key.objective, "objectives": list(objectives),
+                             "kind": RUNTIME_KIND if runtime else STATIC_KIND, "direction": "minimise",
+                             "evaluator": result.study.key.evaluator, "pick": result.front.rule,
+                             "pick_rule": multi_objective.PICK_RULES}
+    if runtime:
+        table["unit"] = "ms"
+    baseline, chosen = values_of(result.baseline, objectives), values_of(result.chosen, objectives)
+    if baseline is not None:
+        table["baseline"] = dict(zip(objectives, baseline, strict=True))
+    if chosen is not None:
+        table["best"] = dict(zip(objectives, chosen, strict=True))
+    table["improved"] = bool(baseline is not None and chosen is not None and chosen != baseline)
+    return table
+
+
+def front_rows(result: Any) -> list[dict[str, Any]]:
+    """`[[evidence.front]]`: each front point's values per objective and its settings that differ
+    from the defaults."""
+    base = result.baseline.config
+    return [{"trial": p.trial.number, "values": dict(zip(result.front.objectives, p.values, strict=True)),
+             "settings": {k: v for k, v in sorted(p.trial.config.items()) if base.get(k) != v}}
+            for p in result.front.points]
+
+
+def _confirmed(confirmation: Any) -> dict[str, Any]:
+    """Screening values are one quick run each; the speedup is the interleaved confirmation's."""
+    table: dict[str, Any] = {"confirmation_delta": confirmation.delta,
+                             "improved": not confirmation.keeps_baseline}
+    if confirmation.keeps_baseline:
+        table["verdict"] = "no candidate was faster than the baseline beyond the noise threshold"
+        return table
+    comparison = confirmation.winner.comparison
+    table.update(verdict=comparison.verdict.value, speedup=1.0 / comparison.estimate,
+                 speedup_interval_95=[1.0 / comparison.high, 1.0 / comparison.low],
+                 confirmation_rounds=comparison.rounds)
+    return table
+
+
+def evidence_table(result: Any, database: str = "the database") -> dict[str, Any]:
+    table: dict[str, Any] = {name: evidence(trial, source(trial, result, database))
+                             for name, trial in (("baseline", result.baseline), ("best", result.chosen))}
+    if result.simplification is not None:
+        table["simplified"] = {
+            "search_winner_trial": result.winner.number,
+            "dropped": list(result.simplification.dropped),
+            "kept": list(result.simplification.kept),
+            "rule": "a setting is dropped when resetting it to the compiler default gives the same "
+                    "machine code (or, for static objectives, an objective no worse)",
+        }
+    if getattr(result, "ablation", None) is not None:
+        table["contribution"] = ablation.evidence_rows(result.ablation)
+    if getattr(result, "front", None) is not None:
+        table["front"] = front_rows(result)
+        table["pick"] = {"rule": result.front.rule, "trial": result.chosen.number}
+    return table
+
+
+def evidence(trial: Trial, origin: str) -> dict[str, Any]:
+    if trial.state is not TrialState.COMPLETE or not trial.code_hash:
+        raise EvidenceError(f"trial #{trial.number} is {trial.state.value} without machine code; no ACF was written")
+    found = {name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None}
+    return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
+
+
+def source(trial: Trial, result: Any, database: str) -> str:
+    """Where a trial's evidence comes from: a build this run made, this run's reading of the
+    build cache, or a row it found in the database (imported or shared: not rebuilt here)."""
+    origin = result.origins.get(trial.id)
+    if origin == "compiled":
+        return "compiled by this run"
+    if origin is not None:
+        return "evaluated by this run from the build cache (not recompiled)"
+    return (f"recorded in {database} by {trial.worker} (an earlier, shared or imported result; "
+            "not rebuilt by this run: compileiq gate rebuilds it)")

@@ -1,0 +1,103 @@
+"""An ACF's flags in the shape a build system takes them: shell arguments, an nvcc options file,
+a CMake snippet, Bazel copts, or JSON.
+
+Everything here works from a validated `Acf` (compileiq.results.acf.read): every flag is one token the
+search space can produce, so no format has to quote more than a file path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.results.acf import Acf, AcfError
+
+FORMATS = ("args", "optf", "cmake", "bazel", "json")
+STAGES = ("all", "frontend", "ptxas")
+_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_=.+:/-]+")
+
+
+def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False) -> str:
+    """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if stage not in STAGES:
+        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+    if fmt == "cmake":  # CMake sets the architecture itself (CUDA_ARCHITECTURES)
+        if stage == "ptxas":
+            raise UsageError("--format cmake gives nvcc options: use --stage all or frontend")
+        return cmake_snippet(acf, stage, with_base)
+    flags = unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))
+    if fmt == "args":
+        return shlex.join(flags)
+    if fmt == "optf":
+        return "".join(f"{_plain(acf, token)}\n" for token in flags)
+    if fmt == "bazel":
+        lines = "".join(f"    {json.dumps(token)},\n" for token in flags)
+        return f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}\ncopts = [\n{lines}],\n"
+    return json.dumps(document(acf, stage, with_arch, with_base), indent=2) + "\n"
+
+
+def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """Each flag once, in first-seen order (an options file or CMake must not repeat one)."""
+    return tuple(dict.fromkeys(flags))
+
+
+def cuda_architectures(arch: str) -> str:
+    """CMake's CUDA_ARCHITECTURES value for an ACF arch: sm_90 -> 90, sm_90a -> 90a."""
+    return arch.removeprefix("sm_")
+
+
+def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
+    """The JSON document of `--format json` (also what the CMake module reads)."""
+    return {
+        "acf": str(acf.path),
+        "kernel": acf.kernel,
+        "source": acf.source_path,
+        "arch": acf.arch,
+        "cuda_architectures": cuda_architectures(acf.arch),
+        "stage": stage,
+        "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
+        "base": list(acf.base_args()),
+        "frontend": list(acf.frontend_args),
+        "ptxas": list(acf.ptxas_args),
+        "defines": list(acf.fixed_defines),
+        "recorded": {k: v for k, v in dict(acf.evidence.get("best", {})).items()
+                     if isinstance(v, int | float | str | bool)},
+    }
+
+
+def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
+    """set_source_files_properties(...) giving the kernel source the ACF's flags. Each flag is one
+    token (ptxas options as -Xptxas=OPTION, never split from their -Xptxas); a source's
+    COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
+    # absolute include folders: the compiler runs in CMake's build folder, not here
+    flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
+    options = ";".join(_plain(acf, token) for token in unique(flags))
+    arch = cuda_architectures(acf.arch)
+    return (
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
+        f"set_source_files_properties({_cmake_quoted(acf.source_from_here())} PROPERTIES COMPILE_OPTIONS "
+        f'"{options}")\n'
+    )
+
+
+def _plain(acf: Acf, token: str) -> str:
+    """A flag that needs no quoting anywhere (a validated ACF only has these)."""
+    if not _PLAIN_TOKEN.fullmatch(token):
+        raise AcfError(f"{acf.path}: flag {token!r} cannot be written unquoted")
+    return token
+
+
+def _cmake_quoted(text: str) -> str:
+    """A CMake quoted argument holding `text` as one string (not a list)."""
+    return '"' + re.sub(r'([\\"$])', r"\\\1", text) + '"'
+
+
+def cmake_dir() -> Path:
+    """The folder of the CMake package shipped with compileiq (compileiq-config.cmake)."""
+    return Path(__file__).resolve().parent.parent / "cmake"

@@ -1,0 +1,129 @@
+"""Trade-offs between objectives: the Pareto front of a study's recorded trials, and one pick.
+
+Every complete trial records all static metrics, so the front of any objectives (lower is better
+for each, occupancy as its shortfall) is read from the study without building anything. In a
+runtime study "time" is the trial's measured value. The front is over what the search recorded:
+a search aimed at one objective samples the front unevenly.
+
+Pick rules: `first`: the best in the first objective, ties broken by the next; `knee`: the point
+nearest the ideal (every objective at its best on the front) after scaling each objective to
+[0, 1] over the front; `weights=w1,w2,...` (or `weights=name:w,name:w`, by objective name): the
+lowest weighted sum of those scaled values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compileiq.core.errors import UsageError
+from compileiq.core.records import Trial, TrialState
+from compileiq.evaluate.metrics import StaticMetrics, objective_value
+
+OBJECTIVES = ("spills", "registers", "occupancy", "instructions", "time")
+_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    trial: Trial
+    values: tuple[float, ...]  # one per objective, lower is better
+
+
+@dataclass(frozen=True)
+class Front:
+    objectives: tuple[str, ...]
+    points: tuple[FrontPoint, ...]  # non-dominated, sorted by the first objective
+    others: tuple[FrontPoint, ...]  # the dominated complete trials
+    pick: FrontPoint | None
+    rule: str
+
+
+def parse_objectives(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown or len(names) < 2 or len(set(names)) != len(names):
+        raise UsageError(f"--pareto takes two or more distinct objectives from {', '.join(OBJECTIVES)}, "
+                         f"comma-separated (e.g. registers,instructions); got {text!r}")
+    return names
+
+
+def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee", runtime: bool = False) -> Front:
+    if "time" in objectives and not runtime:
+        raise UsageError("the time objective needs a runtime study (--objective time)")
+    weights = _weights(rule, tuple(objectives))
+    scored = [p for t in trials if (p := _point(t, objectives)) is not None]
+    kept: dict[tuple[float, ...], FrontPoint] = {}
+    for p in sorted(scored, key=lambda p: (p.values, p.trial.number)):  # one trial per value vector
+        kept.setdefault(p.values, p)
+    points = [p for p in kept.values() if not any(_dominates(q.values, p.values) for q in kept.values())]
+    on_front = {p.trial.number for p in points}
+    others = tuple(p for p in scored if p.trial.number not in on_front)
+    return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
+
+
+def values_of(trial: Trial, objectives: Sequence[str]) -> tuple[float, ...] | None:
+    """The trial's value per objective (lower is better), or None when it records no such result."""
+    point = _point(trial, objectives)
+    return point.values if point is not None else None
+
+
+def _point(trial: Trial, objectives: Sequence[str]) -> FrontPoint | None:
+    if trial.state is not TrialState.COMPLETE or trial.value is None:
+        return None
+    try:
+        metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
+    except (KeyError, TypeError):
+        return None
+    values = tuple(trial.value if name == "time" else objective_value(name, metrics) for name in objectives)
+    return FrontPoint(trial, values)
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+def check_rule(rule: str, objectives: Sequence[str]) -> None:
+    """UsageError unless `rule` is a pick rule for these objectives."""
+    _weights(rule, tuple(objectives))
+
+
+def _weights(rule: str, objectives: tuple[str, ...]) -> tuple[float, ...]:
+    count = len(objectives)
+    if rule in ("knee", "first"):
+        return (1.0,) * count
+    name, _, text = rule.partition("=")
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        if all(":" in part for part in parts):  # weights=registers:0.7,instructions:0.3
+            named = {key.strip(): float(w) for key, _, w in (part.partition(":") for part in parts)}
+            weights = tuple(named[o] for o in objectives) if len(named) == len(parts) == count else ()
+        else:
+            weights = tuple(float(w) for w in parts)
+    except (ValueError, KeyError):
+        weights = ()
+    if (name != "weights" or len(weights) != count or not all(math.isfinite(w) and w >= 0 for w in weights)
+            or not any(weights)):
+        plain = ",".join(f"W{i + 1}" for i in range(count))
+        by_name = ",".join(f"{o}:W{i + 1}" for i, o in enumerate(objectives))
+        raise UsageError(f"--pick must be knee, first or weights={plain} (or weights={by_name}; non-negative, "
+                         f"one per objective); got {rule[:80]!r}")
+    return weights
+
+
+def _pick(points: Sequence[FrontPoint], rule: str, weights: tuple[float, ...]) -> FrontPoint | None:
+    if not points:
+        return None
+    if rule == "first":
+        return min(points, key=lambda p: (p.values, p.trial.number))
+    columns = list(zip(*(p.values for p in points), strict=True))
+    low = [min(c) for c in columns]
+    span = [(max(c) - min(c)) or 1.0 for c in columns]
+
+    def scaled(p: FrontPoint) -> list[float]:
+        return [(v - lo) / s for v, lo, s in zip(p.values, low, span, strict=True)]
+
+    if rule == "knee":
+        return min(points, key=lambda p: (sum(x * x for x in scaled(p)), p.trial.number))
+    return min(points, key=lambda p: (sum(w * x for w, x in zip(weights, scaled(p), strict=True)), p.trial.number))

@@ -1,0 +1,85 @@
+"""Configurations as rows of value indices: candidate pools as numpy arrays, not Python objects.
+
+A batch ask scores thousands of candidates; building a `Config` (a sorted tuple and a JSON key)
+for each cost more than the surrogate itself. Rows are built, filtered and scored as arrays, and
+only the chosen few become `Config`s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from compileiq.core.space import Config, SearchSpace, Value
+
+Row = tuple[int, ...]
+
+
+def _slot(value: Any) -> tuple[str, Any]:
+    return type(value).__name__, value  # True and 1 are different settings
+
+
+class Encoding:
+    """Maps the configurations of one search space to index rows and back."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self._parameters = space.parameters
+        self._slots = [{_slot(v): i for i, v in enumerate(p.values)} for p in space.parameters]
+        self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
+        self.lows = np.array([int(p.values[0]) if p.kind == "int" else 0 for p in space.parameters])  # type: ignore[arg-type]
+        self.frontend_columns = [i for i, p in enumerate(space.parameters) if p.stage == "frontend"]
+        # Each parameter's extreme values, as value indices (a choice's "default", unset, is none).
+        self.extreme_low = np.array(
+            [1 if p.values[0] == "default" and len(p.values) > 2 else 0 for p in space.parameters]
+        )
+        self.extreme_high = self.cardinality - 1
+
+    def row(self, config: Config | dict[str, Value]) -> Row:
+        values = config.as_dict() if isinstance(config, Config) else config
+        return tuple(
+            slots[_slot(values[p.name])] for p, slots in zip(self._parameters, self._slots)
+        )
+
+    def rows_of_keys(self, keys: Iterable[str]) -> set[Row]:
+        """Rows of configuration keys (JSON); keys of another space are ignored."""
+        rows = set()
+        for key in keys:
+            try:
+                rows.add(self.row(json.loads(key)))
+            except (KeyError, ValueError, TypeError):
+                continue
+        return rows
+
+    def config(self, row: Iterable[int]) -> Config:
+        return Config.of({p.name: p.values[int(i)] for p, i in zip(self._parameters, row)})
+
+    def points(self, rows: np.ndarray) -> list[list[int]]:
+        """skopt coordinates: an int parameter's own value, a choice's index."""
+        return (rows + self.lows).tolist()  # type: ignore[no-any-return]
+
+    def frontend(self, row: Iterable[int]) -> Row:
+        values = tuple(row)
+        return tuple(values[i] for i in self.frontend_columns)
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """Every row of the space (only for small spaces)."""
+        axes = [np.arange(n) for n in self.cardinality]
+        return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """Distinct random rows, uniform over the space."""
+        drawn = rng.integers(0, self.cardinality, size=(count, len(self.cardinality)))
+        return np.unique(drawn, axis=0)
+
+    def without(self, rows: np.ndarray, skip: set[Row]) -> np.ndarray:
+        if not skip or not len(rows):
+            return rows
+        keep = np.fromiter(
+            (tuple(r) not in skip for r in rows.tolist()), dtype=bool, count=len(rows)
+        )
+        return rows[keep]

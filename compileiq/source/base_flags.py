@@ -1,0 +1,154 @@
+"""Base flags: the nvcc flags a kernel needs to build at all (``nvcc_flags`` in tune.toml).
+
+Nothing here trusts its input: every flag passes an allow-list of known-safe nvcc options, every
+``-D`` the macro allow-list of the search space and every path the path allow-list, before any
+process starts (nvcc runs its sub-tools through /bin/sh). Tuned settings (fast math, -O, ...)
+are the search's to choose, so they are not base flags.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from compileiq.core.errors import UsageError
+from compileiq.core.space import define_arg_problem, macro_problem
+
+# Characters a path handed to nvcc may hold: no shell text, no list separator (comma), no space.
+_PATH = re.compile(r"[A-Za-z0-9_.+\-/@]+")
+_STD = re.compile(r"c\+\+(03|11|14|17|20)")
+_DIAG = re.compile(r"\d+(,\d+)*")
+
+# Flags taken as they are, by their spellings -> the canonical spelling recorded.
+_PLAIN = {
+    "--extended-lambda": "--extended-lambda", "-extended-lambda": "--extended-lambda",
+    "--expt-extended-lambda": "--extended-lambda", "-expt-extended-lambda": "--extended-lambda",
+    "--expt-relaxed-constexpr": "--expt-relaxed-constexpr",
+    "-expt-relaxed-constexpr": "--expt-relaxed-constexpr",
+    "-lineinfo": "-lineinfo", "--generate-line-info": "-lineinfo",
+    "-rdc=true": "-rdc=true", "-rdc=false": "-rdc=false", "-dc": "-rdc=true", "--device-c": "-rdc=true",
+    "--relocatable-device-code=true": "-rdc=true", "--relocatable-device-code=false": "-rdc=false",
+    "-w": "-w", "--disable-warnings": "-w",
+    "-Wno-deprecated-gpu-targets": "-Wno-deprecated-gpu-targets",
+    "-Wno-deprecated-declarations": "-Wno-deprecated-declarations",
+    "--default-stream=per-thread": "--default-stream=per-thread",
+    "--default-stream=legacy": "--default-stream=legacy",
+}  # fmt: skip
+# Options whose value may also be the next argument: spelling -> canonical prefix.
+_VALUED = {
+    "-std": "-std=", "--std": "-std=", "-rdc": "-rdc=", "--relocatable-device-code": "-rdc=",
+    "-I": "-I", "--include-path": "-I", "-isystem": "-I", "-D": "-D", "--define-macro": "-D",
+    "-U": "-U", "--undefine-macro": "-U", "--diag-suppress": "--diag-suppress=",
+    "-diag-suppress": "--diag-suppress=", "--default-stream": "--default-stream=",
+}
+ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "
+           "--diag-suppress=N, --default-stream=..., -I DIR, -D NAME[=VALUE], -U NAME")
+
+
+class BaseFlagError(UsageError):
+    """A base flag that is not on the allow-list, or carries an unsafe value."""
+
+
+@dataclass(frozen=True)
+class BaseFlags:
+    """Validated base flags in canonical spelling; include folders kept apart (they are mapped
+    into the source bundle, so a worker with no shared disk finds them)."""
+
+    flags: tuple[str, ...] = ()  # e.g. ("-rdc=true", "-std=c++20", "-DUSE_X=1")
+    include_dirs: tuple[str, ...] = ()  # the -I folders as given
+
+    @property
+    def relocatable(self) -> bool:
+        """-rdc=true: the PTX is assembled with ptxas --compile-only."""
+        return "-rdc=true" in self.flags
+
+    def as_args(self) -> tuple[str, ...]:
+        """Every flag as nvcc arguments, include folders last (what a rebuild needs)."""
+        return self.flags + tuple(f"-I{d}" for d in self.include_dirs)
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` may not be handed to nvcc (None: it may)."""
+    if not _PATH.fullmatch(path):
+        bad = next((c for c in path if not _PATH.fullmatch(c)), "")
+        return f"path {path!r} contains {bad!r} (allowed: letters, digits and _ . + - / @)"
+    if any(part.startswith("-") for part in path.split("/")):
+        return f"path {path!r} has a part starting with '-'"
+    return None
+
+
+def check_path(path: str, where: str) -> str:
+    if problem := path_problem(path):
+        raise BaseFlagError(f"{where}: {problem}")
+    return path
+
+
+def parse_base_flags(args: Sequence[str], where: str) -> BaseFlags:
+    """Validate nvcc arguments as base flags (from tune.toml's nvcc_flags, or a compile command).
+
+    ``where`` names the source in the one-line error (e.g. "k/tune.toml: nvcc_flags").
+    """
+    flags: list[str] = []
+    includes: list[str] = []
+    for token in _canonical(args, where):
+        if token.startswith("-I"):
+            includes.append(check_path(token[2:], where))
+        elif token not in flags:
+            flags.append(token)
+    if "-rdc=true" in flags and "-rdc=false" in flags:
+        raise BaseFlagError(f"{where}: both -rdc=true and -rdc=false")
+    return BaseFlags(tuple(flags), tuple(includes))
+
+
+def _canonical(args: Sequence[str], where: str) -> Iterator[str]:
+    items = iter(args)
+    for arg in items:
+        if not isinstance(arg, str) or not arg:
+            raise BaseFlagError(f"{where}: flags must be non-empty strings")
+        if arg in _PLAIN:
+            yield _PLAIN[arg]
+            continue
+        spelling, value = _split(arg)
+        if spelling is None:
+            raise BaseFlagError(f"{where}: {arg!r} is not an allowed base flag (allowed: {ALLOWED})")
+        if value is None:
+            value = next(items, None)
+            if value is None:
+                raise BaseFlagError(f"{where}: {arg!r} needs a value")
+        yield _checked(_VALUED[spelling], value, arg, where)
+
+
+def _split(arg: str) -> tuple[str | None, str | None]:
+    """(the option's spelling, its value in the same argument or None)."""
+    if arg in _VALUED:
+        return arg, None
+    head, eq, tail = arg.partition("=")
+    if eq and head in _VALUED and head not in ("-I", "-D", "-U"):
+        return head, tail
+    for short in ("-I", "-D", "-U"):
+        if arg.startswith(short) and len(arg) > 2 and not arg.startswith("-isystem"):
+            return short, arg[2:]
+    if arg.startswith("-isystem") and len(arg) > len("-isystem"):
+        return "-isystem", arg[len("-isystem"):]
+    return None, None
+
+
+def _checked(prefix: str, value: str, arg: str, where: str) -> str:
+    token = prefix + value
+    problem: str | None = None
+    if prefix == "-std=" and not _STD.fullmatch(value):
+        problem = f"{arg!r}: unknown C++ standard {value!r}"
+    elif prefix == "-rdc=" and value not in ("true", "false"):
+        problem = f"{arg!r}: -rdc takes true or false"
+    elif prefix == "-D":
+        problem = define_arg_problem(token)
+    elif prefix == "-U":
+        problem = macro_problem(value)
+    elif prefix == "--diag-suppress=" and not _DIAG.fullmatch(value):
+        problem = f"{arg!r}: --diag-suppress takes warning numbers"
+    elif prefix == "--default-stream=" and value not in ("per-thread", "legacy", "null"):
+        problem = f"{arg!r}: --default-stream takes per-thread, legacy or null"
+    if problem:
+        raise BaseFlagError(f"{where}: {problem}")
+    return token

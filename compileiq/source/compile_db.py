@@ -1,0 +1,206 @@
+"""A source file's real compile command from a compilation database (CMake's or Bear's
+compile_commands.json), turned into base flags for tuning.
+
+Kept: what the code needs to build (-I, -D, -U, -std, language and device-code switches), with
+include paths made absolute. Taken apart: the target arch. Stripped, and reported: the settings
+compileiq tunes itself (nvcc flags of the search space, everything passed to ptxas, host -O),
+host-compiler and linker options, and build mechanics (-c, -o, -x, dependency files). What is
+kept still passes the base-flag allow-list before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import not_regular
+from compileiq.core.space import SearchSpace
+
+MAX_DATABASE_BYTES = 64 * 2**20
+_ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
+
+# Options whose value is the next argument when not joined with "=" (or, for short ones, attached).
+_WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "-Xcompiler",
+               "--compiler-options", "-Xlinker", "--linker-options", "-Xptxas", "--ptxas-options",
+               "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-I", "--include-path",
+               "-isystem", "--system-include", "-D", "--define-macro", "-U", "--undefine-macro",
+               "-std", "--std", "-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode",
+               "--generate-code", "-include", "--pre-include", "-L", "--library-path", "-l",
+               "--library", "-maxrregcount", "--maxrregcount", "-odir", "--output-directory",
+               "-MD", "-MMD"}
+_BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
+                    "-MQ", "-M", "-MM", "--generate-dependencies", "-forward-unknown-to-host-compiler",
+                    "--forward-unknown-to-host-compiler", "-odir", "--output-directory"}
+_HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
+                 "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
+                 "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
+_PTXAS = {"-Xptxas", "--ptxas-options", "-maxrregcount", "--maxrregcount"}
+_ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
+_SHORT_ATTACHED = ("-I", "-D", "-U", "-O")  # not -l: nvcc has -lineinfo, -lto
+_NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
+
+
+_OPTIONS_FILE = {"--options-file", "-optf"}
+MAX_OPTIONS_FILE_BYTES = 2**20
+
+
+class CompileDbError(UsageError):
+    """A compilation database that cannot be read, or has no command for the file."""
+
+
+@dataclass(frozen=True)
+class CompileCommand:
+    """The parts of one file's compile command that tuning needs."""
+
+    source: Path
+    directory: Path
+    base_flags: tuple[str, ...]
+    arch: str | None
+    stripped: tuple[str, ...]  # what was taken out, as given, for the user to see
+
+
+def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCommand:
+    """The command that compiles `source` in `database`, as base flags; CompileDbError otherwise."""
+    entries = _entries(database)
+    wanted = source.expanduser().resolve()
+    for entry in entries:
+        directory = database.parent / Path(str(entry.get("directory", "."))).expanduser()
+        file = entry.get("file")
+        if isinstance(file, str) and (directory / file).resolve() == wanted:
+            return _command(entry, directory.resolve(), wanted, space, database)
+    raise CompileDbError(f"{database}: no compile command for {source}")
+
+
+def _entries(database: Path) -> list[dict[str, Any]]:
+    path = database.expanduser()
+    try:
+        if path.stat().st_size > MAX_DATABASE_BYTES:
+            raise CompileDbError(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CompileDbError(f"compilation database not found: {database}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise CompileDbError(f"{database}: not a compilation database: {reason}") from None
+    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
+        raise CompileDbError(f"{database}: not a compilation database: expected a JSON list of objects")
+    return data
+
+
+def _command(entry: dict[str, Any], directory: Path, source: Path, space: SearchSpace,
+             database: Path) -> CompileCommand:
+    arguments = entry.get("arguments")
+    if isinstance(arguments, list) and all(isinstance(a, str) for a in arguments):
+        argv = list(arguments)
+    elif isinstance(entry.get("command"), str):
+        try:
+            argv = shlex.split(entry["command"])
+        except ValueError as error:
+            raise CompileDbError(f"{database}: command for {source.name}: {error}") from None
+    else:
+        raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
+    args = _expand_options_files(argv[1:], directory, f"{database}: the command for {source.name}")
+    kept, stripped, arch = _split(args, directory, source, _tuned_flags(space))
+    return CompileCommand(source, directory, tuple(kept), arch, tuple(stripped))
+
+
+def _expand_options_files(args: Sequence[str], directory: Path, where: str) -> list[str]:
+    """The arguments with each ``--options-file FILE[,FILE]`` (``-optf``) replaced by the file's
+    arguments: CMake 3.29.5+ puts a CUDA target's -I folders in ``includes_CUDA.rsp`` this way.
+    One level: an options file that names another is left to the allow-list to refuse."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag not in _OPTIONS_FILE:
+            out.append(arg)
+            continue
+        for name in (value if eq else next(it, "")).split(","):
+            out.extend(_options_file(directory / name, where))
+    return out
+
+
+def _options_file(path: Path, where: str) -> list[str]:
+    if kind := not_regular(path):
+        raise CompileDbError(f"{where}: --options-file {path} is {kind}, not a file of arguments")
+    try:
+        if path.stat().st_size > MAX_OPTIONS_FILE_BYTES:
+            raise CompileDbError(f"{where}: --options-file {path} is larger than {MAX_OPTIONS_FILE_BYTES // 2**20} MiB")
+        return shlex.split(path.read_text())
+    except FileNotFoundError:
+        raise CompileDbError(f"{where}: its --options-file {path} is missing: run the build's configure step "
+                             "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise CompileDbError(f"{where}: --options-file {path}: {reason}") from None
+
+
+def _split(args: Sequence[str], directory: Path, source: Path,
+           tuned: set[str]) -> tuple[list[str], list[str], str | None]:
+    kept: list[str] = []
+    stripped: list[str] = []
+    arch: str | None = None
+    for flag, value, given in _options(args):
+        if flag == "" and value and (directory / value).resolve() == source:
+            continue  # the source file itself
+        if flag in _ARCH:
+            arch = arch or _arch_of(value)
+        elif flag in _BUILD_MECHANICS:
+            continue
+        elif flag in _HOST_OR_LINK or flag in _PTXAS or flag == "-O" or flag in tuned:
+            stripped.append(given)
+        elif flag in ("-I", "--include-path", "-isystem", "--system-include"):
+            kept.append(f"-I{(directory / value).resolve()}")
+        elif flag in ("-D", "--define-macro"):
+            kept.append(f"-D{value}")
+        elif flag in ("-U", "--undefine-macro"):
+            kept.append(f"-U{value}")
+        elif flag in ("-std", "--std"):
+            kept.append(f"-std={value}")
+        else:
+            kept.append(given)
+    return kept, stripped, arch
+
+
+def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
+    """(flag, value, as given) for each option; a positional argument has flag ""."""
+    it = iter(args)
+    for arg in it:
+        if not arg.startswith("-"):
+            yield "", arg, arg
+            continue
+        flag, eq, value = arg.partition("=")
+        if eq:
+            yield flag, value, arg
+            continue
+        short = next((p for p in _SHORT_ATTACHED if arg.startswith(p) and len(arg) > len(p)), None)
+        if short is not None and arg not in _WITH_VALUE and not arg.startswith("--"):
+            yield short, arg[len(short):], arg
+        elif arg in _WITH_VALUE and arg not in _NO_VALUE_DASHES:
+            following = next(it, "")
+            yield arg, following, f"{arg} {following}"
+        else:
+            yield arg, "", arg
+
+
+def _arch_of(value: str) -> str | None:
+    """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ..."""
+    found = _ARCH_IN_CODE.findall(value)
+    return f"sm_{found[-1]}" if found else None
+
+
+def _tuned_flags(space: SearchSpace) -> set[str]:
+    """The option names (before any '=') that the search space's nvcc parameters render."""
+    names: set[str] = set()
+    for parameter in space.parameters:
+        if parameter.stage != "frontend" or parameter.name.startswith("define."):
+            continue
+        for value in parameter.values:
+            names.update(token.partition("=")[0] for token in parameter.argv(value))
+    return names

@@ -1,0 +1,134 @@
+"""A kernel on disk: its spec loaded from the .cu file and tune.toml, and every file its build reads
+gathered into the source bundle shipped to workers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path, PurePosixPath
+
+from compileiq.core.output_file import not_regular
+from compileiq.source.base_flags import path_problem
+from compileiq.source.spec import KernelError, KernelSpec, SourceBundle
+
+DEPENDENCY_TIMEOUT_S = 120.0
+CUDA_SUFFIXES = (".cu", ".cuh")
+
+
+def study_identity(spec: KernelSpec, bundle: SourceBundle) -> str:
+    """sha256 of the sources (with their build arguments) and the build- and score-relevant
+    tune.toml settings: two runs with the same identity are the same study."""
+    text = json.dumps({"sources": bundle.sha256, "settings": spec.settings()}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:
+    """Load a kernel's spec from ``cu_path`` and the tune.toml beside it (if any).
+
+    ``arch`` overrides the file's arch; without either, the GPU's arch or sm_90. Whether the
+    file holds a kernel is the compiled module's to say (a kernel may live in an included file).
+    """
+    from compileiq.source.kernel_toml import parse_spec
+
+    source = Path(cu_path).expanduser().resolve()
+    if kind := not_regular(source):  # checked before anything opens it: reading a named pipe blocks
+        raise KernelError(f"{cu_path} is {kind}, not a regular file: give the kernel's .cu or .cuh file")
+    if not source.is_file():
+        raise KernelError(f"kernel file not found: {cu_path}")
+    if source.suffix not in CUDA_SUFFIXES:
+        raise KernelError(f"{cu_path} is not a CUDA source: expected a {' or '.join(CUDA_SUFFIXES)} file")
+    if problem := path_problem(source.name):
+        raise KernelError(f"kernel file name: {problem}")
+    return parse_spec(source, arch)
+
+
+def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
+    """The main file and every file the compiler reads for it, except the toolchain's own and the
+    compileiq harness (from `nvcc -M` with the spec's include folders, defines and base flags)."""
+    from compileiq.core.toolchain import find_toolchain
+    from compileiq.source.dependencies import compiler_dependencies
+    from compileiq.source.harness import harness_include_dir
+
+    nvcc = nvcc or find_toolchain().nvcc
+    root = spec.source.parent
+    toolchain_dirs = _toolchain_dirs(nvcc)
+    top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
+    dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
+    base_args = spec.nvcc_flags.flags + (("-x", "cu") if spec.source.suffix == ".cuh" else ())
+    defaults = tuple(f"-D{k.removeprefix('define.')}={v}" for k, v in spec.default_values().items())
+    includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
+    args = (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
+    # the preprocessor alone, once per run: not held to the per-variant compile timeout
+    found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S),
+                                  [d for d, _ in dirs])
+    files: dict[str, bytes] = {}
+    for path in found:
+        rel = _bundle_path(path, root, top, dirs, toolchain_dirs)
+        if rel is not None:
+            files[rel] = path.read_bytes()
+    include_args = tuple(f"-I{rel}" for _, rel in dirs)
+    main = spec.source.relative_to(top).as_posix()
+    if problem := path_problem(main):
+        raise KernelError(f"kernel file {problem}")
+    digest = hashlib.sha256(json.dumps([main, include_args, base_args]).encode())
+    for rel, content in files.items():
+        digest.update(f"{rel}\0{len(content)}\0".encode())
+        digest.update(content)
+    return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args)
+
+
+def _relative(directory: Path, root: Path) -> str:
+    text = os.path.relpath(directory, root)
+    if problem := path_problem(text):
+        raise KernelError(f"include folder: {problem}")
+    return text
+
+
+def _toolchain_dirs(nvcc: str) -> tuple[Path, ...]:
+    from compileiq.source.harness import harness_include_dir
+
+    cuda = Path(os.path.normpath(Path(nvcc).resolve().parent.parent))
+    return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), Path("/usr"), Path("/opt"))
+
+
+def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Path, ...]) -> Path:
+    """The folder the bundle mirrors: the kernel's, or the nearest one above it that also holds
+    the project's include folders, so that a quoted ``#include "../../test/util.h"`` finds the
+    same file in the bundle as on disk. Include folders of the toolchain or the system (/usr,
+    /opt), or with nothing but the filesystem's root in common with the kernel's, go to inc<N>/:
+    the bundle never depends on where the project lies."""
+    project = [d for d in include_dirs if not any(d.is_relative_to(t) for t in toolchain)]
+    top = Path(os.path.commonpath([root, *project]))
+    return root if top == Path(top.anchor) else top
+
+
+def _bundle_dir(directory: Path, top: Path, index: int) -> str:
+    if directory.is_relative_to(top):
+        return directory.relative_to(top).as_posix() or "."
+    return f"inc{index}"
+
+
+def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]],
+                 toolchain: tuple[Path, ...]) -> str | None:
+    """Where a dependency goes in the bundle; None for a toolchain or system header."""
+    if any(path.is_relative_to(d) for d in toolchain[:2]):
+        return None
+    rel: str | None = None
+    if path.is_relative_to(root):
+        rel = path.relative_to(top).as_posix()
+    else:
+        for directory, bundle_dir in dirs:
+            if path.is_relative_to(directory):
+                rel = PurePosixPath(bundle_dir, path.relative_to(directory).as_posix()).as_posix()
+                break
+    if rel is None:
+        if any(path.is_relative_to(d) for d in toolchain[2:]):
+            return None
+        raise KernelError(
+            f"{path} reaches outside the kernel folder and its include_dirs: a worker would not "
+            "find it; add its folder (or one above it) to include_dirs in tune.toml"
+        )
+    if problem := path_problem(rel):
+        raise KernelError(f"header {problem}")
+    return rel

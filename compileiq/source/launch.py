@@ -1,0 +1,198 @@
+"""Launch facts as small arithmetic over macros: ``2*BLOCK*sizeof(float)``, ``BX * BY``.
+
+Evaluated with Python's parser and a walk that allows integers, + - * / // % and parentheses,
+macro names and sizeof of a scalar type: nothing else (no calls, attributes or names of Python).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from compileiq.core.errors import UsageError
+from compileiq.source.entry_names import entry_matches
+from compileiq.source.spec import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from compileiq.source.spec import KernelSpec, SourceBundle
+
+SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2, "int": 4,
+          "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4, "double": 8, "long": 8,
+          "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
+_MAX_DEPTH = 8
+# What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
+RANGES = {"block_size": (1, 1024), "dynamic_smem": (0, 2**31 - 1)}
+_LAUNCH_BOUNDS = re.compile(
+    r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)\s*(?:,[^)]*)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
+
+
+class ExpressionError(UsageError):
+    """An expression that is not plain arithmetic over macros, or names an unknown macro."""
+
+
+def check(text: str) -> None:
+    """ExpressionError unless ``text`` parses as an allowed expression (macros not looked up)."""
+    _walk(_parse(text), None, 0)
+
+
+def evaluate(text: str, macros: Mapping[str, int | str]) -> int:
+    """The expression's integer value; a macro's value may itself be an expression."""
+    return _walk(_parse(text), macros, 0)
+
+
+def launch_bounds(sources: Mapping[str, str]) -> dict[str, str]:
+    """``__launch_bounds__`` max-threads expression per kernel name, from every given source text."""
+    found: dict[str, str] = {}
+    for text in sources.values():
+        for match in _LAUNCH_BOUNDS.finditer(without_comments(text)):
+            found.setdefault(match.group(2), " ".join(match.group(1).split()))
+    return found
+
+
+def source_defines(sources: Mapping[str, str]) -> dict[str, str]:
+    """Object-like ``#define NAME value`` lines whose value is plain arithmetic."""
+    found: dict[str, str] = {}
+    pattern = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n]+)$", re.MULTILINE)
+    for text in sources.values():
+        for name, value in pattern.findall(without_comments(text)):
+            value = value.strip()
+            try:
+                check(value)
+            except ExpressionError:
+                continue
+            found.setdefault(name, value)
+    return found
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def without_comments(text: str, keep_lines: bool = False) -> str:
+    """``text`` with each C/C++ comment replaced by a space, as the preprocessor does (a directive
+    continues past a comment over several lines); ``keep_lines``: by its line breaks instead, so
+    that a match's line number is the source's."""
+    if keep_lines:
+        return _COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", text)
+    return _COMMENT.sub(" ", text)
+
+
+def _parse(text: str) -> ast.expr:
+    cleaned = re.sub(r"\b(\d+)[uUlL]+\b", r"\1", str(text).strip())
+    try:
+        return ast.parse(cleaned, mode="eval").body
+    except SyntaxError:
+        raise ExpressionError(f"{text!r} is not an arithmetic expression") from None
+
+
+def _walk(node: ast.expr, macros: Mapping[str, int | str] | None, depth: int) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _walk(node.operand, macros, depth)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp):
+        return _binary(node, macros, depth)
+    if isinstance(node, ast.Call) and _is_sizeof(node):
+        return SIZEOF[node.args[0].id]  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name):
+        return _macro(node.id, macros, depth)
+    raise ExpressionError(f"{ast.unparse(node)!r}: only integers, + - * / % ( ), macros and sizeof(type)")
+
+
+def _binary(node: ast.BinOp, macros: Mapping[str, int | str] | None, depth: int) -> int:
+    left, right = _walk(node.left, macros, depth), _walk(node.right, macros, depth)
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
+        if macros is not None and right == 0:
+            raise ExpressionError(f"{ast.unparse(node)!r}: division by zero")
+        if macros is None:
+            return 0
+        return left % right if isinstance(node.op, ast.Mod) else int(left / right)
+    raise ExpressionError(f"{ast.unparse(node)!r}: only + - * / % are allowed")
+
+
+def _is_sizeof(node: ast.Call) -> bool:
+    func, args = node.func, node.args
+    return (isinstance(func, ast.Name) and func.id == "sizeof" and len(args) == 1 and not node.keywords
+            and isinstance(args[0], ast.Name) and args[0].id in SIZEOF)
+
+
+def _macro(name: str, macros: Mapping[str, int | str] | None, depth: int) -> int:
+    if macros is None:
+        return 1
+    if name not in macros:
+        raise ExpressionError(f"unknown macro {name!r}")
+    value = macros[name]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if depth >= _MAX_DEPTH:
+        raise ExpressionError(f"macro {name!r} nests too deeply")
+    return _walk(_parse(str(value)), macros, depth + 1)
+
+
+class LaunchModel:
+    """Threads per block and dynamic shared memory of each entry under a config: its [launch]
+    table, else the tune.toml block_size, else its ``__launch_bounds__`` (as compiled, else as read
+    in any bundled file), else the spec's default."""
+
+    def __init__(self, spec: KernelSpec, bundle: SourceBundle | None = None) -> None:
+        texts = {rel: content.decode(errors="replace") for rel, content in (bundle.files if bundle else ())}
+        self._spec = spec
+        self._bounds = launch_bounds(texts)
+        self._defines = source_defines(texts)
+        defaults = spec.default_values()
+        for facts in spec.launch:  # a wrong expression is a usage error now, not a failed trial
+            for fact, text in (("block_size", facts.block_size), ("dynamic_smem", facts.dynamic_smem)):
+                if text is not None:
+                    self._fact(facts.entry, fact, text, defaults, "with the defaults")
+
+    def _fact(self, entry: str, fact: str, text: str, config: Mapping[str, Any], under: str) -> int:
+        """A launch fact outside what a launch can ask for (0 threads, negative bytes) would score
+        a variant as no occupancy, or as more than any launch gets: refused (the study at the
+        defaults, before any build; a variant whose macros make it so, as that variant's failure)."""
+        value = self._evaluate(text, config, f"launch.{entry}.{fact}")
+        low, high = RANGES[fact]
+        if not low <= value <= high:
+            where = f"{self._spec.source.parent / 'tune.toml'}: launch.{entry}.{fact}"
+            shown = text if text == str(value) else f"{text!r} is {value} {under}: it"
+            raise ExpressionError(f"{where}: {shown} must be from {low} to {high}")
+        return value
+
+    def facts(self, entry: str, config: Mapping[str, Any], compiled_bound: int = 0) -> tuple[int, int]:
+        """``compiled_bound``: the threads the compiled entry declares (PTX .maxntid), which beats
+        reading ``__launch_bounds__`` from the source (a template's parameter, a toolchain header).
+        ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
+        spec = self._spec
+        table = next((f for f in spec.launch if entry_matches(entry, f.entry)), None)
+        smem = spec.dynamic_smem
+        if table is not None and table.dynamic_smem is not None:
+            smem = self._fact(table.entry, "dynamic_smem", table.dynamic_smem, config, "in this variant")
+        if table is not None and table.block_size is not None:
+            return self._fact(table.entry, "block_size", table.block_size, config, "in this variant"), smem
+        if compiled_bound and not spec.block_size_given:
+            return compiled_bound, smem
+        if spec.block_size_given:
+            return spec.block_size_for(config), smem
+        bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
+        if bound is None:  # never another kernel's bounds: the file's first is the spec's default
+            return DEFAULT_BLOCK_SIZE, smem
+        try:
+            return self._evaluate(bound, config, "__launch_bounds__"), smem
+        except ExpressionError:
+            return DEFAULT_BLOCK_SIZE, smem
+
+    def _evaluate(self, text: str, config: Mapping[str, Any], where: str) -> int:
+        values = {**self._spec.default_values(), **config}
+        macros: dict[str, int | str] = {**self._defines, **dict(self._spec.defines)}
+        macros.update({k.removeprefix("define."): v for k, v in values.items() if k.startswith("define.")})
+        try:
+            return evaluate(text, macros)
+        except ExpressionError as error:
+            raise ExpressionError(f"{self._spec.source.parent / 'tune.toml'}: {where}: {error}") from None

@@ -1,0 +1,43 @@
+"""Whether tune.toml's macros reach the code: a ``-DNAME`` is lost when a file of the kernel
+``#define``s NAME itself without asking first (``#ifndef NAME``), as cuda-samples' kernels do with
+their tile sizes. Tuning such a macro would compare identical builds and write a setting that
+does nothing into the ACF, so the run is refused before any build, naming the line."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from compileiq.core.errors import UsageError
+from compileiq.source.launch import without_comments
+
+if TYPE_CHECKING:
+    from compileiq.source.spec import KernelSpec, SourceBundle
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+
+
+class MacroError(UsageError):
+    """A tune.toml macro that the kernel's own #define overrides."""
+
+
+def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
+    """MacroError naming the first tune.toml macro that a bundled file #defines unguarded."""
+    keys = {name: f"defines.{name}" for name, _ in spec.defines}
+    keys.update({name: f"tune.defines.{name}" for name, _ in spec.tuned_defines})
+    if not keys:
+        return
+    for rel, content in bundle.files:
+        text = without_comments(content.decode(errors="replace"), keep_lines=True)
+        for match in _DEFINE.finditer(text):
+            name = match.group(1)
+            if name in keys and not _asked_first(text[: match.start()], name):
+                line = text.count("\n", 0, match.start()) + 1
+                raise MacroError(f"{spec.source.parent / 'tune.toml'}: {keys[name]}: {rel}:{line} #defines {name} "
+                                 f"itself, so -D{name} has no effect: guard that line with #ifndef {name}")
+
+
+def _asked_first(before: str, name: str) -> bool:
+    """Whether an #ifdef/#ifndef/#if defined(NAME) comes before the #define."""
+    asks = rf"^[ \t]*#[ \t]*(?:ifn?def[ \t]+{name}\b|(?:el)?if\b[^\n]*\bdefined\b[ \t(]*{name}\b)"
+    return re.search(asks, before, re.MULTILINE) is not None

@@ -1,0 +1,129 @@
+"""The kernel spec (a .cu file plus its optional tune.toml) and the source bundle shipped to workers:
+the types every later stage reads. Loading them is `kernel` (files) and `kernel_toml` (settings).
+
+A tuned define's first listed value is its default: the baseline configuration uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.source.base_flags import BaseFlags, path_problem
+
+TUNE_FILE = "tune.toml"
+DEFAULT_BLOCK_SIZE = 256
+MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
+Values = tuple[int | str, ...]
+
+
+class KernelError(UsageError):
+    """A kernel file or its tune.toml is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """How one entry is launched: threads per block and dynamic shared memory, each an integer
+    or an arithmetic expression over macros (``2*BLOCK*sizeof(float)``)."""
+
+    entry: str
+    block_size: str | None = None
+    dynamic_smem: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything the tuner needs to know about one kernel source file."""
+
+    name: str
+    source: Path
+    arch: str
+    entries: tuple[str, ...]
+    block_size: int | str
+    dynamic_smem: int
+    defines: tuple[tuple[str, str], ...]
+    tuned_defines: tuple[tuple[str, tuple[int | str, ...]], ...]
+    include_dirs: tuple[Path, ...]
+    compile_timeout_s: float
+    allow_numerics: bool
+    allow_semantics: bool
+    # Measuring on a GPU (objective time): output tolerance against the baseline, how the
+    # executable reports its time, and extra arguments for it (e.g. --set n=4096).
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    mode: str = "harness"  # "harness" (compileiq/harness.cuh) or "program" (its own timing line)
+    metric_regex: str | None = None  # program mode: the time in ms is the regex's first group
+    run_args: tuple[str, ...] = ()
+    nvcc_flags: BaseFlags = field(default_factory=BaseFlags)  # what the code needs to build at all
+    launch: tuple[LaunchFacts, ...] = ()  # per-entry launch facts ([launch.NAME] tables)
+    block_size_given: bool = False  # block_size set in tune.toml (else from __launch_bounds__)
+
+    def block_size_for(self, config_values: Mapping[str, Any]) -> int:
+        """Threads per block under a config; a define-named size reads ``define.NAME``.
+
+        A config without that key gets the define's default (its first listed value).
+        """
+        if isinstance(self.block_size, int):
+            return self.block_size
+        key = f"define.{self.block_size}"
+        value = config_values.get(key, self.default_values()[key])
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise KernelError(f"{key} = {value!r} is not a block size") from None
+
+    def fixed_define_args(self) -> tuple[str, ...]:
+        """The ``-DNAME=VALUE`` arguments of the fixed defines."""
+        return tuple(f"-D{name}={value}" for name, value in self.defines)
+
+    def default_values(self) -> dict[str, int | str]:
+        """Each tuned define's default (first listed) value, keyed ``define.NAME``."""
+        return {f"define.{name}": values[0] for name, values in self.tuned_defines}
+
+    def settings(self) -> dict[str, Any]:
+        """Every tune.toml setting that changes a build or a score, as plain JSON data."""
+        return {
+            "entries": list(self.entries), "block_size": [self.block_size, self.block_size_given],
+            "dynamic_smem": self.dynamic_smem, "defines": [list(d) for d in self.defines],
+            "tuned_defines": [[name, list(values)] for name, values in self.tuned_defines],
+            "nvcc_flags": list(self.nvcc_flags.flags),
+            "launch": [[f.entry, f.block_size, f.dynamic_smem] for f in self.launch],
+            "rtol": self.rtol, "atol": self.atol, "mode": self.mode,
+            "metric_regex": self.metric_regex, "run_args": list(self.run_args),
+        }  # fmt: skip
+
+    def settings_sha256(self) -> str:
+        text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourceBundle:
+    """A kernel's source and every header it reads (outside the toolchain) as bytes, for a
+    worker with no shared disk, with the arguments that build it there."""
+
+    main: str
+    files: tuple[tuple[str, bytes], ...]
+    include_args: tuple[str, ...]
+    sha256: str  # the files, their paths and the arguments below
+    base_args: tuple[str, ...] = ()  # the kernel's base flags (and -x cu for a header), no -I
+
+    @property
+    def relocatable(self) -> bool:
+        """Built with -rdc=true: ptxas must assemble its PTX with --compile-only."""
+        return "-rdc=true" in self.base_args
+
+    def write_to(self, directory: Path) -> Path:
+        """Materialise the bundle under ``directory``; return the main file's path."""
+        for rel, content in self.files:
+            if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts or path_problem(rel):
+                raise KernelError(f"unsafe path in source bundle: {rel!r}")
+            target = directory / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return directory / self.main

@@ -1,0 +1,54 @@
+"""Whose running trials a tuner may take over: those of tuners that are gone, never a live one's.
+
+A trial's worker is ``host:pid``. A tuner on this host whose process no longer exists is gone
+for certain (its claims are handed back at once); any other holder is judged by its heartbeat.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from compileiq.store import Store
+from compileiq.tuning.runner import HEARTBEAT_EVERY_S
+
+RESUME_STALE_S = 3 * HEARTBEAT_EVERY_S  # --resume: a live tuner beats every HEARTBEAT_EVERY_S or sooner
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def is_gone(worker: str, host: str | None = None) -> bool:
+    """True when ``worker`` names a process on this host that no longer runs."""
+    name, _, pid = worker.rpartition(":")
+    if name != (host or socket.gethostname()) or not pid.isdigit() or int(pid) <= 0:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):
+        return False  # exists but is not ours (EPERM), or not a pid at all: leave it alone
+    return False
+
+
+@dataclass(frozen=True)
+class Takeover:
+    released: dict[str, int]  # gone worker -> trials handed back
+    stale: int  # trials failed (retryable) for a stale heartbeat
+    alive: tuple[str, ...]  # workers still holding trials, left to them (when asked for)
+
+
+def take_over(store: Store, study_id: int, me: str, stale_after_s: float, report: bool = False) -> Takeover:
+    """Hand back the claims of tuners that are gone, fail those whose heartbeat is older than
+    ``stale_after_s``; with ``report``, name the tuners still holding trials."""
+    released: dict[str, int] = {}
+    for worker in store.running_claims(study_id):
+        if worker != me and is_gone(worker):
+            reason = f"abandoned: its tuner {worker} is no longer running"
+            released[worker] = store.release_trials(study_id, worker, reason)
+    stale = store.fail_stale_trials(study_id, stale_after_s)
+    alive = tuple(sorted(w for w in store.running_claims(study_id) if w != me)) if report else ()
+    return Takeover(released, stale, alive)

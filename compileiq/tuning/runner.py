@@ -1,0 +1,490 @@
+"""Evaluate claimed trials: build cache -> compile on workers -> evaluate -> record.
+
+Every result is written to the database the moment it is known, so a killed run loses only the
+variants that were in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, Protocol, Self
+
+from compileiq.build.compile import (
+    RESOURCE_REPORT_VERSION,
+    AssembleJob,
+    Build,
+    BuildStatus,
+    EntryResources,
+    FrontendJob,
+)
+from compileiq.build.workers import Transfers, VariantJob, VariantResult, Workers
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import NODE_KEY, BuildRecord, Study, Trial, TrialOutcome, TrialState
+from compileiq.core.space import Config, SearchSpace, remember
+from compileiq.core.toolchain import Toolchain
+from compileiq.evaluate.metrics import NAMING_FAILURES, Evaluation
+from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.store import Store
+from compileiq.store.group_commit import GroupCommit
+
+HEARTBEAT_EVERY_S = 10.0
+TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler timed out or crashed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one trial in this run (for progress display)."""
+
+    trial: Trial
+    source: str  # "compiled", "build cache" or "same code as #N"
+
+
+class Progress(Protocol):
+    def started(self, study: Study, budget: int, finished: int) -> None: ...
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+# Streaming: given the trials finished so far in this run() call and those still running, the
+# tuner claims more to start now (none: wait for more results).
+Refill = Callable[[Sequence[Trial], Sequence[Trial]], Sequence[Trial]]
+
+
+class Evaluator(Protocol):
+    """Scores one build: `StaticEvaluator` (compiler output) or `TimeEvaluator` (GPU runtime)."""
+
+    @property
+    def kind(self) -> str: ...  # "static", or the device model
+
+    def evaluate(self, build: Build, config: Config) -> Evaluation: ...
+
+
+class SilentProgress:
+    """A progress sink that shows nothing (library use, benchmarks, tests)."""
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        pass
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class RunCounters:
+    frontend_calls: int = 0
+    ptxas_calls: int = 0
+    build_cache_hits: int = 0
+    same_code_reuses: int = 0
+    new_trials: int = 0
+    compile_seconds: float = 0.0  # compiler wall time, summed over variants
+    compile_wait_seconds: float = 0.0  # time the loop waited for workers
+    worker_start_seconds: float = 0.0  # starting (or joining) Ray
+    started: float = field(default_factory=time.perf_counter)
+
+    frontend_seconds: float = 0.0
+    ptxas_seconds: float = 0.0
+    nodes: dict[str, int] = field(default_factory=dict)  # Ray node -> variants its ptxas built this run
+    transfers: Transfers = field(default_factory=Transfers)  # what the driver shipped to the workers
+
+    @property
+    def compiler_calls(self) -> int:
+        return self.frontend_calls + self.ptxas_calls
+
+    @property
+    def frontend_cost_ratio(self) -> float:
+        """Mean nvcc front-end time over mean ptxas time, as measured in this run (nan if unknown)."""
+        if not self.frontend_calls or not self.ptxas_calls or not self.ptxas_seconds:
+            return math.nan
+        return (self.frontend_seconds / self.frontend_calls) / (
+            self.ptxas_seconds / self.ptxas_calls
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every variant of one run shares."""
+
+    kernel: KernelSpec
+    space: SearchSpace
+    bundle: SourceBundle
+    toolchain: Toolchain
+
+
+class TrialRunner:
+    """Turns claimed trials into finished ones; opens the workers only when something must compile."""
+
+    def __init__(
+        self,
+        target: Target,
+        store: Store,
+        evaluator: Evaluator,
+        open_workers: Callable[[], Workers],
+        progress: Progress,
+        heartbeat_every_s: float = HEARTBEAT_EVERY_S,
+    ) -> None:
+        self._heartbeat_every_s = heartbeat_every_s
+        self._target = target
+        self._store = store
+        self._evaluator = evaluator
+        self._open_workers = open_workers
+        self._workers: Workers | None = None
+        self._progress = progress
+        self.counters = RunCounters()
+        self.origins: dict[int, str] = {}  # trial id -> "compiled" or "build cache", for trials this run finished
+        self._by_code: dict[str, Trial] = {}
+        self._claimed: dict[int, tuple[Trial, str]] = {}  # compiling now: trial id -> (trial, build key)
+        self._may_win: Callable[[Trial], bool] = lambda trial: True
+        self._best: Trial | None = None  # among _by_code's trials that may win, kept as they arrive
+        self._best_known = True  # False: the rule changed, recompute on the next `best()`
+        self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
+        self._configs: dict[str, Config] = {}
+        self._fixed_defines = target.kernel.fixed_define_args()  # the same for every variant
+
+    @property
+    def may_win(self) -> Callable[[Trial], bool]:
+        """The tuner's rule for which trials `best` may name."""
+        return self._may_win
+
+    @may_win.setter
+    def may_win(self, rule: Callable[[Trial], bool]) -> None:
+        self._may_win = rule
+        self.rules_changed()
+
+    def rules_changed(self) -> None:
+        """`may_win` now answers differently (the tuner learned its reference): recompute `best`."""
+        self._best_known = False
+
+    def remember(self, trials: Sequence[Trial]) -> None:
+        """Note finished trials' machine code, so identical code is reported as a reuse."""
+        for trial in trials:
+            if trial.code_hash and trial.state is TrialState.COMPLETE and trial.code_hash not in self._by_code:
+                self._by_code[trial.code_hash] = trial
+                if self._best_known and _better(trial, self._best) and self._may_win(trial):
+                    self._best = trial
+
+    def run(self, batch: Sequence[Trial], refill: Refill | None = None) -> list[Trial]:
+        """Finish the claimed trials, beating their heartbeat throughout (a cache hit's
+        evaluation can take as long as a compile: a runtime objective measures it). With
+        `refill`, the trials it hands over while compiles run are started and finished too."""
+        if not batch:
+            return []
+        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s) as beat:
+            with GroupCommit(self._store) as self._commit:
+                try:
+                    finished: list[Trial] = []
+                    jobs = self._start(batch, finished)
+                    if jobs:
+                        self._compile_and_record(jobs, finished, refill, beat)
+                finally:
+                    self._commit = None
+            return finished
+
+    def flush(self) -> None:
+        """Make every result recorded so far durable (before the tuner asks or claims)."""
+        if self._commit is not None:
+            self._commit.flush()
+
+    def _start(self, batch: Sequence[Trial], finished: list[Trial]) -> list[VariantJob]:
+        """Record the cache hits among `batch` (into `finished`); the compile jobs of the rest."""
+        jobs: list[VariantJob] = []
+        if not batch:
+            return jobs
+        keys = {trial.id: self.build_key(self.config_of(trial)) for trial in batch}
+        cache = self._store.get_builds(set(keys.values()))
+        for trial in batch:
+            cached = cache.get(keys[trial.id])
+            if cached is None or not _deterministic(cached):
+                self._claimed[trial.id] = (trial, keys[trial.id])
+                jobs.append(self._job(trial))
+                continue
+            self.counters.build_cache_hits += 1
+            finished.append(self._record(trial, _build_from_record(cached), "build cache"))
+        return jobs
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self.counters.transfers = getattr(self._workers, "transfers", Transfers())  # Ray ships; others may not say
+            self._workers.close()
+            self._workers = None
+
+    def _compile_and_record(
+        self, jobs: list[VariantJob], finished: list[Trial], refill: Refill | None, beat: Heartbeat
+    ) -> None:
+        running = {job.tag for job in jobs}
+
+        def more() -> list[VariantJob]:
+            trials = refill(finished, _Compiling(running, self._claimed)) if refill else ()
+            beat.add([trial.id for trial in trials])
+            fresh = self._start(trials, finished)
+            running.update(job.tag for job in fresh)
+            return fresh
+
+        try:
+            workers = self._workers or self._start_workers()
+            results = iter(workers.run(jobs, more) if refill is not None else workers.run(jobs))
+            while (result := self._wait(results)) is not None:
+                trial, key = self._claimed.pop(result.tag)
+                running.discard(result.tag)
+                finished.append(self._record_compiled(trial, result, key))
+        except Exception as error:  # workers, database, a bug: no claim stays running (Ctrl-C and a
+            # closed pipe are the tuner's to hand back, with their own reason)
+            reason = str(error) if isinstance(error, CompileIQError) else type(error).__name__
+            self._release(running, reason)
+            raise
+        finally:
+            for tag in running:
+                self._claimed.pop(tag, None)
+
+    def _release(self, trial_ids: set[int], reason: str) -> None:
+        """Hand claimed trials back (retryable) when the run fails: they were never tried."""
+        try:
+            for trial_id in sorted(trial_ids):
+                self._store.finish_trial(
+                    trial_id, state=TrialState.FAILED, value=None, reason=f"not compiled: {reason}",
+                    metrics={}, code_hash=None, compile_seconds=None, retryable=True,
+                )  # fmt: skip
+        except CompileIQError:
+            pass  # the database itself failed: the caller reports the first error; heartbeats go stale
+
+    def _wait(self, results: Iterator[VariantResult]) -> VariantResult | None:
+        start = time.perf_counter()
+        result = next(results, None)
+        self.counters.compile_wait_seconds += time.perf_counter() - start
+        return result
+
+    def _start_workers(self) -> Workers:
+        start = time.perf_counter()
+        self._workers = self._open_workers()
+        self.counters.worker_start_seconds += time.perf_counter() - start
+        self._progress.note(f"compiling on {self._workers.description}")
+        return self._workers
+
+    def _record_compiled(self, trial: Trial, result: VariantResult, build_key: str) -> Trial:
+        self._count_compile(result)
+        record = _build_record(build_key, result.build) if result.build.status.deterministic else None
+        return self._record(trial, result.build, "compiled", record, result.node)
+
+    def _count_compile(self, result: VariantResult) -> None:
+        counters = self.counters
+        counters.frontend_calls += int(result.ptx_compiled)
+        counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
+        counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
+        counters.ptxas_seconds += result.build.seconds
+        counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
+        if result.node:
+            counters.nodes[result.node] = counters.nodes.get(result.node, 0) + 1
+
+    def record_judged(self, trial: Trial, build: Build, evaluation: Evaluation) -> Trial:
+        """Finish a trial judged without the evaluator (screened out before it was measured)."""
+        return self._record(trial, build, "screened", evaluation=evaluation)
+
+    def _record(
+        self, trial: Trial, build: Build, source: str, record: BuildRecord | None = None, node: str = "",
+        evaluation: Evaluation | None = None,
+    ) -> Trial:
+        """Evaluate and finish the trial; `record` (a fresh build) is cached in the same write."""
+        self.origins[trial.id] = source
+        if build.ok and build.code_hash in self._by_code:
+            source = f"same code as #{self._by_code[build.code_hash].number}"
+            self.counters.same_code_reuses += 1
+        evaluation = evaluation or self._evaluator.evaluate(build, self.config_of(trial))
+        metrics = evaluation.metrics
+        if not build.status.deterministic:  # a later run tries it again (see reopen_transient)
+            metrics = {**metrics, TRANSIENT_KEY: build.status.value}
+        if node:
+            metrics = {**metrics, NODE_KEY: node}
+        outcome = TrialOutcome(trial.id, TrialState.COMPLETE if evaluation.value is not None else TrialState.FAILED,
+                               _float(evaluation.value), evaluation.reason, metrics, build.code_hash,
+                               _float(build.seconds), build=record)
+        if self._commit is not None:  # in a run: written with the results that arrive with it
+            self._commit.add(outcome)
+            finished = replace(trial, state=outcome.state, value=outcome.value, reason=outcome.reason,
+                               metrics=metrics, code_hash=outcome.code_hash, retryable=False,
+                               compile_seconds=outcome.compile_seconds, finished_at=datetime.now(UTC))
+        else:
+            finished = self._store.finish_trial(
+                trial.id, state=outcome.state, value=evaluation.value, reason=evaluation.reason, metrics=metrics,
+                code_hash=build.code_hash, compile_seconds=build.seconds, build=record,
+            )  # fmt: skip
+        self.remember([finished])
+        self.counters.new_trials += 1
+        self._progress.trial(Outcome(finished, source), self.best())
+        return finished
+
+    def reopen_transient(self, trials: Sequence[Trial]) -> int:
+        """Make the trials that an earlier run lost to a compiler timeout or crash, or could not
+        score for want of a kernel it recognised (an older compileiq's naming), retryable, so that
+        this run tries them again (once: it records its own outcome as final)."""
+        lost = [t for t in trials if t.state is TrialState.FAILED and not t.retryable
+                and (TRANSIENT_KEY in t.metrics or any(words in (t.reason or "") for words in NAMING_FAILURES))]
+        for trial in lost:
+            self._store.finish_trial(
+                trial.id, state=TrialState.FAILED, value=None, reason=trial.reason, metrics=trial.metrics,
+                code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True,
+            )  # fmt: skip
+        return len(lost)
+
+    def best(self) -> Trial | None:
+        """The best trial that may win (one check per new trial: this runs after every result)."""
+        if not self._best_known:
+            complete = [t for t in self._by_code.values() if t.value is not None and self._may_win(t)]
+            self._best = min(complete, key=lambda t: (t.value, t.number), default=None)
+            self._best_known = True
+        return self._best
+
+    def prebuild(self, configs: Sequence[Config]) -> dict[str, Build]:
+        """Each config's build (config key -> Build) without a trial: from the build cache, else
+        compiled now and cached, so that a trial of the same config later is a cache hit."""
+        keys = [self.build_key(config) for config in configs]
+        cache = self._store.get_builds(set(keys))
+        builds: dict[str, Build] = {}
+        jobs = []
+        for index, (config, key) in enumerate(zip(configs, keys)):
+            cached = cache.get(key)
+            if cached is not None and _deterministic(cached):
+                builds[config.key] = _build_from_record(cached)
+            else:
+                jobs.append(self._config_job(index, config))
+        if jobs:
+            workers = self._workers or self._start_workers()
+            for result in workers.run(jobs):
+                self._count_compile(result)
+                if result.build.status.deterministic:
+                    self._store.put_build(_build_record(keys[result.tag], result.build))
+                builds[configs[result.tag].key] = result.build
+        return builds
+
+    def _job(self, trial: Trial) -> VariantJob:
+        return self._config_job(trial.id, self.config_of(trial))
+
+    def config_of(self, trial: Trial) -> Config:
+        """The trial's config (one `Config` per config key: each trial's is needed several times)."""
+        config = self._configs.get(trial.config_key)
+        return config if config is not None else remember(self._configs, trial.config_key, Config.of(trial.config))
+
+    def _config_job(self, tag: int, config: Config) -> VariantJob:
+        target = self._target
+        spec, tools, space = target.kernel, target.toolchain, target.space
+        frontend_args = (*space.frontend_args(config), *self._fixed_defines)
+        return VariantJob(
+            tag=tag,
+            frontend=FrontendJob(
+                tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s
+            ),
+            assemble=AssembleJob(
+                tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s
+            ),
+        )
+
+    def build_key(self, config: Config) -> str:
+        """Identity of a build: sources, toolchain, arch and the rendered arguments of both stages."""
+        target = self._target
+        space, spec = target.space, target.kernel
+        identity = [
+            target.bundle.sha256,
+            target.toolchain.nvcc_build,
+            spec.arch,
+            [*space.frontend_args(config), *self._fixed_defines, *target.bundle.include_args],
+            list(space.ptxas_args(config)),
+            RESOURCE_REPORT_VERSION,
+        ]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+class Heartbeat:
+    """Keeps claimed trials alive from a background thread while they compile.
+
+    A compile (or Ray's start-up) can outlast the stale timeout of other tuners on the study;
+    beating only between results would let them take over trials that are still being worked on.
+    """
+
+    def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float) -> None:
+        self._store, self._ids, self._every_s = store, list(trial_ids), every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="compileiq-heartbeat", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def add(self, trial_ids: Sequence[int]) -> None:
+        """Beat for these trials too (claimed while the others compile)."""
+        with self._lock:
+            self._ids = [*self._ids, *trial_ids]
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._lock:
+                ids = self._ids
+            try:
+                self._store.heartbeat(ids)
+            except CompileIQError:
+                pass  # best effort: the loop itself reports a database that went away
+
+
+class _Compiling(Sequence[Trial]):
+    """The trials compiling now, as a refill sees them: their count at once, the trials
+    themselves only if it asks (a refill runs per result and seldom needs them)."""
+
+    def __init__(self, running: set[int], claimed: dict[int, tuple[Trial, str]]) -> None:
+        self._running, self._claimed = running, claimed
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    @cached_property
+    def _trials(self) -> list[Trial]:
+        return [self._claimed[tag][0] for tag in sorted(self._running)]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._trials[index]
+
+    def __iter__(self) -> Iterator[Trial]:
+        return iter(self._trials)
+
+
+def _better(trial: Trial, best: Trial | None) -> bool:
+    if trial.value is None:
+        return False
+    return best is None or best.value is None or (trial.value, trial.number) < (best.value, best.number)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _build_record(key: str, build: Build) -> BuildRecord:
+    entries = [vars(entry) for entry in build.entries]
+    metrics = {"status": build.status.value, "entries": entries}
+    return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds)
+
+
+def _deterministic(record: BuildRecord) -> bool:
+    """Only outcomes that the same inputs repeat are served from the cache (older versions
+    cached timeouts: those are compiled again)."""
+    status = record.metrics.get("status", "ok" if record.ok else "compile_error")
+    return status in (BuildStatus.OK.value, BuildStatus.COMPILE_ERROR.value)
+
+
+def _build_from_record(record: BuildRecord) -> Build:
+    entries = tuple(EntryResources(**entry) for entry in record.metrics.get("entries", []))
+    status = BuildStatus(record.metrics.get("status", "ok" if record.ok else "compile_error"))
+    return Build(status, record.message, entries, record.code_hash, b"", record.seconds)

@@ -1,0 +1,129 @@
+"""The first minute of a run: Ray starts in the background while the baseline compiles on a local
+thread, and each start-up phase is reported with its duration ("workers ready 3.1 s")."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from compileiq.build.workers import LocalWorkers, More, Transfers, Workers
+from compileiq.tuning.runner import Outcome, Progress
+
+if TYPE_CHECKING:
+    from compileiq.build.compile import ExecutableBuild, ExecutableJob
+    from compileiq.build.workers import VariantJob, VariantResult
+    from compileiq.core.records import Study, Trial
+
+
+class PhaseProgress:
+    """A Progress that also reports start-up phases; phases known before the run's first line
+    (the study line) are held until it, so that a run that fails early prints one error line."""
+
+    def __init__(self, inner: Progress) -> None:
+        self._inner = inner
+        self._since = time.perf_counter()
+        self._first = True
+        self._held: list[str] = []
+        self._started = False
+        self._lock = threading.Lock()
+
+    def phase(self, name: str, seconds: float) -> None:
+        self.note(f"{name} {seconds:.1f} s")
+
+    def started(self, study: Study, budget: int, finished: int) -> None:
+        self._inner.started(study, budget, finished)
+        with self._lock:
+            self._started, held, self._held = True, self._held, []
+        for message in held:
+            self._inner.note(message)
+
+    def trial(self, outcome: Outcome, best: Trial | None) -> None:
+        self._inner.trial(outcome, best)
+        if self._first:
+            self._first = False
+            self.phase(f"first result ({outcome.source})", time.perf_counter() - self._since)
+
+    def note(self, message: str) -> None:
+        with self._lock:
+            if not self._started:
+                self._held.append(message)
+                return
+        self._inner.note(message)
+
+
+class EarlyWorkers:
+    """Opens the real workers (Ray) in a background thread from construction on. Until they are
+    ready, a batch of at most `local_threads` jobs (the baseline alone, first) compiles on local
+    threads instead of waiting; anything else waits for them. Call it to get the workers."""
+
+    def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int = 1) -> None:
+        self._opener, self._phases, self._local_threads = opener, phases, local_threads
+        self._started = time.perf_counter()
+        self._ready = threading.Event()
+        self._closing = threading.Event()
+        self._workers: Workers | None = None
+        self._error: BaseException | None = None
+        self._local: LocalWorkers | None = None
+        self._announced = False
+        self._ready_after = 0.0  # seconds the start took
+        self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> None:
+        """Open the workers, then keep them until `close`: this thread must outlive them, as
+        Ray's own processes are tied to the thread that started them (they die with it)."""
+        try:
+            self._workers = self._opener()
+        except Exception as error:  # noqa: BLE001 - re-raised where the workers are first needed
+            self._error = error
+        finally:
+            self._ready_after = time.perf_counter() - self._started
+            self._ready.set()
+        self._closing.wait()
+        if self._workers is not None:
+            self._workers.close()
+
+    def __call__(self) -> EarlyWorkers:
+        return self  # itself a Workers (run, build_executables, close, description), ready at once
+
+    @property
+    def description(self) -> str:
+        if self._ready.is_set() and self._workers is not None:
+            return self._workers.description
+        return "Ray (starting; meanwhile the first variants compile on a local thread)"
+
+    @property
+    def transfers(self) -> Transfers:
+        """What went to the real workers (the local threads ship nothing)."""
+        return self._workers.transfers if self._workers is not None else Transfers()
+
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
+        if not self._ready.is_set() and len(jobs) <= self._local_threads:
+            if self._local is None:
+                self._local = LocalWorkers(self._local_threads)
+            return self._local.run(jobs, more)
+        return self.ready().run(jobs, more)
+
+    def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
+        return self.ready().build_executables(jobs)
+
+    def ready(self) -> Workers:
+        """The real workers, waited for; the error that stopped them from starting, re-raised."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._workers is not None
+        if not self._announced:
+            self._announced = True
+            self._phases.phase(f"workers ready ({self._workers.description})", self._ready_after)
+        return self._workers
+
+    def close(self) -> None:
+        """Close both; a start still in progress is waited for (then shut down, by its thread)."""
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+        self._closing.set()
+        self._thread.join()

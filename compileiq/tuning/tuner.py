@@ -1,0 +1,575 @@
+"""The tuning loop: ask -> claim -> compile -> evaluate -> record -> tell, then simplify the winner.
+
+The database is the state: a run (or a resumed or concurrent one) rebuilds its searcher from the
+study's finished trials, claims each configuration by inserting a row, and records every result,
+failures included, as soon as it is known.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from compileiq.build.workers import Workers
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import SCREEN, SEARCH, Study, StudyKey, Trial, TrialState, first_line
+from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.core.toolchain import Toolchain
+from compileiq.evaluate import eligibility, screening
+from compileiq.evaluate.confirm import Confirmation
+from compileiq.evaluate.metrics import (
+    NO_KERNEL,
+    NO_LAUNCHED_KERNEL,
+    StaticEvaluator,
+    StaticMetrics,
+    objective_value,
+)
+from compileiq.results import multi_objective
+from compileiq.results.ablation import Ablation, ablation_path
+from compileiq.results.ablation import recorded as ablation_recorded
+from compileiq.results.pareto import Front, values_of
+from compileiq.results.simplify import Simplification, simplify
+from compileiq.search.refit_schedule import BackgroundRefresh
+from compileiq.search.search_process import RemoteSearcher
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.source.kernel import bundle_sources, study_identity
+from compileiq.source.macros import check_macros_take_effect
+from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.store import Store
+from compileiq.tuning import claims
+from compileiq.tuning.build_hints import build_hint
+from compileiq.tuning.limits import RunClock, RunLimits
+from compileiq.tuning.runner import (
+    HEARTBEAT_EVERY_S,
+    Evaluator,
+    Progress,
+    Refill,
+    RunCounters,
+    Target,
+    TrialRunner,
+)
+from compileiq.tuning.streaming import StreamingFeed
+
+WAIT_FOR_OTHERS_S = 1.0
+SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
+WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
+_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
+
+
+class BaselineError(CompileIQError):
+    """The kernel does not build with the compiler's default settings."""
+
+
+class UnfinishedBaseline(CompileIQError):
+    """The run ended without a finished baseline (another tuner still holds it): no ACF."""
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    kernel: KernelSpec
+    space: SearchSpace
+    objective: str
+    budget: int
+    search: SearchSettings = field(default_factory=SearchSettings)
+    batch_size: int = 8
+    study_name: str | None = None
+    resume: bool = False
+    stale_after_s: float = 300.0
+    simplify: bool = True
+    ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
+    time_budget_s: float | None = None  # no search trial starts after this many seconds
+    patience: int | None = None  # stop after this many batches in a row without a better best
+    pick: str = "knee"  # several objectives: the rule that chooses on the front (`multi_objective`)
+    stream: bool = False  # keep batch_size variants compiling: refill as results arrive (not reproducible
+    # run to run: what the searcher knows at each ask depends on timing)
+    screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
+    search_process: bool | None = None  # the searcher in a child process (None: when streaming a
+    # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
+
+    @property
+    def searches_in_a_process(self) -> bool:
+        if self.search_process is not None:
+            return self.search_process
+        return (self.stream and self.batch_size >= SEARCH_PROCESS_FROM_BATCH and self.search.strategy == "bayes"
+                and not multi_objective.is_multi(self.objective))
+
+    @property
+    def limits(self) -> RunLimits:
+        return RunLimits(self.budget, self.time_budget_s, self.patience)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    study: Study
+    baseline: Trial
+    winner: Trial  # the search's best trial
+    chosen: Trial  # what the ACF records: the winner with every setting that made no difference dropped
+    simplification: Simplification | None
+    trials: tuple[Trial, ...]
+    counters: RunCounters
+    wall_seconds: float
+    exhausted: bool  # the space ran out of untried configurations before the budget
+    confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
+    ablation: Ablation | None = None  # each setting's share of the gain, baseline -> chosen
+    origins: dict[int, str] = field(default_factory=dict)  # trial id -> how this run built it (absent: not this run)
+    worker: str = ""  # this run's tuner, host:pid
+    budget: int = 0  # the search trials asked for (the baseline included)
+    stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
+    front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
+
+    @property
+    def search_trials(self) -> int:
+        """The study's finished search trials: what the budget counts."""
+        return _searched(self.trials)
+
+    @property
+    def extra_trials(self) -> int:
+        """The study's finished trials built to simplify, ablate or confirm: free of the budget."""
+        return sum(1 for t in self.trials if t.final and not t.searched)
+
+
+def study_key(
+    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
+) -> StudyKey:
+    """The study's identity; `source_sha256` holds the sources, headers and base flags together
+    with every tune.toml setting that changes a build or a score (`kernel.study_identity`)."""
+    return StudyKey(
+        kernel=request.kernel.name,
+        source_sha256=study_identity(request.kernel, bundle),
+        space_id=request.space.id,
+        space_sha256=request.space.sha256,
+        toolchain=toolchain.nvcc_build,
+        arch=request.kernel.arch,
+        evaluator=evaluator,
+        objective=request.objective,
+    )
+
+
+class Tuner:
+    """Runs one tuning request against a store."""
+
+    def __init__(
+        self,
+        request: TuneRequest,
+        store: Store,
+        toolchain: Toolchain,
+        open_workers: Callable[[], Workers],
+        progress: Progress,
+        evaluator: Evaluator | None = None,
+        bundle: SourceBundle | None = None,
+    ) -> None:
+        self._request = request
+        self._store = store
+        store.check_trials_against(request.space)  # shared rows are untrusted: skip foreign ones
+        self._toolchain = toolchain
+        self._progress = progress
+        self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
+        check_macros_take_effect(request.kernel, self._bundle)
+        target = Target(request.kernel, request.space, self._bundle, toolchain)
+        self._objectives = multi_objective.objectives_of(request.objective)
+        self._multi = len(self._objectives) > 1
+        evaluator = evaluator or StaticEvaluator(self._objectives[0], request.kernel, self._bundle)
+        self._evaluator = evaluator
+        beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
+        self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
+        self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
+        self._searcher = self._new_searcher()
+        self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
+        self._worker_name = claims.worker_name()
+        self._baseline = request.space.default_config()
+        self._told: set[int] = set()  # ids of the finished trials the searcher knows
+        self._baseline_built = False  # an earlier study of the same sources built the baseline
+        self._reference = None  # the defaults' build, for static objectives
+        self._runner.may_win = lambda trial: self._refusal(trial) is None
+        self._clock = RunClock(request.limits)
+        self._stopped = ""
+        self._screening = None if self._static else request.screening
+        self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
+                              if self._screening else None)
+        self._screened = 0  # trials screened out (never measured) in this study
+
+    def _new_searcher(self) -> Searcher | RemoteSearcher:
+        if not self._multi:
+            if self._request.searches_in_a_process:
+                return RemoteSearcher(self._request.space, self._request.search)
+            return Searcher(self._request.space, self._request.search)
+        from compileiq.search.front_search import FrontSearcher
+
+        return FrontSearcher(self._request.space, self._request.search, len(self._objectives))
+
+    @property
+    def _reference(self) -> eligibility.Reference | None:
+        return self._reference_value
+
+    @_reference.setter
+    def _reference(self, reference: eligibility.Reference | None) -> None:
+        self._reference_value = reference
+        self._runner.rules_changed()  # `may_win` answers by the reference
+
+    def run(self) -> TuneResult:
+        request = self._request
+        prepare = getattr(self._evaluator, "prepare", None)
+        if prepare is not None:  # a runtime evaluator measures the baseline first: reference, device
+            self._progress.note("measuring the baseline (the reference for every variant's outputs)")
+            prepare(self._baseline)
+        key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
+        study = self._store.get_or_create_study(key, request.study_name)
+        self._take_over(study, announce=True)
+        self._runner.reopen_transient(self._store.trials(study.id))
+        run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
+        try:
+            self._progress.started(study, request.budget, _searched(self._store.trials(study.id)))
+            self._progress.note(f"limits: {request.limits.describe()}")
+            if isinstance(self._searcher, RemoteSearcher):
+                self._progress.note("the searcher runs in a process of its own (streaming a batch of "
+                                    f"{request.batch_size}: the driver's time goes to the workers)")
+            if self._static:  # the defaults first: every result the searcher learns is held to them
+                self._reference = self._baseline_reference(study)
+            if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
+                self._warm_start(study)
+            exhausted = self._search(study)
+            self._progress.note(f"stopped: {self._stopped}")
+            result = self._result(study, exhausted)
+            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials)
+        except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
+            self._release(study, error)
+            raise
+        finally:
+            self._runner.close()
+            if isinstance(self._searcher, RemoteSearcher):
+                self._searcher.close()
+        return result
+
+    def _take_over(self, study: Study, announce: bool = False) -> bool:
+        """Retry the trials of tuners that are gone (or, with --resume, silent for RESUME_STALE_S);
+        a live tuner's trials are left to it. True if any trial was handed back."""
+        stale_after = self._request.stale_after_s
+        if self._request.resume:
+            stale_after = min(stale_after, claims.RESUME_STALE_S)
+        done = claims.take_over(self._store, study.id, self._worker_name, stale_after, report=announce)
+        if announce:
+            for worker, count in done.released.items():
+                self._progress.note(f"retrying {count} trial(s) of tuner {worker}, which is no longer running")
+            for worker in done.alive:
+                self._progress.note(f"another tuner ({worker}) is working on this study; its trials are left to it")
+        return bool(done.released or done.stale)
+
+    def _release(self, study: Study, error: BaseException) -> None:
+        """Hand this run's unfinished claims back (retryable) so that nobody waits for them."""
+        closed = "its output was closed"  # rich turns a broken pipe into SystemExit
+        why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
+            type(error), f"failed: {type(error).__name__}"
+        )
+        try:
+            released = self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
+        except CompileIQError:
+            return  # the database itself went away: the stale timeout frees the claims
+        if released and isinstance(error, KeyboardInterrupt):
+            self._progress.note(f"interrupted: {released} unfinished trial(s) handed back; "
+                                "waiting for the compiles in flight to end")
+
+    def _search(self, study: Study) -> bool:
+        """Run batches until a limit stops the search; True if the space ran out first."""
+        self._clock.best = best.value if (best := self._runner.best()) else None
+        while True:
+            counted, trials = self._sync(study)
+            remaining = self._request.budget - counted
+            if stop := self._clock.stop_reason(counted):
+                self._stopped = stop
+                break
+            # Before each ask: a tuner that died mid-batch leaves RUNNING trials; retry them
+            # once its process is gone (this host) or its heartbeat is stale.
+            if self._take_over(study):
+                trials = self._store.trials(study.id)
+            # The baseline alone first: a kernel that does not build with the compiler's defaults
+            # stops the run with its one failed trial, before a batch of variants is compiled.
+            alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
+            count = 1 if alone else min(remaining, self._request.batch_size)
+            policy = None if alone or self._reference is None else self._screening
+            if policy is not None and self._screened >= policy.factor * self._request.budget:
+                self._stopped = f"screened {self._screened} candidates ({policy.factor}x the budget)"
+                break
+            proposed = candidates = self._candidates(trials, count * (policy.factor if policy else 1))
+            if policy is not None and proposed:
+                candidates = self._screen(study, trials, proposed, count)  # a batch refused whole is no end
+            batch = self._claim(study, candidates)
+            if batch:
+                refill = self._refiller(study, counted) if self._request.stream and not alone else None
+                try:
+                    finished = self._runner.run(batch, refill)
+                finally:
+                    self._refresh.close()  # the searcher is this thread's again
+                self._check_baseline(finished)
+                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+                observations = [self._observation(t) for t in finished if t.final]
+                if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
+                    self._searcher.tell(observations, fit=False)
+                    self._searcher.fit()
+                else:
+                    self._searcher.tell(observations)
+                self._clock.batch_done(best.value if (best := self._runner.best()) else None)
+            elif proposed:
+                continue  # other tuners claimed them first (or screening refused them): ask again
+            elif self._store.trials(study.id, {TrialState.RUNNING}):
+                time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
+            else:
+                self._stopped = "search space exhausted"
+                return True
+        return False
+
+    def _refiller(self, study: Study, counted: int) -> Refill:
+        """Streaming: claim new variants while others compile (`streaming`)."""
+        return StreamingFeed(self._request.batch_size, self._request.budget - counted, self._searcher,
+                             self._refresh, self._tell, partial(self._claim, study), self._runner.flush,
+                             lambda: self._clock.out_of_time, refit_each_batch=self._multi)
+
+    def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
+        self._told.update(t.id for t in trials)
+        self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+        self._searcher.tell([self._observation(t) for t in trials], fit)
+
+    def _sync(self, study: Study) -> tuple[int, list[Trial]]:
+        """Tell the searcher every finished trial (ours and other processes'); count them.
+        Returns the count and the study's trials as read (one read per batch)."""
+        trials = self._store.trials(study.id)
+        finished = [t for t in trials if t.final]
+        searched = _searched(finished)
+        if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
+            self._reference = self._complete_baseline(finished)
+        fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
+        self._told.update(t.id for t in fresh)
+        self._searcher.tell([self._observation(t) for t in fresh])
+        self._runner.remember(fresh)
+        self._check_baseline(fresh)
+        self._screened = sum(1 for t in finished if screening.is_screened(t))
+        return searched, trials
+
+    def _screen(self, study: Study, trials: Sequence[Trial], candidates: Sequence[Config],
+                count: int) -> list[Config]:
+        """Compile the candidates, record those the static rules refuse (never measured) and
+        return those to measure (see `compileiq.evaluate.screening`); `trials`: the study as this batch read it."""
+        assert self._reference is not None and self._static_judge is not None
+        builds = self._runner.prebuild(candidates)
+        found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
+                 for c in candidates]
+        measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
+        selection = screening.select(found, self._reference, count, measured)
+        rejected = {r.candidate.config.key: r for r in selection.rejected}
+        for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
+            judged = rejected[trial.config_key]
+            self._runner.record_judged(trial, judged.candidate.build, judged.evaluation)
+        if selection.rejected or selection.held:
+            self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
+                                f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
+        return list(selection.measure)[:count]  # the budget counts trials, repeated machine code included
+
+    def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
+        """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
+        taken = {t.config_key for t in trials if not _retryable(t)}
+        retry = [Config.of(t.config) for t in trials if _retryable(t)]
+        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first] if c.key not in taken}
+        self._warm_first = []
+        candidates = list(first.values())
+        if (wanted := count - len(candidates)) > 0:
+            candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
+        return candidates[:count]
+
+    def _warm_start(self, study: Study) -> None:
+        """Tell the searcher what earlier studies of this kernel found, re-scored for this
+        objective (not recorded as trials here); their best few are tried first (cache hits)."""
+        related = self._store.related_trials(study.key, exclude_study_id=study.id)
+        found = {o.config.key: (o, t.study_id) for t in related if (o := self._warm_observation(t))}
+        if not found:
+            return
+        observations = [observation for observation, _ in found.values()]
+        self._baseline_built = any(o.config.key == self._baseline.key and o.value is not None for o in observations)
+        self._searcher.tell(observations)
+        ranked = sorted((o for o in observations if o.value is not None), key=lambda o: (o.value, o.config.key))
+        ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
+        self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
+        studies = len({study_id for _, study_id in found.values()})
+        self._progress.note(f"warm start: {len(found)} results from {studies} earlier studies")
+
+    def _warm_observation(self, trial: Trial) -> Observation | None:
+        """The trial's result for this run's objective, if its config fits this space."""
+        if trial.state is not TrialState.COMPLETE or self._evaluator.kind != StaticEvaluator.kind:
+            return None
+        try:
+            config = Config.of(trial.config)
+            self._request.space.validate(config)
+            metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
+        except (SpaceError, KeyError, TypeError):
+            return None
+        if trial.metrics.get("block_size") != self._request.kernel.block_size_for(config.as_dict()):
+            return None  # scored for another block size: occupancy would differ
+        if self._refusal(trial) is not None:
+            refused = None if self._multi else objective_value(self._request.objective, metrics)
+            return Observation(config, None, refused=refused)
+        if self._multi:
+            values = values_of(trial, self._objectives) or ()
+            return Observation(config, values[0] if values else None, values)
+        return Observation(config, objective_value(self._request.objective, metrics))
+
+    def _observation(self, trial: Trial) -> Observation:
+        """A trial as the searcher learns it: one that may not win is worse than any that may."""
+        allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
+        config = self._runner.config_of(trial)
+        if self._multi:
+            values = values_of(trial, self._objectives) if allowed else None
+            return Observation(config, trial.value if values else None, values or ())
+        if allowed:
+            return Observation(config, trial.value)
+        refused = trial.value if trial.state is TrialState.COMPLETE else None  # compiled; may not win
+        return Observation(config, None, refused=refused)
+
+    def _refusal(self, trial: Trial) -> str | None:
+        """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""
+        if self._reference is None or not self._static:
+            return None
+        return eligibility.refusal(trial.config, trial.metrics, self._reference)
+
+    def _claim(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
+        self._runner.flush()  # the results this run knows are recorded before it claims more
+        pairs = [(c.key, c.as_dict()) for c in configs]
+        return self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
+
+    def evaluate(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
+        """Finished trials for these configs: recorded ones as they are, the rest evaluated now.
+
+        A config another tuner is evaluating is waited for (it may go stale and be retried
+        here); one still unfinished after WAIT_FOR_RUNNING_S is left out of the answer.
+        """
+        limit = min(self._request.stale_after_s, WAIT_FOR_RUNNING_S) + 2 * WAIT_FOR_OTHERS_S
+        deadline = time.monotonic() + limit
+        while True:
+            recorded = {t.config_key: t for t in self._store.trials(study.id) if t.final}
+            missing = [c for c in configs if c.key not in recorded]
+            fresh = self._claim(study, missing, purpose)
+            for trial in self._runner.run(fresh):
+                recorded[trial.config_key] = trial
+            if len(fresh) == len(missing) or time.monotonic() > deadline:
+                return [recorded[c.key] for c in configs if c.key in recorded]
+            time.sleep(WAIT_FOR_OTHERS_S)
+            self._take_over(study)
+
+    @property
+    def _static(self) -> bool:
+        return self._evaluator.kind == StaticEvaluator.kind
+
+    def _baseline_reference(self, study: Study) -> eligibility.Reference | None:
+        """The defaults' result, evaluated now unless another live tuner is evaluating it (then it
+        is picked up when it is recorded: concurrent tuners never queue behind one baseline)."""
+        trials = self._store.trials(study.id)
+        if any(t.config_key == self._baseline.key and t.state is TrialState.RUNNING for t in trials):
+            return self._complete_baseline(trials)
+        found = self.evaluate(study, [self._baseline])
+        self._check_baseline(found)
+        return self._complete_baseline(found)
+
+    def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
+        found = next((t for t in trials if t.config_key == self._baseline.key
+                      and t.state is TrialState.COMPLETE), None)
+        return eligibility.Reference.of(found) if found is not None else None
+
+    def _check_baseline(self, trials: Sequence[Trial]) -> None:
+        for trial in trials:
+            if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
+                reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
+                name = self._request.kernel.source.name
+                hint = build_hint(reason, self._bundle, self._request.kernel)
+                if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
+                    raise BaselineError(f"{name}: {reason}{hint}")
+                raise BaselineError(f"{name} does not build with default settings: {reason}{hint}")
+
+    def _result(self, study: Study, exhausted: bool) -> TuneResult:
+        self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
+        trials = self._store.trials(study.id)
+        baseline = self._finished_baseline(trials)
+        self._reference = eligibility.Reference.of(baseline) if self._static else None
+        if self._multi:
+            return self._front_result(study, baseline, trials, exhausted)
+        winner = eligibility.choose(trials, baseline, self._refusal)
+        simplification = None
+        exact = not self._static  # timings are noisy: same code only
+        out_of_time = self._clock.out_of_time  # then nothing more is built: recorded results only
+        if self._request.simplify and winner is not baseline and out_of_time:
+            self._progress.note("out of time: the winner is not simplified")
+        elif self._request.simplify and winner is not baseline:
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+                                      exact, allowed=lambda t: self._refusal(t) is None)
+        chosen = simplification.chosen if simplification else winner
+        final = tuple(self._store.trials(study.id))
+        confirmation = None
+        confirm = getattr(self._evaluator, "confirm", None)
+        if confirm is not None:
+            self._progress.note("confirming the fastest variants against the baseline (interleaved rounds)")
+            confirmation = confirm(final, baseline, self._request.search.seed)
+            chosen = _confirmed_choice(confirmation, final, baseline, chosen)
+        ablation = None
+        if self._request.ablate and chosen is not baseline:
+            recorded = ablation_recorded(final)
+            ablation = ablation_path(baseline, chosen, recorded if out_of_time
+                                     else lambda cs: self.evaluate(study, cs, "ablation"))
+            final = tuple(self._store.trials(study.id))
+        wall = time.perf_counter() - self._runner.counters.started
+        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
+                          exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
+                          self._request.budget, self._stopped)
+
+    def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool) -> TuneResult:
+        """Several objectives: the pick on the front of the trials that may win, simplified to the
+        same machine code (so the same values on every objective). Neither the single-objective
+        confirmation nor the ablation path applies to a trade-off."""
+        runtime = not self._static
+        winner = multi_objective.choose(trials, baseline, self._objectives, self._request.pick, self._refusal,
+                                        runtime).chosen
+        simplification = None
+        if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
+            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+                                      True, allowed=lambda t: self._refusal(t) is None)
+        chosen = simplification.chosen if simplification else winner
+        final = tuple(self._store.trials(study.id))
+        trade_offs = multi_objective.choose(final, baseline, self._objectives, self._request.pick, self._refusal,
+                                            runtime).front
+        wall = time.perf_counter() - self._runner.counters.started
+        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
+                          exhausted, None, None, dict(self._runner.origins), self._worker_name,
+                          self._request.budget, self._stopped, trade_offs)
+
+    def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
+        """The baseline trial, complete; else UnfinishedBaseline (an ACF needs its evidence)."""
+        found = next((t for t in trials if t.config_key == self._baseline.key), None)
+        if found is not None and found.state is TrialState.COMPLETE and found.value is not None:
+            return found
+        if found is not None and found.state is TrialState.RUNNING:
+            raise UnfinishedBaseline(
+                f"the baseline (trial #{found.number}) is still being evaluated by another tuner "
+                f"({found.worker}); no ACF was written: rerun when it has finished"
+            )
+        reason = first_line(found.reason, None, "no reason recorded") if found is not None else "never claimed"
+        raise UnfinishedBaseline(f"the baseline was not evaluated ({reason}); no ACF was written: rerun")
+
+
+def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:
+    """The confirmed winner, as its simplest trial with the same machine code; else the baseline."""
+    if confirmation.winner is None:
+        return baseline
+    code = confirmation.winner.candidate.code_hash
+    if simplified.code_hash == code:
+        return simplified
+    same = [t for t in trials if t.code_hash == code and t.state is TrialState.COMPLETE]
+    return min(same, key=lambda t: (_changed(t, baseline), t.number))
+
+
+def _changed(trial: Trial, baseline: Trial) -> int:
+    return sum(1 for k, v in trial.config.items() if baseline.config.get(k) != v)
+
+
+def _retryable(trial: Trial) -> bool:
+    return trial.state is TrialState.FAILED and trial.retryable
+
+
+def _searched(trials: Sequence[Trial]) -> int:
+    return sum(1 for t in trials if t.final and t.searched)
