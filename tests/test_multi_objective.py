@@ -177,7 +177,7 @@ def test_bad_objectives_or_pick_fail_before_anything_is_built(tmp_path: Path, ov
     assert not (tmp_path / "t.db").exists()
 
 
-@pytest.mark.skipif(__import__("compileiq.evaluate.measure").measure.gpu_visible(), reason="a GPU is visible here")
+@pytest.mark.skipif(__import__("compileiq.evaluate.measure").evaluate.measure.gpu_visible(), reason="a GPU is visible here")
 def test_time_among_several_objectives_needs_a_gpu(tmp_path: Path) -> None:
     result = run_cli(["tune", str(SPILL_HEAVY), "--objective", "time,registers", "--db", f"sqlite:///{tmp_path}/t.db",
                       "--workers", "local"], tmp_path)

@@ -36,7 +36,7 @@ RESUBMITS = 1  # a compile task lost with its worker or node, or whose compiler 
 # out, runs once more, on a node that answers: no variant is compiled more than twice
 PROBE_WAIT_S = 60.0  # for some node to answer before a lost task is resubmitted
 
-# What keeps an embedded Ray on loopback and offline (see the README's architecture notes).
+# What keeps an embedded Ray on loopback and offline (see docs/architecture.md, "Embedded Ray stays on loopback").
 LOOPBACK_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

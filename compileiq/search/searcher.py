@@ -344,7 +344,7 @@ class Searcher:
         # for its own next point, which the batch choice here never uses. The surrogate models
         # the objective as compiled: a result the no-harm rules refused at its own rank. Once one
         # was refused, a second forest models the chance of being allowed and EI is weighted by
-        # it (see _acquisition, README "constrained EI").
+        # it (see _acquisition, docs/architecture.md, "A refused result keeps its value").
         values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         refused = any(r is not None for r in self._refused)
         model = clone(self._optimizer.base_estimator_)
