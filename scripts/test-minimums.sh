@@ -3,7 +3,7 @@
 # pyproject allows (each ">=X" becomes "==X") into .venv-min, then run the tests that cover the
 # CLI, the store (SQLite and PostgreSQL), the search and a real tune. CI runs it after the suite.
 # Extra arguments go to pytest. Needs COMPILEIQ_TEST_POSTGRES_URL for the PostgreSQL cases
-# (scripts/test.sh's server; started here when it is not set).
+# (a private server is started for the run when it is not set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,9 +24,7 @@ echo "minimum versions: ${PINS[*]}"
 "$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
     | grep -i -E "^(typer|rich|sqlalchemy|alembic|numpy|scikit-learn|scikit-optimize|ray|psycopg|tomli.w|pytest) "
 
-if [ -z "${COMPILEIQ_TEST_POSTGRES_URL:-}" ]; then
-    COMPILEIQ_TEST_POSTGRES_URL="$(scripts/start-postgres.sh | tail -n 1)"
-    export COMPILEIQ_TEST_POSTGRES_URL
-fi
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli_errors.py tests/test_store.py \
+# A private PostgreSQL (own folder, free port) unless the caller gives one.
+run=(); [ -n "${COMPILEIQ_TEST_POSTGRES_URL:-}" ] || run=(scripts/with-postgres.sh)
+"${run[@]}" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_cli_errors.py tests/test_store.py \
     tests/test_search.py tests/test_space.py tests/test_acf.py tests/test_tune.py "$@"

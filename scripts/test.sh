@@ -15,8 +15,8 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,cluster]"
 
-COMPILEIQ_TEST_POSTGRES_URL="$(scripts/start-postgres.sh | tail -n 1)"
-export COMPILEIQ_TEST_POSTGRES_URL
-trap 'scripts/stop-postgres.sh >/dev/null 2>&1 || true' EXIT
-
-.venv/bin/python -m pytest "$@"
+# A private PostgreSQL (own folder, free port): runs in other checkouts beside this one are safe.
+# Two pytest workers (pytest-xdist), each test module on one of them so that its module-scoped
+# builds run once: much of the suite waits on Ray start-up and child processes rather than the CPU.
+# COMPILEIQ_TEST_WORKERS=0 runs in this process; a later -n in the arguments wins.
+exec scripts/with-postgres.sh .venv/bin/python -m pytest -n "${COMPILEIQ_TEST_WORKERS:-2}" --dist loadscope "$@"

@@ -17,6 +17,12 @@ import sqlalchemy as sa
 
 POSTGRES_ENV = "COMPILEIQ_TEST_POSTGRES_URL"
 
+# Under pytest-xdist each worker's Ray keeps a temp folder of its own: a `ray.init()` without an
+# address joins the newest cluster recorded under RAY_TMPDIR (default /tmp/ray), which could be
+# another worker's `ray start --head`.
+if _worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("RAY_TMPDIR", f"/tmp/ciq-ray-{_worker}")
+
 
 @pytest.fixture
 def postgres_admin_url() -> str:

@@ -464,7 +464,7 @@ FULL_DISK = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
     from test_hostile_process import _content
-    from compileiq import acf
+    from compileiq.results import acf
     from compileiq.core.errors import CompileIQError
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # every write past 64 bytes: EFBIG
