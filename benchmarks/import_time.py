@@ -49,7 +49,7 @@ def main() -> None:
     for tree in trees:
         imports = statistics.median(r[0] for r in runs[tree])
         wall = statistics.median(r[1] for r in runs[tree])
-        print(f"{str(tree):50} {imports:11.1f} {wall:9.1f} {imports / first:7.3f}")
+        print(f"{tree!s:50} {imports:11.1f} {wall:9.1f} {imports / first:7.3f}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from compileiq.build.cubin import CubinError, text_sections
 from compileiq.core.processes import (
     COMPILER_MEMORY,
     ToolRun,
-    first_error_line,
     killed_by,
     run_tool,
     scratch_dir,
