@@ -77,7 +77,7 @@ def _scaled(points: list[tuple[float, ...]]) -> list[list[float]]:
 
 def test_the_pick_rules_choose_as_documented(tuned: app.TuneReport) -> None:
     result = tuned.result
-    refuse = multi_objective.study_refusal(result.baseline, True)
+    refuse = eligibility.study_refusal(result.baseline, "registers,instructions", True)
     points = [p.values for p in result.front.points]  # type: ignore[union-attr]
     scaled = dict(zip(points, _scaled(points), strict=True))
 

@@ -169,6 +169,10 @@ def print_report(report: app.TuneReport) -> None:
         from compileiq.cli.why import print_front
 
         print_front(result.study, result.front, result.baseline, result.chosen)
+    if note := _launch_note(report):
+        out.print(f"note: {safe(note)}", markup=False)
+    for line in _to_time_lines(report):
+        out.print(line, markup=False)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
@@ -180,6 +184,35 @@ def print_report(report: app.TuneReport) -> None:
     if counters.transfers.tasks:
         out.print(_transfers_line(counters.transfers, counters.new_trials), markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
+
+
+def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:
+    """The run's candidates to time, as the ACF records them (`results.to_time`)."""
+    from compileiq.results import to_time
+
+    result = report.result
+    return to_time.entries(result.to_time, result.baseline, result.study.key.objective,
+                           to_time.kernel_argument(report.kernel.source), report.space)
+
+
+def _launch_note(report: app.TuneReport) -> str | None:
+    from compileiq.results.evidence import assumed_launch
+
+    return assumed_launch(report.kernel, report.result.chosen)
+
+
+def _to_time_lines(report: app.TuneReport) -> list[str]:
+    entries = to_time_entries(report)
+    if not entries:
+        return []
+    objective = safe(report.result.study.key.objective)
+    lines = [f"candidates to time ({len(entries)}): refused without a GPU, better on {objective} than the choice; on a GPU:"]
+    for entry in entries:
+        settings = " ".join(f"{name}={value}" for name, value in entry["settings"].items())
+        lines.append(f"  #{entry['trial']} {safe(settings)}: spill bytes {entry.get('spill_bytes')}, occupancy "
+                     f"{float(entry.get('occupancy', 0)):.0%}; {safe(entry['refused'])}")
+        lines.append(f"    {safe(entry['command'])}")
+    return lines
 
 
 def trials_summary(result: Any) -> str:
@@ -275,6 +308,8 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "search_trials": result.search_trials,
         "extra_trials": result.extra_trials,
         "stopped": result.stopped,
+        "to_time": to_time_entries(report),
+        "launch_note": _launch_note(report),
     }
 
 

@@ -1,25 +1,32 @@
 """What a GPU-free objective may recommend: never worse than the compiler's defaults.
 
 A static number is a guide, not a verdict: fewer registers bought with spills, or fewer static
-instructions bought with a lower optimisation level, is usually slower. So every static
-objective is bound by three rules:
+instructions bought with a lower optimisation level, is usually slower. An ACF chosen without a
+GPU must be safe to apply blind, so every static objective is bound by these rules:
 
 - no more spill bytes than the defaults: a constraint, not a weight. A trial that adds spills is
   recorded with its metrics but may not win; the searcher is told it is worse than any trial that
-  may. Lower occupancy than the defaults is allowed only in exchange for fewer spill bytes;
-- a configuration that lowers ptxas's optimisation (a lower -O, expensive optimisations or the
-  optimiser's constant bank turned off) may win only with a strict spill or occupancy gain over
-  the defaults: fewer static instructions or registers alone do not justify it;
+  may;
+- never a lower optimisation level (a lower -O, expensive optimisations or the optimiser's constant
+  bank turned off), whatever its static gain: only a measured runtime can justify it;
+- `static` (the default) changes a setting only when no static metric gets worse: no lower
+  occupancy either. `spills`, `registers`, `occupancy` and `instructions` may trade occupancy for
+  fewer spill bytes (that trade is what they are asked for), never for anything else;
 - a candidate replaces the defaults only if it is strictly better on the objective; among equals
   the one with the fewest changed settings wins, the defaults first.
 
-Only `--objective time` decides what is faster; the gate holds ACFs to the same rules.
+A trial refused only for a trade-off that a GPU could justify (a lower level with a spill or
+occupancy gain; under `static`, occupancy given for fewer spills) and better on the objective than
+the choice is a *candidate to time*: the ACF and the report list it with the command that times
+it. With `--objective time` the same rules screen candidates before they are measured, except
+that a lower level with a spill or occupancy gain is measured. The gate holds ACFs to these rules.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compileiq.core.records import Trial, TrialState
@@ -57,19 +64,34 @@ def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any])
 
 @dataclass(frozen=True)
 class Reference:
-    """The compiler defaults' build: what every candidate of a static objective is held to."""
+    """The compiler defaults' build: what every candidate of an objective is held to."""
 
     spill_bytes: int
     occupancy: float
     config: Mapping[str, Any]
+    objective: str = "static"  # the study's objective(s), comma-separated
 
     @classmethod
-    def of(cls, baseline: Trial) -> Reference | None:
+    def of(cls, baseline: Trial, objective: str = "static") -> Reference | None:
         """The baseline trial's facts, or None when it has none (it failed)."""
         metrics = baseline.metrics
         if baseline.state is not TrialState.COMPLETE or "spill_bytes" not in metrics:
             return None
-        return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config))
+        return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective)
+
+    @property
+    def measured(self) -> bool:
+        """A runtime objective: a GPU measures what passes, so a lower level with a static gain may."""
+        return "time" in self.objective.split(",")
+
+    @property
+    def pareto_safe(self) -> bool:
+        """`static`: no static metric may get worse than the defaults', occupancy included."""
+        return self.objective == "static"
+
+    def screening(self) -> Reference:
+        """The rules `--objective time` screens by: what a GPU could justify passes."""
+        return replace(self, objective="time")
 
 
 def static_gain(spill_bytes: int, occupancy: float, reference: Reference) -> str | None:
@@ -83,17 +105,53 @@ def static_gain(spill_bytes: int, occupancy: float, reference: Reference) -> str
 
 
 def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Reference) -> str | None:
-    """Why a result of a static objective may not win, or None when it may."""
+    """Why a result may not win (for `time`: may not be measured), or None when it may."""
     spills = int(metrics.get("spill_bytes", 0))
     if spills > reference.spill_bytes:
         return f"adds spill bytes over the compiler defaults ({reference.spill_bytes} -> {spills})"
     occupancy = float(metrics.get("occupancy", 0.0))
-    if occupancy < reference.occupancy - 1e-9 and spills >= reference.spill_bytes:
-        return f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%}) with no fewer spill bytes"
+    if occupancy < reference.occupancy - 1e-9:
+        lower = f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%})"
+        if spills >= reference.spill_bytes:
+            return f"{lower} with no fewer spill bytes"
+        if reference.pareto_safe:
+            return f"{lower} for fewer spill bytes: a trade-off `static` never makes without a GPU (time it)"
     lowered = lowered_optimisation(config, reference.config)
+    if lowered and not reference.measured:
+        return f"lowers optimisation ({', '.join(lowered)}): only a measured runtime can justify it (time it)"
     if lowered and static_gain(spills, occupancy, reference) is None:
         return f"lowers optimisation ({', '.join(lowered)}) with no spill or occupancy gain"
     return None
+
+
+def study_refusal(baseline: Trial | None, objective: str, static: bool) -> Refusal:
+    """The no-harm rules a study's choice is held to: a static objective's against the baseline;
+    `time` chooses by measurement (its screening is `Reference.screening`)."""
+    reference = Reference.of(baseline, objective) if static and baseline is not None else None
+    if reference is None:
+        return lambda trial: None
+    return lambda t: refusal(t.config, t.metrics, reference)
+
+
+def candidates_to_time(trials: Sequence[Trial], chosen: Trial, baseline: Trial, objective: str,
+                       limit: int = 3) -> tuple[Trial, ...]:
+    """Trials of a single static objective that its rules refused only for a trade-off a GPU could
+    justify, better on the objective than the choice: the best `limit`, one per machine code (its
+    trial with the fewest changed settings: the simplified one, once the tuner has simplified it)."""
+    reference = Reference.of(baseline, objective)
+    if reference is None or reference.measured or "," in objective or chosen.value is None:
+        return ()
+    screening = reference.screening()
+    found: dict[str | None, Trial] = {}
+    order = sorted(trials, key=lambda t: (t.value if t.value is not None else math.inf,
+                                          changed_settings(t, baseline), t.number))
+    for trial in order:
+        if trial.state is not TrialState.COMPLETE or trial.value is None or trial.value >= chosen.value:
+            continue
+        timeable = refusal(trial.config, trial.metrics, screening) is None
+        if timeable and refusal(trial.config, trial.metrics, reference) is not None:
+            found.setdefault(trial.code_hash or str(trial.number), trial)
+    return tuple(found.values())[:limit]
 
 
 def changed_settings(trial: Trial, baseline: Trial) -> int:

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.output_file import check_target
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.report import svg as report_svg
+from compileiq.results import to_time
 from compileiq.results.ablation import RULE, Ablation
 from compileiq.results.evidence import EVIDENCE_KEYS
 from compileiq.results.explain import Explanation, changed_settings, explain
@@ -110,6 +112,7 @@ def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = No
 
 
 def write_file(path: Path, content: str) -> Path:
+    check_target(path)  # a named pipe would block the write, a device swallow it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")
@@ -174,8 +177,8 @@ def importance_svg(importance: Importances) -> str:
 
 def html_page(report: StudyReport) -> str:
     study = report.explanation.study
-    body = "".join(section(report) for section in (_summary, _convergence, _chosen, _contributions, _importance,
-                                                      _pareto, _trials, _failures, _provenance))
+    body = "".join(section(report) for section in (_summary, _convergence, _chosen, _to_time, _contributions,
+                                                      _importance, _pareto, _trials, _failures, _provenance))
     return html_document(f"compileiq report: {study.name}", body)
 
 
@@ -252,6 +255,29 @@ def _chosen(report: StudyReport) -> str:
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
+
+
+TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a lower optimisation level, or "
+                "under static occupancy given for fewer spills), and better on the objective than the choice. "
+                "The run's output and the ACF's [[evidence.to_time]] give the command that times each: "
+                "compileiq tune KERNEL --objective time --only SETTINGS --strategy exhaustive --budget N.")
+
+
+def _to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    e = report.explanation
+    rows = [(f"#{t.number}", " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()),
+             t.value, t.metrics.get("spill_bytes"), t.metrics.get("occupancy"),
+             to_time.refused_because(t, e.baseline, e.study.key.objective) if e.baseline is not None else "")
+            for t in e.to_time]
+    return ("trial", "settings that differ from the defaults", report.value_label, "spill_bytes", "occupancy",
+            "refused because"), rows
+
+
+def _to_time(report: StudyReport) -> str:
+    if not report.explanation.to_time:
+        return ""
+    return html_section("to-time", "Candidates to time on a GPU",
+                        html_table(*_to_time_rows(report)) + html_note(TO_TIME_NOTE))
 
 
 def _contributions(report: StudyReport) -> str:
@@ -396,6 +422,8 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
         lines.append("")
+    if e.to_time:
+        lines += ["## Candidates to time on a GPU", "", *md_table(*_to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
     ablation = e.ablation
     if ablation is not None and ablation.steps:
         figures[f"{stem}-contributions.svg"] = contributions_svg(report, ablation)

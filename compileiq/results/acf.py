@@ -24,8 +24,9 @@ from compileiq.core.metric_ranges import is_count, is_finite
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 from compileiq.core.version import __version__
+from compileiq.results import to_time
 from compileiq.source.arch import ARCH
-from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags
+from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
@@ -211,6 +212,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")
     _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
+    _check_to_time(path, dict(data.get("evidence", {})), full_space)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
                                       f"{path}: base.nvcc_flags")
@@ -272,20 +274,7 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
         values = point.get("values")
         if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
-        settings = point.get("settings", {})
-        if not isinstance(settings, dict):
-            raise AcfError(f"{where}.settings must be a table of settings")
-        for name, value in settings.items():
-            if name.startswith("define."):
-                if define_arg_problem(f"-D{name.removeprefix('define.')}={value}") or isinstance(value, dict | list):
-                    raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not an allowed macro")
-                continue
-            try:
-                allowed = space.parameter(name).allows(value)
-            except SpaceError:
-                allowed = False
-            if not allowed:
-                raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not in the search space")
+        _check_settings(where, point.get("settings", {}), space)
     pick = evidence.get("pick")
     if pick is not None:
         rule = pick.get("rule") if isinstance(pick, dict) else None
@@ -300,6 +289,49 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
             raise AcfError(f"{path}: evidence.pick: {_one_line(error)}") from None
 
 
+
+
+def _check_settings(where: str, settings: Any, space: SearchSpace) -> None:
+    """Settings recorded beside the choice (a front's point, a candidate to time): each one of the
+    search space's, or an allowed macro."""
+    if not isinstance(settings, dict):
+        raise AcfError(f"{where}.settings must be a table of settings")
+    for name, value in settings.items():
+        if name.startswith("define."):
+            if define_arg_problem(f"-D{name.removeprefix('define.')}={value}") or isinstance(value, dict | list):
+                raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not an allowed macro")
+            continue
+        try:
+            allowed = space.parameter(name).allows(value)
+        except SpaceError:
+            allowed = False
+        if not allowed:
+            raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not in the search space")
+
+
+MAX_TO_TIME = 10
+
+
+def _check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> None:
+    """`[[evidence.to_time]]`: candidates with settings of the search space, numbers in range, and the
+    command compileiq renders for them, nothing else (a reader may paste it)."""
+    found = evidence.get("to_time", [])
+    if not isinstance(found, list) or len(found) > MAX_TO_TIME:
+        raise AcfError(f"{path}: evidence.to_time must be a list of at most {MAX_TO_TIME} candidates")
+    for index, entry in enumerate(found):
+        where = f"{path}: evidence.to_time[{index}]"
+        if not isinstance(entry, dict) or not is_count(entry.get("trial")):
+            raise AcfError(f"{where}: needs a trial number")
+        if problem := metric_ranges.problem(entry):
+            raise AcfError(f"{where}.{problem}")
+        settings = entry.get("settings", {})
+        _check_settings(where, settings, space)
+        shown = entry.get("command")
+        words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
+        kernel = words[2] if len(words) > 2 and path_problem(words[2]) is None else None
+        budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
+        if kernel is None or not budget or shown != to_time.command(kernel, list(settings), budget):
+            raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
 
 
 def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:

@@ -11,7 +11,7 @@ from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
-from compileiq.results import ablation, multi_objective
+from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem
@@ -35,13 +35,19 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     objective = objective_table(result)
     first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
     vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), first)
+    evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
+    if note := assumed_launch(spec, chosen):
+        evidence["launch"] = {"assumed": True, "note": note}
+    if candidates := getattr(result, "to_time", ()):
+        evidence["to_time"] = to_time.entries(candidates, result.baseline, result.study.key.objective,
+                                              to_time.kernel_argument(spec.source), space)
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=source_path,
         source_sha256=bundle.sha256, arch=spec.arch,
         nvcc_version=toolchain.nvcc_version, ptxas_version=toolchain.ptxas_version,
         toolchain_build=toolchain.nvcc_build, space=space, config=Config.of(chosen.config),
         fixed_defines=spec.fixed_define_args(), objective=objective,
-        evidence={**evidence_table(result, database), "vs_defaults": vs_defaults},
+        evidence=evidence,
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database},
@@ -122,6 +128,21 @@ def _confirmed(confirmation: Any) -> dict[str, Any]:
                  speedup_interval_95=[1.0 / comparison.high, 1.0 / comparison.low],
                  confirmation_rounds=comparison.rounds)
     return table
+
+
+def assumed_launch(spec: KernelSpec, trial: Trial) -> str | None:
+    """Where tune.toml gives no launch facts, what occupancy was scored at (each kernel's
+    ``__launch_bounds__`` as compiled, else 256 threads; no dynamic shared memory), said so that
+    nobody reads it as the occupancy of their real launch; None when tune.toml gives them."""
+    if spec.block_size_given or spec.launch or spec.dynamic_smem:
+        return None
+    threads = trial.metrics.get("block_size")
+    per_entry = trial.metrics.get("launch")
+    scored = (", ".join(f"{name} {facts[0]} threads" for name, facts in sorted(per_entry.items()))
+              if isinstance(per_entry, dict) and per_entry else f"{threads} threads per block")
+    return (f"tune.toml gives no launch facts: occupancy was scored at {scored} and no dynamic shared memory "
+            "(the kernel's __launch_bounds__, else 256 threads); set block_size and dynamic_smem, or "
+            "[launch.NAME], for the launch the code makes")
 
 
 def evidence_table(result: Any, database: str = "the database") -> dict[str, Any]:

@@ -35,6 +35,13 @@ class Explanation:
     def runtime(self) -> bool:
         return "time" in multi_objective.objectives_of(self.study.key.objective)
 
+    @property
+    def to_time(self) -> tuple[Trial, ...]:
+        """Trials the static rules refused only for a trade-off a GPU must judge (`eligibility`)."""
+        if self.study.key.evaluator != "static" or self.baseline is None or self.chosen is None:
+            return ()
+        return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
+
 
 def explain(study: Study, trials: Sequence[Trial], pick: str = "knee") -> Explanation:
     """`pick`: the rule that chooses on the front of a study of several objectives."""
@@ -58,7 +65,7 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
     if baseline.state is not TrialState.COMPLETE:
         return Explanation(study, trials, baseline, None, None, None)
     objectives = multi_objective.objectives_of(study.key.objective)
-    refuse = multi_objective.study_refusal(baseline, study.key.evaluator == "static")
+    refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
     choice = multi_objective.choose(trials, baseline, objectives, pick, refuse, "time" in objectives)
     winner = chosen = choice.chosen
     if winner.config_key != baseline.config_key:
@@ -71,10 +78,8 @@ def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None
     strictly better than the baseline, the fewest changed settings among equals."""
     if baseline is None or baseline.state is not TrialState.COMPLETE:
         return best(trials)
-    reference = eligibility.Reference.of(baseline) if study.key.evaluator == "static" else None
-    if reference is None:
-        return eligibility.choose(trials, baseline, lambda trial: None)
-    return eligibility.choose(trials, baseline, lambda t: eligibility.refusal(t.config, t.metrics, reference))
+    refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
+    return eligibility.choose(trials, baseline, refuse)
 
 
 def best(trials: Sequence[Trial]) -> Trial | None:

