@@ -31,6 +31,7 @@ class Toolchain:
 
 
 _RELEASE = re.compile(r"release (\d+\.\d+)")
+_TOP = re.compile(r"^#\$ TOP=(.+)$", re.MULTILINE)
 _BUILD = re.compile(r"Build (\S+)")
 
 
@@ -77,3 +78,18 @@ def find_toolchain() -> Toolchain:
         ptxas_version=_release(ptxas_text, ptxas),
         nvcc_build=build.group(1) if build else _release(nvcc_text, nvcc),
     )
+
+
+@lru_cache(maxsize=8)
+def cuda_root(nvcc: str) -> Path:
+    """The toolkit's own folder as nvcc reports it (`nvcc --dryrun`'s TOP), not the folder above the
+    `nvcc` on PATH: that may be a wrapper script (ccache, conda, spack, a module system, ~/bin/nvcc)
+    in a folder that also holds the user's project. Falls back to that guess if nvcc says nothing."""
+    argv = [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        found = _TOP.search(done.stdout + done.stderr)
+    except (OSError, subprocess.SubprocessError):
+        found = None
+    top = Path(found.group(1).strip()) if found else Path(nvcc).resolve().parent.parent
+    return Path(os.path.normpath(top))

@@ -86,9 +86,10 @@ def _relative(directory: Path, root: Path) -> str:
 
 
 def _toolchain_dirs(nvcc: str) -> tuple[Path, ...]:
+    from compileiq.core.toolchain import cuda_root
     from compileiq.source.harness import harness_include_dir
 
-    cuda = Path(os.path.normpath(Path(nvcc).resolve().parent.parent))
+    cuda = cuda_root(nvcc)
     return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), Path("/usr"), Path("/opt"))
 
 
