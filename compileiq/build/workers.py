@@ -9,6 +9,7 @@ import importlib.util
 import ipaddress
 import os
 import pickle
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -181,7 +182,7 @@ class RayWorkers:
     def description(self) -> str:
         cpus = int(self._ray.cluster_resources().get("CPU", 0))
         nodes = sum(1 for node in self._ray.nodes() if node.get("Alive"))
-        where = f"cluster at {self._address}" if self._address else "embedded local Ray"
+        where = f"cluster at {shown_address(self._address)}" if self._address else "embedded local Ray"
         return f"{where} ({cpus} CPUs" + (f" on {nodes} nodes)" if nodes > 1 else ")")
 
     def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
@@ -394,6 +395,8 @@ def check_options(backend: str, address: str | None = None) -> None:
         raise UsageError("--ray-address needs --workers ray")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError(RAY_MISSING)
+    if address is not None and not address.strip():
+        raise UsageError("--ray-address is empty: give HOST:PORT or auto (without it, an embedded local Ray)")
     if address:
         _check_reachable(address)
 
@@ -409,6 +412,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> Any:
     env = ray_environment(address)
     os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
     ray = import_ray()
+    if address is not None and not address.strip():
+        raise UsageError("--ray-address is empty: give HOST:PORT or auto (without it, an embedded local Ray)")
     if address:
         _check_reachable(address)
     _init_ray(ray, address, num_cpus, env)
@@ -459,20 +464,26 @@ def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str
     try:
         ray.init(**options)
     except Exception as error:  # Ray raises many unrelated types for one cause: not started
-        raise WorkersError(f"cannot start Ray{' at ' + address if address else ''}: {_first_line(error)}") from error
+        raise WorkersError(f"cannot start Ray{' at ' + shown_address(address) if address else ''}: {_first_line(error)}") from error
 
 
 def _check_reachable(address: str) -> None:
     if address == "auto":
         return  # Ray finds the cluster started on this machine (`ray start --head`), or says there is none
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--ray-address must be HOST:PORT or auto, got {address!r}")
+    if not host or "@" in host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise UsageError(f"--ray-address must be HOST:PORT (a port from 1 to 65535) or auto, got "
+                         f"{shown_address(address)!r}")
     try:
         with socket.create_connection((host, int(port)), timeout=3):
             pass
     except OSError as error:
-        raise WorkersError(f"cannot reach Ray at {address}: {error.strerror or error}") from error
+        raise WorkersError(f"cannot reach Ray at {shown_address(address)}: {error.strerror or error}") from error
+
+
+def shown_address(address: str) -> str:
+    """A Ray address as it may be printed: any user or password before an @ masked."""
+    return re.sub(r"^((?:ray://)?)[^/]*@", r"\1***@", address)
 
 
 def _outcome(future: Future[Any]) -> Any:

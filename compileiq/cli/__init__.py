@@ -38,6 +38,7 @@ from compileiq.cli.render import (
     trials_table,
 )
 from compileiq.core.errors import CompileIQError, UsageError
+from compileiq.core.output_file import OutputFileError, check_target
 from compileiq.core.records import MEASURED_ON_KEY
 from compileiq.core.version import __version__
 from compileiq.gating import rules as gate_rules
@@ -228,6 +229,8 @@ def _write_report(option: str, path: Path, text: str) -> str:
         gate_report.write(path, text)
     except OSError as error:
         return f"{option} {path}: cannot write: {error.strerror or error}"
+    except OutputFileError as error:  # "cannot write PATH: it is a named pipe, not a regular file"
+        return f"{option} {error}"
     return ""
 
 
@@ -328,6 +331,7 @@ def report(
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
+    check_target(target)  # before the database is opened: a named pipe would block the write
     store = Store.open(database_url(db))
     try:
         if compare:

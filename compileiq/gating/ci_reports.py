@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.output_file import check_target
 from compileiq.gating.check import AcfResult, GateReport
 from compileiq.gating.rules import Finding, Severity, Timing, describe
 
@@ -147,5 +148,7 @@ def _timing_json(timing: Timing) -> dict[str, Any]:
 
 
 def write(path: Path, text: str) -> None:
+    """OSError, or OutputFileError for a path that is no regular file (a named pipe would block)."""
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

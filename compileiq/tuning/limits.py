@@ -22,8 +22,10 @@ def parse_duration(text: str, option: str = "--time-budget") -> float:
     """Seconds of "90s", "10m", "1h", "1h30m" or "2.5h"; UsageError (one line) for anything else."""
     cleaned = text.strip().lower()
     parts = _PART.findall(cleaned)
-    if not cleaned or "".join(number + unit for number, unit in parts) != cleaned:
-        raise UsageError(f"{option} takes a duration such as 90s, 10m or 1h, got {text!r}")
+    units = [unit for _, unit in parts]
+    in_order = units == sorted(set(units), key="hms".index)  # each unit once, largest first: 1h30m
+    if not cleaned or "".join(number + unit for number, unit in parts) != cleaned or not in_order:
+        raise UsageError(f"{option} takes a duration such as 90s, 10m, 1h or 1h30m, got {text!r}")
     seconds = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
     if not 0 < seconds <= MAX_TIME_BUDGET_S:
         raise UsageError(f"{option} must be more than 0 s and at most {format_duration(MAX_TIME_BUDGET_S)}, got {text!r}")
