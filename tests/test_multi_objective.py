@@ -46,7 +46,7 @@ def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
 
 
 def _may_win(report: app.TuneReport) -> list[Trial]:
-    reference = eligibility.Reference.of(report.result.baseline)
+    reference = eligibility.Reference.of(report.result.baseline, report.result.study.key.objective)
     assert reference is not None
     return [t for t in report.result.trials if t.state is TrialState.COMPLETE
             and eligibility.refusal(t.config, t.metrics, reference) is None]

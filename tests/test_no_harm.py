@@ -152,7 +152,7 @@ def test_the_static_objective_ignores_instruction_counts(tmp_path):
     assert same and any(t.metrics["instructions"] != base["instructions"] for t in same)
     assert all(t.value == result.baseline.value for t in same)
     better = [t for t in result.trials if t.value is not None and t.value < result.baseline.value
-              and eligibility.refusal(t.config, t.metrics, eligibility.Reference.of(result.baseline)) is None]
+              and eligibility.refusal(t.config, t.metrics, eligibility.Reference.of(result.baseline, "static")) is None]
     if not better:
         assert result.chosen is result.baseline and acf.read(report.acf_path).controls == {}
 

@@ -147,7 +147,7 @@ def test_screening_reaches_the_fastest_flags_with_fewer_measurements(kernel: Any
 def test_a_refused_candidate_is_recorded_with_its_reason_and_never_measured(kernel: Any, tmp_path: Path) -> None:
     gpu, trials = tune(kernel, tmp_path, 0, screening.ScreeningPolicy(factor=3), budget=24)
     baseline = next(t for t in trials if t.config == _SPACE[0].default_config().as_dict())
-    reference = eligibility.Reference.of(baseline)
+    reference = eligibility.Reference.of(baseline, "time")  # the rules --objective time screens by
     assert reference is not None
     for config, static, _ in gpu.measured:
         assert eligibility.refusal(config.as_dict(), static, reference) is None, config
@@ -200,7 +200,7 @@ def _candidate(name: str, spills: int, occupancy: float, code: str, level: int =
     return screening.Candidate(config, build, static)
 
 
-REFERENCE = eligibility.Reference(0, 0.5, {"ptxas.opt_level": 3})
+REFERENCE = eligibility.Reference(0, 0.5, {"ptxas.opt_level": 3}, "time")  # --objective time screens by it
 
 
 def test_select_refuses_by_the_static_rules_and_keeps_a_build_failure_as_it_is() -> None:
