@@ -172,11 +172,14 @@ def evidence(trial: Trial, origin: str) -> dict[str, Any]:
 
 
 def source(trial: Trial, result: Any, database: str) -> str:
-    """Where a trial's evidence comes from: a build this run made, this run's reading of the
-    build cache, or a row it found in the database (imported or shared: not rebuilt here)."""
+    """Where a trial's evidence comes from: a build this run made, a row it found and rebuilt to the
+    same result (a static objective's ACF cites no other), this run's reading of the build cache,
+    or a row it found in the database (a runtime objective's: not rebuilt here)."""
     origin = result.origins.get(trial.id)
     if origin == "compiled":
         return "compiled by this run"
+    if origin == "verified":
+        return f"recorded in {database} by {trial.worker}; compiled again by this run, which gave the same result"
     if origin is not None:
         return "evaluated by this run from the build cache (not recompiled)"
     return (f"recorded in {database} by {trial.worker} (an earlier, shared or imported result; "

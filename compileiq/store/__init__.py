@@ -432,6 +432,12 @@ class Store:
         with self._tx() as conn:
             _put_build(conn, record)
 
+    def replace_build(self, record: BuildRecord) -> None:
+        """Cache a build over any record under the same key (one a rebuild here contradicted)."""
+        with self._tx() as conn:
+            conn.execute(builds.delete().where(builds.c.key == record.key))
+            _put_build(conn, record)
+
     def builds_count(self) -> int:
         with self._tx(readonly=True) as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())

@@ -367,6 +367,18 @@ class TrialRunner:
                 builds[configs[result.tag].key] = result.build
         return builds
 
+    def rebuild(self, trial: Trial) -> tuple[Build, Evaluation]:
+        """Compile the trial's config in this run, past the build cache, and score it: the check of
+        a row this run did not build (`verify`). The cache then holds this build, over any record
+        under its key (one the rebuild may have contradicted)."""
+        config = self.config_of(trial)
+        workers = self._workers or self._start_workers()
+        (result,) = list(workers.run([self._config_job(0, config)]))
+        self._count_compile(result)
+        if result.build.status.deterministic:
+            self._store.replace_build(_build_record(self.build_key(config), result.build))
+        return result.build, self._evaluator.evaluate(result.build, config)
+
     def _job(self, trial: Trial) -> VariantJob:
         return self._config_job(trial.id, self.config_of(trial))
 

@@ -51,6 +51,7 @@ from compileiq.tuning.runner import (
     TrialRunner,
 )
 from compileiq.tuning.streaming import StreamingFeed
+from compileiq.tuning.verify import Quarantined, Verifier
 
 WAIT_FOR_OTHERS_S = 1.0
 SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
@@ -491,12 +492,25 @@ class Tuner:
                 raise BaselineError(f"{name} does not build with default settings: {reason}{hint}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
+        """The choice over the study's trials; for a static objective the rows it cites are checked
+        against rebuilds here (`verify`), and a quarantined one makes the choice again."""
         self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
+        verifier = Verifier(self._store, self._runner.rebuild, self._runner.origins, self._baseline.key,
+                            self._progress.note) if self._static else None
+        while True:
+            try:
+                return self._choice(study, exhausted, verifier)
+            except Quarantined:
+                continue
+
+    def _choice(self, study: Study, exhausted: bool, verifier: Verifier | None) -> TuneResult:
         trials = self._store.trials(study.id)
         baseline = self._finished_baseline(trials)
+        if verifier is not None:
+            verifier.check(baseline)
         self._reference = eligibility.Reference.of(baseline, self._request.objective) if self._static else None
         if self._multi:
-            return self._front_result(study, baseline, trials, exhausted)
+            return self._front_result(study, baseline, trials, exhausted, verifier)
         winner = eligibility.choose(trials, baseline, self._refusal)
         simplification = None
         exact = not self._static  # timings are noisy: same code only
@@ -507,6 +521,8 @@ class Tuner:
             simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
                                       exact, allowed=lambda t: self._refusal(t) is None)
         chosen = simplification.chosen if simplification else winner
+        if verifier is not None:
+            verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
         confirmation = None
         confirm = getattr(self._evaluator, "confirm", None)
@@ -529,7 +545,8 @@ class Tuner:
                           exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
                           self._request.budget, self._stopped)
 
-    def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool) -> TuneResult:
+    def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool,
+                      verifier: Verifier | None) -> TuneResult:
         """Several objectives: the pick on the front of the trials that may win, simplified to the
         same machine code (so the same values on every objective). Neither the single-objective
         confirmation nor the ablation path applies to a trade-off."""
@@ -541,6 +558,8 @@ class Tuner:
             simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
                                       True, allowed=lambda t: self._refusal(t) is None)
         chosen = simplification.chosen if simplification else winner
+        if verifier is not None:
+            verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
         trade_offs = multi_objective.choose(final, baseline, self._objectives, self._request.pick, self._refusal,
                                             runtime).front

@@ -1,0 +1,120 @@
+"""What becomes an ACF was verified by the run that writes it (issue 24, item 4), on SQLite and a real
+PostgreSQL and through `db export`/`db import`: one edited row, in range and well formed, used to
+become the next tune's ACF. Now the baseline and the chosen trial are rebuilt before the ACF cites
+them; a row that disagrees is quarantined (failed, with the reason and who recorded it, shown by
+`show`) and the choice is made again. A poisoned cached build is replaced by the rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from helpers import SPILLING_KERNEL, run_cli
+
+from compileiq.core.records import Trial, TrialState
+from compileiq.results import acf
+from compileiq.store import Store
+from compileiq.store.schema import builds, trials_table
+
+ONLY = "ptxas.maxrregcount,ptxas.override_directive_values"
+MALLORY = "mallory@laptop:666"
+
+
+def _tune(folder: Path, url: str, *extra: str) -> str:
+    result = run_cli(["tune", "k.cu", "--objective", "registers", "--only", ONLY, "--strategy", "exhaustive",
+                      "--budget", "24", "--workers", "local", "--db", url, "--out", "k.acf.toml", *extra], cwd=folder)
+    assert result.returncode == 0, result.describe()
+    return result.output
+
+
+def _trials(url: str, study: str = "1") -> list[Trial]:
+    store = Store.open(url)
+    try:
+        return store.trials(store.find_study(study).id)
+    finally:
+        store.close()
+
+
+def _victim(url: str, chosen: int) -> Trial:
+    """A complete trial that is neither the baseline nor the ACF's, with machine code of its own."""
+    trials = _trials(url)
+    codes = {trials[0].code_hash, next(t.code_hash for t in trials if t.number == chosen)}
+    return next(t for t in trials[1:] if t.state is TrialState.COMPLETE and t.code_hash not in codes)
+
+
+def _forge(url: str, chosen: int) -> int:
+    """Edit one row as a team member could: in range and well formed, claiming 1 register, no spills."""
+    victim = _victim(url, chosen)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            value=1.0, metrics={**victim.metrics, "registers": 1, "spill_bytes": 0}, worker=MALLORY))
+    engine.dispose()
+    return victim.number
+
+
+def _check(folder: Path, url: str, before: dict[str, object], forged: int, output: str) -> None:
+    found = acf.read(folder / "k.acf.toml")
+    assert found.controls == before  # the real winner, as before the forgery
+    assert f"trial #{forged} quarantined: its row says value 1 (spill_bytes" in output
+    assert f"recorded by {MALLORY}" in output
+    row = next(t for t in _trials(url) if t.number == forged)
+    assert row.state is TrialState.FAILED and row.reason.startswith("quarantined: its row says value 1")
+    shown = run_cli(["show", "1", "--db", url], cwd=folder)
+    assert "quarantined" in shown.output, shown.describe()
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "k.cu").write_text(SPILLING_KERNEL)
+    return folder
+
+
+def test_a_forged_trial_row_never_becomes_the_acf(kernel: Path, store_url: str) -> None:
+    _tune(kernel, store_url)
+    first = acf.read(kernel / "k.acf.toml")
+    forged = _forge(store_url, first.provenance["trial"])
+    output = _tune(kernel, store_url)  # the same study: nothing new to search, only the choice
+    _check(kernel, store_url, first.controls, forged, output)
+    assert acf.read(kernel / "k.acf.toml").evidence["best"]["source"].startswith(("compiled by this run",
+                                                                                 "recorded in"))
+
+
+def test_a_forged_row_through_db_import_never_becomes_the_acf(kernel: Path, store_url: str, tmp_path: Path) -> None:
+    laptop = f"sqlite:///{tmp_path / 'laptop.db'}"
+    _tune(kernel, laptop)
+    first = acf.read(kernel / "k.acf.toml")
+    forged = _forge(laptop, first.provenance["trial"])
+    exported = run_cli(["db", "export", "1", "--out", "study.json", "--db", laptop], cwd=kernel)
+    assert exported.returncode == 0, exported.describe()
+    imported = run_cli(["db", "import", "study.json", "--db", store_url], cwd=kernel)
+    assert imported.returncode == 0, imported.describe()
+    output = _tune(kernel, store_url)
+    _check(kernel, store_url, first.controls, forged, output)
+
+
+def test_a_poisoned_cached_build_is_rebuilt_and_replaced(kernel: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    first = acf.read(kernel / "k.acf.toml")
+    trials = _trials(url)
+    honest = {trials[0].code_hash, next(t.code_hash for t in trials if t.number == first.provenance["trial"])}
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # every other cached build now claims 1 register per thread
+        rows = conn.execute(sa.select(builds.c.key, builds.c.metrics).where(builds.c.code_hash.not_in(honest))).all()
+        for key, metrics in rows:
+            entries = [{**e, "registers": 1, "spill_store_bytes": 0, "spill_load_bytes": 0} for e in metrics["entries"]]
+            conn.execute(builds.update().where(builds.c.key == key).values(metrics={**metrics, "entries": entries}))
+    assert rows
+    output = _tune(kernel, url, "--study", "second")  # a new study of the same code: served by the cache
+    assert "build cache hits 0;" not in output
+    assert acf.read(kernel / "k.acf.toml").controls == first.controls
+    assert "quarantined: its row says value 1" in output
+    with engine.begin() as conn:
+        after = dict(conn.execute(sa.select(builds.c.key, builds.c.metrics).where(builds.c.code_hash.not_in(honest))).all())
+    engine.dispose()
+    replaced = [key for key, metrics in after.items() if all(e["registers"] > 1 for e in metrics["entries"] if e.get("entry"))]
+    assert replaced, "the rebuilt configs' cached builds hold the rebuild"
