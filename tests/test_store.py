@@ -6,7 +6,7 @@ import multiprocessing
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import SCREEN, BuildRecord, StudyKey, TrialState
 from compileiq.store import Store, StoreError
+from compileiq.store.schema import trials_table
 
 KEY = StudyKey(
     kernel="saxpy",
@@ -117,6 +118,22 @@ def test_finish_unknown_trial(store: Store) -> None:
 def test_claim_in_unknown_study(store: Store) -> None:
     with pytest.raises(StoreError, match="no study with id 999"):
         store.claim_trial(999, "k", {}, "w")
+
+
+def test_a_heartbeat_from_the_future_is_clamped_and_goes_stale(store: Store, store_url: str) -> None:
+    """A forged "running" row with a heartbeat in 2999 would hold its config forever."""
+    study = store.get_or_create_study(KEY)
+    held = store.claim_trial(study.id, "held", {}, "mallory")
+    assert held is not None
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == held.id)
+                     .values(heartbeat_at=datetime(2999, 1, 1, tzinfo=UTC)))
+    engine.dispose()
+    assert store.fail_stale_trials(study.id, 1.0) == 0  # clamped to now: it goes stale from here
+    time.sleep(1.3)
+    assert store.fail_stale_trials(study.id, 1.0) == 1
+    assert store.claim_trial(study.id, "held", {}, "w2") is not None
 
 
 def test_stale_trials_fail_by_db_clock_then_reclaim(store: Store) -> None:

@@ -86,6 +86,9 @@ def default_study_name(key: StudyKey) -> str:
     return f"{key.kernel}-{key.objective}-{digest[:8]}"
 
 
+FUTURE_S = 60.0  # a heartbeat further ahead of the database clock than this is forged
+
+
 class Store:
     """A study/trial/build database. Open with :meth:`Store.open`; every call is one transaction."""
 
@@ -310,12 +313,16 @@ class Store:
         return None if row is None else trial_record(row)
 
     def fail_stale_trials(self, study_id: int, older_than_s: float) -> int:
-        """Fail RUNNING trials without a heartbeat for ``older_than_s`` (0: all of them)."""
+        """Fail RUNNING trials without a heartbeat for ``older_than_s`` (0: all of them). Heartbeats
+        come from the database clock, so one in the future was forged (it would hold its config
+        forever): it is clamped to now first, and goes stale like any other."""
         t = trials_table.c
         stale = [t.study_id == study_id, t.state == TrialState.RUNNING.value]
         with self._tx() as conn:
             if older_than_s > 0:
                 now = utc(conn.execute(sa.select(db_now())).scalar_one())
+                conn.execute(trials_table.update().where(*stale, t.heartbeat_at > now + timedelta(seconds=FUTURE_S))
+                             .values(heartbeat_at=now))
                 stale.append(t.heartbeat_at < now - timedelta(seconds=older_than_s))
             result = conn.execute(
                 trials_table.update()
