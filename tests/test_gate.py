@@ -107,6 +107,20 @@ def test_a_fresh_acf_passes(tuned):
     assert "No findings" in (tuned / "gate.md").read_text()
 
 
+def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
+    """The ACF records its tune.toml settings' sha256 (issue 24, item 4): a launch fact changed since
+    (the source untouched) scores occupancy for another launch, so the gate says so."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text("block_size = 64\n")
+    result = _gate(workspace, ACF, "--static")
+    retune = RETUNE.format(db=tuned / "t.db")
+    assert (f"warn stale-settings: the kernel's tune.toml settings changed since the ACF was tuned; re-tune: "
+            f"{retune}") in result.stdout, result.describe()
+    assert "stale-source" not in result.stdout
+    assert "stale-settings" not in _gate(tuned, ACF, "--static").stdout
+
+
 def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tuned):
     retune = RETUNE.format(db=tuned / "t.db")  # the hint repeats the database the ACF was tuned in
     runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]

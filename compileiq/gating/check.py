@@ -133,7 +133,8 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
         try:
             instructions = int(best["instructions"]) if "instructions" in acf.objective.get("objectives", []) else None
             return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
-                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions)
+                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
+                            str(acf.data["kernel"].get("settings_sha256", "")))
         except (KeyError, TypeError, ValueError):
             pass
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
@@ -176,10 +177,11 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
     evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
     if evaluation.value is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
-        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason)
+        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=spec.settings_sha256())
     m = evaluation.metrics
     return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
-                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]))
+                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
+                    spec.settings_sha256())
 
 
 def retune_command(target: Target) -> str:

@@ -45,6 +45,8 @@ RULES = (
          "objectives include instructions)"),
     Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
+    Rule("stale-settings", Severity.WARN, "the kernel's tune.toml settings (launch facts, macros, base flags, "
+         "tolerances) differ from those it was tuned with"),
     Rule("stale-toolchain", Severity.WARN, "the compiler build differs from the tuning one"),
     Rule("slower-than-default", Severity.ERROR, "timing: the ACF's flags are SLOWER than the defaults"),
     Rule("slower-than-recorded", Severity.ERROR, "timing: the ACF's build is SLOWER than recorded"),
@@ -77,6 +79,7 @@ class Recorded:
     source_sha256: str
     toolchain_build: str
     instructions: int | None = None  # checked when one of the ACF's objectives is instructions
+    settings_sha256: str = ""  # tune.toml's build- and score-relevant settings (older ACFs: none)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class Measured:
     occupancy: float = 0.0
     code_hash: str = ""
     instructions: int = 0
+    settings_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,9 @@ def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     if m.source_sha256 != r.source_sha256:
         found.append(Hit("stale-source", r.source_sha256[:12], m.source_sha256[:12],
                          f"the kernel source changed since the ACF was tuned; re-tune: {retune}"))
+    if r.settings_sha256 and m.settings_sha256 != r.settings_sha256:
+        found.append(Hit("stale-settings", r.settings_sha256[:12], m.settings_sha256[:12],
+                         f"the kernel's tune.toml settings changed since the ACF was tuned; re-tune: {retune}"))
     if m.toolchain_build != r.toolchain_build:
         found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
                          f"the compiler differs from the one the ACF was tuned with; re-tune: {retune}"))
