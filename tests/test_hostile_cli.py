@@ -119,6 +119,16 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "ray-address-empty": ("tune {k} --ray-address= --db sqlite:///{ws}/t.db", 2, "--ray-address is empty"),
     "ray-address-port-99999": ("tune {k} --ray-address 127.0.0.1:99999 --db sqlite:///{ws}/t.db", 2,
                                "a port from 1 to 65535"),
+    "kernel-symlink-loop": ("tune {ws}/loop.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                            "kernel file {ws}/loop.cu is a symlink loop"),  # was a traceback
+    "tune-toml-fifo": ("tune {ws}/tomlfifo/k.cu --workers local --db sqlite:///{ws}/t.db", 2,  # was ignored
+                       "tomlfifo/tune.toml is a named pipe, not a regular file"),
+    "tune-toml-directory": ("tune {ws}/tomldir/k.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                            "tomldir/tune.toml is a directory, not a regular file"),
+    "tune-toml-loop": ("tune {ws}/tomlloop/k.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                       "tomlloop/tune.toml is a symlink loop or a dangling link"),
+    "include-folder-loop": ("tune {ws}/incloop/k.cu --workers local --db sqlite:///{ws}/t.db", 2,
+                            "include folder {ws}/incloop/inc is a symlink loop"),  # was a traceback
     "show-emoji-code": ("show :x: --db sqlite:///{ws}/t.db", 1, "no study named ':x:'"),  # was '❌'
     "ray-address-password": ("tune {k} --ray-address user:s3cret@127.0.0.1:6379 --db sqlite:///{ws}/t.db", 2,
                              "got '***@127.0.0.1:6379'"),
@@ -140,6 +150,15 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     for fifo in ("fifo.cu", "fifo.acf.toml", "out.fifo"):  # reading or writing one blocks until the other end comes
         os.mkfifo(ws / fifo)
     (ws / "zero.cu").symlink_to("/dev/zero")
+    (ws / "loop.cu").symlink_to(ws / "loop.cu")
+    for folder in ("tomlfifo", "tomldir", "tomlloop", "incloop"):
+        (ws / folder).mkdir()
+        (ws / folder / "k.cu").write_text(TINY_KERNEL)
+    os.mkfifo(ws / "tomlfifo" / "tune.toml")
+    (ws / "tomldir" / "tune.toml").mkdir()
+    (ws / "tomlloop" / "tune.toml").symlink_to(ws / "tomlloop" / "tune.toml")
+    (ws / "incloop" / "inc").symlink_to(ws / "incloop" / "inc")
+    (ws / "incloop" / "tune.toml").write_text('include_dirs = ["inc"]\n')
     (ws / "binary.acf.toml").write_bytes(bytes(range(256)) * 64)
     (ws / "huge.acf.toml").write_text("# " + "x" * (2 << 20) + "\n")
     (ws / "deep.acf.toml").write_text("format = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n")  # under the size cap

@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 
 from compileiq.core.output_file import not_regular
 from compileiq.source.base_flags import path_problem
-from compileiq.source.spec import KernelError, KernelSpec, SourceBundle
+from compileiq.source.spec import KernelError, KernelSpec, SourceBundle, resolved
 
 DEPENDENCY_TIMEOUT_S = 120.0
 CUDA_SUFFIXES = (".cu", ".cuh")
@@ -31,7 +31,7 @@ def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:
     """
     from compileiq.source.kernel_toml import parse_spec
 
-    source = Path(cu_path).expanduser().resolve()
+    source = resolved(Path(cu_path), "kernel file")
     if kind := not_regular(source):  # checked before anything opens it: reading a named pipe blocks
         raise KernelError(f"{cu_path} is {kind}, not a regular file: give the kernel's .cu or .cuh file")
     if not source.is_file():

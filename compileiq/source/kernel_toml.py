@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.output_file import not_regular
 from compileiq.core.space import macro_problem
 from compileiq.source import arch as gpu_arch
 from compileiq.source.arch import ARCH, DEFAULT_ARCH
@@ -23,6 +25,7 @@ from compileiq.source.spec import (
     KernelSpec,
     LaunchFacts,
     Values,
+    resolved,
 )
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -35,6 +38,9 @@ _TOP_KEYS = {f.name for f in fields(KernelSpec)} - {"name", "source", "tuned_def
 def parse_spec(source: Path, arch: str | None) -> KernelSpec:
     """The spec of ``source`` from the tune.toml beside it (defaults without one)."""
     toml_path = source.parent / TUNE_FILE
+    if os.path.lexists(toml_path) and (kind := not_regular(toml_path) or (None if toml_path.exists() else
+                                                                          "a symlink loop or a dangling link")):
+        raise KernelError(f"{toml_path} is {kind}, not a regular file: a kernel's tune.toml is a file, or absent")
     raw = _read_toml(toml_path) if toml_path.is_file() else {}
     return _Parser(toml_path, raw, source, source.read_text(errors="replace")).spec(arch)
 
@@ -153,7 +159,7 @@ class _Parser:
         for name in names:
             if problem := path_problem(name):
                 raise self.fail("include_dirs", problem)
-        dirs = tuple((self.source.parent / d).resolve() for d in [*names, *flags.include_dirs])
+        dirs = tuple(resolved(self.source.parent / d, "include folder") for d in [*names, *flags.include_dirs])
         missing = [d for d in dirs if not d.is_dir()]
         if missing:
             raise self.fail("include_dirs", f"not a directory: {missing[0]}")

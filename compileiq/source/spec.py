@@ -127,3 +127,11 @@ class SourceBundle:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         return directory / self.main
+
+
+def resolved(path: Path, what: str) -> Path:
+    """``path`` made absolute with its links followed; KernelError (one line) for a symlink loop."""
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: Python < 3.13's "Symlink loop"
+        raise KernelError(f"{what} {path} is a symlink loop") from None
