@@ -128,6 +128,7 @@ def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tun
         assert result.returncode == 1, result.describe()
         assert "error spills: spill bytes appeared: 0 -> 1052 (recorded 0 B, measured 1052 B)" in result.stdout
         assert f"warn stale-source: the kernel source changed since the ACF was tuned; re-tune: {retune}" in result.stdout
+        assert "\\x0a" not in result.stdout  # the table's findings are lines, not one line joined by an escape
     assert runs[0].stdout == runs[1].stdout
     assert (spilling / "gate1.md").read_bytes() == (spilling / "gate2.md").read_bytes()
     assert (spilling / "gate1.xml").read_bytes() == (spilling / "gate2.xml").read_bytes()

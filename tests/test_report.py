@@ -162,6 +162,17 @@ def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
     assert "&lt;script&gt;" in text and "<script>" not in text
 
 
+def test_a_markdown_report_carries_no_terminal_escapes_from_a_study_name(tmp_path):
+    """A study named with an OSC sequence would retitle (or worse) the terminal that `cat`s the report."""
+    name = "evil\x1b]0;pwned\x07\x1b[2J"
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 10, name=name)
+    result = run_cli(["report", "1", "--db", f"sqlite:///{tmp_path}/t.db", "-o", "r.md", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = (tmp_path / "r.md").read_text()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "evil\\x1b]0;pwned\\x07\\x1b[2J" in text  # shown, as escapes
+
+
 def test_compare_two_studies(tmp_path):
     url = f"sqlite:///{tmp_path}/t.db"
     synthetic_study(url, 40, name="before")

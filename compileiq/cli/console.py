@@ -8,19 +8,18 @@ import sys
 from rich.console import Console
 from rich.text import Text
 
+from compileiq.core.text import printable
+
 out = Console(highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # ":x:" in a name stays ":x:"
-
-_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 
 STATIC_LABEL = "static estimate"
 RUNTIME_LABEL = "GPU runtime, ms"
 
 
 def safe(text: object) -> str:
-    """Text from outside (study and kernel names, compiler messages) with every control
-    character written as an escape (\\x1b...): nothing reaches the terminal as a command."""
-    return str(text).translate(_CONTROL)
+    """Text from outside (study and kernel names, compiler messages) as it may be printed."""
+    return printable(text)
 
 
 def cells(*values: object) -> list[Text]:

@@ -17,6 +17,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
+from compileiq.core.text import printable
 from compileiq.report import svg as report_svg
 from compileiq.results import to_time
 from compileiq.results.ablation import RULE, Ablation
@@ -456,7 +457,8 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
 
 
 def md_text(value: Any) -> str:
-    return escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`")
+    """A value in markdown: table-safe, and no control character (a terminal may `cat` the file)."""
+    return printable(escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
