@@ -69,6 +69,21 @@ def test_cmake_3_29_include_folders_in_an_options_file_are_read(tmp_path: Path) 
         read_command(db, source, SPACE)
 
 
+def test_an_options_file_that_is_not_one_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    """A hostile compile_commands.json can name any file as --options-file (/etc/shadow): its first
+    line was echoed in the error. A file of nvcc options holds options and their values only."""
+    source = tmp_path / "k.cu"
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$s3cretHash:19000:0:99999:7:::\n")
+    db = _database(tmp_path, [{"directory": str(tmp_path), "command": f"nvcc --options-file {secret} -c k.cu",
+                               "file": "k.cu"}])
+    with pytest.raises(CompileDbError) as raised:
+        read_command(db, source, SPACE)
+    assert "s3cret" not in str(raised.value) and "root:" not in str(raised.value)
+    assert str(raised.value).endswith(f"--options-file {secret} is not a file of nvcc options (argument 1 is "
+                                      "neither an option nor an option's value; not shown)")
+
+
 def test_the_entry_of_the_requested_file_is_chosen(tmp_path: Path) -> None:
     entries = [{"directory": str(tmp_path), "command": f"nvcc -DWHICH={n} -c {n}.cu", "file": f"{n}.cu"}
                for n in ("a", "b")]

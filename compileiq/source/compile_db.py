@@ -132,13 +132,19 @@ def _options_file(path: Path, where: str) -> list[str]:
     try:
         if path.stat().st_size > MAX_OPTIONS_FILE_BYTES:
             raise CompileDbError(f"{where}: --options-file {path} is larger than {MAX_OPTIONS_FILE_BYTES // 2**20} MiB")
-        return shlex.split(path.read_text())
+        tokens = shlex.split(path.read_text())
     except FileNotFoundError:
         raise CompileDbError(f"{where}: its --options-file {path} is missing: run the build's configure step "
                              "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF") from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise CompileDbError(f"{where}: --options-file {path}: {reason}") from None
+    # A file of nvcc options holds options and their values only. Anything else is not echoed: the
+    # file may be any file the command names (a password file's first line would be shown).
+    if stray := next((n for n, (flag, _, _) in enumerate(_options(tokens), 1) if not flag), None):
+        raise CompileDbError(f"{where}: --options-file {path} is not a file of nvcc options (argument {stray} is "
+                             "neither an option nor an option's value; not shown)")
+    return tokens
 
 
 def _split(args: Sequence[str], directory: Path, source: Path,
