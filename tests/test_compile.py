@@ -17,7 +17,9 @@ from compileiq.build.compile import (
 )
 from compileiq.build.cubin import CubinError, text_sections
 from compileiq.core.processes import run_tool
+from compileiq.core.space import load_space
 from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.source.kernel import bundle_sources, load_spec
 
 KERNEL = textwrap.dedent(
@@ -92,6 +94,20 @@ def test_a_compile_error_keeps_the_compiler_message(tmp_path):
     assert "undefined_name" in result.message
     build = _assemble(result)
     assert build.status is BuildStatus.COMPILE_ERROR and "undefined_name" in build.message
+
+
+def test_a_failed_variant_is_named_by_ptxas_fatal_line_not_a_warning_before_it(tmp_path):
+    """ptxas warns about a register cap below 24 before it fails on an unresolved call: the trial's
+    line showed the warning as the cause."""
+    (tmp_path / "ext.cu").write_text("extern __device__ float f(float);\n"
+                                     "__global__ void k(float* x) { x[threadIdx.x] = f(x[threadIdx.x]); }\n")
+    spec = load_spec(tmp_path / "ext.cu")
+    ptx = emit_ptx(FrontendJob(find_toolchain().nvcc, bundle_sources(spec), "sm_90", (), 60))
+    build = _assemble(ptx, "--maxrregcount=16")
+    assert build.status is BuildStatus.COMPILE_ERROR and "ptxas warning" in build.message
+    evaluation = StaticEvaluator("spills", spec).evaluate(build, load_space(find_toolchain().nvcc_version).default_config())
+    assert evaluation.reason is not None
+    assert evaluation.reason.splitlines()[0] == "compile_error: ptxas fatal   : Unresolved extern function '_Z1ff'"
 
 
 def test_a_hanging_compiler_is_killed_at_its_timeout(tmp_path):

@@ -261,8 +261,8 @@ def _alive(pid: int) -> bool:
 
 
 def first_error_line(output: str) -> str:
-    """The compiler's first line that names an error (not "In file included from ..."), else
-    its first line."""
+    """The compiler's first line that names an error or a fatal one (ptxas: "ptxas fatal : ..."; not
+    "In file included from ..." nor a warning printed before it), else its first line."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    named = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    named = [line for line in lines if re.search(r"\b(error|fatal)\b", line, re.IGNORECASE)]
     return (named or lines or [""])[0]
