@@ -202,5 +202,6 @@ def test_a_laptop_sqlite_study_merges_into_the_team_postgres(postgres_url: str, 
     team = run_cli([*tune, "--db", postgres_url], cwd=tmp_path)
     assert team.returncode == 0, team.describe()
     report = json.loads(team.stdout)
-    assert report["counters"]["compiler_calls"] == 0 and report["counters"]["new_trials"] == 0
+    counters = report["counters"]  # imported rows are not built again, except what the ACF cites (checked)
+    assert counters["compiler_calls"] == counters["verify_calls"] <= 4 and counters["new_trials"] == 0
     assert report["best"]["config"] == json.loads(laptop.stdout)["best"]["config"]

@@ -253,7 +253,8 @@ def test_eight_tuners_on_two_machines_share_one_study_on_postgres(postgres_url: 
     assert [t for t in trials if t.state is TrialState.RUNNING] == []
     assert sum(t.state is TrialState.COMPLETE or not t.retryable for t in trials) >= 40  # none lost
     assert sum(r["counters"]["new_trials"] for r in reports) == len(trials)  # each finished by one tuner
-    assert sum(r["counters"]["ptxas_calls"] for r in reports) == builds  # no variant compiled twice
+    compiled = sum(r["counters"]["ptxas_calls"] - r["counters"]["verify_ptxas_calls"] for r in reports)
+    assert compiled == builds  # no variant compiled twice (besides each tuner's check of what its ACF cites)
     hosts = {t.worker.rpartition(":")[0] for t in trials}
     assert "machine-b" in hosts and len(hosts) == 2
 

@@ -72,11 +72,12 @@ def test_the_acf_keeps_only_settings_that_matter(tmp_path, spiller):
         assert trial.value > report.result.chosen.value or trial.code_hash != report.result.chosen.code_hash
 
 
-def test_an_identical_rerun_compiles_nothing(tmp_path, spiller):
+def test_an_identical_rerun_compiles_only_the_check_of_what_its_acf_cites(tmp_path, spiller):
     first = app.tune(_options(tmp_path, spiller), SilentProgress())
     assert first.result.counters.compiler_calls > 0
     again = app.tune(_options(tmp_path, spiller), SilentProgress())
-    assert again.result.counters.compiler_calls == 0
+    counters = again.result.counters
+    assert counters.compiler_calls == counters.verify_calls <= 4  # the baseline and the choice, two stages each
     assert again.result.counters.new_trials == 0
     assert again.result.chosen.config == first.result.chosen.config
 
@@ -85,7 +86,7 @@ def test_another_objective_reuses_the_build_cache(tmp_path, spiller):
     app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12), SilentProgress())
     other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12, objective="registers"), SilentProgress())
     assert other.result.counters.build_cache_hits >= 12
-    assert other.result.counters.frontend_calls == 0
+    assert other.result.counters.frontend_calls <= other.result.counters.verify_calls  # only to check the choice
 
 
 def test_a_failing_variant_is_data_not_fatal(tmp_path):
@@ -154,7 +155,7 @@ def test_a_killed_run_resumes_and_loses_nothing(tmp_path, spiller):
     for trial in in_flight:  # in-flight variants were retried to completion
         assert after[trial.config_key].state is not TrialState.RUNNING
     new_configs = len(after) - len(finished)
-    assert counters["ptxas_calls"] <= new_configs
+    assert counters["ptxas_calls"] - counters["verify_ptxas_calls"] <= new_configs
     assert sum(_counted(t) for t in after.values()) >= 40
 
 

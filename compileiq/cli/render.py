@@ -175,6 +175,8 @@ def print_report(report: app.TuneReport) -> None:
         out.print(line, markup=False)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
+    if counters.verify_calls:
+        note = f" ({counters.verify_calls} of them to check rows this run did not build)"
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
               f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
@@ -295,7 +297,8 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "best": trial_json(result.chosen),
         "best_args": list(report.space.nvcc_args(_config(result.chosen))),
         "acf": str(report.acf_path),
-        "counters": {"compiler_calls": counters.compiler_calls, "frontend_calls": counters.frontend_calls,
+        "counters": {"compiler_calls": counters.compiler_calls, "verify_calls": counters.verify_calls,
+                     "verify_ptxas_calls": counters.verify_ptxas_calls, "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
                      "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,
                      "compile_seconds": round(counters.compile_seconds, 3),

@@ -11,6 +11,7 @@ import os
 import shlex
 import tempfile
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,13 +265,7 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
         values = objective.get(table, {})
         if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
-    front = evidence.get("front", [])
-    if not isinstance(front, list) or len(front) > MAX_FRONT:
-        raise AcfError(f"{path}: evidence.front must be a list of at most {MAX_FRONT} points")
-    for index, point in enumerate(front):
-        where = f"{path}: evidence.front[{index}]"
-        if not isinstance(point, dict) or not is_count(point.get("trial")):
-            raise AcfError(f"{where}: needs a trial number")
+    for where, point in _trial_tables(path, evidence, "front", MAX_FRONT, "points"):
         values = point.get("values")
         if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
@@ -289,6 +284,18 @@ def _check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any]
             raise AcfError(f"{path}: evidence.pick: {_one_line(error)}") from None
 
 
+
+
+def _trial_tables(path: Path, evidence: dict[str, Any], key: str, most: int, noun: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`[[evidence.KEY]]`: at most `most` tables, each naming its trial; (where, table) for each."""
+    found = evidence.get(key, [])
+    if not isinstance(found, list) or len(found) > most:
+        raise AcfError(f"{path}: evidence.{key} must be a list of at most {most} {noun}")
+    for index, table in enumerate(found):
+        where = f"{path}: evidence.{key}[{index}]"
+        if not isinstance(table, dict) or not is_count(table.get("trial")):
+            raise AcfError(f"{where}: needs a trial number")
+        yield where, table
 
 
 def _check_settings(where: str, settings: Any, space: SearchSpace) -> None:
@@ -315,13 +322,7 @@ MAX_TO_TIME = 10
 def _check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> None:
     """`[[evidence.to_time]]`: candidates with settings of the search space, numbers in range, and the
     command compileiq renders for them, nothing else (a reader may paste it)."""
-    found = evidence.get("to_time", [])
-    if not isinstance(found, list) or len(found) > MAX_TO_TIME:
-        raise AcfError(f"{path}: evidence.to_time must be a list of at most {MAX_TO_TIME} candidates")
-    for index, entry in enumerate(found):
-        where = f"{path}: evidence.to_time[{index}]"
-        if not isinstance(entry, dict) or not is_count(entry.get("trial")):
-            raise AcfError(f"{where}: needs a trial number")
+    for where, entry in _trial_tables(path, evidence, "to_time", MAX_TO_TIME, "candidates"):
         if problem := metric_ranges.problem(entry):
             raise AcfError(f"{where}.{problem}")
         settings = entry.get("settings", {})

@@ -86,6 +86,8 @@ class SilentProgress:
 class RunCounters:
     frontend_calls: int = 0
     ptxas_calls: int = 0
+    verify_frontend_calls: int = 0  # of the calls above: rebuilds that checked rows this run did not build
+    verify_ptxas_calls: int = 0
     build_cache_hits: int = 0
     same_code_reuses: int = 0
     new_trials: int = 0
@@ -102,6 +104,10 @@ class RunCounters:
     @property
     def compiler_calls(self) -> int:
         return self.frontend_calls + self.ptxas_calls
+
+    @property
+    def verify_calls(self) -> int:
+        return self.verify_frontend_calls + self.verify_ptxas_calls
 
     @property
     def frontend_cost_ratio(self) -> float:
@@ -375,6 +381,8 @@ class TrialRunner:
         workers = self._workers or self._start_workers()
         (result,) = list(workers.run([self._config_job(0, config)]))
         self._count_compile(result)
+        self.counters.verify_frontend_calls += int(result.ptx_compiled)
+        self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         if result.build.status.deterministic:
             self._store.replace_build(_build_record(self.build_key(config), result.build))
         return result.build, self._evaluator.evaluate(result.build, config)
