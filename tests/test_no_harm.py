@@ -224,6 +224,19 @@ def test_candidates_to_time_are_the_trade_offs_a_gpu_must_judge():
     assert eligibility.candidates_to_time(trials, chosen, baseline, "time") == ()
 
 
+def test_a_trial_refused_for_its_level_alone_is_tried_again_at_the_default_level():
+    defaults = {"a": 0, "ptxas.opt_level": 3, "ptxas.allow_expensive_optimizations": True}
+    baseline = _trial(0, 672.0, defaults, spill_bytes=672)
+    gained = _trial(1, 0.0, {"a": 1, "ptxas.opt_level": 0, "ptxas.allow_expensive_optimizations": False},
+                    spill_bytes=0)
+    no_gain = _trial(2, 672.0, {"a": 2, "ptxas.opt_level": 1, "ptxas.allow_expensive_optimizations": True},
+                     spill_bytes=672)
+    reference = eligibility.Reference.of(baseline, "spills")
+    assert reference is not None
+    assert eligibility.repairs([baseline, no_gain, gained], reference, defaults) == [
+        {"a": 1, "ptxas.opt_level": 3, "ptxas.allow_expensive_optimizations": True}]
+
+
 def test_lower_occupancy_passes_the_gate_only_with_fewer_spills_or_a_runtime_gain():
     acf_build = gate_rules.Measured("s", "t", None, spill_bytes=0, registers=200, occupancy=0.125, code_hash="c")
     traded = gate_rules.Defaults(None, spill_bytes=672, occupancy=0.25)

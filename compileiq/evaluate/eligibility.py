@@ -24,6 +24,7 @@ that a lower level with a spill or occupancy gain is measured. The gate holds AC
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -131,6 +132,23 @@ def study_refusal(baseline: Trial | None, objective: str, static: bool) -> Refus
     if reference is None:
         return lambda trial: None
     return lambda t: refusal(t.config, t.metrics, reference)
+
+
+def repairs(trials: Sequence[Trial], reference: Reference, defaults: Mapping[str, Any],
+            most: int = 2) -> list[dict[str, Any]]:
+    """The best trials refused for a lower optimisation level alone, at the default level: what the
+    search tries next (the gain often stays: a register cap with the override spills no more at
+    -O3 than at -O0). The search alone found them late: a refused result's region looks forbidden."""
+    screening = reference.screening()
+    found: dict[str, dict[str, Any]] = {}
+    for trial in sorted((t for t in trials if t.state is TrialState.COMPLETE and t.value is not None),
+                        key=lambda t: (t.value, t.number)):
+        lowered = lowered_optimisation(trial.config, defaults)
+        if lowered and refusal(trial.config, trial.metrics, screening) is None:
+            names = [setting.partition("=")[0] for setting in lowered]
+            config = {**trial.config, **{name: defaults[name] for name in names}}
+            found.setdefault(json.dumps(config, sort_keys=True), config)
+    return list(found.values())[:most]
 
 
 def candidates_to_time(trials: Sequence[Trial], chosen: Trial, baseline: Trial, objective: str,

@@ -385,24 +385,11 @@ class Tuner:
             candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
         return candidates[:count]
 
-    def _repairs(self, trials: Sequence[Trial], most: int = 2) -> list[Config]:
-        """A static objective refuses a lower optimisation level whatever it gains, so the best trials
-        refused for that alone are tried again at the default level next (the gain often stays: a
-        register cap with the override spills no more at -O3 than at -O0). The search alone found
-        them late: a refused result's region looks forbidden to it."""
+    def _repairs(self, trials: Sequence[Trial]) -> list[Config]:
         if not self._static or self._multi or self._reference is None:
             return []
-        screening_rules = self._reference.screening()
         defaults = self._request.space.default_config().as_dict()
-        found: dict[str, Config] = {}
-        for trial in sorted((t for t in trials if t.state is TrialState.COMPLETE and t.value is not None),
-                            key=lambda t: (t.value, t.number)):
-            lowered = eligibility.lowered_optimisation(trial.config, defaults)
-            if lowered and eligibility.refusal(trial.config, trial.metrics, screening_rules) is None:
-                names = [setting.partition("=")[0] for setting in lowered]
-                config = self._runner.config_of(trial).with_values({name: defaults[name] for name in names})
-                found.setdefault(config.key, config)
-        return list(found.values())[:most]
+        return [Config.of(c) for c in eligibility.repairs(trials, self._reference, defaults)]
 
     def _warm_start(self, study: Study) -> None:
         """Tell the searcher what earlier studies of this kernel found, re-scored for this
