@@ -56,9 +56,10 @@ def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: 
     and the command that times it (the ACF's `[[evidence.to_time]]`)."""
     found = []
     for trial in trials:
-        names = list(changed(trial, baseline))
+        settings = changed(trial, baseline)
+        names = list(settings)
         found.append({
-            "trial": trial.number, "settings": changed(trial, baseline), "value": trial.value,
+            "trial": trial.number, "settings": settings, "value": trial.value,
             **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},
             "refused": refused_because(trial, baseline, objective), "command": command(kernel, names, combinations(names, space)),
         })  # fmt: skip

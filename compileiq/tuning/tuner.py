@@ -597,11 +597,7 @@ def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], basel
     if simplified.code_hash == code:
         return simplified
     same = [t for t in trials if t.code_hash == code and t.state is TrialState.COMPLETE]
-    return min(same, key=lambda t: (_changed(t, baseline), t.number))
-
-
-def _changed(trial: Trial, baseline: Trial) -> int:
-    return sum(1 for k, v in trial.config.items() if baseline.config.get(k) != v)
+    return min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
 
 
 def _retryable(trial: Trial) -> bool:
