@@ -20,11 +20,11 @@ except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
 from compileiq.cli.console import err, out, safe
 from compileiq.cli.render import (
     LineProgress,
-    best_first,
     emit,
     first_line,
     gpu_spread,
     node_spread,
+    objective_json,
     print_gate,
     print_report,
     report_json,
@@ -134,6 +134,7 @@ def show(
 ) -> None:
     """List studies, or the best trials of one study."""
     from compileiq.core.records import TrialState
+    from compileiq.results.explain import explain
     from compileiq.store import Store
     from compileiq.store.database_url import database_url
 
@@ -143,15 +144,23 @@ def show(
     try:
         if study is None:
             summaries = store.study_summaries()
-            emit(as_json, [summary_json(s) for s in summaries], lambda: studies_table(summaries))
+            chosen = {s.study.id: explain(s.study, store.trials(s.study.id), runs=store.runs(s.study.id)).chosen
+                      for s in summaries}
+            emit(as_json, [summary_json(s, chosen[s.study.id]) for s in summaries],
+                 lambda: studies_table(summaries, chosen))
         else:
             found = store.find_study(study)
             trials = store.trials(found.id)
-            ranked = best_first(trials)[:top]
+            runs = store.runs(found.id)
+            explanation = explain(found, trials, runs=runs)
+            ranked = explanation.ranked()[:top]
             failed = [t for t in trials if t.state is TrialState.FAILED]
-            baseline = trials[0].config if trials else {}
-            data = {"study": study_json(found, trials), "trials": [trial_json(t) for t in ranked],
-                    "failed": [trial_json(t) for t in failed]}
+            objective = found.key.objective
+            data = {"study": study_json(found, explanation.chosen, len(trials)), "objective": objective_json(objective),
+                    "trials": [trial_json(t, objective, explanation.refusal(t))
+                               | {"status": explanation.status(t), "provenance": explanation.provenance(t)}
+                               for t in ranked],
+                    "failed": [trial_json(t, objective) for t in failed]}
             if not why and pareto is None and "," in found.key.objective:
                 pareto = found.key.objective  # several objectives: the front is the result
             if why or pareto:
@@ -160,9 +169,9 @@ def show(
                 if pareto:
                     print_pareto(found, trials, pareto, pick, as_json)
                 else:
-                    print_why(found, trials, as_json)
+                    print_why(found, trials, as_json, runs)
                 return
-            emit(as_json, data, lambda: trials_table(found, ranked, baseline))
+            emit(as_json, data, lambda: trials_table(found, explanation, ranked))
             nodes = trials_per_node(trials)
             if nodes and not as_json:
                 out.print(node_spread(nodes), markup=False)

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import cells, err, kind_label, out, safe
+from compileiq.core.readings import exact, reading
 from compileiq.core.records import (
     NODE_KEY,
     SCREEN,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from compileiq import app
     from compileiq.core.space import SearchSpace
     from compileiq.gating import check as gate_lib
+    from compileiq.results.explain import Explanation
     from compileiq.tuning.runner import Outcome
 
 class LineProgress:
@@ -46,11 +48,13 @@ class LineProgress:
         self._done = 0
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._reading = reading("")
 
     def started(self, study: Study, budget: int, finished: int) -> None:
         self._budget, self._done = budget, finished
+        self._reading = reading(study.key.objective)
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
-                  f"objective {study.key.objective} ({kind_label(study.key.objective)})")
+                  f"objective {study.key.objective} ({kind_label(study.key.objective)}; {self._reading.heading})")
         if self._live:
             from rich.progress import (
                 BarColumn,
@@ -70,8 +74,10 @@ class LineProgress:
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         trial = outcome.trial
         self._done += trial.searched
-        shown = exact(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
-        best_text = f"{exact(best.value)} (#{best.number})" if best and best.value is not None else "-"
+        shown = self._reading.text(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
+        if outcome.refused:
+            shown += f" (refused: {safe(first_line(outcome.refused, 120))})"
+        best_text = f"{self._reading.text(best.value)} (#{best.number})" if best and best.value is not None else "-"
         step = f"{self._done}/{self._budget}" if trial.searched else safe(trial.purpose)
         self._line(f"[{step}] #{trial.number} {shown}  best {best_text}  [{safe(outcome.source)}]")
         if trial.state is TrialState.COMPLETE:
@@ -121,24 +127,6 @@ def print_gate(report: gate_lib.GateReport) -> None:
     out.print(gate_report.summary_line(report), markup=False)
 
 
-def exact(value: float) -> str:
-    """A value at full precision (the shortest text that reads back as the same number), so that
-    two different values never look equal; whole numbers without a decimal point."""
-    number = float(value)
-    return str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
-
-
-def best_first(trials: list[Trial]) -> list[Trial]:
-    """Best first; among equal values the one with the fewest changed settings first."""
-    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
-    baseline = trials[0].config if trials else {}
-    return sorted(complete, key=lambda t: (t.value, _changed_count(t, baseline), t.number))
-
-
-def _changed_count(trial: Trial, baseline: dict[str, Any]) -> int:
-    return sum(1 for k, v in trial.config.items() if baseline.get(k) != v)
-
-
 def emit(as_json: bool, data: Any, table: Any) -> None:
     if as_json:
         print(json.dumps(data, indent=2, default=str))
@@ -149,13 +137,14 @@ def emit(as_json: bool, data: Any, table: Any) -> None:
 def print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
-    title = f"{report.kernel.name}: {result.study.key.objective} ({kind_label(result.study.key.objective)}, lower is better)"
+    objective = result.study.key.objective
+    title = f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading})"
     table = Table(title=Text(safe(title)))
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
-    chosen_label = "chosen on the front" if result.front is not None else "best"
+    chosen_label = "chosen on the front" if result.front is not None else "chosen"
     for label, trial in (("baseline (defaults)", result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
-        table.add_row(*cells(label, *_metric_cells(trial)))
+        table.add_row(*cells(label, *_metric_cells(trial, objective)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
     out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
@@ -281,20 +270,21 @@ def _config(trial: Trial) -> Any:
     return Config.of(trial.config)
 
 
-def _metric_cells(trial: Trial) -> list[str]:
+def _metric_cells(trial: Trial, objective: str) -> list[str]:
     m = trial.metrics
-    value = exact(trial.value) if trial.value is not None else "failed"
+    value = reading(objective).text(trial.value) if trial.value is not None else "failed"
     occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
     return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
 
 
 def report_json(report: app.TuneReport) -> dict[str, Any]:
     result, counters = report.result, report.result.counters
+    objective = result.study.key.objective
     return {
-        "study": study_json(result.study, list(result.trials)),
-        "objective": {"name": result.study.key.objective, "kind": kind_label(result.study.key.objective)},
-        "baseline": trial_json(result.baseline),
-        "best": trial_json(result.chosen),
+        "study": study_json(result.study, result.chosen),
+        "objective": objective_json(objective),
+        "baseline": trial_json(result.baseline, objective),
+        "best": trial_json(result.chosen, objective),
         "best_args": list(report.space.nvcc_args(_config(result.chosen))),
         "acf": str(report.acf_path),
         "counters": {"compiler_calls": counters.compiler_calls, "verify_calls": counters.verify_calls,
@@ -316,44 +306,69 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
     }
 
 
-def study_json(study: Study, trials: list[Trial]) -> dict[str, Any]:
-    ranked = best_first(trials)
-    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
-            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": len(trials),
-            "best": ranked[0].value if ranked else None, "created_at": study.created_at.isoformat()}
+def objective_json(objective: str) -> dict[str, Any]:
+    """The objective with its kind, unit and direction (`core.readings`): how its values read."""
+    read = reading(objective)
+    data = {"name": objective, "kind": kind_label(objective), "unit": read.unit, "better": read.better}
+    return data | ({"value_is": read.minimised_as} if read.minimised_as else {})
 
 
-def trial_json(trial: Trial) -> dict[str, Any]:
-    return {"number": trial.number, "state": trial.state.value, "value": trial.value, "reason": trial.reason,
+def study_json(study: Study, chosen: Trial | None, trials: int | None = None) -> dict[str, Any]:
+    """The study with its chosen trial (`results.explain`: the ACF's), not merely its lowest value."""
+    data = {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
+            "arch": study.key.arch, "evaluator": study.key.evaluator}
+    if trials is not None:
+        data["trials"] = trials
+    read = reading(study.key.objective)
+    return data | {"chosen": chosen.number if chosen is not None else None,
+                   "best": chosen.value if chosen is not None else None,
+                   "best_shown": read.shown(chosen.value) if chosen is not None else None,
+                   "created_at": study.created_at.isoformat()}
+
+
+def trial_json(trial: Trial, objective: str, refused: str | None = None) -> dict[str, Any]:
+    """A trial; `value_shown` is its value as people read it (occupancy, not its shortfall)."""
+    return {"number": trial.number, "state": trial.state.value, "value": trial.value,
+            "value_shown": reading(objective).shown(trial.value), "refused": refused, "reason": trial.reason,
             "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
             "code_hash": trial.code_hash, "purpose": trial.purpose}
 
 
-def summary_json(summary: StudySummary) -> dict[str, Any]:
-    study = summary.study
-    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
-            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": summary.trials,
-            "best": summary.best, "created_at": study.created_at.isoformat()}
+def summary_json(summary: StudySummary, chosen: Trial | None) -> dict[str, Any]:
+    return study_json(summary.study, chosen, summary.trials)
 
 
-def studies_table(summaries: list[StudySummary]) -> Table:
+def studies_table(summaries: list[StudySummary], chosen: dict[int, Trial | None]) -> Table:
     table = Table(title=Text("studies"))
-    for column in ("id", "name", "kernel", "objective", "arch", "trials", "best"):
+    for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
         table.add_column(column)
     for summary in summaries:
-        study, best = summary.study, "-" if summary.best is None else exact(summary.best)
+        study, pick = summary.study, chosen.get(summary.study.id)
+        shown = "-" if pick is None or pick.value is None else f"{reading(study.key.objective).text(pick.value)} (#{pick.number})"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
-                             summary.trials, best))
+                             summary.trials, shown))
     return table
 
 
-def trials_table(study: Study, trials: list[Trial], baseline: dict[str, Any]) -> Table:
-    table = Table(title=Text(safe(f"{study.name}: best trials ({study.key.objective}, {kind_label(study.key.objective)})")))
-    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "non-default settings"):
+def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:
+    """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
+    chosen, then the refused ones, each with its status."""
+    objective = study.key.objective
+    title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
+    table = Table(title=Text(safe(title)))
+    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "status",
+                   "settings that differ from the baseline"):
         table.add_column(column)
+    baseline = explanation.baseline.config if explanation.baseline is not None else {}
     for trial in trials:
-        table.add_row(*cells(trial.number, *_metric_cells(trial), _changes(trial, baseline)))
+        table.add_row(*cells(trial.number, *_metric_cells(trial, objective), trial_status(explanation, trial),
+                             _changes(trial, baseline)))
     return table
+
+
+def trial_status(explanation: Explanation, trial: Trial) -> str:
+    """The trial's status with its provenance where it matters (`Explanation.described`), on one line."""
+    return first_line(explanation.described(trial), 240)
 
 
 def _changes(trial: Trial, baseline: dict[str, Any]) -> str:

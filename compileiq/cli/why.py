@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import kind_label, out
-from compileiq.core.records import Study, Trial
+from compileiq.core.records import RunRecord, Study, Trial
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows
 from compileiq.results.explain import Explanation, explain
@@ -20,8 +20,8 @@ from compileiq.results.pareto import Front, front, parse_objectives, values_of
 from compileiq.search.importance import METHOD, surrogate_importance
 
 
-def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
-    explanation = explain(study, trials)
+def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequence[RunRecord] = ()) -> None:
+    explanation = explain(study, trials, runs=runs)
     importance = surrogate_importance(trials)
     ablation = explanation.ablation
     if as_json:
@@ -29,6 +29,7 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool) -> None:
             "study": study.name, "objective": study.key.objective, "kind": kind_label(study.key.objective),
             "baseline": explanation.baseline.number if explanation.baseline else None,
             "chosen": explanation.chosen.number if explanation.chosen else None,
+            "decided_by": explanation.decided_by or "the study's rules, replayed over its trials",
             "contribution": evidence_rows(ablation) if ablation else [],
             "total_gain": ablation.total_gain if ablation else None,
             "path_complete": ablation.complete if ablation else None,

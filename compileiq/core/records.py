@@ -112,6 +112,7 @@ class RunRecord:
     extra_trials: int | None
     started_at: datetime
     finished_at: datetime | None
+    decision: dict[str, Any] | None = None  # what the run chose (`Decision`); None before schema 0007
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,13 @@ def changed_settings(trial: Trial, baseline: Trial) -> int:
     return sum(1 for k, v in trial.config.items() if baseline.config.get(k) != v)
 
 
+def rank(trial: Trial, baseline: Mapping[str, Any]) -> tuple[float, int, int]:
+    """The order every view ranks complete trials in: value, then the fewest settings changed from
+    the baseline's config (the baseline itself first among equals), then the earliest."""
+    value = trial.value if trial.value is not None else math.inf
+    return value, sum(1 for k, v in trial.config.items() if baseline.get(k) != v), trial.number
+
+
 def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
     """The winner: the best trial that may win, if strictly better than the baseline; among
     equals the one with the fewest changed settings (then the earliest); else the baseline."""
@@ -184,7 +191,7 @@ def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
     if best is None or (baseline.value is not None and baseline.value <= best):
         return baseline
     equal = [t for t in allowed if t.value == best]
-    return min(equal, key=lambda t: (changed_settings(t, baseline), t.number))
+    return min(equal, key=lambda t: rank(t, baseline.config))
 
 
 def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:

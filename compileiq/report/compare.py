@@ -67,7 +67,7 @@ def _explained(store: Store, name: str) -> Explanation:
     trials = store.trials(study.id)
     if not trials:
         raise UsageError(f"study {study.name} has no trials yet: nothing to compare")
-    return explain(study, trials)
+    return explain(study, trials, runs=store.runs(study.id))
 
 
 def _holds(source: Explanation, target: Explanation) -> Holds:

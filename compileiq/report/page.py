@@ -16,6 +16,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
+from compileiq.core.readings import Reading, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.core.text import printable
 from compileiq.report import svg as report_svg
@@ -69,9 +70,15 @@ class StudyReport:
         return RUNTIME_KIND if self.explanation.runtime else STATIC_KIND
 
     @property
+    def reading(self) -> Reading:
+        return reading(self.explanation.study.key.objective)
+
+    @property
     def value_label(self) -> str:
+        """The objective with its kind, unit and direction, as every table heads its values."""
         objective = self.explanation.study.key.objective
-        return f"{objective} (GPU runtime, ms)" if self.explanation.runtime else f"{objective} (static estimate)"
+        kind = "GPU runtime" if self.explanation.runtime else "static estimate"
+        return f"{objective} ({kind}; {self.reading.heading})"
 
 
 def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee") -> StudyReport:
@@ -80,7 +87,7 @@ def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee
     trials = store.trials(found.id)
     if not trials:
         raise UsageError(f"study {found.name} has no trials yet: nothing to report")
-    explanation = explain(found, trials, pick)
+    explanation = explain(found, trials, pick, store.runs(found.id))
     if objectives is None and explanation.front is not None:  # several objectives: the tuner's front
         objectives = explanation.front.objectives
     if explanation.front is not None and objectives == explanation.front.objectives:
@@ -139,7 +146,9 @@ def convergence_svg(report: StudyReport) -> str:
                           "#e08a00", "line", dashed=True),
     ]
     failed = [p.number for p in points if p.value is None]
-    return report_svg.line_chart(f"convergence: {label}, lower is better", series, "trial number", label,
+    read = report.reading
+    label = f"{read.minimised_as}, lower is better" if read.minimised_as else label
+    return report_svg.line_chart(f"convergence: {label}", series, "trial number", label,
                                  failed, "failed trial")
 
 
@@ -224,11 +233,11 @@ def html_note(text: str) -> str:
 def _summary(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
-    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; lower is better"),
+    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.reading.heading}"),
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
-        lines += [("baseline (compiler defaults)", text(e.baseline.value)),
-                  (f"chosen (trial #{e.chosen.number})", text(e.chosen.value))]
+        lines += [("baseline (compiler defaults)", report.reading.text(e.baseline.value)),
+                  (f"chosen (trial #{e.chosen.number})", report.reading.text(e.chosen.value))]
     return html_section("summary", "Summary", html_table(("", ""), lines))
 
 
@@ -361,9 +370,10 @@ def _trials(report: StudyReport) -> str:
     rows = []
     for t in e.trials:
         changed = " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()) or "(defaults)"
-        value = t.value if t.state is TrialState.COMPLETE else None
-        rows.append((t.number, t.state.value, value, *(t.metrics.get(k) for k in keys), changed))
-    table = html_table(("#", "state", report.value_label, *keys, "settings that differ from the baseline"), rows,
+        value = report.reading.shown(t.value) if t.state is TrialState.COMPLETE else None
+        status = e.described(t) if t.state is TrialState.COMPLETE else t.state.value
+        rows.append((t.number, status, value, *(t.metrics.get(k) for k in keys), changed))
+    table = html_table(("#", "status", report.value_label, *keys, "settings that differ from the baseline"), rows,
                    "sortable")
     return html_section("trials", "Trials", html_note("Click a column header to sort.") + table)
 
@@ -415,11 +425,12 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     e = report.explanation
     figures = {f"{stem}-convergence.svg": convergence_svg(report)}
     lines = [f"# compileiq report: {md_text(e.study.name)}", "",
-             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; lower is better. "
+             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.reading.heading)}. "
               f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
     if e.baseline is not None and e.chosen is not None:
         lines += ["## Chosen configuration", "",
-                  f"Baseline {text(e.baseline.value)} → chosen (trial #{e.chosen.number}) {text(e.chosen.value)}.", ""]
+                  f"Baseline {md_text(report.reading.text(e.baseline.value))} → chosen (trial #{e.chosen.number}) "
+                  f"{md_text(report.reading.text(e.chosen.value))}.", ""]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
         lines.append("")
@@ -439,12 +450,11 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
         lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
                   "", md_text(_pareto_note(report.front, _tuned(report))), ""]
-    ranked = sorted((t for t in e.trials if t.state is TrialState.COMPLETE and t.value is not None),
-                    key=lambda t: (t.value, t.number))[:MD_TRIALS]
-    lines += [f"## Best {len(ranked)} trials", ""]
-    lines += md_table(("#", report.value_label, "settings that differ from the baseline"),
-                       [(t.number, t.value, " ".join(f"{_short(k)}={v}" for k, v in
-                                                     changed_settings(t, e.baseline).items()) or "(defaults)")
+    ranked = e.ranked()[:MD_TRIALS]
+    lines += [f"## {len(ranked)} trials, the chosen one first", ""]
+    lines += md_table(("#", report.value_label, "status", "settings that differ from the baseline"),
+                       [(t.number, report.reading.text(t.value), e.status(t),
+                         " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()) or "(defaults)")
                         for t in ranked])
     lines += ["", "## Failures by reason", ""]
     lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]

@@ -230,7 +230,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     )  # fmt: skip
 
 
-_OBJECTIVE_NUMBERS = ("baseline", "best", "speedup", "confirmation_delta")  # one objective's values
+_OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta")  # one objective's values
 
 
 def _check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:

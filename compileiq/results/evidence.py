@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import CompileIQError
+from compileiq.core.readings import reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
@@ -74,10 +75,14 @@ def objective_table(result: Any) -> dict[str, Any]:
         return front_objective_table(result)
     runtime = key.objective == "time"
     baseline, best = result.baseline.value, result.chosen.value
+    read = reading(key.objective)
     table: dict[str, Any] = {"name": key.objective, "kind": RUNTIME_KIND if runtime else STATIC_KIND,
-                             "direction": "minimise", "evaluator": key.evaluator}
-    if runtime:
-        table["unit"] = "ms"
+                             "direction": "minimise", "evaluator": key.evaluator, "unit": read.unit,
+                             "better": read.better}
+    if read.minimised_as:  # the recorded values are what the search minimised, not what people read
+        table["value_is"] = read.minimised_as
+        table.update({f"{name}_shown": read.shown(value) for name, value in
+                      (("baseline", result.baseline.value), ("best", result.chosen.value)) if value is not None})
     if baseline is not None:
         table["baseline"] = baseline
     if best is not None:

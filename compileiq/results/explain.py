@@ -8,10 +8,11 @@ results; the ablation path runs from the baseline to the chosen config over reco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
-from compileiq.core.records import Study, Trial, TrialState
+from compileiq.core.records import RunRecord, Study, Trial, TrialState
 from compileiq.core.space import Parameter, SearchSpace, Stage, Value
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
@@ -30,10 +31,60 @@ class Explanation:
     ablation: Ablation | None
 
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
+    decided_by: str = ""  # a runtime objective's: the run whose confirmation chose (else replayed)
+    runs: tuple[RunRecord, ...] = ()  # the study's runs: who recorded and who verified which row
+
+    def provenance(self, trial: Trial) -> str:
+        """Whether this database vouches for the row: "verified by run N" (a run of this database
+        built it again and agreed, or built it itself, before an ACF cited it), "recorded by run N"
+        (its worker ran a tune here), else "not recorded by a run of this database" (`db import`,
+        or written by something that never tuned here). Run rows are this database's own record."""
+        for run in sorted(self.runs, key=lambda r: r.id, reverse=True):
+            verified = run.decision.get("verified") if isinstance(run.decision, dict) else None
+            if isinstance(verified, list) and trial.number in verified:
+                return f"verified by run {run.id}"
+        run = next((r for r in sorted(self.runs, key=lambda r: r.id) if trial.worker and r.worker == trial.worker), None)
+        return f"recorded by run {run.id}" if run is not None else "not recorded by a run of this database"
 
     @property
     def runtime(self) -> bool:
         return "time" in multi_objective.objectives_of(self.study.key.objective)
+
+    def refusal(self, trial: Trial) -> str | None:
+        """Why the study's rules refuse this trial (it may not be chosen), or None when it may be."""
+        return self._refuse(trial)
+
+    @cached_property
+    def _refuse(self) -> eligibility.Refusal:
+        return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static")
+
+    def ranked(self) -> list[Trial]:
+        """The complete trials as every view lists them: the chosen one first, then those that may
+        be chosen, then the refused ones, each group in `eligibility.rank` order."""
+        base = self.baseline.config if self.baseline is not None else {}
+        chosen = self.chosen.number if self.chosen is not None else None
+        complete = [t for t in self.trials if t.state is TrialState.COMPLETE and t.value is not None]
+        return sorted(complete, key=lambda t: (t.number != chosen, self.refusal(t) is not None,
+                                               eligibility.rank(t, base)))
+
+    def status(self, trial: Trial) -> str:
+        """"chosen", "baseline", "may be chosen" or "refused: <why>": what every view says of a trial."""
+        if self.chosen is not None and trial.number == self.chosen.number:
+            return "chosen"
+        if refused := self.refusal(trial):
+            return f"refused: {refused}"
+        if self.baseline is not None and trial.number == self.baseline.number:
+            return "baseline"
+        return "may be chosen"
+
+    def described(self, trial: Trial) -> str:
+        """The status as tables show it: with the row's provenance where an ACF cites the row, or
+        where no run of this database recorded it."""
+        status, provenance = self.status(trial), self.provenance(trial)
+        cited = {t.number for t in (self.chosen, self.baseline) if t is not None}
+        if trial.number in cited or provenance.startswith("not "):
+            return f"{status} ({provenance})"
+        return status
 
     @property
     def to_time(self) -> tuple[Trial, ...]:
@@ -43,19 +94,30 @@ class Explanation:
         return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
 
 
-def explain(study: Study, trials: Sequence[Trial], pick: str = "knee") -> Explanation:
-    """`pick`: the rule that chooses on the front of a study of several objectives."""
-    trials = tuple(trials)
+def explain(study: Study, trials: Sequence[Trial], pick: str = "knee", runs: Sequence[RunRecord] = ()) -> Explanation:
+    """The study's choice, as its tuner made it and its ACF holds it. `pick`: the rule that chooses
+    on the front of a study of several objectives; `runs`: the study's runs (`Store.runs`), whose
+    recorded confirmation decides a runtime objective's choice (measurements the trials lack)."""
+    return replace(_explain(study, tuple(trials), pick, tuple(runs)), runs=tuple(runs))
+
+
+def _explain(study: Study, trials: tuple[Trial, ...], pick: str, runs: tuple[RunRecord, ...]) -> Explanation:
     baseline = trials[0] if trials else None
     if multi_objective.is_multi(study.key.objective) and baseline is not None:
         return _explain_front(study, trials, baseline, pick)
     winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
         return Explanation(study, trials, baseline, winner, None, None)
+    if (confirmed := _confirmed(study, trials, runs)) is not None:
+        chosen, run = confirmed
+        return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)),
+                           decided_by=f"the confirmation of run {run.id} ({run.worker})")
     chosen = winner
     if winner.config_key != baseline.config_key:
         exact = study.key.evaluator != "static"
-        chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact).chosen
+        refuse = eligibility.study_refusal(baseline, study.key.objective, not exact)
+        chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact,
+                          allowed=lambda t: refuse(t) is None).chosen
     return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)))
 
 
@@ -69,8 +131,35 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
     choice = multi_objective.choose(trials, baseline, objectives, pick, refuse, "time" in objectives)
     winner = chosen = choice.chosen
     if winner.config_key != baseline.config_key:
-        chosen = simplify(winner, recorded_space(baseline), recorded(trials), True).chosen
+        chosen = simplify(winner, recorded_space(baseline), recorded(trials), True,
+                          allowed=lambda t: refuse(t) is None).chosen
     return Explanation(study, trials, baseline, winner, chosen, None, choice.front)
+
+
+def decision(result: Any) -> dict[str, Any]:
+    """What a run records of its choice (`Store.finish_run`): the trial its ACF cites, and whether a
+    confirmation (runtime measurements no trial row holds) decided it."""
+    cited = (result.baseline, result.chosen)
+    checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
+    by = "confirmation" if result.confirmation is not None else "rules"
+    return {"chosen": result.chosen.number, "by": by, "verified": checked if result.study.key.evaluator == "static" else []}
+
+
+def _confirmed(study: Study, trials: tuple[Trial, ...], runs: Sequence[RunRecord]) -> tuple[Trial, RunRecord] | None:
+    """The trial the latest run's confirmation chose, when it names a complete trial of the study.
+    A run row is as untrusted as a trial row: anything else in it is ignored (the choice is replayed)."""
+    if study.key.evaluator == "static":
+        return None
+    for run in sorted(runs, key=lambda r: r.id, reverse=True):
+        decided = run.decision
+        if not isinstance(decided, dict) or decided.get("by") != "confirmation":
+            continue
+        number = decided.get("chosen")
+        found = next((t for t in trials if type(number) is int and t.number == number), None)
+        if found is not None and found.state is TrialState.COMPLETE and found.value is not None:
+            return found, run
+        return None
+    return None
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:

@@ -457,12 +457,13 @@ class Store:
             insert = runs.insert().values(study_id=study_id, worker=worker, limits=limits, started_at=db_now())
             return int(conn.execute(insert.returning(runs.c.id)).scalar_one())
 
-    def finish_run(self, run_id: int, stopped: str, search_trials: int, extra_trials: int) -> None:
-        """Record which limit ended the run and how many trials it left in the study."""
+    def finish_run(self, run_id: int, stopped: str, search_trials: int, extra_trials: int,
+                   decision: dict[str, Any] | None = None) -> None:
+        """Record which limit ended the run, how many trials it left in the study, and what it chose."""
         update = runs.update().where(runs.c.id == run_id)
         with self._tx() as conn:
             conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
-                                       finished_at=db_now()))
+                                       decision=decision, finished_at=db_now()))
 
     def runs(self, study_id: int) -> list[RunRecord]:
         """The study's runs, oldest first."""

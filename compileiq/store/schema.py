@@ -64,7 +64,7 @@ trials_table = _table(
     time="started_at heartbeat_at finished_at",
 )
 runs = _table(
-    "runs", int="id study_id search_trials extra_trials", str="worker stopped", json="limits",
+    "runs", int="id study_id search_trials extra_trials", str="worker stopped", json="limits decision",
     time="started_at finished_at",
 )
 builds = _table(

@@ -30,6 +30,7 @@ from compileiq.core.errors import CompileIQError
 from compileiq.core.records import NODE_KEY, BuildRecord, Study, Trial, TrialOutcome, TrialState
 from compileiq.core.space import Config, SearchSpace, remember
 from compileiq.core.toolchain import Toolchain
+from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import NAMING_FAILURES, Evaluation
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
@@ -45,6 +46,7 @@ class Outcome:
 
     trial: Trial
     source: str  # "compiled", "build cache" or "same code as #N"
+    refused: str | None = None  # why the study's rules refuse it (it may not be chosen)
 
 
 class Progress(Protocol):
@@ -152,34 +154,39 @@ class TrialRunner:
         self.origins: dict[int, str] = {}  # trial id -> "compiled" or "build cache", for trials this run finished
         self._by_code: dict[str, Trial] = {}
         self._claimed: dict[int, tuple[Trial, str]] = {}  # compiling now: trial id -> (trial, build key)
-        self._may_win: Callable[[Trial], bool] = lambda trial: True
-        self._best: Trial | None = None  # among _by_code's trials that may win, kept as they arrive
+        self._refusal: Callable[[Trial], str | None] = lambda trial: None
+        self.baseline: dict[str, Any] = target.space.default_config().as_dict()  # what `best` ranks against
+        self._complete: list[Trial] = []  # every complete trial seen, for `best`
+        self._best: Trial | None = None  # the trial the tuner's rule would choose now, kept as they arrive
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
         self._configs: dict[str, Config] = {}
         self._fixed_defines = target.kernel.fixed_define_args()  # the same for every variant
 
     @property
-    def may_win(self) -> Callable[[Trial], bool]:
-        """The tuner's rule for which trials `best` may name."""
-        return self._may_win
+    def refusal(self) -> Callable[[Trial], str | None]:
+        """The tuner's rule: why a trial may not be chosen (None when it may); `best` names none it refuses."""
+        return self._refusal
 
-    @may_win.setter
-    def may_win(self, rule: Callable[[Trial], bool]) -> None:
-        self._may_win = rule
+    @refusal.setter
+    def refusal(self, rule: Callable[[Trial], str | None]) -> None:
+        self._refusal = rule
         self.rules_changed()
 
     def rules_changed(self) -> None:
-        """`may_win` now answers differently (the tuner learned its reference): recompute `best`."""
+        """`refusal` now answers differently (the tuner learned its reference): recompute `best`."""
         self._best_known = False
 
     def remember(self, trials: Sequence[Trial]) -> None:
         """Note finished trials' machine code, so identical code is reported as a reuse."""
         for trial in trials:
-            if trial.code_hash and trial.state is TrialState.COMPLETE and trial.code_hash not in self._by_code:
+            if trial.state is not TrialState.COMPLETE or trial.value is None:
+                continue
+            if trial.code_hash and trial.code_hash not in self._by_code:
                 self._by_code[trial.code_hash] = trial
-                if self._best_known and _better(trial, self._best) and self._may_win(trial):
-                    self._best = trial
+            self._complete.append(trial)
+            if self._best_known and self._better(trial) and self._refusal(trial) is None:
+                self._best = trial
 
     def run(self, batch: Sequence[Trial], refill: Refill | None = None) -> list[Trial]:
         """Finish the claimed trials, beating their heartbeat throughout (a cache hit's
@@ -327,7 +334,8 @@ class TrialRunner:
             )  # fmt: skip
         self.remember([finished])
         self.counters.new_trials += 1
-        self._progress.trial(Outcome(finished, source), self.best())
+        refused = self._refusal(finished) if finished.state is TrialState.COMPLETE else None
+        self._progress.trial(Outcome(finished, source, refused), self.best())
         return finished
 
     def reopen_transient(self, trials: Sequence[Trial]) -> int:
@@ -344,12 +352,17 @@ class TrialRunner:
         return len(lost)
 
     def best(self) -> Trial | None:
-        """The best trial that may win (one check per new trial: this runs after every result)."""
+        """The trial the tuner's rule would choose now: the best that may win, in the order every
+        view ranks by (`eligibility.rank`: the baseline first among equals); one check per result."""
         if not self._best_known:
-            complete = [t for t in self._by_code.values() if t.value is not None and self._may_win(t)]
-            self._best = min(complete, key=lambda t: (t.value, t.number), default=None)
+            allowed = [t for t in self._complete if self._refusal(t) is None]
+            self._best = min(allowed, key=lambda t: eligibility.rank(t, self.baseline), default=None)
             self._best_known = True
         return self._best
+
+    def _better(self, trial: Trial) -> bool:
+        best = self._best
+        return best is None or eligibility.rank(trial, self.baseline) < eligibility.rank(best, self.baseline)
 
     def prebuild(self, configs: Sequence[Config]) -> dict[str, Build]:
         """Each config's build (config key -> Build) without a trial: from the build cache, else
@@ -479,12 +492,6 @@ class _Compiling(Sequence[Trial]):
 
     def __iter__(self) -> Iterator[Trial]:
         return iter(self._trials)
-
-
-def _better(trial: Trial, best: Trial | None) -> bool:
-    if trial.value is None:
-        return False
-    return best is None or best.value is None or (trial.value, trial.number) < (best.value, best.number)
 
 
 def _float(value: float | None) -> float | None:

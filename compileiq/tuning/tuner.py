@@ -29,6 +29,7 @@ from compileiq.evaluate.metrics import (
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
+from compileiq.results.explain import decision, explain
 from compileiq.results.pareto import Front, values_of
 from compileiq.results.simplify import Simplification, simplify
 from compileiq.search.refit_schedule import BackgroundRefresh
@@ -190,7 +191,8 @@ class Tuner:
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference = None  # the defaults' build, for static objectives
-        self._runner.may_win = lambda trial: self._refusal(trial) is None
+        self._runner.refusal = self._refusal
+        self._runner.baseline = self._baseline.as_dict()
         self._clock = RunClock(request.limits)
         self._stopped = ""
         self._screening = None if self._static else request.screening
@@ -214,7 +216,7 @@ class Tuner:
     @_reference.setter
     def _reference(self, reference: eligibility.Reference | None) -> None:
         self._reference_value = reference
-        self._runner.rules_changed()  # `may_win` answers by the reference
+        self._runner.rules_changed()  # `refusal` answers by the reference
 
     def run(self) -> TuneResult:
         request = self._request
@@ -240,7 +242,7 @@ class Tuner:
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = self._result(study, exhausted)
-            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials)
+            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials, decision(result))
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             self._release(study, error)
             raise
@@ -527,7 +529,7 @@ class Tuner:
         elif self._request.simplify and winner is not baseline:
             simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
                                       exact, allowed=lambda t: self._refusal(t) is None)
-        chosen = simplification.chosen if simplification else winner
+        chosen = self._decided(study, simplification.chosen if simplification else winner)
         if verifier is not None:
             verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
@@ -564,7 +566,7 @@ class Tuner:
         if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
             simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
                                       True, allowed=lambda t: self._refusal(t) is None)
-        chosen = simplification.chosen if simplification else winner
+        chosen = self._decided(study, simplification.chosen if simplification else winner)
         if verifier is not None:
             verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
@@ -574,6 +576,15 @@ class Tuner:
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
                           exhausted, None, None, dict(self._runner.origins), self._worker_name,
                           self._request.budget, self._stopped, trade_offs)
+
+    def _decided(self, study: Study, chosen: Trial) -> Trial:
+        """The choice every view shows (`explain`, over the recorded trials), which the ACF holds too:
+        for a static objective it is the tuner's own choice replayed, so the two can never differ.
+        A runtime objective's choice also rests on its confirmation, which is not replayed."""
+        if not self._static:
+            return chosen
+        decided = explain(study, self._store.trials(study.id), self._request.pick).chosen
+        return decided if decided is not None else chosen
 
     def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
         """The baseline trial, complete; else UnfinishedBaseline (an ACF needs its evidence)."""
