@@ -281,7 +281,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
     result, counters = report.result, report.result.counters
     objective = result.study.key.objective
     return {
-        "study": study_json(result.study, result.chosen),
+        "study": study_json(result.study, result.chosen, len(result.trials)),
         "objective": objective_json(objective),
         "baseline": trial_json(result.baseline, objective),
         "best": trial_json(result.chosen, objective),
