@@ -244,6 +244,26 @@ def scratch_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{kind}-")
 
 
+SCRATCH_ROOM = 1 << 20  # bytes free below which a failed compile is blamed on the scratch filesystem
+
+
+def scratch_full(*also: str) -> str | None:
+    """Why a filesystem compilers write to has no room, or None if they all have (or cannot say):
+    TMPDIR's (nvcc's temporary files), this process's temporary folder (scratch folders and
+    output files; Python passes over a TMPDIR it cannot write to) and `also`, each with under
+    SCRATCH_ROOM bytes or no inode free. A compiler that cannot write fails in its own words
+    ("wrote an empty cubin", "Failed to preprocess"); this names the cause."""
+    folders = [os.environ.get("TMPDIR", ""), tempfile.gettempdir(), *also]
+    for folder in dict.fromkeys(f for f in folders if f):
+        try:
+            space = os.statvfs(folder)
+        except (OSError, AttributeError):
+            continue
+        if space.f_bavail * space.f_frsize < SCRATCH_ROOM or (space.f_files and not space.f_favail):
+            return f"no space left on the filesystem of {folder} (set TMPDIR to a folder with room)"
+    return None
+
+
 def reap_stale_scratch(where: Path | None = None) -> list[Path]:
     """Remove the scratch folders whose owning process is dead; the folders removed."""
     where = where or Path(tempfile.gettempdir())
