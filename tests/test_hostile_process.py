@@ -326,10 +326,14 @@ def test_a_descendant_that_leaves_the_group_ends_with_the_compile(tmp_path: Path
     assert not [pid for pid in _pids(stray) if Path(f"/proc/{pid}").exists()], "an ended descendant was left a zombie"
 
 
-def test_a_descendant_that_leaves_the_group_ends_with_the_tune(tmp_path: Path, stray: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["local", "ray"])
+def test_a_descendant_that_leaves_the_group_ends_with_the_tune(workers: str, tmp_path: Path, stray: Path) -> None:
     daemons = _DAEMONS.format(stray=stray) + f'exec {REAL_PTXAS} "$@"\n'
-    result = _tune(tmp_path, "--budget", "2", env={"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=daemons))})
+    env = {"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=daemons))}
+    result = _tune(tmp_path, "--budget", "4", "--workers", workers, env=env)  # the last --workers counts
     assert result.returncode == 0, result.describe()
+    assert ("compiling on local threads" if workers == "local" else "workers ready (embedded local Ray") in result.output
     assert len(_pids(stray)) >= 3
     assert not any(_running(pid) for pid in _pids(stray)), "a descendant that left the group outlived the tune"
 
