@@ -8,8 +8,9 @@ it. Two things find such a descendant on Linux:
 - the process that runs children makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so a
   descendant whose parent exits becomes its child instead of init's. Once a run's child is reaped
   and its group killed, `end_adopted` kills and reaps every child of ours that carries that run's
-  marker or belongs to its group, again until none is left (a killed one's children are adopted
-  in turn).
+  marker (or none, as a zombie, and belongs to its group), again until none is left (a killed
+  one's children are adopted in turn). Children of other code carry no marker and another
+  group: they are left alone, so their owners' waits still see them.
 
 The guard (see processes) kills, when its owner dies, every process on the machine carrying the
 owner's token (`process_token`), adopted or not. Where neither works (not Linux, no /proc, no
@@ -95,8 +96,8 @@ def _set_subreaper(on: int) -> bool:
 
 
 def end_adopted(marker: str, group: int) -> int:
-    """Kill and reap this process's children that carry `marker` or are in process group `group`
-    (the run's descendants, adopted once their parents died); the number ended. Call it inside
+    """Kill and reap this process's children that carry `marker`, or none and are in process group
+    `group` (the run's descendants, adopted once their parents died); the number ended. Call it inside
     `adopting_orphans`, after the run's child is reaped and its group killed."""
     ended = 0
     for _ in range(_PASSES):
@@ -130,20 +131,21 @@ def _children() -> list[int]:
 
 
 def _started_under(pid: int, marker: str, group: int) -> bool:
+    """A process by its marker (another run's marker: a pid reused as its group's is not this
+    run's); one without (a zombie's environment is gone, or it was cleared) by its group."""
+    environment = _environment(str(pid))
+    if f"\0{MARK}=".encode() in environment:
+        return f"\0{MARK}={marker}\0".encode() in environment
     fields = _stat(str(pid))
-    if fields is None:
-        return False
-    if int(fields[2]) == group:
-        return True  # still in the run's group (a zombie has no environment left to read)
-    return _carries(str(pid), f"{MARK}={marker}\0".encode())
+    return fields is not None and int(fields[2]) == group
 
 
-def _carries(pid: str, wanted: bytes) -> bool:
+def _environment(pid: str) -> bytes:
+    """The process's environment, NUL-led and NUL-separated (none if gone or unreadable)."""
     try:
-        environment = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+        return b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
-        return False
-    return b"\0" + wanted in environment
+        return b"\0"
 
 
 def _pids() -> list[str]:
