@@ -307,6 +307,35 @@ def test_a_descendant_that_escapes_the_group_cannot_hold_the_timeout(tmp_path: P
     fake = _script(tmp_path / "ptxas", f"setsid sleep 30 &\necho $! >> {stray}\necho started\nsleep 30\n")
     run = run_tool([str(fake)], timeout_s=1.0)
     assert run.timed_out and run.seconds < 6 and "started" in run.output
+    assert _pids(stray) and not any(_running(pid) for pid in _pids(stray)), "the escaped descendant outlived the timeout"
+
+
+# A daemon as a compiler wrapper starts one: it leaves the group (setsid), and so does the
+# grandchild of a second one whose parent left first.
+_DAEMONS = ("setsid sleep 300 &\necho $! >> {stray}\n"
+            "setsid sh -c 'sleep 300 & echo $! >> {stray}; wait' &\necho $! >> {stray}\n"
+            "while [ $(wc -w < {stray}) -lt 3 ]; do sleep 0.05; done\n")
+
+
+def test_a_descendant_that_leaves_the_group_ends_with_the_compile(tmp_path: Path, stray: Path) -> None:
+    fake = _script(tmp_path / "ptxas", _DAEMONS.format(stray=stray) + "echo done\nexit 0\n")
+    run = run_tool([str(fake)], timeout_s=20.0)
+    assert not run.timed_out and run.returncode == 0 and run.output.strip() == "done"
+    assert len(_pids(stray)) == 3
+    assert not any(_running(pid) for pid in _pids(stray)), "a descendant that left the group outlived the compile"
+    assert not [pid for pid in _pids(stray) if Path(f"/proc/{pid}").exists()], "an ended descendant was left a zombie"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["local", "ray"])
+def test_a_descendant_that_leaves_the_group_ends_with_the_tune(workers: str, tmp_path: Path, stray: Path) -> None:
+    daemons = _DAEMONS.format(stray=stray) + f'exec {REAL_PTXAS} "$@"\n'
+    env = {"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=daemons))}
+    result = _tune(tmp_path, "--budget", "4", "--workers", workers, env=env)  # the last --workers counts
+    assert result.returncode == 0, result.describe()
+    assert ("compiling on local threads" if workers == "local" else "workers ready (embedded local Ray") in result.output
+    assert len(_pids(stray)) >= 3
+    assert not any(_running(pid) for pid in _pids(stray)), "a descendant that left the group outlived the tune"
 
 
 def test_a_compiler_that_exits_leaves_nothing_running(tmp_path: Path, stray: Path) -> None:
@@ -342,6 +371,20 @@ def test_killing_the_tuner_kills_its_compilers_and_removes_its_scratch(tmp_path:
         tuner.wait()
     assert _wait_until(lambda: not any(_running(pid) for pid in _pids(stray)), 10), "a compiler outlived the tuner"
     assert _wait_until(lambda: not list(scratch.glob(f"compileiq-{tuner.pid}-*")), 10)
+
+
+def test_killing_the_tuner_kills_the_descendants_that_left_the_group(tmp_path: Path, stray: Path) -> None:
+    slow = _DAEMONS.format(stray=stray) + "sleep 300\n"
+    env = clean_env({"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=slow))})
+    argv = [compileiq_command(), "tune", str(_kernel(tmp_path)), "--workers", "local", "--budget", "1",
+            "--db", f"sqlite:///{tmp_path / 't.db'}"]
+    tuner = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_until(lambda: len(_pids(stray)) >= 3, 120), "the fake ptxas never started"
+    finally:
+        tuner.kill()
+        tuner.wait()
+    assert _wait_until(lambda: not any(_running(pid) for pid in _pids(stray)), 10), "a daemon outlived the tuner"
 
 
 @pytest.mark.slow

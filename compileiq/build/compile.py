@@ -22,6 +22,7 @@ from compileiq.core.processes import (
     killed_by,
     run_tool,
     scratch_dir,
+    scratch_full,
 )
 from compileiq.source.harness import harness_include_dir
 
@@ -189,6 +190,17 @@ def tried(result: Tried, times: int) -> Tried:
 
 
 def _attempt(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
+    """One compiler run. A run that ends with the scratch filesystem full is a crash that names
+    it, even one that exited 0: its output file or its printed report (`-v`, in a scratch file
+    too) may be cut short, and as a compile error or a build without kernels the cache would keep
+    it, never to be tried again."""
+    made = _outcome(call, problem)
+    if not (full := scratch_full(call.cwd)):
+        return made
+    return replace(made, status=BuildStatus.CRASHED, message=f"{call.tool} failed: {full}")
+
+
+def _outcome(call: _Call, problem: Callable[[bytes], str | None]) -> _Product:
     run = run_tool(call.argv, call.timeout_s, cwd=call.cwd, memory_bytes=COMPILER_MEMORY)
     # the sources lie in a scratch folder gone by the time anyone reads this: name them from the bundle's top
     run = replace(run, output=run.output.replace(f"{call.cwd}{os.sep}", ""))

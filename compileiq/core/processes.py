@@ -3,9 +3,11 @@ cannot outlive their owner.
 
 Each child runs in its own process group and writes to an unlinked temporary file, not a pipe:
 a descendant that escapes the group (setsid) and keeps the output open cannot hold the timeout
-up. A guard process, started once per process that runs children, kills every live child group
-and removes this process's scratch folders when this process dies, even by SIGKILL. Scratch
-folders carry their owner's pid; `reap_stale_scratch` removes those of owners that are gone.
+up, and on Linux it is ended with the run all the same (see descendants: this process adopts it
+as a child subreaper and knows it by a marker in its environment). A guard process, started once
+per process that runs children, kills every live child group and every marked descendant, and
+removes this process's scratch folders, when this process dies, even by SIGKILL. Scratch folders
+carry their owner's pid; `reap_stale_scratch` removes those of owners that are gone.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from compileiq.core import descendants
 
 OUTPUT_LIMIT = 16 * 1024 * 1024  # bytes of a child's output kept
 
@@ -59,10 +63,12 @@ COMPILER_MEMORY = _compiler_memory()
 SCRATCH_PREFIX = "compileiq-"
 _SCRATCH = re.compile(rf"{SCRATCH_PREFIX}(\d+)-")
 
-# Runs as `python -I -S -c GUARD OWNER_PID TEMP_DIR`: reads "+PGID" / "-PGID" lines until the
-# owner's end of the pipe closes, then kills the groups still listed and removes the owner's scratch.
+# Runs as `python -I -S -c GUARD OWNER_PID TEMP_DIR MARKED`: reads "+PGID" / "-PGID" lines until
+# the owner's end of the pipe closes, then kills the groups still listed and every process whose
+# environment holds MARKED (the owner's descendants that left their group, see descendants), and
+# removes the owner's scratch.
 _GUARD = r"""
-import os, re, shutil, signal, sys
+import os, re, shutil, signal, sys, time
 groups = set()
 for line in sys.stdin:
     (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
@@ -71,7 +77,26 @@ for group in groups:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
-owner, where = sys.argv[1], sys.argv[2]
+owner, where, marked = sys.argv[1], sys.argv[2], b"\0" + sys.argv[3].encode()
+def _marked(pid):
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as environ:
+            return marked in b"\0" + environ.read()
+    except OSError:
+        return False
+for _ in range(100):
+    try:
+        found = [int(p) for p in os.listdir("/proc") if p.isdigit() and _marked(p)]
+    except OSError:
+        break
+    if not found:
+        break
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.01)
 for name in os.listdir(where):
     if name.startswith("compileiq-" + owner + "-"):
         shutil.rmtree(os.path.join(where, name), ignore_errors=True)
@@ -109,7 +134,8 @@ class _Guard:
 
     def _start(self) -> None:
         self._owner = os.getpid()
-        argv = [sys.executable, "-I", "-S", "-c", _GUARD, str(self._owner), tempfile.gettempdir()]
+        marked = f"{descendants.MARK}={descendants.process_token()}-"
+        argv = [sys.executable, "-I", "-S", "-c", _GUARD, str(self._owner), tempfile.gettempdir(), marked]
         try:
             self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL, start_new_session=True)
@@ -125,12 +151,14 @@ def run_tool(
     env: Mapping[str, str] | None = None, with_stderr: bool = True, memory_bytes: int | None = None,
 ) -> ToolRun:
     """Run a compiler or a measuring program in its own process group; kill the whole group on
-    timeout (nvcc spawns cicc and ptxas) and once it exits (nothing it started lingers).
+    timeout (nvcc spawns cicc and ptxas) and once it exits (nothing it started lingers: on Linux
+    not even a descendant that left the group, see descendants).
     `with_stderr=False` keeps stdout alone (a program's JSON); `memory_bytes` caps the data each
     process of it may hold (a compiler past it fails with "out of memory")."""
     start = time.perf_counter()
-    environment = {**os.environ, **env} if env else None
-    with tempfile.TemporaryFile(prefix=SCRATCH_PREFIX) as sink:
+    marker = descendants.run_marker()
+    environment = {**os.environ, **(env or {}), descendants.MARK: marker}
+    with tempfile.TemporaryFile(prefix=SCRATCH_PREFIX) as sink, descendants.adopting_orphans():
         stderr = subprocess.STDOUT if with_stderr else subprocess.DEVNULL
         try:
             process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=sink, stderr=stderr,
@@ -142,6 +170,7 @@ def run_tool(
             _limit_memory(process.pid, memory_bytes)
         timed_out = _wait(process, timeout_s)
         _kill_group(process.pid)
+        descendants.end_adopted(marker, process.pid)
         _guard.tell(f"-{process.pid}")
         sink.seek(0)
         output = sink.read(OUTPUT_LIMIT)
@@ -213,6 +242,26 @@ def scratch_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
     run can tell when its owner is gone."""
     _reap_once()
     return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{kind}-")
+
+
+SCRATCH_ROOM = 1 << 20  # bytes free below which a failed compile is blamed on the scratch filesystem
+
+
+def scratch_full(*also: str) -> str | None:
+    """Why a filesystem compilers write to has no room, or None if they all have (or cannot say):
+    TMPDIR's (nvcc's temporary files), this process's temporary folder (scratch folders and
+    output files; Python passes over a TMPDIR it cannot write to) and `also`, each with under
+    SCRATCH_ROOM bytes or no inode free. A compiler that cannot write fails in its own words
+    ("wrote an empty cubin", "Failed to preprocess"); this names the cause."""
+    folders = [os.environ.get("TMPDIR", ""), tempfile.gettempdir(), *also]
+    for folder in dict.fromkeys(f for f in folders if f):
+        try:
+            space = os.statvfs(folder)
+        except (OSError, AttributeError):
+            continue
+        if space.f_bavail * space.f_frsize < SCRATCH_ROOM or (space.f_files and not space.f_favail):
+            return f"no space left on the filesystem of {folder} (set TMPDIR to a folder with room)"
+    return None
 
 
 def reap_stale_scratch(where: Path | None = None) -> list[Path]:

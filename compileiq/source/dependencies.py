@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
-from compileiq.core.processes import COMPILER_MEMORY, first_error_line, run_tool
+from compileiq.core.processes import COMPILER_MEMORY, first_error_line, run_tool, scratch_full
 from compileiq.source.missing_header import missing_header_hint
 
 _TOKEN = re.compile(r"(?:\\.|[^\s\\])+")
@@ -33,7 +33,8 @@ def compiler_dependencies(nvcc: str, root: Path, main: str, args: Sequence[str],
         raise DependencyError(f"{main}: nvcc -M did not finish within {timeout_s:g} s")
     if run.returncode != 0:
         error = first_error_line(run.output)
-        raise DependencyError(f"{main}: the preprocessor failed: {error}{missing_header_hint(error, root)}")
+        hint = f" ({full})" if (full := scratch_full()) else missing_header_hint(error, root)
+        raise DependencyError(f"{main}: the preprocessor failed: {error}{hint}")
     return parse_make_rule(run.output, root)
 
 

@@ -274,8 +274,10 @@ class Tuner:
         )
         try:
             released = self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
-        except CompileIQError:
-            return  # the database itself went away: the stale timeout frees the claims
+        except CompileIQError:  # the database itself went away or is full: nothing can be written
+            self._progress.note("this run's unfinished trials stay claimed (the database refused the write): the "
+                                "next `compileiq tune` of this study hands them back, at once on this host")
+            return
         if released and isinstance(error, KeyboardInterrupt):
             self._progress.note(f"interrupted: {released} unfinished trial(s) handed back; "
                                 "waiting for the compiles in flight to end")
