@@ -26,6 +26,7 @@ from compileiq.core.records import (
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from rich.progress import Progress, TaskID
+    from rich.status import Status
 
     from compileiq import app
     from compileiq.core.space import SearchSpace
@@ -46,8 +47,27 @@ class LineProgress:
         self._done = 0
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._status: Status | None = None
+
+    def status(self, text: str) -> None:
+        """On a terminal, a passing line for what the run is doing before its study line (a
+        start-up phase: "bundling sources (nvcc -M)…"), so that a slow start never looks hung; it
+        is erased, so a run that fails early still ends with its one error line."""
+        if not self._live:
+            return
+        if self._status is None:
+            self._status = err.status(safe(text))
+            self._status.start()
+        else:
+            self._status.update(safe(text))
+
+    def _end_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
     def started(self, study: Study, budget: int, finished: int) -> None:
+        self._end_status()
         self._budget, self._done = budget, finished
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
                   f"objective {study.key.objective} ({kind_label(study.key.objective)})")
@@ -97,6 +117,7 @@ class LineProgress:
 
     def close(self, failed: bool = False) -> None:
         """End the display; lines still held are printed, or dropped when the run `failed`."""
+        self._end_status()
         if failed:
             self._held = None
         self._release()
