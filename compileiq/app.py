@@ -16,6 +16,7 @@ from compileiq.build.workers import Workers, check_options, open_workers
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
+from compileiq.core.records import first_line
 from compileiq.core.space import SearchSpace, load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
@@ -168,6 +169,20 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
     space = load_space(find_toolchain().nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
     return (space.with_defines(tuned) if tuned else space), spec
+
+
+def kernel_notes(spec: KernelSpec) -> list[str]:
+    """What `compileiq space KERNEL` says beside the table, one line each: a kernel without tuned
+    macros, and a header it includes that the preprocessor cannot find (with where it is, if near)."""
+    from compileiq.source.dependencies import DependencyError
+
+    untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
+    notes = [] if spec.tuned_defines else [untuned]
+    try:
+        bundle_sources(spec, find_toolchain().nvcc)
+    except DependencyError as error:  # the run would stop here: say so now, in one line
+        notes.append(first_line(str(error), 400))
+    return notes
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

@@ -298,6 +298,8 @@ def space(
 
     found, spec = app.full_space(kernel)
     emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
+    for note in app.kernel_notes(spec) if spec else ():
+        err.print(f"note: {safe(note)}", markup=False, highlight=False)  # stderr: stdout stays the table
 
 
 @cli.command("version")

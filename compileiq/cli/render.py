@@ -383,9 +383,14 @@ def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
     return " ".join(parts) or "(defaults)"
 
 
+def _listed(space: SearchSpace) -> list[Any]:
+    """The parameters as `space` lists them: a kernel's macros first (its own settings), then the compiler's."""
+    return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
+
+
 def space_json(space: SearchSpace) -> list[dict[str, Any]]:
     return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
-             "help": p.help} for p in space.parameters]
+             "help": p.help} for p in _listed(space)]
 
 
 def space_table(space: SearchSpace, kernel: str | None) -> Table:
@@ -393,7 +398,7 @@ def space_table(space: SearchSpace, kernel: str | None) -> Table:
     table = Table(title=title)
     for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
         table.add_column(column, overflow="fold")
-    for p in space.parameters:
+    for p in _listed(space):
         values = ", ".join(str(v) for v in p.values)
         table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
     return table
