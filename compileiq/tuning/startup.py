@@ -103,7 +103,7 @@ class EarlyWorkers:
         self._local: LocalWorkers | None = None
         self._announced = False
         self._ready_after = 0.0  # seconds the start took
-        self._phase = phases.starting("starting Ray workers (the baseline compiles on a local thread meanwhile)")
+        self._phase = phases.starting("starting Ray workers")
         self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
         self._thread.start()
 
