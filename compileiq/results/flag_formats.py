@@ -47,7 +47,7 @@ def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
     and base flags the code needs (tune.toml nvcc_flags/include_dirs, compile_commands.json)."""
     if with_base or fmt == "json" or stage == "ptxas":  # JSON lists them under "base"
         return None
-    needed = acf.base.flags + tuple(f"-I{d}" for d in acf.base.include_dirs)
+    needed = acf.base_args()  # as --all prints them: include folders from the current folder
     if not needed:
         return None
     shown = " ".join(needed[:4]) + (" …" if len(needed) > 4 else "")
