@@ -250,8 +250,8 @@ def test_plain_flags_say_on_stderr_when_the_build_needs_the_base_flags(made_acf:
     plain = run_cli(["flags", made_acf.name], cwd=made_acf.parent)
     assert plain.returncode == 0 and plain.stdout.split() == [
         "-arch=sm_90a", "--extra-device-vectorization", "-DBK=16", "-Xptxas=--maxrregcount=64", "-DN=4096"]
-    assert plain.stderr_lines == ["note: the build also needs 2 base flag(s) the tuned ones leave out "
-                                  "(-std=c++17 -Isrc/include): --all adds them"], plain.describe()
+    assert plain.stderr_lines == [("note: the build also needs 2 base flag(s) the tuned ones leave out "
+                                  "(-std=c++17 -Isrc/include): --all adds them")], plain.describe()
     every = run_cli(["flags", made_acf.name, "--all"], cwd=made_acf.parent)
     assert every.returncode == 0 and every.stderr == "" and "-std=c++17" in every.stdout, every.describe()
     assert run_cli(["flags", made_acf.name, "--format", "json"], cwd=made_acf.parent).stderr == ""

@@ -45,8 +45,8 @@ def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_miss
     assert listed.returncode == 0, listed.describe()
     first = json.loads(listed.stdout)[0]
     assert (first["name"], first["values"], first["default"]) == ("define.TILE", [8, 16, 32], 8)
-    assert listed.stderr_lines == ['note: k.cu: the preprocessor failed: k.cu:1:10: fatal error: deep.cuh: No such '
-                                   'file or directory (found in inc: add include_dirs = ["inc"] to tune.toml)'], listed.describe()
+    assert listed.stderr_lines == [('note: k.cu: the preprocessor failed: k.cu:1:10: fatal error: deep.cuh: No such '
+                                   'file or directory (found in inc: add include_dirs = ["inc"] to tune.toml)')], listed.describe()
     (tmp_path / "sub" / "tune.toml").write_text('include_dirs = ["inc"]\n[tune.defines]\nTILE = [8, 16, 32]\n')
     table = run_cli(["space", str(kernel)], cwd=tmp_path)
     assert table.returncode == 0 and table.stderr == "", table.describe()
@@ -56,8 +56,8 @@ def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_miss
 def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -> None:
     result = run_cli(["space", str(ROOT / "kernels/spill_heavy/spill_heavy.cu")], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
-    assert result.stderr_lines == ["note: spill_heavy.cu: no tuned macros ([tune.defines] in tune.toml adds them "
-                                   "to the search)"], result.describe()
+    assert result.stderr_lines == [("note: spill_heavy.cu: no tuned macros ([tune.defines] in tune.toml adds them "
+                                   "to the search)")], result.describe()
 
 
 @pytest.mark.parametrize("given, suggested", [
