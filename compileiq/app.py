@@ -7,7 +7,6 @@ decides something lives here or below, never in the CLI.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from compileiq.build.workers import Workers, check_options, open_workers
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
+from compileiq.core.records import first_line
 from compileiq.core.space import SearchSpace, load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
@@ -171,6 +171,20 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
     return (space.with_defines(tuned) if tuned else space), spec
 
 
+def kernel_notes(spec: KernelSpec) -> list[str]:
+    """What `compileiq space KERNEL` says beside the table, one line each: a kernel without tuned
+    macros, and a header it includes that the preprocessor cannot find (with where it is, if near)."""
+    from compileiq.source.dependencies import DependencyError
+
+    untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
+    notes = [] if spec.tuned_defines else [untuned]
+    try:
+        bundle_sources(spec, find_toolchain().nvcc)
+    except DependencyError as error:  # the run would stop here: say so now, in one line
+        notes.append(first_line(str(error), 400))
+    return notes
+
+
 def default_acf_path(kernel: str, objective: str) -> Path:
     """store/<kernel>.<objective>.acf.toml: tuning one kernel for two objectives keeps two ACFs
     (several objectives joined by "+": store/k.registers+instructions.acf.toml)."""
@@ -222,30 +236,29 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     time_budget_s = parse_duration(options.time_budget) if options.time_budget is not None else None
-    start = time.perf_counter()
+    from compileiq.evaluate.screening import ScreeningPolicy
+    from compileiq.search.settings import SearchSettings
+    from compileiq.tuning.tuner import Tuner, TuneRequest, start_search
+
+    request = TuneRequest(
+        kernel=spec, space=space, objective=options.objective, budget=options.budget,
+        search=SearchSettings(options.strategy, options.seed, options.surrogate),
+        batch_size=options.batch_size, study_name=options.study, resume=options.resume,
+        simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
+        patience=options.patience, pick=options.pick or "knee", stream=options.stream,
+        screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
+    )  # fmt: skip
+    search = start_search(request, phases)  # scikit-optimize loads while the sources bundle and the baseline compiles
+    bundling = phases.starting("bundling sources (nvcc -M)")
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
-    phases.phase("sources bundled", time.perf_counter() - start)
+    bundling.done("sources bundled")
     store = Store.open(database_url(options.db))
     try:
-        workers = _workers(options, phases)  # with Ray: it starts now, while the search loads
+        workers = _workers(options, phases)  # with Ray: it starts now, in the background
         try:
-            start = time.perf_counter()
-            from compileiq.evaluate.screening import ScreeningPolicy
-            from compileiq.search.searcher import SearchSettings
-            from compileiq.tuning.tuner import Tuner, TuneRequest
-
-            phases.phase("search loaded", time.perf_counter() - start)
-            request = TuneRequest(
-                kernel=spec, space=space, objective=options.objective, budget=options.budget,
-                search=SearchSettings(options.strategy, options.seed, options.surrogate),
-                batch_size=options.batch_size, study_name=options.study, resume=options.resume,
-                simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
-                patience=options.patience, pick=options.pick or "knee", stream=options.stream,
-                screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
-            )  # fmt: skip
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
                          if _timed(options.objective) else None)
-            result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
+            result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)

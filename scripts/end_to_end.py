@@ -77,7 +77,7 @@ one that reads back valid.
 def _run(command: str, work: Path, env: dict[str, str]) -> str:
     done = subprocess.run(["bash", "-c", command], cwd=work, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=900, check=False)  # in the order printed
-    text = done.stdout.replace(str(work) + "/", "").replace(str(work), ".")
+    text = done.stdout.replace(str(work) + "/", "").replace(str(work), ".").replace(str(REPO), "<repo>")
     if done.returncode:
         text += f"(exit status {done.returncode})\n"
     return text

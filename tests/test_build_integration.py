@@ -210,15 +210,51 @@ def test_cmake_snippet_parses_in_cmake_to_the_acf_flags(made_acf: Path) -> None:
     assert not (made_acf.parent / "pwned").exists()
 
 
-def test_bazel_copts_and_json(made_acf: Path) -> None:
-    bazel = _flags(made_acf, "--format", "bazel", "--no-arch")
-    body = bazel.split("copts = ", 1)[1].rstrip().rstrip(",")
-    assert json.loads(body.replace(",\n]", "\n]")) == [
-        "--extra-device-vectorization", "-DBK=16", "-Xptxas=--maxrregcount=64", "-DN=4096"]
-    assert bazel.count("\n") == 7  # the kernel name cannot add a line
+def test_bazel_is_a_rules_cuda_library_and_json_lists_every_flag(made_acf: Path) -> None:
+    """rules_cuda's idiom: nvcc options in copts, ptxas options in ptxasopts, the arch on the command line."""
+    bazel = _flags(made_acf, "--format", "bazel")
+    comment, load, blank, *call = bazel.splitlines()
+    assert comment.startswith("# compileiq: kernel ") and comment.endswith("--@rules_cuda//cuda:archs=sm_90a")
+    assert load == 'load("@rules_cuda//cuda:defs.bzl", "cuda_library")' and blank == ""
+    assert call == [
+        "cuda_library(",
+        '    name = "k__execute_process_COMMAND_touch_pwned_",',  # the kernel name cannot add a line
+        '    srcs = ["my k;$x.cu"],',
+        "    copts = [",
+        '        "--extra-device-vectorization",',
+        '        "-DBK=16",',
+        '        "-DN=4096",',
+        "    ],",
+        "    ptxasopts = [",
+        '        "--maxrregcount=64",',
+        "    ],",
+        ")",
+    ]
+    assert "ptxasopts" not in _flags(made_acf, "--format", "bazel", "--stage", "frontend")
+    assert "copts" not in _flags(made_acf, "--format", "bazel", "--stage", "ptxas")
     document = json.loads(_flags(made_acf, "--format", "json"))
     assert document["flags"][0] == "-arch=sm_90a" and document["cuda_architectures"] == "90a"
     assert document["ptxas"] == ["--maxrregcount=64"] and document["recorded"]["registers"] == 64
+
+
+def test_plain_flags_say_on_stderr_when_the_build_needs_the_base_flags(made_acf: Path) -> None:
+    """The tuned flags alone do not build a kernel that needs -I/-std: one line on stderr says
+    so (stdout stays pasteable), and --all prints them instead."""
+    quiet = run_cli(["flags", made_acf.name], cwd=made_acf.parent)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.describe()  # no base flags: nothing to say
+    data = tomllib.loads(made_acf.read_text())
+    data["base"] = {"nvcc_flags": ["-std=c++17", "-Iinclude"]}
+    import tomli_w
+
+    made_acf.write_text(tomli_w.dumps(data))
+    plain = run_cli(["flags", made_acf.name], cwd=made_acf.parent)
+    assert plain.returncode == 0 and plain.stdout.split() == [
+        "-arch=sm_90a", "--extra-device-vectorization", "-DBK=16", "-Xptxas=--maxrregcount=64", "-DN=4096"]
+    assert plain.stderr_lines == [("note: the build also needs 2 base flag(s) the tuned ones leave out "
+                                  "(-std=c++17 -Isrc/include): --all adds them")], plain.describe()
+    every = run_cli(["flags", made_acf.name, "--all"], cwd=made_acf.parent)
+    assert every.returncode == 0 and every.stderr == "" and "-std=c++17" in every.stdout, every.describe()
+    assert run_cli(["flags", made_acf.name, "--format", "json"], cwd=made_acf.parent).stderr == ""
 
 
 @pytest.mark.parametrize(

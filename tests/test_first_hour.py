@@ -31,6 +31,35 @@ def test_space_of_a_kernel_adds_its_macros(tmp_path: Path) -> None:
     assert "define.BLOCK" in result.stdout and "ptxas.maxrregcount" in result.stdout
 
 
+def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_missing(tmp_path: Path) -> None:
+    """Issue 25.6: `space KERNEL` shows the macros the kernel tunes (values, default) before the
+    compiler's options, and one stderr line names a header the preprocessor cannot find (the run
+    would stop there), with the folder that holds it; stdout stays the table."""
+    kernel = tmp_path / "sub" / "k.cu"
+    (tmp_path / "sub" / "inc").mkdir(parents=True)
+    kernel.write_text('#include "deep.cuh"\n#ifndef TILE\n#define TILE 8\n#endif\n'
+                      "__global__ void k(float* x) { x[0] = TILE * D; }\n")
+    (tmp_path / "sub" / "inc" / "deep.cuh").write_text("const int D = 1;\n")
+    (tmp_path / "sub" / "tune.toml").write_text("[tune.defines]\nTILE = [8, 16, 32]\n")
+    listed = run_cli(["space", str(kernel), "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    first = json.loads(listed.stdout)[0]
+    assert (first["name"], first["values"], first["default"]) == ("define.TILE", [8, 16, 32], 8)
+    assert listed.stderr_lines == [('note: k.cu: the preprocessor failed: k.cu:1:10: fatal error: deep.cuh: No such '
+                                   'file or directory (found in inc: add include_dirs = ["inc"] to tune.toml)')], listed.describe()
+    (tmp_path / "sub" / "tune.toml").write_text('include_dirs = ["inc"]\n[tune.defines]\nTILE = [8, 16, 32]\n')
+    table = run_cli(["space", str(kernel)], cwd=tmp_path)
+    assert table.returncode == 0 and table.stderr == "", table.describe()
+    assert table.stdout.index("define.TILE") < table.stdout.index("nvcc.use_fast_math")
+
+
+def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -> None:
+    result = run_cli(["space", str(ROOT / "kernels/spill_heavy/spill_heavy.cu")], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert result.stderr_lines == [("note: spill_heavy.cu: no tuned macros ([tune.defines] in tune.toml adds them "
+                                   "to the search)")], result.describe()
+
+
 @pytest.mark.parametrize("given, suggested", [
     ("maxrregcount", "did you mean ptxas.maxrregcount?"),
     ("ptxas.maxregcount", "did you mean ptxas.maxrregcount"),

@@ -143,3 +143,41 @@ def test_with_ray_the_first_result_comes_before_the_workers_are_ready(tmp_path: 
     assert "[compiled]" in lines[first]
 
 
+
+
+def test_the_search_loads_while_the_baseline_compiles(tmp_path: Path) -> None:
+    """Issue 25.6: scikit-optimize took 5-40 s to import under load before the first line; it
+    now loads on a thread of its own, so the baseline's result comes before it is needed."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "3", "--only", ONLY,
+                      "--db", "sqlite:///t.db", "--arch", "sm_90", "--study", "S"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.describe()
+    lines = result.stderr_lines
+    assert lines[0].startswith("study S (#1): "), result.describe()
+    baseline = next(i for i, line in enumerate(lines) if line.startswith("[1/3] #0 "))
+    loaded = next(i for i, line in enumerate(lines) if PHASE.match(line) and line.startswith("search loaded"))
+    assert baseline < loaded, result.describe()
+
+
+def test_a_terminal_sees_each_start_up_phase_as_it_starts(tmp_path: Path) -> None:
+    """Before the study line a terminal shows what the run is doing (a passing status line)."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "2", "--only", ONLY,
+                      "--db", "sqlite:///t.db", "--arch", "sm_90", "--study", "S"], cwd=tmp_path,
+                     env={"TTY_COMPATIBLE": "1", "TERM": "xterm"})  # fmt: skip
+    assert result.returncode == 0, result.describe()
+    study = result.stderr.index("study S (#1): ")
+    assert 0 <= result.stderr.find("bundling sources (nvcc -M)…") < study, result.describe()
+
+
+def test_a_phase_under_way_at_the_study_line_is_announced_there() -> None:
+    recorder = _Recorder()
+    phases = PhaseProgress(recorder)
+    done, running = phases.starting("bundling sources"), phases.starting("loading the search")
+    done.done("sources bundled", 0.25)
+    assert recorder.notes == []  # a run that fails before its study says only its error
+    phases.started(None, 4, 0)  # type: ignore[arg-type]
+    running.done("search loaded", 1.0)
+    phases.starting("later")
+    assert recorder.notes == ["started", "sources bundled 0.2 s", "loading the search…", "search loaded 1.0 s",
+                              "later…"]

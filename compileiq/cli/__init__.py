@@ -196,8 +196,11 @@ def flags(
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq.results import acf, flag_formats
 
-    text = flag_formats.render(acf.read(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
+    found = acf.read(acf_file)
+    text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
+    if note := flag_formats.base_note(found, fmt, stage, with_base):
+        err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
 
 
 @cli.command()
@@ -304,6 +307,8 @@ def space(
 
     found, spec = app.full_space(kernel)
     emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
+    for note in app.kernel_notes(spec) if spec else ():
+        err.print(f"note: {safe(note)}", markup=False, highlight=False)  # stderr: stdout stays the table
 
 
 @cli.command("version")

@@ -27,6 +27,7 @@ from compileiq.core.records import (
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from rich.progress import Progress, TaskID
+    from rich.status import Status
 
     from compileiq import app
     from compileiq.core.space import SearchSpace
@@ -49,8 +50,27 @@ class LineProgress:
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._reading = reading("")
+        self._status: Status | None = None
+
+    def status(self, text: str) -> None:
+        """On a terminal, a passing line for what the run is doing before its study line (a
+        start-up phase: "bundling sources (nvcc -M)…"), so that a slow start never looks hung; it
+        is erased, so a run that fails early still ends with its one error line."""
+        if not self._live:
+            return
+        if self._status is None:
+            self._status = err.status(safe(text))
+            self._status.start()
+        else:
+            self._status.update(safe(text))
+
+    def _end_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
 
     def started(self, study: Study, budget: int, finished: int) -> None:
+        self._end_status()
         self._budget, self._done = budget, finished
         self._reading = reading(study.key.objective)
         self.note(f"study {study.name} (#{study.id}): {finished}/{budget} trials already recorded; "
@@ -103,6 +123,7 @@ class LineProgress:
 
     def close(self, failed: bool = False) -> None:
         """End the display; lines still held are printed, or dropped when the run `failed`."""
+        self._end_status()
         if failed:
             self._held = None
         self._release()
@@ -377,9 +398,14 @@ def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
     return " ".join(parts) or "(defaults)"
 
 
+def _listed(space: SearchSpace) -> list[Any]:
+    """The parameters as `space` lists them: a kernel's macros first (its own settings), then the compiler's."""
+    return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
+
+
 def space_json(space: SearchSpace) -> list[dict[str, Any]]:
     return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
-             "help": p.help} for p in space.parameters]
+             "help": p.help} for p in _listed(space)]
 
 
 def space_table(space: SearchSpace, kernel: str | None) -> Table:
@@ -387,7 +413,7 @@ def space_table(space: SearchSpace, kernel: str | None) -> Table:
     table = Table(title=title)
     for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
         table.add_column(column, overflow="fold")
-    for p in space.parameters:
+    for p in _listed(space):
         values = ", ".join(str(v) for v in p.values)
         table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
     return table

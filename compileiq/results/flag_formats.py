@@ -1,5 +1,5 @@
 """An ACF's flags in the shape a build system takes them: shell arguments, an nvcc options file,
-a CMake snippet, Bazel copts, or JSON.
+a CMake snippet, a Bazel `cuda_library` (rules_cuda), or JSON.
 
 Everything here works from a validated `Acf` (compileiq.results.acf.read): every flag is one token the
 search space can produce, so no format has to quote more than a file path.
@@ -8,6 +8,7 @@ search space can produce, so no format has to quote more than a file path.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -31,15 +32,27 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
         if stage == "ptxas":
             raise UsageError("--format cmake gives nvcc options: use --stage all or frontend")
         return cmake_snippet(acf, stage, with_base)
+    if fmt == "bazel":  # rules_cuda sets the architecture itself (--@rules_cuda//cuda:archs)
+        return bazel_library(acf, stage, with_base)
     flags = unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))
     if fmt == "args":
         return shlex.join(flags)
     if fmt == "optf":
         return "".join(f"{_plain(acf, token)}\n" for token in flags)
-    if fmt == "bazel":
-        lines = "".join(f"    {json.dumps(token)},\n" for token in flags)
-        return f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}\ncopts = [\n{lines}],\n"
     return json.dumps(document(acf, stage, with_arch, with_base), indent=2) + "\n"
+
+
+def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
+    """One line for stderr when the build also needs what only --all prints: the include folders
+    and base flags the code needs (tune.toml nvcc_flags/include_dirs, compile_commands.json)."""
+    if with_base or fmt == "json" or stage == "ptxas":  # JSON lists them under "base"
+        return None
+    needed = acf.base_args()  # as --all prints them: include folders from the current folder
+    if not needed:
+        return None
+    shown = " ".join(needed[:4]) + (" …" if len(needed) > 4 else "")
+    return (f"note: the build also needs {len(needed)} base flag(s) the tuned ones leave out ({shown}): "
+            "--all adds them")
 
 
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -83,6 +96,23 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
         f"set_source_files_properties({_cmake_quoted(acf.source_from_here())} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
+    )
+
+
+def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
+    """A rules_cuda `cuda_library` for the kernel source: nvcc options in `copts`, ptxas options in
+    `ptxasopts` (rules_cuda hands each to ptxas with -Xptxas); the arch goes on the command line."""
+    copts = unique(acf.flags("frontend", with_arch=False, with_base=with_base)) if stage != "ptxas" else ()
+    ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
+    source = os.path.basename(acf.source_path)
+    lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
+                    for attribute, tokens in (("copts", copts), ("ptxasopts", ptxasopts)) if tokens)
+    return (
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: "
+        f"build it with --@rules_cuda//cuda:archs={acf.arch}\n"
+        'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
+        f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
     )
 
 

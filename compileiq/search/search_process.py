@@ -25,7 +25,7 @@ from typing import Any
 
 from compileiq.core.errors import CompileIQError
 from compileiq.core.space import Config, SearchSpace
-from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.search.settings import Observation, SearchSettings
 
 START_TIMEOUT_S = 120.0  # the child imports numpy, scikit-learn and scikit-optimize first
 
@@ -115,6 +115,8 @@ _CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost"})  # ask: its ow
 
 
 def _serve(conn: Connection) -> None:
+    from compileiq.search.searcher import Searcher  # the driver never imports it for this child
+
     searcher: Searcher | None = None
     while True:
         try:

@@ -10,7 +10,6 @@ import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,47 +19,25 @@ from skopt.acquisition import gaussian_ei
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 from skopt.space import Integer
 
-from compileiq.core.errors import UsageError
 from compileiq.core.space import Config, Parameter, SearchSpace
 from compileiq.search import local_search
 from compileiq.search.encoding import Encoding, Row
+from compileiq.search.settings import Observation, SearchSettings, check_settings
 
-STRATEGIES = ("bayes", "random", "exhaustive")
-SURROGATES = ("ET", "RF", "GP")
+__all__ = ["Observation", "SearchSettings", "Searcher"]  # the first two re-exported: the searcher's vocabulary
+
 ENUMERATE_LIMIT = 4096  # spaces up to this size are scored whole by the acquisition function
 CANDIDATE_SAMPLES = 2048
-MAX_EXHAUSTIVE = 1_000_000
 FAILURE_RANK = 1.5
 NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting from an earlier pick
 CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle values
-
-
-@dataclass(frozen=True)
-class Observation:
-    config: Config
-    value: float | None  # None: the variant failed, or the no-harm rules refuse it
-    values: tuple[float, ...] = ()  # a multi-objective search: one per objective (see multi_objective)
-    refused: float | None = None  # value None because the no-harm rules refuse it: its objective value
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    strategy: str = "bayes"
-    seed: int = 0
-    surrogate: str = "ET"
-    initial_points: int = 10
-    exploration: float = 0.01  # EI's xi
-    trees: int = 32
-    frontend_cost: float = 5.0  # a new front-end (nvcc -ptx) compile costs this many ptxas runs
-    initial_frontends: int = 3  # front-end settings (besides the default) in the initial design
-    min_samples_leaf: int = 1
 
 
 class Searcher:
     """Proposes batches of untried configurations of one search space."""
 
     def __init__(self, space: SearchSpace, settings: SearchSettings) -> None:
-        _check(settings, space)
+        check_settings(settings, space)
         self._space = space
         self._settings = settings
         self._rng = np.random.default_rng(settings.seed)
@@ -471,19 +448,3 @@ def _estimator(settings: SearchSettings) -> Any:
         min_samples_leaf=settings.min_samples_leaf,
         random_state=settings.seed,
     )
-
-
-def _check(settings: SearchSettings, space: SearchSpace) -> None:
-    if settings.strategy not in STRATEGIES:
-        raise UsageError(
-            f"unknown strategy {settings.strategy!r}; choose one of: {', '.join(STRATEGIES)}"
-        )
-    if settings.surrogate not in SURROGATES:
-        raise UsageError(
-            f"unknown surrogate {settings.surrogate!r}; choose one of: {', '.join(SURROGATES)}"
-        )
-    if settings.strategy == "exhaustive" and space.size() > MAX_EXHAUSTIVE:
-        raise UsageError(
-            f"the space has {space.size():,} configurations; exhaustive search allows {MAX_EXHAUSTIVE:,}"
-            " (narrow it with --only/--exclude)"
-        )

@@ -1,5 +1,6 @@
-"""The first minute of a run: Ray starts in the background while the baseline compiles on a local
-thread, and each start-up phase is reported with its duration ("workers ready 3.1 s")."""
+"""The first minute of a run: Ray starts and the searcher loads in the background while the
+baseline compiles on a local thread; each start-up phase is announced as it starts ("loading the
+search (scikit-optimize)…") and reported with its duration when it ends ("workers ready 3.1 s")."""
 
 from __future__ import annotations
 
@@ -17,17 +18,49 @@ if TYPE_CHECKING:
     from compileiq.core.records import Study, Trial
 
 
+class Phase:
+    """A start-up phase under way; `done` reports its duration (once)."""
+
+    def __init__(self, phases: PhaseProgress, doing: str) -> None:
+        self.doing = doing
+        self.ended = False
+        self._phases = phases
+        self._since = time.perf_counter()
+
+    def done(self, name: str, seconds: float | None = None) -> None:
+        """Report the end: `name` and the seconds since the start (or those given)."""
+        if not self.ended:
+            self.ended = True
+            self._phases.phase(name, time.perf_counter() - self._since if seconds is None else seconds)
+
+
 class PhaseProgress:
-    """A Progress that also reports start-up phases; phases known before the run's first line
-    (the study line) are held until it, so that a run that fails early prints one error line."""
+    """A Progress that also reports start-up phases. What is known before the run's first line
+    (the study line) waits for it, so that a run that fails early prints one error line: a phase
+    that started is shown at once only as a terminal's passing status line (see `LineProgress.status`),
+    and announced in the log at the study line if it is still under way then."""
 
     def __init__(self, inner: Progress) -> None:
         self._inner = inner
         self._since = time.perf_counter()
         self._first = True
         self._held: list[str] = []
+        self._running: list[Phase] = []  # started before the study line
         self._started = False
         self._lock = threading.Lock()
+
+    def starting(self, doing: str) -> Phase:
+        """Announce a phase as it starts ("bundling sources"); `Phase.done` reports its end."""
+        phase = Phase(self, doing)
+        with self._lock:
+            if not self._started:
+                self._running.append(phase)
+                status = getattr(self._inner, "status", None)  # optional: a terminal's passing line
+                if status is not None:
+                    status(f"{doing}…")
+                return phase
+        self._inner.note(f"{doing}…")
+        return phase
 
     def phase(self, name: str, seconds: float) -> None:
         self.note(f"{name} {seconds:.1f} s")
@@ -36,6 +69,8 @@ class PhaseProgress:
         self._inner.started(study, budget, finished)
         with self._lock:
             self._started, held, self._held = True, self._held, []
+            held += [f"{phase.doing}…" for phase in self._running if not phase.ended]  # still under way
+            self._running = []
         for message in held:
             self._inner.note(message)
 
@@ -59,7 +94,7 @@ class EarlyWorkers:
     threads instead of waiting; anything else waits for them. Call it to get the workers."""
 
     def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int = 1) -> None:
-        self._opener, self._phases, self._local_threads = opener, phases, local_threads
+        self._opener, self._local_threads = opener, local_threads
         self._started = time.perf_counter()
         self._ready = threading.Event()
         self._closing = threading.Event()
@@ -68,6 +103,7 @@ class EarlyWorkers:
         self._local: LocalWorkers | None = None
         self._announced = False
         self._ready_after = 0.0  # seconds the start took
+        self._phase = phases.starting("starting Ray workers")
         self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
         self._thread.start()
 
@@ -117,7 +153,7 @@ class EarlyWorkers:
         assert self._workers is not None
         if not self._announced:
             self._announced = True
-            self._phases.phase(f"workers ready ({self._workers.description})", self._ready_after)
+            self._phase.done(f"workers ready ({self._workers.description})", self._ready_after)
         return self._workers
 
     def close(self) -> None:

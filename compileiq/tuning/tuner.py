@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 from compileiq.build.workers import Workers
 from compileiq.core.errors import CompileIQError
@@ -32,9 +33,10 @@ from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import decision, explain
 from compileiq.results.pareto import Front, values_of
 from compileiq.results.simplify import Simplification, simplify
+from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
-from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.search.settings import Observation, SearchSettings, check_settings
 from compileiq.source.kernel import bundle_sources, study_identity
 from compileiq.source.macros import check_macros_take_effect
 from compileiq.source.spec import KernelSpec, SourceBundle
@@ -51,8 +53,12 @@ from compileiq.tuning.runner import (
     Target,
     TrialRunner,
 )
+from compileiq.tuning.startup import PhaseProgress
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
+
+if TYPE_CHECKING:  # loaded on a thread of its own (`start_search`): scikit-optimize is slow to import
+    from compileiq.search.searcher import Searcher
 
 WAIT_FOR_OTHERS_S = 1.0
 SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
@@ -156,6 +162,28 @@ def study_key(
     )
 
 
+def start_search(request: TuneRequest, phases: PhaseProgress | None = None) -> SearchLoad[Searcher | RemoteSearcher]:
+    """Check the search settings, then load the searcher in the background (the baseline compiles
+    meanwhile); with `phases`, the load is announced now and its duration told when first needed."""
+    check_settings(request.search, request.space)
+    phase = phases.starting("loading the search (scikit-optimize)") if phases is not None else None
+    return SearchLoad(partial(_new_searcher, request),
+                      None if phase is None else lambda seconds: phase.done("search loaded", seconds))
+
+
+def _new_searcher(request: TuneRequest) -> Searcher | RemoteSearcher:
+    objectives = len(multi_objective.objectives_of(request.objective))
+    if objectives == 1:
+        if request.searches_in_a_process:
+            return RemoteSearcher(request.space, request.search)
+        from compileiq.search.searcher import Searcher
+
+        return Searcher(request.space, request.search)
+    from compileiq.search.front_search import FrontSearcher
+
+    return FrontSearcher(request.space, request.search, objectives)
+
+
 class Tuner:
     """Runs one tuning request against a store."""
 
@@ -168,6 +196,7 @@ class Tuner:
         progress: Progress,
         evaluator: Evaluator | None = None,
         bundle: SourceBundle | None = None,
+        search: SearchLoad[Searcher | RemoteSearcher] | None = None,
     ) -> None:
         self._request = request
         self._store = store
@@ -184,7 +213,8 @@ class Tuner:
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
-        self._searcher = self._new_searcher()
+        self._search_load = search or start_search(request)  # loads while the baseline compiles
+        self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
         self._worker_name = claims.worker_name()
         self._baseline = request.space.default_config()
@@ -200,14 +230,10 @@ class Tuner:
                               if self._screening else None)
         self._screened = 0  # trials screened out (never measured) in this study
 
-    def _new_searcher(self) -> Searcher | RemoteSearcher:
-        if not self._multi:
-            if self._request.searches_in_a_process:
-                return RemoteSearcher(self._request.space, self._request.search)
-            return Searcher(self._request.space, self._request.search)
-        from compileiq.search.front_search import FrontSearcher
-
-        return FrontSearcher(self._request.space, self._request.search, len(self._objectives))
+    @property
+    def _searcher(self) -> Searcher | RemoteSearcher:
+        """The searcher, waited for (it loads in the background from the start of the run)."""
+        return self._search_load.get()
 
     @property
     def _reference(self) -> eligibility.Reference | None:
@@ -232,7 +258,7 @@ class Tuner:
         try:
             self._progress.started(study, request.budget, _searched(self._store.trials(study.id)))
             self._progress.note(f"limits: {request.limits.describe()}")
-            if isinstance(self._searcher, RemoteSearcher):
+            if self._remote:
                 self._progress.note("the searcher runs in a process of its own (streaming a batch of "
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
@@ -248,9 +274,17 @@ class Tuner:
             raise
         finally:
             self._runner.close()
-            if isinstance(self._searcher, RemoteSearcher):
-                self._searcher.close()
+            if self._remote and self._search_load.loaded:
+                self._close_remote()
         return result
+
+    def _close_remote(self) -> None:
+        try:
+            searcher = self._search_load.get()
+        except Exception:  # noqa: BLE001 - it never started: nothing to close
+            return
+        assert isinstance(searcher, RemoteSearcher)
+        searcher.close()
 
     def _take_over(self, study: Study, announce: bool = False) -> bool:
         """Retry the trials of tuners that are gone (or, with --resume, silent for RESUME_STALE_S);
@@ -352,7 +386,8 @@ class Tuner:
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
-        self._searcher.tell([self._observation(t) for t in fresh])
+        if fresh:  # nothing to tell yet (a new study's baseline): the searcher may still be loading
+            self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
         self._screened = sum(1 for t in finished if screening.is_screened(t))

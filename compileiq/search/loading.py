@@ -1,0 +1,50 @@
+"""The searcher, loaded on a thread of its own: importing scikit-optimize (numpy, scikit-learn)
+takes a second on an idle machine and tens of seconds on a loaded one, and a run's first minute
+does not need it (the baseline compiles first). The load starts at once; the first `get` waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SearchLoad(Generic[T]):
+    """Builds the searcher (`build`, which imports what it needs) on a daemon thread from construction on."""
+
+    def __init__(self, build: Callable[[], T], on_ready: Callable[[float], None] | None = None) -> None:
+        self._build = build
+        self._on_ready = on_ready  # told the load's seconds, by the first `get` (on its thread)
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._started = time.perf_counter()
+        self.seconds = 0.0  # how long the load took, once done
+        threading.Thread(target=self._load, name="compileiq-search-load", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            self._value = self._build()
+        except BaseException as error:  # noqa: BLE001 - re-raised by `get`, on the thread that needs it
+            self._error = error
+        finally:
+            self.seconds = time.perf_counter() - self._started
+            self._done.set()
+
+    @property
+    def loaded(self) -> bool:
+        return self._done.is_set()
+
+    def get(self) -> T:
+        """The searcher, waited for; the error that stopped it from loading, re-raised."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        if self._on_ready is not None:
+            on_ready, self._on_ready = self._on_ready, None
+            on_ready(self.seconds)
+        assert self._value is not None
+        return self._value
