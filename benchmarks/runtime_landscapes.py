@@ -77,9 +77,10 @@ def compare(landscape: Landscape, space: SearchSpace, seeds: int, cap: int) -> d
 
 
 def render(found: dict) -> list[str]:
-    lines = [f"{found['landscape']} ({found['device']}): {found['allowed']:,} of {found['combinations']:,} "
-             f"configurations allowed, {found['recorded']:,} with times; optimum {found['optimum_ms']:.4f} ms; "
-             f"{found['seeds']} seeds, batch {found['batch']}, cap {found['cap']}"]
+    head = (f"{found['landscape']} ({found['device']}): {found['allowed']:,} of {found['combinations']:,} "
+            f"configurations allowed, {found['recorded']:,} with times; optimum {found['optimum_ms']:.4f} ms; "
+            f"{found['seeds']} seeds, batch {found['batch']}, cap {found['cap']}")
+    lines = [head]
     lines.append(f"{'target':>8} {'bayes':>8} {'random':>8} {'ratio':>6}")
     for target in TARGETS:
         bayes, random = found["medians"]["bayes"][str(target)], found["medians"]["random"][str(target)]

@@ -29,13 +29,18 @@ CACHE = DATA / "convolution_A4000.json.gz"
 pytestmark = pytest.mark.skipif(not T1.is_file() or not CACHE.is_file(), reason="landscape data not here")
 
 
+def _cache() -> dict:
+    with gzip.open(CACHE) as handle:
+        return json.loads(handle.read())
+
+
 def _executable(key: str) -> bytes:
     return b"\x7fELF...ciq-replay-key:" + key.encode() + b";..."
 
 
 def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
     landscape = load_landscape(CACHE)
-    raw = json.loads(gzip.open(CACHE).read())["cache"]
+    raw = _cache()["cache"]
     good = next(k for k, v in raw.items() if isinstance(v["time"], float))
     failed = next(k for k, v in raw.items() if not isinstance(v["time"], float))
     measurer = ReplayMeasurer(landscape, seed=5)
@@ -50,8 +55,8 @@ def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
 
 
 def test_a_file_that_is_no_cache_is_a_one_line_error(tmp_path: Path) -> None:
-    for name, content in [("a.json", b"{}"), ("b.json.gz", b"not gzip"), ("c.json", b'{"tune_params_keys": ["x"], '
-                                                                                       b'"cache": {"1,2": {}}}')]:
+    wrong_key = b'{"tune_params_keys": ["x"], "cache": {"1,2": {}}}'
+    for name, content in [("a.json", b"{}"), ("b.json.gz", b"not gzip"), ("c.json", wrong_key)]:
         (tmp_path / name).write_bytes(content)
         with pytest.raises(LandscapeError) as caught:
             load_landscape(tmp_path / name)

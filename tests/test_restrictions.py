@@ -27,6 +27,11 @@ needs_data = pytest.mark.skipif(not T1.is_file() or not CACHE.is_file(), reason=
 KERNEL = "__global__ void k(float* y) { y[threadIdx.x] = BX * BY; }\n"
 
 
+def _cache() -> dict:
+    with gzip.open(CACHE) as handle:
+        return json.loads(handle.read())
+
+
 def _kernel(folder: Path, toml: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tune.toml").write_text(toml)
@@ -42,7 +47,7 @@ def convolution(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cache_keys() -> set[tuple[int, ...]]:
-    data = json.loads(gzip.open(CACHE).read())
+    data = _cache()
     return {tuple(int(v) for v in key.split(",")) for key in data["cache"]}
 
 
@@ -53,7 +58,7 @@ def _macros(space) -> list[str]:
 @needs_data
 def test_the_convolution_conditions_allow_exactly_the_recorded_configurations(convolution: Path) -> None:
     space, _ = app.full_space(convolution)
-    names = json.loads(gzip.open(CACHE).read())["tune_params_keys"]
+    names = _cache()["tune_params_keys"]
     assert space.macro_combinations() == (4362, 10240)
     macros = space.select(only=_macros(space))
     allowed = {tuple(c[f"define.{n}"] for n in names) for c in enumerate_space(macros)}
@@ -192,3 +197,12 @@ def test_a_tune_builds_only_allowed_configurations(tmp_path: Path) -> None:
     built = {(t.config["define.BX"], t.config["define.BY"]) for t in trials}
     assert built == {(32, 1), (32, 2), (32, 4), (64, 1), (64, 2), (128, 1)}
     assert acf.read(out).restrictions == ("BX * BY <= 128",)
+
+
+def test_conditions_read_as_python_does(tmp_path: Path) -> None:
+    """and/or stop early (a guarded division), comparisons chain, / truncates, ** is bounded."""
+    toml = ("[tune]\nrestrictions = ['B == 0 or 12 % B == 0', '1 <= A * 2 ** B <= 64', 'not A / 4 > 1']\n"
+            "[tune.defines]\nA = [1, 4, 8]\nB = [1, 0, 2, 5]\n")
+    space, _ = app.full_space(_kernel(tmp_path / "k", toml))
+    allowed = {(c["define.A"], c["define.B"]) for c in enumerate_space(space.select(only=["define.A", "define.B"]))}
+    assert allowed == {(1, 0), (1, 1), (1, 2), (4, 0), (4, 1), (4, 2)}

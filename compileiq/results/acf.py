@@ -26,10 +26,10 @@ from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 from compileiq.core.version import __version__
 from compileiq.results import to_time
-from compileiq.source.arch import ARCH
 from compileiq.source import restrictions
-from compileiq.source.launch import ExpressionError, evaluate
+from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
+from compileiq.source.launch import ExpressionError, evaluate
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20

@@ -137,9 +137,11 @@ class _Walk:
         if self.condition:
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
                 return int(not self.value(node.operand, depth, nesting))
-            if isinstance(node, ast.BoolOp):  # every operand is checked; and/or decide as Python's
-                values = [self.value(v, depth, nesting) for v in node.values]
-                return int(all(values) if isinstance(node.op, ast.And) else any(values))
+            if isinstance(node, ast.BoolOp):  # and/or stop as Python's do (`B == 0 or A % B == 0`)
+                if self.macros is None:  # the form alone: every operand is checked
+                    return int(all([self.value(v, depth, nesting) for v in node.values]))
+                wanted = not isinstance(node.op, ast.And)
+                return int(any(bool(self.value(v, depth, nesting)) == wanted for v in node.values) == wanted)
             if isinstance(node, ast.Compare):
                 return self._compare(node, depth, nesting)
             raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only integers, + - * / // % ** ( ), "

@@ -26,12 +26,12 @@ class Restrictions:
     texts: tuple[str, ...]
     macros: tuple[tuple[str, int | str], ...]  # fixed defines and each tuned define's default
     names: frozenset[str]  # the parameters read: define.NAME
-    _verdicts: dict[tuple[Value, ...], bool] = field(default_factory=dict, repr=False, compare=False)
+    _verdicts: dict[tuple[Value | None, ...], bool] = field(default_factory=dict, repr=False, compare=False)
 
     def allows(self, values: Mapping[str, Value]) -> bool:
         """True when every restriction holds (one that cannot be evaluated, e.g. a division by
         zero under these values, does not)."""
-        key = tuple(values.get(name, None) for name in sorted(self.names))
+        key: tuple[Value | None, ...] = tuple(values.get(name) for name in sorted(self.names))
         found = self._verdicts.get(key)
         if found is None:
             found = remember(self._verdicts, key, self._holds(values))
