@@ -198,6 +198,29 @@ def test_a_tune_builds_only_allowed_configurations(tmp_path: Path) -> None:
     assert built == {(32, 1), (32, 2), (32, 4), (64, 1), (64, 2), (128, 1)}
     assert acf.read(out).restrictions == ("BX * BY <= 128",)
 
+    # A shared row is untrusted: one edited to a configuration the restrictions refuse, claiming
+    # the best value, is skipped as not of the space; never told, chosen, rebuilt or quarantined.
+    import sqlalchemy as sa
+
+    from compileiq.core.space import canonical_key
+    from compileiq.store.schema import trials_table
+
+    victim = next(t for t in trials if t.number > 0 and t.value is not None)
+    forged = {**victim.config, "define.BX": 128, "define.BY": 4}
+    engine = sa.create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            config=forged, config_key=canonical_key(forged), value=1.0,
+            metrics={**victim.metrics, "registers": 1}))
+    engine.dispose()
+    again = run_cli(["tune", str(kernel), "--objective", "registers", "--strategy", "exhaustive", "--budget", "20",
+                     "--workers", "local", "--only", "define.BX,define.BY", "--db", db, "--out", str(out)],
+                    tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr
+    chosen = acf.read(out).controls
+    assert (chosen["define.BX"], chosen["define.BY"]) != (128, 4)
+    assert "quarantined" not in again.stdout + again.stderr
+
 
 def test_conditions_read_as_python_does(tmp_path: Path) -> None:
     """and/or stop early (a guarded division), comparisons chain, / truncates, ** is bounded."""

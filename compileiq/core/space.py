@@ -265,7 +265,8 @@ class SearchSpace:
         return prod(len(p.values) for p in self.parameters)
 
     def validate(self, config: Config) -> None:
-        """SpaceError unless config sets every parameter, and only those, to an allowed value."""
+        """SpaceError unless config sets every parameter, and only those, to an allowed value,
+        and the restriction (if any) allows it."""
         if self.knows_valid(config.key):
             return
         given = config.as_dict()
@@ -276,6 +277,8 @@ class SearchSpace:
                 raise SpaceError(f"config lacks parameter {p.name!r}")
             if not p.allows(given[p.name]):
                 raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
+        if not self.allows(given):
+            raise SpaceError("its macros break the kernel's tune.toml restrictions")
         remember(self._valid, config.key, True)
 
     def knows_valid(self, key: str) -> bool:

@@ -138,8 +138,9 @@ class _Walk:
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
                 return int(not self.value(node.operand, depth, nesting))
             if isinstance(node, ast.BoolOp):  # and/or stop as Python's do (`B == 0 or A % B == 0`)
-                if self.macros is None:  # the form alone: every operand is checked
-                    return int(all([self.value(v, depth, nesting) for v in node.values]))
+                if self.macros is None:  # the form alone: every operand is checked, none skipped
+                    checked = [self.value(v, depth, nesting) for v in node.values]
+                    return int(all(checked))
                 wanted = not isinstance(node.op, ast.And)
                 return int(any(bool(self.value(v, depth, nesting)) == wanted for v in node.values) == wanted)
             if isinstance(node, ast.Compare):
