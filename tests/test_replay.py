@@ -94,3 +94,28 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     assert written.objective["kind"].startswith("runtime") and "replay:convolution_A4000" in json.dumps(
         written.data, default=str)
     assert written.restrictions and measurer.runs > len(done)  # confirmation ran its rounds too
+
+
+def test_the_landscape_benchmark_compares_search_with_random(tmp_path: Path, capsys) -> None:
+    """benchmarks/runtime_landscapes.py: no kernel, no build; both strategies counted in whole
+    batches against the table's optimum, the defaults first."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("runtime_landscapes", root / "benchmarks" / "runtime_landscapes.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    out = tmp_path / "found.json"
+    module.main(["--landscape", str(CACHE), "--space", str(T1), "--seeds", "1", "--cap", "41", "--json", str(out)])
+    found = json.loads(out.read_text())
+    assert found["allowed"] == 4362 and found["recorded"] == 4201 and found["optimum_ms"] == load_landscape(CACHE).best
+    for strategy in ("bayes", "random"):
+        (run,) = found["runs"][strategy]
+        assert all(1 < count <= 41 + 7 for count in run.values())  # the defaults, then whole batches up to the cap
+    assert "ratio" in capsys.readouterr().out
