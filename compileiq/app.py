@@ -7,7 +7,7 @@ decides something lives here or below, never in the CLI.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ from compileiq.core.space import SearchSpace, load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.results import acf, evidence
+from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
@@ -79,9 +80,11 @@ class TuneReport:
     database: str
 
 
-def check_objective(objective: str, ray_address: str | None = None) -> None:
+def check_objective(objective: str, ray_address: str | None = None, measured: bool = False) -> None:
+    """``measured``: measurers are given (a replay), so time needs no GPU here."""
     from compileiq.results import multi_objective
 
+    ray_address = ray_address or ("given measurers" if measured else None)
     if multi_objective.is_multi(objective):
         objectives = multi_objective.objectives_of(multi_objective.parse(objective))
         if "time" in objectives and not ray_address and not _gpu_visible():
@@ -115,10 +118,10 @@ def _gpu_visible() -> bool:
     return gpu_visible()
 
 
-def _check(options: TuneOptions) -> None:
+def _check(options: TuneOptions, measured: bool = False) -> None:
     from compileiq.results import multi_objective
 
-    check_objective(options.objective, options.ray_address)
+    check_objective(options.objective, options.ray_address, measured)
     if options.pick is not None:
         multi_objective.check_pick(options.pick, multi_objective.parse(options.objective))
     if (options.program or options.metric_regex) and not _timed(options.objective):
@@ -160,7 +163,8 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -
         only=list(options.only) or None,
         exclude=list(options.exclude),
     )
-    return space.with_defines(tuned) if tuned and not macros_named else space
+    space = space.with_defines(tuned) if tuned and not macros_named else space
+    return space.restricted(restrictions.of_spec(spec))
 
 
 def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpace, KernelSpec | None]:
@@ -168,7 +172,8 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
     spec = load_spec(kernel, arch=arch) if kernel is not None else None
     space = load_space(find_toolchain().nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
-    return (space.with_defines(tuned) if tuned else space), spec
+    space = space.with_defines(tuned) if tuned else space
+    return (space.restricted(restrictions.of_spec(spec)) if spec else space), spec
 
 
 def kernel_notes(spec: KernelSpec) -> list[str]:
@@ -219,14 +224,18 @@ def with_ray_address(options: TuneOptions) -> TuneOptions:
     return replace(options, ray_address=os.environ["RAY_ADDRESS"])
 
 
-def tune(options: TuneOptions, progress: Progress) -> TuneReport:
-    """Tune one kernel and write its ACF; the result also stays in the database."""
+def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] | None = None) -> TuneReport:
+    """Tune one kernel and write its ACF; the result also stays in the database.
+
+    ``measurers``: for benchmarks and tests only (the CLI never passes it), the measurers that
+    time `--objective time` instead of this machine's or the cluster's GPUs, e.g. a recorded
+    landscape's `evaluate.replay.ReplayMeasurer`, whose results are labelled ``replay:<file>``."""
     from compileiq.results import multi_objective
 
     phases = PhaseProgress(progress)  # start-up phases, shown after the study line
     options = with_ray_address(options)
     options = replace(options, objective=multi_objective.parse(options.objective))
-    _check(options)
+    _check(options, measured=measurers is not None)
     spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
@@ -256,7 +265,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     try:
         workers = _workers(options, phases)  # with Ray: it starts now, in the background
         try:
-            evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
+            evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle, measurers)
                          if _timed(options.objective) else None)
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
@@ -298,15 +307,16 @@ class SharedWorkers:
 
 
 def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain,
-                    store: Store, workers: Callable[[], Workers], bundle: SourceBundle) -> Any:
+                    store: Store, workers: Callable[[], Workers], bundle: SourceBundle,
+                    given: Sequence[Any] | None = None) -> Any:
     """The runtime evaluator: screening runs take turns on every GPU of this machine, or of the Ray
-    cluster (one measuring actor each); confirmation runs on the first."""
+    cluster (one measuring actor each), or on the ``given`` measurers; confirmation runs on the first."""
     from compileiq.evaluate.measurer_pool import MeasurerPool
     from compileiq.evaluate.measuring_actors import open_gpu_measurers, open_local_measurers
     from compileiq.evaluate.metrics import StaticEvaluator
     from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
 
-    measurers: list[Any] = (open_local_measurers() if options.workers == "local"
+    measurers: list[Any] = (list(given) if given is not None else open_local_measurers() if options.workers == "local"
                             else open_gpu_measurers(options.ray_address))
     if not measurers:
         raise UsageError("--objective time: no GPU found (none on this machine, or in the Ray cluster)")

@@ -416,4 +416,14 @@ def space_table(space: SearchSpace, kernel: str | None) -> Table:
     for p in _listed(space):
         values = ", ".join(str(v) for v in p.values)
         table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
+    if space.restriction is not None:
+        table.caption = restriction_line(space)
     return table
+
+
+def restriction_line(space: SearchSpace) -> str:
+    """How many combinations of the tuned macros tune.toml's restrictions allow."""
+    allowed, total = space.macro_combinations()
+    count = f"{allowed:,}" if allowed is not None else "(too many to count)"
+    rules = len(space.restriction.texts) if space.restriction is not None else 0
+    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions"

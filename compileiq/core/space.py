@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from math import prod
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from compileiq.core.errors import UsageError
 
@@ -145,13 +146,35 @@ class Parameter:
         return {**data, "values": list(self.values)}
 
 
+COUNTED_COMBINATIONS = 1 << 21
+
+
+class Restriction(Protocol):
+    """Which configurations may be built at all (a kernel's tune.toml restrictions, e.g.
+    ``BX*BY <= 1024``): the searchers propose only allowed ones, nothing builds another."""
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The parameters it reads (``define.NAME``); one absent from a space reads its default."""
+        ...
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The restrictions as written, for the ACF and the study identity."""
+        ...
+
+    def allows(self, values: Mapping[str, Value]) -> bool: ...
+
+
 @dataclass(frozen=True)
 class SearchSpace:
-    """The parameters of nvcc and ptxas for one compiler version; its hash names its content."""
+    """The parameters of nvcc and ptxas for one compiler version; its hash names its content
+    (the kernel's restrictions are the kernel's: part of the study identity, not of this hash)."""
 
     id: str
     compiler_version: str
     parameters: tuple[Parameter, ...]
+    restriction: Restriction | None = field(default=None, compare=False)
     sha256: str = field(init=False)
     _tokens: dict[tuple[Stage, str], tuple[str, Value]] = field(
         init=False, repr=False, compare=False
@@ -207,6 +230,32 @@ class SearchSpace:
         added = tuple(_define(name, values) for name, values in defines.items())
         return replace(self, parameters=self.parameters + added)
 
+    def restricted(self, restriction: Restriction | None) -> SearchSpace:
+        """This space with only the configurations ``restriction`` allows (None: all of them)."""
+        return replace(self, restriction=restriction)
+
+    def allows(self, config: Config | Mapping[str, Value]) -> bool:
+        """Whether the restriction (if any) allows config: one it does not is never built."""
+        if self.restriction is None:
+            return True
+        return self.restriction.allows(config.as_dict() if isinstance(config, Config) else config)
+
+    def macro_combinations(self) -> tuple[int | None, int]:
+        """(allowed, all) combinations of the tuned macros (``define.*`` parameters); allowed is
+        None where the restricted macros have more than COUNTED_COMBINATIONS to try."""
+        macros = [p for p in self.parameters if p.name.startswith("define.")]
+        total = prod(len(p.values) for p in macros)
+        if self.restriction is None:
+            return total, total
+        read = [p for p in macros if p.name in self.restriction.names]
+        others = total // max(prod(len(p.values) for p in read), 1)
+        names = [p.name for p in read]
+        if prod(len(p.values) for p in read) > COUNTED_COMBINATIONS:
+            return None, total
+        allowed = sum(self.restriction.allows(dict(zip(names, values)))
+                      for values in itertools.product(*(p.values for p in read)))
+        return allowed * others, total
+
     def default_config(self) -> Config:
         """Every parameter at its default: the compiler's own baseline."""
         return Config.of({p.name: p.default for p in self.parameters})
@@ -216,7 +265,8 @@ class SearchSpace:
         return prod(len(p.values) for p in self.parameters)
 
     def validate(self, config: Config) -> None:
-        """SpaceError unless config sets every parameter, and only those, to an allowed value."""
+        """SpaceError unless config sets every parameter, and only those, to an allowed value,
+        and the restriction (if any) allows it."""
         if self.knows_valid(config.key):
             return
         given = config.as_dict()
@@ -227,6 +277,8 @@ class SearchSpace:
                 raise SpaceError(f"config lacks parameter {p.name!r}")
             if not p.allows(given[p.name]):
                 raise SpaceError(f"{p.name}: value {given[p.name]!r} not in {list(p.values)}")
+        if not self.allows(given):
+            raise SpaceError("its macros break the kernel's tune.toml restrictions")
         remember(self._valid, config.key, True)
 
     def knows_valid(self, key: str) -> bool:

@@ -26,8 +26,10 @@ from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 from compileiq.core.version import __version__
 from compileiq.results import to_time
+from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
+from compileiq.source.launch import ExpressionError, evaluate
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
@@ -58,6 +60,7 @@ class Acf:
     provenance: dict[str, Any]
     data: dict[str, Any]
     base: BaseFlags = field(default_factory=BaseFlags)  # the flags the code needs to build at all (tune.toml nvcc_flags)
+    restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions, which the controls satisfy
 
     def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
               absolute: bool = False) -> tuple[str, ...]:
@@ -105,6 +108,7 @@ class AcfContent:
     provenance: dict[str, Any]
     base_flags: tuple[str, ...] = ()  # validated nvcc_flags, canonical spelling
     settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
+    restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions
 
 
 def render(content: AcfContent) -> dict[str, Any]:
@@ -120,7 +124,7 @@ def render(content: AcfContent) -> dict[str, Any]:
         "format": FORMAT_VERSION,
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
                    "source_sha256": content.source_sha256, "settings_sha256": content.settings_sha256,
-                   "arch": content.arch},
+                   "arch": content.arch, **({"restrictions": list(content.restrictions)} if content.restrictions else {})},
         "base": {"nvcc_flags": list(content.base_flags)},
         "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
                       "build": content.toolchain_build, "search_space": space.id,
@@ -214,6 +218,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     _check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     _check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     _check_to_time(path, dict(data.get("evidence", {})), full_space)
+    restrictions = _restrictions(path, kernel.get("restrictions", []), config, fixed)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
                                       f"{path}: base.nvcc_flags")
@@ -226,8 +231,26 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
-        base=base_flags,
+        base=base_flags, restrictions=restrictions,
     )  # fmt: skip
+
+
+def _restrictions(path: Path, texts: Any, config: Config, fixed: tuple[str, ...]) -> tuple[str, ...]:
+    """kernel.restrictions: conditions the safe evaluator accepts, over the ACF's own macros, that
+    its controls satisfy (an ACF whose settings break its kernel's restrictions was not tuned)."""
+    if texts == []:
+        return ()
+    macros: dict[str, int | str] = dict(token[2:].partition("=")[::2] for token in fixed)
+    macros.update({k.removeprefix("define."): v for k, v in config.items
+                   if k.startswith("define.") and not isinstance(v, bool)})
+    try:
+        checked = restrictions.parse(texts, {}, {name: (0,) for name in macros})
+        broken = [t for t in checked if not evaluate(t, macros, condition=True)]
+    except (ValueError, ExpressionError) as error:
+        raise AcfError(f"{path}: kernel.restrictions: {_one_line(error)}") from None
+    if broken:
+        raise AcfError(f"{path}: kernel.restrictions: the controls break {broken[0]!r}")
+    return checked
 
 
 _OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta")  # one objective's values

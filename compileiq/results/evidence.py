@@ -52,7 +52,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database},
-        base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(),
+        base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
     )  # fmt: skip
 
 

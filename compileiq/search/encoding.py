@@ -27,7 +27,11 @@ class Encoding:
     """Maps the configurations of one search space to index rows and back."""
 
     def __init__(self, space: SearchSpace) -> None:
+        self._space = space
         self._parameters = space.parameters
+        read = space.restriction.names if space.restriction is not None else frozenset()
+        self._restricted = [i for i, p in enumerate(space.parameters) if p.name in read]
+        self._verdicts: dict[Row, bool] = {}  # per value indices of the restricted columns
         self._slots = [{_slot(v): i for i, v in enumerate(p.values)} for p in space.parameters]
         self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
         self.lows = np.array([int(p.values[0]) if p.kind == "int" else 0 for p in space.parameters])  # type: ignore[arg-type]
@@ -75,6 +79,27 @@ class Encoding:
         """Distinct random rows, uniform over the space."""
         drawn = rng.integers(0, self.cardinality, size=(count, len(self.cardinality)))
         return np.unique(drawn, axis=0)
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the space's restriction can refuse a row."""
+        return self._space.restriction is not None
+
+    def allowed(self, rows: np.ndarray) -> np.ndarray:
+        """The rows the space's restriction allows (all of them without one); each combination
+        of the restricted columns' values is judged once."""
+        if not self.restricted or not len(rows):
+            return rows
+        columns = self._restricted
+        keep = np.fromiter((self._verdict(tuple(r)) for r in rows[:, columns].tolist()), dtype=bool, count=len(rows))
+        return rows[keep]
+
+    def _verdict(self, sub: Row) -> bool:
+        found = self._verdicts.get(sub)
+        if found is None:
+            values = {self._parameters[c].name: self._parameters[c].values[i] for c, i in zip(self._restricted, sub)}
+            found = self._verdicts[sub] = self._space.allows(values)
+        return found
 
     def without(self, rows: np.ndarray, skip: set[Row]) -> np.ndarray:
         if not skip or not len(rows):

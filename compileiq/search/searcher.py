@@ -28,6 +28,7 @@ __all__ = ["Observation", "SearchSettings", "Searcher"]  # the first two re-expo
 
 ENUMERATE_LIMIT = 4096  # spaces up to this size are scored whole by the acquisition function
 CANDIDATE_SAMPLES = 2048
+RESTRICTED_DRAWS = 8  # more draws of CANDIDATE_SAMPLES while restrictions leave under half of them
 FAILURE_RANK = 1.5
 NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting from an earlier pick
 CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle values
@@ -116,6 +117,7 @@ class Searcher:
                 pool, scores, count - len(polished), lambda w: int(np.argmax(w)), spread=True
             )
             rows = np.concatenate([polished, pool[picks]])
+        rows = self._encoding.allowed(rows)  # the designs' corners and middles too: never an invalid build
         self._frontends.update(self._encoding.frontend(row) for row in rows)
         return [self._encoding.config(row) for row in rows]
 
@@ -126,10 +128,10 @@ class Searcher:
         if self._corners_done:
             corners = pool[:0]
         else:
-            corners = self._corners(pool, skip, min(count, CORNER_RUNS))
-            middles = self._middles(
+            corners = self._encoding.allowed(self._corners(pool, skip, min(count, CORNER_RUNS)))
+            middles = self._encoding.allowed(self._middles(
                 pool, skip | {tuple(r) for r in corners.tolist()}, count - len(corners)
-            )
+            ))
             corners = np.concatenate([middles[:1], corners, middles[1:]])  # the centre first
         self._corners_done = True
         self._frontends.update(self._encoding.frontend(row) for row in corners)
@@ -205,7 +207,7 @@ class Searcher:
         rows = self._observed_rows()
         encoding = self._encoding
         around = local_search.incumbents(rows, self._values, self._rng)
-        candidates = encoding.without(local_search.neighbours(around, encoding.cardinality), skip)
+        candidates = encoding.allowed(encoding.without(local_search.neighbours(around, encoding.cardinality), skip))
         pick = local_search.polish(
             candidates,
             self._predicted_mean,
@@ -305,12 +307,17 @@ class Searcher:
             self._frontend_cost = ratio
 
     def _candidates(self, skip: set[Row]) -> np.ndarray:
+        """The pool a batch is chosen from: allowed, untried configurations (the whole space when
+        it is small, else random ones; a restricted space draws again to fill the pool)."""
         encoding = self._encoding
-        rows = (
-            encoding.grid
-            if self._space.size() <= ENUMERATE_LIMIT
-            else encoding.sample(self._rng, CANDIDATE_SAMPLES)
-        )
+        if self._space.size() <= ENUMERATE_LIMIT:
+            return encoding.without(encoding.allowed(encoding.grid), skip)
+        rows = encoding.allowed(encoding.sample(self._rng, CANDIDATE_SAMPLES))
+        for _ in range(RESTRICTED_DRAWS if encoding.restricted else 0):
+            if len(rows) >= CANDIDATE_SAMPLES // 2:
+                break
+            more = encoding.allowed(encoding.sample(self._rng, CANDIDATE_SAMPLES))
+            rows = np.unique(np.concatenate([rows, more]), axis=0)
         return encoding.without(rows, skip)
 
     def _refit(self) -> None:
@@ -385,11 +392,13 @@ def _features_of(optimizer: Optimizer) -> Callable[[Any], Any]:
 
 
 def enumerate_space(space: SearchSpace) -> Iterator[Config]:
-    """Every configuration, defaults first, in a fixed order."""
+    """Every configuration the space's restriction allows, defaults first, in a fixed order."""
     names = [p.name for p in space.parameters]
     orders = [_default_first(p) for p in space.parameters]
     for values in itertools.product(*orders):
-        yield Config.of(dict(zip(names, values)))
+        values_of = dict(zip(names, values))
+        if space.allows(values_of):
+            yield Config.of(values_of)
 
 
 def _default_first(parameter: Parameter) -> list[Any]:
@@ -402,9 +411,9 @@ def _dimension(parameter: Parameter) -> Integer:
     Choice lists are ordered (default first, then rising caps or levels), so tree surrogates
     can split on order; one-hot codes would hide that a cap of 64 lies between 48 and 80.
     """
-    if parameter.kind == "int":
-        return Integer(int(min(parameter.values)), int(max(parameter.values)), name=parameter.name)  # type: ignore[arg-type]
-    return Integer(0, len(parameter.values) - 1, name=parameter.name)
+    low, high = (int(min(parameter.values)), int(max(parameter.values))) if parameter.kind == "int" else (  # type: ignore[arg-type]
+        0, len(parameter.values) - 1)
+    return Integer(low, max(high, low + 1), name=parameter.name)  # one value (a macro held fixed): skopt needs two
 
 
 def _with_penalty(values: Sequence[float | None]) -> list[float]:

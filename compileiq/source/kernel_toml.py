@@ -13,6 +13,7 @@ from typing import Any
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import macro_problem
 from compileiq.source import arch as gpu_arch
+from compileiq.source import restrictions
 from compileiq.source.arch import ARCH, DEFAULT_ARCH
 from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
 from compileiq.source.entry_names import KERNEL_NAME
@@ -32,7 +33,9 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LAUNCH_BOUNDS_RE = re.compile(r"__launch_bounds__\s*\(\s*(\d+|[A-Za-z_]\w*)\s*[,)]")
 _LAUNCH_KEYS = {"block_size", "dynamic_smem"}
 # tune.toml's top-level keys: the spec's own fields, with [tune.defines] under "tune".
-_TOP_KEYS = {f.name for f in fields(KernelSpec)} - {"name", "source", "tuned_defines", "block_size_given"} | {"tune"}
+_TOP_KEYS = {f.name for f in fields(KernelSpec)} - {"name", "source", "tuned_defines", "block_size_given",
+                                                   "restrictions"} | {"tune"}
+_TUNE_KEYS = {"defines", "restrictions"}
 
 
 def parse_spec(source: Path, arch: str | None) -> KernelSpec:
@@ -95,6 +98,7 @@ class _Parser:
             nvcc_flags=flags,
             launch=self.launch(),
             block_size_given="block_size" in self.raw,
+            restrictions=self.restriction_texts(dict(defines), dict(tuned)),
         )
 
     def tolerance(self, key: str, default: float) -> float:
@@ -220,10 +224,24 @@ class _Parser:
         tune = self.raw.get("tune", {})
         if not isinstance(tune, dict):
             raise self.fail("tune", "must be a table")
-        if set(tune) - {"defines"}:
-            raise self.fail(f"tune.{min(set(tune) - {'defines'})}", "unknown key")
+        if set(tune) - _TUNE_KEYS:
+            raise self.fail(f"tune.{min(set(tune) - _TUNE_KEYS)}", "unknown key")
         table = self.table("tune.defines", tune.get("defines", {}))
         return tuple((name, self.values(name, vals)) for name, vals in table.items())
+
+    def restriction_texts(self, defines: dict[str, str], tuned: dict[str, Values]) -> tuple[str, ...]:
+        tune = self.raw.get("tune", {})
+        if "restrictions" not in tune:
+            return ()
+        try:
+            texts = restrictions.parse(tune["restrictions"], defines, tuned)
+        except ValueError as error:
+            raise self.fail("tune.restrictions", str(error)) from None
+        found = restrictions.restrictions_of(texts, defines, tuned)
+        broken = found.first_broken({}) if found else None
+        if broken is not None:
+            raise self.fail("tune.restrictions", f"the defaults (each tuned macro's first value) break {broken!r}")
+        return texts
 
     def values(self, name: str, values: Any) -> Values:
         key = f"tune.defines.{name}"

@@ -1,7 +1,10 @@
-"""Launch facts as small arithmetic over macros: ``2*BLOCK*sizeof(float)``, ``BX * BY``.
+"""Launch facts as small arithmetic over macros: ``2*BLOCK*sizeof(float)``, ``BX * BY``; and
+tune.toml's restrictions, conditions over macros: ``32 <= BX*BY <= 1024 and (PAD == 0 or BX % 32 != 0)``.
 
 Evaluated with Python's parser and a walk that allows integers, + - * / // % and parentheses,
-macro names and sizeof of a scalar type: nothing else (no calls, attributes or names of Python).
+macro names and sizeof of a scalar type; a condition also ``**``, comparisons (chained too) and
+and/or/not: nothing else (no calls, attributes or names of Python). The text's length, its
+nesting and every intermediate value are bounded, so no expression can exhaust the machine.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ if TYPE_CHECKING:
 SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2, "int": 4,
           "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4, "double": 8, "long": 8,
           "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
-_MAX_DEPTH = 8
+_MAX_DEPTH = 8  # macros whose values are expressions naming macros
+MAX_TEXT = 1000  # characters of one expression
+_MAX_NESTING = 32  # operators within operators
+_MAX_BITS = 256  # every value on the way, e.g. 2**64**64 is refused, not computed
+_MAX_EXPONENT = 256
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+            ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 # What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
 RANGES = {"block_size": (1, 1024), "dynamic_smem": (0, 2**31 - 1)}
 _LAUNCH_BOUNDS = re.compile(
@@ -32,14 +41,23 @@ class ExpressionError(UsageError):
     """An expression that is not plain arithmetic over macros, or names an unknown macro."""
 
 
-def check(text: str) -> None:
-    """ExpressionError unless ``text`` parses as an allowed expression (macros not looked up)."""
-    _walk(_parse(text), None, 0)
+def check(text: str, condition: bool = False) -> None:
+    """ExpressionError unless ``text`` parses as an allowed expression (macros not looked up);
+    ``condition``: comparisons, and/or/not and ** allowed too (a restriction)."""
+    _Walk(None, condition).value(_parse(text), 0)
 
 
-def evaluate(text: str, macros: Mapping[str, int | str]) -> int:
-    """The expression's integer value; a macro's value may itself be an expression."""
-    return _walk(_parse(text), macros, 0)
+def evaluate(text: str, macros: Mapping[str, int | str], condition: bool = False) -> int:
+    """The expression's integer value (a condition: 1 true, 0 false); a macro's value may itself
+    be an expression."""
+    return _Walk(macros, condition).value(_parse(text), 0)
+
+
+def names(text: str) -> set[str]:
+    """The macro names an allowed expression reads (``sizeof``'s type is not one)."""
+    tree = _parse(text)
+    types = {id(n.args[0]) for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_sizeof(n)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in types and n.id != "sizeof"}
 
 
 def launch_bounds(sources: Mapping[str, str]) -> dict[str, str]:
@@ -79,62 +97,109 @@ def without_comments(text: str, keep_lines: bool = False) -> str:
 
 
 def _parse(text: str) -> ast.expr:
+    if len(str(text)) > MAX_TEXT:
+        raise ExpressionError(f"{str(text)[:40]!r}...: longer than {MAX_TEXT} characters")
     cleaned = re.sub(r"\b(\d+)[uUlL]+\b", r"\1", str(text).strip())
     try:
         return ast.parse(cleaned, mode="eval").body
     except SyntaxError:
         raise ExpressionError(f"{text!r} is not an arithmetic expression") from None
+    except (RecursionError, MemoryError):  # the parser's own stack: nested too deeply
+        raise ExpressionError(f"{str(text)[:40]!r}...: nested too deeply") from None
 
 
-def _walk(node: ast.expr, macros: Mapping[str, int | str] | None, depth: int) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        value = _walk(node.operand, macros, depth)
-        return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.BinOp):
-        return _binary(node, macros, depth)
-    if isinstance(node, ast.Call) and _is_sizeof(node):
-        return SIZEOF[node.args[0].id]  # type: ignore[attr-defined]
-    if isinstance(node, ast.Name):
-        return _macro(node.id, macros, depth)
-    raise ExpressionError(f"{ast.unparse(node)!r}: only integers, + - * / % ( ), macros and sizeof(type)")
+class _Walk:
+    """One evaluation: ``macros`` None checks the form alone (every macro reads as 1)."""
 
+    def __init__(self, macros: Mapping[str, int | str] | None, condition: bool) -> None:
+        self.macros, self.condition = macros, condition
 
-def _binary(node: ast.BinOp, macros: Mapping[str, int | str] | None, depth: int) -> int:
-    left, right = _walk(node.left, macros, depth), _walk(node.right, macros, depth)
-    if isinstance(node.op, ast.Add):
-        return left + right
-    if isinstance(node.op, ast.Sub):
-        return left - right
-    if isinstance(node.op, ast.Mult):
-        return left * right
-    if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
-        if macros is not None and right == 0:
-            raise ExpressionError(f"{ast.unparse(node)!r}: division by zero")
+    def value(self, node: ast.expr, depth: int, nesting: int = 0) -> int:
+        if nesting > _MAX_NESTING:
+            raise ExpressionError(f"nested more than {_MAX_NESTING} deep")
+        found = self._node(node, depth, nesting + 1)
+        if abs(found) >= 1 << _MAX_BITS:
+            raise ExpressionError(f"a value larger than 2**{_MAX_BITS}")
+        return found
+
+    def _node(self, node: ast.expr, depth: int, nesting: int) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            value = self.value(node.operand, depth, nesting)
+            return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.BinOp):
+            return self._binary(node, depth, nesting)
+        if isinstance(node, ast.Call) and _is_sizeof(node):
+            return SIZEOF[node.args[0].id]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Name):
+            return self._macro(node.id, depth)
+        if self.condition:
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                return int(not self.value(node.operand, depth, nesting))
+            if isinstance(node, ast.BoolOp):  # and/or stop as Python's do (`B == 0 or A % B == 0`)
+                if self.macros is None:  # the form alone: every operand is checked, none skipped
+                    checked = [self.value(v, depth, nesting) for v in node.values]
+                    return int(all(checked))
+                wanted = not isinstance(node.op, ast.And)
+                return int(any(bool(self.value(v, depth, nesting)) == wanted for v in node.values) == wanted)
+            if isinstance(node, ast.Compare):
+                return self._compare(node, depth, nesting)
+            raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only integers, + - * / // % ** ( ), "
+                                  "comparisons, and/or/not, macros and sizeof(type)")
+        raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only integers, + - * / % ( ), macros and sizeof(type)")
+
+    def _compare(self, node: ast.Compare, depth: int, nesting: int) -> int:
+        left = self.value(node.left, depth, nesting)
+        verdict = True
+        for op, operand in zip(node.ops, node.comparators):
+            if type(op) not in _COMPARE:
+                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only == != < <= > >= compare")
+            right = self.value(operand, depth, nesting)
+            verdict = verdict and _COMPARE[type(op)](left, right)
+            left = right
+        return int(verdict)
+
+    def _binary(self, node: ast.BinOp, depth: int, nesting: int) -> int:
+        left, right = self.value(node.left, depth, nesting), self.value(node.right, depth, nesting)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right
+        if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
+            if self.macros is not None and right == 0:
+                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: division by zero")
+            if self.macros is None:
+                return 0
+            return left % right if isinstance(node.op, ast.Mod) else int(left / right)
+        if isinstance(node.op, ast.Pow) and self.condition:
+            if not 0 <= right <= _MAX_EXPONENT or left.bit_length() * right > _MAX_BITS:
+                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: a value larger than 2**{_MAX_BITS}"
+                                      if right >= 0 else f"{ast.unparse(node)[:60]!r}: a negative exponent")
+            return int(left**right)
+        allowed = "+ - * / // % **" if self.condition else "+ - * / % "
+        raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only {allowed.strip()} are allowed")
+
+    def _macro(self, name: str, depth: int) -> int:
+        macros = self.macros
         if macros is None:
-            return 0
-        return left % right if isinstance(node.op, ast.Mod) else int(left / right)
-    raise ExpressionError(f"{ast.unparse(node)!r}: only + - * / % are allowed")
+            return 1
+        if name not in macros:
+            raise ExpressionError(f"unknown macro {name!r}")
+        value = macros[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if depth >= _MAX_DEPTH:
+            raise ExpressionError(f"macro {name!r} nests too deeply")
+        return self.value(_parse(str(value)), depth + 1)
 
 
 def _is_sizeof(node: ast.Call) -> bool:
     func, args = node.func, node.args
     return (isinstance(func, ast.Name) and func.id == "sizeof" and len(args) == 1 and not node.keywords
             and isinstance(args[0], ast.Name) and args[0].id in SIZEOF)
-
-
-def _macro(name: str, macros: Mapping[str, int | str] | None, depth: int) -> int:
-    if macros is None:
-        return 1
-    if name not in macros:
-        raise ExpressionError(f"unknown macro {name!r}")
-    value = macros[name]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if depth >= _MAX_DEPTH:
-        raise ExpressionError(f"macro {name!r} nests too deeply")
-    return _walk(_parse(str(value)), macros, depth + 1)
 
 
 class LaunchModel:

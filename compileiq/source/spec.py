@@ -62,6 +62,7 @@ class KernelSpec:
     nvcc_flags: BaseFlags = field(default_factory=BaseFlags)  # what the code needs to build at all
     launch: tuple[LaunchFacts, ...] = ()  # per-entry launch facts ([launch.NAME] tables)
     block_size_given: bool = False  # block_size set in tune.toml (else from __launch_bounds__)
+    restrictions: tuple[str, ...] = ()  # [tune] restrictions: conditions over macros (`restrictions`)
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.
@@ -95,6 +96,7 @@ class KernelSpec:
             "launch": [[f.entry, f.block_size, f.dynamic_smem] for f in self.launch],
             "rtol": self.rtol, "atol": self.atol, "mode": self.mode,
             "metric_regex": self.metric_regex, "run_args": list(self.run_args),
+            **({"restrictions": list(self.restrictions)} if self.restrictions else {}),  # older studies keep their identity
         }  # fmt: skip
 
     def settings_sha256(self) -> str:

@@ -417,7 +417,7 @@ class Tuner:
         taken = {t.config_key for t in trials if not _retryable(t)}
         retry = [Config.of(t.config) for t in trials if _retryable(t)]
         first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials)]
-                 if c.key not in taken}
+                 if c.key not in taken and self._request.space.allows(c)}
         self._warm_first = []
         candidates = list(first.values())
         if (wanted := count - len(candidates)) > 0:
@@ -495,6 +495,8 @@ class Tuner:
         A config another tuner is evaluating is waited for (it may go stale and be retried
         here); one still unfinished after WAIT_FOR_RUNNING_S is left out of the answer.
         """
+        configs = [c for c in configs if self._request.space.allows(c)]  # a simplification's or
+        # ablation's step that breaks tune.toml's restrictions is never built: it has no result
         limit = min(self._request.stale_after_s, WAIT_FOR_RUNNING_S) + 2 * WAIT_FOR_OTHERS_S
         deadline = time.monotonic() + limit
         while True:

@@ -1,0 +1,121 @@
+"""The recorded-GPU measurer: the real `--objective time` loop (real nvcc builds of the stand-in,
+screening, output checks, confirmation) answered from a brute-forced landscape, labelled as a
+replay everywhere, with the kernel's restrictions in place."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from compileiq import app
+from compileiq.core.records import TrialState
+from compileiq.evaluate.measure import RunResult
+from compileiq.evaluate.replay import (
+    LandscapeError,
+    ReplayMeasurer,
+    load_landscape,
+    stand_in_source,
+    tune_toml_of_t1,
+)
+from compileiq.results import acf
+from compileiq.tuning.runner import SilentProgress
+
+DATA = Path("/work/shared/data/runtime-landscapes")
+T1 = DATA / "convolution_milo.json"
+CACHE = DATA / "convolution_A4000.json.gz"
+pytestmark = pytest.mark.skipif(not T1.is_file() or not CACHE.is_file(), reason="landscape data not here")
+
+
+def _cache() -> dict:
+    with gzip.open(CACHE) as handle:
+        return json.loads(handle.read())
+
+
+def _executable(key: str) -> bytes:
+    return b"\x7fELF...ciq-replay-key:" + key.encode() + b";..."
+
+
+def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
+    landscape = load_landscape(CACHE)
+    raw = _cache()["cache"]
+    good = next(k for k, v in raw.items() if isinstance(v["time"], float))
+    failed = next(k for k, v in raw.items() if not isinstance(v["time"], float))
+    measurer = ReplayMeasurer(landscape, seed=5)
+    assert measurer.device == "replay:convolution_A4000.json.gz"
+    run: RunResult = measurer.measure(_executable(good), ["--samples", "7"], 10)
+    assert run.failure is None and len(run.harness.samples_ms) == 7
+    assert set(run.harness.samples_ms) <= set(raw[good]["times"])
+    again = ReplayMeasurer(landscape, seed=5).measure(_executable(good), ["--samples", "7"], 10)
+    assert again.harness.samples_ms == run.harness.samples_ms  # seeded
+    for executable in (_executable(failed), _executable("1,2,3"), b"no key here"):
+        assert ReplayMeasurer(landscape).measure(executable, ["--quick"], 10).failure is not None
+
+
+def test_a_file_that_is_no_cache_is_a_one_line_error(tmp_path: Path) -> None:
+    wrong_key = b'{"tune_params_keys": ["x"], "cache": {"1,2": {}}}'
+    for name, content in [("a.json", b"{}"), ("b.json.gz", b"not gzip"), ("c.json", wrong_key)]:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(LandscapeError) as caught:
+            load_landscape(tmp_path / name)
+        assert "\n" not in str(caught.value) and name in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
+    landscape = load_landscape(CACHE)
+    folder = tmp_path / "convolution"
+    folder.mkdir()
+    (folder / "tune.toml").write_text(tune_toml_of_t1(json.loads(T1.read_text())))
+    (folder / "convolution.cu").write_text(stand_in_source(landscape.parameters))
+    measurer = ReplayMeasurer(landscape, seed=0)
+    options = app.TuneOptions(
+        kernel=folder / "convolution.cu", db=f"sqlite:///{tmp_path / 't.db'}", out=tmp_path / "c.acf.toml",
+        objective="time", budget=10, batch_size=5, workers="local", simplify=False,
+        only=tuple(f"define.{p}" for p in landscape.parameters),
+    )
+    report = app.tune(options, SilentProgress(), measurers=[measurer])
+    result = report.result
+
+    def recorded_mean(config: dict) -> float | None:
+        return landscape.mean([config[f"define.{p}"] for p in landscape.parameters])
+
+    assert all(report.space.allows(t.config) for t in result.trials)  # restrictions in place
+    done = [t for t in result.trials if t.state is TrialState.COMPLETE]
+    assert len(done) >= 5 and all(t.metrics["device"] == measurer.device for t in done)
+    for trial in done:  # each value is the median of samples drawn from its own recorded times
+        mean = recorded_mean(trial.config)
+        assert mean is not None and 0.9 * mean < trial.value < 1.1 * mean
+    assert result.confirmation is not None and not result.confirmation.keeps_baseline
+    assert recorded_mean(result.chosen.config) < recorded_mean(result.baseline.config)
+    written = acf.read(report.acf_path)
+    assert written.objective["kind"].startswith("runtime") and "replay:convolution_A4000" in json.dumps(
+        written.data, default=str)
+    assert written.restrictions and measurer.runs > len(done)  # confirmation ran its rounds too
+
+
+def test_the_landscape_benchmark_compares_search_with_random(tmp_path: Path, capsys) -> None:
+    """benchmarks/runtime_landscapes.py: no kernel, no build; both strategies counted in whole
+    batches against the table's optimum, the defaults first."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("runtime_landscapes", root / "benchmarks" / "runtime_landscapes.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    out = tmp_path / "found.json"
+    module.main(["--landscape", str(CACHE), "--space", str(T1), "--seeds", "1", "--cap", "41", "--json", str(out)])
+    found = json.loads(out.read_text())
+    assert found["allowed"] == 4362 and found["recorded"] == 4201 and found["optimum_ms"] == load_landscape(CACHE).best
+    for strategy in ("bayes", "random"):
+        (run,) = found["runs"][strategy]
+        assert all(1 < count <= 41 + 7 for count in run.values())  # the defaults, then whole batches up to the cap
+    assert "ratio" in capsys.readouterr().out

@@ -1,0 +1,231 @@
+"""tune.toml's [tune] restrictions: parsed and checked when the spec loads (one-line errors,
+hostile text refused by the safe evaluator), counted by `compileiq space`, applied before any
+build (searchers propose only valid configurations), recorded in the ACF and the study identity.
+The convolution space of the FAIR Benchmark Hub (T1 format) is the fixture: its Conditions as
+restrictions must allow exactly the configurations its brute-forced cache holds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from compileiq import app
+from compileiq.core.space import Config
+from compileiq.evaluate.replay import tune_toml_of_t1
+from compileiq.search.searcher import Observation, Searcher, SearchSettings, enumerate_space
+from compileiq.source.kernel import load_spec, study_identity
+from compileiq.source.spec import KernelError, SourceBundle
+from tests.helpers import run_cli
+
+DATA = Path("/work/shared/data/runtime-landscapes")
+T1 = DATA / "convolution_milo.json"
+CACHE = DATA / "convolution_A100.json.gz"
+needs_data = pytest.mark.skipif(not T1.is_file() or not CACHE.is_file(), reason="landscape data not here")
+KERNEL = "__global__ void k(float* y) { y[threadIdx.x] = BX * BY; }\n"
+
+
+def _cache() -> dict:
+    with gzip.open(CACHE) as handle:
+        return json.loads(handle.read())
+
+
+def _kernel(folder: Path, toml: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tune.toml").write_text(toml)
+    (folder / "k.cu").write_text(KERNEL)
+    return folder / "k.cu"
+
+
+@pytest.fixture(scope="module")
+def convolution(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not T1.is_file():
+        pytest.skip("landscape data not here")
+    return _kernel(tmp_path_factory.mktemp("conv"), tune_toml_of_t1(json.loads(T1.read_text())))
+
+
+def _cache_keys() -> set[tuple[int, ...]]:
+    data = _cache()
+    return {tuple(int(v) for v in key.split(",")) for key in data["cache"]}
+
+
+def _macros(space) -> list[str]:
+    return [p.name for p in space.parameters if p.name.startswith("define.")]
+
+
+@needs_data
+def test_the_convolution_conditions_allow_exactly_the_recorded_configurations(convolution: Path) -> None:
+    space, _ = app.full_space(convolution)
+    names = _cache()["tune_params_keys"]
+    assert space.macro_combinations() == (4362, 10240)
+    macros = space.select(only=_macros(space))
+    allowed = {tuple(c[f"define.{n}"] for n in names) for c in enumerate_space(macros)}
+    assert allowed == _cache_keys()  # the same 4,362 configurations, not only as many
+
+
+@needs_data
+def test_space_prints_the_allowed_count(convolution: Path) -> None:
+    run = run_cli(["space", str(convolution)], convolution.parent, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "4,362 of 10,240 macro combinations satisfy tune.toml's 4 restrictions" in " ".join(run.stdout.split())
+
+
+@needs_data
+@pytest.mark.parametrize("strategy", ["random", "exhaustive", "bayes"])
+def test_searchers_propose_only_allowed_configurations(convolution: Path, strategy: str) -> None:
+    space, _ = app.full_space(convolution)
+    macros = space.select(only=_macros(space))
+    searcher = Searcher(macros, SearchSettings(strategy, seed=3, initial_points=8))
+    proposed: list[Config] = []
+    for batch in range(6):
+        configs = searcher.ask(8)
+        # an invalid proposal is replaced, not left as a hole in the batch (bayes's first batch over
+        # macros alone is its initial design: one configuration per front-end setting it picks)
+        assert len(configs) == 8 or strategy == "bayes" and batch == 0 and configs
+        proposed += configs
+        searcher.tell([Observation(c, float(hash(c.key) % 97)) for c in configs])
+    assert proposed and all(macros.allows(c) for c in proposed)
+    everything = space.select(only=[*_macros(space), "ptxas.opt_level"])  # large: the pool is sampled
+    searcher = Searcher(everything, SearchSettings(strategy, seed=1, initial_points=8)) if strategy != "exhaustive" else None
+    if searcher is not None:
+        for batch in range(3):
+            configs = searcher.ask(8)
+            assert len(configs) == 8 or strategy == "bayes" and batch == 0 and configs
+            assert all(everything.allows(c) for c in configs)
+            searcher.tell([Observation(c, float(hash(c.key) % 89)) for c in configs])
+
+
+@needs_data
+def test_exhaustive_enumerates_only_the_allowed(convolution: Path) -> None:
+    space, _ = app.full_space(convolution)
+    macros = space.select(only=_macros(space))
+    searcher = Searcher(macros, SearchSettings("exhaustive"))
+    seen = searcher.ask(20000)
+    assert len(seen) == 4362 and all(macros.allows(c) for c in seen)
+
+
+HOSTILE = [
+    ("__import__('os').system('touch /tmp/pwned')", "only integers"),
+    ("BX.__class__", "only integers"),
+    ("(lambda: 1)()", "only integers"),
+    ("BX ** 9 ** 9 ** 9 > 1", "larger than 2**256"),
+    ("9 ** 999 > BX", "larger than 2**256"),
+    ("-" * 200 + "BX > 0", "nested more than"),
+    ("1 + " * 300 + "BX > 0", "longer than"),
+    ("(" * 40 + "BX" + ")" * 40 + " + " + "(BX + (" * 40 + "1" + "))" * 40 + " > 0", "nested"),
+    ("BX >", "not an arithmetic expression"),
+    ("NOPE < 4", "'NOPE', not a macro of tune.toml"),
+    ("BX in [1, 2]", "only == != < <= > >= compare"),
+    ("BX * BY > 4096", "the defaults"),
+]
+
+
+@pytest.mark.parametrize(("text", "problem"), HOSTILE)
+def test_hostile_restrictions_are_one_line_errors(tmp_path: Path, text: str, problem: str) -> None:
+    toml = f"[tune]\nrestrictions = [{json.dumps(text)}]\n[tune.defines]\nBX = [32, 64]\nBY = [4, 8]\n"
+    kernel = _kernel(tmp_path / "k", toml)
+    with pytest.raises(KernelError) as caught:
+        load_spec(kernel)
+    message = str(caught.value)
+    assert "\n" not in message and "tune.toml: tune.restrictions" in message and problem in message
+    run = run_cli(["space", str(kernel)], tmp_path, timeout=120)
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "tune.restrictions" in run.stderr
+    assert not Path("/tmp/pwned").exists()
+
+
+@pytest.mark.parametrize("value", ["'BX < 4'", "[1]", "[\"\"]"])
+def test_restrictions_must_be_a_list_of_conditions(tmp_path: Path, value: str) -> None:
+    kernel = _kernel(tmp_path / "k", f"[tune]\nrestrictions = {value}\n[tune.defines]\nBX = [32, 64]\nBY = [4]\n")
+    with pytest.raises(KernelError, match="tune.restrictions: must be a list of non-empty strings"):
+        load_spec(kernel)
+
+
+def test_restrictions_read_fixed_macros_and_are_part_of_the_study(tmp_path: Path) -> None:
+    toml = "[defines]\nLIMIT = 128\n[tune.defines]\nBX = [32, 64, 128]\nBY = [1, 2, 4]\n"
+    plain = load_spec(_kernel(tmp_path / "a", toml))
+    restricted = load_spec(_kernel(tmp_path / "b", "[tune]\nrestrictions = ['32 <= BX*BY <= LIMIT']\n" + toml))
+    assert restricted.restrictions == ("32 <= BX*BY <= LIMIT",)
+    bundle = SourceBundle("k.cu", (), (), "ab" * 32)
+    assert study_identity(plain, bundle) != study_identity(restricted, bundle)
+    assert "restrictions" not in plain.settings()  # studies without restrictions keep their identity
+    space, _ = app.full_space(restricted.source)
+    assert space.macro_combinations() == (6, 9)  # BX*BY in 32..128
+
+
+def test_the_acf_records_the_restrictions_and_refuses_controls_that_break_them(tmp_path: Path) -> None:
+    from compileiq.results import acf
+
+    kernel = _kernel(tmp_path / "k", "[tune]\nrestrictions = ['BX * BY <= 128']\n[tune.defines]\nBX = [32, 64]\nBY = [1, 4]\n")
+    space, spec = app.full_space(kernel)
+    assert spec is not None
+    chosen = space.default_config().with_values({"define.BX": 32, "define.BY": 4})
+    content = acf.AcfContent("k", "k.cu", "k.cu", "ab" * 32, "sm_90", "13.0", "13.0", "b", space, chosen, (),
+                             {"name": "registers"}, {}, {}, restrictions=spec.restrictions)
+    path = acf.write(tmp_path / "k.acf.toml", content)
+    assert acf.read(path).restrictions == ("BX * BY <= 128",)
+    text = path.read_text()
+    for forged, problem in [("BX * BY <= 64", "the controls break 'BX * BY <= 64'"),
+                            ("__import__('os')", "only integers"), ("NOPE > 1", "not a macro")]:
+        path.write_text(text.replace("BX * BY <= 128", forged))
+        with pytest.raises(acf.AcfError, match="kernel.restrictions") as caught:
+            acf.read(path)
+        assert problem in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_tune_builds_only_allowed_configurations(tmp_path: Path) -> None:
+    """The real loop through the CLI: an exhaustive search of 9 macro combinations, 3 of which
+    break the restriction, builds exactly the 6 allowed (with the defaults) and records them."""
+    from compileiq.results import acf
+    from compileiq.store import Store
+
+    kernel = _kernel(tmp_path / "k", "[tune]\nrestrictions = ['BX * BY <= 128']\n"
+                                      "[tune.defines]\nBX = [32, 64, 128]\nBY = [1, 2, 4]\n")
+    db, out = f"sqlite:///{tmp_path / 't.db'}", tmp_path / "k.acf.toml"
+    run = run_cli(["tune", str(kernel), "--objective", "registers", "--strategy", "exhaustive", "--budget", "20",
+                   "--workers", "local", "--only", "define.BX,define.BY", "--db", db, "--out", str(out)],
+                  tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr
+    store = Store.open(db)
+    try:
+        (study,) = store.list_studies()
+        trials = store.trials(study.id)
+    finally:
+        store.close()
+    built = {(t.config["define.BX"], t.config["define.BY"]) for t in trials}
+    assert built == {(32, 1), (32, 2), (32, 4), (64, 1), (64, 2), (128, 1)}
+    assert acf.read(out).restrictions == ("BX * BY <= 128",)
+
+    # A shared row is untrusted: one edited to a configuration the restrictions refuse, claiming
+    # the best value, is skipped as not of the space; never told, chosen, rebuilt or quarantined.
+    import sqlalchemy as sa
+
+    from compileiq.core.space import canonical_key
+    from compileiq.store.schema import trials_table
+
+    victim = next(t for t in trials if t.number > 0 and t.value is not None)
+    forged = {**victim.config, "define.BX": 128, "define.BY": 4}
+    engine = sa.create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            config=forged, config_key=canonical_key(forged), value=1.0,
+            metrics={**victim.metrics, "registers": 1}))
+    engine.dispose()
+    again = run_cli(["tune", str(kernel), "--objective", "registers", "--strategy", "exhaustive", "--budget", "20",
+                     "--workers", "local", "--only", "define.BX,define.BY", "--db", db, "--out", str(out)],
+                    tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr
+    chosen = acf.read(out).controls
+    assert (chosen["define.BX"], chosen["define.BY"]) != (128, 4)
+    assert "quarantined" not in again.stdout + again.stderr
+
+
+def test_conditions_read_as_python_does(tmp_path: Path) -> None:
+    """and/or stop early (a guarded division), comparisons chain, / truncates, ** is bounded."""
+    toml = ("[tune]\nrestrictions = ['B == 0 or 12 % B == 0', '1 <= A * 2 ** B <= 64', 'not A / 4 > 1']\n"
+            "[tune.defines]\nA = [1, 4, 8]\nB = [1, 0, 2, 5]\n")
+    space, _ = app.full_space(_kernel(tmp_path / "k", toml))
+    allowed = {(c["define.A"], c["define.B"]) for c in enumerate_space(space.select(only=["define.A", "define.B"]))}
+    assert allowed == {(1, 0), (1, 1), (1, 2), (4, 0), (4, 1), (4, 2)}
