@@ -187,8 +187,11 @@ def flags(
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq.results import acf, flag_formats
 
-    text = flag_formats.render(acf.read(acf_file), fmt, stage, with_arch=arch, with_base=with_base)
+    found = acf.read(acf_file)
+    text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
+    if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only
+        print(f"compileiq: {safe(note)}", file=sys.stderr)
 
 
 @cli.command()

@@ -197,9 +197,10 @@ def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:
     return f"confirmed runtime speedup {speedup:.3f}x over the defaults"
 
 
-def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], objective: Mapping[str, Any]
-                  ) -> dict[str, Any]:
-    """What the ACF records against the compiler defaults: what changed and what justifies it."""
+def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], objective: Mapping[str, Any],
+                  baseline_name: str = "the compiler defaults") -> dict[str, Any]:
+    """What the ACF records against the baseline (the compiler defaults, or the build that ships:
+    `defaults` are its settings): what changed and what justifies it."""
     spills = {"defaults": baseline.metrics.get("spill_bytes"), "chosen": chosen.metrics.get("spill_bytes")}
     table: dict[str, Any] = {
         "changed_settings": changed_settings(chosen, baseline),
@@ -215,6 +216,6 @@ def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], o
     if gain is None and chosen.value is not None and baseline.value is not None and chosen.value < baseline.value:
         gain = f"{objective.get('name')} {baseline.value:g} -> {chosen.value:g} (static estimate)"
     if chosen.config == baseline.config:
-        gain = "none needed: the compiler defaults"
+        gain = f"none needed: {baseline_name}"
     table["gain"] = gain or "none recorded"
     return table

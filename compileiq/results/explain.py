@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.core.records import Study, Trial, TrialState
-from compileiq.core.space import Parameter, SearchSpace, Stage, Value
+from compileiq.core.space import SearchSpace, SpaceError, load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
 from compileiq.results.pareto import Front
-from compileiq.results.simplify import simplify
+from compileiq.results.simplify import baseline_space, simplify
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,23 @@ def changed_settings(trial: Trial, baseline: Trial | None) -> dict[str, Any]:
 
 def recorded_space(baseline: Trial) -> SearchSpace:
     """A stand-in space whose defaults are the baseline's values (all the simplification reads)."""
-    params = tuple(_parameter(name, value) for name, value in sorted(baseline.config.items()))
-    return SearchSpace("recorded", "", params)
+    return baseline_space(baseline.config)
 
 
-def _parameter(name: str, default: Value) -> Parameter:
-    stage: Stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
-    return Parameter(name, stage, "choice", (default,), default, "", "safe", "")
+def baseline_label(study: Study, baseline: Trial | None, origin: str | None = None) -> str:
+    """How every view names the study's first trial: "baseline (defaults)" when it is the compiler
+    defaults, else the build the project ships ("your build: compile_commands.json" where the run
+    knows the file)."""
+    if baseline is None or not _shipped_values(study, baseline):
+        return "baseline (defaults)"
+    return f"baseline (your build: {origin})" if origin else "baseline (your build)"
+
+
+def _shipped_values(study: Study, baseline: Trial) -> dict[str, Any]:
+    """The baseline's compiler settings that are not the compiler's defaults (the study's space)."""
+    version = study.key.space_id.removeprefix("nvcc-").partition("+")[0]
+    try:
+        defaults = load_space(version).default_config().as_dict()
+    except SpaceError:  # a space this install does not have: no defaults to compare with
+        return {}
+    return {k: v for k, v in baseline.config.items() if k in defaults and defaults[k] != v}
