@@ -172,3 +172,18 @@ def _written_acf(tmp_path: Path) -> str:
               "--out", str(tmp_path / "written.acf.toml"))
         _WRITTEN["text"] = (tmp_path / "written.acf.toml").read_text()
     return _WRITTEN["text"]
+
+
+def test_a_shipped_setting_that_makes_no_difference_is_kept_not_simplified_away(tmp_path: Path) -> None:
+    """Simplification resets a setting to its baseline value: the shipped -dlcm=cg ties with the
+    compiler's default cache mode on instructions, so the choice keeps it (resetting it to the
+    compiler default would tell the project to change a flag for nothing)."""
+    _project(tmp_path, "nvcc -Xptxas -O0,-dlcm=cg -arch=sm_90 -c k.cu")
+    out = tmp_path / "k.acf.toml"
+    found = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only",
+                  "ptxas.opt_level,ptxas.def_load_cache", "--objective", "instructions", "--budget", "24",
+                  "--out", str(out))
+    assert found["baseline"]["config"] == {"ptxas.opt_level": 0, "ptxas.def_load_cache": "cg"}
+    assert found["best"]["config"]["ptxas.def_load_cache"] == "cg", found["best"]
+    assert found["best"]["config"]["ptxas.opt_level"] != 0
+    assert acf.read(out).controls.get("ptxas.def_load_cache") == "cg"
