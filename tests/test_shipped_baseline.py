@@ -187,3 +187,17 @@ def test_a_shipped_setting_that_makes_no_difference_is_kept_not_simplified_away(
     assert found["best"]["config"]["ptxas.def_load_cache"] == "cg", found["best"]
     assert found["best"]["config"]["ptxas.opt_level"] != 0
     assert acf.read(out).controls.get("ptxas.def_load_cache") == "cg"
+
+
+def test_the_gate_holds_an_acf_to_the_build_it_was_tuned_from(tmp_path: Path) -> None:
+    """Shipped at ptxas -O1, the choice keeps -O1 (-O2/-O3 give the same instruction count): no
+    lower level than the shipped build it was tuned from, so the gate finds nothing (it held the
+    ACF to the compiler's -O3 and its settings to a spec without the shipped build)."""
+    _project(tmp_path, "nvcc -Xptxas -O1 -arch=sm_90 -c k.cu")
+    out = tmp_path / "k.acf.toml"
+    found = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                  "--objective", "instructions", "--budget", "4", "--out", str(out))
+    assert found["best"]["config"] == {"ptxas.opt_level": 1}, found["best"]
+    gated = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    assert json.loads(gated.stdout)["acfs"][0]["findings"] == [], gated.stdout
