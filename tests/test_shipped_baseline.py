@@ -102,6 +102,9 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
                                  {"setting": "ptxas.opt_level", "value": 3, "flag": "-Xptxas -O3"}]
     assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False)}
     assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
+    page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
+                    "--out", str(tmp_path / "report.html")], cwd=tmp_path)
+    assert page.returncode == 0 and "baseline (your build)" in (tmp_path / "report.html").read_text(), page.describe()
     read = acf.read(tmp_path / "shipped.acf.toml")
     assert read.shipped is not None and read.shipped.values() == {"nvcc.use_fast_math": True, "ptxas.opt_level": 3}
     defaults = _tune(tmp_path, "--budget", "3", "--out", str(tmp_path / "defaults.acf.toml"))
@@ -201,3 +204,13 @@ def test_the_gate_holds_an_acf_to_the_build_it_was_tuned_from(tmp_path: Path) ->
     gated = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
     assert gated.returncode == 0, gated.describe()
     assert json.loads(gated.stdout)["acfs"][0]["findings"] == [], gated.stdout
+
+
+def test_leaving_a_shipped_setting_out_of_the_search_is_one_clear_line(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu")
+    for option in (["--only", "ptxas.opt_level"], ["--exclude", "nvcc.use_fast_math"]):
+        done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", *option, "--workers", "local",
+                        "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)
+        assert done.returncode != 0 and done.stderr.count("\n") == 1, done.describe()
+        assert (f"{option[0]} leaves out nvcc.use_fast_math, which your build sets (--use_fast_math)"
+                in done.stderr), done.describe()

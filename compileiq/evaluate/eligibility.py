@@ -1,4 +1,5 @@
-"""What a GPU-free objective may recommend: never worse than the compiler's defaults.
+"""What a GPU-free objective may recommend: never worse than the compiler's defaults (or, with
+--compile-commands, the build that ships: "the defaults" below is the study's baseline).
 
 A static number is a guide, not a verdict: fewer registers bought with spills, or fewer static
 instructions bought with a lower optimisation level, is usually slower. An ACF chosen without a
@@ -65,7 +66,8 @@ def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any])
 
 @dataclass(frozen=True)
 class Reference:
-    """The compiler defaults' build: what every candidate of an objective is held to."""
+    """The baseline's build (the compiler defaults, or the shipped build): what every candidate
+    of an objective is held to."""
 
     spill_bytes: int
     occupancy: float

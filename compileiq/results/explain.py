@@ -1,8 +1,9 @@
 """Why a study chose what it chose, from its recorded trials alone (nothing is built here).
 
-The baseline is the study's first trial (the compiler defaults, always claimed first); the
-winner is the best trial; the chosen config replays the tuner's simplification over recorded
-results; the ablation path runs from the baseline to the chosen config over recorded results.
+The baseline is the study's first trial (the compiler defaults, or with --compile-commands the
+build that ships; always claimed first); the winner is the best trial; the chosen config replays
+the tuner's simplification over recorded results; the ablation path runs from the baseline to the
+chosen config over recorded results.
 """
 
 from __future__ import annotations
