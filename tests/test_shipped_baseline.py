@@ -214,3 +214,15 @@ def test_leaving_a_shipped_setting_out_of_the_search_is_one_clear_line(tmp_path:
         assert done.returncode != 0 and done.stderr.count("\n") == 1, done.describe()
         assert (f"{option[0]} leaves out nvcc.use_fast_math, which your build sets (--use_fast_math)"
                 in done.stderr), done.describe()
+
+
+def test_a_command_without_tuned_flags_says_the_baseline_is_the_compiler_defaults(tmp_path: Path) -> None:
+    from compileiq.source.shipped import describe
+
+    db = _project(tmp_path, "nvcc -lineinfo -Xcompiler -Wall -c k.cu")
+    shipped = read_command(db, tmp_path / "k.cu", SPACE).shipped
+    assert shipped is not None and shipped.settings == ()
+    assert describe(shipped) == [
+        ("baseline: your build (compile_commands.json); it sets no searched setting, so the compiler defaults; "
+         "fixed, applied to every build: -lineinfo"),
+        "not applied: -Xcompiler -Wall (host compiler or linker option: device code is unchanged)"]

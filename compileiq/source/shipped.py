@@ -134,9 +134,11 @@ def value_text(value: Value) -> str:
 def describe(build: ShippedBuild) -> list[str]:
     """The start of a run: which flags of the shipped command are searched (from their shipped
     values), which are fixed and applied, which are not applied and why (two lines at most)."""
-    searched = ", ".join(f"{s.name}={value_text(s.value)} ({s.flag})" for s in build.settings) or "none"
+    searched = ", ".join(f"{s.name}={value_text(s.value)} ({s.flag})" for s in build.settings)
     applied = [f.flag for f in build.fixed if f.applied]
-    lines = [printable(f"baseline: your build ({build.origin}); searched from its values: {searched}"
+    start = (f"searched from its values: {searched}" if searched
+             else "it sets no searched setting, so the compiler defaults")
+    lines = [printable(f"baseline: your build ({build.origin}); {start}"
                        + (f"; fixed, applied to every build: {' '.join(applied)}" if applied else ""))]
     skipped = [f for f in build.fixed if not f.applied]
     if skipped:
