@@ -157,14 +157,31 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -
     macros_named = any(name.startswith("define.") for name in names)
     if tuned and macros_named:
         space = space.with_defines(tuned)
+    full = space
     space = space.select(
         allow_numerics=options.allow_numerics or spec.allow_numerics,
         allow_semantics=options.allow_semantics or spec.allow_semantics,
         only=list(options.only) or None,
         exclude=list(options.exclude),
     )
+    space = _with_shipped(space, full, spec, options)
     space = space.with_defines(tuned) if tuned and not macros_named else space
     return space.restricted(restrictions.of_spec(spec))
+
+
+def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: TuneOptions) -> SearchSpace:
+    """Every setting the shipped build sets is searched from its shipped value (the baseline), even
+    where its risk class is not (`--allow-numerics`): it is the project's own choice. Excluding one
+    by --only/--exclude would tune a build nobody ships: refused, one line."""
+    have = {p.name for p in space.parameters}
+    missing = [s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have]
+    for setting in missing:
+        if setting.name in options.exclude or options.only:
+            option = "--exclude" if setting.name in options.exclude else "--only"
+            raise UsageError(f"{option} leaves out {setting.name}, which your build sets ({setting.flag}): "
+                             "the baseline is the build you ship; name it in --only, or drop it from --exclude")
+    added = tuple(full.parameter(s.name) for s in missing)
+    return replace(space, parameters=space.parameters + added) if added else space
 
 
 def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpace, KernelSpec | None]:
@@ -214,7 +231,8 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
     flags = parse_base_flags([*spec.nvcc_flags.as_args(), *command.base_flags], where)
     folders = [(spec.source.parent / d).resolve() for d in flags.include_dirs]
     include_dirs = tuple(dict.fromkeys([*spec.include_dirs, *folders]))
-    return replace(spec, nvcc_flags=flags, include_dirs=include_dirs, arch=arch or command.arch or spec.arch)
+    return replace(spec, nvcc_flags=flags, include_dirs=include_dirs, arch=arch or command.arch or spec.arch,
+                   shipped=command.shipped)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:
@@ -244,6 +262,11 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    if spec.shipped is not None:
+        from compileiq.source.shipped import describe
+
+        for line in describe(spec.shipped):
+            progress.note(line)
     time_budget_s = parse_duration(options.time_budget) if options.time_budget is not None else None
     from compileiq.evaluate.screening import ScreeningPolicy
     from compileiq.search.settings import SearchSettings

@@ -86,7 +86,7 @@ def tune(
     ray_address: Annotated[str | None, typer.Option(help="Join a running Ray cluster: HOST:PORT, or auto (the one started on this machine); default $RAY_ADDRESS.")] = None,
     resume: Annotated[bool, typer.Option(metavar="", help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
-    compile_commands: Annotated[Path | None, typer.Option(help="A compile_commands.json (CMake, Bear): the kernel file's own -I/-D/-std/arch become the base flags.")] = None,
+    compile_commands: Annotated[Path | None, typer.Option(help="A compile_commands.json (CMake, Bear): the kernel file's own -I/-D/-std/arch become the base flags; its tuned flags (fast math, -Xptxas, -maxrregcount) are the baseline.")] = None,
     allow_numerics: Annotated[bool, typer.Option(metavar="", help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(metavar="", help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
     only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
@@ -201,6 +201,8 @@ def flags(
     print(text, end="" if text.endswith("\n") else "\n")
     if note := flag_formats.base_note(found, fmt, stage, with_base):
         err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
+    if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only
+        print(f"compileiq: {safe(note)}", file=sys.stderr)
 
 
 @cli.command()

@@ -24,6 +24,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
+from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
     from rich.progress import Progress, TaskID
@@ -164,11 +165,14 @@ def print_report(report: app.TuneReport) -> None:
     for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
         table.add_column(column, justify="right" if column else "left")
     chosen_label = "chosen on the front" if result.front is not None else "chosen"
-    for label, trial in (("baseline (defaults)", result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
+    for label, trial in ((_baseline_label(report), result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
         table.add_row(*cells(label, *_metric_cells(trial, objective)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
     out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
+    if report.kernel.shipped is not None and (remove := to_remove(report.kernel.shipped.settings, result.chosen.config)):
+        out.print(f"remove from your build's command: {safe(' '.join(remove))} (the ACF changes these shipped "
+                  "settings; appending its flags alone would keep them)", markup=False)
     if result.simplification is not None and result.simplification.dropped:
         dropped = result.simplification.dropped
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
@@ -298,6 +302,13 @@ def _metric_cells(trial: Trial, objective: str) -> list[str]:
     return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
 
 
+def _baseline_label(report: app.TuneReport) -> str:
+    from compileiq.results.explain import baseline_label
+
+    shipped = report.kernel.shipped
+    return baseline_label(report.result.study, report.result.baseline, shipped.origin if shipped else None)
+
+
 def report_json(report: app.TuneReport) -> dict[str, Any]:
     result, counters = report.result, report.result.counters
     objective = result.study.key.objective
@@ -305,6 +316,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "study": study_json(result.study, result.chosen, len(result.trials)),
         "objective": objective_json(objective),
         "baseline": trial_json(result.baseline, objective),
+        "baseline_label": _baseline_label(report),
         "best": trial_json(result.chosen, objective),
         "best_args": list(report.space.nvcc_args(_config(result.chosen))),
         "acf": str(report.acf_path),

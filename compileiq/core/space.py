@@ -324,6 +324,11 @@ class SearchSpace:
             values[name] = value
         return self.default_config().with_values(values)
 
+    def setting_of(self, stage: Stage, token: str) -> tuple[str, Value] | None:
+        """The (parameter, value) that one argument token of a stage stands for (a value at the
+        compiler's default spelled out, "-O3", included); None when the space has no such token."""
+        return self._tokens.get((stage, token))
+
     def _pairs(self, config: Config, stage: Stage) -> Iterator[tuple[Parameter, Value]]:
         self.validate(config)
         return ((p, config[p.name]) for p in self.parameters if p.stage == stage)

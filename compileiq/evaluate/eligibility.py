@@ -1,4 +1,5 @@
-"""What a GPU-free objective may recommend: never worse than the compiler's defaults.
+"""What a GPU-free objective may recommend: never worse than the compiler's defaults (or, with
+--compile-commands, the build that ships: "the defaults" below is the study's baseline).
 
 A static number is a guide, not a verdict: fewer registers bought with spills, or fewer static
 instructions bought with a lower optimisation level, is usually slower. An ACF chosen without a
@@ -65,7 +66,8 @@ def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any])
 
 @dataclass(frozen=True)
 class Reference:
-    """The compiler defaults' build: what every candidate of an objective is held to."""
+    """The baseline's build (the compiler defaults, or the shipped build): what every candidate
+    of an objective is held to."""
 
     spill_bytes: int
     occupancy: float
@@ -204,9 +206,10 @@ def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:
     return f"confirmed runtime speedup {speedup:.3f}x over the defaults"
 
 
-def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], objective: Mapping[str, Any]
-                  ) -> dict[str, Any]:
-    """What the ACF records against the compiler defaults: what changed and what justifies it."""
+def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], objective: Mapping[str, Any],
+                  baseline_name: str = "the compiler defaults") -> dict[str, Any]:
+    """What the ACF records against the baseline (the compiler defaults, or the build that ships:
+    `defaults` are its settings): what changed and what justifies it."""
     spills = {"defaults": baseline.metrics.get("spill_bytes"), "chosen": chosen.metrics.get("spill_bytes")}
     table: dict[str, Any] = {
         "changed_settings": changed_settings(chosen, baseline),
@@ -222,6 +225,6 @@ def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], o
     if gain is None and chosen.value is not None and baseline.value is not None and chosen.value < baseline.value:
         gain = f"{objective.get('name')} {baseline.value:g} -> {chosen.value:g} (static estimate)"
     if chosen.config == baseline.config:
-        gain = "none needed: the compiler defaults"
+        gain = f"none needed: {baseline_name}"
     table["gain"] = gain or "none recorded"
     return table

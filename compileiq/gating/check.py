@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -113,7 +113,10 @@ def locate(path: Path, kernel: Path | None = None) -> Target:
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    return Target(acf, str(path), str(found), load_spec(found, arch=acf.arch))
+    spec = load_spec(found, arch=acf.arch)
+    if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
+        spec = replace(spec, shipped=acf.shipped)
+    return Target(acf, str(path), str(found), spec)
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -150,21 +153,25 @@ def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measu
 
 
 def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
-    """Build with the compiler's defaults (tuned macros at tune.toml's first value, as `tune`'s
-    baseline) and note what in the ACF could justify departing from them."""
+    """Build the baseline `tune` started from: the compiler's defaults (tuned macros at tune.toml's
+    first value), or the shipped build an ACF's [baseline] records; note what in the ACF could
+    justify departing from it."""
     acf, spec = target.acf, target.spec
     space = load_space(acf.nvcc_version)
     first = {name: values[0] for name, values in spec.tuned_defines}
     macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
     if macros:
         space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
-    config = space.default_config()
+    shipped = acf.shipped.values() if acf.shipped is not None else {}
+    config = space.default_config().with_values(shipped)  # the build that ships, where the ACF records one
     frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
-    lowered = eligibility.lowered_optimisation(acf.controls, config.as_dict())
+    controls = space.default_config().with_values(acf.controls).as_dict()
+    lowered = eligibility.lowered_optimisation(controls, config.as_dict())
     gain = eligibility.recorded_runtime_gain(acf.objective)
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
     built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
-    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain)
+    name = f"your build as shipped ({acf.shipped.origin})" if shipped and acf.shipped else "the compiler defaults"
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name)
 
 
 def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],

@@ -99,13 +99,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class Defaults:
-    """The compiler defaults' rebuild, and what in the ACF could justify departing from them."""
+    """The baseline's rebuild (the compiler defaults, or the shipped build an ACF's [baseline]
+    records), and what in the ACF could justify departing from it."""
 
     failure: str | None = None
     spill_bytes: int = 0
     occupancy: float = 0.0
     lowered: tuple[str, ...] = ()  # the ACF's settings that lower ptxas's optimisation
     runtime_gain: str | None = None  # the ACF's recorded, confirmed runtime gain
+    name: str = "the compiler defaults"  # what the baseline is, for the finding's text
 
 
 @dataclass(frozen=True)
@@ -174,15 +176,15 @@ def default_hits(m: Measured, d: Defaults) -> list[Hit]:
     found: list[Hit] = []
     if m.spill_bytes > d.spill_bytes:
         found.append(Hit(rule, f"defaults {d.spill_bytes} B", f"{m.spill_bytes} B",
-                         f"spills more than the compiler defaults ({d.spill_bytes} -> {m.spill_bytes} B) {unjustified}"))
+                         f"spills more than {d.name} ({d.spill_bytes} -> {m.spill_bytes} B) {unjustified}"))
     if m.occupancy < d.occupancy - 1e-9 and m.spill_bytes >= d.spill_bytes:
         found.append(Hit(rule, f"defaults {_pct(d.occupancy)}", _pct(m.occupancy),
-                         f"lower occupancy than the compiler defaults ({_pct(d.occupancy)} -> {_pct(m.occupancy)}) "
+                         f"lower occupancy than {d.name} ({_pct(d.occupancy)} -> {_pct(m.occupancy)}) "
                          f"with no fewer spill bytes and no recorded runtime gain"))
     if d.lowered:  # a static gain does not justify it: only a measured runtime can
         lowered = ", ".join(d.lowered)
         found.append(Hit(rule, "defaults' optimisation", lowered,
-                         f"lowers ptxas optimisation vs the compiler defaults ({lowered}) {unjustified}"))
+                         f"lowers ptxas optimisation vs {d.name} ({lowered}) {unjustified}"))
     return found
 
 

@@ -23,7 +23,7 @@ from compileiq.report import svg as report_svg
 from compileiq.results import to_time
 from compileiq.results.ablation import RULE, Ablation
 from compileiq.results.evidence import EVIDENCE_KEYS
-from compileiq.results.explain import Explanation, changed_settings, explain
+from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, front, parse_objectives
 from compileiq.search.convergence import best_so_far, expected_random_best
@@ -236,7 +236,7 @@ def _summary(report: StudyReport) -> str:
     lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.reading.heading}"),
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
-        lines += [("baseline (compiler defaults)", report.reading.text(e.baseline.value)),
+        lines += [(baseline_label(e.study, e.baseline), report.reading.text(e.baseline.value)),
                   (f"chosen (trial #{e.chosen.number})", report.reading.text(e.chosen.value))]
     return html_section("summary", "Summary", html_table(("", ""), lines))
 

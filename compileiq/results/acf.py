@@ -30,6 +30,8 @@ from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
 from compileiq.source.launch import ExpressionError, evaluate
+from compileiq.source.shipped import to_remove
+from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 FORMAT_VERSION = 1
 MAX_BYTES = 1 << 20
@@ -61,6 +63,8 @@ class Acf:
     data: dict[str, Any]
     base: BaseFlags = field(default_factory=BaseFlags)  # the flags the code needs to build at all (tune.toml nvcc_flags)
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions, which the controls satisfy
+    shipped: ShippedBuild | None = None  # [baseline]: the shipped build the tuning started from
+    remove: tuple[str, ...] = ()  # shipped flags the chosen settings turn off: remove them from the command
 
     def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
               absolute: bool = False) -> tuple[str, ...]:
@@ -109,6 +113,7 @@ class AcfContent:
     base_flags: tuple[str, ...] = ()  # validated nvcc_flags, canonical spelling
     settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions
+    baseline: dict[str, Any] | None = None  # [baseline]: the shipped build (--compile-commands)
 
 
 def render(content: AcfContent) -> dict[str, Any]:
@@ -120,6 +125,7 @@ def render(content: AcfContent) -> dict[str, Any]:
         for name, value in config.items
         if name.startswith("define.") or value != defaults[name]
     }
+    shipped = {"baseline": content.baseline} if content.baseline is not None else {}
     return {
         "format": FORMAT_VERSION,
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
@@ -138,7 +144,7 @@ def render(content: AcfContent) -> dict[str, Any]:
         "evidence": content.evidence,
         "provenance": {"written_at": datetime.now(UTC).isoformat(timespec="seconds"),
                        "compileiq": __version__, **content.provenance},
-    }  # fmt: skip
+    } | shipped  # fmt: skip
 
 
 def write(path: Path, content: AcfContent) -> Path:
@@ -224,6 +230,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
                                       f"{path}: base.nvcc_flags")
     except BaseFlagError as error:
         raise AcfError(str(error)) from None
+    shipped = shipped_baseline(path, data.get("baseline"), full_space)
+    remove = _checked_remove(path, data["baseline"], shipped, config) if shipped is not None else ()
     return Acf(
         path=path, kernel=str(kernel["name"]), source_path=str(kernel.get("path", kernel.get("source", ""))),
         source_sha256=str(kernel["source_sha256"]), arch=arch,
@@ -231,7 +239,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
-        base=base_flags, restrictions=restrictions,
+        base=base_flags, restrictions=restrictions, shipped=shipped, remove=remove,
     )  # fmt: skip
 
 
@@ -378,6 +386,75 @@ def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) 
     config = space.default_config().with_values(controls)
     space.validate(config)
     return config, space
+
+
+MAX_SHIPPED_FLAGS = 512
+MAX_FLAG_CHARS = 4096
+_BASELINE_KEYS = {"source", "database", "shipped_flags", "searched", "fixed", "remove"}
+
+
+def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild | None:
+    """`[baseline]` (untrusted): the shipped build, each searched setting one of the space's values,
+    every flag printable text listed in shipped_flags (never run: shown, or named for removal); an
+    applied fixed flag is an allow-listed base flag. None for an ACF without one."""
+    if table is None:
+        return None
+    where = f"{path}: baseline"
+    if not isinstance(table, dict) or not set(table) <= _BASELINE_KEYS or table.get("source") != "compile_commands":
+        raise AcfError(f"{where} must be a table with source = \"compile_commands\" and the keys "
+                       f"{', '.join(sorted(_BASELINE_KEYS))}")
+    origin = table.get("database")
+    if not _text(origin, 255):
+        raise AcfError(f"{where}.database must be a file name (printable text)")
+    flags = table.get("shipped_flags", [])
+    if not isinstance(flags, list) or len(flags) > MAX_SHIPPED_FLAGS or not all(_text(f, MAX_FLAG_CHARS) for f in flags):
+        raise AcfError(f"{where}.shipped_flags must be a list of at most {MAX_SHIPPED_FLAGS} flags (printable text)")
+    settings = tuple(_searched(f"{where}.searched[{i}]", entry, space, flags)
+                     for i, entry in enumerate(_list(where, table, "searched")))
+    fixed = tuple(_fixed(f"{where}.fixed[{i}]", entry, flags) for i, entry in enumerate(_list(where, table, "fixed")))
+    return ShippedBuild(str(origin), settings, fixed)
+
+
+def _list(where: str, table: dict[str, Any], key: str) -> list[Any]:
+    found = table.get(key, [])
+    if not isinstance(found, list) or len(found) > MAX_SHIPPED_FLAGS:
+        raise AcfError(f"{where}.{key} must be a list of at most {MAX_SHIPPED_FLAGS} tables")
+    return found
+
+
+def _searched(where: str, entry: Any, space: SearchSpace, flags: list[str]) -> ShippedSetting:
+    if not isinstance(entry, dict) or entry.get("flag") not in flags:
+        raise AcfError(f"{where} must give a setting, its value and its flag (one of baseline.shipped_flags)")
+    _check_settings(where, {entry.get("setting"): entry.get("value")}, space)
+    if str(entry.get("setting")).startswith("define."):
+        raise AcfError(f"{where}.setting must be a compiler setting, not a macro")
+    return ShippedSetting(str(entry["setting"]), entry["value"], str(entry["flag"]))
+
+
+def _fixed(where: str, entry: Any, flags: list[str]) -> FixedFlag:
+    if (not isinstance(entry, dict) or entry.get("flag") not in flags or not isinstance(entry.get("applied"), bool)
+            or not _text(entry.get("why"), 200)):
+        raise AcfError(f"{where} must give a flag (one of baseline.shipped_flags), applied (true or false) and why")
+    flag = str(entry["flag"])
+    if entry["applied"]:  # an applied flag reached nvcc: it must be an allow-listed base flag
+        try:
+            parse_base_flags(shlex.split(flag), where)
+        except (BaseFlagError, ValueError):
+            raise AcfError(f"{where}: {flag[:80]!r} is applied but not an allowed base flag") from None
+    return FixedFlag(flag, entry["applied"], str(entry["why"]))
+
+
+def _checked_remove(path: Path, table: dict[str, Any], shipped: ShippedBuild, config: Config) -> tuple[str, ...]:
+    """`baseline.remove`: exactly the shipped flags whose settings the controls change."""
+    expected = to_remove(shipped.settings, config.as_dict())
+    if table.get("remove", []) != list(expected):
+        raise AcfError(f"{path}: baseline.remove does not match its controls (edited by hand?); expected: "
+                       f"{list(expected)}")
+    return expected
+
+
+def _text(value: Any, most: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= most and value.isprintable()
 
 
 def _strings(values: Any, where: str) -> list[str]:

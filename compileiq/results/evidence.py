@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem
-from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.source.shipped import to_remove
+from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
 
 
 class EvidenceError(CompileIQError):
@@ -35,7 +37,9 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     objective = objective_table(result)
     first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
-    vs_defaults = eligibility.justification(chosen, result.baseline, space.default_config().as_dict(), first)
+    shipped = spec.shipped if spec.shipped is not None and spec.shipped.settings else None
+    name = f"your build as shipped ({shipped.origin})" if shipped else "the compiler defaults"
+    vs_defaults = eligibility.justification(chosen, result.baseline, result.baseline.config, first, name)
     evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
     if note := assumed_launch(spec, chosen):
         evidence["launch"] = {"assumed": True, "note": note}
@@ -53,7 +57,19 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
+        baseline=baseline_table(spec.shipped, chosen.config) if spec.shipped is not None else None,
     )  # fmt: skip
+
+
+def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any]) -> dict[str, Any]:
+    """`[baseline]`: the build the tuning started from (the shipped compile command), which of its
+    flags were searched (from which value), which were fixed (applied or not, and why), and which
+    the chosen settings need removed from the command (appending flags cannot turn one off)."""
+    flags = [*(s.flag for s in build.settings), *(f.flag for f in build.fixed)]
+    return {"source": build.source, "database": build.origin, "shipped_flags": list(dict.fromkeys(flags)),
+            "searched": [{"setting": s.name, "value": s.value, "flag": s.flag} for s in build.settings],
+            "fixed": [{"flag": f.flag, "applied": f.applied, "why": f.why} for f in build.fixed],
+            "remove": list(to_remove(build.settings, chosen))}
 
 
 def base_flags(spec: KernelSpec) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
 """Why a study chose what it chose, from its recorded trials alone (nothing is built here).
 
-The baseline is the study's first trial (the compiler defaults, always claimed first); the
-winner is the best trial; the chosen config replays the tuner's simplification over recorded
-results; the ablation path runs from the baseline to the chosen config over recorded results.
+The baseline is the study's first trial (the compiler defaults, or with --compile-commands the
+build that ships; always claimed first); the winner is the best trial; the chosen config replays
+the tuner's simplification over recorded results; the ablation path runs from the baseline to the
+chosen config over recorded results.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from functools import cached_property
 from typing import Any
 
 from compileiq.core.records import RunRecord, Study, Trial, TrialState
-from compileiq.core.space import Parameter, SearchSpace, Stage, Value
+from compileiq.core.space import SearchSpace, SpaceError, load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
 from compileiq.results.pareto import Front
-from compileiq.results.simplify import simplify
+from compileiq.results.simplify import baseline_space, simplify
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,23 @@ def changed_settings(trial: Trial, baseline: Trial | None) -> dict[str, Any]:
 
 def recorded_space(baseline: Trial) -> SearchSpace:
     """A stand-in space whose defaults are the baseline's values (all the simplification reads)."""
-    params = tuple(_parameter(name, value) for name, value in sorted(baseline.config.items()))
-    return SearchSpace("recorded", "", params)
+    return baseline_space(baseline.config)
 
 
-def _parameter(name: str, default: Value) -> Parameter:
-    stage: Stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
-    return Parameter(name, stage, "choice", (default,), default, "", "safe", "")
+def baseline_label(study: Study, baseline: Trial | None, origin: str | None = None) -> str:
+    """How every view names the study's first trial: "baseline (defaults)" when it is the compiler
+    defaults, else the build the project ships ("your build: compile_commands.json" where the run
+    knows the file)."""
+    if baseline is None or not _shipped_values(study, baseline):
+        return "baseline (defaults)"
+    return f"baseline (your build: {origin})" if origin else "baseline (your build)"
+
+
+def _shipped_values(study: Study, baseline: Trial) -> dict[str, Any]:
+    """The baseline's compiler settings that are not the compiler's defaults (the study's space)."""
+    version = study.key.space_id.removeprefix("nvcc-").partition("+")[0]
+    try:
+        defaults = load_space(version).default_config().as_dict()
+    except SpaceError:  # a space this install does not have: no defaults to compare with
+        return {}
+    return {k: v for k, v in baseline.config.items() if k in defaults and defaults[k] != v}

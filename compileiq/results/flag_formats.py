@@ -55,6 +55,16 @@ def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
             "--all adds them")
 
 
+def removal_note(acf: Acf) -> str | None:
+    """The shipped flags the chosen settings turn off or change (`[baseline].remove`): a build that
+    only appends the ACF's flags would keep them, so they must be taken out of its command."""
+    if not acf.remove:
+        return None
+    origin = acf.shipped.origin if acf.shipped is not None else "compile_commands.json"
+    return (f"remove from the kernel's compile command ({origin}): {' '.join(acf.remove)} -- the ACF "
+            "changes or turns off these shipped settings; appending its flags alone would keep them")
+
+
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
     """Each flag once, in first-seen order (an options file or CMake must not repeat one)."""
     return tuple(dict.fromkeys(flags))
@@ -81,6 +91,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "defines": list(acf.fixed_defines),
         "recorded": {k: v for k, v in dict(acf.evidence.get("best", {})).items()
                      if isinstance(v, int | float | str | bool)},
+        "remove": list(acf.remove),
     }
 
 
@@ -92,7 +103,8 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf.arch)
-    return (
+    note = removal_note(acf)
+    return (("# compileiq: " + note + "\n") if note else "") + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
         f"set_source_files_properties({_cmake_quoted(acf.source_from_here())} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'

@@ -9,11 +9,11 @@ objective's constraints: see `eligibility`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.records import Trial, TrialState
-from compileiq.core.space import Config, SearchSpace
+from compileiq.core.space import Config, Parameter, SearchSpace, Stage, Value
 
 Evaluate = Callable[[Sequence[Config]], list[Trial]]
 Allowed = Callable[[Trial], bool]
@@ -52,6 +52,18 @@ def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool 
     kept = tuple(non_default(Config.of(current.config), space))
     dropped = tuple(n for n in non_default(Config.of(winner.config), space) if n not in kept)
     return Simplification(winner, current, dropped, kept)
+
+
+def baseline_space(baseline: Mapping[str, Value]) -> SearchSpace:
+    """A stand-in space whose defaults are the baseline's values (all the simplification reads):
+    a setting goes back to the baseline's value (the build that ships), not to the compiler's."""
+    params = tuple(_parameter(name, value) for name, value in sorted(baseline.items()))
+    return SearchSpace("recorded", "", params)
+
+
+def _parameter(name: str, default: Value) -> Parameter:
+    stage: Stage = "frontend" if name.startswith(("nvcc.", "define.")) else "ptxas"
+    return Parameter(name, stage, "choice", (default,), default, "", "safe", "")
 
 
 def _reset(config: Config, space: SearchSpace, names: Sequence[str]) -> Config:

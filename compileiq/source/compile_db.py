@@ -1,11 +1,12 @@
 """A source file's real compile command from a compilation database (CMake's or Bear's
-compile_commands.json), turned into base flags for tuning.
+compile_commands.json), turned into base flags and the build it ships.
 
 Kept: what the code needs to build (-I, -D, -U, -std, language and device-code switches), with
-include paths made absolute. Taken apart: the target arch. Stripped, and reported: the settings
-compileiq tunes itself (nvcc flags of the search space, everything passed to ptxas, host -O),
-host-compiler and linker options, and build mechanics (-c, -o, -x, dependency files). What is
-kept still passes the base-flag allow-list before anything runs.
+include paths made absolute. Taken apart: the target arch. The settings compileiq tunes (nvcc
+flags of the search space, options passed to ptxas) become the shipped build's settings, where
+the search starts from (`shipped`); host -O, host-compiler and linker options are recorded as
+fixed and not applied; build mechanics (-c, -o, -x, dependency files) are dropped. What is kept
+still passes the base-flag allow-list before anything runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
+from compileiq.source import shipped
+from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 MAX_DATABASE_BYTES = 64 * 2**20
 _ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
@@ -33,7 +36,8 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "-std", "--std", "-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode",
                "--generate-code", "-include", "--pre-include", "-L", "--library-path", "-l",
                "--library", "-maxrregcount", "--maxrregcount", "-odir", "--output-directory",
-               "-MD", "-MMD"}
+               "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
+               "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-forward-unknown-to-host-compiler",
                     "--forward-unknown-to-host-compiler", "-odir", "--output-directory"}
@@ -51,7 +55,8 @@ MAX_OPTIONS_FILE_BYTES = 2**20
 
 
 class CompileDbError(UsageError):
-    """A compilation database that cannot be read, or has no command for the file."""
+    """A compilation database that cannot be read, has no command for the file, or a command whose
+    tuned flags compileiq cannot reproduce."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class CompileCommand:
     base_flags: tuple[str, ...]
     arch: str | None
     stripped: tuple[str, ...]  # what was taken out, as given, for the user to see
+    shipped: ShippedBuild | None = None  # the searched settings and fixed flags of the command
 
 
 def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCommand:
@@ -105,9 +111,36 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
             raise CompileDbError(f"{database}: command for {source.name}: {error}") from None
     else:
         raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
-    args = _expand_options_files(argv[1:], directory, f"{database}: the command for {source.name}")
+    where = f"{database}: the command for {source.name}"
+    args = _expand_options_files(argv[1:], directory, where)
     kept, stripped, arch = _split(args, directory, source, _tuned_flags(space))
-    return CompileCommand(source, directory, tuple(kept), arch, tuple(stripped))
+    try:
+        settings, fixed = _shipped(stripped, space, where)
+    except shipped.ShippedFlagError as error:
+        raise CompileDbError(str(error)) from None
+    applied = [FixedFlag(flag, True, "allow-listed base flag: applied to every build") for flag in kept
+               if not flag.startswith(("-I", "-D", "-U"))]
+    build = ShippedBuild(database.name, settings, (*applied, *fixed))
+    return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build)
+
+
+def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
+             where: str) -> tuple[tuple[ShippedSetting, ...], tuple[FixedFlag, ...]]:
+    """The command's tuned flags as settings of the space; the rest as fixed flags, not applied."""
+    settings: list[ShippedSetting] = []
+    fixed: list[FixedFlag] = []
+    for flag, value, given in stripped:
+        if flag in ("-Xptxas", "--ptxas-options"):
+            found, reports = shipped.ptxas_settings(value, given, space, where)
+            settings += found
+            fixed += reports
+        elif flag in ("-O", "--optimize"):
+            fixed.append(FixedFlag(given, False, shipped.HOST_OPTIMISATION))
+        elif flag in _HOST_OR_LINK:
+            fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
+        else:
+            settings.append(shipped.frontend_setting(flag, value, given, space, where))
+    return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
 
 
 def _expand_options_files(args: Sequence[str], directory: Path, where: str) -> list[str]:
@@ -148,9 +181,9 @@ def _options_file(path: Path, where: str) -> list[str]:
 
 
 def _split(args: Sequence[str], directory: Path, source: Path,
-           tuned: set[str]) -> tuple[list[str], list[str], str | None]:
+           tuned: set[str]) -> tuple[list[str], list[tuple[str, str, str]], str | None]:
     kept: list[str] = []
-    stripped: list[str] = []
+    stripped: list[tuple[str, str, str]] = []
     arch: str | None = None
     for flag, value, given in _options(args):
         if flag == "" and value and (directory / value).resolve() == source:
@@ -159,8 +192,8 @@ def _split(args: Sequence[str], directory: Path, source: Path,
             arch = arch or _arch_of(value)
         elif flag in _BUILD_MECHANICS:
             continue
-        elif flag in _HOST_OR_LINK or flag in _PTXAS or flag == "-O" or flag in tuned:
-            stripped.append(given)
+        elif flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned:
+            stripped.append((flag, value, given))
         elif flag in ("-I", "--include-path", "-isystem", "--system-include"):
             kept.append(f"-I{(directory / value).resolve()}")
         elif flag in ("-D", "--define-macro"):
@@ -203,7 +236,7 @@ def _arch_of(value: str) -> str | None:
 
 def _tuned_flags(space: SearchSpace) -> set[str]:
     """The option names (before any '=') that the search space's nvcc parameters render."""
-    names: set[str] = set()
+    names: set[str] = set(shipped.NVCC_SPELLINGS)
     for parameter in space.parameters:
         if parameter.stage != "frontend" or parameter.name.startswith("define."):
             continue

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.space import Value
 from compileiq.source.base_flags import BaseFlags, path_problem
 
 TUNE_FILE = "tune.toml"
@@ -34,6 +35,40 @@ class LaunchFacts:
     entry: str
     block_size: str | None = None
     dynamic_smem: str | None = None
+
+
+@dataclass(frozen=True)
+class ShippedSetting:
+    """One searched setting of the build a project ships, as its compile command spells it."""
+
+    name: str  # the search-space parameter, e.g. "nvcc.use_fast_math"
+    value: Value  # its value in the shipped build (one of the parameter's values)
+    flag: str  # as given, e.g. "--use_fast_math" or "-Xptxas -O3": what to remove from the command
+
+
+@dataclass(frozen=True)
+class FixedFlag:
+    """A flag of the shipped command that is not searched: applied to every build as it is (an
+    allow-listed base flag), or not applied, with the reason."""
+
+    flag: str
+    applied: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class ShippedBuild:
+    """The build a project ships (its compile command in compile_commands.json): the tuning
+    baseline is the compiler defaults overridden by `settings`."""
+
+    origin: str  # the compilation database's file name, for labels ("compile_commands.json")
+    settings: tuple[ShippedSetting, ...] = ()
+    fixed: tuple[FixedFlag, ...] = ()
+    source: str = "compile_commands"
+
+    def values(self) -> dict[str, Value]:
+        """Each searched setting's shipped value, by parameter name."""
+        return {s.name: s.value for s in self.settings}
 
 
 @dataclass(frozen=True)
@@ -63,6 +98,7 @@ class KernelSpec:
     launch: tuple[LaunchFacts, ...] = ()  # per-entry launch facts ([launch.NAME] tables)
     block_size_given: bool = False  # block_size set in tune.toml (else from __launch_bounds__)
     restrictions: tuple[str, ...] = ()  # [tune] restrictions: conditions over macros (`restrictions`)
+    shipped: ShippedBuild | None = None  # --compile-commands: the build the baseline reproduces
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.
@@ -97,7 +133,13 @@ class KernelSpec:
             "rtol": self.rtol, "atol": self.atol, "mode": self.mode,
             "metric_regex": self.metric_regex, "run_args": list(self.run_args),
             **({"restrictions": list(self.restrictions)} if self.restrictions else {}),  # older studies keep their identity
-        }  # fmt: skip
+        } | self._shipped_settings()  # fmt: skip
+
+    def _shipped_settings(self) -> dict[str, Any]:
+        """The shipped build's settings change the baseline, hence the study (absent without them:
+        older studies keep their identity)."""
+        values = self.shipped.values() if self.shipped is not None else {}
+        return {"shipped": dict(sorted(values.items()))} if values else {}
 
     def settings_sha256(self) -> str:
         text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))

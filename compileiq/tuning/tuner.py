@@ -32,7 +32,7 @@ from compileiq.results.ablation import Ablation, ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import decision, explain
 from compileiq.results.pareto import Front, values_of
-from compileiq.results.simplify import Simplification, simplify
+from compileiq.results.simplify import Simplification, baseline_space, simplify
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
@@ -145,6 +145,15 @@ class TuneResult:
         return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
 
 
+def baseline_config(space: SearchSpace, kernel: KernelSpec) -> Config:
+    """The study's first trial: the compiler defaults overridden by the build the project ships
+    (`KernelSpec.shipped`, from --compile-commands); SpaceError if the space lacks one of them."""
+    shipped = kernel.shipped.values() if kernel.shipped is not None else {}
+    config = space.default_config().with_values(shipped)
+    space.validate(config)
+    return config
+
+
 def study_key(
     request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
 ) -> StudyKey:
@@ -217,7 +226,7 @@ class Tuner:
         self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
         self._worker_name = claims.worker_name()
-        self._baseline = request.space.default_config()
+        self._baseline = baseline_config(request.space, request.kernel)
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference = None  # the defaults' build, for static objectives
@@ -427,8 +436,7 @@ class Tuner:
     def _repairs(self, trials: Sequence[Trial]) -> list[Config]:
         if not self._static or self._multi or self._reference is None:
             return []
-        defaults = self._request.space.default_config().as_dict()
-        return [Config.of(c) for c in eligibility.repairs(trials, self._reference, defaults)]
+        return [Config.of(c) for c in eligibility.repairs(trials, self._reference, self._baseline.as_dict())]
 
     def _warm_start(self, study: Study) -> None:
         """Tell the searcher what earlier studies of this kernel found, re-scored for this
@@ -511,6 +519,11 @@ class Tuner:
             self._take_over(study)
 
     @property
+    def _toward_baseline(self) -> SearchSpace:
+        """What simplification resets a setting to: its baseline value (the build that ships)."""
+        return baseline_space(self._baseline.as_dict())
+
+    @property
     def _static(self) -> bool:
         return self._evaluator.kind == StaticEvaluator.kind
 
@@ -537,7 +550,9 @@ class Tuner:
                 hint = build_hint(reason, self._bundle, self._request.kernel)
                 if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
                     raise BaselineError(f"{name}: {reason}{hint}")
-                raise BaselineError(f"{name} does not build with default settings: {reason}{hint}")
+                shipped = self._request.kernel.shipped
+                which = f"your build's settings ({shipped.origin})" if shipped and shipped.settings else "default settings"
+                raise BaselineError(f"{name} does not build with {which}: {reason}{hint}")
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         """The choice over the study's trials; for a static objective the rows it cites are checked
@@ -566,7 +581,7 @@ class Tuner:
         if self._request.simplify and winner is not baseline and out_of_time:
             self._progress.note("out of time: the winner is not simplified")
         elif self._request.simplify and winner is not baseline:
-            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+            simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
                                       exact, allowed=lambda t: self._refusal(t) is None)
         chosen = self._decided(study, simplification.chosen if simplification else winner)
         if verifier is not None:
@@ -586,7 +601,7 @@ class Tuner:
             final = tuple(self._store.trials(study.id))
         if self._static and self._request.simplify and not out_of_time:  # each to time with what it needs only
             for candidate in eligibility.candidates_to_time(final, chosen, baseline, self._request.objective):
-                simplify(candidate, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"), True)
+                simplify(candidate, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"), True)
             final = tuple(self._store.trials(study.id))
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
@@ -603,7 +618,7 @@ class Tuner:
                                         runtime).chosen
         simplification = None
         if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
-            simplification = simplify(winner, self._request.space, lambda cs: self.evaluate(study, cs, "simplify"),
+            simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
                                       True, allowed=lambda t: self._refusal(t) is None)
         chosen = self._decided(study, simplification.chosen if simplification else winner)
         if verifier is not None:

@@ -1,0 +1,154 @@
+"""The build a project ships, read from its compile command: each flag compileiq tunes becomes a
+setting of the search space (the baseline starts from it), every other flag is recorded as fixed.
+
+A tuned flag whose value the space does not hold (``-maxrregcount 57``), or a ptxas option that
+is neither a searched setting nor a report-only one, is one clear error: the baseline must be the
+build that ships, and compileiq never hands an unvetted flag to nvcc (it runs sub-tools through
+/bin/sh). Host-compiler, linker and host-optimisation flags do not change device code: recorded as
+fixed, not applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from compileiq.core.errors import UsageError
+from compileiq.core.space import SearchSpace, Stage, Value
+from compileiq.core.text import printable
+from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
+
+# nvcc's short spellings of the front-end options the space renders (nvcc --help).
+_NVCC_ALIASES = {"-use_fast_math": "--use_fast_math", "-ftz": "--ftz", "-prec-div": "--prec-div",
+                 "-prec-sqrt": "--prec-sqrt", "-fmad": "--fmad", "-restrict": "--restrict",
+                 "-jtd": "--jump-table-density", "-extra-device-vectorization": "--extra-device-vectorization"}
+# ptxas's short spellings (ptxas --help) -> the long ones the space renders.
+NVCC_SPELLINGS = tuple(_NVCC_ALIASES)
+_PTXAS_ALIASES = {"-O": "--opt-level", "-maxrregcount": "--maxrregcount", "-dlcm": "--def-load-cache",
+                  "-dscm": "--def-store-cache", "-maxntid": "--maxntid", "-minnctapersm": "--minnctapersm",
+                  "-override-directive-values": "--override-directive-values",
+                  "-allow-expensive-optimizations": "--allow-expensive-optimizations",
+                  "-disable-optimizer-consts": "--disable-optimizer-constants",
+                  "-opt-fp-atomics": "--optimize-float-atomics", "-regUsageLevel": "--register-usage-level"}
+_PTXAS_VALUED = {"--opt-level", "--maxrregcount", "--def-load-cache", "--def-store-cache", "--maxntid",
+                 "--minnctapersm", "--allow-expensive-optimizations", "--register-usage-level"}
+# ptxas options that only report or warn: the code is the same without them.
+_PTXAS_REPORTS = {"-v", "--verbose", "-warn-spills", "--warn-on-spills", "-warn-lmem-usage",
+                  "--warn-on-local-memory-usage", "-warn-double-usage", "--warn-on-double-precision-use",
+                  "-Werror", "--warning-as-error", "-w", "--disable-warnings", "-suppress-stack-size-warning",
+                  "--suppress-stack-size-warning", "-suppress-double-demote-warning",
+                  "--suppress-double-demote-warning"}
+NOT_DEVICE_CODE = "host compiler or linker option: device code is unchanged"
+HOST_OPTIMISATION = "host optimisation level (nvcc -O): device code is unchanged"
+REPORT_ONLY = "ptxas report or warning only: the code is the same without it"
+MAX_SHOWN = 80
+
+
+class ShippedFlagError(UsageError):
+    """A flag of the shipped command that compileiq cannot reproduce or may not pass on."""
+
+
+def shown(flag: str) -> str:
+    """A flag from a compile command, quoted and cut short for a one-line message."""
+    text = printable(flag)
+    return repr(text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "...")
+
+
+def frontend_setting(flag: str, value: str, given: str, space: SearchSpace, where: str) -> ShippedSetting:
+    """The setting an nvcc front-end option of the space stands for (nvcc's -maxrregcount: ptxas's)."""
+    option = _NVCC_ALIASES.get(flag, flag)
+    if option in ("-maxrregcount", "--maxrregcount"):
+        return _setting("ptxas", f"--maxrregcount={value}", given, space, where)
+    return _setting("frontend", f"{option}={value}" if value else option, given, space, where)
+
+
+def ptxas_settings(value: str, given: str, space: SearchSpace,
+                   where: str) -> tuple[list[ShippedSetting], list[FixedFlag]]:
+    """The settings and report-only options of one ``-Xptxas`` value (comma-separated options)."""
+    settings: list[ShippedSetting] = []
+    reports: list[FixedFlag] = []
+    tokens = iter(value.split(","))
+    for token in tokens:
+        name, eq, attached = token.partition("=")
+        option = _PTXAS_ALIASES.get(name, name)
+        if token.startswith("-O") and token[2:].isdigit():
+            option, attached, eq = "--opt-level", token[2:], "="
+        if token in _PTXAS_REPORTS:
+            reports.append(FixedFlag(given if "," not in value else f"-Xptxas {token}", False, REPORT_ONLY))
+            continue
+        if option not in _PTXAS_VALUED and not eq:
+            settings.append(_setting("ptxas", option, given, space, where))
+            continue
+        argument = attached if eq else next(tokens, "")
+        canonical = f"-O{argument}" if option == "--opt-level" else f"{option}={argument}"
+        settings.append(_setting("ptxas", canonical, given, space, where))
+    return settings, reports
+
+
+def _setting(stage: Stage, token: str, given: str, space: SearchSpace, where: str) -> ShippedSetting:
+    found = space.setting_of(stage, token) or _false_flag(stage, token, space)
+    if found is None:
+        raise ShippedFlagError(f"{where}: {shown(given)} {_why_not(stage, token, space)}; compileiq tunes from "
+                               "the build you ship and cannot reproduce this one: change the flag, or tune "
+                               "without --compile-commands")
+    name, value = found
+    return ShippedSetting(name, value, given)
+
+
+def _false_flag(stage: Stage, token: str, space: SearchSpace) -> tuple[str, Value] | None:
+    """``--ftz=false``: the default of a flag the space renders as ``--ftz=true``."""
+    if not token.endswith("=false"):
+        return None
+    found = space.setting_of(stage, token.removesuffix("=false") + "=true")
+    return (found[0], False) if found is not None and found[1] is True else None
+
+
+def _why_not(stage: Stage, token: str, space: SearchSpace) -> str:
+    for parameter in space.parameters:
+        render = parameter.render
+        ours = (token.startswith(render.split("{value}")[0]) if "{value}" in render
+                else token.partition("=")[0] == render.partition("=")[0])
+        if parameter.stage == stage and render and ours:
+            values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in parameter.values)
+            return f"sets {parameter.name} to a value the search space does not have (it has {values})"
+    what = "ptxas option" if stage == "ptxas" else "nvcc option"
+    return f"is a {what} that is neither searched by compileiq nor known to leave the code unchanged"
+
+
+def check_once(settings: Iterable[ShippedSetting], where: str) -> tuple[ShippedSetting, ...]:
+    """One value per setting: a command that sets one twice is refused (which one nvcc keeps is
+    its own rule)."""
+    found: dict[str, ShippedSetting] = {}
+    for setting in settings:
+        earlier = found.get(setting.name)
+        if earlier is not None and earlier.value != setting.value:
+            raise ShippedFlagError(f"{where}: {shown(earlier.flag)} and {shown(setting.flag)} both set "
+                                   f"{setting.name}: keep one")
+        found.setdefault(setting.name, setting)
+    return tuple(found.values())
+
+
+def value_text(value: Value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def describe(build: ShippedBuild) -> list[str]:
+    """The start of a run: which flags of the shipped command are searched (from their shipped
+    values), which are fixed and applied, which are not applied and why (two lines at most)."""
+    searched = ", ".join(f"{s.name}={value_text(s.value)} ({s.flag})" for s in build.settings)
+    applied = [f.flag for f in build.fixed if f.applied]
+    start = (f"searched from its values: {searched}" if searched
+             else "it sets no searched setting, so the compiler defaults")
+    lines = [printable(f"baseline: your build ({build.origin}); {start}"
+                       + (f"; fixed, applied to every build: {' '.join(applied)}" if applied else ""))]
+    skipped = [f for f in build.fixed if not f.applied]
+    if skipped:
+        reasons = dict.fromkeys(f.why for f in skipped)
+        lines.append(printable("not applied: " + "; ".join(
+            f"{' '.join(f.flag for f in skipped if f.why == why)} ({why})" for why in reasons)))
+    return lines
+
+
+def to_remove(settings: Iterable[ShippedSetting], chosen: Mapping[str, Value]) -> tuple[str, ...]:
+    """The shipped flags a build must drop to get the chosen settings: each flag of a setting whose
+    chosen value differs from the shipped one (appending cannot turn --use_fast_math off)."""
+    return tuple(dict.fromkeys(s.flag for s in settings if chosen.get(s.name) != s.value))

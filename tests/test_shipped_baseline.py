@@ -1,0 +1,228 @@
+"""The baseline is the build you ship: with --compile-commands, the tuned flags of the file's real
+command (fast math, ptxas -O, register caps) are where the search starts, the ACF records which
+were searched and which were fixed, and says which shipped flags a choice turns off."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compileiq.core.space import load_space
+from compileiq.results import acf
+from compileiq.source.compile_db import CompileDbError, read_command
+from tests.helpers import run_cli
+
+SPACE = load_space("13.0")
+KERNEL = """\
+__global__ void k(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float s = 0.f;
+  for (int j = 0; j < n; ++j) s += expf(x[(i + j) % n]) / x[j];
+  if (i < n) y[i] = s;
+}
+"""
+
+
+def _project(tmp_path: Path, command: str) -> Path:
+    (tmp_path / "k.cu").write_text(KERNEL)
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    return tmp_path / "compile_commands.json"
+
+
+def test_the_tuned_flags_of_the_command_are_the_shipped_settings(tmp_path: Path) -> None:
+    db = _project(tmp_path, "nvcc --use_fast_math -O3 -Xptxas -O3,-v -maxrregcount=64 -Xptxas -dlcm=cg "
+                            "-Xcompiler -fPIC -lineinfo -c k.cu -o k.o")
+    from compileiq.source.spec import ShippedSetting
+
+    shipped = read_command(db, tmp_path / "k.cu", SPACE).shipped
+    assert shipped is not None and shipped.origin == "compile_commands.json"
+    assert shipped.settings == (ShippedSetting("nvcc.use_fast_math", True, "--use_fast_math"),
+                                ShippedSetting("ptxas.opt_level", 3, "-Xptxas -O3,-v"),
+                                ShippedSetting("ptxas.maxrregcount", 64, "-maxrregcount=64"),
+                                ShippedSetting("ptxas.def_load_cache", "cg", "-Xptxas -dlcm=cg"))
+    fixed = {f.flag: f.applied for f in shipped.fixed}
+    assert fixed == {"-lineinfo": True, "-O3": False, "-Xptxas -v": False, "-Xcompiler -fPIC": False}
+
+
+@pytest.mark.parametrize("flags, message", [
+    ("-Xptxas '-O3;touch /tmp/pwned'", (r"'-Xptxas -O3;touch /tmp/pwned' sets ptxas.opt_level to a value the "
+                                        r"search space does not have \(it has 0, 1, 2, 3\)")),
+    ("-Xptxas=-v,$(id)", r"'-Xptxas=-v,\$\(id\)' is a ptxas option that is neither searched"),
+    ("-Xptxas --sanitize=memcheck", r"'-Xptxas --sanitize=memcheck' is a ptxas option that is neither searched"),
+    ("-maxrregcount 57", (r"'-maxrregcount 57' sets ptxas.maxrregcount to a value the search space does not have "
+                          r"\(it has default, 24, 32")),
+    ("--jump-table-density=60", r"sets nvcc.jump_table_density to a value the search space does not have"),
+    ("-Xptxas -O1 -Xptxas=-O2", r"'-Xptxas -O1' and '-Xptxas=-O2' both set ptxas.opt_level: keep one"),
+])
+def test_a_shipped_flag_compileiq_cannot_reproduce_is_one_clear_line(tmp_path: Path, flags: str, message: str) -> None:
+    db = _project(tmp_path, f"nvcc {flags} -c k.cu")
+    with pytest.raises(CompileDbError, match=message) as raised:
+        read_command(db, tmp_path / "k.cu", SPACE)
+    assert "\n" not in str(raised.value) and "compile_commands.json: the command for k.cu: " in str(raised.value)
+
+
+def test_hostile_ptxas_text_in_the_command_stops_tune_before_any_compile(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    _project(tmp_path, f"nvcc -Xptxas '-O3,--def-load-cache=cg;touch {marker}' -c k.cu")
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--budget", "2", "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)
+    assert done.returncode != 0 and not marker.exists(), done.describe()
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.describe()
+    assert "--def-load-cache=cg;touch" in done.stderr and "search space does not have" in done.stderr
+
+
+def _tune(tmp_path: Path, *args: str) -> dict[str, Any]:
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--json", *args],
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    return {**json.loads(done.stdout), "stderr": done.stderr}
+
+
+def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc --use_fast_math -O3 -Xptxas -O3 -Xcompiler=-fPIC -arch=sm_90 -c k.cu -o k.o")
+    shipped = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "3",
+                    "--out", str(tmp_path / "shipped.acf.toml"))
+    baseline = shipped["baseline"]
+    assert isinstance(baseline, dict)
+    assert baseline["config"]["nvcc.use_fast_math"] is True and baseline["config"]["ptxas.opt_level"] == 3
+    assert baseline["number"] == 0 and shipped["baseline_label"] == "baseline (your build: compile_commands.json)"
+    stderr = str(shipped["stderr"])
+    assert ("baseline: your build (compile_commands.json); searched from its values: nvcc.use_fast_math=true "
+            "(--use_fast_math), ptxas.opt_level=3 (-Xptxas -O3)") in stderr
+    assert "not applied: -O3 (host optimisation level" in stderr and "-Xcompiler=-fPIC (host compiler" in stderr
+    document = tomllib.loads((tmp_path / "shipped.acf.toml").read_text())
+    table = document["baseline"]
+    assert table["source"] == "compile_commands" and table["database"] == "compile_commands.json"
+    assert table["searched"] == [{"setting": "nvcc.use_fast_math", "value": True, "flag": "--use_fast_math"},
+                                 {"setting": "ptxas.opt_level", "value": 3, "flag": "-Xptxas -O3"}]
+    assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False)}
+    assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
+    page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
+                    "--out", str(tmp_path / "report.html")], cwd=tmp_path)
+    assert page.returncode == 0 and "baseline (your build)" in (tmp_path / "report.html").read_text(), page.describe()
+    read = acf.read(tmp_path / "shipped.acf.toml")
+    assert read.shipped is not None and read.shipped.values() == {"nvcc.use_fast_math": True, "ptxas.opt_level": 3}
+    defaults = _tune(tmp_path, "--budget", "3", "--out", str(tmp_path / "defaults.acf.toml"))
+    assert defaults["study"]["name"] != shipped["study"]["name"]
+    assert defaults["baseline"]["config"].get("nvcc.use_fast_math") in (None, False)
+    assert defaults["baseline_label"] == "baseline (defaults)"
+    assert "baseline" not in tomllib.loads((tmp_path / "defaults.acf.toml").read_text())
+
+
+def test_a_choice_that_changes_a_shipped_setting_names_the_flags_to_remove(tmp_path: Path) -> None:
+    """Shipped at ptxas -O0: every higher level is better and lowers nothing (the no-harm rules
+    hold to the shipped build); the ACF and `flags` say to take -Xptxas -O0 out of the command."""
+    _project(tmp_path, "nvcc -Xptxas -O0 -arch=sm_90 -c k.cu")
+    out = tmp_path / "k.acf.toml"
+    found = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                  "--objective", "instructions", "--budget", "4", "--out", str(out))
+    assert found["baseline"]["config"] == {"ptxas.opt_level": 0}
+    assert found["best"]["config"]["ptxas.opt_level"] in (1, 2, 3), found
+    document = tomllib.loads(out.read_text())
+    assert document["baseline"]["remove"] == ["-Xptxas -O0"]
+    flags = run_cli(["flags", str(out)], cwd=tmp_path)
+    assert flags.returncode == 0 and "-O0" not in flags.stdout, flags.describe()
+    assert "remove from the kernel's compile command (compile_commands.json): -Xptxas -O0" in flags.stderr
+    assert json.loads(run_cli(["flags", str(out), "--format", "json"], cwd=tmp_path).stdout)["remove"] == ["-Xptxas -O0"]
+    assert "# compileiq: remove from the kernel's compile command" in run_cli(
+        ["flags", str(out), "--format", "cmake"], cwd=tmp_path).stdout
+    # a hand-edited ACF that drops the instruction is refused, one line
+    assert document["evidence"]["vs_defaults"]["lowered_optimisation"] == []
+    out.write_text(out.read_text().replace('remove = [\n    "-Xptxas -O0",\n]', "remove = []"))
+    with pytest.raises(acf.AcfError, match=r"baseline.remove does not match its controls .* \['-Xptxas -O0'\]"):
+        acf.read(out)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ('value = true, flag = "--use_fast_math"', r"settings: 'nvcc.use_fast_math' = '57' is not in the search space"),
+    ('flag = "-O3"\napplied = false', r"baseline.fixed\[0\]: '-O3' is applied but not an allowed base flag"),
+    ('source = "compile_commands"', r"baseline must be a table with source = \"compile_commands\""),
+])
+def test_an_acf_baseline_table_is_untrusted_input(tmp_path: Path, edit: str, message: str) -> None:
+    path = tmp_path / "k.acf.toml"
+    text = _written_acf(tmp_path)
+    replacement = {'value = true, flag = "--use_fast_math"': 'value = "57", flag = "--use_fast_math"',
+                   'flag = "-O3"\napplied = false': 'flag = "-O3"\napplied = true',
+                   'source = "compile_commands"': 'source = "$(id)"'}[edit]
+    assert edit in text
+    path.write_text(text.replace(edit, replacement))
+    with pytest.raises(acf.AcfError, match=message) as raised:
+        acf.read(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_an_acf_without_a_baseline_table_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "k.acf.toml"
+    text = _written_acf(tmp_path)
+    path.write_text(text[: text.index("[baseline]")])
+    read = acf.read(path)
+    assert read.shipped is None and read.remove == ()
+
+
+_WRITTEN: dict[str, str] = {}
+
+
+def _written_acf(tmp_path: Path) -> str:
+    """One real ACF of a shipped fast-math build (tuned once per test session)."""
+    if "text" not in _WRITTEN:
+        _project(tmp_path, "nvcc --use_fast_math -O3 -arch=sm_90 -c k.cu")
+        _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2", "--allow-numerics",
+              "--out", str(tmp_path / "written.acf.toml"))
+        _WRITTEN["text"] = (tmp_path / "written.acf.toml").read_text()
+    return _WRITTEN["text"]
+
+
+def test_a_shipped_setting_that_makes_no_difference_is_kept_not_simplified_away(tmp_path: Path) -> None:
+    """Simplification resets a setting to its baseline value: the shipped -dlcm=cg ties with the
+    compiler's default cache mode on instructions, so the choice keeps it (resetting it to the
+    compiler default would tell the project to change a flag for nothing)."""
+    _project(tmp_path, "nvcc -Xptxas -O0,-dlcm=cg -arch=sm_90 -c k.cu")
+    out = tmp_path / "k.acf.toml"
+    found = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only",
+                  "ptxas.opt_level,ptxas.def_load_cache", "--objective", "instructions", "--budget", "24",
+                  "--out", str(out))
+    assert found["baseline"]["config"] == {"ptxas.opt_level": 0, "ptxas.def_load_cache": "cg"}
+    assert found["best"]["config"]["ptxas.def_load_cache"] == "cg", found["best"]
+    assert found["best"]["config"]["ptxas.opt_level"] != 0
+    assert acf.read(out).controls.get("ptxas.def_load_cache") == "cg"
+
+
+def test_the_gate_holds_an_acf_to_the_build_it_was_tuned_from(tmp_path: Path) -> None:
+    """Shipped at ptxas -O1, the choice keeps -O1 (-O2/-O3 give the same instruction count): no
+    lower level than the shipped build it was tuned from, so the gate finds nothing (it held the
+    ACF to the compiler's -O3 and its settings to a spec without the shipped build)."""
+    _project(tmp_path, "nvcc -Xptxas -O1 -arch=sm_90 -c k.cu")
+    out = tmp_path / "k.acf.toml"
+    found = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                  "--objective", "instructions", "--budget", "4", "--out", str(out))
+    assert found["best"]["config"] == {"ptxas.opt_level": 1}, found["best"]
+    gated = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    assert json.loads(gated.stdout)["acfs"][0]["findings"] == [], gated.stdout
+
+
+def test_leaving_a_shipped_setting_out_of_the_search_is_one_clear_line(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu")
+    for option in (["--only", "ptxas.opt_level"], ["--exclude", "nvcc.use_fast_math"]):
+        done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", *option, "--workers", "local",
+                        "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)
+        assert done.returncode != 0 and done.stderr.count("\n") == 1, done.describe()
+        assert (f"{option[0]} leaves out nvcc.use_fast_math, which your build sets (--use_fast_math)"
+                in done.stderr), done.describe()
+
+
+def test_a_command_without_tuned_flags_says_the_baseline_is_the_compiler_defaults(tmp_path: Path) -> None:
+    from compileiq.source.shipped import describe
+
+    db = _project(tmp_path, "nvcc -lineinfo -Xcompiler -Wall -c k.cu")
+    shipped = read_command(db, tmp_path / "k.cu", SPACE).shipped
+    assert shipped is not None and shipped.settings == ()
+    assert describe(shipped) == [
+        ("baseline: your build (compile_commands.json); it sets no searched setting, so the compiler defaults; "
+         "fixed, applied to every build: -lineinfo"),
+        "not applied: -Xcompiler -Wall (host compiler or linker option: device code is unchanged)"]
