@@ -113,8 +113,8 @@ def test_a_file_that_is_not_an_acf_is_not_replaced(workspace):
 
 def test_the_python_api_refuses_too_and_takes_force(workspace):
     before = (workspace / "k.acf.toml").read_bytes()
-    options = dict(objective="spills", budget=8, workers="local", only=ONLY, out=workspace / "k.acf.toml",
-                   db=f"sqlite:///{workspace / 'api.db'}")
+    options: dict = {"objective": "spills", "budget": 8, "workers": "local", "only": ONLY,
+                     "out": workspace / "k.acf.toml", "db": f"sqlite:///{workspace / 'api.db'}"}
     with pytest.raises(UsageError, match=r"not replacing the ACF .* without --force \(force=True in Python\).*: it records study .* this run in "):
         compileiq.tune(KERNEL, **options)
     assert (workspace / "k.acf.toml").read_bytes() == before

@@ -214,7 +214,7 @@ def retune_study(recorded: str, kernel: str, objective: str, measured: Measured)
     the kernel's source, settings and toolchain now, so that the same re-tune run twice shares one study."""
     if not recorded or re.fullmatch(rf"{re.escape(kernel)}-{re.escape(objective)}-[0-9a-f]{{8}}", recorded):
         return None
-    state = "\0".join((measured.source_sha256, measured.settings_sha256, measured.toolchain_build))
+    state = f"{measured.source_sha256}\0{measured.settings_sha256}\0{measured.toolchain_build}"
     return f"{re.sub(r'-[0-9a-f]{8}$', '', recorded)}-{hashlib.sha256(state.encode()).hexdigest()[:8]}"
 
 
