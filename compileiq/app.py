@@ -246,7 +246,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
             )  # fmt: skip
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle)
                          if _timed(options.objective) else None)
-            planned = _planned(options, request, bundle, toolchain, store.url_for_display, evaluator is None)
+            planned = _planned(options, request, bundle, toolchain, evaluator is None)
             acf_replace.check(path, planned, options.force)  # again at write time, with the run's evidence
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle).run()
         finally:
@@ -258,7 +258,7 @@ def tune(options: TuneOptions, progress: Progress) -> TuneReport:
     return TuneReport(result, path, space, spec, store.url_for_display)
 
 
-def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain: Toolchain, database: str,
+def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain: Toolchain,
              static: bool) -> acf_replace.Held:
     """What the run's ACF will hold, as far as it is known before the run: its study (a runtime
     objective's default name holds the GPU, known once measured) and whether it simplifies."""
@@ -266,7 +266,7 @@ def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain
     from compileiq.tuning.tuner import study_key
 
     name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
-    return acf_replace.Held(study=name, database=database, dropped=None if options.simplify else 0)
+    return acf_replace.Held(study=name, dropped=None if options.simplify else 0)
 
 
 def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | EarlyWorkers:

@@ -55,8 +55,9 @@ def _acf(workspace: Path) -> dict:
 
 def _refused(done: CliResult, *says: str) -> None:
     assert done.returncode == 2, done.describe()
-    assert len(done.stderr_lines) == 1, done.describe()
-    line = done.stderr_lines[0]
+    errors = [line for line in done.stderr_lines if line.startswith("error")]  # after a run: its progress first
+    assert len(errors) == 1 and done.stderr_lines[-1] == errors[0] and "Traceback" not in done.output, done.describe()
+    line = errors[0]
     assert line.startswith("error: not replacing ") and "without --force (force=True in Python)" in line, line
     assert "elsewhere with --out" in line, line
     for text in says:
@@ -83,20 +84,39 @@ def test_the_same_command_again_replaces_the_acf_and_keeps_its_simplification(wo
     assert after["controls"] == before["controls"]
 
 
-def test_another_database_is_refused_before_the_run(workspace):
+def test_another_study_is_refused_before_the_run(workspace):
     before = (workspace / "k.acf.toml").read_bytes()
     study = _acf(workspace)["provenance"]["study"]
-    done = run_cli(_args(db="other.db"), cwd=workspace)
-    _refused(done, f"it records study {study} in sqlite:///t.db, this run in sqlite:///other.db",
+    done = run_cli(_args("--study", "other", db="other.db"), cwd=workspace)
+    _refused(done, f"it records study {study}, this run study other",
              "it holds 8 search trials, a simplification that dropped 3 settings")
     assert (workspace / "k.acf.toml").read_bytes() == before
     assert _trials(workspace / "other.db") == 0  # refused before anything was built
 
 
+def test_fewer_search_trials_are_refused_when_the_acf_is_written(workspace):
+    """The same study in a fresh database with a smaller budget: known only after the run; its
+    trials stay in that database."""
+    before = (workspace / "k.acf.toml").read_bytes()
+    done = run_cli([*_args(db="other.db"), "--budget", "4"], cwd=workspace)
+    _refused(done, "it holds more search trials (this run: 4)", "this run's trials stay in the database")
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert _trials(workspace / "other.db") > 0
+
+
 def test_force_replaces_it(workspace):
-    done = run_cli(_args("--force", db="other.db"), cwd=workspace)
+    done = run_cli(_args("--force", "--study", "other", db="other.db"), cwd=workspace)
     assert done.returncode == 0, done.describe()
+    assert _acf(workspace)["provenance"]["study"] == "other"
     assert _acf(workspace)["provenance"]["database"] == "sqlite:///other.db"
+
+
+def test_the_same_study_moved_to_another_database_may_replace_it(workspace):
+    """db export/import moves a study; the same command on the new database, with as many
+    search trials, replaces the ACF (it cites the new database)."""
+    done = run_cli(_args(db="moved.db"), cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert _acf(workspace)["provenance"]["database"] == "sqlite:///moved.db"
 
 
 def test_a_run_without_simplification_is_refused(workspace):
@@ -113,9 +133,10 @@ def test_a_file_that_is_not_an_acf_is_not_replaced(workspace):
 
 def test_the_python_api_refuses_too_and_takes_force(workspace):
     before = (workspace / "k.acf.toml").read_bytes()
-    options: dict = {"objective": "spills", "budget": 8, "workers": "local", "only": ONLY,
+    options: dict = {"objective": "spills", "budget": 8, "workers": "local", "only": ONLY, "study": "api",
                      "out": workspace / "k.acf.toml", "db": f"sqlite:///{workspace / 'api.db'}"}
-    with pytest.raises(UsageError, match=r"not replacing the ACF .* without --force \(force=True in Python\).*: it records study .* this run in "):
+    with pytest.raises(UsageError, match=r"not replacing the ACF .* without --force \(force=True in Python\).*: "
+                                         r"it records study .*, this run study api; it holds 8 search trials"):
         compileiq.tune(KERNEL, **options)
     assert (workspace / "k.acf.toml").read_bytes() == before
     assert _trials(workspace / "api.db") == 0
@@ -137,7 +158,7 @@ def test_what_counts_as_less_evidence(workspace):
     assert acf_replace.less_evidence(existing, new()) is None
     assert acf_replace.less_evidence(existing, new(search_trials=20)) is None
     assert "more search trials" in (acf_replace.less_evidence(existing, new(search_trials=5)) or "")
-    confirmed = acf_replace.Held(study=existing.study, database=existing.database, search_trials=8, confirmed=True)
+    confirmed = acf_replace.Held(study=existing.study, search_trials=8, confirmed=True)
     assert "runtime confirmation would be lost" in (acf_replace.less_evidence(confirmed, existing) or "")
     forged = acf_replace.held({"format": 1, "provenance": {"study": ["x"], "search_trials": -3}})
     assert forged == acf_replace.Held(dropped=0, confirmed=False)  # wrong types read as not recorded

@@ -3,8 +3,8 @@
 An ACF is what a review and the gate rely on, so a run with a smaller budget, a run of another
 study or one without simplification must not quietly overwrite it (the Python API's example once
 rewrote the README command's ACF: its simplification gone, "budget 8" beside 40 trials). The
-existing file holds *more evidence* than the new one when it records another study (name or
-database), more search trials, a simplification that dropped settings where the new one drops
+existing file holds *more evidence* than the new one when it records another study, more
+search trials, a simplification that dropped settings where the new one drops
 none, or a runtime confirmation where the new one has none. Anything else (the same command run
 again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
 not an ACF is never replaced without `force`.
@@ -33,8 +33,7 @@ class ReplaceError(UsageError):
 class Held:
     """What an ACF holds as evidence; None where it is not known (before a run)."""
 
-    study: str | None = None
-    database: str | None = None
+    study: str | None = None  # a study moved to another database (db export/import) is the same study
     search_trials: int | None = None
     dropped: int | None = None  # settings its simplification dropped
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
@@ -56,8 +55,7 @@ def held(document: Mapping[str, Any]) -> Held:
     evidence, objective = _table(document, "evidence"), _table(document, "objective")
     trials = provenance.get("search_trials", provenance.get("trials_in_study"))
     dropped = _table(evidence, "simplified").get("dropped", [])
-    return Held(study=_text(provenance.get("study")), database=_text(provenance.get("database")),
-                search_trials=trials if is_count(trials) else None,
+    return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
                 dropped=len(dropped) if isinstance(dropped, list) else 0,
                 confirmed=is_finite(objective.get("confirmation_delta")))
 
@@ -66,8 +64,6 @@ def less_evidence(existing: Held, new: Held) -> str | None:
     """Why `new` holds less evidence than `existing` (one clause), or None when it may replace it."""
     if existing.study and new.study and existing.study != new.study:
         return f"it records study {existing.study}, this run study {new.study}"
-    if existing.study and new.study and (existing.database or "") != (new.database or ""):
-        return f"it records study {existing.study} in {existing.database}, this run in {new.database}"
     if existing.search_trials is not None and new.search_trials is not None and new.search_trials < existing.search_trials:
         return f"it holds more search trials (this run: {new.search_trials})"
     if existing.dropped and new.dropped == 0:
