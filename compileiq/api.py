@@ -2,7 +2,7 @@
 
     import compileiq
     result = compileiq.tune("kernels/spill_heavy/spill_heavy.cu", objective="spills", budget=8,
-                            workers="local")
+                            workers="local", out="store/spill_heavy.api.acf.toml")
     print(result.best_value, result.flags, result.acf_path)
 
 A thin layer over `compileiq.app` (what the command line calls): the same options, defaults,
@@ -111,6 +111,7 @@ def tune(
     patience: int | None = None,
     pick: str | None = None,
     stream: bool = False,
+    force: bool = False,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
@@ -118,14 +119,16 @@ def tune(
     `budget` counts search trials (simplification and ablation builds are extra); `time_budget`
     ("10m", or seconds) and `patience` (batches without a better best) may end the search first.
     Several objectives ("registers,instructions") search the Pareto front; `pick` chooses on it
-    ("knee", "first", "weights=a:0.7,b:0.3")."""
+    ("knee", "first", "weights=a:0.7,b:0.3"). An ACF already at the path that holds more evidence
+    (another study, more search trials, a simplification or confirmation this run lacks) is not
+    replaced (UsageError, before the run where it can be known) unless `force`."""
     options = app.TuneOptions(
         kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
         surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
         study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, program=program, metric_regex=metric_regex,
-        time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream,
+        time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))
     result = report.result

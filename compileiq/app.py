@@ -20,7 +20,7 @@ from compileiq.core.records import first_line
 from compileiq.core.space import SearchSpace, load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
-from compileiq.results import acf, evidence
+from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle
@@ -69,6 +69,7 @@ class TuneOptions:
     patience: int | None = None  # stop after this many batches in a row without a better best
     pick: str | None = None  # several objectives: knee (default) | first | weights=a:0.7,b:0.3
     stream: bool = False  # keep batch_size variants compiling, a new one as each finishes
+    force: bool = False  # replace an existing ACF even when it holds more evidence (acf_replace)
 
 
 @dataclass(frozen=True)
@@ -290,14 +291,27 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         try:
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle, measurers)
                          if _timed(options.objective) else None)
+            planned = _planned(options, request, bundle, toolchain, evaluator is None)
+            acf_replace.check(path, planned, options.force)  # again at write time, with the run's evidence
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)
-        acf.write(path, content)
+        acf.write(path, content, options.force)
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display)
+
+
+def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain: Toolchain,
+             static: bool) -> acf_replace.Held:
+    """What the run's ACF will hold, as far as it is known before the run: its study (a runtime
+    objective's default name holds the GPU, known once measured) and whether it simplifies."""
+    from compileiq.store import default_study_name
+    from compileiq.tuning.tuner import study_key
+
+    name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
+    return acf_replace.Held(study=name, dropped=None if options.simplify else 0)
 
 
 def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | EarlyWorkers:

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli, venv_too
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
+SHIPPED_ACTIONLINT_CONFIG = DOCS / "ci" / "actionlint.yaml"
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 
 
@@ -65,8 +67,7 @@ def test_every_yaml_block_of_the_github_recipe_is_a_whole_workflow() -> None:
 def test_every_workflow_in_docs_passes_actionlint(tmp_path: Path) -> None:
     workflows = [b for b in blocks("yaml") if is_workflow(b)]
     assert workflows
-    config = tmp_path / "actionlint.yaml"
-    config.write_text("self-hosted-runner:\n  labels: [gpu]\n")  # as the recipe tells users to declare it
+    config = SHIPPED_ACTIONLINT_CONFIG  # the file the recipe tells users to copy to .github/actionlint.yaml
     files = []
     for number, block in enumerate(workflows):
         path = tmp_path / f"{block.page.removesuffix('.md')}-{number}.yml"
@@ -76,6 +77,48 @@ def test_every_workflow_in_docs_passes_actionlint(tmp_path: Path) -> None:
                            "-config-file", str(config), *files],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_shipped_actionlint_config_is_the_one_the_recipe_names() -> None:
+    """Issue 25, item 4: the recipe named an actionlint config that nobody shipped."""
+    data = yaml.safe_load(SHIPPED_ACTIONLINT_CONFIG.read_text())
+    assert data == {"self-hosted-runner": {"labels": ["gpu"]}}
+    gpu_jobs = [job for b in blocks("yaml", [DOCS / "ci-github-actions.md"]) for job in b.data["jobs"].values()
+                if "gpu" in job.get("runs-on", [])]
+    assert gpu_jobs, "the GPU workflow uses the label the config declares"
+    assert "[ci/actionlint.yaml](ci/actionlint.yaml)" in (DOCS / "ci-github-actions.md").read_text()
+
+
+def test_the_recipes_name_no_tag_that_does_not_exist() -> None:
+    """A recipe pinned compileiq to `v0.1.0`, a tag this repository never had; `git clone --branch`
+    cannot take the commit SHA instead. Every tag-like ref a CI page names must exist."""
+    tags = set(subprocess.run(["git", "tag"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split())
+    for page in sorted(DOCS.glob("ci*.md")):
+        text = page.read_text()
+        named = set(re.findall(r"(?<![\w.@/-])v\d+\.\d+(?:\.\d+)?\b", text))
+        assert named <= tags, f"{page.name} names tags that do not exist: {sorted(named - tags)}"
+        assert not re.search(r"clone [^\n]*--branch[^\n]*(REF|COMMIT)", text), f"{page.name}: --branch takes no commit SHA"
+
+
+def test_the_gitlab_install_line_installs_a_commit(tmp_path: Path) -> None:
+    """The before_script's `pip install` of `git+REPOSITORY@COMMIT`, run with this repository and its
+    current commit (offline: no dependencies, no index, the build backend of this environment)."""
+    (block,) = blocks("yaml", [DOCS / "ci-gitlab.md"])
+    job = block.data["perf-gate"]
+    [line] = [line for line in job["before_script"] if "pip install" in line]
+    install = line.split("&&")[-1].strip()
+    assert install == '/opt/ciq/bin/pip install "git+$COMPILEIQ_REPOSITORY@$COMPILEIQ_COMMIT"', install
+    assert job["variables"]["COMPILEIQ_COMMIT"] == "REPLACE_WITH_THE_FULL_COMMIT_SHA"
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    command = install.replace("/opt/ciq/bin/pip", f"{shlex.quote(sys.executable)} -m pip") + (
+        f" --no-deps --no-index --no-build-isolation --target {shlex.quote(str(tmp_path / 'site'))}")
+    env = clean_env({"COMPILEIQ_REPOSITORY": REPO.as_uri(), "COMPILEIQ_COMMIT": commit})
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    installed = tmp_path / "site" / "compileiq"
+    assert (installed / "cli" / "__init__.py").is_file() and any((installed / "search_spaces").glob("*.toml"))
 
 
 def test_actionlint_rejects_the_concurrency_expression_the_recipe_used_to_have(tmp_path: Path) -> None:
@@ -101,7 +144,7 @@ def test_no_recipe_installs_compileiq_from_the_package_index() -> None:
     installs = [t for page in sorted(DOCS.glob("ci-*.md")) for t in _pip_install_targets(page.read_text())]
     assert len(installs) >= 5
     for targets in installs:
-        assert targets and all(t == "." or t.startswith(("./", "/", "$")) for t in targets), targets
+        assert targets and all(t == "." or t.startswith(("./", "/", "$", "git+$")) for t in targets), targets
 
 
 # --- a tuned kernel in a git repository, as a user's CI sees it -------------------------------------
@@ -189,7 +232,6 @@ def test_the_gitlab_job_runs_its_script_as_written(project: Path) -> None:
     job = block.data["perf-gate"]
     assert set(job) >= {"image", "before_script", "script", "artifacts"}
     assert job["artifacts"]["reports"]["junit"] == "gate.xml" and job["artifacts"]["when"] == "always"
-    assert "/opt/ciq/bin/pip install /opt/compileiq-src" in " ".join(job["before_script"])
     _fresh_reports(project)
     script = "set -e\n" + "\n".join(job["script"])  # as a GitLab runner runs them (bash, stop at the first failure)
     done = subprocess.run(["bash", "-c", script], cwd=project, env=_env_with_compileiq(), capture_output=True,

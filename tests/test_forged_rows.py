@@ -109,7 +109,7 @@ def test_a_poisoned_cached_build_is_rebuilt_and_replaced(kernel: Path, tmp_path:
             entries = [{**e, "registers": 1, "spill_store_bytes": 0, "spill_load_bytes": 0} for e in metrics["entries"]]
             conn.execute(builds.update().where(builds.c.key == key).values(metrics={**metrics, "entries": entries}))
     assert rows
-    output = _tune(kernel, url, "--study", "second")  # a new study of the same code: served by the cache
+    output = _tune(kernel, url, "--study", "second", "--force")  # a new study of the same code: served by the cache
     assert "build cache hits 0;" not in output
     assert acf.read(kernel / "k.acf.toml").controls == first.controls
     assert "quarantined: its row says value 1" in output

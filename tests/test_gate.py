@@ -10,15 +10,20 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
+import shlex
 import shutil
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from helpers import CliResult, run_cli
 
 from compileiq import app
+from compileiq.cli import cli
 from compileiq.core.errors import UsageError
 from compileiq.evaluate.stats import Verdict
 from compileiq.gating import check as gating
@@ -41,7 +46,7 @@ FIR = textwrap.dedent(
 )
 SMALL, SPILLING = FIR.replace("TAPS", "32"), FIR.replace("TAPS", "128")  # 128: 424 + 628 spill bytes
 ACF, KERNEL = "k/fir.acf.toml", "k/fir.cu"
-RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --db sqlite:///{db} --out k/fir.acf.toml"
+RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --db sqlite:///{db} --out k/fir.acf.toml --force"
 
 
 class Quiet:
@@ -115,8 +120,8 @@ def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
     (workspace / "k" / "tune.toml").write_text("block_size = 64\n")
     result = _gate(workspace, ACF, "--static")
     retune = RETUNE.format(db=tuned / "t.db")
-    assert (f"warn stale-settings: the kernel's tune.toml settings changed since the ACF was tuned; re-tune: "
-            f"{retune}") in result.stdout, result.describe()
+    assert "warn stale-settings: the kernel's tune.toml settings changed since the ACF was tuned (recorded " in result.stdout
+    assert result.stdout.count(f"; re-tune: {retune}\n") == 1, result.describe()
     assert "stale-source" not in result.stdout
     assert "stale-settings" not in _gate(tuned, ACF, "--static").stdout
 
@@ -127,7 +132,8 @@ def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tun
     for result in runs:
         assert result.returncode == 1, result.describe()
         assert "error spills: spill bytes appeared: 0 -> 1052 (recorded 0 B, measured 1052 B)" in result.stdout
-        assert f"warn stale-source: the kernel source changed since the ACF was tuned; re-tune: {retune}" in result.stdout
+        assert "warn stale-source: the kernel source changed since the ACF was tuned (recorded " in result.stdout
+        assert result.stdout.count(f"; re-tune: {retune}\n") == 1, result.describe()
         assert "\\x0a" not in result.stdout  # the table's findings are lines, not one line joined by an escape
     assert runs[0].stdout == runs[1].stdout
     assert (spilling / "gate1.md").read_bytes() == (spilling / "gate2.md").read_bytes()
@@ -138,6 +144,52 @@ def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tun
     assert failure is not None and failure.get("message", "").startswith("spills: spill bytes appeared")
     assert retune in (suite.findtext("testcase/system-out") or "")
     assert "| `spills` | error | 0 B | 1052 B |" in (spilling / "gate1.md").read_text()
+
+
+def _retune_line(result: CliResult) -> list[str]:
+    found = [line.split("re-tune: ", 1)[1] for line in result.stdout.splitlines() if "re-tune: " in line]
+    assert found, result.describe()
+    return shlex.split(found[0])
+
+
+def _tune_params(argv: list[str]) -> dict:
+    """The options `compileiq tune` gets from argv, parsed by the real CLI parser (nothing runs)."""
+    group: Any = typer.main.get_command(cli)
+    ctx = group.make_context("compileiq", argv[1:], resilient_parsing=False)
+    protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []
+    name, command, rest = group.resolve_command(ctx, [*protected, *ctx.args])
+    assert name == "tune"
+    return dict(command.make_context(name, rest, parent=ctx, resilient_parsing=False).params)
+
+
+def test_the_retune_line_pasted_retunes_the_acf_in_place(spilling, tuned):
+    """Issue 25, item 4: the gate given a roundabout ACF path prints a re-tune line with the paths
+    as seen from here, the ACF's study and database; pasted (with a small budget), it runs and
+    replaces the stale ACF with one of the new source."""
+    result = _gate(spilling, "./k/../k/fir.acf.toml", "--static")
+    argv = _retune_line(result)
+    params = _tune_params(argv)
+    assert (str(params["kernel"]), str(params["out_file"])) == ("k/fir.cu", "k/fir.acf.toml"), argv
+    assert params["study"] is None and params["force"] and params["db"] == f"sqlite:///{tuned / 't.db'}", argv
+    before = (spilling / ACF).read_text()
+    done = run_cli([*argv[1:], "--budget", "3", "--workers", "local", "--only", "ptxas.opt_level"], cwd=spilling)
+    assert done.returncode == 0, done.describe()
+    assert (spilling / ACF).read_text() != before
+    assert _gate(spilling, ACF, "--static", "--rule", "spills=off").returncode == 0
+
+
+def test_the_retune_line_keeps_a_study_the_user_named(spilling, tuned):
+    """A study named by the user (--study) stays recognisable: its name plus the kernel's state now
+    (the old study cannot take the new source), the same for both gate runs, and the pasted line works."""
+    acf = spilling / ACF
+    acf.write_text(re.sub(r'(?m)^study = ".*"$', 'study = "fir-prod"', acf.read_text()))
+    lines = [_retune_line(_gate(spilling, ACF, "--static")) for _ in range(2)]
+    assert lines[0] == lines[1]
+    study = _tune_params(lines[0])["study"]
+    assert re.fullmatch(r"fir-prod-[0-9a-f]{8}", study), lines[0]
+    done = run_cli([*lines[0][1:], "--budget", "2", "--workers", "local", "--only", "ptxas.opt_level"], cwd=spilling)
+    assert done.returncode == 0, done.describe()
+    assert f'study = "{study}"' in acf.read_text()
 
 
 def test_a_rule_made_a_warning_passes_with_the_warning(spilling):

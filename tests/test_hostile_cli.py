@@ -408,7 +408,8 @@ def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, p
     holder = _start(processes, tiny, db, "--budget", "1", "--batch-size", "1", "--stale-after", "3",
                     "--out", str(tiny.parent / "holder.acf.toml"), env=slow_toolchain(tiny.parent / "slow", 60))
     (baseline,) = _wait_for_running(db, holder)
-    other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "3", "--out", str(out))
+    # --force: the file is no ACF, which tune would otherwise refuse to replace before the run
+    other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "3", "--out", str(out), "--force")
     _, stderr = other.communicate(timeout=120)
     line = stderr.strip().splitlines()[-1]
     assert other.returncode == 1 and "Traceback" not in stderr, stderr

@@ -266,7 +266,8 @@ def test_a_timeout_is_not_cached_and_a_longer_timeout_compiles(tmp_path: Path) -
     assert _trials(tmp_path)[1] == 0
 
     _kernel(tmp_path, "compile_timeout_s = 120\n")
-    other = _tune(tmp_path, "--budget", "1", "--study", "another-study")
+    other = _tune(tmp_path, "--budget", "1", "--study", "another-study",
+                  "--out", str(tmp_path / "other.acf.toml"))  # another study: its own ACF
     assert other.returncode == 0, other.describe()  # a new study: no cached timeout
     same = _tune(tmp_path, "--budget", "1")
     assert same.returncode == 0, same.describe()  # the same study retries its lost baseline

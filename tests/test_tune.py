@@ -84,7 +84,8 @@ def test_an_identical_rerun_compiles_only_the_check_of_what_its_acf_cites(tmp_pa
 
 def test_another_objective_reuses_the_build_cache(tmp_path, spiller):
     app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12), SilentProgress())
-    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12, objective="registers"), SilentProgress())
+    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=12, objective="registers",
+                              out=tmp_path / "other.acf.toml"), SilentProgress())  # another study: its own ACF
     assert other.result.counters.build_cache_hits >= 12
     assert other.result.counters.frontend_calls <= other.result.counters.verify_calls  # only to check the choice
 
@@ -178,7 +179,8 @@ def test_a_new_objective_starts_warm_from_earlier_studies(tmp_path, spiller):
     first = app.tune(_options(tmp_path, spiller, budget=16, batch_size=4, simplify=False), SilentProgress())
     complete = [t for t in first.result.trials if t.state is TrialState.COMPLETE]
     recorder = Recorder()
-    second = app.tune(_options(tmp_path, spiller, budget=12, batch_size=4, objective="registers", simplify=False),
+    second = app.tune(_options(tmp_path, spiller, budget=12, batch_size=4, objective="registers", simplify=False,
+                               out=tmp_path / "other.acf.toml"),
                       recorder)
     assert f"warm start: {len(complete)} results from 1 earlier studies" in recorder.notes
     first_batch = recorder.outcomes[:4]
@@ -196,7 +198,8 @@ def test_a_new_objective_starts_warm_from_earlier_studies(tmp_path, spiller):
 
 def test_another_arch_never_reuses_builds(tmp_path, spiller):
     app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6), SilentProgress())
-    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6, arch="sm_80"), SilentProgress())
+    other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6, arch="sm_80",
+                              out=tmp_path / "other.acf.toml"), SilentProgress())
     assert other.result.study.key.arch == "sm_80"
     assert other.result.counters.build_cache_hits == 0
     assert other.result.counters.ptxas_calls >= 6
@@ -217,7 +220,8 @@ def test_another_toolchain_build_never_reuses_builds(tmp_path, spiller, monkeypa
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
     find_toolchain.cache_clear()
     try:
-        other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6), SilentProgress())
+        other = app.tune(_options(tmp_path, spiller, strategy="exhaustive", budget=6, out=tmp_path / "other.acf.toml"),
+                         SilentProgress())
     finally:
         find_toolchain.cache_clear()
     assert other.result.study.key.toolchain == f"other-{real.nvcc_build}"

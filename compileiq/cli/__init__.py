@@ -80,6 +80,7 @@ def tune(
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
     stream: Annotated[bool, typer.Option("--stream", metavar="", help="Keep --batch-size variants compiling, starting one as each finishes (a cluster's workers never wait for a batch's slowest; not reproducible by --seed).")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="ACF path; default store/<kernel>.<objective>.acf.toml")] = None,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace the ACF at the path even if it holds more evidence (another study, more search trials, a simplification or a confirmation this run lacks).")] = False,
     db: DbOption = None,
     study: Annotated[str | None, typer.Option(help="Study name (share one study between runs/people).")] = None,
     workers: Annotated[str, typer.Option(metavar="[ray|local]", help="ray | local (threads, no Ray)")] = "ray",
@@ -107,7 +108,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         program=program, metric_regex=metric_regex, compile_commands=compile_commands,
-        time_budget=time_budget, patience=patience, pick=pick, stream=stream,
+        time_budget=time_budget, patience=patience, pick=pick, stream=stream, force=force,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:

@@ -9,6 +9,9 @@ defaults and with the recorded value.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -191,16 +194,46 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
                     spec.settings_sha256())
 
 
-def retune_command(target: Target) -> str:
-    """The command that re-tunes a stale ACF in place, in the database it was tuned in (a URL's
-    password shows as *** in the ACF: put it back, or set COMPILEIQ_DB)."""
-    objective = str(target.acf.objective.get("name", "static"))
-    database = str(target.acf.provenance.get("database", ""))
+def retune_command(target: Target, measured: Measured) -> str:
+    """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
+    the ACF as paths from here, the ACF's objective, pick rule, arch and database (a URL's
+    password shows as *** in the ACF: put it back, or set COMPILEIQ_DB), and `--force`, since the
+    re-tune is a new study (the source, settings or toolchain the old one was made for changed)
+    and an ACF of another study is otherwise not replaced. A study the user named (not the
+    default `<kernel>-<objective>-<8 hex>`) keeps its name with the kernel's state now as a
+    suffix (`retune_study`): the old name belongs to the old key and cannot be reused."""
+    acf = target.acf
+    objective = str(acf.objective.get("name", "static"))
+    database = str(acf.provenance.get("database", ""))
     db = ["--db", database] if database else []
-    pick = target.acf.evidence.get("pick", {}).get("rule") if "objectives" in target.acf.objective else None
+    pick = acf.evidence.get("pick", {}).get("rule") if "objectives" in acf.objective else None
     picked = ["--pick", str(pick)] if pick else []
-    return shlex.join(["compileiq", "tune", target.kernel_label, "--objective", objective, *picked,
-                       "--arch", target.acf.arch, *db, "--out", target.acf_label])
+    study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
+    named = [f"--study={study}"] if study else []
+    return shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
+                       *picked, "--arch", acf.arch, *db, *named, "--out", path_from_here(target.acf_label),
+                       "--force"])
+
+
+def retune_study(recorded: str, kernel: str, objective: str, measured: Measured) -> str | None:
+    """The study a re-tune records into: None (the default name) when the ACF's study had the
+    default name, else the recorded name (less an earlier re-tune's suffix) and 8 hex digits of
+    the kernel's source, settings and toolchain now, so that the same re-tune run twice shares one study."""
+    if not recorded or re.fullmatch(rf"{re.escape(kernel)}-{re.escape(objective)}-[0-9a-f]{{8}}", recorded):
+        return None
+    state = f"{measured.source_sha256}\0{measured.settings_sha256}\0{measured.toolchain_build}"
+    return f"{re.sub(r'-[0-9a-f]{8}$', '', recorded)}-{hashlib.sha256(state.encode()).hexdigest()[:8]}"
+
+
+def path_from_here(path: str) -> str:
+    """`path` as a shell word that names the same file from the current folder: its folder's links
+    resolved (no `a/../b`), relative when it lies below here, else absolute."""
+    folder = os.path.realpath(os.path.dirname(path) or ".")
+    full = os.path.join(folder, os.path.basename(path))
+    here = os.path.realpath(os.getcwd())
+    inside = os.path.commonpath([here, full]) == here
+    shown = os.path.relpath(full, here) if inside else full
+    return f"./{shown}" if shown.startswith("-") else shown  # never read as an option
 
 
 # --- the gate -----------------------------------------------------------------------------------
@@ -212,7 +245,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     recorded = recorded_of(target.acf)
     bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
     measured = rebuild(target, toolchain, bundle)
-    hits = static_hits(recorded, measured, retune_command(target))
+    hits = static_hits(recorded, measured, retune_command(target, measured))
     hits += default_hits(measured, rebuild_defaults(target, toolchain, bundle, measured))
     measured_timing = None
     if timing is not None and measured.failure is None:

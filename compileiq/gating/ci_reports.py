@@ -27,8 +27,11 @@ def summary_line(report: GateReport) -> str:
 
 
 def finding_line(finding: Finding) -> str:
+    """One finding as a line; a re-tune command comes last, so that the rest of the line after
+    "re-tune: " can be pasted into a shell."""
+    command = f"; re-tune: {finding.command}" if finding.command else ""
     return (f"{finding.severity.value} {finding.rule}: {finding.message} "
-            f"(recorded {finding.recorded}, measured {finding.measured})")
+            f"(recorded {finding.recorded}, measured {finding.measured}){command}")
 
 
 # --- markdown -----------------------------------------------------------------------------------
@@ -55,7 +58,7 @@ def _markdown_result(result: AcfResult) -> list[str]:
     lines += ["| rule | severity | recorded | measured | detail |", "|---|---|---|---|---|"]
     for f in result.findings:
         lines.append(f"| `{f.rule}` | {f.severity.value} | {_cell(f.recorded)} | {_cell(f.measured)} | "
-                     f"{_cell(f.message)} |")
+                     f"{_cell(f.text)} |")
     return lines
 
 
@@ -95,7 +98,7 @@ def _testcase(suite: ET.Element, result: AcfResult) -> None:
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
     if errors:
         failure = ET.SubElement(case, "failure", type="regression",
-                                message="; ".join(f"{f.rule}: {f.message}" for f in errors))
+                                message="; ".join(f"{f.rule}: {f.text}" for f in errors))
         failure.text = "\n".join(finding_line(f) for f in errors)
     notes = [finding_line(f) for f in result.findings if f.severity is Severity.WARN]
     if result.timing is not None:
@@ -124,7 +127,8 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
         "acf": result.acf, "kernel": result.kernel, "kernel_path": result.kernel_path,
         "verdict": result.verdict,
         "findings": [{"rule": f.rule, "severity": f.severity.value, "recorded": f.recorded,
-                      "measured": f.measured, "message": f.message} for f in result.findings],
+                      "measured": f.measured, "message": f.message,
+                      **({"command": f.command} if f.command else {})} for f in result.findings],
         "recorded": {"spill_bytes": r.spill_bytes, "registers": r.registers, "occupancy": r.occupancy,
                      "code_hash": r.code_hash},
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,

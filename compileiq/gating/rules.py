@@ -118,6 +118,7 @@ class Hit:
     recorded: str
     measured: str
     message: str
+    command: str = ""  # what re-tunes the ACF (stale rules): printed last, so that it can be pasted
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,18 @@ class Finding:
     recorded: str
     measured: str
     message: str
+    command: str = ""  # what re-tunes the ACF (stale rules)
+
+    @property
+    def text(self) -> str:
+        """The message, and the command that fixes it when there is one."""
+        return f"{self.message}; re-tune: {self.command}" if self.command else self.message
 
 
 def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Finding, ...]:
     """Apply severities (dropping rules that are off), in the fixed rule order."""
     ordered = sorted(hits, key=lambda hit: RULE_NAMES.index(hit.rule))
-    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message) for h in ordered
+    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message, h.command) for h in ordered
                  if table[h.rule] is not Severity.OFF)
 
 
@@ -192,13 +199,13 @@ def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     found = []
     if m.source_sha256 != r.source_sha256:
         found.append(Hit("stale-source", r.source_sha256[:12], m.source_sha256[:12],
-                         f"the kernel source changed since the ACF was tuned; re-tune: {retune}"))
+                         "the kernel source changed since the ACF was tuned", retune))
     if r.settings_sha256 and m.settings_sha256 != r.settings_sha256:
         found.append(Hit("stale-settings", r.settings_sha256[:12], m.settings_sha256[:12],
-                         f"the kernel's tune.toml settings changed since the ACF was tuned; re-tune: {retune}"))
+                         "the kernel's tune.toml settings changed since the ACF was tuned", retune))
     if m.toolchain_build != r.toolchain_build:
         found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
-                         f"the compiler differs from the one the ACF was tuned with; re-tune: {retune}"))
+                         "the compiler differs from the one the ACF was tuned with", retune))
     return found
 
 

@@ -25,7 +25,7 @@ from compileiq.core.metric_ranges import is_count, is_finite
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
 from compileiq.core.version import __version__
-from compileiq.results import to_time
+from compileiq.results import acf_replace, to_time
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags, path_problem
@@ -147,15 +147,18 @@ def render(content: AcfContent) -> dict[str, Any]:
     } | shipped  # fmt: skip
 
 
-def write(path: Path, content: AcfContent) -> Path:
+def write(path: Path, content: AcfContent, force: bool = False) -> Path:
     """Write atomically (temporary file + rename): a reader never sees half a file; an existing
-    ACF is replaced only by one that reads back valid. A symlink stays a link to the rewritten
-    file; anything but a regular file is refused (OutputFileError)."""
-    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(render(content))
+    ACF is replaced only by one that reads back valid and, unless ``force``, holds at least as
+    much evidence (`acf_replace`: ReplaceError otherwise). A symlink stays a link to the
+    rewritten file; anything but a regular file is refused (OutputFileError)."""
+    document = render(content)
+    text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(document)
     try:
         parse(path, text)
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
+    acf_replace.check(path, acf_replace.held(document), force, after_run=True)
     write_atomically(path, text.encode("utf-8"))
     return path
 

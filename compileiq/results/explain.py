@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from compileiq.core.records import RunRecord, Study, Trial, TrialState
+from compileiq.core.records import SCREEN, SEARCH, RunRecord, Study, Trial, TrialState
 from compileiq.core.space import SearchSpace, SpaceError, load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
@@ -164,12 +164,13 @@ def _confirmed(study: Study, trials: tuple[Trial, ...], runs: Sequence[RunRecord
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:
-    """The tuner's own rule (`eligibility.choose`): for a static objective only trials that may win,
-    strictly better than the baseline, the fewest changed settings among equals."""
+    """The tuner's own rule (`eligibility.choose`) over the trials the search made (a simplified
+    trial is the simplification's result, not its start): for a static objective only trials that
+    may win, strictly better than the baseline, the fewest changed settings among equals."""
     if baseline is None or baseline.state is not TrialState.COMPLETE:
         return best(trials)
     refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
-    return eligibility.choose(trials, baseline, refuse)
+    return eligibility.choose([t for t in trials if t.purpose in (SEARCH, SCREEN)], baseline, refuse)
 
 
 def best(trials: Sequence[Trial]) -> Trial | None:

@@ -574,7 +574,11 @@ class Tuner:
         self._reference = eligibility.Reference.of(baseline, self._request.objective) if self._static else None
         if self._multi:
             return self._front_result(study, baseline, trials, exhausted, verifier)
-        winner = eligibility.choose(trials, baseline, self._refusal)
+        # the search's winner is a trial the search made: a rerun then simplifies it again to the
+        # same choice, and the ACF keeps what the simplification dropped (it used to pick the
+        # simplified trial itself, with nothing left to drop, and lose that record)
+        searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
+        winner = eligibility.choose(searched, baseline, self._refusal)
         simplification = None
         exact = not self._static  # timings are noisy: same code only
         out_of_time = self._clock.out_of_time  # then nothing more is built: recorded results only

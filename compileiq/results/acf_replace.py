@@ -1,0 +1,107 @@
+"""Whether a new ACF may replace the file at its path: never one that holds more evidence.
+
+An ACF is what a review and the gate rely on, so a run with a smaller budget, a run of another
+study or one without simplification must not quietly overwrite it (the Python API's example once
+rewrote the README command's ACF: its simplification gone, "budget 8" beside 40 trials). The
+existing file holds *more evidence* than the new one when it records another study, more
+search trials, a simplification that dropped settings where the new one drops
+none, or a runtime confirmation where the new one has none. Anything else (the same command run
+again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
+not an ACF is never replaced without `force`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import is_count, is_finite
+
+MAX_BYTES = 1 << 20
+HOW = "without --force (force=True in Python), or write this ACF elsewhere with --out"
+
+
+class ReplaceError(UsageError):
+    """Writing the ACF would replace a file that holds more evidence (or is not an ACF)."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What an ACF holds as evidence; None where it is not known (before a run)."""
+
+    study: str | None = None  # a study moved to another database (db export/import) is the same study
+    search_trials: int | None = None
+    dropped: int | None = None  # settings its simplification dropped
+    confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
+
+    def describe(self) -> str:
+        """What it holds besides its study: its search trials, simplification and confirmation."""
+        parts = [f"{self.search_trials} search trials"] if self.search_trials is not None else []
+        if self.dropped:
+            parts.append(f"a simplification that dropped {self.dropped} settings")
+        if self.confirmed:
+            parts.append("a runtime confirmation")
+        return ", ".join(parts) or "no other evidence"
+
+
+def held(document: Mapping[str, Any]) -> Held:
+    """What an ACF document (parsed from a file, or about to be written) holds; a value of the
+    wrong type (an edited or foreign file) reads as not recorded."""
+    provenance = _table(document, "provenance")
+    evidence, objective = _table(document, "evidence"), _table(document, "objective")
+    trials = provenance.get("search_trials", provenance.get("trials_in_study"))
+    dropped = _table(evidence, "simplified").get("dropped", [])
+    return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
+                dropped=len(dropped) if isinstance(dropped, list) else 0,
+                confirmed=is_finite(objective.get("confirmation_delta")))
+
+
+def less_evidence(existing: Held, new: Held) -> str | None:
+    """Why `new` holds less evidence than `existing` (one clause), or None when it may replace it."""
+    if existing.study and new.study and existing.study != new.study:
+        return f"it records study {existing.study}, this run study {new.study}"
+    if existing.search_trials is not None and new.search_trials is not None and new.search_trials < existing.search_trials:
+        return f"it holds more search trials (this run: {new.search_trials})"
+    if existing.dropped and new.dropped == 0:
+        return "its simplification would be lost (this run drops no setting)"
+    if existing.confirmed and new.confirmed is False:
+        return "its runtime confirmation would be lost (this run has none)"
+    return None
+
+
+def check(path: Path, new: Held, force: bool = False, after_run: bool = False) -> None:
+    """ReplaceError (one line) unless an ACF holding `new` may be written at `path`."""
+    if force or not path.exists():
+        return
+    existing = _existing(path)
+    if existing is None:
+        raise ReplaceError(f"not replacing {path} {HOW}: it is not an ACF written by compileiq tune")
+    problem = less_evidence(existing, new)
+    if problem is None:
+        return
+    kept = "; this run's trials stay in the database: the same command with --out NEW writes them" if after_run else ""
+    raise ReplaceError(f"not replacing the ACF {path} {HOW}: {problem}; it holds {existing.describe()}{kept}")
+
+
+def _existing(path: Path) -> Held | None:
+    """What the ACF at `path` holds; None when it is no ACF (not TOML, no format key, unreadable)."""
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            return None
+        document = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return None
+    return held(document) if "format" in document else None
+
+
+def _table(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = document.get(key, {})
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

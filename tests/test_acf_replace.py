@@ -1,0 +1,164 @@
+"""No silent rewrites (issue 25, item 5): an ACF is not replaced by one that holds less evidence
+(another study, fewer search trials, no simplification where it had one, no confirmation where it
+had one), from the command line or from Python, unless forced; the same command run again may
+replace it, and then keeps what its simplification dropped.
+
+One real tune of the bundled spill_heavy kernel on a narrowed space (its winner carries settings
+that simplification drops); each test works on a copy of its database and ACF.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers import CliResult, run_cli
+
+import compileiq
+from compileiq.core.errors import UsageError
+from compileiq.results import acf_replace
+
+REPO = Path(__file__).resolve().parent.parent
+KERNEL = REPO / "kernels" / "spill_heavy" / "spill_heavy.cu"
+ONLY = "ptxas.override_directive_values,ptxas.maxrregcount,ptxas.def_load_cache,ptxas.register_usage_level,ptxas.minnctapersm"
+
+
+def _args(*extra: str, db: str = "t.db") -> list[str]:
+    return ["tune", str(KERNEL), "--objective", "spills", "--budget", "8", "--workers", "local", "--only", ONLY,
+            "--db", f"sqlite:///{db}", "--out", "k.acf.toml", *extra]  # run in the workspace
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> Path:
+    workspace = tmp_path_factory.mktemp("replace")
+    done = run_cli(_args(), cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert _acf(workspace)["evidence"]["simplified"]["dropped"], "the fixture needs a simplification that drops settings"
+    return workspace
+
+
+@pytest.fixture()
+def workspace(tuned, tmp_path) -> Path:
+    copy = tmp_path / "ws"
+    copy.mkdir()
+    for name in ("t.db", "k.acf.toml"):
+        shutil.copy(tuned / name, copy / name)
+    return copy
+
+
+def _acf(workspace: Path) -> dict:
+    return tomllib.loads((workspace / "k.acf.toml").read_text())
+
+
+def _refused(done: CliResult, *says: str) -> None:
+    assert done.returncode == 2, done.describe()
+    errors = [line for line in done.stderr_lines if line.startswith("error")]  # after a run: its progress first
+    assert len(errors) == 1 and done.stderr_lines[-1] == errors[0] and "Traceback" not in done.output, done.describe()
+    line = errors[0]
+    assert line.startswith("error: not replacing ") and "without --force (force=True in Python)" in line, line
+    assert "elsewhere with --out" in line, line
+    for text in says:
+        assert text in line, line
+
+
+def _trials(database: Path) -> int:
+    if not database.exists():
+        return 0
+    with sqlite3.connect(database) as conn:
+        tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+        return conn.execute("select count(*) from trials").fetchone()[0] if "trials" in tables else 0
+
+
+def test_the_same_command_again_replaces_the_acf_and_keeps_its_simplification(workspace):
+    """A rerun chose the simplified trial itself as the search's winner, with nothing left to drop:
+    the ACF lost what its simplification dropped. The winner is now a search trial."""
+    before = _acf(workspace)
+    done = run_cli(_args(), cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    after = _acf(workspace)
+    assert after["evidence"]["simplified"] == before["evidence"]["simplified"]
+    assert after["provenance"]["study"] == before["provenance"]["study"]
+    assert after["controls"] == before["controls"]
+
+
+def test_another_study_is_refused_before_the_run(workspace):
+    before = (workspace / "k.acf.toml").read_bytes()
+    study = _acf(workspace)["provenance"]["study"]
+    done = run_cli(_args("--study", "other", db="other.db"), cwd=workspace)
+    _refused(done, f"it records study {study}, this run study other",
+             "it holds 8 search trials, a simplification that dropped 3 settings")
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert _trials(workspace / "other.db") == 0  # refused before anything was built
+
+
+def test_fewer_search_trials_are_refused_when_the_acf_is_written(workspace):
+    """The same study in a fresh database with a smaller budget: known only after the run; its
+    trials stay in that database."""
+    before = (workspace / "k.acf.toml").read_bytes()
+    done = run_cli([*_args(db="other.db"), "--budget", "4"], cwd=workspace)
+    _refused(done, "it holds more search trials (this run: 4)", "this run's trials stay in the database")
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert _trials(workspace / "other.db") > 0
+
+
+def test_force_replaces_it(workspace):
+    done = run_cli(_args("--force", "--study", "other", db="other.db"), cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert _acf(workspace)["provenance"]["study"] == "other"
+    assert _acf(workspace)["provenance"]["database"] == "sqlite:///other.db"
+
+
+def test_the_same_study_moved_to_another_database_may_replace_it(workspace):
+    """db export/import moves a study; the same command on the new database, with as many
+    search trials, replaces the ACF (it cites the new database)."""
+    done = run_cli(_args(db="moved.db"), cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert _acf(workspace)["provenance"]["database"] == "sqlite:///moved.db"
+
+
+def test_a_run_without_simplification_is_refused(workspace):
+    before = (workspace / "k.acf.toml").read_bytes()
+    _refused(run_cli(_args("--no-simplify"), cwd=workspace), "its simplification would be lost")
+    assert (workspace / "k.acf.toml").read_bytes() == before
+
+
+def test_a_file_that_is_not_an_acf_is_not_replaced(workspace):
+    (workspace / "k.acf.toml").write_text("notes = 'mine'\n")
+    _refused(run_cli(_args(), cwd=workspace), "it is not an ACF written by compileiq tune")
+    assert (workspace / "k.acf.toml").read_text() == "notes = 'mine'\n"
+
+
+def test_the_python_api_refuses_too_and_takes_force(workspace):
+    before = (workspace / "k.acf.toml").read_bytes()
+    options: dict = {"objective": "spills", "budget": 8, "workers": "local", "only": ONLY, "study": "api",
+                     "out": workspace / "k.acf.toml", "db": f"sqlite:///{workspace / 'api.db'}"}
+    with pytest.raises(UsageError, match=r"not replacing the ACF .* without --force \(force=True in Python\).*: "
+                                         r"it records study .*, this run study api; it holds 8 search trials"):
+        compileiq.tune(KERNEL, **options)
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert _trials(workspace / "api.db") == 0
+    result = compileiq.tune(KERNEL, force=True, **options)
+    assert _acf(workspace)["provenance"]["study"] == result.study
+    assert _acf(workspace)["provenance"]["database"] == f"sqlite:///{workspace / 'api.db'}"
+
+
+def test_what_counts_as_less_evidence(workspace):
+    """The rule on documents: same study with fewer search trials, a lost confirmation; more
+    trials or the same evidence replace it."""
+    document = _acf(workspace)
+    existing = acf_replace.held(document)
+    assert existing.search_trials == 8 and existing.dropped and existing.confirmed is False
+
+    def new(**provenance) -> acf_replace.Held:
+        return acf_replace.held({**document, "provenance": {**document["provenance"], **provenance}})
+
+    assert acf_replace.less_evidence(existing, new()) is None
+    assert acf_replace.less_evidence(existing, new(search_trials=20)) is None
+    assert "more search trials" in (acf_replace.less_evidence(existing, new(search_trials=5)) or "")
+    confirmed = acf_replace.Held(study=existing.study, search_trials=8, confirmed=True)
+    assert "runtime confirmation would be lost" in (acf_replace.less_evidence(confirmed, existing) or "")
+    forged = acf_replace.held({"format": 1, "provenance": {"study": ["x"], "search_trials": -3}})
+    assert forged == acf_replace.Held(dropped=0, confirmed=False)  # wrong types read as not recorded
