@@ -84,6 +84,22 @@ def test_four_tuners_share_one_study(store_url: str, tiny: Path) -> None:
     assert {r["study"]["name"] for r in reports} == {"S"}
 
 
+def test_two_tuners_never_run_ptxas_twice_on_the_same_ptx_and_flags(store_url: str, tiny: Path) -> None:
+    # --jump-table-density leaves the PTX of this kernel unchanged (tests/test_shared_builds.py
+    # checks that with nvcc): its 6 settings x 4 ptxas levels are 24 trials of 4 distinct
+    # (PTX, ptxas flags) pairs. Trials are claimed per configuration, so two tuners take different
+    # configurations of the same pair; the build claim makes one of them wait for the other's build.
+    args = ("--study", "P", "--budget", "24", "--batch-size", "4", "--no-simplify",
+            "--only", "nvcc.jump_table_density,ptxas.opt_level")  # fmt: skip
+    env = slow_toolchain(tiny.parent / "slow", 0.5)
+    reports = _finish([_tune(tiny, store_url, *args, "--seed", str(seed), env=env) for seed in range(2)])
+    trials, _ = _study_trials(store_url, "P")
+    assert len(trials) == 24 and len({t.worker for t in trials}) == 2
+    verified = sum(r["counters"]["verify_ptxas_calls"] for r in reports)
+    assert sum(r["counters"]["ptxas_calls"] for r in reports) - verified == 4
+    assert sum(r["counters"]["shared_builds"] for r in reports) == 20
+
+
 @pytest.mark.postgres
 def test_two_tuners_started_at_once_on_postgres_both_finish(postgres_url: str, tmp_path: Path) -> None:
     (tmp_path / "fir.cu").write_text(SPILLER)

@@ -64,7 +64,7 @@ class _Workers:
         return "simulated"
 
     def run(self, jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
-            ) -> Iterator[VariantResult]:
+            before: object = None) -> Iterator[VariantResult]:
         pending = list(jobs)
         ptx = PtxResult(BuildStatus.OK, b"", 0.0, "")
         while pending:

@@ -538,7 +538,7 @@ class _BrokenWorkers:
     description = "workers whose compile task raises"
     transfers = Transfers()
 
-    def run(self, jobs, more=None):
+    def run(self, jobs, more=None, before=None):
         raise RuntimeError("a bug in a compile task")
         yield  # a generator, like the real ones
 

@@ -169,7 +169,7 @@ class _SimulatedWorkers:
         return "simulated"
 
     def run(self, jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
-            ) -> Iterator[VariantResult]:
+            before: object = None) -> Iterator[VariantResult]:
         pending = list(jobs)
         from compileiq.build.compile import BuildStatus, PtxResult
 

@@ -60,7 +60,7 @@ class FakePtxas:
 
     description = "fake ptxas"
 
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
+    def run(self, jobs: Sequence[VariantJob], more: object = None, before: object = None) -> Iterator[VariantResult]:
         for job in jobs:
             level, registers, spills, cache = facts(job.assemble.args)
             code = hashlib.sha256(repr((level, registers, spills, cache)).encode()).hexdigest()
@@ -168,7 +168,7 @@ def test_a_refused_candidate_is_recorded_with_its_reason_and_never_measured(kern
 class SpillingPtxas(FakePtxas):
     """Every setting but the defaults spills: screening refuses whole batches."""
 
-    def run(self, jobs: Sequence[VariantJob]) -> Iterator[VariantResult]:
+    def run(self, jobs: Sequence[VariantJob], more: object = None, before: object = None) -> Iterator[VariantResult]:
         for result in super().run(jobs):
             spills = 0 if not jobs[0].assemble.args and len(jobs) == 1 else 64
             entry = EntryResources("scale", 32, spills, 0, 0, 0, 0, 100)

@@ -12,9 +12,10 @@ import pickle
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any, Protocol
 
 from compileiq.build.compile import (
@@ -36,6 +37,7 @@ from compileiq.source.spec import SourceBundle
 RESUBMITS = 1  # a compile task lost with its worker or node, or whose compiler crashed or timed
 # out, runs once more, on a node that answers: no variant is compiled more than twice
 PROBE_WAIT_S = 60.0  # for some node to answer before a lost task is resubmitted
+POLL_S = 0.5  # a variant told to wait for a build made elsewhere is asked about again this often
 
 # What keeps an embedded Ray on loopback and offline (see docs/architecture.md, "Embedded Ray stays on loopback").
 LOOPBACK_ENV = {
@@ -90,8 +92,21 @@ class Transfers:
 More = Callable[[], Sequence[VariantJob]]  # asked after each result: jobs to start now (streaming)
 
 
+class Wait(Enum):
+    WAIT = "wait"
+
+
+WAIT = Wait.WAIT
+# Asked on the driver when variants' PTX is ready, before their ptxas tasks start (the variants of
+# one front end, and its PTX): per variant, a Build already made from the same PTX and flags (ptxas
+# does not run), None (run ptxas), or WAIT (someone builds it now: asked again after the next result,
+# or within POLL_S).
+BeforeAssemble = Callable[[Sequence[VariantJob], PtxResult], Sequence[Build | None | Wait]]
+
+
 class Workers(Protocol):
-    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]: ...
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None,
+            before: BeforeAssemble | None = None) -> Iterator[VariantResult]: ...
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]: ...
 
@@ -117,34 +132,43 @@ class LocalWorkers:
     def description(self) -> str:
         return f"local threads ({self._threads})"
 
-    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
-        """Results as they complete; after each, the jobs `more` returns start too."""
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None,
+            before: BeforeAssemble | None = None) -> Iterator[VariantResult]:
+        """Results as they complete; after each, the jobs `more` returns start too. A front end's
+        variants start ptxas when its PTX is ready (and `before` says so)."""
         fresh: set[FrontendJob] = set()
-        pending: dict[Future[tuple[PtxResult, Build]], VariantJob] = {}
+        groups: dict[FrontendJob, list[VariantJob]] = {}
+        waiting: dict[Future[PtxResult], FrontendJob] = {}
+        pending: dict[Future[Build], VariantJob] = {}
+        gate = _Gate(before, fresh, lambda frontend: self._ptx[frontend].result(),
+                     lambda job: pending.update({self._pool.submit(assemble, job.assemble, gate.ptx(job)): job}))
 
-        def submit(batch: Sequence[VariantJob]) -> None:
-            for frontend in {job.frontend for job in batch if job.frontend not in self._ptx}:
-                self._ptx[frontend] = self._pool.submit(emit_ptx, frontend)
-                fresh.add(frontend)
-            pending.update({self._pool.submit(self._variant, job): job for job in batch})
+        def add(batch: Sequence[VariantJob]) -> None:
+            for job in batch:
+                if job.frontend not in self._ptx:
+                    self._ptx[job.frontend] = self._pool.submit(emit_ptx, job.frontend)
+                    fresh.add(job.frontend)
+                groups.setdefault(job.frontend, []).append(job)
+                waiting[self._ptx[job.frontend]] = job.frontend
 
-        submit(jobs)
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        add(jobs)
+        while waiting or pending or gate.holding:
+            futures: list[Future[Any]] = [*waiting, *pending]
+            done: Iterable[Future[Any]] = wait(futures, gate.timeout, FIRST_COMPLETED)[0] if futures else gate.pause()
             for future in done:
+                if future in waiting:
+                    frontend = waiting.pop(future)
+                    yield from gate.start(groups.pop(frontend), _outcome(future))
+                    continue
                 job = pending.pop(future)
-                ptx, build = _outcome(future)
-                yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh))
+                yield VariantResult(job.tag, gate.ptx(job), _outcome(future), _first_of(job.frontend, fresh))
                 if more is not None:
-                    submit(more())
+                    add(more())
+            yield from gate.again()
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables, in the order of `jobs`."""
         return [_outcome(future) for future in [self._pool.submit(build_executable, job) for job in jobs]]
-
-    def _variant(self, job: VariantJob) -> tuple[PtxResult, Build]:
-        ptx = self._ptx[job.frontend].result()
-        return ptx, assemble(job.assemble, ptx)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -185,13 +209,18 @@ class RayWorkers:
         where = f"cluster at {shown_address(self._address)}" if self._address else "embedded local Ray"
         return f"{where} ({cpus} CPUs" + (f" on {nodes} nodes)" if nodes > 1 else ")")
 
-    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None,
+            before: BeforeAssemble | None = None) -> Iterator[VariantResult]:
         """Results as they complete; after each, the jobs `more` returns start too. Each front
-        end's PTX goes into the object store once; its variants start when it arrives."""
+        end's PTX goes into the object store once; its variants start when it arrives (and
+        `before` says so)."""
         fresh: set[FrontendJob] = set()
         groups: dict[FrontendJob, list[VariantJob]] = {}
         waiting: dict[Any, FrontendJob] = {}
         pending: dict[Any, VariantJob] = {}
+        gate = _Gate(before, fresh, lambda frontend: self._ptx[frontend][0],
+                     lambda job: pending.update({self._task(self._assemble, job.assemble,
+                                                            self._ptx[job.frontend][1]): job}))
 
         def add(batch: Sequence[VariantJob]) -> Iterator[VariantResult]:
             ready: dict[FrontendJob, list[VariantJob]] = {}
@@ -207,43 +236,35 @@ class RayWorkers:
                     groups.setdefault(frontend, []).append(job)
                     waiting[self._emitted[frontend]] = frontend
             for group in ready.values():
-                yield from self._submit(group, pending, fresh)
+                yield from gate.start(group, self._ptx[group[0].frontend][0])
 
         yield from add(jobs)
-        while waiting or pending:
-            [ref], _ = self._ray.wait([*waiting, *pending], num_returns=1)
-            if ref in waiting:
-                frontend = waiting.pop(ref)
-                emitted = self._result(ref)
-                if isinstance(emitted, Resubmitted):
-                    self._emitted[frontend] = emitted.ref
-                    waiting[emitted.ref] = frontend
+        while waiting or pending or gate.holding:
+            refs = [*waiting, *pending]
+            for ref in self._ray.wait(refs, num_returns=1, timeout=gate.timeout)[0] if refs else gate.pause():
+                if ref in waiting:
+                    frontend = waiting.pop(ref)
+                    emitted = self._result(ref)
+                    if isinstance(emitted, Resubmitted):
+                        self._emitted[frontend] = emitted.ref
+                        waiting[emitted.ref] = frontend
+                        continue
+                    ptx, _node = emitted
+                    self._ptx[frontend] = (ptx, self._put(ptx) if ptx.status is BuildStatus.OK else None)
+                    self.transfers.ptx_puts += int(ptx.status is BuildStatus.OK)
+                    yield from gate.start(groups.pop(frontend), ptx)
                     continue
-                ptx, _node = emitted
-                self._ptx[frontend] = (ptx, self._put(ptx) if ptx.status is BuildStatus.OK else None)
-                self.transfers.ptx_puts += int(ptx.status is BuildStatus.OK)
-                yield from self._submit(groups.pop(frontend), pending, fresh)
-                continue
-            job = pending.pop(ref)
-            assembled = self._result(ref)
-            if isinstance(assembled, Resubmitted):
-                pending[assembled.ref] = job
-                continue
-            build, node = assembled
-            ptx = self._ptx[job.frontend][0]
-            yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh), self._node_name(node))
-            if more is not None:
-                yield from add(more())
-
-    def _submit(self, group: list[VariantJob], pending: dict[Any, VariantJob],
-                fresh: set[FrontendJob]) -> Iterator[VariantResult]:
-        """Start ptxas for each variant of one front end; a front end that failed fails them here."""
-        ptx, ref = self._ptx[group[0].frontend]
-        for job in group:
-            if ref is None:
-                yield VariantResult(job.tag, ptx, assemble(job.assemble, ptx), _first_of(job.frontend, fresh))
-            else:
-                pending[self._task(self._assemble, job.assemble, ref)] = job
+                job = pending.pop(ref)
+                assembled = self._result(ref)
+                if isinstance(assembled, Resubmitted):
+                    pending[assembled.ref] = job
+                    continue
+                build, node = assembled
+                ptx = self._ptx[job.frontend][0]
+                yield VariantResult(job.tag, ptx, build, _first_of(job.frontend, fresh), self._node_name(node))
+                if more is not None:
+                    yield from add(more())
+            yield from gate.again()
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables built on Ray CPU workers, in the order of `jobs`."""
@@ -340,6 +361,56 @@ class _Call:
     remote: Any
     args: tuple[Any, ...]
     resubmits: int  # left
+
+
+class _Gate:
+    """Between a front end's PTX and its variants' ptxas tasks: asks the driver's `before` about
+    each variant (a build made from the same PTX and flags is used, ptxas does not run), holds
+    those told to wait and asks about them again after each result or every POLL_S."""
+
+    def __init__(self, before: BeforeAssemble | None, fresh: set[FrontendJob],
+                 ptx_of: Callable[[FrontendJob], PtxResult], assemble_later: Callable[[VariantJob], None]) -> None:
+        self._before, self._fresh, self._ptx_of, self._assemble = before, fresh, ptx_of, assemble_later
+        self._held: dict[FrontendJob, list[VariantJob]] = {}
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    @property
+    def timeout(self) -> float | None:
+        """How long the workers' loop may wait for a task: until the held variants are asked again."""
+        return POLL_S if self._held else None
+
+    def pause(self) -> tuple[()]:
+        """Nothing runs here; the held variants wait for builds made elsewhere."""
+        time.sleep(POLL_S)
+        return ()
+
+    def ptx(self, job: VariantJob) -> PtxResult:
+        return self._ptx_of(job.frontend)
+
+    def start(self, group: Sequence[VariantJob], ptx: PtxResult) -> Iterator[VariantResult]:
+        """Start ptxas for each variant of one front end whose PTX is ready, unless `before`
+        answers with a build or says wait; a front end that failed fails them here."""
+        if ptx.status is not BuildStatus.OK:
+            for job in group:
+                yield VariantResult(job.tag, ptx, assemble(job.assemble, ptx), _first_of(job.frontend, self._fresh))
+            return
+        answers = self._before(group, ptx) if self._before is not None else [None] * len(group)
+        for job, answer in zip(group, answers, strict=True):
+            if answer is None:
+                self._assemble(job)
+            elif answer is WAIT:
+                self._held.setdefault(job.frontend, []).append(job)
+            else:
+                yield VariantResult(job.tag, ptx, answer, _first_of(job.frontend, self._fresh))
+
+    def again(self) -> Iterator[VariantResult]:
+        """Ask about the held variants again."""
+        held, self._held = self._held, {}
+        for frontend, group in held.items():
+            yield from self.start(group, self._ptx_of(frontend))
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,8 @@ def print_report(report: app.TuneReport) -> None:
     if counters.verify_calls:
         note = f" ({counters.verify_calls} of them to check rows this run did not build)"
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
-              f"build cache hits {counters.build_cache_hits}; same machine code {counters.same_code_reuses}{note}", markup=False)
+              f"build cache hits {counters.build_cache_hits}; ptxas skipped (same PTX and flags) {counters.shared_builds}; "
+              f"same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
     if counters.nodes:
@@ -323,6 +324,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "counters": {"compiler_calls": counters.compiler_calls, "verify_calls": counters.verify_calls,
                      "verify_ptxas_calls": counters.verify_ptxas_calls, "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
+                     "shared_builds": counters.shared_builds,
                      "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,
                      "compile_seconds": round(counters.compile_seconds, 3),
                      "compile_wait_seconds": round(counters.compile_wait_seconds, 3),

@@ -123,6 +123,7 @@ class BuildRecord:
     metrics: dict[str, Any]
     code_hash: str | None
     seconds: float
+    ptx_key: str | None = None  # what ptxas was given (PTX, flags, toolchain): shared by every config that gives the same
 
 
 KEY_FIELDS = tuple(f.name for f in fields(StudyKey))

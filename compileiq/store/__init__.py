@@ -39,7 +39,8 @@ from compileiq.core.records import (
     TrialOutcome,
     TrialState,
 )
-from compileiq.store import transfer
+from compileiq.store import build_claims, transfer
+from compileiq.store.build_claims import BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
@@ -76,7 +77,8 @@ from compileiq.store.schema import (
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
 
-__all__ = ["KEY_FIELDS", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store", "StoreError"]
+__all__ = ["KEY_FIELDS", "BuildClaims", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store"]
+__all__ += ["StoreError"]
 __all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialOutcome", "TrialState"]
 
 
@@ -303,6 +305,7 @@ class Store:
         with self._tx() as conn:
             if records:
                 conn.execute(_insert_new_builds(conn), list(records.values()))
+                build_claims.recorded(conn, [o.build for o in outcomes if o.build is not None])
             done = conn.execute(update, rows).rowcount
             if conn.dialect.supports_sane_multi_rowcount and done != len({o.trial_id for o in outcomes}):
                 raise StoreError(f"{len(rows) - done} of {len(rows)} finished trials are not in the database")
@@ -445,6 +448,30 @@ class Store:
             conn.execute(builds.delete().where(builds.c.key == record.key))
             _put_build(conn, record)
 
+    def claim_builds(self, ptx_keys: Collection[str], worker: str, stale_after_s: float) -> BuildClaims:
+        """For each PTX key (what ptxas is given): the build recorded under it, else a claim for
+        ``worker`` to build it (taken over from a claim without a heartbeat for ``stale_after_s``),
+        else held: another tuner builds it now. One transaction."""
+        if not ptx_keys:
+            return BuildClaims()
+        with self._tx() as conn:
+            found = build_claims.claim(conn, ptx_keys, worker, stale_after_s)
+        for key, problem in found.skipped:
+            self._skip(("build", key), f"cached build {key[:16]}", problem)
+        return found
+
+    def heartbeat_build_claims(self, ptx_keys: Collection[str], worker: str) -> None:
+        """Mark ``worker``'s claims of builds alive, by the database clock."""
+        if ptx_keys:
+            with self._tx() as conn:
+                build_claims.beat(conn, ptx_keys, worker)
+
+    def release_build_claims(self, ptx_keys: Collection[str], worker: str) -> None:
+        """Give up ``worker``'s claims of builds it will not record (a compiler that timed out, a run that failed)."""
+        if ptx_keys:
+            with self._tx() as conn:
+                build_claims.release(conn, ptx_keys, worker)
+
     def builds_count(self) -> int:
         with self._tx(readonly=True) as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())
@@ -566,5 +593,6 @@ def _insert_new_builds(conn: Connection) -> Any:
 
 
 def _put_build(conn: Connection, record: BuildRecord) -> None:
-    """Insert ``record`` unless its key is cached already."""
+    """Insert ``record`` unless its key is cached already; a claim of its PTX key is done."""
     conn.execute(_insert_new_builds(conn).values(**asdict(record)))
+    build_claims.recorded(conn, [record])

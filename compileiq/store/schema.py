@@ -68,8 +68,9 @@ runs = _table(
     time="started_at finished_at",
 )
 builds = _table(
-    "builds", str="key code_hash", text="message", bool="ok", json="metrics", float="seconds"
+    "builds", str="key code_hash ptx_key", text="message", bool="ok", json="metrics", float="seconds"
 )
+build_claims = _table("build_claims", str="ptx_key worker", time="heartbeat_at")
 measurements = _table(
     "measurements",
     int="id",

@@ -92,8 +92,8 @@ def _result_problem(trial: Trial) -> str | None:
 
 
 def build_problem(build: BuildRecord) -> str | None:
-    if not (_is_hash(build.key) and (build.code_hash is None or _is_hash(build.code_hash))):
-        return "its key or code_hash is not a hash"
+    if not (_is_hash(build.key) and all(v is None or _is_hash(v) for v in (build.code_hash, build.ptx_key))):
+        return "its key, code_hash or ptx_key is not a hash"
     if not isinstance(build.metrics, dict) or not isinstance(build.message, str) or not isinstance(build.ok, bool):
         return "its metrics, message or ok flag has the wrong type"
     if problem := _build_metrics_problem(build.metrics):

@@ -24,8 +24,17 @@ from compileiq.build.compile import (
     BuildStatus,
     EntryResources,
     FrontendJob,
+    PtxResult,
 )
-from compileiq.build.workers import Transfers, VariantJob, VariantResult, Workers
+from compileiq.build.workers import (
+    POLL_S,
+    WAIT,
+    Transfers,
+    VariantJob,
+    VariantResult,
+    Wait,
+    Workers,
+)
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import NODE_KEY, BuildRecord, Study, Trial, TrialOutcome, TrialState
 from compileiq.core.space import Config, SearchSpace, remember
@@ -91,6 +100,7 @@ class RunCounters:
     verify_frontend_calls: int = 0  # of the calls above: rebuilds that checked rows this run did not build
     verify_ptxas_calls: int = 0
     build_cache_hits: int = 0
+    shared_builds: int = 0  # ptxas skipped: a build of the same PTX and flags (this run's or another tuner's)
     same_code_reuses: int = 0
     new_trials: int = 0
     compile_seconds: float = 0.0  # compiler wall time, summed over variants
@@ -142,8 +152,11 @@ class TrialRunner:
         open_workers: Callable[[], Workers],
         progress: Progress,
         heartbeat_every_s: float = HEARTBEAT_EVERY_S,
+        worker: str = "",
+        stale_after_s: float = 300.0,
     ) -> None:
         self._heartbeat_every_s = heartbeat_every_s
+        self._shared = SharedBuilds(self, store, worker, stale_after_s)
         self._target = target
         self._store = store
         self._evaluator = evaluator
@@ -194,7 +207,7 @@ class TrialRunner:
         `refill`, the trials it hands over while compiles run are started and finished too."""
         if not batch:
             return []
-        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s) as beat:
+        with Heartbeat(self._store, [trial.id for trial in batch], self._heartbeat_every_s, self._shared) as beat:
             with GroupCommit(self._store) as self._commit:
                 try:
                     finished: list[Trial] = []
@@ -247,7 +260,7 @@ class TrialRunner:
 
         try:
             workers = self._workers or self._start_workers()
-            results = iter(workers.run(jobs, more) if refill is not None else workers.run(jobs))
+            results = iter(workers.run(jobs, more if refill is not None else None, self._shared.before_assemble))
             while (result := self._wait(results)) is not None:
                 trial, key = self._claimed.pop(result.tag)
                 running.discard(result.tag)
@@ -260,6 +273,7 @@ class TrialRunner:
         finally:
             for tag in running:
                 self._claimed.pop(tag, None)
+            self._shared.release_all()
 
     def _release(self, trial_ids: set[int], reason: str) -> None:
         """Hand claimed trials back (retryable) when the run fails: they were never tried."""
@@ -286,15 +300,19 @@ class TrialRunner:
         return self._workers
 
     def _record_compiled(self, trial: Trial, result: VariantResult, build_key: str) -> Trial:
-        self._count_compile(result)
-        record = _build_record(build_key, result.build) if result.build.status.deterministic else None
-        return self._record(trial, result.build, "compiled", record, result.node)
+        source, ptx_key = self._shared.assembled(result)
+        self._count_compile(result, assembled=source is None)
+        self.counters.shared_builds += int(source is not None)
+        record = _build_record(build_key, result.build, ptx_key) if result.build.status.deterministic else None
+        return self._record(trial, result.build, source or "compiled", record, result.node)
 
-    def _count_compile(self, result: VariantResult) -> None:
+    def _count_compile(self, result: VariantResult, assembled: bool = True) -> None:
         counters = self.counters
         counters.frontend_calls += int(result.ptx_compiled)
-        counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
+        if not assembled:
+            return
+        counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
         if result.node:
@@ -436,6 +454,95 @@ class TrialRunner:
         ]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
+    def ptx_key(self, job: AssembleJob, ptx: PtxResult) -> str:
+        """Identity of what ptxas is given: the PTX, its flags, the toolchain and arch. Every
+        config with the same PTX and ptxas flags (front-end settings that leave the PTX as it was)
+        has the same build."""
+        identity = [
+            hashlib.sha256(ptx.ptx).hexdigest(),
+            ptx.relocatable,
+            self._target.toolchain.nvcc_build,
+            job.arch,
+            list(job.args),
+            RESOURCE_REPORT_VERSION,
+        ]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+class SharedBuilds:
+    """No ptxas run twice on the same PTX with the same flags, in this run or across tuners.
+
+    Asked by the workers when a variant's PTX is ready (`before_assemble`): a build of the same
+    PTX key made by this run, or recorded in the database by anyone (checked as any cached row),
+    is used without running ptxas; otherwise the key is claimed in the database and compiled here,
+    or, when another tuner holds a live claim, the variant waits for its build (asked again every
+    POLL_S). Claims are beaten with the trials' heartbeat and released when the run fails; the
+    recorded build deletes its claim in the same transaction (`Store.finish_trials`)."""
+
+    def __init__(self, runner: TrialRunner, store: Store, worker: str, stale_after_s: float) -> None:
+        self._runner, self._store, self._worker, self._stale_after_s = runner, store, worker, stale_after_s
+        self._built: dict[str, tuple[Build, str]] = {}  # PTX key -> the build this run made or found, and
+        # where it came from ("compiled": this run's ptxas; "build cache": recorded by anyone, checked as a cached row)
+        self._building: dict[str, int] = {}  # PTX key -> the tag of the variant compiling it here
+        self._keys: dict[int, str] = {}  # tag -> its PTX key
+        self._answered: dict[int, str] = {}  # tag -> where its build came from ("compiled": this run's ptxas)
+        self._polled: dict[str, float] = {}  # PTX key another tuner builds -> when the database was last asked
+        self.claims: tuple[str, ...] = ()  # the database claims this run holds (read by the heartbeat thread)
+
+    def before_assemble(self, jobs: Sequence[VariantJob], ptx: PtxResult) -> list[Build | None | Wait]:
+        keys = [self._keys.setdefault(job.tag, self._runner.ptx_key(job.assemble, ptx)) for job in jobs]
+        now = time.monotonic()
+        ask = {key for key in keys if key not in self._built and key not in self._building
+               and now - self._polled.get(key, -math.inf) >= POLL_S}
+        found = self._store.claim_builds(ask, self._worker, self._stale_after_s) if ask and self._worker else None
+        if found is not None:
+            for key, record in found.built.items():
+                if _deterministic(record):
+                    self._built[key] = (_build_from_record(record), "build cache")
+            self._polled.update((key, now) for key in found.held)
+        answers: list[Build | None | Wait] = []
+        for job, key in zip(jobs, keys, strict=True):
+            if key in self._built:
+                build, self._answered[job.tag] = self._built[key]
+                answers.append(build)
+            elif key in self._building or (found is not None and key in found.held) or key not in ask:
+                answers.append(WAIT)
+            else:  # claimed here (or no database claims: a runner without a worker name)
+                self._building[key] = job.tag
+                answers.append(None)
+        self.claims = tuple(self._building)
+        return answers
+
+    def assembled(self, result: VariantResult) -> tuple[str | None, str | None]:
+        """Where the result's build came from (None: ptxas ran for it) and its PTX key."""
+        key = self._keys.pop(result.tag, None)
+        source = self._answered.pop(result.tag, None)
+        if source is not None or key is None or self._building.get(key) != result.tag:
+            return source, key
+        del self._building[key]
+        self.claims = tuple(self._building)
+        if result.build.status.deterministic:
+            self._built[key] = (result.build, "compiled")
+        elif self._worker:  # a compiler that timed out or crashed records nothing: let anyone try again
+            self._store.release_build_claims([key], self._worker)
+        return None, key
+
+    def beat(self) -> None:
+        """Keep this run's claims of builds alive (from the heartbeat thread)."""
+        if self.claims and self._worker:
+            self._store.heartbeat_build_claims(self.claims, self._worker)
+
+    def release_all(self) -> None:
+        """The run stops: give back the claims of builds it will not record."""
+        held, self._building, self.claims = list(self._building), {}, ()
+        self._keys.clear()
+        self._answered.clear()
+        if held and self._worker:
+            try:
+                self._store.release_build_claims(held, self._worker)
+            except CompileIQError:
+                pass  # the database went away: the claims go stale
+
 
 class Heartbeat:
     """Keeps claimed trials alive from a background thread while they compile.
@@ -444,8 +551,9 @@ class Heartbeat:
     beating only between results would let them take over trials that are still being worked on.
     """
 
-    def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float) -> None:
-        self._store, self._ids, self._every_s = store, list(trial_ids), every_s
+    def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float,
+                 builds: SharedBuilds | None = None) -> None:
+        self._store, self._ids, self._every_s, self._builds = store, list(trial_ids), every_s, builds
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="compileiq-heartbeat", daemon=True)
@@ -469,6 +577,8 @@ class Heartbeat:
                 ids = self._ids
             try:
                 self._store.heartbeat(ids)
+                if self._builds is not None:  # the builds this run claimed: others wait for them
+                    self._builds.beat()
             except CompileIQError:
                 pass  # best effort: the loop itself reports a database that went away
 
@@ -498,10 +608,10 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _build_record(key: str, build: Build) -> BuildRecord:
+def _build_record(key: str, build: Build, ptx_key: str | None = None) -> BuildRecord:
     entries = [vars(entry) for entry in build.entries]
     metrics = {"status": build.status.value, "entries": entries}
-    return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds)
+    return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds, ptx_key)
 
 
 def _deterministic(record: BuildRecord) -> bool:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from compileiq.build.workers import LocalWorkers, More, Transfers, Workers
+from compileiq.build.workers import BeforeAssemble, LocalWorkers, More, Transfers, Workers
 from compileiq.tuning.runner import Outcome, Progress
 
 if TYPE_CHECKING:
@@ -135,12 +135,13 @@ class EarlyWorkers:
         """What went to the real workers (the local threads ship nothing)."""
         return self._workers.transfers if self._workers is not None else Transfers()
 
-    def run(self, jobs: Sequence[VariantJob], more: More | None = None) -> Iterator[VariantResult]:
+    def run(self, jobs: Sequence[VariantJob], more: More | None = None,
+            before: BeforeAssemble | None = None) -> Iterator[VariantResult]:
         if not self._ready.is_set() and len(jobs) <= self._local_threads:
             if self._local is None:
                 self._local = LocalWorkers(self._local_threads)
-            return self._local.run(jobs, more)
-        return self.ready().run(jobs, more)
+            return self._local.run(jobs, more, before)
+        return self.ready().run(jobs, more, before)
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         return self.ready().build_executables(jobs)

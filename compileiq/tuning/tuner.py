@@ -220,12 +220,13 @@ class Tuner:
         evaluator = evaluator or StaticEvaluator(self._objectives[0], request.kernel, self._bundle)
         self._evaluator = evaluator
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
-        self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat)
+        self._worker_name = claims.worker_name()
+        self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat, self._worker_name,
+                                   request.stale_after_s)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._search_load = search or start_search(request)  # loads while the baseline compiles
         self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
-        self._worker_name = claims.worker_name()
         self._baseline = baseline_config(request.space, request.kernel)
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
