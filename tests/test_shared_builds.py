@@ -103,11 +103,8 @@ def _claims(url: str) -> int:
 # -- the claims themselves, through the store ------------------------------------------------------
 
 
-def _record(key: str, ptx_key: str | None, **changes: object) -> BuildRecord:
-    values = dict(key=key, ok=True, message="", metrics={"status": "ok", "entries": []}, code_hash="c" * 64,
-                  seconds=0.1, ptx_key=ptx_key)  # fmt: skip
-    values.update(changes)
-    return BuildRecord(**values)  # type: ignore[arg-type]
+def _record(key: str, ptx_key: str | None, metrics: dict | None = None) -> BuildRecord:
+    return BuildRecord(key, True, "", metrics or {"status": "ok", "entries": []}, "c" * 64, 0.1, ptx_key)
 
 
 def test_a_claim_holds_a_ptx_key_until_its_build_is_recorded(store_url: str) -> None:

@@ -40,7 +40,7 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.store import build_claims, transfer
-from compileiq.store.build_claims import BuildClaims
+from compileiq.store.build_claims import FUTURE_S, BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
@@ -88,7 +88,6 @@ def default_study_name(key: StudyKey) -> str:
     return f"{key.kernel}-{key.objective}-{digest[:8]}"
 
 
-FUTURE_S = 60.0  # a heartbeat further ahead of the database clock than this is forged
 
 
 class Store:

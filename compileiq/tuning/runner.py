@@ -175,6 +175,7 @@ class TrialRunner:
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
         self._configs: dict[str, Config] = {}
         self._fixed_defines = target.kernel.fixed_define_args()  # the same for every variant
+        self._ptx_digests: dict[int, tuple[PtxResult, str]] = {}  # each front end's PTX hashed once
 
     @property
     def refusal(self) -> Callable[[Trial], str | None]:
@@ -310,10 +311,9 @@ class TrialRunner:
         counters = self.counters
         counters.frontend_calls += int(result.ptx_compiled)
         counters.frontend_seconds += result.ptx.seconds if result.ptx_compiled else 0.0
-        if not assembled:
-            return
-        counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
-        counters.ptxas_seconds += result.build.seconds
+        if assembled:  # else the build came from a ptxas run counted where it ran
+            counters.ptxas_calls += int(result.ptx.status is BuildStatus.OK)
+            counters.ptxas_seconds += result.build.seconds
         counters.compile_seconds = counters.frontend_seconds + counters.ptxas_seconds
         if result.node:
             counters.nodes[result.node] = counters.nodes.get(result.node, 0) + 1
@@ -458,8 +458,11 @@ class TrialRunner:
         """Identity of what ptxas is given: the PTX, its flags, the toolchain and arch. Every
         config with the same PTX and ptxas flags (front-end settings that leave the PTX as it was)
         has the same build."""
+        digest = self._ptx_digests.get(id(ptx))
+        if digest is None or digest[0] is not ptx:
+            digest = self._ptx_digests[id(ptx)] = (ptx, hashlib.sha256(ptx.ptx).hexdigest())
         identity = [
-            hashlib.sha256(ptx.ptx).hexdigest(),
+            digest[1],
             ptx.relocatable,
             self._target.toolchain.nvcc_build,
             job.arch,
@@ -490,7 +493,7 @@ class SharedBuilds:
         self.claims: tuple[str, ...] = ()  # the database claims this run holds (read by the heartbeat thread)
 
     def before_assemble(self, jobs: Sequence[VariantJob], ptx: PtxResult) -> list[Build | None | Wait]:
-        keys = [self._keys.setdefault(job.tag, self._runner.ptx_key(job.assemble, ptx)) for job in jobs]
+        keys = [self._key(job, ptx) for job in jobs]
         now = time.monotonic()
         ask = {key for key in keys if key not in self._built and key not in self._building
                and now - self._polled.get(key, -math.inf) >= POLL_S}
@@ -513,6 +516,11 @@ class SharedBuilds:
         self.claims = tuple(self._building)
         return answers
 
+    def _key(self, job: VariantJob, ptx: PtxResult) -> str:
+        if job.tag not in self._keys:  # popped when its result arrives
+            self._keys[job.tag] = self._runner.ptx_key(job.assemble, ptx)
+        return self._keys[job.tag]
+
     def assembled(self, result: VariantResult) -> tuple[str | None, str | None]:
         """Where the result's build came from (None: ptxas ran for it) and its PTX key."""
         key = self._keys.pop(result.tag, None)
@@ -522,7 +530,7 @@ class SharedBuilds:
         del self._building[key]
         self.claims = tuple(self._building)
         if result.build.status.deterministic:
-            self._built[key] = (result.build, "compiled")
+            self._built[key] = (replace(result.build, cubin=b""), "compiled")  # nothing reads it again
         elif self._worker:  # a compiler that timed out or crashed records nothing: let anyone try again
             self._store.release_build_claims([key], self._worker)
         return None, key
