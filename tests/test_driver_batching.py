@@ -326,8 +326,8 @@ def test_a_searchers_process_killed_mid_run_stops_it_with_one_line_and_loses_no_
         run = workers.run
 
         def killing(jobs: Sequence[VariantJob], more: Callable[[], Sequence[VariantJob]] | None = None,
-                    ) -> Iterator[VariantResult]:
-            for result in run(jobs, more):
+                    before: object = None) -> Iterator[VariantResult]:
+            for result in run(jobs, more, before):
                 if workers.results == 30:
                     searcher._process.kill()
                 yield result

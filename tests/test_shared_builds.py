@@ -66,8 +66,8 @@ def test_one_run_runs_ptxas_once_per_distinct_ptx_and_flags(tiny: Path, setting:
 def test_a_build_claim_of_a_tuner_that_died_is_taken_over_once_stale(tiny: Path) -> None:
     # The victim claims the build of its baseline (-O3 on the unchanged PTX), its ptxas sleeps 30 s,
     # and it is SIGKILLed mid-compile. The rescuer (another study: it needs none of the victim's
-    # trials) needs the same build: it waits for the claim while it is fresh, takes it over once
-    # its heartbeat is 3 s old, and builds each (PTX, flags) pair once.
+    # trials) needs the same build: the victim's process is gone from this host, so its claim is
+    # taken at once (as its trials would be), and each (PTX, flags) pair is built once.
     url = f"sqlite:///{tiny.parent / 't.db'}"
     victim = _tune(tiny, url, "--study", "victim", "--only", "ptxas.opt_level", "--batch-size", "4",
                    "--budget", "4", env=slow_toolchain(tiny.parent / "slow", 30))  # fmt: skip
@@ -79,12 +79,48 @@ def test_a_build_claim_of_a_tuner_that_died_is_taken_over_once_stale(tiny: Path)
     victim.communicate(timeout=30)
     started = time.monotonic()
     rescuer = _tune(tiny, url, "--study", "rescuer", "--only", "nvcc.extra_device_vectorization,ptxas.opt_level",
-                    "--strategy", "exhaustive", "--budget", "100", "--stale-after", "3")  # fmt: skip
+                    "--strategy", "exhaustive", "--budget", "100")  # fmt: skip
     counters = _report(rescuer, timeout=90)["counters"]
     assert counters["ptxas_calls"] - counters["verify_ptxas_calls"] == OPT_LEVELS
     assert counters["new_trials"] == 2 * OPT_LEVELS and counters["shared_builds"] == OPT_LEVELS
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 60  # not the default stale timeout of 300 s
     assert _claims(url) == 0  # every claim ended with its build
+
+
+def test_a_build_claim_of_a_tuner_elsewhere_is_waited_for_then_taken_over_once_stale(tiny: Path) -> None:
+    # The claims of a tuner on another host (its process cannot be looked up) are left alone while
+    # their heartbeat is fresh, and taken over once it is 3 s old (--stale-after 3).
+    space = ("--only", "ptxas.opt_level", "--strategy", "exhaustive", "--budget", "100")
+    first = tiny.parent / "first.db"
+    _report(_tune(tiny, f"sqlite:///{first}", *space))
+    store = Store.open(f"sqlite:///{first}")
+    try:  # the PTX keys a run of this space needs, as the first run recorded them
+        keys = {store.get_build(key).ptx_key for key in _build_keys(f"sqlite:///{first}")}
+    finally:
+        store.close()
+    assert len(keys) == OPT_LEVELS and None not in keys
+    url = f"sqlite:///{tiny.parent / 'second.db'}"
+    store = Store.open(url)
+    try:
+        assert store.claim_builds(keys, "elsewhere.example:1", 300).mine == keys
+    finally:
+        store.close()
+    started = time.monotonic()
+    counters = _report(_tune(tiny, url, *space, "--stale-after", "3"), timeout=90)["counters"]
+    assert time.monotonic() - started > 3  # it waited for the claims to go stale
+    assert counters["ptxas_calls"] - counters["verify_ptxas_calls"] == OPT_LEVELS
+    assert _claims(url) == 0
+
+
+def _build_keys(url: str) -> list[str]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [row[0] for row in conn.exec_driver_sql("SELECT key FROM builds")]
+    finally:
+        engine.dispose()
 
 
 def _claims(url: str) -> int:
@@ -113,13 +149,13 @@ def test_a_claim_holds_a_ptx_key_until_its_build_is_recorded(store_url: str) -> 
         first = store.claim_builds(["p" * 64], "a:1", stale_after_s=300)
         assert first.mine == {"p" * 64} and not first.built
         assert store.claim_builds(["p" * 64], "a:1", 300).mine == {"p" * 64}  # its own claim, again
-        assert store.claim_builds(["p" * 64], "b:2", 300).held == {"p" * 64}  # another tuner waits
+        assert store.claim_builds(["p" * 64], "b:2", 300).held.keys() == {"p" * 64}  # another tuner waits
         store.put_build(_record("k" * 64, "p" * 64))  # recorded: the claim is done
         found = store.claim_builds(["p" * 64], "b:2", 300)
         assert found.built == {"p" * 64: _record("k" * 64, "p" * 64)} and not found.mine and not found.held
         store.claim_builds(["q" * 64], "a:1", 300)
         store.release_build_claims(["q" * 64], "b:2")  # not b's to release
-        assert store.claim_builds(["q" * 64], "b:2", 300).held == {"q" * 64}
+        assert store.claim_builds(["q" * 64], "b:2", 300).held.keys() == {"q" * 64}
         store.release_build_claims(["q" * 64], "a:1")
         assert store.claim_builds(["q" * 64], "b:2", 300).mine == {"q" * 64}
     finally:
@@ -139,7 +175,7 @@ def test_a_stale_or_forged_claim_is_taken_over(store_url: str) -> None:
                          {"t": "2999-01-01 00:00:00", "k": "f" * 64})
         engine.dispose()
         assert store.claim_builds(["f" * 64], "live:2", 300).mine == {"f" * 64}
-        assert store.claim_builds(["s" * 64], "live:2", 300).held == {"s" * 64}
+        assert store.claim_builds(["s" * 64], "live:2", 300).held.keys() == {"s" * 64}
         time.sleep(1.5)
         assert store.claim_builds(["s" * 64], "live:2", 1).mine == {"s" * 64}
     finally:

@@ -32,7 +32,7 @@ class BuildClaims:
 
     built: dict[str, BuildRecord] = field(default_factory=dict)
     mine: frozenset[str] = frozenset()
-    held: frozenset[str] = frozenset()
+    held: dict[str, str] = field(default_factory=dict)  # PTX key -> the tuner that claimed it
     skipped: tuple[tuple[str, str], ...] = ()  # (build key, why) of unusable rows read
 
 
@@ -59,7 +59,8 @@ def claim(conn: Connection, keys: Collection[str], worker: str, stale_after_s: f
     if late:
         release(conn, late, worker)
         built.update(late)
-    return BuildClaims(built, frozenset(mine - set(late)), frozenset(set(rest) - mine), tuple(skipped))
+    held = {key: str(holders.get(key)) for key in rest if key not in mine}
+    return BuildClaims(built, frozenset(mine - set(late)), held, tuple(skipped))
 
 
 def beat(conn: Connection, keys: Collection[str], worker: str) -> None:

@@ -154,9 +154,10 @@ class TrialRunner:
         heartbeat_every_s: float = HEARTBEAT_EVERY_S,
         worker: str = "",
         stale_after_s: float = 300.0,
+        gone: Callable[[str], bool] = lambda worker: False,
     ) -> None:
         self._heartbeat_every_s = heartbeat_every_s
-        self._shared = SharedBuilds(self, store, worker, stale_after_s)
+        self._shared = SharedBuilds(self, store, worker, stale_after_s, gone)
         self._target = target
         self._store = store
         self._evaluator = evaluator
@@ -482,8 +483,10 @@ class SharedBuilds:
     POLL_S). Claims are beaten with the trials' heartbeat and released when the run fails; the
     recorded build deletes its claim in the same transaction (`Store.finish_trials`)."""
 
-    def __init__(self, runner: TrialRunner, store: Store, worker: str, stale_after_s: float) -> None:
+    def __init__(self, runner: TrialRunner, store: Store, worker: str, stale_after_s: float,
+                 gone: Callable[[str], bool]) -> None:
         self._runner, self._store, self._worker, self._stale_after_s = runner, store, worker, stale_after_s
+        self._gone = gone  # a tuner known to be gone (its process on this host ended): its claims are taken at once
         self._built: dict[str, tuple[Build, str]] = {}  # PTX key -> the build this run made or found, and
         # where it came from ("compiled": this run's ptxas; "build cache": recorded by anyone, checked as a cached row)
         self._building: dict[str, int] = {}  # PTX key -> the tag of the variant compiling it here
@@ -502,7 +505,10 @@ class SharedBuilds:
             for key, record in found.built.items():
                 if _deterministic(record):
                     self._built[key] = (_build_from_record(record), "build cache")
-            self._polled.update((key, now) for key in found.held)
+            dead = {holder for holder in set(found.held.values()) if self._gone(holder)}
+            for holder in dead:  # their claims are taken when asked again (after the next result, or POLL_S)
+                self._store.release_build_claims([k for k, w in found.held.items() if w == holder], holder)
+            self._polled.update((key, now) for key, holder in found.held.items() if holder not in dead)
         answers: list[Build | None | Wait] = []
         for job, key in zip(jobs, keys, strict=True):
             if key in self._built:

@@ -221,8 +221,10 @@ class Tuner:
         self._evaluator = evaluator
         beat = min(HEARTBEAT_EVERY_S, request.stale_after_s / 3)  # well inside others' stale timeout
         self._worker_name = claims.worker_name()
+        # a claim of a build is judged as a claim of a trial (`_take_over`): its tuner's process gone, or silent
+        stale_after = min(request.stale_after_s, claims.RESUME_STALE_S) if request.resume else request.stale_after_s
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat, self._worker_name,
-                                   request.stale_after_s)
+                                   stale_after, claims.is_gone)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
         self._search_load = search or start_search(request)  # loads while the baseline compiles
         self._remote = request.searches_in_a_process and not self._multi
