@@ -63,6 +63,19 @@ def test_one_run_runs_ptxas_once_per_distinct_ptx_and_flags(tiny: Path, setting:
     assert counters["shared_builds"] == counters["new_trials"] - OPT_LEVELS
 
 
+def test_builds_recorded_by_another_run_are_used_by_their_ptx_and_what_the_acf_cites_is_still_rebuilt(
+        tiny: Path) -> None:
+    url = f"sqlite:///{tiny.parent / 't.db'}"
+    exhaustive = ("--strategy", "exhaustive", "--budget", "100")
+    _report(_tune(tiny, url, "--study", "first", "--only", "ptxas.opt_level", *exhaustive))
+    report = _report(_tune(tiny, url, "--study", "second", "--only", "nvcc.extra_device_vectorization,ptxas.opt_level",
+                           *exhaustive))  # fmt: skip
+    counters = report["counters"]
+    # without the flag: the first run's builds by configuration; with it: the same builds by PTX
+    assert counters["build_cache_hits"] == OPT_LEVELS and counters["shared_builds"] == OPT_LEVELS
+    assert counters["ptxas_calls"] == counters["verify_ptxas_calls"] >= 1  # only the ACF's rows, compiled again
+
+
 def test_a_build_claim_of_a_tuner_that_died_is_taken_over_once_stale(tiny: Path) -> None:
     # The victim claims the build of its baseline (-O3 on the unchanged PTX), its ptxas sleeps 30 s,
     # and it is SIGKILLed mid-compile. The rescuer (another study: it needs none of the victim's

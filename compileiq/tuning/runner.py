@@ -398,10 +398,12 @@ class TrialRunner:
                 jobs.append(self._config_job(index, config))
         if jobs:
             workers = self._workers or self._start_workers()
+            by_tag = {job.tag: job for job in jobs}
             for result in workers.run(jobs):
                 self._count_compile(result)
                 if result.build.status.deterministic:
-                    self._store.put_build(_build_record(keys[result.tag], result.build))
+                    ptx_key = self._ptx_key_of(by_tag[result.tag], result)
+                    self._store.put_build(_build_record(keys[result.tag], result.build, ptx_key))
                 builds[configs[result.tag].key] = result.build
         return builds
 
@@ -411,12 +413,13 @@ class TrialRunner:
         under its key (one the rebuild may have contradicted)."""
         config = self.config_of(trial)
         workers = self._workers or self._start_workers()
-        (result,) = list(workers.run([self._config_job(0, config)]))
+        job = self._config_job(0, config)
+        (result,) = list(workers.run([job]))
         self._count_compile(result)
         self.counters.verify_frontend_calls += int(result.ptx_compiled)
         self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         if result.build.status.deterministic:
-            self._store.replace_build(_build_record(self.build_key(config), result.build))
+            self._store.replace_build(_build_record(self.build_key(config), result.build, self._ptx_key_of(job, result)))
         return result.build, self._evaluator.evaluate(result.build, config)
 
     def _job(self, trial: Trial) -> VariantJob:
@@ -454,6 +457,10 @@ class TrialRunner:
             RESOURCE_REPORT_VERSION,
         ]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+    def _ptx_key_of(self, job: VariantJob, result: VariantResult) -> str | None:
+        """The PTX key of a build compiled past the shared builds (None when the front end failed)."""
+        return self.ptx_key(job.assemble, result.ptx) if result.ptx.status is BuildStatus.OK else None
 
     def ptx_key(self, job: AssembleJob, ptx: PtxResult) -> str:
         """Identity of what ptxas is given: the PTX, its flags, the toolchain and arch. Every
