@@ -54,7 +54,7 @@ def test_the_acf_show_why_report_and_json_name_the_same_chosen_trial(registers_s
     _cli(folder, "report", "1", "--format", "md", "-o", "r.md")
     report = (folder / "r.md").read_text()
     assert f"chosen (trial #{chosen})" in report
-    assert re.search(rf"^\| {chosen} \| [^|]+ \| chosen \|", report, re.M), report
+    assert re.search(rf"^\| {chosen} \| [^|]+ \| chosen \|", report, re.MULTILINE), report
 
 
 def test_show_never_ranks_a_refused_trial_above_one_that_may_be_chosen(registers_study) -> None:
@@ -72,7 +72,7 @@ def test_show_never_ranks_a_refused_trial_above_one_that_may_be_chosen(registers
 
 
 def test_the_progress_line_names_the_choice_and_says_why_a_trial_is_refused(registers_study) -> None:
-    folder, stderr, tuned = registers_study
+    _, stderr, tuned = registers_study
     lines = [line for line in stderr.splitlines() if re.match(r"\[\d+/40\] #\d+ ", line)]
     assert any("(refused: " in line for line in lines), stderr
     for line in lines:

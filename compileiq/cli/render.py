@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import cells, err, kind_label, out, safe
-from compileiq.core.readings import exact, reading
+from compileiq.core.readings import reading
 from compileiq.core.records import (
     NODE_KEY,
     SCREEN,

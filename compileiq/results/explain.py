@@ -44,8 +44,9 @@ class Explanation:
             verified = run.decision.get("verified") if isinstance(run.decision, dict) else None
             if isinstance(verified, list) and trial.number in verified:
                 return f"verified by run {run.id}"
-        run = next((r for r in sorted(self.runs, key=lambda r: r.id) if trial.worker and r.worker == trial.worker), None)
-        return f"recorded by run {run.id}" if run is not None else "not recorded by a run of this database"
+        recorder = next((r for r in sorted(self.runs, key=lambda r: r.id) if trial.worker and r.worker == trial.worker),
+                        None)
+        return f"recorded by run {recorder.id}" if recorder is not None else "not recorded by a run of this database"
 
     @property
     def runtime(self) -> bool:
