@@ -29,9 +29,10 @@ OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions")
 
 
 def sweep_one(kernel: Path, objective: str, budget: int, folder: Path) -> dict[str, object]:
-    out = folder / f"{kernel.stem}.{objective}.acf.toml"
+    name = f"{kernel.parent.name}-{kernel.stem}"  # two kernels of one stem (transform.cu) in other folders
+    out = folder / f"{name}.{objective}.acf.toml"
     options = app.TuneOptions(kernel=kernel, objective=objective, budget=budget, workers="local",
-                              db=f"sqlite:///{folder}/{kernel.stem}.db", out=out)
+                              db=f"sqlite:///{folder}/{name}.db", out=out)
     report = app.tune(options, SilentProgress())
     found = acf.read(out)
     best, base = found.evidence["best"], found.evidence["baseline"]
