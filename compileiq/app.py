@@ -311,14 +311,17 @@ def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain
     from compileiq.tuning.tuner import study_key
 
     name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
-    return acf_replace.Held(study=name, dropped=None if options.simplify else 0)
+    kernel = (bundle.sha256, request.kernel.settings_sha256())
+    return acf_replace.Held(study=name, dropped=None if options.simplify else 0, kernel=kernel)
 
 
 def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | EarlyWorkers:
     """Ray starts in the background at once (the baseline compiles locally meanwhile); local
     threads, and the runtime objective (which opens Ray for its GPU first), open on first use."""
     opener = lambda: open_workers(options.workers, options.ray_address)
-    if options.workers == "ray" and not _timed(options.objective):
+    # an embedded Ray takes seconds to start: the baseline compiles on a local thread meanwhile; a
+    # cluster joined by address answers in about a second, and every variant compiles on it
+    if options.workers == "ray" and not options.ray_address and not _timed(options.objective):
         return EarlyWorkers(opener, phases)
     return SharedWorkers(opener)
 

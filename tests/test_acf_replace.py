@@ -162,3 +162,13 @@ def test_what_counts_as_less_evidence(workspace):
     assert "runtime confirmation would be lost" in (acf_replace.less_evidence(confirmed, existing) or "")
     forged = acf_replace.held({"format": 1, "provenance": {"study": ["x"], "search_trials": -3}})
     assert forged == acf_replace.Held(dropped=0, confirmed=False)  # wrong types read as not recorded
+
+
+def test_an_acf_of_the_kernel_as_it_no_longer_is_may_be_replaced() -> None:
+    """Its sources or tune.toml changed (the gate would call it stale): it holds no evidence about
+    the kernel as it is, whatever its study or trials."""
+    from compileiq.results.acf_replace import Held, less_evidence
+
+    old = Held(study="fir-static-1", search_trials=40, dropped=3, kernel=("a" * 64, "b" * 64))
+    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=("a" * 64, "c" * 64))) is None
+    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=("a" * 64, "b" * 64)))

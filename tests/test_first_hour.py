@@ -150,7 +150,7 @@ def test_ray_address_auto_without_a_cluster_is_one_line(tmp_path: Path) -> None:
 
 
 def test_show_prints_values_exactly_and_only_settings_that_differ(tmp_path: Path) -> None:
-    from compileiq.cli.render import exact
+    from compileiq.core.readings import exact
 
     assert exact(0.1 + 0.2) != exact(0.3) and exact(672.0) == "672" and exact(0.125) == "0.125"
     kernel, db = _tiny(tmp_path), f"sqlite:///{tmp_path / 'db.sqlite'}"

@@ -118,7 +118,7 @@ def test_db_upgrade_output_hides_a_password_in_the_query(postgres_url: str, tmp_
     in_query = url.set(password=None, query={"password": password, "application_name": SECRET})
     result = run_cli(["db", "upgrade", "--db", in_query.render_as_string(hide_password=False)], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
-    assert "schema at revision 0007" in result.stdout
+    assert "schema at revision 0008" in result.stdout
     assert password not in result.output and SECRET not in result.output, result.describe()
 
 
@@ -498,7 +498,8 @@ def test_postgres_tunes_the_default_space_and_imports_a_sqlite_export(postgres_u
     team = run_cli([*tune, "--db", postgres_url], cwd=tmp_path)
     assert team.returncode == 0, team.describe()
     laptop_db = f"sqlite:///{tmp_path}/laptop.db"
-    laptop = run_cli([*tune, "--seed", "7", "--study", "laptop", "--db", laptop_db], cwd=tmp_path)
+    laptop = run_cli([*tune, "--seed", "7", "--study", "laptop", "--db", laptop_db, "--out", "laptop.acf.toml"],
+                     cwd=tmp_path)
     assert laptop.returncode == 0, laptop.describe()
     exported = run_cli(["db", "export", "laptop", "-o", "laptop.json.gz", "--db", laptop_db], cwd=tmp_path)
     assert exported.returncode == 0, exported.describe()
@@ -545,7 +546,7 @@ def test_a_database_at_the_previous_head_upgrades_in_place(backend: str, request
     url = f"sqlite:///{tmp_path}/old.db" if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
     _at_previous_head(url)
     result = run_cli(["db", "upgrade", "--db", url], cwd=tmp_path)
-    assert result.returncode == 0 and "schema at revision 0007" in result.stdout, result.describe()
+    assert result.returncode == 0 and "schema at revision 0008" in result.stdout, result.describe()
     store = Store.open(url)
     try:
         old = store.find_study("old")

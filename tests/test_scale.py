@@ -73,11 +73,11 @@ def test_the_best_trial_so_far_costs_one_rule_check_per_new_trial(tiny: Path, tm
     # trial each time made a run of N trials cost N^2/2 eligibility checks.
     runner, checks = _runner(tiny, tmp_path), []
 
-    def may_win(trial: Trial) -> bool:
+    def refusal(trial: Trial) -> str | None:
         checks.append(trial.number)
-        return trial.number % 3 != 0
+        return None if trial.number % 3 != 0 else "refused"
 
-    runner.may_win = may_win
+    runner.refusal = refusal
     for number in range(1, 301):
         runner.remember([_trial(number, float(1000 - number % 97))])
         runner.best()
@@ -85,7 +85,7 @@ def test_the_best_trial_so_far_costs_one_rule_check_per_new_trial(tiny: Path, tm
     best = runner.best()
     allowed = [(float(1000 - n % 97), n) for n in range(1, 301) if n % 3 != 0]
     assert best is not None and (best.value, best.number) == min(allowed)
-    runner.may_win = lambda trial: trial.number > 250  # a new rule: recomputed once, then kept
+    runner.refusal = lambda trial: None if trial.number > 250 else "refused"  # a new rule: recomputed once, then kept
     best = runner.best()
     assert best is not None and best.number > 250
     assert best.value == min(float(1000 - n % 97) for n in range(251, 301))

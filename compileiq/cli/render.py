@@ -369,17 +369,32 @@ def trial_json(trial: Trial, objective: str, refused: str | None = None) -> dict
             "code_hash": trial.code_hash, "purpose": trial.purpose}
 
 
-def summary_json(summary: StudySummary, chosen: Trial | None) -> dict[str, Any]:
-    return study_json(summary.study, chosen, summary.trials)
+def summary_json(summary: StudySummary) -> dict[str, Any]:
+    """A listed study: the trial its latest run chose (and recorded), else its lowest value, said so."""
+    from compileiq.results.explain import recorded_choice
+
+    study, choice = summary.study, recorded_choice(summary.decision)
+    number, value = choice if choice is not None else (None, summary.best)
+    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
+            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": summary.trials, "chosen": number,
+            "best": value, "best_shown": reading(study.key.objective).shown(value),
+            "best_is": "the chosen trial" if choice is not None else "the lowest value: no run recorded a choice",
+            "created_at": study.created_at.isoformat()}
 
 
-def studies_table(summaries: list[StudySummary], chosen: dict[int, Trial | None]) -> Table:
+def studies_table(summaries: list[StudySummary]) -> Table:
+    from compileiq.results.explain import recorded_choice
+
     table = Table(title=Text("studies"))
     for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
         table.add_column(column)
     for summary in summaries:
-        study, pick = summary.study, chosen.get(summary.study.id)
-        shown = "-" if pick is None or pick.value is None else f"{reading(study.key.objective).text(pick.value)} (#{pick.number})"
+        study, choice = summary.study, recorded_choice(summary.decision)
+        read = reading(study.key.objective)
+        if choice is not None:
+            shown = f"{read.text(choice[1])} (#{choice[0]})"
+        else:
+            shown = "-" if summary.best is None else f"lowest {read.text(summary.best)} (no run chose)"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table

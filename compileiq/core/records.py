@@ -52,7 +52,8 @@ class StudySummary:
 
     study: Study
     trials: int
-    best: float | None
+    best: float | None  # the lowest complete value
+    decision: dict[str, Any] | None = None  # the latest run's recorded choice (`RunRecord.decision`)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class Held:
     search_trials: int | None = None
     dropped: int | None = None  # settings its simplification dropped
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
+    kernel: tuple[str, str] | None = None  # (source_sha256, settings_sha256): the kernel it describes
 
     def describe(self) -> str:
         """What it holds besides its study: its search trials, simplification and confirmation."""
@@ -55,13 +56,20 @@ def held(document: Mapping[str, Any]) -> Held:
     evidence, objective = _table(document, "evidence"), _table(document, "objective")
     trials = provenance.get("search_trials", provenance.get("trials_in_study"))
     dropped = _table(evidence, "simplified").get("dropped", [])
+    kernel = _table(document, "kernel")
+    source, settings = _text(kernel.get("source_sha256")), _text(kernel.get("settings_sha256"))
     return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
                 dropped=len(dropped) if isinstance(dropped, list) else 0,
-                confirmed=is_finite(objective.get("confirmation_delta")))
+                confirmed=is_finite(objective.get("confirmation_delta")),
+                kernel=(source, settings) if source and settings else None)
 
 
 def less_evidence(existing: Held, new: Held) -> str | None:
-    """Why `new` holds less evidence than `existing` (one clause), or None when it may replace it."""
+    """Why `new` holds less evidence than `existing` (one clause), or None when it may replace it.
+    An ACF of the kernel as it no longer is (its sources, headers or tune.toml settings changed:
+    the gate calls it stale) holds no evidence about the kernel as it is, so it is replaced."""
+    if existing.kernel is not None and new.kernel is not None and existing.kernel != new.kernel:
+        return None
     if existing.study and new.study and existing.study != new.study:
         return f"it records study {existing.study}, this run study {new.study}"
     if existing.search_trials is not None and new.search_trials is not None and new.search_trials < existing.search_trials:

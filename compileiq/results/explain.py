@@ -8,6 +8,7 @@ chosen config over recorded results.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -144,7 +145,18 @@ def decision(result: Any) -> dict[str, Any]:
     cited = (result.baseline, result.chosen)
     checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
     by = "confirmation" if result.confirmation is not None else "rules"
-    return {"chosen": result.chosen.number, "by": by, "verified": checked if result.study.key.evaluator == "static" else []}
+    return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by, "verified": checked if result.study.key.evaluator == "static" else []}
+
+
+def recorded_choice(decision: Any) -> tuple[int, float] | None:
+    """(trial number, value) of a run's recorded choice, when the row holds both as it should (the
+    study list reads them instead of every trial; a damaged or forged row is not shown as a choice)."""
+    if not isinstance(decision, dict):
+        return None
+    number, value = decision.get("chosen"), decision.get("value")
+    if type(number) is not int or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return (number, float(value)) if math.isfinite(value) else None
 
 
 def _confirmed(study: Study, trials: tuple[Trial, ...], runs: Sequence[RunRecord]) -> tuple[Trial, RunRecord] | None:

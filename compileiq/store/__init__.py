@@ -183,12 +183,15 @@ class Store:
             .select_from(studies.outerjoin(per_study, per_study.c.study_id == studies.c.id))
             .order_by(studies.c.id)
         )  # fmt: skip
+        decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query).mappings().all()
+            decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()}  # the latest
         found = []
         for row in rows:
             try:
-                found.append(StudySummary(study_record(row), int(row["trial_count"]), _finite_or_none(row["best_value"])))
+                found.append(StudySummary(study_record(row), int(row["trial_count"]), _finite_or_none(row["best_value"]),
+                                          decisions.get(row["id"])))
             except StoreError as error:
                 self._skip(("study", row["id"]), f"study {row['id']}", str(error))
         return found
