@@ -418,8 +418,11 @@ def forged_runs(tuned: Path) -> dict[str, tuple[CliResult, CliResult, int, int, 
         budget = [a if a != "4" else "8" for a in TINY_TUNE]
         jobs[f"{name}-tune"] = lambda d=db, b=budget, n=name: run_cli(
             [*b, "--db", f"sqlite:///{d}", "--out", f"{n}.acf.toml"], cwd=tuned)
-        jobs[f"{name}-show"] = lambda d=db: run_cli(["show", "scale", "--json", "--db", f"sqlite:///{d}"], cwd=tuned)
-    results = in_parallel(jobs)
+    # `show` reads the forged rows before any tune rebuilds them (a tune re-records a damaged baseline
+    # within seconds of its start: run side by side, the two raced)
+    shows = {f"{name}-show": run_cli(["show", "scale", "--json", "--db", f"sqlite:///{tuned / f'shared-{name}.db'}"],
+                                     cwd=tuned) for name in SHARED}
+    results = {**in_parallel(jobs), **shows}
     return {name: (results[f"{name}-tune"], results[f"{name}-show"], before[name], _rows(tuned / f"shared-{name}.db"),
                    numbers[name]) for name in SHARED}  # fmt: skip
 
