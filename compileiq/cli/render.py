@@ -350,14 +350,15 @@ def objective_json(objective: str) -> dict[str, Any]:
 
 def study_json(study: Study, chosen: Trial | None, trials: int | None = None) -> dict[str, Any]:
     """The study with its chosen trial (`results.explain`: the ACF's), not merely its lowest value."""
-    data = {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
-            "arch": study.key.arch, "evaluator": study.key.evaluator}
+    return _study_json(study, trials, *((chosen.number, chosen.value) if chosen is not None else (None, None)))
+
+
+def _study_json(study: Study, trials: int | None, number: int | None, value: float | None) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": study.id, "name": study.name, "kernel": study.key.kernel,
+                            "objective": study.key.objective, "arch": study.key.arch, "evaluator": study.key.evaluator}
     if trials is not None:
         data["trials"] = trials
-    read = reading(study.key.objective)
-    return data | {"chosen": chosen.number if chosen is not None else None,
-                   "best": chosen.value if chosen is not None else None,
-                   "best_shown": read.shown(chosen.value) if chosen is not None else None,
+    return data | {"chosen": number, "best": value, "best_shown": reading(study.key.objective).shown(value),
                    "created_at": study.created_at.isoformat()}
 
 
@@ -371,33 +372,30 @@ def trial_json(trial: Trial, objective: str, refused: str | None = None) -> dict
 
 def summary_json(summary: StudySummary) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else its lowest value, said so."""
-    from compileiq.results.explain import recorded_choice
-
-    study, choice = summary.study, recorded_choice(summary.decision)
-    number, value = choice if choice is not None else (None, summary.best)
-    return {"id": study.id, "name": study.name, "kernel": study.key.kernel, "objective": study.key.objective,
-            "arch": study.key.arch, "evaluator": study.key.evaluator, "trials": summary.trials, "chosen": number,
-            "best": value, "best_shown": reading(study.key.objective).shown(value),
-            "best_is": "the chosen trial" if choice is not None else "the lowest value: no run recorded a choice",
-            "created_at": study.created_at.isoformat()}
+    number, value = _listed_choice(summary)
+    best_is = "the chosen trial" if number is not None else "the lowest value: no run recorded a choice"
+    return _study_json(summary.study, summary.trials, number, value) | {"best_is": best_is}
 
 
 def studies_table(summaries: list[StudySummary]) -> Table:
-    from compileiq.results.explain import recorded_choice
-
     table = Table(title=Text("studies"))
     for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
         table.add_column(column)
     for summary in summaries:
-        study, choice = summary.study, recorded_choice(summary.decision)
-        read = reading(study.key.objective)
-        if choice is not None:
-            shown = f"{read.text(choice[1])} (#{choice[0]})"
-        else:
-            shown = "-" if summary.best is None else f"lowest {read.text(summary.best)} (no run chose)"
+        study, (number, value) = summary.study, _listed_choice(summary)
+        text = reading(study.key.objective).text(value)
+        shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} (no run chose)"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table
+
+
+def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
+    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest value)."""
+    from compileiq.results.explain import recorded_choice
+
+    choice = recorded_choice(summary.decision)
+    return choice if choice is not None else (None, summary.best)
 
 
 def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:

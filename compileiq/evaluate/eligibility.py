@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compileiq.core.records import Trial, TrialState
+from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
 
 Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when it may
 
@@ -194,6 +194,13 @@ def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
         return baseline
     equal = [t for t in allowed if t.value == best]
     return min(equal, key=lambda t: rank(t, baseline.config))
+
+
+def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
+    """`choose` over the trials the search made: a simplified trial is the simplification's result,
+    not its start (a rerun then simplifies the same winner again, and its record of what was
+    dropped is kept). The tuner and every view (`results.explain`) choose by this one rule."""
+    return choose([t for t in trials if t.purpose in (SEARCH, SCREEN)], baseline, refuse)
 
 
 def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from compileiq.core.records import SCREEN, SEARCH, RunRecord, Study, Trial, TrialState
+from compileiq.core.records import RunRecord, Study, Trial, TrialState
 from compileiq.core.space import SearchSpace, SpaceError, load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
@@ -41,13 +41,24 @@ class Explanation:
         built it again and agreed, or built it itself, before an ACF cited it), "recorded by run N"
         (its worker ran a tune here), else "not recorded by a run of this database" (`db import`,
         or written by something that never tuned here). Run rows are this database's own record."""
-        for run in sorted(self.runs, key=lambda r: r.id, reverse=True):
+        verified_by, first_run_of = self._vouched
+        if trial.number in verified_by:
+            return f"verified by run {verified_by[trial.number]}"
+        if trial.worker and trial.worker in first_run_of:
+            return f"recorded by run {first_run_of[trial.worker]}"
+        return "not recorded by a run of this database"
+
+    @cached_property
+    def _vouched(self) -> tuple[dict[int, int], dict[str, int]]:
+        """(trial number -> the latest run that verified it, worker -> its first run), read once."""
+        verified_by: dict[int, int] = {}
+        first_run_of: dict[str, int] = {}
+        for run in sorted(self.runs, key=lambda r: r.id):
             verified = run.decision.get("verified") if isinstance(run.decision, dict) else None
-            if isinstance(verified, list) and trial.number in verified:
-                return f"verified by run {run.id}"
-        recorder = next((r for r in sorted(self.runs, key=lambda r: r.id) if trial.worker and r.worker == trial.worker),
-                        None)
-        return f"recorded by run {recorder.id}" if recorder is not None else "not recorded by a run of this database"
+            if isinstance(verified, list):
+                verified_by.update((n, run.id) for n in verified if type(n) is int)
+            first_run_of.setdefault(run.worker, run.id)
+        return verified_by, first_run_of
 
     @property
     def runtime(self) -> bool:
@@ -177,13 +188,12 @@ def _confirmed(study: Study, trials: tuple[Trial, ...], runs: Sequence[RunRecord
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:
-    """The tuner's own rule (`eligibility.choose`) over the trials the search made (a simplified
-    trial is the simplification's result, not its start): for a static objective only trials that
+    """The tuner's own rule (`eligibility.search_winner`): for a static objective only trials that
     may win, strictly better than the baseline, the fewest changed settings among equals."""
     if baseline is None or baseline.state is not TrialState.COMPLETE:
         return best(trials)
     refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
-    return eligibility.choose([t for t in trials if t.purpose in (SEARCH, SCREEN)], baseline, refuse)
+    return eligibility.search_winner(trials, baseline, refuse)
 
 
 def best(trials: Sequence[Trial]) -> Trial | None:

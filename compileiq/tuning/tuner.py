@@ -577,11 +577,7 @@ class Tuner:
         self._reference = eligibility.Reference.of(baseline, self._request.objective) if self._static else None
         if self._multi:
             return self._front_result(study, baseline, trials, exhausted, verifier)
-        # the search's winner is a trial the search made: a rerun then simplifies it again to the
-        # same choice, and the ACF keeps what the simplification dropped (it used to pick the
-        # simplified trial itself, with nothing left to drop, and lose that record)
-        searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
-        winner = eligibility.choose(searched, baseline, self._refusal)
+        winner = eligibility.search_winner(trials, baseline, self._refusal)
         simplification = None
         exact = not self._static  # timings are noisy: same code only
         out_of_time = self._clock.out_of_time  # then nothing more is built: recorded results only
@@ -590,10 +586,10 @@ class Tuner:
         elif self._request.simplify and winner is not baseline:
             simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
                                       exact, allowed=lambda t: self._refusal(t) is None)
-        chosen = self._decided(study, simplification.chosen if simplification else winner)
-        if verifier is not None:
-            verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
+        chosen = self._decided(study, simplification.chosen if simplification else winner, final)
+        if verifier is not None:
+            verifier.check(chosen)  # a row that agrees is left as it is: `final` still holds
         confirmation = None
         confirm = getattr(self._evaluator, "confirm", None)
         if confirm is not None:
@@ -627,10 +623,10 @@ class Tuner:
         if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
             simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
                                       True, allowed=lambda t: self._refusal(t) is None)
-        chosen = self._decided(study, simplification.chosen if simplification else winner)
-        if verifier is not None:
-            verifier.check(chosen)
         final = tuple(self._store.trials(study.id))
+        chosen = self._decided(study, simplification.chosen if simplification else winner, final)
+        if verifier is not None:
+            verifier.check(chosen)  # a row that agrees is left as it is: `final` still holds
         trade_offs = multi_objective.choose(final, baseline, self._objectives, self._request.pick, self._refusal,
                                             runtime).front
         wall = time.perf_counter() - self._runner.counters.started
@@ -638,13 +634,13 @@ class Tuner:
                           exhausted, None, None, dict(self._runner.origins), self._worker_name,
                           self._request.budget, self._stopped, trade_offs)
 
-    def _decided(self, study: Study, chosen: Trial) -> Trial:
-        """The choice every view shows (`explain`, over the recorded trials), which the ACF holds too:
-        for a static objective it is the tuner's own choice replayed, so the two can never differ.
-        A runtime objective's choice also rests on its confirmation, which is not replayed."""
+    def _decided(self, study: Study, chosen: Trial, trials: Sequence[Trial]) -> Trial:
+        """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
+        too: for a static objective it is the tuner's own choice replayed, so the two can never
+        differ. A runtime objective's choice also rests on its confirmation, which is not replayed."""
         if not self._static:
             return chosen
-        decided = explain(study, self._store.trials(study.id), self._request.pick).chosen
+        decided = explain(study, trials, self._request.pick).chosen
         return decided if decided is not None else chosen
 
     def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
