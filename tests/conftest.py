@@ -8,6 +8,7 @@ where they fail so that CI can never skip them silently.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,10 +47,23 @@ def postgres_url(postgres_admin_url: str) -> Iterator[str]:
         with engine.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         yield admin.set(database=name).render_as_string(hide_password=False)
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop(engine, name)
     finally:
         engine.dispose()
+
+
+def _drop(engine: sa.Engine, name: str, attempts: int = 40) -> None:
+    """DROP ... WITH (FORCE), again while it fails: the test role may not end an autovacuum worker
+    (a superuser's backend) that is on the database for a moment, which failed a CI teardown once."""
+    for attempt in range(attempts):
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.25)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
