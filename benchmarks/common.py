@@ -19,7 +19,7 @@ from compileiq.core.version import __version__
 from compileiq.evaluate.metrics import StaticMetrics, objective_value
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = sorted((ROOT / "kernels").glob("*/*.cu"))

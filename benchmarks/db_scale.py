@@ -42,7 +42,7 @@ from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.store.schema import builds, studies, trials_table
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
 
 KERNEL = ROOT / "kernels" / "reduction" / "reduction.cu"

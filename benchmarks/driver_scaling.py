@@ -69,7 +69,7 @@ from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.searcher import Searcher, SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner, TuneRequest
 
 KERNEL = ROOT / "kernels" / "sgemm" / "sgemm.cu"

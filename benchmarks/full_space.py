@@ -268,7 +268,7 @@ def tuner_compiler(kernel: Path, space: SearchSpace, db: Path) -> Compile:
     """Compiles configurations through the tuner's trial path into a study of its own."""
     from compileiq.build.workers import open_workers
     from compileiq.store import Store
-    from compileiq.tuning.runner import SilentProgress
+    from compileiq.tuning.progress import SilentProgress
     from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
 
     spec = load_spec(kernel)

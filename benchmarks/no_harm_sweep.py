@@ -23,7 +23,7 @@ from compileiq import app
 from compileiq.core.errors import CompileIQError
 from compileiq.evaluate import eligibility
 from compileiq.results import acf
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions")
 

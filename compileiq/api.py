@@ -23,7 +23,7 @@ from compileiq import app
 from compileiq.core.records import Trial
 from compileiq.results import flag_formats
 from compileiq.results.acf import Acf
-from compileiq.tuning.runner import Outcome, SilentProgress
+from compileiq.tuning.progress import Outcome, SilentProgress
 
 if TYPE_CHECKING:
     from compileiq.gating.check import GateReport

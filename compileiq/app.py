@@ -27,7 +27,7 @@ from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
 from compileiq.tuning.limits import check_patience, parse_duration
-from compileiq.tuning.runner import Progress
+from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it

@@ -22,7 +22,7 @@ from compileiq.core.records import Trial
 from compileiq.results import multi_objective
 from compileiq.results.pareto import values_of
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner
 
 

@@ -21,7 +21,7 @@ from compileiq.core.records import TrialState
 from compileiq.results import acf
 from compileiq.source.kernel import load_spec
 from compileiq.source.spec import KernelSpec
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "kernels"
 INCLUDE_DIR = Path(compileiq.__file__).resolve().parent / "include"

@@ -40,7 +40,7 @@ from compileiq.search.searcher import Searcher, SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
 from compileiq.store.group_commit import GroupCommit
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")

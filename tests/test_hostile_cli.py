@@ -32,7 +32,7 @@ from compileiq import app
 from compileiq.core.records import Trial, TrialState
 from compileiq.results import acf
 from compileiq.store import Store, exchange
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 REPO = Path(__file__).resolve().parent.parent
 REDUCTION = REPO / "kernels" / "reduction" / "reduction.cu"

@@ -552,7 +552,7 @@ class _BrokenWorkers:
 def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> None:
     from compileiq.app import TuneOptions, tuning_space
     from compileiq.core.toolchain import find_toolchain
-    from compileiq.tuning.runner import SilentProgress
+    from compileiq.tuning.progress import SilentProgress
     from compileiq.tuning.tuner import Tuner, TuneRequest
 
     spec, tools = load_spec(_kernel(tmp_path)), find_toolchain()

@@ -16,7 +16,7 @@ from compileiq.build.workers import LocalWorkers, VariantJob, Workers
 from compileiq.core.records import Study
 from compileiq.core.toolchain import find_toolchain
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 ONLY = "ptxas.opt_level,ptxas.register_usage_level"

@@ -22,7 +22,7 @@ from compileiq.results.pareto import values_of
 from compileiq.search.front_search import FrontSearcher, chebyshev
 from compileiq.search.searcher import Observation, SearchSettings
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 SPILL_HEAVY = ROOT / "kernels" / "spill_heavy" / "spill_heavy.cu"

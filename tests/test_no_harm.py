@@ -32,7 +32,7 @@ from compileiq.gating import rules as gate_rules
 from compileiq.results import acf
 from compileiq.results.acf import AcfContent
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus_harm"
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"

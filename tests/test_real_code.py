@@ -25,7 +25,7 @@ from compileiq import app
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.macros import check_macros_take_effect
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 NARROW = ["--only", "ptxas.opt_level", "--only", "ptxas.maxrregcount"]

@@ -21,7 +21,7 @@ from compileiq.evaluate.replay import (
     tune_toml_of_t1,
 )
 from compileiq.results import acf
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 DATA = Path("/work/shared/data/runtime-landscapes")
 T1 = DATA / "convolution_milo.json"

@@ -35,7 +35,8 @@ from compileiq.core.toolchain import find_toolchain
 from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress, Target, TrialRunner
+from compileiq.tuning.progress import SilentProgress
+from compileiq.tuning.runner import Target, TrialRunner
 from compileiq.tuning.tuner import Tuner, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")

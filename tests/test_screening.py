@@ -29,7 +29,7 @@ from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner, TuneRequest
 from tests.helpers import TINY_KERNEL
 

@@ -17,7 +17,7 @@ from compileiq.results import acf, evidence
 from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.tuner import Tuner, TuneRequest
 
 KERNEL = r"""

@@ -18,7 +18,7 @@ from compileiq.core.records import TrialState
 from compileiq.core.toolchain import find_toolchain
 from compileiq.results import acf
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 SPILLER = SPILLING_KERNEL
 SUBSPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level")

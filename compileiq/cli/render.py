@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from compileiq.core.space import SearchSpace
     from compileiq.gating import check as gate_lib
     from compileiq.results.explain import Explanation
-    from compileiq.tuning.runner import Outcome
+    from compileiq.tuning.progress import Outcome
 
 class LineProgress:
     """Progress on stderr: plain lines in a pipe or CI log (and with --json, whose stdout stays one

@@ -8,35 +8,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Protocol, Self
+from typing import Any
 
 from compileiq.build.compile import (
     RESOURCE_REPORT_VERSION,
     AssembleJob,
     Build,
     BuildStatus,
-    EntryResources,
     FrontendJob,
     PtxResult,
 )
 from compileiq.build.workers import (
-    POLL_S,
-    WAIT,
     Transfers,
     VariantJob,
     VariantResult,
-    Wait,
     Workers,
 )
 from compileiq.core.errors import CompileIQError
-from compileiq.core.records import NODE_KEY, BuildRecord, Study, Trial, TrialOutcome, TrialState
+from compileiq.core.records import NODE_KEY, BuildRecord, Trial, TrialOutcome, TrialState
 from compileiq.core.space import Config, SearchSpace, remember
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
@@ -44,91 +38,18 @@ from compileiq.evaluate.metrics import NAMING_FAILURES, Evaluation
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.group_commit import GroupCommit
+from compileiq.tuning.build_records import build_from_record, build_record, deterministic
+from compileiq.tuning.progress import Evaluator, Outcome, Progress, RunCounters
+from compileiq.tuning.shared_builds import Heartbeat, SharedBuilds
 
 HEARTBEAT_EVERY_S = 10.0
 TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler timed out or crashed
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one trial in this run (for progress display)."""
-
-    trial: Trial
-    source: str  # "compiled", "build cache" or "same code as #N"
-    refused: str | None = None  # why the study's rules refuse it (it may not be chosen)
-
-
-class Progress(Protocol):
-    def started(self, study: Study, budget: int, finished: int) -> None: ...
-
-    def trial(self, outcome: Outcome, best: Trial | None) -> None: ...
-
-    def note(self, message: str) -> None: ...
 
 
 # Streaming: given the trials finished so far in this run() call and those still running, the
 # tuner claims more to start now (none: wait for more results).
 Refill = Callable[[Sequence[Trial], Sequence[Trial]], Sequence[Trial]]
 
-
-class Evaluator(Protocol):
-    """Scores one build: `StaticEvaluator` (compiler output) or `TimeEvaluator` (GPU runtime)."""
-
-    @property
-    def kind(self) -> str: ...  # "static", or the device model
-
-    def evaluate(self, build: Build, config: Config) -> Evaluation: ...
-
-
-class SilentProgress:
-    """A progress sink that shows nothing (library use, benchmarks, tests)."""
-
-    def started(self, study: Study, budget: int, finished: int) -> None:
-        pass
-
-    def trial(self, outcome: Outcome, best: Trial | None) -> None:
-        pass
-
-    def note(self, message: str) -> None:
-        pass
-
-
-@dataclass
-class RunCounters:
-    frontend_calls: int = 0
-    ptxas_calls: int = 0
-    verify_frontend_calls: int = 0  # of the calls above: rebuilds that checked rows this run did not build
-    verify_ptxas_calls: int = 0
-    build_cache_hits: int = 0
-    shared_builds: int = 0  # ptxas skipped: a build of the same PTX and flags (this run's or another tuner's)
-    same_code_reuses: int = 0
-    new_trials: int = 0
-    compile_seconds: float = 0.0  # compiler wall time, summed over variants
-    compile_wait_seconds: float = 0.0  # time the loop waited for workers
-    worker_start_seconds: float = 0.0  # starting (or joining) Ray
-    started: float = field(default_factory=time.perf_counter)
-
-    frontend_seconds: float = 0.0
-    ptxas_seconds: float = 0.0
-    nodes: dict[str, int] = field(default_factory=dict)  # Ray node -> variants its ptxas built this run
-    transfers: Transfers = field(default_factory=Transfers)  # what the driver shipped to the workers
-
-    @property
-    def compiler_calls(self) -> int:
-        return self.frontend_calls + self.ptxas_calls
-
-    @property
-    def verify_calls(self) -> int:
-        return self.verify_frontend_calls + self.verify_ptxas_calls
-
-    @property
-    def frontend_cost_ratio(self) -> float:
-        """Mean nvcc front-end time over mean ptxas time, as measured in this run (nan if unknown)."""
-        if not self.frontend_calls or not self.ptxas_calls or not self.ptxas_seconds:
-            return math.nan
-        return (self.frontend_seconds / self.frontend_calls) / (
-            self.ptxas_seconds / self.ptxas_calls
-        )
 
 
 @dataclass(frozen=True)
@@ -157,7 +78,7 @@ class TrialRunner:
         gone: Callable[[str], bool] = lambda worker: False,
     ) -> None:
         self._heartbeat_every_s = heartbeat_every_s
-        self._shared = SharedBuilds(self, store, worker, stale_after_s, gone)
+        self._shared = SharedBuilds(self.ptx_key, store, worker, stale_after_s, gone)
         self._target = target
         self._store = store
         self._evaluator = evaluator
@@ -234,12 +155,12 @@ class TrialRunner:
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
-            if cached is None or not _deterministic(cached):
+            if cached is None or not deterministic(cached):
                 self._claimed[trial.id] = (trial, keys[trial.id])
                 jobs.append(self._job(trial))
                 continue
             self.counters.build_cache_hits += 1
-            finished.append(self._record(trial, _build_from_record(cached), "build cache"))
+            finished.append(self._record(trial, build_from_record(cached), "build cache"))
         return jobs
 
     def close(self) -> None:
@@ -305,7 +226,7 @@ class TrialRunner:
         source, ptx_key = self._shared.assembled(result)
         self._count_compile(result, assembled=source is None)
         self.counters.shared_builds += int(source is not None)
-        record = _build_record(build_key, result.build, ptx_key) if result.build.status.deterministic else None
+        record = build_record(build_key, result.build, ptx_key) if result.build.status.deterministic else None
         return self._record(trial, result.build, source or "compiled", record, result.node)
 
     def _count_compile(self, result: VariantResult, assembled: bool = True) -> None:
@@ -392,8 +313,8 @@ class TrialRunner:
         jobs = []
         for index, (config, key) in enumerate(zip(configs, keys)):
             cached = cache.get(key)
-            if cached is not None and _deterministic(cached):
-                builds[config.key] = _build_from_record(cached)
+            if cached is not None and deterministic(cached):
+                builds[config.key] = build_from_record(cached)
             else:
                 jobs.append(self._config_job(index, config))
         if jobs:
@@ -403,7 +324,7 @@ class TrialRunner:
                 self._count_compile(result)
                 if result.build.status.deterministic:
                     ptx_key = self._ptx_key_of(by_tag[result.tag], result)
-                    self._store.put_build(_build_record(keys[result.tag], result.build, ptx_key))
+                    self._store.put_build(build_record(keys[result.tag], result.build, ptx_key))
                 builds[configs[result.tag].key] = result.build
         return builds
 
@@ -419,7 +340,7 @@ class TrialRunner:
         self.counters.verify_frontend_calls += int(result.ptx_compiled)
         self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         if result.build.status.deterministic:
-            self._store.replace_build(_build_record(self.build_key(config), result.build, self._ptx_key_of(job, result)))
+            self._store.replace_build(build_record(self.build_key(config), result.build, self._ptx_key_of(job, result)))
         return result.build, self._evaluator.evaluate(result.build, config)
 
     def _job(self, trial: Trial) -> VariantJob:
@@ -480,130 +401,6 @@ class TrialRunner:
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
 
-class SharedBuilds:
-    """No ptxas run twice on the same PTX with the same flags, in this run or across tuners.
-
-    Asked by the workers when a variant's PTX is ready (`before_assemble`): a build of the same
-    PTX key made by this run, or recorded in the database by anyone (checked as any cached row),
-    is used without running ptxas; otherwise the key is claimed in the database and compiled here,
-    or, when another tuner holds a live claim, the variant waits for its build (asked again every
-    POLL_S). Claims are beaten with the trials' heartbeat and released when the run fails; the
-    recorded build deletes its claim in the same transaction (`Store.finish_trials`)."""
-
-    def __init__(self, runner: TrialRunner, store: Store, worker: str, stale_after_s: float,
-                 gone: Callable[[str], bool]) -> None:
-        self._runner, self._store, self._worker, self._stale_after_s = runner, store, worker, stale_after_s
-        self._gone = gone  # a tuner known to be gone (its process on this host ended): its claims are taken at once
-        self._built: dict[str, tuple[Build, str]] = {}  # PTX key -> the build this run made or found, and
-        # where it came from ("compiled": this run's ptxas; "build cache": recorded by anyone, checked as a cached row)
-        self._building: dict[str, int] = {}  # PTX key -> the tag of the variant compiling it here
-        self._keys: dict[int, str] = {}  # tag -> its PTX key
-        self._answered: dict[int, str] = {}  # tag -> where its build came from ("compiled": this run's ptxas)
-        self._polled: dict[str, float] = {}  # PTX key another tuner builds -> when the database was last asked
-        self.claims: tuple[str, ...] = ()  # the database claims this run holds (read by the heartbeat thread)
-
-    def before_assemble(self, jobs: Sequence[VariantJob], ptx: PtxResult) -> list[Build | None | Wait]:
-        keys = [self._key(job, ptx) for job in jobs]
-        now = time.monotonic()
-        ask = {key for key in keys if key not in self._built and key not in self._building
-               and now - self._polled.get(key, -math.inf) >= POLL_S}
-        found = self._store.claim_builds(ask, self._worker, self._stale_after_s) if ask and self._worker else None
-        if found is not None:
-            for key, record in found.built.items():
-                if _deterministic(record):
-                    self._built[key] = (_build_from_record(record), "build cache")
-            dead = {holder for holder in set(found.held.values()) if self._gone(holder)}
-            for holder in dead:  # their claims are taken when asked again (after the next result, or POLL_S)
-                self._store.release_build_claims([k for k, w in found.held.items() if w == holder], holder)
-            self._polled.update((key, now) for key, holder in found.held.items() if holder not in dead)
-        answers: list[Build | None | Wait] = []
-        for job, key in zip(jobs, keys, strict=True):
-            if key in self._built:
-                build, self._answered[job.tag] = self._built[key]
-                answers.append(build)
-            elif key in self._building or (found is not None and key in found.held) or key not in ask:
-                answers.append(WAIT)
-            else:  # claimed here (or no database claims: a runner without a worker name)
-                self._building[key] = job.tag
-                answers.append(None)
-        self.claims = tuple(self._building)
-        return answers
-
-    def _key(self, job: VariantJob, ptx: PtxResult) -> str:
-        if job.tag not in self._keys:  # popped when its result arrives
-            self._keys[job.tag] = self._runner.ptx_key(job.assemble, ptx)
-        return self._keys[job.tag]
-
-    def assembled(self, result: VariantResult) -> tuple[str | None, str | None]:
-        """Where the result's build came from (None: ptxas ran for it) and its PTX key."""
-        key = self._keys.pop(result.tag, None)
-        source = self._answered.pop(result.tag, None)
-        if source is not None or key is None or self._building.get(key) != result.tag:
-            return source, key
-        del self._building[key]
-        self.claims = tuple(self._building)
-        if result.build.status.deterministic:
-            self._built[key] = (replace(result.build, cubin=b""), "compiled")  # nothing reads it again
-        elif self._worker:  # a compiler that timed out or crashed records nothing: let anyone try again
-            self._store.release_build_claims([key], self._worker)
-        return None, key
-
-    def beat(self) -> None:
-        """Keep this run's claims of builds alive (from the heartbeat thread)."""
-        if self.claims and self._worker:
-            self._store.heartbeat_build_claims(self.claims, self._worker)
-
-    def release_all(self) -> None:
-        """The run stops: give back the claims of builds it will not record."""
-        held, self._building, self.claims = list(self._building), {}, ()
-        self._keys.clear()
-        self._answered.clear()
-        if held and self._worker:
-            try:
-                self._store.release_build_claims(held, self._worker)
-            except CompileIQError:
-                pass  # the database went away: the claims go stale
-
-
-class Heartbeat:
-    """Keeps claimed trials alive from a background thread while they compile.
-
-    A compile (or Ray's start-up) can outlast the stale timeout of other tuners on the study;
-    beating only between results would let them take over trials that are still being worked on.
-    """
-
-    def __init__(self, store: Store, trial_ids: Sequence[int], every_s: float,
-                 builds: SharedBuilds | None = None) -> None:
-        self._store, self._ids, self._every_s, self._builds = store, list(trial_ids), every_s, builds
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="compileiq-heartbeat", daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def add(self, trial_ids: Sequence[int]) -> None:
-        """Beat for these trials too (claimed while the others compile)."""
-        with self._lock:
-            self._ids = [*self._ids, *trial_ids]
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self._every_s):
-            with self._lock:
-                ids = self._ids
-            try:
-                self._store.heartbeat(ids)
-                if self._builds is not None:  # the builds this run claimed: others wait for them
-                    self._builds.beat()
-            except CompileIQError:
-                pass  # best effort: the loop itself reports a database that went away
-
-
 class _Compiling(Sequence[Trial]):
     """The trials compiling now, as a refill sees them: their count at once, the trials
     themselves only if it asks (a refill runs per result and seldom needs them)."""
@@ -627,22 +424,3 @@ class _Compiling(Sequence[Trial]):
 
 def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _build_record(key: str, build: Build, ptx_key: str | None = None) -> BuildRecord:
-    entries = [vars(entry) for entry in build.entries]
-    metrics = {"status": build.status.value, "entries": entries}
-    return BuildRecord(key, build.ok, build.message, metrics, build.code_hash, build.seconds, ptx_key)
-
-
-def _deterministic(record: BuildRecord) -> bool:
-    """Only outcomes that the same inputs repeat are served from the cache (older versions
-    cached timeouts: those are compiled again)."""
-    status = record.metrics.get("status", "ok" if record.ok else "compile_error")
-    return status in (BuildStatus.OK.value, BuildStatus.COMPILE_ERROR.value)
-
-
-def _build_from_record(record: BuildRecord) -> Build:
-    entries = tuple(EntryResources(**entry) for entry in record.metrics.get("entries", []))
-    status = BuildStatus(record.metrics.get("status", "ok" if record.ok else "compile_error"))
-    return Build(status, record.message, entries, record.code_hash, b"", record.seconds)

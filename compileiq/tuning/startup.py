@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from compileiq.build.workers import BeforeAssemble, LocalWorkers, More, Transfers, Workers
-from compileiq.tuning.runner import Outcome, Progress
+from compileiq.tuning.progress import Outcome, Progress
 
 if TYPE_CHECKING:
     from compileiq.build.compile import ExecutableBuild, ExecutableJob

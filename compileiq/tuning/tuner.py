@@ -44,15 +44,8 @@ from compileiq.store import Store
 from compileiq.tuning import claims
 from compileiq.tuning.build_hints import build_hint
 from compileiq.tuning.limits import RunClock, RunLimits
-from compileiq.tuning.runner import (
-    HEARTBEAT_EVERY_S,
-    Evaluator,
-    Progress,
-    Refill,
-    RunCounters,
-    Target,
-    TrialRunner,
-)
+from compileiq.tuning.progress import Evaluator, Progress, RunCounters
+from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunner
 from compileiq.tuning.startup import PhaseProgress
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
