@@ -1,4 +1,4 @@
-"""Benchmark (d): compileiq's search against other tuners, replayed on the search benchmark's
+"""Benchmark (c): compileiq's search against other tuners, replayed on the search benchmark's
 exhaustive tables (10 kernels x 3 static objectives) with the same counting.
 
 Every strategy starts from the baseline (all defaults, counted as evaluation 1, as `compileiq tune`
