@@ -13,7 +13,7 @@ from pathlib import Path
 
 from compileiq import app
 from compileiq.core.records import TrialState
-from compileiq.core.space import SearchSpace
+from compileiq.core.space import Config, Parameter, SearchSpace, Value
 from compileiq.core.toolchain import find_toolchain
 from compileiq.core.version import __version__
 from compileiq.evaluate.metrics import StaticMetrics, objective_value
@@ -95,8 +95,12 @@ class Found(Exception):
 
 class Replay:
     """Evaluates configurations from a case's table the way `compileiq tune` counts them: each
-    distinct configuration once (a repeat is served from the record, free), the baseline first.
-    `evaluate` raises Found at the first optimal configuration."""
+    distinct configuration once (a repeat is served from the record, free), the baseline first,
+    alone. Counting is by whole batches: `evaluate_batch` compiles every configuration of a
+    batch (they run side by side) and only then raises Found if any of them is optimal, so the
+    whole batch is charged even when its first configuration was the optimum. `evaluate` is a
+    batch of one: for sequential tuners (Kernel Tuner), which do run one configuration at a time.
+    A run that reaches `cap` evaluations is stopped and charged `cap`."""
 
     def __init__(self, case: Case, cap: int | None = None) -> None:
         self.case = case
@@ -110,23 +114,29 @@ class Replay:
         return len(self._seen)
 
     def evaluate(self, key: str) -> float | None:
-        if key in self._seen:
-            return self._seen[key]
-        if self.count >= self.cap:
-            raise Found(self.cap)
-        value = self.case.values[key]
-        self._seen[key] = value
-        if value is not None and value <= self._target:
-            raise Found(self.count)
+        (value,) = self.evaluate_batch([key])
         return value
+
+    def evaluate_batch(self, keys: Sequence[str]) -> list[float | None]:
+        hit = False
+        for key in keys:
+            if key in self._seen:
+                continue
+            if self.count >= self.cap:
+                raise Found(self.cap)
+            value = self._seen[key] = self.case.values[key]
+            hit = hit or (value is not None and value <= self._target)
+        if hit:
+            raise Found(min(self.count, self.cap))
+        return [self._seen[key] for key in keys]
 
 
 def evaluations_to_optimum(
     case: Case, strategy: Callable[[Replay, int], None], seed: int, cap: int | None = None
 ) -> int:
-    """Evaluations until the strategy reaches the optimum; a strategy that stops without it
-    is charged the whole space (as if it then tried everything), and a run that reaches `cap`
-    evaluations first is stopped and charged `cap`."""
+    """Evaluations, in whole batches, until the strategy reaches the optimum; a strategy that
+    stops without it is charged the whole space (as if it then tried everything), and a run
+    that reaches `cap` evaluations first is stopped and charged `cap`."""
     try:
         strategy(Replay(case, cap), seed)
     except Found as found:
@@ -141,11 +151,69 @@ def compileiq_strategy(settings: SearchSettings) -> Callable[[Replay, int], None
         searcher = Searcher(replay.case.space, replace(settings, seed=seed))
         batch = [replay.case.space.default_config()]
         while batch:
-            observations = [Observation(c, replay.evaluate(c.key)) for c in batch]
-            searcher.tell(observations)
+            values = replay.evaluate_batch([c.key for c in batch])
+            searcher.tell([Observation(c, v) for c, v in zip(batch, values)])
             batch = searcher.ask(BATCH)
 
     return run
+
+
+# --- How other tuners see a search space (benchmarks/peers.py, benchmarks/full_space.py) ---
+
+# Where a parameter's "default" sits among its numbers, when that is known: no register cap is
+# as many registers as ptxas may give a thread, 255. Any other "default" has no known place.
+DEFAULT_PLACES: dict[str, int] = {"ptxas.maxrregcount": 255}
+
+
+@dataclass(frozen=True)
+class PeerAxis:
+    """One parameter as a peer tuner is given it: `values` in axis order; `ordered` says
+    whether that order means something (an integer axis) or not (a categorical one)."""
+
+    name: str
+    ordered: bool
+    values: tuple[Value, ...]
+
+
+def peer_axis(parameter: Parameter) -> PeerAxis:
+    """The encoding rules. A parameter is ordered only when every value is a number (not a
+    boolean) or a "default" whose place among the numbers is known (DEFAULT_PLACES: "no cap"
+    sits at 255 registers, after the cap of 255); its values are then sorted by that place.
+    Everything else is categorical, in the space's own order: flags, booleans, enums, and a
+    "default" of unknown place (ptxas.maxntid's "default" is not a thread count)."""
+
+    def place(value: Value) -> float | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int | float):
+            return float(value)
+        if value == "default" and parameter.name in DEFAULT_PLACES:
+            return DEFAULT_PLACES[parameter.name] + 0.5  # just after the cap of 255, never beside 24
+        return None
+
+    places = [place(v) for v in parameter.values]
+    if all(p is not None for p in places):
+        ordered = tuple(v for _, v in sorted(zip(places, parameter.values), key=lambda pv: pv[0]))  # type: ignore[arg-type, return-value]
+        return PeerAxis(parameter.name, True, ordered)
+    return PeerAxis(parameter.name, False, tuple(parameter.values))
+
+
+class PeerEncoding:
+    """A search space as a peer tuner is given it: each configuration a tuple of indices into
+    its axes' values (see `peer_axis` for which axes are ordered)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.axes = tuple(peer_axis(p) for p in space.parameters)
+        self._index = [{(type(v), v): i for i, v in enumerate(a.values)} for a in self.axes]
+
+    def indices(self, config: Config | dict[str, Value]) -> tuple[int, ...]:
+        values = config.as_dict() if isinstance(config, Config) else config
+        return tuple(
+            index[(type(values[a.name]), values[a.name])] for a, index in zip(self.axes, self._index)
+        )
+
+    def config(self, indices: Sequence[int]) -> Config:
+        return Config.of({a.name: a.values[int(i)] for a, i in zip(self.axes, indices)})
 
 
 def static_value(metrics: dict | None, objective: str) -> float | None:

@@ -7,7 +7,8 @@ found: every strategy runs `--budget` evaluations for each seed and objective, a
 configuration any of them compiled goes into one table per kernel; the reference of an objective
 is the best value in the pooled table. Each run then counts the evaluations it needed to reach
 that reference (the baseline first, then batches of 8, as `compileiq tune` counts; failures
-count). A run that never reaches it within the budget is censored (shown as ">budget").
+count), in whole batches: the batch in which a run reaches it is charged in full. A run that never
+reaches it within the budget is censored (shown as ">budget").
 
 Values are what the tuner's searcher learns: the static objective's value, or a failure when the
 trial failed or may not win under `compileiq.evaluate.eligibility` (it adds spills, loses occupancy, or
@@ -29,6 +30,7 @@ adapter (benchmarks/peers.py) plugs in by adding an entry.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -41,14 +43,13 @@ from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, when imported by the tests
 
-from common import ROOT, machine, static_value
+from common import ROOT, PeerEncoding, machine, static_value
 
 from compileiq import app
 from compileiq.core.records import TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate import eligibility
-from compileiq.search.encoding import Encoding
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 
@@ -74,8 +75,9 @@ class Proposer(Protocol):
 
 class OptunaTPE:
     """Optuna's TPE (its defaults, the best peer of benchmarks/peers.py) behind the searcher's
-    ask/tell: every setting an integer index; a proposal already evaluated is told its known
-    value and asked again, so that it costs no evaluation (as peers.py counts repeats)."""
+    ask/tell, each setting encoded as peers.py encodes it (ordered only where the order means
+    something, else categorical: common.peer_axis); a proposal already evaluated is told its
+    known value and asked again, so that it costs no evaluation (as peers.py counts repeats)."""
 
     TRIES = 50  # asks per wanted proposal before giving up (a converged TPE repeats itself)
 
@@ -84,10 +86,11 @@ class OptunaTPE:
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         self._optuna = optuna
-        self._encoding = Encoding(space)
-        self._names = [p.name for p in space.parameters]
-        self._distributions = {name: optuna.distributions.IntDistribution(0, int(n) - 1)
-                               for name, n in zip(self._names, self._encoding.cardinality)}
+        from peers import optuna_distributions
+
+        self._encoding = PeerEncoding(space)
+        self._distributions = optuna_distributions(self._encoding)
+        self._names = list(self._distributions)
         self._study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
         self._known: dict[str, float | None] = {}
         self._pending: dict[str, Any] = {}
@@ -115,7 +118,7 @@ class OptunaTPE:
             if (trial := self._pending.pop(key, None)) is not None:
                 self._finish(trial, observation.value)
                 continue
-            row = self._encoding.row(observation.config)
+            row = self._encoding.indices(observation.config)
             complete = observation.value is not None
             self._study.add_trial(self._optuna.trial.create_trial(
                 params=dict(zip(self._names, row)), distributions=self._distributions,
@@ -179,10 +182,16 @@ class Run:
     objective: str
     seed: int
     values: tuple[float | None, ...]  # in evaluation order, the baseline first
+    batches: tuple[int, ...] = ()  # the sizes of the batches `values` came in; (): one at a time
 
     def evaluations_to(self, reference: float) -> int | None:
-        """Evaluations until the first value at or below the reference; None: never."""
-        return next((i + 1 for i, v in enumerate(self.values) if v is not None and v <= reference), None)
+        """Evaluations, in whole batches, until the first value at or below the reference (the
+        batch that holds it is charged in full); None: never."""
+        first = next((i for i, v in enumerate(self.values) if v is not None and v <= reference), None)
+        if first is None:
+            return None
+        ends = itertools.accumulate(self.batches or (1,) * len(self.values))
+        return next(end for end in ends if end > first)
 
 
 def value(objective: str, config: Config, metrics: Metrics, baseline: Metrics, defaults: Config) -> float | None:
@@ -210,15 +219,17 @@ def replay(space: SearchSpace, table: Table, strategy: str, objective: str, seed
     (baseline,) = table.lookup([default])
     proposer = STRATEGIES[strategy](space, seed)
     values: list[float | None] = []
+    batches: list[int] = []
     batch = [default]
     while batch:
         observations = [observation(objective, c, m, baseline, default) for c, m in zip(batch, table.lookup(batch))]
         values += [o.value for o in observations]
+        batches.append(len(batch))
         proposer.tell(observations)
         if (left := budget - len(values)) <= 0:
             break
         batch = proposer.ask(min(BATCH, left))
-    return Run(strategy, objective, seed, tuple(values))
+    return Run(strategy, objective, seed, tuple(values), tuple(batches))
 
 
 def reference_value(space: SearchSpace, table: Table, objective: str) -> float | None:

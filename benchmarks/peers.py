@@ -1,23 +1,41 @@
-"""Benchmark (d): compileiq's search against other tuners, replayed on the search benchmark's
+"""Benchmark (c): compileiq's search against other tuners, replayed on the search benchmark's
 exhaustive tables (10 kernels x 3 static objectives) with the same counting.
 
 Every strategy starts from the baseline (all defaults, counted as evaluation 1, as `compileiq tune`
 does); a configuration is counted the first time it is evaluated, and a repeat is served from
-the record for free. A run that stops without reaching the optimum is charged the whole space.
+the record for free. Counting is by whole batches (benchmarks/common.py Replay): a strategy that
+proposes batches of 8 is charged every configuration of the batch in which it reaches the
+optimum, and of every batch before, since a batch is compiled side by side. Kernel Tuner, which
+runs one configuration at a time, is counted one at a time. A run that stops without reaching
+the optimum is charged the whole space.
+
+Encodings (benchmarks/common.py peer_axis): no peer is handed an order that means nothing. A
+setting whose values are all numbers is an ordered axis, sorted by value (ptxas.maxrregcount's
+"default", no cap, sits after 255, its true place, not beside the tightest cap of 24; tuned
+macros such as tile sizes are sorted); every other setting (flags, booleans, enums such as
+allow_expensive_optimizations' default/true/false) is categorical.
 How each peer is driven:
 
 - compileiq, random: the Searcher in batches of 8 (`compileiq tune`'s batch).
 - Optuna TPE (independent / multivariate), CMA-ES, random: ask/tell in batches of 8 (8 asks,
-  then 8 tells, as Optuna runs 8 parallel workers); every setting an integer index 0..n-1;
-  failed variants told as FAIL; the baseline added to the study as a finished trial.
+  then 8 tells, as Optuna runs 8 parallel workers); an ordered axis an IntDistribution over its
+  sorted values' indices, a categorical one a CategoricalDistribution (`suggest_categorical`;
+  Optuna's CMA-ES samples categorical parameters with its independent fallback sampler, as it
+  does for any user); failed variants told as FAIL; the baseline added to the study as a
+  finished trial.
 - skopt forest_minimize: its defaults (extra trees with min_samples_leaf=3, 10 random initial
   points, EI with xi=0.01) at a reduced size: 25 trees instead of 100 and 500 sampled candidates
   instead of 10,000 (at its defaults one run took minutes on a 2-CPU machine: skopt refits the
   forest for every point of a batch), through skopt's Optimizer so that it can ask batches of 8
-  (constant liar); failures told as the worst value seen so far (skopt rejects inf).
+  (constant liar); an ordered axis `Integer`, a categorical one `Categorical`; failures told as
+  the worst value seen so far (skopt rejects inf).
 - Kernel Tuner: `tune_kernel(simulation_mode=True)` on the table written in its cache format;
-  sequential (one configuration at a time: Kernel Tuner has no batches); failed variants are
-  CompilationFailedConfig; max_fevals is the space size.
+  sequential (one configuration at a time: Kernel Tuner has no batches, so it is counted one at a
+  time); failed variants are CompilationFailedConfig; max_fevals is the space size. Kernel Tuner
+  takes each parameter as a list of values and has no categorical type: an ordered axis is given
+  its sorted values' indices (so neighbours are neighbouring values); a categorical one its
+  indices in the space's order (an order only for enums of three or more values: the one such
+  setting here is allow_expensive_optimizations).
 
 Case classes (benchmarks/common.py Case.kind): dense (>= 1 in 8 configurations optimal),
 plateau (>= a quarter of the space shares one non-optimal value), needle (the rest), trivial
@@ -38,8 +56,10 @@ import contextlib
 import json
 import logging
 import math
+import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -51,7 +71,7 @@ import numpy as np
 from common import (
     BATCH,
     CASE_KINDS,
-    Case,
+    PeerEncoding,
     Replay,
     compileiq_strategy,
     evaluations_to_optimum,
@@ -59,21 +79,26 @@ from common import (
     machine,
 )
 
-from compileiq.search.encoding import Encoding
 from compileiq.search.searcher import SearchSettings
 
 Strategy = Callable[[Replay, int], None]
 IDLE_BATCHES = 50  # a peer that proposes nothing new for this many batches has stopped
 SKOPT_TREES = 25  # forest_minimize's extra trees: 100 (refitted per batch point: minutes a run)
 SKOPT_CANDIDATES = 500  # forest_minimize samples 10,000
+COUNTING = "whole-batches,peer-axes"  # in --results keys: results counted otherwise are not reused
 
 
-def _names(case: Case) -> list[str]:
-    return [p.name for p in case.space.parameters]
+def optuna_distributions(encoding: PeerEncoding) -> dict[str, Any]:
+    """Each axis as Optuna is given it: an ordered one an IntDistribution over its sorted values'
+    indices, a categorical one `suggest_categorical`'s distribution over its values' indices."""
+    import optuna
 
-
-def _key(encoding: Encoding, row: list[int]) -> str:
-    return encoding.config(row).key
+    return {
+        a.name: optuna.distributions.IntDistribution(0, len(a.values) - 1)
+        if a.ordered
+        else optuna.distributions.CategoricalDistribution(tuple(range(len(a.values))))
+        for a in encoding.axes
+    }
 
 
 def optuna_strategy(make_sampler: Callable[[int], Any]) -> Strategy:
@@ -82,16 +107,13 @@ def optuna_strategy(make_sampler: Callable[[int], Any]) -> Strategy:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
 
     def run(replay: Replay, seed: int) -> None:
-        space, encoding = replay.case.space, Encoding(replay.case.space)
-        names = _names(replay.case)
-        distributions = {
-            name: optuna.distributions.IntDistribution(0, int(n) - 1)
-            for name, n in zip(names, encoding.cardinality)
-        }
+        space, encoding = replay.case.space, PeerEncoding(replay.case.space)
+        distributions = optuna_distributions(encoding)
+        names = list(distributions)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             study = optuna.create_study(sampler=make_sampler(seed))
-            baseline = encoding.row(space.default_config())
+            baseline = encoding.indices(space.default_config())
             value = replay.evaluate(space.default_config().key)
             study.add_trial(
                 optuna.trial.create_trial(
@@ -107,9 +129,8 @@ def optuna_strategy(make_sampler: Callable[[int], Any]) -> Strategy:
             while idle < IDLE_BATCHES:
                 before = replay.count
                 trials = [study.ask(distributions) for _ in range(BATCH)]
-                for trial in trials:
-                    row = [trial.params[name] for name in names]
-                    value = replay.evaluate(_key(encoding, row))
+                keys = [encoding.config([t.params[n] for n in names]).key for t in trials]
+                for trial, value in zip(trials, replay.evaluate_batch(keys)):
                     if value is None:
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     else:
@@ -122,12 +143,15 @@ def optuna_strategy(make_sampler: Callable[[int], Any]) -> Strategy:
 def skopt_forest_strategy() -> Strategy:
     from skopt import Optimizer
     from skopt.learning import ExtraTreesRegressor
-    from skopt.space import Integer
+    from skopt.space import Categorical, Integer
 
     def run(replay: Replay, seed: int) -> None:
-        space, encoding = replay.case.space, Encoding(replay.case.space)
+        space, encoding = replay.case.space, PeerEncoding(replay.case.space)
         optimizer = Optimizer(
-            [Integer(0, int(n) - 1) for n in encoding.cardinality],
+            [
+                Integer(0, len(a.values) - 1) if a.ordered else Categorical(list(range(len(a.values))))
+                for a in encoding.axes
+            ],
             base_estimator=ExtraTreesRegressor(
                 n_estimators=SKOPT_TREES, min_samples_leaf=3, random_state=seed
             ),
@@ -147,7 +171,7 @@ def skopt_forest_strategy() -> Strategy:
             worst = max(worst, value)
             return value
 
-        baseline = list(encoding.row(space.default_config()))
+        baseline = list(encoding.indices(space.default_config()))
         optimizer.tell(baseline, told(replay.evaluate(space.default_config().key)))
         idle = 0
         while idle < IDLE_BATCHES:
@@ -155,8 +179,9 @@ def skopt_forest_strategy() -> Strategy:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 points = optimizer.ask(n_points=BATCH)
-            values = [told(replay.evaluate(_key(encoding, [int(x) for x in p]))) for p in points]
-            optimizer.tell([[int(x) for x in p] for p in points], values)
+            rows = [[int(x) for x in p] for p in points]
+            values = replay.evaluate_batch([encoding.config(r).key for r in rows])
+            optimizer.tell(rows, [told(v) for v in values])
             idle = idle + 1 if replay.count == before else 0
 
     return run
@@ -169,12 +194,12 @@ def _simulation_reports_to(replay: Replay) -> Iterator[None]:
     from kernel_tuner.runners.simulation import SimulationRunner
 
     original = SimulationRunner.run
-    encoding = Encoding(replay.case.space)
+    encoding = PeerEncoding(replay.case.space)
 
     def run(self: Any, parameter_space: Any, tuning_options: Any) -> Any:
         configs = list(parameter_space)
-        for config in configs:
-            replay.evaluate(_key(encoding, [int(x) for x in config]))
+        for config in configs:  # one at a time: Kernel Tuner compiles and runs sequentially
+            replay.evaluate(encoding.config([int(x) for x in config]).key)
         return original(self, configs, tuning_options)
 
     SimulationRunner.run = run  # type: ignore[method-assign]
@@ -188,11 +213,11 @@ def kernel_tuner_strategy(name: str) -> Strategy:
     import kernel_tuner
 
     def run(replay: Replay, seed: int) -> None:
-        case, encoding = replay.case, Encoding(replay.case.space)
-        params = {f"p{i}": list(range(int(n))) for i, n in enumerate(encoding.cardinality)}
+        case, encoding = replay.case, PeerEncoding(replay.case.space)
+        params = {f"p{i}": list(range(len(a.values))) for i, a in enumerate(encoding.axes)}
         entries = {}
         for key, value in case.values.items():
-            row = encoding.row(json.loads(key))
+            row = encoding.indices(json.loads(key))
             entry: dict[str, Any] = {f"p{i}": int(v) for i, v in enumerate(row)}
             entry["time"] = "CompilationFailedConfig" if value is None else float(value)
             entries[",".join(str(v) for v in row)] = entry
@@ -292,10 +317,14 @@ def main() -> None:
         parser.error(f"unknown peers {unknown}; choose from {', '.join(known)}")
     strategies = {name: known[name]() for name in names}
     wanted = set(filter(None, args.cases.split(",")))
-    print(f"machine: {machine()}; {args.seeds} seeds; batch {BATCH} (Kernel Tuner: 1)")
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}; {args.seeds} seeds; "
+          f"batch {BATCH} (Kernel Tuner: 1)")
+    print(f"command: {' '.join(sys.argv)}")
     print(
-        "evaluations to the optimum, median over seeds (the baseline counts as 1); "
-        f"runs stopped at {args.cap} evaluations count {args.cap}"
+        "evaluations to the optimum, median over seeds (the baseline counts as 1); whole batches: "
+        f"the batch that reaches it is charged in full; runs stopped at {args.cap} evaluations count "
+        f"{args.cap}; peers' encodings: numeric settings ordered (no register cap at 255), the rest "
+        "categorical"
     )
     header = " ".join(f"{n[:13]:>13}" for n in names)
     print(f"{'case':22} {'kind':8} {'configs':>7} {header}")
@@ -314,7 +343,7 @@ def main() -> None:
             start = time.perf_counter()
             counts = []
             for seed in range(args.seeds):
-                key = f"{name}|{label}|{seed}|{args.cap}"
+                key = f"{name}|{label}|{seed}|{args.cap}|{COUNTING}"
                 if key not in kept or name == "compileiq":
                     kept[key] = evaluations_to_optimum(case, strategy, seed, args.cap)
                     if args.results and name != "compileiq":

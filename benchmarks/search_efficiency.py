@@ -3,8 +3,10 @@ static objective, median over seeds, against random search, on each bundled kern
 
 Every configuration of a small space is compiled once (an exhaustive `tune`, recorded in the
 database); each strategy then replays the search with the tuner's own batch size against the
-recorded metrics, counting evaluations (the baseline first, as `compileiq tune` does) until it
-reaches the optimum. Cases where the baseline itself is optimal are trivial (1 evaluation for
+recorded metrics, counting evaluations (the baseline first, alone, as `compileiq tune` does)
+until it reaches the optimum, in whole batches: the batch of 8 in which a strategy reaches the
+optimum is charged in full, since its 8 configurations are compiled side by side (so counts are
+1, 9, 17, ...; a median of two seeds may fall between). Cases where the baseline itself is optimal are trivial (1 evaluation for
 every strategy) and are listed but left out of the summary ratio. Cases where at least one
 configuration in eight is optimal are dense: random search finds the optimum within its first
 batch or two, before any model could act, so they are summarised apart as well as with the rest.
@@ -17,7 +19,9 @@ benchmarks/peers.py replays other tuners on the same tables.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 from pathlib import Path
 
 from common import (
@@ -41,7 +45,11 @@ def main() -> None:
         "--tables", type=Path, help="JSON cache of the exhaustive tables (read and written)"
     )
     args = parser.parse_args()
-    print(f"machine: {machine()}; {args.seeds} seeds; batch {BATCH}; surrogate {args.surrogate}")
+    print(
+        f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}; {args.seeds} seeds; "
+        f"batch {BATCH}, whole batches counted; surrogate {args.surrogate}"
+    )
+    print(f"command: {' '.join(sys.argv)}")
     print(f"space: {', '.join(TABLE_SPACE)} (+ each kernel's tuned macros)")
     print(
         f"{'kernel':12} {'objective':10} {'configs':>7} {'optima':>6} {'bayes':>7} {'random':>7} {'ratio':>6}  kind"

@@ -70,6 +70,7 @@ def test_a_full_table_replays_without_compiling_and_learns_what_the_tuner_would(
     table = full_space.Table(_table(space), None)
     run = full_space.replay(space, table, "compileiq", "registers", 0, 24)
     assert len(run.values) == 24 and run.values[0] == 40  # the baseline first
+    assert run.batches[0] == 1 and sum(run.batches) == 24 and max(run.batches) == full_space.BATCH
     assert table.compiled == 0
     spilling = Config.of({"ptxas.opt_level": 3, "ptxas.maxrregcount": 24})
     baseline = table.entries[space.default_config().key]
