@@ -102,9 +102,9 @@ class Recipe:
         return groups
 
 
-def recipe(kernel: Path) -> Recipe:
+def recipe(kernel: Path, only: tuple[str, ...] = ()) -> Recipe:
     spec, tools = load_spec(kernel), find_toolchain()
-    return Recipe(kernel, spec, tools, tuning_space(spec, tools, TuneOptions(kernel=kernel)))
+    return Recipe(kernel, spec, tools, tuning_space(spec, tools, TuneOptions(kernel=kernel, only=only)))
 
 
 def _must(argv: list[str]) -> None:
@@ -113,7 +113,7 @@ def _must(argv: list[str]) -> None:
         raise SystemExit(f"{Path(argv[0]).name} failed in the reference script: {run.output[:500]}")
 
 
-def compileiq_tune(kernel: Path, budget: int, workers: str) -> tuple[Timed, list[Config]]:
+def compileiq_tune(kernel: Path, budget: int, workers: str, only: tuple[str, ...] = ()) -> tuple[Timed, list[Config]]:
     """The real CLI in a process of its own; its variants read back from its database. `workers`
     is a backend, or BACKEND+stream for `--stream`."""
     db = fresh_db()
@@ -121,7 +121,7 @@ def compileiq_tune(kernel: Path, budget: int, workers: str) -> tuple[Timed, list
     backend, _, stream = workers.partition("+")
     argv = [sys.executable, "-m", "compileiq", "tune", str(kernel), "--objective", "static", "--budget",
             str(budget), "--workers", backend, "--db", db, "--out", str(out), "--json",
-            *(["--stream"] if stream else [])]
+            *(["--stream"] if stream else []), *(["--only", ",".join(only)] if only else [])]
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -217,17 +217,20 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", default="local,ray", help="compileiq's worker backends, comma-separated; BACKEND+stream adds --stream")
+    parser.add_argument("--only", default="", help="search only these parameters (comma-separated, as `compileiq tune --only`)")
     parser.add_argument("--full-nvcc", action="store_true", help="add the old loop of full nvcc builds (an extra row)")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    plan = recipe(args.kernel)
-    print(f"machine: {machine()}; kernel {args.kernel.name}, budget {args.budget}, objective static; "
+    only = tuple(n for n in args.only.split(",") if n)
+    plan = recipe(args.kernel, only)
+    print(f"machine: {machine()}; kernel {args.kernel.name}, budget {args.budget}, objective static"
+          f"{', only ' + args.only if only else ', the full default space'}; "
           f"{args.rounds} rounds, methods interleaved, medians")
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    warm, configs = compileiq_tune(args.kernel, args.budget, "local")  # fixes the variants; warms the caches
+    warm, configs = compileiq_tune(args.kernel, args.budget, "local", only)  # fixes the variants; warms the caches
     print(f"warm-up (not counted): {warm.variants} variants, {warm.seconds:.1f} s, load {warm.load:.1f}", flush=True)
     methods: list[Callable[[], Timed]] = [
-        *(lambda w=w: compileiq_tune(args.kernel, args.budget, w)[0] for w in args.workers.split(",")),
+        *(lambda w=w: compileiq_tune(args.kernel, args.budget, w, only)[0] for w in args.workers.split(",")),
         lambda: two_stage(plan, configs, cores),
         *([lambda: full_nvcc(plan, configs, cores)] if args.full_nvcc else []),
     ]
