@@ -414,12 +414,13 @@ def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: in
     allowed, total = problem.space.macro_combinations()
     within = {t: sum(1 for ts in landscape.times.values() if ts and sum(ts) / len(ts) <= problem.target(t))
               for t in TARGETS}
-    lines = [f"{landscape.name} ({landscape.device}): {allowed:,} of {total:,} configurations allowed, "
-             f"{sum(1 for t in landscape.times.values() if t):,} with times; optimum {landscape.best:.4f} ms "
-             f"({within[0.01]} within 1%, {within[0.05]} within 5%); defaults {problem.value(problem.default):.4f} ms; "
-             f"cap {cap}",
-             f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'evals 5%':>9} {'reached':>7} "
-             f"{'s 5%':>8}  deterministic"]
+    head = (f"{landscape.name} ({landscape.device}): {allowed:,} of {total:,} configurations allowed, "
+            f"{sum(1 for t in landscape.times.values() if t):,} with times; optimum {landscape.best:.4f} ms "
+            f"({within[0.01]} within 1%, {within[0.05]} within 5%); defaults {problem.value(problem.default):.4f} ms; "
+            f"cap {cap}")
+    columns = (f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'evals 5%':>9} "
+               f"{'reached':>7} {'s 5%':>8}  deterministic")
+    lines = [head, columns]
     for row in rows:
         lines.append(
             f"{row['strategy']:24} {row['batch']:>5} {row['median_evaluations_to_1pct']:>9g} "
