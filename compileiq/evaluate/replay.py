@@ -22,7 +22,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,13 @@ class LandscapeError(UsageError):
 @dataclass(frozen=True)
 class Landscape:
     """A brute-forced space: per configuration (values in `parameters` order) its recorded
-    times in ms, or () when it failed."""
+    times in ms, or () when it failed, and what recording it cost (compile and benchmark, ms)."""
 
     name: str  # the file's name: what every replayed result is labelled with
     device: str  # the GPU it was recorded on
     parameters: tuple[str, ...]
     times: Mapping[tuple[int, ...], tuple[float, ...]]
+    costs_ms: Mapping[tuple[int, ...], float] = field(default_factory=dict)  # compile_time + benchmark_time
 
     def mean(self, values: Sequence[int]) -> float | None:
         found = self.times.get(tuple(values))
@@ -72,6 +73,7 @@ def load_landscape(path: Path) -> Landscape:
         data = json.loads(raw)
         parameters = tuple(str(p) for p in data["tune_params_keys"])
         times: dict[tuple[int, ...], tuple[float, ...]] = {}
+        costs: dict[tuple[int, ...], float] = {}
         for key, entry in data["cache"].items():
             values = tuple(int(v) for v in str(key).split(","))
             if len(values) != len(parameters):
@@ -80,11 +82,13 @@ def load_landscape(path: Path) -> Landscape:
             ok = isinstance(recorded, list) and recorded and all(
                 isinstance(t, int | float) and math.isfinite(t) and t > 0 for t in recorded)
             times[values] = tuple(float(t) for t in recorded) if ok else ()  # type: ignore[union-attr]
+            costs[values] = sum(float(entry[k]) for k in ("compile_time", "benchmark_time")
+                                if isinstance(entry.get(k), int | float) and math.isfinite(entry[k]) and entry[k] >= 0)
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise LandscapeError(f"{path}: cannot read: {error}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise LandscapeError(f"{path}: not a Kernel Tuner cache file: {str(error)[:120]}") from None
-    return Landscape(path.name, str(data.get("device_name", "")), parameters, times)
+    return Landscape(path.name, str(data.get("device_name", "")), parameters, times, costs)
 
 
 class ReplayMeasurer:

@@ -23,6 +23,21 @@ def _slot(value: Any) -> tuple[str, Any]:
     return type(value).__name__, value  # True and 1 are different settings
 
 
+def _coordinates(kind: str, values: tuple[Value, ...]) -> np.ndarray:
+    """Each value index's coordinate for the surrogate: an int parameter's own value; a choice
+    of numbers (a macro's tile sizes, listed default first) its rank by size, so that a split
+    between small and large means one; any other choice its listed index (ordered already:
+    "default", then rising caps or levels)."""
+    if kind == "int":
+        return np.array([int(v) for v in values], dtype=np.int64)  # type: ignore[call-overload]
+    if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        order = sorted(range(len(values)), key=lambda i: values[i])  # type: ignore[arg-type,return-value]
+        ranks = np.empty(len(values), dtype=np.int64)
+        ranks[order] = np.arange(len(values))
+        return ranks
+    return np.arange(len(values), dtype=np.int64)
+
+
 class Encoding:
     """Maps the configurations of one search space to index rows and back."""
 
@@ -34,7 +49,7 @@ class Encoding:
         self._verdicts: dict[Row, bool] = {}  # per value indices of the restricted columns
         self._slots = [{_slot(v): i for i, v in enumerate(p.values)} for p in space.parameters]
         self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
-        self.lows = np.array([int(p.values[0]) if p.kind == "int" else 0 for p in space.parameters])  # type: ignore[arg-type]
+        self._coordinates = [_coordinates(p.kind, p.values) for p in space.parameters]
         self.frontend_columns = [i for i, p in enumerate(space.parameters) if p.stage == "frontend"]
         # Each parameter's extreme values, as value indices (a choice's "default", unset, is none).
         self.extreme_low = np.array(
@@ -62,8 +77,10 @@ class Encoding:
         return Config.of({p.name: p.values[int(i)] for p, i in zip(self._parameters, row)})
 
     def points(self, rows: np.ndarray) -> list[list[int]]:
-        """skopt coordinates: an int parameter's own value, a choice's index."""
-        return (rows + self.lows).tolist()  # type: ignore[no-any-return]
+        """skopt coordinates (see `_coordinates`) of rows of value indices."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(self.cardinality))
+        columns = [coordinates[rows[:, j]] for j, coordinates in enumerate(self._coordinates)]
+        return np.stack(columns, axis=1).tolist() if columns else [[] for _ in rows]  # type: ignore[no-any-return]
 
     def frontend(self, row: Iterable[int]) -> Row:
         values = tuple(row)

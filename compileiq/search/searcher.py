@@ -46,7 +46,8 @@ class Searcher:
         self._seen: set[Row] = set()
         self._values: list[float | None] = []
         self._refused: list[float | None] = []  # parallel to _values (see Observation.refused)
-        self._points: list[list[int]] = []
+        self._points: list[list[int]] = []  # the surrogate's coordinates of each told row
+        self._rows: list[Row] = []  # the told rows (value indices), in the same order
         self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
         self._features: Callable[[Any], Any] = (
             _features_of(self._optimizer) if self._optimizer else np.asarray
@@ -76,6 +77,7 @@ class Searcher:
             self._seen.add(row)
             self._frontends.add(self._encoding.frontend(row))
             self._points.append(self._encoding.points(np.array([row]))[0])
+            self._rows.append(row)
             self._values.append(observation.value)
             self._refused.append(observation.refused if observation.value is None else None)
             fresh += 1
@@ -217,8 +219,7 @@ class Searcher:
         return candidates[:0] if pick is None else candidates[pick : pick + 1]
 
     def _observed_rows(self) -> np.ndarray:
-        points = np.asarray(self._points, dtype=np.int64)
-        return points.reshape(-1, len(self._encoding.cardinality)) - self._encoding.lows
+        return np.asarray(self._rows, dtype=np.int64).reshape(-1, len(self._encoding.cardinality))
 
     def _predicted_mean(self, rows: np.ndarray) -> np.ndarray:
         model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model

@@ -1,0 +1,95 @@
+"""benchmarks/runtime_landscapes.py on a tiny hand-made landscape: whole batches charged, repeats
+free, simulated seconds summed, the peers driven for real (Optuna, Kernel Tuner's simulation
+mode on the cache file), and the product's confirmation judged against the table's truth."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module():
+    if "runtime_landscapes" in sys.modules:
+        return sys.modules["runtime_landscapes"]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("runtime_landscapes", ROOT / "benchmarks" / "runtime_landscapes.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["runtime_landscapes"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+# A in 1..4, B in 0..1; A=4 with B=1 breaks the restriction (never built); (3, 1) failed when recorded.
+MEANS = {(1, 0): 2.0, (2, 0): 1.6, (3, 0): 1.3, (4, 0): 1.2, (1, 1): 1.9, (2, 1): 1.0, (3, 1): None}
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("landscape")
+    cache = {"device_name": "hand-made", "kernel_name": "k", "problem_size": [64], "objective": "time",
+             "tune_params_keys": ["A", "B"], "tune_params": {"A": [1, 2, 3, 4], "B": [0, 1]}, "cache": {}}
+    for (a, b), mean in MEANS.items():
+        entry = {"A": a, "B": b, "compile_time": 1000.0 * a, "benchmark_time": 500.0}
+        if mean is None:
+            entry["time"] = "RuntimeFailedConfig"
+        else:  # 32 timings around the mean (+-1%), their mean exactly it
+            entry["times"] = [mean * (1 + 0.01 * (i % 2 * 2 - 1)) for i in range(32)]
+            entry["time"] = sum(entry["times"]) / 32
+        cache["cache"][f"{a},{b}"] = entry
+    (folder / "k.json").write_text(json.dumps(cache))
+    t1 = {"General": {"BenchmarkName": "tiny"}, "ConfigurationSpace": {
+        "TuningParameters": [{"Name": "A", "Type": "int", "Values": "[1, 2, 3, 4]", "Default": 1},
+                             {"Name": "B", "Type": "int", "Values": "[0, 1]", "Default": 0}],
+        "Conditions": [{"Expression": "A * B <= 3", "Parameters": ["A", "B"]}]}}
+    (folder / "t1.json").write_text(json.dumps(t1))
+    (found,) = _module().problems([folder / "k.json"], [folder / "t1.json"])
+    return found
+
+
+def test_whole_batches_are_charged_and_repeats_are_free(problem) -> None:
+    module = _module()
+    batches = [[(1, 0)], [(1, 1), (3, 1), (4, 0)], [(4, 0), (2, 1), (3, 0)]]
+    charged = module.charge(problem, batches, cap=100)
+    # 5% of 1.0: only (2, 1), in the third batch; its repeat of (4, 0) is free: 1 + 3 + 2
+    assert charged[0.01].evaluations == charged[0.05].evaluations == 6 and charged[0.01].reached
+    assert charged[0.01].seconds == pytest.approx((1500 + 1500 + 3500 + 4500 + 2500 + 3500) / 1000)
+    short = module.charge(problem, batches[:2], cap=100)
+    assert short[0.05].evaluations == 100 and not short[0.05].reached  # never there: charged the cap
+    assert short[0.05].seconds == pytest.approx(11.0)  # what it spent
+
+
+def test_every_strategy_starts_from_the_defaults_and_builds_only_allowed_configurations(problem) -> None:
+    module = _module()
+    for name in ("compileiq", "random", "optuna-tpe", "kt-random_sample", "kt-genetic_algorithm"):
+        batches = module.strategies()[name](problem, 0, 100)
+        assert batches[0] == [(1, 0)], name
+        evaluated = {k for b in batches for k in b}
+        assert (4, 1) not in evaluated and evaluated <= set(MEANS), name
+        assert (2, 1) in evaluated, name  # each found the optimum in this tiny space
+        if not name.startswith("kt-"):
+            assert all(len(b) <= module.BATCH for b in batches), name
+
+
+def test_the_products_confirmation_is_judged_against_the_tables_truth(problem) -> None:
+    module = _module()
+    evaluated = [(1, 0), (2, 0), (3, 0), (4, 0), (1, 1), (2, 1), (3, 1)]
+    chosen, intervals = module.confirmed_choice(problem, evaluated, seed=1)
+    assert chosen == (2, 1)  # the fastest, confirmed FASTER
+    assert len(intervals) == 4  # FINALISTS, the defaults and the failed one left out
+    best = next(i for i in intervals if i.means_ratio == pytest.approx(0.5))
+    assert best.low <= 0.5 <= best.high and best.covers_means and best.covers_estimand
+    summary = module.summarize_coverage(
+        [best, module.Interval(0.9, 0.95, 0.8, 0.92)], [2.0, 1.0, 0.9], best=2.0, budget=6)
+    assert summary["coverage_of_means_ratio"] == 0.5 and summary["coverage_of_estimand"] == 1.0
+    assert summary["choices_slower_than_defaults"] == 1 and summary["choices_keeping_defaults"] == 1
+    assert summary["median_true_speedup_of_choice"] == 1.0

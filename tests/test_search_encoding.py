@@ -1,0 +1,45 @@
+"""What the search's surrogate sees of a configuration: a macro's numeric values (listed default
+first in tune.toml and in a T1 space) keep their order by size, so that a tree can split between
+small and large tiles; the searcher still maps its observations back to the same rows."""
+
+import numpy as np
+
+from compileiq.core.space import SearchSpace
+from compileiq.search.encoding import Encoding
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
+
+
+def _space() -> SearchSpace:
+    # block_size_y's default is its largest value, listed first (as compileiq lists a default)
+    return SearchSpace("macros", "", ()).with_defines(
+        {"BY": [16, 1, 2, 4, 8], "PAD": [1, 0], "MODE": ["fast", "exact"]}
+    )
+
+
+def test_a_macros_numeric_values_are_coordinates_in_order_of_size() -> None:
+    space = _space()
+    encoding = Encoding(space)
+    by_value = {}
+    for value in (16, 1, 2, 4, 8):
+        row = encoding.row({"define.BY": value, "define.PAD": 1, "define.MODE": "fast"})
+        by_value[value] = encoding.points(np.array([row]))[0][0]
+    assert [by_value[v] for v in (1, 2, 4, 8, 16)] == [0, 1, 2, 3, 4]  # was 16 -> 0, next to 1
+    pad = [encoding.points(np.array([encoding.row({"define.BY": 16, "define.PAD": p, "define.MODE": "fast"})]))[0][1]
+           for p in (0, 1)]
+    assert pad == [0, 1]
+    modes = [encoding.points(np.array([encoding.row({"define.BY": 16, "define.PAD": 1, "define.MODE": m})]))[0][2]
+             for m in ("fast", "exact")]
+    assert modes == [0, 1]  # words keep their listed order
+
+
+def test_the_searcher_never_proposes_a_told_configuration_again() -> None:
+    space = _space()
+    searcher = Searcher(space, SearchSettings("bayes", seed=3))
+    told: set[str] = set()
+    batch = [space.default_config()]
+    while batch:
+        searcher.tell([Observation(c, float(c["define.BY"]) + 0.1 * c["define.PAD"]) for c in batch])
+        assert not told & {c.key for c in batch}
+        told |= {c.key for c in batch}
+        batch = searcher.ask(4)
+    assert len(told) == 20  # the whole space, each once
