@@ -43,6 +43,7 @@ from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.tuning import claims
 from compileiq.tuning.build_hints import build_hint
+from compileiq.tuning.cross_kernel import other_kernels_prior
 from compileiq.tuning.limits import RunClock, RunLimits
 from compileiq.tuning.runner import (
     HEARTBEAT_EVERY_S,
@@ -95,6 +96,7 @@ class TuneRequest:
     screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
     search_process: bool | None = None  # the searcher in a child process (None: when streaming a
     # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
+    warm_start: bool = True  # bayes: start from earlier studies of this kernel and other kernels' lessons
 
     @property
     def searches_in_a_process(self) -> bool:
@@ -275,8 +277,9 @@ class Tuner:
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = self._baseline_reference(study)
-            if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
-                self._warm_start(study)
+            if request.search.strategy == "bayes" and request.warm_start:  # random and exhaustive are
+                self._warm_start(study)  # yardsticks: no memory
+                self._warm_from_other_kernels(study)
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = self._result(study, exhausted)
@@ -430,8 +433,9 @@ class Tuner:
         retry = [Config.of(t.config) for t in trials if _retryable(t)]
         first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials)]
                  if c.key not in taken and self._request.space.allows(c)}
-        self._warm_first = []
-        candidates = list(first.values())
+        candidates = list(first.values())[:count]
+        picked = {c.key for c in candidates}  # the rest of the warm start's waits for the next batch
+        self._warm_first = [c for c in self._warm_first if c.key in first and c.key not in picked]
         if (wanted := count - len(candidates)) > 0:
             candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
         return candidates[:count]
@@ -456,6 +460,21 @@ class Tuner:
         self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
         studies = len({study_id for _, study_id in found.values()})
         self._progress.note(f"warm start: {len(found)} results from {studies} earlier studies")
+
+    def _warm_from_other_kernels(self, study: Study) -> None:
+        """Propose first what other kernels' studies of this toolchain space chose, and later
+        what their rules refused (`cross_kernel`): an order, never a result."""
+        limit = max(self._request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
+        prior = other_kernels_prior(self._store, study.key, self._request.space, self._baseline, limit)
+        if prior.empty:
+            return
+        known = {c.key for c in self._warm_first}
+        self._warm_first += [c for c in prior.first if c.key not in known]
+        discourage = getattr(self._searcher, "discourage", None)  # one objective: local or in its process
+        if discourage is not None:
+            discourage(prior.discouraged)
+        self._progress.note(f"warm start: {len(prior.first)} settings from {prior.studies} other kernels' studies"
+                            f" tried first, {len(prior.discouraged)} they refused tried later")
 
     def _warm_observation(self, trial: Trial) -> Observation | None:
         """The trial's result for this run's objective, if its config fits this space."""
