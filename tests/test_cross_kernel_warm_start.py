@@ -47,7 +47,7 @@ def _options(tmp_path, kernel, **overrides):
 
 def _first_batch(tmp_path, study_name, db="team.db"):
     """Config keys of the study's trials in the first batch after the baseline, in trial order."""
-    store = Store.open(f"sqlite:///{tmp_path}/{db}")
+    store = Store.open(db if "://" in db else f"sqlite:///{tmp_path}/{db}")
     try:
         trials = store.trials(store.find_study(study_name).id)
     finally:
@@ -55,14 +55,14 @@ def _first_batch(tmp_path, study_name, db="team.db"):
     return [t.config_key for t in trials if 1 <= t.number <= BATCH], trials
 
 
-def test_a_new_kernel_first_tries_what_another_kernels_study_chose(tmp_path, kernels):
+def test_a_new_kernel_first_tries_what_another_kernels_study_chose(tmp_path, kernels, store_url):
     a, b = kernels
-    earlier = app.tune(_options(tmp_path, a), SilentProgress()).result
+    earlier = app.tune(_options(tmp_path, a, db=store_url), SilentProgress()).result
     assert earlier.chosen.config_key != earlier.baseline.config_key  # it chose something to transfer
     recorder = Recorder()
-    report = app.tune(_options(tmp_path, b), recorder)
+    report = app.tune(_options(tmp_path, b, db=store_url), recorder)
     assert any(n.startswith("warm start: 1 settings from 1 other kernels' studies") for n in recorder.notes)
-    first, trials = _first_batch(tmp_path, report.result.study.name)
+    first, trials = _first_batch(tmp_path, report.result.study.name, store_url)
     assert first[0] == earlier.chosen.config_key  # the same option space, no macros: the same config
     # measured here for real (its own compile), never copied from the other study
     ours = next(t for t in trials if t.config_key == earlier.chosen.config_key)
