@@ -12,6 +12,7 @@ from helpers import SPILLING_KERNEL
 from compileiq import app
 from compileiq.core.records import TrialState
 from compileiq.core.space import load_space
+from compileiq.results import acf
 from compileiq.search import transfer
 from compileiq.search.searcher import Searcher, SearchSettings
 from compileiq.store import Store
@@ -62,6 +63,8 @@ def test_a_new_kernel_first_tries_what_another_kernels_study_chose(tmp_path, ker
     recorder = Recorder()
     report = app.tune(_options(tmp_path, b, db=store_url), recorder)
     assert any(n.startswith("warm start: 1 settings from 1 other kernels' studies") for n in recorder.notes)
+    provenance = acf.read(report.acf_path).provenance  # the ACF says where its first proposals came from
+    assert provenance["warm_start"].startswith("1 settings from 1 other kernels' studies tried first")
     first, trials = _first_batch(tmp_path, report.result.study.name, store_url)
     assert first[0] == earlier.chosen.config_key  # the same option space, no macros: the same config
     # measured here for real (its own compile), never copied from the other study
@@ -76,6 +79,7 @@ def test_no_warm_start_starts_cold(tmp_path, kernels):
     recorder = Recorder()
     report = app.tune(_options(tmp_path, b, warm_start=False), recorder)
     assert not any(n.startswith("warm start") for n in recorder.notes)
+    assert "warm_start" not in acf.read(report.acf_path).provenance
     first, _ = _first_batch(tmp_path, report.result.study.name)
     alone = app.tune(_options(tmp_path, b, db=f"sqlite:///{tmp_path}/alone.db"), SilentProgress()).result
     assert first == _first_batch(tmp_path, alone.study.name, "alone.db")[0]  # as in a database of its own

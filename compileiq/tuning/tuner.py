@@ -128,6 +128,7 @@ class TuneResult:
     budget: int = 0  # the search trials asked for (the baseline included)
     stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
+    warm_start: str = ""  # what other kernels' studies proposed (`cross_kernel`); "" when nothing
 
     @property
     def search_trials(self) -> int:
@@ -228,6 +229,7 @@ class Tuner:
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat, self._worker_name,
                                    stale_after, claims.is_gone)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
+        self._warm_note = ""  # what other kernels' studies proposed, for the provenance
         self._search_load = search or start_search(request)  # loads while the baseline compiles
         self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
@@ -473,8 +475,9 @@ class Tuner:
         discourage = getattr(self._searcher, "discourage", None)  # one objective: local or in its process
         if discourage is not None:
             discourage(prior.discouraged)
-        self._progress.note(f"warm start: {len(prior.first)} settings from {prior.studies} other kernels' studies"
-                            f" tried first, {len(prior.discouraged)} they refused tried later")
+        self._warm_note = (f"{len(prior.first)} settings from {prior.studies} other kernels' studies tried first, "
+                           f"{len(prior.discouraged)} they refused tried later")
+        self._progress.note(f"warm start: {self._warm_note}")
 
     def _warm_observation(self, trial: Trial) -> Observation | None:
         """The trial's result for this run's objective, if its config fits this space."""
@@ -628,7 +631,7 @@ class Tuner:
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
                           exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped)
+                          self._request.budget, self._stopped, warm_start=self._warm_note)
 
     def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool,
                       verifier: Verifier | None) -> TuneResult:
@@ -651,7 +654,7 @@ class Tuner:
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
                           exhausted, None, None, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped, trade_offs)
+                          self._request.budget, self._stopped, trade_offs, self._warm_note)
 
     def _decided(self, study: Study, chosen: Trial, trials: Sequence[Trial]) -> Trial:
         """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
