@@ -105,6 +105,7 @@ def tune(
     only: Iterable[str] = (),
     exclude: Iterable[str] = (),
     simplify: bool = _DEFAULTS.simplify,
+    warm_start: bool = _DEFAULTS.warm_start,
     program: bool = False,
     metric_regex: str | None = None,
     time_budget: str | float | None = None,
@@ -127,7 +128,7 @@ def tune(
         surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
         study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
-        exclude=_names(exclude), simplify=simplify, program=program, metric_regex=metric_regex,
+        exclude=_names(exclude), simplify=simplify, warm_start=warm_start, program=program, metric_regex=metric_regex,
         time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))

@@ -61,6 +61,7 @@ class TuneOptions:
     only: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     simplify: bool = True
+    warm_start: bool = True  # start from earlier studies of this kernel and other kernels' lessons
     stale_after: float = 300.0  # seconds without a heartbeat before another tuner retries a trial
     program: bool = False  # time a program with its own main (overrides tune.toml's mode)
     compile_commands: Path | None = None  # a compilation database: the file's own flags become the base
@@ -278,6 +279,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         search=SearchSettings(options.strategy, options.seed, options.surrogate),
         batch_size=options.batch_size, study_name=options.study, resume=options.resume,
         simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
+        warm_start=options.warm_start,
         patience=options.patience, pick=options.pick or "knee", stream=options.stream,
         screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
     )  # fmt: skip

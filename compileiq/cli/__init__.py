@@ -95,6 +95,7 @@ def tune(
     program: Annotated[bool, typer.Option(metavar="", help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
     metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
     simplify: Annotated[bool, typer.Option(metavar="", help="Drop the winner's settings that make no difference (recompiles each).")] = True,
+    warm_start: Annotated[bool, typer.Option(metavar="", help="Start from the database's other studies: this kernel's results, then what other kernels' studies chose (tried first) and refused (tried later).")] = True,
     stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
     as_json: JsonOption = False,
 ) -> None:
@@ -107,7 +108,7 @@ def tune(
         workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
-        program=program, metric_regex=metric_regex, compile_commands=compile_commands,
+        warm_start=warm_start, program=program, metric_regex=metric_regex, compile_commands=compile_commands,
         time_budget=time_budget, patience=patience, pick=pick, stream=stream, force=force,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document

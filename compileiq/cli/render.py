@@ -336,6 +336,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "search_trials": result.search_trials,
         "extra_trials": result.extra_trials,
         "stopped": result.stopped,
+        "warm_start": result.warm_start,
         "to_time": to_time_entries(report),
         "launch_note": _launch_note(report),
     }

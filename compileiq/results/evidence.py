@@ -55,7 +55,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         evidence=evidence,
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
-                    "budget": result.budget, "stopped": result.stopped, "database": database},
+                    "budget": result.budget, "stopped": result.stopped, "database": database,
+                    **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
         baseline=baseline_table(spec.shipped, chosen.config) if spec.shipped is not None else None,
     )  # fmt: skip

@@ -63,6 +63,14 @@ class Encoding:
             slots[_slot(values[p.name])] for p, slots in zip(self._parameters, self._slots)
         )
 
+    def slot(self, name: str, value: Value) -> tuple[int, int] | None:
+        """(column, value index) of a parameter's value; None when the space lacks either."""
+        for column, (p, slots) in enumerate(zip(self._parameters, self._slots)):
+            if p.name == name:
+                index = slots.get(_slot(value)) if p.allows(value) else None
+                return None if index is None else (column, index)
+        return None
+
     def rows_of_keys(self, keys: Iterable[str]) -> set[Row]:
         """Rows of configuration keys (JSON); keys of another space are ignored."""
         rows = set()

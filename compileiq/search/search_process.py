@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -68,6 +68,9 @@ class RemoteSearcher:
     def set_frontend_cost(self, ratio: float) -> None:
         self._call("set_frontend_cost", ratio)
 
+    def discourage(self, settings: Iterable[tuple[str, Any]]) -> None:
+        self._call("discourage", list(settings))
+
     def close(self) -> None:
         """End the child (it exits when its socket closes); idempotent."""
         if self._conn is None:
@@ -111,7 +114,7 @@ class RemoteSearcher:
         return SearchProcessError(f"the searcher's process ended (exit code {code}) during {method}")
 
 
-_CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost"})  # ask: its own branch above
+_CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost", "discourage"})  # ask: its own branch above
 
 
 def _serve(conn: Connection) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ RESTRICTED_DRAWS = 8  # more draws of CANDIDATE_SAMPLES while restrictions leave
 FAILURE_RANK = 1.5
 NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting from an earlier pick
 CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle values
+DISCOURAGED_WEIGHT = 0.25  # initial design: a random pick's weight per discouraged setting it holds
 
 
 class Searcher:
@@ -61,6 +62,27 @@ class Searcher:
         self._fitted: list[float] = []  # what it was fitted on (ranks; failures penalised)
         self._best_fitted = 0.0  # the best allowed result's rank in _fitted (EI's incumbent)
         self._feasibility: Any = None  # P(allowed), fitted once some compiled result was refused
+        self._discouraged: list[tuple[int, int]] = []  # (column, value index): proposed later at first
+
+    def discourage(self, settings: Iterable[tuple[str, Any]]) -> None:
+        """Propose these (parameter, value) settings later in the initial design (settings other
+        studies' rules refused, `transfer`): its corners and middles prefer runs without them, its
+        random picks weigh them down. Never forbidden, and the fitted model ignores this."""
+        found = (self._encoding.slot(name, value) for name, value in settings)
+        self._discouraged = sorted({slot for slot in found if slot is not None})
+
+    def _discouraged_in(self, rows: np.ndarray) -> np.ndarray:
+        """Per row, how many discouraged settings it holds."""
+        counts = np.zeros(len(rows), dtype=np.int64)
+        for column, index in self._discouraged:
+            counts += rows[:, column] == index
+        return counts
+
+    def _preferred(self, rows: np.ndarray, count: int) -> np.ndarray:
+        """The first `count` rows, those with fewer discouraged settings first (stable)."""
+        if not self._discouraged or not len(rows):
+            return rows[:count]
+        return rows[np.argsort(self._discouraged_in(rows), kind="stable")][:count]
 
     @property
     def observations(self) -> int:
@@ -131,16 +153,17 @@ class Searcher:
             corners = pool[:0]
         else:
             corners = self._encoding.allowed(self._corners(pool, skip, min(count, CORNER_RUNS)))
-            middles = self._encoding.allowed(self._middles(
-                pool, skip | {tuple(r) for r in corners.tolist()}, count - len(corners)
+            wanted = count - len(corners)
+            middles = self._encoding.allowed(self._middles(  # more to choose from when some are discouraged
+                pool, skip | {tuple(r) for r in corners.tolist()}, wanted * (2 if self._discouraged else 1)
             ))
+            middles = self._preferred(middles, wanted)
             corners = np.concatenate([middles[:1], corners, middles[1:]])  # the centre first
         self._corners_done = True
         self._frontends.update(self._encoding.frontend(row) for row in corners)
         rest = self._encoding.without(pool, {tuple(row) for row in corners.tolist()})
-        random = self._pick(
-            rest, np.ones(len(rest)), count - len(corners), lambda w: self._rng.choice(len(w), p=w)
-        )
+        weights = DISCOURAGED_WEIGHT ** self._discouraged_in(rest).astype(float)
+        random = self._pick(rest, weights, count - len(corners), lambda w: self._rng.choice(len(w), p=w))
         return np.concatenate([corners, rest[random]])
 
     def _corners(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
@@ -162,7 +185,13 @@ class Searcher:
         frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
         low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
         rows: dict[Row, None] = {}
-        for run in self._rng.permutation(runs)[:count]:
+        order = self._rng.permutation(runs)
+        if self._discouraged:  # runs without discouraged extremes first (front-end columns are set below)
+            extremes = np.zeros((runs, pool.shape[1]), dtype=pool.dtype)
+            extremes[:, columns] = np.where(signs > 0, high, low)
+            extremes[:, encoding.frontend_columns] = -1
+            order = order[np.argsort(self._discouraged_in(extremes[order]), kind="stable")]
+        for run in order[:count]:
             row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
             row[columns] = np.where(signs[run] > 0, high, low)
             row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]

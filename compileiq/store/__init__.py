@@ -404,6 +404,46 @@ class Store:
             rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
         return self._usable(rows)
 
+    def other_kernels_trials(self, key: StudyKey, max_studies: int = 32,
+                             max_rows: int = 4096) -> list[tuple[Study, list[Trial]]]:
+        """Finished trials of the latest ``max_studies`` static studies of *other* sources on
+        ``key``'s toolchain, arch and search space (any macros, any objective), ``max_rows`` at
+        most, oldest trials of each study first: what a cross-kernel warm start learns from
+        (`compileiq.search.transfer`). Rows are untrusted: each is checked as any trial read."""
+        s, t = studies.c, trials_table.c
+        latest = (
+            sa.select(s.id)
+            .where(s.source_sha256 != key.source_sha256, s.toolchain == key.toolchain)
+            .where(s.arch == key.arch, s.space_id == key.space_id, s.evaluator == "static")
+            .order_by(s.id.desc())
+            .limit(max_studies)
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(trials_table, s.space_sha256)
+            .join(studies, s.id == t.study_id)
+            .where(t.study_id.in_(latest), sa.or_(t.state == TrialState.COMPLETE.value, final_failure(t)))
+            .order_by(t.study_id.desc(), t.number)
+            .limit(max_rows)
+        )
+        with self._tx(readonly=True) as conn:
+            rows = conn.execute(query).mappings().all()
+            ids = sorted({row["study_id"] for row in rows})
+            found = conn.execute(sa.select(studies).where(among(conn, s.id, ids))).mappings().all() if ids else []
+        grouped: dict[int, list[Trial]] = {}
+        for trial in self._usable(rows):
+            grouped.setdefault(trial.study_id, []).append(trial)
+        result = []
+        for row in found:
+            try:
+                study = study_record(row)
+            except StoreError as error:
+                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
+                continue
+            if study.id in grouped:
+                result.append((study, grouped[study.id]))
+        return result
+
     def _usable(self, rows: Iterable[sa.RowMapping]) -> list[Trial]:
         """The rows that are usable trials; each other one is reported once and skipped."""
         usable = []

@@ -43,6 +43,7 @@ from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.tuning import claims
 from compileiq.tuning.build_hints import build_hint
+from compileiq.tuning.cross_kernel import other_kernels_prior
 from compileiq.tuning.limits import RunClock, RunLimits
 from compileiq.tuning.progress import Evaluator, Progress, RunCounters
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunner
@@ -88,6 +89,7 @@ class TuneRequest:
     screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
     search_process: bool | None = None  # the searcher in a child process (None: when streaming a
     # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
+    warm_start: bool = True  # bayes: start from earlier studies of this kernel and other kernels' lessons
 
     @property
     def searches_in_a_process(self) -> bool:
@@ -119,6 +121,7 @@ class TuneResult:
     budget: int = 0  # the search trials asked for (the baseline included)
     stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
+    warm_start: str = ""  # what other kernels' studies proposed (`cross_kernel`); "" when nothing
 
     @property
     def search_trials(self) -> int:
@@ -219,6 +222,7 @@ class Tuner:
         self._runner = TrialRunner(target, store, evaluator, open_workers, progress, beat, self._worker_name,
                                    stale_after, claims.is_gone)
         self._warm_first: list[Config] = []  # earlier studies' best configs: cache hits, tried first
+        self._warm_note = ""  # what other kernels' studies proposed, for the provenance
         self._search_load = search or start_search(request)  # loads while the baseline compiles
         self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
@@ -268,8 +272,9 @@ class Tuner:
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = self._baseline_reference(study)
-            if request.search.strategy == "bayes":  # random and exhaustive are yardsticks: no memory
-                self._warm_start(study)
+            if request.search.strategy == "bayes" and request.warm_start:  # random and exhaustive are
+                self._warm_start(study)  # yardsticks: no memory
+                self._warm_from_other_kernels(study)
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = self._result(study, exhausted)
@@ -423,8 +428,9 @@ class Tuner:
         retry = [Config.of(t.config) for t in trials if _retryable(t)]
         first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials)]
                  if c.key not in taken and self._request.space.allows(c)}
-        self._warm_first = []
-        candidates = list(first.values())
+        candidates = list(first.values())[:count]
+        picked = {c.key for c in candidates}  # the rest of the warm start's waits for the next batch
+        self._warm_first = [c for c in self._warm_first if c.key in first and c.key not in picked]
         if (wanted := count - len(candidates)) > 0:
             candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
         return candidates[:count]
@@ -449,6 +455,22 @@ class Tuner:
         self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
         studies = len({study_id for _, study_id in found.values()})
         self._progress.note(f"warm start: {len(found)} results from {studies} earlier studies")
+
+    def _warm_from_other_kernels(self, study: Study) -> None:
+        """Propose first what other kernels' studies of this toolchain space chose, and later
+        what their rules refused (`cross_kernel`): an order, never a result."""
+        limit = max(self._request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
+        prior = other_kernels_prior(self._store, study.key, self._request.space, self._baseline, limit)
+        if prior.empty:
+            return
+        known = {c.key for c in self._warm_first}
+        self._warm_first += [c for c in prior.first if c.key not in known]
+        discourage = getattr(self._searcher, "discourage", None)  # one objective: local or in its process
+        if discourage is not None:
+            discourage(prior.discouraged)
+        self._warm_note = (f"{len(prior.first)} settings from {prior.studies} other kernels' studies tried first, "
+                           f"{len(prior.discouraged)} they refused tried later")
+        self._progress.note(f"warm start: {self._warm_note}")
 
     def _warm_observation(self, trial: Trial) -> Observation | None:
         """The trial's result for this run's objective, if its config fits this space."""
@@ -602,7 +624,7 @@ class Tuner:
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
                           exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped)
+                          self._request.budget, self._stopped, warm_start=self._warm_note)
 
     def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool,
                       verifier: Verifier | None) -> TuneResult:
@@ -625,7 +647,7 @@ class Tuner:
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
                           exhausted, None, None, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped, trade_offs)
+                          self._request.budget, self._stopped, trade_offs, self._warm_note)
 
     def _decided(self, study: Study, chosen: Trial, trials: Sequence[Trial]) -> Trial:
         """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
