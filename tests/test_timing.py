@@ -88,6 +88,9 @@ def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
     assert table["kind"] == evidence.RUNTIME_KIND and table["unit"] == "ms"
     assert table["speedup"] == pytest.approx(2.0, rel=0.02)
     assert table["speedup_interval_95"][0] <= table["speedup"] <= table["speedup_interval_95"][1]
+    # what the number is: a median of per-round ratios (the runtime landscapes showed it misses the
+    # ratio of mean times whenever a first launch is slow), said where it is read
+    assert table["speedup_is"].startswith("the median over the interleaved rounds")
     # every screened code was measured once: later lookups come from the measurement cache
     screened = [c for c in measurer.calls if "--quick" in c[1]]
     assert len(screened) == len({t.code_hash for t in result.trials if t.code_hash}) + 1  # + the reference run

@@ -286,7 +286,7 @@ def _confirmation_line(confirmation: Any) -> str:
         return (f"confirmed: no variant beat the baseline beyond ±{confirmation.delta:.1%} "
                 "(the A/A noise threshold); the ACF keeps the compiler defaults")
     c = confirmation.winner.comparison
-    return (f"confirmed: {c.verdict.value}, speedup {1 / c.estimate:.3f}x "
+    return (f"confirmed: {c.verdict.value}, median speedup {1 / c.estimate:.3f}x "
             f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds)")
 
 

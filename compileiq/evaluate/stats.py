@@ -42,6 +42,11 @@ class Comparison:
         return 1.0 / self.estimate if self.estimate > 0 else math.nan
 
 
+SPEEDUP_IS = ("the median over the interleaved rounds of the baseline's median time / this build's median time "
+              "in that round; the 95% interval is of that median (a typical-run speedup), not of the ratio of "
+              "mean times, which a slow first launch or an outlier moves")
+
+
 def interval_ranks(rounds: int, confidence: float = 0.95) -> tuple[int, int]:
     """1-based ranks (low, high) of the order statistics bounding the median at `confidence`."""
     if rounds < 6:

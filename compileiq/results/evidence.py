@@ -13,6 +13,7 @@ from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
+from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
@@ -148,7 +149,7 @@ def _confirmed(confirmation: Any) -> dict[str, Any]:
     comparison = confirmation.winner.comparison
     table.update(verdict=comparison.verdict.value, speedup=1.0 / comparison.estimate,
                  speedup_interval_95=[1.0 / comparison.high, 1.0 / comparison.low],
-                 confirmation_rounds=comparison.rounds)
+                 speedup_is=SPEEDUP_IS, confirmation_rounds=comparison.rounds)
     return table
 
 
