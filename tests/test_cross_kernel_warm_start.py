@@ -16,7 +16,7 @@ from compileiq.results import acf
 from compileiq.search import transfer
 from compileiq.search.searcher import Searcher, SearchSettings
 from compileiq.store import Store
-from compileiq.tuning.runner import SilentProgress
+from compileiq.tuning.progress import SilentProgress
 
 SUBSPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level")
 BATCH = 4
