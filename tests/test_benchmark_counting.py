@@ -3,11 +3,8 @@ peers.py and full_space.py): whole batches are charged, and peers get no meaning
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -16,7 +13,7 @@ from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import find_toolchain
 from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import load_spec
-from tests.helpers import TINY_KERNEL
+from tests.helpers import TINY_KERNEL, load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 ONLY = (
@@ -27,14 +24,7 @@ ONLY = (
 )
 
 
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_benchmark
 
 
 common = _load("common")

@@ -3,28 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 from compileiq.core.space import Config
-from tests.helpers import TINY_KERNEL
+from tests.helpers import TINY_KERNEL, load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["throughput"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-throughput = _load()
+throughput = load_benchmark("throughput")
 
 
 def test_the_two_stage_script_builds_each_front_end_once_and_each_variant(tmp_path: Path) -> None:

@@ -3,12 +3,9 @@ without compiling, compile what the table lacks, the pooled reference and the ce
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,22 +14,12 @@ from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import find_toolchain
 from compileiq.source.kernel import load_spec
-from tests.helpers import TINY_KERNEL
+from tests.helpers import TINY_KERNEL, load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
 ONLY = ("ptxas.opt_level", "ptxas.maxrregcount")
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("full_space", ROOT / "benchmarks" / "full_space.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["full_space"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-full_space = _load()
+full_space = load_benchmark("full_space")
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from compileiq.evaluate.replay import (
 )
 from compileiq.results import acf
 from compileiq.tuning.progress import SilentProgress
+from tests.helpers import load_benchmark
 
 DATA = Path("/work/shared/data/runtime-landscapes")
 T1 = DATA / "convolution_milo.json"
@@ -100,19 +101,7 @@ def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, caps
     """benchmarks/runtime_landscapes.py: no kernel, no build; compileiq, random and a Kernel Tuner
     strategy (reading the cache file itself) counted against the table's optimum, the defaults
     first; the product's confirmation judged against the table."""
-    import importlib.util
-    import sys
-
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("runtime_landscapes", root / "benchmarks" / "runtime_landscapes.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault("runtime_landscapes", module)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(root / "benchmarks"))
+    module = load_benchmark("runtime_landscapes")
     out = tmp_path / "found.json"
     module.main(["--landscape", str(CACHE), "--space", str(T1), "--seeds", "1", "--cap", "41", "--budget", "16",
                  "--confirmations", "1", "--strategies", "compileiq,random,kt-random_sample", "--json", str(out)])

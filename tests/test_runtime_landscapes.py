@@ -4,29 +4,15 @@ mode on the cache file), and the product's confirmation judged against the table
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import load_benchmark
 
 
 def _module():
-    if "runtime_landscapes" in sys.modules:
-        return sys.modules["runtime_landscapes"]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("runtime_landscapes", ROOT / "benchmarks" / "runtime_landscapes.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["runtime_landscapes"] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_benchmark("runtime_landscapes")
 
 
 # A in 1..4, B in 0..1; A=4 with B=1 breaks the restriction (never built); (3, 1) failed when recorded.

@@ -3,24 +3,15 @@ proposals come right after the baseline, and a target reached inside a batch cos
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config
 from compileiq.core.toolchain import find_toolchain
 from compileiq.search import transfer
 from compileiq.search.searcher import enumerate_space
 from compileiq.source.kernel import load_spec
-from tests.helpers import TINY_KERNEL
+from tests.helpers import TINY_KERNEL, load_benchmark
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-_spec = importlib.util.spec_from_file_location("warm_start", ROOT / "benchmarks" / "warm_start.py")
-assert _spec is not None and _spec.loader is not None
-warm_start = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(warm_start)
+warm_start = load_benchmark("warm_start")
 
 
 def _metrics(config: Config) -> dict:
