@@ -13,7 +13,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >&2 || true
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,cluster]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,cluster,peers]"
 
 # A private PostgreSQL (own folder, free port): runs in other checkouts beside this one are safe.
 # Two pytest workers (pytest-xdist), each test module on one of them so that its module-scoped
