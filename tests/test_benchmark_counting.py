@@ -24,11 +24,8 @@ ONLY = (
 )
 
 
-_load = load_benchmark
-
-
-common = _load("common")
-full_space = _load("full_space")
+common = load_benchmark("common")
+full_space = load_benchmark("full_space")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +89,7 @@ def test_peers_get_an_order_only_where_it_means_something(space: SearchSpace) ->
 
 def test_optuna_gets_categorical_distributions_for_unordered_settings(space: SearchSpace) -> None:
     optuna = pytest.importorskip("optuna")  # the `peers` extra
-    peers = _load("peers")
+    peers = load_benchmark("peers")
     distributions = peers.optuna_distributions(common.PeerEncoding(space))
     assert isinstance(distributions["ptxas.maxrregcount"], optuna.distributions.IntDistribution)
     assert isinstance(distributions["ptxas.allow_expensive_optimizations"], optuna.distributions.CategoricalDistribution)
