@@ -332,7 +332,8 @@ def test_a_descendant_that_leaves_the_group_ends_with_the_compile(tmp_path: Path
 def test_a_descendant_that_leaves_the_group_ends_with_the_tune(workers: str, tmp_path: Path, stray: Path) -> None:
     daemons = _DAEMONS.format(stray=stray) + f'exec {REAL_PTXAS} "$@"\n'
     env = {"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=daemons))}
-    result = _tune(tmp_path, "--budget", "4", "--workers", workers, env=env)  # the last --workers counts
+    # the last --workers counts; --stream: every variant after the baseline waits for Ray, none compiles locally
+    result = _tune(tmp_path, "--budget", "4", "--workers", workers, "--stream", env=env)
     assert result.returncode == 0, result.describe()
     assert ("compiling on local threads" if workers == "local" else "workers ready (embedded local Ray") in result.output
     assert len(_pids(stray)) >= 3

@@ -1,5 +1,6 @@
 """--json: stdout stays one JSON document while progress goes to stderr as plain lines, one per
-trial and phase; Ray starts in the background while the baseline compiles on a local thread."""
+trial and phase; Ray starts in the background while the baseline and the first batches compile on
+local threads."""
 
 from __future__ import annotations
 
@@ -88,9 +89,10 @@ def _jobs(tmp_path: Path, count: int) -> list[VariantJob]:
                        assemble=AssembleJob(tools.ptxas, "sm_90", (f"-O{i % 4}",), 60.0)) for i in range(count)]  # fmt: skip
 
 
-def test_the_baseline_compiles_locally_while_the_workers_start(tmp_path: Path) -> None:
-    """The workers' start (Ray's, in a real run) is held here until the baseline has compiled:
-    the baseline does not wait for it; a full batch does, and the ready phase is reported."""
+def test_batches_compile_locally_while_the_workers_start(tmp_path: Path) -> None:
+    """The workers' start (Ray's, in a real run) is held here: the baseline and a whole batch
+    compile on local threads meanwhile; a streaming call waits for the workers; once they are
+    ready, the next batch goes to them and the ready phase is reported."""
     release, opened = threading.Event(), []
 
     def slow_open() -> Workers:
@@ -102,19 +104,50 @@ def test_the_baseline_compiles_locally_while_the_workers_start(tmp_path: Path) -
     phases = PhaseProgress(recorder)
     phases.started(None, 4, 0)  # type: ignore[arg-type]
     early = EarlyWorkers(slow_open, phases)
-    jobs = _jobs(tmp_path, 3)
+    jobs = _jobs(tmp_path, 6)
     try:
         workers = early()
         assert "starting" in workers.description
         (baseline,) = list(workers.run(jobs[:1]))  # done while the start is still blocked
         assert baseline.build.status is BuildStatus.OK and not opened
-        release.set()
-        batch = list(workers.run(jobs[1:]))
-        assert sorted(r.tag for r in batch) == [1, 2] and all(r.build.ok for r in batch)
-        assert opened and any(n.startswith("workers ready (local threads (2)) ") for n in recorder.notes), recorder.notes
+        batch = list(workers.run(jobs[1:3]))  # a batch does not wait either
+        assert sorted(r.tag for r in batch) == [1, 2] and all(r.build.ok for r in batch) and not opened
+        threading.Timer(0.5, release.set).start()
+        streaming = workers.run(jobs[3:5], more=list)  # waits for the start (released in 0.5 s)
+        assert opened and sorted(r.tag for r in streaming) == [3, 4]
+        assert any(n.startswith("workers ready (local threads (2)) ") for n in recorder.notes), recorder.notes
+        assert [r.tag for r in workers.run(jobs[5:])] == [5] and "starting" not in workers.description
     finally:
         release.set()
         early.close()
+
+
+@pytest.mark.slow
+def test_ray_takes_over_the_front_ends_compiled_while_it_started(tmp_path: Path) -> None:
+    """The front end compiled on a local thread before Ray was ready is handed to Ray: its
+    variants assemble there from that PTX, and no front end is compiled twice."""
+    from helpers import embedded_ray_workers
+
+    release = threading.Event()
+    with embedded_ray_workers() as ray_workers:
+        def slow_open() -> Workers:
+            release.wait(60)
+            return ray_workers
+
+        early = EarlyWorkers(slow_open, PhaseProgress(SilentProgress()))
+        jobs = _jobs(tmp_path, 4)  # one front end, four ptxas settings
+        try:
+            local = list(early.run(jobs[:2]))
+            assert [r.ptx_compiled for r in local].count(True) == 1 and all(r.node == "" for r in local)
+            release.set()
+            early.ready()
+            on_ray = list(early.run(jobs[2:]))
+            assert all(r.build.ok and r.node for r in on_ray), on_ray  # assembled on Ray
+            assert not any(r.ptx_compiled for r in on_ray)  # the local PTX, not a second nvcc -ptx
+            assert ray_workers.transfers.ptx_puts == 1
+        finally:
+            release.set()
+            early.close()  # shuts Ray down; the fixture's own shutdown after it is a no-op
 
 
 def test_a_start_that_fails_is_reported_where_the_workers_are_needed(tmp_path: Path) -> None:
@@ -133,8 +166,9 @@ def test_a_start_that_fails_is_reported_where_the_workers_are_needed(tmp_path: P
 @pytest.mark.slow
 def test_with_ray_the_first_result_comes_before_the_workers_are_ready(tmp_path: Path) -> None:
     (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    # --stream: a streaming run waits for Ray (a batch would compile locally until Ray is ready)
     result = run_cli(["tune", "k.cu", "--budget", "3", "--batch-size", "2", "--only", ONLY, "--db", "sqlite:///t.db",
-                      "--arch", "sm_90"], cwd=tmp_path, timeout=600)  # fmt: skip
+                      "--arch", "sm_90", "--stream"], cwd=tmp_path, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.describe()
     lines = result.stderr_lines
     first = next(i for i, line in enumerate(lines) if line.startswith("[1/3] #0 "))

@@ -263,12 +263,12 @@ def test_join_a_running_cluster(
 )
 def test_embedded_ray_stays_on_loopback(tmp_path: Path, kernel: Path) -> None:
     result = run_cli(
-        ["tune", str(kernel), "--budget", "4", "--objective", "instructions", "--arch", ARCH],
+        ["tune", str(kernel), "--budget", "4", "--objective", "instructions", "--arch", ARCH, "--stream"],
         cwd=tmp_path,
         prefix=[str(LOOPBACK_ONLY)],
         timeout=300,
     )
     assert result.returncode == 0, result.describe()
-    # the baseline compiles on a local thread while Ray starts; the batch after it goes to Ray
+    # the baseline compiles on a local thread while Ray starts; the streaming run after it waits for Ray
     assert "workers ready (embedded local Ray" in result.stderr, result.describe()
     assert "no connection outside loopback" in result.stderr, result.describe()

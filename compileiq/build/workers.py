@@ -166,6 +166,11 @@ class LocalWorkers:
                     add(more())
             yield from gate.again()
 
+    def emitted(self) -> dict[FrontendJob, PtxResult]:
+        """The front ends these threads compiled, each with its PTX (those that failed left out)."""
+        done = {frontend: future for frontend, future in self._ptx.items() if future.done() and not future.exception()}
+        return {frontend: ptx for frontend, future in done.items() if (ptx := future.result()).status is BuildStatus.OK}
+
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables, in the order of `jobs`."""
         return [_outcome(future) for future in [self._pool.submit(build_executable, job) for job in jobs]]
@@ -265,6 +270,16 @@ class RayWorkers:
                 if more is not None:
                     yield from add(more())
             yield from gate.again()
+
+    def adopt(self, emitted: dict[FrontendJob, PtxResult]) -> None:
+        """Take front ends compiled elsewhere (local threads while Ray started): their variants'
+        ptxas tasks start from this PTX, put into the object store once, and none is compiled again."""
+        for frontend, ptx in emitted.items():
+            if frontend in self._emitted or ptx.status is not BuildStatus.OK:
+                continue
+            self._emitted[frontend] = None
+            self._ptx[frontend] = (ptx, self._put(ptx))
+            self.transfers.ptx_puts += 1
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables built on Ray CPU workers, in the order of `jobs`."""

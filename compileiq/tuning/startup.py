@@ -1,5 +1,5 @@
 """The first minute of a run: Ray starts and the searcher loads in the background while the
-baseline compiles on a local thread; each start-up phase is announced as it starts ("loading the
+baseline, and the batches after it until Ray is ready, compile on local threads; each start-up phase is announced as it starts ("loading the
 search (scikit-optimize)…") and reported with its duration when it ends ("workers ready 3.1 s")."""
 
 from __future__ import annotations
@@ -89,11 +89,14 @@ class PhaseProgress:
 
 
 class EarlyWorkers:
-    """Opens the real workers (Ray) in a background thread from construction on. Until they are
-    ready, a batch of at most `local_threads` jobs (the baseline alone, first) compiles on local
-    threads instead of waiting; anything else waits for them. Call it to get the workers."""
+    """Opens the real workers (an embedded Ray) in a background thread from construction on. Until
+    they are ready, a batch compiles on local threads instead of waiting (the baseline alone first,
+    then whole batches: an embedded Ray takes seconds to start, on the same cores); a streaming run,
+    which hands one call every variant of the search, waits for them. The front ends compiled
+    locally are handed to the real workers when they take over, so none is compiled twice. Call
+    it to get the workers."""
 
-    def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int = 1) -> None:
+    def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int | None = None) -> None:
         self._opener, self._local_threads = opener, local_threads
         self._started = time.perf_counter()
         self._ready = threading.Event()
@@ -128,7 +131,7 @@ class EarlyWorkers:
     def description(self) -> str:
         if self._ready.is_set() and self._workers is not None:
             return self._workers.description
-        return "Ray (starting; meanwhile the first variants compile on a local thread)"
+        return "Ray (starting; meanwhile the first variants compile on local threads)"
 
     @property
     def transfers(self) -> Transfers:
@@ -137,7 +140,7 @@ class EarlyWorkers:
 
     def run(self, jobs: Sequence[VariantJob], more: More | None = None,
             before: BeforeAssemble | None = None) -> Iterator[VariantResult]:
-        if not self._ready.is_set() and len(jobs) <= self._local_threads:
+        if not self._ready.is_set() and (more is None or len(jobs) <= 1):
             if self._local is None:
                 self._local = LocalWorkers(self._local_threads)
             return self._local.run(jobs, more, before)
@@ -155,6 +158,9 @@ class EarlyWorkers:
         if not self._announced:
             self._announced = True
             self._phase.done(f"workers ready ({self._workers.description})", self._ready_after)
+            adopt = getattr(self._workers, "adopt", None)  # Ray's: the local front ends' PTX, put once
+            if adopt is not None and self._local is not None:
+                adopt(self._local.emitted())
         return self._workers
 
     def close(self) -> None:
