@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from compileiq.build.workers import Workers
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import SCREEN, SEARCH, Study, StudyKey, Trial, TrialState, first_line
-from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility, screening
 from compileiq.evaluate.confirm import Confirmation
@@ -24,8 +24,6 @@ from compileiq.evaluate.metrics import (
     NO_KERNEL,
     NO_LAUNCHED_KERNEL,
     StaticEvaluator,
-    StaticMetrics,
-    objective_value,
 )
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path
@@ -50,6 +48,7 @@ from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunn
 from compileiq.tuning.startup import PhaseProgress
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
+from compileiq.tuning.warm_start import Rescoring, earlier_results
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`start_search`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
@@ -57,7 +56,6 @@ if TYPE_CHECKING:  # loaded on a thread of its own (`start_search`): scikit-opti
 WAIT_FOR_OTHERS_S = 1.0
 SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
-_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 
 class BaselineError(CompileIQError):
@@ -441,20 +439,19 @@ class Tuner:
         return [Config.of(c) for c in eligibility.repairs(trials, self._reference, self._baseline.as_dict())]
 
     def _warm_start(self, study: Study) -> None:
-        """Tell the searcher what earlier studies of this kernel found, re-scored for this
-        objective (not recorded as trials here); their best few are tried first (cache hits)."""
-        related = self._store.related_trials(study.key, exclude_study_id=study.id)
-        found = {o.config.key: (o, t.study_id) for t in related if (o := self._warm_observation(t))}
-        if not found:
+        """Tell the searcher what earlier studies of this kernel found (`warm_start`); their best
+        few are tried first (cache hits)."""
+        if self._evaluator.kind != StaticEvaluator.kind:  # runtimes are not carried between studies
             return
-        observations = [observation for observation, _ in found.values()]
-        self._baseline_built = any(o.config.key == self._baseline.key and o.value is not None for o in observations)
-        self._searcher.tell(observations)
-        ranked = sorted((o for o in observations if o.value is not None), key=lambda o: (o.value, o.config.key))
-        ranked = [o for o in ranked if o.config.key != self._baseline.key]  # tried first anyway
-        self._warm_first = [o.config for o in ranked[: max(self._request.batch_size - 1, 0)]]
-        studies = len({study_id for _, study_id in found.values()})
-        self._progress.note(f"warm start: {len(found)} results from {studies} earlier studies")
+        rescore = Rescoring(self._request.space, self._request.kernel, self._request.objective, self._objectives,
+                            self._refusal)
+        found = earlier_results(self._store, study, rescore, self._baseline, self._request.batch_size)
+        if found is None:
+            return
+        self._baseline_built = found.baseline_built
+        self._searcher.tell(list(found.observations))
+        self._warm_first = list(found.first)
+        self._progress.note(found.note)
 
     def _warm_from_other_kernels(self, study: Study) -> None:
         """Propose first what other kernels' studies of this toolchain space chose, and later
@@ -471,26 +468,6 @@ class Tuner:
         self._warm_note = (f"{len(prior.first)} settings from {prior.studies} other kernels' studies tried first, "
                            f"{len(prior.discouraged)} they refused tried later")
         self._progress.note(f"warm start: {self._warm_note}")
-
-    def _warm_observation(self, trial: Trial) -> Observation | None:
-        """The trial's result for this run's objective, if its config fits this space."""
-        if trial.state is not TrialState.COMPLETE or self._evaluator.kind != StaticEvaluator.kind:
-            return None
-        try:
-            config = Config.of(trial.config)
-            self._request.space.validate(config)
-            metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
-        except (SpaceError, KeyError, TypeError):
-            return None
-        if trial.metrics.get("block_size") != self._request.kernel.block_size_for(config.as_dict()):
-            return None  # scored for another block size: occupancy would differ
-        if self._refusal(trial) is not None:
-            refused = None if self._multi else objective_value(self._request.objective, metrics)
-            return Observation(config, None, refused=refused)
-        if self._multi:
-            values = values_of(trial, self._objectives) or ()
-            return Observation(config, values[0] if values else None, values)
-        return Observation(config, objective_value(self._request.objective, metrics))
 
     def _observation(self, trial: Trial) -> Observation:
         """A trial as the searcher learns it: one that may not win is worse than any that may."""
