@@ -402,11 +402,25 @@ def compare(problem: Problem, names: Sequence[str], seeds: int, cap: int) -> tup
             row[f"quartiles_evaluations_to_{label}"] = _quartiles(counts)
             row[f"median_seconds_to_{label}"] = statistics.median(seconds)
             row[f"reached_{label}"] = sum(r[target].reached for r in runs)
+            row[f"evaluations_to_{label}"] = counts  # per seed, the cap where a run fell short
         if name.startswith("kt-"):
             row["deterministic_by_seed"] = known[name](problem, 0, cap) == known[name](problem, 0, cap)
         rows.append(row)
         spent[name] = time.perf_counter() - start
     return rows, spent
+
+
+def versus(ours: dict | None, row: dict, label: str) -> str:
+    """The p-value of a two-sided Mann-Whitney U test of `row`'s per-seed evaluations to the
+    target against compileiq's ("-" for compileiq itself, or without per-seed counts)."""
+    key = f"evaluations_to_{label}"
+    if ours is None or row is ours or key not in row or key not in ours:
+        return "-"
+    if set(row[key]) == set(ours[key]) and len(set(ours[key])) == 1:
+        return "1"  # the same constant on both sides (both at the cap, say)
+    from scipy.stats import mannwhitneyu
+
+    return f"{mannwhitneyu(ours[key], row[key], alternative='two-sided').pvalue:.2g}"
 
 
 def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: int) -> list[str]:
@@ -418,15 +432,20 @@ def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: in
             f"{sum(1 for t in landscape.times.values() if t):,} with times; optimum {landscape.best:.4f} ms "
             f"({within[0.01]} within 1%, {within[0.05]} within 5%); defaults {problem.value(problem.default):.4f} ms; "
             f"cap {cap}")
-    columns = (f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'evals 5%':>9} "
-               f"{'reached':>7} {'s 5%':>8}  deterministic")
+    columns = (f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'p 1%':>6} {'evals 5%':>9} "
+               f"{'reached':>7} {'s 5%':>8} {'p 5%':>6}  deterministic")
     lines = [head, columns]
+    ours = next((row for row in rows if row["strategy"] == "compileiq"), None)
     for row in rows:
+        p1, p5 = (versus(ours, row, label) for label in ("1pct", "5pct"))
         lines.append(
             f"{row['strategy']:24} {row['batch']:>5} {row['median_evaluations_to_1pct']:>9g} "
-            f"{row['reached_1pct']:>4}/{row['seeds']:<2} {row['median_seconds_to_1pct']:>8.0f} "
+            f"{row['reached_1pct']:>4}/{row['seeds']:<2} {row['median_seconds_to_1pct']:>8.0f} {p1:>6} "
             f"{row['median_evaluations_to_5pct']:>9g} {row['reached_5pct']:>4}/{row['seeds']:<2} "
-            f"{row['median_seconds_to_5pct']:>8.0f}  {row.get('deterministic_by_seed', True)}")
+            f"{row['median_seconds_to_5pct']:>8.0f} {p5:>6}  {row.get('deterministic_by_seed', True)}")
+    if ours is not None and len(rows) > 1:
+        lines.append("p: two-sided Mann-Whitney U test of this strategy's per-seed evaluations against compileiq's "
+                     "(a run short of the target counted at the cap); under 0.05: a difference the seeds support")
     if covered:
         lines.append(
             f"confirmation after {covered['budget']} evaluations: {covered['intervals']} intervals cover the means' "

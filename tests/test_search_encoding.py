@@ -43,3 +43,27 @@ def test_the_searcher_never_proposes_a_told_configuration_again() -> None:
         told |= {c.key for c in batch}
         batch = searcher.ask(4)
     assert len(told) == 20  # the whole space, each once
+
+
+def test_a_restricted_space_of_thousands_is_scored_whole() -> None:
+    """16,384 combinations, 128 of them allowed: every ask scores all the allowed ones still
+    untried, so each batch after the initial design is full until the space runs out (a random
+    pool of 2,048 rows per draw, as spaces over 4,096 had, missed a third of them at each ask and
+    left batches short while untried allowed ones remained)."""
+    from compileiq.source.restrictions import restrictions_of
+
+    values = {"A": tuple(range(128)), "B": tuple(range(128))}
+    space = SearchSpace("macros", "", ()).with_defines({name: list(v) for name, v in values.items()})
+    space = SearchSpace(space.id, space.compiler_version, space.parameters, restrictions_of(("A == B",), {}, values))
+    assert space.size() == 16_384
+    searcher = Searcher(space, SearchSettings("bayes", seed=1))
+    batch, sizes, told = [space.default_config()], [], set()
+    while batch:
+        assert all(c["define.A"] == c["define.B"] for c in batch)
+        searcher.tell([Observation(c, float(abs(c["define.A"] - 37))) for c in batch])
+        told |= {c.key for c in batch}
+        batch = searcher.ask(8)
+        sizes.append(len(batch))
+    # the baseline, the initial design's 3 (a few front ends: each macro value is one), then full
+    # batches: 1 + 3 + 15 x 8 + 4 = 128
+    assert len(told) == 128 and sizes == [3] + [8] * 15 + [4, 0], sizes
