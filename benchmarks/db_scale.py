@@ -43,7 +43,8 @@ from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.store.schema import builds, studies, trials_table
 from compileiq.tuning.progress import SilentProgress
-from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
+from compileiq.tuning.request import TuneRequest, study_key
+from compileiq.tuning.tuner import Tuner
 
 KERNEL = ROOT / "kernels" / "reduction" / "reduction.cu"
 OBJECTIVES = ("static", "spills", "registers", "instructions")

@@ -280,7 +280,8 @@ def tuner_compiler(kernel: Path, space: SearchSpace, db: Path) -> Compile:
     from compileiq.build.workers import open_workers
     from compileiq.store import Store
     from compileiq.tuning.progress import SilentProgress
-    from compileiq.tuning.tuner import Tuner, TuneRequest, study_key
+    from compileiq.tuning.request import TuneRequest, study_key
+    from compileiq.tuning.tuner import Tuner
 
     spec = load_spec(kernel)
     toolchain = find_toolchain()

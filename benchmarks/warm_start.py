@@ -53,7 +53,7 @@ from compileiq.search.searcher import Searcher, SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
 from compileiq.tuning.cross_kernel import other_kernels_prior
-from compileiq.tuning.tuner import TuneRequest, study_key
+from compileiq.tuning.request import TuneRequest, study_key
 
 JUDGED = {  # third-party kernels of the tests: never used to tune the search design
     "chemistry": ROOT / "tests/corpus_harm/chemistry.cu",

@@ -31,7 +31,7 @@ from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
-    from compileiq.tuning.tuner import TuneResult
+    from compileiq.tuning.request import TuneResult
 
 DEFAULT_STORE_DIR = Path("store")
 MAX_BUDGET = 100_000
@@ -272,7 +272,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     time_budget_s = parse_duration(options.time_budget) if options.time_budget is not None else None
     from compileiq.evaluate.screening import ScreeningPolicy
     from compileiq.search.settings import SearchSettings
-    from compileiq.tuning.tuner import Tuner, TuneRequest, start_search
+    from compileiq.tuning.request import TuneRequest
+    from compileiq.tuning.tuner import Tuner, start_search
 
     request = TuneRequest(
         kernel=spec, space=space, objective=options.objective, budget=options.budget,
@@ -310,7 +311,7 @@ def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain
     """What the run's ACF will hold, as far as it is known before the run: its study (a runtime
     objective's default name holds the GPU, known once measured) and whether it simplifies."""
     from compileiq.store import default_study_name
-    from compileiq.tuning.tuner import study_key
+    from compileiq.tuning.request import study_key
 
     name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
     kernel = (bundle.sha256, request.kernel.settings_sha256())

@@ -554,7 +554,8 @@ def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> Non
     from compileiq.app import TuneOptions, tuning_space
     from compileiq.core.toolchain import find_toolchain
     from compileiq.tuning.progress import SilentProgress
-    from compileiq.tuning.tuner import Tuner, TuneRequest
+    from compileiq.tuning.request import TuneRequest
+    from compileiq.tuning.tuner import Tuner
 
     spec, tools = load_spec(_kernel(tmp_path)), find_toolchain()
     space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",)))

@@ -211,7 +211,8 @@ def test_time_and_registers_with_a_fake_gpu(tmp_path: Path) -> None:
     from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
     from compileiq.results import evidence
     from compileiq.source.kernel import bundle_sources, load_spec
-    from compileiq.tuning.tuner import Tuner, TuneRequest
+    from compileiq.tuning.request import TuneRequest
+    from compileiq.tuning.tuner import Tuner
 
     folder = tmp_path / "scale"
     folder.mkdir()

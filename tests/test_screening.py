@@ -30,7 +30,8 @@ from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.tuning.progress import SilentProgress
-from compileiq.tuning.tuner import Tuner, TuneRequest
+from compileiq.tuning.request import TuneRequest
+from compileiq.tuning.tuner import Tuner
 from tests.helpers import TINY_KERNEL
 
 ONLY = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.def_load_cache", "ptxas.register_usage_level")

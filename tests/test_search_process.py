@@ -21,8 +21,8 @@ from compileiq.core.space import Config, SearchSpace, load_space
 from compileiq.search.refit_schedule import RefitSchedule
 from compileiq.search.search_process import RemoteSearcher, SearchProcessError
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
+from compileiq.tuning.request import SEARCH_PROCESS_FROM_BATCH, TuneRequest
 from compileiq.tuning.streaming import StreamingFeed
-from compileiq.tuning.tuner import SEARCH_PROCESS_FROM_BATCH, TuneRequest
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level", "ptxas.allow_expensive_optimizations")
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,8 @@ from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
 from compileiq.tuning.progress import SilentProgress
-from compileiq.tuning.tuner import Tuner, TuneRequest
+from compileiq.tuning.request import TuneRequest
+from compileiq.tuning.tuner import Tuner
 
 KERNEL = r"""
 #include <compileiq/harness.cuh>

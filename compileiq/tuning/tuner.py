@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from compileiq.build.workers import Workers
 from compileiq.core.errors import CompileIQError
-from compileiq.core.records import SCREEN, SEARCH, Study, StudyKey, Trial, TrialState, first_line
+from compileiq.core.records import SCREEN, SEARCH, Study, Trial, TrialState, first_line
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility, screening
@@ -26,24 +25,31 @@ from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
 from compileiq.results import multi_objective
-from compileiq.results.ablation import Ablation, ablation_path
+from compileiq.results.ablation import ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import decision, explain
-from compileiq.results.pareto import Front, values_of
-from compileiq.results.simplify import Simplification, baseline_space, simplify
+from compileiq.results.pareto import values_of
+from compileiq.results.simplify import baseline_space, simplify
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
-from compileiq.search.settings import Observation, SearchSettings, check_settings
-from compileiq.source.kernel import bundle_sources, study_identity
+from compileiq.search.settings import Observation, check_settings
+from compileiq.source.kernel import bundle_sources
 from compileiq.source.macros import check_macros_take_effect
-from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
 from compileiq.tuning import claims
 from compileiq.tuning.build_hints import build_hint
 from compileiq.tuning.cross_kernel import other_kernels_prior
-from compileiq.tuning.limits import RunClock, RunLimits
-from compileiq.tuning.progress import Evaluator, Progress, RunCounters
+from compileiq.tuning.limits import RunClock
+from compileiq.tuning.progress import Evaluator, Progress
+from compileiq.tuning.request import (
+    TuneRequest,
+    TuneResult,
+    baseline_config,
+    searched,
+    study_key,
+)
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunner
 from compileiq.tuning.startup import PhaseProgress
 from compileiq.tuning.streaming import StreamingFeed
@@ -54,7 +60,6 @@ if TYPE_CHECKING:  # loaded on a thread of its own (`start_search`): scikit-opti
     from compileiq.search.searcher import Searcher
 
 WAIT_FOR_OTHERS_S = 1.0
-SEARCH_PROCESS_FROM_BATCH = 64  # streaming: a driver that feeds this many compiles at once
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
 
 
@@ -64,105 +69,6 @@ class BaselineError(CompileIQError):
 
 class UnfinishedBaseline(CompileIQError):
     """The run ended without a finished baseline (another tuner still holds it): no ACF."""
-
-
-@dataclass(frozen=True)
-class TuneRequest:
-    kernel: KernelSpec
-    space: SearchSpace
-    objective: str
-    budget: int
-    search: SearchSettings = field(default_factory=SearchSettings)
-    batch_size: int = 8
-    study_name: str | None = None
-    resume: bool = False
-    stale_after_s: float = 300.0
-    simplify: bool = True
-    ablate: bool = True  # each setting's contribution: a greedy path from the baseline (few builds)
-    time_budget_s: float | None = None  # no search trial starts after this many seconds
-    patience: int | None = None  # stop after this many batches in a row without a better best
-    pick: str = "knee"  # several objectives: the rule that chooses on the front (`multi_objective`)
-    stream: bool = False  # keep batch_size variants compiling: refill as results arrive (not reproducible
-    # run to run: what the searcher knows at each ask depends on timing)
-    screening: screening.ScreeningPolicy | None = None  # runtime objectives: compile more, measure fewer
-    search_process: bool | None = None  # the searcher in a child process (None: when streaming a
-    # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
-    warm_start: bool = True  # bayes: start from earlier studies of this kernel and other kernels' lessons
-
-    @property
-    def searches_in_a_process(self) -> bool:
-        if self.search_process is not None:
-            return self.search_process
-        return (self.stream and self.batch_size >= SEARCH_PROCESS_FROM_BATCH and self.search.strategy == "bayes"
-                and not multi_objective.is_multi(self.objective))
-
-    @property
-    def limits(self) -> RunLimits:
-        return RunLimits(self.budget, self.time_budget_s, self.patience)
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    study: Study
-    baseline: Trial
-    winner: Trial  # the search's best trial
-    chosen: Trial  # what the ACF records: the winner with every setting that made no difference dropped
-    simplification: Simplification | None
-    trials: tuple[Trial, ...]
-    counters: RunCounters
-    wall_seconds: float
-    exhausted: bool  # the space ran out of untried configurations before the budget
-    confirmation: Confirmation | None = None  # runtime objectives: finalists re-measured vs the baseline
-    ablation: Ablation | None = None  # each setting's share of the gain, baseline -> chosen
-    origins: dict[int, str] = field(default_factory=dict)  # trial id -> how this run built it (absent: not this run)
-    worker: str = ""  # this run's tuner, host:pid
-    budget: int = 0  # the search trials asked for (the baseline included)
-    stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
-    front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
-    warm_start: str = ""  # what other kernels' studies proposed (`cross_kernel`); "" when nothing
-
-    @property
-    def search_trials(self) -> int:
-        """The study's finished search trials: what the budget counts."""
-        return _searched(self.trials)
-
-    @property
-    def extra_trials(self) -> int:
-        """The study's finished trials built to simplify, ablate or confirm: free of the budget."""
-        return sum(1 for t in self.trials if t.final and not t.searched)
-
-    @property
-    def to_time(self) -> tuple[Trial, ...]:
-        """Trials the static rules refused only for a trade-off a GPU must judge (`eligibility`)."""
-        if self.study.key.evaluator != StaticEvaluator.kind:
-            return ()
-        return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
-
-
-def baseline_config(space: SearchSpace, kernel: KernelSpec) -> Config:
-    """The study's first trial: the compiler defaults overridden by the build the project ships
-    (`KernelSpec.shipped`, from --compile-commands); SpaceError if the space lacks one of them."""
-    shipped = kernel.shipped.values() if kernel.shipped is not None else {}
-    config = space.default_config().with_values(shipped)
-    space.validate(config)
-    return config
-
-
-def study_key(
-    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
-) -> StudyKey:
-    """The study's identity; `source_sha256` holds the sources, headers and base flags together
-    with every tune.toml setting that changes a build or a score (`kernel.study_identity`)."""
-    return StudyKey(
-        kernel=request.kernel.name,
-        source_sha256=study_identity(request.kernel, bundle),
-        space_id=request.space.id,
-        space_sha256=request.space.sha256,
-        toolchain=toolchain.nvcc_build,
-        arch=request.kernel.arch,
-        evaluator=evaluator,
-        objective=request.objective,
-    )
 
 
 def start_search(request: TuneRequest, phases: PhaseProgress | None = None) -> SearchLoad[Searcher | RemoteSearcher]:
@@ -263,7 +169,7 @@ class Tuner:
         self._runner.reopen_transient(self._store.trials(study.id))
         run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
         try:
-            self._progress.started(study, request.budget, _searched(self._store.trials(study.id)))
+            self._progress.started(study, request.budget, searched(self._store.trials(study.id)))
             self._progress.note(f"limits: {request.limits.describe()}")
             if self._remote:
                 self._progress.note("the searcher runs in a process of its own (streaming a batch of "
@@ -389,7 +295,7 @@ class Tuner:
         Returns the count and the study's trials as read (one read per batch)."""
         trials = self._store.trials(study.id)
         finished = [t for t in trials if t.final]
-        searched = _searched(finished)
+        counted = searched(finished)
         if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
@@ -399,7 +305,7 @@ class Tuner:
         self._runner.remember(fresh)
         self._check_baseline(fresh)
         self._screened = sum(1 for t in finished if screening.is_screened(t))
-        return searched, trials
+        return counted, trials
 
     def _screen(self, study: Study, trials: Sequence[Trial], candidates: Sequence[Config],
                 count: int) -> list[Config]:
@@ -663,6 +569,3 @@ def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], basel
 def _retryable(trial: Trial) -> bool:
     return trial.state is TrialState.FAILED and trial.retryable
 
-
-def _searched(trials: Sequence[Trial]) -> int:
-    return sum(1 for t in trials if t.final and t.searched)
