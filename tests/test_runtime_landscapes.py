@@ -79,3 +79,19 @@ def test_the_products_confirmation_is_judged_against_the_tables_truth(problem) -
     assert summary["coverage_of_means_ratio"] == 0.5 and summary["coverage_of_estimand"] == 1.0
     assert summary["choices_slower_than_defaults"] == 1 and summary["choices_keeping_defaults"] == 1
     assert summary["median_true_speedup_of_choice"] == 1.0
+
+
+def test_each_peer_is_tested_against_compileiqs_per_seed_counts(problem) -> None:
+    """The table's p column: a two-sided Mann-Whitney U test of a strategy's per-seed evaluations
+    against compileiq's, written per seed to the JSON rows."""
+    module = _module()
+    rows, _ = module.compare(problem, ["compileiq", "random"], seeds=3, cap=100)
+    assert all(len(row["evaluations_to_1pct"]) == 3 for row in rows)
+    ours = {"evaluations_to_1pct": [8, 9, 10, 11, 12, 13, 14, 15]}
+    worse = {"evaluations_to_1pct": [90, 95, 99, 100, 100, 100, 100, 100]}
+    same = {"evaluations_to_1pct": [8, 9, 10, 11, 12, 13, 14, 15]}
+    assert float(module.versus(ours, worse, "1pct")) < 0.01
+    assert float(module.versus(ours, same, "1pct")) == pytest.approx(1.0)
+    assert module.versus(ours, ours, "1pct") == "-"  # compileiq against itself: no test
+    lines = module.render(problem, rows, None, 100)
+    assert "p 1%" in lines[1] and any(line.startswith("p: two-sided Mann-Whitney") for line in lines)
