@@ -86,9 +86,10 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     assert all(report.space.allows(t.config) for t in result.trials)  # restrictions in place
     done = [t for t in result.trials if t.state is TrialState.COMPLETE]
     assert len(done) >= 5 and all(t.metrics["device"] == measurer.device for t in done)
-    for trial in done:  # each value is the median of samples drawn from its own recorded times
-        mean = recorded_mean(trial.config)
-        assert mean is not None and 0.9 * mean < trial.value < 1.1 * mean
+    for trial in done:  # each value is the median of samples drawn from its own recorded times: inside
+        # their range (not near their mean: some are bimodal, e.g. 64x16 tiles spans 3.37-4.47 ms, mean 4.00)
+        times = landscape.times[tuple(trial.config[f"define.{p}"] for p in landscape.parameters)]
+        assert times and min(times) <= trial.value <= max(times), (trial.config, trial.value)
     assert result.confirmation is not None and not result.confirmation.keeps_baseline
     assert recorded_mean(result.chosen.config) < recorded_mean(result.baseline.config)
     written = acf.read(report.acf_path)
