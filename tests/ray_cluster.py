@@ -11,12 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import clean_env
 
-from compileiq.build.workers import LOOPBACK_ENV
+from compileiq.build.ray_setup import LOOPBACK_ENV
 from compileiq.core.toolchain import find_toolchain
 
 HEAD_IP = "127.0.0.2"
@@ -36,15 +37,28 @@ print(len(alive), flush=True)
 """
 
 
-def free_port(avoid: range = range(0)) -> int:
+def free_port(avoid: range | set[int] = range(0)) -> int:
     """A port free now, outside `avoid` (a node's worker ports: Ray refuses a component's port
-    inside that range, and the kernel may hand one out that lies in it)."""
+    inside that range, and the kernel may hand one out that lies in it; or the ports already
+    handed to a node's other components: a port just released may be handed out again)."""
     while True:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
         if port not in avoid:
             return port
+
+
+def distinct_ports(avoid: range = range(0)) -> Callable[[], int]:
+    """Free ports, none of them in `avoid` and no two the same."""
+    given: set[int] = set()
+
+    def port() -> int:
+        found = free_port(avoid=given.union(avoid))
+        given.add(found)
+        return found
+
+    return port
 
 
 def ray_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -71,9 +85,10 @@ class LoopbackCluster:
     dashboard: str = ""
 
     def start_head(self, num_cpus: int, dashboard: bool = False) -> str:
-        port = free_port()
-        dash = free_port()  # even without the dashboard Ray binds a minimal one (default 8265)
-        args = [f"--port={port}", "--head", f"--ray-client-server-port={free_port()}", "--dashboard-host=127.0.0.1",
+        head_port = distinct_ports()
+        port = head_port()
+        dash = head_port()  # even without the dashboard Ray binds a minimal one (default 8265)
+        args = [f"--port={port}", "--head", f"--ray-client-server-port={head_port()}", "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={dash}", f"--include-dashboard={str(dashboard).lower()}"]
         self.dashboard = f"http://127.0.0.1:{dash}"
         head = self._start("head", args, num_cpus, HEAD_IP)
@@ -127,9 +142,7 @@ class LoopbackCluster:
         while not taken.isdisjoint(workers := range(low := free_port(), low + 41)):
             pass
 
-        def port() -> int:
-            return free_port(avoid=workers)
-
+        port = distinct_ports(avoid=workers)  # the head's own ports: `taken`, none of these
         argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")),
                 "start", *args, "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
                 "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={port()}",
