@@ -23,12 +23,7 @@ from compileiq.build.compile import (
     FrontendJob,
     PtxResult,
 )
-from compileiq.build.workers import (
-    Transfers,
-    VariantJob,
-    VariantResult,
-    Workers,
-)
+from compileiq.build.workers import Transfers, VariantJob, VariantResult, Workers
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import NODE_KEY, BuildRecord, Trial, TrialOutcome, TrialState
 from compileiq.core.space import Config, SearchSpace, remember

@@ -1,0 +1,122 @@
+"""Ray's start and connection: an embedded instance kept on loopback and offline, or a cluster
+joined by address (see docs/architecture.md, "Embedded Ray stays on loopback")."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from typing import Any
+
+from compileiq.build.workers import WorkersError, first_line
+from compileiq.core.errors import UsageError
+
+# What keeps an embedded Ray on loopback and offline (see docs/architecture.md, "Embedded Ray stays on loopback").
+LOOPBACK_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    "http_proxy": "http://127.0.0.1:9",
+    "https_proxy": "http://127.0.0.1:9",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "no_proxy": "127.0.0.1,localhost",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+
+RAY_MISSING = "Ray is not installed: install it (pip install ray) or use --workers local"
+
+
+def import_ray() -> Any:
+    """The ray module, or a one-line UsageError that says how to get it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(RAY_MISSING) from None
+    return ray
+
+
+def connect(address: str | None, num_cpus: int | None = None) -> Any:
+    """The ray module, initialised once per process: embedded (loopback, offline) or joined."""
+    env = ray_environment(address)
+    os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
+    ray = import_ray()
+    if address is not None and not address.strip():
+        raise UsageError("--ray-address is empty: give HOST:PORT or auto (without it, an embedded local Ray)")
+    if address:
+        check_reachable(address)
+    _init_ray(ray, address, num_cpus, env)
+    return ray
+
+
+def current_node_id() -> str:
+    """This Ray worker's node id (the driver names it: asking a worker for its IP probes the network)."""
+    return str(import_ray().get_runtime_context().get_node_id())
+
+
+def node_names(ray: Any) -> dict[str, str]:
+    """Node id -> "IP/first 8 hex digits of the node id" (nodes may share an IP)."""
+    return {n["NodeID"]: f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}" for n in ray.nodes()}
+
+
+def accelerator_ids() -> list[str]:
+    """The GPUs Ray gave the calling task or actor."""
+    return [str(gpu) for gpu in import_ray().get_gpu_ids()]
+
+
+def ray_environment(address: str | None) -> dict[str, str]:
+    """The embedded instance or a cluster on this machine: loopback only and offline. A cluster
+    elsewhere: only usage stats off (forcing 127.0.0.1 would give it an unreachable driver)."""
+    host = (address or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
+    if _loopback(host.strip("[]")):
+        return dict(LOOPBACK_ENV)
+    return {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 (a test cluster's nodes on 127.0.0.2, .3 ...) or ::1."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _init_ray(ray: Any, address: str | None, num_cpus: int | None, env: dict[str, str]) -> None:
+    if ray.is_initialized():
+        return
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": True,
+        "logging_level": "ERROR",
+        "runtime_env": {"env_vars": env},
+    }
+    if address:
+        options["address"] = address
+    else:
+        options.update(num_cpus=num_cpus, _node_ip_address="127.0.0.1")
+    try:
+        ray.init(**options)
+    except Exception as error:  # Ray raises many unrelated types for one cause: not started
+        raise WorkersError(f"cannot start Ray{' at ' + shown_address(address) if address else ''}: {first_line(error)}") from error
+
+
+def check_reachable(address: str) -> None:
+    if address == "auto":
+        return  # Ray finds the cluster started on this machine (`ray start --head`), or says there is none
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or "@" in host or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise UsageError(f"--ray-address must be HOST:PORT (a port from 1 to 65535) or auto, got "
+                         f"{shown_address(address)!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    except OSError as error:
+        raise WorkersError(f"cannot reach Ray at {shown_address(address)}: {error.strerror or error}") from error
+
+
+def shown_address(address: str) -> str:
+    """A Ray address as it may be printed: any user or password before an @ masked."""
+    return re.sub(r"^((?:ray://)?)[^/]*@", r"\1***@", address)
