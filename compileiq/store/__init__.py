@@ -1,4 +1,6 @@
-"""The database: studies, trial claims and heartbeats, the build cache (SQLite or PostgreSQL).
+"""The database (SQLite or PostgreSQL): `Store`, with studies, trial claims and heartbeats here and
+the build cache (`build_cache`), the runs (`run_log`) and the measurement cache
+(`measurement_cache`) in parts of their own over one engine (`base`).
 
 The database is the coordinator: a config is claimed by INSERT under UNIQUE(study, key), time
 comes from the database clock, and the schema is managed by the Alembic migrations shipped in
@@ -13,15 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, fields
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from compileiq.core.records import (
     KEY_FIELDS,
@@ -40,34 +40,27 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.store import build_claims, transfer
+from compileiq.store.build_cache import BuildCache, build_columns, insert_new_builds, put_build_row
 from compileiq.store.build_claims import FUTURE_S, BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
     StoreError,
-    display,
-    open_engine,
-    transaction,
-    upgrade_schema,
 )
+from compileiq.store.measurement_cache import MeasurementCache
 from compileiq.store.rows import (
     check_same_key,
-    checked_build,
-    checked_measurement,
     checked_trial,
-    measurement_values,
-    run_record,
     study_record,
     trial_record,
     utc,
 )
+from compileiq.store.run_log import RunLog
 from compileiq.store.schema import (
     among,
-    builds,
     chunks,
     db_now,
     final_failure,
-    measurements,
     runs,
     studies,
     trials_table,
@@ -90,39 +83,13 @@ def default_study_name(key: StudyKey) -> str:
 
 
 
-class Store:
+class Store(BuildCache, RunLog, MeasurementCache):
     """A study/trial/build database. Open with :meth:`Store.open`; every call is one transaction."""
 
     def __init__(self, engine: Engine, warn: Callable[[str], None] | None = None) -> None:
-        self._engine = engine
-        self._warn = warn or _warn_on_stderr
+        super().__init__(engine, warn)
         self._spaces: dict[str, SearchSpace] = {}  # by sha256: the studies' rows must fit them
-        self._reported: set[tuple[str, Any]] = set()
         self._read: dict[int, dict[int, tuple[tuple[Any, ...], Trial | None]]] = {}  # study -> id -> (row, as checked)
-
-    @classmethod
-    def open(cls, url: str, warn: Callable[[str], None] | None = None) -> Store:
-        """Connect to ``url`` and bring its schema up to date (a new database is created).
-        ``warn`` hears of each stored row skipped as unusable (default: a line on stderr)."""
-        store = cls(open_engine(url), warn)
-        try:
-            store.upgrade()
-        except BaseException:
-            store.close()
-            raise
-        return store
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    @property
-    def url_for_display(self) -> str:
-        return display(self._engine.url)
-
-    def upgrade(self) -> str:
-        """Apply pending migrations; return the schema revision now in the database."""
-        with self._tx() as conn:
-            return upgrade_schema(conn)
 
     def check_trials_against(self, space: SearchSpace) -> None:
         """From now on a trial of a study made for ``space`` whose config does not fit it is
@@ -280,7 +247,7 @@ class Store:
         )
         with self._tx() as conn:
             if build is not None:
-                _put_build(conn, build)
+                put_build_row(conn, build)
             row = conn.execute(update.returning(trials_table)).mappings().one_or_none()
         if row is None:
             raise StoreError(f"no trial with id {trial_id}")
@@ -303,10 +270,10 @@ class Store:
                  "new_retryable": o.retryable} for o in outcomes]
         if any(o.state is TrialState.RUNNING for o in outcomes):
             raise StoreError("finish_trials needs final states, not running")
-        records = {o.build.key: _columns(o.build) for o in outcomes if o.build is not None}
+        records = {o.build.key: build_columns(o.build) for o in outcomes if o.build is not None}
         with self._tx() as conn:
             if records:
-                conn.execute(_insert_new_builds(conn), list(records.values()))
+                conn.execute(insert_new_builds(conn), list(records.values()))
                 build_claims.recorded(conn, [o.build for o in outcomes if o.build is not None])
             done = conn.execute(update, rows).rowcount
             if conn.dialect.supports_sane_multi_rowcount and done != len({o.trial_id for o in outcomes}):
@@ -455,117 +422,6 @@ class Store:
                 self._skip(("trial", row["id"]), f"trial #{row['number']} of study {row['study_id']}", checked)
         return usable
 
-    def _skip(self, identity: tuple[str, Any], what: str, problem: str) -> None:
-        if identity not in self._reported:
-            self._reported.add(identity)
-            self._warn(f"skipped {what}: {problem}")
-
-    # -- build cache ---------------------------------------------------------------------
-
-    def get_build(self, key: str) -> BuildRecord | None:
-        return self.get_builds([key]).get(key)
-
-    def get_builds(self, keys: Collection[str]) -> dict[str, BuildRecord]:
-        """The cached builds among ``keys``, by key (one query)."""
-        query = sa.select(*(builds.c[f.name] for f in fields(BuildRecord)))
-        with self._tx(readonly=True) as conn:
-            rows = conn.execute(query.where(among(conn, builds.c.key, keys))).mappings().all()
-        found = {}
-        for row in rows:
-            checked = checked_build(row)
-            if isinstance(checked, BuildRecord):
-                found[checked.key] = checked
-            else:
-                self._skip(("build", row["key"]), f"cached build {str(row['key'])[:16]}", checked)
-        return found
-
-    def put_build(self, record: BuildRecord) -> None:
-        """Cache a build; an existing record under the same key is kept."""
-        with self._tx() as conn:
-            _put_build(conn, record)
-
-    def replace_build(self, record: BuildRecord) -> None:
-        """Cache a build over any record under the same key (one a rebuild here contradicted)."""
-        with self._tx() as conn:
-            conn.execute(builds.delete().where(builds.c.key == record.key))
-            _put_build(conn, record)
-
-    def claim_builds(self, ptx_keys: Collection[str], worker: str, stale_after_s: float) -> BuildClaims:
-        """For each PTX key (what ptxas is given): the build recorded under it, else a claim for
-        ``worker`` to build it (taken over from a claim without a heartbeat for ``stale_after_s``),
-        else held: another tuner builds it now. One transaction."""
-        if not ptx_keys:
-            return BuildClaims()
-        with self._tx() as conn:
-            found = build_claims.claim(conn, ptx_keys, worker, stale_after_s)
-        for key, problem in found.skipped:
-            self._skip(("build", key), f"cached build {key[:16]}", problem)
-        return found
-
-    def heartbeat_build_claims(self, ptx_keys: Collection[str], worker: str) -> None:
-        """Mark ``worker``'s claims of builds alive, by the database clock."""
-        if ptx_keys:
-            with self._tx() as conn:
-                build_claims.beat(conn, ptx_keys, worker)
-
-    def release_build_claims(self, ptx_keys: Collection[str], worker: str) -> None:
-        """Give up ``worker``'s claims of builds it will not record (a compiler that timed out, a run that failed)."""
-        if ptx_keys:
-            with self._tx() as conn:
-                build_claims.release(conn, ptx_keys, worker)
-
-    def builds_count(self) -> int:
-        with self._tx(readonly=True) as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(builds)).scalar_one())
-
-    # -- runs ----------------------------------------------------------------------------
-
-    def start_run(self, study_id: int, worker: str, limits: dict[str, Any]) -> int:
-        """Record a tuning run of the study with its limits; its id (for `finish_run`)."""
-        with self._tx() as conn:
-            insert = runs.insert().values(study_id=study_id, worker=worker, limits=limits, started_at=db_now())
-            return int(conn.execute(insert.returning(runs.c.id)).scalar_one())
-
-    def finish_run(self, run_id: int, stopped: str, search_trials: int, extra_trials: int,
-                   decision: dict[str, Any] | None = None) -> None:
-        """Record which limit ended the run, how many trials it left in the study, and what it chose."""
-        update = runs.update().where(runs.c.id == run_id)
-        with self._tx() as conn:
-            conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
-                                       decision=decision, finished_at=db_now()))
-
-    def runs(self, study_id: int) -> list[RunRecord]:
-        """The study's runs, oldest first."""
-        query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
-        with self._tx(readonly=True) as conn:
-            return [run_record(row) for row in conn.execute(query).mappings().all()]
-
-    # -- measurement cache ---------------------------------------------------------------
-
-    def get_measurement(
-        self, code_hash: str, device: str, driver: str, harness_args_hash: str
-    ) -> Measurement | None:
-        m = measurements.c
-        where = (m.code_hash == code_hash, m.device == device, m.driver == driver)
-        query = sa.select(measurements).where(*where, m.harness_args_hash == harness_args_hash)
-        with self._tx(readonly=True) as conn:
-            row = conn.execute(query).mappings().one_or_none()
-        if row is None:
-            return None
-        checked = checked_measurement(row)
-        if isinstance(checked, Measurement):
-            return checked
-        self._skip(("measurement", row["id"]), f"cached measurement {row['id']}", checked)
-        return None
-
-    def put_measurement(self, measurement: Measurement) -> None:
-        """Cache a measurement; an existing one under the same key is kept."""
-        try:
-            with self._tx() as conn:
-                conn.execute(measurements.insert().values(measurement_values(measurement)))
-        except sa.exc.IntegrityError:
-            pass
-
     # -- export and import ---------------------------------------------------------------
 
     def export_study(self, name_or_id: str) -> StudyExport:
@@ -595,22 +451,10 @@ class Store:
             ) from None
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
 
-    # -- plumbing ------------------------------------------------------------------------
-
-    @contextmanager
-    def _tx(self, readonly: bool = False) -> Iterator[Connection]:
-        """One transaction; connection-level failures become a one-line StoreError."""
-        with transaction(self._engine, readonly) as conn:
-            yield conn
-
 
 def _finite_or_none(value: Any) -> float | None:
     """A best value read back: a finite float, else None (SQLite stores whatever it was given)."""
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
-
-
-def _warn_on_stderr(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 # A trial row's columns but its JSON (config, metrics) and heartbeat: what `Store.trials` compares
@@ -619,22 +463,3 @@ _MARKER = tuple(c for c in trials_table.c if c.name not in ("config", "metrics",
 _OUTCOME_COLUMNS = ("state", "value", "reason", "metrics", "code_hash", "compile_seconds", "retryable")
 
 
-def _columns(record: BuildRecord) -> dict[str, Any]:
-    """The record's column values as they are (`asdict` would copy its metrics deeply)."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
-
-
-def _insert_new_builds(conn: Connection) -> Any:
-    """An insert into the build cache that skips keys cached already (one statement, no error)."""
-    # each dialect imported here, when used: the other one's import costs every command ~0.1 s
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects import postgresql as dialect
-    else:
-        from sqlalchemy.dialects import sqlite as dialect  # type: ignore[no-redef]
-    return dialect.insert(builds).on_conflict_do_nothing(index_elements=["key"])
-
-
-def _put_build(conn: Connection, record: BuildRecord) -> None:
-    """Insert ``record`` unless its key is cached already; a claim of its PTX key is done."""
-    conn.execute(_insert_new_builds(conn).values(**asdict(record)))
-    build_claims.recorded(conn, [record])

@@ -1,0 +1,36 @@
+"""The runs of a study: when each started, its limits, what stopped it and what it chose."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from compileiq.core.records import RunRecord
+from compileiq.store.base import StoreBase
+from compileiq.store.rows import run_record
+from compileiq.store.schema import db_now, runs
+
+
+class RunLog(StoreBase):
+    """The store's calls on runs (each one transaction)."""
+
+    def start_run(self, study_id: int, worker: str, limits: dict[str, Any]) -> int:
+        """Record a tuning run of the study with its limits; its id (for `finish_run`)."""
+        with self._tx() as conn:
+            insert = runs.insert().values(study_id=study_id, worker=worker, limits=limits, started_at=db_now())
+            return int(conn.execute(insert.returning(runs.c.id)).scalar_one())
+
+    def finish_run(self, run_id: int, stopped: str, search_trials: int, extra_trials: int,
+                   decision: dict[str, Any] | None = None) -> None:
+        """Record which limit ended the run, how many trials it left in the study, and what it chose."""
+        update = runs.update().where(runs.c.id == run_id)
+        with self._tx() as conn:
+            conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
+                                       decision=decision, finished_at=db_now()))
+
+    def runs(self, study_id: int) -> list[RunRecord]:
+        """The study's runs, oldest first."""
+        query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
+        with self._tx(readonly=True) as conn:
+            return [run_record(row) for row in conn.execute(query).mappings().all()]
