@@ -3,8 +3,11 @@ time each strategy needs to come within 1% and 5% of a brute-forced landscape's 
 over seeds; then the confidence intervals of compileiq's confirmation checked against the truth.
 
 No kernel source and no GPU: the space is the T1 file's parameters (as tuned macros, defaults
-first) with its `Conditions` as restrictions; a configuration's value is its recorded mean time
-(`time`; a non-number is a failure). The same rules for every strategy:
+first) with its `Conditions` as restrictions; without a T1 file, the cache's own `tune_params`,
+every combination, the first value of each the defaults. A configuration's value is the mean of
+its recorded `times` (a cache that kept only `time`: that one value, and its confirmation
+intervals are not judged, a replay of one timing having no noise; an error string or Kernel
+Tuner's 1e20 is a failure). The same rules for every strategy:
 
 - Everyone starts from the defaults, counted as evaluation 1 (a run that proposes them again
   gets them free). A configuration is charged the first time it is evaluated; a repeat is free.
@@ -49,7 +52,7 @@ round ratio median(10 draws of B) / median(10 draws of A) under that same resamp
 baseline is kept); its true speedup (defaults' mean / its mean) is set beside the best possible
 (defaults' mean / optimum).
 
-    .venv/bin/python benchmarks/runtime_landscapes.py --landscape CACHE.json[.gz] --space T1.json
+    .venv/bin/python benchmarks/runtime_landscapes.py --landscape CACHE.json[.gz] [--space T1.json]
         [--landscape CACHE2 ...] [--seeds 20] [--cap 512] [--budget 64] [--confirmations 5]
         [--strategies compileiq,random,...] [--json OUT]
 """
@@ -63,7 +66,6 @@ import json
 import logging
 import math
 import random
-import shutil
 import statistics
 import tempfile
 import time
@@ -254,6 +256,21 @@ def _stop_at(threshold: float) -> Iterator[None]:
         SimulationRunner.run = original  # type: ignore[method-assign]
 
 
+def _kernel_tuner_cache(source: Path, copy: Path) -> dict:
+    """The cache as Kernel Tuner is given it (gunzipped): each entry carries its parameters' values
+    (a cache that keeps them only in its keys gets them added: Kernel Tuner returns the entry,
+    and the entry is how its run's configurations are read back). Returns the cache."""
+    opener: Any = gzip.open if source.name.endswith(".gz") else open
+    with opener(source, "rb") as src:
+        data = json.loads(src.read())
+    keys = data["tune_params_keys"]
+    for key, entry in data["cache"].items():
+        for name, value in zip(keys, str(key).split(",")):
+            entry.setdefault(name, int(value))
+    copy.write_text(json.dumps(data))
+    return data
+
+
 def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[Key]]]:
     def run(problem: Problem, seed: int, cap: int) -> list[list[Key]]:
         import kernel_tuner
@@ -264,12 +281,7 @@ def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[K
         spec = problem.t1.get("KernelSpecification", {})
         with tempfile.TemporaryDirectory() as folder:
             cache = Path(folder) / "cache.json"
-            if problem.cache.name.endswith(".gz"):
-                with gzip.open(problem.cache, "rb") as src, cache.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            else:
-                shutil.copyfile(problem.cache, cache)
-            header = json.loads(cache.read_bytes())
+            header = _kernel_tuner_cache(problem.cache, cache)
             random.seed(seed)
             np.random.seed(seed)
             with warnings.catch_warnings(), _stop_at(problem.target(TARGETS[0])):
@@ -447,9 +459,11 @@ def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: in
         lines.append("p: two-sided Mann-Whitney U test of this strategy's per-seed evaluations against compileiq's "
                      "(a run short of the target counted at the cap); under 0.05: a difference the seeds support")
     if covered:
+        intervals = (f"{covered['intervals']} intervals cover the means' ratio {covered['coverage_of_means_ratio']:.1%}, "
+                     f"the statistic's estimand {covered['coverage_of_estimand']:.1%}" if problem.landscape.repeated else
+                     "intervals not judged (one timing per configuration: its replay has no noise)")
         lines.append(
-            f"confirmation after {covered['budget']} evaluations: {covered['intervals']} intervals cover the means' "
-            f"ratio {covered['coverage_of_means_ratio']:.1%}, the statistic's estimand {covered['coverage_of_estimand']:.1%}; "
+            f"confirmation after {covered['budget']} evaluations: {intervals}; "
             f"true speedup of the final choice: median {covered['median_true_speedup_of_choice']:.3f} "
             f"(quartiles {', '.join(f'{q:.3f}' for q in covered['quartiles_true_speedup_of_choice'] or [])}), "
             f"{covered['choices_slower_than_defaults']} of {covered['choices']} slower than the defaults, "
@@ -457,13 +471,26 @@ def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: in
     return lines
 
 
+def cache_t1(landscape: Landscape) -> dict:
+    """A T1 tuning space made of the cache's own `tune_params` when no space file is given: every
+    combination of their values, no restrictions (one the cache lacks is a failed launch for every
+    strategy), the first value of each parameter as the defaults."""
+    if not landscape.values:
+        raise SystemExit(f"{landscape.name}: no integer tune_params in the cache: give its tuning space with --space")
+    parameters = [{"Name": name, "Type": "int", "Values": list(values), "Default": values[0]}
+                  for name, values in landscape.values.items()]
+    return {"General": {"BenchmarkName": landscape.name.split(".")[0]},
+            "ConfigurationSpace": {"TuningParameters": parameters, "Conditions": []}}
+
+
 def problems(landscapes: Sequence[Path], spaces: Sequence[Path]) -> list[Problem]:
-    if len(spaces) not in (1, len(landscapes)):
-        raise SystemExit("give one --space, or one per --landscape")
+    if len(spaces) not in (0, 1, len(landscapes)):
+        raise SystemExit("give one --space, one per --landscape, or none (each cache's own tune_params)")
     found = []
-    for cache, t1_path in zip(landscapes, spaces * len(landscapes) if len(spaces) == 1 else spaces):
+    for index, cache in enumerate(landscapes):
         landscape = load_landscape(cache)
-        t1 = json.loads(t1_path.read_text())
+        t1_path = spaces[0] if len(spaces) == 1 else spaces[index] if spaces else None
+        t1 = json.loads(t1_path.read_text()) if t1_path else cache_t1(landscape)
         space = t1_space(t1)
         names = [p.removeprefix("define.") for p in (q.name for q in space.parameters)]
         if sorted(names) != sorted(landscape.parameters):
@@ -476,8 +503,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--landscape", type=Path, action="append", required=True,
                         help="Kernel Tuner cache file (.json or .json.gz); repeat for several")
-    parser.add_argument("--space", type=Path, action="append", required=True,
-                        help="the tuning space in the T1 format (JSON): one, or one per --landscape")
+    parser.add_argument("--space", type=Path, action="append", default=[],
+                        help="the tuning space in the T1 format (JSON): one, or one per --landscape; without "
+                             "it, each cache's own tune_params, unrestricted, their first values the defaults")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=512, help="evaluations a run may take (charged that if short)")
     parser.add_argument("--budget", type=int, default=64, help="compileiq's evaluations after the defaults "
@@ -498,7 +526,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         covered = coverage(problem, args.seeds, args.budget, args.confirmations) if args.confirmations else None
         print("\n".join(render(problem, rows, covered, args.cap)), flush=True)
         report["rows"] += rows
-        report["coverage"][problem.landscape.name] = covered
+        report["coverage"][problem.landscape.name] = covered if problem.landscape.repeated else (
+            covered and {k: v for k, v in covered.items() if not k.startswith("coverage_")})
         report["replay_seconds"][problem.landscape.name] = spent
         if args.json:
             args.json.write_text(json.dumps(report, indent=1))

@@ -64,6 +64,21 @@ def test_a_file_that_is_no_cache_is_a_one_line_error(tmp_path: Path) -> None:
         assert "\n" not in str(caught.value) and name in str(caught.value)
 
 
+def test_a_cache_that_kept_one_time_per_configuration_replays_it(tmp_path: Path) -> None:
+    cache = {"tune_params_keys": ["bx", "t"], "tune_params": {"bx": [32, 64], "t": [1, 2]},
+             "cache": {"32,1": {"time": 4.0}, "32,2": {"time": 1e20}, "64,1": {"time": "InvalidConfig"},
+                       "64,2": {"time": 3.0, "times": [3.0, "x"]}}}
+    path = tmp_path / "only_time.json"
+    path.write_text(json.dumps(cache))
+    landscape = load_landscape(path)
+    assert landscape.times == {(32, 1): (4.0,), (32, 2): (), (64, 1): (), (64, 2): (3.0,)}
+    assert not landscape.repeated and landscape.values == {"bx": (32, 64), "t": (1, 2)}
+    run = ReplayMeasurer(landscape, seed=1).measure(_executable("32,1"), ["--samples", "5"], 10)
+    assert run.failure is None and run.harness.samples_ms == (4.0,) * 5
+    assert ReplayMeasurer(landscape).measure(_executable("32,2"), ["--quick"], 10).failure is not None
+    assert load_landscape(CACHE).repeated
+
+
 @pytest.mark.slow
 def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     landscape = load_landscape(CACHE)
@@ -116,3 +131,29 @@ def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, caps
     covered = found["coverage"]["convolution_A4000.json.gz"]
     assert covered["intervals"] >= 1 and covered["best_possible_speedup"] > 1
     assert "4,362 of 10,240 configurations allowed, 4,201 with times" in capsys.readouterr().out
+
+
+def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> None:
+    """No tuning space file: the cache's own tune_params are the space (their first values the
+    defaults); a cache with one time per configuration is searched, its intervals are not judged."""
+    values = {"bx": [32, 64, 128, 256], "ty": [1, 2, 4, 8], "m": [0, 1]}
+    entries = {f"{bx},{ty},{m}": {"time": 1.0 + abs(bx - 128) / 64 + abs(ty - 4) / 2 + m}
+               for bx in values["bx"] for ty in values["ty"] for m in values["m"]}
+    entries["32,1,0"] = {"time": 9.0}
+    entries["256,8,1"] = {"time": "RuntimeFailedConfig"}
+    cache = tmp_path / "made_up.json"
+    cache.write_text(json.dumps({"device_name": "test", "kernel_name": "k", "problem_size": [1],
+                                 "tune_params_keys": list(values), "tune_params": values, "cache": entries}))
+    out = tmp_path / "found.json"
+    load_benchmark("runtime_landscapes").main(
+        ["--landscape", str(cache), "--seeds", "2", "--cap", "24", "--budget", "8", "--confirmations", "1",
+         "--strategies", "compileiq,random,kt-random_sample", "--json", str(out)])
+    found = json.loads(out.read_text())
+    rows = {row["strategy"]: row for row in found["rows"]}
+    assert set(rows) == {"compileiq", "random", "kt-random_sample"}
+    assert all(1 < row["median_evaluations_to_1pct"] <= 24 + 7 for row in rows.values())
+    covered = found["coverage"]["made_up.json"]
+    assert not any(key.startswith("coverage_") for key in covered)
+    assert covered["best_possible_speedup"] == pytest.approx(9.0)  # the defaults: each first value
+    printed = capsys.readouterr().out
+    assert "32 of 32 configurations allowed, 31 with times" in printed and "intervals not judged" in printed

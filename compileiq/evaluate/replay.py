@@ -10,8 +10,9 @@ A configuration reaches the measurer inside its executable: the stand-in kernel 
 compiles its macros' values into a marker string, which the measurer reads back and looks up by
 the landscape's parameter order (cache keys like ``"16,1,1,1,0,0,0,1,15,15"``). A configuration
 the landscape lacks, or recorded as failed, is a failed launch. Samples are drawn with
-replacement (seeded) from the configuration's recorded ``times``; outputs are one fixed dump, so
-every output check passes.
+replacement (seeded) from the configuration's recorded ``times`` (a cache that kept only each
+configuration's ``time`` replays that one value: no noise); outputs are one fixed dump, so every
+output check passes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _MARKER = re.compile(rb"ciq-replay-key:([0-9,-]{1,400});")
 _OUTPUT = OutputInfo("y", "float32", 4, "")
 _DUMP = b"\x00\x00\x80\x3f" * 4
 QUICK_SAMPLES = 10
+FAILED_TIME = 1e20  # Kernel Tuner's time of a configuration that failed (older caches)
 
 
 class LandscapeError(UsageError):
@@ -52,6 +54,12 @@ class Landscape:
     parameters: tuple[str, ...]
     times: Mapping[tuple[int, ...], tuple[float, ...]]
     costs_ms: Mapping[tuple[int, ...], float] = field(default_factory=dict)  # compile_time + benchmark_time
+    values: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the cache's `tune_params` ({}: not given)
+
+    @property
+    def repeated(self) -> bool:
+        """Whether configurations were timed more than once (else a replay's draws have no noise)."""
+        return any(len(t) > 1 for t in self.times.values())
 
     def mean(self, values: Sequence[int]) -> float | None:
         found = self.times.get(tuple(values))
@@ -78,17 +86,41 @@ def load_landscape(path: Path) -> Landscape:
             values = tuple(int(v) for v in str(key).split(","))
             if len(values) != len(parameters):
                 raise ValueError(f"cache key {str(key)[:40]!r} has {len(values)} values for {len(parameters)} parameters")
-            recorded = entry.get("times") if isinstance(entry.get("time"), int | float) else None
-            ok = isinstance(recorded, list) and recorded and all(
-                isinstance(t, int | float) and math.isfinite(t) and t > 0 for t in recorded)
-            times[values] = tuple(float(t) for t in recorded) if ok else ()  # type: ignore[union-attr]
+            times[values] = _recorded_times(entry)
             costs[values] = sum(float(entry[k]) for k in ("compile_time", "benchmark_time")
                                 if isinstance(entry.get(k), int | float) and math.isfinite(entry[k]) and entry[k] >= 0)
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise LandscapeError(f"{path}: cannot read: {error}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise LandscapeError(f"{path}: not a Kernel Tuner cache file: {str(error)[:120]}") from None
-    return Landscape(path.name, str(data.get("device_name", "")), parameters, times, costs)
+    return Landscape(path.name, str(data.get("device_name", "")), parameters, times, costs, _value_lists(data, parameters))
+
+
+def _recorded_times(entry: Any) -> tuple[float, ...]:
+    """A cache entry's timings in ms: its ``times``, else its one ``time`` (a cache that kept only
+    the mean); () for a failed configuration (an error string, or Kernel Tuner's 1e20)."""
+    time = entry.get("time")
+    if not _a_time(time):
+        return ()
+    recorded = entry.get("times")
+    if isinstance(recorded, list) and recorded and all(_a_time(t) for t in recorded):
+        return tuple(float(t) for t in recorded)
+    return (float(time),)
+
+
+def _a_time(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 < value < FAILED_TIME
+
+
+def _value_lists(data: Mapping[str, Any], parameters: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """The cache's own value list of each parameter (``tune_params``), as integers; {} when it has
+    none or one is not a list of integers (then only a tuning space file says what was tuned)."""
+    tuned = data.get("tune_params")
+    if not isinstance(tuned, Mapping) or any(not isinstance(tuned.get(p), list) or not tuned[p] for p in parameters):
+        return {}
+    if any(not isinstance(v, int) or isinstance(v, bool) for p in parameters for v in tuned[p]):
+        return {}
+    return {p: tuple(tuned[p]) for p in parameters}
 
 
 class ReplayMeasurer:
