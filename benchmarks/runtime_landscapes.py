@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import itertools
 import json
 import logging
 import math
@@ -89,6 +90,8 @@ KERNEL_TUNER = ("random_sample", "genetic_algorithm", "simulated_annealing", "ba
                 "diff_evo", "pso", "greedy_ils", "dual_annealing")
 STRATEGIES = ("compileiq", "random", "optuna-tpe", *(f"kt-{name}" for name in KERNEL_TUNER))
 IDLE_BATCHES = 50
+MAX_FILLED = 4_000_000  # configurations a cache's tune_params may span (each one a dict for Kernel Tuner)
+MISSING = "RuntimeFailedConfig"  # Kernel Tuner's record of a configuration that failed to run
 ESTIMAND_ROUNDS = 4000
 Key = tuple[int, ...]  # a configuration's values in the landscape's parameter order
 
@@ -259,7 +262,9 @@ def _stop_at(threshold: float) -> Iterator[None]:
 def _kernel_tuner_cache(source: Path, copy: Path) -> dict:
     """The cache as Kernel Tuner is given it (gunzipped): each entry carries its parameters' values
     (a cache that keeps them only in its keys gets them added: Kernel Tuner returns the entry,
-    and the entry is how its run's configurations are read back). Returns the cache."""
+    and the entry is how its run's configurations are read back), and a configuration the cache
+    lacks is recorded as failed, as the product's replay answers it (Kernel Tuner's simulation
+    stops at a configuration it cannot find). Returns the cache."""
     opener: Any = gzip.open if source.name.endswith(".gz") else open
     with opener(source, "rb") as src:
         data = json.loads(src.read())
@@ -267,6 +272,12 @@ def _kernel_tuner_cache(source: Path, copy: Path) -> dict:
     for key, entry in data["cache"].items():
         for name, value in zip(keys, str(key).split(",")):
             entry.setdefault(name, int(value))
+    tuned = data.get("tune_params") or {}
+    if all(isinstance(tuned.get(name), list) for name in keys):  # Kernel Tuner's simulation needs every one
+        if math.prod(len(tuned[name]) for name in keys) > MAX_FILLED:
+            raise SystemExit(f"{source.name}: its tune_params make more than {MAX_FILLED:,} configurations")
+        for values in itertools.product(*(tuned[name] for name in keys)):
+            data["cache"].setdefault(",".join(map(str, values)), {**dict(zip(keys, values)), "time": MISSING})
     copy.write_text(json.dumps(data))
     return data
 

@@ -141,6 +141,7 @@ def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> 
                for bx in values["bx"] for ty in values["ty"] for m in values["m"]}
     entries["32,1,0"] = {"time": 9.0}
     entries["256,8,1"] = {"time": "RuntimeFailedConfig"}
+    del entries["64,2,1"]  # missing: a failed launch for every strategy (Kernel Tuner's simulation too)
     cache = tmp_path / "made_up.json"
     cache.write_text(json.dumps({"device_name": "test", "kernel_name": "k", "problem_size": [1],
                                  "tune_params_keys": list(values), "tune_params": values, "cache": entries}))
@@ -156,4 +157,4 @@ def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> 
     assert not any(key.startswith("coverage_") for key in covered)
     assert covered["best_possible_speedup"] == pytest.approx(9.0)  # the defaults: each first value
     printed = capsys.readouterr().out
-    assert "32 of 32 configurations allowed, 31 with times" in printed and "intervals not judged" in printed
+    assert "32 of 32 configurations allowed, 30 with times" in printed and "intervals not judged" in printed
