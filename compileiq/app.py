@@ -18,7 +18,8 @@ from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
 from compileiq.core.records import first_line
-from compileiq.core.space import SearchSpace, load_space
+from compileiq.core.space import SearchSpace
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.results import acf, acf_replace, evidence

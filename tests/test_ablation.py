@@ -104,7 +104,8 @@ def test_a_tuned_macro_that_changes_nothing_goes_back_to_its_first_value_as_a_fl
     # another trial than the ACF. Logic only: results by config from a table.
     from datetime import UTC, datetime
 
-    from compileiq.core.space import Config, load_space
+    from compileiq.core.space import Config
+    from compileiq.core.space_files import load_space
     from compileiq.results.simplify import simplify
 
     space = load_space("13.0").select(only=["ptxas.opt_level"]).with_defines({"BLOCK": [128, 64], "HALF": [8, 16]})

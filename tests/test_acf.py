@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.results import acf
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import SPILLING_KERNEL, run_cli
 
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.results import acf
 

@@ -97,7 +97,7 @@ def _study_with_purposes(url: str) -> Store:
     """A study of one parameter, ptxas.opt_level, with a trial of each purpose."""
     from dataclasses import replace
 
-    from compileiq.core.space import load_space
+    from compileiq.core.space_files import load_space
 
     space = load_space("13.0").select(allow_numerics=True, allow_semantics=True, only=["ptxas.maxrregcount"])
     store = Store.open(url)

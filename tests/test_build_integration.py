@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import clean_env, compileiq_command, run_cli, venv_tool
 
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.results import acf, flag_formats
 
 REPO = Path(__file__).resolve().parents[1]

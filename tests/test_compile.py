@@ -17,7 +17,7 @@ from compileiq.build.compile import (
 )
 from compileiq.build.cubin import CubinError, text_sections
 from compileiq.core.processes import run_tool
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.source.kernel import bundle_sources, load_spec

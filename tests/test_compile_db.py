@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.source.compile_db import CompileDbError, read_command
 
 SPACE = load_space("13.0")

@@ -11,7 +11,7 @@ from helpers import SPILLING_KERNEL
 
 from compileiq import app
 from compileiq.core.records import TrialState
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.search import transfer
 from compileiq.search.searcher import Searcher, SearchSettings

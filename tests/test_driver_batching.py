@@ -32,7 +32,8 @@ from compileiq.build.compile import (
 )
 from compileiq.build.workers import Transfers, VariantJob, VariantResult
 from compileiq.core.records import BuildRecord, StudyKey, TrialOutcome, TrialState
-from compileiq.core.space import SearchSpace, load_space
+from compileiq.core.space import SearchSpace
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.search.refit_schedule import BackgroundRefresh, RefitSchedule
 from compileiq.search.search_process import RemoteSearcher, SearchProcessError

@@ -15,7 +15,7 @@ from helpers import TINY_KERNEL, run_cli
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import BuildRecord, Measurement, StudyKey, TrialState
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.store import Store, StoreError, exchange
 
 SPACE = load_space("13.0").select(only=["ptxas.opt_level"])  # an import checks configs against it

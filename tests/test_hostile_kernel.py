@@ -179,7 +179,7 @@ def test_launch_expressions_are_arithmetic_only(text: str) -> None:
 
 
 def test_an_acf_with_shell_text_in_a_base_flag_is_refused(tmp_path: Path) -> None:
-    from compileiq.core.space import load_space
+    from compileiq.core.space_files import load_space
     from compileiq.results import acf
 
     space = load_space("13.0")

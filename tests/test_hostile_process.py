@@ -38,7 +38,7 @@ from compileiq.build.workers import Transfers
 from compileiq.core.output_file import OutputFileError
 from compileiq.core.processes import reap_stale_scratch, run_tool
 from compileiq.core.records import TrialState
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelError

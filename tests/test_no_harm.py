@@ -23,7 +23,7 @@ from compileiq import app
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx, parse_resources
 from compileiq.core.processes import run_tool
 from compileiq.core.records import Trial, TrialState
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import StaticEvaluator

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from compileiq.core.records import TrialState
-from compileiq.core.space import Config, SearchSpace, load_space
+from compileiq.core.space import Config, SearchSpace
+from compileiq.core.space_files import load_space
 from compileiq.search.refit_schedule import RefitSchedule
 from compileiq.search.search_process import RemoteSearcher, SearchProcessError
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
@@ -87,7 +88,7 @@ def test_the_searchers_process_ignores_ctrl_c_and_ends_with_its_driver(tmp_path:
             "import sys, time\n"
             "from compileiq.search.search_process import RemoteSearcher\n"
             "from compileiq.search.searcher import SearchSettings\n"
-            "from compileiq.core.space import load_space\n"
+            "from compileiq.core.space_files import load_space\n"
             f"remote = RemoteSearcher(load_space('13.0').select(only={list(SMALL_SPACE)!r}), SearchSettings())\n"
             "remote.ask(1)\n"
             "print(remote._process.pid, flush=True)\n"

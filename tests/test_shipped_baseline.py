@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compileiq.core.space import load_space
+from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.source.compile_db import CompileDbError, read_command
 from tests.helpers import run_cli

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from compileiq.core.space import Config, SearchSpace, SpaceError, available_versions, load_space
+from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.core.space_files import available_versions, load_space
 
 SPACES = Path(__file__).resolve().parent.parent / "search_spaces"
 

@@ -1,4 +1,5 @@
-"""Search spaces: declarative TOML per compiler version, configs, and rendering to argv."""
+"""Search spaces: parameters, configs, restrictions and rendering to argv (the declarative TOML
+files per compiler version are read by `space_files`)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,12 @@ import difflib
 import hashlib
 import itertools
 import json
-import os
 import re
-import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from math import prod
-from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar
 
 from compileiq.core.errors import UsageError
 
@@ -23,11 +21,6 @@ Stage = Literal["frontend", "ptxas"]
 Kind = Literal["flag", "choice", "int"]
 Risk = Literal["safe", "numerics", "semantics"]
 
-_STAGES = {"nvcc": "frontend", "ptxas": "ptxas"}
-_KINDS = ("flag", "choice", "int")
-_RISKS = ("safe", "numerics", "semantics")
-_REQUIRED = {"name", "kind", "default", "render", "risk", "help"}
-_KEYS = _REQUIRED | {"values", "low", "high", "ptxas_render"}
 _XPTXAS = ("-Xptxas", "--ptxas-options")
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The allow-list of every -D that reaches nvcc (tune.toml, an ACF, base flags): nvcc runs its
@@ -57,7 +50,7 @@ def _plain(value: object) -> Value:
 _PLAIN = frozenset((bool, int, str))
 
 
-def _same(a: Value, b: Value) -> bool:
+def same(a: Value, b: Value) -> bool:
     return type(a) is type(b) and a == b
 
 
@@ -134,9 +127,9 @@ class Parameter:
     def _fill(self, template: str, value: Value) -> tuple[str, ...]:
         if not self.allows(value):
             raise SpaceError(f"{self.name}: value {value!r} not in {list(self.values)}")
-        if not template or value is False and self.kind == "flag" or _same(value, "default"):
+        if not template or value is False and self.kind == "flag" or same(value, "default"):
             return ()
-        if _same(value, self.default) and not self.render_default:
+        if same(value, self.default) and not self.render_default:
             return ()
         return (template.replace("{value}", _text(value)),)
 
@@ -184,7 +177,7 @@ class SearchSpace:
     _rendered: dict[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _no_duplicates(self.parameters, f"search space {self.id}")
+        no_duplicates(self.parameters, f"search space {self.id}")
         text = json.dumps([p.canonical() for p in self.parameters], sort_keys=True)
         object.__setattr__(self, "sha256", hashlib.sha256(text.encode()).hexdigest())
         object.__setattr__(self, "_tokens", _token_map(self.parameters))
@@ -356,7 +349,7 @@ def canonical_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
-def _no_duplicates(params: Sequence[Parameter], where: str) -> None:
+def no_duplicates(params: Sequence[Parameter], where: str) -> None:
     names = [p.name for p in params]
     for name in names:
         if names.count(name) > 1:
@@ -367,7 +360,7 @@ def _token_map(params: Sequence[Parameter]) -> dict[tuple[Stage, str], tuple[str
     tokens: dict[tuple[Stage, str], tuple[str, Value]] = {}
     for p in params:
         for v in p.values:
-            plain = _same(v, "default") or (p.kind == "flag" and v is False)
+            plain = same(v, "default") or (p.kind == "flag" and v is False)
             rendered = "" if plain else p.render.replace("{value}", _text(v))
             for token in {*p.argv(v), rendered} - {""}:
                 if (p.stage, token) in tokens and tokens[(p.stage, token)][0] != p.name:
@@ -414,107 +407,3 @@ def _define(name: str, values: Sequence[Value]) -> Parameter:
         f"define.{name}", "frontend", "choice", vals, vals[0], f"-D{name}={{value}}",
         "safe", f"macro {name}", render_default=True,
     )  # fmt: skip
-
-
-SPACES_ENV = "COMPILEIQ_SEARCH_SPACES"  # a directory of nvcc-V.toml/ptxas-V.toml to use instead
-
-
-def _default_directory() -> Path:
-    if override := os.environ.get(SPACES_ENV):
-        return Path(override).expanduser()
-    package = Path(__file__).resolve().parent.parent
-    top = package.parent / "search_spaces"  # a checkout; a wheel carries them inside the package
-    return top if top.is_dir() else package / "search_spaces"
-
-
-def available_versions(directory: Path | None = None) -> list[str]:
-    """Compiler versions with both an nvcc-V.toml and a ptxas-V.toml, oldest first."""
-    d = directory or _default_directory()
-    found = [p.name[len("nvcc-") : -len(".toml")] for p in d.glob("nvcc-*.toml")]
-    versions = [v for v in found if (d / f"ptxas-{v}.toml").is_file()]
-    return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
-
-
-def load_space(compiler_version: str, directory: Path | None = None) -> SearchSpace:
-    """Load and merge nvcc-V.toml and ptxas-V.toml; "13.0.88" falls back to "13.0"."""
-    d = directory or _default_directory()
-    versions = available_versions(d)
-    v = compiler_version
-    v = v if v in versions else ".".join(v.split(".")[:2])
-    if v not in versions:
-        have = ", ".join(versions) or "none"
-        raise SpaceError(f"no search space for nvcc {compiler_version}; available: {have} ({d}/)")
-    params = _load_file(d / f"nvcc-{v}.toml", "nvcc", v) + _load_file(
-        d / f"ptxas-{v}.toml", "ptxas", v
-    )
-    return SearchSpace(f"nvcc-{v}+ptxas-{v}", v, params)
-
-
-def _load_file(path: Path, compiler: str, version: str) -> tuple[Parameter, ...]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SpaceError(f"{path}: malformed TOML: {e}") from None
-    except RecursionError:  # tomllib recurses once per nested array or inline table
-        raise SpaceError(f"{path}: malformed TOML: nested too deeply") from None
-    except OSError as e:
-        raise SpaceError(f"{path}: cannot read: {e.strerror or e}") from None
-    header = {k: data.get(k) for k in ("compiler", "version", "stage")}
-    if header != {"compiler": compiler, "version": version, "stage": _STAGES[compiler]}:
-        raise SpaceError(f"{path}: header {header} does not match file name")
-    tables = data.get("parameter")
-    if not isinstance(tables, list) or not tables:
-        raise SpaceError(f"{path}: no [[parameter]] tables")
-    try:
-        params = tuple(_parameter(t, cast(Stage, _STAGES[compiler])) for t in tables)
-    except SpaceError as e:
-        raise SpaceError(f"{path}: {e}") from None
-    _no_duplicates(params, str(path))
-    return params
-
-
-def _parameter(table: dict[str, Any], stage: Stage) -> Parameter:
-    name = table.get("name", "?")
-    try:
-        return _checked(_build(table, stage))
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpaceError(f"parameter {name!r}: bad or missing key {e}") from None
-    except SpaceError as e:
-        raise SpaceError(f"parameter {name!r}: {e}") from None
-
-
-def _build(t: dict[str, Any], stage: Stage) -> Parameter:
-    if set(t) - _KEYS:
-        raise SpaceError(f"unknown keys {sorted(set(t) - _KEYS)}")
-    kind = t["kind"]
-    if kind not in _KINDS:
-        raise SpaceError(f"kind {kind!r} is not one of {_KINDS}")
-    if kind == "int":
-        values: tuple[Any, ...] = tuple(range(int(t["low"]), int(t["high"]) + 1))
-    else:
-        values = (False, True) if kind == "flag" else tuple(t["values"])
-    strs = [t[k] for k in ("name", "render", "risk", "help") if not isinstance(t[k], str)]
-    if strs or not isinstance(t.get("ptxas_render", ""), str):
-        raise SpaceError("name, render, ptxas_render, risk and help must be strings")
-    return Parameter(
-        t["name"], stage, kind, values, t["default"], t["render"], t["risk"], t["help"],
-        t.get("ptxas_render", ""),
-    )  # fmt: skip
-
-
-def _checked(p: Parameter) -> Parameter:
-    if p.risk not in _RISKS:
-        raise SpaceError(f"risk {p.risk!r} is not one of {_RISKS}")
-    if not p.values or any(not isinstance(v, bool | int | str) for v in p.values):
-        raise SpaceError("values must be a non-empty list of bool, int or str")
-    if len({(type(v), v) for v in p.values}) != len(p.values):
-        raise SpaceError("duplicate values")
-    if not p.allows(p.default) or p.kind == "flag" and p.default is not False:
-        raise SpaceError(f"default {p.default!r} not in values (a flag's default is false)")
-    if "default" in p.values and not _same(p.default, "default"):
-        raise SpaceError('a "default" value must be the default')
-    for v in p.values:
-        for token in p.argv(v) + p.forwarded(v):
-            if re.search(r"[\s,]", token):
-                raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
-    return p

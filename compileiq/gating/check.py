@@ -21,7 +21,8 @@ from typing import Protocol
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
-from compileiq.core.space import Config, load_space
+from compileiq.core.space import Config
+from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator

@@ -23,7 +23,8 @@ from compileiq.core import metric_ranges
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import is_count, is_finite
 from compileiq.core.output_file import not_regular, write_atomically
-from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem, load_space
+from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem
+from compileiq.core.space_files import load_space
 from compileiq.core.version import __version__
 from compileiq.results import acf_replace, to_time
 from compileiq.source import restrictions

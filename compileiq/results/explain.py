@@ -15,7 +15,8 @@ from functools import cached_property
 from typing import Any
 
 from compileiq.core.records import RunRecord, Study, Trial, TrialState
-from compileiq.core.space import SearchSpace, SpaceError, load_space
+from compileiq.core.space import SearchSpace, SpaceError
+from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded

@@ -13,7 +13,8 @@ from typing import Any
 from compileiq.build.compile import BuildStatus, EntryResources
 from compileiq.core import metric_ranges
 from compileiq.core.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
-from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key, load_space
+from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
+from compileiq.core.space_files import load_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
 _SPACE_ID = re.compile(r"nvcc-(?P<version>[\w.]+)\+ptxas-(?P=version)")
