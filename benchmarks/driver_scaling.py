@@ -230,7 +230,7 @@ class RaySlots(Slots):
     def __init__(self, slots: int, nodes: int = 4) -> None:
         import ray
 
-        from compileiq.build.ray_setup import LOOPBACK_ENV
+        from compileiq.build.workers.ray_setup import LOOPBACK_ENV
 
         ray.init(num_cpus=slots, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
                  runtime_env={"env_vars": dict(LOOPBACK_ENV)}, logging_level="ERROR")

@@ -277,7 +277,7 @@ def default_space(kernel: Path) -> SearchSpace:
 
 def tuner_compiler(kernel: Path, space: SearchSpace, db: Path) -> Compile:
     """Compiles configurations through the tuner's trial path into a study of its own."""
-    from compileiq.build.backends import open_workers
+    from compileiq.build.workers.backends import open_workers
     from compileiq.store import Store
     from compileiq.tuning.progress import SilentProgress
     from compileiq.tuning.request import TuneRequest, study_key

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compileiq.build.backends import check_options, open_workers
 from compileiq.build.workers import Workers
+from compileiq.build.workers.backends import check_options, open_workers
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem

@@ -36,13 +36,13 @@ __global__ void scale(float* out, const float* in, float k, int n) {
 
 
 if TYPE_CHECKING:
-    from compileiq.build.ray_workers import RayWorkers
+    from compileiq.build.workers.ray_tasks import RayWorkers
 
 
 @contextmanager
 def embedded_ray_workers(num_cpus: int = 2) -> Iterator[RayWorkers]:
     """An embedded Ray's workers for a test module; the environment restored afterwards."""
-    from compileiq.build.ray_workers import RayWorkers
+    from compileiq.build.workers.ray_tasks import RayWorkers
 
     saved = dict(os.environ)  # RayWorkers sets LOOPBACK_ENV in this process: undo it afterwards
     workers = RayWorkers(num_cpus=num_cpus)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from helpers import clean_env
 
-from compileiq.build.ray_setup import LOOPBACK_ENV
+from compileiq.build.workers.ray_setup import LOOPBACK_ENV
 from compileiq.core.toolchain import find_toolchain
 
 HEAD_IP = "127.0.0.2"

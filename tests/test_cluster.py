@@ -22,7 +22,7 @@ import pytest
 from helpers import TINY_KERNEL, CliResult, compileiq_command, run_cli
 from ray_cluster import LoopbackCluster, fake_cuda, ptxas_runs, ray_env
 
-from compileiq.build.ray_setup import LOOPBACK_ENV, ray_environment
+from compileiq.build.workers.ray_setup import LOOPBACK_ENV, ray_environment
 from compileiq.store import Store
 
 LOOPBACK_ONLY = Path("/work/shared/bin/loopback-only")

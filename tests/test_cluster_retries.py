@@ -16,8 +16,8 @@ import pytest
 from helpers import TINY_KERNEL, embedded_ray_workers
 
 from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
-from compileiq.build.ray_workers import RayWorkers
 from compileiq.build.workers import VariantJob, WorkersError
+from compileiq.build.workers.ray_tasks import RayWorkers
 from compileiq.core.toolchain import find_toolchain
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import SourceBundle

@@ -1,4 +1,4 @@
-"""The real Ray layer (compileiq/build/ray_workers.py, ray_setup.py, backends.py): embedded Ray, a joined cluster, loopback.
+"""The real Ray layer (compileiq/build/workers/: ray_tasks.py, ray_setup.py, backends.py): embedded Ray, a joined cluster, loopback.
 
 One embedded Ray per module (start-up ~5 s); the cluster test runs its driver in a subprocess,
 because a process can initialise Ray only once.
@@ -21,9 +21,9 @@ import pytest
 from helpers import TINY_KERNEL, clean_env, embedded_ray_workers, run_cli
 
 from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
-from compileiq.build.ray_setup import LOOPBACK_ENV
-from compileiq.build.ray_workers import RayWorkers
 from compileiq.build.workers import LocalWorkers, VariantJob, VariantResult
+from compileiq.build.workers.ray_setup import LOOPBACK_ENV
+from compileiq.build.workers.ray_tasks import RayWorkers
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import SourceBundle
@@ -138,7 +138,7 @@ from pathlib import Path
 from compileiq.build.compile import AssembleJob, FrontendJob
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.core.toolchain import find_toolchain
-from compileiq.build.ray_workers import RayWorkers
+from compileiq.build.workers.ray_tasks import RayWorkers
 from compileiq.build.workers import VariantJob
 
 address, kernel = sys.argv[1], Path(sys.argv[2])

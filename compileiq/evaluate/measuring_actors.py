@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from compileiq.build.ray_setup import accelerator_ids, connect, current_node_id, node_names
+from compileiq.build.workers.ray_setup import accelerator_ids, connect, current_node_id, node_names
 from compileiq.evaluate.measure import HarnessResult, LocalMeasurer, Measurer, RunResult, gpu_count
 
 GRACE_S = 30.0  # beyond a call's own timeout before its measuring actor is presumed hung

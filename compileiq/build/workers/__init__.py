@@ -1,5 +1,5 @@
 """Where compiles run: the workers' interface (the jobs, their results, what the driver is asked
-between a front end and its variants) and local threads. Ray's compile tasks are in `ray_workers`,
+between a front end and its variants) and local threads. Ray's compile tasks are in `ray_tasks`,
 its start and connection in `ray_setup`, the choice between the backends in `backends`.
 
 Jobs and results are plain frozen dataclasses of bytes, so nothing assumes a shared filesystem.

@@ -22,7 +22,6 @@ from compileiq.build.compile import (
     emit_ptx,
     tried,
 )
-from compileiq.build.ray_setup import connect, current_node_id, node_names, shown_address
 from compileiq.build.workers import (
     BeforeAssemble,
     Gate,
@@ -33,6 +32,13 @@ from compileiq.build.workers import (
     WorkersError,
     first_line,
     first_of,
+)
+from compileiq.build.workers.ray_setup import (
+    connect,
+    current_node_id,
+    node_names,
+    pinned,
+    shown_address,
 )
 from compileiq.source.spec import SourceBundle
 
@@ -201,13 +207,13 @@ class RayWorkers:
     def _resubmit(self, call: _Call) -> Any:
         """Run a lost task again, pinned to a node that answers now (not the one that died)."""
         self.transfers.resubmitted += 1
-        return self._task(_pinned(call.remote, self._answering_node()), *call.args, resubmits=call.resubmits - 1)
+        return self._task(pinned(call.remote, self._answering_node()), *call.args, resubmits=call.resubmits - 1)
 
     def _answering_node(self) -> str:
         """The first node with CPUs to answer a tiny task pinned to it. A node that has died, or is
         dying but not yet declared dead by Ray, does not answer."""
         nodes = [n["NodeID"] for n in self._ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
-        probes = [_pinned(self._probe, node).remote() for node in nodes]
+        probes = [pinned(self._probe, node).remote() for node in nodes]
         deadline = time.monotonic() + PROBE_WAIT_S
         try:
             while probes and (left := deadline - time.monotonic()) > 0:
@@ -224,13 +230,6 @@ class RayWorkers:
 
     def close(self) -> None:
         self._ray.shutdown()
-
-
-def _pinned(remote: Any, node_id: str) -> Any:
-    """`remote` scheduled only on that node (hard affinity: never elsewhere)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    return remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Ray's start and connection: an embedded instance kept on loopback and offline, or a cluster
-joined by address (see docs/architecture.md, "Embedded Ray stays on loopback")."""
+joined by address (see docs/architecture.md, "Embedded Ray stays on loopback"). The one module
+that imports ray."""
 
 from __future__ import annotations
 
@@ -54,6 +55,13 @@ def connect(address: str | None, num_cpus: int | None = None) -> Any:
 def current_node_id() -> str:
     """This Ray worker's node id (the driver names it: asking a worker for its IP probes the network)."""
     return str(import_ray().get_runtime_context().get_node_id())
+
+
+def pinned(remote: Any, node_id: str) -> Any:
+    """`remote` scheduled only on that node (hard affinity: never elsewhere)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
 
 
 def node_names(ray: Any) -> dict[str, str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from compileiq.build.ray_setup import RAY_MISSING, check_reachable
-from compileiq.build.ray_workers import RayWorkers
 from compileiq.build.workers import LocalWorkers, Workers
+from compileiq.build.workers.ray_setup import RAY_MISSING, check_reachable
+from compileiq.build.workers.ray_tasks import RayWorkers
 from compileiq.core.errors import UsageError
 
 
