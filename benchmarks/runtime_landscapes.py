@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
+import functools
 import itertools
 import json
 import logging
@@ -81,7 +81,7 @@ from common import BATCH, machine
 
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate.confirm import Candidate, choose_finalists, confirm, executable_sampler
-from compileiq.evaluate.replay import Landscape, ReplayMeasurer, load_landscape
+from compileiq.evaluate.replay import Landscape, ReplayMeasurer, load_landscape, read_cache
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
 from compileiq.source import restrictions
 
@@ -259,15 +259,14 @@ def _stop_at(threshold: float) -> Iterator[None]:
         SimulationRunner.run = original  # type: ignore[method-assign]
 
 
-def _kernel_tuner_cache(source: Path, copy: Path) -> dict:
-    """The cache as Kernel Tuner is given it (gunzipped): each entry carries its parameters' values
-    (a cache that keeps them only in its keys gets them added: Kernel Tuner returns the entry,
-    and the entry is how its run's configurations are read back), and a configuration the cache
-    lacks is recorded as failed, as the product's replay answers it (Kernel Tuner's simulation
-    stops at a configuration it cannot find). Returns the cache."""
-    opener: Any = gzip.open if source.name.endswith(".gz") else open
-    with opener(source, "rb") as src:
-        data = json.loads(src.read())
+@functools.cache
+def _kernel_tuner_cache(source: Path) -> tuple[str, dict]:
+    """The cache as Kernel Tuner is given it (its JSON text, made once per file) and its header:
+    each entry carries its parameters' values (a cache that keeps them only in its keys gets them
+    added: Kernel Tuner returns the entry, and the entry is how its run's configurations are read
+    back), and a configuration the cache lacks is recorded as failed, as the product's replay
+    answers it (Kernel Tuner's simulation stops at a configuration it cannot find)."""
+    data = read_cache(source)
     keys = data["tune_params_keys"]
     for key, entry in data["cache"].items():
         for name, value in zip(keys, str(key).split(",")):
@@ -278,8 +277,8 @@ def _kernel_tuner_cache(source: Path, copy: Path) -> dict:
             raise SystemExit(f"{source.name}: its tune_params make more than {MAX_FILLED:,} configurations")
         for values in itertools.product(*(tuned[name] for name in keys)):
             data["cache"].setdefault(",".join(map(str, values)), {**dict(zip(keys, values)), "time": MISSING})
-    copy.write_text(json.dumps(data))
-    return data
+    text = json.dumps(data)
+    return text, {k: v for k, v in data.items() if k != "cache"}
 
 
 def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[Key]]]:
@@ -292,7 +291,8 @@ def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[K
         spec = problem.t1.get("KernelSpecification", {})
         with tempfile.TemporaryDirectory() as folder:
             cache = Path(folder) / "cache.json"
-            header = _kernel_tuner_cache(problem.cache, cache)
+            text, header = _kernel_tuner_cache(problem.cache)
+            cache.write_text(text)
             random.seed(seed)
             np.random.seed(seed)
             with warnings.catch_warnings(), _stop_at(problem.target(TARGETS[0])):

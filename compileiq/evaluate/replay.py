@@ -70,15 +70,26 @@ class Landscape:
         return min(sum(t) / len(t) for t in self.times.values() if t)
 
 
-def load_landscape(path: Path) -> Landscape:
-    """Read a Kernel Tuner cache (``.json`` or ``.json.gz``); LandscapeError with one line otherwise."""
+def read_cache(path: Path) -> Any:
+    """A Kernel Tuner cache file's JSON (``.json`` or ``.json.gz``, at most MAX_LANDSCAPE_BYTES
+    decompressed); LandscapeError with one line otherwise."""
     try:
         opener: Any = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rb") as handle:
             raw = handle.read(MAX_LANDSCAPE_BYTES + 1)
         if len(raw) > MAX_LANDSCAPE_BYTES:
             raise LandscapeError(f"{path}: larger than {MAX_LANDSCAPE_BYTES >> 20} MiB")
-        data = json.loads(raw)
+        return json.loads(raw)
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        raise LandscapeError(f"{path}: cannot read: {error}") from None
+    except ValueError as error:
+        raise LandscapeError(f"{path}: not a Kernel Tuner cache file: {str(error)[:120]}") from None
+
+
+def load_landscape(path: Path) -> Landscape:
+    """Read a Kernel Tuner cache (``.json`` or ``.json.gz``); LandscapeError with one line otherwise."""
+    data = read_cache(path)
+    try:
         parameters = tuple(str(p) for p in data["tune_params_keys"])
         times: dict[tuple[int, ...], tuple[float, ...]] = {}
         costs: dict[tuple[int, ...], float] = {}
@@ -89,16 +100,14 @@ def load_landscape(path: Path) -> Landscape:
             times[values] = _recorded_times(entry)
             costs[values] = sum(float(entry[k]) for k in ("compile_time", "benchmark_time")
                                 if isinstance(entry.get(k), int | float) and math.isfinite(entry[k]) and entry[k] >= 0)
-    except (OSError, EOFError, gzip.BadGzipFile) as error:
-        raise LandscapeError(f"{path}: cannot read: {error}") from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise LandscapeError(f"{path}: not a Kernel Tuner cache file: {str(error)[:120]}") from None
     return Landscape(path.name, str(data.get("device_name", "")), parameters, times, costs, _value_lists(data, parameters))
 
 
 def _recorded_times(entry: Any) -> tuple[float, ...]:
-    """A cache entry's timings in ms: its ``times``, else its one ``time`` (a cache that kept only
-    the mean); () for a failed configuration (an error string, or Kernel Tuner's 1e20)."""
+    """A cache entry's timings in ms: its ``times``, else its one ``time`` (a cache that kept one
+    timing per configuration); () for a failed configuration (an error string, or Kernel Tuner's 1e20)."""
     time = entry.get("time")
     if not _a_time(time):
         return ()
