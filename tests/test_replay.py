@@ -55,6 +55,25 @@ def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
         assert ReplayMeasurer(landscape).measure(executable, ["--quick"], 10).failure is not None
 
 
+def test_a_replay_never_draws_the_cold_first_launch(tmp_path: Path) -> None:
+    """Kernel Tuner records a configuration's first, cold launch among its times; a warmed-up
+    harness never times one, so the replay leaves it out (and a failed one stays failed)."""
+    cache = {"tune_params_keys": ["bx"], "cache": {
+        "32": {"time": 2.0, "times": [9.0, 1.0, 1.0, 1.0]}, "64": {"time": 1e20, "times": [1e20, 1e20]}}}
+    path = tmp_path / "cold_first.json"
+    path.write_text(json.dumps(cache))
+    landscape = load_landscape(path)
+    assert landscape.timed((32,)) == (1.0, 1.0, 1.0) and landscape.steady_mean((32,)) == 1.0
+    assert landscape.mean((32,)) == 3.0  # the search's value: every recorded time, as the cache's peers read it
+    run = ReplayMeasurer(landscape, seed=3).measure(_executable("32"), ["--samples", "50"], 10)
+    assert run.harness.samples_ms == (1.0,) * 50
+    failed = ReplayMeasurer(landscape).measure(_executable("64"), ["--quick"], 10).failure
+    assert failed is not None and "recorded as failed" in failed
+    real = load_landscape(CACHE)
+    slow_first = sum(1 for t in real.times.values() if len(t) > 1 and t[0] == max(t))
+    assert slow_first > len(real.times) / 2  # why: the A4000's first timing is its slowest in most configurations
+
+
 def test_a_file_that_is_no_cache_is_a_one_line_error(tmp_path: Path) -> None:
     wrong_key = b'{"tune_params_keys": ["x"], "cache": {"1,2": {}}}'
     for name, content in [("a.json", b"{}"), ("b.json.gz", b"not gzip"), ("c.json", wrong_key)]:

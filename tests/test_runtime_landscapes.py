@@ -74,9 +74,12 @@ def test_the_products_confirmation_is_judged_against_the_tables_truth(problem) -
     assert len(intervals) == 4  # FINALISTS, the defaults and the failed one left out
     best = next(i for i in intervals if i.means_ratio == pytest.approx(0.5))
     assert best.low <= 0.5 <= best.high and best.covers_means and best.covers_estimand
+    assert best.covers_medians and best.covers_steady
+    # medians' ratio, steady means' ratio, all means' ratio, estimand
     summary = module.summarize_coverage(
-        [best, module.Interval(0.9, 0.95, 0.8, 0.92)], [2.0, 1.0, 0.9], best=2.0, budget=6)
+        [best, module.Interval(0.9, 0.95, 0.93, 0.96, 0.8, 0.92)], [2.0, 1.0, 0.9], best=2.0, budget=6)
     assert summary["coverage_of_means_ratio"] == 0.5 and summary["coverage_of_estimand"] == 1.0
+    assert summary["coverage_of_medians_ratio"] == 1.0 and summary["coverage_of_steady_ratio"] == 0.5
     assert summary["choices_slower_than_defaults"] == 1 and summary["choices_keeping_defaults"] == 1
     assert summary["median_true_speedup_of_choice"] == 1.0
 
