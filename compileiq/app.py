@@ -275,7 +275,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     from compileiq.evaluate.screening import ScreeningPolicy
     from compileiq.search.settings import SearchSettings
     from compileiq.tuning.request import TuneRequest
-    from compileiq.tuning.tuner import Tuner, start_search
+    from compileiq.tuning.search_start import start_search
+    from compileiq.tuning.tuner import Tuner
 
     request = TuneRequest(
         kernel=spec, space=space, objective=options.objective, budget=options.budget,

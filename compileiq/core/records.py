@@ -84,6 +84,11 @@ class Trial:
         """COMPLETE, or FAILED for good (not waiting to be retried): a result a budget counts."""
         return self.state is TrialState.COMPLETE or (self.state is TrialState.FAILED and not self.retryable)
 
+    @property
+    def to_retry(self) -> bool:
+        """FAILED for a reason that was not the variant's (its tuner stopped or went silent): claimed again."""
+        return self.state is TrialState.FAILED and self.retryable
+
 
 @dataclass(frozen=True)
 class TrialOutcome:

@@ -48,3 +48,9 @@ class SearchLoad(Generic[T]):
             on_ready(self.seconds)
         assert self._value is not None
         return self._value
+
+    def close(self) -> None:
+        """Close what was loaded, if it has a `close` (a searcher in a process of its own); a load
+        still running or that failed has nothing to close."""
+        if self.loaded and self._error is None and (close := getattr(self._value, "close", None)) is not None:
+            close()

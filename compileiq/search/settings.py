@@ -4,6 +4,7 @@ that a run checks its settings and names its study before the searcher has loade
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compileiq.core.errors import UsageError
@@ -20,6 +21,16 @@ class Observation:
     value: float | None  # None: the variant failed, or the no-harm rules refuse it
     values: tuple[float, ...] = ()  # a multi-objective search: one per objective (see multi_objective)
     refused: float | None = None  # value None because the no-harm rules refuse it: its objective value
+
+    @classmethod
+    def of(cls, config: Config, value: float | None, refused: bool, values: Sequence[float] | None = None) -> Observation:
+        """A result as the searcher learns it: one the rules refuse (or that failed: `value` None)
+        is worse than any that may win, and keeps its value aside for one objective. `values`:
+        several objectives (None: one), a refused one's dropped."""
+        if values is not None:
+            kept = () if refused else tuple(values)
+            return cls(config, value if kept else None, kept)
+        return cls(config, None, refused=value) if refused else cls(config, value)
 
 
 @dataclass(frozen=True)

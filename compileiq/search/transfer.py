@@ -56,6 +56,11 @@ class Prior:
     def empty(self) -> bool:
         return not self.first and not self.discouraged
 
+    @property
+    def note(self) -> str:
+        return (f"{len(self.first)} settings from {self.studies} other kernels' studies tried first, "
+                f"{len(self.discouraged)} they refused tried later")
+
 
 def lesson(
     baseline: Mapping[str, object],

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from compileiq.core.errors import CompileIQError
 from compileiq.store import Store
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S
 
@@ -52,3 +54,33 @@ def take_over(store: Store, study_id: int, me: str, stale_after_s: float, report
     stale = store.fail_stale_trials(study_id, stale_after_s)
     alive = tuple(sorted(w for w in store.running_claims(study_id) if w != me)) if report else ()
     return Takeover(released, stale, alive)
+
+
+def take_over_noted(store: Store, study_id: int, me: str, stale_after_s: float, note: Callable[[str], None],
+                    announce: bool = False) -> bool:
+    """`take_over`; with `announce`, each tuner gone (its trials retried) and each live one (its
+    trials left to it) is noted. True if any trial was handed back."""
+    done = take_over(store, study_id, me, stale_after_s, report=announce)
+    if announce:
+        for worker, count in done.released.items():
+            note(f"retrying {count} trial(s) of tuner {worker}, which is no longer running")
+        for worker in done.alive:
+            note(f"another tuner ({worker}) is working on this study; its trials are left to it")
+    return bool(done.released or done.stale)
+
+
+def release_on_stop(store: Store, study_id: int, me: str, error: BaseException, note: Callable[[str], None]) -> None:
+    """A run that stops early (`error`) hands its unfinished claims back (retryable), so that
+    nobody waits for them."""
+    closed = "its output was closed"  # rich turns a broken pipe into SystemExit
+    why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
+        type(error), f"failed: {type(error).__name__}"
+    )
+    try:
+        released = store.release_trials(study_id, me, f"released: the tuner stopped early ({why})")
+    except CompileIQError:  # the database itself went away or is full: nothing can be written
+        note("this run's unfinished trials stay claimed (the database refused the write): the "
+             "next `compileiq tune` of this study hands them back, at once on this host")
+        return
+    if released and isinstance(error, KeyboardInterrupt):
+        note(f"interrupted: {released} unfinished trial(s) handed back; waiting for the compiles in flight to end")

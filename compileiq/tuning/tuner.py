@@ -13,34 +13,28 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from compileiq.build.workers import Workers
-from compileiq.core.errors import CompileIQError
-from compileiq.core.records import SCREEN, SEARCH, Study, Trial, TrialState, first_line
-from compileiq.core.space import Config, SearchSpace
+from compileiq.core.records import SCREEN, SEARCH, Study, Trial, TrialState
+from compileiq.core.space import Config
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility, screening
-from compileiq.evaluate.confirm import Confirmation
 from compileiq.evaluate.metrics import (
-    NO_KERNEL,
-    NO_LAUNCHED_KERNEL,
     StaticEvaluator,
 )
 from compileiq.results import multi_objective
-from compileiq.results.ablation import ablation_path
-from compileiq.results.ablation import recorded as ablation_recorded
-from compileiq.results.explain import decision, explain
+from compileiq.results.explain import decision
 from compileiq.results.pareto import values_of
-from compileiq.results.simplify import baseline_space, simplify
+from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
-from compileiq.search.settings import Observation, check_settings
+from compileiq.search.settings import Observation
 from compileiq.source.kernel import bundle_sources
 from compileiq.source.macros import check_macros_take_effect
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
-from compileiq.tuning import claims
-from compileiq.tuning.build_hints import build_hint
+from compileiq.tuning import baseline, claims
 from compileiq.tuning.cross_kernel import other_kernels_prior
+from compileiq.tuning.decide import Decider
 from compileiq.tuning.limits import RunClock
 from compileiq.tuning.progress import Evaluator, Progress
 from compileiq.tuning.request import (
@@ -51,46 +45,16 @@ from compileiq.tuning.request import (
     study_key,
 )
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunner
-from compileiq.tuning.startup import PhaseProgress
+from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
 from compileiq.tuning.warm_start import Rescoring, earlier_results
 
-if TYPE_CHECKING:  # loaded on a thread of its own (`start_search`): scikit-optimize is slow to import
+if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
 
 WAIT_FOR_OTHERS_S = 1.0
 WAIT_FOR_RUNNING_S = 60.0  # simplification waits this long at most for another tuner's trial
-
-
-class BaselineError(CompileIQError):
-    """The kernel does not build with the compiler's default settings."""
-
-
-class UnfinishedBaseline(CompileIQError):
-    """The run ended without a finished baseline (another tuner still holds it): no ACF."""
-
-
-def start_search(request: TuneRequest, phases: PhaseProgress | None = None) -> SearchLoad[Searcher | RemoteSearcher]:
-    """Check the search settings, then load the searcher in the background (the baseline compiles
-    meanwhile); with `phases`, the load is announced now and its duration told when first needed."""
-    check_settings(request.search, request.space)
-    phase = phases.starting("loading the search (scikit-optimize)") if phases is not None else None
-    return SearchLoad(partial(_new_searcher, request),
-                      None if phase is None else lambda seconds: phase.done("search loaded", seconds))
-
-
-def _new_searcher(request: TuneRequest) -> Searcher | RemoteSearcher:
-    objectives = len(multi_objective.objectives_of(request.objective))
-    if objectives == 1:
-        if request.searches_in_a_process:
-            return RemoteSearcher(request.space, request.search)
-        from compileiq.search.searcher import Searcher
-
-        return Searcher(request.space, request.search)
-    from compileiq.search.front_search import FrontSearcher
-
-    return FrontSearcher(request.space, request.search, objectives)
 
 
 class Tuner:
@@ -184,21 +148,13 @@ class Tuner:
             result = self._result(study, exhausted)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials, decision(result))
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
-            self._release(study, error)
+            claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
             raise
         finally:
             self._runner.close()
-            if self._remote and self._search_load.loaded:
-                self._close_remote()
+            if self._remote:
+                self._search_load.close()
         return result
-
-    def _close_remote(self) -> None:
-        try:
-            searcher = self._search_load.get()
-        except Exception:  # noqa: BLE001 - it never started: nothing to close
-            return
-        assert isinstance(searcher, RemoteSearcher)
-        searcher.close()
 
     def _take_over(self, study: Study, announce: bool = False) -> bool:
         """Retry the trials of tuners that are gone (or, with --resume, silent for RESUME_STALE_S);
@@ -206,29 +162,8 @@ class Tuner:
         stale_after = self._request.stale_after_s
         if self._request.resume:
             stale_after = min(stale_after, claims.RESUME_STALE_S)
-        done = claims.take_over(self._store, study.id, self._worker_name, stale_after, report=announce)
-        if announce:
-            for worker, count in done.released.items():
-                self._progress.note(f"retrying {count} trial(s) of tuner {worker}, which is no longer running")
-            for worker in done.alive:
-                self._progress.note(f"another tuner ({worker}) is working on this study; its trials are left to it")
-        return bool(done.released or done.stale)
-
-    def _release(self, study: Study, error: BaseException) -> None:
-        """Hand this run's unfinished claims back (retryable) so that nobody waits for them."""
-        closed = "its output was closed"  # rich turns a broken pipe into SystemExit
-        why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
-            type(error), f"failed: {type(error).__name__}"
-        )
-        try:
-            released = self._store.release_trials(study.id, self._worker_name, f"released: the tuner stopped early ({why})")
-        except CompileIQError:  # the database itself went away or is full: nothing can be written
-            self._progress.note("this run's unfinished trials stay claimed (the database refused the write): the "
-                                "next `compileiq tune` of this study hands them back, at once on this host")
-            return
-        if released and isinstance(error, KeyboardInterrupt):
-            self._progress.note(f"interrupted: {released} unfinished trial(s) handed back; "
-                                "waiting for the compiles in flight to end")
+        return claims.take_over_noted(self._store, study.id, self._worker_name, stale_after, self._progress.note,
+                                      announce)
 
     def _search(self, study: Study) -> bool:
         """Run batches until a limit stops the search; True if the space ran out first."""
@@ -328,8 +263,8 @@ class Tuner:
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
-        taken = {t.config_key for t in trials if not _retryable(t)}
-        retry = [Config.of(t.config) for t in trials if _retryable(t)]
+        taken = {t.config_key for t in trials if not t.to_retry}
+        retry = [Config.of(t.config) for t in trials if t.to_retry]
         first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials)]
                  if c.key not in taken and self._request.space.allows(c)}
         candidates = list(first.values())[:count]
@@ -366,26 +301,18 @@ class Tuner:
         prior = other_kernels_prior(self._store, study.key, self._request.space, self._baseline, limit)
         if prior.empty:
             return
-        known = {c.key for c in self._warm_first}
-        self._warm_first += [c for c in prior.first if c.key not in known]
-        discourage = getattr(self._searcher, "discourage", None)  # one objective: local or in its process
-        if discourage is not None:
+        self._warm_first = list({c.key: c for c in [*self._warm_first, *prior.first]}.values())  # ours first
+        if (discourage := getattr(self._searcher, "discourage", None)) is not None:  # one objective
             discourage(prior.discouraged)
-        self._warm_note = (f"{len(prior.first)} settings from {prior.studies} other kernels' studies tried first, "
-                           f"{len(prior.discouraged)} they refused tried later")
+        self._warm_note = prior.note
         self._progress.note(f"warm start: {self._warm_note}")
 
     def _observation(self, trial: Trial) -> Observation:
-        """A trial as the searcher learns it: one that may not win is worse than any that may."""
-        allowed = trial.state is TrialState.COMPLETE and self._refusal(trial) is None
-        config = self._runner.config_of(trial)
-        if self._multi:
-            values = values_of(trial, self._objectives) if allowed else None
-            return Observation(config, trial.value if values else None, values or ())
-        if allowed:
-            return Observation(config, trial.value)
-        refused = trial.value if trial.state is TrialState.COMPLETE else None  # compiled; may not win
-        return Observation(config, None, refused=refused)
+        """A trial as the searcher learns it (`Observation.of`): a failed or refused one is worse than any other."""
+        complete = trial.state is TrialState.COMPLETE
+        refused = not complete or self._refusal(trial) is not None
+        values = (() if refused else values_of(trial, self._objectives) or ()) if self._multi else None
+        return Observation.of(self._runner.config_of(trial), trial.value if complete else None, refused, values)
 
     def _refusal(self, trial: Trial) -> str | None:
         """Why a static objective may not choose this trial (see `eligibility`); None for `time`."""
@@ -420,11 +347,6 @@ class Tuner:
             self._take_over(study)
 
     @property
-    def _toward_baseline(self) -> SearchSpace:
-        """What simplification resets a setting to: its baseline value (the build that ships)."""
-        return baseline_space(self._baseline.as_dict())
-
-    @property
     def _static(self) -> bool:
         return self._evaluator.kind == StaticEvaluator.kind
 
@@ -439,21 +361,10 @@ class Tuner:
         return self._complete_baseline(found)
 
     def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
-        found = next((t for t in trials if t.config_key == self._baseline.key
-                      and t.state is TrialState.COMPLETE), None)
-        return eligibility.Reference.of(found, self._request.objective) if found is not None else None
+        return baseline.reference(trials, self._baseline.key, self._request.objective)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
-        for trial in trials:
-            if trial.config_key == self._baseline.key and trial.state is TrialState.FAILED and not trial.retryable:
-                reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
-                name = self._request.kernel.source.name
-                hint = build_hint(reason, self._bundle, self._request.kernel)
-                if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
-                    raise BaselineError(f"{name}: {reason}{hint}")
-                shipped = self._request.kernel.shipped
-                which = f"your build's settings ({shipped.origin})" if shipped and shipped.settings else "default settings"
-                raise BaselineError(f"{name} does not build with {which}: {reason}{hint}")
+        baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)
 
     def _result(self, study: Study, exhausted: bool) -> TuneResult:
         """The choice over the study's trials; for a static objective the rows it cites are checked
@@ -469,103 +380,20 @@ class Tuner:
 
     def _choice(self, study: Study, exhausted: bool, verifier: Verifier | None) -> TuneResult:
         trials = self._store.trials(study.id)
-        baseline = self._finished_baseline(trials)
+        base = baseline.finished_baseline(trials, self._baseline.key)
         if verifier is not None:
-            verifier.check(baseline)
-        self._reference = eligibility.Reference.of(baseline, self._request.objective) if self._static else None
-        if self._multi:
-            return self._front_result(study, baseline, trials, exhausted, verifier)
-        winner = eligibility.search_winner(trials, baseline, self._refusal)
-        simplification = None
-        exact = not self._static  # timings are noisy: same code only
-        out_of_time = self._clock.out_of_time  # then nothing more is built: recorded results only
-        if self._request.simplify and winner is not baseline and out_of_time:
-            self._progress.note("out of time: the winner is not simplified")
-        elif self._request.simplify and winner is not baseline:
-            simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
-                                      exact, allowed=lambda t: self._refusal(t) is None)
-        final = tuple(self._store.trials(study.id))
-        chosen = self._decided(study, simplification.chosen if simplification else winner, final)
-        if verifier is not None:
-            verifier.check(chosen)  # a row that agrees is left as it is: `final` still holds
-        confirmation = None
-        confirm = getattr(self._evaluator, "confirm", None)
-        if confirm is not None:
-            self._progress.note("confirming the fastest variants against the baseline (interleaved rounds)")
-            confirmation = confirm(final, baseline, self._request.search.seed)
-            chosen = _confirmed_choice(confirmation, final, baseline, chosen)
-        ablation = None
-        if self._request.ablate and chosen is not baseline:
-            recorded = ablation_recorded(final)
-            ablation = ablation_path(baseline, chosen, recorded if out_of_time
-                                     else lambda cs: self.evaluate(study, cs, "ablation"))
-            final = tuple(self._store.trials(study.id))
-        if self._static and self._request.simplify and not out_of_time:  # each to time with what it needs only
-            for candidate in eligibility.candidates_to_time(final, chosen, baseline, self._request.objective):
-                simplify(candidate, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"), True)
-            final = tuple(self._store.trials(study.id))
+            verifier.check(base)
+        self._reference = eligibility.Reference.of(base, self._request.objective) if self._static else None
+        request = self._request
+        decider = Decider(study, request.objective, tuple(self._objectives), request.pick, self._static,
+                          request.simplify, request.ablate, request.search.seed, self._clock.out_of_time,
+                          baseline_space(self._baseline.as_dict()), lambda configs, purpose: self.evaluate(study, configs, purpose),
+                          lambda: tuple(self._store.trials(study.id)), self._refusal,
+                          verifier.check if verifier is not None else None, self._progress.note,
+                          getattr(self._evaluator, "confirm", None))
+        decision = decider.decide(base, trials)
         wall = time.perf_counter() - self._runner.counters.started
-        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
-                          exhausted, confirmation, ablation, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped, warm_start=self._warm_note)
-
-    def _front_result(self, study: Study, baseline: Trial, trials: Sequence[Trial], exhausted: bool,
-                      verifier: Verifier | None) -> TuneResult:
-        """Several objectives: the pick on the front of the trials that may win, simplified to the
-        same machine code (so the same values on every objective). Neither the single-objective
-        confirmation nor the ablation path applies to a trade-off."""
-        runtime = not self._static
-        winner = multi_objective.choose(trials, baseline, self._objectives, self._request.pick, self._refusal,
-                                        runtime).chosen
-        simplification = None
-        if self._request.simplify and winner is not baseline and not self._clock.out_of_time:
-            simplification = simplify(winner, self._toward_baseline, lambda cs: self.evaluate(study, cs, "simplify"),
-                                      True, allowed=lambda t: self._refusal(t) is None)
-        final = tuple(self._store.trials(study.id))
-        chosen = self._decided(study, simplification.chosen if simplification else winner, final)
-        if verifier is not None:
-            verifier.check(chosen)  # a row that agrees is left as it is: `final` still holds
-        trade_offs = multi_objective.choose(final, baseline, self._objectives, self._request.pick, self._refusal,
-                                            runtime).front
-        wall = time.perf_counter() - self._runner.counters.started
-        return TuneResult(study, baseline, winner, chosen, simplification, final, self._runner.counters, wall,
-                          exhausted, None, None, dict(self._runner.origins), self._worker_name,
-                          self._request.budget, self._stopped, trade_offs, self._warm_note)
-
-    def _decided(self, study: Study, chosen: Trial, trials: Sequence[Trial]) -> Trial:
-        """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
-        too: for a static objective it is the tuner's own choice replayed, so the two can never
-        differ. A runtime objective's choice also rests on its confirmation, which is not replayed."""
-        if not self._static:
-            return chosen
-        decided = explain(study, trials, self._request.pick).chosen
-        return decided if decided is not None else chosen
-
-    def _finished_baseline(self, trials: Sequence[Trial]) -> Trial:
-        """The baseline trial, complete; else UnfinishedBaseline (an ACF needs its evidence)."""
-        found = next((t for t in trials if t.config_key == self._baseline.key), None)
-        if found is not None and found.state is TrialState.COMPLETE and found.value is not None:
-            return found
-        if found is not None and found.state is TrialState.RUNNING:
-            raise UnfinishedBaseline(
-                f"the baseline (trial #{found.number}) is still being evaluated by another tuner "
-                f"({found.worker}); no ACF was written: rerun when it has finished"
-            )
-        reason = first_line(found.reason, None, "no reason recorded") if found is not None else "never claimed"
-        raise UnfinishedBaseline(f"the baseline was not evaluated ({reason}); no ACF was written: rerun")
-
-
-def _confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:
-    """The confirmed winner, as its simplest trial with the same machine code; else the baseline."""
-    if confirmation.winner is None:
-        return baseline
-    code = confirmation.winner.candidate.code_hash
-    if simplified.code_hash == code:
-        return simplified
-    same = [t for t in trials if t.code_hash == code and t.state is TrialState.COMPLETE]
-    return min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
-
-
-def _retryable(trial: Trial) -> bool:
-    return trial.state is TrialState.FAILED and trial.retryable
-
+        return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,
+                          self._runner.counters, wall, exhausted, decision.confirmation, decision.ablation,
+                          dict(self._runner.origins), self._worker_name, request.budget, self._stopped,
+                          decision.front, self._warm_note)

@@ -70,11 +70,8 @@ class Rescoring:
             return None
         if trial.metrics.get("block_size") != self.kernel.block_size_for(config.as_dict()):
             return None  # scored for another block size: occupancy would differ
-        multi = len(self.objectives) > 1
-        if self.refusal(trial) is not None:
-            refused = None if multi else objective_value(self.objective, metrics)
-            return Observation(config, None, refused=refused)
-        if multi:
-            values = values_of(trial, self.objectives) or ()
-            return Observation(config, values[0] if values else None, values)
-        return Observation(config, objective_value(self.objective, metrics))
+        refused = self.refusal(trial) is not None
+        if len(self.objectives) > 1:
+            values = () if refused else values_of(trial, self.objectives) or ()
+            return Observation.of(config, values[0] if values else None, refused, values)
+        return Observation.of(config, objective_value(self.objective, metrics), refused)

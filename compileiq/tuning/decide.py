@@ -1,0 +1,128 @@
+"""The end of a run: from the study's trials to the one choice every view renders.
+
+One objective: the search's winner, simplified (each setting that made no difference reset to
+the baseline's value), replayed through `explain` for a static objective (so a view and the ACF
+can never differ), confirmed against the baseline for a runtime one, then ablated (each setting's
+share of the gain). Several objectives: the pick on the front of the trials that may win,
+simplified to the same machine code; neither confirmation nor ablation applies to a trade-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from compileiq.core.records import Study, Trial, TrialState
+from compileiq.core.space import Config, SearchSpace
+from compileiq.evaluate import eligibility
+from compileiq.evaluate.confirm import Confirmation
+from compileiq.results import multi_objective
+from compileiq.results.ablation import Ablation, ablation_path
+from compileiq.results.ablation import recorded as ablation_recorded
+from compileiq.results.explain import explain
+from compileiq.results.pareto import Front
+from compileiq.results.simplify import Simplification, simplify
+
+Evaluate = Callable[[Sequence[Config], str], list[Trial]]  # configs, purpose -> finished trials
+Confirm = Callable[[Sequence[Trial], Trial, int], Confirmation]
+
+
+@dataclass(frozen=True)
+class Decision:
+    winner: Trial  # the search's best trial
+    chosen: Trial  # what the ACF records
+    simplification: Simplification | None
+    trials: tuple[Trial, ...]  # the study's trials once the decision was made
+    confirmation: Confirmation | None = None
+    ablation: Ablation | None = None
+    front: Front | None = None
+
+
+@dataclass(frozen=True)
+class Decider:
+    """What the decision needs from the run: its study and objectives, a way to build what it
+    asks for (`evaluate`, recorded in the study) and to read the study back (`recorded`)."""
+
+    study: Study
+    objective: str
+    objectives: tuple[str, ...]
+    pick: str  # several objectives: the rule that chooses on the front
+    static: bool  # a static objective (else runtimes: noisy, so simplification keeps the same code only)
+    simplify: bool
+    ablate: bool
+    seed: int  # the confirmation's
+    out_of_time: bool  # then nothing more is built: recorded results only
+    toward_baseline: SearchSpace  # what simplification resets a setting to
+    evaluate: Evaluate
+    recorded: Callable[[], tuple[Trial, ...]]
+    refusal: Callable[[Trial], str | None]  # why a static objective may not choose a trial
+    verify: Callable[[Trial], None] | None  # check a cited row against its rebuild (static)
+    note: Callable[[str], None]
+    confirm: Confirm | None  # a runtime evaluator's confirmation against the baseline
+
+    def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
+        return self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
+
+    def _simplified(self, winner: Trial, exact: bool) -> Simplification:
+        return simplify(winner, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), exact,
+                        allowed=lambda t: self.refusal(t) is None)
+
+    def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
+        winner = eligibility.search_winner(trials, baseline, self.refusal)
+        simplification = None
+        if self.simplify and winner is not baseline and self.out_of_time:
+            self.note("out of time: the winner is not simplified")
+        elif self.simplify and winner is not baseline:
+            simplification = self._simplified(winner, exact=not self.static)  # timings are noisy: same code only
+        final = self.recorded()
+        chosen = self._decided(simplification.chosen if simplification else winner, final)
+        if self.verify is not None:
+            self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
+        confirmation = None
+        if self.confirm is not None:
+            self.note("confirming the fastest variants against the baseline (interleaved rounds)")
+            confirmation = self.confirm(final, baseline, self.seed)
+            chosen = confirmed_choice(confirmation, final, baseline, chosen)
+        ablation = None
+        if self.ablate and chosen is not baseline:
+            ablation = ablation_path(baseline, chosen, ablation_recorded(final) if self.out_of_time
+                                     else lambda cs: self.evaluate(cs, "ablation"))
+            final = self.recorded()
+        if self.static and self.simplify and not self.out_of_time:  # each to time with what it needs only
+            for candidate in eligibility.candidates_to_time(final, chosen, baseline, self.objective):
+                simplify(candidate, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), True)
+            final = self.recorded()
+        return Decision(winner, chosen, simplification, final, confirmation, ablation)
+
+    def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
+        runtime = not self.static
+        winner = multi_objective.choose(trials, baseline, self.objectives, self.pick, self.refusal, runtime).chosen
+        simplification = None
+        if self.simplify and winner is not baseline and not self.out_of_time:
+            simplification = self._simplified(winner, exact=True)
+        final = self.recorded()
+        chosen = self._decided(simplification.chosen if simplification else winner, final)
+        if self.verify is not None:
+            self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
+        trade_offs = multi_objective.choose(final, baseline, self.objectives, self.pick, self.refusal, runtime).front
+        return Decision(winner, chosen, simplification, final, front=trade_offs)
+
+    def _decided(self, chosen: Trial, trials: Sequence[Trial]) -> Trial:
+        """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
+        too: for a static objective it is the tuner's own choice replayed, so the two can never
+        differ. A runtime objective's choice also rests on its confirmation, which is not replayed."""
+        if not self.static:
+            return chosen
+        decided = explain(self.study, trials, self.pick).chosen
+        return decided if decided is not None else chosen
+
+
+def confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseline: Trial, simplified: Trial) -> Trial:
+    """The confirmed winner, as its simplest trial with the same machine code; else the baseline."""
+    if confirmation.winner is None:
+        return baseline
+    code = confirmation.winner.candidate.code_hash
+    if simplified.code_hash == code:
+        return simplified
+    same = [t for t in trials if t.code_hash == code and t.state is TrialState.COMPLETE]
+    return min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
