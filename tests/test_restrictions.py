@@ -16,7 +16,8 @@ import pytest
 from compileiq import app
 from compileiq.core.space import Config
 from compileiq.evaluate.replay import tune_toml_of_t1
-from compileiq.search.searcher import Observation, Searcher, SearchSettings, enumerate_space
+from compileiq.search.encoding import enumerate_space
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
 from compileiq.source.kernel import load_spec, study_identity
 from compileiq.source.spec import KernelError, SourceBundle
 from tests.helpers import run_cli

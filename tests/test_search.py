@@ -8,17 +8,15 @@ from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Parameter, SearchSpace
+from compileiq.search.encoding import enumerate_space
 from compileiq.search.searcher import (
     CORNER_RUNS,
     FAILURE_RANK,
     Observation,
     Searcher,
     SearchSettings,
-    _features_of,
-    _OnePassForest,
-    _optimizer,
-    enumerate_space,
 )
+from compileiq.search.surrogate import OnePassForest, features_of, new_optimizer
 
 
 def _space() -> SearchSpace:
@@ -119,7 +117,7 @@ def test_one_pass_forest_predicts_what_the_forest_predicts(forest):
     model = forest(n_estimators=8, random_state=0, min_variance=1e-3).fit(points, values)
     pool = rng.integers(0, 6, size=(300, 5)).astype(float)
     mean, std = model.predict(pool, return_std=True)
-    fast_mean, fast_std = _OnePassForest(model).predict(pool, return_std=True)
+    fast_mean, fast_std = OnePassForest(model).predict(pool, return_std=True)
     np.testing.assert_allclose(fast_mean, mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fast_std, std, rtol=1e-9, atol=1e-12)
 
@@ -154,10 +152,10 @@ def test_a_batch_on_a_plateau_spreads_out():
 @pytest.mark.parametrize("surrogate", ["ET", "GP"])
 def test_model_features_are_skopts_transform(surrogate):
     """Tree surrogates skip skopt's identity transform; GP still gets its normalised inputs."""
-    optimizer = _optimizer(_space(), SearchSettings(surrogate=surrogate))
+    optimizer = new_optimizer(_space(), SearchSettings(surrogate=surrogate))
     points = [[3, 0, 0, 0, 5], [0, 4, 3, 1, 10], [1, 2, 1, 0, 0]]
     np.testing.assert_array_equal(
-        _features_of(optimizer)(points), optimizer.space.transform(points)
+        features_of(optimizer)(points), optimizer.space.transform(points)
     )
 
 

@@ -7,7 +7,7 @@ from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config
 from compileiq.core.toolchain import find_toolchain
 from compileiq.search import transfer
-from compileiq.search.searcher import enumerate_space
+from compileiq.search.encoding import enumerate_space
 from compileiq.source.kernel import load_spec
 from tests.helpers import TINY_KERNEL, load_benchmark
 

@@ -7,14 +7,15 @@ only the chosen few become `Config`s.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from compileiq.core.space import Config, SearchSpace, Value
+from compileiq.core.space import Config, Parameter, SearchSpace, Value
 
 Row = tuple[int, ...]
 
@@ -133,3 +134,17 @@ class Encoding:
             (tuple(r) not in skip for r in rows.tolist()), dtype=bool, count=len(rows)
         )
         return rows[keep]
+
+
+def enumerate_space(space: SearchSpace) -> Iterator[Config]:
+    """Every configuration the space's restriction allows, defaults first, in a fixed order."""
+    names = [p.name for p in space.parameters]
+    orders = [_default_first(p) for p in space.parameters]
+    for values in itertools.product(*orders):
+        values_of = dict(zip(names, values))
+        if space.allows(values_of):
+            yield Config.of(values_of)
+
+
+def _default_first(parameter: Parameter) -> list[Any]:
+    return [parameter.default] + [v for v in parameter.values if v != parameter.default]

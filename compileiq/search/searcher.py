@@ -1,4 +1,4 @@
-"""Which configurations to try next: Bayesian (skopt ask/tell), random, or exhaustive.
+"""Which configurations to try next: Bayesian (a surrogate fitted per batch, `surrogate`), random, or exhaustive.
 
 The searcher is passive: the tuning loop asks it for a batch, evaluates, and tells it the results.
 It keeps no state the database does not also hold, so it is rebuilt from a study's history.
@@ -6,22 +6,16 @@ It keeps no state the database does not also hold, so it is rebuilt from a study
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
-from skopt import Optimizer
-from skopt.acquisition import gaussian_ei
-from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
-from skopt.space import Integer
 
-from compileiq.core.space import Config, Parameter, SearchSpace
-from compileiq.search import local_search
-from compileiq.search.encoding import Encoding, Row
+from compileiq.core.space import Config, SearchSpace
+from compileiq.search import local_search, surrogate
+from compileiq.search.encoding import Encoding, Row, enumerate_space
 from compileiq.search.settings import Observation, SearchSettings, check_settings
 
 __all__ = ["Observation", "SearchSettings", "Searcher"]  # the first two re-exported: the searcher's vocabulary
@@ -51,9 +45,9 @@ class Searcher:
         self._refused: list[float | None] = []  # parallel to _values (see Observation.refused)
         self._points: list[list[int]] = []  # the surrogate's coordinates of each told row
         self._rows: list[Row] = []  # the told rows (value indices), in the same order
-        self._optimizer = _optimizer(space, settings) if settings.strategy == "bayes" else None
+        self._optimizer = surrogate.new_optimizer(space, settings) if settings.strategy == "bayes" else None
         self._features: Callable[[Any], Any] = (
-            _features_of(self._optimizer) if self._optimizer else np.asarray
+            surrogate.features_of(self._optimizer) if self._optimizer else np.asarray
         )
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
@@ -253,9 +247,8 @@ class Searcher:
         return np.asarray(self._rows, dtype=np.int64).reshape(-1, len(self._encoding.cardinality))
 
     def _predicted_mean(self, rows: np.ndarray) -> np.ndarray:
-        model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
         features = self._features(self._encoding.points(rows))
-        mean = np.asarray(model.predict(features), dtype=float)
+        mean = np.asarray(surrogate.predictor(self._model).predict(features), dtype=float)
         if self._feasibility is None:
             return mean
         allowed = self._allowed_probability(features)  # refused at the failures' rank, as before
@@ -277,9 +270,8 @@ class Searcher:
         if not len(pool):
             return np.zeros(0)
         features = self._features(self._encoding.points(pool))
-        model = _OnePassForest(self._model) if hasattr(self._model, "estimators_") else self._model
-        scores = gaussian_ei(features, model, y_opt=self._best_fitted, xi=self._settings.exploration)
-        scores = np.maximum(np.asarray(scores, dtype=float), 0.0)
+        scores = surrogate.expected_improvement(features, self._model, self._best_fitted, self._settings.exploration)
+        scores = np.maximum(scores, 0.0)
         if self._feasibility is not None:
             scores = scores * self._allowed_probability(features)
         return scores + 1e-12
@@ -363,8 +355,8 @@ class Searcher:
         # it (see _acquisition, docs/architecture.md, "A refused result keeps its value").
         values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         refused = any(r is not None for r in self._refused)
-        model = clone(self._optimizer.base_estimator_)
-        feasibility = clone(self._optimizer.base_estimator_) if refused else None
+        model = surrogate.fresh_model(self._optimizer)
+        feasibility = surrogate.fresh_model(self._optimizer) if refused else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(self._features(self._points), values)
@@ -375,36 +367,6 @@ class Searcher:
         self._best_fitted = min(allowed, default=min(values))
 
 
-class _OnePassForest:
-    """A fitted skopt tree ensemble's mean and spread from one walk over each tree.
-
-    The same numbers as the forest's own `predict(X, return_std=True)` (E[Var(y | tree)] +
-    Var(E[y | tree]), each leaf's variance floored at `min_variance`), which walks every tree
-    three times: a third of the acquisition's cost at a batch's ask.
-    """
-
-    def __init__(self, forest: Any) -> None:
-        self._forest = forest
-
-    def predict(self, features: Any, return_std: bool = False) -> Any:
-        points = np.asarray(features, dtype=np.float32)
-        trees = self._forest.estimators_
-        means = np.empty((len(trees), len(points)))
-        variances = np.empty_like(means)
-        features = np.ascontiguousarray(points, dtype=np.float32)  # as each tree's own check makes it
-        for index, tree in enumerate(trees):
-            leaves = tree.tree_.apply(features)  # the tree itself: its per-call checks cost as much
-            means[index] = tree.tree_.value[leaves, 0, 0]
-            variances[index] = tree.tree_.impurity[leaves]
-        mean = means.mean(axis=0)
-        if not return_std:
-            return mean
-        spread = (np.maximum(variances, self._forest.min_variance) + means**2).mean(
-            axis=0
-        ) - mean**2
-        return mean, np.sqrt(np.maximum(spread, 0.0))
-
-
 def _hadamard(order: int) -> np.ndarray:
     """A Sylvester Hadamard matrix (order a power of two): its columns but the first are the
     two-level orthogonal array of `order` runs."""
@@ -412,40 +374,6 @@ def _hadamard(order: int) -> np.ndarray:
     while len(matrix) < order:
         matrix = np.block([[matrix, matrix], [matrix, -matrix]])
     return matrix
-
-
-def _features_of(optimizer: Optimizer) -> Callable[[Any], Any]:
-    """skopt's point -> model-feature transform; for tree surrogates every dimension is the
-    identity, and skopt's column-by-column Python transform cost more than the prediction."""
-    space = optimizer.space
-    if all(dimension.transform_ == "identity" for dimension in space.dimensions):
-        return lambda points: np.asarray(points, dtype=float)
-    return space.transform
-
-
-def enumerate_space(space: SearchSpace) -> Iterator[Config]:
-    """Every configuration the space's restriction allows, defaults first, in a fixed order."""
-    names = [p.name for p in space.parameters]
-    orders = [_default_first(p) for p in space.parameters]
-    for values in itertools.product(*orders):
-        values_of = dict(zip(names, values))
-        if space.allows(values_of):
-            yield Config.of(values_of)
-
-
-def _default_first(parameter: Parameter) -> list[Any]:
-    return [parameter.default] + [v for v in parameter.values if v != parameter.default]
-
-
-def _dimension(parameter: Parameter) -> Integer:
-    """Every parameter as an ordinal: int values as they are, choices by their listed order.
-
-    Choice lists are ordered (default first, then rising caps or levels), so tree surrogates
-    can split on order; one-hot codes would hide that a cap of 64 lies between 48 and 80.
-    """
-    low, high = (int(min(parameter.values)), int(max(parameter.values))) if parameter.kind == "int" else (  # type: ignore[arg-type]
-        0, len(parameter.values) - 1)
-    return Integer(low, max(high, low + 1), name=parameter.name)  # one value (a macro held fixed): skopt needs two
 
 
 def _with_penalty(values: Sequence[float | None]) -> list[float]:
@@ -464,28 +392,3 @@ def _with_penalty(values: Sequence[float | None]) -> list[float]:
     return [
         FAILURE_RANK if v is None or not math.isfinite(v) else first_rank[v] / count for v in values
     ]
-
-
-def _optimizer(space: SearchSpace, settings: SearchSettings) -> Optimizer:
-    dimensions = [_dimension(p) for p in space.parameters]
-    return Optimizer(
-        dimensions,
-        base_estimator=_estimator(settings),
-        n_initial_points=1,
-        acq_func="EI",
-        acq_optimizer="sampling",
-        acq_optimizer_kwargs={"n_points": 64},
-        random_state=settings.seed,
-    )
-
-
-def _estimator(settings: SearchSettings) -> Any:
-    """Tree ensembles sized for a refit per batch in well under a second (skopt's own use 100 trees)."""
-    forest = {"ET": ExtraTreesRegressor, "RF": RandomForestRegressor}.get(settings.surrogate)
-    if forest is None:
-        return settings.surrogate
-    return forest(
-        n_estimators=settings.trees,
-        min_samples_leaf=settings.min_samples_leaf,
-        random_state=settings.seed,
-    )
