@@ -1,0 +1,204 @@
+"""Checks of an ACF's untrusted tables beyond its controls: every recorded number a finite value
+of its range, a front of several objectives, the candidates to time (settings of the search space
+and the exact command compileiq writes), and the shipped build it was held to (`[baseline]`).
+Each failure is an `AcfError` with one line naming the first bad entry.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from compileiq.core import metric_ranges
+from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import is_count, is_finite
+from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem
+from compileiq.results import to_time
+from compileiq.source.base_flags import BaseFlagError, parse_base_flags, path_problem
+from compileiq.source.shipped import to_remove
+from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
+
+
+class AcfError(UsageError):
+    """An ACF that is unreadable, malformed, or asks for something outside the search space."""
+
+
+_OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta")  # one objective's values
+
+
+def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Every recorded number a finite value of its type and range; one line naming the first that is not."""
+    for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
+        if name in objective and not is_finite(objective[name]):
+            raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
+    for table in ("baseline", "best"):
+        values = evidence.get(table, {})
+        if not isinstance(values, dict):
+            raise AcfError(f"{path}: evidence.{table} must be a table")
+        if problem := metric_ranges.problem(values):  # the gate compares a rebuild against them
+            raise AcfError(f"{path}: evidence.{table}.{problem}")
+
+
+OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
+MAX_FRONT = 10_000
+
+
+def check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any], space: SearchSpace) -> None:
+    """An ACF of several objectives: its objectives, `[[evidence.front]]` (values per objective, settings
+    of the search space) and `[evidence.pick]` are checked like the rest (one-line errors)."""
+    if "objectives" not in objective and "front" not in evidence and "pick" not in evidence:
+        return
+    names = objective.get("objectives")
+    if (not isinstance(names, list) or not 2 <= len(names) <= 3 or len(set(map(str, names))) != len(names)
+            or not all(isinstance(n, str) and n in OBJECTIVE_NAMES for n in names)
+            or objective.get("name") != ",".join(names)):
+        raise AcfError(f"{path}: objective.objectives must be 2-3 distinct names from {', '.join(OBJECTIVE_NAMES)} "
+                       "matching objective.name")
+    for table in ("baseline", "best"):
+        values = objective.get(table, {})
+        if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(is_finite, values.values())):
+            raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
+    for where, point in _trial_tables(path, evidence, "front", MAX_FRONT, "points"):
+        values = point.get("values")
+        if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
+            raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
+        _check_settings(where, point.get("settings", {}), space)
+    pick = evidence.get("pick")
+    if pick is not None:
+        rule = pick.get("rule") if isinstance(pick, dict) else None
+        if not isinstance(rule, str) or len(rule) > 200 or not is_count(pick.get("trial")):
+            raise AcfError(f"{path}: evidence.pick needs a rule and a trial number")
+        # the pick rules' parser (it imports the store: only here)
+        from compileiq.results.pareto import check_rule
+
+        try:
+            check_rule(rule, names)
+        except UsageError as error:
+            raise AcfError(f"{path}: evidence.pick: {one_line(error)}") from None
+
+
+
+
+def _trial_tables(path: Path, evidence: dict[str, Any], key: str, most: int, noun: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`[[evidence.KEY]]`: at most `most` tables, each naming its trial; (where, table) for each."""
+    found = evidence.get(key, [])
+    if not isinstance(found, list) or len(found) > most:
+        raise AcfError(f"{path}: evidence.{key} must be a list of at most {most} {noun}")
+    for index, table in enumerate(found):
+        where = f"{path}: evidence.{key}[{index}]"
+        if not isinstance(table, dict) or not is_count(table.get("trial")):
+            raise AcfError(f"{where}: needs a trial number")
+        yield where, table
+
+
+def _check_settings(where: str, settings: Any, space: SearchSpace) -> None:
+    """Settings recorded beside the choice (a front's point, a candidate to time): each one of the
+    search space's, or an allowed macro."""
+    if not isinstance(settings, dict):
+        raise AcfError(f"{where}.settings must be a table of settings")
+    for name, value in settings.items():
+        if name.startswith("define."):
+            if define_arg_problem(f"-D{name.removeprefix('define.')}={value}") or isinstance(value, dict | list):
+                raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not an allowed macro")
+            continue
+        try:
+            allowed = space.parameter(name).allows(value)
+        except SpaceError:
+            allowed = False
+        if not allowed:
+            raise AcfError(f"{where}.settings: {name[:60]!r} = {str(value)[:60]!r} is not in the search space")
+
+
+MAX_TO_TIME = 10
+
+
+def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> None:
+    """`[[evidence.to_time]]`: candidates with settings of the search space, numbers in range, and the
+    command compileiq renders for them, nothing else (a reader may paste it)."""
+    for where, entry in _trial_tables(path, evidence, "to_time", MAX_TO_TIME, "candidates"):
+        if problem := metric_ranges.problem(entry):
+            raise AcfError(f"{where}.{problem}")
+        settings = entry.get("settings", {})
+        _check_settings(where, settings, space)
+        shown = entry.get("command")
+        words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
+        kernel = words[2] if len(words) > 2 and path_problem(words[2]) is None else None
+        budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
+        if kernel is None or not budget or shown != to_time.command(kernel, list(settings), budget):
+            raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
+
+
+MAX_SHIPPED_FLAGS = 512
+MAX_FLAG_CHARS = 4096
+_BASELINE_KEYS = {"source", "database", "shipped_flags", "searched", "fixed", "remove"}
+
+
+def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild | None:
+    """`[baseline]` (untrusted): the shipped build, each searched setting one of the space's values,
+    every flag printable text listed in shipped_flags (never run: shown, or named for removal); an
+    applied fixed flag is an allow-listed base flag. None for an ACF without one."""
+    if table is None:
+        return None
+    where = f"{path}: baseline"
+    if not isinstance(table, dict) or not set(table) <= _BASELINE_KEYS or table.get("source") != "compile_commands":
+        raise AcfError(f"{where} must be a table with source = \"compile_commands\" and the keys "
+                       f"{', '.join(sorted(_BASELINE_KEYS))}")
+    origin = table.get("database")
+    if not _text(origin, 255):
+        raise AcfError(f"{where}.database must be a file name (printable text)")
+    flags = table.get("shipped_flags", [])
+    if not isinstance(flags, list) or len(flags) > MAX_SHIPPED_FLAGS or not all(_text(f, MAX_FLAG_CHARS) for f in flags):
+        raise AcfError(f"{where}.shipped_flags must be a list of at most {MAX_SHIPPED_FLAGS} flags (printable text)")
+    settings = tuple(_searched(f"{where}.searched[{i}]", entry, space, flags)
+                     for i, entry in enumerate(_list(where, table, "searched")))
+    fixed = tuple(_fixed(f"{where}.fixed[{i}]", entry, flags) for i, entry in enumerate(_list(where, table, "fixed")))
+    return ShippedBuild(str(origin), settings, fixed)
+
+
+def _list(where: str, table: dict[str, Any], key: str) -> list[Any]:
+    found = table.get(key, [])
+    if not isinstance(found, list) or len(found) > MAX_SHIPPED_FLAGS:
+        raise AcfError(f"{where}.{key} must be a list of at most {MAX_SHIPPED_FLAGS} tables")
+    return found
+
+
+def _searched(where: str, entry: Any, space: SearchSpace, flags: list[str]) -> ShippedSetting:
+    if not isinstance(entry, dict) or entry.get("flag") not in flags:
+        raise AcfError(f"{where} must give a setting, its value and its flag (one of baseline.shipped_flags)")
+    _check_settings(where, {entry.get("setting"): entry.get("value")}, space)
+    if str(entry.get("setting")).startswith("define."):
+        raise AcfError(f"{where}.setting must be a compiler setting, not a macro")
+    return ShippedSetting(str(entry["setting"]), entry["value"], str(entry["flag"]))
+
+
+def _fixed(where: str, entry: Any, flags: list[str]) -> FixedFlag:
+    if (not isinstance(entry, dict) or entry.get("flag") not in flags or not isinstance(entry.get("applied"), bool)
+            or not _text(entry.get("why"), 200)):
+        raise AcfError(f"{where} must give a flag (one of baseline.shipped_flags), applied (true or false) and why")
+    flag = str(entry["flag"])
+    if entry["applied"]:  # an applied flag reached nvcc: it must be an allow-listed base flag
+        try:
+            parse_base_flags(shlex.split(flag), where)
+        except (BaseFlagError, ValueError):
+            raise AcfError(f"{where}: {flag[:80]!r} is applied but not an allowed base flag") from None
+    return FixedFlag(flag, entry["applied"], str(entry["why"]))
+
+
+def checked_remove(path: Path, table: dict[str, Any], shipped: ShippedBuild, config: Config) -> tuple[str, ...]:
+    """`baseline.remove`: exactly the shipped flags whose settings the controls change."""
+    expected = to_remove(shipped.settings, config.as_dict())
+    if table.get("remove", []) != list(expected):
+        raise AcfError(f"{path}: baseline.remove does not match its controls (edited by hand?); expected: "
+                       f"{list(expected)}")
+    return expected
+
+
+def _text(value: Any, most: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= most and value.isprintable()
+
+
+def one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
