@@ -18,6 +18,13 @@ except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
 from compileiq.cli.console import err, out, safe
+from compileiq.cli.listings import (
+    space_json,
+    space_table,
+    studies_table,
+    summary_json,
+    trials_table,
+)
 from compileiq.cli.render import (
     LineProgress,
     emit,
@@ -28,14 +35,9 @@ from compileiq.cli.render import (
     print_gate,
     print_report,
     report_json,
-    space_json,
-    space_table,
-    studies_table,
     study_json,
-    summary_json,
     trial_json,
     trials_per_node,
-    trials_table,
 )
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import OutputFileError, check_target

@@ -9,7 +9,6 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -19,7 +18,6 @@ from compileiq.core.records import (
     NODE_KEY,
     SCREEN,
     Study,
-    StudySummary,
     Trial,
     TrialState,
     first_line,
@@ -31,9 +29,7 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from rich.status import Status
 
     from compileiq import app
-    from compileiq.core.space import SearchSpace
     from compileiq.gating import check as gate_lib
-    from compileiq.results.explain import Explanation
     from compileiq.tuning.progress import Outcome
 
 class LineProgress:
@@ -166,7 +162,7 @@ def print_report(report: app.TuneReport) -> None:
         table.add_column(column, justify="right" if column else "left")
     chosen_label = "chosen on the front" if result.front is not None else "chosen"
     for label, trial in ((_baseline_label(report), result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
-        table.add_row(*cells(label, *_metric_cells(trial, objective)))
+        table.add_row(*cells(label, *metric_cells(trial, objective)))
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
     out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
@@ -296,7 +292,7 @@ def _config(trial: Trial) -> Any:
     return Config.of(trial.config)
 
 
-def _metric_cells(trial: Trial, objective: str) -> list[str]:
+def metric_cells(trial: Trial, objective: str) -> list[str]:
     m = trial.metrics
     value = reading(objective).text(trial.value) if trial.value is not None else "failed"
     occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
@@ -351,10 +347,10 @@ def objective_json(objective: str) -> dict[str, Any]:
 
 def study_json(study: Study, chosen: Trial | None, trials: int | None = None) -> dict[str, Any]:
     """The study with its chosen trial (`results.explain`: the ACF's), not merely its lowest value."""
-    return _study_json(study, trials, *((chosen.number, chosen.value) if chosen is not None else (None, None)))
+    return study_fields(study, trials, *((chosen.number, chosen.value) if chosen is not None else (None, None)))
 
 
-def _study_json(study: Study, trials: int | None, number: int | None, value: float | None) -> dict[str, Any]:
+def study_fields(study: Study, trials: int | None, number: int | None, value: float | None) -> dict[str, Any]:
     data: dict[str, Any] = {"id": study.id, "name": study.name, "kernel": study.key.kernel,
                             "objective": study.key.objective, "arch": study.key.arch, "evaluator": study.key.evaluator}
     if trials is not None:
@@ -369,89 +365,3 @@ def trial_json(trial: Trial, objective: str, refused: str | None = None) -> dict
             "value_shown": reading(objective).shown(trial.value), "refused": refused, "reason": trial.reason,
             "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
             "code_hash": trial.code_hash, "purpose": trial.purpose}
-
-
-def summary_json(summary: StudySummary) -> dict[str, Any]:
-    """A listed study: the trial its latest run chose (and recorded), else its lowest value, said so."""
-    number, value = _listed_choice(summary)
-    best_is = "the chosen trial" if number is not None else "the lowest value: no run recorded a choice"
-    return _study_json(summary.study, summary.trials, number, value) | {"best_is": best_is}
-
-
-def studies_table(summaries: list[StudySummary]) -> Table:
-    table = Table(title=Text("studies"))
-    for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
-        table.add_column(column)
-    for summary in summaries:
-        study, (number, value) = summary.study, _listed_choice(summary)
-        text = reading(study.key.objective).text(value)
-        shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} (no run chose)"
-        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
-                             summary.trials, shown))
-    return table
-
-
-def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
-    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest value)."""
-    from compileiq.results.explain import recorded_choice
-
-    choice = recorded_choice(summary.decision)
-    return choice if choice is not None else (None, summary.best)
-
-
-def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:
-    """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
-    chosen, then the refused ones, each with its status."""
-    objective = study.key.objective
-    title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
-    table = Table(title=Text(safe(title)))
-    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "status",
-                   "settings that differ from the baseline"):
-        table.add_column(column)
-    baseline = explanation.baseline.config if explanation.baseline is not None else {}
-    for trial in trials:
-        table.add_row(*cells(trial.number, *_metric_cells(trial, objective), trial_status(explanation, trial),
-                             _changes(trial, baseline)))
-    return table
-
-
-def trial_status(explanation: Explanation, trial: Trial) -> str:
-    """The trial's status with its provenance where it matters (`Explanation.described`), on one line."""
-    return first_line(explanation.described(trial), 240)
-
-
-def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
-    """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
-    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items()) if baseline.get(k) != v]
-    return " ".join(parts) or "(defaults)"
-
-
-def _listed(space: SearchSpace) -> list[Any]:
-    """The parameters as `space` lists them: a kernel's macros first (its own settings), then the compiler's."""
-    return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
-
-
-def space_json(space: SearchSpace) -> list[dict[str, Any]]:
-    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
-             "help": p.help} for p in _listed(space)]
-
-
-def space_table(space: SearchSpace, kernel: str | None) -> Table:
-    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
-    table = Table(title=title)
-    for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
-        table.add_column(column, overflow="fold")
-    for p in _listed(space):
-        values = ", ".join(str(v) for v in p.values)
-        table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
-    if space.restriction is not None:
-        table.caption = restriction_line(space)
-    return table
-
-
-def restriction_line(space: SearchSpace) -> str:
-    """How many combinations of the tuned macros tune.toml's restrictions allow."""
-    allowed, total = space.macro_combinations()
-    count = f"{allowed:,}" if allowed is not None else "(too many to count)"
-    rules = len(space.restriction.texts) if space.restriction is not None else 0
-    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions"

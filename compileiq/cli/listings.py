@@ -1,0 +1,107 @@
+"""What `compileiq show` and `compileiq space` print: the studies, one study's trials as `explain`
+ranks them (the ACF's choice first), and the search space with its restrictions; as rich tables
+or JSON documents.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from compileiq.cli.console import cells, kind_label, safe
+from compileiq.cli.render import metric_cells, study_fields
+from compileiq.core.readings import reading
+from compileiq.core.records import Study, StudySummary, Trial, first_line
+
+if TYPE_CHECKING:
+    from compileiq.core.space import SearchSpace
+    from compileiq.results.explain import Explanation
+
+
+def summary_json(summary: StudySummary) -> dict[str, Any]:
+    """A listed study: the trial its latest run chose (and recorded), else its lowest value, said so."""
+    number, value = _listed_choice(summary)
+    best_is = "the chosen trial" if number is not None else "the lowest value: no run recorded a choice"
+    return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
+
+
+def studies_table(summaries: list[StudySummary]) -> Table:
+    table = Table(title=Text("studies"))
+    for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
+        table.add_column(column)
+    for summary in summaries:
+        study, (number, value) = summary.study, _listed_choice(summary)
+        text = reading(study.key.objective).text(value)
+        shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} (no run chose)"
+        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
+                             summary.trials, shown))
+    return table
+
+
+def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
+    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest value)."""
+    from compileiq.results.explain import recorded_choice
+
+    choice = recorded_choice(summary.decision)
+    return choice if choice is not None else (None, summary.best)
+
+
+def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:
+    """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
+    chosen, then the refused ones, each with its status."""
+    objective = study.key.objective
+    title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
+    table = Table(title=Text(safe(title)))
+    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "status",
+                   "settings that differ from the baseline"):
+        table.add_column(column)
+    baseline = explanation.baseline.config if explanation.baseline is not None else {}
+    for trial in trials:
+        table.add_row(*cells(trial.number, *metric_cells(trial, objective), trial_status(explanation, trial),
+                             _changes(trial, baseline)))
+    return table
+
+
+def trial_status(explanation: Explanation, trial: Trial) -> str:
+    """The trial's status with its provenance where it matters (`Explanation.described`), on one line."""
+    return first_line(explanation.described(trial), 240)
+
+
+def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
+    """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
+    parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items()) if baseline.get(k) != v]
+    return " ".join(parts) or "(defaults)"
+
+
+def _listed(space: SearchSpace) -> list[Any]:
+    """The parameters as `space` lists them: a kernel's macros first (its own settings), then the compiler's."""
+    return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
+
+
+def space_json(space: SearchSpace) -> list[dict[str, Any]]:
+    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
+             "help": p.help} for p in _listed(space)]
+
+
+def space_table(space: SearchSpace, kernel: str | None) -> Table:
+    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
+    table = Table(title=title)
+    for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
+        table.add_column(column, overflow="fold")
+    for p in _listed(space):
+        values = ", ".join(str(v) for v in p.values)
+        table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
+    if space.restriction is not None:
+        table.caption = restriction_line(space)
+    return table
+
+
+def restriction_line(space: SearchSpace) -> str:
+    """How many combinations of the tuned macros tune.toml's restrictions allow."""
+    allowed, total = space.macro_combinations()
+    count = f"{allowed:,}" if allowed is not None else "(too many to count)"
+    rules = len(space.restriction.texts) if space.restriction is not None else 0
+    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions"
