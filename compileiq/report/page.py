@@ -19,14 +19,20 @@ from compileiq.core.output_file import check_target
 from compileiq.core.readings import Reading, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.core.text import printable
-from compileiq.report import svg as report_svg
+from compileiq.report.figures import (
+    contributions_svg,
+    convergence_svg,
+    importance_svg,
+    objective_label,
+    pareto_svg,
+    short_name,
+)
 from compileiq.results import to_time
 from compileiq.results.ablation import RULE, Ablation
 from compileiq.results.evidence import EVIDENCE_KEYS
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, front, parse_objectives
-from compileiq.search.convergence import best_so_far, expected_random_best
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
@@ -129,59 +135,6 @@ def write_file(path: Path, content: str) -> Path:
     return path
 
 
-# -- figures ------------------------------------------------------------------------------------
-
-
-def convergence_svg(report: StudyReport) -> str:
-    points = best_so_far(report.explanation.trials)
-    label = report.value_label
-    values = [p.value for p in points]
-    expected = expected_random_best(values)
-    series = [
-        report_svg.Series("each trial", tuple((p.number, p.value) for p in points if p.value is not None),
-                          "#888", "dots"),
-        report_svg.Series("best so far", tuple((p.number, p.best) for p in points if p.best is not None), "#1f5fbf"),
-        report_svg.Series("random search, expected best",
-                          tuple((p.number, e) for p, e in zip(points, expected, strict=True) if e is not None),
-                          "#e08a00", "line", dashed=True),
-    ]
-    failed = [p.number for p in points if p.value is None]
-    read = report.reading
-    label = f"{read.minimised_as}, lower is better" if read.minimised_as else label
-    return report_svg.line_chart(f"convergence: {label}", series, "trial number", label,
-                                 failed, "failed trial")
-
-
-def contributions_svg(report: StudyReport, ablation: Ablation) -> str:
-    bars = [(f"{_short(s.setting)}={s.value}", s.contribution) for s in ablation.steps if s.contribution is not None]
-    return report_svg.bar_chart("each setting's contribution (gain along the ablation path)", bars,
-                                f"gain in {report.value_label}")
-
-
-def pareto_svg(trade_offs: Front) -> str:
-    """The first two objectives: every complete trial, the front, and the pick."""
-    x_name, y_name = trade_offs.objectives[:2]
-    series = [
-        report_svg.Series("dominated trials", tuple((p.values[0], p.values[1]) for p in trade_offs.others), "#888", "dots"),
-        report_svg.Series("Pareto front", tuple((p.values[0], p.values[1]) for p in trade_offs.points), "#1f5fbf", "line"),
-    ]
-    if trade_offs.pick is not None:
-        picked = trade_offs.pick.values
-        series.append(report_svg.Series(f"pick ({trade_offs.rule})", ((picked[0], picked[1]),), "#c00", "dots",
-                                        radius=5))
-    return report_svg.line_chart(f"Pareto front: {x_name} vs {y_name} (static estimates unless time)", series,
-                                 _objective_label(x_name), _objective_label(y_name), integer_x=False)
-
-
-def _objective_label(name: str) -> str:
-    return "occupancy shortfall (1 - occupancy)" if name == "occupancy" else name
-
-
-def importance_svg(importance: Importances) -> str:
-    return report_svg.bar_chart("surrogate importance (share)", [(i.setting, i.share) for i in importance.items],
-                                "share of importance")
-
-
 # -- HTML ---------------------------------------------------------------------------------------
 
 
@@ -245,7 +198,7 @@ def _convergence(report: StudyReport) -> str:
     note = ("Dots: each trial's value; line: the best so far; dashed: the expected best of random search "
             "drawing the same number of trials without replacement from this study's own results "
             "(exact, conditioned on at least one successful draw); red crosses: failed trials.")
-    return html_section("convergence", "Convergence", convergence_svg(report) + html_note(note))
+    return html_section("convergence", "Convergence", convergence_svg(report.explanation.trials, report.value_label, report.reading) + html_note(note))
 
 
 def _chosen(report: StudyReport) -> str:
@@ -275,7 +228,7 @@ TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a 
 
 def _to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     e = report.explanation
-    rows = [(f"#{t.number}", " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()),
+    rows = [(f"#{t.number}", " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(t, e.baseline).items()),
              t.value, t.metrics.get("spill_bytes"), t.metrics.get("occupancy"),
              to_time.refused_because(t, e.baseline, e.study.key.objective) if e.baseline is not None else "")
             for t in e.to_time]
@@ -297,7 +250,7 @@ def _contributions(report: StudyReport) -> str:
             "no ablation path: the baseline or the chosen trial has no value"
         return html_section("contributions", "Each setting's contribution", html_note(why))
     return html_section("contributions", "Each setting's contribution",
-                    contributions_svg(report, ablation) + html_table(*_contribution_rows(report, ablation))
+                    contributions_svg(ablation, report.value_label) + html_table(*_contribution_rows(report, ablation))
                     + html_note(_contribution_note(ablation)))
 
 
@@ -342,10 +295,10 @@ def _pareto(report: StudyReport) -> str:
 
 
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    header = ("#", *(_objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
+    header = ("#", *(objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
     base = report.explanation.baseline
     rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "",
-             " ".join(f"{_short(k)}={v}" for k, v in changed_settings(p.trial, base).items()) or "(defaults)")
+             changes_text(p.trial, base))
             for p in trade_offs.points]
     return header, rows
 
@@ -369,7 +322,7 @@ def _trials(report: StudyReport) -> str:
     keys = ("spill_bytes", "registers", "occupancy", "instructions")
     rows = []
     for t in e.trials:
-        changed = " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()) or "(defaults)"
+        changed = changes_text(t, e.baseline)
         value = report.reading.shown(t.value) if t.state is TrialState.COMPLETE else None
         status = e.described(t) if t.state is TrialState.COMPLETE else t.state.value
         rows.append((t.number, status, value, *(t.metrics.get(k) for k in keys), changed))
@@ -411,8 +364,9 @@ def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:
     return [(name, ", ".join(map(str, values))) for name, values in sorted(seen.items())]
 
 
-def _short(name: str) -> str:
-    return name.partition(".")[2] or name
+def changes_text(trial: Trial, baseline: Trial | None) -> str:
+    """The trial's settings that differ from the baseline's, short names; "(defaults)" for none."""
+    return " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(trial, baseline).items()) or "(defaults)"
 
 
 # -- markdown -----------------------------------------------------------------------------------
@@ -423,7 +377,7 @@ MD_TRIALS = 20
 def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     """The markdown text and its figures (file name -> SVG text), to be written beside it."""
     e = report.explanation
-    figures = {f"{stem}-convergence.svg": convergence_svg(report)}
+    figures = {f"{stem}-convergence.svg": convergence_svg(report.explanation.trials, report.value_label, report.reading)}
     lines = [f"# compileiq report: {md_text(e.study.name)}", "",
              (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.reading.heading)}. "
               f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
@@ -438,7 +392,7 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         lines += ["## Candidates to time on a GPU", "", *md_table(*_to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
     ablation = e.ablation
     if ablation is not None and ablation.steps:
-        figures[f"{stem}-contributions.svg"] = contributions_svg(report, ablation)
+        figures[f"{stem}-contributions.svg"] = contributions_svg(ablation, report.value_label)
         lines += ["## Each setting's contribution", "", f"![contributions]({stem}-contributions.svg)", ""]
         lines += md_table(*_contribution_rows(report, ablation))
         lines += ["", md_text(_contribution_note(ablation)), ""]
@@ -454,7 +408,7 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     lines += [f"## {len(ranked)} trials, the chosen one first", ""]
     lines += md_table(("#", report.value_label, "status", "settings that differ from the baseline"),
                        [(t.number, report.reading.text(t.value), e.status(t),
-                         " ".join(f"{_short(k)}={v}" for k, v in changed_settings(t, e.baseline).items()) or "(defaults)")
+                         changes_text(t, e.baseline))
                         for t in ranked])
     lines += ["", "## Failures by reason", ""]
     lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
