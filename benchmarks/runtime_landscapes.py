@@ -331,21 +331,11 @@ class Interval:
     means_ratio: float  # candidate's mean of all recorded times / the defaults'
     estimand: float  # median round ratio under the resampling (what the statistic estimates)
 
-    @property
-    def covers_medians(self) -> bool:
-        return self.low <= self.medians_ratio <= self.high
+    TRUTHS = ("medians_ratio", "steady_ratio", "means_ratio", "estimand")
 
-    @property
-    def covers_steady(self) -> bool:
-        return self.low <= self.steady_ratio <= self.high
-
-    @property
-    def covers_means(self) -> bool:
-        return self.low <= self.means_ratio <= self.high
-
-    @property
-    def covers_estimand(self) -> bool:
-        return self.low <= self.estimand <= self.high
+    def covers(self, truth: str) -> bool:
+        """Whether the interval holds this truth (one of TRUTHS)."""
+        return self.low <= getattr(self, truth) <= self.high
 
 
 def _marker(key: Key) -> bytes:
@@ -408,10 +398,8 @@ def summarize_coverage(intervals: Sequence[Interval], speedups: Sequence[float],
     n = len(intervals)
     return {
         "budget": budget, "intervals": n,
-        "coverage_of_medians_ratio": sum(i.covers_medians for i in intervals) / n if n else None,
-        "coverage_of_steady_ratio": sum(i.covers_steady for i in intervals) / n if n else None,
-        "coverage_of_means_ratio": sum(i.covers_means for i in intervals) / n if n else None,
-        "coverage_of_estimand": sum(i.covers_estimand for i in intervals) / n if n else None,
+        **{f"coverage_of_{truth}": sum(i.covers(truth) for i in intervals) / n if n else None
+           for truth in Interval.TRUTHS},
         "choices": len(speedups),
         "median_true_speedup_of_choice": statistics.median(speedups) if speedups else None,
         "quartiles_true_speedup_of_choice": _quartiles(speedups),
