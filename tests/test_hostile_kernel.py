@@ -19,7 +19,7 @@ import pytest
 import tomli_w
 from helpers import CliResult, run_cli
 
-from compileiq.core.space import define_arg_problem, macro_problem
+from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.results.acf import AcfError
 from compileiq.source.base_flags import BaseFlagError, parse_base_flags
 from compileiq.source.kernel import load_spec

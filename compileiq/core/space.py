@@ -7,13 +7,13 @@ import difflib
 import hashlib
 import itertools
 import json
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from math import prod
 from typing import Any, Literal, Protocol, TypeVar
 
+from compileiq.core.defines import MACRO_NAME, macro_problem
 from compileiq.core.errors import UsageError
 
 Value = bool | int | str
@@ -22,12 +22,6 @@ Kind = Literal["flag", "choice", "int"]
 Risk = Literal["safe", "numerics", "semantics"]
 
 _XPTXAS = ("-Xptxas", "--ptxas-options")
-_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# The allow-list of every -D that reaches nvcc (tune.toml, an ACF, base flags): nvcc runs its
-# sub-tools through /bin/sh with -D values in double quotes, so $, `, \, quotes and newlines
-# would run; a comma splits the value into two macros.
-MACRO_VALUE = re.compile(r"[A-Za-z0-9_.+\-*/%()<>:= ]*")
-MACRO_VALUE_CHARS = "letters, digits, space and _ . + - * / % ( ) < > : ="
 
 
 class SpaceError(UsageError):
@@ -380,28 +374,10 @@ def _tokens_of(args: Sequence[str]) -> Iterator[tuple[Stage, str]]:
             yield "frontend", arg
 
 
-def macro_problem(name: str, value: str | None = None) -> str | None:
-    """Why ``-DNAME[=VALUE]`` may not reach nvcc, or None when it may."""
-    if not _MACRO.fullmatch(name):
-        return f"{name!r} is not a valid macro name"
-    if value is not None and not MACRO_VALUE.fullmatch(value):
-        bad = next(c for c in value if not MACRO_VALUE.fullmatch(c))
-        return f"value {value!r} of {name} contains {bad!r} (allowed: {MACRO_VALUE_CHARS})"
-    return None
-
-
-def define_arg_problem(token: str) -> str | None:
-    """Why the nvcc argument ``-DNAME[=VALUE]`` is refused, or None when it is allowed."""
-    if not token.startswith("-D"):
-        return f"{token!r} is not a -D define"
-    name, eq, value = token[2:].partition("=")
-    return macro_problem(name, value if eq else None)
-
-
 def _define(name: str, values: Sequence[Value]) -> Parameter:
     vals = tuple(_plain(v) for v in values)
     bad = [v for v in vals if macro_problem(name, _text(v))]
-    if not _MACRO.fullmatch(name) or not vals or bad:
+    if not MACRO_NAME.fullmatch(name) or not vals or bad:
         raise SpaceError(f"bad define {name!r} with values {list(values)!r}")
     return Parameter(
         f"define.{name}", "frontend", "choice", vals, vals[0], f"-D{name}={{value}}",

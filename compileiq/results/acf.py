@@ -19,9 +19,10 @@ from typing import Any
 
 import tomli_w
 
+from compileiq.core.defines import define_arg_problem
 from compileiq.core.metric_ranges import is_count
 from compileiq.core.output_file import not_regular, write_atomically
-from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem
+from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.core.version import __version__
 from compileiq.results import acf_checks, acf_replace

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core import metric_ranges
+from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import is_count, is_finite
-from compileiq.core.space import Config, SearchSpace, SpaceError, define_arg_problem
+from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.results import to_time
 from compileiq.source.base_flags import BaseFlagError, parse_base_flags, path_problem
 from compileiq.source.shipped import to_remove

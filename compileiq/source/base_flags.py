@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
-from compileiq.core.space import define_arg_problem, macro_problem
 
 # Characters a path handed to nvcc may hold: no shell text, no list separator (comma), no space.
 _PATH = re.compile(r"[A-Za-z0-9_.+\-/@]+")

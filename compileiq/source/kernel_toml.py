@@ -10,8 +10,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.defines import macro_problem
 from compileiq.core.output_file import not_regular
-from compileiq.core.space import macro_problem
 from compileiq.source import arch as gpu_arch
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH, DEFAULT_ARCH

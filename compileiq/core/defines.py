@@ -1,0 +1,29 @@
+"""The allow-list of every -D that reaches nvcc (tune.toml, an ACF, base flags, a compile
+database): nvcc runs its sub-tools through /bin/sh with -D values in double quotes, so $, `, backslashes,
+quotes and newlines would run; a comma splits the value into two macros."""
+
+from __future__ import annotations
+
+import re
+
+MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MACRO_VALUE = re.compile(r"[A-Za-z0-9_.+\-*/%()<>:= ]*")
+MACRO_VALUE_CHARS = "letters, digits, space and _ . + - * / % ( ) < > : ="
+
+
+def macro_problem(name: str, value: str | None = None) -> str | None:
+    """Why ``-DNAME[=VALUE]`` may not reach nvcc, or None when it may."""
+    if not MACRO_NAME.fullmatch(name):
+        return f"{name!r} is not a valid macro name"
+    if value is not None and not MACRO_VALUE.fullmatch(value):
+        bad = next(c for c in value if not MACRO_VALUE.fullmatch(c))
+        return f"value {value!r} of {name} contains {bad!r} (allowed: {MACRO_VALUE_CHARS})"
+    return None
+
+
+def define_arg_problem(token: str) -> str | None:
+    """Why the nvcc argument ``-DNAME[=VALUE]`` is refused, or None when it is allowed."""
+    if not token.startswith("-D"):
+        return f"{token!r} is not a -D define"
+    name, eq, value = token[2:].partition("=")
+    return macro_problem(name, value if eq else None)
