@@ -35,9 +35,10 @@ from compileiq.core.toolchain import find_toolchain
 from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
+from compileiq.tuning.jobs import Target
 from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.request import TuneRequest
-from compileiq.tuning.runner import Target, TrialRunner
+from compileiq.tuning.runner import TrialRunner
 from compileiq.tuning.tuner import Tuner
 
 SMALL_SPACE = ("ptxas.opt_level", "ptxas.maxrregcount", "ptxas.register_usage_level")

@@ -6,34 +6,27 @@ variants that were in flight.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
 from compileiq.build.compile import (
-    RESOURCE_REPORT_VERSION,
-    AssembleJob,
     Build,
     BuildStatus,
-    FrontendJob,
-    PtxResult,
 )
 from compileiq.build.workers import Transfers, VariantJob, VariantResult, Workers
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import NODE_KEY, BuildRecord, Trial, TrialOutcome, TrialState
-from compileiq.core.space import Config, SearchSpace, remember
-from compileiq.core.toolchain import Toolchain
+from compileiq.core.space import Config, remember
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import NAMING_FAILURES, Evaluation
-from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.group_commit import GroupCommit
 from compileiq.tuning.build_records import build_from_record, build_record, deterministic
+from compileiq.tuning.jobs import Jobs, Target
 from compileiq.tuning.progress import Evaluator, Outcome, Progress, RunCounters
 from compileiq.tuning.shared_builds import Heartbeat, SharedBuilds
 
@@ -45,16 +38,6 @@ TRANSIENT_KEY = "build_status"  # in a failed trial's metrics: the compiler time
 # tuner claims more to start now (none: wait for more results).
 Refill = Callable[[Sequence[Trial], Sequence[Trial]], Sequence[Trial]]
 
-
-
-@dataclass(frozen=True)
-class Target:
-    """What every variant of one run shares."""
-
-    kernel: KernelSpec
-    space: SearchSpace
-    bundle: SourceBundle
-    toolchain: Toolchain
 
 
 class TrialRunner:
@@ -73,7 +56,8 @@ class TrialRunner:
         gone: Callable[[str], bool] = lambda worker: False,
     ) -> None:
         self._heartbeat_every_s = heartbeat_every_s
-        self._shared = SharedBuilds(self.ptx_key, store, worker, stale_after_s, gone)
+        self._jobs = Jobs(target)  # what a config compiles to, and the keys its builds are cached under
+        self._shared = SharedBuilds(self._jobs.ptx_key, store, worker, stale_after_s, gone)
         self._target = target
         self._store = store
         self._evaluator = evaluator
@@ -91,8 +75,6 @@ class TrialRunner:
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
         self._configs: dict[str, Config] = {}
-        self._fixed_defines = target.kernel.fixed_define_args()  # the same for every variant
-        self._ptx_digests: dict[int, tuple[PtxResult, str]] = {}  # each front end's PTX hashed once
 
     @property
     def refusal(self) -> Callable[[Trial], str | None]:
@@ -146,7 +128,7 @@ class TrialRunner:
         jobs: list[VariantJob] = []
         if not batch:
             return jobs
-        keys = {trial.id: self.build_key(self.config_of(trial)) for trial in batch}
+        keys = {trial.id: self._jobs.build_key(self.config_of(trial)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
         for trial in batch:
             cached = cache.get(keys[trial.id])
@@ -302,7 +284,7 @@ class TrialRunner:
     def prebuild(self, configs: Sequence[Config]) -> dict[str, Build]:
         """Each config's build (config key -> Build) without a trial: from the build cache, else
         compiled now and cached, so that a trial of the same config later is a cache hit."""
-        keys = [self.build_key(config) for config in configs]
+        keys = [self._jobs.build_key(config) for config in configs]
         cache = self._store.get_builds(set(keys))
         builds: dict[str, Build] = {}
         jobs = []
@@ -311,14 +293,14 @@ class TrialRunner:
             if cached is not None and deterministic(cached):
                 builds[config.key] = build_from_record(cached)
             else:
-                jobs.append(self._config_job(index, config))
+                jobs.append(self._jobs.job(index, config))
         if jobs:
             workers = self._workers or self._start_workers()
             by_tag = {job.tag: job for job in jobs}
             for result in workers.run(jobs):
                 self._count_compile(result)
                 if result.build.status.deterministic:
-                    ptx_key = self._ptx_key_of(by_tag[result.tag], result)
+                    ptx_key = self._jobs.ptx_key_of(by_tag[result.tag], result)
                     self._store.put_build(build_record(keys[result.tag], result.build, ptx_key))
                 builds[configs[result.tag].key] = result.build
         return builds
@@ -329,71 +311,22 @@ class TrialRunner:
         under its key (one the rebuild may have contradicted)."""
         config = self.config_of(trial)
         workers = self._workers or self._start_workers()
-        job = self._config_job(0, config)
+        job = self._jobs.job(0, config)
         (result,) = list(workers.run([job]))
         self._count_compile(result)
         self.counters.verify_frontend_calls += int(result.ptx_compiled)
         self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
         if result.build.status.deterministic:
-            self._store.replace_build(build_record(self.build_key(config), result.build, self._ptx_key_of(job, result)))
+            self._store.replace_build(build_record(self._jobs.build_key(config), result.build, self._jobs.ptx_key_of(job, result)))
         return result.build, self._evaluator.evaluate(result.build, config)
 
     def _job(self, trial: Trial) -> VariantJob:
-        return self._config_job(trial.id, self.config_of(trial))
+        return self._jobs.job(trial.id, self.config_of(trial))
 
     def config_of(self, trial: Trial) -> Config:
         """The trial's config (one `Config` per config key: each trial's is needed several times)."""
         config = self._configs.get(trial.config_key)
         return config if config is not None else remember(self._configs, trial.config_key, Config.of(trial.config))
-
-    def _config_job(self, tag: int, config: Config) -> VariantJob:
-        target = self._target
-        spec, tools, space = target.kernel, target.toolchain, target.space
-        frontend_args = (*space.frontend_args(config), *self._fixed_defines)
-        return VariantJob(
-            tag=tag,
-            frontend=FrontendJob(
-                tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s
-            ),
-            assemble=AssembleJob(
-                tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s
-            ),
-        )
-
-    def build_key(self, config: Config) -> str:
-        """Identity of a build: sources, toolchain, arch and the rendered arguments of both stages."""
-        target = self._target
-        space, spec = target.space, target.kernel
-        identity = [
-            target.bundle.sha256,
-            target.toolchain.nvcc_build,
-            spec.arch,
-            [*space.frontend_args(config), *self._fixed_defines, *target.bundle.include_args],
-            list(space.ptxas_args(config)),
-            RESOURCE_REPORT_VERSION,
-        ]
-        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
-
-    def _ptx_key_of(self, job: VariantJob, result: VariantResult) -> str | None:
-        """The PTX key of a build compiled past the shared builds (None when the front end failed)."""
-        return self.ptx_key(job.assemble, result.ptx) if result.ptx.status is BuildStatus.OK else None
-
-    def ptx_key(self, job: AssembleJob, ptx: PtxResult) -> str:
-        """Identity of what ptxas is given: the PTX, its flags, the toolchain and arch. Every
-        config with the same PTX and ptxas flags (front-end settings that leave the PTX as it was)
-        has the same build."""
-        digest = self._ptx_digests.get(id(ptx))
-        if digest is None or digest[0] is not ptx:
-            digest = self._ptx_digests[id(ptx)] = (ptx, hashlib.sha256(ptx.ptx).hexdigest())
-        identity = [
-            digest[1],
-            ptx.relocatable,
-            self._target.toolchain.nvcc_build,
-            job.arch,
-            list(job.args),
-            RESOURCE_REPORT_VERSION,
-        ]
-        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
 
 class _Compiling(Sequence[Trial]):

@@ -35,6 +35,7 @@ from compileiq.store import Store
 from compileiq.tuning import baseline, claims
 from compileiq.tuning.cross_kernel import other_kernels_prior
 from compileiq.tuning.decide import Decider
+from compileiq.tuning.jobs import Target
 from compileiq.tuning.limits import RunClock
 from compileiq.tuning.progress import Evaluator, Progress
 from compileiq.tuning.request import (
@@ -44,7 +45,7 @@ from compileiq.tuning.request import (
     searched,
     study_key,
 )
-from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, Target, TrialRunner
+from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
