@@ -340,7 +340,7 @@ def report(
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""
     from compileiq.report import compare as report_compare
-    from compileiq.report import page as report_lib
+    from compileiq.report import output as report_lib
     from compileiq.store import Store
     from compileiq.store.database_url import database_url
 

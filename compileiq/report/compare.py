@@ -14,16 +14,9 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import TrialState
-from compileiq.report.page import (
-    FORMATS,
-    html_document,
-    html_note,
-    html_section,
-    html_table,
-    md_table,
-    md_text,
-    write_file,
-)
+from compileiq.report.markdown import md_table, md_text
+from compileiq.report.output import check_format, write_file
+from compileiq.report.page import html_document, html_note, html_section, html_table
 from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.store import Store
 
@@ -89,8 +82,7 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
 
 
 def write(store: Store, first: str, second: str, out: Path, fmt: str) -> list[Path]:
-    if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    check_format(fmt)
     comparison = compare(store, first, second)
     return [write_file(out, html_page(comparison) if fmt == "html" else markdown(comparison))]
 

@@ -1,4 +1,6 @@
-"""`compileiq report`: one self-contained HTML page (or markdown + SVG files) explaining a study.
+"""`compileiq report`: what a study's report holds (`build`: a `StudyReport`, and the rows each
+section shows) and its self-contained HTML page; the same content as markdown with SVG files
+beside it is `markdown`, the writing of either `output`.
 
 Sections: summary, convergence, chosen configuration and its evidence, each setting's contribution
 (ablation path), surrogate importance, the trial table, failures by reason, provenance. Nothing
@@ -11,14 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import check_target
 from compileiq.core.readings import Reading, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
-from compileiq.core.text import printable
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -36,7 +35,6 @@ from compileiq.results.pareto import Front, front, parse_objectives
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
-FORMATS = ("html", "md")
 SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "trials", "failures", "provenance")
 PARETO_RULES = "knee: nearest the ideal point after scaling each objective to [0, 1] over the front; first: best first objective; weights=...: lowest weighted sum of the scaled values"
 REASON_CHARS = 2000
@@ -112,27 +110,6 @@ def failure_groups(trials: Sequence[Trial]) -> tuple[FailureGroup, ...]:
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return tuple(FailureGroup(reason, tuple(t.number for t in group), (group[0].reason or "")[:REASON_CHARS],
                               all(t.retryable for t in group)) for reason, group in ordered)
-
-
-def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:
-    """Write the report; the files written (markdown has SVG files beside it)."""
-    if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    report = build(store, study, pareto, pick)
-    if fmt == "html":
-        return [write_file(out, html_page(report))]
-    document, figures = markdown(report, out.stem)
-    return [write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items())]
-
-
-def write_file(path: Path, content: str) -> Path:
-    check_target(path)  # a named pipe would block the write, a device swallow it
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-    return path
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -226,7 +203,7 @@ TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a 
                 "compileiq tune KERNEL --objective time --only SETTINGS --strategy exhaustive --budget N.")
 
 
-def _to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+def to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     e = report.explanation
     rows = [(f"#{t.number}", " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(t, e.baseline).items()),
              t.value, t.metrics.get("spill_bytes"), t.metrics.get("occupancy"),
@@ -240,7 +217,7 @@ def _to_time(report: StudyReport) -> str:
     if not report.explanation.to_time:
         return ""
     return html_section("to-time", "Candidates to time on a GPU",
-                        html_table(*_to_time_rows(report)) + html_note(TO_TIME_NOTE))
+                        html_table(*to_time_rows(report)) + html_note(TO_TIME_NOTE))
 
 
 def _contributions(report: StudyReport) -> str:
@@ -250,11 +227,11 @@ def _contributions(report: StudyReport) -> str:
             "no ablation path: the baseline or the chosen trial has no value"
         return html_section("contributions", "Each setting's contribution", html_note(why))
     return html_section("contributions", "Each setting's contribution",
-                    contributions_svg(ablation, report.value_label) + html_table(*_contribution_rows(report, ablation))
-                    + html_note(_contribution_note(ablation)))
+                    contributions_svg(ablation, report.value_label) + html_table(*contribution_rows(report, ablation))
+                    + html_note(contribution_note(ablation)))
 
 
-def _contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+def contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     header = ("step", "setting", "value", "before", "after", "contribution", "share of gain", "trial")
     total = ablation.total_gain
     rows: list[tuple[Any, ...]] = []
@@ -266,7 +243,7 @@ def _contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[s
     return header, rows
 
 
-def _contribution_note(ablation: Ablation) -> str:
+def contribution_note(ablation: Ablation) -> str:
     note = (f"Ablation path: {RULE}. The contributions sum to the total gain (baseline minus chosen). "
             "A setting that only helps together with one flipped after it is credited 0 here; the surrogate "
             "importance below also sees such interactions.")
@@ -291,7 +268,7 @@ def _pareto(report: StudyReport) -> str:
     if not trade_offs.points:
         return html_section("pareto", "Pareto front", html_note("no complete trial records these objectives"))
     return html_section("pareto", "Pareto front", pareto_svg(trade_offs) + html_table(*pareto_rows(report, trade_offs))
-                        + html_note(_pareto_note(trade_offs, _tuned(report))))
+                        + html_note(pareto_note(trade_offs, tuned(report))))
 
 
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
@@ -303,7 +280,7 @@ def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...]
     return header, rows
 
 
-def _pareto_note(trade_offs: Front, tuned: bool = False) -> str:
+def pareto_note(trade_offs: Front, tuned: bool = False) -> str:
     if tuned:
         return (f"The study's objectives are {', '.join(trade_offs.objectives)} (lower is better for each); the "
                 "search aimed at their front. Shown: the non-dominated trials that may win (the no-harm rules), the "
@@ -313,7 +290,7 @@ def _pareto_note(trade_offs: Front, tuned: bool = False) -> str:
             f"Pick rule {trade_offs.rule!r} ({PARETO_RULES}).")
 
 
-def _tuned(report: StudyReport) -> bool:
+def tuned(report: StudyReport) -> bool:
     return report.front is not None and report.front is report.explanation.front
 
 
@@ -367,64 +344,3 @@ def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:
 def changes_text(trial: Trial, baseline: Trial | None) -> str:
     """The trial's settings that differ from the baseline's, short names; "(defaults)" for none."""
     return " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(trial, baseline).items()) or "(defaults)"
-
-
-# -- markdown -----------------------------------------------------------------------------------
-
-MD_TRIALS = 20
-
-
-def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
-    """The markdown text and its figures (file name -> SVG text), to be written beside it."""
-    e = report.explanation
-    figures = {f"{stem}-convergence.svg": convergence_svg(report.explanation.trials, report.value_label, report.reading)}
-    lines = [f"# compileiq report: {md_text(e.study.name)}", "",
-             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.reading.heading)}. "
-              f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
-    if e.baseline is not None and e.chosen is not None:
-        lines += ["## Chosen configuration", "",
-                  (f"Baseline {md_text(report.reading.text(e.baseline.value))} → chosen (trial #{e.chosen.number}) "
-                   f"{md_text(report.reading.text(e.chosen.value))}."), ""]
-        changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
-        lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
-        lines.append("")
-    if e.to_time:
-        lines += ["## Candidates to time on a GPU", "", *md_table(*_to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
-    ablation = e.ablation
-    if ablation is not None and ablation.steps:
-        figures[f"{stem}-contributions.svg"] = contributions_svg(ablation, report.value_label)
-        lines += ["## Each setting's contribution", "", f"![contributions]({stem}-contributions.svg)", ""]
-        lines += md_table(*_contribution_rows(report, ablation))
-        lines += ["", md_text(_contribution_note(ablation)), ""]
-    if report.importance.items:
-        figures[f"{stem}-importance.svg"] = importance_svg(report.importance)
-        lines += ["## Surrogate importance", "", f"![importance]({stem}-importance.svg)", "",
-                  md_text(f"{METHOD} ({report.importance.trials} trials)."), ""]
-    if report.front is not None and report.front.points:
-        figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
-        lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
-                  "", md_text(_pareto_note(report.front, _tuned(report))), ""]
-    ranked = e.ranked()[:MD_TRIALS]
-    lines += [f"## {len(ranked)} trials, the chosen one first", ""]
-    lines += md_table(("#", report.value_label, "status", "settings that differ from the baseline"),
-                       [(t.number, report.reading.text(t.value), e.status(t),
-                         changes_text(t, e.baseline))
-                        for t in ranked])
-    lines += ["", "## Failures by reason", ""]
-    lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
-    key = e.study.key
-    lines += ["", "## Provenance", ""]
-    lines += md_table(("", ""), [("toolchain", key.toolchain), ("arch", key.arch),
-                                  ("source sha256", key.source_sha256), ("search space", key.space_id),
-                                  ("evaluator", key.evaluator), ("database", report.database)])
-    return "\n".join(lines) + "\n", figures
-
-
-def md_text(value: Any) -> str:
-    """A value in markdown: table-safe, and no control character (a terminal may `cat` the file)."""
-    return printable(escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    return ["| " + " | ".join(md_text(h) for h in header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(md_text(c) for c in row) + " |" for row in rows)]

@@ -1,0 +1,88 @@
+"""A study's report as markdown, its figures as SVG files beside it: the same content as the HTML
+page (`page`), every text from the database made table-safe and printable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from compileiq.core.text import printable
+from compileiq.report.figures import (
+    contributions_svg,
+    convergence_svg,
+    importance_svg,
+    pareto_svg,
+)
+from compileiq.report.page import (
+    TO_TIME_NOTE,
+    StudyReport,
+    changes_text,
+    contribution_note,
+    contribution_rows,
+    pareto_note,
+    pareto_rows,
+    text,
+    to_time_rows,
+    tuned,
+)
+from compileiq.results.explain import changed_settings
+from compileiq.search.importance import METHOD
+
+MD_TRIALS = 20
+
+
+def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
+    """The markdown text and its figures (file name -> SVG text), to be written beside it."""
+    e = report.explanation
+    figures = {f"{stem}-convergence.svg": convergence_svg(report.explanation.trials, report.value_label, report.reading)}
+    lines = [f"# compileiq report: {md_text(e.study.name)}", "",
+             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.reading.heading)}. "
+              f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
+    if e.baseline is not None and e.chosen is not None:
+        lines += ["## Chosen configuration", "",
+                  (f"Baseline {md_text(report.reading.text(e.baseline.value))} → chosen (trial #{e.chosen.number}) "
+                   f"{md_text(report.reading.text(e.chosen.value))}."), ""]
+        changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
+        lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
+        lines.append("")
+    if e.to_time:
+        lines += ["## Candidates to time on a GPU", "", *md_table(*to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
+    ablation = e.ablation
+    if ablation is not None and ablation.steps:
+        figures[f"{stem}-contributions.svg"] = contributions_svg(ablation, report.value_label)
+        lines += ["## Each setting's contribution", "", f"![contributions]({stem}-contributions.svg)", ""]
+        lines += md_table(*contribution_rows(report, ablation))
+        lines += ["", md_text(contribution_note(ablation)), ""]
+    if report.importance.items:
+        figures[f"{stem}-importance.svg"] = importance_svg(report.importance)
+        lines += ["## Surrogate importance", "", f"![importance]({stem}-importance.svg)", "",
+                  md_text(f"{METHOD} ({report.importance.trials} trials)."), ""]
+    if report.front is not None and report.front.points:
+        figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
+        lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
+                  "", md_text(pareto_note(report.front, tuned(report))), ""]
+    ranked = e.ranked()[:MD_TRIALS]
+    lines += [f"## {len(ranked)} trials, the chosen one first", ""]
+    lines += md_table(("#", report.value_label, "status", "settings that differ from the baseline"),
+                       [(t.number, report.reading.text(t.value), e.status(t),
+                         changes_text(t, e.baseline))
+                        for t in ranked])
+    lines += ["", "## Failures by reason", ""]
+    lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
+    key = e.study.key
+    lines += ["", "## Provenance", ""]
+    lines += md_table(("", ""), [("toolchain", key.toolchain), ("arch", key.arch),
+                                  ("source sha256", key.source_sha256), ("search space", key.space_id),
+                                  ("evaluator", key.evaluator), ("database", report.database)])
+    return "\n".join(lines) + "\n", figures
+
+
+def md_text(value: Any) -> str:
+    """A value in markdown: table-safe, and no control character (a terminal may `cat` the file)."""
+    return printable(escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    return ["| " + " | ".join(md_text(h) for h in header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(md_text(c) for c in row) + " |" for row in rows)]

@@ -1,0 +1,39 @@
+"""Writing reports: the formats, a report file written safely (never into a named pipe or a
+device), and a study's report in either format (markdown has its SVG figures beside it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import check_target
+from compileiq.report.markdown import markdown
+from compileiq.report.page import build, html_page
+from compileiq.store import Store
+
+FORMATS = ("html", "md")
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:
+    """Write the report; the files written (markdown has SVG files beside it)."""
+    check_format(fmt)
+    report = build(store, study, pareto, pick)
+    if fmt == "html":
+        return [write_file(out, html_page(report))]
+    document, figures = markdown(report, out.stem)
+    return [write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items())]
+
+
+def write_file(path: Path, content: str) -> Path:
+    check_target(path)  # a named pipe would block the write, a device swallow it
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    return path
