@@ -1,4 +1,4 @@
-"""The `compileiq` command: typed options, one library call each; rendering lives in `render`.
+"""The `compileiq` command: typed options, one library call each; rendering lives in `render` and `listings`.
 
 The top of the layers with `app` (wiring) and `api` (the Python API): it may import any stage.
 The only importer of typer and rich."""
