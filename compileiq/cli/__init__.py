@@ -19,29 +19,22 @@ except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
 
 from compileiq.cli.console import err, out, safe
 from compileiq.cli.listings import (
+    print_trials,
     space_json,
     space_table,
     studies_table,
     summary_json,
-    trials_table,
 )
 from compileiq.cli.render import (
     LineProgress,
     emit,
     first_line,
-    gpu_spread,
-    node_spread,
-    objective_json,
     print_gate,
     print_report,
     report_json,
-    study_json,
-    trial_json,
-    trials_per_node,
 )
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import OutputFileError, check_target
-from compileiq.core.records import MEASURED_ON_KEY
 from compileiq.core.version import __version__
 from compileiq.gating import rules as gate_rules
 
@@ -137,8 +130,6 @@ def show(
     pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
 ) -> None:
     """List studies, or the best trials of one study."""
-    from compileiq.core.records import TrialState
-    from compileiq.results.explain import explain
     from compileiq.store import Store
     from compileiq.store.database_url import database_url
 
@@ -153,15 +144,6 @@ def show(
             found = store.find_study(study)
             trials = store.trials(found.id)
             runs = store.runs(found.id)
-            explanation = explain(found, trials, runs=runs)
-            ranked = explanation.ranked()[:top]
-            failed = [t for t in trials if t.state is TrialState.FAILED]
-            objective = found.key.objective
-            data = {"study": study_json(found, explanation.chosen, len(trials)), "objective": objective_json(objective),
-                    "trials": [trial_json(t, objective, explanation.refusal(t))
-                               | {"status": explanation.status(t), "provenance": explanation.provenance(t)}
-                               for t in ranked],
-                    "failed": [trial_json(t, objective) for t in failed]}
             if not why and pareto is None and "," in found.key.objective:
                 pareto = found.key.objective  # several objectives: the front is the result
             if why or pareto:
@@ -172,16 +154,7 @@ def show(
                 else:
                     print_why(found, trials, as_json, runs)
                 return
-            emit(as_json, data, lambda: trials_table(found, explanation, ranked))
-            nodes = trials_per_node(trials)
-            if nodes and not as_json:
-                out.print(node_spread(nodes), markup=False)
-            gpus = trials_per_node(trials, MEASURED_ON_KEY)
-            if len(gpus) > 1 and not as_json:
-                out.print(gpu_spread(gpus), markup=False)
-            if failed and not as_json:
-                out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
-                          f"{safe(first_line(failed[0].reason, 200))}", markup=False)
+            print_trials(found, trials, runs, top, as_json)
     finally:
         store.close()
 

@@ -11,10 +11,28 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.cli.console import cells, kind_label, safe
-from compileiq.cli.render import metric_cells, study_fields
+from compileiq.cli.console import cells, kind_label, out, safe
+from compileiq.cli.render import (
+    emit,
+    gpu_spread,
+    metric_cells,
+    node_spread,
+    objective_json,
+    study_fields,
+    study_json,
+    trial_json,
+    trials_per_node,
+)
 from compileiq.core.readings import reading
-from compileiq.core.records import Study, StudySummary, Trial, first_line
+from compileiq.core.records import (
+    MEASURED_ON_KEY,
+    RunRecord,
+    Study,
+    StudySummary,
+    Trial,
+    TrialState,
+    first_line,
+)
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -26,6 +44,31 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     number, value = _listed_choice(summary)
     best_is = "the chosen trial" if number is not None else "the lowest value: no run recorded a choice"
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
+
+
+def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool) -> None:
+    """One study's best `top` trials as `explain` ranks them (the ACF's choice first), then where
+    they were built and measured, and its first failure."""
+    from compileiq.results.explain import explain
+
+    explanation = explain(study, trials, runs=runs)
+    ranked = explanation.ranked()[:top]
+    failed = [t for t in trials if t.state is TrialState.FAILED]
+    objective = study.key.objective
+    data = {"study": study_json(study, explanation.chosen, len(trials)), "objective": objective_json(objective),
+            "trials": [trial_json(t, objective, explanation.refusal(t))
+                       | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],
+            "failed": [trial_json(t, objective) for t in failed]}
+    emit(as_json, data, lambda: trials_table(study, explanation, ranked))
+    if as_json:
+        return
+    if nodes := trials_per_node(trials):
+        out.print(node_spread(nodes), markup=False)
+    if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:
+        out.print(gpu_spread(gpus), markup=False)
+    if failed:
+        out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
+                  f"{safe(first_line(failed[0].reason, 200))}", markup=False)
 
 
 def studies_table(summaries: list[StudySummary]) -> Table:
