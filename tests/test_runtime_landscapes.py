@@ -97,3 +97,32 @@ def test_each_peer_is_tested_against_compileiqs_per_seed_counts(problem) -> None
     assert module.versus(ours, ours, "1pct") == "-"  # compileiq against itself: no test
     lines = module.render(problem, rows, None, 100)
     assert "p 1%" in lines[1] and any(line.startswith("p: two-sided Mann-Whitney") for line in lines)
+
+
+def test_single_timing_runs_merge_into_one_landscape_with_their_times(tmp_path) -> None:
+    """benchmarks/merge_runs.py: runs k of one landscape become each configuration's `times`, their
+    mean its `time`; one that failed or is missing in any run is failed; the replay reads the merge."""
+    from compileiq.evaluate.replay import load_landscape
+
+    def run(times: dict[str, object]) -> dict:
+        return {"device_name": "A100", "kernel_name": "k", "tune_params_keys": ["A", "B"],
+                "tune_params": {"A": [1, 2], "B": [0, 1]}, "cache": {k: {"time": t} for k, t in times.items()}}
+
+    (tmp_path / "run2.json").write_text(json.dumps(run({"1,0": 2.0, "2,0": 1.0, "1,1": 3.0, "2,1": 5.0})))
+    (tmp_path / "run3.json").write_text(json.dumps(run({"1,0": 4.0, "2,0": 1.5, "1,1": "RuntimeFailedConfig"})))
+    out = tmp_path / "merged.json.gz"
+    load_benchmark("merge_runs").main([str(tmp_path / "run2.json"), str(tmp_path / "run3.json"), "--out", str(out)])
+    landscape = load_landscape(out)
+    assert landscape.times[(1, 0)] == (2.0, 4.0) and landscape.mean((1, 0)) == 3.0
+    assert landscape.times[(2, 0)] == (1.0, 1.5)
+    assert landscape.times[(1, 1)] == () and landscape.times[(2, 1)] == ()  # failed in run 3; missing there
+    assert landscape.best == 1.25 and landscape.timed((2, 0)) == (1.5,)  # the replay leaves the first out (WARMUP)
+
+
+def test_merging_runs_of_different_landscapes_is_refused(tmp_path) -> None:
+    first = {"tune_params_keys": ["A"], "cache": {"1": {"time": 1.0}}}
+    second = {"tune_params_keys": ["B"], "cache": {"1": {"time": 1.0}}}
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(second))
+    with pytest.raises(SystemExit, match="different parameters"):
+        load_benchmark("merge_runs").main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "m.json")])
