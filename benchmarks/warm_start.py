@@ -62,6 +62,11 @@ JUDGED = {  # third-party kernels of the tests: never used to tune the search de
     "blur": ROOT / "tests/corpus/include_dirs/blur.cu",
     "fir": ROOT / "store/warm-start/judged/fir/fir.cu",  # tests/helpers.py's SPILLING_KERNEL
     "sgemm_template": ROOT / "store/warm-start/judged/sgemm_template/inst.cu",  # tests/corpus/kernel_template
+    # public third-party kernels with register pressure (tests/corpus_warm/README.md)
+    "cfd_euler3d": ROOT / "tests/corpus_warm/cfd_euler3d/cfd_euler3d.cu",  # Rodinia
+    "cfd_euler3d_double": ROOT / "tests/corpus_warm/cfd_euler3d_double/cfd_euler3d_double.cu",  # Rodinia
+    "llmc_matmul_forward": ROOT / "tests/corpus_warm/llmc_matmul_forward/llmc_matmul_forward.cu",  # llm.c
+    "bf16_tc_gemm": ROOT / "tests/corpus_warm/bf16_tc_gemm/bf16_tc_gemm.cu",  # cuda-samples
 }
 
 

@@ -35,6 +35,7 @@ from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.tuning.progress import SilentProgress
 
 CORPUS = Path(__file__).resolve().parent / "corpus_harm"
+WARM = Path(__file__).resolve().parent / "corpus_warm"  # public kernels by others (its README)
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
 HARM_SPACE = ("ptxas.maxrregcount", "ptxas.override_directive_values", "ptxas.opt_level",
               "ptxas.allow_expensive_optimizations")
@@ -108,6 +109,23 @@ def test_register_objectives_never_add_spills_over_the_defaults(tmp_path, kernel
     assert _by_hand(source, list(written.flags()), tmp_path)[0] == 0
     result = run_cli(["gate", str(report.acf_path)], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
+
+
+def test_a_third_party_kernel_whose_every_cap_spills_keeps_its_defaults(tmp_path):
+    """Rodinia's CFD flux kernel in double precision (tests/corpus_warm, written by others): 102
+    registers and no spills at the defaults; every cap of the space below that spills, so
+    `registers` tries them, records each with its spills, and keeps the compiler's defaults."""
+    source = WARM / "cfd_euler3d_double" / "cfd_euler3d_double.cu"
+    report = _tune(source, tmp_path, "registers", budget=24, strategy="exhaustive",
+                   only=("ptxas.maxrregcount", "ptxas.override_directive_values"))
+    baseline, trials = report.result.baseline, report.result.trials
+    assert (baseline.metrics["registers"], baseline.metrics["spill_bytes"]) == (102, 0)
+    capped = [t for t in trials if t.state is TrialState.COMPLETE and t.metrics["registers"] < 102]
+    assert len(capped) >= 5, "the exhaustive search tried the caps below 102"
+    assert all(t.metrics["spill_bytes"] > 0 for t in capped)  # every fewer-register build spills
+    written = acf.read(report.acf_path)
+    assert written.controls == {} and written.evidence["best"]["registers"] == 102
+    assert _by_hand(source, ["-arch=sm_90", "-maxrregcount=96"], tmp_path)[0] > 0  # as ptxas -v tells a user
 
 
 # --- item 9: no lower optimisation level for a static number, ties to the defaults -------------
