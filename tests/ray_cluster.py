@@ -49,7 +49,19 @@ def free_port(avoid: range | set[int] = range(0)) -> int:
             return port
 
 
-def distinct_ports(avoid: range = range(0)) -> Callable[[], int]:
+def component_ports(args: list[str]) -> tuple[range, Callable[[], int]]:
+    """A node's worker port range (41 ports) and a source of ports for its components (node
+    manager, object manager, metrics export, agents): none of them one of the ports `args` already
+    names (the head's own: --port, the client server, the dashboard), none in the worker range, no
+    two the same. (Before, the components avoided only the worker range: a port the kernel handed
+    out again could be the head's GCS port too, and `ray start` refused it.)"""
+    taken = {int(word.split("=")[1]) for word in args if word.split("=")[-1].isdigit()}
+    while not taken.isdisjoint(workers := range(low := free_port(), low + 41)):
+        pass
+    return workers, distinct_ports(avoid=taken.union(workers))
+
+
+def distinct_ports(avoid: range | set[int] = range(0)) -> Callable[[], int]:
     """Free ports, none of them in `avoid` and no two the same."""
     given: set[int] = set()
 
@@ -138,11 +150,8 @@ class LoopbackCluster:
         whose first call to a busy head times out) is started once more."""
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
-        taken = {int(word.split("=")[1]) for word in args if word.split("=")[-1].isdigit()}  # the head's own ports
-        while not taken.isdisjoint(workers := range(low := free_port(), low + 41)):
-            pass
-
-        port = distinct_ports(avoid=workers)  # the head's own ports: `taken`, none of these
+        workers, port = component_ports(args)
+        low = workers[0]
         argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")),
                 "start", *args, "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
                 "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={port()}",
