@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import clean_env
+from ray_cluster import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|\[::ffff:127\.\d+\.\d+\.\d+\]|\[::1\]):\d+$")
@@ -33,12 +33,6 @@ def _recipe() -> list[str]:
     blocks = re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
     [block] = [b for b in blocks if "--temp-dir" in b]
     return re.sub(r"\\\n\s*", " ", block).splitlines()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _descendants(root: int) -> set[int]:
@@ -74,7 +68,7 @@ def _alive(pids: set[int]) -> set[int]:
 def test_the_one_machine_recipe_stays_on_loopback_and_stops_only_itself(tmp_path):
     lines = _recipe()
     tune = next(i for i, line in enumerate(lines) if line.startswith("compileiq tune"))
-    port = str(_free_port())
+    port = str(free_port())
     start = "\n".join(lines[:tune]).replace("6379", port)
     run_tune = lines[tune].split(" #")[0].replace("6379", port) + (
         f" --budget 3 --only ptxas.opt_level,ptxas.maxrregcount --db sqlite:///{tmp_path}/t.db"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY_KERNEL, clean_env, embedded_ray_workers, run_cli
+from ray_cluster import free_port
 
 from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
 from compileiq.build.workers import LocalWorkers, VariantJob, VariantResult
@@ -154,12 +155,6 @@ print("RESULT", result.tag, result.build.status.value, result.build.code_hash, f
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_for_port(port: int, head: subprocess.Popen[str], timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -192,7 +187,7 @@ def _stop(head: subprocess.Popen[str]) -> None:
 @pytest.fixture
 def ray_head() -> Iterator[str]:
     ray_cli = Path(sys.executable).with_name("ray")
-    port = _free_port()
+    port = free_port()
     temp_dir = tempfile.mkdtemp(
         prefix="ciqray", dir="/tmp"
     )  # short: Ray's Unix socket paths are limited
