@@ -53,8 +53,7 @@ def component_ports(args: list[str]) -> tuple[range, Callable[[], int]]:
     """A node's worker port range (41 ports) and a source of ports for its components (node
     manager, object manager, metrics export, agents): none of them one of the ports `args` already
     names (the head's own: --port, the client server, the dashboard), none in the worker range, no
-    two the same. (Before, the components avoided only the worker range: a port the kernel handed
-    out again could be the head's GCS port too, and `ray start` refused it.)"""
+    two the same: the kernel may hand a port out again, and `ray start` refuses a port used twice."""
     taken = {int(word.split("=")[1]) for word in args if word.split("=")[-1].isdigit()}
     while not taken.isdisjoint(workers := range(low := free_port(), low + 41)):
         pass
@@ -151,11 +150,10 @@ class LoopbackCluster:
         temp = self.root / name
         temp.mkdir(parents=True, exist_ok=True)
         workers, port = component_ports(args)
-        low = workers[0]
         argv = [*(word.replace("{node}", name) for word in self.prefix), str(Path(sys.executable).with_name("ray")),
                 "start", *args, "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
                 "--disable-usage-stats", f"--temp-dir={temp}", f"--node-manager-port={port()}",
-                f"--object-manager-port={port()}", f"--min-worker-port={low}", f"--max-worker-port={workers[-1]}",
+                f"--object-manager-port={port()}", f"--min-worker-port={workers[0]}", f"--max-worker-port={workers[-1]}",
                 f"--metrics-export-port={port()}", f"--runtime-env-agent-port={port()}",
                 f"--dashboard-agent-listen-port={port()}", f"--dashboard-agent-grpc-port={port()}"]
         env = ray_env({**self.node_env, "CIQ_TEST_NODE": name, **_cluster_flag(ip)})
