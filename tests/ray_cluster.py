@@ -104,7 +104,7 @@ class LoopbackCluster:
         self.dashboard = f"http://127.0.0.1:{dash}"
         head = self._start("head", args, num_cpus, HEAD_IP)
         self.address = f"{HEAD_IP}:{port}"
-        _wait_for_port(port, head)
+        wait_for_port(port, head.process, lambda: head.log.read_text()[-3000:])
         return self.address
 
     def add_node(self, name: str, num_cpus: int, num_gpus: int = 0) -> Node:
@@ -200,11 +200,13 @@ def _cluster_flag(ip: str) -> dict[str, str]:
     return {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0" if ip == HEAD_IP else "1"}
 
 
-def _wait_for_port(port: int, head: Node, timeout_s: float = 120) -> None:
+def wait_for_port(port: int, process: subprocess.Popen, output: Callable[[], str], timeout_s: float = 120) -> None:
+    """Until something listens on 127.0.0.1:`port`; AssertionError, with `output()`, if `process`
+    (the `ray start` that should open it) exits first, or once `timeout_s` is over."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if head.process.poll() is not None:
-            raise AssertionError(f"ray start exited with {head.process.returncode}: {head.log.read_text()[-3000:]}")
+        if process.poll() is not None:
+            raise AssertionError(f"ray start exited with {process.returncode}: {output()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return

@@ -9,17 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import TINY_KERNEL, clean_env, embedded_ray_workers, run_cli
-from ray_cluster import free_port
+from ray_cluster import free_port, wait_for_port
 
 from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob
 from compileiq.build.workers import LocalWorkers, VariantJob, VariantResult
@@ -155,21 +153,6 @@ print("RESULT", result.tag, result.build.status.value, result.build.code_hash, f
 """
 
 
-def _wait_for_port(port: int, head: subprocess.Popen[str], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if head.poll() is not None:
-            raise AssertionError(
-                f"ray start exited with {head.returncode}: {head.communicate()[0]}"
-            )
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"Ray head did not listen on 127.0.0.1:{port} within {timeout_s} s")
-
-
 def _stop(head: subprocess.Popen[str]) -> None:
     """Stop only the head we started: `ray start --block` stops its Ray processes on SIGTERM."""
     if head.poll() is None:
@@ -212,7 +195,7 @@ def ray_head() -> Iterator[str]:
         start_new_session=True,
     )
     try:
-        _wait_for_port(port, head)
+        wait_for_port(port, head, lambda: head.communicate()[0], 90)
         yield f"127.0.0.1:{port}"
     finally:
         _stop(head)
