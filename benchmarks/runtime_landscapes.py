@@ -242,15 +242,18 @@ def optuna_tpe(problem: Problem, seed: int, cap: int) -> list[list[Key]]:
 
 
 @contextlib.contextmanager
-def _stop_at(threshold: float) -> Iterator[None]:
+def _stop_at(threshold: float, seen: list[dict]) -> Iterator[None]:
     """Kernel Tuner's simulation runner, made to end the run (as max_fevals would) once a result
-    within the 1% target has come back; nothing it evaluates is changed."""
+    within the 1% target has come back; nothing it evaluates is changed. Every result it returns
+    is appended to `seen`: a strategy whose very first evaluation is within the target (before its
+    own loop catches the stop) ends with an exception instead of its results."""
     from kernel_tuner.runners.simulation import SimulationRunner
 
     original = SimulationRunner.run
 
     def run(self: Any, parameter_space: Any, tuning_options: Any) -> Any:
         results = original(self, parameter_space, tuning_options)
+        seen.extend(r for r in results if r is not None)
         if any(r is not None and isinstance(r.get("time"), float) and r["time"] <= threshold for r in results):
             tuning_options.budget.max_fevals = max(tuning_options.budget.num_fevals, 1)
         return results
@@ -287,6 +290,7 @@ def _kernel_tuner_cache(source: Path) -> tuple[str, dict]:
 def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[Key]]]:
     def run(problem: Problem, seed: int, cap: int) -> list[list[Key]]:
         import kernel_tuner
+        from kernel_tuner.util import StopCriterionReached
 
         t1 = problem.t1["ConfigurationSpace"]
         params = {p["Name"]: (json.loads(p["Values"]) if isinstance(p["Values"], str) else list(p["Values"]))
@@ -298,14 +302,18 @@ def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[K
             cache.write_text(text)
             random.seed(seed)
             np.random.seed(seed)
-            with warnings.catch_warnings(), _stop_at(problem.target(TARGETS[0])):
+            seen: list[dict] = []
+            with warnings.catch_warnings(), _stop_at(problem.target(TARGETS[0]), seen):
                 warnings.simplefilter("ignore")
-                results, _ = kernel_tuner.tune_kernel(
-                    header.get("kernel_name", spec.get("KernelName", "kernel")), "__global__ void k() {}",
-                    tuple(header.get("problem_size", spec.get("ProblemSize", [1]))), [], params,
-                    restrictions=[c["Expression"] for c in t1.get("Conditions", [])],
-                    cache=str(cache), simulation_mode=True, strategy=strategy,
-                    strategy_options={"max_fevals": max(cap - 1, 1)}, quiet=True, verbose=False)
+                try:
+                    results, _ = kernel_tuner.tune_kernel(
+                        header.get("kernel_name", spec.get("KernelName", "kernel")), "__global__ void k() {}",
+                        tuple(header.get("problem_size", spec.get("ProblemSize", [1]))), [], params,
+                        restrictions=[c["Expression"] for c in t1.get("Conditions", [])],
+                        cache=str(cache), simulation_mode=True, strategy=strategy,
+                        strategy_options={"max_fevals": max(cap - 1, 1)}, quiet=True, verbose=False)
+                except StopCriterionReached:  # raised past the strategy: its first result was the target
+                    results = seen
         batches = [[problem.default]]
         batches += [[tuple(int(r[p]) for p in problem.landscape.parameters)] for r in results]
         return batches

@@ -126,3 +126,18 @@ def test_merging_runs_of_different_landscapes_is_refused(tmp_path) -> None:
     (tmp_path / "b.json").write_text(json.dumps(second))
     with pytest.raises(SystemExit, match="different parameters"):
         load_benchmark("merge_runs").main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "m.json")])
+
+
+def test_a_kernel_tuner_strategy_whose_first_result_is_the_target_ends_with_it(tmp_path) -> None:
+    """Simulated annealing evaluates its start before its loop catches Kernel Tuner's stop: on a
+    landscape where that start is within 1%, the run must end there, not raise (it did, found on
+    pnpoly's V100 recording)."""
+    module = _module()
+    cache = {"device_name": "hand-made", "kernel_name": "k", "problem_size": [64],
+             "tune_params_keys": ["A"], "tune_params": {"A": [1, 2, 3]},
+             "cache": {f"{a}": {"A": a, "time": 1.0 + 0.001 * a} for a in (1, 2, 3)}}  # all within 1%
+    (tmp_path / "flat.json").write_text(json.dumps(cache))
+    (problem,) = module.problems([tmp_path / "flat.json"], [])
+    batches = module.strategies()["kt-simulated_annealing"](problem, 0, 100)
+    assert batches[0] == [(1,)] and len(batches) == 2 and batches[1][0] in {(1,), (2,), (3,)}
+    assert module.charge(problem, batches, 100)[0.01].reached
