@@ -67,25 +67,32 @@ def test_the_convolution_conditions_allow_exactly_the_recorded_configurations(co
     assert allowed == _cache_keys()  # the same 4,362 configurations, not only as many
 
 
-GEMM_T1 = Path(__file__).parent.parent / "benchmarks" / "spaces" / "clblast_gemm_T1.json"
+SPACES = Path(__file__).parent.parent / "benchmarks" / "spaces"
 
 
-def test_the_clblast_gemm_conditions_allow_what_python_arithmetic_allows(tmp_path: Path) -> None:
-    """CLBlast's GEMM space (benchmarks/spaces): seven divisibility Conditions with `%` and `/`
-    over 15 macros. The safe evaluator allows the same 17,956 of 82,944 combinations as Python's
-    own arithmetic on these values (every division here is exact), which is also how many the
-    brute-forced A100 cache of that space holds (docs/benchmarks.md, (h2))."""
-    t1 = json.loads(GEMM_T1.read_text())
-    kernel = _kernel(tmp_path / "gemm", tune_toml_of_t1(t1))
+@pytest.mark.parametrize(("name", "allowed_count", "total"), [
+    ("clblast_gemm_T1.json", 17956, 82944),
+    ("convolution_kt_T1.json", 7520, 18432),
+])
+def test_a_benchmark_spaces_conditions_allow_what_python_arithmetic_allows(
+        tmp_path: Path, name: str, allowed_count: int, total: int) -> None:
+    """The T1 spaces under benchmarks/spaces: CLBlast's GEMM (seven divisibility Conditions with `%`
+    and `/` over 15 macros; its brute-forced A100 cache holds the same 17,956) and Kernel Tuner's
+    convolution example (threads per block between 64 and 1,024, fewer than 30 outputs per thread;
+    docs/benchmarks.md, (h2) and (h3)). The safe evaluator allows the same combinations as Python's
+    own arithmetic on these values (every division here is exact), and the defaults are among them."""
+    t1 = json.loads((SPACES / name).read_text())
+    kernel = _kernel(tmp_path / "space", tune_toml_of_t1(t1))
     space, _ = app.full_space(kernel)
-    assert space.macro_combinations() == (17956, 82944)
-    names = [p["Name"] for p in t1["ConfigurationSpace"]["TuningParameters"]]
+    assert space.macro_combinations() == (allowed_count, total)
+    parameters = t1["ConfigurationSpace"]["TuningParameters"]
+    names = [p["Name"] for p in parameters]
     conditions = [c["Expression"] for c in t1["ConfigurationSpace"]["Conditions"]]
-    lists = [p["Values"] for p in t1["ConfigurationSpace"]["TuningParameters"]]
-    expected = {values for values in itertools.product(*lists)
+    expected = {values for values in itertools.product(*(p["Values"] for p in parameters))
                 if all(eval(c, {}, dict(zip(names, values))) for c in conditions)}  # the test's own constants
     allowed = {tuple(c[f"define.{n}"] for n in names) for c in enumerate_space(space.select(only=_macros(space)))}
-    assert allowed == expected and len(expected) == 17956
+    assert allowed == expected and len(expected) == allowed_count
+    assert tuple(p["Default"] for p in parameters) in allowed
 
 
 @needs_data
