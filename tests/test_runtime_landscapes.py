@@ -130,8 +130,7 @@ def test_merging_runs_of_different_landscapes_is_refused(tmp_path) -> None:
 
 def test_a_kernel_tuner_strategy_whose_first_result_is_the_target_ends_with_it(tmp_path) -> None:
     """Simulated annealing evaluates its start before its loop catches Kernel Tuner's stop: on a
-    landscape where that start is within 1%, the run must end there, not raise (it did, found on
-    pnpoly's V100 recording)."""
+    landscape where that start is within 1%, the run must end there, not raise."""
     module = _module()
     cache = {"device_name": "hand-made", "kernel_name": "k", "problem_size": [64],
              "tune_params_keys": ["A"], "tune_params": {"A": [1, 2, 3]},
