@@ -47,6 +47,9 @@ def test_saxpy_timing_is_sane_and_checked(smoke: bytes) -> None:
     assert len(h.samples_ms) >= 10 and h.min_ms is not None and h.min_ms <= h.median_ms
     assert [o.name for o in h.outputs] == ["y"] and len(run.dump) == 4 * (1 << 24)
     assert h.device and h.driver
+    phases = dict(h.phases_ms)
+    assert list(phases) == ["cuda_context", "device_setup", "inputs", "warm_up", "sampling", "outputs"]
+    assert all(ms >= 0 for ms in phases.values()) and sum(phases.values()) <= run.seconds * 1000
 
 
 def test_a_tiny_kernel_is_timed_as_a_graph_batch(smoke: bytes) -> None:

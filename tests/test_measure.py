@@ -31,6 +31,7 @@ RESULT = {
     "dropped_low_clock": 1, "median_ms": 0.51, "iqr_ms": 0.01, "min_ms": 0.5, "event_median_ms": None,
     "graph_batch": 0, "outputs": [{"name": "y", "dtype": "float32", "count": 4, "sha256": "ab"}],
     "check": {"run": True, "passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0},
+    "phases_ms": {"cuda_context": 11800.5, "device_setup": 40.0, "inputs": 300.0, "warm_up": 26.0},
 }
 
 
@@ -41,10 +42,13 @@ def test_parses_the_last_harness_line_among_other_output() -> None:
     assert result.device == "NVIDIA H200" and result.clocks_mhz == (1980, 1980, 1975)
     assert result.outputs == (OutputInfo("y", "float32", 4, "ab"),)
     assert result.check.passed is True and result.dropped_low_clock == 1
+    assert result.phases_ms == (("cuda_context", 11800.5), ("device_setup", 40.0), ("inputs", 300.0), ("warm_up", 26.0))
 
 
 @pytest.mark.parametrize("stdout", ["", "garbage\n", '{"compileiq_harness": 1, "status": "ok", "med', "[1, 2]\n",
-                                    '{"compileiq_harness": 1, "samples_ms": "x"}'])
+                                    '{"compileiq_harness": 1, "samples_ms": "x"}',
+                                    '{"compileiq_harness": 1, "status": "ok", "phases_ms": [1, 2]}',
+                                    '{"compileiq_harness": 1, "status": "ok", "phases_ms": {"cuda_context": "x"}}'])
 def test_garbage_or_partial_output_is_an_error_result_not_an_exception(stdout: str) -> None:
     result = parse_harness_output(stdout)
     assert result.status == "error" and not result.ok and result.message
@@ -164,6 +168,7 @@ def test_the_harness_header_compiles_and_fails_cleanly_without_a_gpu(tmp_path: P
     run = run_executable(build.executable, ["--bogus"], 30)
     assert run.returncode == 1 and run.harness.status == "error"
     assert "unknown harness option --bogus" in run.harness.message
+    assert '"phases_ms":{}' in run.stdout and run.harness.phases_ms == ()  # it failed before its first phase
 
 
 def test_include_dir_holds_the_header() -> None:
@@ -179,3 +184,30 @@ def test_an_unknown_dtype_fails_the_check_instead_of_crashing():
     odd = [OutputInfo("y", "f32", 1, "")]
     check = compare_outputs(b"\0" * 4, odd, b"\0" * 4, odd, 1e-5, 1e-6)
     assert not check.passed and "unknown dtype" in check.reason
+
+
+HOST_PROBE = b"""#include <cstdio>
+int main() {
+#ifdef __OPTIMIZE__
+  std::puts("host code optimised");
+#else
+  std::puts("host code at -O0");
+#endif
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize(("base_args", "printed"), [((), "host code optimised"),
+                                                    (("-Xcompiler=-O0",), "host code at -O0")])
+def test_a_measuring_executable_has_optimised_host_code_unless_the_kernel_says_otherwise(
+    base_args: tuple[str, ...], printed: str,
+) -> None:
+    """Its input generation, output hashing and CPU reference are host code: at nvcc's default
+    (the host compiler's -O0) each measuring process on the first GPU lent was seconds slower."""
+    bundle = SourceBundle("main.cu", (("main.cu", HOST_PROBE),), (), "x", base_args)
+    build = build_executable(ExecutableJob(shutil.which("nvcc") or "nvcc", bundle, "sm_90", (), (), 240))
+    assert build.status is BuildStatus.OK, build.message
+    run = run_executable(build.executable, [], 30)
+    assert run.returncode == 0 and printed in run.stdout

@@ -66,6 +66,7 @@ class HarnessResult:
     sm_clock_default_mhz: int | None = None
     outputs: tuple[OutputInfo, ...] = ()
     check: HarnessCheck = field(default_factory=HarnessCheck)
+    phases_ms: tuple[tuple[str, float], ...] = ()  # where the process's wall time went, in order
 
     @property
     def ok(self) -> bool:
@@ -109,7 +110,7 @@ def parse_harness_output(stdout: str) -> HarnessResult:
         if data is not None and HARNESS_KEY in data:
             try:
                 return _harness_result(data)
-            except (TypeError, ValueError, KeyError) as error:
+            except (TypeError, ValueError, KeyError, AttributeError) as error:
                 return HarnessResult("error", f"malformed harness result: {error}")
     tail = stdout.strip().splitlines()[-1:] or ["(no output)"]
     return HarnessResult("error", f"no harness result in the output; last line: {tail[0][:300]}")
@@ -146,6 +147,7 @@ def _harness_result(data: dict[str, Any]) -> HarnessResult:
                       for o in data.get("outputs") or ()),
         check=HarnessCheck(bool(check.get("run", False)), check.get("passed"),
                            _number(check.get("max_abs_err")), _number(check.get("max_rel_err"))),
+        phases_ms=tuple((str(name), float(ms)) for name, ms in (data.get("phases_ms") or {}).items()),
     )
 
 

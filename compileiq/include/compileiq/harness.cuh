@@ -30,6 +30,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ciq {
@@ -56,10 +57,15 @@ inline std::string json_number(double v) {
 }
 
 template <class T, class F>
-std::string json_list(const std::vector<T>& values, F format) {
-  std::string out = "[";
+std::string json_join(const std::vector<T>& values, F format) {  // "a,b,c": a list's or an object's body
+  std::string out;
   for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + format(values[i]);
-  return out + "]";
+  return out;
+}
+
+template <class T, class F>
+std::string json_list(const std::vector<T>& values, F format) {
+  return "[" + json_join(values, format) + "]";
 }
 
 class Sha256 {
@@ -146,11 +152,16 @@ struct Report {
   bool check_run = false;
   std::optional<bool> check_passed;
   double max_abs_err = NAN, max_rel_err = NAN;
+  std::vector<std::pair<std::string, double>> phases_ms;  // where the process's wall time went
 };
+
+// The process's start, taken before main(): the first phase counts from here.
+inline const std::chrono::steady_clock::time_point process_start = std::chrono::steady_clock::now();
 
 inline std::string to_json(const Report& r) {
   auto num = [](double v) { return json_number(v); };
   auto clock = [](unsigned v) { return std::to_string(v); };
+  auto phase = [](const std::pair<std::string, double>& p) { return json_string(p.first) + ":" + json_number(p.second); };
   auto output = [](const OutputInfo& o) {
     return "{\"name\":" + json_string(o.name) + ",\"dtype\":" + json_string(o.dtype) +
            ",\"count\":" + std::to_string(o.count) + ",\"sha256\":" + json_string(o.sha256) + "}";
@@ -168,7 +179,8 @@ inline std::string to_json(const Report& r) {
     << ",\"outputs\":" << json_list(r.outputs, output) << ",\"check\":{\"run\":"
     << (r.check_run ? "true" : "false") << ",\"passed\":"
     << (r.check_passed ? (*r.check_passed ? "true" : "false") : "null")
-    << ",\"max_abs_err\":" << num(r.max_abs_err) << ",\"max_rel_err\":" << num(r.max_rel_err) << "}}";
+    << ",\"max_abs_err\":" << num(r.max_abs_err) << ",\"max_rel_err\":" << num(r.max_rel_err) << "}"
+    << ",\"phases_ms\":{" << json_join(r.phases_ms, phase) << "}}";
   return j.str();
 }
 
@@ -427,6 +439,7 @@ class Harness {
   Harness(int argc, char** argv) : options_(parse_options(argc, argv)) {
     CIQ_CUDA(cudaSetDevice(options_.device));
     CIQ_CUDA(cudaFree(nullptr));  // create the context outside anything timed
+    mark("cuda_context");  // from the process's start: loading, the CUDA runtime's and the driver's start
     cudaDeviceProp prop{};
     CIQ_CUDA(cudaGetDeviceProperties(&prop, options_.device));
     char bus[32] = {};
@@ -446,6 +459,7 @@ class Harness {
     CIQ_CUDA(cudaEventCreate(&start_));
     CIQ_CUDA(cudaEventCreate(&stop_));
     if (options_.flush) CIQ_CUDA(cudaMalloc(&flush_, flush_bytes_));
+    mark("device_setup");
   }
 
   ~Harness() {
@@ -610,6 +624,12 @@ class Harness {
     } while (seconds_since(begin) * 1e3 < options_.warmup_ms);
   }
 
+  void mark(const char* phase) {  // the time since the previous mark (the first: since the process started)
+    auto now = std::chrono::steady_clock::now();
+    report_.phases_ms.emplace_back(phase, std::chrono::duration<double, std::milli>(now - last_mark_).count());
+    last_mark_ = now;
+  }
+
   static double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
@@ -735,13 +755,17 @@ class Harness {
     check_names();
     if (!launch_) detail::fail("no launch function: call h.launch(...) before h.run()");
     if (outputs_.empty()) detail::fail("no outputs declared: declare at least one h.output<T>(...)");
+    mark("inputs");  // the program's buffers: generated on the host and copied to the GPU
     warm_up();
+    mark("warm_up");
     detail::Series series = time_kernel();
+    mark("sampling");
     summarise(series);
     size_t unwritten = verify_outputs();
     describe_outputs();
     if (options_.check) run_reference();
     write_dump();
+    mark("outputs");  // copied back, hashed, checked against the reference, dumped
     int code = 0;
     report_.status = "ok";
     if (series.ms.empty()) {
@@ -776,6 +800,7 @@ class Harness {
   void* flush_ = nullptr;
   size_t flush_bytes_ = 0;
   unsigned flush_value_ = 0;
+  std::chrono::steady_clock::time_point last_mark_ = detail::process_start;
 };
 
 }  // namespace ciq
