@@ -3,6 +3,7 @@ measurer at the process boundary (no GPU here), the real store, search, confirma
 
 import random
 import re
+from typing import ClassVar
 
 import pytest
 
@@ -12,6 +13,7 @@ from compileiq.core.records import TrialState
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.measure import FakeMeasurer, OutputInfo, RunResult, synthetic_result
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate.screening import ScreeningPolicy
 from compileiq.evaluate.timing import TimeEvaluator, TimingTarget
 from compileiq.results import acf, evidence
 from compileiq.search.searcher import SearchSettings
@@ -51,6 +53,16 @@ OUTPUT = OutputInfo("y", "float32", 4, "")
 RIGHT, WRONG = b"\x00\x00\x80\x3f" * 4, b"\x00\x00\x00\x40" * 4  # 1.0f vs 2.0f
 
 
+class CountingWorkers(LocalWorkers):
+    """Local threads that note how many measuring executables each call asked for."""
+
+    calls: ClassVar[list[int]] = []
+
+    def build_executables(self, jobs):
+        CountingWorkers.calls.append(len(jobs))
+        return super().build_executables(jobs)
+
+
 def _fake_gpu(executable: bytes, args) -> RunResult:
     unroll = int(re.search(rb"ciq-variant-UNROLL=(\d+);", executable).group(1))
     noise = random.Random(len(args) * 7919 + unroll)
@@ -60,8 +72,8 @@ def _fake_gpu(executable: bytes, args) -> RunResult:
     return RunResult(synthetic_result(samples, outputs=[OUTPUT]), dump, 0, False, 0.01)
 
 
-@pytest.mark.slow
-def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
+def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None):
+    """Tune KERNEL (UNROLL x ptxas -O) on the fake GPU: (result, measurer, store)."""
     folder = tmp_path / "scale"
     folder.mkdir()
     (folder / "scale.cu").write_text(KERNEL)
@@ -69,14 +81,21 @@ def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
     spec, tools = load_spec(folder / "scale.cu"), find_toolchain()
     options = TuneOptions(kernel=spec.source, only=("ptxas.opt_level",), objective="time")
     space = tuning_space(spec, tools, options)
-    workers = SharedWorkers(LocalWorkers)
+    CountingWorkers.calls = []
+    workers = SharedWorkers(CountingWorkers)
     measurer = FakeMeasurer(_fake_gpu)
     target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(),
                           120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
     evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/t.db"), workers, measurer)
-    request = TuneRequest(spec, space, "time", budget=6, search=SearchSettings("exhaustive"), batch_size=6)
+    request = TuneRequest(spec, space, "time", budget=6, search=SearchSettings("exhaustive"), batch_size=6,
+                          screening=screening)
     store = Store.open(f"sqlite:///{tmp_path}/t.db")
-    result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
+    return Tuner(request, store, tools, workers, SilentProgress(), evaluator).run(), measurer, store
+
+
+@pytest.mark.slow
+def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
+    result, measurer, store = _tune_scale(tmp_path)
 
     wrong = [t for t in result.trials if t.config.get("define.UNROLL") == 4]
     assert wrong and all(t.state is TrialState.FAILED and t.reason.startswith("wrong result") for t in wrong)
@@ -95,6 +114,19 @@ def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
     # every screened code was measured once: later lookups come from the measurement cache
     screened = [c for c in measurer.calls if "--quick" in c[1]]
     assert len(screened) == len({t.code_hash for t in result.trials if t.code_hash}) + 1  # + the reference run
+    store.close()
+
+
+@pytest.mark.slow
+def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
+    """`compileiq tune --objective time` screens: the batch it will measure is built in one call
+    to the workers, not nvcc then the GPU by turns (on the first GPU lent, nvcc before each
+    measurement was a quarter of the tuning's time)."""
+    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy())
+    measured = [c for c in measurer.calls if "--quick" in c[1]]
+    assert result.chosen.config["define.UNROLL"] == 2 and len(measured) >= 3
+    assert sum(CountingWorkers.calls) == len(measured)  # each once: the baseline's reference run is the first
+    assert max(CountingWorkers.calls) >= 2
     store.close()
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compileiq.build.compile import Build, ExecutableJob
+from compileiq.build.compile import Build, ExecutableBuild, ExecutableJob
 from compileiq.build.workers import Workers
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import MEASURED_ON_KEY, RUNTIME_KIND, Measurement, Trial, TrialState
@@ -69,6 +69,7 @@ class TimeEvaluator:
         self._confirm_on = confirm_on or measurer
         self._reference: RunResult | None = None
         self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
+        self._unbuilt: dict[str, str] = {}  # code hash -> why its executable did not build (`build_batch`)
         self.driver = ""
 
     @property
@@ -93,11 +94,32 @@ class TimeEvaluator:
         cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
         if cached is not None:
             return _from_measurement(cached, static)
-        executable = self._build(config)
+        executable = self._executables.get(build.code_hash) or self._unbuilt.get(build.code_hash) or self._build(config)
         if isinstance(executable, str):
             return Evaluation(None, f"measuring executable does not build: {executable}", static)
         self._executables[build.code_hash] = executable
         return self._screen(executable, build.code_hash, static)
+
+    def build_batch(self, variants: Sequence[tuple[Build, Config]]) -> None:
+        """Build the measuring executables of a batch about to be measured, all at once on the
+        workers, so that the GPU then measures them back to back instead of waiting on nvcc
+        before each (a variant whose runtime is cached, or whose executable is built, is skipped)."""
+        wanted: dict[str, Config] = {}
+        for build, config in variants:
+            key = build.code_hash
+            if not build.ok or key is None or key in wanted or key in self._executables or key in self._unbuilt:
+                continue
+            if self._store.get_measurement(key, self.kind, self.driver, self._args_hash()) is None:
+                wanted[key] = config
+        if len(wanted) < 2:  # one is built where it is measured
+            return
+        built = self._workers().build_executables([self._job(c) for c in wanted.values()])
+        for key, result in zip(wanted, built):
+            outcome = _executable_or_complaint(result)
+            if isinstance(outcome, bytes):
+                self._executables[key] = outcome
+            else:
+                self._unbuilt[key] = outcome
 
     def executable(self, trial: Trial) -> bytes:
         """The executable of a finished trial (rebuilt when it came from the cache)."""
@@ -171,19 +193,24 @@ class TimeEvaluator:
 
     def _build(self, config: Config) -> bytes | str:
         """The executable, or the compiler's first line of complaint."""
+        (built,) = self._workers().build_executables([self._job(config)])
+        return _executable_or_complaint(built)
+
+    def _job(self, config: Config) -> ExecutableJob:
         target, space = self._target, self._target.space
-        job = ExecutableJob(target.nvcc, target.bundle, target.arch,
-                            (*space.frontend_args(config), *target.fixed_defines),
-                            space.ptxas_args(config), target.timeout_s)
-        (built,) = self._workers().build_executables([job])
-        if not built.ok:
-            lines = built.message.strip().splitlines()
-            return lines[0] if lines else built.status.value
-        return built.executable
+        return ExecutableJob(target.nvcc, target.bundle, target.arch, (*space.frontend_args(config), *target.fixed_defines),
+                             space.ptxas_args(config), target.timeout_s)
 
     def _args_hash(self) -> str:
         args = [*self._target.run_args, *([] if self._target.program else SCREEN_ARGS)]
         return hashlib.sha256(json.dumps(args).encode()).hexdigest()[:16]
+
+
+def _executable_or_complaint(built: ExecutableBuild) -> bytes | str:
+    if not built.ok:
+        lines = built.message.strip().splitlines()
+        return lines[0] if lines else built.status.value
+    return built.executable
 
 
 def _timing(run: RunResult) -> dict[str, Any]:

@@ -260,7 +260,10 @@ class Tuner:
         if selection.rejected or selection.held:
             self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
                                 f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
-        return list(selection.measure)[:count]  # the budget counts trials, repeated machine code included
+        measure = list(selection.measure)[:count]  # the budget counts trials, repeated machine code included
+        if (build_batch := getattr(self._evaluator, "build_batch", None)) is not None:  # nvcc before the GPU's turn
+            build_batch([(builds[c.key], c) for c in measure])
+        return measure
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
