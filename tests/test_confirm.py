@@ -11,6 +11,7 @@ from compileiq.evaluate.confirm import (
     choose_finalists,
     confirm,
     confirm_args,
+    confirmation_runs,
     executable_sampler,
 )
 from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
@@ -66,6 +67,29 @@ def test_a_candidate_that_fails_when_rerun_is_skipped() -> None:
     result = confirm(noisy(1.0, 0.01, 1), finalists, samples=5)
     assert result.winner is not None and result.winner.candidate.trial == 3
     assert result.confirmed[0].comparison is None and "signal 11" in result.confirmed[0].failure
+
+
+def test_each_step_of_a_confirmation_is_told_as_it_ends() -> None:
+    """A confirmation is minutes of GPU runs: the A/A threshold, then each finalist's verdict
+    (or failure), are told as they come, not only at the end."""
+    def broken(k: int) -> list[float]:
+        raise ConfirmError("crashed: killed by signal 11")
+
+    notes: list[str] = []
+    finalists = [(Candidate(2, "a", 0.8, True), noisy(0.8, 0.01, 2)), (Candidate(3, "b", 0.5, True), broken)]
+    result = confirm(noisy(1.0, 0.01, 1), finalists, samples=5, note=notes.append)
+    comparison = result.confirmed[0].comparison
+    assert comparison is not None and len(notes) == 3
+    assert notes[0].startswith("A/A: the baseline against itself in 10 rounds, threshold ±")
+    assert notes[1].startswith(f"#2: FASTER, median speedup {comparison.speedup:.3f}x, 95% [")
+    assert f"in {comparison.rounds} rounds" in notes[1]
+    assert notes[2] == "#3: failed when measured again: crashed: killed by signal 11"
+
+
+def test_the_runs_a_confirmation_takes() -> None:
+    assert confirmation_runs(1) == (40, 80)  # A/A 10 rounds x 2, then 10 to 30 rounds x 2
+    assert confirmation_runs(4) == (100, 260)
+    assert confirmation_runs(0) == (20, 20)
 
 
 def test_executable_sampler_runs_exactly_k_samples_on_the_measurer() -> None:

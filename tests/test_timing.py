@@ -72,7 +72,15 @@ def _fake_gpu(executable: bytes, args) -> RunResult:
     return RunResult(synthetic_result(samples, outputs=[OUTPUT]), dump, 0, False, 0.01)
 
 
-def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None):
+class NotedProgress(SilentProgress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=None):
     """Tune KERNEL (UNROLL x ptxas -O) on the fake GPU: (result, measurer, store)."""
     folder = tmp_path / "scale"
     folder.mkdir()
@@ -90,7 +98,7 @@ def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None):
     request = TuneRequest(spec, space, "time", budget=6, search=SearchSettings("exhaustive"), batch_size=6,
                           screening=screening)
     store = Store.open(f"sqlite:///{tmp_path}/t.db")
-    return Tuner(request, store, tools, workers, SilentProgress(), evaluator).run(), measurer, store
+    return Tuner(request, store, tools, workers, progress or SilentProgress(), evaluator).run(), measurer, store
 
 
 @pytest.mark.slow
@@ -122,11 +130,16 @@ def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     """`compileiq tune --objective time` screens: the batch it will measure is built in one call
     to the workers, not nvcc then the GPU by turns (on the first GPU lent, nvcc before each
     measurement was a quarter of the tuning's time)."""
-    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy())
+    progress = NotedProgress()
+    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy(), progress)
     measured = [c for c in measurer.calls if "--quick" in c[1]]
     assert result.chosen.config["define.UNROLL"] == 2 and len(measured) >= 3
     assert sum(CountingWorkers.calls) == len(measured)  # each once: the baseline's reference run is the first
     assert max(CountingWorkers.calls) >= 2
+    # what the confirmation will cost is said before it starts (at the baseline's 0.01 s a run)
+    assert any(re.fullmatch(r"confirming \d finalists?: \d+ to \d+ runs of the measuring program, about "
+                            r"0\.0 to 0\.0 min at 0\.0 s a run \(the baseline's\)", n) for n in progress.notes)
+    assert any(n.startswith("A/A: the baseline against itself") for n in progress.notes)
     store.close()
 
 

@@ -10,7 +10,8 @@ FASTER beyond δ, the baseline is kept.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.errors import CompileIQError
@@ -99,20 +100,37 @@ def confirm(
     samples: int = 10,
     seed: int = 0,
     schedule: Sequence[int] = ROUND_SCHEDULE,
+    note: Callable[[str], None] | None = None,
 ) -> Confirmation:
-    """A/A of the baseline for δ, then each finalist against the baseline, interleaved."""
+    """A/A of the baseline for δ, then each finalist against the baseline, interleaved; `note`
+    hears each step's outcome as it ends (a confirmation can take minutes)."""
+    tell = note or (lambda _: None)
+    started = time.perf_counter()
     aa = aa_noise(baseline, samples=samples)
     delta = noise_delta(aa)
+    tell(f"A/A: the baseline against itself in {len(aa)} rounds, threshold ±{delta:.1%} "
+         f"({time.perf_counter() - started:.0f} s)")
     results = []
     for index, (candidate, sampler) in enumerate(finalists):
+        started = time.perf_counter()
         try:
             comparison = interleaved(baseline, sampler, delta=delta, samples=samples,
                                      schedule=schedule, seed=seed + index)
         except ConfirmError as error:
             results.append(Confirmed(candidate, None, str(error)))
+            tell(f"#{candidate.trial}: failed when measured again: {error}")
             continue
         results.append(Confirmed(candidate, comparison))
+        tell(f"#{candidate.trial}: {comparison.verdict.value}, median speedup {comparison.speedup:.3f}x, "
+             f"95% [{1 / comparison.high:.3f}, {1 / comparison.low:.3f}] in {comparison.rounds} rounds "
+             f"({time.perf_counter() - started:.0f} s)")
     return Confirmation(pick_winner(results), delta, tuple(aa), tuple(results))
+
+
+def confirmation_runs(finalists: int, schedule: Sequence[int] = ROUND_SCHEDULE) -> tuple[int, int]:
+    """The fewest and the most runs of a measuring program a confirmation of `finalists` takes:
+    two per A/A round, and two per round of each finalist (its rounds escalate while undecided)."""
+    return 2 * AA_ROUNDS + 2 * schedule[0] * finalists, 2 * AA_ROUNDS + 2 * schedule[-1] * finalists
 
 
 def confirm_args(samples: int) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from compileiq.evaluate.confirm import (
     Confirmation,
     choose_finalists,
     confirm,
+    confirmation_runs,
     executable_sampler,
 )
 from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, parse_program_metric
@@ -131,8 +132,10 @@ class TimeEvaluator:
             self._executables[key] = built
         return self._executables[key]
 
-    def confirm(self, trials: Sequence[Trial], baseline: Trial, seed: int = 0) -> Confirmation:
-        """Re-measure the fastest screened variants against the baseline, interleaved."""
+    def confirm(self, trials: Sequence[Trial], baseline: Trial, seed: int = 0,
+                note: Callable[[str], None] | None = None) -> Confirmation:
+        """Re-measure the fastest screened variants against the baseline, interleaved; `note`
+        hears what it will cost (runs, and time at the baseline's run time) and each outcome."""
         candidates = [Candidate(t.number, t.code_hash or "", t.value, True)
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
         finalists = choose_finalists(candidates, baseline.code_hash)
@@ -140,7 +143,13 @@ class TimeEvaluator:
         args = self._target.run_args
         base = executable_sampler(self._confirm_on, self.executable(baseline), args)
         pairs = [(c, executable_sampler(self._confirm_on, self.executable(by_number[c.trial]), args)) for c in finalists]
-        return confirm(base, pairs, seed=seed)
+        if note is not None and finalists and self._reference is not None:
+            fewest, most = confirmation_runs(len(finalists))
+            each = self._reference.seconds
+            note(f"confirming {len(finalists)} finalist{'s' * (len(finalists) > 1)}: {fewest} to {most} runs of the "
+                 f"measuring program, about {fewest * each / 60:.1f} to {most * each / 60:.1f} min at "
+                 f"{each:.1f} s a run (the baseline's)")
+        return confirm(base, pairs, seed=seed, note=note)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
         run = self._run(executable, SCREEN_ARGS)

@@ -24,7 +24,7 @@ from compileiq.results.pareto import Front
 from compileiq.results.simplify import Simplification, simplify
 
 Evaluate = Callable[[Sequence[Config], str], list[Trial]]  # configs, purpose -> finished trials
-Confirm = Callable[[Sequence[Trial], Trial, int], Confirmation]
+Confirm = Callable[[Sequence[Trial], Trial, int, Callable[[str], None]], Confirmation]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Decider:
         confirmation = None
         if self.confirm is not None:
             self.note("confirming the fastest variants against the baseline (interleaved rounds)")
-            confirmation = self.confirm(final, baseline, self.seed)
+            confirmation = self.confirm(final, baseline, self.seed, self.note)
             chosen = confirmed_choice(confirmation, final, baseline, chosen)
         ablation = None
         if self.ablate and chosen is not baseline:
