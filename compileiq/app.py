@@ -22,6 +22,7 @@ from compileiq.core.space import SearchSpace
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
+from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
@@ -73,6 +74,7 @@ class TuneOptions:
     pick: str | None = None  # several objectives: knee (default) | first | weights=a:0.7,b:0.3
     stream: bool = False  # keep batch_size variants compiling, a new one as each finishes
     force: bool = False  # replace an existing ACF even when it holds more evidence (acf_replace)
+    finalists: int = FINALISTS  # --objective time: screened variants confirmed against the baseline
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,9 @@ def _check(options: TuneOptions, measured: bool = False) -> None:
         _check_regex(options.metric_regex)
     _check_range("--budget", options.budget, 1, MAX_BUDGET)
     _check_range("--batch-size", options.batch_size, 1, MAX_BATCH_SIZE)
+    _check_range("--finalists", options.finalists, 1, MAX_FINALISTS)
+    if options.finalists != FINALISTS and not _timed(options.objective):
+        raise UsageError("--finalists applies to --objective time (static objectives confirm nothing)")
     _check_range("--seed", options.seed, 0, SEED_LIMIT - 1)
     if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
         raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
@@ -374,7 +379,7 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
         static=StaticEvaluator("static", spec, bundle),
     )  # fmt: skip
     pool = MeasurerPool(measurers)
-    return TimeEvaluator(target, store, workers, pool, confirm_on=pool.first)
+    return TimeEvaluator(target, store, workers, pool, confirm_on=pool.first, finalists=options.finalists)
 
 
 def read_acf(path: Path) -> acf.Acf:

@@ -80,7 +80,7 @@ class NotedProgress(SilentProgress):
         self.notes.append(message)
 
 
-def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=None):
+def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=None, finalists: int = 4):
     """Tune KERNEL (UNROLL x ptxas -O) on the fake GPU: (result, measurer, store)."""
     folder = tmp_path / "scale"
     folder.mkdir()
@@ -94,7 +94,8 @@ def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=Non
     measurer = FakeMeasurer(_fake_gpu)
     target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(),
                           120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
-    evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/t.db"), workers, measurer)
+    evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/t.db"), workers, measurer,
+                              finalists=finalists)
     request = TuneRequest(spec, space, "time", budget=6, search=SearchSettings("exhaustive"), batch_size=6,
                           screening=screening)
     store = Store.open(f"sqlite:///{tmp_path}/t.db")
@@ -131,14 +132,15 @@ def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     to the workers, not nvcc then the GPU by turns (on the first GPU lent, nvcc before each
     measurement was a quarter of the tuning's time)."""
     progress = NotedProgress()
-    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy(), progress)
+    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy(), progress, finalists=1)  # --finalists 1
     measured = [c for c in measurer.calls if "--quick" in c[1]]
     assert result.chosen.config["define.UNROLL"] == 2 and len(measured) >= 3
     assert sum(CountingWorkers.calls) == len(measured)  # each once: the baseline's reference run is the first
     assert max(CountingWorkers.calls) >= 2
     # what the confirmation will cost is said before it starts (at the baseline's 0.01 s a run)
-    assert any(re.fullmatch(r"confirming \d finalists?: \d+ to \d+ runs of the measuring program, about "
-                            r"0\.0 to 0\.0 min at 0\.0 s a run \(the baseline's\)", n) for n in progress.notes)
+    assert "confirming 1 finalist: 40 to 80 runs of the measuring program, about 0.0 to 0.0 min at 0.0 s a run " \
+           "(the baseline's)" in progress.notes
+    assert result.confirmation is not None and len(result.confirmation.confirmed) == 1
     assert any(n.startswith("A/A: the baseline against itself") for n in progress.notes)
     store.close()
 

@@ -89,6 +89,7 @@ def tune(
     exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
     program: Annotated[bool, typer.Option(metavar="", help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
     metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
+    finalists: Annotated[int, typer.Option(help="--objective time: how many of the fastest screened variants are confirmed against the baseline (each 20 to 60 runs of the measuring program, after 20 for the baseline's A/A); fewer where a run is slow to start.")] = 4,
     simplify: Annotated[bool, typer.Option(metavar="", help="Drop the winner's settings that make no difference (recompiles each).")] = True,
     warm_start: Annotated[bool, typer.Option(metavar="", help="Start from the database's other studies: this kernel's results, then what other kernels' studies chose (tried first) and refused (tried later).")] = True,
     stale_after: Annotated[float, typer.Option(hidden=True, help="Seconds without a heartbeat before another tuner retries a running trial.")] = 300.0,
@@ -104,7 +105,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         warm_start=warm_start, program=program, metric_regex=metric_regex, compile_commands=compile_commands,
-        time_budget=time_budget, patience=patience, pick=pick, stream=stream, force=force,
+        time_budget=time_budget, patience=patience, pick=pick, stream=stream, force=force, finalists=finalists,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from compileiq.core.errors import CompileIQError
 from compileiq.evaluate.measure import Measurer
 from compileiq.evaluate.stats import (
+    FINALISTS,
     ROUND_SCHEDULE,
     Comparison,
     Sampler,
@@ -26,7 +27,6 @@ from compileiq.evaluate.stats import (
     ratios,
 )
 
-FINALISTS = 4  # how many screened candidates are confirmed (3–5 per the design)
 AA_ROUNDS = 10
 CONFIRM_TIMEOUT_S = 60.0
 

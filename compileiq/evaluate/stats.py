@@ -17,6 +17,8 @@ from enum import Enum
 
 MIN_DELTA = 0.02
 ROUND_SCHEDULE = (10, 20, 30)
+FINALISTS = 4  # how many screened candidates are confirmed against the baseline (3-5 per the design)
+MAX_FINALISTS = 8
 
 
 class Verdict(str, Enum):

@@ -20,6 +20,7 @@ from compileiq.core.errors import CompileIQError
 from compileiq.core.records import MEASURED_ON_KEY, RUNTIME_KIND, Measurement, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate.confirm import (
+    FINALISTS,
     Candidate,
     Confirmation,
     choose_finalists,
@@ -60,14 +61,16 @@ class TimeEvaluator:
     """Screens each distinct machine code once; results are cached in the database per device."""
 
     def __init__(self, target: TimingTarget, store: Any, workers: Callable[[], Workers], measurer: Measurer,
-                 confirm_on: Measurer | None = None) -> None:
+                 confirm_on: Measurer | None = None, finalists: int = FINALISTS) -> None:
         """`measurer` screens (a MeasurerPool spreads runs over GPUs); `confirm_on`, one GPU for
-        every interleaved confirmation round (default: `measurer`)."""
+        every interleaved confirmation round (default: `measurer`); `finalists`: how many of the
+        fastest screened codes are confirmed against the baseline."""
         self._target = target
         self._store = store
         self._workers = workers
         self._measurer = measurer
         self._confirm_on = confirm_on or measurer
+        self._finalists = finalists
         self._reference: RunResult | None = None
         self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
         self._unbuilt: dict[str, str] = {}  # code hash -> why its executable did not build (`build_batch`)
@@ -138,7 +141,7 @@ class TimeEvaluator:
         hears what it will cost (runs, and time at the baseline's run time) and each outcome."""
         candidates = [Candidate(t.number, t.code_hash or "", t.value, True)
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
-        finalists = choose_finalists(candidates, baseline.code_hash)
+        finalists = choose_finalists(candidates, baseline.code_hash, self._finalists)
         by_number = {t.number: t for t in trials}
         args = self._target.run_args
         base = executable_sampler(self._confirm_on, self.executable(baseline), args)
