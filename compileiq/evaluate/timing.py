@@ -72,6 +72,7 @@ class TimeEvaluator:
         self._confirm_on = confirm_on or measurer
         self._finalists = finalists
         self._reference: RunResult | None = None
+        self._reference_of: tuple[str, bytes, RunResult] | None = None  # the baseline's config key, executable, run
         self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
         self._unbuilt: dict[str, str] = {}  # code hash -> why its executable did not build (`build_batch`)
         self.driver = ""
@@ -89,6 +90,7 @@ class TimeEvaluator:
         if self._value(run) is None:
             raise TimingError(f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}")
         self._reference = run
+        self._reference_of = (baseline.key, executable, run)
         self.driver = run.harness.driver
 
     def evaluate(self, build: Build, config: Config) -> Evaluation:
@@ -98,6 +100,10 @@ class TimeEvaluator:
         cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
         if cached is not None:
             return _from_measurement(cached, static)
+        if (reference := self._reference_of) is not None and reference[0] == config.key:  # run in `prepare`
+            self._reference_of = None  # its screening run is that run: not built or run twice
+            self._executables[build.code_hash] = reference[1]
+            return self._screened(reference[2], build.code_hash, static)
         executable = self._executables.get(build.code_hash) or self._unbuilt.get(build.code_hash) or self._build(config)
         if isinstance(executable, str):
             return Evaluation(None, f"measuring executable does not build: {executable}", static)
@@ -155,7 +161,10 @@ class TimeEvaluator:
         return confirm(base, pairs, seed=seed, note=note)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
-        run = self._run(executable, SCREEN_ARGS)
+        return self._screened(self._run(executable, SCREEN_ARGS), code_hash, static)
+
+    def _screened(self, run: RunResult, code_hash: str, static: dict[str, Any]) -> Evaluation:
+        """A screening run judged: its time, unless it failed or its outputs differ from the reference's."""
         value = self._value(run)
         if value is None:
             reason = self._failure(run) or "the program printed no time"
