@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU acceptance check, in one call (under a deadline of 8 minutes; logs and summary.md
+# The GPU acceptance check, in one call (under a deadline of 9 minutes; logs and summary.md
 # under $OUT, or /tmp/compileiq-gpu-check):
 #   scripts/gpu-check.sh              on a machine with a GPU and no package registry: installs the
 #                                     offline kit in .whl/ (scripts/device-kit.sh made it) over the
@@ -8,7 +8,7 @@
 #                                     over a venv holding only the GPU image's package set, then
 #                                     every step that needs no GPU.
 # Environment: GPU_CHECK_KERNELS ("reduction"), GPU_CHECK_BUDGET (8),
-# GPU_CHECK_GATE_REPEATS (2), GPU_CHECK_DEADLINE_S (480), GPU_CHECK_PYTHON (python3),
+# GPU_CHECK_GATE_REPEATS (2), GPU_CHECK_DEADLINE_S (540), GPU_CHECK_PYTHON (python3),
 # GPU_CHECK_SKIP (steps to leave out, e.g. "kernels" on a rerun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ if "$PY" -c "import ray" 2>/dev/null; then echo "(ray is present: not needed her
 
 ARGS=(--out "$OUT" --kernels ${GPU_CHECK_KERNELS:-reduction}
       --budget "${GPU_CHECK_BUDGET:-8}" --gate-repeats "${GPU_CHECK_GATE_REPEATS:-2}"
-      --deadline-s "${GPU_CHECK_DEADLINE_S:-480}")
+      --deadline-s "${GPU_CHECK_DEADLINE_S:-540}")
 [ "$REHEARSE" = 1 ] && ARGS+=(--rehearse)
 [ -n "${GPU_CHECK_SKIP:-}" ] && ARGS+=(--skip $GPU_CHECK_SKIP)
 "$PY" scripts/gpu_check.py "${ARGS[@]}"
