@@ -272,7 +272,7 @@ def test_timing_is_deterministic_for_a_seed():
 
 
 class SlowerOnGpu:
-    def samplers(self, target: gating.Target) -> gate_rules.TimingSamplers:
+    def samplers(self, target: gating.Target, baseline: gate_rules.Defaults) -> gate_rules.TimingSamplers:
         return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0)
 
 
@@ -284,6 +284,7 @@ def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
     assert report.mode == "timing" and report.exit_code == 1
     assert [f.rule for f in result.findings] == ["slower-than-default", "slower-than-recorded"]
     assert result.timing is not None and result.timing.vs_default.verdict is Verdict.SLOWER
+    assert "the ACF build is SLOWER than the compiler defaults: SLOWER" in result.findings[0].message
 
 
 def test_mode_resolution():

@@ -250,15 +250,19 @@ def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation
 
 
 class HarnessTiming:
-    """The gate's timing source: the kernel's harness built with the ACF's flags and with the
-    compiler defaults, sampled on this machine's GPU."""
+    """The gate's timing source: the kernel's harness built with the ACF's flags and as the
+    baseline the gate's rules judge against (the compiler defaults with tune.toml's first macro
+    values, or the build an ACF's [baseline] records as shipped), sampled on this machine's GPU."""
 
     def __init__(self, measurer: Measurer | None = None) -> None:
         from compileiq.evaluate.measure import LocalMeasurer
 
         self._measurer = measurer or LocalMeasurer()
 
-    def samplers(self, target: Any) -> Any:
+    def samplers(self, target: Any, baseline: Any) -> Any:
+        """`baseline`: its `frontend_args` and `ptxas_args` (gating's `Defaults`)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from compileiq.build.compile import build_executable
         from compileiq.core.toolchain import find_toolchain
         from compileiq.evaluate.stats import TimingSamplers
@@ -269,9 +273,11 @@ class HarnessTiming:
         jobs = {
             "acf": ExecutableJob(tools.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
                                  acf.ptxas_args, spec.compile_timeout_s),
-            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, _define_args(acf), (), spec.compile_timeout_s),
+            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, (*baseline.frontend_args, *acf.fixed_defines),
+                                     baseline.ptxas_args, spec.compile_timeout_s),
         }
-        built = {name: build_executable(job) for name, job in jobs.items()}
+        with ThreadPoolExecutor(len(jobs)) as pool:  # both at once
+            built = dict(zip(jobs, pool.map(build_executable, jobs.values()), strict=True))
         for name, result in built.items():
             if not result.ok:
                 raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
@@ -280,7 +286,3 @@ class HarnessTiming:
                   for name, result in built.items()}
         return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)
 
-
-def _define_args(acf: Any) -> tuple[str, ...]:
-    """The defaults build keeps the ACF's macros (they are the kernel's, not compiler settings)."""
-    return tuple(t for t in acf.argv if t.startswith("-D"))

@@ -57,7 +57,7 @@ class Target:
 
 
 class TimingSource(Protocol):
-    def samplers(self, target: Target) -> TimingSamplers: ...
+    def samplers(self, target: Target, baseline: Defaults) -> TimingSamplers: ...  # the ACF's build and the baseline's
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
     built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
     name = f"your build as shipped ({acf.shipped.origin})" if shipped and acf.shipped else "the compiler defaults"
-    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name)
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas)
 
 
 def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],
@@ -247,10 +247,11 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
     measured = rebuild(target, toolchain, bundle)
     hits = static_hits(recorded, measured, retune_command(target, measured))
-    hits += default_hits(measured, rebuild_defaults(target, toolchain, bundle, measured))
+    defaults = rebuild_defaults(target, toolchain, bundle, measured)
+    hits += default_hits(measured, defaults)
     measured_timing = None
-    if timing is not None and measured.failure is None:
-        measured_timing = compare_timing(timing.samplers(target), seed=seed)
+    if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
+        measured_timing = compare_timing(timing.samplers(target, defaults), seed=seed, against=defaults.name)
         hits += timing_hits(measured_timing)
     return AcfResult(target.acf_label, target.acf.kernel, target.kernel_label, findings(hits, table),
                      recorded, measured, measured_timing)

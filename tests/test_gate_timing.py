@@ -1,0 +1,50 @@
+"""`gate --device` times an ACF against the same baseline its static rules judge against, with
+real nvcc builds of a harness program and a fake GPU at the process boundary (no GPU here)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+from test_timing import KERNEL
+
+from compileiq import app
+from compileiq.core.toolchain import find_toolchain
+from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
+from compileiq.evaluate.timing import HarnessTiming
+from compileiq.gating import check as gating
+from compileiq.source.kernel import bundle_sources
+from compileiq.tuning.progress import SilentProgress
+
+
+def test_a_timed_gate_builds_the_baseline_tune_started_from(tmp_path: Path) -> None:
+    """tune.toml lists UNROLL 4 first, so tune's baseline (and the static rules') has UNROLL=4; the
+    ACF chose fewer instructions. The timed gate used to keep the ACF's macros in its 'defaults' build, so it never
+    timed what the tuned macro gained or lost; its reference is now the rules' baseline."""
+    (tmp_path / "scale.cu").write_text(KERNEL)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
+    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
+                              out=Path("scale.acf.toml"), arch="sm_90")
+    with contextlib.chdir(tmp_path):
+        app.tune(options, SilentProgress())
+        target = gating.locate(Path("scale.acf.toml"), Path("scale.cu"))
+    chosen = target.acf.controls["define.UNROLL"]
+    assert chosen != 4  # the premise: the ACF departs from the first value
+    tools = find_toolchain()
+    bundle = bundle_sources(target.spec, tools.nvcc)
+    baseline = gating.rebuild_defaults(target, tools, bundle, gating.rebuild(target, tools, bundle))
+    assert baseline.name == "the compiler defaults" and "-DUNROLL=4" in baseline.frontend_args
+
+    built_with: list[int] = []
+
+    def gpu(executable: bytes, args: object) -> RunResult:
+        marker = re.search(rb"ciq-variant-UNROLL=(\d+);", executable)
+        assert marker is not None
+        built_with.append(int(marker.group(1)))
+        return RunResult(synthetic_result([1.0] * 3), b"", 0, False, 0.01)
+
+    samplers = HarnessTiming(FakeMeasurer(gpu)).samplers(target, baseline)
+    samplers.acf(3), samplers.default(3)
+    assert built_with == [chosen, 4]
