@@ -265,6 +265,21 @@ def test_timing_against_the_recorded_value():
     assert [hit.rule for hit in gate_rules.timing_hits(slower)] == ["slower-than-recorded"]
 
 
+def test_the_recorded_comparison_reads_the_acf_runs_of_the_first_again():
+    """Each ACF block is a run of the measuring program (12 s each on the first GPU lent): the
+    comparison with the recorded median reuses the blocks the comparison with the defaults ran."""
+    runs: list[int] = []
+    acf = _sampler(1.0, 1)
+
+    def counted(k: int) -> list[float]:
+        runs.append(k)
+        return acf(k)
+
+    timing = gate_rules.compare_timing(gate_rules.TimingSamplers(counted, _sampler(1.0, 2), recorded_median=1.0))
+    assert timing.vs_recorded is not None and timing.vs_recorded.verdict is Verdict.SAME
+    assert len(runs) == max(timing.vs_default.rounds, timing.vs_recorded.rounds) == 10
+
+
 def test_timing_is_deterministic_for_a_seed():
     runs = [gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.01, 1, 0.03), _sampler(1.0, 2, 0.03)), seed=7)
             for _ in range(2)]
