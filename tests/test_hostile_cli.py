@@ -262,6 +262,7 @@ ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit
     "objective-best-nan": (_set("objective", "best", math.nan), "objective.best"),
     "objective-baseline-string": (_set("objective", "baseline", "0"), "objective.baseline"),
     "objective-speedup-inf": (_set("objective", "speedup", math.inf), "objective.speedup"),
+    "objective-finalists-string": (_set("objective", "confirmed_finalists", "4"), "objective.confirmed_finalists"),
     "format-true": (lambda d: d.update(format=True), "unsupported ACF format True"),
     "format-float": (lambda d: d.update(format=1.0), "unsupported ACF format 1.0"),
     "arch-9999": (_set("kernel", "arch", "sm_9999"), "kernel.arch = 'sm_9999' is not an arch"),

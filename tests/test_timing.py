@@ -142,6 +142,7 @@ def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     assert "confirming 1 finalist: 40 to 80 runs of the measuring program, about 0.0 to 0.0 min at 0.0 s a run " \
            "(the baseline's)" in progress.notes
     assert result.confirmation is not None and len(result.confirmation.confirmed) == 1
+    assert evidence.objective_table(result)["confirmed_finalists"] == 1  # the ACF says how many
     assert any(n.startswith("A/A: the baseline against itself") for n in progress.notes)
     store.close()
 

@@ -278,11 +278,13 @@ def _resubmitted(count: int) -> str:
 
 
 def _confirmation_line(confirmation: Any) -> str:
+    count = len(confirmation.confirmed)
+    confirmed = f"confirmed ({count} finalist{'s' * (count != 1)} against the baseline)"
     if confirmation.keeps_baseline:
-        return (f"confirmed: no variant beat the baseline beyond ±{confirmation.delta:.1%} "
-                "(the A/A noise threshold); the ACF keeps the compiler defaults")
+        return (f"{confirmed}: none beat the baseline beyond ±{confirmation.delta:.1%} "
+                "(the A/A noise threshold); the ACF keeps the baseline")
     c = confirmation.winner.comparison
-    return (f"confirmed: {c.verdict.value}, median speedup {1 / c.estimate:.3f}x "
+    return (f"{confirmed}: {c.verdict.value}, median speedup {1 / c.estimate:.3f}x "
             f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds)")
 
 

@@ -26,7 +26,8 @@ class AcfError(UsageError):
     """An ACF that is unreadable, malformed, or asks for something outside the search space."""
 
 
-_OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta")  # one objective's values
+_OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta",
+                      "confirmed_finalists")  # one objective's values
 
 
 def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:

@@ -141,7 +141,7 @@ def front_rows(result: Any) -> list[dict[str, Any]]:
 
 def _confirmed(confirmation: Any) -> dict[str, Any]:
     """Screening values are one quick run each; the speedup is the interleaved confirmation's."""
-    table: dict[str, Any] = {"confirmation_delta": confirmation.delta,
+    table: dict[str, Any] = {"confirmation_delta": confirmation.delta, "confirmed_finalists": len(confirmation.confirmed),
                              "improved": not confirmation.keeps_baseline}
     if confirmation.keeps_baseline:
         table["verdict"] = "no candidate was faster than the baseline beyond the noise threshold"
