@@ -292,9 +292,15 @@ class SlowerOnGpu:
 
 
 def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
+    notes: list[str] = []
     with contextlib.chdir(tuned):
         report = gating.run(gating.GateOptions(acfs=(Path(ACF),), device=True), timing=SlowerOnGpu(),
-                          visible=lambda: True)
+                            visible=lambda: True, progress=notes.append)
+    # minutes of GPU runs on some machines: the gate says when timing starts and how it ended
+    assert len(notes) == 2
+    assert notes[0] == (f"{ACF}: timing its build against the compiler defaults on the GPU, interleaved (20 to 60 "
+                        "runs of the measuring program)")
+    assert notes[1].startswith(f"{ACF}: SLOWER 1.") and notes[1].endswith("rounds against the compiler defaults")
     (result,) = report.results
     assert report.mode == "timing" and report.exit_code == 1
     assert [f.rule for f in result.findings] == ["slower-than-default", "slower-than-recorded"]

@@ -197,7 +197,7 @@ def gate(
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
     from compileiq.evaluate.timing import HarnessTiming
 
-    report = gate_lib.run(options, HarnessTiming())
+    report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report
     unwritten = [_write_report(option, path, render(report)) for option, path, render in
                  (("--markdown", markdown, gate_report.markdown), ("--junit", junit, gate_report.junit))
                  if path is not None]  # fmt: skip

@@ -26,7 +26,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
-from compileiq.evaluate.stats import TimingSamplers
+from compileiq.evaluate.stats import ROUND_SCHEDULE, TimingSamplers
 from compileiq.gating.rules import (
     Defaults,
     Finding,
@@ -36,6 +36,7 @@ from compileiq.gating.rules import (
     Timing,
     compare_timing,
     default_hits,
+    describe,
     findings,
     severities,
     static_hits,
@@ -241,8 +242,9 @@ def path_from_here(path: str) -> str:
 
 
 def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
-             timing: TimingSource | None = None, seed: int = 0) -> AcfResult:
-    """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given)."""
+             timing: TimingSource | None = None, seed: int = 0, note: Callable[[str], None] | None = None) -> AcfResult:
+    """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given;
+    `note` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
     recorded = recorded_of(target.acf)
     bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
     measured = rebuild(target, toolchain, bundle)
@@ -251,7 +253,12 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     hits += default_hits(measured, defaults)
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
+        tell = note or (lambda _: None)
+        fewest, most = 2 * ROUND_SCHEDULE[0], 2 * ROUND_SCHEDULE[-1]
+        tell(f"{target.acf_label}: timing its build against {defaults.name} on the GPU, interleaved "
+             f"({fewest} to {most} runs of the measuring program)")
         measured_timing = compare_timing(timing.samplers(target, defaults), seed=seed, against=defaults.name)
+        tell(f"{target.acf_label}: {describe(measured_timing.vs_default)} against {defaults.name}")
         hits += timing_hits(measured_timing)
     return AcfResult(target.acf_label, target.acf.kernel, target.kernel_label, findings(hits, table),
                      recorded, measured, measured_timing)
@@ -274,7 +281,7 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
 
 
 def run(options: GateOptions, timing: TimingSource | None = None,
-        visible: Callable[[], bool] = measure.gpu_visible) -> GateReport:
+        visible: Callable[[], bool] = measure.gpu_visible, progress: Callable[[str], None] | None = None) -> GateReport:
     """Check every ACF; all inputs are validated before anything is built."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")
@@ -287,5 +294,5 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         recorded_of(target.acf)
     toolchain = find_toolchain()
     source = timing if mode == "timing" else None
-    results = tuple(evaluate(t, table, toolchain, source, options.seed) for t in targets)
+    results = tuple(evaluate(t, table, toolchain, source, options.seed, progress) for t in targets)
     return GateReport(mode, note, tuple(table.items()), results)
