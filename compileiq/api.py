@@ -113,6 +113,7 @@ def tune(
     pick: str | None = None,
     stream: bool = False,
     force: bool = False,
+    finalists: int = _DEFAULTS.finalists,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
@@ -130,6 +131,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, warm_start=warm_start, program=program, metric_regex=metric_regex,
         time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
+        finalists=finalists,
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))
     result = report.result

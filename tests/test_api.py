@@ -109,6 +109,8 @@ def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
     kernel.write_text(TINY_KERNEL)
     with pytest.raises(UsageError, match="--budget must be at least 1, got 0"):
         compileiq.tune(kernel, budget=0, workers="local", db=f"sqlite:///{tmp_path / 't.db'}")
+    with pytest.raises(UsageError, match="--finalists applies to --objective time"):
+        compileiq.tune(kernel, finalists=2, workers="local", db=f"sqlite:///{tmp_path / 't.db'}")
     with pytest.raises(AcfError, match="ACF not found"):
         compileiq.load_acf(tmp_path / "missing.acf.toml")
     (tmp_path / "bad.acf.toml").write_text("format = 1\n")
