@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import TINY_KERNEL, CliResult, compileiq_command, run_cli
@@ -28,6 +29,7 @@ from compileiq.store import Store
 LOOPBACK_ONLY = Path("/work/shared/bin/loopback-only")
 ARCH = "sm_90"
 REGISTER_CAPS = 11  # the values of ptxas.maxrregcount: one front end, eleven ptxas variants
+LOAD_CACHES = 6  # ptxas.def_load_cache's values: distinct machine code each, so each is measured
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LoopbackCluster]:
@@ -52,16 +54,19 @@ def kernel(tmp_path: Path) -> Path:
     return path
 
 
-def _tune_args(cluster: LoopbackCluster, kernel: Path, objective: str) -> list[str]:
-    """Every register cap of one front end, in one batch, on the cluster."""
-    return ["tune", str(kernel), "--ray-address", cluster.address, "--arch", ARCH, "--only", "ptxas.maxrregcount",
-            "--strategy", "exhaustive", "--budget", str(REGISTER_CAPS), "--batch-size", str(REGISTER_CAPS),
+def _tune_args(cluster: LoopbackCluster, kernel: Path, objective: str, only: str = "ptxas.maxrregcount",
+               values: int = REGISTER_CAPS) -> list[str]:
+    """Every value of one ptxas setting (default: every register cap) of one front end, in one
+    batch, on the cluster."""
+    return ["tune", str(kernel), "--ray-address", cluster.address, "--arch", ARCH, "--only", only,
+            "--strategy", "exhaustive", "--budget", str(values), "--batch-size", str(values),
             "--no-simplify", "--db", f"sqlite:///{kernel.parent / 'ciq.db'}", "--objective", objective]
 
 
-def _tune(cluster: LoopbackCluster, kernel: Path, cuda: Path, objective: str, prefix: tuple[str, ...] = ()) -> CliResult:
-    return run_cli(_tune_args(cluster, kernel, objective), cwd=kernel.parent, env=ray_env({"CUDA_HOME": str(cuda)}),
-                   timeout=400, prefix=prefix)
+def _tune(cluster: LoopbackCluster, kernel: Path, cuda: Path, objective: str, prefix: tuple[str, ...] = (),
+          **setting: Any) -> CliResult:
+    return run_cli(_tune_args(cluster, kernel, objective, **setting), cwd=kernel.parent,
+                   env=ray_env({"CUDA_HOME": str(cuda)}), timeout=400, prefix=prefix)
 
 
 @pytest.mark.cluster
@@ -107,11 +112,13 @@ def test_one_measuring_actor_on_the_one_gpu_node(cluster: LoopbackCluster, kerne
     cuda = fake_cuda(tmp_path / "cuda", ptxas_sleep_s=0.0)
     measure_log = Path(cluster.node_env["CIQ_MEASURE_LOG"])
     measure_log.unlink(missing_ok=True)
-    result = _tune(cluster, kernel, cuda, "time")
+    # the register caps all compile this kernel to the same code (one measurement, nothing to
+    # confirm); the load-cache defaults give distinct codes, measured, then confirmed
+    result = _tune(cluster, kernel, cuda, "time", only="ptxas.def_load_cache", values=LOAD_CACHES)
     assert result.returncode == 0, result.describe() + cluster.logs()
 
     runs = [line.split("\t") for line in measure_log.read_text().splitlines()]
-    assert len(runs) >= REGISTER_CAPS  # the baseline, every distinct code, the confirmation rounds
+    assert len(runs) >= LOAD_CACHES + 40  # every distinct code, then the A/A and at least one finalist's rounds
     assert {node for node, _, _ in runs} == {"gpu"}  # measured only where the GPU is
     assert len({actor for _, actor, _ in runs}) == 1  # by one actor process
     assert {gpus for _, _, gpus in runs} == {"0"}  # holding that node's one GPU

@@ -86,6 +86,18 @@ def test_each_step_of_a_confirmation_is_told_as_it_ends() -> None:
     assert notes[2] == "#3: failed when measured again: crashed: killed by signal 11"
 
 
+def test_no_finalist_runs_nothing_not_even_the_a_a() -> None:
+    """Every screened variant had the baseline's code: 20 A/A runs would decide nothing."""
+    def never(k: int) -> list[float]:
+        raise AssertionError("the baseline was run")
+
+    notes: list[str] = []
+    result = confirm(never, [], note=notes.append)
+    assert result.keeps_baseline and result.confirmed == () and result.aa_ratios == ()
+    assert notes == [("nothing to confirm: no screened variant with other machine code than the baseline's and "
+                     "correct outputs")]
+
+
 def test_the_runs_a_confirmation_takes() -> None:
     assert confirmation_runs(1) == (40, 80)  # A/A 10 rounds x 2, then 10 to 30 rounds x 2
     assert confirmation_runs(4) == (100, 260)

@@ -80,12 +80,13 @@ class NotedProgress(SilentProgress):
         self.notes.append(message)
 
 
-def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=None, finalists: int = 4):
+def _tune_scale(tmp_path, screening: ScreeningPolicy | None = None, progress=None, finalists: int = 4,
+                unroll: str = "[1, 2, 4]"):
     """Tune KERNEL (UNROLL x ptxas -O) on the fake GPU: (result, measurer, store)."""
     folder = tmp_path / "scale"
     folder.mkdir()
     (folder / "scale.cu").write_text(KERNEL)
-    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2, 4]\n")
+    (folder / "tune.toml").write_text(f"[tune.defines]\nUNROLL = {unroll}\n")
     spec, tools = load_spec(folder / "scale.cu"), find_toolchain()
     options = TuneOptions(kernel=spec.source, only=("ptxas.opt_level",), objective="time")
     space = tuning_space(spec, tools, options)
@@ -144,6 +145,19 @@ def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     assert result.confirmation is not None and len(result.confirmation.confirmed) == 1
     assert evidence.objective_table(result)["confirmed_finalists"] == 1  # the ACF says how many
     assert any(n.startswith("A/A: the baseline against itself") for n in progress.notes)
+    store.close()
+
+
+@pytest.mark.slow
+def test_with_nothing_to_confirm_the_acf_records_no_threshold(tmp_path):
+    """One UNROLL and screening refuses every lower -O: only the baseline's code is measured, no
+    A/A runs, and the ACF records that nothing was confirmed rather than a threshold nobody measured."""
+    result, measurer, store = _tune_scale(tmp_path, ScreeningPolicy(), unroll="[1]")
+    assert result.confirmation is not None and result.confirmation.confirmed == ()
+    assert len(measurer.calls) == 1  # the baseline's reference run, which is also its trial's
+    table = evidence.objective_table(result)
+    assert table["confirmed_finalists"] == 0 and "confirmation_delta" not in table
+    assert table["verdict"].startswith("nothing to confirm") and table["improved"] is False
     store.close()
 
 

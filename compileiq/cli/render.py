@@ -280,6 +280,8 @@ def _resubmitted(count: int) -> str:
 def _confirmation_line(confirmation: Any) -> str:
     count = len(confirmation.confirmed)
     confirmed = f"confirmed ({count} finalist{'s' * (count != 1)} against the baseline)"
+    if not count:
+        return f"{confirmed}: nothing to confirm (no screened variant had other machine code); the ACF keeps the baseline"
     if confirmation.keeps_baseline:
         return (f"{confirmed}: none beat the baseline beyond ±{confirmation.delta:.1%} "
                 "(the A/A noise threshold); the ACF keeps the baseline")

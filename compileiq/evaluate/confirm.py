@@ -9,6 +9,7 @@ FASTER beyond δ, the baseline is kept.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +56,7 @@ class Confirmed:
 @dataclass(frozen=True)
 class Confirmation:
     winner: Confirmed | None  # None: keep the baseline
-    delta: float  # the FASTER/SLOWER threshold from the baseline's A/A noise
+    delta: float  # the FASTER/SLOWER threshold from the baseline's A/A noise (nan: no finalist, no A/A)
     aa_ratios: tuple[float, ...]
     confirmed: tuple[Confirmed, ...]
 
@@ -105,6 +106,9 @@ def confirm(
     """A/A of the baseline for δ, then each finalist against the baseline, interleaved; `note`
     hears each step's outcome as it ends (a confirmation can take minutes)."""
     tell = note or (lambda _: None)
+    if not finalists:  # no A/A either: 20 runs of the measuring program would decide nothing
+        tell("nothing to confirm: no screened variant with other machine code than the baseline's and correct outputs")
+        return Confirmation(None, math.nan, (), ())
     started = time.perf_counter()
     aa = aa_noise(baseline, samples=samples)
     delta = noise_delta(aa)

@@ -141,8 +141,11 @@ def front_rows(result: Any) -> list[dict[str, Any]]:
 
 def _confirmed(confirmation: Any) -> dict[str, Any]:
     """Screening values are one quick run each; the speedup is the interleaved confirmation's."""
-    table: dict[str, Any] = {"confirmation_delta": confirmation.delta, "confirmed_finalists": len(confirmation.confirmed),
-                             "improved": not confirmation.keeps_baseline}
+    table: dict[str, Any] = {"confirmed_finalists": len(confirmation.confirmed), "improved": not confirmation.keeps_baseline}
+    if not confirmation.confirmed:  # nothing measured against the baseline: no threshold to record
+        table["verdict"] = "nothing to confirm: no screened variant had other machine code than the baseline's"
+        return table
+    table["confirmation_delta"] = confirmation.delta
     if confirmation.keeps_baseline:
         table["verdict"] = "no candidate was faster than the baseline beyond the noise threshold"
         return table
