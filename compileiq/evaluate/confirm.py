@@ -24,6 +24,7 @@ from compileiq.evaluate.stats import (
     Sampler,
     Verdict,
     interleaved,
+    interleaved_runs,
     noise_delta,
     ratios,
 )
@@ -133,8 +134,9 @@ def confirm(
 
 def confirmation_runs(finalists: int, schedule: Sequence[int] = ROUND_SCHEDULE) -> tuple[int, int]:
     """The fewest and the most runs of a measuring program a confirmation of `finalists` takes:
-    two per A/A round, and two per round of each finalist (its rounds escalate while undecided)."""
-    return 2 * AA_ROUNDS + 2 * schedule[0] * finalists, 2 * AA_ROUNDS + 2 * schedule[-1] * finalists
+    two per A/A round, then one interleaved comparison per finalist."""
+    fewest, most = interleaved_runs(schedule)
+    return 2 * AA_ROUNDS + fewest * finalists, 2 * AA_ROUNDS + most * finalists
 
 
 def confirm_args(samples: int) -> tuple[str, ...]:

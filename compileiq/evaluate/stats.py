@@ -21,6 +21,12 @@ FINALISTS = 4  # how many screened candidates are confirmed against the baseline
 MAX_FINALISTS = 8
 
 
+def interleaved_runs(schedule: Sequence[int] = ROUND_SCHEDULE) -> tuple[int, int]:
+    """The fewest and the most runs of the two arms' programs one interleaved comparison takes:
+    one of each per round, its rounds escalating along `schedule` while undecided."""
+    return 2 * schedule[0], 2 * schedule[-1]
+
+
 class Verdict(str, Enum):
     FASTER = "FASTER"
     SAME = "SAME"

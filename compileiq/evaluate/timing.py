@@ -72,7 +72,7 @@ class TimeEvaluator:
         self._confirm_on = confirm_on or measurer
         self._finalists = finalists
         self._reference: RunResult | None = None
-        self._reference_of: tuple[str, bytes, RunResult] | None = None  # the baseline's config key, executable, run
+        self._reference_of: tuple[str, bytes] | None = None  # the baseline's config key and executable, until its trial
         self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
         self._unbuilt: dict[str, str] = {}  # code hash -> why its executable did not build (`build_batch`)
         self.driver = ""
@@ -90,7 +90,7 @@ class TimeEvaluator:
         if self._value(run) is None:
             raise TimingError(f"the baseline cannot be measured: {self._failure(run) or 'the program printed no time'}")
         self._reference = run
-        self._reference_of = (baseline.key, executable, run)
+        self._reference_of = (baseline.key, executable)
         self.driver = run.harness.driver
 
     def evaluate(self, build: Build, config: Config) -> Evaluation:
@@ -100,10 +100,10 @@ class TimeEvaluator:
         cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
         if cached is not None:
             return _from_measurement(cached, static)
-        if (reference := self._reference_of) is not None and reference[0] == config.key:  # run in `prepare`
-            self._reference_of = None  # its screening run is that run: not built or run twice
-            self._executables[build.code_hash] = reference[1]
-            return self._screened(reference[2], build.code_hash, static)
+        if self._reference is not None and self._reference_of is not None and self._reference_of[0] == config.key:
+            self._executables[build.code_hash] = self._reference_of[1]  # run in `prepare`: its screening run
+            self._reference_of = None  # is that run, not built or run twice
+            return self._screened(self._reference, build.code_hash, static)
         executable = self._executables.get(build.code_hash) or self._unbuilt.get(build.code_hash) or self._build(config)
         if isinstance(executable, str):
             return Evaluation(None, f"measuring executable does not build: {executable}", static)

@@ -26,7 +26,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
-from compileiq.evaluate.stats import ROUND_SCHEDULE, TimingSamplers
+from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
 from compileiq.gating.rules import (
     Defaults,
     Finding,
@@ -242,9 +242,10 @@ def path_from_here(path: str) -> str:
 
 
 def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
-             timing: TimingSource | None = None, seed: int = 0, note: Callable[[str], None] | None = None) -> AcfResult:
+             timing: TimingSource | None = None, seed: int = 0,
+             progress: Callable[[str], None] | None = None) -> AcfResult:
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given;
-    `note` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
+    `progress` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
     recorded = recorded_of(target.acf)
     bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
     measured = rebuild(target, toolchain, bundle)
@@ -253,8 +254,8 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     hits += default_hits(measured, defaults)
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
-        tell = note or (lambda _: None)
-        fewest, most = 2 * ROUND_SCHEDULE[0], 2 * ROUND_SCHEDULE[-1]
+        tell = progress or (lambda _: None)
+        fewest, most = interleaved_runs()
         tell(f"{target.acf_label}: timing its build against {defaults.name} on the GPU, interleaved "
              f"({fewest} to {most} runs of the measuring program)")
         measured_timing = compare_timing(timing.samplers(target, defaults), seed=seed, against=defaults.name)
