@@ -74,7 +74,7 @@ import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -346,7 +346,7 @@ class Interval:
         return self.low <= getattr(self, truth) <= self.high
 
 
-def _marker(key: Key) -> bytes:
+def marker(key: Key) -> bytes:
     return b"ciq-replay-key:" + ",".join(map(str, key)).encode() + b";"  # what ReplayMeasurer reads
 
 
@@ -361,18 +361,22 @@ def _steady_median(problem: Problem, key: Key) -> float:
     return statistics.median(problem.landscape.timed(key))
 
 
-def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int) -> tuple[Key, list[Interval]]:
+def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int,
+                     screened: Mapping[Key, float] | None = None) -> tuple[Key, list[Interval], float | None]:
     """The product's finalists and confirmation on `evaluated` (defaults first): the final
-    choice and each finalist's interval with its truths."""
+    choice, each finalist's interval with its truths, and the choice's confirmed median (what
+    the ACF records as `confirmed_median`; None when the defaults are kept). `screened`: each
+    configuration's screening value (default: its recorded mean)."""
     base = problem.default
     order = {k: i for i, k in enumerate(dict.fromkeys(evaluated))}
+    screen = problem.value if screened is None else screened.get
     candidates = [Candidate(i, ",".join(map(str, k)), v, True) for k, i in order.items()
-                  if (v := problem.value(k)) is not None]
+                  if (v := screen(k)) is not None]
     finalists = choose_finalists(candidates, ",".join(map(str, base)))
     by_trial = {i: k for k, i in order.items()}
     measurer = ReplayMeasurer(problem.landscape, seed=seed)
-    pairs = [(c, executable_sampler(measurer, _marker(by_trial[c.trial]))) for c in finalists]
-    outcome = confirm(executable_sampler(measurer, _marker(base)), pairs, seed=seed)
+    pairs = [(c, executable_sampler(measurer, marker(by_trial[c.trial]))) for c in finalists]
+    outcome = confirm(executable_sampler(measurer, marker(base)), pairs, seed=seed)
     intervals = []
     base_mean, base_steady = problem.value(base), problem.landscape.steady_mean(base)
     for confirmed in outcome.confirmed:
@@ -383,8 +387,9 @@ def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int) -> t
                                   _steady_median(problem, key) / _steady_median(problem, base),
                                   problem.landscape.steady_mean(key) / base_steady,  # type: ignore[operator]
                                   problem.value(key) / base_mean, estimand(problem, key, base)))  # type: ignore[operator]
-    chosen = base if outcome.winner is None else by_trial[outcome.winner.candidate.trial]
-    return chosen, intervals
+    if outcome.winner is None:
+        return base, intervals, None
+    return by_trial[outcome.winner.candidate.trial], intervals, outcome.winner.median_ms
 
 
 def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
@@ -396,7 +401,7 @@ def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
         batches = searcher_batches(problem, "bayes", seed, lambda b: sum(map(len, b)) >= budget + 1)
         evaluated = [k for b in batches for k in b]
         for repeat in range(repeats):
-            chosen, found = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
+            chosen, found, _ = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
             intervals += found
             speedups.append(base_mean / problem.value(chosen))  # type: ignore[operator]
     return summarize_coverage(intervals, speedups, base_mean / problem.landscape.best, budget)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Sequence
+
+import pytest
 
 from compileiq.evaluate.confirm import (
     Candidate,
@@ -48,6 +51,31 @@ def test_a_clear_winner_is_faster_with_an_interval() -> None:
     assert result.winner.candidate.trial == 2 and comparison is not None
     assert comparison.verdict is Verdict.FASTER and comparison.low < 0.8 < comparison.high < 0.9
     assert comparison.speedup > 1.2 and result.delta >= 0.02
+
+
+def test_a_confirmed_candidate_records_the_median_of_its_rounds_blocks() -> None:
+    """What the ACF records as `confirmed_median` (the gate's reference): the median over every
+    block of the finalist's interleaved rounds, each block by its median (what a round of the
+    gate divides by the recorded time), not one block. A GPU with two clock states gives blocks
+    in two modes; one block (a screening run) is either, the rounds' median sits where most are."""
+    medians: list[float] = []
+    blocks = iter(range(10_000))
+
+    def bimodal(k: int) -> list[float]:
+        slow = next(blocks) % 3 == 0  # one block in three in the slow state
+        block = [(0.88 if slow else 0.80) + 0.001 * i for i in range(k)]
+        medians.append(statistics.median(block))
+        return block
+
+    result = confirm(noisy(1.0, 0.01, 1), [(Candidate(2, "a", 0.88, True), bimodal)], samples=5)
+    assert result.winner is not None and len(medians) >= 10
+    assert result.winner.median_ms == statistics.median(medians) == pytest.approx(0.802)
+
+    def crashed(k: int) -> list[float]:
+        raise ConfirmError("crashed")
+
+    failed = confirm(noisy(1.0, 0.01, 1), [(Candidate(2, "a", 0.5, True), crashed)], samples=5)
+    assert failed.confirmed[0].median_ms is None
 
 
 def test_noise_keeps_the_baseline() -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import tomllib
 from pathlib import Path
 
+import tomli_w
 from test_timing import KERNEL
 
 from compileiq import app
@@ -48,3 +50,30 @@ def test_a_timed_gate_builds_the_baseline_tune_started_from(tmp_path: Path) -> N
     samplers = HarnessTiming(FakeMeasurer(gpu)).samplers(target, baseline)
     samplers.acf(3), samplers.default(3)
     assert built_with == [chosen, 4]
+
+
+def test_a_timed_gate_holds_the_rebuild_to_the_confirmed_median(tmp_path: Path) -> None:
+    """A runtime ACF records `best` (the chosen build's one screening run) and `confirmed_median`
+    (its median over every confirmation round). On the RTX A4000's recorded runtimes a screening
+    run sat up to 9% above the chosen build's steady median (two clock states in the recording), so a
+    gate held to `best` let a 10% slower rebuild through; it is held to the confirmed median."""
+    (tmp_path / "scale.cu").write_text(KERNEL)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
+    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
+                              out=Path("scale.acf.toml"), arch="sm_90")
+    with contextlib.chdir(tmp_path):
+        app.tune(options, SilentProgress())
+    path = tmp_path / "scale.acf.toml"
+    data = tomllib.loads(path.read_text())
+    data["objective"].update(name="time", unit="ms", best=1.0, confirmed_median=1.09)  # as a time tune writes it
+    path.write_text(tomli_w.dumps(data))
+    target = gating.locate(path, tmp_path / "scale.cu")
+    tools = find_toolchain()
+    bundle = bundle_sources(target.spec, tools.nvcc)
+    baseline = gating.rebuild_defaults(target, tools, bundle, gating.rebuild(target, tools, bundle))
+    gpu = FakeMeasurer(lambda executable, args: RunResult(synthetic_result([1.0] * 3), b"", 0, False, 0.01))
+    assert HarnessTiming(gpu).samplers(target, baseline).recorded_median == 1.09
+    del data["objective"]["confirmed_median"]  # an ACF of an earlier version: its screening run
+    path.write_text(tomli_w.dumps(data))
+    assert HarnessTiming(gpu).samplers(gating.locate(path, tmp_path / "scale.cu"), baseline).recorded_median == 1.0

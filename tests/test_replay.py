@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ from compileiq.evaluate.replay import (
     stand_in_source,
     tune_toml_of_t1,
 )
+from compileiq.evaluate.stats import Verdict
+from compileiq.evaluate.timing import HarnessTiming
+from compileiq.gating import check as gating
 from compileiq.results import acf
 from compileiq.tuning.progress import SilentProgress
 from tests.helpers import load_benchmark
@@ -130,6 +134,39 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     assert written.objective["kind"].startswith("runtime") and "replay:convolution_A4000" in json.dumps(
         written.data, default=str)
     assert written.restrictions and measurer.runs > len(done)  # confirmation ran its rounds too
+
+    # The CI gate on that ACF, timed (`gate --device`: real rebuilds of the harness, the ACF's and
+    # the baseline's, and the interleaved A/B statistic) with samples replayed from the same table.
+    # Unchanged, it passes; once the chosen build runs 10% slower (a driver update, say), only its
+    # timing can tell, and the comparison with the recorded median fails the gate.
+    options = gating.GateOptions(acfs=(report.acf_path,), device=True)
+    passed = gating.run(options, HarnessTiming(ReplayMeasurer(landscape, seed=7)), visible=lambda: True)
+    (checked,) = passed.results
+    assert passed.exit_code == 0 and checked.timing is not None, [f.message for f in checked.findings]
+    assert checked.timing.vs_default.verdict is Verdict.FASTER
+    assert checked.timing.vs_recorded is not None and checked.timing.vs_recorded.verdict is not Verdict.SLOWER
+    key = tuple(result.chosen.config[f"define.{p}"] for p in landscape.parameters)
+    slower = replace(landscape, times={**landscape.times, key: tuple(t * 1.1 for t in landscape.times[key])})
+    failed = gating.run(options, HarnessTiming(ReplayMeasurer(slower, seed=7)), visible=lambda: True)
+    (regressed,) = failed.results
+    assert failed.exit_code == 1 and regressed.timing is not None
+    assert regressed.timing.vs_recorded is not None and regressed.timing.vs_recorded.verdict is Verdict.SLOWER
+    assert [f.rule for f in regressed.findings if f.severity.value == "error"] == ["slower-than-recorded"]
+
+
+def test_the_gate_benchmark_never_fails_an_unchanged_build_and_catches_a_slow_one(tmp_path: Path, capsys) -> None:
+    """benchmarks/gate_landscapes.py: ACFs made as `tune --objective time` makes them (screening
+    medians recorded), then the gate's timed statistic on replayed samples: no false alarm on the
+    unchanged build, every 10% regression caught, nothing caught below the gate's 2%."""
+    out = tmp_path / "gate.json"
+    load_benchmark("gate_landscapes").main(["--landscape", str(CACHE), "--space", str(T1), "--seeds", "3",
+                                            "--budget", "16", "--repeats", "2", "--json", str(out)])
+    (judged,) = json.loads(out.read_text())["landscapes"]
+    situations = judged["references"]["confirmed_median"]["situations"]  # what the gate reads now
+    assert all(row["gates"] == 6 for row in situations.values())
+    assert situations["unchanged"]["caught"] == 0 and situations["regressed 1%"]["caught"] == 0
+    assert situations["regressed 10%"]["caught"] == 6 == situations["regressed 20%"]["caught"]
+    assert "regressed 5%" in capsys.readouterr().out
 
 
 def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, capsys) -> None:

@@ -118,6 +118,8 @@ def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
     assert table["kind"] == evidence.RUNTIME_KIND and table["unit"] == "ms"
     assert table["speedup"] == pytest.approx(2.0, rel=0.02)
     assert table["speedup_interval_95"][0] <= table["speedup"] <= table["speedup_interval_95"][1]
+    # the gate's reference: the chosen build over every confirmation round (UNROLL=2 runs 1.0 ms ± 0.5%)
+    assert table["confirmed_median"] == pytest.approx(1.0, rel=0.006) and table["best"] == result.chosen.value
     # what the number is: a median of per-round ratios (the runtime landscapes showed it misses the
     # ratio of mean times whenever a first launch is slow), said where it is read
     assert table["speedup_is"].startswith("the median over the interleaved rounds")

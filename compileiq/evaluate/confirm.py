@@ -52,6 +52,7 @@ class Confirmed:
     candidate: Candidate
     comparison: Comparison | None  # None when the candidate failed while being re-measured
     failure: str = ""
+    median_ms: float | None = None  # the median of its blocks' medians in the interleaved rounds
 
 
 @dataclass(frozen=True)
@@ -118,18 +119,31 @@ def confirm(
     results = []
     for index, (candidate, sampler) in enumerate(finalists):
         started = time.perf_counter()
+        kept: list[float] = []
         try:
-            comparison = interleaved(baseline, sampler, delta=delta, samples=samples,
+            comparison = interleaved(baseline, _keeping(sampler, kept), delta=delta, samples=samples,
                                      schedule=schedule, seed=seed + index)
         except ConfirmError as error:
             results.append(Confirmed(candidate, None, str(error)))
             tell(f"#{candidate.trial}: failed when measured again: {error}")
             continue
-        results.append(Confirmed(candidate, comparison))
+        results.append(Confirmed(candidate, comparison, median_ms=statistics.median(kept)))
         tell(f"#{candidate.trial}: {comparison.verdict.value}, median speedup {comparison.speedup:.3f}x, "
              f"95% [{1 / comparison.high:.3f}, {1 / comparison.low:.3f}] in {comparison.rounds} rounds "
              f"({time.perf_counter() - started:.0f} s)")
     return Confirmation(pick_winner(results), delta, tuple(aa), tuple(results))
+
+
+def _keeping(sampler: Sampler, kept: list[float]) -> Sampler:
+    """`sampler`, the median of each of its blocks also added to `kept`: what a round of the
+    gate's comparison with a recorded time divides (a block's median by that time)."""
+
+    def sample(k: int) -> list[float]:
+        block = sampler(k)
+        kept.append(statistics.median(block))
+        return block
+
+    return sample
 
 
 def confirmation_runs(finalists: int, schedule: Sequence[int] = ROUND_SCHEDULE) -> tuple[int, int]:

@@ -281,7 +281,8 @@ class HarnessTiming:
         for name, result in built.items():
             if not result.ok:
                 raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
-        recorded = acf.objective.get("best") if acf.objective.get("name") == "time" else None
+        objective = acf.objective  # the confirmation's median of the chosen build; else its screening run
+        recorded = objective.get("confirmed_median", objective.get("best")) if objective.get("name") == "time" else None
         sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
                   for name, result in built.items()}
         return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)

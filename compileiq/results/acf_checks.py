@@ -27,7 +27,7 @@ class AcfError(UsageError):
 
 
 _OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speedup", "confirmation_delta",
-                      "confirmed_finalists")  # one objective's values
+                      "confirmed_finalists", "confirmed_median")  # one objective's values
 
 
 def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
@@ -35,6 +35,8 @@ def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any
     for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
         if name in objective and not is_finite(objective[name]):
             raise AcfError(f"{path}: objective.{name} = {str(objective[name])[:40]!r} must be a finite number")
+    if "confirmed_median" in objective and not objective["confirmed_median"] > 0:  # the gate's reference time
+        raise AcfError(f"{path}: objective.confirmed_median = {objective['confirmed_median']!r} must be a positive time")
     for table in ("baseline", "best"):
         values = evidence.get(table, {})
         if not isinstance(values, dict):
