@@ -27,6 +27,7 @@ from compileiq.cli import cli
 from compileiq.core.errors import UsageError
 from compileiq.evaluate.stats import Verdict
 from compileiq.gating import check as gating
+from compileiq.gating import ci_reports
 from compileiq.gating import rules as gate_rules
 
 FIR = textwrap.dedent(
@@ -260,9 +261,12 @@ def test_timing_verdict_against_the_defaults(acf_mean, verdict):
 def test_timing_against_the_recorded_value():
     same = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.0, 1), _sampler(1.0, 2), recorded_median=1.0))
     assert same.vs_recorded is not None and same.vs_recorded.verdict is Verdict.SAME
-    slower = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.2, 2), recorded_median=1.0))
+    slower = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.2, 2), recorded_median=1.0,
+                                                                 recorded_is="objective.confirmed_median"))
     assert slower.vs_default.verdict is Verdict.SAME
-    assert [hit.rule for hit in gate_rules.timing_hits(slower)] == ["slower-than-recorded"]
+    (hit,) = gate_rules.timing_hits(slower)
+    # the finding names the time it was held to and where the ACF records it
+    assert hit.rule == "slower-than-recorded" and "the recorded 1 ms (objective.confirmed_median)" in hit.message
 
 
 def test_the_recorded_comparison_reads_the_acf_runs_of_the_first_again():
@@ -288,7 +292,8 @@ def test_timing_is_deterministic_for_a_seed():
 
 class SlowerOnGpu:
     def samplers(self, target: gating.Target, baseline: gate_rules.Defaults) -> gate_rules.TimingSamplers:
-        return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0)
+        return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0,
+                                         recorded_is="objective.confirmed_median")
 
 
 def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
@@ -306,6 +311,11 @@ def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
     assert [f.rule for f in result.findings] == ["slower-than-default", "slower-than-recorded"]
     assert result.timing is not None and result.timing.vs_default.verdict is Verdict.SLOWER
     assert "the ACF build is SLOWER than the compiler defaults: SLOWER" in result.findings[0].message
+    # every report says what time the build was held to, and where the ACF records it
+    assert "Timing vs recorded (ACF/recorded, 1 ms (objective.confirmed_median)): SLOWER" in ci_reports.markdown(report)
+    (acf_json,) = ci_reports.as_json(report)["acfs"]
+    assert acf_json["timing"]["vs_recorded"]["recorded_ms"] == 1.0
+    assert acf_json["timing"]["vs_recorded"]["recorded_is"] == "objective.confirmed_median"
 
 
 def test_mode_resolution():

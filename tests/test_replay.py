@@ -152,6 +152,8 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     assert failed.exit_code == 1 and regressed.timing is not None
     assert regressed.timing.vs_recorded is not None and regressed.timing.vs_recorded.verdict is Verdict.SLOWER
     assert [f.rule for f in regressed.findings if f.severity.value == "error"] == ["slower-than-recorded"]
+    median = written.objective["confirmed_median"]  # the confirmation's, not the screening run (`best`)
+    assert regressed.timing.recorded_ms == median and regressed.timing.recorded_is == "objective.confirmed_median"
 
 
 def test_the_gate_benchmark_never_fails_an_unchanged_build_and_catches_a_slow_one(tmp_path: Path, capsys) -> None:

@@ -139,3 +139,4 @@ class TimingSamplers:
     acf: Sampler
     default: Sampler
     recorded_median: float | None = None
+    recorded_is: str = ""  # where the recorded median was read (the ACF's key)

@@ -282,8 +282,10 @@ class HarnessTiming:
             if not result.ok:
                 raise TimingError(f"{target.acf_label}: the {name} build of the harness fails: {result.message[:200]}")
         objective = acf.objective  # the confirmation's median of the chosen build; else its screening run
-        recorded = objective.get("confirmed_median", objective.get("best")) if objective.get("name") == "time" else None
+        key = "confirmed_median" if "confirmed_median" in objective else "best"
+        recorded = objective.get(key) if objective.get("name") == "time" else None
         sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
                   for name, result in built.items()}
-        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None)
+        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None,
+                              f"objective.{key}")
 

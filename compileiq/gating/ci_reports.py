@@ -65,7 +65,7 @@ def _markdown_result(result: AcfResult) -> list[str]:
 def _markdown_timing(timing: Timing) -> list[str]:
     lines = [f"Timing vs defaults (ACF/default): {describe(timing.vs_default)}."]
     if timing.vs_recorded is not None:
-        lines.append(f"Timing vs recorded (ACF/recorded): {describe(timing.vs_recorded)}.")
+        lines.append(f"Timing vs recorded (ACF/recorded, {timing.recorded}): {describe(timing.vs_recorded)}.")
     return lines
 
 
@@ -146,9 +146,12 @@ def _metrics_json(result: AcfResult) -> dict[str, Any]:
 
 def _timing_json(timing: Timing) -> dict[str, Any]:
     pairs = (("vs_default", timing.vs_default), ("vs_recorded", timing.vs_recorded))
-    return {key: None if c is None else {"verdict": c.verdict.value, "ratio": c.estimate, "low": c.low,
-                                         "high": c.high, "rounds": c.rounds, "delta": c.delta}
-            for key, c in pairs}
+    found: dict[str, Any] = {key: None if c is None else {"verdict": c.verdict.value, "ratio": c.estimate, "low": c.low,
+                                                          "high": c.high, "rounds": c.rounds, "delta": c.delta}
+                             for key, c in pairs}
+    if found["vs_recorded"] is not None:
+        found["vs_recorded"].update(recorded_ms=timing.recorded_ms, recorded_is=timing.recorded_is)
+    return found
 
 
 def write(path: Path, text: str) -> None:

@@ -223,6 +223,15 @@ class Timing:
     vs_default: Comparison  # ratio = ACF / the baseline tune started from (Defaults)
     vs_recorded: Comparison | None  # ratio = ACF / recorded median
     against: str = "the compiler defaults"  # that baseline's name (Defaults.name)
+    recorded_ms: float | None = None  # the recorded median vs_recorded divides by
+    recorded_is: str = ""  # where it was read (the ACF's key)
+
+    @property
+    def recorded(self) -> str:
+        """The recorded median as people read it: '1.0086 ms (objective.confirmed_median)'."""
+        if self.recorded_ms is None:
+            return ""
+        return f"{self.recorded_ms:.6g} ms" + (f" ({self.recorded_is})" if self.recorded_is else "")
 
 
 def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int = 10,
@@ -236,7 +245,8 @@ def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, sample
     if recorded is None:
         return Timing(vs_default, None, against)
     constant: Sampler = lambda k: [recorded] * k
-    return Timing(vs_default, interleaved(constant, acf.again, delta=delta, samples=samples, seed=seed), against)
+    return Timing(vs_default, interleaved(constant, acf.again, delta=delta, samples=samples, seed=seed), against,
+                  recorded, samplers.recorded_is)
 
 
 class _Reused:
@@ -263,7 +273,7 @@ def timing_hits(timing: Timing) -> list[Hit]:
     """SLOWER against the defaults or against the recorded value is a regression."""
     found: list[Hit] = []
     for rule, against, comparison in (("slower-than-default", timing.against, timing.vs_default),
-                                      ("slower-than-recorded", "recorded", timing.vs_recorded)):
+                                      ("slower-than-recorded", f"the recorded {timing.recorded}", timing.vs_recorded)):
         if comparison is not None and comparison.verdict is Verdict.SLOWER:
             found.append(Hit(rule, f"<= {1 + comparison.delta:.3f}x {against}", describe(comparison),
                              f"the ACF build is SLOWER than {against}: {describe(comparison)}"))
