@@ -361,12 +361,20 @@ def _steady_median(problem: Problem, key: Key) -> float:
     return statistics.median(problem.landscape.timed(key))
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What a confirmation decided, as the ACF records it."""
+
+    key: Key  # the final choice (the defaults when kept)
+    intervals: list[Interval]  # each finalist's, with its truths
+    confirmed_median: float | None  # `objective.confirmed_median` (None when the defaults are kept)
+    delta: float  # `objective.confirmation_delta`: the A/A threshold (nan: nothing to confirm)
+
+
 def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int,
-                     screened: Mapping[Key, float] | None = None) -> tuple[Key, list[Interval], float | None]:
-    """The product's finalists and confirmation on `evaluated` (defaults first): the final
-    choice, each finalist's interval with its truths, and the choice's confirmed median (what
-    the ACF records as `confirmed_median`; None when the defaults are kept). `screened`: each
-    configuration's screening value (default: its recorded mean)."""
+                     screened: Mapping[Key, float] | None = None) -> Choice:
+    """The product's finalists and confirmation on `evaluated` (defaults first). `screened`:
+    each configuration's screening value (default: its recorded mean)."""
     base = problem.default
     order = {k: i for i, k in enumerate(dict.fromkeys(evaluated))}
     screen = problem.value if screened is None else screened.get
@@ -388,8 +396,8 @@ def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int,
                                   problem.landscape.steady_mean(key) / base_steady,  # type: ignore[operator]
                                   problem.value(key) / base_mean, estimand(problem, key, base)))  # type: ignore[operator]
     if outcome.winner is None:
-        return base, intervals, None
-    return by_trial[outcome.winner.candidate.trial], intervals, outcome.winner.median_ms
+        return Choice(base, intervals, None, outcome.delta)
+    return Choice(by_trial[outcome.winner.candidate.trial], intervals, outcome.winner.median_ms, outcome.delta)
 
 
 def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
@@ -401,9 +409,9 @@ def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
         batches = searcher_batches(problem, "bayes", seed, lambda b: sum(map(len, b)) >= budget + 1)
         evaluated = [k for b in batches for k in b]
         for repeat in range(repeats):
-            chosen, found, _ = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
-            intervals += found
-            speedups.append(base_mean / problem.value(chosen))  # type: ignore[operator]
+            choice = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
+            intervals += choice.intervals
+            speedups.append(base_mean / problem.value(choice.key))  # type: ignore[operator]
     return summarize_coverage(intervals, speedups, base_mean / problem.landscape.best, budget)
 
 

@@ -164,7 +164,7 @@ def test_the_gate_benchmark_never_fails_an_unchanged_build_and_catches_a_slow_on
     load_benchmark("gate_landscapes").main(["--landscape", str(CACHE), "--space", str(T1), "--seeds", "3",
                                             "--budget", "16", "--repeats", "2", "--json", str(out)])
     (judged,) = json.loads(out.read_text())["landscapes"]
-    situations = judged["references"]["confirmed_median"]["situations"]  # what the gate reads now
+    situations = judged["readings"]["`confirmed_median`, δ 2% (now)"]["situations"]
     assert all(row["gates"] == 6 for row in situations.values())
     assert situations["unchanged"]["caught"] == 0 and situations["regressed 1%"]["caught"] == 0
     assert situations["regressed 10%"]["caught"] == 6 == situations["regressed 20%"]["caught"]

@@ -69,9 +69,11 @@ def test_every_strategy_starts_from_the_defaults_and_builds_only_allowed_configu
 def test_the_products_confirmation_is_judged_against_the_tables_truth(problem) -> None:
     module = _module()
     evaluated = [(1, 0), (2, 0), (3, 0), (4, 0), (1, 1), (2, 1), (3, 1)]
-    chosen, intervals, confirmed = module.confirmed_choice(problem, evaluated, seed=1)
+    choice = module.confirmed_choice(problem, evaluated, seed=1)
+    chosen, intervals, confirmed = choice.key, choice.intervals, choice.confirmed_median
     assert chosen == (2, 1)  # the fastest, confirmed FASTER
     assert confirmed is not None and min(problem.landscape.timed(chosen)) <= confirmed <= max(problem.landscape.timed(chosen))
+    assert choice.delta >= 0.02  # the A/A threshold the ACF records
     assert len(intervals) == 4  # FINALISTS, the defaults and the failed one left out
     best = next(i for i in intervals if i.means_ratio == pytest.approx(0.5))
     assert best.low <= 0.5 <= best.high and all(best.covers(truth) for truth in module.Interval.TRUTHS)
