@@ -20,18 +20,23 @@ from compileiq.source.kernel import bundle_sources
 from compileiq.tuning.progress import SilentProgress
 
 
+def _tune_scale(folder: Path) -> None:
+    """scale.cu tuned in `folder` (UNROLL 4 first in tune.toml, fewest instructions): scale.acf.toml."""
+    (folder / "scale.cu").write_text(KERNEL)
+    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
+    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{folder}/t.db",
+                              out=Path("scale.acf.toml"), arch="sm_90")
+    with contextlib.chdir(folder):
+        app.tune(options, SilentProgress())
+
+
 def test_a_timed_gate_builds_the_baseline_tune_started_from(tmp_path: Path) -> None:
     """tune.toml lists UNROLL 4 first, so tune's baseline (and the static rules') has UNROLL=4; the
     ACF chose fewer instructions. The timed gate used to keep the ACF's macros in its 'defaults' build, so it never
     timed what the tuned macro gained or lost; its reference is now the rules' baseline."""
-    (tmp_path / "scale.cu").write_text(KERNEL)
-    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
-    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
-                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
-                              out=Path("scale.acf.toml"), arch="sm_90")
-    with contextlib.chdir(tmp_path):
-        app.tune(options, SilentProgress())
-        target = gating.locate(Path("scale.acf.toml"), Path("scale.cu"))
+    _tune_scale(tmp_path)
+    target = gating.locate(tmp_path / "scale.acf.toml", tmp_path / "scale.cu")
     chosen = target.acf.controls["define.UNROLL"]
     assert chosen != 4  # the premise: the ACF departs from the first value
     tools = find_toolchain()
@@ -57,13 +62,7 @@ def test_a_timed_gate_holds_the_rebuild_to_the_confirmed_median(tmp_path: Path) 
     (its median over every confirmation round). On the RTX A4000's recorded runtimes a screening
     run sat up to 9% above the chosen build's steady median (two clock states in the recording), so a
     gate held to `best` let a 10% slower rebuild through; it is held to the confirmed median."""
-    (tmp_path / "scale.cu").write_text(KERNEL)
-    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
-    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
-                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
-                              out=Path("scale.acf.toml"), arch="sm_90")
-    with contextlib.chdir(tmp_path):
-        app.tune(options, SilentProgress())
+    _tune_scale(tmp_path)
     path = tmp_path / "scale.acf.toml"
     data = tomllib.loads(path.read_text())
     data["objective"].update(name="time", unit="ms", best=1.0, confirmed_median=1.09)  # as a time tune writes it
