@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from compileiq import app
+from compileiq.cli import render
 from compileiq.core.records import TrialState
 from compileiq.evaluate.measure import RunResult
 from compileiq.evaluate.replay import (
@@ -103,7 +104,7 @@ def test_a_cache_that_kept_one_time_per_configuration_replays_it(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
+def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path, capsys) -> None:
     landscape = load_landscape(CACHE)
     folder = tmp_path / "convolution"
     folder.mkdir()
@@ -153,6 +154,8 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path) -> None:
     assert regressed.timing.vs_recorded is not None and regressed.timing.vs_recorded.verdict is Verdict.SLOWER
     assert [f.rule for f in regressed.findings if f.severity.value == "error"] == ["slower-than-recorded"]
     median = written.objective["confirmed_median"]  # the confirmation's, not the screening run (`best`)
+    render.print_report(report)  # the run's summary says the same number the ACF and the gate use
+    assert f"over them it ran {median:.6g} ms, the time `gate --device` holds it to" in capsys.readouterr().out
     assert regressed.timing.recorded_ms == median and regressed.timing.recorded_is == "objective.confirmed_median"
 
 

@@ -285,9 +285,10 @@ def _confirmation_line(confirmation: Any) -> str:
     if confirmation.keeps_baseline:
         return (f"{confirmed}: none beat the baseline beyond ±{confirmation.delta:.1%} "
                 "(the A/A noise threshold); the ACF keeps the baseline")
-    c = confirmation.winner.comparison
+    c, median = confirmation.winner.comparison, confirmation.winner.median_ms
+    held = "" if median is None else f"; over them it ran {median:.6g} ms, the time `gate --device` holds it to"
     return (f"{confirmed}: {c.verdict.value}, median speedup {1 / c.estimate:.3f}x "
-            f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds)")
+            f"(95% interval {1 / c.high:.3f}-{1 / c.low:.3f}x, {c.rounds} interleaved rounds{held})")
 
 
 def _config(trial: Trial) -> Any:
