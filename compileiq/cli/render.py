@@ -340,7 +340,15 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "warm_start": result.warm_start,
         "to_time": to_time_entries(report),
         "launch_note": _launch_note(report),
+        "confirmation": _confirmation_json(result.confirmation),
     }
+
+
+def _confirmation_json(confirmation: Any) -> dict[str, Any] | None:
+    """A runtime run's confirmation: the same keys and values as the ACF's [objective] (None: static)."""
+    from compileiq.results.evidence import confirmation_table
+
+    return None if confirmation is None else confirmation_table(confirmation)
 
 
 def objective_json(objective: str) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def objective_table(result: Any) -> dict[str, Any]:
         table["best"] = best
     table["improved"] = bool(baseline is not None and best is not None and best < baseline)
     if result.confirmation is not None:
-        table.update(_confirmed(result.confirmation))
+        table.update(confirmation_table(result.confirmation))
     return table
 
 
@@ -139,8 +139,9 @@ def front_rows(result: Any) -> list[dict[str, Any]]:
             for p in result.front.points]
 
 
-def _confirmed(confirmation: Any) -> dict[str, Any]:
-    """Screening values are one quick run each; the speedup is the interleaved confirmation's."""
+def confirmation_table(confirmation: Any) -> dict[str, Any]:
+    """What a runtime confirmation decided, as the ACF's [objective] and `tune --json` both give it.
+    Screening values are one quick run each; the speedup is the interleaved confirmation's."""
     table: dict[str, Any] = {"confirmed_finalists": len(confirmation.confirmed), "improved": not confirmation.keeps_baseline}
     if not confirmation.confirmed:  # nothing measured against the baseline: no threshold to record
         table["verdict"] = "nothing to confirm: no screened variant had other machine code than the baseline's"
