@@ -165,9 +165,22 @@ def _gate_run(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         report = json.loads(done.stdout)
         results = report.get("acfs", [])
         return {"exit": done.returncode, "checked": len(results),
-                "failed": sum(1 for r in results if r.get("verdict") != "PASS")}
+                "failed": sum(1 for r in results if r.get("verdict") != "PASS"),
+                "timings": [_timing_row(r) for r in results if r.get("timing")]}
     except json.JSONDecodeError:
         return {"exit": done.returncode, "checked": 0, "failed": 0, "error": done.stderr.strip()[-300:]}
+
+
+def _timing_row(result: dict[str, Any]) -> dict[str, Any]:
+    """One ACF's timed verdicts: against the baseline, and against the time the ACF recorded
+    (which key: `objective.confirmed_median`, or `best` for an ACF without one)."""
+    timing, row = result["timing"], {"acf": result.get("acf")}
+    for side in ("vs_default", "vs_recorded"):
+        if (c := timing.get(side)) is not None:
+            row[side] = f"{c['verdict']} {c['ratio']:.3f}x [{c['low']:.3f}, {c['high']:.3f}] in {c['rounds']} rounds"
+    if (recorded := timing.get("vs_recorded")) is not None:
+        row["recorded"] = f"{recorded.get('recorded_ms')} ms ({recorded.get('recorded_is')})"
+    return row
 
 
 def pytest_gpu(check: Check) -> None:
@@ -209,9 +222,13 @@ def markdown(check: Check) -> str:
                      f"{r.get('speedup', '-')} | `{r.get('flags', '-')}` |")
     g, p = s.get("gate", {}), s.get("pytest_gpu", {})
     lines += ["", f"## compileiq gate {g.get('mode')} on the fresh ACFs, repeated {g.get('repeats')} times", "",
-              f"Failures of unchanged kernels (false alarms): {g.get('false_alarms')}", "",
-              f"## pytest -m gpu{' --collect-only' if check.rehearse else ''}", "",
-              f"exit {p.get('exit')}: {p.get('summary')}", ""]
+              f"Failures of unchanged kernels (false alarms): {g.get('false_alarms')}", ""]
+    timed = [t for run in g.get("runs", []) for t in run.get("timings", [])]
+    if timed:
+        lines += ["| ACF | vs the baseline | vs the recorded time | recorded |", "|---|---|---|---|"]
+        lines += [f"| {t['acf']} | {t.get('vs_default', '-')} | {t.get('vs_recorded', '-')} | {t.get('recorded', '-')} |"
+                  for t in timed] + [""]
+    lines += [f"## pytest -m gpu{' --collect-only' if check.rehearse else ''}", "", f"exit {p.get('exit')}: {p.get('summary')}", ""]
     return "\n".join(lines)
 
 

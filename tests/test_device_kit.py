@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,26 @@ def test_ray_workers_without_ray_say_how_to_get_it_in_one_line(tmp_path: Path) -
     errors = [line for line in result.stderr_lines if line.startswith("error")]
     assert errors == [result.stderr_lines[-1]], result.describe()
     assert "Ray is not installed" in errors[0] and "--workers local" in errors[0]
+
+
+def test_the_gpu_checks_summary_keeps_each_timed_gate_verdict_and_the_time_it_held_the_acf_to(tmp_path: Path) -> None:
+    """The next lease's gate step records, per ACF, both timed verdicts and the recorded time (and
+    its key) from `gate --json`, so a false alarm can be read back to its cause."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    comparison = {"verdict": "SAME", "ratio": 1.004, "low": 0.998, "high": 1.01, "rounds": 10, "delta": 0.02}
+    report = {"acfs": [{"acf": "reduction.acf.toml", "verdict": "PASS", "timing": {
+        "vs_default": {**comparison, "verdict": "FASTER", "ratio": 0.95, "low": 0.94, "high": 0.96},
+        "vs_recorded": {**comparison, "recorded_ms": 0.21648, "recorded_is": "objective.confirmed_median"}}}]}
+    run = module._gate_run(subprocess.CompletedProcess([], 0, json.dumps(report), ""))
+    check = module.Check(tmp_path, False, time.monotonic() + 60,
+                         {"gate": {"mode": "--device", "repeats": 1, "false_alarms": "0/1", "runs": [run]}})
+    text = module.markdown(check)
+    assert ("| reduction.acf.toml | FASTER 0.950x [0.940, 0.960] in 10 rounds | SAME 1.004x [0.998, 1.010] in 10 rounds "
+            "| 0.21648 ms (objective.confirmed_median) |") in text
