@@ -40,7 +40,6 @@ follow: this benchmark is why. Two situations:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -51,7 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from common import BATCH, machine
-from runtime_landscapes import Key, Problem, confirmed_choice, marker, problems, searcher_batches
+from runtime_landscapes import (
+    Key,
+    Problem,
+    compileiq_evaluated,
+    confirmed_choice,
+    landscape_parser,
+    marker,
+    problems,
+)
 
 from compileiq.evaluate.confirm import executable_sampler
 from compileiq.evaluate.replay import QUICK_SAMPLES, Landscape, ReplayMeasurer
@@ -94,8 +101,7 @@ READINGS = (Reading("`best`, δ 2% (before)", "best", False),
 
 
 def made_acf(problem: Problem, seed: int, budget: int) -> Acf:
-    batches = searcher_batches(problem, "bayes", seed, lambda b: sum(map(len, b)) >= budget + 1)
-    evaluated = list(dict.fromkeys(k for b in batches for k in b))
+    evaluated = compileiq_evaluated(problem, seed, budget)
     screening = ReplayMeasurer(problem.landscape, seed=seed)
     screened = {k: statistics.median(executable_sampler(screening, marker(k))(QUICK_SAMPLES))
                 for k in evaluated if problem.landscape.timed(k)}
@@ -175,11 +181,7 @@ def render(problem: Problem, judged: dict[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--landscape", type=Path, action="append", required=True,
-                        help="Kernel Tuner cache file (.json or .json.gz); repeat for several")
-    parser.add_argument("--space", type=Path, action="append", default=[],
-                        help="its T1 tuning space (JSON): one, or one per --landscape")
+    parser = landscape_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=20, help="ACFs per landscape (one tune each)")
     parser.add_argument("--budget", type=int, default=64, help="evaluations after the defaults per tune")
     parser.add_argument("--repeats", type=int, default=5, help="gate runs per ACF and situation")

@@ -400,14 +400,20 @@ def confirmed_choice(problem: Problem, evaluated: Sequence[Key], seed: int,
     return Choice(by_trial[outcome.winner.candidate.trial], intervals, outcome.winner.median_ms, outcome.delta)
 
 
+def compileiq_evaluated(problem: Problem, seed: int, budget: int) -> list[Key]:
+    """The configurations compileiq's search evaluates in `budget` evaluations after the defaults
+    (whole batches), each once, in order: what its confirmation chooses from."""
+    batches = searcher_batches(problem, "bayes", seed, lambda b: sum(map(len, b)) >= budget + 1)
+    return list(dict.fromkeys(k for b in batches for k in b))
+
+
 def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
     intervals: list[Interval] = []
     speedups: list[float] = []
     base_mean = problem.value(problem.default)
     assert base_mean is not None
     for seed in range(seeds):
-        batches = searcher_batches(problem, "bayes", seed, lambda b: sum(map(len, b)) >= budget + 1)
-        evaluated = [k for b in batches for k in b]
+        evaluated = compileiq_evaluated(problem, seed, budget)
         for repeat in range(repeats):
             choice = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
             intervals += choice.intervals
@@ -543,13 +549,19 @@ def problems(landscapes: Sequence[Path], spaces: Sequence[Path]) -> list[Problem
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def landscape_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser with the landscapes it runs on (--landscape, --space), read by `problems`."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--landscape", type=Path, action="append", required=True,
                         help="Kernel Tuner cache file (.json or .json.gz); repeat for several")
     parser.add_argument("--space", type=Path, action="append", default=[],
                         help="the tuning space in the T1 format (JSON): one, or one per --landscape; without "
                              "it, each cache's own tune_params, unrestricted, their first values the defaults")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = landscape_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=512, help="evaluations a run may take (charged that if short)")
     parser.add_argument("--budget", type=int, default=64, help="compileiq's evaluations after the defaults "
