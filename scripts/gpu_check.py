@@ -32,6 +32,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE_KERNELS = ("reduction",)  # one: each measuring process took seconds on the first H200 lent
+CHECK_RUNS_S = 90.0  # at most this long on the kernels' --check runs; the rest is for tuning and gating
+CONFIRM_PROCESSES = 45  # confirmation's A/A (20) and one finalist (20 to 60): measuring processes
+GATE_PROCESSES = 25  # one `gate --device` of one ACF: 20 to 60 processes
+LEASE_PROCESS_S = 5.0  # a measuring process on the second H200 lent: 1.4 to 7.1 s (12 s on the first)
 
 
 @dataclass
@@ -40,6 +44,12 @@ class Check:
     rehearse: bool
     deadline: float
     sections: dict[str, Any] = field(default_factory=dict)
+    process_s: list[float] = field(default_factory=list)  # wall time of each measuring process run
+
+    def per_process_s(self) -> float:
+        """What one measuring process costs on this machine: the median of those run so far."""
+        runs = sorted(self.process_s)
+        return runs[len(runs) // 2] if runs else LEASE_PROCESS_S
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -88,12 +98,17 @@ def kernels(check: Check) -> None:
     jobs = [ExecutableJob(nvcc, bundle_sources(s), s.arch, s.fixed_define_args(), (), 300) for s in specs]
     with ThreadPoolExecutor(max(os.cpu_count() or 1, 1)) as pool:
         builds = list(pool.map(build_executable, jobs))
-    rows = []
+    rows, stop_at = [], time.monotonic() + CHECK_RUNS_S
     for spec, build in zip(specs, builds):
         row: dict[str, Any] = {"kernel": spec.name, "build": "ok" if build.ok else build.message.splitlines()[0],
                                "build_s": round(build.seconds, 1)}
-        if build.ok and not check.rehearse and check.left() > 10:
-            row.update(_check_run(spec, build.executable, min(90.0, check.left())))
+        if build.ok and not check.rehearse:
+            if time.monotonic() < stop_at and check.left() > 10:
+                row.update(_check_run(spec, build.executable, min(90.0, check.left())))
+                if "process_s" in row:
+                    check.process_s.append(row["process_s"])
+            else:
+                row["check"] = f"not run (the check's {CHECK_RUNS_S:.0f} s for --check runs were spent)"
         rows.append(row)
     check.sections["kernels"] = rows
 
@@ -116,15 +131,26 @@ def _check_run(spec: Any, executable: bytes, timeout_s: float) -> dict[str, Any]
 def tune(check: Check, names: list[str], budget: int) -> None:
     objective = "static" if check.rehearse else "time"
     rows = []
-    for name in names:
+    for i, name in enumerate(names):
         acf_path = check.out / f"{name}.acf.toml"
         argv = [*_cli(), "tune", f"kernels/{name}/{name}.cu", "--objective", objective, "--budget", str(budget),
                 "--workers", "local", "--db", f"sqlite:///{check.out / 'gpu-check.db'}", "--out", str(acf_path)]
+        timeout_s = 300.0
         if not check.rehearse:  # one finalist: 40-80 runs of the measuring program, at seconds a run
-            argv += ["--finalists", "1"]
-        done = check.run(f"tune-{name}", argv, 300)
+            share = check.left() / (len(names) - i)  # the kernels still to tune share what is left
+            search_s, timeout_s = _tune_time(share, check.per_process_s())
+            argv += ["--finalists", "1", "--time-budget", f"{search_s:.0f}s"]
+        done = check.run(f"tune-{name}", argv, timeout_s)
         rows.append({"kernel": name, **_tune_row(done, acf_path)})
     check.sections["tune"] = {"objective": objective, "budget": budget, "rows": rows}
+
+
+def _tune_time(left_s: float, process_s: float) -> tuple[float, float]:
+    """The search's time budget and the tune's timeout: what is left once a confirmation and one
+    gate at this machine's cost per measuring process are set aside (the search gets 30 s at least)."""
+    gate_s = GATE_PROCESSES * process_s
+    search_s = max(30.0, left_s - (CONFIRM_PROCESSES * process_s + gate_s + 30.0))
+    return search_s, max(60.0, left_s - gate_s - 10.0)
 
 
 def _tune_row(done: subprocess.CompletedProcess[str] | None, acf_path: Path) -> dict[str, Any]:
@@ -150,7 +176,8 @@ def gate(check: Check, names: list[str], repeats: int) -> None:
     acfs = [str(check.out / f"{n}.acf.toml") for n in names if (check.out / f"{n}.acf.toml").is_file()]
     runs = []
     for i in range(repeats if acfs else 0):
-        done = check.run(f"gate-{i}", [*_cli(), "gate", mode, "--json", *acfs], 240)
+        timeout_s = max(240.0, GATE_PROCESSES * len(acfs) * check.per_process_s() + 30.0)
+        done = check.run(f"gate-{i}", [*_cli(), "gate", mode, "--json", *acfs], timeout_s)
         if done is None:
             break
         runs.append(_gate_run(done))

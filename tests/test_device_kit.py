@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -70,17 +71,39 @@ def test_ray_workers_without_ray_say_how_to_get_it_in_one_line(tmp_path: Path) -
     assert "Ray is not installed" in errors[0] and "--workers local" in errors[0]
 
 
-def test_the_gpu_checks_summary_keeps_each_timed_gate_verdict_and_the_time_it_held_the_acf_to(tmp_path: Path) -> None:
-    """The next lease's gate step records, per ACF, both timed verdicts and the recorded time (and
-    its key) from `gate --json`, so a false alarm can be read back to its cause."""
+def _gpu_check_module() -> types.ModuleType:  # the script's module, loaded from its path
     import importlib.util
-    import time
 
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("gpu_check", module)  # its dataclasses look their module up
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_check_sizes_the_search_to_leave_a_confirmation_and_a_gate_at_the_measured_process_cost(
+        tmp_path: Path) -> None:
+    """On the first lease the tune was killed before its confirmation: its search now stops in time
+    for a confirmation (45 processes) and one gate (25) at what a measuring process cost there."""
+    import time
+
+    module = _gpu_check_module()
+    check = module.Check(tmp_path, False, time.monotonic() + 60)
+    assert check.per_process_s() == module.LEASE_PROCESS_S  # nothing measured yet
+    check.process_s += [2.0, 9.0, 3.0]
+    assert check.per_process_s() == 3.0
+    search_s, timeout_s = module._tune_time(450.0, 3.0)
+    assert search_s == 450 - (45 * 3 + 25 * 3 + 30) and timeout_s == 450 - 75 - 10
+    assert module._tune_time(300.0, 12.0)[0] == 30.0  # the search still screens something
+
+
+def test_the_gpu_checks_summary_keeps_each_timed_gate_verdict_and_the_time_it_held_the_acf_to(tmp_path: Path) -> None:
+    """The next lease's gate step records, per ACF, both timed verdicts and the recorded time (and
+    its key) from `gate --json`, so a false alarm can be read back to its cause."""
+    import time
+
+    module = _gpu_check_module()
     comparison = {"verdict": "SAME", "ratio": 1.004, "low": 0.998, "high": 1.01, "rounds": 10, "delta": 0.02}
     report = {"acfs": [{"acf": "reduction.acf.toml", "verdict": "PASS", "timing": {
         "vs_default": {**comparison, "verdict": "FASTER", "ratio": 0.95, "low": 0.94, "high": 0.96},
