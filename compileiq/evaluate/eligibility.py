@@ -145,12 +145,16 @@ def repairs(trials: Sequence[Trial], reference: Reference, defaults: Mapping[str
     found: dict[str, dict[str, Any]] = {}
     for trial in sorted((t for t in trials if t.state is TrialState.COMPLETE and t.value is not None),
                         key=lambda t: (t.value, t.number)):
-        lowered = lowered_optimisation(trial.config, defaults)
-        if lowered and refusal(trial.config, trial.metrics, screening) is None:
-            names = [setting.partition("=")[0] for setting in lowered]
-            config = {**trial.config, **{name: defaults[name] for name in names}}
+        if lowered_optimisation(trial.config, defaults) and refusal(trial.config, trial.metrics, screening) is None:
+            config = at_default_level(trial.config, defaults)
             found.setdefault(json.dumps(config, sort_keys=True), config)
     return list(found.values())[:most]
+
+
+def at_default_level(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` with every setting that lowers optimisation below the defaults' set back to the defaults'."""
+    names = [setting.partition("=")[0] for setting in lowered_optimisation(config, defaults)]
+    return {**config, **{name: defaults[name] for name in names}}
 
 
 def candidates_to_time(trials: Sequence[Trial], chosen: Trial, baseline: Trial, objective: str,

@@ -6,13 +6,21 @@ executable to build, inputs to generate, a timed run). So each batch after the b
 1. the searcher proposes `factor` times as many candidates as the batch may measure;
 2. each is compiled (no GPU; cached, so that its trial later is a build-cache hit) and its static
    facts (spill bytes, occupancy) are read from the compiler's report;
-3. a candidate that the static no-harm rules of `compileiq.evaluate.eligibility` refuse against the
-   baseline's build (more spill bytes than the defaults; less occupancy with no fewer spill
-   bytes; ptxas optimisation lowered with no spill or occupancy gain) is recorded as a failed
-   trial, with its static metrics and the reason "screened: <rule>", and is never measured. The
-   searcher learns it as a failure, so it steers away from configurations that spill (a
-   feasibility signal). A candidate that does not build is recorded as the failure it is;
-4. the survivors are measured in the order of a static prior: machine code that was already
+3. a candidate that the static no-harm rules of `compileiq.evaluate.eligibility` refuse against
+   its reference build (more spill bytes; less occupancy with no fewer spill bytes; ptxas
+   optimisation lowered with no spill or occupancy gain) is recorded as a failed trial, with its
+   static metrics and the reason "screened: <rule>", and is never measured. The searcher learns it
+   as a failure, so it steers away from configurations that spill (a feasibility signal). A
+   candidate that does not build is recorded as the failure it is. The reference is the baseline's
+   build for a candidate with the baseline's macros; for one with other macro values (another tile
+   size: another algorithm, whose registers and occupancy are its own) it is the baseline's
+   settings with those macros, compiled once: the rules judge what the compiler settings do to
+   that source, and only a measurement judges the macros (refusing every tile size with less
+   occupancy than the defaults' refused 42 of sgemm's 73 candidates, the ones a GEMM is tuned for);
+4. a candidate refused for a lower optimisation level alone is proposed again at the default level
+   (`repairs`): the searcher's random start lowers a level in most proposals, and without the
+   repair those proposals were spent (36 of 43 candidates on reduction on the H200, before it);
+5. the survivors are measured in the order of a static prior: machine code that was already
    measured first (the measurement cache answers: free), then fewer spill bytes, then higher
    occupancy, then the searcher's own order. At most the batch size of new machine codes are
    measured; the other survivors are left untried (no trial: the searcher may propose them
@@ -24,13 +32,19 @@ trials do not count, and screening stops the run once it has screened `factor` x
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from compileiq.build.compile import Build
 from compileiq.core.records import SCREEN, Trial
 from compileiq.core.space import Config
-from compileiq.evaluate.eligibility import Reference, refusal
+from compileiq.evaluate.eligibility import (
+    Reference,
+    at_default_level,
+    lowered_optimisation,
+    refusal,
+)
 from compileiq.evaluate.metrics import Evaluation
 
 SCREENED = "screened: "
@@ -39,6 +53,8 @@ SCREENED = "screened: "
 @dataclass(frozen=True)
 class ScreeningPolicy:
     factor: int = 3  # candidates compiled per candidate measured
+    tilings: bool = True  # judge a candidate of other macro values against its own tiling's build
+    repair: bool = True  # propose a candidate refused for a lower level alone again at the default level
 
 
 @dataclass(frozen=True)
@@ -74,13 +90,43 @@ def verdict(candidate: Candidate, reference: Reference) -> str | None:
     return None if rule is None else f"{SCREENED}{rule}"
 
 
+def tiling(config: Config, baseline: Mapping[str, Any]) -> Config | None:
+    """The baseline's settings with `config`'s macro values: the reference build its compiler
+    settings are judged against; None when its macros are the baseline's (the baseline is)."""
+    macros = {name: value for name, value in config.as_dict().items() if name.startswith("define.")}
+    if all(baseline.get(name) == value for name, value in macros.items()):
+        return None
+    return Config.of({**baseline, **macros})
+
+
+def tiling_reference(config: Config, static: Evaluation, baseline: Reference) -> Reference | None:
+    """The reference a tiling's build gives (None when it does not build: the baseline's holds)."""
+    if static.value is None or "spill_bytes" not in static.metrics:
+        return None
+    return Reference(int(static.metrics["spill_bytes"]), float(static.metrics.get("occupancy", 0.0)),
+                     config.as_dict(), baseline.objective)
+
+
+def repairs(rejected: Sequence[Rejected], defaults: Mapping[str, Any]) -> list[Config]:
+    """The candidates refused for a lower optimisation level alone, at the default level."""
+    found: dict[str, Config] = {}
+    for refused in rejected:
+        config = refused.candidate.config.as_dict()
+        if (refused.evaluation.reason or "").startswith(f"{SCREENED}lowers optimisation") and \
+                lowered_optimisation(config, defaults):
+            repaired = Config.of(at_default_level(config, defaults))
+            found.setdefault(repaired.key, repaired)
+    return list(found.values())
+
+
 def select(candidates: Sequence[Candidate], reference: Reference, count: int,
-           measured_codes: Collection[str] = ()) -> Selection:
-    """Split one batch's compiled candidates into those to measure, reject and hold."""
+           measured_codes: Collection[str] = (), references: Mapping[str, Reference] | None = None) -> Selection:
+    """Split one batch's compiled candidates into those to measure, reject and hold; `references`
+    (config key -> reference) judges a candidate of other macros than the baseline's (`tiling`)."""
     rejected: list[Rejected] = []
     passed: list[tuple[int, Candidate]] = []
     for order, candidate in enumerate(candidates):
-        reason = verdict(candidate, reference)
+        reason = verdict(candidate, (references or {}).get(candidate.config.key, reference))
         if reason is None:
             passed.append((order, candidate))
         else:

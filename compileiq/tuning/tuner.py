@@ -107,6 +107,8 @@ class Tuner:
         self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
                               if self._screening else None)
         self._screened = 0  # trials screened out (never measured) in this study
+        self._tilings: dict[str, eligibility.Reference | None] = {}  # screening's reference per macro values
+        self._screen_repairs: list[Config] = []  # refused for a lower level alone: at the default level
 
     @property
     def _searcher(self) -> Searcher | RemoteSearcher:
@@ -248,11 +250,21 @@ class Tuner:
         """Compile the candidates, record those the static rules refuse (never measured) and
         return those to measure (see `compileiq.evaluate.screening`); `trials`: the study as this batch read it."""
         assert self._reference is not None and self._static_judge is not None
-        builds = self._runner.prebuild(candidates)
-        found = [screening.Candidate(c, builds[c.key], self._static_judge.evaluate(builds[c.key], c))
-                 for c in candidates]
+        judge, base, policy = self._static_judge, self._baseline.as_dict(), self._screening
+        assert policy is not None
+        tilings = {c.key: t for c in candidates if policy.tilings and (t := screening.tiling(c, base)) is not None}
+        new = {t.key: t for t in tilings.values() if t.key not in self._tilings}
+        keys = {c.key for c in candidates}  # a candidate may be a tiling's reference itself
+        builds = self._runner.prebuild([*candidates, *(t for t in new.values() if t.key not in keys)])
+        for key, config in new.items():
+            self._tilings[key] = screening.tiling_reference(config, judge.evaluate(builds[key], config),
+                                                            self._reference)
+        references = {key: ref for key, t in tilings.items() if (ref := self._tilings[t.key]) is not None}
+        found = [screening.Candidate(c, builds[c.key], judge.evaluate(builds[c.key], c)) for c in candidates]
         measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
-        selection = screening.select(found, self._reference, count, measured)
+        selection = screening.select(found, self._reference, count, measured, references)
+        if policy.repair:  # proposed first in the next batch
+            self._screen_repairs += screening.repairs(selection.rejected, base)
         rejected = {r.candidate.config.key: r for r in selection.rejected}
         for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
             judged = rejected[trial.config_key]
@@ -269,11 +281,13 @@ class Tuner:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
         taken = {t.config_key for t in trials if not t.to_retry}
         retry = [Config.of(t.config) for t in trials if t.to_retry]
-        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials)]
+        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials),
+                                    *self._screen_repairs]
                  if c.key not in taken and self._request.space.allows(c)}
         candidates = list(first.values())[:count]
-        picked = {c.key for c in candidates}  # the rest of the warm start's waits for the next batch
+        picked = {c.key for c in candidates}  # the rest of the warm start's (and repairs) wait for the next batch
         self._warm_first = [c for c in self._warm_first if c.key in first and c.key not in picked]
+        self._screen_repairs = [c for c in self._screen_repairs if c.key in first and c.key not in picked]
         if (wanted := count - len(candidates)) > 0:
             candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
         return candidates[:count]
