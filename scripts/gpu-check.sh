@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh --rehearse   here, without a GPU: the same install, offline (unshare -n),
 #                                     over a venv holding only the GPU image's package set, then
 #                                     every step that needs no GPU.
-# Environment: GPU_CHECK_KERNELS ("reduction"), GPU_CHECK_BUDGET (8),
+# Environment: GPU_CHECK_KERNELS ("reduction sgemm"), GPU_CHECK_BUDGET (8),
 # GPU_CHECK_GATE_REPEATS (2), GPU_CHECK_DEADLINE_S (540), GPU_CHECK_PYTHON (python3),
 # GPU_CHECK_SKIP (steps to leave out, e.g. "kernels" on a rerun).
 set -euo pipefail
@@ -62,7 +62,7 @@ export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
 "$PY" -c "import compileiq.cli, sqlalchemy, alembic, skopt; print('compileiq imports offline')" | tee -a "$OUT/install.log"
 if "$PY" -c "import ray" 2>/dev/null; then echo "(ray is present: not needed here)"; fi
 
-ARGS=(--out "$OUT" --kernels ${GPU_CHECK_KERNELS:-reduction}
+ARGS=(--out "$OUT" --kernels ${GPU_CHECK_KERNELS:-reduction sgemm}
       --budget "${GPU_CHECK_BUDGET:-8}" --gate-repeats "${GPU_CHECK_GATE_REPEATS:-2}"
       --deadline-s "${GPU_CHECK_DEADLINE_S:-540}")
 [ "$REHEARSE" = 1 ] && ARGS+=(--rehearse)

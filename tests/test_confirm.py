@@ -139,8 +139,11 @@ def test_executable_sampler_runs_exactly_k_samples_on_the_measurer() -> None:
         return RunResult(synthetic_result([1.0] * k, status=status), b"", 0, False, 0.1)
 
     fake = FakeMeasurer(script)
-    assert executable_sampler(fake, b"good", ["--set", "n=4"])(7) == [1.0] * 7
-    assert fake.calls[0][1] == ("--set", "n=4", *confirm_args(7))
+    sampler = executable_sampler(fake, b"good", ["--set", "n=4"])
+    assert sampler(7) == [1.0] * 7 and sampler(5) == [1.0] * 5
+    # the first block verifies the outputs; the later ones only time (no copy-back, hash or dump)
+    assert fake.calls[0][1] == ("--set", "n=4", *confirm_args(7, timing_only=False))
+    assert fake.calls[1][1] == ("--set", "n=4", *confirm_args(5)) and confirm_args(5)[-1] == "--timing-only"
     try:
         executable_sampler(fake, b"bad")(3)
     except ConfirmError as error:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from compileiq.build.compile import ExecutableJob, build_executable
-from compileiq.evaluate.confirm import aa_noise, executable_sampler
+from compileiq.evaluate.confirm import aa_noise, confirm_args, executable_sampler
 from compileiq.evaluate.measure import LocalMeasurer, gpu_visible, run_executable
 from compileiq.evaluate.stats import Verdict, interleaved, noise_delta
 from compileiq.source.kernel import bundle_sources, load_spec
@@ -50,6 +50,17 @@ def test_saxpy_timing_is_sane_and_checked(smoke: bytes) -> None:
     phases = dict(h.phases_ms)
     assert list(phases) == ["cuda_context", "device_setup", "inputs", "warm_up", "sampling", "outputs"]
     assert all(ms >= 0 for ms in phases.values()) and sum(phases.values()) <= run.seconds * 1000
+
+
+def test_a_confirmation_block_times_alone_and_costs_less_than_a_verified_run(smoke: bytes) -> None:
+    """Confirmation blocks run `--timing-only`: exactly the samples asked for, no outputs copied
+    back, hashed or dumped (on the H200 that was 0.1 to 3.4 s of every measuring process)."""
+    verified = run_executable(smoke, list(confirm_args(5, timing_only=False)), 60)
+    block = run_executable(smoke, list(confirm_args(5)), 60)
+    assert block.failure is None and block.harness.status == "ok", block.harness.message
+    assert len(block.harness.samples_ms) == 5 and block.harness.outputs == () and block.dump == b""
+    assert verified.harness.outputs and len(verified.dump) == 4 * (1 << 24)
+    assert dict(block.harness.phases_ms)["outputs"] < dict(verified.harness.phases_ms)["outputs"]
 
 
 def test_a_tiny_kernel_is_timed_as_a_graph_batch(smoke: bytes) -> None:

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from compileiq.build.compile import BuildStatus, ExecutableJob, build_executable
+from compileiq.evaluate.confirm import confirm_args
 from compileiq.evaluate.measure import (
+    TIMING_ONLY,
     FakeMeasurer,
     OutputInfo,
     RunResult,
@@ -169,6 +171,26 @@ def test_the_harness_header_compiles_and_fails_cleanly_without_a_gpu(tmp_path: P
     assert run.returncode == 1 and run.harness.status == "error"
     assert "unknown harness option --bogus" in run.harness.message
     assert '"phases_ms":{}' in run.stdout and run.harness.phases_ms == ()  # it failed before its first phase
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_harness_takes_timing_only_blocks_and_refuses_them_with_a_check_or_a_dump(tmp_path: Path) -> None:
+    """Confirmation blocks run `--timing-only` (copying back, hashing and dumping the outputs was
+    most of a measuring process on the H200). Without a GPU the option must get as far as the CUDA
+    start; with --check or --dump it is refused in one line. Its timing is tested in test_gpu."""
+    source = (HARNESS_SOURCES / "harness_smoke.cu").read_bytes()
+    bundle = SourceBundle("main.cu", (("main.cu", source),), (), "x")
+    job = ExecutableJob(shutil.which("nvcc") or "nvcc", bundle, "sm_90", (), ("-O3",), 240)
+    build = build_executable(job)
+    assert build.status is BuildStatus.OK, build.message
+    plain = run_executable(build.executable, [], 30)
+    timed = run_executable(build.executable, [*confirm_args(5)], 30)
+    assert "unknown harness option" not in timed.harness.message
+    assert timed.harness.message == plain.harness.message  # both stopped at the missing GPU
+    for extra in (["--check"], ["--dump", str(tmp_path / "out.bin")]):
+        refused = run_executable(build.executable, [TIMING_ONLY, *extra], 30, dump=False)
+        assert refused.returncode == 1
+        assert refused.harness.message == "--timing-only verifies no outputs: it takes neither --check nor --dump"
 
 
 def test_include_dir_holds_the_header() -> None:

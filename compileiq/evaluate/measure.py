@@ -24,6 +24,7 @@ from compileiq.source.harness import harness_include_dir
 HARNESS_KEY = "compileiq_harness"
 STATUSES = ("ok", "error", "check_failed", "unwritten_output")
 QUICK_ARGS = ("--quick",)  # screening: ~0.1 s of samples
+TIMING_ONLY = "--timing-only"  # confirmation blocks: samples alone, no output verified (and no --dump)
 SCREEN_TIMEOUT_S = 3.0
 
 
@@ -186,7 +187,9 @@ def run_executable(
     executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Write `executable` to a temp dir and run it with `args` (+ --dump); kill its group on timeout."""
+    """Write `executable` to a temp dir and run it with `args` (+ --dump, unless it times alone);
+    kill its group on timeout."""
+    dump = dump and TIMING_ONLY not in args
     with tempfile.TemporaryDirectory(prefix="compileiq-run-") as workdir:
         exe, dump_path = Path(workdir) / "variant", Path(workdir) / "outputs.bin"
         exe.write_bytes(executable)
