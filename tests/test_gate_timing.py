@@ -16,6 +16,7 @@ from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
 from compileiq.evaluate.timing import HarnessTiming
 from compileiq.gating import check as gating
+from compileiq.gating.rules import compare_timing
 from compileiq.source.kernel import bundle_sources
 from compileiq.tuning.progress import SilentProgress
 
@@ -76,3 +77,35 @@ def test_a_timed_gate_holds_the_rebuild_to_the_confirmed_median(tmp_path: Path) 
     del data["objective"]["confirmed_median"]  # an ACF of an earlier version: its screening run
     path.write_text(tomli_w.dumps(data))
     assert HarnessTiming(gpu).samplers(gating.locate(path, tmp_path / "scale.cu"), baseline).recorded_median == 1.0
+
+
+def test_a_timed_gate_runs_a_program_with_its_own_arguments_and_reads_the_time_it_prints(tmp_path: Path) -> None:
+    """`mode = "program"`: the gate ran the harness's block options (and read harness samples) on a
+    program with its own main. Now a block is one run, with the program's own arguments alone."""
+    from test_timing import TIMED_PROGRAM
+
+    (tmp_path / "prog.cu").write_text(TIMED_PROGRAM)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2]\n")
+    options = app.TuneOptions(kernel=Path("prog.cu"), objective="instructions", budget=2, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
+                              out=Path("prog.acf.toml"), arch="sm_90")
+    with contextlib.chdir(tmp_path):
+        app.tune(options, SilentProgress())
+    (tmp_path / "tune.toml").write_text('mode = "program"\nmetric_regex = "took ([0-9.]+) ms"\nrun_args = ["-n", "3"]\n'
+                                        "[tune.defines]\nUNROLL = [1, 2]\n")
+    target = gating.locate(tmp_path / "prog.acf.toml", tmp_path / "prog.cu")
+    tools = find_toolchain()
+    bundle = bundle_sources(target.spec, tools.nvcc)
+    baseline = gating.rebuild_defaults(target, tools, bundle, gating.rebuild(target, tools, bundle))
+    calls: list[tuple[str, ...]] = []
+
+    def program(executable: bytes, args: object) -> RunResult:
+        calls.append(tuple(args))  # type: ignore[arg-type]
+        return RunResult(synthetic_result([]), b"", 0, False, 0.01, "took 1.25 ms\n")
+
+    measurer = FakeMeasurer(program)
+    samplers = HarnessTiming(measurer).samplers(target, baseline)
+    assert samplers.samples == 1 and samplers.acf(1) == [1.25] and samplers.default(2) == [1.25, 1.25]
+    assert calls == [("-n", "3")] * 3 and not any(measurer.dumps)
+    timing = compare_timing(samplers)  # one run a block: 10 rounds are 20 runs of the program, not 200
+    assert timing.vs_default.verdict.value == "SAME" and len(calls) == 3 + 2 * timing.vs_default.rounds == 23

@@ -83,7 +83,7 @@ class _Named:
         self.name = name
         self.calls = 0
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         self.calls += 1
         return RunResult(synthetic_result([1.0]), b"", 0, False, 0.0, where=self.name)
 

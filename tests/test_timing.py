@@ -217,3 +217,54 @@ def test_program_mode_reads_the_time_the_program_prints(tmp_path):
     assert silent.value is None and "printed no time" in silent.reason
     assert evaluator.evaluate(build, variant).value == 2.5  # cached per machine code
     assert evaluator.evaluate(baseline, space.default_config()).value == 3.5
+
+
+TIMED_PROGRAM = r"""
+#include <cstdio>
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+#define CIQ_STR2(x) #x
+#define CIQ_STR(x) CIQ_STR2(x)
+extern "C" const char ciq_variant_marker[] = "ciq-variant-UNROLL=" CIQ_STR(UNROLL) ";";
+__global__ void k(float* x) { x[threadIdx.x] *= UNROLL; }
+int main() { std::printf("took 1 ms\n"); return 0; }
+"""
+
+
+def test_program_mode_confirms_on_the_times_the_program_prints_and_passes_it_only_its_own_arguments(tmp_path):
+    """A program with its own main gets its own arguments alone, also when confirming: before,
+    the confirmation passed it the harness's block options and --dump FILE and read harness
+    samples it never prints, so no program-mode run could confirm a speedup (`ok: no message`)."""
+    folder = tmp_path / "prog"
+    folder.mkdir()
+    (folder / "prog.cu").write_text(TIMED_PROGRAM)
+    (folder / "tune.toml").write_text('mode = "program"\nmetric_regex = "took ([0-9.]+) ms"\n'
+                                      'run_args = ["--size", "7"]\n[tune.defines]\nUNROLL = [1, 2]\n')
+    spec, tools = load_spec(folder / "prog.cu"), find_toolchain()
+    space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("ptxas.opt_level",), objective="time"))
+
+    def program(executable: bytes, args) -> RunResult:
+        assert list(args) == ["--size", "7"], args  # its own arguments, nothing of the harness's
+        unroll = int(re.search(rb"ciq-variant-UNROLL=(\d+);", executable).group(1))
+        ms = (2.0 if unroll == 1 else 1.0) * random.uniform(0.995, 1.005)
+        return RunResult(synthetic_result([]), b"", 0, False, 0.01, f"took {ms:.4f} ms\n")
+
+    measurer = FakeMeasurer(program)
+    target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(), 120,
+                          spec.run_args, spec.rtol, spec.atol, spec.metric_regex, True, StaticEvaluator("static", spec))
+    workers = SharedWorkers(LocalWorkers)
+    evaluator = TimeEvaluator(target, Store.open(f"sqlite:///{tmp_path}/p.db"), workers, measurer, finalists=1)
+    request = TuneRequest(spec, space, "time", budget=4, search=SearchSettings("exhaustive"), batch_size=4,
+                          simplify=False, ablate=False)
+    store = Store.open(f"sqlite:///{tmp_path}/p.db")
+    try:
+        result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
+    finally:
+        store.close()
+    assert not any(measurer.dumps), "a program was asked for --dump"
+    assert result.confirmation is not None and not result.confirmation.keeps_baseline
+    assert result.chosen.config["define.UNROLL"] == 2
+    comparison = result.confirmation.winner.comparison
+    assert comparison.estimate == pytest.approx(0.5, rel=0.02) and comparison.rounds == 10
+    assert len(measurer.calls) >= 2 + 2 * 10 + 2 * 10  # screening, A/A and 10 rounds: one run a block

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.errors import CompileIQError
-from compileiq.evaluate.measure import TIMING_ONLY, Measurer
+from compileiq.evaluate.measure import TIMING_ONLY, Measurer, RunResult
 from compileiq.evaluate.stats import (
     FINALISTS,
     ROUND_SCHEDULE,
@@ -176,6 +176,29 @@ def executable_sampler(
             raise ConfirmError(run.failure or "the harness reported no samples")
         verified.append(True)
         return list(run.harness.samples_ms)
+
+    return sample
+
+
+PROGRAM_BLOCK = 1  # program mode: a block is one run of the program (it prints one time)
+
+
+def program_sampler(
+    measurer: Measurer, executable: bytes, args: Sequence[str], metric: Callable[[RunResult], float | None],
+    timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> Sampler:
+    """Program mode: a block of k samples is k runs of the program with its own arguments alone
+    (no harness option, no --dump), each giving the one time it prints (`metric`)."""
+
+    def sample(k: int) -> list[float]:
+        values = []
+        for _ in range(k):
+            run = measurer.measure(executable, list(args), timeout_s, dump=False)
+            value = metric(run)
+            if value is None:
+                raise ConfirmError(run.failure or f"the program printed no time (exit code {run.returncode})")
+            values.append(value)
+        return values
 
     return sample
 

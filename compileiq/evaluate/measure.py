@@ -175,6 +175,11 @@ def parse_program_metric(stdout: str, regex: str | None = None) -> float | None:
     return None
 
 
+def program_time(run: RunResult, regex: str | None = None) -> float | None:
+    """Program mode: the time a run printed (`parse_program_metric`), if it exited cleanly."""
+    return parse_program_metric(run.stdout, regex) if run.returncode == 0 else None
+
+
 def _float(text: Any) -> float | None:
     try:
         value = float(text)
@@ -268,7 +273,9 @@ class Measurer(Protocol):
     @property
     def device(self) -> str: ...
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult: ...
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
+        """Run it; `dump`: ask a harness for its outputs (--dump); a program gets its own arguments alone."""
+        ...
 
 
 def gpu_count() -> int:
@@ -297,8 +304,8 @@ class LocalMeasurer:
     def device(self) -> str:
         return self._device
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
-        result = run_executable(executable, args, timeout_s, env=self._env)
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
+        result = run_executable(executable, args, timeout_s, dump=dump, env=self._env)
         if result.harness.device:
             self._device = result.harness.device
         return replace(result, where=self._where)
@@ -326,11 +333,13 @@ class FakeMeasurer:
         self._script = script
         self._device = device
         self.calls: list[tuple[bytes, tuple[str, ...]]] = []
+        self.dumps: list[bool] = []  # whether each call asked for the outputs (--dump)
 
     @property
     def device(self) -> str:
         return self._device
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         self.calls.append((executable, tuple(args)))
+        self.dumps.append(dump)
         return self._script(executable, args)

@@ -32,12 +32,12 @@ class MeasurerPool:
     def __len__(self) -> int:
         return len(self._measurers)
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         with self._turn:
             self._turn.wait_for(lambda: bool(self._idle))
             index = self._idle.popleft()
         try:
-            return self._measurers[index].measure(executable, args, timeout_s)
+            return self._measurers[index].measure(executable, args, timeout_s, dump=dump)
         finally:
             with self._turn:
                 self._idle.append(index)

@@ -26,9 +26,10 @@ class _GpuMeasurerBody:
     def device(self) -> str:
         return self._measurer.device
 
-    def measure(self, executable: bytes, args: list[str], timeout_s: float) -> tuple[RunResult, str, list[str]]:
+    def measure(self, executable: bytes, args: list[str], timeout_s: float,
+                dump: bool = True) -> tuple[RunResult, str, list[str]]:
         """The run, this actor's node id and its GPUs (an actor may restart elsewhere)."""
-        return self._measurer.measure(executable, args, timeout_s), current_node_id(), accelerator_ids()
+        return self._measurer.measure(executable, args, timeout_s, dump=dump), current_node_id(), accelerator_ids()
 
 
 class GpuMeasurerActor:
@@ -53,9 +54,9 @@ class GpuMeasurerActor:
             self._device = str(self._ray.get(self._actor.device.remote(), timeout=300))
         return self._device
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         start, limit = time.perf_counter(), timeout_s + self._grace_s
-        ref = self._actor.measure.remote(executable, list(args), timeout_s)
+        ref = self._actor.measure.remote(executable, list(args), timeout_s, dump)
         try:
             result, node, gpus = self._ray.get(ref, timeout=limit)
         except self._ray.exceptions.GetTimeoutError:
@@ -101,9 +102,9 @@ class SerialMeasurer:
     def device(self) -> str:
         return self._measurer.device
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         with self._lock:
-            return self._measurer.measure(executable, args, timeout_s)
+            return self._measurer.measure(executable, args, timeout_s, dump=dump)
 
     def close(self) -> None:
         pass

@@ -165,7 +165,7 @@ class ReplayMeasurer:
     def device(self) -> str:
         return f"replay:{self._landscape.name}"
 
-    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float) -> RunResult:
+    def measure(self, executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True) -> RunResult:
         self.runs += 1
         match = _MARKER.search(executable)
         if match is None:

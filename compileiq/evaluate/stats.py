@@ -140,3 +140,4 @@ class TimingSamplers:
     default: Sampler
     recorded_median: float | None = None
     recorded_is: str = ""  # where the recorded median was read (the ACF's key)
+    samples: int = 10  # per block: a harness run's samples; 1 for a program (one printed time a run)

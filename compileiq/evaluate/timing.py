@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from compileiq.build.compile import Build, ExecutableBuild, ExecutableJob
@@ -21,15 +22,18 @@ from compileiq.core.records import MEASURED_ON_KEY, RUNTIME_KIND, Measurement, T
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate.confirm import (
     FINALISTS,
+    PROGRAM_BLOCK,
     Candidate,
     Confirmation,
     choose_finalists,
     confirm,
     confirmation_runs,
     executable_sampler,
+    program_sampler,
 )
-from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, parse_program_metric
+from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, program_time
 from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
+from compileiq.evaluate.stats import Sampler
 
 SCREEN_ARGS = ("--quick",)
 SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
@@ -149,16 +153,23 @@ class TimeEvaluator:
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
         finalists = choose_finalists(candidates, baseline.code_hash, self._finalists)
         by_number = {t.number: t for t in trials}
-        args = self._target.run_args
-        base = executable_sampler(self._confirm_on, self.executable(baseline), args)
-        pairs = [(c, executable_sampler(self._confirm_on, self.executable(by_number[c.trial]), args)) for c in finalists]
+        base = self._sampler(self.executable(baseline))
+        pairs = [(c, self._sampler(self.executable(by_number[c.trial]))) for c in finalists]
         if note is not None and finalists and self._reference is not None:
             fewest, most = confirmation_runs(len(finalists))
             each = self._reference.seconds
             note(f"confirming {len(finalists)} finalist{'s' * (len(finalists) > 1)}: {fewest} to {most} runs of the "
                  f"measuring program, about {fewest * each / 60:.1f} to {most * each / 60:.1f} min at "
                  f"{each:.1f} s a run (the baseline's)")
+        if self._target.program:  # one printed time a run: a block is one run
+            return confirm(base, pairs, samples=PROGRAM_BLOCK, seed=seed, note=note)
         return confirm(base, pairs, seed=seed, note=note)
+
+    def _sampler(self, executable: bytes) -> Sampler:
+        """Blocks of samples of one build: harness runs, or runs of the program (its printed time)."""
+        if self._target.program:
+            return program_sampler(self._confirm_on, executable, self._target.run_args, self._value)
+        return executable_sampler(self._confirm_on, executable, self._target.run_args)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
         return self._screened(self._run(executable, SCREEN_ARGS), code_hash, static)
@@ -179,7 +190,7 @@ class TimeEvaluator:
 
     def _value(self, run: RunResult) -> float | None:
         if self._target.program:
-            return parse_program_metric(run.stdout, self._target.program_regex) if run.returncode == 0 else None
+            return program_time(run, self._target.program_regex)
         return run.harness.median_ms if run.failure is None else None
 
     def _failure(self, run: RunResult) -> str | None:
@@ -209,8 +220,9 @@ class TimeEvaluator:
         ))  # fmt: skip
 
     def _run(self, executable: bytes, extra: Sequence[str]) -> RunResult:
-        args = [*self._target.run_args] if self._target.program else [*self._target.run_args, *extra]
-        return self._measurer.measure(executable, args, SCREEN_TIMEOUT_S)
+        program = self._target.program  # a program gets its own arguments alone: no harness option, no --dump
+        args = [*self._target.run_args] if program else [*self._target.run_args, *extra]
+        return self._measurer.measure(executable, args, SCREEN_TIMEOUT_S, dump=not program)
 
     def _build(self, config: Config) -> bytes | str:
         """The executable, or the compiler's first line of complaint."""
@@ -284,8 +296,14 @@ class HarnessTiming:
         objective = acf.objective  # the confirmation's median of the chosen build; else its screening run
         key = "confirmed_median" if "confirmed_median" in objective else "best"
         recorded = objective.get(key) if objective.get("name") == "time" else None
-        sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
-                  for name, result in built.items()}
+        if spec.mode == "program":  # its own arguments alone; a block is one run and its printed time
+            printed = partial(program_time, regex=spec.metric_regex)
+            sample = {name: program_sampler(self._measurer, result.executable, spec.run_args, printed)
+                      for name, result in built.items()}
+        else:
+            sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
+                      for name, result in built.items()}
+        block = {"samples": PROGRAM_BLOCK} if spec.mode == "program" else {}
         return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None,
-                              f"objective.{key}")
+                              f"objective.{key}", **block)
 

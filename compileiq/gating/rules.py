@@ -234,11 +234,12 @@ class Timing:
         return f"{self.recorded_ms:.6g} ms" + (f" ({self.recorded_is})" if self.recorded_is else "")
 
 
-def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int = 10,
+def compare_timing(samplers: TimingSamplers, *, delta: float = MIN_DELTA, samples: int | None = None,
                    seed: int = 0, against: str = "the compiler defaults") -> Timing:
     """The A/B statistic twice: ACF vs the baseline (`against` names it), and ACF vs the recorded
     median (if recorded). The second reads the ACF's blocks of the first again before it runs
     more: each block is a run of the measuring program, seconds on some GPU machines."""
+    samples = samples or samplers.samples
     acf = _Reused(samplers.acf)
     vs_default = interleaved(samplers.default, acf.fresh, delta=delta, samples=samples, seed=seed)
     recorded = samplers.recorded_median
