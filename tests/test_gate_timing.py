@@ -21,13 +21,13 @@ from compileiq.source.kernel import bundle_sources
 from compileiq.tuning.progress import SilentProgress
 
 
-def _tune_scale(folder: Path) -> None:
-    """scale.cu tuned in `folder` (UNROLL 4 first in tune.toml, fewest instructions): scale.acf.toml."""
-    (folder / "scale.cu").write_text(KERNEL)
-    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [4, 2, 1]\n")
-    options = app.TuneOptions(kernel=Path("scale.cu"), objective="instructions", budget=3, workers="local",
+def _tune_scale(folder: Path, name: str = "scale", source: str = KERNEL, unroll: str = "[4, 2, 1]") -> None:
+    """NAME.cu tuned in `folder` (UNROLL 4 first in tune.toml, fewest instructions): NAME.acf.toml."""
+    (folder / f"{name}.cu").write_text(source)
+    (folder / "tune.toml").write_text(f"[tune.defines]\nUNROLL = {unroll}\n")
+    options = app.TuneOptions(kernel=Path(f"{name}.cu"), objective="instructions", budget=3, workers="local",
                               strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{folder}/t.db",
-                              out=Path("scale.acf.toml"), arch="sm_90")
+                              out=Path(f"{name}.acf.toml"), arch="sm_90")
     with contextlib.chdir(folder):
         app.tune(options, SilentProgress())
 
@@ -84,13 +84,7 @@ def test_a_timed_gate_runs_a_program_with_its_own_arguments_and_reads_the_time_i
     program with its own main. Now a block is one run, with the program's own arguments alone."""
     from test_timing import TIMED_PROGRAM
 
-    (tmp_path / "prog.cu").write_text(TIMED_PROGRAM)
-    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2]\n")
-    options = app.TuneOptions(kernel=Path("prog.cu"), objective="instructions", budget=2, workers="local",
-                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
-                              out=Path("prog.acf.toml"), arch="sm_90")
-    with contextlib.chdir(tmp_path):
-        app.tune(options, SilentProgress())
+    _tune_scale(tmp_path, "prog", TIMED_PROGRAM, "[1, 2]")
     (tmp_path / "tune.toml").write_text('mode = "program"\nmetric_regex = "took ([0-9.]+) ms"\nrun_args = ["-n", "3"]\n'
                                         "[tune.defines]\nUNROLL = [1, 2]\n")
     target = gating.locate(tmp_path / "prog.acf.toml", tmp_path / "prog.cu")
