@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,16 +154,29 @@ def _tune_time(left_s: float, process_s: float) -> tuple[float, float]:
     return search_s, max(60.0, left_s - gate_s - 10.0)
 
 
+def _tune_story(text: str) -> dict[str, str]:
+    """From a tune's output: its trial counts and why it stopped, and how long each step of the
+    confirmation took (the A/A, then each finalist), e.g. "24 + 29"."""
+    story = {}
+    if found := re.search(r"^trials: (.*)$", text, re.MULTILINE):
+        story["trials"] = found.group(1)
+    if seconds := re.findall(r"^(?:A/A: |#\d+: ).* \((\d+) s\)$", text, re.MULTILINE):
+        story["confirmation_s"] = " + ".join(seconds)
+    return story
+
+
 def _tune_row(done: subprocess.CompletedProcess[str] | None, acf_path: Path) -> dict[str, Any]:
     if done is None:
         return {"result": "skipped (deadline)"}
+    story = _tune_story(f"{done.stdout}\n{done.stderr}")
     if done.returncode != 0 or not acf_path.is_file():
         lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"result": f"exit {done.returncode}: {lines[-1] if lines else ''}"}
+        return {"result": f"exit {done.returncode}: {lines[-1] if lines else ''}", **story}
     table = tomllib.loads(acf_path.read_text())
     objective = table.get("objective", {})
     flags = " ".join(table.get("args", {}).get("argv", [])) or "(defaults)"
-    row = {"result": "ok", "baseline": objective.get("baseline"), "best": objective.get("best"), "flags": flags}
+    row = {"result": "ok", "baseline": objective.get("baseline"), "best": objective.get("best"), "flags": flags,
+           **story}
     if "speedup" in objective:
         low, high = objective["speedup_interval_95"]
         row["speedup"] = f"{objective['speedup']:.3f} [{low:.3f}, {high:.3f}]"
@@ -243,10 +257,12 @@ def markdown(check: Check) -> str:
                      f"{noise} | {r.get('samples', '-')} | {r.get('process_s', '-')} | {phases} |")
     t = s.get("tune", {})
     lines += ["", f"## compileiq tune --objective {t.get('objective')} --budget {t.get('budget')}", "",
-              "| kernel | result | baseline | best | speedup [95%] | flags |", "|---|---|---|---|---|---|"]
+              "| kernel | result | baseline | best | speedup [95%] | flags | trials | confirmation s |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in t.get("rows", []):
         lines.append(f"| {r['kernel']} | {r['result']} | {r.get('baseline', '-')} | {r.get('best', '-')} | "
-                     f"{r.get('speedup', '-')} | `{r.get('flags', '-')}` |")
+                     f"{r.get('speedup', '-')} | `{r.get('flags', '-')}` | {r.get('trials', '-')} | "
+                     f"{r.get('confirmation_s', '-')} |")
     g, p = s.get("gate", {}), s.get("pytest_gpu", {})
     lines += ["", f"## compileiq gate {g.get('mode')} on the fresh ACFs, repeated {g.get('repeats')} times", "",
               f"Failures of unchanged kernels (false alarms): {g.get('false_alarms')}", ""]

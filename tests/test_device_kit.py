@@ -114,3 +114,16 @@ def test_the_gpu_checks_summary_keeps_each_timed_gate_verdict_and_the_time_it_he
     text = module.markdown(check)
     assert ("| reduction.acf.toml | FASTER 0.950x [0.940, 0.960] in 10 rounds | SAME 1.004x [0.998, 1.010] in 10 rounds "
             "| 0.21648 ms (objective.confirmed_median) |") in text
+
+
+def test_the_gpu_check_keeps_a_tunes_trial_counts_and_what_its_confirmation_took() -> None:
+    """The next lease judges screening (how many trials reached the GPU) and --timing-only blocks
+    (how long the confirmation took) from the summary alone."""
+    module = _gpu_check_module()
+    text = ("A/A: the baseline against itself in 10 rounds, threshold ±2.0% (24 s)\n"
+            "#46: FASTER, median speedup 1.032x, 95% [1.031, 1.033] in 10 rounds (29 s)\n"
+            "trials: 7 search trials (budget 8) + 36 screened out before measuring; 103.9 s; stopped: budget 8\n")
+    story = module._tune_story(text)
+    assert story == {"trials": "7 search trials (budget 8) + 36 screened out before measuring; 103.9 s; stopped: budget 8",
+                     "confirmation_s": "24 + 29"}
+    assert module._tune_story("nothing to confirm") == {}
