@@ -143,7 +143,7 @@ def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     assert max(CountingWorkers.calls) >= 2
     # what the confirmation will cost is said before it starts (at the baseline's 0.01 s a run)
     assert "confirming 1 finalist: 40 to 80 runs of the measuring program, about 0.0 to 0.0 min at 0.0 s a run " \
-           "(the baseline's)" in progress.notes
+           "(the baseline's; after each build's first, runs that only time take less)" in progress.notes
     assert result.confirmation is not None and len(result.confirmation.confirmed) == 1
     assert evidence.objective_table(result)["confirmed_finalists"] == 1  # the ACF says how many
     assert any(n.startswith("A/A: the baseline against itself") for n in progress.notes)

@@ -36,6 +36,7 @@ from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
 from compileiq.evaluate.stats import Sampler
 
 SCREEN_ARGS = ("--quick",)
+_TIMING_ONLY_CHEAPER = "; after each build's first, runs that only time take less"  # --timing-only blocks
 SCREEN_TIMEOUT_S = 30.0  # the process start and input generation dominate, not the ~0.1 s of samples
 
 
@@ -160,7 +161,7 @@ class TimeEvaluator:
             each = self._reference.seconds
             note(f"confirming {len(finalists)} finalist{'s' * (len(finalists) > 1)}: {fewest} to {most} runs of the "
                  f"measuring program, about {fewest * each / 60:.1f} to {most * each / 60:.1f} min at "
-                 f"{each:.1f} s a run (the baseline's)")
+                 f"{each:.1f} s a run (the baseline's{'' if self._target.program else _TIMING_ONLY_CHEAPER})")
         if self._target.program:  # one printed time a run: a block is one run
             return confirm(base, pairs, samples=PROGRAM_BLOCK, seed=seed, note=note)
         return confirm(base, pairs, seed=seed, note=note)
