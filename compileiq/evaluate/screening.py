@@ -32,7 +32,7 @@ trials do not count, and screening stops the run once it has screened `factor` x
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,35 @@ def tiling_reference(config: Config, static: Evaluation, baseline: Reference) ->
         return None
     return Reference(int(static.metrics["spill_bytes"]), float(static.metrics.get("occupancy", 0.0)),
                      config.as_dict(), baseline.objective)
+
+
+class Tilings:
+    """Screening's reference per macro values (`tiling`), each judged once per run: which tilings a
+    batch must compile beside its candidates, then which reference judges each candidate."""
+
+    def __init__(self, baseline: Mapping[str, Any]) -> None:
+        self._baseline = dict(baseline)
+        self._known: dict[str, Reference | None] = {}  # tiling key -> its reference (None: it does not build)
+
+    def to_build(self, candidates: Sequence[Config]) -> list[Config]:
+        """The tilings not judged yet that are not candidates themselves (compile them with the batch)."""
+        keys = {c.key for c in candidates}
+        new = {t.key: t for c in candidates if (t := tiling(c, self._baseline)) is not None and t.key not in self._known}
+        return [t for key, t in new.items() if key not in keys]
+
+    def references(self, candidates: Sequence[Config], builds: Mapping[str, Build],
+                   judge: Callable[[Build, Config], Evaluation], baseline: Reference) -> dict[str, Reference]:
+        """Config key -> the reference of each candidate of other macros than the baseline's (its
+        tiling's build judged by `judge`, once); a tiling that does not build leaves the baseline's."""
+        found: dict[str, Reference] = {}
+        for candidate in candidates:
+            if (t := tiling(candidate, self._baseline)) is None:
+                continue
+            if t.key not in self._known:
+                self._known[t.key] = tiling_reference(t, judge(builds[t.key], t), baseline)
+            if (reference := self._known[t.key]) is not None:
+                found[candidate.key] = reference
+        return found
 
 
 def repairs(rejected: Sequence[Rejected], defaults: Mapping[str, Any]) -> list[Config]:

@@ -107,7 +107,7 @@ class Tuner:
         self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
                               if self._screening else None)
         self._screened = 0  # trials screened out (never measured) in this study
-        self._tilings: dict[str, eligibility.Reference | None] = {}  # screening's reference per macro values
+        self._tilings = screening.Tilings(self._baseline.as_dict())  # screening's reference per macro values
         self._screen_repairs: list[Config] = []  # refused for a lower level alone: at the default level
 
     @property
@@ -250,21 +250,16 @@ class Tuner:
         """Compile the candidates, record those the static rules refuse (never measured) and
         return those to measure (see `compileiq.evaluate.screening`); `trials`: the study as this batch read it."""
         assert self._reference is not None and self._static_judge is not None
-        judge, base, policy = self._static_judge, self._baseline.as_dict(), self._screening
+        judge, policy = self._static_judge, self._screening
         assert policy is not None
-        tilings = {c.key: t for c in candidates if policy.tilings and (t := screening.tiling(c, base)) is not None}
-        new = {t.key: t for t in tilings.values() if t.key not in self._tilings}
-        keys = {c.key for c in candidates}  # a candidate may be a tiling's reference itself
-        builds = self._runner.prebuild([*candidates, *(t for t in new.values() if t.key not in keys)])
-        for key, config in new.items():
-            self._tilings[key] = screening.tiling_reference(config, judge.evaluate(builds[key], config),
-                                                            self._reference)
-        references = {key: ref for key, t in tilings.items() if (ref := self._tilings[t.key]) is not None}
+        tilings = self._tilings if policy.tilings else None  # other macros: judged against their own build
+        builds = self._runner.prebuild([*candidates, *(tilings.to_build(candidates) if tilings else [])])
+        references = tilings.references(candidates, builds, judge.evaluate, self._reference) if tilings else {}
         found = [screening.Candidate(c, builds[c.key], judge.evaluate(builds[c.key], c)) for c in candidates]
         measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
         selection = screening.select(found, self._reference, count, measured, references)
         if policy.repair:  # proposed first in the next batch
-            self._screen_repairs += screening.repairs(selection.rejected, base)
+            self._screen_repairs += screening.repairs(selection.rejected, self._baseline.as_dict())
         rejected = {r.candidate.config.key: r for r in selection.rejected}
         for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
             judged = rejected[trial.config_key]
