@@ -144,6 +144,7 @@ def test_executable_sampler_runs_exactly_k_samples_on_the_measurer() -> None:
     # the first block verifies the outputs; the later ones only time (no copy-back, hash or dump)
     assert fake.calls[0][1] == ("--set", "n=4", *confirm_args(7, timing_only=False))
     assert fake.calls[1][1] == ("--set", "n=4", *confirm_args(5)) and confirm_args(5)[-1] == "--timing-only"
+    assert fake.dumps == [False, False]  # nobody reads a block's outputs: none is dumped
     try:
         executable_sampler(fake, b"bad")(3)
     except ConfirmError as error:

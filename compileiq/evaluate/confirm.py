@@ -14,9 +14,10 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from compileiq.core.errors import CompileIQError
-from compileiq.evaluate.measure import TIMING_ONLY, Measurer, RunResult
+from compileiq.evaluate.measure import TIMING_ONLY, Measurer, RunResult, program_time
 from compileiq.evaluate.stats import (
     FINALISTS,
     ROUND_SCHEDULE,
@@ -170,8 +171,9 @@ def executable_sampler(
     rebuild was never screened); the rest only time."""
     verified: list[bool] = []
 
-    def sample(k: int) -> list[float]:
-        run = measurer.measure(executable, [*extra_args, *confirm_args(k, timing_only=bool(verified))], timeout_s)
+    def sample(k: int) -> list[float]:  # no --dump: nobody reads a block's outputs
+        run = measurer.measure(executable, [*extra_args, *confirm_args(k, timing_only=bool(verified))], timeout_s,
+                               dump=False)
         if run.failure is not None or not run.harness.samples_ms:
             raise ConfirmError(run.failure or "the harness reported no samples")
         verified.append(True)
@@ -180,7 +182,17 @@ def executable_sampler(
     return sample
 
 
+HARNESS_BLOCK = 10  # samples per block of a harness run (the design's k)
 PROGRAM_BLOCK = 1  # program mode: a block is one run of the program (it prints one time)
+
+
+def block_sampler(measurer: Measurer, executable: bytes, run_args: Sequence[str], program: bool,
+                  regex: str | None = None) -> tuple[Sampler, int]:
+    """One build's blocks for confirmation and `gate --device`, with the samples a block holds:
+    harness runs, or (`program`) runs of the program and the time it prints (`regex`)."""
+    if program:
+        return program_sampler(measurer, executable, run_args, partial(program_time, regex=regex)), PROGRAM_BLOCK
+    return executable_sampler(measurer, executable, run_args), HARNESS_BLOCK
 
 
 def program_sampler(

@@ -192,9 +192,7 @@ def run_executable(
     executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Write `executable` to a temp dir and run it with `args` (+ --dump, unless it times alone);
-    kill its group on timeout."""
-    dump = dump and TIMING_ONLY not in args
+    """Write `executable` to a temp dir and run it with `args` (+ --dump); kill its group on timeout."""
     with tempfile.TemporaryDirectory(prefix="compileiq-run-") as workdir:
         exe, dump_path = Path(workdir) / "variant", Path(workdir) / "outputs.bin"
         exe.write_bytes(executable)

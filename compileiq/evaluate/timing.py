@@ -12,7 +12,6 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from compileiq.build.compile import Build, ExecutableBuild, ExecutableJob
@@ -22,14 +21,12 @@ from compileiq.core.records import MEASURED_ON_KEY, RUNTIME_KIND, Measurement, T
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate.confirm import (
     FINALISTS,
-    PROGRAM_BLOCK,
     Candidate,
     Confirmation,
+    block_sampler,
     choose_finalists,
     confirm,
     confirmation_runs,
-    executable_sampler,
-    program_sampler,
 )
 from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, program_time
 from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
@@ -154,23 +151,19 @@ class TimeEvaluator:
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
         finalists = choose_finalists(candidates, baseline.code_hash, self._finalists)
         by_number = {t.number: t for t in trials}
-        base = self._sampler(self.executable(baseline))
-        pairs = [(c, self._sampler(self.executable(by_number[c.trial]))) for c in finalists]
+        base, samples = self._sampler(self.executable(baseline))
+        pairs = [(c, self._sampler(self.executable(by_number[c.trial]))[0]) for c in finalists]
         if note is not None and finalists and self._reference is not None:
             fewest, most = confirmation_runs(len(finalists))
             each = self._reference.seconds
             note(f"confirming {len(finalists)} finalist{'s' * (len(finalists) > 1)}: {fewest} to {most} runs of the "
                  f"measuring program, about {fewest * each / 60:.1f} to {most * each / 60:.1f} min at "
                  f"{each:.1f} s a run (the baseline's{'' if self._target.program else _TIMING_ONLY_CHEAPER})")
-        if self._target.program:  # one printed time a run: a block is one run
-            return confirm(base, pairs, samples=PROGRAM_BLOCK, seed=seed, note=note)
-        return confirm(base, pairs, seed=seed, note=note)
+        return confirm(base, pairs, samples=samples, seed=seed, note=note)
 
-    def _sampler(self, executable: bytes) -> Sampler:
-        """Blocks of samples of one build: harness runs, or runs of the program (its printed time)."""
-        if self._target.program:
-            return program_sampler(self._confirm_on, executable, self._target.run_args, self._value)
-        return executable_sampler(self._confirm_on, executable, self._target.run_args)
+    def _sampler(self, executable: bytes) -> tuple[Sampler, int]:
+        target = self._target
+        return block_sampler(self._confirm_on, executable, target.run_args, target.program, target.program_regex)
 
     def _screen(self, executable: bytes, code_hash: str, static: dict[str, Any]) -> Evaluation:
         return self._screened(self._run(executable, SCREEN_ARGS), code_hash, static)
@@ -297,14 +290,8 @@ class HarnessTiming:
         objective = acf.objective  # the confirmation's median of the chosen build; else its screening run
         key = "confirmed_median" if "confirmed_median" in objective else "best"
         recorded = objective.get(key) if objective.get("name") == "time" else None
-        if spec.mode == "program":  # its own arguments alone; a block is one run and its printed time
-            printed = partial(program_time, regex=spec.metric_regex)
-            sample = {name: program_sampler(self._measurer, result.executable, spec.run_args, printed)
-                      for name, result in built.items()}
-        else:
-            sample = {name: executable_sampler(self._measurer, result.executable, spec.run_args)
-                      for name, result in built.items()}
-        block = {"samples": PROGRAM_BLOCK} if spec.mode == "program" else {}
-        return TimingSamplers(sample["acf"], sample["default"], float(recorded) if recorded else None,
-                              f"objective.{key}", **block)
+        sample = {name: block_sampler(self._measurer, result.executable, spec.run_args, spec.mode == "program",
+                                      spec.metric_regex) for name, result in built.items()}
+        return TimingSamplers(sample["acf"][0], sample["default"][0], float(recorded) if recorded else None,
+                              f"objective.{key}", sample["acf"][1])
 
