@@ -26,7 +26,7 @@ from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
 from compileiq.tuning.limits import check_patience, parse_duration
@@ -108,14 +108,8 @@ def check_objective(objective: str, ray_address: str | None = None, measured: bo
 
 
 def _check_regex(text: str) -> None:
-    import re
-
-    try:
-        groups = re.compile(text).groups
-    except re.error as error:
-        raise UsageError(f"--metric-regex is not a regular expression: {error}") from None
-    if groups < 1:
-        raise UsageError("--metric-regex needs a group around the time in ms, e.g. 'time: ([0-9.]+) ms'")
+    if problem := metric_regex_problem(text):
+        raise UsageError(f"--metric-regex: {problem}")
 
 
 def _gpu_visible() -> bool:
@@ -267,8 +261,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
     acf.check_writable(path)
-    if options.program or options.metric_regex is not None:  # part of the study identity
-        spec = replace(spec, mode="program", metric_regex=options.metric_regex or spec.metric_regex)
+    spec = spec.measured_as(options.program, options.metric_regex)  # part of the study identity
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     if spec.shipped is not None:
@@ -374,8 +367,7 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
     target = TimingTarget(
         nvcc=toolchain.nvcc, bundle=bundle, arch=spec.arch, space=space,
         fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,
-        rtol=spec.rtol, atol=spec.atol, program_regex=options.metric_regex or spec.metric_regex,
-        program=options.program or options.metric_regex is not None or spec.mode == "program",
+        rtol=spec.rtol, atol=spec.atol, program_regex=spec.metric_regex, program=spec.mode == "program",
         static=StaticEvaluator("static", spec, bundle),
     )  # fmt: skip
     pool = MeasurerPool(measurers)

@@ -8,10 +8,12 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import tomli_w
 from test_timing import KERNEL
 
 from compileiq import app
+from compileiq.core.errors import UsageError
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
 from compileiq.evaluate.timing import HarnessTiming
@@ -103,3 +105,68 @@ def test_a_timed_gate_runs_a_program_with_its_own_arguments_and_reads_the_time_i
     assert calls == [("-n", "3")] * 3 and not any(measurer.dumps)
     timing = compare_timing(samplers)  # one run a block: 10 rounds are 20 runs of the program, not 200
     assert timing.vs_default.verdict.value == "SAME" and len(calls) == 3 + 2 * timing.vs_default.rounds == 23
+
+
+def _program_gpu(calls: list[tuple[str, ...]]) -> FakeMeasurer:
+    """A fake GPU for TIMED_PROGRAM: UNROLL 2 takes half the time of UNROLL 1, printed its own way."""
+    import random
+
+    def program(executable: bytes, args: object) -> RunResult:
+        calls.append(tuple(args))  # type: ignore[arg-type]
+        marker = re.search(rb"ciq-variant-UNROLL=(\d+);", executable)
+        assert marker is not None
+        ms = (2.0 if marker.group(1) == b"1" else 1.0) * random.uniform(0.995, 1.005)
+        return RunResult(synthetic_result([]), b"", 0, False, 0.01, f"took {ms:.4f} ms\n")
+
+    return FakeMeasurer(program)
+
+
+def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tune --program --metric-regex R` (no mode in tune.toml) wrote an ACF that recorded neither,
+    so `gate --device` timed the program as a harness (block options it never reads, samples it
+    never prints) and could not pass. The ACF now records how it was timed; the gate times it so
+    when told the same (--program --metric-regex R), and otherwise stops with the command to run,
+    never using the ACF's own pattern (a forged one could read any number the program prints)."""
+    from test_timing import TIMED_PROGRAM
+
+    (tmp_path / "prog.cu").write_text(TIMED_PROGRAM)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2]\n")
+    regex = "took ([0-9.]+) ms"
+    options = app.TuneOptions(kernel=Path("prog.cu"), objective="time", budget=2, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
+                              out=Path("prog.acf.toml"), arch="sm_90", program=True, metric_regex=regex, finalists=1)
+    with contextlib.chdir(tmp_path):
+        app.tune(options, SilentProgress(), measurers=[_program_gpu([])])
+    kernel = tomllib.loads((tmp_path / "prog.acf.toml").read_text())["kernel"]
+    assert (kernel["mode"], kernel["metric_regex"]) == ("program", regex)
+    # A program's screening run recorded median_ms None beside its time: the store refused such a
+    # trial when the study was read back, and the ACF kept the defaults.
+    assert "skipped trial" not in capsys.readouterr().err
+    assert tomllib.loads((tmp_path / "prog.acf.toml").read_text())["controls"]["define.UNROLL"] == 2
+
+    def gate(**how: object) -> gating.GateReport:
+        calls: list[tuple[str, ...]] = []
+        report = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, **how),  # type: ignore[arg-type]
+                            HarnessTiming(_program_gpu(calls)), visible=lambda: True)
+        assert calls and set(calls) == {()}  # the program's own (no) arguments: no harness options
+        return report
+
+    with pytest.raises(UsageError, match=r"timed as a program read with 'took .*: run the gate with --program "
+                                         r"--metric-regex 'took \(\[0-9\.\]\+\) ms'"):
+        gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True),
+                   HarnessTiming(_program_gpu([])), visible=lambda: True)
+    with pytest.raises(UsageError, match="read with 'elapsed"):  # another pattern measures something else
+        gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, program=True,
+                                      metric_regex="elapsed ([0-9.]+)"),
+                   HarnessTiming(_program_gpu([])), visible=lambda: True)
+    report = gate(program=True, metric_regex=regex)
+    assert report.passed and report.mode == "timing"
+    (timing,) = [result.timing for result in report.results]
+    assert timing is not None and timing.vs_default.estimate == pytest.approx(0.5, rel=0.02)
+    assert not [f for f in report.results[0].findings if f.rule == "stale-settings"]  # the settings it was tuned with
+    target = gating.locate(tmp_path / "prog.acf.toml", program=True, metric_regex=regex)
+    assert "--arch sm_90 --program --metric-regex 'took ([0-9.]+) ms' --db" in gating.retune_command(
+        target, gating.Measured("0" * 64, "build")
+    )  # a stale program-mode ACF is re-tuned as a program

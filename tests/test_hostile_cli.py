@@ -271,6 +271,18 @@ ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit
     "arch-9999": (_set("kernel", "arch", "sm_9999"), "kernel.arch = 'sm_9999' is not an arch"),
     "arch-number": (_set("kernel", "arch", 90), "kernel.arch = '90' is not an arch"),
     "arch-suffix": (_set("kernel", "arch", "sm_90x"), "kernel.arch = 'sm_90x' is not an arch"),
+    "mode-shell": (_set("kernel", "mode", "program; rm -rf ~"), "kernel.mode must be one of: harness, program"),
+    "mode-number": (_set("kernel", "mode", 1), "kernel.mode must be one of"),
+    "metric-regex-no-group": (lambda d: d["kernel"].update(mode="program", metric_regex="took .* ms"),
+                              "kernel.metric_regex needs a group"),
+    "metric-regex-broken": (lambda d: d["kernel"].update(mode="program", metric_regex="(("),
+                            "kernel.metric_regex not a regular expression"),
+    "metric-regex-huge": (lambda d: d["kernel"].update(mode="program", metric_regex="(a)" * 1000),
+                          "kernel.metric_regex must be a regular expression of at most 500"),
+    "metric-regex-table": (lambda d: d["kernel"].update(mode="program", metric_regex={"x": 1}),
+                           "kernel.metric_regex must be"),
+    "metric-regex-harness": (_set("kernel", "metric_regex", "took ([0-9.]+) ms"),
+                             'kernel.metric_regex is for kernel.mode = "program"'),
 }
 # fmt: on
 

@@ -188,13 +188,16 @@ def gate(
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (e.g. for $GITHUB_STEP_SUMMARY).")] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML (one testcase per ACF).")] = None,
     device: Annotated[bool | None, typer.Option("--device/--static", metavar="", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
+    program: Annotated[bool, typer.Option(metavar="", help="Time the kernel as a program that prints its time, as `tune --program` did.")] = False,
+    metric_regex: Annotated[str | None, typer.Option(help="--program: the time in ms is the regex's first group, as `tune --metric-regex` read it.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
     from compileiq.gating import check as gate_lib
     from compileiq.gating import ci_reports as gate_report
 
-    options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device)
+    options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
+                                   program=program, metric_regex=metric_regex)
     from compileiq.evaluate.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report

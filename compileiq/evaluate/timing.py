@@ -180,7 +180,7 @@ class TimeEvaluator:
             self._remember(code_hash, run, check)
             return Evaluation(None, check, static)
         self._remember(code_hash, run, "ok")
-        return Evaluation(value, None, {**static, **_timing(run)})
+        return Evaluation(value, None, {**static, **_timing(run, value)})
 
     def _value(self, run: RunResult) -> float | None:
         if self._target.program:
@@ -240,11 +240,15 @@ def _executable_or_complaint(built: ExecutableBuild) -> bytes | str:
     return built.executable
 
 
-def _timing(run: RunResult) -> dict[str, Any]:
+def _timing(run: RunResult, value: float) -> dict[str, Any]:
+    """A screening run's timing metrics: the harness's report, or a program's one printed time
+    (a program reports no spread, no minimum and no device: None there failed the metric ranges,
+    and every program-mode trial was skipped when the study was read back)."""
     harness = run.harness
-    return {"kind": RUNTIME_KIND, "median_ms": harness.median_ms, "iqr_ms": harness.iqr_ms,
-            "min_ms": harness.min_ms, "samples": len(harness.samples_ms), "device": harness.device,
-            "graph_batch": harness.graph_batch, **({MEASURED_ON_KEY: run.where} if run.where else {})}
+    spread = ({"iqr_ms": harness.iqr_ms, "min_ms": harness.min_ms, "device": harness.device,
+               "graph_batch": harness.graph_batch} if harness.median_ms is not None else {})
+    return {"kind": RUNTIME_KIND, "median_ms": value, "samples": len(harness.samples_ms) or 1, **spread,
+            **({MEASURED_ON_KEY: run.where} if run.where else {})}
 
 
 def _from_measurement(cached: Measurement, static: dict[str, Any]) -> Evaluation:

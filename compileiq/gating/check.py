@@ -44,7 +44,7 @@ from compileiq.gating.rules import (
 )
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class Target:
     acf_label: str  # the ACF path as given
     kernel_label: str  # the kernel path as found (relative when it was given relative)
     spec: KernelSpec
+    measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
 
 
 class TimingSource(Protocol):
@@ -103,13 +104,16 @@ class GateOptions:
     rules: tuple[str, ...] = ()
     device: bool | None = None  # None: use a GPU when one is visible
     seed: int = 0
+    program: bool = False  # time the kernel as a program that prints its time (as tune's --program)
+    metric_regex: str | None = None  # program mode: the time in ms is the first group (as tune's)
 
 
 # --- locating -----------------------------------------------------------------------------------
 
 
-def locate(path: Path, kernel: Path | None = None) -> Target:
-    """Read an ACF (validated) and find its kernel; UsageError when either is wrong."""
+def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None) -> Target:
+    """Read an ACF (validated) and find its kernel; UsageError when either is wrong. `program` and
+    `metric_regex` are the gate's --program and --metric-regex: how a timed gate runs the kernel."""
     acf = acf_file.read(path)
     found = kernel if kernel is not None else _find_source(acf)
     if kind := not_regular(found):
@@ -118,10 +122,11 @@ def locate(path: Path, kernel: Path | None = None) -> Target:
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    spec = load_spec(found, arch=acf.arch)
+    spec = load_spec(found, arch=acf.arch).measured_as(program, metric_regex)
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=acf.shipped)
-    return Target(acf, str(path), str(found), spec)
+    measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
+    return Target(acf, str(path), str(found), spec, tuple(measuring))
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -198,7 +203,8 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
 
 def retune_command(target: Target, measured: Measured) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
-    the ACF as paths from here, the ACF's objective, pick rule, arch and database (a URL's
+    the ACF as paths from here, the ACF's objective, pick rule, arch, the gate's own --program and
+    --metric-regex, and database (a URL's
     password shows as *** in the ACF: put it back, or set COMPILEIQ_DB), and `--force`, since the
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
@@ -213,8 +219,8 @@ def retune_command(target: Target, measured: Measured) -> str:
     study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
     named = [f"--study={study}"] if study else []
     return shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *db, *named, "--out", path_from_here(target.acf_label),
-                       "--force"])
+                       *picked, "--arch", acf.arch, *target.measuring_args, *db, *named, "--out",
+                       path_from_here(target.acf_label), "--force"])
 
 
 def retune_study(recorded: str, kernel: str, objective: str, measured: Measured) -> str | None:
@@ -265,6 +271,31 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
                      recorded, measured, measured_timing)
 
 
+def measuring_problem(target: Target) -> str:
+    """Why a timed gate cannot time this ACF as it was tuned ("" if it can): the ACF records how its
+    timed runs reported their time (the measuring harness, or a program's printed line and the
+    pattern that read it); timed the other way, the gate would measure something else. The ACF's
+    pattern is never used to measure (a forged one could read any number the program prints): the
+    gate's own --program/--metric-regex, or tune.toml, say how to time it."""
+    acf, spec = target.acf, target.spec
+    tuned = (acf.mode, acf.metric_regex)
+    gated = (spec.mode, spec.metric_regex if spec.mode == "program" else None)
+    if acf.mode is None or tuned == gated:  # an older ACF records no mode
+        return ""
+    if acf.mode == "program":
+        flags = shlex.join(["--program", *(["--metric-regex", acf.metric_regex] if acf.metric_regex else [])])
+        fix = f"run the gate with {flags}, or set mode = \"program\" and that metric_regex in tune.toml"
+    else:
+        fix = "run the gate without --program and --metric-regex, and without mode = \"program\" in tune.toml"
+    return f"{target.acf_label} was timed {_timed_as(*tuned)}, but this gate would time it {_timed_as(*gated)}: {fix}"
+
+
+def _timed_as(mode: str | None, regex: str | None) -> str:
+    if mode != "program":
+        return "with the measuring harness"
+    return f"as a program read with {regex!r}" if regex else "as a program (its time from a JSON line's time_ms)"
+
+
 def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: TimingSource | None) -> tuple[str, str]:
     """("static" | "timing", a note for the report); UsageError when a GPU was asked for in vain."""
     if requested is False:
@@ -288,11 +319,15 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         raise UsageError("give at least one ACF file")
     if options.kernel is not None and len(options.acfs) > 1:
         raise UsageError("--kernel applies to a single ACF; give one ACF with it")
+    if options.metric_regex is not None and (problem := metric_regex_problem(options.metric_regex)):
+        raise UsageError(f"--metric-regex: {problem}")
     table = severities(options.rules)
     mode, note = resolve_mode(options.device, visible, timing)
-    targets = [locate(path, options.kernel) for path in options.acfs]
+    targets = [locate(path, options.kernel, options.program, options.metric_regex) for path in options.acfs]
     for target in targets:
         recorded_of(target.acf)
+        if mode == "timing" and (problem := measuring_problem(target)):
+            raise UsageError(problem)
     toolchain = find_toolchain()
     source = timing if mode == "timing" else None
     results = tuple(evaluate(t, table, toolchain, source, options.seed, progress) for t in targets)

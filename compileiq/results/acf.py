@@ -61,6 +61,8 @@ class Acf:
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions, which the controls satisfy
     shipped: ShippedBuild | None = None  # [baseline]: the shipped build the tuning started from
     remove: tuple[str, ...] = ()  # shipped flags the chosen settings turn off: remove them from the command
+    mode: str | None = None  # how a timed run reported its time ("harness", "program"); None: not recorded
+    metric_regex: str | None = None  # program mode: the pattern its time was read with (recorded, never used)
 
     def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
               absolute: bool = False) -> tuple[str, ...]:
@@ -110,6 +112,8 @@ class AcfContent:
     settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions
     baseline: dict[str, Any] | None = None  # [baseline]: the shipped build (--compile-commands)
+    mode: str = "harness"  # how a timed run reports its time (tune.toml's mode, or --program)
+    metric_regex: str | None = None  # program mode: the time's pattern
 
 
 def render(content: AcfContent) -> dict[str, Any]:
@@ -126,7 +130,8 @@ def render(content: AcfContent) -> dict[str, Any]:
         "format": FORMAT_VERSION,
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
                    "source_sha256": content.source_sha256, "settings_sha256": content.settings_sha256,
-                   "arch": content.arch, **({"restrictions": list(content.restrictions)} if content.restrictions else {})},
+                   "arch": content.arch, **({"restrictions": list(content.restrictions)} if content.restrictions else {}),
+                   "mode": content.mode, **({"metric_regex": content.metric_regex} if content.metric_regex else {})},
         "base": {"nvcc_flags": list(content.base_flags)},
         "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,
                       "build": content.toolchain_build, "search_space": space.id,
@@ -229,6 +234,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
                                       f"{path}: base.nvcc_flags")
     except BaseFlagError as error:
         raise AcfError(str(error)) from None
+    mode, metric_regex = acf_checks.measuring(path, kernel)
     shipped = acf_checks.shipped_baseline(path, data.get("baseline"), full_space)
     remove = acf_checks.checked_remove(path, data["baseline"], shipped, config) if shipped is not None else ()
     return Acf(
@@ -238,7 +244,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         fixed_defines=fixed, frontend_args=full_space.frontend_args(config),
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
-        base=base_flags, restrictions=restrictions, shipped=shipped, remove=remove,
+        base=base_flags, restrictions=restrictions, shipped=shipped, remove=remove, mode=mode,
+        metric_regex=metric_regex,
     )  # fmt: skip
 
 

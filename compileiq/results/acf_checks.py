@@ -19,7 +19,13 @@ from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.results import to_time
 from compileiq.source.base_flags import BaseFlagError, parse_base_flags, path_problem
 from compileiq.source.shipped import to_remove
-from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
+from compileiq.source.spec import (
+    MODES,
+    FixedFlag,
+    ShippedBuild,
+    ShippedSetting,
+    metric_regex_problem,
+)
 
 
 class AcfError(UsageError):
@@ -197,6 +203,21 @@ def checked_remove(path: Path, table: dict[str, Any], shipped: ShippedBuild, con
         raise AcfError(f"{path}: baseline.remove does not match its controls (edited by hand?); expected: "
                        f"{list(expected)}")
     return expected
+
+
+def measuring(path: Path, kernel: dict[str, Any]) -> tuple[str | None, str | None]:
+    """kernel.mode and kernel.metric_regex: how the tuning's timed runs reported their time (an
+    older ACF records neither). Compared with what the gate will do, never used to measure: a
+    pattern from an ACF could read any number the program prints."""
+    mode, regex = kernel.get("mode"), kernel.get("metric_regex")
+    if mode is not None and mode not in MODES:
+        raise AcfError(f"{path}: kernel.mode must be one of: {', '.join(MODES)}")
+    if regex is not None:
+        if problem := metric_regex_problem(regex):
+            raise AcfError(f"{path}: kernel.metric_regex {problem}")
+        if mode != "program":
+            raise AcfError(f"{path}: kernel.metric_regex is for kernel.mode = \"program\"")
+    return mode, regex
 
 
 def _text(value: Any, most: int) -> bool:

@@ -60,6 +60,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
         baseline=baseline_table(spec.shipped, chosen.config) if spec.shipped is not None else None,
+        mode=spec.mode, metric_regex=spec.metric_regex if spec.mode == "program" else None,
     )  # fmt: skip
 
 

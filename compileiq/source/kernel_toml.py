@@ -21,11 +21,13 @@ from compileiq.source.launch import RANGES, ExpressionError, check
 from compileiq.source.spec import (
     DEFAULT_BLOCK_SIZE,
     MAX_TIMEOUT_S,
+    MODES,
     TUNE_FILE,
     KernelError,
     KernelSpec,
     LaunchFacts,
     Values,
+    metric_regex_problem,
     resolved,
 )
 
@@ -58,7 +60,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise KernelError(f"{path}: malformed TOML: nested too deeply") from None
 
 
-MODES = ("harness", "program")
 
 
 class _Parser:
@@ -117,12 +118,8 @@ class _Parser:
         value = self.raw.get("metric_regex")
         if value is None:
             return None
-        try:
-            groups = re.compile(value).groups if isinstance(value, str) else 0
-        except re.error as exc:
-            raise self.fail("metric_regex", f"not a regular expression: {exc}") from None
-        if groups < 1:
-            raise self.fail("metric_regex", "must be a regular expression with a group for the time in ms")
+        if problem := metric_regex_problem(value):
+            raise self.fail("metric_regex", problem)
         return str(value)
 
     def arch(self, override: str | None) -> str:

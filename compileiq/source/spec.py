@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -21,6 +22,20 @@ TUNE_FILE = "tune.toml"
 DEFAULT_BLOCK_SIZE = 256
 MAX_TIMEOUT_S = 86400  # a day: also refuses inf and nan
 Values = tuple[int | str, ...]
+MODES = ("harness", "program")  # how a timed run reports its time (`mode` in tune.toml)
+MAX_METRIC_REGEX = 500  # characters: a pattern for one timing line
+
+
+def metric_regex_problem(text: object) -> str:
+    """What is wrong with a program mode's metric regex ("" if nothing): it must compile and have a
+    group around the time in ms (tune.toml's `metric_regex`, `--metric-regex`, an ACF's record)."""
+    if not isinstance(text, str) or len(text) > MAX_METRIC_REGEX:
+        return f"must be a regular expression of at most {MAX_METRIC_REGEX} characters"
+    try:
+        groups = re.compile(text).groups
+    except re.error as error:
+        return f"not a regular expression: {error}"
+    return "" if groups >= 1 else "needs a group around the time in ms, e.g. 'time: ([0-9.]+) ms'"
 
 
 class KernelError(UsageError):
@@ -144,6 +159,13 @@ class KernelSpec:
     def settings_sha256(self) -> str:
         text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def measured_as(self, program: bool, metric_regex: str | None) -> KernelSpec:
+        """The spec as `--program`/`--metric-regex` time it (tune and gate both take them; either
+        one means program mode and overrides tune.toml's `mode`); itself without them."""
+        if not program and metric_regex is None:
+            return self
+        return replace(self, mode="program", metric_regex=metric_regex or self.metric_regex)
 
 
 @dataclass(frozen=True)
