@@ -13,10 +13,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from compileiq.build.workers import Workers
-from compileiq.core.records import SCREEN, SEARCH, Study, Trial, TrialState
+from compileiq.core.records import SEARCH, Study, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.core.toolchain import Toolchain
-from compileiq.evaluate import eligibility, screening
+from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
@@ -46,6 +46,7 @@ from compileiq.tuning.request import (
     study_key,
 )
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
+from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
 from compileiq.tuning.verify import Quarantined, Verifier
@@ -103,12 +104,9 @@ class Tuner:
         self._runner.baseline = self._baseline.as_dict()
         self._clock = RunClock(request.limits)
         self._stopped = ""
-        self._screening = None if self._static else request.screening
-        self._static_judge = (StaticEvaluator("static", request.kernel, self._bundle)  # screening's facts
-                              if self._screening else None)
-        self._screened = 0  # trials screened out (never measured) in this study
-        self._tilings = screening.Tilings(self._baseline.as_dict())  # screening's reference per macro values
-        self._screen_repairs: list[Config] = []  # refused for a lower level alone: at the default level
+        self._screening = (ScreenStage(request.screening, request.kernel, self._bundle, self._baseline, self._runner,
+                                       evaluator, progress, self._claim)
+                           if request.screening is not None and not self._static else None)
 
     @property
     def _searcher(self) -> Searcher | RemoteSearcher:
@@ -185,13 +183,13 @@ class Tuner:
             # stops the run with its one failed trial, before a batch of variants is compiled.
             alone = not self._baseline_built and not any(t.config_key == self._baseline.key for t in trials)
             count = 1 if alone else min(remaining, self._request.batch_size)
-            policy = None if alone or self._reference is None else self._screening
-            if policy is not None and self._screened >= policy.factor * self._request.budget:
-                self._stopped = f"screened {self._screened} candidates ({policy.factor}x the budget)"
+            screen = None if alone or self._reference is None else self._screening
+            if screen is not None and (stop := screen.exhausted(self._request.budget)):
+                self._stopped = stop
                 break
-            proposed = candidates = self._candidates(trials, count * (policy.factor if policy else 1))
-            if policy is not None and proposed:
-                candidates = self._screen(study, trials, proposed, count)  # a batch refused whole is no end
+            proposed = candidates = self._candidates(trials, count * (screen.policy.factor if screen else 1))
+            if screen is not None and self._reference is not None and proposed:  # a batch refused whole is no end
+                candidates = screen.select(study, trials, proposed, count, self._reference)
             batch = self._claim(study, candidates)
             if batch:
                 refill = self._refiller(study, counted) if self._request.stream and not alone else None
@@ -234,7 +232,7 @@ class Tuner:
         trials = self._store.trials(study.id)
         finished = [t for t in trials if t.final]
         counted = searched(finished)
-        if (self._static or self._screening) and self._reference is None:  # another tuner held the baseline: now done?
+        if (self._static or self._screening is not None) and self._reference is None:  # another tuner held the baseline: now done?
             self._reference = self._complete_baseline(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
@@ -242,47 +240,22 @@ class Tuner:
             self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
         self._check_baseline(fresh)
-        self._screened = sum(1 for t in finished if screening.is_screened(t))
+        if self._screening is not None:
+            self._screening.count(finished)
         return counted, trials
-
-    def _screen(self, study: Study, trials: Sequence[Trial], candidates: Sequence[Config],
-                count: int) -> list[Config]:
-        """Compile the candidates, record those the static rules refuse (never measured) and
-        return those to measure (see `compileiq.evaluate.screening`); `trials`: the study as this batch read it."""
-        assert self._reference is not None and self._static_judge is not None
-        judge, policy = self._static_judge, self._screening
-        assert policy is not None
-        tilings = self._tilings if policy.tilings else None  # other macros: judged against their own build
-        builds = self._runner.prebuild([*candidates, *(tilings.to_build(candidates) if tilings else [])])
-        references = tilings.references(candidates, builds, judge.evaluate, self._reference) if tilings else {}
-        found = [screening.Candidate(c, builds[c.key], judge.evaluate(builds[c.key], c)) for c in candidates]
-        measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
-        selection = screening.select(found, self._reference, count, measured, references)
-        if policy.repair:  # proposed first in the next batch
-            self._screen_repairs += screening.repairs(selection.rejected, self._baseline.as_dict())
-        rejected = {r.candidate.config.key: r for r in selection.rejected}
-        for trial in self._claim(study, [r.candidate.config for r in selection.rejected], SCREEN):
-            judged = rejected[trial.config_key]
-            self._runner.record_judged(trial, judged.candidate.build, judged.evaluation)
-        if selection.rejected or selection.held:
-            self._progress.note(f"screening: {len(candidates)} compiled, {len(selection.rejected)} refused "
-                                f"before measuring, {len(selection.measure)} to measure, {len(selection.held)} held")
-        measure = list(selection.measure)[:count]  # the budget counts trials, repeated machine code included
-        if (build_batch := getattr(self._evaluator, "build_batch", None)) is not None:  # nvcc before the GPU's turn
-            build_batch([(builds[c.key], c) for c in measure])
-        return measure
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
         """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
         taken = {t.config_key for t in trials if not t.to_retry}
         retry = [Config.of(t.config) for t in trials if t.to_retry]
-        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials),
-                                    *self._screen_repairs]
+        screened = self._screening.repairs if self._screening is not None else []
+        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials), *screened]
                  if c.key not in taken and self._request.space.allows(c)}
         candidates = list(first.values())[:count]
         picked = {c.key for c in candidates}  # the rest of the warm start's (and repairs) wait for the next batch
         self._warm_first = [c for c in self._warm_first if c.key in first and c.key not in picked]
-        self._screen_repairs = [c for c in self._screen_repairs if c.key in first and c.key not in picked]
+        if self._screening is not None:
+            self._screening.keep_repairs(set(first) - picked)
         if (wanted := count - len(candidates)) > 0:
             candidates += self._searcher.ask(wanted, exclude=sorted(taken | set(first)))
         return candidates[:count]
