@@ -121,6 +121,24 @@ def _program_gpu(calls: list[tuple[str, ...]]) -> FakeMeasurer:
     return FakeMeasurer(program)
 
 
+PROGRAM_REGEX = "took ([0-9.]+) ms"
+
+
+def _tune_program(folder: Path) -> str:
+    """TIMED_PROGRAM tuned with --program --metric-regex (tune.toml names no mode): prog.acf.toml, t.db."""
+    from test_timing import TIMED_PROGRAM
+
+    (folder / "prog.cu").write_text(TIMED_PROGRAM)
+    (folder / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2]\n")
+    options = app.TuneOptions(kernel=Path("prog.cu"), objective="time", budget=2, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{folder}/t.db",
+                              out=Path("prog.acf.toml"), arch="sm_90", program=True, metric_regex=PROGRAM_REGEX,
+                              finalists=1)
+    with contextlib.chdir(folder):
+        app.tune(options, SilentProgress(), measurers=[_program_gpu([])])
+    return PROGRAM_REGEX
+
+
 def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -129,16 +147,7 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
     never prints) and could not pass. The ACF now records how it was timed; the gate times it so
     when told the same (--program --metric-regex R), and otherwise stops with the command to run,
     never using the ACF's own pattern (a forged one could read any number the program prints)."""
-    from test_timing import TIMED_PROGRAM
-
-    (tmp_path / "prog.cu").write_text(TIMED_PROGRAM)
-    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [1, 2]\n")
-    regex = "took ([0-9.]+) ms"
-    options = app.TuneOptions(kernel=Path("prog.cu"), objective="time", budget=2, workers="local",
-                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
-                              out=Path("prog.acf.toml"), arch="sm_90", program=True, metric_regex=regex, finalists=1)
-    with contextlib.chdir(tmp_path):
-        app.tune(options, SilentProgress(), measurers=[_program_gpu([])])
+    regex = _tune_program(tmp_path)
     kernel = tomllib.loads((tmp_path / "prog.acf.toml").read_text())["kernel"]
     assert (kernel["mode"], kernel["metric_regex"]) == ("program", regex)
     # A program's screening run recorded median_ms None beside its time: the store refused such a
@@ -170,3 +179,29 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
     assert "--arch sm_90 --program --metric-regex 'took ([0-9.]+) ms' --db" in gating.retune_command(
         target, gating.Measured("0" * 64, "build")
     )  # a stale program-mode ACF is re-tuned as a program
+
+
+def test_program_mode_trials_an_earlier_version_recorded_are_read_back(tmp_path: Path) -> None:
+    """An earlier compileiq recorded a program's run with the harness's median_ms, iqr_ms and
+    min_ms as None; the store skipped such trials as damaged, so the study lost them on every
+    read. They read back now, the missing timings as not reported (never as a number)."""
+    import sqlalchemy as sa
+
+    from compileiq.store import Store
+    from compileiq.store.schema import trials_table
+
+    _tune_program(tmp_path)
+    url = f"sqlite:///{tmp_path}/t.db"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for row in conn.execute(sa.select(trials_table.c.id, trials_table.c.metrics)).all():
+            old = {**row.metrics, "median_ms": None, "iqr_ms": None, "min_ms": None}
+            conn.execute(trials_table.update().where(trials_table.c.id == row.id).values(metrics=old))
+    engine.dispose()
+    store = Store.open(url)
+    try:
+        trials = store.trials(store.find_study("1").id)
+    finally:
+        store.close()
+    assert len(trials) == 2 and all(t.value is not None for t in trials)
+    assert not any(key in t.metrics for t in trials for key in ("median_ms", "iqr_ms", "min_ms"))

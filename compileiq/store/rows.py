@@ -56,7 +56,7 @@ def trial_record(row: sa.RowMapping) -> Trial:
     values = {f.name: row[f.name] for f in fields(Trial)}
     values.update(state=TrialState(row["state"]), retryable=bool(row["retryable"]))
     values.update(value=_float(row["value"]), compile_seconds=_float(row["compile_seconds"]))
-    values.update(config=_object(row["config"], "config"), metrics=_object(row["metrics"] or {}, "metrics"))
+    values.update(config=_object(row["config"], "config"), metrics=_reported(_object(row["metrics"] or {}, "metrics")))
     finished = row["finished_at"]
     values.update(started_at=utc(row["started_at"]), finished_at=finished and utc(finished))
     return Trial(**values)
@@ -127,6 +127,18 @@ def utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+UNREPORTED = ("median_ms", "iqr_ms", "min_ms")  # a program reports none of them: its one time is the value
+
+
+def _reported(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics less the timing keys an earlier compileiq recorded as None for a program-mode run
+    (the harness's fields, which a program never prints): read as not reported, not as damage, so
+    such a study's trials are not skipped."""
+    if not any(metrics.get(key, 0) is None for key in UNREPORTED):
+        return metrics
+    return {key: value for key, value in metrics.items() if not (value is None and key in UNREPORTED)}
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
