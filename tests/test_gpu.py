@@ -90,3 +90,34 @@ def test_a_bundled_kernel_runs_and_checks() -> None:
     run = LocalMeasurer().measure(exe, ["--quick", "--check"], 60)
     assert run.failure is None, run.failure
     assert run.harness.check.passed and run.harness.median_ms
+
+
+def test_a_program_is_tuned_confirmed_and_gated_as_the_program_it_is(tmp_path: Path) -> None:
+    """`tune --program --metric-regex R` on a program with its own main that prints its time, then
+    `gate --device --program --metric-regex R`: every run of it gets its own arguments alone and is
+    read with R (confirmation and gate included), the ACF records how it was timed, and the gate
+    reproduces the confirmed gain. UNROLL 8 (the baseline) reads each input eight times."""
+    import contextlib
+
+    from compileiq import app
+    from compileiq.evaluate.timing import HarnessTiming
+    from compileiq.gating import check as gating
+    from compileiq.results import acf
+    from compileiq.tuning.progress import SilentProgress
+
+    shutil.copy(ROOT / "tests" / "cuda" / "program_timed.cu", tmp_path / "prog.cu")
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nUNROLL = [8, 1]\n")
+    regex = r"elapsed: ([0-9.]+) ms"
+    options = app.TuneOptions(kernel=Path("prog.cu"), objective="time", budget=2, workers="local",
+                              strategy="exhaustive", only=("define.UNROLL",), db=f"sqlite:///{tmp_path}/t.db",
+                              out=Path("prog.acf.toml"), arch=ARCH, program=True, metric_regex=regex, finalists=1)
+    with contextlib.chdir(tmp_path):
+        app.tune(options, SilentProgress())
+    tuned = acf.read(tmp_path / "prog.acf.toml")
+    assert (tuned.mode, tuned.metric_regex) == ("program", regex)
+    assert tuned.controls["define.UNROLL"] == 1 and tuned.objective["verdict"] == "FASTER", tuned.objective
+    report = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, program=True,
+                                           metric_regex=regex), HarnessTiming())
+    assert report.mode == "timing" and report.passed, report
+    (result,) = report.results
+    assert result.timing is not None and result.timing.vs_default.verdict.value == "FASTER"

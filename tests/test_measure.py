@@ -193,6 +193,22 @@ def test_the_harness_takes_timing_only_blocks_and_refuses_them_with_a_check_or_a
         assert refused.harness.message == "--timing-only verifies no outputs: it takes neither --check nor --dump"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_gpu_checks_timed_program_builds_and_fails_without_a_gpu_as_a_program_does() -> None:
+    """tests/cuda/program_timed.cu is what `pytest -m gpu` tunes in program mode on a lent GPU:
+    it must build here (a lease is too short to find a compile error), and without a GPU it
+    exits non-zero and prints no time, which program mode records as a failed run."""
+    source = (HARNESS_SOURCES / "program_timed.cu").read_bytes()
+    bundle = SourceBundle("prog.cu", (("prog.cu", source),), (), "x")
+    for unroll in ("1", "8"):
+        job = ExecutableJob(shutil.which("nvcc") or "nvcc", bundle, "sm_90", (f"-DUNROLL={unroll}",), ("-O3",), 240)
+        build = build_executable(job)
+        assert build.status is BuildStatus.OK, build.message
+        run = run_executable(build.executable, [], 30, dump=False)
+        assert run.returncode == 2 and parse_program_metric(run.stdout, r"elapsed: ([0-9.]+) ms") is None
+    assert parse_program_metric("elapsed: 0.04210 ms\n", r"elapsed: ([0-9.]+) ms") == 0.0421  # its printf
+
+
 def test_include_dir_holds_the_header() -> None:
     assert (include_dir() / "compileiq" / "harness.cuh").is_file()
     out = subprocess.run([str(Path(__import__("sys").executable).with_name("compileiq")), "include-dir"],
