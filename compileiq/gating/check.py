@@ -278,8 +278,7 @@ def measuring_problem(target: Target) -> str:
     pattern is never used to measure (a forged one could read any number the program prints): the
     gate's own --program/--metric-regex, or tune.toml, say how to time it."""
     acf, spec = target.acf, target.spec
-    tuned = (acf.mode, acf.metric_regex)
-    gated = (spec.mode, spec.metric_regex if spec.mode == "program" else None)
+    tuned, gated = (acf.mode, acf.metric_regex), spec.timed_as()
     if acf.mode is None or tuned == gated:  # an older ACF records no mode
         return ""
     if acf.mode == "program":

@@ -47,6 +47,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     if candidates := getattr(result, "to_time", ()):
         evidence["to_time"] = to_time.entries(candidates, result.baseline, result.study.key.objective,
                                               to_time.kernel_argument(spec.source), space)
+    mode, metric_regex = spec.timed_as()  # how its timed runs reported their time, for the gate to compare
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=source_path,
         source_sha256=bundle.sha256, arch=spec.arch,
@@ -60,7 +61,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
         baseline=baseline_table(spec.shipped, chosen.config) if spec.shipped is not None else None,
-        mode=spec.mode, metric_regex=spec.metric_regex if spec.mode == "program" else None,
+        mode=mode, metric_regex=metric_regex,
     )  # fmt: skip
 
 

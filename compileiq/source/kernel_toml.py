@@ -60,8 +60,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise KernelError(f"{path}: malformed TOML: nested too deeply") from None
 
 
-
-
 class _Parser:
     """Validates one tune.toml; every error names the file and the key."""
 

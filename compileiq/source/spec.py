@@ -160,6 +160,11 @@ class KernelSpec:
         text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def timed_as(self) -> tuple[str, str | None]:
+        """How a timed run reports its time: the mode and, in program mode, the metric regex (what
+        an ACF records as `kernel.mode` and `kernel.metric_regex`)."""
+        return self.mode, self.metric_regex if self.mode == "program" else None
+
     def measured_as(self, program: bool, metric_regex: str | None) -> KernelSpec:
         """The spec as `--program`/`--metric-regex` time it (tune and gate both take them; either
         one means program mode and overrides tune.toml's `mode`); itself without them."""
