@@ -170,6 +170,10 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
         gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, program=True,
                                       metric_regex="elapsed ([0-9.]+)"),
                    HarnessTiming(_program_gpu([])), visible=lambda: True)
+    told: list[str] = []  # static rules only: it still says how to gate and re-tune it as a program
+    static = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=False), progress=told.append)
+    assert static.mode == "static" and [f.rule for f in static.results[0].findings] == ["stale-settings"]
+    assert [line for line in told if line.startswith("note: ") and "run the gate with --program --metric-regex" in line]
     report = gate(program=True, metric_regex=regex)
     assert report.passed and report.mode == "timing"
     (timing,) = [result.timing for result in report.results]

@@ -325,8 +325,11 @@ def run(options: GateOptions, timing: TimingSource | None = None,
     targets = [locate(path, options.kernel, options.program, options.metric_regex) for path in options.acfs]
     for target in targets:
         recorded_of(target.acf)
-        if mode == "timing" and (problem := measuring_problem(target)):
-            raise UsageError(problem)
+        if problem := measuring_problem(target):
+            if mode == "timing":
+                raise UsageError(problem)
+            if progress is not None:  # static rules only: its stale-settings re-tune would drop the mode
+                progress(f"note: {problem}")
     toolchain = find_toolchain()
     source = timing if mode == "timing" else None
     results = tuple(evaluate(t, table, toolchain, source, options.seed, progress) for t in targets)
