@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -174,6 +175,8 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
     static = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=False), progress=told.append)
     assert static.mode == "static" and [f.rule for f in static.results[0].findings] == ["stale-settings"]
     assert [line for line in told if line.startswith("note: ") and "run the gate with --program --metric-regex" in line]
+    (stale,) = static.results[0].findings  # its re-tune times the program as the ACF was tuned, not with the harness
+    assert shlex.split(stale.command)[-8:-4] == ["--program", "--metric-regex", regex, "--db"]
     report = gate(program=True, metric_regex=regex)
     assert report.passed and report.mode == "timing"
     (timing,) = [result.timing for result in report.results]

@@ -203,8 +203,8 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
 
 def retune_command(target: Target, measured: Measured) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
-    the ACF as paths from here, the ACF's objective, pick rule, arch, the gate's own --program and
-    --metric-regex, and database (a URL's
+    the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
+    (`retune_measuring`), and database (a URL's
     password shows as *** in the ACF: put it back, or set COMPILEIQ_DB), and `--force`, since the
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
@@ -219,8 +219,20 @@ def retune_command(target: Target, measured: Measured) -> str:
     study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
     named = [f"--study={study}"] if study else []
     return shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *target.measuring_args, *db, *named, "--out",
+                       *picked, "--arch", acf.arch, *retune_measuring(target), *db, *named, "--out",
                        path_from_here(target.acf_label), "--force"])
+
+
+def retune_measuring(target: Target) -> tuple[str, ...]:
+    """How a re-tune times the kernel: the gate's own --program/--metric-regex; without them, and
+    when neither they nor tune.toml say program mode, the ACF's recorded program mode and pattern,
+    so that a re-tune made from a static gate run without those options does not time a program
+    with the harness. Only printed (shell-quoted, as `measuring_problem` prints them), never used
+    to measure by the gate."""
+    acf, spec = target.acf, target.spec
+    if target.measuring_args or acf.mode != "program" or spec.mode == "program":
+        return target.measuring_args
+    return ("--program", *(("--metric-regex", acf.metric_regex) if acf.metric_regex else ()))
 
 
 def retune_study(recorded: str, kernel: str, objective: str, measured: Measured) -> str | None:
@@ -328,7 +340,7 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         if problem := measuring_problem(target):
             if mode == "timing":
                 raise UsageError(problem)
-            if progress is not None:  # static rules only: its stale-settings re-tune would drop the mode
+            if progress is not None:  # static rules only (its stale-settings re-tune keeps the mode)
                 progress(f"note: {problem}")
     toolchain = find_toolchain()
     source = timing if mode == "timing" else None
