@@ -111,3 +111,48 @@ def test_a_space_without_front_end_settings_gets_middle_values():
     batch = Searcher(space, SearchSettings(seed=0)).ask(3)
     assert len({c.key for c in batch}) == 3
     assert {c["ptxas.level"] for c in batch} & {1, 2}
+
+
+def _macros_space() -> SearchSpace:
+    """Macros alone, as pnpoly's: every configuration is a front end of its own."""
+    def macro(name, values, default):
+        return Parameter(f"define.{name}", "frontend", "int", tuple(values), default, f"-D{name}={{value}}", "safe", "")
+    return SearchSpace("macros", "13.0", (
+        macro("block", range(32, 1025, 32), 32),
+        macro("tile", (1, 2, 4, 6, 8, 10, 12), 1),
+        macro("method", (0, 1, 2, 3), 0),
+        macro("slopes", (0, 1), 0),
+    ))
+
+
+def test_a_space_of_macros_alone_opens_with_its_centre_corners_and_middles():
+    """Its first batch after the defaults: the centre, then corners of a two-level orthogonal array
+    over the macros (each at its smallest or largest value), then middle values: a full batch,
+    where random picks over 3 front ends made a batch of 3."""
+    space = _macros_space()
+    for seed in range(5):
+        searcher = Searcher(space, SearchSettings(seed=seed))
+        searcher.tell([Observation(space.default_config(), 1.0)])
+        batch = searcher.ask(8)
+        assert len({c.key for c in batch}) == 8, seed
+        centre = batch[0]
+        assert 384 <= centre["define.block"] <= 640 and centre["define.tile"] in (4, 6, 8), seed
+        extremes = {p.name: (p.values[0], p.values[-1]) for p in space.parameters}
+        corners = [c for c in batch if all(c[name] in ends for name, ends in extremes.items())]
+        assert len(corners) == CORNER_RUNS, seed
+        assert {c["define.tile"] for c in corners} == {1, 12} and {c["define.slopes"] for c in corners} == {0, 1}
+
+
+def test_a_needle_at_a_corner_of_a_macro_space_is_found_early():
+    """pnpoly's shape: the fastest configurations all have the smallest tile with precomputed
+    slopes (and here the last method), whatever the block size: 1.8% of the space, three macros
+    at an extreme. Over 20 seeds the median was 34 evaluations when the first picks were random,
+    6.5 with the corners."""
+    space = _macros_space()
+    counts = [
+        _evaluations_to_optimum(
+            space, lambda c: 0 if c["define.tile"] == 1 and c["define.slopes"] == 1 and c["define.method"] == 3 else 1, seed
+        )
+        for seed in range(20)
+    ]
+    assert statistics.median(counts) <= 1 + 8, counts

@@ -64,6 +64,6 @@ def test_a_restricted_space_of_thousands_is_scored_whole() -> None:
         told |= {c.key for c in batch}
         batch = searcher.ask(8)
         sizes.append(len(batch))
-    # the baseline, the initial design's 3 (a few front ends: each macro value is one), then full
-    # batches: 1 + 3 + 15 x 8 + 4 = 128
-    assert len(told) == 128 and sizes == [3] + [8] * 15 + [4, 0], sizes
+    # the baseline, the initial design's centre, corners and middles (each the nearest allowed
+    # configuration: all 8 on the diagonal), then full batches: 1 + 15 x 8 + 7 = 128
+    assert len(told) == 128 and sizes == [8] * 15 + [7, 0], sizes

@@ -144,6 +144,8 @@ class Searcher:
     def _initial_design(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
         """Corners and middle values first (once), then random picks over a few front-end
         settings."""
+        if not self._corners_done and not self._ptxas_columns():
+            return self._macro_design(pool, count)
         pool = self._initial_pool(pool)
         if self._corners_done:
             corners = pool[:0]
@@ -162,22 +164,79 @@ class Searcher:
         random = self._pick(rest, weights, count - len(corners), lambda w: self._rng.choice(len(w), p=w))
         return np.concatenate([corners, rest[random]])
 
+    def _ptxas_columns(self) -> list[int]:
+        encoding = self._encoding
+        return [j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns]
+
+    def _macro_design(self, pool: np.ndarray, count: int) -> np.ndarray:
+        """The first batch of a space of macros alone, where every configuration is a front end of
+        its own: the centre, corners of a two-level orthogonal array over every macro (half the
+        batch) and a Latin hypercube of middle values, each the nearest allowed untried
+        configuration (`pool`). Without it that batch held the 3 random front ends that
+        `initial_frontends` allows; the recorded landscapes' optima often lie at a macro's extreme
+        (the smallest tile, a resource limit), which random picks rarely reach (docs/benchmarks.md,
+        (h6)). Settings other studies refused (`discourage`) are not consulted here."""
+        encoding = self._encoding
+        self._corners_done = True
+        if not len(pool) or count < 1:
+            return pool[:0]
+        chosen: dict[Row, None] = {}
+        signs = self._two_level_signs(len(encoding.cardinality))
+        for run in self._rng.permutation(len(signs)):
+            if len(chosen) >= count // 2:
+                break
+            self._add_nearest(pool, np.where(signs[run] > 0, encoding.extreme_high, encoding.extreme_low), chosen)
+        corners = list(chosen)
+        middles: dict[Row, None] = {}
+        for level in self._hypercube(count - len(corners), encoding.extreme_low, encoding.extreme_high):
+            self._add_nearest(pool, level, middles)
+        order = list(dict.fromkeys([*list(middles)[:1], *corners, *list(middles)[1:]]))  # the centre first
+        rows = np.array(order, dtype=pool.dtype).reshape(-1, pool.shape[1])
+        self._initial_frontends = self._frontends | {encoding.frontend(row) for row in order}
+        return rows
+
+    def _add_nearest(self, pool: np.ndarray, target: np.ndarray, into: dict[Row, None]) -> None:
+        """Add to `into` the row of `pool` nearest `target` (value indices, each parameter's range
+        scaled to 1) that it does not hold yet; ties broken at random."""
+        scale = np.maximum(self._encoding.cardinality - 1, 1)
+        distance = (np.abs(pool - target) / scale).sum(axis=1) + 1e-9 * self._rng.random(len(pool))
+        for index in np.argsort(distance):
+            key = tuple(pool[index].tolist())
+            if key not in into:
+                into[key] = None
+                return
+
+    def _two_level_signs(self, columns: int) -> np.ndarray:
+        """Runs (rows) of a two-level orthogonal array over `columns` parameters, as +1/-1, its
+        columns drawn at random from a Hadamard matrix's and flipped at random."""
+        runs = 8
+        while runs - 1 < columns:
+            runs *= 2
+        signs = _hadamard(runs)[:, 1 + self._rng.permutation(runs - 1)[:columns]]
+        return signs * self._rng.choice([-1, 1], size=columns)
+
+    def _hypercube(self, count: int, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """`count` rows of value indices: the centre (every parameter at its middle value), then a
+        Latin hypercube (each parameter's range cut into `count` strata, one value from each,
+        shuffled per parameter)."""
+        if count < 1:
+            return np.zeros((0, len(low)))
+        strata = np.stack([self._rng.permutation(count) for _ in low], axis=1)
+        levels = low + np.floor((strata + self._rng.random(strata.shape)) * (high - low + 1) / count)
+        levels[0] = np.floor(low + (high - low + self._rng.random(len(low))) / 2)
+        return np.minimum(levels, high)
+
     def _corners(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
         """Runs of a two-level orthogonal array over the ptxas-stage parameters, each at its
         lowest or highest value: every pair of parameters is seen at all four combinations of
         extremes (the highest register cap with and without --override-directive-values, say),
         where strong compiler effects and two-option interactions usually lie."""
         encoding = self._encoding
-        columns = [
-            j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns
-        ]
+        columns = self._ptxas_columns()
         if not columns or not len(pool) or count < 1:
             return pool[:0]
-        runs = 8
-        while runs - 1 < len(columns):
-            runs *= 2
-        signs = _hadamard(runs)[:, 1 + self._rng.permutation(runs - 1)[: len(columns)]]
-        signs = signs * self._rng.choice([-1, 1], size=len(columns))
+        signs = self._two_level_signs(len(columns))
+        runs = len(signs)
         frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
         low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
         rows: dict[Row, None] = {}
@@ -201,9 +260,7 @@ class Searcher:
         range cut into `count` strata, one value from each, shuffled per parameter. The batch
         holds middle values (ptxas -O1, a mid register cap) that the corners never try."""
         encoding = self._encoding
-        columns = [
-            j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns
-        ]
+        columns = self._ptxas_columns()
         if count < 1 or not len(pool) or not columns:
             return pool[:0]
         frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
@@ -212,14 +269,10 @@ class Searcher:
         rows: dict[Row, None] = {}
         low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
         for _ in range(4):  # a few tries to replace rows that were seen already
-            strata = np.stack([self._rng.permutation(count) for _ in columns], axis=1)
-            levels = low + np.floor(
-                (strata + self._rng.random(strata.shape)) * (high - low + 1) / count
-            )
-            levels[0] = np.floor(low + (high - low + self._rng.random(len(columns))) / 2)
+            levels = self._hypercube(count, low, high)
             for run in range(count):
                 row = np.empty(pool.shape[1], dtype=pool.dtype)
-                row[columns] = np.minimum(levels[run], high)
+                row[columns] = levels[run]
                 pick = central if run == 0 else self._rng.integers(len(frontends))
                 row[encoding.frontend_columns] = frontends[pick]
                 key = tuple(row.tolist())
