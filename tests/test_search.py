@@ -9,8 +9,8 @@ from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Parameter, SearchSpace
 from compileiq.search.encoding import enumerate_space
+from compileiq.search.initial_design import CORNER_RUNS
 from compileiq.search.searcher import (
-    CORNER_RUNS,
     FAILURE_RANK,
     Observation,
     Searcher,

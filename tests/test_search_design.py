@@ -3,7 +3,8 @@
 import statistics
 
 from compileiq.core.space import Parameter, SearchSpace
-from compileiq.search.searcher import CORNER_RUNS, Observation, Searcher, SearchSettings
+from compileiq.search.initial_design import CORNER_RUNS
+from compileiq.search.searcher import Observation, Searcher, SearchSettings
 
 
 def _choice(name, values, default, stage="ptxas"):

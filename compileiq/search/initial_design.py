@@ -1,0 +1,216 @@
+"""The search's initial design: its first batches, before a surrogate is fitted.
+
+Corners of a two-level orthogonal array over the ptxas-stage settings, the centre and a Latin
+hypercube of middle values, then random picks over a few front-end settings; on a space of macros
+alone (every configuration a front end of its own) the corners and middles are made over the
+macros. Why this shape: docs/architecture.md, "The initial design".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from compileiq.search.encoding import Encoding, Row
+
+CORNER_RUNS = 4  # of the first batch at extremes; the rest spread over middle values
+DISCOURAGED_WEIGHT = 0.25  # a random pick's weight per discouraged setting it holds
+
+Pick = Callable[[np.ndarray, np.ndarray, int, Callable[[np.ndarray], int]], list[int]]
+
+
+class InitialDesign:
+    """The first batches of one search. Shares the searcher's random generator (so that a seed
+    gives one sequence of proposals) and its set of front-end settings compiled or planned."""
+
+    def __init__(self, encoding: Encoding, rng: np.random.Generator, frontends: set[Row], initial_frontends: int) -> None:
+        self._encoding = encoding
+        self._rng = rng
+        self._frontends = frontends  # the searcher's own set: read and added to here
+        self._initial_count = initial_frontends
+        self._initial_frontends: set[Row] = set()
+        self._corners_done = False
+        self._discouraged: list[tuple[int, int]] = []  # (column, value index): proposed later
+
+    def discourage(self, slots: list[tuple[int, int]]) -> None:
+        """Propose these (column, value index) settings later: the corners and middles prefer runs
+        without them, the random picks weigh them down."""
+        self._discouraged = slots
+
+    def _discouraged_in(self, rows: np.ndarray) -> np.ndarray:
+        """Per row, how many discouraged settings it holds."""
+        counts = np.zeros(len(rows), dtype=np.int64)
+        for column, index in self._discouraged:
+            counts += rows[:, column] == index
+        return counts
+
+    def _preferred(self, rows: np.ndarray, count: int) -> np.ndarray:
+        """The first `count` rows, those with fewer discouraged settings first (stable)."""
+        if not self._discouraged or not len(rows):
+            return rows[:count]
+        return rows[np.argsort(self._discouraged_in(rows), kind="stable")][:count]
+
+    def rows(self, pool: np.ndarray, skip: set[Row], count: int, pick: Pick) -> np.ndarray:
+        """Up to `count` rows of `pool` (allowed, untried): corners and middle values first (once),
+        then random picks over a few front-end settings, chosen by `pick` (the searcher's batch
+        choice, which charges a new front end its cost)."""
+        if not self._corners_done and not self._ptxas_columns():
+            return self._macro_design(pool, count)
+        pool = self._initial_pool(pool)
+        if self._corners_done:
+            corners = pool[:0]
+        else:
+            corners = self._encoding.allowed(self._corners(pool, skip, min(count, CORNER_RUNS)))
+            wanted = count - len(corners)
+            middles = self._encoding.allowed(self._middles(  # more to choose from when some are discouraged
+                pool, skip | {tuple(r) for r in corners.tolist()}, wanted * (2 if self._discouraged else 1)
+            ))
+            middles = self._preferred(middles, wanted)
+            corners = np.concatenate([middles[:1], corners, middles[1:]])  # the centre first
+        self._corners_done = True
+        self._frontends.update(self._encoding.frontend(row) for row in corners)
+        rest = self._encoding.without(pool, {tuple(row) for row in corners.tolist()})
+        weights = DISCOURAGED_WEIGHT ** self._discouraged_in(rest).astype(float)
+        random = pick(rest, weights, count - len(corners), lambda w: self._rng.choice(len(w), p=w))
+        return np.concatenate([corners, rest[random]])
+
+    def _ptxas_columns(self) -> list[int]:
+        encoding = self._encoding
+        return [j for j in range(len(encoding.cardinality)) if j not in encoding.frontend_columns]
+
+    def _macro_design(self, pool: np.ndarray, count: int) -> np.ndarray:
+        """The first batch of a space of macros alone, where every configuration is a front end of
+        its own: the centre, corners of a two-level orthogonal array over every macro (half the
+        batch) and a Latin hypercube of middle values, each the nearest allowed untried
+        configuration (`pool`). Without it that batch held the 3 random front ends that
+        `initial_frontends` allows; the recorded landscapes' optima often lie at a macro's extreme
+        (the smallest tile, a resource limit), which random picks rarely reach (docs/benchmarks.md,
+        (h6)). Settings other studies refused (`discourage`) are not consulted here."""
+        encoding = self._encoding
+        self._corners_done = True
+        if not len(pool) or count < 1:
+            return pool[:0]
+        chosen: dict[Row, None] = {}
+        signs = self._two_level_signs(len(encoding.cardinality))
+        for run in self._rng.permutation(len(signs)):
+            if len(chosen) >= count // 2:
+                break
+            self._add_nearest(pool, np.where(signs[run] > 0, encoding.extreme_high, encoding.extreme_low), chosen)
+        corners = list(chosen)
+        middles: dict[Row, None] = {}
+        for level in self._hypercube(count - len(corners), encoding.extreme_low, encoding.extreme_high):
+            self._add_nearest(pool, level, middles)
+        order = list(dict.fromkeys([*list(middles)[:1], *corners, *list(middles)[1:]]))  # the centre first
+        rows = np.array(order, dtype=pool.dtype).reshape(-1, pool.shape[1])
+        self._initial_frontends = self._frontends | {encoding.frontend(row) for row in order}
+        return rows
+
+    def _add_nearest(self, pool: np.ndarray, target: np.ndarray, into: dict[Row, None]) -> None:
+        """Add to `into` the row of `pool` nearest `target` (value indices, each parameter's range
+        scaled to 1) that it does not hold yet; ties broken at random."""
+        scale = np.maximum(self._encoding.cardinality - 1, 1)
+        distance = (np.abs(pool - target) / scale).sum(axis=1) + 1e-9 * self._rng.random(len(pool))
+        for index in np.argsort(distance):
+            key = tuple(pool[index].tolist())
+            if key not in into:
+                into[key] = None
+                return
+
+    def _two_level_signs(self, columns: int) -> np.ndarray:
+        """Runs (rows) of a two-level orthogonal array over `columns` parameters, as +1/-1, its
+        columns drawn at random from a Hadamard matrix's and flipped at random."""
+        runs = 8
+        while runs - 1 < columns:
+            runs *= 2
+        signs = _hadamard(runs)[:, 1 + self._rng.permutation(runs - 1)[:columns]]
+        return signs * self._rng.choice([-1, 1], size=columns)
+
+    def _hypercube(self, count: int, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """`count` rows of value indices: the centre (every parameter at its middle value), then a
+        Latin hypercube (each parameter's range cut into `count` strata, one value from each,
+        shuffled per parameter)."""
+        if count < 1:
+            return np.zeros((0, len(low)))
+        strata = np.stack([self._rng.permutation(count) for _ in low], axis=1)
+        levels = low + np.floor((strata + self._rng.random(strata.shape)) * (high - low + 1) / count)
+        levels[0] = np.floor(low + (high - low + self._rng.random(len(low))) / 2)
+        return np.minimum(levels, high)
+
+    def _corners(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
+        """Runs of a two-level orthogonal array over the ptxas-stage parameters, each at its
+        lowest or highest value: every pair of parameters is seen at all four combinations of
+        extremes (the highest register cap with and without --override-directive-values, say),
+        where strong compiler effects and two-option interactions usually lie."""
+        encoding = self._encoding
+        columns = self._ptxas_columns()
+        if not columns or not len(pool) or count < 1:
+            return pool[:0]
+        signs = self._two_level_signs(len(columns))
+        runs = len(signs)
+        frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
+        low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
+        rows: dict[Row, None] = {}
+        order = self._rng.permutation(runs)
+        if self._discouraged:  # runs without discouraged extremes first (front-end columns are set below)
+            extremes = np.zeros((runs, pool.shape[1]), dtype=pool.dtype)
+            extremes[:, columns] = np.where(signs > 0, high, low)
+            extremes[:, encoding.frontend_columns] = -1
+            order = order[np.argsort(self._discouraged_in(extremes[order]), kind="stable")]
+        for run in order[:count]:
+            row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
+            row[columns] = np.where(signs[run] > 0, high, low)
+            row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
+            if tuple(row.tolist()) not in skip:
+                rows[tuple(row.tolist())] = None
+        return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
+
+    def _middles(self, pool: np.ndarray, skip: set[Row], count: int) -> np.ndarray:
+        """The centre of the space (every parameter at its middle value, the front-end setting
+        nearest the middle), then a Latin hypercube over the value indices: each parameter's
+        range cut into `count` strata, one value from each, shuffled per parameter. The batch
+        holds middle values (ptxas -O1, a mid register cap) that the corners never try."""
+        encoding = self._encoding
+        columns = self._ptxas_columns()
+        if count < 1 or not len(pool) or not columns:
+            return pool[:0]
+        frontends = np.unique(pool[:, encoding.frontend_columns], axis=0)
+        middle = (encoding.cardinality[encoding.frontend_columns] - 1) / 2
+        central = int(np.argmin(np.abs(frontends - middle).sum(axis=1)))
+        rows: dict[Row, None] = {}
+        low, high = encoding.extreme_low[columns], encoding.extreme_high[columns]
+        for _ in range(4):  # a few tries to replace rows that were seen already
+            levels = self._hypercube(count, low, high)
+            for run in range(count):
+                row = np.empty(pool.shape[1], dtype=pool.dtype)
+                row[columns] = levels[run]
+                pick = central if run == 0 else self._rng.integers(len(frontends))
+                row[encoding.frontend_columns] = frontends[pick]
+                key = tuple(row.tolist())
+                if key not in skip and len(rows) < count:
+                    rows[key] = None
+            if len(rows) >= count:
+                break
+        return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
+
+    def _initial_pool(self, pool: np.ndarray) -> np.ndarray:
+        """The initial design spreads over a few front-end settings only (each costs an nvcc run):
+        enough variety for the model to learn their effect, few enough to stay cheap."""
+        if not len(pool):
+            return pool
+        frontends = [tuple(r) for r in pool[:, self._encoding.frontend_columns].tolist()]
+        if not self._initial_frontends:
+            fresh = sorted(set(frontends) - self._frontends)
+            picks = self._rng.permutation(len(fresh))[: self._initial_count]
+            self._initial_frontends = self._frontends | {fresh[i] for i in picks}
+        keep = np.array([f in self._initial_frontends for f in frontends], dtype=bool)
+        return pool[keep] if keep.any() else pool
+
+
+def _hadamard(order: int) -> np.ndarray:
+    """A Sylvester Hadamard matrix (order a power of two): its columns but the first are the
+    two-level orthogonal array of `order` runs."""
+    matrix = np.ones((1, 1), dtype=int)
+    while len(matrix) < order:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    return matrix
