@@ -229,9 +229,13 @@ def retune_measuring(target: Target) -> tuple[str, ...]:
     so that a re-tune made from a static gate run without those options does not time a program
     with the harness. Only printed (shell-quoted, as `measuring_problem` prints them), never used
     to measure by the gate."""
-    acf, spec = target.acf, target.spec
-    if target.measuring_args or acf.mode != "program" or spec.mode == "program":
+    if target.measuring_args or target.acf.mode != "program" or target.spec.mode == "program":
         return target.measuring_args
+    return _recorded_program_options(target.acf)
+
+
+def _recorded_program_options(acf: acf_file.Acf) -> tuple[str, ...]:
+    """The tune options that time a program as this program-mode ACF records it was timed."""
     return ("--program", *(("--metric-regex", acf.metric_regex) if acf.metric_regex else ()))
 
 
@@ -294,7 +298,7 @@ def measuring_problem(target: Target) -> str:
     if acf.mode is None or tuned == gated:  # an older ACF records no mode
         return ""
     if acf.mode == "program":
-        flags = shlex.join(["--program", *(["--metric-regex", acf.metric_regex] if acf.metric_regex else [])])
+        flags = shlex.join(_recorded_program_options(acf))
         fix = f"run the gate with {flags}, or set mode = \"program\" and that metric_regex in tune.toml"
     else:
         fix = "run the gate without --program and --metric-regex, and without mode = \"program\" in tune.toml"
