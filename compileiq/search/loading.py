@@ -1,6 +1,8 @@
-"""The searcher, loaded on a thread of its own: importing scikit-optimize (numpy, scikit-learn)
-takes a second on an idle machine and tens of seconds on a loaded one, and a run's first minute
-does not need it (the baseline compiles first). The load starts at once; the first `get` waits."""
+"""Something slow to import, loaded on a thread of its own: the searcher (numpy), and the
+searcher's surrogate (scikit-optimize, scikit-learn, scipy), which takes a second to import on an
+idle machine and tens of seconds on a loaded one. A run's first minute needs neither (the
+baseline compiles first, then the initial design, which needs no model). The load starts at
+once; the first `get` waits."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ T = TypeVar("T")
 
 
 class SearchLoad(Generic[T]):
-    """Builds the searcher (`build`, which imports what it needs) on a daemon thread from construction on."""
+    """Builds a value (`build`, which imports what it needs) on a daemon thread from construction on."""
 
     def __init__(self, build: Callable[[], T], on_ready: Callable[[float], None] | None = None) -> None:
         self._build = build

@@ -2,6 +2,10 @@
 
 The searcher is passive: the tuning loop asks it for a batch, evaluates, and tells it the results.
 It keeps no state the database does not also hold, so it is rebuilt from a study's history.
+
+Its first batches (the initial design) need numpy alone: the surrogate's module (scikit-optimize,
+scikit-learn, scipy: a second to import on an idle machine) loads on a thread of its own from
+construction on, and is first waited for by the first fit, a batch or two later.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from compileiq.core.space import Config, SearchSpace
-from compileiq.search import local_search, surrogate
+from compileiq.search import local_search
 from compileiq.search.encoding import Encoding, Row, enumerate_space
 from compileiq.search.initial_design import InitialDesign
+from compileiq.search.loading import SearchLoad
 from compileiq.search.settings import Observation, SearchSettings, check_settings
 
 __all__ = ["Observation", "SearchSettings", "Searcher"]  # the first two re-exported: the searcher's vocabulary
@@ -44,10 +49,10 @@ class Searcher:
         self._refused: list[float | None] = []  # parallel to _values (see Observation.refused)
         self._points: list[list[int]] = []  # the surrogate's coordinates of each told row
         self._rows: list[Row] = []  # the told rows (value indices), in the same order
-        self._optimizer = surrogate.new_optimizer(space, settings) if settings.strategy == "bayes" else None
-        self._features: Callable[[Any], Any] = (
-            surrogate.features_of(self._optimizer) if self._optimizer else np.asarray
-        )
+        self._bayes = settings.strategy == "bayes"
+        self._surrogate: SearchLoad[Any] | None = SearchLoad(_import_surrogate) if self._bayes else None
+        self._optimizer_made: Any = None  # skopt's optimizer, made at the first fit (`_optimizer`)
+        self._features_of: Callable[[Any], Any] | None = None  # its point -> feature transform
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
         self._frontend_cost = settings.frontend_cost
@@ -56,6 +61,25 @@ class Searcher:
         self._best_fitted = 0.0  # the best allowed result's rank in _fitted (EI's incumbent)
         self._feasibility: Any = None  # P(allowed), fitted once some compiled result was refused
         self._design = InitialDesign(self._encoding, self._rng, self._frontends, settings.initial_frontends)
+
+    @property
+    def _optimizer(self) -> Any:
+        """skopt's optimizer over the space (the surrogate's module waited for, the first time)."""
+        if self._optimizer_made is None:
+            self._optimizer_made = self._surrogate_module.new_optimizer(self._space, self._settings)
+        return self._optimizer_made
+
+    def _features(self, points: Any) -> Any:
+        """The surrogate's features of these points (skopt's transform; the identity for trees)."""
+        if self._features_of is None:
+            self._features_of = self._surrogate_module.features_of(self._optimizer)
+        return self._features_of(points)
+
+    @property
+    def _surrogate_module(self) -> Any:
+        """The module `surrogate`, waited for."""
+        assert self._surrogate is not None
+        return self._surrogate.get()
 
     def discourage(self, settings: Iterable[tuple[str, Any]]) -> None:
         """Propose these (parameter, value) settings later in the initial design (settings other
@@ -83,12 +107,12 @@ class Searcher:
             self._values.append(observation.value)
             self._refused.append(observation.refused if observation.value is None else None)
             fresh += 1
-        if self._optimizer is not None and fresh and fit:
+        if self._bayes and fresh and fit:
             self._refit()
 
     def fit(self) -> None:
         """Refit the surrogate on every observation told so far."""
-        if self._optimizer is not None:
+        if self._bayes:
             self._refit()
 
     def refit(self, values: Sequence[float | None]) -> None:
@@ -97,7 +121,7 @@ class Searcher:
         if len(values) != len(self._values):
             raise ValueError(f"{len(values)} values for {len(self._values)} observations")
         self._values = list(values)
-        if self._optimizer is not None:
+        if self._bayes:
             self._refit()
 
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
@@ -144,7 +168,7 @@ class Searcher:
 
     def _predicted_mean(self, rows: np.ndarray) -> np.ndarray:
         features = self._features(self._encoding.points(rows))
-        mean = np.asarray(surrogate.predictor(self._model).predict(features), dtype=float)
+        mean = np.asarray(self._surrogate_module.predictor(self._model).predict(features), dtype=float)
         if self._feasibility is None:
             return mean
         allowed = self._allowed_probability(features)  # refused at the failures' rank, as before
@@ -162,11 +186,10 @@ class Searcher:
         return batch
 
     def _acquisition(self, pool: np.ndarray) -> np.ndarray:
-        assert self._optimizer is not None
         if not len(pool):
             return np.zeros(0)
         features = self._features(self._encoding.points(pool))
-        scores = surrogate.expected_improvement(features, self._model, self._best_fitted, self._settings.exploration)
+        scores = self._surrogate_module.expected_improvement(features, self._model, self._best_fitted, self._settings.exploration)
         scores = np.maximum(scores, 0.0)
         if self._feasibility is not None:
             scores = scores * self._allowed_probability(features)
@@ -228,7 +251,6 @@ class Searcher:
         return encoding.without(rows, skip)
 
     def _refit(self) -> None:
-        assert self._optimizer is not None
         if len(self._values) < self._settings.initial_points:
             return
         # One fit on the whole history; skopt's Optimizer.tell would also optimise an acquisition
@@ -238,8 +260,9 @@ class Searcher:
         # it (see _acquisition, docs/architecture.md, "A refused result keeps its value").
         values = _with_penalty([v if v is not None else r for v, r in zip(self._values, self._refused)])
         refused = any(r is not None for r in self._refused)
-        model = surrogate.fresh_model(self._optimizer)
-        feasibility = surrogate.fresh_model(self._optimizer) if refused else None
+        fresh_model = self._surrogate_module.fresh_model
+        model = fresh_model(self._optimizer)
+        feasibility = fresh_model(self._optimizer) if refused else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(self._features(self._points), values)
@@ -248,6 +271,12 @@ class Searcher:
         allowed = [rank for rank, value in zip(values, self._values) if value is not None]
         self._model, self._fitted, self._feasibility = model, values, feasibility
         self._best_fitted = min(allowed, default=min(values))
+
+
+def _import_surrogate() -> Any:
+    from compileiq.search import surrogate
+
+    return surrogate
 
 
 def _with_penalty(values: Sequence[float | None]) -> list[float]:

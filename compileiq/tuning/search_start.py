@@ -22,7 +22,7 @@ def start_search(request: TuneRequest, phases: PhaseProgress | None = None) -> S
     """Check the search settings, then load the searcher in the background (the baseline compiles
     meanwhile); with `phases`, the load is announced now and its duration told when first needed."""
     check_settings(request.search, request.space)
-    phase = phases.starting("loading the search (scikit-optimize)") if phases is not None else None
+    phase = phases.starting("loading the search") if phases is not None else None
     return SearchLoad(partial(_new_searcher, request),
                       None if phase is None else lambda seconds: phase.done("search loaded", seconds))
 

@@ -1,6 +1,6 @@
 """The first minute of a run: Ray starts and the searcher loads in the background while the
 baseline, and the batches after it until Ray is ready, compile on local threads; each start-up
-phase is announced as it starts ("loading the search (scikit-optimize)…") and reported with its
+phase is announced as it starts ("loading the search…") and reported with its
 duration when it ends ("workers ready 3.1 s")."""
 
 from __future__ import annotations
