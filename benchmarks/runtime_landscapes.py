@@ -561,6 +561,7 @@ def landscape_parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    global BATCH  # --batch: one batch for the whole run
     parser = landscape_parser(__doc__)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--cap", type=int, default=512, help="evaluations a run may take (charged that if short)")
@@ -569,7 +570,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--confirmations", type=int, default=5, help="confirmations per seed (coverage)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write the rows and the coverage as JSON")
+    parser.add_argument("--batch", type=int, default=BATCH, help="the batch strategies' batch (compileiq's "
+                        "`--batch-size`; random and TPE too), charged whole")
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error("--batch must be at least 1")
+    BATCH = args.batch
     names = [n for n in args.strategies.split(",") if n]
     unknown = [n for n in names if n not in STRATEGIES]
     if unknown:

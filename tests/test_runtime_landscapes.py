@@ -22,6 +22,12 @@ MEANS = {(1, 0): 2.0, (2, 0): 1.6, (3, 0): 1.3, (4, 0): 1.2, (1, 1): 1.9, (2, 1)
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
     folder = tmp_path_factory.mktemp("landscape")
+    (found,) = _module().problems(*_write_landscape(folder))
+    return found
+
+
+def _write_landscape(folder):
+    """The tiny landscape's cache file and T1 space in `folder`: ([cache], [space])."""
     cache = {"device_name": "hand-made", "kernel_name": "k", "problem_size": [64], "objective": "time",
              "tune_params_keys": ["A", "B"], "tune_params": {"A": [1, 2, 3, 4], "B": [0, 1]}, "cache": {}}
     for (a, b), mean in MEANS.items():
@@ -38,8 +44,7 @@ def problem(tmp_path_factory):
                              {"Name": "B", "Type": "int", "Values": "[0, 1]", "Default": 0}],
         "Conditions": [{"Expression": "A * B <= 3", "Parameters": ["A", "B"]}]}}
     (folder / "t1.json").write_text(json.dumps(t1))
-    (found,) = _module().problems([folder / "k.json"], [folder / "t1.json"])
-    return found
+    return [folder / "k.json"], [folder / "t1.json"]
 
 
 def test_whole_batches_are_charged_and_repeats_are_free(problem) -> None:
@@ -143,3 +148,19 @@ def test_a_kernel_tuner_strategy_whose_first_result_is_the_target_ends_with_it(t
     batches = module.strategies()["kt-simulated_annealing"](problem, 0, 100)
     assert batches[0] == [(1,)] and len(batches) == 2 and batches[1][0] in {(1,), (2,), (3,)}
     assert module.charge(problem, batches, 100)[0.01].reached
+
+
+def test_batch_sets_the_batch_each_search_is_asked_for_and_charged(tmp_path, monkeypatch) -> None:
+    """`--batch N` (benchmarks.md (h7)): compileiq asked for N at a time, whole batches of N charged."""
+    module = _module()
+    monkeypatch.setattr(module, "BATCH", module.BATCH)  # main sets it for its run: restored after this test
+    (landscape,), (space,) = _write_landscape(tmp_path)
+    out = tmp_path / "out.json"
+    module.main(["--landscape", str(landscape), "--space", str(space), "--seeds", "6", "--strategies",
+                 "compileiq", "--confirmations", "0", "--batch", "2", "--json", str(out)])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["batch"] == 2
+    assert all(count % 2 == 1 for count in row["evaluations_to_1pct"]), row  # the defaults, then pairs
+    assert module.BATCH == 2
+    with pytest.raises(SystemExit):
+        module.main(["--landscape", str(landscape), "--batch", "0"])
