@@ -199,7 +199,9 @@ class Tuner:
                     self._refresh.close()  # the searcher is this thread's again
                 self._check_baseline(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
-                observations = [self._observation(t) for t in finished if t.final]
+                # in the order claimed, not the order finished (timing): what the searcher learns
+                # in another order changes its proposals, and a seed must reproduce a run
+                observations = [self._observation(t) for t in sorted(finished, key=lambda t: t.id) if t.final]
                 if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
                     self._searcher.tell(observations, fit=False)
                     self._searcher.fit()
