@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,6 @@ class Searcher:
         self._rows: list[Row] = []  # the told rows (value indices), in the same order
         self._bayes = settings.strategy == "bayes"
         self._surrogate: SearchLoad[Any] | None = SearchLoad(_import_surrogate) if self._bayes else None
-        self._optimizer_made: Any = None  # skopt's optimizer, made at the first fit (`_optimizer`)
-        self._features_of: Callable[[Any], Any] | None = None  # its point -> feature transform
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
         self._frontend_cost = settings.frontend_cost
@@ -62,18 +61,15 @@ class Searcher:
         self._feasibility: Any = None  # P(allowed), fitted once some compiled result was refused
         self._design = InitialDesign(self._encoding, self._rng, self._frontends, settings.initial_frontends)
 
-    @property
+    @cached_property
     def _optimizer(self) -> Any:
-        """skopt's optimizer over the space (the surrogate's module waited for, the first time)."""
-        if self._optimizer_made is None:
-            self._optimizer_made = self._surrogate_module.new_optimizer(self._space, self._settings)
-        return self._optimizer_made
+        """skopt's optimizer over the space, made at the first fit."""
+        return self._surrogate_module.new_optimizer(self._space, self._settings)
 
-    def _features(self, points: Any) -> Any:
-        """The surrogate's features of these points (skopt's transform; the identity for trees)."""
-        if self._features_of is None:
-            self._features_of = self._surrogate_module.features_of(self._optimizer)
-        return self._features_of(points)
+    @cached_property
+    def _features(self) -> Callable[[Any], Any]:
+        """The surrogate's point -> feature transform (the identity for trees)."""
+        return self._surrogate_module.features_of(self._optimizer)
 
     @property
     def _surrogate_module(self) -> Any:
