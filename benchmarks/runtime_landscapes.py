@@ -57,7 +57,7 @@ the search is judged) is set beside the best possible (defaults' mean / optimum)
 
     .venv/bin/python benchmarks/runtime_landscapes.py --landscape CACHE.json[.gz] [--space T1.json]
         [--landscape CACHE2 ...] [--seeds 20] [--cap 512] [--budget 64] [--confirmations 5]
-        [--strategies compileiq,random,...] [--json OUT]
+        [--strategies compileiq,random,...] [--batch 8] [--json OUT]
 """
 
 from __future__ import annotations
