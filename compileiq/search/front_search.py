@@ -61,7 +61,6 @@ class FrontSearcher(Searcher):
     def __init__(self, space: SearchSpace, settings: SearchSettings, objectives: int) -> None:
         super().__init__(space, settings)
         self._objectives = objectives
-        self._bayes = settings.strategy == "bayes"
         self._initial = settings.initial_points
         self._weights_rng = np.random.default_rng([settings.seed, objectives])
         self._keys: set[str] = set()

@@ -50,7 +50,7 @@ class Searcher:
         self._refused: list[float | None] = []  # parallel to _values (see Observation.refused)
         self._points: list[list[int]] = []  # the surrogate's coordinates of each told row
         self._rows: list[Row] = []  # the told rows (value indices), in the same order
-        self._bayes = settings.strategy == "bayes"
+        self._bayes = settings.strategy == "bayes"  # read by FrontSearcher too
         self._surrogate: SearchLoad[Any] | None = SearchLoad(_import_surrogate) if self._bayes else None
         self._enumeration: Iterator[Config] | None = None
         self._frontends: set[Row] = set()  # front-end settings already compiled or about to be
