@@ -7,7 +7,8 @@
 
 tests/corpus_harm/ holds register-hungry kernels where the lowest register cap spills:
 a GEMM tile (8 x 8 accumulators per thread), a reaction-rate network with 48 live species, and
-a tiny kernel whose `__noinline__` callee spills in its own frame.
+a tiny kernel whose `__noinline__` callee spills in its own frame; and Rodinia's hotspot (third-party,
+its header names where from), whose lower `-O` changes nothing.
 """
 
 from __future__ import annotations
@@ -381,3 +382,25 @@ def test_an_optimisation_level_that_is_no_number_lowers_nothing() -> None:
     assert lowered_optimisation({"ptxas.opt_level": "default"}, {"ptxas.opt_level": 3}) == ()
     assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": "x"}) == ()
     assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": 3}) == ("ptxas.opt_level=1",)
+
+
+def test_a_refused_search_result_whose_code_needs_no_lower_level_is_chosen(tmp_path: Path) -> None:
+    """Rodinia's hotspot, budget 16 (a user's first run): the search's best occupancy came with
+    `-O2`, which the simplification showed changes nothing. The same code at the default level was
+    recorded, allowed and announced as the best, yet the ACF kept the defaults (the winner was taken
+    from search trials alone). Now it is chosen, and `show` and the ACF name the same trial."""
+    folder = tmp_path / "hotspot"
+    folder.mkdir()
+    (folder / "hotspot.cu").write_text((CORPUS / "hotspot.cu").read_text())
+    result = run_cli(["tune", "hotspot.cu", "--budget", "16", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
+                      "--out", "h.acf.toml"], cwd=folder)
+    assert result.returncode == 0, result.describe()
+    found = acf.read(folder / "h.acf.toml")
+    shown = run_cli(["show", found.provenance["study"], "--json", "--db", f"sqlite:///{tmp_path}/t.db"], cwd=folder)
+    trials = __import__("json").loads(shown.stdout)["trials"]
+    allowed = [t for t in trials if t["state"] == "complete" and t["refused"] is None]
+    chosen = next(t for t in trials if t["status"] == "chosen")
+    assert found.objective["best"] == chosen["value"] == min(t["value"] for t in allowed), (found.objective, chosen)
+    assert found.objective["improved"] is True and found.evidence["best"]["occupancy"] == 1.0
+    assert found.evidence["vs_defaults"]["lowered_optimisation"] == []
+    assert chosen["config"]["ptxas.opt_level"] == 3  # the default level: nothing refused was needed

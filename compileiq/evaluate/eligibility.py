@@ -203,8 +203,29 @@ def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
 def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
     """`choose` over the trials the search made: a simplified trial is the simplification's result,
     not its start (a rerun then simplifies the same winner again, and its record of what was
-    dropped is kept). The tuner and every view (`results.explain`) choose by this one rule."""
-    return choose([t for t in trials if t.purpose in (SEARCH, SCREEN)], baseline, refuse)
+    dropped is kept). A search result refused for its settings alone counts through its stand-in
+    (`stand_ins`). The tuner and every view (`results.explain`) choose by this one rule."""
+    searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
+    return choose([*searched, *stand_ins(trials, searched, refuse)], baseline, refuse)
+
+
+def stand_ins(trials: Sequence[Trial], searched: Sequence[Trial], refuse: Refusal) -> list[Trial]:
+    """For each machine code the search found only with settings the rules refuse (a lower -O that
+    turned out to change nothing), the earliest trial of the study that builds the same code and
+    may win: the candidates to time are shrunk to what their code needs (`tuning.decide`), and
+    where that needs no refused setting the search's result is safe to apply as it is. The
+    earliest, so that later simplifications of it never change which trial stands in."""
+    refused = {t.code_hash for t in searched if _complete(t) and t.code_hash and refuse(t) is not None}
+    found: dict[str, Trial] = {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        code = trial.code_hash
+        if code in refused and code not in found and _complete(trial) and refuse(trial) is None:
+            found[code] = trial
+    return list(found.values())
+
+
+def _complete(trial: Trial) -> bool:
+    return trial.state is TrialState.COMPLETE and trial.value is not None
 
 
 def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:

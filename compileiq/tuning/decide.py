@@ -68,6 +68,9 @@ class Decider:
                         allowed=lambda t: self.refusal(t) is None)
 
     def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
+        if self._shrinks_candidates:  # first: a candidate's code may need no refused setting (a stand-in)
+            self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal), baseline)
+            trials = self.recorded()
         winner = eligibility.search_winner(trials, baseline, self.refusal)
         simplification = None
         if self.simplify and winner is not baseline and self.out_of_time:
@@ -88,11 +91,21 @@ class Decider:
             ablation = ablation_path(baseline, chosen, ablation_recorded(final) if self.out_of_time
                                      else lambda cs: self.evaluate(cs, "ablation"))
             final = self.recorded()
-        if self.static and self.simplify and not self.out_of_time:  # each to time with what it needs only
-            for candidate in eligibility.candidates_to_time(final, chosen, baseline, self.objective):
-                simplify(candidate, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), True)
+        if self._shrinks_candidates:  # those the first pass did not reach (already shrunk: recorded, not built)
+            self._shrink_candidates(final, chosen, baseline)
             final = self.recorded()
         return Decision(winner, chosen, simplification, final, confirmation, ablation)
+
+    @property
+    def _shrinks_candidates(self) -> bool:
+        return self.static and self.simplify and not self.out_of_time
+
+    def _shrink_candidates(self, trials: Sequence[Trial], choice: Trial, baseline: Trial) -> None:
+        """Each candidate to time better than `choice`, shrunk to the settings its machine code
+        needs (same code only): what a GPU would be asked to time, and where that needs no refused
+        setting, a result that may win as it is (`eligibility.stand_ins`)."""
+        for candidate in eligibility.candidates_to_time(trials, choice, baseline, self.objective):
+            simplify(candidate, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), True)
 
     def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         runtime = not self.static
