@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from helpers import SPILLING_KERNEL, run_cli
 
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
-from compileiq.results import acf
+from compileiq.results import acf, to_time
 
 ONLY = "ptxas.maxrregcount,ptxas.override_directive_values"
 
@@ -93,3 +94,31 @@ def test_a_forged_command_to_time_is_refused_in_one_line(tuned: tuple[Path, str]
     assert result.returncode == 2, result.describe()
     assert result.stderr_lines == [(f"error: {hostile.name}: evidence.to_time[0].command is not the command "
                                    "compileiq writes for these settings")]
+
+
+def test_an_exhaustive_budget_past_the_limit_in_the_command_to_time_is_refused(tuned: tuple[Path, str]) -> None:
+    folder, _ = tuned
+    text = (folder / "k.acf.toml").read_text()
+    original = acf.read(folder / "k.acf.toml").evidence["to_time"][0]["command"]
+    forged = re.sub(r"--budget \d+$", "--budget 99999", original)  # more than a timed run takes whole
+    assert forged != original
+    (folder / "budget.acf.toml").write_text(text.replace(json.dumps(original), json.dumps(forged), 1))
+    result = run_cli(["flags", "budget.acf.toml"], cwd=folder)
+    assert result.returncode == 2, result.describe()
+    assert "evidence.to_time[0].command is not the command compileiq writes" in result.stderr
+
+
+def test_a_candidate_of_many_settings_gets_a_command_tune_accepts(tuned: tuple[Path, str]) -> None:
+    """Eight ptxas settings span 609,840 combinations (Rodinia's hotspot had such a candidate): an
+    exhaustive budget that large is refused by `tune` itself, so the command searches them."""
+    folder, _ = tuned
+    names = ["ptxas.allow_expensive_optimizations", "ptxas.def_load_cache", "ptxas.def_store_cache",
+             "ptxas.maxrregcount", "ptxas.minnctapersm", "ptxas.opt_level", "ptxas.override_directive_values",
+             "ptxas.register_usage_level"]
+    space = load_space(find_toolchain().nvcc_version)
+    shown = to_time.command("k.cu", names, to_time.combinations(names, space))
+    assert to_time.combinations(names, space) > to_time.EXHAUSTIVE_LIMIT
+    assert shown == f"compileiq tune k.cu --objective time --only {','.join(names)}"
+    result = run_cli(shlex.split(shown)[1:] + ["--workers", "local", "--db", f"sqlite:///{folder}/t.db"], cwd=folder)
+    assert result.returncode == 2, result.describe()  # this machine has no GPU: that is the only objection
+    assert "--budget" not in result.stderr and "GPU" in result.stderr, result.describe()

@@ -200,7 +200,8 @@ def _chosen(report: StudyReport) -> str:
 TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a lower optimisation level, or "
                 "under static occupancy given for fewer spills), and better on the objective than the choice. "
                 "The run's output and the ACF's [[evidence.to_time]] give the command that times each: "
-                "compileiq tune KERNEL --objective time --only SETTINGS --strategy exhaustive --budget N.")
+                "compileiq tune KERNEL --objective time --only SETTINGS --strategy exhaustive --budget N "
+                "(over 1,024 combinations: the search over SETTINGS).")
 
 
 def to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:

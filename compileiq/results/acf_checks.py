@@ -136,7 +136,9 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> N
         words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
         kernel = words[2] if len(words) > 2 and path_problem(words[2]) is None else None
         budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
-        if kernel is None or not budget or shown != to_time.command(kernel, list(settings), budget):
+        if not 0 < budget <= to_time.EXHAUSTIVE_LIMIT:  # the search's form, whose budget is tune's own
+            budget = to_time.EXHAUSTIVE_LIMIT + 1  # (the count is not recomputed: an ACF keeps one value per macro)
+        if kernel is None or shown != to_time.command(kernel, list(settings), budget):
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
 
 

@@ -26,11 +26,18 @@ def changed(trial: Trial, baseline: Trial) -> dict[str, Any]:
     return {name: value for name, value in sorted(trial.config.items()) if baseline.config.get(name) != value}
 
 
-def command(kernel: str, names: list[str], budget: int) -> str:
-    """`compileiq tune` on a GPU over every combination of the candidate's changed settings
-    (``names``; the candidate and the defaults among them), timed and confirmed against the defaults."""
-    return (f"compileiq tune {shlex.quote(kernel)} --objective time --only {','.join(names)} "
-            f"--strategy exhaustive --budget {budget}")
+EXHAUSTIVE_LIMIT = 1024  # combinations a command times whole; beyond, a run of ~a thousand timed variants
+
+
+def command(kernel: str, names: list[str], combinations: int) -> str:
+    """`compileiq tune` on a GPU over the candidate's changed settings (``names``), timed and
+    confirmed against the defaults: every combination of them (the candidate and the defaults
+    among them) when they span at most EXHAUSTIVE_LIMIT, else the search over them at its default
+    budget (an exhaustive budget past that is no run anyone would start, nor one `tune` accepts)."""
+    searched = f"compileiq tune {shlex.quote(kernel)} --objective time --only {','.join(names)}"
+    if combinations > EXHAUSTIVE_LIMIT:
+        return searched
+    return f"{searched} --strategy exhaustive --budget {combinations}"
 
 
 def kernel_argument(source: Path) -> str:
