@@ -153,6 +153,21 @@ def test_nvcc_options_file_reproduces_the_acf_evidence(tuned: Tuned) -> None:
     assert ptxas_facts(compiled.stdout + compiled.stderr) == tuned.best
 
 
+@pytest.mark.slow
+def test_a_two_stage_build_from_the_stage_flags_reproduces_the_acf_evidence(tuned: Tuned) -> None:
+    """`nvcc -ptx $(flags --stage frontend)`, then `ptxas $(flags --stage ptxas)`: the ptxas stage
+    gave no arch, and ptxas refused the PTX ("SM version specified by .target is higher than
+    default SM version assumed")."""
+    def stage(name: str) -> list[str]:
+        done = run_cli(["flags", "spill_heavy.acf.toml", "--all", "--stage", name], cwd=tuned.root)
+        assert done.returncode == 0, done.describe()
+        return done.stdout.split()
+
+    _run(["nvcc", *stage("frontend"), "-I", _include_dir(tuned.root), "-ptx", SOURCE, "-o", "k.ptx"], tuned.root)
+    assembled = _run(["ptxas", *stage("ptxas"), "-v", "k.ptx", "-o", "k.cubin"], tuned.root)
+    assert ptxas_facts(assembled.stdout + assembled.stderr) == tuned.best
+
+
 # --- the formats, on a hand-made ACF (no compiler) ------------------------------------------------
 
 

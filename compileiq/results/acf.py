@@ -70,8 +70,8 @@ class Acf:
         its include folders as paths from the current folder (``absolute``: from the root)."""
         arch = (f"-arch={self.arch}",) if with_arch else ()
         base = self.base_args(absolute) if with_base else ()
-        if stage == "ptxas":
-            return (("--compile-only",) if with_base and self.base.relocatable else ()) + self.ptxas_args
+        if stage == "ptxas":  # ptxas needs the arch too: its default is older than any PTX target here
+            return (("--compile-only",) if with_base and self.base.relocatable else ()) + arch + self.ptxas_args
         if stage == "frontend":
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv
