@@ -70,7 +70,12 @@ CASES: dict[str, Case] = {
     "toml-unknown-key": Case(f"{T} {{ws}}/unknown/reduction.cu", 2, ("tune.toml", "colour", "unknown key")),
     "toml-wrong-type": Case(f"{T} {{ws}}/wrongtype/reduction.cu", 2, ("tune.toml", "block_size")),
     "toml-launch-typo": Case(  # a [launch.NAME] that names no kernel: its kernel would be scored at the default launch
-        f"{T} {{ws}}/launchtypo/reduction.cu --budget 2", 1, ("reduction.cu", "[launch.reduce_summ]", "found: reduce_sum"),
+        f"{T} {{ws}}/launchtypo/reduction.cu --budget 2", 2, ("reduction.cu", "[launch.reduce_summ]", "found: reduce_sum"),
+    ),  # tune.toml is at fault, not the kernel: bad input (exit 2), not "does not build"
+    "toml-entries-typo": Case(  # a C++ kernel's compiled name is mangled: the one tune.toml can give comes first
+        f"{T} {{ws}}/entrytypo/hotspot.cu --budget 2", 2,
+        ("hotspot.cu: tune.toml entries: no entry matches ['calc_temp']",
+         "found: calculate_temp (_Z14calculate_tempiPfS_S_iiiiffffff)"),
     ),
     # search spaces
     "space-syntax": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "malformed TOML"), {SPACE: "{ws}/space-syntax"}),
@@ -152,6 +157,9 @@ def _write_inputs(ws: Path) -> None:
     _copy_kernel(ws, "wrongtype", "block_size = true\n")
     harness = json.dumps(str(REPO / "compileiq" / "include"))
     _copy_kernel(ws, "launchtypo", f'include_dirs = [{harness}]\n[launch.reduce_summ]\nblock_size = 128\n')
+    (ws / "entrytypo").mkdir()  # Rodinia's hotspot (tests/corpus_harm), a C++ kernel with a host main
+    shutil.copy(Path(__file__).parent / "corpus_harm" / "hotspot.cu", ws / "entrytypo" / "hotspot.cu")
+    (ws / "entrytypo" / "tune.toml").write_text('entries = ["calc_temp"]\n')
     _space_copy(ws, "space-syntax", "\njunk = [\n")
     _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
     (ws / "space-empty").mkdir()
@@ -320,7 +328,7 @@ def test_flags_on_the_good_acf(workspace: Workspace) -> None:
     "stage, check",
     [
         ("frontend", lambda args: args[:1] == ["-arch=sm_90"]),
-        ("ptxas", lambda args: not any(a.startswith("-arch") for a in args)),
+        ("ptxas", lambda args: args[:1] == ["-arch=sm_90"] and not any(a.startswith("-D") for a in args)),
     ],
 )
 def test_flags_stages(workspace: Workspace, stage: str, check: Callable[[list[str]], bool]) -> None:

@@ -332,3 +332,17 @@ def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root(
     assert _bundle_top(root, (Path("/work/proj/examples/block/include"),), toolchain) == root
     assert _bundle_top(root, (Path("/usr/include/eigen3"), Path("/opt/lib/include")), toolchain) == root
     assert _bundle_top(root, (Path("/home/u/lib"),), toolchain) == root
+
+
+@pytest.mark.parametrize(("entry", "name"), [
+    ("_Z14calculate_tempiPfS_S_iiiiffffff", "calculate_temp"),  # Rodinia's hotspot
+    ("_ZN3ops4tileILi8EEEvPf", "ops::tile<8>"),
+    ("_Z4tileILin2EEvPf", "tile<-2>"),
+    ("_ZN12_GLOBAL__N_15scaleEPf", "scale"),  # an anonymous namespace
+    ("_Z7reduce6IfLj256ELb1EEvPT_S1_j", "reduce6"),  # a type argument: the template's name, every instance
+    ("saxpy", "saxpy"),  # extern "C"
+])
+def test_an_error_names_each_compiled_kernel_as_tune_toml_can_give_it(entry: str, name: str) -> None:
+    from compileiq.source.entry_names import entry_matches, readable
+
+    assert readable(entry) == name and entry_matches(entry, name)

@@ -16,7 +16,7 @@ from compileiq.build.compile import Build, EntryResources
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
-from compileiq.source.entry_names import entry_matches
+from compileiq.source.entry_names import entry_matches, readable
 from compileiq.source.launch import ExpressionError, LaunchModel
 from compileiq.source.spec import KernelSpec, SourceBundle
 
@@ -222,8 +222,10 @@ def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
 
 
 def _kernels(build: Build) -> str:
-    """The build's kernels, for a failure's reason (not computed for every result)."""
-    return ", ".join(e.name for e in build.entries if e.entry) or "none"
+    """The build's kernels, for a failure's reason (not computed for every result): each by the
+    name tune.toml can give it, with the compiled (mangled) name where that differs."""
+    names = (e.name for e in build.entries if e.entry)
+    return ", ".join(n if readable(n) == n else f"{readable(n)} ({n})" for n in names) or "none"
 
 
 def _built(name: str, build: Build) -> bool:

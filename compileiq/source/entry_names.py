@@ -67,3 +67,20 @@ def nested_name(entry: str) -> tuple[list[str], list[int]] | None:
         position = start + length
         ends.append(position)
     return (parts, ends) if parts else None
+
+
+def readable(entry: str) -> str:
+    """The name tune.toml can give a compiled entry: a mangled one's source name, with its integer
+    template arguments (``_Z14calculate_tempiPf...`` -> ``calculate_temp``, ``_ZN3ops4tileILi8EEEvPf``
+    -> ``ops::tile<8>``); any other entry as it is. (No demangler ships with every toolkit.)"""
+    nested = nested_name(entry)
+    if nested is not None:
+        names, ends = nested
+        base, end = "::".join(n for n in names if not n.startswith("_GLOBAL__N")), ends[-1]  # anonymous namespaces
+    elif (plain := re.match(r"_Z(\d+)", entry)) and int(plain[1]) and plain.end() + int(plain[1]) <= len(entry):
+        end = plain.end() + int(plain[1])
+        base = entry[plain.end():end]
+    else:
+        return entry
+    arguments = template_arguments(entry, end)
+    return f"{base}<{', '.join(str(a) for a in arguments)}>" if arguments else base

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compileiq.core.errors import CompileIQError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.records import Trial, TrialState, first_line
 from compileiq.evaluate import eligibility
-from compileiq.evaluate.metrics import NO_KERNEL, NO_LAUNCHED_KERNEL
+from compileiq.evaluate.metrics import NO_ENTRY, NO_KERNEL, NO_LAUNCHED_KERNEL
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.tuning.build_hints import build_hint
 
 
 class BaselineError(CompileIQError):
     """The kernel does not build with the compiler's default settings."""
+
+
+class NamingError(BaselineError, UsageError):
+    """The kernel builds, but tune.toml names a kernel the build does not have (bad input: exit 2)."""
 
 
 class UnfinishedBaseline(CompileIQError):
@@ -29,8 +33,10 @@ def check_baseline(trials: Sequence[Trial], key: str, kernel: KernelSpec, bundle
             reason = (trial.reason or "unknown error").strip().splitlines()[0]  # the error line
             name = kernel.source.name
             hint = build_hint(reason, bundle, kernel)
-            if NO_KERNEL in reason or NO_LAUNCHED_KERNEL in reason:  # it built: tune.toml is at fault
+            if NO_KERNEL in reason:  # it built, with no kernel in it
                 raise BaselineError(f"{name}: {reason}{hint}")
+            if NO_LAUNCHED_KERNEL in reason or NO_ENTRY in reason:  # it built: tune.toml is at fault
+                raise NamingError(f"{name}: tune.toml entries: {reason}" if NO_ENTRY in reason else f"{name}: {reason}")
             shipped = kernel.shipped
             which = f"your build's settings ({shipped.origin})" if shipped and shipped.settings else "default settings"
             raise BaselineError(f"{name} does not build with {which}: {reason}{hint}")
