@@ -55,8 +55,23 @@ def test_whole_batches_are_charged_and_repeats_are_free(problem) -> None:
     assert charged[0.01].evaluations == charged[0.05].evaluations == 6 and charged[0.01].reached
     assert charged[0.01].seconds == pytest.approx((1500 + 1500 + 3500 + 4500 + 2500 + 3500) / 1000)
     short = module.charge(problem, batches[:2], cap=100)
-    assert short[0.05].evaluations == 100 and not short[0.05].reached  # never there: charged the cap
+    assert short[0.05].evaluations == 101 and not short[0.05].reached  # never there: one past the cap
     assert short[0.05].seconds == pytest.approx(11.0)  # what it spent
+    late = module.charge(problem, batches, cap=5)  # there, but in a batch that ran past the cap
+    assert late[0.05].evaluations == 6 and not late[0.05].reached
+
+
+def test_runs_that_fall_short_count_alike_whatever_their_last_batch_spent(problem) -> None:
+    """A batch strategy that fell short spent 513 evaluations where a sequential one stops at 512:
+    counted as spent, two strategies that both failed every seed looked different to the rank test
+    (p = 5e-10 on a landscape where neither got there once)."""
+    module = _module()
+    batched = module.charge(problem, [[(1, 0)], [(1, 1), (3, 1), (4, 0)]], cap=3)  # 4 spent, short
+    sequential = module.charge(problem, [[(1, 0)], [(1, 1)], [(3, 1)]], cap=3)  # 3 spent, short
+    assert batched[0.05].evaluations == sequential[0.05].evaluations == 4
+    ours = {"strategy": "compileiq", "evaluations_to_5pct": [batched[0.05].evaluations] * 5}
+    theirs = {"strategy": "peer", "evaluations_to_5pct": [sequential[0.05].evaluations] * 5}
+    assert module.versus(ours, theirs, "5pct") == "1"
 
 
 def test_every_strategy_starts_from_the_defaults_and_builds_only_allowed_configurations(problem) -> None:
