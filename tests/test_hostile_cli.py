@@ -261,6 +261,11 @@ ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit
     "best-not-a-table": (_set("evidence", "best", "fine"), "evidence.best must be a table"),
     "objective-best-nan": (_set("objective", "best", math.nan), "objective.best"),
     "objective-baseline-string": (_set("objective", "baseline", "0"), "objective.baseline"),
+    # numbers that claim what the evidence does not hold (the gate checks the evidence, a reader the numbers)
+    "objective-best-forged": (_set("objective", "best", -5.0), "objective.best = -5.0 is not what evidence.best gives"),
+    "objective-baseline-forged": (_set("objective", "baseline", 1e9), "objective.baseline = 1000000000.0 is not what"),
+    "objective-improved-forged": (lambda d: d["objective"].update(improved=not d["objective"]["improved"]),
+                                  "objective.improved"),
     "objective-speedup-inf": (_set("objective", "speedup", math.inf), "objective.speedup"),
     "objective-finalists-string": (_set("objective", "confirmed_finalists", "4"), "objective.confirmed_finalists"),
     "objective-confirmed-median-string": (_set("objective", "confirmed_median", "1.0"), "objective.confirmed_median"),

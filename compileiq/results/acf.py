@@ -226,6 +226,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     if not isinstance(arch, str) or not ARCH.fullmatch(arch):
         raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")
     acf_checks.check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
+    acf_checks.check_objective(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     acf_checks.check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
     acf_checks.check_to_time(path, dict(data.get("evidence", {})), full_space)
     restrictions = _restrictions(path, kernel.get("restrictions", []), config, fixed)

@@ -16,6 +16,7 @@ from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import is_count, is_finite
 from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.evaluate.metrics import STATIC_OBJECTIVES, StaticMetrics, objective_value
 from compileiq.results import to_time
 from compileiq.source.base_flags import BaseFlagError, parse_base_flags, path_problem
 from compileiq.source.shipped import to_remove
@@ -51,6 +52,30 @@ def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any
             raise AcfError(f"{path}: evidence.{table}.{problem}")
 
 
+def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """One static objective: `objective.best` and `.baseline` are what the objective gives for
+    `evidence.best` and `.baseline`, and `improved` says whether the first is lower. The numbers a
+    reader sees first may not claim a gain the evidence (which the gate checks) does not hold."""
+    name = objective.get("name")
+    if name not in STATIC_OBJECTIVES or objective.get("evaluator", "static") != "static":
+        return  # a runtime's values are measurements; several objectives: check_front
+    for table in ("baseline", "best"):
+        metrics = evidence.get(table, {})
+        if table not in objective or not all(key in metrics for key in _STATIC_METRICS):
+            continue
+        expected = objective_value(name, StaticMetrics(
+            int(metrics["spill_bytes"]), int(metrics["registers"]), float(metrics["occupancy"]),
+            int(metrics["instructions"]), int(metrics.get("stack_bytes", 0))))
+        if objective[table] != expected:
+            raise AcfError(f"{path}: objective.{table} = {objective[table]!r} is not what evidence.{table} "
+                           f"gives for {name} ({expected:g})")
+    if {"best", "baseline", "improved"} <= set(objective) and (
+            objective["improved"] is not (objective["best"] < objective["baseline"])):
+            raise AcfError(f"{path}: objective.improved = {objective['improved']!r} contradicts objective.best "
+                           f"{objective['best']!r} against objective.baseline {objective['baseline']!r}")
+
+
+_STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
 MAX_FRONT = 10_000
 
