@@ -198,16 +198,22 @@ def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpac
 
 def kernel_notes(spec: KernelSpec) -> list[str]:
     """What `compileiq space KERNEL` says beside the table, one line each: a kernel without tuned
-    macros, and a header it includes that the preprocessor cannot find (with where it is, if near)."""
+    macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
+    tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
     from compileiq.source.dependencies import DependencyError
+    from compileiq.source.macros import MacroError, check_macros_take_effect, unread_macros
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
     notes = [] if spec.tuned_defines else [untuned]
     try:
-        bundle_sources(spec, find_toolchain().nvcc)
+        bundle = bundle_sources(spec, find_toolchain().nvcc)
     except DependencyError as error:  # the run would stop here: say so now, in one line
+        return [*notes, first_line(str(error), 400)]
+    try:
+        check_macros_take_effect(spec, bundle)
+    except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
-    return notes
+    return notes + unread_macros(spec, bundle)
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

@@ -37,6 +37,15 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
                                  f"itself, so -D{name} has no effect: guard that line with #ifndef {name}")
 
 
+def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
+    """One line per tuned macro that no file of the kernel names: its -D values likely build the
+    same code (a toolchain header may still read it, so this is a note, not a refusal)."""
+    texts = [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
+    return [f"tune.defines.{name}: no file of {spec.source.name} names {name}, so its values likely build "
+            "the same code (a toolchain header may still read it)"
+            for name, _ in spec.tuned_defines if not any(re.search(rf"\b{name}\b", text) for text in texts)]
+
+
 def _asked_first(before: str, name: str) -> bool:
     """Whether an #ifdef/#ifndef/#if defined(NAME) comes before the #define."""
     asks = rf"^[ \t]*#[ \t]*(?:ifn?def[ \t]+{name}\b|(?:el)?if\b[^\n]*\bdefined\b[ \t(]*{name}\b)"
