@@ -339,7 +339,8 @@ def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root(
     ("_ZN3ops4tileILi8EEEvPf", "ops::tile<8>"),
     ("_Z4tileILin2EEvPf", "tile<-2>"),
     ("_ZN12_GLOBAL__N_15scaleEPf", "scale"),  # an anonymous namespace
-    ("_Z7reduce6IfLj256ELb1EEvPT_S1_j", "reduce6"),  # a type argument: the template's name, every instance
+    ("_Z7reduce6IfLj256ELb1EEvPT_S1_j", "reduce6<float, 256, true>"),  # cuda-samples' reduction
+    ("_Z3fooI6MyTypeEvPT_", "foo"),  # a class argument: the template's name (every instance)
     ("saxpy", "saxpy"),  # extern "C"
 ])
 def test_an_error_names_each_compiled_kernel_as_tune_toml_can_give_it(entry: str, name: str) -> None:

@@ -509,6 +509,40 @@ def test_a_kernel_in_a_namespace_is_named_by_its_plain_or_qualified_name(tmp_pat
     assert baseline.metrics["occupancy"] == pytest.approx(3 * 4 / 64)  # 3 blocks of 64 KiB + 1 KiB in 228 KiB
 
 
+TEMPLATED_REDUCTION = """\
+template <typename T, unsigned int blockSize, bool nIsPow2>
+__global__ void reduce6(const T* in, T* out, unsigned int n) {
+    extern __shared__ unsigned char raw[];
+    T* sdata = reinterpret_cast<T*>(raw);
+    T sum = 0;
+    for (unsigned int i = blockIdx.x * blockSize * 2 + threadIdx.x; i < n; i += blockSize * 2 * gridDim.x) {
+        sum += in[i];
+        if (nIsPow2 || i + blockSize < n) sum += in[i + blockSize];
+    }
+    sdata[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned int s = blockSize / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sdata[threadIdx.x] = sum = sum + sdata[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = sum;
+}
+template __global__ void reduce6<float, 256, true>(const float*, float*, unsigned int);
+template __global__ void reduce6<double, 128, false>(const double*, double*, unsigned int);
+"""
+
+
+def test_a_template_instance_with_type_and_bool_arguments_is_named_as_written(tmp_path: Path) -> None:
+    # cuda-samples' reduction kernels: [launch."reduce6<float, 256, true>"] was refused as "not a
+    # kernel name" (only integer arguments were read); only the mangled name worked.
+    (tmp_path / "reduction.cu").write_text(TEMPLATED_REDUCTION)
+    (tmp_path / "tune.toml").write_text('entries = ["reduce6<float, 256, true>"]\n'
+                                        '[launch."reduce6<float,256,true>"]\nblock_size = 256\n'
+                                        'dynamic_smem = "256*sizeof(float)"\n')
+    baseline = _tune_lib(tmp_path, tmp_path / "r.acf.toml", budget=1, kernel="reduction.cu").result.trials[0]
+    assert baseline.metrics["launch"] == {"_Z7reduce6IfLj256ELb1EEvPKT_PS0_j": [256, 1024]}
+
+
 def test_a_header_the_preprocessor_cannot_find_names_the_include_dirs_line_that_finds_it(tmp_path: Path) -> None:
     # cuda-samples: Samples/<group>/<sample>/shfl_scan.cu includes <helper_cuda.h> from Common/, three
     # folders up. The error named the missing header but not what to put in tune.toml.

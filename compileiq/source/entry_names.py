@@ -1,7 +1,9 @@
 """Which compiled entry a kernel name in tune.toml means: ``saxpy`` is ``saxpy`` (extern "C"),
 ``_Z5saxpyifPf`` (a plain C++ kernel) and ``_ZN3ops6detail5saxpyEifPf`` (one in a namespace,
-named or anonymous); ``ops::detail::saxpy`` names the namespaced one only, and ``tile<128>``
-(integer template arguments) one instance of a kernel template. A mangled name matches itself."""
+named or anonymous); ``ops::detail::saxpy`` names the namespaced one only, and ``tile<128>`` or
+``reduce6<float, 256, true>`` (arguments that are integers, ``true``/``false`` or built-in types)
+one instance of a kernel template; a template's name alone names every instance. A mangled name
+matches itself."""
 
 from __future__ import annotations
 
@@ -9,11 +11,15 @@ import re
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
 # optionally with integer template arguments
-KERNEL_NAME = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<\s*-?\d+(?:\s*,\s*-?\d+)*\s*>)?")
+_ARGUMENT = r"\s*(?:-?\d+|[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*)\s*"  # 8, -2, true, float, unsigned int
+KERNEL_NAME = re.compile(rf"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<{_ARGUMENT}(?:,{_ARGUMENT})*>)?")
+# Itanium codes of the built-in types a kernel template is instantiated with (`reduce6<float, 256, true>`)
+_BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char", "s": "short",
+            "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long", "m": "unsigned long",
+            "x": "long long", "y": "unsigned long long", "f": "float", "d": "double", "e": "long double"}
+_LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _SOURCE_NAME = re.compile(r"(\d+)")
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
-_TEMPLATE_ARGS = re.compile(r"I((?:L[a-z]n?\d+E)+)E")  # integer arguments: ILi16EE, ILj8ELb1EE
-_INTEGER_ARG = re.compile(r"L[a-z](n?)(\d+)E")
 
 
 def entry_matches(entry: str, name: str) -> bool:
@@ -24,15 +30,33 @@ def entry_matches(entry: str, name: str) -> bool:
     found = _name_and_end(entry, base.split("::"))
     if found is None:
         return False
-    return not args or template_arguments(entry, found) == [int(a) for a in args.rstrip(">").split(",")]
+    return not args or template_arguments(entry, found) == [_argument(a) for a in args.rstrip(">").split(",")]
 
 
-def template_arguments(entry: str, position: int) -> list[int] | None:
-    """The integer template arguments mangled at ``position`` of ``entry`` (None when there are none)."""
-    match = _TEMPLATE_ARGS.match(entry, position)
-    if match is None:
+def template_arguments(entry: str, position: int) -> list[str] | None:
+    """The template arguments mangled at ``position`` of ``entry``, as tune.toml writes them
+    (``256``, ``true``, ``float``); None when there are none, or one is not an integer, a bool
+    or a built-in type (a class, a pointer: name such an instance by its mangled name)."""
+    if not entry.startswith("I", position):
         return None
-    return [int(digits) * (-1 if minus else 1) for minus, digits in _INTEGER_ARG.findall(match[1])]
+    arguments, position = [], position + 1
+    while position < len(entry) and entry[position] != "E":
+        if literal := _LITERAL.match(entry, position):
+            kind, minus, digits = literal.groups()
+            arguments.append(("true" if digits != "0" else "false") if kind == "b" else f"{'-' if minus else ''}{int(digits)}")
+            position = literal.end()
+        elif entry[position] in _BUILTIN:
+            arguments.append(_BUILTIN[entry[position]])
+            position += 1
+        else:
+            return None
+    return arguments if arguments and position < len(entry) else None
+
+
+def _argument(text: str) -> str:
+    """A template argument as tune.toml gives it, in the form `template_arguments` reads it."""
+    words = " ".join(text.split())
+    return str(int(words)) if re.fullmatch(r"-?\d+", words) else words
 
 
 def _name_and_end(entry: str, parts: list[str]) -> int | None:
@@ -83,4 +107,4 @@ def readable(entry: str) -> str:
     else:
         return entry
     arguments = template_arguments(entry, end)
-    return f"{base}<{', '.join(str(a) for a in arguments)}>" if arguments else base
+    return f"{base}<{', '.join(arguments)}>" if arguments else base
