@@ -71,8 +71,8 @@ def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, A
                            f"gives for {name} ({expected:g})")
     if {"best", "baseline", "improved"} <= set(objective) and (
             objective["improved"] is not (objective["best"] < objective["baseline"])):
-            raise AcfError(f"{path}: objective.improved = {objective['improved']!r} contradicts objective.best "
-                           f"{objective['best']!r} against objective.baseline {objective['baseline']!r}")
+        raise AcfError(f"{path}: objective.improved = {objective['improved']!r} contradicts objective.best "
+                       f"{objective['best']!r} against objective.baseline {objective['baseline']!r}")
 
 
 _STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
-# optionally with integer template arguments
+# optionally with template arguments (integers, true/false, built-in types)
 _ARGUMENT = r"\s*(?:-?\d+|[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*)\s*"  # 8, -2, true, float, unsigned int
 KERNEL_NAME = re.compile(rf"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<{_ARGUMENT}(?:,{_ARGUMENT})*>)?")
 # Itanium codes of the built-in types a kernel template is instantiated with (`reduce6<float, 256, true>`)
@@ -94,9 +94,10 @@ def nested_name(entry: str) -> tuple[list[str], list[int]] | None:
 
 
 def readable(entry: str) -> str:
-    """The name tune.toml can give a compiled entry: a mangled one's source name, with its integer
-    template arguments (``_Z14calculate_tempiPf...`` -> ``calculate_temp``, ``_ZN3ops4tileILi8EEEvPf``
-    -> ``ops::tile<8>``); any other entry as it is. (No demangler ships with every toolkit.)"""
+    """The name tune.toml can give a compiled entry: a mangled one's source name, with its template
+    arguments where `template_arguments` reads them (``_Z14calculate_tempiPf...`` -> ``calculate_temp``,
+    ``_ZN3ops4tileILi8EEEvPf`` -> ``ops::tile<8>``); any other entry as it is. (No demangler ships
+    with every toolkit.)"""
     nested = nested_name(entry)
     if nested is not None:
         names, ends = nested
