@@ -190,7 +190,7 @@ def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, caps
     assert set(rows) == {"compileiq", "random", "kt-random_sample"}
     for name, row in rows.items():
         for target in ("1pct", "5pct"):
-            assert 1 < row[f"median_evaluations_to_{target}"] <= 41 + (7 if row["batch"] == 8 else 0), name
+            assert 1 < row[f"median_evaluations_to_{target}"] <= 41 + 1, name  # a run short of it counts cap + 1
             assert row[f"median_seconds_to_{target}"] > 0
     covered = found["coverage"]["convolution_A4000.json.gz"]
     assert covered["intervals"] >= 1 and covered["best_possible_speedup"] > 1
