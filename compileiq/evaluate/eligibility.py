@@ -143,7 +143,7 @@ def repairs(trials: Sequence[Trial], reference: Reference, defaults: Mapping[str
     -O3 than at -O0). The search alone found them late: a refused result's region looks forbidden."""
     screening = reference.screening()
     found: dict[str, dict[str, Any]] = {}
-    for trial in sorted((t for t in trials if t.state is TrialState.COMPLETE and t.value is not None),
+    for trial in sorted((t for t in trials if _complete(t)),
                         key=lambda t: (t.value, t.number)):
         if lowered_optimisation(trial.config, defaults) and refusal(trial.config, trial.metrics, screening) is None:
             config = at_default_level(trial.config, defaults)
@@ -192,7 +192,7 @@ def rank(trial: Trial, baseline: Mapping[str, Any]) -> tuple[float, int, int]:
 def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
     """The winner: the best trial that may win, if strictly better than the baseline; among
     equals the one with the fewest changed settings (then the earliest); else the baseline."""
-    allowed = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None and refuse(t) is None]
+    allowed = [t for t in trials if _complete(t) and refuse(t) is None]
     best = min((t.value for t in allowed if t.value is not None), default=None)
     if best is None or (baseline.value is not None and baseline.value <= best):
         return baseline

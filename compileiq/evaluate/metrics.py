@@ -225,7 +225,7 @@ def _kernels(build: Build) -> str:
     """The build's kernels, for a failure's reason (not computed for every result): each by the
     name tune.toml can give it, with the compiled (mangled) name where that differs."""
     names = (e.name for e in build.entries if e.entry)
-    return ", ".join(n if readable(n) == n else f"{readable(n)} ({n})" for n in names) or "none"
+    return ", ".join(n if (name := readable(n)) == n else f"{name} ({n})" for n in names) or "none"
 
 
 def _built(name: str, build: Build) -> bool:

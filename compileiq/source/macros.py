@@ -40,6 +40,8 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
 def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
     """One line per tuned macro that no file of the kernel names: its -D values likely build the
     same code (a toolchain header may still read it, so this is a note, not a refusal)."""
+    if not spec.tuned_defines:  # most runs: no file is read again
+        return []
     texts = [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
     return [f"tune.defines.{name}: no file of {spec.source.name} names {name}, so its values likely build "
             "the same code (a toolchain header may still read it)"
