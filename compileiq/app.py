@@ -29,7 +29,7 @@ from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
-from compileiq.tuning.limits import check_patience, parse_duration
+from compileiq.tuning.limits import MAX_BUDGET, check_patience, parse_duration
 from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tu
     from compileiq.tuning.request import TuneResult
 
 DEFAULT_STORE_DIR = Path("store")
-MAX_BUDGET = 100_000
 MAX_BATCH_SIZE = 4096
 MAX_STALE_AFTER_S = 7 * 24 * 3600.0
 SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
@@ -232,16 +231,12 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
     spec = load_spec(kernel, arch=arch)
     if compile_commands is None:
         return spec
-    from compileiq.source.base_flags import parse_base_flags
     from compileiq.source.compile_db import read_command
+    from compileiq.source.kernel import with_base_flags
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
-    where = f"{compile_commands}: the command for {kernel.name}"
-    flags = parse_base_flags([*spec.nvcc_flags.as_args(), *command.base_flags], where)
-    folders = [(spec.source.parent / d).resolve() for d in flags.include_dirs]
-    include_dirs = tuple(dict.fromkeys([*spec.include_dirs, *folders]))
-    return replace(spec, nvcc_flags=flags, include_dirs=include_dirs, arch=arch or command.arch or spec.arch,
-                   shipped=command.shipped)
+    spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
+    return replace(spec, arch=arch or command.arch or spec.arch, shipped=command.shipped)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:

@@ -47,7 +47,7 @@ FIR = textwrap.dedent(
 )
 SMALL, SPILLING = FIR.replace("TAPS", "32"), FIR.replace("TAPS", "128")  # 128: 424 + 628 spill bytes
 ACF, KERNEL = "k/fir.acf.toml", "k/fir.cu"
-RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --db sqlite:///{db} --out k/fir.acf.toml --force"
+RETUNE = "compileiq tune k/fir.cu --objective spills --arch sm_90 --budget 6 --db sqlite:///{db} --out k/fir.acf.toml --force"
 
 
 class Quiet:

@@ -176,14 +176,14 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
     assert static.mode == "static" and [f.rule for f in static.results[0].findings] == ["stale-settings"]
     assert [line for line in told if line.startswith("note: ") and "run the gate with --program --metric-regex" in line]
     (stale,) = static.results[0].findings  # its re-tune times the program as the ACF was tuned, not with the harness
-    assert shlex.split(stale.command)[-8:-4] == ["--program", "--metric-regex", regex, "--db"]
+    assert shlex.split(stale.command)[-10:-6] == ["--program", "--metric-regex", regex, "--budget"]
     report = gate(program=True, metric_regex=regex)
     assert report.passed and report.mode == "timing"
     (timing,) = [result.timing for result in report.results]
     assert timing is not None and timing.vs_default.estimate == pytest.approx(0.5, rel=0.02)
     assert not [f for f in report.results[0].findings if f.rule == "stale-settings"]  # the settings it was tuned with
     target = gating.locate(tmp_path / "prog.acf.toml", program=True, metric_regex=regex)
-    assert "--arch sm_90 --program --metric-regex 'took ([0-9.]+) ms' --db" in gating.retune_command(
+    assert "--arch sm_90 --program --metric-regex 'took ([0-9.]+) ms' --budget" in gating.retune_command(
         target, gating.Measured("0" * 64, "build")
     )  # a stale program-mode ACF is re-tuned as a program
 

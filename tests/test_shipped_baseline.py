@@ -226,3 +226,30 @@ def test_a_command_without_tuned_flags_says_the_baseline_is_the_compiler_default
         ("baseline: your build (compile_commands.json); it sets no searched setting, so the compiler defaults; "
          "fixed, applied to every build: -lineinfo"),
         "not applied: -Xcompiler -Wall (host compiler or linker option: device code is unchanged)"]
+
+
+def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: Path) -> None:
+    """A command's -I folder and -D macro are the ACF's base flags: the gate rebuilds with them,
+    so an ACF checked straight after tuning finds nothing (it rebuilt from tune.toml alone: the
+    header not found, or the macro's default code, a false code-changed and stale warnings)."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "scale.h").write_text("#ifndef SCALE\n#define SCALE 1\n#endif\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "k.cu").write_text('#include "scale.h"\n' + KERNEL.replace("y[i] = s;", "y[i] = s * SCALE;"))
+    (tmp_path / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(tmp_path), "file": "src/k.cu",
+        "command": "nvcc -Iinclude -DSCALE=3 -lineinfo -maxrregcount=64 -arch=sm_90 -c src/k.cu -o k.o"}]))
+    out = tmp_path / "k.acf.toml"
+    tuned = run_cli(["tune", "src/k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--compile-commands", "compile_commands.json", "--budget", "4", "--out", str(out)], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert {"-DSCALE=3", "-I../include"} <= set(tomllib.loads(out.read_text())["base"]["nvcc_flags"])
+    gated = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    assert json.loads(gated.stdout)["acfs"][0]["findings"] == [], gated.stdout
+    # an edited source: the re-tune it prints starts from the same command, with the same budget
+    (tmp_path / "src" / "k.cu").write_text((tmp_path / "src" / "k.cu").read_text() + "// edited\n")
+    stale = run_cli(["gate", str(out), "--static"], cwd=tmp_path)
+    assert stale.returncode == 0 and "stale-source" in stale.stdout, stale.describe()
+    retune = next(line for line in stale.stdout.splitlines() if "compileiq tune" in line)
+    assert "--compile-commands compile_commands.json --budget 4" in retune, retune

@@ -43,8 +43,9 @@ from compileiq.gating.rules import (
     timing_hits,
 )
 from compileiq.results import acf as acf_file
-from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.kernel import bundle_sources, load_spec, with_base_flags
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
+from compileiq.tuning.limits import MAX_BUDGET
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     spec = load_spec(found, arch=acf.arch).measured_as(program, metric_regex)
+    if acf.base.flags or acf.base.include_dirs:  # what the build needed besides tune.toml: a compile command's
+        spec = with_base_flags(spec, acf.base.as_args(), f"{path}: base.nvcc_flags")
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=acf.shipped)
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
@@ -218,9 +221,21 @@ def retune_command(target: Target, measured: Measured) -> str:
     picked = ["--pick", str(pick)] if pick else []
     study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
     named = [f"--study={study}"] if study else []
+    budget = acf.provenance.get("budget")
+    budgeted = ["--budget", str(budget)] if type(budget) is int and 0 < budget <= MAX_BUDGET else []
     return shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *retune_measuring(target), *db, *named, "--out",
-                       path_from_here(target.acf_label), "--force"])
+                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
+                       *db, *named, "--out", path_from_here(target.acf_label), "--force"])
+
+
+def shipped_from(target: Target) -> tuple[str, ...]:
+    """`--compile-commands` as the ACF's [baseline] records it (relative to the ACF's folder): a
+    re-tune starts from the build that ships, with its -I/-D, as the tuning did."""
+    shipped = target.acf.shipped
+    if shipped is None or not shipped.path:
+        return ()
+    where = os.path.join(os.path.dirname(target.acf_label), shipped.path)
+    return ("--compile-commands", path_from_here(where))
 
 
 def retune_measuring(target: Target) -> tuple[str, ...]:

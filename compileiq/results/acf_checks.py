@@ -169,7 +169,7 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> N
 
 MAX_SHIPPED_FLAGS = 512
 MAX_FLAG_CHARS = 4096
-_BASELINE_KEYS = {"source", "database", "shipped_flags", "searched", "fixed", "remove"}
+_BASELINE_KEYS = {"source", "database", "path", "shipped_flags", "searched", "fixed", "remove"}
 
 
 def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild | None:
@@ -185,13 +185,16 @@ def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild
     origin = table.get("database")
     if not _text(origin, 255):
         raise AcfError(f"{where}.database must be a file name (printable text)")
+    located = table.get("path", "")
+    if not isinstance(located, str) or (located and path_problem(located) is not None):
+        raise AcfError(f"{where}.path must be the compilation database's path (letters, digits and _ . + - / @)")
     flags = table.get("shipped_flags", [])
     if not isinstance(flags, list) or len(flags) > MAX_SHIPPED_FLAGS or not all(_text(f, MAX_FLAG_CHARS) for f in flags):
         raise AcfError(f"{where}.shipped_flags must be a list of at most {MAX_SHIPPED_FLAGS} flags (printable text)")
     settings = tuple(_searched(f"{where}.searched[{i}]", entry, space, flags)
                      for i, entry in enumerate(_list(where, table, "searched")))
     fixed = tuple(_fixed(f"{where}.fixed[{i}]", entry, flags) for i, entry in enumerate(_list(where, table, "fixed")))
-    return ShippedBuild(str(origin), settings, fixed)
+    return ShippedBuild(str(origin), settings, fixed, path=located)
 
 
 def _list(where: str, table: dict[str, Any], key: str) -> list[Any]:

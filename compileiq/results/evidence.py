@@ -60,17 +60,22 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     "budget": result.budget, "stopped": result.stopped, "database": database,
                     **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
-        baseline=baseline_table(spec.shipped, chosen.config) if spec.shipped is not None else None,
+        baseline=baseline_table(spec.shipped, chosen.config, acf_path) if spec.shipped is not None else None,
         mode=mode, metric_regex=metric_regex,
     )  # fmt: skip
 
 
-def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any]) -> dict[str, Any]:
-    """`[baseline]`: the build the tuning started from (the shipped compile command), which of its
-    flags were searched (from which value), which were fixed (applied or not, and why), and which
-    the chosen settings need removed from the command (appending flags cannot turn one off)."""
+def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any], acf_path: Path) -> dict[str, Any]:
+    """`[baseline]`: the build the tuning started from (the shipped compile command, and where its
+    database lies from the ACF's folder, for a re-tune), which of its flags were searched (from which
+    value), which were fixed (applied or not, and why), and which the chosen settings need removed
+    from the command (appending flags cannot turn one off)."""
     flags = [*(s.flag for s in build.settings), *(f.flag for f in build.fixed)]
-    return {"source": build.source, "database": build.origin, "shipped_flags": list(dict.fromkeys(flags)),
+    folder = Path(acf_path).expanduser().resolve().parent
+    where = Path(os.path.relpath(build.path, folder)).as_posix() if build.path else ""
+    return {"source": build.source, "database": build.origin,
+            **({"path": where} if where and path_problem(where) is None else {}),
+            "shipped_flags": list(dict.fromkeys(flags)),
             "searched": [{"setting": s.name, "value": s.value, "flag": s.flag} for s in build.settings],
             "fixed": [{"flag": f.flag, "applied": f.applied, "why": f.why} for f in build.fixed],
             "remove": list(to_remove(build.settings, chosen))}

@@ -120,7 +120,7 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(str(error)) from None
     applied = [FixedFlag(flag, True, "allow-listed base flag: applied to every build") for flag in kept
                if not flag.startswith(("-I", "-D", "-U"))]
-    build = ShippedBuild(database.name, settings, (*applied, *fixed))
+    build = ShippedBuild(database.name, settings, (*applied, *fixed), path=str(database.resolve()))
     return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build)
 
 

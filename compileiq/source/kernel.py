@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from compileiq.core.output_file import not_regular
-from compileiq.source.base_flags import path_problem
+from compileiq.source.base_flags import parse_base_flags, path_problem
 from compileiq.source.spec import KernelError, KernelSpec, SourceBundle, resolved
 
 DEPENDENCY_TIMEOUT_S = 120.0
@@ -41,6 +43,18 @@ def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:
     if problem := path_problem(source.name):
         raise KernelError(f"kernel file name: {problem}")
     return parse_spec(source, arch)
+
+
+def with_base_flags(spec: KernelSpec, args: Sequence[str], where: str) -> KernelSpec:
+    """The spec with more base flags (a compile command's, or those an ACF recorded), validated like
+    tune.toml's: its -I folders, relative to the kernel's folder, join the include folders after
+    tune.toml's own; a flag given twice counts once, so tune.toml's flags followed by an ACF's
+    (which begin with them) give the flags `tune` built with, in its order."""
+    flags = parse_base_flags([*spec.nvcc_flags.as_args(), *args], where)
+    folders = [resolved(spec.source.parent / d, "include folder") for d in flags.include_dirs]
+    if missing := [f for f in folders if not f.is_dir()]:
+        raise KernelError(f"{where}: include folder {missing[0]} is not a directory")
+    return replace(spec, nvcc_flags=flags, include_dirs=tuple(dict.fromkeys([*spec.include_dirs, *folders])))
 
 
 def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:

@@ -80,6 +80,7 @@ class ShippedBuild:
     settings: tuple[ShippedSetting, ...] = ()
     fixed: tuple[FixedFlag, ...] = ()
     source: str = "compile_commands"
+    path: str = ""  # the compilation database (tune: as found; an ACF: relative to the ACF's folder, "" if not recorded)
 
     def values(self) -> dict[str, Value]:
         """Each searched setting's shipped value, by parameter name."""
