@@ -302,3 +302,60 @@ def test_the_wheel_ships_the_cmake_package(tmp_path: Path) -> None:
     done = _run([sys.executable, "-c", build, str(tmp_path)], REPO)
     with zipfile.ZipFile(tmp_path / done.stdout.strip()) as wheel:
         assert "compileiq/cmake/compileiq-config.cmake" in wheel.namelist()
+
+
+REMOVE_KERNEL = """\
+__global__ void k(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float s = 0.f;
+  for (int j = 0; j < n; ++j) s += expf(x[(i + j) % n]) / x[j];
+  if (i < n) y[i] = s;
+}
+"""
+REMOVE_PROJECT = """\
+cmake_minimum_required(VERSION 3.24)
+project(demo LANGUAGES CUDA)
+find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+{cuda_flags}add_library(k OBJECT k.cu)
+target_compile_options(k PRIVATE {options})
+compileiq_apply(TARGET k ACF k.acf.toml)
+"""
+
+
+@pytest.mark.slow
+def test_compileiq_apply_takes_out_the_shipped_flag_the_acf_turns_off(tmp_path: Path) -> None:
+    """Shipped at ptxas -O0, the choice is a higher level: the ACF says to remove -Xptxas=-O0, and
+    the CMake package does (it appended the ACF's flags after it, and nvcc took the shipped one);
+    where it cannot (CMAKE_CUDA_FLAGS, a generator expression), configure stops and says where."""
+    (tmp_path / "k.cu").write_text(REMOVE_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -Xptxas=-O0 -lineinfo -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                    "--objective", "instructions", "--budget", "4", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["remove"] == ["-Xptxas=-O0"]
+    cmake_dir = run_cli(["cmake-dir"], cwd=tmp_path).stdout.strip()
+    cmake = cmake_command()
+
+    def configure(options: str, cuda_flags: str = "") -> subprocess.CompletedProcess[str]:
+        (tmp_path / "CMakeLists.txt").write_text(REMOVE_PROJECT.format(cmake_dir=cmake_dir, options=options,
+                                                                      cuda_flags=cuda_flags))
+        shutil.rmtree(tmp_path / "build", ignore_errors=True)
+        return subprocess.run([cmake, "-S", ".", "-B", "build", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+                               f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], cwd=tmp_path, env=clean_env(),
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    applied = configure("-Xptxas=-O0 -lineinfo")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "compileiq: removed '-Xptxas=-O0' from k's COMPILE_OPTIONS" in applied.stdout
+    (command,) = [entry["command"] for entry in json.loads((tmp_path / "build" / "compile_commands.json").read_text())]
+    assert "-O0" not in command and "-lineinfo" in command and re.search(r"-Xptxas=--?O[123]", command), command
+    for cuda_flags, options, place in [('set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -Xptxas=-O0")\n', "-lineinfo",
+                                        "CMAKE_CUDA_FLAGS"),
+                                       ("", "$<$<COMPILE_LANGUAGE:CUDA>:-lineinfo;-Xptxas=-O0>", "k's COMPILE_OPTIONS")]:
+        refused = configure(options, cuda_flags)
+        assert refused.returncode != 0, refused.stdout
+        message = " ".join(refused.stderr.split())
+        assert (f"compileiq_apply(k.acf.toml): the ACF's settings change the shipped flag '-Xptxas=-O0' "
+                f"([baseline] remove), which is still in {place}") in message, refused.stderr

@@ -9,6 +9,13 @@
 # evaluated as CMake code. TARGET also sets the target's CUDA_ARCHITECTURES to the ACF's arch;
 # with SOURCE, build the target for that architecture yourself. Editing the ACF re-runs configure.
 # COMPILEIQ_EXECUTABLE names the command (default: `compileiq` on PATH or in $VIRTUAL_ENV/bin).
+#
+# An ACF tuned from a compile command (--compile-commands) may name shipped flags its settings turn
+# off or change ([baseline] remove: appending flags cannot undo `--use_fast_math` or an earlier
+# `-maxrregcount`). compileiq_apply takes such a flag out of the target's (or the sources') own
+# COMPILE_OPTIONS where it is an item of its own; where it is still anywhere else it can see (inside
+# a generator expression, the directory's COMPILE_OPTIONS, CMAKE_CUDA_FLAGS[_<CONFIG>]), configure
+# stops and names the place: the build would not be the one the ACF's evidence records.
 
 include_guard(GLOBAL)
 
@@ -60,6 +67,14 @@ function(compileiq_apply)
   endif()
 
   if(_ciq_TARGET)
+    _compileiq_remove("${_json}" "${_ciq_ACF}" "${_ciq_TARGET}" "")
+  else()
+    foreach(_source IN LISTS _ciq_SOURCE)
+      _compileiq_remove("${_json}" "${_ciq_ACF}" "" "${_source}")
+    endforeach()
+  endif()
+
+  if(_ciq_TARGET)
     set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_arch}")
     foreach(_option IN LISTS _options)  # SHELL: keeps CMake from de-duplicating a target's options
       target_compile_options("${_ciq_TARGET}" PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:${_option}>")
@@ -69,5 +84,80 @@ function(compileiq_apply)
     # a source's COMPILE_OPTIONS are used as they are (no SHELL:, no de-duplication)
     set_property(SOURCE ${_ciq_SOURCE} APPEND PROPERTY COMPILE_OPTIONS ${_options})
     message(STATUS "compileiq: ${_ciq_SOURCE}: flags of ${_ciq_ACF}; build for CUDA architecture ${_arch}")
+  endif()
+endfunction()
+
+# [baseline] remove: take each flag out of the target's (sources') own options, or stop and say where it is.
+function(_compileiq_remove json acf target source)
+  string(JSON _count LENGTH "${json}" remove)
+  if(_count EQUAL 0)
+    return()
+  endif()
+  if(target)
+    get_target_property(_options "${target}" COMPILE_OPTIONS)
+    set(_owner "${target}'s COMPILE_OPTIONS (target_compile_options)")
+  else()
+    get_source_file_property(_options "${source}" COMPILE_OPTIONS)
+    set(_owner "the COMPILE_OPTIONS of ${source}")
+  endif()
+  if(NOT _options)
+    set(_options "")
+  endif()
+  math(EXPR _last "${_count} - 1")
+  foreach(_i RANGE ${_last})
+    string(JSON _flag GET "${json}" remove ${_i})
+    if(NOT _flag MATCHES "^[-A-Za-z0-9_=.+:/ ]+$")
+      message(FATAL_ERROR "compileiq_apply(${acf}): unexpected flag to remove '${_flag}'")
+    endif()
+    set(_kept "")
+    set(_removed FALSE)
+    foreach(_option IN LISTS _options)
+      if(_option STREQUAL _flag OR _option STREQUAL "SHELL:${_flag}"
+         OR _option STREQUAL "$<$<COMPILE_LANGUAGE:CUDA>:${_flag}>"
+         OR _option STREQUAL "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:${_flag}>")
+        set(_removed TRUE)
+      else()
+        list(APPEND _kept "${_option}")
+      endif()
+    endforeach()
+    set(_options "${_kept}")
+    string(REGEX REPLACE "([.+])" "\\\\\\1" _pattern "${_flag}")
+    string(REPLACE " " "[ ;]+" _pattern "${_pattern}")
+    set(_pattern "(^|[ ;:>])${_pattern}($|[ ;>])")
+    get_directory_property(_directory COMPILE_OPTIONS)
+    set(_places "")
+    foreach(_where IN ITEMS target directory CMAKE_CUDA_FLAGS CMAKE_CUDA_FLAGS_DEBUG CMAKE_CUDA_FLAGS_RELEASE
+                               CMAKE_CUDA_FLAGS_RELWITHDEBINFO CMAKE_CUDA_FLAGS_MINSIZEREL)
+      if(_where STREQUAL "target")
+        set(_text "${_options}")
+        set(_name "${_owner}")
+      elseif(_where STREQUAL "directory")
+        set(_text "${_directory}")
+        set(_name "the directory's COMPILE_OPTIONS (add_compile_options)")
+      else()
+        set(_text "${${_where}}")
+        set(_name "${_where}")
+      endif()
+      if(_text MATCHES "${_pattern}")
+        list(APPEND _places "${_name}")
+      endif()
+    endforeach()
+    if(_places)
+      list(JOIN _places ", " _places)
+      message(FATAL_ERROR "compileiq_apply(${acf}): the ACF's settings change the shipped flag '${_flag}' "
+              "([baseline] remove), which is still in ${_places}: take it out there (appending the ACF's "
+              "flags cannot turn it off, and the build would not be the one its evidence records)")
+    endif()
+    if(_removed)
+      message(STATUS "compileiq: removed '${_flag}' from ${_owner}, as ${acf} asks")
+    else()
+      message(STATUS "compileiq: ${acf} asks to remove '${_flag}' from the compile command: not in ${_owner}; "
+              "make sure nothing else adds it")
+    endif()
+  endforeach()
+  if(target)
+    set_property(TARGET "${target}" PROPERTY COMPILE_OPTIONS "${_options}")
+  else()
+    set_property(SOURCE "${source}" PROPERTY COMPILE_OPTIONS "${_options}")
   endif()
 endfunction()
