@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from compileiq.tuning.progress import SilentProgress
 ROOT = Path(__file__).resolve().parents[1]
 SPILL_HEAVY = ROOT / "kernels" / "spill_heavy" / "spill_heavy.cu"
 ONLY = ("ptxas.maxrregcount", "ptxas.override_directive_values")
+NW = ROOT / "tests" / "corpus" / "rodinia_nw"  # Rodinia's nw: a front whose pick is not the defaults
 OBJECTIVES = ("registers", "instructions")
 
 
@@ -254,3 +256,35 @@ def _spec_and_tools() -> tuple[object, object]:
     from compileiq.source.kernel import load_spec
 
     return load_spec(SPILL_HEAVY), find_toolchain()
+
+
+def test_every_view_names_the_trial_the_acf_cites_and_a_rerun_keeps_it(tmp_path: Path) -> None:
+    """Rodinia's nw tuned with --pick first, twice: `show` (list, front, --json) and the report name the trial
+    the ACF cites (they picked by the knee), the front's marked row is that trial, and a rerun
+    simplifies the same search winner again ([evidence.simplified] named an earlier run's
+    simplified trial as the search winner, with nothing dropped), its `kept` the ACF's controls."""
+    shutil.copytree(NW, tmp_path / "nw")
+    nw = {"kernel": tmp_path / "nw" / "needle.cu", "pick": "first", "budget": 24, "batch_size": 8, "only": ()}
+    first = _tune(tmp_path, **nw)
+    assert first.result.chosen.number != first.result.baseline.number and first.result.simplification is not None
+    again = _tune(tmp_path, **nw)
+    assert again.result.chosen.number == first.result.chosen.number
+    db, name = first.database, first.result.study.name
+    document = acf.read(tmp_path / "k.acf.toml")
+    cited = document.provenance["trial"]
+    simplified = document.evidence.get("simplified")
+    if simplified is not None:
+        winner = next(t for t in again.result.trials if t.number == simplified["search_winner_trial"])
+        assert winner.purpose == eligibility.SEARCH, winner
+        baseline = again.result.baseline.config
+        assert sorted(simplified["kept"]) == sorted(k for k, v in document.controls.items() if baseline.get(k) != v)
+    listed = json.loads(run_cli(["show", "--db", db, "--json"], tmp_path).stdout)
+    assert [s["chosen"] for s in listed if s["name"] == name] == [cited]
+    shown = json.loads(run_cli(["show", name, "--db", db, "--json"], tmp_path).stdout)
+    assert shown["pick"] == cited and shown["pick_rule"] == "first"
+    plain = run_cli(["show", name, "--db", db], tmp_path).output
+    assert f"chosen (first): trial #{cited};" in plain
+    marked = [line for line in plain.splitlines() if "<- first" in line]
+    assert len(marked) == 1 and marked[0].split("│")[1].strip() == str(cited), plain
+    written = run_cli(["report", name, "--db", db, "--format", "md", "-o", str(tmp_path / "r.md")], tmp_path)
+    assert written.returncode == 0 and f"chosen (trial #{cited})" in (tmp_path / "r.md").read_text(), written.describe()

@@ -128,7 +128,7 @@ def show(
     as_json: JsonOption = False,
     why: Annotated[bool, typer.Option("--why", metavar="", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions (a study of several objectives shows its own front by default).")] = None,
-    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
+    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
 ) -> None:
     """List studies, or the best trials of one study."""
     from compileiq.store import Store
@@ -151,7 +151,7 @@ def show(
                 from compileiq.cli.why import print_pareto, print_why
 
                 if pareto:
-                    print_pareto(found, trials, pareto, pick, as_json)
+                    print_pareto(found, trials, pareto, pick, as_json, runs)
                 else:
                     print_why(found, trials, as_json, runs)
                 return
@@ -312,7 +312,7 @@ def report(
     fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
-    pick: Annotated[str, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,...")] = "knee",
+    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""

@@ -70,15 +70,18 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, rule: str, as_json: bool) -> None:
+def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pick: str | None, as_json: bool,
+                 runs: Sequence[RunRecord] = ()) -> None:
     """The front of these objectives over the recorded trials; for the objectives of a study of
-    several objectives, the tuner's front (only trials that may win) and its pick, in full precision."""
+    several objectives, the tuner's front (only trials that may win) and its pick, in full precision
+    (by default the rule its latest run chose by: the ACF's choice)."""
     own = multi_objective.objectives_of(study.key.objective)
     objectives = parse_objectives(objectives_text)
-    explanation = explain(study, trials, rule)
+    explanation = explain(study, trials, pick, runs)
     if objectives == own and explanation.front is not None:
         print_tuned_front(study, explanation, as_json)
         return
+    rule = pick or "knee"
     trade_offs = front(trials, objectives, rule, explanation.runtime)
     base = explanation.baseline.config if explanation.baseline else {}
     changes = {p.trial.number: {k: v for k, v in p.trial.config.items() if base.get(k) != v} for p in trade_offs.points}
@@ -110,8 +113,8 @@ def print_tuned_front(study: Study, explanation: Explanation, as_json: bool) -> 
         base = explanation.baseline.config
         print(json.dumps({"study": study.name, "objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
                           "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
-                          "front": [{"trial": p.trial.number, "values": list(p.values),
-                                     "changed": {k: v for k, v in p.trial.config.items() if base.get(k) != v}}
+                          "front": [{"trial": (t := explanation.on_front(p)).number, "values": list(p.values),
+                                     "changed": {k: v for k, v in t.config.items() if base.get(k) != v}}
                                     for p in trade_offs.points]}, indent=2, default=str))
         return
     print_front(study, trade_offs, explanation.baseline, chosen)
@@ -125,12 +128,12 @@ def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial)
                              f"({kind_label(study.key.objective)}, lower is better; trials that may win)"))
     for column in ("#", *(_label(o) for o in objectives), "chosen", "settings that differ from the defaults"):
         table.add_column(column)
-    picked = values_of(chosen, objectives)
     for p in trade_offs.points:
-        settings = " ".join(f"{k}={v}" for k, v in sorted(p.trial.config.items())
+        shown = chosen if p is trade_offs.pick else p.trial  # the chosen point as the ACF holds it (simplified)
+        settings = " ".join(f"{k}={v}" for k, v in sorted(shown.config.items())
                             if baseline.config.get(k) != v) or "(defaults)"
-        mark = f"<- {trade_offs.rule}" if p.values == picked else ""
-        table.add_row(*(Text(c) for c in (str(p.trial.number), *(repr(v) for v in p.values), mark, settings)))
+        mark = f"<- {trade_offs.rule}" if p is trade_offs.pick else ""
+        table.add_row(*(Text(c) for c in (str(shown.number), *(repr(v) for v in p.values), mark, settings)))
     out.print(table)
     out.print(f"chosen ({trade_offs.rule}): trial #{chosen.number}; {len(trade_offs.points)} trial(s) on the front, "
               f"{len(trade_offs.others)} dominated; pick rules: {PICK_RULES}", markup=False)

@@ -205,8 +205,16 @@ def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> 
     not its start (a rerun then simplifies the same winner again, and its record of what was
     dropped is kept). A search result refused for its settings alone counts through its stand-in
     (`stand_ins`). The tuner and every view (`results.explain`) choose by this one rule."""
+    return choose(search_results(trials, refuse), baseline, refuse)
+
+
+def search_results(trials: Sequence[Trial], refuse: Refusal) -> list[Trial]:
+    """What a choice is made from: the trials the search made, and for a refused one the trial
+    that stands in for it (`stand_ins`); never an earlier run's simplified trial, so that a rerun
+    starts from the same search result, simplifies it the same way and records the same path.
+    One objective (`search_winner`) or several (the front's pick) alike."""
     searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
-    return choose([*searched, *stand_ins(trials, searched, refuse)], baseline, refuse)
+    return [*searched, *stand_ins(trials, searched, refuse)]
 
 
 def stand_ins(trials: Sequence[Trial], searched: Sequence[Trial], refuse: Refusal) -> list[Trial]:

@@ -19,7 +19,7 @@ def check_format(fmt: str) -> None:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str = "knee") -> list[Path]:
+def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str | None = None) -> list[Path]:
     """Write the report; the files written (markdown has SVG files beside it)."""
     check_format(fmt)
     report = build(store, study, pareto, pick)

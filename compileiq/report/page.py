@@ -85,7 +85,7 @@ class StudyReport:
         return f"{objective} ({kind}; {self.reading.heading})"
 
 
-def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee") -> StudyReport:
+def build(store: Store, study: str, pareto: str | None = None, pick: str | None = None) -> StudyReport:
     objectives = parse_objectives(pareto) if pareto else None
     found = store.find_study(study)
     trials = store.trials(found.id)
@@ -97,7 +97,7 @@ def build(store: Store, study: str, pareto: str | None = None, pick: str = "knee
     if explanation.front is not None and objectives == explanation.front.objectives:
         trade_offs: Front | None = explanation.front
     else:
-        trade_offs = front(trials, objectives, pick, explanation.runtime) if objectives else None
+        trade_offs = front(trials, objectives, pick or "knee", explanation.runtime) if objectives else None
     return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display,
                        trade_offs)
 
@@ -275,8 +275,8 @@ def _pareto(report: StudyReport) -> str:
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     header = ("#", *(objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
     base = report.explanation.baseline
-    rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "",
-             changes_text(p.trial, base))
+    shown = report.explanation.on_front if trade_offs is report.explanation.front else (lambda p: p.trial)
+    rows = [(shown(p).number, *p.values, "◀" if p is trade_offs.pick else "", changes_text(shown(p), base))
             for p in trade_offs.points]
     return header, rows
 

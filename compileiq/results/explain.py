@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from compileiq.core.errors import UsageError
 from compileiq.core.records import RunRecord, Study, Trial, TrialState
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import Front
+from compileiq.results.pareto import Front, FrontPoint, check_rule
 from compileiq.results.simplify import baseline_space, simplify
 
 
@@ -60,6 +61,13 @@ class Explanation:
                 verified_by.update((n, run.id) for n in verified if type(n) is int)
             first_run_of.setdefault(run.worker, run.id)
         return verified_by, first_run_of
+
+    def on_front(self, point: FrontPoint) -> Trial:
+        """The trial a view lists for a point of the study's own front: for the picked point the
+        chosen trial (simplified to what its code needs, as the ACF holds it), else the point's."""
+        if self.front is not None and self.chosen is not None and point is self.front.pick:
+            return self.chosen
+        return point.trial
 
     @property
     def runtime(self) -> bool:
@@ -109,11 +117,13 @@ class Explanation:
         return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
 
 
-def explain(study: Study, trials: Sequence[Trial], pick: str = "knee", runs: Sequence[RunRecord] = ()) -> Explanation:
+def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = ()) -> Explanation:
     """The study's choice, as its tuner made it and its ACF holds it. `pick`: the rule that chooses
-    on the front of a study of several objectives; `runs`: the study's runs (`Store.runs`), whose
-    recorded confirmation decides a runtime objective's choice (measurements the trials lack)."""
-    return replace(_explain(study, tuple(trials), pick, tuple(runs)), runs=tuple(runs))
+    on the front of a study of several objectives (None: the rule its latest run recorded); `runs`:
+    the study's runs (`Store.runs`), whose recorded confirmation decides a runtime objective's
+    choice (measurements the trials lack)."""
+    rule = pick if pick is not None else recorded_pick(study, runs)
+    return replace(_explain(study, tuple(trials), rule, tuple(runs)), runs=tuple(runs))
 
 
 def _explain(study: Study, trials: tuple[Trial, ...], pick: str, runs: tuple[RunRecord, ...]) -> Explanation:
@@ -143,7 +153,8 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
         return Explanation(study, trials, baseline, None, None, None)
     objectives = multi_objective.objectives_of(study.key.objective)
     refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
-    choice = multi_objective.choose(trials, baseline, objectives, pick, refuse, "time" in objectives)
+    choice = multi_objective.choose(eligibility.search_results(trials, refuse), baseline, objectives, pick, refuse,
+                                    "time" in objectives)
     winner = chosen = choice.chosen
     if winner.config_key != baseline.config_key:
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), True,
@@ -157,7 +168,26 @@ def decision(result: Any) -> dict[str, Any]:
     cited = (result.baseline, result.chosen)
     checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
     by = "confirmation" if result.confirmation is not None else "rules"
-    return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by, "verified": checked if result.study.key.evaluator == "static" else []}
+    picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
+    return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
+            "verified": checked if result.study.key.evaluator == "static" else [], **picked}
+
+
+def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
+    """The pick rule the study's latest run chose its front's point by (what its ACF holds), so that
+    every view shows that choice; "knee" (tune's default) when no run recorded a valid one. A run
+    row is untrusted: a rule that does not parse for the study's objectives is not used."""
+    for run in sorted(runs, key=lambda r: r.id, reverse=True):
+        rule = run.decision.get("pick") if isinstance(run.decision, dict) else None
+        if isinstance(rule, str):
+            try:
+                check_rule(rule[:200], multi_objective.objectives_of(study.key.objective))
+            except UsageError:
+                return "knee"
+            return rule
+        if isinstance(run.decision, dict):
+            break  # the latest run that decided, without a rule: before rules were recorded
+    return "knee"
 
 
 def recorded_choice(decision: Any) -> tuple[int, float] | None:

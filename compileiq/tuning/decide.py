@@ -109,7 +109,8 @@ class Decider:
 
     def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         runtime = not self.static
-        winner = multi_objective.choose(trials, baseline, self.objectives, self.pick, self.refusal, runtime).chosen
+        winner = multi_objective.choose(eligibility.search_results(trials, self.refusal), baseline, self.objectives,
+                                        self.pick, self.refusal, runtime).chosen
         simplification = None
         if self.simplify and winner is not baseline and not self.out_of_time:
             simplification = self._simplified(winner, exact=True)
@@ -117,7 +118,8 @@ class Decider:
         chosen = self._decided(simplification.chosen if simplification else winner, final)
         if self.verify is not None:
             self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
-        trade_offs = multi_objective.choose(final, baseline, self.objectives, self.pick, self.refusal, runtime).front
+        trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal), baseline, self.objectives,
+                                            self.pick, self.refusal, runtime).front
         return Decision(winner, chosen, simplification, final, front=trade_offs)
 
     def _decided(self, chosen: Trial, trials: Sequence[Trial]) -> Trial:
