@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import textwrap
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,26 @@ def test_severities_default_and_override():
     table = gate_rules.severities(["registers=error", "code-changed=off"])
     assert table["spills"] is gate_rules.Severity.ERROR and table["stale-source"] is gate_rules.Severity.WARN
     assert table["registers"] is gate_rules.Severity.ERROR and table["code-changed"] is gate_rules.Severity.OFF
+
+
+@pytest.mark.parametrize(("edit", "to", "shown"), [("registers", lambda v: v + 8, str),
+                                                  ("occupancy", lambda v: v / 2, lambda v: f"{v:.1%}")])
+def test_evidence_the_acfs_own_code_does_not_give_fails(tuned, tmp_path, edit, to, shown):
+    """Recorded numbers edited with the code hash left as it is: the same machine code gives other
+    numbers, so the evidence was edited (a worse recorded number let a real regression through
+    unseen, and nothing was reported at all). Spill bytes are the spills objective's own: its
+    objective.best must match them, so an ACF edited there is refused on reading."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    text = (workspace / ACF).read_text()
+    best = tomllib.loads(text)["evidence"]["best"]
+    head, _, tail = text.partition("[evidence.best]\n")
+    old = f"\n{edit} = {best[edit]!r}\n"
+    assert old in tail
+    (workspace / ACF).write_text(head + "[evidence.best]\n" + tail.replace(old, f"\n{edit} = {to(best[edit])!r}\n", 1))
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 1, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert [(f["rule"], f["severity"]) for f in findings] == [("evidence", "error")], findings
+    assert (f"the ACF records {edit} {shown(to(best[edit]))} for machine code that gives {edit} "
+            f"{shown(best[edit])}") in findings[0]["message"]

@@ -148,6 +148,8 @@ def test_show_lists_the_front_in_full_precision_and_the_report_plots_it(tuned: a
      "must give a finite number"),
     (lambda t: t.replace("[objective.best]\nregisters = ", "[objective.best]\nregisters = inf #", 1),
      "objective.best must give a finite number"),
+    (lambda t: t.replace("[objective.best]\nregisters = ", "[objective.best]\nregisters = 1.0 #", 1),
+     "objective.best.registers = 1.0 is not what evidence.best gives"),
     (lambda t: t.replace('objectives = [\n    "registers",', 'objectives = [\n    "speed",', 1), "objective.objectives"),
     (lambda t: t.replace('rule = "knee"', 'rule = "weights=9"', 1), "evidence.pick: --pick must be"),
     (lambda t: t.replace("[evidence.front.settings]", '[evidence.front.settings]\n"-Xcompiler" = "-fplugin=x.so"', 1),

@@ -44,6 +44,9 @@ RULES = (
     Rule("instructions", Severity.WARN, "the static instruction count rose above the recorded value (ACFs whose "
          "objectives include instructions)"),
     Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
+    Rule("evidence", Severity.ERROR, "the same machine code as recorded gives other numbers than the ACF records "
+         "(spills, registers, instructions; occupancy when the launch settings are unchanged): its evidence was "
+         "edited"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
     Rule("stale-settings", Severity.WARN, "the kernel's tune.toml settings (launch facts, macros, base flags, "
          "tolerances) differ from those it was tuned with"),
@@ -172,7 +175,24 @@ def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
     if m.code_hash != r.code_hash:
         found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
                          "the machine code differs from the recorded code"))
+    elif differ := _not_its_code(r, m):
+        recorded, measured = ", ".join(f"{n} {a}" for n, a, _ in differ), ", ".join(f"{n} {b}" for n, _, b in differ)
+        found.append(Hit("evidence", recorded, measured,
+                         f"the ACF records {recorded} for machine code that gives {measured} (the same code, "
+                         f"{r.code_hash[:12]}): its evidence was edited; re-tune or restore it"))
     return found
+
+
+def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
+    """The recorded numbers that the same machine code does not give: spills, registers and
+    instructions are the code's own; occupancy also depends on the launch settings, so it counts
+    only when those are the ones it was tuned with."""
+    pairs = [("spill bytes", str(r.spill_bytes), str(m.spill_bytes)), ("registers", str(r.registers), str(m.registers))]
+    if r.instructions is not None:
+        pairs.append(("instructions", str(r.instructions), str(m.instructions)))
+    if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
+        pairs.append(("occupancy", _pct(r.occupancy), _pct(m.occupancy)))
+    return [(name, a, b) for name, a, b in pairs if a != b]
 
 
 def default_hits(m: Measured, d: Defaults) -> list[Hit]:

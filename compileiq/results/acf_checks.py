@@ -60,12 +60,10 @@ def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, A
     if name not in STATIC_OBJECTIVES or objective.get("evaluator", "static") != "static":
         return  # a runtime's values are measurements; several objectives: check_front
     for table in ("baseline", "best"):
-        metrics = evidence.get(table, {})
-        if table not in objective or not all(key in metrics for key in _STATIC_METRICS):
+        metrics = _static_metrics(evidence.get(table, {}))
+        if table not in objective or metrics is None:
             continue
-        expected = objective_value(name, StaticMetrics(
-            int(metrics["spill_bytes"]), int(metrics["registers"]), float(metrics["occupancy"]),
-            int(metrics["instructions"]), int(metrics.get("stack_bytes", 0))))
+        expected = objective_value(name, metrics)
         if objective[table] != expected:
             raise AcfError(f"{path}: objective.{table} = {objective[table]!r} is not what evidence.{table} "
                            f"gives for {name} ({expected:g})")
@@ -76,6 +74,14 @@ def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, A
 
 
 _STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
+
+
+def _static_metrics(table: Any) -> StaticMetrics | None:
+    """An evidence table's metrics (checked by `check_numbers` before), None when one is missing."""
+    if not isinstance(table, dict) or not all(key in table for key in _STATIC_METRICS):
+        return None
+    return StaticMetrics(int(table["spill_bytes"]), int(table["registers"]), float(table["occupancy"]),
+                         int(table["instructions"]), int(table.get("stack_bytes", 0)))
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
 MAX_FRONT = 10_000
 
@@ -95,6 +101,13 @@ def check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any],
         values = objective.get(table, {})
         if not isinstance(values, dict) or not set(values) <= set(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{path}: objective.{table} must give a finite number for each of {', '.join(names)}")
+        metrics = _static_metrics(evidence.get(table)) if objective.get("evaluator", "static") == "static" else None
+        if metrics is None:
+            continue
+        for static in (n for n in names if n in values and n in STATIC_OBJECTIVES):
+            if values[static] != (expected := objective_value(static, metrics)):
+                raise AcfError(f"{path}: objective.{table}.{static} = {values[static]!r} is not what "
+                               f"evidence.{table} gives ({expected:g})")
     for where, point in _trial_tables(path, evidence, "front", MAX_FRONT, "points"):
         values = point.get("values")
         if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
