@@ -75,7 +75,12 @@ CASES: dict[str, Case] = {
     "toml-entries-typo": Case(  # a C++ kernel's compiled name is mangled: the one tune.toml can give comes first
         f"{T} {{ws}}/entrytypo/hotspot.cu --budget 2", 2,
         ("hotspot.cu: tune.toml entries: no entry matches ['calc_temp']",
-         "found: calculate_temp (_Z14calculate_tempiPfS_S_iiiiffffff)"),
+         "found: calculate_temp"),
+    ),
+    "toml-entries-many": Case(  # whole names, overloads told apart by their compiled names, then how many more
+        f"{T} {{ws}}/manykernels/many.cu --budget 2", 2,
+        ("no entry matches ['scale_kernel']", ("found: scale (_Z5scalePf), scale (_Z5scalePi), "
+                                                "a_kernel_with_a_rather_long_name_11, "), "_name_07 and 7 more"),
     ),
     # search spaces
     "space-syntax": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "malformed TOML"), {SPACE: "{ws}/space-syntax"}),
@@ -160,6 +165,12 @@ def _write_inputs(ws: Path) -> None:
     (ws / "entrytypo").mkdir()  # Rodinia's hotspot (tests/corpus_harm), a C++ kernel with a host main
     shutil.copy(Path(__file__).parent / "corpus_harm" / "hotspot.cu", ws / "entrytypo" / "hotspot.cu")
     (ws / "entrytypo" / "tune.toml").write_text('entries = ["calc_temp"]\n')
+    (ws / "manykernels").mkdir()
+    (ws / "manykernels" / "many.cu").write_text(  # the compiled module lists them last to first
+        "".join(f'extern "C" __global__ void a_kernel_with_a_rather_long_name_{i:02d}(float* x) {{ x[{i}] = 0; }}\n'
+                for i in range(12))
+        + "__global__ void scale(int* x) { x[threadIdx.x] *= 2; }\n__global__ void scale(float* x) { x[threadIdx.x] *= 2; }\n")
+    (ws / "manykernels" / "tune.toml").write_text('entries = ["scale_kernel"]\n')
     _space_copy(ws, "space-syntax", "\njunk = [\n")
     _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
     (ws / "space-empty").mkdir()

@@ -164,3 +164,15 @@ def test_show_says_which_rows_this_database_verified(registers_study, tmp_path: 
     assert there["provenance"] == "not recorded by a run of this database", there
     table = _cli_at(tmp_path, imported, "show", "1", "--top", "1")
     assert "(not recorded" in table, table
+
+
+def test_show_says_when_it_lists_only_the_top_trials(registers_study) -> None:
+    """Ten rows of many: the table says how many it left out and how to see them (it cut silently,
+    hiding the only trial with another block size from a user who did not know about --top)."""
+    folder, _, _ = registers_study
+    every = json.loads(_cli(folder, "show", "1", "--json", "--top", "200"))
+    complete = len(every["trials"])
+    assert complete > 3 and every["complete_trials"] == complete
+    cut = _cli(folder, "show", "1", "--top", "3")
+    assert f"showing 3 of {complete} complete trials: --top {complete} shows all" in " ".join(cut.split())
+    assert "showing" not in _cli(folder, "show", "1", "--top", str(complete))

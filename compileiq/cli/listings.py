@@ -52,16 +52,20 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     from compileiq.results.explain import explain
 
     explanation = explain(study, trials, runs=runs)
-    ranked = explanation.ranked()[:top]
+    complete = explanation.ranked()
+    ranked = complete[:top]
     failed = [t for t in trials if t.state is TrialState.FAILED]
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, len(trials)), "objective": objective_json(objective),
             "trials": [trial_json(t, objective, explanation.refusal(t))
                        | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],
-            "failed": [trial_json(t, objective) for t in failed]}
+            "complete_trials": len(complete), "failed": [trial_json(t, objective) for t in failed]}
     emit(as_json, data, lambda: trials_table(study, explanation, ranked))
     if as_json:
         return
+    if len(complete) > len(ranked):
+        out.print(f"showing {len(ranked)} of {len(complete)} complete trials: --top {len(complete)} shows all",
+                  markup=False)
     if nodes := trials_per_node(trials):
         out.print(node_spread(nodes), markup=False)
     if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:

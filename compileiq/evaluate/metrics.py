@@ -221,11 +221,24 @@ def _wanted(entry: str, wanted: tuple[str, ...]) -> bool:
     return not wanted or any(entry_matches(entry, name) for name in wanted)
 
 
+LISTED_CHARS = 240  # a failure's reason lists the build's kernels in about this many characters
+
+
 def _kernels(build: Build) -> str:
     """The build's kernels, for a failure's reason (not computed for every result): each by the
-    name tune.toml can give it, with the compiled (mangled) name where that differs."""
-    names = (e.name for e in build.entries if e.entry)
-    return ", ".join(n if (name := readable(n)) == n else f"{name} ({n})" for n in names) or "none"
+    name tune.toml can give it; the compiled (mangled) name only where two kernels share that name
+    (overloads), which only it tells apart. Whole names in about LISTED_CHARS, then how many more:
+    a reason is shown as one line, and a list cut mid-name helps nobody."""
+    names = [e.name for e in build.entries if e.entry]
+    shown = [readable(n) for n in names]
+    listed = [s if shown.count(s) == 1 else f"{s} ({n})" for s, n in zip(shown, names, strict=True)]
+    kept: list[str] = []
+    for name in listed:
+        if kept and len(", ".join([*kept, name])) > LISTED_CHARS:
+            break
+        kept.append(name)
+    more = len(listed) - len(kept)
+    return ", ".join(kept) + (f" and {more} more" if more else "") if kept else "none"
 
 
 def _built(name: str, build: Build) -> bool:
