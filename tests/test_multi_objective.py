@@ -290,3 +290,5 @@ def test_every_view_names_the_trial_the_acf_cites_and_a_rerun_keeps_it(tmp_path:
     assert len(marked) == 1 and marked[0].split("│")[1].strip() == str(cited), plain
     written = run_cli(["report", name, "--db", db, "--format", "md", "-o", str(tmp_path / "r.md")], tmp_path)
     assert written.returncode == 0 and f"chosen (trial #{cited})" in (tmp_path / "r.md").read_text(), written.describe()
+    page = (tmp_path / "r.md").read_text()  # quotes as quotes: markdown shows an HTML entity as it is
+    assert "The study's objectives" in page and "&#x27;" not in page

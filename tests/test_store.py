@@ -68,7 +68,7 @@ def test_study_get_or_create_is_idempotent(store: Store) -> None:
 
 def test_study_name_clash_names_the_difference(store: Store) -> None:
     store.get_or_create_study(KEY, name="x")
-    with pytest.raises(StoreError, match="study 'x' was made for another kernel source"):
+    with pytest.raises(StoreError, match="study 'x' was made for another kernel source or tune.toml settings"):
         store.get_or_create_study(replace(KEY, source_sha256="d" * 64), name="x")
     with pytest.raises(StoreError, match="another architecture"):
         store.get_or_create_study(replace(KEY, arch="sm_80"), name="x")

@@ -79,8 +79,9 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
 
 
 def md_text(value: Any) -> str:
-    """A value in markdown: table-safe, and no control character (a terminal may `cat` the file)."""
-    return printable(escape(text(value)).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
+    """A value in markdown: table-safe, no HTML (`<`, `>`, `&` escaped; quotes read as quotes: markdown
+    shows `&#x27;` as it is), and no control character (a terminal may `cat` the file)."""
+    return printable(escape(text(value), quote=False).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

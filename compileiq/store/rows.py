@@ -25,7 +25,7 @@ from compileiq.store.connect import StoreError
 from compileiq.store.schema import db_now
 from compileiq.store.trust import build_problem, measurement_problem, trial_problem
 
-_KEY_WORDS = {"source_sha256": "kernel source", "space_id": "search space"}
+_KEY_WORDS = {"source_sha256": "kernel source or tune.toml settings", "space_id": "search space"}
 _KEY_WORDS.update(space_sha256="version of the search space", arch="architecture")
 
 
