@@ -236,7 +236,9 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
-    return replace(spec, arch=arch or command.arch or spec.arch, shipped=command.shipped)
+    overridden = (f"{command.arch} that the compile command gives" if arch and command.arch not in (None, arch)
+                  else spec.arch_overridden)
+    return replace(spec, arch=arch or command.arch or spec.arch, shipped=command.shipped, arch_overridden=overridden)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:
@@ -265,6 +267,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     spec = spec.measured_as(options.program, options.metric_regex)  # part of the study identity
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    if spec.arch_overridden is not None:
+        progress.note(f"--arch {spec.arch} overrides the arch {spec.arch_overridden}")
     if spec.shipped is not None:
         from compileiq.source.shipped import describe
 

@@ -227,3 +227,21 @@ def test_another_toolchain_build_never_reuses_builds(tmp_path, spiller, monkeypa
     assert other.result.study.key.toolchain == f"other-{real.nvcc_build}"
     assert other.result.counters.build_cache_hits == 0
     assert other.result.counters.frontend_calls >= 1
+
+
+def test_arch_on_the_command_line_says_what_it_overrides(tmp_path, spiller):
+    """tune.toml says sm_90 and --arch sm_80 wins, as documented; the run says so (it built for
+    sm_80 in silence, an easy way to tune for a GPU nobody meant)."""
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n')
+    notes: list[str] = []
+
+    class Notes(SilentProgress):
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+    report = app.tune(_options(tmp_path, spiller, arch="sm_80", budget=2), Notes())
+    assert report.result.study.key.arch == "sm_80"
+    assert "--arch sm_80 overrides the arch sm_90 that tune.toml gives" in notes
+    notes.clear()
+    app.tune(_options(tmp_path, spiller, arch="sm_90", budget=2, out=tmp_path / "same.acf.toml"), Notes())
+    assert not [n for n in notes if "overrides the arch" in n]

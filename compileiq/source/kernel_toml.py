@@ -98,6 +98,8 @@ class _Parser:
             launch=self.launch(),
             block_size_given="block_size" in self.raw,
             restrictions=self.restriction_texts(dict(defines), dict(tuned)),
+            arch_overridden=f"{given} that tune.toml gives" if arch and (given := self.raw.get("arch")) not in (None, arch)
+            else None,
         )
 
     def tolerance(self, key: str, default: float) -> float:

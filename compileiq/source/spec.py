@@ -115,6 +115,7 @@ class KernelSpec:
     block_size_given: bool = False  # block_size set in tune.toml (else from __launch_bounds__)
     restrictions: tuple[str, ...] = ()  # [tune] restrictions: conditions over macros (`restrictions`)
     shipped: ShippedBuild | None = None  # --compile-commands: the build the baseline reproduces
+    arch_overridden: str | None = None  # where --arch chose another: "sm_80 that tune.toml gives"
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.
