@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL, run_cli
+from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import BuildRecord, Measurement, StudyKey, TrialState
@@ -205,3 +206,19 @@ def test_a_laptop_sqlite_study_merges_into_the_team_postgres(postgres_url: str, 
     counters = report["counters"]  # imported rows are not built again, except what the ACF cites (checked)
     assert counters["compiler_calls"] == counters["verify_calls"] <= 4 and counters["new_trials"] == 0
     assert report["best"]["config"] == json.loads(laptop.stdout)["best"]["config"]
+
+
+def test_an_export_piped_to_an_import_moves_the_study(laptop: Store, team: Store, tmp_path: Path) -> None:
+    """`db export -o -` writes standard output, and `db import -` reads standard input, so a study
+    moves in one pipe (import took `-` for a file name: "cannot read -")."""
+    def cli(*args: str, given: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([compileiq_command(), *args], input=given, capture_output=True, cwd=tmp_path,
+                              env=clean_env(), timeout=120, check=False)
+
+    exported = cli("db", "export", "fir-laptop", "-o", "-", "--db", _url(laptop))
+    assert exported.returncode == 0, exported.stderr
+    imported = cli("db", "import", "-", "--db", _url(team), given=exported.stdout)
+    assert imported.returncode == 0 and b"created study fir-laptop: 3 trials added" in imported.stdout, imported
+    assert len(team.trials(team.find_study("fir-laptop").id)) == 3
+    empty = cli("db", "import", "-", "--db", _url(team))
+    assert empty.returncode == 2 and empty.stderr.decode().startswith("error: -: not a compileiq study export")

@@ -257,7 +257,7 @@ def db_export(
 
 @db_cli.command("import")
 def db_import(
-    in_file: Annotated[Path, typer.Argument(metavar="FILE", help="A file written by `compileiq db export`.")],
+    in_file: Annotated[Path, typer.Argument(metavar="FILE", help="A file written by `compileiq db export` (- reads standard input).")],
     db: DbOption = None,
 ) -> None:
     """Merge an exported study into this database (one transaction; importing twice changes nothing)."""

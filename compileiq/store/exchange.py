@@ -122,10 +122,14 @@ def _document(path: Path) -> Any:
 
 
 def _contents(path: Path) -> bytes:
-    """The file's bytes, gunzipped when gzip; at most MAX_BYTES either way."""
+    """The file's bytes (``-``: standard input, as `db export -o -` writes it), gunzipped when gzip;
+    at most MAX_BYTES either way."""
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
+        if path == STDOUT:
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with path.open("rb") as stream:
+                data = stream.read(MAX_BYTES + 1)
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     if data.startswith(_GZIP_MAGIC):
