@@ -245,3 +245,19 @@ def test_arch_on_the_command_line_says_what_it_overrides(tmp_path, spiller):
     notes.clear()
     app.tune(_options(tmp_path, spiller, arch="sm_90", budget=2, out=tmp_path / "same.acf.toml"), Notes())
     assert not [n for n in notes if "overrides the arch" in n]
+
+
+def test_a_listed_macro_value_never_built_is_named(tmp_path):
+    """Four block sizes listed, a budget that builds two: the run names the ones it never compiled
+    (a user found one of Rodinia nw's four never tried in 136 trials, and nothing said so)."""
+    (tmp_path / "k.cu").write_text(
+        "#ifndef BLOCK\n#define BLOCK 64\n#endif\n__global__ void k(float* x) { x[threadIdx.x * BLOCK] += 1.f; }\n")
+    (tmp_path / "tune.toml").write_text('block_size = "BLOCK"\n[tune.defines]\nBLOCK = [64, 128, 256, 512, 1024]\n')
+    done = _cli("tune", "k.cu", "--workers", "local", "--budget", "2", "--batch-size", "1", "--only", "define.BLOCK",
+                "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    stdout, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    (line,) = [line for line in stdout.splitlines() if "never built in this study" in line]
+    named = line.split(": ", 2)[2].split(" (")[0].split(", ")
+    assert len(named) == 3 and all(n.startswith("BLOCK=") for n in named), line
+    assert "BLOCK=64" not in named  # the baseline's value, built first

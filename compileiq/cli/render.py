@@ -192,6 +192,9 @@ def print_report(report: app.TuneReport) -> None:
               f"same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
+    if untried := untried_macro_values(result.trials, report.kernel.tuned_defines):
+        out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
+                  "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)
     if counters.nodes:
         out.print(node_spread(counters.nodes), markup=False)
     if counters.transfers.tasks:
@@ -226,6 +229,14 @@ def _to_time_lines(report: app.TuneReport) -> list[str]:
                      f"{float(entry.get('occupancy', 0)):.0%}; {safe(entry['refused'])}")
         lines.append(f"    {safe(entry['command'])}")
     return lines
+
+
+def untried_macro_values(trials: Any, tuned: tuple[tuple[str, tuple[Any, ...]], ...]) -> list[str]:
+    """The values tune.toml lists for a tuned macro that no trial of the study built: a user who
+    lists four block sizes expects to hear that one was never compiled."""
+    built = {(key, value) for t in trials if t.state is not TrialState.RUNNING
+             for key, value in t.config.items() if key.startswith("define.")}
+    return [f"{name}={value}" for name, values in tuned for value in values if (f"define.{name}", value) not in built]
 
 
 def trials_summary(result: Any) -> str:
