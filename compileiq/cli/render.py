@@ -93,7 +93,7 @@ class LineProgress:
         self._done += trial.searched
         shown = self._reading.text(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
         if outcome.refused:
-            shown += f" (refused: {safe(first_line(outcome.refused, 120))})"
+            shown += f" (refused: {safe(first_line(outcome.refused, 300))})"
         best_text = f"{self._reading.text(best.value)} (#{best.number})" if best and best.value is not None else "-"
         step = f"{self._done}/{self._budget}" if trial.searched else safe(trial.purpose)
         self._line(f"[{step}] #{trial.number} {shown}  best {best_text}  [{safe(outcome.source)}]")
@@ -171,8 +171,10 @@ def print_report(report: app.TuneReport) -> None:
                   "settings; appending its flags alone would keep them)", markup=False)
     if result.simplification is not None and result.simplification.dropped:
         dropped = result.simplification.dropped
+        back = "your build's value" if report.kernel.shipped is not None and report.kernel.shipped.settings else "the default"
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
-                  f"{len(dropped)} setting(s) made no difference and were dropped: {', '.join(dropped)}", markup=False)
+                  f"{len(dropped)} setting(s) made no difference and went back to {back}: {', '.join(dropped)}",
+                  markup=False)
     if result.confirmation is not None:
         out.print(_confirmation_line(result.confirmation), markup=False)
     if result.front is not None:

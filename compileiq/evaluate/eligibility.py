@@ -118,10 +118,10 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
         if spills >= reference.spill_bytes:
             return f"{lower} with no fewer spill bytes"
         if reference.pareto_safe:
-            return f"{lower} for fewer spill bytes: a trade-off `static` never makes without a GPU (time it)"
+            return f"{lower} for fewer spill bytes: a trade-off `static` never makes without a GPU"
     lowered = lowered_optimisation(config, reference.config)
     if lowered and not reference.measured:
-        return f"lowers optimisation ({', '.join(lowered)}): only a measured runtime can justify it (time it)"
+        return f"lowers optimisation ({', '.join(lowered)}): only a measured runtime can justify it"
     if lowered and static_gain(spills, occupancy, reference) is None:
         return f"lowers optimisation ({', '.join(lowered)}) with no spill or occupancy gain"
     return None
