@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from compileiq.build.workers import Workers
 from compileiq.build.workers.backends import check_options, open_workers
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
 from compileiq.core.records import first_line
@@ -29,7 +30,7 @@ from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
-from compileiq.tuning.limits import MAX_BUDGET, check_patience, parse_duration
+from compileiq.tuning.limits import check_patience, parse_duration
 from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 

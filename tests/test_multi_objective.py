@@ -292,3 +292,6 @@ def test_every_view_names_the_trial_the_acf_cites_and_a_rerun_keeps_it(tmp_path:
     assert written.returncode == 0 and f"chosen (trial #{cited})" in (tmp_path / "r.md").read_text(), written.describe()
     page = (tmp_path / "r.md").read_text()  # quotes as quotes: markdown shows an HTML entity as it is
     assert "The study's objectives" in page and "&#x27;" not in page
+    chosen = next(t for t in again.result.trials if t.number == cited)  # every objective's value, by name
+    registers, instructions = values_of(chosen, OBJECTIVES)  # type: ignore[misc]
+    assert f"chosen (trial #{cited}) registers {registers:g}, instructions {instructions:g}." in page

@@ -8,6 +8,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+MAX_BUDGET = 100_000  # the search trials one tune may be given (--budget), so also what a provenance records
+
 RANGES: dict[str, tuple[type, float, float]] = {
     "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
     "instructions": (int, 0, math.inf), "stack_bytes": (int, 0, math.inf), "block_size": (int, 1, 1024),

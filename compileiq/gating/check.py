@@ -20,6 +20,7 @@ from typing import Protocol
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
@@ -45,7 +46,6 @@ from compileiq.gating.rules import (
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, load_spec, with_base_flags
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
-from compileiq.tuning.limits import MAX_BUDGET
 
 
 @dataclass(frozen=True)

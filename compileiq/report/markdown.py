@@ -41,8 +41,8 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
               f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
     if e.baseline is not None and e.chosen is not None:
         lines += ["## Chosen configuration", "",
-                  (f"Baseline {md_text(report.reading.text(e.baseline.value))} → chosen (trial #{e.chosen.number}) "
-                   f"{md_text(report.reading.text(e.chosen.value))}."), ""]
+                  (f"Baseline {md_text(report.value_text(e.baseline))} → chosen (trial #{e.chosen.number}) "
+                   f"{md_text(report.value_text(e.chosen))}."), ""]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
         lines.append("")

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.readings import Reading, reading
+from compileiq.core.readings import Reading, exact, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.report.figures import (
     contributions_svg,
@@ -26,12 +26,12 @@ from compileiq.report.figures import (
     pareto_svg,
     short_name,
 )
-from compileiq.results import to_time
+from compileiq.results import multi_objective, to_time
 from compileiq.results.ablation import RULE, Ablation
 from compileiq.results.evidence import EVIDENCE_KEYS
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
-from compileiq.results.pareto import Front, front, parse_objectives
+from compileiq.results.pareto import Front, front, parse_objectives, values_of
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
@@ -76,6 +76,15 @@ class StudyReport:
     @property
     def reading(self) -> Reading:
         return reading(self.explanation.study.key.objective)
+
+    def value_text(self, trial: Trial) -> str:
+        """A trial's result as the summary states it: its value, or with several objectives each
+        objective's value by name (the first alone read as if it were the whole result)."""
+        objectives = multi_objective.objectives_of(self.explanation.study.key.objective)
+        values = values_of(trial, objectives) if len(objectives) > 1 else None
+        if values is None:
+            return self.reading.text(trial.value)
+        return ", ".join(f"{name} {exact(value)}" for name, value in zip(objectives, values, strict=True))
 
     @property
     def value_label(self) -> str:
@@ -166,8 +175,8 @@ def _summary(report: StudyReport) -> str:
     lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.reading.heading}"),
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
-        lines += [(baseline_label(e.study, e.baseline), report.reading.text(e.baseline.value)),
-                  (f"chosen (trial #{e.chosen.number})", report.reading.text(e.chosen.value))]
+        lines += [(baseline_label(e.study, e.baseline), report.value_text(e.baseline)),
+                  (f"chosen (trial #{e.chosen.number})", report.value_text(e.chosen))]
     return html_section("summary", "Summary", html_table(("", ""), lines))
 
 

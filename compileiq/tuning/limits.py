@@ -14,7 +14,6 @@ from compileiq.core.errors import UsageError
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smh])")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
-MAX_BUDGET = 100_000  # evaluations one tune may be given (--budget)
 MAX_TIME_BUDGET_S = 7 * 24 * 3600.0
 MAX_PATIENCE = 100_000
 
