@@ -34,6 +34,17 @@ __global__ void scale(float* out, const float* in, float k, int n) {
 }
 """
 
+# A loop whose code each ptxas optimisation level changes (its instruction count): a shipped -O
+# level the search can beat or keep.
+LOOP_KERNEL = """\
+__global__ void k(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float s = 0.f;
+  for (int j = 0; j < n; ++j) s += expf(x[(i + j) % n]) / x[j];
+  if (i < n) y[i] = s;
+}
+"""
+
 
 if TYPE_CHECKING:
     from compileiq.build.workers.ray_tasks import RayWorkers

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, compileiq_command, run_cli, venv_tool
+from helpers import LOOP_KERNEL, clean_env, compileiq_command, run_cli, venv_tool
 
 from compileiq.core.space_files import load_space
 from compileiq.results import acf, flag_formats
@@ -304,14 +304,6 @@ def test_the_wheel_ships_the_cmake_package(tmp_path: Path) -> None:
         assert "compileiq/cmake/compileiq-config.cmake" in wheel.namelist()
 
 
-REMOVE_KERNEL = """\
-__global__ void k(float* y, const float* x, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float s = 0.f;
-  for (int j = 0; j < n; ++j) s += expf(x[(i + j) % n]) / x[j];
-  if (i < n) y[i] = s;
-}
-"""
 REMOVE_PROJECT = """\
 cmake_minimum_required(VERSION 3.24)
 project(demo LANGUAGES CUDA)
@@ -327,7 +319,7 @@ def test_compileiq_apply_takes_out_the_shipped_flag_the_acf_turns_off(tmp_path: 
     """Shipped at ptxas -O0, the choice is a higher level: the ACF says to remove -Xptxas=-O0, and
     the CMake package does (it appended the ACF's flags after it, and nvcc took the shipped one);
     where it cannot (CMAKE_CUDA_FLAGS, a generator expression), configure stops and says where."""
-    (tmp_path / "k.cu").write_text(REMOVE_KERNEL)
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
     (tmp_path / "compile_commands.json").write_text(json.dumps(
         [{"directory": str(tmp_path), "command": "nvcc -Xptxas=-O0 -lineinfo -arch=sm_90 -c k.cu", "file": "k.cu"}]))
     done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",

@@ -14,17 +14,10 @@ import pytest
 from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.source.compile_db import CompileDbError, read_command
-from tests.helpers import run_cli
+from tests.helpers import LOOP_KERNEL, run_cli
 
 SPACE = load_space("13.0")
-KERNEL = """\
-__global__ void k(float* y, const float* x, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float s = 0.f;
-  for (int j = 0; j < n; ++j) s += expf(x[(i + j) % n]) / x[j];
-  if (i < n) y[i] = s;
-}
-"""
+KERNEL = LOOP_KERNEL
 
 
 def _project(tmp_path: Path, command: str) -> Path:
