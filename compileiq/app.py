@@ -168,7 +168,11 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -
         exclude=list(options.exclude),
     )
     space = _with_shipped(space, full, spec, options)
-    space = space.with_defines(tuned) if tuned and not macros_named else space
+    if tuned and not macros_named:
+        space = space.with_defines(tuned)
+    elif left_out := {name: [values[0]] for name, values in tuned.items()
+                      if f"define.{name}" not in {p.name for p in space.parameters}}:
+        space = space.with_defines(left_out)  # held at tune.toml's first value (the baseline's), as -D in every build
     return space.restricted(restrictions.of_spec(spec))
 
 

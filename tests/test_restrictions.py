@@ -259,3 +259,29 @@ def test_conditions_read_as_python_does(tmp_path: Path) -> None:
     space, _ = app.full_space(_kernel(tmp_path / "k", toml))
     allowed = {(c["define.A"], c["define.B"]) for c in enumerate_space(space.select(only=["define.A", "define.B"]))}
     assert allowed == {(1, 0), (1, 1), (1, 2), (4, 0), (4, 1), (4, 2)}
+
+
+def test_a_macro_left_out_of_the_search_is_held_at_its_first_value(tmp_path: Path) -> None:
+    """--only a macro of a restricted pair: the other is held at tune.toml's first value, in every
+    build (its -D) and in the restrictions, and the ACF records it (the run built with the source's
+    own #define, checked the restrictions with the first value, then refused to write its ACF:
+    "'BX * BY <= 128' names 'BY', not a macro of tune.toml")."""
+    from compileiq.results import acf
+    from compileiq.store import Store
+
+    kernel = _kernel(tmp_path / "k", "[tune]\nrestrictions = ['BX * BY <= 128']\n"
+                                      "[tune.defines]\nBX = [32, 64, 128]\nBY = [2, 1, 4]\n")
+    db, out = f"sqlite:///{tmp_path / 't.db'}", tmp_path / "k.acf.toml"
+    run = run_cli(["tune", str(kernel), "--objective", "registers", "--strategy", "exhaustive", "--budget", "20",
+                   "--workers", "local", "--only", "define.BX", "--db", db, "--out", str(out)], tmp_path, timeout=600)
+    assert run.returncode == 0, run.stderr
+    store = Store.open(db)
+    try:
+        (study,) = store.list_studies()
+        built = {(t.config["define.BX"], t.config["define.BY"]) for t in store.trials(study.id)}
+    finally:
+        store.close()
+    assert built == {(32, 2), (64, 2)}  # 128 * 2 breaks the restriction
+    read = acf.read(out)
+    assert read.controls["define.BY"] == 2 and "-DBY=2" in read.argv
+    assert "never built" not in run.stdout  # BX=128 is not allowed with BY=2: nothing it could have built

@@ -22,6 +22,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
+from compileiq.core.space import SearchSpace
 from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
@@ -194,7 +195,7 @@ def print_report(report: app.TuneReport) -> None:
               f"same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
-    if untried := untried_macro_values(result.trials, report.kernel.tuned_defines):
+    if untried := untried_macro_values(result.trials, report.space):
         out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
                   "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)
     if counters.nodes:
@@ -233,12 +234,14 @@ def _to_time_lines(report: app.TuneReport) -> list[str]:
     return lines
 
 
-def untried_macro_values(trials: Any, tuned: tuple[tuple[str, tuple[Any, ...]], ...]) -> list[str]:
-    """The values tune.toml lists for a tuned macro that no trial of the study built: a user who
-    lists four block sizes expects to hear that one was never compiled."""
+def untried_macro_values(trials: Any, space: SearchSpace) -> list[str]:
+    """The values of a searched macro that no trial of the study built (a user who lists four
+    block sizes expects to hear that one was never compiled), leaving out those no combination
+    the restrictions allow could build."""
     built = {(key, value) for t in trials if t.state is not TrialState.RUNNING
              for key, value in t.config.items() if key.startswith("define.")}
-    return [f"{name}={value}" for name, values in tuned for value in values if (f"define.{name}", value) not in built]
+    allowed = space.allowed_macro_values()
+    return [f"{name.removeprefix('define.')}={value}" for name, value in sorted(allowed - built, key=str)]
 
 
 def trials_summary(result: Any) -> str:

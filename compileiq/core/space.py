@@ -217,6 +217,21 @@ class SearchSpace:
         added = tuple(_define(name, values) for name, values in defines.items())
         return replace(self, parameters=self.parameters + added)
 
+    def allowed_macro_values(self, most: int = 100_000) -> set[tuple[str, Value]]:
+        """(define.NAME, value) for each value of a searched macro (one with several values) that
+        some combination the restrictions allow holds; every value when there is no restriction or
+        more than `most` combinations to look through."""
+        macros = [p for p in self.parameters if p.name.startswith("define.") and len(p.values) > 1]
+        every = {(p.name, v) for p in macros for v in p.values}
+        if self.restriction is None or prod(len(p.values) for p in macros) > most:
+            return every
+        base = self.default_config()
+        found: set[tuple[str, Value]] = set()
+        for values in itertools.product(*(p.values for p in macros)):
+            if self.allows(base.with_values({p.name: v for p, v in zip(macros, values, strict=True)})):
+                found.update((p.name, v) for p, v in zip(macros, values, strict=True))
+        return found
+
     def restricted(self, restriction: Restriction | None) -> SearchSpace:
         """This space with only the configurations ``restriction`` allows (None: all of them)."""
         return replace(self, restriction=restriction)
