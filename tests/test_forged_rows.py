@@ -118,3 +118,24 @@ def test_a_poisoned_cached_build_is_rebuilt_and_replaced(kernel: Path, tmp_path:
     engine.dispose()
     replaced = [key for key, metrics in after.items() if all(e["registers"] > 1 for e in metrics["entries"] if e.get("entry"))]
     assert replaced, "the rebuilt configs' cached builds hold the rebuild"
+
+
+def test_a_forged_search_winner_is_quarantined_before_it_steers_the_simplification(kernel: Path, tmp_path: Path
+                                                                                   ) -> None:
+    """A forged row the choice starts from is rebuilt before it is simplified. Simplified first, it
+    led to a real trial with its machine code (here the defaults': verified, so cited), and the
+    forged row, never checked, stayed 'may be chosen' in show."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    first = acf.read(kernel / "k.acf.toml")
+    trials = _trials(url)
+    # a row with settings that change nothing (the defaults' machine code): a simplification drops them
+    victim = next(t for t in trials[1:] if t.state is TrialState.COMPLETE and t.code_hash == trials[0].code_hash
+                  and t.config["ptxas.maxrregcount"] != "default")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            value=1.0, metrics={**victim.metrics, "registers": 1, "spill_bytes": 0}, worker=MALLORY))
+    engine.dispose()
+    output = _tune(kernel, url)
+    _check(kernel, url, first.controls, victim.number, output)

@@ -72,6 +72,7 @@ class Decider:
             self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal), baseline)
             trials = self.recorded()
         winner = eligibility.search_winner(trials, baseline, self.refusal)
+        self._verified(winner, baseline)
         simplification = None
         if self.simplify and winner is not baseline and self.out_of_time:
             self.note("out of time: the winner is not simplified")
@@ -111,6 +112,7 @@ class Decider:
         runtime = not self.static
         winner = multi_objective.choose(eligibility.search_results(trials, self.refusal), baseline, self.objectives,
                                         self.pick, self.refusal, runtime).chosen
+        self._verified(winner, baseline)
         simplification = None
         if self.simplify and winner is not baseline and not self.out_of_time:
             simplification = self._simplified(winner, exact=True)
@@ -121,6 +123,13 @@ class Decider:
         trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal), baseline, self.objectives,
                                             self.pick, self.refusal, runtime).front
         return Decision(winner, chosen, simplification, final, front=trade_offs)
+
+    def _verified(self, winner: Trial, baseline: Trial) -> None:
+        """The search's winner checked against a rebuild before anything starts from it: a forged
+        row simplified first leads to real trials with its machine code, which pass their own check
+        while the choice rests on the forgery (`verify` raises to choose again)."""
+        if self.verify is not None and winner is not baseline:
+            self.verify(winner)
 
     def _decided(self, chosen: Trial, trials: Sequence[Trial]) -> Trial:
         """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds
