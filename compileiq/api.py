@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from compileiq import app
+from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial
 from compileiq.results import flag_formats
 from compileiq.results.acf import Acf
@@ -163,8 +164,9 @@ def gate(
     device: bool | None = None,
 ) -> GateReport:
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
-    is 0 (pass) or 1 (a regression). device: None times on a visible GPU (else static rules),
-    False static rules only, True the GPU."""
+    is 0 (pass) or 1 (a regression); an ACF that cannot be checked (unreadable, its kernel not
+    found) raises UsageError, as bad input does everywhere in this API. device: None times on a
+    visible GPU (else static rules), False static rules only, True the GPU."""
     from compileiq.evaluate.timing import HarnessTiming
     from compileiq.gating import check as gate_lib
 
@@ -173,7 +175,10 @@ def gate(
     options = gate_lib.GateOptions(acfs=tuple(Path(p) for p in paths),
                                    kernel=None if kernel is None else Path(kernel),
                                    rules=tuple(given), device=device)
-    return gate_lib.run(options, HarnessTiming())
+    report = gate_lib.run(options, HarnessTiming())
+    if unchecked := [r for r in report.results if r.bad_input]:
+        raise UsageError(unchecked[0].findings[0].message)
+    return report
 
 
 def trial_row(trial: Trial) -> TrialRow:

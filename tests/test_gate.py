@@ -222,8 +222,8 @@ def test_a_garbage_acf_is_a_one_line_usage_error(tmp_path):
     (tmp_path / "junk.acf.toml").write_text("this is [not an ACF\n")
     (tmp_path / "empty.acf.toml").write_text("format = 1\n")
     _one_line_usage_error(_gate(tmp_path, "junk.acf.toml"), "junk.acf.toml", "not a readable ACF")
-    with pytest.raises(UsageError, match="not a valid ACF"):
-        gating.run(gating.GateOptions(acfs=(tmp_path / "empty.acf.toml",)), visible=lambda: False)
+    (unchecked,) = gating.run(gating.GateOptions(acfs=(tmp_path / "empty.acf.toml",)), visible=lambda: False).results
+    assert unchecked.bad_input and "not a valid ACF" in unchecked.findings[0].message
 
 
 def test_a_missing_kernel_names_what_was_tried(tuned, tmp_path):
@@ -358,3 +358,29 @@ def test_evidence_the_acfs_own_code_does_not_give_fails(tuned, tmp_path, edit, t
     assert [(f["rule"], f["severity"]) for f in findings] == [("evidence", "error")], findings
     assert (f"the ACF records {edit} {shown(to(best[edit]))} for machine code that gives {edit} "
             f"{shown(best[edit])}") in findings[0]["message"]
+
+
+def test_an_acf_that_cannot_be_checked_is_in_every_report_beside_the_others(tuned, tmp_path):
+    """One ACF whose kernel is gone: exit 2 with its one error line, and the JUnit and markdown
+    reports are still written, with the other ACF's verdict (no report at all was written, so a
+    CI summary step had nothing to show exactly when it was needed)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    gone = workspace / "k" / "gone.acf.toml"
+    text = (workspace / ACF).read_text()
+    assert 'path = "fir.cu"' in text
+    gone.write_text(text.replace('path = "fir.cu"', 'path = "moved/fir.cu"').replace('source = "fir.cu"',
+                                                                                   'source = "moved.cu"'))
+    result = _gate(workspace, ACF, "k/gone.acf.toml", "--static", "--junit", "g.xml", "--markdown", "g.md")
+    assert result.returncode == 2, result.describe()
+    assert [line for line in result.stderr_lines if line.startswith("error: ")] == [
+        result.stderr_lines[-1]] and "kernel source not found" in result.stderr_lines[-1], result.describe()
+    suite = _junit(workspace / "g.xml")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "0", "1")
+    cases = {case.get("name"): case for case in suite.findall("testcase")}
+    assert cases[ACF].find("failure") is None and cases[ACF].find("error") is None
+    error = cases["k/gone.acf.toml"].find("error")
+    assert error is not None and "kernel source not found" in (error.get("message") or "")
+    page = (workspace / "g.md").read_text()
+    assert "## compileiq gate: ERROR" in page and "1 could not be checked (bad input)" in page
+    assert f"### {ACF}: PASS" in page and "### k/gone.acf.toml: ERROR" in page

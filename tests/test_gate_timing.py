@@ -14,7 +14,6 @@ import tomli_w
 from test_timing import KERNEL
 
 from compileiq import app
-from compileiq.core.errors import UsageError
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
 from compileiq.evaluate.timing import HarnessTiming
@@ -163,14 +162,16 @@ def test_an_acf_tuned_with_program_on_the_command_line_is_gated_as_a_program(
         assert calls and set(calls) == {()}  # the program's own (no) arguments: no harness options
         return report
 
-    with pytest.raises(UsageError, match=r"timed as a program read with 'took .*: run the gate with --program "
-                                         r"--metric-regex 'took \(\[0-9\.\]\+\) ms'"):
-        gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True),
-                   HarnessTiming(_program_gpu([])), visible=lambda: True)
-    with pytest.raises(UsageError, match="read with 'elapsed"):  # another pattern measures something else
-        gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, program=True,
-                                      metric_regex="elapsed ([0-9.]+)"),
-                   HarnessTiming(_program_gpu([])), visible=lambda: True)
+    def refused(**how: object) -> str:  # bad input: reported, exit 2, nothing timed
+        report = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=True, **how),  # type: ignore[arg-type]
+                            HarnessTiming(_program_gpu([])), visible=lambda: True)
+        (result,) = report.results
+        assert result.bad_input and report.exit_code == 2
+        return result.findings[0].message
+
+    assert re.search(r"timed as a program read with 'took .*: run the gate with --program "
+                     r"--metric-regex 'took \(\[0-9\.\]\+\) ms'", refused())
+    assert "read with 'elapsed" in refused(program=True, metric_regex="elapsed ([0-9.]+)")  # another pattern
     told: list[str] = []  # static rules only: it still says how to gate and re-tune it as a program
     static = gating.run(gating.GateOptions(acfs=(tmp_path / "prog.acf.toml",), device=False), progress=told.append)
     assert static.mode == "static" and [f.rule for f in static.results[0].findings] == ["stale-settings"]

@@ -210,6 +210,9 @@ def gate(
         print_gate(report)
     if problems := [problem for problem in unwritten if problem]:  # bad input beats a regression
         raise UsageError("; ".join(problems))
+    for result in report.results:  # an ACF that could not be checked: one error line each, exit 2
+        if result.bad_input:
+            err.print(f"error: {safe(result.findings[0].message)}", markup=False)
     raise typer.Exit(report.exit_code)
 
 

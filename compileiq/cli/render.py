@@ -137,7 +137,8 @@ def print_gate(report: gate_lib.GateReport) -> None:
     for column in ("ACF", "kernel", "verdict", "findings"):
         table.add_column(column)
     for result in report.results:
-        lines = [safe(f"{f.severity.value} {f.rule}: {f.recorded} -> {f.measured}") for f in result.findings]
+        lines = [safe(f"{f.severity.value} {f.rule}" + ("" if result.bad_input else f": {f.recorded} -> {f.measured}"))
+                 for f in result.findings]
         table.add_row(*cells(result.acf, result.kernel, result.verdict), Text("\n".join(lines) or "-"))
     out.print(table)
     for result in report.results:

@@ -22,6 +22,7 @@ from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import not_regular
+from compileiq.core.records import first_line
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain, find_toolchain
@@ -63,15 +64,28 @@ class TimingSource(Protocol):
     def samplers(self, target: Target, baseline: Defaults) -> TimingSamplers: ...  # the ACF's build and the baseline's
 
 
+BAD_INPUT = "bad-input"  # the finding of an ACF that could not be checked (not a rule: no --rule turns it off)
+
+
 @dataclass(frozen=True)
 class AcfResult:
     acf: str
     kernel: str
     kernel_path: str
     findings: tuple[Finding, ...]
-    recorded: Recorded
-    measured: Measured
+    recorded: Recorded | None  # None: bad input, nothing was built
+    measured: Measured | None
     timing: Timing | None = None
+
+    @classmethod
+    def unchecked(cls, acf: str, problem: str) -> AcfResult:
+        """An ACF (or its kernel, tune.toml) that cannot be checked: bad input, reported in every
+        report beside the others' verdicts instead of leaving CI with none (exit 2 all the same)."""
+        return cls(acf, "-", "", (Finding(BAD_INPUT, Severity.ERROR, "-", "-", problem),), None, None)
+
+    @property
+    def bad_input(self) -> bool:
+        return self.recorded is None
 
     @property
     def passed(self) -> bool:
@@ -79,7 +93,7 @@ class AcfResult:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return "ERROR" if self.bad_input else "PASS" if self.passed else "FAIL"
 
 
 @dataclass(frozen=True)
@@ -95,7 +109,8 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        """0 pass, 1 regression, 2 bad input (which beats a regression)."""
+        return 2 if any(r.bad_input for r in self.results) else 0 if self.passed else 1
 
 
 @dataclass(frozen=True)
@@ -353,15 +368,26 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         raise UsageError(f"--metric-regex: {problem}")
     table = severities(options.rules)
     mode, note = resolve_mode(options.device, visible, timing)
-    targets = [locate(path, options.kernel, options.program, options.metric_regex) for path in options.acfs]
-    for target in targets:
+    checked = [_checked_target(path, options, mode, progress) for path in options.acfs]
+    toolchain = find_toolchain()
+    source = timing if mode == "timing" else None
+    results = tuple(found if isinstance(found, AcfResult) else evaluate(found, table, toolchain, source, options.seed,
+                                                                          progress) for found in checked)
+    return GateReport(mode, note, tuple(table.items()), results)
+
+
+def _checked_target(path: Path, options: GateOptions, mode: str,
+                    progress: Callable[[str], None] | None) -> Target | AcfResult:
+    """The ACF located and validated, or its bad input as an unchecked result (the other ACFs are
+    still gated, and every report says which one could not be)."""
+    try:
+        target = locate(path, options.kernel, options.program, options.metric_regex)
         recorded_of(target.acf)
         if problem := measuring_problem(target):
             if mode == "timing":
                 raise UsageError(problem)
             if progress is not None:  # static rules only (its stale-settings re-tune keeps the mode)
                 progress(f"note: {problem}")
-    toolchain = find_toolchain()
-    source = timing if mode == "timing" else None
-    results = tuple(evaluate(t, table, toolchain, source, options.seed, progress) for t in targets)
-    return GateReport(mode, note, tuple(table.items()), results)
+        return target
+    except UsageError as error:
+        return AcfResult.unchecked(str(path), first_line(str(error)))

@@ -11,24 +11,31 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.output_file import check_target
-from compileiq.gating.check import AcfResult, GateReport
-from compileiq.gating.rules import Finding, Severity, Timing, describe
+from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
+from compileiq.gating.rules import Finding, Measured, Severity, Timing, describe
 
 SUITE = "compileiq-gate"
 
 
+def verdict(report: GateReport) -> str:
+    return "ERROR" if report.exit_code == 2 else "PASS" if report.passed else "FAIL"
+
+
 def summary_line(report: GateReport) -> str:
     results = report.results
-    failed = sum(1 for r in results if not r.passed)
+    unchecked = sum(1 for r in results if r.bad_input)
+    failed = sum(1 for r in results if not r.passed) - unchecked
     warnings = sum(1 for r in results for f in r.findings if f.severity is Severity.WARN)
-    verdict = "PASS" if report.passed else "FAIL"
-    return (f"gate {verdict}: {len(results) - failed}/{len(results)} ACF(s) pass, {failed} fail, "
-            f"{warnings} warning(s); mode {report.mode}")
+    bad = f", {unchecked} could not be checked (bad input)" if unchecked else ""
+    return (f"gate {verdict(report)}: {len(results) - failed - unchecked}/{len(results)} ACF(s) pass, {failed} fail"
+            f"{bad}, {warnings} warning(s); mode {report.mode}")
 
 
 def finding_line(finding: Finding) -> str:
     """One finding as a line; a re-tune command comes last, so that the rest of the line after
     "re-tune: " can be pasted into a shell."""
+    if finding.rule == BAD_INPUT:
+        return f"{finding.severity.value} {finding.rule}: {finding.message}"
     command = f"; re-tune: {finding.command}" if finding.command else ""
     return (f"{finding.severity.value} {finding.rule}: {finding.message} "
             f"(recorded {finding.recorded}, measured {finding.measured}){command}")
@@ -38,7 +45,7 @@ def finding_line(finding: Finding) -> str:
 
 
 def markdown(report: GateReport) -> str:
-    lines = [f"## compileiq gate: {'PASS' if report.passed else 'FAIL'}", "", summary_line(report) + ".",
+    lines = [f"## compileiq gate: {verdict(report)}", "", summary_line(report) + ".",
              f"Mode: {report.mode}: {report.note}.", "",
              "| ACF | kernel | verdict | errors | warnings |", "|---|---|---|---|---|"]
     for result in report.results:
@@ -50,6 +57,9 @@ def markdown(report: GateReport) -> str:
 
 
 def _markdown_result(result: AcfResult) -> list[str]:
+    if result.bad_input:
+        return [f"### {_cell(result.acf)}: {result.verdict}", "",
+                f"Could not be checked (bad input): {_cell(result.findings[0].message)}"]
     lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel `{result.kernel_path}`.", ""]
     if result.timing is not None:
         lines += [*_markdown_timing(result.timing), ""]
@@ -82,10 +92,11 @@ def _count(result: AcfResult, severity: Severity) -> int:
 
 def junit(report: GateReport) -> str:
     """One testsuite `compileiq-gate`, one testcase per ACF; failures hold the error findings."""
-    failures = str(sum(1 for r in report.results if not r.passed))
+    failures = str(sum(1 for r in report.results if not r.passed and not r.bad_input))
+    errors = str(sum(1 for r in report.results if r.bad_input))
     tests = str(len(report.results))
-    root = ET.Element("testsuites", name=SUITE, tests=tests, failures=failures, errors="0")
-    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=tests, failures=failures, errors="0",
+    root = ET.Element("testsuites", name=SUITE, tests=tests, failures=failures, errors=errors)
+    suite = ET.SubElement(root, "testsuite", name=SUITE, tests=tests, failures=failures, errors=errors,
                           skipped="0")
     for result in report.results:
         _testcase(suite, result)
@@ -96,7 +107,10 @@ def junit(report: GateReport) -> str:
 def _testcase(suite: ET.Element, result: AcfResult) -> None:
     case = ET.SubElement(suite, "testcase", classname=f"{SUITE}.{result.kernel}", name=result.acf)
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
-    if errors:
+    if result.bad_input:  # JUnit's error: the test could not run
+        error = ET.SubElement(case, "error", type="bad-input", message=errors[0].message)
+        error.text = errors[0].message
+    elif errors:
         failure = ET.SubElement(case, "failure", type="regression",
                                 message="; ".join(f"{f.rule}: {f.text}" for f in errors))
         failure.text = "\n".join(finding_line(f) for f in errors)
@@ -112,7 +126,7 @@ def _testcase(suite: ET.Element, result: AcfResult) -> None:
 
 def as_json(report: GateReport) -> dict[str, Any]:
     return {
-        "verdict": "PASS" if report.passed else "FAIL",
+        "verdict": verdict(report),
         "exit_code": report.exit_code,
         "mode": report.mode,
         "note": report.note,
@@ -123,6 +137,10 @@ def as_json(report: GateReport) -> dict[str, Any]:
 
 def _result_json(result: AcfResult) -> dict[str, Any]:
     r, m = result.recorded, result.measured
+    if r is None or m is None:
+        return {"acf": result.acf, "kernel": None, "kernel_path": None, "verdict": result.verdict,
+                "findings": [{"rule": f.rule, "severity": f.severity.value, "message": f.message} for f in result.findings],
+                "recorded": None, "measured": None, "timing": None}
     return {
         "acf": result.acf, "kernel": result.kernel, "kernel_path": result.kernel_path,
         "verdict": result.verdict,
@@ -132,13 +150,12 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
         "recorded": {"spill_bytes": r.spill_bytes, "registers": r.registers, "occupancy": r.occupancy,
                      "code_hash": r.code_hash},
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
-                     "toolchain_build": m.toolchain_build, **_metrics_json(result)},
+                     "toolchain_build": m.toolchain_build, **_metrics_json(m)},
         "timing": None if result.timing is None else _timing_json(result.timing),
     }  # fmt: skip
 
 
-def _metrics_json(result: AcfResult) -> dict[str, Any]:
-    m = result.measured
+def _metrics_json(m: Measured) -> dict[str, Any]:
     built = m.failure is None
     return {"spill_bytes": m.spill_bytes if built else None, "registers": m.registers if built else None,
             "occupancy": m.occupancy if built else None, "code_hash": m.code_hash if built else None}
