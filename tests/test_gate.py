@@ -384,3 +384,18 @@ def test_an_acf_that_cannot_be_checked_is_in_every_report_beside_the_others(tune
     page = (workspace / "g.md").read_text()
     assert "## compileiq gate: ERROR" in page and "1 could not be checked (bad input)" in page
     assert f"### {ACF}: PASS" in page and "### k/gone.acf.toml: ERROR" in page
+
+
+def test_the_retune_line_of_a_database_with_a_password_reads_it_from_the_environment(tuned, tmp_path):
+    """The ACF shows a URL's password as ***: pasted, that command failed to log in. It now says
+    --db "$COMPILEIQ_DB" (unset, `--db ""` is a one-line error, never the default database)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    text = (workspace / ACF).read_text()
+    url = "postgresql+psycopg://team:***@127.0.0.1:5432/tuning"
+    (workspace / ACF).write_text(re.sub(r'(?m)^database = ".*"$', f'database = "{url}"', text, count=1))
+    with contextlib.chdir(workspace):
+        target = gating.locate(Path(ACF))
+        command = gating.retune_command(target, gating.Measured("0" * 64, "build"))
+    assert ' --db "$COMPILEIQ_DB" ' in command and "***" not in command, command
+    assert shlex.split(command.replace('"$COMPILEIQ_DB"', "URL"))[-4:] == ["URL", "--out", ACF, "--force"]

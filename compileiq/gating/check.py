@@ -222,8 +222,8 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
 def retune_command(target: Target, measured: Measured) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
     the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
-    (`retune_measuring`), and database (a URL's
-    password shows as *** in the ACF: put it back, or set COMPILEIQ_DB), and `--force`, since the
+    (`retune_measuring`), and database (a URL whose password the ACF shows as *** is left to
+    `--db "$COMPILEIQ_DB"`, so that the pasted command reads it from the environment), and `--force`, since the
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
     default `<kernel>-<objective>-<8 hex>`) keeps its name with the kernel's state now as a
@@ -231,16 +231,18 @@ def retune_command(target: Target, measured: Measured) -> str:
     acf = target.acf
     objective = str(acf.objective.get("name", "static"))
     database = str(acf.provenance.get("database", ""))
-    db = ["--db", database] if database else []
+    masked = "***" in database  # a password the ACF never holds: the command reads it from COMPILEIQ_DB
+    db = ["--db", database] if database and not masked else []
     pick = acf.evidence.get("pick", {}).get("rule") if "objectives" in acf.objective else None
     picked = ["--pick", str(pick)] if pick else []
     study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
     named = [f"--study={study}"] if study else []
     budget = acf.provenance.get("budget")
     budgeted = ["--budget", str(budget)] if type(budget) is int and 0 < budget <= MAX_BUDGET else []
-    return shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
-                       *db, *named, "--out", path_from_here(target.acf_label), "--force"])
+    head = shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
+                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted, *db])
+    tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
+    return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
 
 
 def shipped_from(target: Target) -> tuple[str, ...]:

@@ -209,7 +209,10 @@ def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], r
             kept.append(parse(values))
         except (KeyError, TypeError, ValueError, AttributeError, SpaceError, RecursionError) as error:
             why = f"missing field {error}" if isinstance(error, KeyError) else str(error)
-            rejected.append(" ".join(f"{kind} {index + 1}: {why[:200]}".split()))
+            number = values.get("number") if isinstance(values, dict) else None
+            which = f"{kind} #{number} (row {index + 1} of the file)" if type(number) is int else \
+                f"{kind} at row {index + 1} of the file"
+            rejected.append(" ".join(f"{which}: {why[:200]}".split()))
     return tuple(kept)
 
 
