@@ -125,6 +125,7 @@ def tune(
     ("knee", "first", "weights=a:0.7,b:0.3"). An ACF already at the path that holds more evidence
     (another study, more search trials, a simplification or confirmation this run lacks) is not
     replaced (UsageError, before the run where it can be known) unless `force`."""
+    _integers(budget=budget, seed=seed, batch_size=batch_size, finalists=finalists, patience=patience)
     options = app.TuneOptions(
         kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
         surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
@@ -196,6 +197,14 @@ class _CallbackProgress(SilentProgress):
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         if self._on_trial is not None:
             self._on_trial(trial_row(outcome.trial))
+
+
+def _integers(**given: object) -> None:
+    """A keyword that takes a whole number: UsageError naming it (the checks past this point name
+    the command line's options, and a string there failed with a bare TypeError)."""
+    for name, value in given.items():
+        if value is not None and (type(value) is not int):
+            raise UsageError(f"{name} must be a whole number, got {value!r}")
 
 
 def _duration(value: str | float | None) -> str | None:

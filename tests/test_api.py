@@ -119,3 +119,7 @@ def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match="give at least one ACF file"):
         compileiq.gate([])
+    with pytest.raises(UsageError, match="budget must be a whole number, got '8'"):  # was a bare TypeError
+        compileiq.tune(kernel, budget="8", workers="local", db=f"sqlite:///{tmp_path / 't.db'}")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not a valid ACF"):  # bad input raises, as the rest of the API
+        compileiq.gate([tmp_path / "bad.acf.toml", tmp_path / "scale.cu"], device=False)
