@@ -261,3 +261,25 @@ def test_a_listed_macro_value_never_built_is_named(tmp_path):
     named = line.split(": ", 2)[2].split(" (")[0].split(", ")
     assert len(named) == 3 and all(n.startswith("BLOCK=") for n in named), line
     assert "BLOCK=64" not in named  # the baseline's value, built first
+
+
+def test_show_says_which_trials_are_still_claimed(tmp_path):
+    """A tuner killed mid-batch leaves claimed (running) trials: show said nothing of them, so the
+    study looked smaller than its row count; it now names them and who holds them."""
+    import sqlalchemy as sa
+
+    from compileiq.store.schema import trials_table
+
+    (tmp_path / "k.cu").write_text(SPILLER)
+    done = _cli("tune", "k.cu", "--workers", "local", "--budget", "3", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert done.wait(timeout=300) == 0, done.communicate()[1]
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/t.db")
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.number == 2).values(
+            state="running", value=None, worker="ghost:4242"))
+    engine.dispose()
+    shown = _cli("show", "1", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    stdout, _ = shown.communicate(timeout=120)
+    assert "1 trial(s) running, claimed by ghost:4242" in " ".join(stdout.split()), stdout
+    listed = _cli("show", "1", "--json", "--db", f"sqlite:///{tmp_path}/t.db", cwd=tmp_path)
+    assert json.loads(listed.communicate(timeout=120)[0])["running"] == [{"number": 2, "worker": "ghost:4242"}]

@@ -55,8 +55,10 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     complete = explanation.ranked()
     ranked = complete[:top]
     failed = [t for t in trials if t.state is TrialState.FAILED]
+    running = [t for t in trials if t.state is TrialState.RUNNING]
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, len(trials)), "objective": objective_json(objective),
+            "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
                        | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],
             "complete_trials": len(complete), "failed": [trial_json(t, objective) for t in failed]}
@@ -66,6 +68,10 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     if len(complete) > len(ranked):
         out.print(f"showing {len(ranked)} of {len(complete)} complete trials: --top {len(complete)} shows all",
                   markup=False)
+    if running:  # a tuner's claims: compiling now, or left by one that died (a rerun takes them over)
+        workers = sorted({safe(t.worker or "unknown") for t in running})
+        out.print(f"{len(running)} trial(s) running, claimed by {', '.join(workers)} (a tuner that is gone leaves "
+                  "them: the next run on this study retries them)", markup=False)
     if nodes := trials_per_node(trials):
         out.print(node_spread(nodes), markup=False)
     if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:
