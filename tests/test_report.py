@@ -188,9 +188,21 @@ def test_compare_two_studies(tmp_path):
     assert "holds: beats that baseline" in dom or "not evaluated there" in dom
 
 
+def test_a_markdown_comparison_says_what_its_values_are(tmp_path):
+    """The single-study report labels static estimates; the comparison did not."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    synthetic_study(url, 20, name="before")
+    synthetic_study(url, 20, name="after", seed=1, key=_key(toolchain="cuda_13.1"), failures_every=1000)
+    result = run_cli(["report", "--compare", "before", "after", "--db", url, "-o", "c.md", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = (tmp_path / "c.md").read_text()
+    assert "Values: static estimate (compiler output, not a runtime)." in text
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["report", "nope"], "nope"),
     (["report", "--compare", "synthetic"], "--compare takes two studies"),
+    (["report", "--compare", "synthetic", "1"], "--compare takes two different studies; both name synthetic"),
     (["report", "synthetic", "--format", "pdf"], "--format must be one of html, md"),
 ])
 def test_bad_report_input_is_one_line(tmp_path, args, message):

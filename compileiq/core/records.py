@@ -21,6 +21,7 @@ NODE_KEY = "node"  # in a trial's metrics: the Ray node whose ptxas built it ("I
 MEASURED_ON_KEY = "measured_on"  # in a trial's metrics: the GPU that screened it ("IP/node-id GPU n")
 # What kind of number an objective's value is, as the ACF and the report label it.
 STATIC_KIND = "static estimate (compiler output, not a runtime)"
+QUARANTINED = "quarantined"  # the start of the reason of a row whose rebuild disagreed (tuning.verify)
 RUNTIME_KIND = "runtime (GPU, median of samples)"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.records import TrialState
+from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file
 from compileiq.report.page import html_document, html_note, html_section, html_table
@@ -46,6 +46,8 @@ class Comparison:
 
 def compare(store: Store, first: str, second: str) -> Comparison:
     a, b = (_explained(store, name) for name in (first, second))
+    if a.study.id == b.study.id:
+        raise UsageError(f"--compare takes two different studies; both name {a.study.name}")
     ka, kb = asdict(a.study.key), asdict(b.study.key)
     keys = tuple((f, str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
@@ -69,11 +71,15 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
     names = (source.study.name, target.study.name)
     if source.chosen is None:
         return Holds(*names, None, baseline, best, "no choice to check: no trial completed")
+    if source.baseline is not None and source.chosen.config_key == source.baseline.config_key:
+        return Holds(*names, None, baseline, best, "nothing to check: it kept its baseline")
     if source.study.key.objective != target.study.key.objective:
         return Holds(*names, None, baseline, best, "not comparable: the studies have different objectives")
     found = next((t for t in target.trials if t.config_key == source.chosen.config_key), None)
     if found is None or found.state is not TrialState.COMPLETE or found.value is None:
-        verdict = "not evaluated there" if found is None else "fails to build there"
+        verdict = ("not evaluated there" if found is None else
+                   f"its row there was quarantined (#{found.number})" if (found.reason or "").startswith(QUARANTINED)
+                   else f"failed there (#{found.number}: {first_line(found.reason, 120)})")
         return Holds(*names, None, baseline, best, verdict)
     if baseline is not None and found.value < baseline:
         gap = "" if best is None else f"; its best is {best:g}"
@@ -98,6 +104,12 @@ def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:
 
 
 VALUE_HEADER = ("study", "objective", "baseline", "chosen", "gain", "trials")
+
+
+def kinds_note(c: Comparison) -> str:
+    """What the values are: static estimates unless a study measured runtimes (said in every view)."""
+    kinds = {("GPU runtime (ms)" if e.runtime else STATIC_KIND) for e in (c.a, c.b)}
+    return "Values: " + " and ".join(sorted(kinds)) + "."
 HOLDS_HEADER = ("choice of", "checked in", "value there", "that baseline", "that best", "verdict")
 
 
@@ -105,7 +117,8 @@ def html_page(c: Comparison) -> str:
     keys = html_table(("key", "A", "B"), c.key_changes) if c.key_changes else html_note("the study keys are equal")
     settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
                 else html_note("both chose the compiler defaults"))
-    note = "" if c.same_objective else html_note("different objectives: the values are not comparable")
+    note = html_note(kinds_note(c)) + ("" if c.same_objective else
+                                       html_note("different objectives: the values are not comparable"))
     holds = html_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])
     body = (html_section("compare-keys", "What differs between the studies", keys)
             + html_section("compare-values", "Best values (lower is better)", html_table(VALUE_HEADER, _value_rows(c)) + note)
@@ -119,7 +132,7 @@ def markdown(c: Comparison) -> str:
              "## What differs between the studies", ""]
     lines += md_table(("key", "A", "B"), c.key_changes) if c.key_changes else ["The study keys are equal."]
     lines += ["", "## Best values (lower is better)", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
-              "## Chosen settings", ""]
+              md_text(kinds_note(c)), "", "## Chosen settings", ""]
     lines += md_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes else ["Defaults."]
     lines += ["", "## Does each choice still hold in the other study?", "",
               *md_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])]

@@ -16,11 +16,10 @@ from typing import Any
 
 from compileiq.build.compile import Build
 from compileiq.core.errors import CompileIQError
-from compileiq.core.records import Trial, TrialState
+from compileiq.core.records import QUARANTINED, Trial, TrialState
 from compileiq.evaluate.metrics import Evaluation
 
 COMPARED = ("spill_bytes", "registers", "occupancy", "instructions")
-QUARANTINED = "quarantined"  # the start of a quarantined trial's reason
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
 
 Rebuild = Callable[[Trial], tuple[Build, Evaluation]]
