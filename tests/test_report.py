@@ -274,3 +274,34 @@ def test_bad_pareto_input_is_one_line(tmp_path, args, message):
     result = run_cli(["show", "tradeoffs", *args, "--db", url], tmp_path)
     assert result.returncode != 0
     assert len(result.stderr_lines) == 1 and message in result.stderr, result.describe()
+
+
+def test_compare_verdicts_say_why_a_choice_cannot_be_checked(tmp_path):
+    """A study that kept its baseline has nothing to check ('no longer holds' was its verdict), and
+    a choice whose row in the other study was quarantined did not 'fail to build' there."""
+    from compileiq.report.compare import compare
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    synthetic_study(url, 1, name="kept")  # the baseline alone: the choice is the baseline
+    synthetic_study(url, 20, name="tuned", key=_key(toolchain="cuda_13.1"), failures_every=1000)
+    store = Store.open(url)
+    try:
+        tuned = compare(store, "tuned", "kept").a
+        assert tuned.chosen is not None and tuned.baseline is not None and tuned.chosen.number != tuned.baseline.number
+        other = store.get_or_create_study(_key(toolchain="cuda_13.2"), "other")
+        for config, reason in ((BASELINE, None), (tuned.chosen.config, "quarantined: its row says value 0")):
+            key_text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+            trial = store.claim_trials(other.id, [(key_text, config)], "test")[0]
+            if reason is None:
+                store.finish_trial(trial.id, state=TrialState.COMPLETE, value=_spills(config), reason=None,
+                                   metrics={"spill_bytes": 1, "registers": 128, "occupancy": 0.25, "instructions": 1},
+                                   code_hash="1" * 64, compile_seconds=0.1)
+            else:
+                store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason=reason, metrics={},
+                                   code_hash=None, compile_seconds=0.1)
+        kept = compare(store, "kept", "tuned").holds[0]
+        quarantined = compare(store, "tuned", "other").holds[0]
+    finally:
+        store.close()
+    assert kept.verdict == "nothing to check: it kept its baseline"
+    assert quarantined.verdict == "its row there was quarantined (#1)"
