@@ -660,3 +660,16 @@ def test_a_baseline_an_older_compileiq_could_not_name_is_scored_again(tmp_path: 
             _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
     tuned = _tune_lib(folder, tmp_path / "x.acf.toml", budget=1, kernel="tmem.cu", arch="sm_100a")
     assert tuned.result.trials[0].value is not None
+
+
+def test_a_macro_a_conditional_chain_defines_names_every_line_and_what_would_work(tmp_path: Path) -> None:
+    """Rodinia's nw (needle.h): BLOCK_SIZE is #defined in every branch of an #ifdef chain. The error
+    named the first line and suggested guarding it, which leaves the active #else branch to win."""
+    shutil.copytree(Path(__file__).parent / "corpus" / "rodinia_nw", tmp_path / "nw")
+    (tmp_path / "nw" / "tune.toml").write_text("[tune.defines]\nBLOCK_SIZE = [16, 32]\n")
+    spec = load_spec(tmp_path / "nw" / "needle.cu", arch="sm_90")
+    with pytest.raises(UsageError) as error:
+        check_macros_take_effect(spec, bundle_sources(spec))
+    message = str(error.value)
+    assert "needle.h #defines BLOCK_SIZE itself on lines 7, 9, 11, 13" in message, message
+    assert "wrap them in #ifndef BLOCK_SIZE ... #endif, or tune a macro they read instead" in message

@@ -32,9 +32,14 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
         for match in _DEFINE.finditer(text):
             name = match.group(1)
             if name in keys and not _asked_first(text[: match.start()], name):
-                line = text.count("\n", 0, match.start()) + 1
-                raise MacroError(f"{spec.source.parent / 'tune.toml'}: {keys[name]}: {rel}:{line} #defines {name} "
-                                 f"itself, so -D{name} has no effect: guard that line with #ifndef {name}")
+                lines = [text.count("\n", 0, m.start()) + 1 for m in _DEFINE.finditer(text) if m.group(1) == name]
+                where = f"{spec.source.parent / 'tune.toml'}: {keys[name]}: {rel}"
+                if len(lines) == 1:
+                    raise MacroError(f"{where}:{lines[0]} #defines {name} itself, so -D{name} has no effect: "
+                                     f"guard that line with #ifndef {name}")
+                raise MacroError(f"{where} #defines {name} itself on lines {', '.join(map(str, lines))} (one of "
+                                 f"them whatever -D{name} says), so -D{name} has no effect: wrap them in "
+                                 f"#ifndef {name} ... #endif, or tune a macro they read instead")
 
 
 def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
