@@ -273,7 +273,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
     if spec.arch_overridden is not None:
-        progress.note(f"--arch {spec.arch} overrides the arch {spec.arch_overridden}")
+        progress.note(f"note: --arch {spec.arch} overrides the arch {spec.arch_overridden}")
     if spec.shipped is not None:
         from compileiq.source.shipped import describe
 

@@ -399,3 +399,26 @@ def test_the_retune_line_of_a_database_with_a_password_reads_it_from_the_environ
         command = gating.retune_command(target, gating.Measured("0" * 64, "build"))
     assert ' --db "$COMPILEIQ_DB" ' in command and "***" not in command, command
     assert shlex.split(command.replace('"$COMPILEIQ_DB"', "URL"))[-4:] == ["URL", "--out", ACF, "--force"]
+
+
+def test_an_instructions_acf_is_held_to_its_instruction_count(tmp_path):
+    """--objective instructions alone: the gate read instructions only for several objectives, so
+    an ACF whose instruction count (and objective numbers) were edited down passed."""
+    (tmp_path / "k").mkdir()
+    (tmp_path / KERNEL).write_text(SMALL)
+    tuned = run_cli(["tune", KERNEL, "--objective", "instructions", "--budget", "4", "--workers", "local",
+                     "--only", "ptxas.opt_level,ptxas.maxrregcount", "--db", f"sqlite:///{tmp_path}/t.db",
+                     "--out", ACF], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    text = (tmp_path / ACF).read_text()
+    best = tomllib.loads(text)["evidence"]["best"]["instructions"]
+    head, _, tail = text.partition("[evidence.best]\n")
+    head = head.replace(f"best = {float(best)!r}", f"best = {float(best - 100)!r}").replace("improved = false",
+                                                                                          "improved = true")
+    edited = head + "[evidence.best]\n" + tail.replace(f"\ninstructions = {best}\n", f"\ninstructions = {best - 100}\n", 1)
+    assert edited.count(str(best - 100)) == 2, edited
+    (tmp_path / ACF).write_text(edited)
+    result = _gate(tmp_path, ACF, "--static", "--json")
+    assert result.returncode == 1, result.describe()
+    rules = {f["rule"] for f in json.loads(result.stdout)["acfs"][0]["findings"]}
+    assert {"instructions", "evidence"} <= rules, rules

@@ -241,7 +241,7 @@ def test_arch_on_the_command_line_says_what_it_overrides(tmp_path, spiller):
 
     report = app.tune(_options(tmp_path, spiller, arch="sm_80", budget=2), Notes())
     assert report.result.study.key.arch == "sm_80"
-    assert "--arch sm_80 overrides the arch sm_90 that tune.toml gives" in notes
+    assert "note: --arch sm_80 overrides the arch sm_90 that tune.toml gives" in notes
     notes.clear()
     app.tune(_options(tmp_path, spiller, arch="sm_90", budget=2, out=tmp_path / "same.acf.toml"), Notes())
     assert not [n for n in notes if "overrides the arch" in n]

@@ -162,10 +162,12 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
     best = acf.evidence.get("best")
     if isinstance(best, dict):
         try:
-            instructions = int(best["instructions"]) if "instructions" in acf.objective.get("objectives", []) else None
+            objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
+            instructions = int(best["instructions"]) if "instructions" in objectives else None
+            code_instructions = int(best["instructions"]) if "instructions" in best else None
             return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
                             str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
-                            str(acf.data["kernel"].get("settings_sha256", "")))
+                            str(acf.data["kernel"].get("settings_sha256", "")), code_instructions)
         except (KeyError, TypeError, ValueError):
             pass
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")

@@ -83,6 +83,7 @@ class Recorded:
     toolchain_build: str
     instructions: int | None = None  # checked when one of the ACF's objectives is instructions
     settings_sha256: str = ""  # tune.toml's build- and score-relevant settings (older ACFs: none)
+    code_instructions: int | None = None  # what the ACF records for its code, whatever its objective (`evidence`)
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,8 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     instructions are the code's own; occupancy also depends on the launch settings, so it counts
     only when those are the ones it was tuned with."""
     pairs = [("spill bytes", str(r.spill_bytes), str(m.spill_bytes)), ("registers", str(r.registers), str(m.registers))]
-    if r.instructions is not None:
-        pairs.append(("instructions", str(r.instructions), str(m.instructions)))
+    if r.code_instructions is not None:
+        pairs.append(("instructions", str(r.code_instructions), str(m.instructions)))
     if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
         pairs.append(("occupancy", _pct(r.occupancy), _pct(m.occupancy)))
     return [(name, a, b) for name, a, b in pairs if a != b]

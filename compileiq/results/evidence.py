@@ -18,6 +18,7 @@ from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem
+from compileiq.source.entry_names import readable
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
 
@@ -174,7 +175,7 @@ def assumed_launch(spec: KernelSpec, trial: Trial) -> str | None:
         return None
     threads = trial.metrics.get("block_size")
     per_entry = trial.metrics.get("launch")
-    scored = (", ".join(f"{name} {facts[0]} threads" for name, facts in sorted(per_entry.items()))
+    scored = (", ".join(f"{facts[0]} threads per block for {readable(name)}" for name, facts in sorted(per_entry.items()))
               if isinstance(per_entry, dict) and per_entry else f"{threads} threads per block")
     return (f"tune.toml gives no launch facts: occupancy was scored at {scored} and no dynamic shared memory "
             "(the kernel's __launch_bounds__, else 256 threads); set block_size and dynamic_smem, or "
