@@ -115,6 +115,7 @@ def tune(
     stream: bool = False,
     force: bool = False,
     finalists: int = _DEFAULTS.finalists,
+    compile_commands: PathLike | None = None,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
@@ -133,7 +134,7 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, warm_start=warm_start, program=program, metric_regex=metric_regex,
         time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
-        finalists=finalists,
+        finalists=finalists, compile_commands=None if compile_commands is None else Path(compile_commands),
     )  # fmt: skip
     report = app.tune(options, _CallbackProgress(on_trial))
     result = report.result
@@ -151,10 +152,12 @@ def load_acf(path: PathLike) -> Acf:
     return app.read_acf(Path(path))
 
 
-def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True) -> str:
-    """An ACF's flags as text: args (shell words), optf (an nvcc options file), cmake, bazel, json."""
+def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True,
+          with_base: bool = False) -> str:
+    """An ACF's flags as text: args (shell words), optf (an nvcc options file), cmake, bazel, json;
+    `with_base` adds the base flags a rebuild needs (`compileiq flags --all`)."""
     loaded = acf if isinstance(acf, Acf) else load_acf(acf)
-    return flag_formats.render(loaded, format, stage, with_arch)
+    return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base)
 
 
 def gate(

@@ -3,6 +3,7 @@ frozen and typed; errors are the command's one-line errors; importing stays chea
 
 from __future__ import annotations
 
+import json
 import dataclasses
 import re
 import subprocess
@@ -123,3 +124,14 @@ def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
         compileiq.tune(kernel, budget="8", workers="local", db=f"sqlite:///{tmp_path / 't.db'}")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="not a valid ACF"):  # bad input raises, as the rest of the API
         compileiq.gate([tmp_path / "bad.acf.toml", tmp_path / "scale.cu"], device=False)
+
+
+def test_the_api_takes_a_compile_command_and_gives_the_base_flags(tmp_path: Path) -> None:
+    """`--compile-commands` and `flags --all` had no keyword (a bare TypeError)."""
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(tmp_path), "file": "scale.cu", "command": "nvcc -DUNUSED=2 -lineinfo -arch=sm_90 -c scale.cu"}]))
+    result = compileiq.tune(tmp_path / "scale.cu", budget=2, workers="local", db=f"sqlite:///{tmp_path / 't.db'}",
+                            compile_commands=tmp_path / "compile_commands.json", out=tmp_path / "s.acf.toml")
+    everything = compileiq.flags(result.acf_path, with_base=True).split()
+    assert {"-DUNUSED=2", "-lineinfo"} <= set(everything) and "-lineinfo" not in compileiq.flags(result.acf_path)
