@@ -3,8 +3,8 @@ frozen and typed; errors are the command's one-line errors; importing stays chea
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import re
 import subprocess
 import sys
