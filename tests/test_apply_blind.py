@@ -122,3 +122,19 @@ def test_a_candidate_of_many_settings_gets_a_command_tune_accepts(tuned: tuple[P
     result = run_cli(shlex.split(shown)[1:] + ["--workers", "local", "--db", f"sqlite:///{folder}/t.db"], cwd=folder)
     assert result.returncode == 2, result.describe()  # this machine has no GPU: that is the only objection
     assert "--budget" not in result.stderr and "GPU" in result.stderr, result.describe()
+
+
+def test_a_static_choice_that_costs_instructions_says_so(tmp_path: Path) -> None:
+    """spill_heavy at a lower register-usage level: fewer spills for 800 more static instructions.
+    `static` may make that trade (it weighs spills and occupancy), and the docs said it was never
+    worse on any static metric; the run now names the cost, which only a GPU can judge."""
+    kernel = Path(__file__).resolve().parents[1] / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    result = run_cli(["tune", str(kernel), "--only", "ptxas.register_usage_level", "--strategy", "exhaustive",
+                      "--budget", "12", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                      "--out", str(tmp_path / "k.acf.toml")], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    evidence = acf.read(tmp_path / "k.acf.toml").evidence
+    before, after = evidence["baseline"]["instructions"], evidence["best"]["instructions"]
+    assert after > before and evidence["best"]["spill_bytes"] < evidence["baseline"]["spill_bytes"]
+    assert (f"note: the choice has {after - before} more static instructions than the baseline ({before} -> {after}), "
+            "traded for its static gain: only a GPU can say whether it is faster") in result.stdout

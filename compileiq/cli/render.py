@@ -168,6 +168,8 @@ def print_report(report: app.TuneReport) -> None:
     out.print(table)
     acf_flags = report.space.nvcc_args(_config(result.chosen))
     out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
+    if note := more_instructions(result.baseline, result.chosen, objective):
+        out.print(note, markup=False)
     if report.kernel.shipped is not None and (remove := to_remove(report.kernel.shipped.settings, result.chosen.config)):
         out.print(f"remove from your build's command: {safe(' '.join(remove))} (the ACF changes these shipped "
                   "settings; appending its flags alone would keep them)", markup=False)
@@ -233,6 +235,18 @@ def _to_time_lines(report: app.TuneReport) -> list[str]:
                      f"{float(entry.get('occupancy', 0)):.0%}; {safe(entry['refused'])}")
         lines.append(f"    {safe(entry['command'])}")
     return lines
+
+
+def more_instructions(baseline: Trial, chosen: Trial, objective: str) -> str | None:
+    """A note when a static choice made for spills or occupancy has more static instructions than
+    the baseline: what it traded, which only a GPU can judge (the objective did not weigh it)."""
+    before, after = baseline.metrics.get("instructions"), chosen.metrics.get("instructions")
+    if "instructions" in objective.split(",") or "time" in objective.split(","):
+        return None
+    if not isinstance(before, int) or not isinstance(after, int) or after <= before:
+        return None
+    return (f"note: the choice has {after - before} more static instructions than the baseline ({before} -> {after}), "
+            f"traded for its {objective} gain: only a GPU can say whether it is faster")
 
 
 def untried_macro_values(trials: Any, space: SearchSpace) -> list[str]:
