@@ -97,7 +97,9 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
     assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
     page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
                     "--out", str(tmp_path / "report.html")], cwd=tmp_path)
-    assert page.returncode == 0 and "baseline (your build)" in (tmp_path / "report.html").read_text(), page.describe()
+    html = (tmp_path / "report.html").read_text()
+    assert page.returncode == 0 and "baseline (your build)" in html, page.describe()
+    assert "reset to the baseline's value" in html and "reset to the default." not in html  # not the compiler's
     read = acf.read(tmp_path / "shipped.acf.toml")
     assert read.shipped is not None and read.shipped.values() == {"nvcc.use_fast_math": True, "ptxas.opt_level": 3}
     defaults = _tune(tmp_path, "--budget", "3", "--out", str(tmp_path / "defaults.acf.toml"))

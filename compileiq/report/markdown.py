@@ -26,7 +26,7 @@ from compileiq.report.page import (
     to_time_rows,
     tuned,
 )
-from compileiq.results.explain import changed_settings
+from compileiq.results.explain import baseline_label, changed_settings
 from compileiq.search.importance import METHOD
 
 MD_TRIALS = 20
@@ -44,7 +44,8 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
                   (f"Baseline {md_text(report.value_text(e.baseline))} → chosen (trial #{e.chosen.number}) "
                    f"{md_text(report.value_text(e.chosen))}."), ""]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
-        lines += md_table(("setting", "baseline", "chosen"), changes) if changes else ["The compiler defaults."]
+        lines += (md_table(("setting", "baseline", "chosen"), changes) if changes
+                  else [md_text(f"The {baseline_label(e.study, e.baseline)}'s settings.")])
         lines.append("")
     if e.to_time:
         lines += ["## Candidates to time on a GPU", "", *md_table(*to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]

@@ -192,7 +192,8 @@ def _chosen(report: StudyReport) -> str:
     if e.baseline is None or e.chosen is None:
         return html_section("chosen", "Chosen configuration", html_note("no trial completed: nothing was chosen"))
     changes = [(name, e.baseline.config.get(name), value) for name, value in changed_settings(e.chosen, e.baseline).items()]
-    settings = html_table(("setting", "baseline", "chosen"), changes) if changes else html_note("the compiler defaults")
+    settings = (html_table(("setting", "baseline", "chosen"), changes) if changes
+                else html_note(f"the {baseline_label(e.study, e.baseline)}'s settings"))
     shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
     if e.winner is not None and e.winner.number != e.chosen.number:
         shown.append((f"search winner #{e.winner.number}", e.winner))
@@ -200,7 +201,8 @@ def _chosen(report: StudyReport) -> str:
     rows = [(label, t.value, *(t.metrics.get(k) for k in keys), t.code_hash or "") for label, t in shown]
     evidence = html_table(("", report.value_label, *keys, "machine code hash"), rows)
     note = ("The chosen configuration replays the tuner's simplification over the recorded trials: the search "
-            "winner with every setting that made no difference reset to the default.")
+            "winner with every setting that made no difference reset to the baseline's value (the compiler's "
+            "default, or with --compile-commands the build as shipped).")
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
@@ -219,7 +221,7 @@ def to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, 
              t.value, t.metrics.get("spill_bytes"), t.metrics.get("occupancy"),
              to_time.refused_because(t, e.baseline, e.study.key.objective) if e.baseline is not None else "")
             for t in e.to_time]
-    return ("trial", "settings that differ from the defaults", report.value_label, "spill_bytes", "occupancy",
+    return ("trial", "settings that differ from the baseline", report.value_label, "spill_bytes", "occupancy",
             "refused because"), rows
 
 
@@ -352,5 +354,5 @@ def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:
 
 
 def changes_text(trial: Trial, baseline: Trial | None) -> str:
-    """The trial's settings that differ from the baseline's, short names; "(defaults)" for none."""
-    return " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(trial, baseline).items()) or "(defaults)"
+    """The trial's settings that differ from the baseline's, short names; "(as the baseline)" for none."""
+    return " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(trial, baseline).items()) or "(as the baseline)"
