@@ -120,7 +120,8 @@ def _replayed(summary: StudySummary) -> bool:
 
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
-    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest value)."""
+    """(chosen trial, its value) as the study's latest run recorded them, or as `with_choices`
+    replayed them; else (None, None): no choice to name (a lowest value may be a refused trial)."""
     from compileiq.results.explain import recorded_choice
 
     choice = recorded_choice(summary.decision)

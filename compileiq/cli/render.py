@@ -22,7 +22,6 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
-from compileiq.core.space import SearchSpace
 from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
@@ -30,6 +29,7 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from rich.status import Status
 
     from compileiq import app
+    from compileiq.core.space import SearchSpace
     from compileiq.gating import check as gate_lib
     from compileiq.tuning.progress import Outcome
 

@@ -181,7 +181,9 @@ def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
         rule = run.decision.get("pick") if isinstance(run.decision, dict) else None
         if isinstance(rule, str):
             try:
-                check_rule(rule[:200], multi_objective.objectives_of(study.key.objective))
+                if len(rule) > 200:
+                    raise UsageError("a pick rule longer than any valid one")
+                check_rule(rule, multi_objective.objectives_of(study.key.objective))
             except UsageError:
                 return "knee"
             return rule

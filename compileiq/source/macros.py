@@ -32,7 +32,8 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
         for match in _DEFINE.finditer(text):
             name = match.group(1)
             if name in keys and not _asked_first(text[: match.start()], name):
-                lines = [text.count("\n", 0, m.start()) + 1 for m in _DEFINE.finditer(text) if m.group(1) == name]
+                lines = [text.count("\n", 0, m.start()) + 1 for m in _DEFINE.finditer(text)
+                         if m.group(1) == name and not _asked_first(text[: m.start()], name)]
                 where = f"{spec.source.parent / 'tune.toml'}: {keys[name]}: {rel}"
                 if len(lines) == 1:
                     raise MacroError(f"{where}:{lines[0]} #defines {name} itself, so -D{name} has no effect: "
