@@ -24,7 +24,6 @@ from compileiq.cli.listings import (
     space_table,
     studies_table,
     summary_json,
-    with_choices,
 )
 from compileiq.cli.render import (
     LineProgress,
@@ -140,7 +139,7 @@ def show(
     store = Store.open(database_url(db))
     try:
         if study is None:
-            summaries = with_choices(store.study_summaries(), store)  # trials read only where no run chose
+            summaries = store.study_summaries()  # one aggregate and the runs' recorded choices: no trial read
             emit(as_json, [summary_json(s) for s in summaries], lambda: studies_table(summaries))
         else:
             found = store.find_study(study)

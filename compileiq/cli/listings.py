@@ -43,28 +43,10 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else the choice replayed from
     its trials (a study imported, or made by a run that did not finish), said so."""
     number, value = _listed_choice(summary)
-    best_is = ("no choice: no complete trial" if number is None else
-               "the choice replayed from its trials: no run of this database recorded one" if _replayed(summary)
-               else "the chosen trial")
+    best_is = ("the chosen trial" if number is not None else
+               "the lowest value, which the rules may refuse: no run of this database recorded a choice "
+               "(show STUDY replays it)")
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
-
-
-def with_choices(summaries: list[StudySummary], store: Any) -> list[StudySummary]:
-    """The studies whose runs recorded no choice, given the one `explain` replays from their trials
-    (read for those studies alone): the list and `show STUDY` then name the same trial, never a
-    refused one (the lowest value was listed, which the rules may refuse)."""
-    from dataclasses import replace
-
-    from compileiq.results.explain import explain, recorded_choice
-
-    found = []
-    for summary in summaries:
-        if recorded_choice(summary.decision) is None and summary.trials:
-            chosen = explain(summary.study, store.trials(summary.study.id), runs=store.runs(summary.study.id)).chosen
-            replayed = {"chosen": chosen.number, "value": chosen.value, "replayed": True} if chosen else None
-            summary = replace(summary, decision=replayed)
-        found.append(summary)
-    return found
 
 
 def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool) -> None:
@@ -109,23 +91,21 @@ def studies_table(summaries: list[StudySummary]) -> Table:
     for summary in summaries:
         study, (number, value) = summary.study, _listed_choice(summary)
         text = reading(study.key.objective).text(value)
-        shown = "-" if number is None else f"{text} (#{number}, replayed)" if _replayed(summary) else f"{text} (#{number})"
+        shown = (f"{text} (#{number})" if number is not None else "-" if value is None
+                 else f"lowest {text} (no run here chose: show {study.id} replays the choice)")
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table
 
 
-def _replayed(summary: StudySummary) -> bool:
-    return isinstance(summary.decision, dict) and summary.decision.get("replayed") is True
-
-
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
-    """(chosen trial, its value) as the study's latest run recorded them, or as `with_choices`
-    replayed them; else (None, None): no choice to name (a lowest value may be a refused trial)."""
+    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest
+    value), which the list labels as such: the list reads no trial (one aggregate for a team
+    database of any size), and only `show STUDY` replays a choice from the trials."""
     from compileiq.results.explain import recorded_choice
 
     choice = recorded_choice(summary.decision)
-    return choice if choice is not None else (None, None)
+    return choice if choice is not None else (None, summary.best)
 
 
 def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:
