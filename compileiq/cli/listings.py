@@ -14,15 +14,13 @@ from rich.text import Text
 from compileiq.cli.console import cells, kind_label, out, safe
 from compileiq.cli.render import (
     emit,
-    gpu_spread,
     metric_cells,
-    node_spread,
     objective_json,
     study_fields,
     study_json,
     trial_json,
-    trials_per_node,
 )
+from compileiq.cli.run_notes import gpu_spread, node_spread, trials_per_node
 from compileiq.core.readings import reading
 from compileiq.core.records import (
     MEASURED_ON_KEY,

@@ -13,10 +13,15 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import cells, err, kind_label, out, safe
+from compileiq.cli.run_notes import (
+    more_instructions,
+    node_spread,
+    transfers_line,
+    trials_summary,
+    untried_macro_values,
+)
 from compileiq.core.readings import reading
 from compileiq.core.records import (
-    NODE_KEY,
-    SCREEN,
     Study,
     Trial,
     TrialState,
@@ -29,7 +34,6 @@ if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once pe
     from rich.status import Status
 
     from compileiq import app
-    from compileiq.core.space import SearchSpace
     from compileiq.gating import check as gate_lib
     from compileiq.tuning.progress import Outcome
 
@@ -204,7 +208,7 @@ def print_report(report: app.TuneReport) -> None:
     if counters.nodes:
         out.print(node_spread(counters.nodes), markup=False)
     if counters.transfers.tasks:
-        out.print(_transfers_line(counters.transfers, counters.new_trials), markup=False)
+        out.print(transfers_line(counters.transfers, counters.new_trials), markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
 
 
@@ -235,77 +239,6 @@ def _to_time_lines(report: app.TuneReport) -> list[str]:
                      f"{float(entry.get('occupancy', 0)):.0%}; {safe(entry['refused'])}")
         lines.append(f"    {safe(entry['command'])}")
     return lines
-
-
-def more_instructions(baseline: Trial, chosen: Trial, objective: str) -> str | None:
-    """A note when a static choice made for spills or occupancy has more static instructions than
-    the baseline: what it traded, which only a GPU can judge (the objective did not weigh it)."""
-    before, after = baseline.metrics.get("instructions"), chosen.metrics.get("instructions")
-    if "instructions" in objective.split(",") or "time" in objective.split(","):
-        return None
-    if not isinstance(before, int) or not isinstance(after, int) or after <= before:
-        return None
-    return (f"note: the choice has {after - before} more static instructions than the baseline ({before} -> {after}), "
-            f"traded for its {objective} gain: only a GPU can say whether it is faster")
-
-
-def untried_macro_values(trials: Any, space: SearchSpace) -> list[str]:
-    """The values of a searched macro that no trial of the study built (a user who lists four
-    block sizes expects to hear that one was never compiled), leaving out those no combination
-    the restrictions allow could build."""
-    built = {(key, value) for t in trials if t.state is not TrialState.RUNNING
-             for key, value in t.config.items() if key.startswith("define.")}
-    allowed = space.allowed_macro_values()
-    return [f"{name.removeprefix('define.')}={value}" for name, value in sorted(allowed - built, key=str)]
-
-
-def trials_summary(result: Any) -> str:
-    """"N search trials (budget B) + M for simplification/ablation": the budget counts the first."""
-    screened = sum(1 for t in result.trials if t.purpose == SCREEN and t.state is not TrialState.RUNNING)
-    text = (f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials - screened} "
-            "for simplification/ablation")
-    return text + (f" + {screened} screened out before measuring" if screened else "")
-
-
-def node_spread(nodes: dict[str, int]) -> str:
-    """"compiled on 2 Ray nodes: 127.0.0.1/1a2b3c4d 5, ..." (most first)."""
-    return _spread("compiled on", "Ray node", nodes)
-
-
-def gpu_spread(gpus: dict[str, int]) -> str:
-    """"measured on 2 GPUs: 127.0.0.3/1a2b3c4d GPU 0 5, ..." (most first)."""
-    return _spread("measured on", "GPU", gpus)
-
-
-def _spread(verb: str, noun: str, counts: dict[str, int]) -> str:
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    plural = "s" if len(counts) > 1 else ""
-    return f"{verb} {len(counts)} {noun}{plural}: " + ", ".join(f"{safe(name)} {count}" for name, count in ranked)
-
-
-def trials_per_node(trials: list[Trial], key: str = NODE_KEY) -> dict[str, int]:
-    """How many of the study's trials each Ray node compiled (as recorded in their metrics);
-    key=MEASURED_ON_KEY: how many each GPU measured."""
-    nodes: dict[str, int] = {}
-    for trial in trials:
-        node = trial.metrics.get(key)
-        if isinstance(node, str) and node:
-            nodes[node] = nodes.get(node, 0) + 1
-    return nodes
-
-
-def _transfers_line(t: Any, trials: int) -> str:
-    per_trial = (t.put_bytes + t.task_bytes) / max(trials, 1)
-    return (f"data to workers: {t.put_bytes / 1024:.1f} KiB put once (source bundle {t.bundle_puts}x, "
-            f"PTX {t.ptx_puts}x) + {t.task_bytes / 1024:.1f} KiB in {t.tasks} task arguments; "
-            f"{per_trial / 1024:.2f} KiB per trial" + _resubmitted(t.resubmitted))
-
-
-def _resubmitted(count: int) -> str:
-    if not count:
-        return ""
-    return (f"; {count} compile task{'s' if count > 1 else ''} run again (lost with a worker or node, "
-            "or the compiler crashed or timed out)")
 
 
 def _confirmation_line(confirmation: Any) -> str:
