@@ -77,6 +77,10 @@ CASES: dict[str, Case] = {
         ("hotspot.cu: tune.toml entries: no entry matches ['calc_temp']",
          "found: calculate_temp"),
     ),
+    "toml-entries-one-typo": Case(  # one good name beside the typo: the typo's kernel went unscored, unnoticed
+        f"{T} {{ws}}/entrytypo2/many.cu --budget 2", 2,
+        ("many.cu: tune.toml entries 'scale_kernel' names no kernel of the build", "found: "),
+    ),
     "toml-entries-many": Case(  # whole names, overloads told apart by their compiled names, then how many more
         f"{T} {{ws}}/manykernels/many.cu --budget 2", 2,
         ("no entry matches ['scale_kernel']", ("found: scale (_Z5scalePf), scale (_Z5scalePi), "
@@ -171,6 +175,8 @@ def _write_inputs(ws: Path) -> None:
                 for i in range(12))
         + "__global__ void scale(int* x) { x[threadIdx.x] *= 2; }\n__global__ void scale(float* x) { x[threadIdx.x] *= 2; }\n")
     (ws / "manykernels" / "tune.toml").write_text('entries = ["scale_kernel"]\n')
+    shutil.copytree(ws / "manykernels", ws / "entrytypo2")
+    (ws / "entrytypo2" / "tune.toml").write_text('entries = ["scale", "scale_kernel"]\n')
     _space_copy(ws, "space-syntax", "\njunk = [\n")
     _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
     (ws / "space-empty").mkdir()

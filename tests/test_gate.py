@@ -360,6 +360,26 @@ def test_evidence_the_acfs_own_code_does_not_give_fails(tuned, tmp_path, edit, t
             f"{shown(best[edit])}") in findings[0]["message"]
 
 
+def test_an_edited_baseline_evidence_fails_the_gate(tuned, tmp_path):
+    """[evidence.baseline] edited to claim spills the defaults never had (a forged gain), its code
+    hash left as it is: the gate rebuilds the baseline and the same code gives other numbers. It
+    used to pass with "no findings"."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    text = (workspace / ACF).read_text()
+    base = tomllib.loads(text)["evidence"]["baseline"]
+    head, _, tail = text.partition("[evidence.baseline]\n")
+    old = f"\nregisters = {base['registers']!r}\n"
+    assert old in "\n" + tail
+    (workspace / ACF).write_text(head + "[evidence.baseline]\n" + ("\n" + tail).replace(old, "\nregisters = 255\n", 1)[1:])
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 1, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert [(f["rule"], f["severity"]) for f in findings] == [("evidence", "error")], findings
+    assert (f"the ACF records registers 255 for the baseline's machine code, which gives registers {base['registers']}"
+            in findings[0]["message"])
+
+
 def test_an_acf_that_cannot_be_checked_is_in_every_report_beside_the_others(tuned, tmp_path):
     """One ACF whose kernel is gone: exit 2 with its one error line, and the JUnit and markdown
     reports are still written, with the other ACF's verdict (no report at all was written, so a

@@ -218,6 +218,30 @@ def test_an_unwritable_gate_report_still_writes_the_others(workspace: Workspace)
     assert "<testsuite" in junit.read_text()
 
 
+def test_an_output_option_never_replaces_an_input_a_database_or_an_acf(workspace: Workspace, tmp_path: Path) -> None:
+    """A mistyped output path (the red team's): `db export -o` over its own database, `gate --junit`
+    over the ACF it gates and `--markdown` over the database, `report -o` over an ACF. Each used to
+    succeed and destroy what it named; now each is one line, exit 2, and the file is as it was."""
+    acf_file, db = tmp_path / "good.acf.toml", tmp_path / "t.db"
+    acf_file.write_bytes((workspace.path / "good.acf.toml").read_bytes())
+    db.write_bytes((workspace.path / "t.db").read_bytes())
+    before = {path: path.read_bytes() for path in (acf_file, db)}
+    url = f"sqlite:///{db}"
+    for args, says in (
+        (["db", "export", "1", "--db", url, "-o", str(db)], "it is an SQLite database"),
+        (["gate", str(acf_file), "--static", "--junit", str(acf_file)], "it is one of this command's inputs"),
+        (["gate", str(acf_file), "--static", "--markdown", str(db)], "it is an SQLite database"),
+        (["report", "1", "--db", url, "-o", str(acf_file)], "it is an ACF"),
+    ):
+        result = run_cli(args, tmp_path)
+        line = _error_line(result, 2)
+        assert "not replacing" in line and says in line, result.describe()
+        assert all(path.read_bytes() == data for path, data in before.items()), args
+    exported = tmp_path / "study.json"
+    for _ in range(2):  # an export replaces its own older export
+        assert run_cli(["db", "export", "1", "--db", url, "-o", str(exported)], tmp_path).returncode == 0
+
+
 def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> None:
     workspace.results["out-is-a-directory"].result()
     store = Store.open(f"sqlite:///{workspace.path / 't.db'}")
@@ -337,7 +361,9 @@ def test_names_and_compiler_messages_are_shown_literally(tmp_path: Path) -> None
                   "--no-simplify", "--out", str(tmp_path / "k.acf.toml")], tmp_path)  # fmt: skip
     listed = _raw(["show", "--db", db], tmp_path)
     shown = _raw(["show", "1", "--db", db], tmp_path)
-    for done in (tuned, listed, shown):
+    exported = _raw(["db", "export", "1", "--db", db, "-o", str(tmp_path / "h.json")], tmp_path)
+    imported = _raw(["db", "import", str(tmp_path / "h.json"), "--db", f"sqlite:///{tmp_path / 'i.db'}"], tmp_path)
+    for done in (tuned, listed, shown, exported, imported):
         output = done.stdout + done.stderr
         assert done.returncode == 0 and "Traceback" not in output, output
         assert "\x1b" not in output, output  # no escape sequence reaches the terminal
@@ -345,6 +371,8 @@ def test_names_and_compiler_messages_are_shown_literally(tmp_path: Path) -> None
     assert "FAILED (" in tuned.stderr and "[/foo] [bold red]y[/bold red] \\x1b[31mred" in tuned.stderr
     assert "[/foo] [bold red]y[/bold red] \\x1b[31mred" in shown.stdout, shown.stdout
     assert "evil\\x1b[31m[bold red]x[/bold red][/foo][/" in shown.stdout  # the table's title
+    for done in (exported, imported):  # they printed the name raw: an escape sequence and a live newline
+        assert "study evil\\x1b[31m[bold red]x[/bold red]" in done.stdout + done.stderr, done.stdout
 
 
 # -- crashes, Ctrl-C and closed pipes: nothing left RUNNING, no broken ACF ---------------------

@@ -263,7 +263,10 @@ def test_lower_occupancy_passes_the_gate_only_with_fewer_spills_or_a_runtime_gai
     plain = gate_rules.Defaults(None, spill_bytes=0, occupancy=0.25)
     (hit,) = gate_rules.default_hits(acf_build, plain)
     assert hit.rule == "worse-than-default" and "lower occupancy" in hit.message
-    assert gate_rules.default_hits(acf_build, gate_rules.Defaults(None, 0, 0.25, (), "confirmed speedup")) == []
+    claimed = gate_rules.Defaults(None, 0, 0.25, (), "confirmed speedup")
+    assert gate_rules.default_hits(acf_build, claimed, timed=True) == []  # the timing rules check the gain
+    (hit,) = gate_rules.default_hits(acf_build, claimed)  # an untrusted number a static gate cannot check
+    assert hit.rule == "runtime-claim" and hit.message.startswith("lower occupancy than the compiler defaults")
 
 
 def test_a_lower_level_passes_the_gate_only_with_a_recorded_runtime_gain():
@@ -274,7 +277,12 @@ def test_a_lower_level_passes_the_gate_only_with_a_recorded_runtime_gain():
     assert hit.message == ("lowers ptxas optimisation vs the compiler defaults (ptxas.opt_level=1) with no recorded "
                            "runtime gain")
     timed = gate_rules.Defaults(None, 672, 0.25, ("ptxas.opt_level=1",), "confirmed runtime speedup 1.250x")
-    assert gate_rules.default_hits(acf_build, timed) == []
+    assert gate_rules.default_hits(acf_build, timed, timed=True) == []
+    (hit,) = gate_rules.default_hits(acf_build, timed)
+    assert hit.rule == "runtime-claim"
+    assert hit.message == ("lowers ptxas optimisation vs the compiler defaults (ptxas.opt_level=1): justified only by "
+                           "the ACF's recorded confirmed runtime speedup 1.250x, which a gate without a GPU cannot "
+                           "check (an ACF is untrusted): `compileiq gate --device` times it")
 
 
 # --- item 10: the gate checks an ACF against the compiler defaults -----------------------------
@@ -334,7 +342,11 @@ def test_the_gate_fails_a_lower_opt_level_unless_a_runtime_gain_is_recorded(tmp_
 
     faster = {"name": "time", "kind": "runtime", "improved": True, "speedup": 1.25, "verdict": "faster"}
     _hand_made_acf(tmp_path, CORPUS / "chemistry.cu", {"ptxas.opt_level": 1}, objective=faster)
-    assert run_cli(["gate", path.name, "--static"], cwd=tmp_path).returncode == 0
+    passed = run_cli(["gate", path.name, "--static"], cwd=tmp_path)
+    assert passed.returncode == 0, passed.describe()
+    assert "warn runtime-claim: lowers ptxas optimisation" in passed.stdout  # said, not silently trusted
+    strict = run_cli(["gate", path.name, "--static", "--rule", "runtime-claim=error"], cwd=tmp_path)
+    assert strict.returncode == 1, strict.describe()
 
 
 def test_the_gate_passes_the_defaults_and_a_harmless_change(tmp_path):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SPILLING_KERNEL
+from helpers import SPILLING_KERNEL, run_cli
 
 from compileiq import app
 from compileiq.build.compile import parse_resources
@@ -108,6 +108,26 @@ def test_a_failing_variant_is_data_not_fatal(tmp_path):
     assert len(failed) == 4 and len(complete) == 4  # 2 macros x 4 opt levels
     assert all(t.config["define.MODE"] == 2 and "MODE 2 is not supported" in t.reason for t in failed)
     assert report.result.chosen.config["define.MODE"] == 1
+
+
+def test_the_run_says_under_its_table_that_variants_failed(tmp_path):
+    """Failed variants are data, and the run says so: the summary used to count them among the
+    search trials without a word (a [launch] name that only some macro values build looked like a
+    search that had scored every value)."""
+    folder = tmp_path / "modes"
+    folder.mkdir()
+    (folder / "modes.cu").write_text(
+        "#ifndef MODE\n#define MODE 1\n#endif\n#if MODE == 2\n#error MODE 2 is not supported\n#endif\n"
+        "__global__ void k(float* x) { x[threadIdx.x] *= MODE; }\n"
+    )
+    (folder / "tune.toml").write_text("[tune.defines]\nMODE = [1, 2]\n")
+    done = run_cli(["tune", "modes.cu", "--workers", "local", "--strategy", "exhaustive", "--budget", "16",
+                    "--objective", "instructions", "--only", "ptxas.opt_level", "--db", f"sqlite:///{tmp_path}/f.db",
+                    "--out", str(tmp_path / "modes.acf.toml")], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    note = next(line for line in done.stdout.splitlines() if "failed trial" in line)
+    assert note.startswith("note: 4 failed trial(s), e.g. #") and "MODE 2 is not supported" in note
+    assert "compileiq show modes-instructions-" in note
 
 
 def _cli(*args, cwd):

@@ -34,7 +34,7 @@ from compileiq.cli.render import (
     report_json,
 )
 from compileiq.core.errors import CompileIQError, UsageError
-from compileiq.core.output_file import OutputFileError, check_target
+from compileiq.core.output_file import OutputFileError, check_report_target
 from compileiq.core.version import __version__
 from compileiq.gating import rules as gate_rules
 
@@ -201,7 +201,7 @@ def gate(
     from compileiq.evaluate.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report
-    unwritten = [_write_report(option, path, render(report)) for option, path, render in
+    unwritten = [_write_report(option, path, render(report), tuple(acf_files)) for option, path, render in
                  (("--markdown", markdown, gate_report.markdown), ("--junit", junit, gate_report.junit))
                  if path is not None]  # fmt: skip
     if as_json:
@@ -216,12 +216,12 @@ def gate(
     raise typer.Exit(report.exit_code)
 
 
-def _write_report(option: str, path: Path, text: str) -> str:
+def _write_report(option: str, path: Path, text: str, inputs: tuple[Path, ...]) -> str:
     """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
     from compileiq.gating import ci_reports as gate_report
 
     try:
-        gate_report.write(path, text)
+        gate_report.write(path, text, inputs)
     except OSError as error:
         return f"{option} {path}: cannot write: {error.strerror or error}"
     except OutputFileError as error:  # "cannot write PATH: it is a named pipe, not a regular file"
@@ -254,8 +254,8 @@ def db_export(
     from compileiq.store.database_url import database_url
 
     done = exchange.export_to_file(database_url(db), study, out_file)
-    (err if out_file == exchange.STDOUT else out).print(f"exported study {done.study}: {done.trials} trials, {done.builds} builds, "
-              f"{done.measurements} measurements -> {done.path}", markup=False)
+    (err if out_file == exchange.STDOUT else out).print(f"exported study {safe(done.study)}: {done.trials} trials, {done.builds} builds, "
+              f"{done.measurements} measurements -> {safe(str(done.path))}", markup=False)
 
 
 @db_cli.command("import")
@@ -270,14 +270,14 @@ def db_import(
     done = exchange.import_from_file(database_url(db), in_file)
     verb = "created" if done.created else "merged into"
     note = "" if done.changed else " (nothing new)"
-    out.print(f"{verb} study {done.study.name}: {done.trials_added} trials added, {done.trials_kept} kept, "
+    out.print(f"{verb} study {safe(done.study.name)}: {done.trials_added} trials added, {done.trials_kept} kept, "
               f"{done.trials_skipped} unfinished skipped; {done.builds_added} builds and "
               f"{done.measurements_added} measurements added{note}", markup=False)
     if done.rejected:
         out.print(f"{len(done.rejected)} rows of the file rejected (malformed, or not in the study's search space):",
                   markup=False)
         for reason in done.rejected[:20]:
-            out.print(f"  {reason}", markup=False)
+            out.print(f"  {safe(reason)}", markup=False)
 
 
 @cli.command("space")
@@ -328,7 +328,7 @@ def report(
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
-    check_target(target)  # before the database is opened: a named pipe would block the write
+    check_report_target(target)  # before the database is opened: a named pipe would block the write
     store = Store.open(database_url(db))
     try:
         if compare:

@@ -20,7 +20,7 @@ from compileiq.cli.render import (
     study_json,
     trial_json,
 )
-from compileiq.cli.run_notes import gpu_spread, node_spread, trials_per_node
+from compileiq.cli.run_notes import failed_line, gpu_spread, node_spread, trials_per_node
 from compileiq.core.readings import reading
 from compileiq.core.records import (
     MEASURED_ON_KEY,
@@ -77,9 +77,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         out.print(node_spread(nodes), markup=False)
     if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:
         out.print(gpu_spread(gpus), markup=False)
-    if failed:
-        out.print(f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: "
-                  f"{safe(first_line(failed[0].reason, 200))}", markup=False)
+    if line := failed_line(trials):
+        out.print(line, markup=False)
 
 
 def studies_table(summaries: list[StudySummary]) -> Table:

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from compileiq.cli.console import cells, err, kind_label, out, safe
 from compileiq.cli.run_notes import (
+    failed_line,
     more_instructions,
     node_spread,
     transfers_line,
@@ -202,6 +203,8 @@ def print_report(report: app.TuneReport) -> None:
               f"same machine code {counters.same_code_reuses}{note}", markup=False)
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
+    if failures := failed_line(result.trials):
+        out.print(f"note: {failures} (compileiq show {safe(result.study.name)} --json lists every reason)", markup=False)
     if untried := untried_macro_values(result.trials, report.space):
         out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
                   "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)

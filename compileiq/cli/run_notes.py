@@ -4,10 +4,11 @@ simplification, screened) and where they ran (Ray nodes, GPUs, data sent to work
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from compileiq.cli.console import safe
-from compileiq.core.records import NODE_KEY, SCREEN, Trial, TrialState
+from compileiq.core.records import NODE_KEY, SCREEN, Trial, TrialState, first_line
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -82,3 +83,13 @@ def _resubmitted(count: int) -> str:
         return ""
     return (f"; {count} compile task{'s' if count > 1 else ''} run again (lost with a worker or node, "
             "or the compiler crashed or timed out)")
+
+
+def failed_line(trials: Sequence[Trial]) -> str | None:
+    """"N failed trial(s), e.g. #K: <its reason's first line>" when any of `trials` failed: a run
+    whose variants fail (a [launch] name that only some macro values build, a compile error) must
+    say so under its table, as `show` does."""
+    failed = [t for t in trials if t.state is TrialState.FAILED]
+    if not failed:
+        return None
+    return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(first_line(failed[0].reason, 200))}"

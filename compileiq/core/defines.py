@@ -1,14 +1,16 @@
 """The allow-list of every -D that reaches nvcc (tune.toml, an ACF, base flags, a compile
 database): nvcc runs its sub-tools through /bin/sh with -D values in double quotes, so $, `, backslashes,
-quotes and newlines would run; a comma splits the value into two macros."""
+quotes and newlines would run; a comma splits the value into two macros; and a space would split
+the flag in two where a build passes `nvcc $(compileiq flags ...)`: the second word, an option of
+the ACF's choosing (-ccbin, -odir)."""
 
 from __future__ import annotations
 
 import re
 
 MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MACRO_VALUE = re.compile(r"[A-Za-z0-9_.+\-*/%()<>:= ]*")
-MACRO_VALUE_CHARS = "letters, digits, space and _ . + - * / % ( ) < > : ="
+MACRO_VALUE = re.compile(r"[A-Za-z0-9_.+\-*/%()<>:=]*")
+MACRO_VALUE_CHARS = "letters, digits and _ . + - * / % ( ) < > : ="
 
 
 def macro_problem(name: str, value: str | None = None) -> str | None:

@@ -40,6 +40,43 @@ def check_target(path: Path) -> Path:
     return target
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".db", ".sqlite")
+
+
+def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> Path:
+    """`check_target` for a report, a CI summary or an export: also never over one of the
+    command's own `inputs` (a gate's ACF, an exported database), a database, an ACF, tune.toml or
+    a source, which a mistyped option would destroy (`tune --out` has its own rule). `may_replace`:
+    suffixes this output may replace after all (an export its older export)."""
+    target = check_target(path)
+    kind = _input_kind(target, inputs, may_replace)
+    if kind is not None:
+        raise OutputFileError(f"not replacing {path}: it is {kind}, not an output of this command; choose another path")
+    return target
+
+
+def _input_kind(target: Path, inputs: tuple[Path, ...], may_replace: tuple[str, ...]) -> str | None:
+    if not target.exists():
+        return None
+    if any(Path(os.path.realpath(p)) == target for p in inputs):
+        return "one of this command's inputs"
+    try:
+        with target.open("rb") as stream:
+            head = stream.read(len(SQLITE_HEADER))
+    except OSError:
+        return None
+    if head == SQLITE_HEADER:
+        return "an SQLite database"
+    name = target.name.lower()
+    if name.endswith(may_replace):
+        return None
+    if name.endswith(".acf.toml"):
+        return "an ACF"
+    suffix = next((s for s in INPUT_SUFFIXES if name.endswith(s)), None)
+    return f"a {suffix} file" if suffix is not None else None
+
+
 def not_regular(path: Path) -> str | None:
     """What an existing `path` is when it is not a regular file ("a named pipe", "a directory"...),
     from stat alone: it is never opened, so a named pipe cannot block the reader. None for a

@@ -193,6 +193,9 @@ class StaticEvaluator:
         entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
         if not entries:
             return Evaluation(None, f"{NO_ENTRY} {list(self._kernel.entries)}; found: {_kernels(build)}", {})
+        if stray_entry := next((name for name in self._kernel.entries if not _built(name, build)), None):
+            # one typo among several names would leave that kernel unscored, unnoticed
+            return Evaluation(None, f"tune.toml entries {stray_entry!r} {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
         if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
             # a typo there would leave its kernel scored at the default launch, unnoticed
             return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})

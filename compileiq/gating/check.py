@@ -36,6 +36,7 @@ from compileiq.gating.rules import (
     Recorded,
     Severity,
     Timing,
+    baseline_evidence_hits,
     compare_timing,
     default_hits,
     describe,
@@ -173,6 +174,21 @@ def recorded_of(acf: acf_file.Acf) -> Recorded:
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
 
 
+def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
+    """The ACF's [evidence.baseline] as the `evidence` rule reads it; None where it lacks a number
+    (an older ACF): the best's evidence is still checked."""
+    base = acf.evidence.get("baseline")
+    if not isinstance(base, dict):
+        return None
+    try:
+        instructions = int(base["instructions"]) if "instructions" in base else None
+        return Recorded(int(base["spill_bytes"]), int(base["registers"]), float(base["occupancy"]),
+                        str(base["code_hash"]), acf.source_sha256, acf.toolchain_build, None,
+                        str(acf.data["kernel"].get("settings_sha256", "")), instructions)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 # --- measuring ----------------------------------------------------------------------------------
 
 
@@ -201,7 +217,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
     built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
     name = f"your build as shipped ({acf.shipped.origin})" if shipped and acf.shipped else "the compiler defaults"
-    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas)
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
 
 
 def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],
@@ -307,7 +323,8 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     measured = rebuild(target, toolchain, bundle)
     hits = static_hits(recorded, measured, retune_command(target, measured))
     defaults = rebuild_defaults(target, toolchain, bundle, measured)
-    hits += default_hits(measured, defaults)
+    hits += default_hits(measured, defaults, timed=timing is not None)
+    hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
         tell = progress or (lambda _: None)

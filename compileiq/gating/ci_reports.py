@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from compileiq.core.output_file import check_target
+from compileiq.core.output_file import check_report_target
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
 from compileiq.gating.rules import Finding, Measured, Severity, Timing, describe
 
@@ -171,8 +171,9 @@ def _timing_json(timing: Timing) -> dict[str, Any]:
     return found
 
 
-def write(path: Path, text: str) -> None:
-    """OSError, or OutputFileError for a path that is no regular file (a named pipe would block)."""
-    check_target(path)
+def write(path: Path, text: str, inputs: tuple[Path, ...] = ()) -> None:
+    """OSError, or OutputFileError for a path that is no regular file (a named pipe would block),
+    or that holds one of the gate's `inputs` (its ACFs), a database or a source."""
+    check_report_target(path, inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")

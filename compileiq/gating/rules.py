@@ -47,6 +47,9 @@ RULES = (
     Rule("evidence", Severity.ERROR, "the same machine code as recorded gives other numbers than the ACF records "
          "(spills, registers, instructions; occupancy when the launch settings are unchanged): its evidence was "
          "edited"),
+    Rule("runtime-claim", Severity.WARN, "a static gate passes a departure from the defaults (a lower ptxas "
+         "optimisation level, more spills, lower occupancy) on the ACF's recorded runtime gain alone, which only "
+         "`gate --device` can check"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
     Rule("stale-settings", Severity.WARN, "the kernel's tune.toml settings (launch facts, macros, base flags, "
          "tolerances) differ from those it was tuned with"),
@@ -114,6 +117,7 @@ class Defaults:
     name: str = "the compiler defaults"  # what the baseline is, for the finding's text
     frontend_args: tuple[str, ...] = ()  # how the baseline is built (a timed gate builds it again)
     ptxas_args: tuple[str, ...] = ()
+    build: Measured | None = None  # the baseline's rebuild, held to the ACF's [evidence.baseline]
 
 
 @dataclass(frozen=True)
@@ -196,11 +200,13 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     return [(name, a, b) for name, a, b in pairs if a != b]
 
 
-def default_hits(m: Measured, d: Defaults) -> list[Hit]:
+def default_hits(m: Measured, d: Defaults, timed: bool = False) -> list[Hit]:
     """`worse-than-default`: the ACF build against the defaults' build. A recorded runtime gain
     justifies anything; lower occupancy is also justified by fewer spill bytes (the trade the
-    `spills` and `occupancy` objectives make); a lower optimisation level by nothing else."""
-    if m.failure is not None or d.failure is not None or d.runtime_gain is not None:
+    `spills` and `occupancy` objectives make); a lower optimisation level by nothing else. A gate
+    that does not time (`timed` False) cannot check the recorded gain, an untrusted number: what
+    it would justify is then named (`runtime-claim`)."""
+    if m.failure is not None or d.failure is not None:
         return []
     rule, unjustified = "worse-than-default", "with no recorded runtime gain"
     found: list[Hit] = []
@@ -215,7 +221,27 @@ def default_hits(m: Measured, d: Defaults) -> list[Hit]:
         lowered = ", ".join(d.lowered)
         found.append(Hit(rule, "defaults' optimisation", lowered,
                          f"lowers ptxas optimisation vs {d.name} ({lowered}) {unjustified}"))
-    return found
+    if d.runtime_gain is None or not found:
+        return found
+    if timed:  # the timing rules check the gain itself
+        return []
+    departures = "; ".join(hit.message.removesuffix(f" {unjustified}").split(" with no ")[0] for hit in found)
+    return [Hit("runtime-claim", d.runtime_gain, "not timed here",
+                f"{departures}: justified only by the ACF's recorded {d.runtime_gain}, which a gate without a GPU "
+                "cannot check (an ACF is untrusted): `compileiq gate --device` times it")]
+
+
+def baseline_evidence_hits(recorded: Recorded | None, d: Defaults) -> list[Hit]:
+    """`evidence` for the ACF's [evidence.baseline]: the baseline's rebuild, where it is the same
+    machine code as recorded, must give the recorded numbers (an edited baseline forges the gain)."""
+    built = d.build
+    if recorded is None or built is None or built.failure is not None or built.code_hash != recorded.code_hash:
+        return []
+    if not (differ := _not_its_code(recorded, built)):
+        return []
+    was, now = ", ".join(f"{n} {a}" for n, a, _ in differ), ", ".join(f"{n} {b}" for n, _, b in differ)
+    return [Hit("evidence", was, now, f"the ACF records {was} for the baseline's machine code, which gives {now} "
+                f"(the same code, {recorded.code_hash[:12]}): its evidence was edited; re-tune or restore it")]
 
 
 def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import check_target
+from compileiq.core.output_file import check_report_target
 from compileiq.report.markdown import markdown
 from compileiq.report.page import build, html_page
 from compileiq.store import Store
@@ -30,7 +30,7 @@ def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = No
 
 
 def write_file(path: Path, content: str) -> Path:
-    check_target(path)  # a named pipe would block the write, a device swallow it
+    check_report_target(path)  # a named pipe would block the write, a device swallow it; never an ACF or a database
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")

@@ -148,7 +148,8 @@ def _explain(study: Study, trials: tuple[Trial, ...], pick: str, runs: tuple[Run
 
 def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str) -> Explanation:
     """The tuner's choice for several objectives: the pick on the front of the trials that may win,
-    simplified to the same machine code; no ablation path (a trade-off has no single gain)."""
+    simplified (static: to no objective worse; with `time`: to the same machine code); no ablation
+    path (a trade-off has no single gain)."""
     if baseline.state is not TrialState.COMPLETE:
         return Explanation(study, trials, baseline, None, None, None)
     objectives = multi_objective.objectives_of(study.key.objective)
@@ -157,8 +158,8 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
                                     "time" in objectives)
     winner = chosen = choice.chosen
     if winner.config_key != baseline.config_key:
-        chosen = simplify(winner, recorded_space(baseline), recorded(trials), True,
-                          allowed=lambda t: refuse(t) is None).chosen
+        chosen = simplify(winner, recorded_space(baseline), recorded(trials), "time" in objectives,
+                          allowed=lambda t: refuse(t) is None, no_worse=multi_objective.no_worse(objectives)).chosen
     return Explanation(study, trials, baseline, winner, chosen, None, choice.front)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,8 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
     if fmt == "bazel":  # rules_cuda sets the architecture itself (--@rules_cuda//cuda:archs)
         return bazel_library(acf, stage, with_base)
     flags = unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))
-    if fmt == "args":
-        return shlex.join(flags)
+    if fmt == "args":  # read as `nvcc $(compileiq flags ...)`: a shell splits and expands, never unquotes
+        return " ".join(_plain(acf, token) for token in flags)
     if fmt == "optf":
         return "".join(f"{_plain(acf, token)}\n" for token in flags)
     return json.dumps(document(acf, stage, with_arch, with_base), indent=2) + "\n"
@@ -129,9 +128,10 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
 
 
 def _plain(acf: Acf, token: str) -> str:
-    """A flag that needs no quoting anywhere (a validated ACF only has these)."""
+    """A flag that needs no quoting anywhere: one word wherever a shell or a build file reads it."""
     if not _PLAIN_TOKEN.fullmatch(token):
-        raise AcfError(f"{acf.path}: flag {token!r} cannot be written unquoted")
+        raise AcfError(f"{acf.path}: flag {token!r} cannot be written as one plain word (only letters, digits and "
+                       "_ = . + : / - are; a shell would split, expand or read the rest): --format json lists it")
     return token
 
 

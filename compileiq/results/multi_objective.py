@@ -66,6 +66,15 @@ class Choice:
     refused: tuple[Trial, ...]  # complete trials left off by the no-harm rules
 
 
+def no_worse(objectives: Sequence[str]) -> Callable[[Trial, Trial], bool]:
+    """(result, winner) -> whether the result is no worse than the winner on every objective: a
+    static trade-off's simplification drops a setting that changes the code but none of the values."""
+    def each(trial: Trial, reference: Trial) -> bool:
+        mine, theirs = values_of(trial, objectives), values_of(reference, objectives)
+        return mine is not None and theirs is not None and all(a <= b for a, b in zip(mine, theirs, strict=True))
+    return each
+
+
 def choose(trials: Sequence[Trial], baseline: Trial, objectives: Sequence[str], rule: str, refuse: Refusal,
            runtime: bool) -> Choice:
     """The front of the trials that may win and the trial the pick rule chooses on it."""

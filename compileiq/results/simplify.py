@@ -17,6 +17,12 @@ from compileiq.core.space import Config, Parameter, SearchSpace, Stage, Value
 
 Evaluate = Callable[[Sequence[Config]], list[Trial]]
 Allowed = Callable[[Trial], bool]
+NoWorse = Callable[[Trial, Trial], bool]  # (result, the winner): whether the result's objective is no worse
+
+
+def lower_or_equal_value(trial: Trial, reference: Trial) -> bool:
+    """One objective: the recorded value is no higher (lower is better)."""
+    return trial.value is not None and reference.value is not None and trial.value <= reference.value
 
 
 @dataclass(frozen=True)
@@ -34,21 +40,23 @@ def non_default(config: Config, space: SearchSpace) -> list[str]:
 
 
 def simplify(winner: Trial, space: SearchSpace, evaluate: Evaluate, exact: bool = False,
-             allowed: Allowed = lambda trial: True) -> Simplification:
+             allowed: Allowed = lambda trial: True, no_worse: NoWorse = lower_or_equal_value) -> Simplification:
     """`exact`: keep a drop only for identical machine code (for noisy objectives like runtime);
-    `allowed`: whether a result may win at all (a drop to one that may not is never kept)."""
+    `allowed`: whether a result may win at all (a drop to one that may not is never kept);
+    `no_worse`: otherwise, whether a result's objective is no worse than the winner's (several
+    objectives: each of them)."""
     current = winner
     while changed := non_default(Config.of(current.config), space):
         base = Config.of(current.config)
         singles = {name: _reset(base, space, [name]) for name in changed}
         results = {t.config_key: t for t in evaluate(list(singles.values()))}
-        droppable = [n for n, c in singles.items() if _as_good(results.get(c.key), winner, exact, allowed)]
+        droppable = [n for n, c in singles.items() if _as_good(results.get(c.key), winner, exact, allowed, no_worse)]
         if not droppable:
             break
         combined = _reset(base, space, droppable)
         found = {t.config_key: t for t in evaluate([combined])}
         both = found.get(combined.key)
-        current = both if both is not None and _as_good(both, winner, exact, allowed) else results[singles[droppable[0]].key]
+        current = both if both is not None and _as_good(both, winner, exact, allowed, no_worse) else results[singles[droppable[0]].key]
     kept = tuple(non_default(Config.of(current.config), space))
     dropped = tuple(n for n in non_default(Config.of(winner.config), space) if n not in kept)
     return Simplification(winner, current, dropped, kept)
@@ -70,9 +78,9 @@ def _reset(config: Config, space: SearchSpace, names: Sequence[str]) -> Config:
     return config.with_values({name: space.parameter(name).default for name in names})
 
 
-def _as_good(trial: Trial | None, reference: Trial, exact: bool, allowed: Allowed) -> bool:
+def _as_good(trial: Trial | None, reference: Trial, exact: bool, allowed: Allowed, no_worse: NoWorse) -> bool:
     if trial is None or trial.state is not TrialState.COMPLETE or trial.value is None or not allowed(trial):
         return False
     if trial.code_hash is not None and trial.code_hash == reference.code_hash:
         return True
-    return not exact and reference.value is not None and trial.value <= reference.value
+    return not exact and no_worse(trial, reference)

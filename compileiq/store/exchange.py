@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import write_atomically
+from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.core.records import (
     BuildRecord,
     ImportSummary,
@@ -88,6 +88,7 @@ def write(path: Path, export: StudyExport) -> None:
         sys.stdout.buffer.write(data + b"\n")
         sys.stdout.flush()
         return
+    check_report_target(path, may_replace=(".json", ".json.gz"))  # an older export, never the database itself
     write_atomically(path, gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 

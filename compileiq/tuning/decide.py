@@ -4,13 +4,14 @@ One objective: the search's winner, simplified (each setting that made no differ
 the baseline's value), replayed through `explain` for a static objective (so a view and the ACF
 can never differ), confirmed against the baseline for a runtime one, then ablated (each setting's
 share of the gain). Several objectives: the pick on the front of the trials that may win,
-simplified to the same machine code; neither confirmation nor ablation applies to a trade-off.
+simplified (static: a setting goes when no objective gets worse; with `time`: when the machine
+code stays the same); neither confirmation nor ablation applies to a trade-off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
@@ -21,10 +22,11 @@ from compileiq.results.ablation import Ablation, ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import explain
 from compileiq.results.pareto import Front
-from compileiq.results.simplify import Simplification, simplify
+from compileiq.results.simplify import Simplification, lower_or_equal_value, simplify
 
 Evaluate = Callable[[Sequence[Config], str], list[Trial]]  # configs, purpose -> finished trials
 Confirm = Callable[[Sequence[Trial], Trial, int, Callable[[str], None]], Confirmation]
+MAX_PASSES = 3  # a static decision is made again when its own builds change the replayed winner
 
 
 @dataclass(frozen=True)
@@ -64,14 +66,39 @@ class Decider:
         return self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
 
     def _simplified(self, winner: Trial, exact: bool) -> Simplification:
+        no_worse = multi_objective.no_worse(self.objectives) if len(self.objectives) > 1 else lower_or_equal_value
         return simplify(winner, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), exact,
-                        allowed=lambda t: self.refusal(t) is None)
+                        allowed=lambda t: self.refusal(t) is None, no_worse=no_worse)
 
     def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         if self._shrinks_candidates:  # first: a candidate's code may need no refused setting (a stand-in)
             self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal), baseline)
             trials = self.recorded()
         winner = eligibility.search_winner(trials, baseline, self.refusal)
+        for _ in range(MAX_PASSES):
+            decision = self._single_pass(baseline, winner)
+            if not self.static:
+                return decision
+            replayed = explain(self.study, decision.trials, self.pick)
+            if replayed.chosen is None or replayed.winner is None or replayed.chosen.number == decision.chosen.number:
+                return decision
+            # What this pass built gave a refused search result its stand-in (the same code, settings
+            # that may win): the winner every view replays is now that one, so decide from it.
+            self.note(f"trial #{replayed.winner.number}, built to decide, stands in for a refused search result "
+                      "(the same machine code, settings that may win): deciding again from it")
+            winner = replayed.winner
+        return self._as_replayed(decision, replayed.chosen, baseline)
+
+    def _as_replayed(self, decision: Decision, chosen: Trial | None, baseline: Trial) -> Decision:
+        """Passes ran out: the choice is the one every view replays, its ablation from what is recorded."""
+        if chosen is None or chosen.number == decision.chosen.number:
+            return decision
+        ablation = ablation_path(baseline, chosen, ablation_recorded(decision.trials)) if self.ablate else None
+        return replace(decision, chosen=chosen, ablation=ablation)
+
+    def _single_pass(self, baseline: Trial, winner: Trial) -> Decision:
+        """From the search's winner to the choice: verified, simplified, replayed (static),
+        confirmed (runtime), ablated; then the candidates to time shrunk."""
         self._verified(winner, baseline)
         simplification = None
         if self.simplify and winner is not baseline and self.out_of_time:
@@ -115,7 +142,7 @@ class Decider:
         self._verified(winner, baseline)
         simplification = None
         if self.simplify and winner is not baseline and not self.out_of_time:
-            simplification = self._simplified(winner, exact=True)
+            simplification = self._simplified(winner, exact=runtime)  # static: no objective worse
         final = self.recorded()
         chosen = self._decided(simplification.chosen if simplification else winner, final)
         if self.verify is not None:

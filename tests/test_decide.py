@@ -1,0 +1,89 @@
+"""The end of a run (`tuning.decide`) against a fake compiler: the choice the ACF records is the one
+every view replays from the recorded trials (`results.explain`), whatever the decision's own builds
+add to the study. The compiler is faked (a rule from settings to machine code); the logic is real."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from compileiq.core.records import SEARCH, Study, StudyKey, Trial, TrialState
+from compileiq.core.space import Config
+from compileiq.evaluate import eligibility
+from compileiq.results.explain import explain
+from compileiq.results.simplify import baseline_space
+from compileiq.tuning.decide import Decider
+
+BASE = {"define.W": 6, "nvcc.a": False, "ptxas.b": False, "ptxas.c": False, "ptxas.opt_level": 3}
+
+
+class FakeStudy:
+    """Trials recorded in order; a config built twice is the same trial. The machine code depends on
+    the macro and the three flags, not on `ptxas.opt_level` (a lower level that changed nothing);
+    W=4 removes the baseline's occupancy shortfall (value 62 -> 0)."""
+
+    def __init__(self, objective: str = "static") -> None:
+        self.trials: list[Trial] = []
+        self.study = Study(1, "fake", StudyKey("k", "0", "nvcc-13.0", "0", "nvcc 13.0", "sm_90", "static", objective),
+                           datetime.now(timezone.utc))
+
+    def build(self, configs: Sequence[Config], purpose: str) -> list[Trial]:
+        return [self._trial(config.as_dict(), purpose) for config in configs]
+
+    def _trial(self, config: dict[str, Any], purpose: str) -> Trial:
+        key = Config.of(config).key
+        if (found := next((t for t in self.trials if t.config_key == key), None)) is not None:
+            return found
+        code = repr(sorted((k, v) for k, v in config.items() if k != "ptxas.opt_level"))
+        occupancy = 1.0 if config["define.W"] == 4 else 0.938
+        trial = Trial(len(self.trials) + 1, 1, len(self.trials), key, dict(config), TrialState.COMPLETE,
+                      0.0 if occupancy == 1.0 else 62.0, None, False,
+                      {"spill_bytes": 0, "occupancy": occupancy, "registers": 24, "instructions": 300, "stack_bytes": 0}, code, 0.1,
+                      datetime.now(timezone.utc), datetime.now(timezone.utc), "w", purpose)
+        self.trials.append(trial)
+        return trial
+
+
+def _decider(fake: FakeStudy, baseline: Trial) -> Decider:
+    return Decider(fake.study, "static", ("static",), "knee", True, True, True, 0, False, baseline_space(BASE),
+                   fake.build, lambda: tuple(fake.trials), eligibility.study_refusal(baseline, "static", True),
+                   None, lambda line: None, None)
+
+
+def test_a_stand_in_made_by_the_simplification_does_not_split_the_acf_from_the_views() -> None:
+    """The search's winner sets W=4 and three flags that change nothing; a search result with the
+    same macro and two of the flags is refused for its lower -O alone. Simplifying the winner builds
+    that result's code without the lower -O: a stand-in with fewer settings, which every view then
+    takes as the winner. The ACF used to hold the stand-in unsimplified (three no-gain flags) while
+    the run printed that they went back to the default, and the views chose yet another trial."""
+    fake = FakeStudy()
+    baseline = fake.build([Config.of(BASE)], SEARCH)[0]
+    fake.build([Config.of(BASE | {"define.W": 4, "nvcc.a": True, "ptxas.b": True, "ptxas.c": True}),
+                Config.of(BASE | {"define.W": 4, "nvcc.a": True, "ptxas.c": True, "ptxas.opt_level": 2})], SEARCH)
+
+    decision = _decider(fake, baseline).decide(baseline, tuple(fake.trials))
+
+    replayed = explain(fake.study, decision.trials)
+    assert replayed.chosen is not None and replayed.chosen.number == decision.chosen.number
+    assert {k: v for k, v in decision.chosen.config.items() if BASE[k] != v} == {"define.W": 4}
+    assert decision.simplification is not None and decision.simplification.chosen.number == decision.chosen.number
+    assert decision.ablation is not None and decision.ablation.steps[-1].trial == decision.chosen.number
+
+
+def test_a_static_trade_off_drops_a_setting_that_changes_the_code_but_no_objective() -> None:
+    """Several static objectives: a flag that changes the machine code (a cache hint) but none of
+    the objectives' values goes back to its default, as one objective's would; it used to stay
+    because the front's simplification kept only drops with identical code."""
+    fake = FakeStudy("spills,occupancy")
+    baseline = fake.build([Config.of(BASE)], SEARCH)[0]
+    fake.build([Config.of(BASE | {"define.W": 4, "ptxas.b": True})], SEARCH)
+    decider = Decider(fake.study, "spills,occupancy", ("spills", "occupancy"), "knee", True, True, False, 0, False,
+                      baseline_space(BASE), fake.build, lambda: tuple(fake.trials),
+                      eligibility.study_refusal(baseline, "spills,occupancy", True), None, lambda line: None, None)
+
+    decision = decider.decide(baseline, tuple(fake.trials))
+
+    assert {k: v for k, v in decision.chosen.config.items() if BASE[k] != v} == {"define.W": 4}
+    replayed = explain(fake.study, decision.trials)
+    assert replayed.chosen is not None and replayed.chosen.number == decision.chosen.number
