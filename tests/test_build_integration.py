@@ -282,6 +282,30 @@ def test_bad_format_options_are_one_line_errors(made_acf: Path, options: list[st
     assert done.returncode == 2 and done.stderr_lines == [f"error: {says}"], done.describe()
 
 
+@pytest.mark.parametrize(("define", "says"), [
+    ("-DX=1.o -ccbin=/tmp/evilcc -DY=2", "contains ' '"),  # read as three words by nvcc $(compileiq flags ...)
+    ("-DN=(1<<10)", "cannot be written as one plain word"),  # `(` would reach nvcc inside quotes, or a shell bare
+])
+def test_args_never_prints_a_flag_a_shell_would_split_or_quote(tmp_path: Path, define: str, says: str) -> None:
+    """The documented `nvcc $(compileiq flags k.acf.toml)`: the shell splits the output at spaces and
+    never removes quotes. A -D value with a space (from tune.toml, a compile command or a hand-edited
+    ACF) used to come out quoted, and the split made its second word an option of the input's choosing
+    (-ccbin ran a program); now such a value is refused on reading, and any other flag that needs
+    quoting is refused by `args`, never printed quoted."""
+    space = load_space("13.0")
+    content = acf.AcfContent(
+        kernel="k", source_name="k.cu", source_path="k.cu", source_sha256="ab" * 32, arch="sm_90",
+        nvcc_version="13.0", ptxas_version="13.0", toolchain_build="cuda_13.0", space=space,
+        config=space.default_config(), fixed_defines=("-DN=4096",), objective={"name": "spills"},
+        evidence={"best": {"spill_bytes": 0, "registers": 64}}, provenance={},
+    )  # fmt: skip
+    path = acf.write(tmp_path / "k.acf.toml", content)
+    path.write_text(path.read_text().replace('"-DN=4096"', f'"{define}"'))
+    done = run_cli(["flags", path.name, "--all"], cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1 and says in done.stderr_lines[0], done.describe()
+    assert done.stdout == ""
+
+
 def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf: Path) -> None:
     data = tomllib.loads(made_acf.read_text())
     data["args"]["argv"].append("-Xcompiler=-fPIC")

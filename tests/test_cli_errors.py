@@ -68,6 +68,15 @@ CASES: dict[str, Case] = {
     # tune.toml
     "toml-syntax": Case(f"{T} {{ws}}/syntax/reduction.cu", 2, ("tune.toml", "malformed TOML")),
     "toml-unknown-key": Case(f"{T} {{ws}}/unknown/reduction.cu", 2, ("tune.toml", "colour", "unknown key")),
+    "toml-define-space": Case(  # a space split the flag where a build runs nvcc $(compileiq flags ...)
+        f"{T} {{ws}}/definespace/reduction.cu", 2, ("tune.toml", "contains ' '"),
+    ),
+    "toml-macro-newline": Case(  # the reason used to be cut at the key's newline
+        f"{T} {{ws}}/macronewline/reduction.cu", 2, ("tune.toml: defines.A\\x0aB: ", "not a valid macro name"),
+    ),
+    "toml-flag-and-tuned-macro": Case(  # nvcc_flags' -DBLOCK=64 beside a tuned BLOCK: which one won was nvcc's
+        f"{T} {{ws}}/flagmacro/reduction.cu", 2, ("tune.toml: tune.defines.BLOCK: also set by nvcc_flags",),
+    ),
     "toml-wrong-type": Case(f"{T} {{ws}}/wrongtype/reduction.cu", 2, ("tune.toml", "block_size")),
     "toml-launch-typo": Case(  # a [launch.NAME] that names no kernel: its kernel would be scored at the default launch
         f"{T} {{ws}}/launchtypo/reduction.cu --budget 2", 2, ("reduction.cu", "[launch.reduce_summ]", "found: reduce_sum"),
@@ -164,6 +173,9 @@ def _write_inputs(ws: Path) -> None:
     _copy_kernel(ws, "syntax", 'arch = "sm_90\n')
     _copy_kernel(ws, "unknown", 'colour = "blue"\n')
     _copy_kernel(ws, "wrongtype", "block_size = true\n")
+    _copy_kernel(ws, "flagmacro", 'nvcc_flags = ["-DBLOCK=64"]\n[tune.defines]\nBLOCK = [256, 128]\n')
+    _copy_kernel(ws, "macronewline", '[defines]\n"A\\nB" = 1\n')
+    _copy_kernel(ws, "definespace", '[defines]\nX = "1.o -ccbin=/tmp/evilcc -DY=2"\n')
     harness = json.dumps(str(REPO / "compileiq" / "include"))
     _copy_kernel(ws, "launchtypo", f'include_dirs = [{harness}]\n[launch.reduce_summ]\nblock_size = 128\n')
     (ws / "entrytypo").mkdir()  # Rodinia's hotspot (tests/corpus_harm), a C++ kernel with a host main

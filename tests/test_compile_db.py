@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from compileiq.core.errors import CompileIQError
 from compileiq.core.space_files import load_space
 from compileiq.source.compile_db import CompileDbError, read_command
+from compileiq.source.kernel import load_spec, with_base_flags
 
 SPACE = load_space("13.0")
 
@@ -82,6 +84,28 @@ def test_an_options_file_that_is_not_one_is_refused_without_echoing_it(tmp_path:
     assert "s3cret" not in str(raised.value) and "root:" not in str(raised.value)
     assert str(raised.value).endswith(f"--options-file {secret} is not a file of nvcc options (argument 1 is "
                                       "neither an option nor an option's value; not shown)")
+
+
+@pytest.mark.parametrize("flag", ["-Xcompiler=-O2\nfake line", "-DX=1\x1b[31m"])
+def test_a_control_character_in_an_argument_is_refused_when_read(tmp_path: Path, flag: str) -> None:
+    """It used to pass, run the whole search and stop at the end: the ACF could not record it."""
+    source = tmp_path / "k.cu"
+    db = _database(tmp_path, [{"directory": str(tmp_path), "arguments": ["nvcc", "-c", "k.cu", flag],
+                               "file": str(source)}])
+    with pytest.raises(CompileDbError, match=r"the command for k.cu: argument .* holds a control character") as raised:
+        read_command(db, source, SPACE)
+    assert "\n" not in str(raised.value) and "\x1b" not in str(raised.value)
+
+
+def test_a_define_with_a_space_is_refused_when_read(tmp_path: Path) -> None:
+    """'-DX=1.o -ccbin=evil -DY=2' as one argument: `nvcc $(compileiq flags ...)` would split it."""
+    source = tmp_path / "k.cu"
+    db = _database(tmp_path, [{"directory": str(tmp_path), "file": str(source),
+                               "arguments": ["nvcc", "-c", "k.cu", "-DX=1.o -ccbin=/tmp/evil -DY=2"]}])
+    source.write_text("__global__ void k(float* x) { x[0] = 1; }\n")
+    found = read_command(db, source, SPACE)
+    with pytest.raises(CompileIQError, match="contains ' '"):
+        with_base_flags(load_spec(source), found.base_flags, str(db))
 
 
 def test_the_entry_of_the_requested_file_is_chosen(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ add to the study. The compiler is faked (a rule from settings to machine code); 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from compileiq.core.records import SEARCH, Study, StudyKey, Trial, TrialState
@@ -26,7 +26,7 @@ class FakeStudy:
     def __init__(self, objective: str = "static") -> None:
         self.trials: list[Trial] = []
         self.study = Study(1, "fake", StudyKey("k", "0", "nvcc-13.0", "0", "nvcc 13.0", "sm_90", "static", objective),
-                           datetime.now(timezone.utc))
+                           datetime.now(UTC))
 
     def build(self, configs: Sequence[Config], purpose: str) -> list[Trial]:
         return [self._trial(config.as_dict(), purpose) for config in configs]
@@ -40,7 +40,7 @@ class FakeStudy:
         trial = Trial(len(self.trials) + 1, 1, len(self.trials), key, dict(config), TrialState.COMPLETE,
                       0.0 if occupancy == 1.0 else 62.0, None, False,
                       {"spill_bytes": 0, "occupancy": occupancy, "registers": 24, "instructions": 300, "stack_bytes": 0}, code, 0.1,
-                      datetime.now(timezone.utc), datetime.now(timezone.utc), "w", purpose)
+                      datetime.now(UTC), datetime.now(UTC), "w", purpose)
         self.trials.append(trial)
         return trial
 

@@ -22,6 +22,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
+from compileiq.core.text import printable
 from compileiq.source import shipped
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
@@ -113,6 +114,9 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
     where = f"{database}: the command for {source.name}"
     args = _expand_options_files(argv[1:], directory, where)
+    if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
+        raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
+                             "(a newline, an escape): no compiler option does")
     kept, stripped, arch = _split(args, directory, source, _tuned_flags(space))
     try:
         settings, fixed = _shipped(stripped, space, where)

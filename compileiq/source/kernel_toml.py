@@ -12,6 +12,7 @@ from typing import Any
 
 from compileiq.core.defines import macro_problem
 from compileiq.core.output_file import not_regular
+from compileiq.core.text import printable
 from compileiq.source import arch as gpu_arch
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH, DEFAULT_ARCH
@@ -67,7 +68,8 @@ class _Parser:
         self.path, self.raw, self.source, self.text = path, raw, source, text
 
     def fail(self, key: str, problem: str) -> KernelError:
-        return KernelError(f"{self.path}: {key}: {problem}")
+        """One line: a key from the file (a macro named "A\\nB") shown with its control characters escaped."""
+        return KernelError(f"{self.path}: {printable(key)}: {problem}")
 
     def spec(self, arch: str | None) -> KernelSpec:
         if set(self.raw) - _TOP_KEYS:
@@ -76,6 +78,9 @@ class _Parser:
         if both := set(dict(defines)) & set(dict(tuned)):
             raise self.fail(f"tune.defines.{min(both)}", "also set in [defines]")
         flags = self.nvcc_flags()
+        set_by_flags = {f[2:].partition("=")[0] for f in flags.flags if f.startswith(("-D", "-U"))}
+        if both := set_by_flags & set(dict(tuned)):  # its -D would fight the tuned value's, one build in two
+            raise self.fail(f"tune.defines.{min(both)}", "also set by nvcc_flags (-D or -U)")
         return KernelSpec(
             name=self.source.stem,
             source=self.source,
