@@ -151,6 +151,14 @@ def _check_range(option: str, value: int, low: int, high: int) -> None:
         raise UsageError(f"{option} must be at most {high}, got {value}")
 
 
+def narrowed(options: TuneOptions) -> dict[str, Any]:
+    """The options that made the space other than the default one, as the ACF records them for a
+    re-tune: --only, --exclude, --allow-numerics, --allow-semantics (only those given)."""
+    given = {"only": list(options.only), "exclude": list(options.exclude),
+             "allow_numerics": options.allow_numerics, "allow_semantics": options.allow_semantics}
+    return {key: value for key, value in given.items() if value}
+
+
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
     """The installed compiler's space narrowed by the options; the kernel's macros are always
     searched unless --only or --exclude names them (``define.NAME``)."""
@@ -310,7 +318,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
-        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle)
+        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
+                                       narrowed(options))
         acf.write(path, content, options.force)
     finally:
         store.close()

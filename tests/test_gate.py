@@ -173,6 +173,8 @@ def test_the_retune_line_pasted_retunes_the_acf_in_place(spilling, tuned):
     params = _tune_params(argv)
     assert (str(params["kernel"]), str(params["out_file"])) == ("k/fir.cu", "k/fir.acf.toml"), argv
     assert params["study"] is None and params["force"] and params["db"] == f"sqlite:///{tuned / 't.db'}", argv
+    # the space the ACF was tuned in (--only), not the whole default space: the line used to drop it
+    assert params["only"] == "ptxas.maxrregcount,ptxas.override_directive_values,ptxas.opt_level", argv
     before = (spilling / ACF).read_text()
     done = run_cli([*argv[1:], "--budget", "3", "--workers", "local", "--only", "ptxas.opt_level"], cwd=spilling)
     assert done.returncode == 0, done.describe()
@@ -442,3 +444,14 @@ def test_an_instructions_acf_is_held_to_its_instruction_count(tmp_path):
     assert result.returncode == 1, result.describe()
     rules = {f["rule"] for f in json.loads(result.stdout)["acfs"][0]["findings"]}
     assert {"instructions", "evidence"} <= rules, rules
+
+
+def test_the_retune_line_repeats_only_parameter_names_an_acf_records():
+    """`provenance.searched` is untrusted: names that are not parameters are never printed."""
+    from compileiq.gating.check import retune_space
+
+    assert retune_space({"only": ["ptxas.opt_level", "define.BLOCK"], "allow_numerics": True}) == [
+        "--only", "ptxas.opt_level,define.BLOCK", "--allow-numerics"]
+    assert retune_space({"only": ["ptxas.opt_level", "x; touch pwned"], "exclude": "nvcc.lineinfo",
+                         "allow_semantics": "yes"}) == []
+    assert retune_space("--run") == []

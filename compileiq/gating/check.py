@@ -258,9 +258,29 @@ def retune_command(target: Target, measured: Measured) -> str:
     budget = acf.provenance.get("budget")
     budgeted = ["--budget", str(budget)] if type(budget) is int and 0 < budget <= MAX_BUDGET else []
     head = shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted, *db])
+                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
+                       *retune_space(acf.provenance.get("searched")), *db])
     tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
     return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
+
+
+_PARAMETER_NAME = re.compile(r"(?:nvcc|ptxas|define)\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def retune_space(searched: object) -> list[str]:
+    """--only/--exclude/--allow-* as the ACF's `provenance.searched` records them, so that a
+    re-tune searches the space the tuning did (not the whole default space, another study).
+    Untrusted: only parameter names and true flags are repeated; anything else is left out."""
+    if not isinstance(searched, dict):
+        return []
+    args: list[str] = []
+    for key in ("only", "exclude"):
+        names = searched.get(key)
+        if isinstance(names, list) and 0 < len(names) <= 256 and all(
+                isinstance(n, str) and _PARAMETER_NAME.fullmatch(n) for n in names):
+            args += [f"--{key}", ",".join(names)]
+    return args + [f"--{key.replace('_', '-')}" for key in ("allow_numerics", "allow_semantics")
+                   if searched.get(key) is True]
 
 
 def shipped_from(target: Target) -> tuple[str, ...]:

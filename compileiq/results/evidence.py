@@ -32,9 +32,11 @@ EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack
 
 
 def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
-                acf_path: Path, bundle: SourceBundle) -> AcfContent:
+                acf_path: Path, bundle: SourceBundle, narrowed: Mapping[str, Any] | None = None) -> AcfContent:
     """`result` is a tune.TuneResult (not imported: tune pulls in skopt). The kernel's path is
-    recorded relative to the ACF's folder, so a clone of the repository elsewhere can gate it."""
+    recorded relative to the ACF's folder, so a clone of the repository elsewhere can gate it.
+    `narrowed`: how the options narrowed or widened the space (--only, --exclude, --allow-*), which
+    a re-tune repeats (`provenance.searched`)."""
     chosen = result.chosen
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     objective = objective_table(result)
@@ -59,7 +61,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         provenance={"study": result.study.name, "study_id": result.study.id, "trial": chosen.number,
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database,
-                    **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {})},
+                    **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {}),
+                    **({"searched": dict(narrowed)} if narrowed else {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
         baseline=baseline_table(spec.shipped, chosen.config, acf_path) if spec.shipped is not None else None,
         mode=mode, metric_regex=metric_regex,
