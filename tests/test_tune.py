@@ -130,6 +130,28 @@ def test_the_run_says_under_its_table_that_variants_failed(tmp_path):
     assert "compileiq show modes-instructions-" in note
 
 
+def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_path):
+    """Two kernels with their own [launch.NAME] tables, one of them a tuned macro's expression: the
+    evidence used to say `block_size = 256` (the top-level default, which scored nothing)."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "two.cu").write_text(
+        "#ifndef WARPS\n#define WARPS 6\n#endif\n"
+        "__global__ void hist(float* x) { x[threadIdx.x] += WARPS; }\n"
+        "__global__ void merge(float* x) { x[threadIdx.x] *= 2; }\n")
+    (folder / "tune.toml").write_text('[tune.defines]\nWARPS = [6, 4]\n[launch.hist]\nblock_size = "WARPS*32"\n'
+                                      "[launch.merge]\nblock_size = 128\ndynamic_smem = 1024\n")
+    report = app.tune(_options(tmp_path, folder / "two.cu", objective="instructions", strategy="exhaustive",
+                               only=("define.WARPS",), out=tmp_path / "two.acf.toml"), SilentProgress())
+    written = acf.read(report.acf_path)
+    for table in ("baseline", "best"):
+        evidence = written.evidence[table]
+        assert "block_size" not in evidence, evidence
+        warps = 6 if table == "baseline" else report.result.chosen.config["define.WARPS"]
+        assert evidence["launch_by_kernel"] == {"hist": {"block_size": warps * 32, "dynamic_smem": 0},
+                                                "merge": {"block_size": 128, "dynamic_smem": 1024}}, evidence
+
+
 def _cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k != "COMPILEIQ_DB"} | {"NO_COLOR": "1"}
     return subprocess.Popen([sys.executable, "-m", "compileiq", *args], cwd=cwd, env=env,

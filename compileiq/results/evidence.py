@@ -208,7 +208,22 @@ def evidence(trial: Trial, origin: str) -> dict[str, Any]:
     if trial.state is not TrialState.COMPLETE or not trial.code_hash:
         raise EvidenceError(f"trial #{trial.number} is {trial.state.value} without machine code; no ACF was written")
     found = {name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None}
+    if by_kernel := launch_by_kernel(trial.metrics):  # [launch.NAME] tables: one top-level block size would be wrong
+        found.pop("block_size", None)
+        found["launch_by_kernel"] = by_kernel
     return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
+
+
+def launch_by_kernel(metrics: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Each scored kernel's launch facts where tune.toml's [launch.NAME] tables gave some kernel its
+    own (a trial's `launch` metric): {kernel: {block_size, dynamic_smem}}; else empty."""
+    launch = metrics.get("launch")
+    if not isinstance(launch, dict):
+        return {}
+    found = {str(name): {"block_size": int(facts[0]), "dynamic_smem": int(facts[1])} for name, facts in launch.items()
+             if isinstance(facts, list | tuple) and len(facts) == 2 and all(type(f) is int for f in facts)}
+    shown = [readable(name) for name in found]  # as tune.toml names them; an overload by its compiled name
+    return {(s if shown.count(s) == 1 else name): facts for s, (name, facts) in zip(shown, found.items(), strict=True)}
 
 
 def source(trial: Trial, result: Any, database: str) -> str:
