@@ -206,7 +206,7 @@ def test_cmake_snippet_keeps_each_flag_one_token_and_cannot_be_injected(made_acf
     text = _flags(made_acf, "--format", "cmake")
     comment, call = text.splitlines()
     assert comment.startswith("# compileiq: kernel ") and "CUDA_ARCHITECTURES 90a" in comment
-    assert call == ('set_source_files_properties("src/my k;\\$x.cu" PROPERTIES COMPILE_OPTIONS '
+    assert call == (f'set_source_files_properties("{made_acf.parent}/src/my k;\\$x.cu" PROPERTIES COMPILE_OPTIONS '
                     '"--extra-device-vectorization;-DBK=16;-Xptxas=--maxrregcount=64;-DN=4096")')
 
 
@@ -220,7 +220,7 @@ def test_cmake_snippet_parses_in_cmake_to_the_acf_flags(made_acf: Path) -> None:
         "endfunction()\n" + snippet)
     done = _run([cmake_command(), "-P", str(script)], made_acf.parent)
     assert done.stdout.splitlines() == [
-        "-- file=src/my k;$x.cu", "-- option=--extra-device-vectorization", "-- option=-DBK=16",
+        f"-- file={made_acf.parent}/src/my k;$x.cu", "-- option=--extra-device-vectorization", "-- option=-DBK=16",
         "-- option=-Xptxas=--maxrregcount=64", "-- option=-DN=4096"]
     assert not (made_acf.parent / "pwned").exists()
 
@@ -270,6 +270,11 @@ def test_plain_flags_say_on_stderr_when_the_build_needs_the_base_flags(made_acf:
     every = run_cli(["flags", made_acf.name, "--all"], cwd=made_acf.parent)
     assert every.returncode == 0 and every.stderr == "" and "-std=c++17" in every.stdout, every.describe()
     assert run_cli(["flags", made_acf.name, "--format", "json"], cwd=made_acf.parent).stderr == ""
+    # a BUILD file beside the kernel: its include folders relative to the package, as srcs is (they
+    # came out as -I paths from wherever `flags` ran, and srcs from the kernel's folder)
+    bazel = run_cli(["flags", made_acf.name, "--all", "--format", "bazel"], cwd=made_acf.parent)
+    assert '    includes = [\n        "include",\n    ],' in bazel.stdout, bazel.describe()
+    assert '"-std=c++17",' in bazel.stdout and "-I" not in bazel.stdout
 
 
 @pytest.mark.parametrize(

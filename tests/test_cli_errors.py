@@ -77,6 +77,9 @@ CASES: dict[str, Case] = {
     "toml-flag-and-tuned-macro": Case(  # nvcc_flags' -DBLOCK=64 beside a tuned BLOCK: which one won was nvcc's
         f"{T} {{ws}}/flagmacro/reduction.cu", 2, ("tune.toml: tune.defines.BLOCK: also set by nvcc_flags",),
     ),
+    "toml-smem-expression": Case(  # it used to say only "must be an integer"
+        f"{T} {{ws}}/smemexpr/reduction.cu", 2, ("tune.toml: dynamic_smem: ", "goes in a [launch.KERNEL] table"),
+    ),
     "toml-wrong-type": Case(f"{T} {{ws}}/wrongtype/reduction.cu", 2, ("tune.toml", "block_size")),
     "toml-launch-typo": Case(  # a [launch.NAME] that names no kernel: its kernel would be scored at the default launch
         f"{T} {{ws}}/launchtypo/reduction.cu --budget 2", 2, ("reduction.cu", "[launch.reduce_summ]", "found: reduce_sum"),
@@ -174,6 +177,7 @@ def _write_inputs(ws: Path) -> None:
     _copy_kernel(ws, "unknown", 'colour = "blue"\n')
     _copy_kernel(ws, "wrongtype", "block_size = true\n")
     _copy_kernel(ws, "flagmacro", 'nvcc_flags = ["-DBLOCK=64"]\n[tune.defines]\nBLOCK = [256, 128]\n')
+    _copy_kernel(ws, "smemexpr", 'dynamic_smem = "BLOCK*sizeof(float)"\n')
     _copy_kernel(ws, "macronewline", '[defines]\n"A\\nB" = 1\n')
     _copy_kernel(ws, "definespace", '[defines]\nX = "1.o -ccbin=/tmp/evilcc -DY=2"\n')
     harness = json.dumps(str(REPO / "compileiq" / "include"))

@@ -295,3 +295,28 @@ def test_every_view_names_the_trial_the_acf_cites_and_a_rerun_keeps_it(tmp_path:
     chosen = next(t for t in again.result.trials if t.number == cited)  # every objective's value, by name
     registers, instructions = values_of(chosen, OBJECTIVES)  # type: ignore[misc]
     assert f"chosen (trial #{cited}) registers {registers:g}, instructions {instructions:g}." in page
+
+
+def test_why_gives_each_objectives_importance(capsys: pytest.CaptureFixture[str]) -> None:
+    """spills,instructions with no spill anywhere: a trial's recorded value (the first objective) is 0
+    everywhere, and `show --why` used to say that no objective value varies while instructions did."""
+    from datetime import UTC, datetime
+
+    from compileiq.cli.why import print_why
+    from compileiq.core.records import Study, StudyKey
+
+    study = Study(1, "s", StudyKey("k", "0", "nvcc-13.0", "0", "t", "sm_90", "static", "spills,instructions"),
+                  datetime.now(UTC))
+    trials = [Trial(n + 1, 1, n, f"k{n}", {"ptxas.opt_level": n % 4, "define.B": n % 3}, TrialState.COMPLETE, 0.0,
+                    None, False, {"spill_bytes": 0, "registers": 32, "occupancy": 1.0, "stack_bytes": 0,
+                                  "instructions": 300 + 40 * (n % 4)}, f"c{n}", 0.1, datetime.now(UTC),
+                    datetime.now(UTC), "w") for n in range(12)]
+    print_why(study, trials, as_json=True)
+    data = json.loads(capsys.readouterr().out)
+    by_objective = data["importance_by_objective"]
+    assert by_objective["spills"] == []  # the same in every trial
+    assert by_objective["instructions"][0]["setting"] == "ptxas.opt_level"
+    print_why(study, trials, as_json=False)
+    text = capsys.readouterr().out
+    assert "surrogate importance for spills: not computed (every trial has the same spills)" in text
+    assert "surrogate importance for instructions (" in text

@@ -416,3 +416,13 @@ def test_a_refused_search_result_whose_code_needs_no_lower_level_is_chosen(tmp_p
     assert found.objective["improved"] is True and found.evidence["best"]["occupancy"] == 1.0
     assert found.evidence["vs_defaults"]["lowered_optimisation"] == []
     assert chosen["config"]["ptxas.opt_level"] == 3  # the default level: nothing refused was needed
+
+
+def test_a_variant_that_cannot_launch_is_refused_as_such():
+    """Occupancy 0 (a launch expression asking for more shared memory than a block may have) used to
+    read "lowers occupancy (37.5% -> 0.0%)", as if the kernel merely ran slower."""
+    baseline = _trial(0, 0.0, {"a": 0}, spill_bytes=0)
+    reference = eligibility.Reference.of(baseline, "static")
+    assert reference is not None
+    why = eligibility.refusal({"a": 1}, {"spill_bytes": 0, "occupancy": 0.0}, reference)
+    assert why is not None and why.startswith("cannot launch (occupancy 0%")

@@ -265,8 +265,15 @@ def _config(trial: Trial) -> Any:
 
 
 def metric_cells(trial: Trial, objective: str) -> list[str]:
+    """The value (several objectives: each, "a / b") and the static metrics of a trial's row."""
     m = trial.metrics
     value = reading(objective).text(trial.value) if trial.value is not None else "failed"
+    if "," in objective and trial.value is not None:  # the recorded value is the first objective's alone
+        from compileiq.results.pareto import values_of
+
+        names = objective.split(",")
+        values = values_of(trial, names)
+        value = " / ".join(reading(n).text(v) for n, v in zip(names, values, strict=True)) if values else value
     occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
     return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
 

@@ -17,12 +17,13 @@ from compileiq.results.ablation import RULE, evidence_rows
 from compileiq.results.explain import Explanation, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, front, parse_objectives, values_of
-from compileiq.search.importance import METHOD, surrogate_importance
+from compileiq.search.importance import METHOD, Importances, surrogate_importance
 
 
 def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequence[RunRecord] = ()) -> None:
     explanation = explain(study, trials, runs=runs)
-    importance = surrogate_importance(trials)
+    importances = _importances(study, trials)
+    importance = importances[0][1]
     ablation = explanation.ablation
     if as_json:
         data: dict[str, Any] = {
@@ -34,6 +35,8 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
             "total_gain": ablation.total_gain if ablation else None,
             "path_complete": ablation.complete if ablation else None,
             "importance": [{"setting": i.setting, "share": i.share} for i in importance.items],
+            **({"importance_by_objective": {name: [{"setting": i.setting, "share": i.share} for i in found.items]
+                                            for name, found in importances}} if len(importances) > 1 else {}),
         }
         print(json.dumps(data, indent=2, default=str))
         return
@@ -59,11 +62,28 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
         if not ablation.complete:
             out.print(f"{ablation.missing} configuration(s) on the path were never built; rerun tune to complete it",
                       markup=False)
-    if importance.items:
-        shares = ", ".join(f"{i.setting} {i.share:.0%}" for i in importance.items[:8])
-        out.print(f"surrogate importance ({METHOD}, {importance.trials} trials): {shares}", markup=False)
-    else:
-        out.print(f"surrogate importance: not computed ({importance.note})", markup=False)
+    for name, found in importances:
+        which = f" for {name}" if len(importances) > 1 else ""
+        if found.items:
+            shares = ", ".join(f"{i.setting} {i.share:.0%}" for i in found.items[:8])
+            out.print(f"surrogate importance{which} ({METHOD}, {found.trials} trials): {shares}", markup=False)
+        else:
+            out.print(f"surrogate importance{which}: not computed ({found.note})", markup=False)
+
+
+def _importances(study: Study, trials: Sequence[Trial]) -> list[tuple[str, Importances]]:
+    """The surrogate importance of the study's objective; several objectives: of each (a trial's
+    recorded value is only the first's, which may be the same everywhere while another varies)."""
+    objectives = multi_objective.objectives_of(study.key.objective)
+    if len(objectives) == 1:
+        return [(objectives[0], surrogate_importance(trials))]
+    found = []
+    for index, name in enumerate(objectives):
+        def value(trial: Trial, i: int = index) -> float | None:
+            values = values_of(trial, objectives)
+            return values[i] if values is not None else None
+        found.append((name, surrogate_importance(trials, value, name)))
+    return found
 
 
 def _num(value: float | None) -> str:

@@ -113,6 +113,9 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     if spills > reference.spill_bytes:
         return f"adds spill bytes over the compiler defaults ({reference.spill_bytes} -> {spills})"
     occupancy = float(metrics.get("occupancy", 0.0))
+    if occupancy == 0.0 < reference.occupancy:
+        return ("cannot launch (occupancy 0%: its threads, registers or shared memory per block exceed what an SM "
+                "gives one block)")
     if occupancy < reference.occupancy - 1e-9:
         lower = f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%})"
         if spills >= reference.spill_bytes:

@@ -98,27 +98,33 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     """set_source_files_properties(...) giving the kernel source the ACF's flags. Each flag is one
     token (ptxas options as -Xptxas=OPTION, never split from their -Xptxas); a source's
     COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
-    # absolute include folders: the compiler runs in CMake's build folder, not here
+    # absolute paths (the source, include folders): CMake runs the compiler in its build folder and
+    # reads a relative source from whichever CMakeLists.txt includes the snippet
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf.arch)
     note = removal_note(acf)
     return (("# compileiq: " + note + "\n") if note else "") + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
-        f"set_source_files_properties({_cmake_quoted(acf.source_from_here())} PROPERTIES COMPILE_OPTIONS "
+        f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
 
 
 def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
-    """A rules_cuda `cuda_library` for the kernel source: nvcc options in `copts`, ptxas options in
-    `ptxasopts` (rules_cuda hands each to ptxas with -Xptxas); the arch goes on the command line."""
-    copts = unique(acf.flags("frontend", with_arch=False, with_base=with_base)) if stage != "ptxas" else ()
+    """A rules_cuda `cuda_library` for the kernel source, a BUILD file beside it: nvcc options in
+    `copts`, include folders (`--all`) in `includes` as tune.toml gives them (relative to the kernel's
+    folder, the package, as `srcs`), ptxas options in `ptxasopts` (rules_cuda hands each to ptxas
+    with -Xptxas); the arch goes on the command line."""
+    frontend = (*(acf.base.flags if with_base else ()), *acf.frontend_args, *acf.fixed_defines)
+    copts = unique(frontend) if stage != "ptxas" else ()
+    includes = tuple(acf.base.include_dirs) if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
     source = os.path.basename(acf.source_path)
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
-                    for attribute, tokens in (("copts", copts), ("ptxasopts", ptxasopts)) if tokens)
+                    for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
+                    if tokens)
     return (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: "
         f"build it with --@rules_cuda//cuda:archs={acf.arch}\n"

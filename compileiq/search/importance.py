@@ -8,7 +8,7 @@ search's sample, interactions included, not one path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.records import Trial, TrialState
@@ -30,15 +30,20 @@ class Importances:
     note: str  # why there is nothing to show, when items is empty
 
 
-def surrogate_importance(trials: Sequence[Trial]) -> Importances:
-    complete = [t for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
+def surrogate_importance(trials: Sequence[Trial], value: Callable[[Trial], float | None] = lambda t: t.value,
+                         what: str = "objective value") -> Importances:
+    """`value`: what a trial scored (several objectives: one of them, `what` naming it)."""
+    scored = [(t, v) for t in trials if t.state is TrialState.COMPLETE and (v := value(t)) is not None]
+    complete = [t for t, _ in scored]
     names = sorted({name for t in complete for name in t.config})
     varying = [n for n in names if len({repr(t.config.get(n)) for t in complete}) > 1]
     if len(complete) < MIN_TRIALS:
         return Importances((), len(complete), f"needs at least {MIN_TRIALS} complete trials")
-    values = [float(t.value) for t in complete if t.value is not None]
-    if not varying or max(values) == min(values):
-        return Importances((), len(complete), "no setting or no objective value varies across the trials")
+    values = [float(v) for _, v in scored]
+    if not varying:
+        return Importances((), len(complete), "no setting varies across the trials")
+    if max(values) == min(values):
+        return Importances((), len(complete), f"every trial has the same {what}")
     from sklearn.ensemble import ExtraTreesRegressor
 
     codes = {n: sorted({repr(t.config.get(n)) for t in complete}) for n in varying}

@@ -87,7 +87,7 @@ class _Parser:
             arch=self.arch(arch),
             entries=tuple(self.str_list("entries") or ()),
             block_size=self.block_size(dict(defines), dict(tuned)),
-            dynamic_smem=self.integer("dynamic_smem", 0, *RANGES["dynamic_smem"]),
+            dynamic_smem=self.dynamic_smem(),
             defines=defines,
             tuned_defines=tuned,
             include_dirs=self.include_dirs(flags),
@@ -141,6 +141,12 @@ class _Parser:
         if value is not None and not ok:
             raise self.fail(key, "must be a non-empty list of non-empty strings")
         return value
+
+    def dynamic_smem(self) -> int:
+        if isinstance(value := self.raw.get("dynamic_smem"), str):
+            raise self.fail("dynamic_smem", f"{value[:60]!r}: a number of bytes here; an expression over macros "
+                                            "(\"2*BLOCK*sizeof(float)\") goes in a [launch.KERNEL] table")
+        return self.integer("dynamic_smem", 0, *RANGES["dynamic_smem"])
 
     def integer(self, key: str, default: int, low: int, high: int = 2**31 - 1) -> int:
         value = self.raw.get(key, default)
