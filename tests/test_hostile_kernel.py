@@ -147,11 +147,18 @@ def test_shell_text_in_settings_never_runs(results: dict[str, Future[tuple[CliRe
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("value", ["2*BLOCK", "1.5f", "float", "-1", "(N+1)/2", "a<b", "x:y", "unsigned int",
-                                   "1e-3", "A=B", ""])
+@pytest.mark.parametrize("value", ["2*BLOCK", "1.5f", "float", "-1", "(N+1)/2", "a<b", "x:y", "1e-3", "A=B", ""])
 def test_real_macro_values_pass(value: str) -> None:
     assert macro_problem("V", value) is None
     assert define_arg_problem(f"-DV={value}") is None
+
+
+def test_a_macro_value_with_a_space_is_refused() -> None:
+    """"unsigned int" was allowed; but `nvcc $(compileiq flags ...)` splits a flag at its spaces, and
+    "1.o -ccbin=evil" made the second word an option of the input's choosing (the red team's)."""
+    for value in ("unsigned int", "1.o -ccbin=/tmp/evil -DY=2"):
+        assert "contains ' '" in (macro_problem("V", value) or "")
+        assert "contains ' '" in (define_arg_problem(f"-DV={value}") or "")
 
 
 def test_real_base_flags_pass_in_canonical_spelling() -> None:
