@@ -152,6 +152,34 @@ def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_
                                                 "merge": {"block_size": 128, "dynamic_smem": 1024}}, evidence
 
 
+def test_a_launch_table_names_the_instance_a_tuned_macro_picks(tmp_path):
+    """A kernel template instantiated with a tuned macro: `[launch."reduce<double, BLOCK>"]` names
+    each variant's instance (BLOCK=128: reduce<double, 128>). A literal `reduce<double, 256>` failed
+    every other value ("names no kernel of the build"), and the template alone gave float and double
+    the same shared memory."""
+    folder = tmp_path / "tpl"
+    folder.mkdir()
+    (folder / "tpl.cu").write_text(
+        "#ifndef BLOCK\n#define BLOCK 256\n#endif\n"
+        "template <typename T, int B> __global__ void reduce(T* x) {\n"
+        "  extern __shared__ char s[]; ((T*)s)[threadIdx.x] = x[threadIdx.x]; __syncthreads();\n"
+        "  x[threadIdx.x] = ((T*)s)[B - 1 - threadIdx.x]; }\n"
+        "template __global__ void reduce<float, BLOCK>(float*);\n"
+        "template __global__ void reduce<double, BLOCK>(double*);\n")
+    (folder / "tune.toml").write_text(
+        '[tune.defines]\nBLOCK = [256, 128]\n'
+        '[launch."reduce<double, BLOCK>"]\nblock_size = "BLOCK"\ndynamic_smem = "BLOCK*sizeof(double)"\n'
+        '[launch."reduce<float, BLOCK>"]\nblock_size = "BLOCK"\ndynamic_smem = "BLOCK*sizeof(float)"\n')
+    report = app.tune(_options(tmp_path, folder / "tpl.cu", objective="instructions", strategy="exhaustive",
+                               only=("define.BLOCK",), out=tmp_path / "tpl.acf.toml"), SilentProgress())
+    trials = {t.config["define.BLOCK"]: t for t in report.result.trials if t.purpose == "search"}
+    assert all(t.state is TrialState.COMPLETE for t in trials.values()), [t.reason for t in trials.values()]
+    launch = acf.read(report.acf_path).evidence["baseline"]["launch_by_kernel"]
+    assert launch == {"reduce<float, 256>": {"block_size": 256, "dynamic_smem": 1024},
+                      "reduce<double, 256>": {"block_size": 256, "dynamic_smem": 2048}}, launch
+    assert sorted(trials[128].metrics["launch"].values()) == [[128, 512], [128, 1024]]
+
+
 def _cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k != "COMPILEIQ_DB"} | {"NO_COLOR": "1"}
     return subprocess.Popen([sys.executable, "-m", "compileiq", *args], cwd=cwd, env=env,

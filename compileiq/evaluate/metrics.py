@@ -16,7 +16,7 @@ from compileiq.build.compile import Build, EntryResources
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
-from compileiq.source.entry_names import entry_matches, readable
+from compileiq.source.entry_names import entry_matches, macro_values, readable, with_macros
 from compileiq.source.launch import ExpressionError, LaunchModel
 from compileiq.source.spec import KernelSpec, SourceBundle
 
@@ -190,16 +190,19 @@ class StaticEvaluator:
         kernels = tuple(e for e in build.entries if e.entry and not PLACEHOLDER_KERNEL.match(e.name))
         if not kernels:
             return Evaluation(None, NO_KERNEL, {})
-        entries = tuple(e for e in kernels if _wanted(e.name, self._kernel.entries))
+        values = config.as_dict()
+        macros = macro_values(values, self._kernel.defines)  # an instance named by a macro: this variant's
+        wanted = tuple(with_macros(name, macros) for name in self._kernel.entries)
+        entries = tuple(e for e in kernels if _wanted(e.name, wanted))
         if not entries:
-            return Evaluation(None, f"{NO_ENTRY} {list(self._kernel.entries)}; found: {_kernels(build)}", {})
-        if stray_entry := next((name for name in self._kernel.entries if not _built(name, build)), None):
+            return Evaluation(None, f"{NO_ENTRY} {list(wanted)}; found: {_kernels(build)}", {})
+        if stray_entry := next((name for name in wanted if not _built(name, build)), None):
             # one typo among several names would leave that kernel unscored, unnoticed
             return Evaluation(None, f"tune.toml entries {stray_entry!r} {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
-        if stray := next((f.entry for f in self._kernel.launch if not _built(f.entry, build)), None):
+        launched = (with_macros(f.entry, macros) for f in self._kernel.launch)
+        if stray := next((name for name in launched if not _built(name, build)), None):
             # a typo there would leave its kernel scored at the default launch, unnoticed
             return Evaluation(None, f"tune.toml [launch.{stray}] {NO_LAUNCHED_KERNEL}; found: {_kernels(build)}", {})
-        values = config.as_dict()
         threads = self._kernel.block_size_for(values)
         try:
             launch = {e.name: self._launch.facts(e.name, values, e.max_threads) for e in entries}

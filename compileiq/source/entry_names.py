@@ -8,6 +8,7 @@ matches itself."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
 # optionally with template arguments (integers, true/false, built-in types)
@@ -20,6 +21,22 @@ _BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "uns
 _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _SOURCE_NAME = re.compile(r"(\d+)")
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
+
+
+def with_macros(name: str, macros: Mapping[str, object]) -> str:
+    """``reduce6<double, BLOCK, false>`` with BLOCK=128 is ``reduce6<double, 128, false>``: a template
+    argument that names a macro (fixed, or tuned: the variant's value) stands for its value, so
+    that a [launch] table or `entries` can name the instance a tuned macro picks."""
+    base, bracket, args = name.partition("<")
+    if not bracket or not macros:
+        return name
+    parts = [a.strip() for a in args.removesuffix(">").split(",")]
+    return f"{base}<{', '.join(str(macros.get(p, p)) for p in parts)}>"
+
+
+def macro_values(config: Mapping[str, object], fixed: Iterable[tuple[str, str]]) -> dict[str, object]:
+    """The macros a variant builds with, by name: the fixed ones, then its tuned ``define.NAME`` values."""
+    return {**dict(fixed), **{k.removeprefix("define."): v for k, v in config.items() if k.startswith("define.")}}
 
 
 def entry_matches(entry: str, name: str) -> bool:

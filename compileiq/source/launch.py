@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from compileiq.core.errors import UsageError
-from compileiq.source.entry_names import entry_matches
+from compileiq.source.entry_names import entry_matches, macro_values, with_macros
 from compileiq.source.spec import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
@@ -235,7 +235,8 @@ class LaunchModel:
         reading ``__launch_bounds__`` from the source (a template's parameter, a toolchain header).
         ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
         spec = self._spec
-        table = next((f for f in spec.launch if entry_matches(entry, f.entry)), None)
+        macros = macro_values(config, spec.defines)
+        table = next((f for f in spec.launch if entry_matches(entry, with_macros(f.entry, macros))), None)
         smem = spec.dynamic_smem
         if table is not None and table.dynamic_smem is not None:
             smem = self._fact(table.entry, "dynamic_smem", table.dynamic_smem, config, "in this variant")
