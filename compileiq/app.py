@@ -335,7 +335,8 @@ def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain
 
     name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
     kernel = (bundle.sha256, request.kernel.settings_sha256())
-    return acf_replace.Held(study=name, dropped=None if options.simplify else 0, kernel=kernel)
+    return acf_replace.Held(study=name, dropped=None if options.simplify else 0, kernel=kernel,
+                            source=acf_replace.kernel_file(request.kernel.source))
 
 
 def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | EarlyWorkers:

@@ -9,6 +9,7 @@ that simplification drops); each test works on a copy of its database and ACF.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import tomllib
@@ -90,6 +91,23 @@ def test_another_study_is_refused_before_the_run(workspace):
     done = run_cli(_args("--study", "other", db="other.db"), cwd=workspace)
     _refused(done, f"it records study {study}, this run study other",
              "it holds 8 search trials, a simplification that dropped 3 settings")
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert _trials(workspace / "other.db") == 0  # refused before anything was built
+
+
+def test_another_kernels_acf_is_refused_before_the_run(workspace):
+    """Two `k.cu` in different folders share the default store/k.static.acf.toml: the second run
+    replaced the first's ACF without a word (its source hash differed, which read as the same
+    kernel changed). An ACF that describes another kernel, still there, is kept."""
+    text = (workspace / "k.acf.toml").read_text()  # copied: its kernel's path as seen from the copy
+    recorded = tomllib.loads(text)["kernel"]["path"]
+    (workspace / "k.acf.toml").write_text(text.replace(f'path = "{recorded}"', f'path = "{os.path.relpath(KERNEL, workspace)}"', 1))
+    before = (workspace / "k.acf.toml").read_bytes()
+    (workspace / "other").mkdir()
+    (workspace / "other" / "k.cu").write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    done = run_cli(["tune", "other/k.cu", "--budget", "2", "--workers", "local", "--db", "sqlite:///other.db",
+                    "--out", "k.acf.toml"], cwd=workspace)
+    _refused(done, f"it describes another kernel, {KERNEL.resolve()}")
     assert (workspace / "k.acf.toml").read_bytes() == before
     assert _trials(workspace / "other.db") == 0  # refused before anything was built
 

@@ -159,7 +159,7 @@ def write(path: Path, content: AcfContent, force: bool = False) -> Path:
         parse(path, text)
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
-    acf_replace.check(path, acf_replace.held(document), force, after_run=True)
+    acf_replace.check(path, acf_replace.held(document, path), force, after_run=True)
     write_atomically(path, text.encode("utf-8"))
     return path
 

@@ -3,7 +3,8 @@
 An ACF is what a review and the gate rely on, so a run with a smaller budget, a run of another
 study or one without simplification must not quietly overwrite it (the Python API's example once
 rewrote the README command's ACF: its simplification gone, "budget 8" beside 40 trials). The
-existing file holds *more evidence* than the new one when it records another study, more
+existing file holds *more evidence* than the new one when it describes another kernel (two
+`k.cu` in different folders share the default path), records another study, more
 search trials, a simplification that dropped settings where the new one drops
 none, or a runtime confirmation where the new one has none. Anything else (the same command run
 again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
@@ -12,6 +13,7 @@ not an ACF is never replaced without `force`.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ class Held:
     dropped: int | None = None  # settings its simplification dropped
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
     kernel: tuple[str, str] | None = None  # (source_sha256, settings_sha256): the kernel it describes
+    source: str | None = None  # the kernel's file (absolute, links resolved): which kernel it describes
 
     def describe(self) -> str:
         """What it holds besides its study: its search trials, simplification and confirmation."""
@@ -49,9 +52,10 @@ class Held:
         return ", ".join(parts) or "no other evidence"
 
 
-def held(document: Mapping[str, Any]) -> Held:
+def held(document: Mapping[str, Any], path: Path | None = None) -> Held:
     """What an ACF document (parsed from a file, or about to be written) holds; a value of the
-    wrong type (an edited or foreign file) reads as not recorded."""
+    wrong type (an edited or foreign file) reads as not recorded. `path`: the ACF's own, from which
+    its kernel's recorded path is read."""
     provenance = _table(document, "provenance")
     evidence, objective = _table(document, "evidence"), _table(document, "objective")
     trials = provenance.get("search_trials", provenance.get("trials_in_study"))
@@ -61,13 +65,30 @@ def held(document: Mapping[str, Any]) -> Held:
     return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
                 dropped=len(dropped) if isinstance(dropped, list) else 0,
                 confirmed=is_finite(objective.get("confirmation_delta")),
-                kernel=(source, settings) if source and settings else None)
+                kernel=(source, settings) if source and settings else None,
+                source=_kernel_file(path, kernel.get("path")))
+
+
+def kernel_file(path: Path) -> str:
+    """A kernel source as `Held.source` names it."""
+    return os.path.realpath(path)
+
+
+def _kernel_file(acf_path: Path | None, recorded: Any) -> str | None:
+    """The kernel file an ACF at `acf_path` records (its path is relative to the ACF's folder), when
+    that file exists; None otherwise (a kernel moved or deleted: the ACF describes nothing here)."""
+    if acf_path is None or not isinstance(recorded, str) or not recorded or "\0" in recorded:
+        return None
+    found = os.path.join(os.path.dirname(os.path.realpath(acf_path)), recorded)
+    return kernel_file(Path(found)) if os.path.isfile(found) else None
 
 
 def less_evidence(existing: Held, new: Held) -> str | None:
     """Why `new` holds less evidence than `existing` (one clause), or None when it may replace it.
     An ACF of the kernel as it no longer is (its sources, headers or tune.toml settings changed:
     the gate calls it stale) holds no evidence about the kernel as it is, so it is replaced."""
+    if existing.source is not None and new.source is not None and existing.source != new.source:
+        return f"it describes another kernel, {existing.source}"
     if existing.kernel is not None and new.kernel is not None and existing.kernel != new.kernel:
         return None
     if existing.study and new.study and existing.study != new.study:
@@ -103,7 +124,7 @@ def _existing(path: Path) -> Held | None:
         document = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return None
-    return held(document) if "format" in document else None
+    return held(document, path) if "format" in document else None
 
 
 def _table(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
