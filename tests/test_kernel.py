@@ -347,3 +347,22 @@ def test_an_error_names_each_compiled_kernel_as_tune_toml_can_give_it(entry: str
     from compileiq.source.entry_names import entry_matches, readable
 
     assert readable(entry) == name and entry_matches(entry, name)
+
+
+def test_a_checkouts_copy_of_the_harness_is_not_part_of_the_kernel(tmp_path: Path) -> None:
+    """The bundled kernels reach the harness through include_dirs into the checkout: with compileiq
+    installed elsewhere that copy was bundled and hashed, so the study id and the gate's
+    stale-source verdict depended on where compileiq was installed, and on the copy's version."""
+    checkout = tmp_path / "checkout" / "compileiq" / "include" / "compileiq"
+    checkout.mkdir(parents=True)
+    harness = checkout / "harness.cuh"
+    harness.write_bytes((harness_include_dir() / "compileiq" / "harness.cuh").read_bytes())
+    kernel = tmp_path / "k" / "k.cu"
+    kernel.parent.mkdir()
+    kernel.write_text("#include <compileiq/harness.cuh>\n__global__ void k(float* x) { x[0] = 1; }\n")
+    (kernel.parent / "tune.toml").write_text('include_dirs = ["../checkout/compileiq/include"]\n')
+    first = bundle_sources(load_spec(kernel))
+    harness.write_bytes(harness.read_bytes() + b"// another version of the checkout\n")
+    second = bundle_sources(load_spec(kernel))
+    assert not any(rel.endswith("harness.cuh") for rel, _ in first.files), [rel for rel, _ in first.files]
+    assert first.sha256 == second.sha256

@@ -92,6 +92,9 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args)
 
 
+HARNESS_PARTS = ("compileiq", "harness.cuh")  # `#include <compileiq/harness.cuh>`
+
+
 def _relative(directory: Path, root: Path) -> str:
     text = os.path.relpath(directory, root)
     if problem := path_problem(text):
@@ -126,8 +129,11 @@ def _bundle_dir(directory: Path, top: Path, index: int) -> str:
 
 def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]],
                  toolchain: tuple[Path, ...]) -> str | None:
-    """Where a dependency goes in the bundle; None for a toolchain or system header."""
-    if any(path.is_relative_to(d) for d in toolchain[:2]):
+    """Where a dependency goes in the bundle; None for a toolchain or system header, and for the
+    measuring harness wherever it was found: every compile passes the installed one's folder, and a
+    kernel whose include_dirs reach a compileiq checkout's copy (the bundled kernels do) would
+    otherwise hash differently by where compileiq is installed (another study, a false stale-source)."""
+    if any(path.is_relative_to(d) for d in toolchain[:2]) or path.parts[-2:] == HARNESS_PARTS:
         return None
     rel: str | None = None
     if path.is_relative_to(root):
