@@ -180,3 +180,17 @@ def test_show_says_when_it_lists_only_the_top_trials(registers_study) -> None:
     cut = _cli(folder, "show", "1", "--top", "3")
     assert f"showing 3 of {complete} complete trials: --top {complete} shows all" in " ".join(cut.split())
     assert "showing" not in _cli(folder, "show", "1", "--top", str(complete))
+
+
+def test_a_pareto_view_of_a_single_objective_study_never_picks_a_refused_trial(registers_study) -> None:
+    """`show --pareto registers,instructions` on a registers study: its front was made of every
+    recorded trial, and its knee was a register cap that adds spills (refused by the study)."""
+    folder, _, _ = registers_study
+    shown = json.loads(_cli(folder, "show", "1", "--json", "--top", "1000"))
+    refused = {t["number"] for t in shown["trials"] if t["status"].startswith("refused")}
+    assert refused, "the fixture needs refused trials"
+    for pick in ("knee", "first"):
+        front = json.loads(_cli(folder, "show", "1", "--pareto", "registers,instructions", "--pick", pick, "--json"))
+        assert front["pick"] not in refused and not refused & {p["trial"] for p in front["front"]}, front
+    _cli(folder, "report", "1", "--format", "md", "--pareto", "registers,instructions", "-o", "p.md")
+    assert all(f"| {n} |" not in (folder / "p.md").read_text().split("Pareto front")[-1] for n in refused)

@@ -16,7 +16,7 @@ from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows
 from compileiq.results.explain import Explanation, explain
 from compileiq.results.multi_objective import PICK_RULES
-from compileiq.results.pareto import Front, front, parse_objectives, values_of
+from compileiq.results.pareto import Front, parse_objectives, values_of
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 
 
@@ -102,7 +102,7 @@ def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pi
         print_tuned_front(study, explanation, as_json)
         return
     rule = pick or "knee"
-    trade_offs = front(trials, objectives, rule, explanation.runtime)
+    trade_offs = explanation.front_of(objectives, rule)
     base = explanation.baseline.config if explanation.baseline else {}
     changes = {p.trial.number: {k: v for k, v in p.trial.config.items() if base.get(k) != v} for p in trade_offs.points}
     if as_json:
@@ -111,8 +111,8 @@ def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pi
                           "front": [{"trial": p.trial.number, "values": list(p.values), "changed": changes[p.trial.number]}
                                     for p in trade_offs.points]}, indent=2, default=str))
         return
-    table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials, lower is better; "
-                        "static estimates unless time)")
+    table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials the study's rules "
+                        "let win, lower is better; static estimates unless time)")
     for column in ("#", *objectives, "pick", "settings that differ from the baseline"):
         table.add_column(column)
     for p in trade_offs.points:

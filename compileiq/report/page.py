@@ -31,7 +31,7 @@ from compileiq.results.ablation import RULE, Ablation
 from compileiq.results.evidence import EVIDENCE_KEYS
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
-from compileiq.results.pareto import Front, front, parse_objectives, values_of
+from compileiq.results.pareto import Front, parse_objectives, values_of
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
@@ -106,7 +106,7 @@ def build(store: Store, study: str, pareto: str | None = None, pick: str | None 
     if explanation.front is not None and objectives == explanation.front.objectives:
         trade_offs: Front | None = explanation.front
     else:
-        trade_offs = front(trials, objectives, pick or "knee", explanation.runtime) if objectives else None
+        trade_offs = explanation.front_of(objectives, pick or "knee") if objectives else None
     return StudyReport(explanation, surrogate_importance(trials), failure_groups(trials), store.url_for_display,
                        trade_offs)
 

@@ -21,7 +21,7 @@ from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import Front, FrontPoint, check_rule
+from compileiq.results.pareto import Front, FrontPoint, check_rule, front
 from compileiq.results.simplify import baseline_space, simplify
 
 
@@ -68,6 +68,11 @@ class Explanation:
         if self.front is not None and self.chosen is not None and point is self.front.pick:
             return self.chosen
         return point.trial
+
+    def front_of(self, objectives: Sequence[str], rule: str) -> Front:
+        """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
+        a refused trial (one that adds spills, say) is never offered as a pick."""
+        return front([t for t in self.trials if self.refusal(t) is None], objectives, rule, self.runtime)
 
     @property
     def runtime(self) -> bool:
