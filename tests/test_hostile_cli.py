@@ -264,6 +264,9 @@ def _set(table: str, key: str, value: object) -> Callable[[dict[str, Any]], obje
 
 # fmt: off
 ACF_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {  # edit, text in the error
+    # a flag in args.defines was echoed back in the "expected" argv, as if it belonged there
+    "defines-not-a-define": (lambda d: d["args"]["defines"].append("-Xcompiler=-fPIC"),
+                             "args.defines holds '-Xcompiler=-fPIC', which is not a -D define"),
     "occupancy-nan": (_set("evidence.best", "occupancy", math.nan), "evidence.best.occupancy"),
     "occupancy-above-one": (_set("evidence.best", "occupancy", 1.5), "evidence.best.occupancy"),
     "occupancy-negative": (_set("evidence.best", "occupancy", -0.5), "evidence.best.occupancy"),

@@ -24,6 +24,7 @@ from compileiq.core.metric_ranges import is_count
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
+from compileiq.core.text import printable
 from compileiq.core.version import __version__
 from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
@@ -269,7 +270,10 @@ def _restrictions(path: Path, texts: Any, config: Config, fixed: tuple[str, ...]
 
 
 def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:
-    """Name the first argument the space cannot produce (the allow-list)."""
+    """Name the first argument the space cannot produce (the allow-list); `args.defines` holds
+    -D defines only (anything else there would be echoed back as "expected")."""
+    if stray := next((t for t in fixed if not t.startswith("-D")), None):
+        raise AcfError(f"{path}: args.defines holds {printable(stray)[:80]!r}, which is not a -D define")
     defines = [t for t in (*fixed, *argv) if t.startswith("-D")]
     for token in defines:
         if problem := define_arg_problem(token):
