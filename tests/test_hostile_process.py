@@ -226,6 +226,32 @@ def test_a_garbage_cubin_fails_the_baseline_with_a_reason_and_no_claim_left_runn
     assert trials and all(t.state is TrialState.FAILED for t in trials) and cached == 0
 
 
+def test_a_ptxas_report_out_of_range_fails_the_trial_and_the_run_ends(tmp_path: Path) -> None:
+    """A ptxas whose report says 9999 registers: the trial was recorded complete, read back as a
+    damaged row, evaluated again, and so on without end (budget or not). It is a failed trial now."""
+    rewrite = f'{REAL_PTXAS} "$@" 2>&1 | sed "s/Used [0-9]* registers/Used 9999 registers/" >&2\n'
+    env = {"CUDA_HOME": str(_fake_cuda(tmp_path, ptxas=rewrite))}
+    started = time.monotonic()
+    line = _one_error_line(_tune(tmp_path, "--budget", "2", env=env))
+    assert time.monotonic() - started < 120
+    assert "does not build with default settings: compiler report out of range: registers = '9999' must be" in line
+    trials, _ = _trials(tmp_path)
+    assert [t.state for t in trials] == [TrialState.FAILED]
+
+
+def test_launch_bounds_above_1024_bound_nothing(tmp_path: Path) -> None:
+    """nvcc only warns about `__launch_bounds__(4096)`: the kernel was scored at 4096 threads per
+    block, a row out of range, and the run looped on it forever."""
+    folder = tmp_path / "lb"
+    folder.mkdir()
+    (folder / "k.cu").write_text("__global__ void __launch_bounds__(4096) add(float* a, const float* b, int n) {\n"
+                                 "  int i = blockIdx.x * 4096 + threadIdx.x; if (i < n) a[i] += b[i] * 2.0f; }\n")
+    done = run_cli(["tune", "k.cu", "--budget", "4", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'lb.db'}",
+                    "--out", str(tmp_path / "lb.acf.toml")], cwd=folder, timeout=120)
+    assert done.returncode == 0, done.describe()
+    assert "scored at 256 threads per block" in done.stdout and "warning: skipped" not in done.stderr
+
+
 NON_FINITE = {
     "compile_timeout_s = inf": "compile_timeout_s",
     "compile_timeout_s = nan": "compile_timeout_s",

@@ -274,20 +274,23 @@ _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) by
 
 
 _PTX_ENTRY = re.compile(rb"\.entry\s+([\w$.]+)\s*\([^)]*\)([^{]*)\{")
+MAX_BLOCK_THREADS = 1024  # every arch this compiler targets
 _THREAD_BOUND = re.compile(rb"\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
 
 
 def thread_bounds(ptx: bytes) -> dict[str, int]:
     """Threads per block each PTX entry declares (``.maxntid x, y, z``: its __launch_bounds__, as
     the compiler evaluated it, for a template's instances too), by entry name; entries without one
-    are left out."""
+    are left out, and so are those that declare more than a block may have (nvcc only warns about
+    `__launch_bounds__(4096)`, which bounds nothing)."""
     bounds = {}
     for match in _PTX_ENTRY.finditer(ptx):
         if found := _THREAD_BOUND.search(match.group(2)):
             threads = 1
             for dimension in found.groups():
                 threads *= int(dimension or 1)
-            bounds[match.group(1).decode(errors="replace")] = threads
+            if 0 < threads <= MAX_BLOCK_THREADS:
+                bounds[match.group(1).decode(errors="replace")] = threads
     return bounds
 
 

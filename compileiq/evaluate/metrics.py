@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.build.compile import Build, EntryResources
+from compileiq.core import metric_ranges
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
@@ -214,6 +215,8 @@ class StaticEvaluator:
         details = {**metrics.as_dict(), "block_size": threads, "entries": [plain_fields(e) for e in scored.entries]}
         if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
             details["launch"] = {name: list(facts) for name, facts in launch.items()}
+        if problem := metric_ranges.problem(details):  # never a row that reads back as damaged (and is redone)
+            return Evaluation(None, f"compiler report out of range: {problem}", {})
         return Evaluation(objective_value(self._objective, metrics), None, details)
 
 

@@ -285,7 +285,8 @@ class _Parser:
         if token in tuned and all(isinstance(v, int) for v in tuned[token]):
             return token
         token = defines.get(token) or self.source_define(token) or token
-        return int(token) if token.isdigit() and int(token) > 0 else DEFAULT_BLOCK_SIZE
+        # a bound above 1024 (nvcc only warns) bounds nothing a block can have: the default then
+        return int(token) if token.isdigit() and 0 < int(token) <= RANGES["block_size"][1] else DEFAULT_BLOCK_SIZE
 
     def source_define(self, name: str) -> str | None:
         if not _NAME_RE.fullmatch(name):

@@ -250,9 +250,11 @@ class LaunchModel:
         if bound is None:  # never another kernel's bounds: the file's first is the spec's default
             return DEFAULT_BLOCK_SIZE, smem
         try:
-            return self._evaluate(bound, config, "__launch_bounds__"), smem
+            threads = self._evaluate(bound, config, "__launch_bounds__")
         except ExpressionError:
             return DEFAULT_BLOCK_SIZE, smem
+        low, high = RANGES["block_size"]  # a bound above 1024 (nvcc only warns) bounds nothing a block can have
+        return (threads if low <= threads <= high else DEFAULT_BLOCK_SIZE), smem
 
     def _evaluate(self, text: str, config: Mapping[str, Any], where: str) -> int:
         values = {**self._spec.default_values(), **config}
