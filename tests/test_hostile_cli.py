@@ -208,6 +208,22 @@ def test_a_hostile_option_value_is_one_line(workspace: Workspace, name: str) -> 
         assert len(result.stderr_lines) == 1, result.describe()
 
 
+def test_control_characters_in_an_acf_never_reach_the_gates_report_files(workspace: Workspace, tmp_path: Path) -> None:
+    """A hand-edited `toolchain.build` holding ESC and NUL: the terminal showed it escaped, but the
+    JUnit file held them raw and no XML parser could read it (the red team's)."""
+    import xml.etree.ElementTree as ET
+
+    edited = _edited(workspace.path / "good.acf.toml", tmp_path / "ctl.acf.toml",
+                     lambda d: d["toolchain"].update(build="x\x1bY\x00z"))
+    done = run_cli(["gate", str(edited), "--static", "--junit", str(tmp_path / "g.xml"), "--markdown",
+                    str(tmp_path / "g.md")], tmp_path)
+    assert done.returncode in (0, 1), done.describe()
+    ET.parse(tmp_path / "g.xml")  # well-formed
+    for name in ("g.xml", "g.md"):
+        text = (tmp_path / name).read_text()
+        assert "\x1b" not in text and "\x00" not in text and "x\\x1bY\\x00z" in text, name
+
+
 def test_an_unwritable_gate_report_still_writes_the_others(workspace: Workspace) -> None:
     junit = workspace.path / "report.xml"
     args = ["gate", str(workspace.path / "good.acf.toml"), "--static", "--junit", str(junit),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.output_file import check_report_target
+from compileiq.core.text import printable
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
 from compileiq.gating.rules import Finding, Measured, Severity, Timing, describe
 
@@ -173,7 +174,9 @@ def _timing_json(timing: Timing) -> dict[str, Any]:
 
 def write(path: Path, text: str, inputs: tuple[Path, ...] = ()) -> None:
     """OSError, or OutputFileError for a path that is no regular file (a named pipe would block),
-    or that holds one of the gate's `inputs` (its ACFs), a database or a source."""
+    or that holds one of the gate's `inputs` (its ACFs), a database or a source. Every control
+    character but the line breaks is written as an escape: an ACF's text (a hand-edited toolchain
+    build holding ESC or NUL) would make the JUnit file unreadable XML."""
     check_report_target(path, inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path.write_text("\n".join(printable(line) for line in text.split("\n")), encoding="utf-8")
