@@ -239,6 +239,15 @@ def test_a_ptxas_report_out_of_range_fails_the_trial_and_the_run_ends(tmp_path: 
     assert [t.state for t in trials] == [TrialState.FAILED]
 
 
+def test_a_compiler_whose_version_is_not_utf8_is_no_traceback(tmp_path: Path) -> None:
+    """`nvcc --version` printing a byte that is not UTF-8 (a wrapper): a UnicodeDecodeError traceback."""
+    cuda = _fake_cuda(tmp_path)
+    _script(cuda / "bin" / "nvcc", f'if [ "$1" = --version ]; then {REAL_NVCC} --version; printf "\\377\\n"; '
+                                   f'exit 0; fi\nexec {REAL_NVCC} "$@"\n')
+    done = _tune(tmp_path, "--budget", "2", env={"CUDA_HOME": str(cuda)})
+    assert "Traceback" not in done.output and done.returncode == 0, done.describe()
+
+
 def test_launch_bounds_above_1024_bound_nothing(tmp_path: Path) -> None:
     """nvcc only warns about `__launch_bounds__(4096)`: the kernel was scored at 4096 threads per
     block, a row out of range, and the run looped on it forever."""

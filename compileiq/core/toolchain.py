@@ -51,7 +51,8 @@ def _find(tool: str) -> str:
 def _version_text(executable: str) -> str:
     try:
         done = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, timeout=30, check=False
+            [executable, "--version"], capture_output=True, text=True, timeout=30, check=False,
+            errors="replace",  # a wrapper that prints bytes that are not UTF-8: no traceback
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ToolchainError(f"cannot run {executable} --version: {error}") from error
