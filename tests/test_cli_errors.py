@@ -102,6 +102,11 @@ CASES: dict[str, Case] = {
     "space-syntax": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "malformed TOML"), {SPACE: "{ws}/space-syntax"}),
     "space-missing-key": Case(f"{T} {{k}}", 2, ("ptxas-13.0.toml", "render"), {SPACE: "{ws}/space-missing-key"}),
     "space-none": Case(f"{T} {{k}}", 2, ("no search space",), {SPACE: "{ws}/space-empty"}),
+    # a search space is data: one that renders -ccbin ran a program of its choosing in tune and gate
+    "space-runs-a-program": Case(f"{T} {{k}}", 2, ("nvcc-13.0.toml", "'-ccbin=/tmp/evilcc'", "never searched"),
+                                 {SPACE: "{ws}/space-ccbin"}),
+    "space-huge-int": Case("space", 2, ("ptxas-13.0.toml", "an int parameter has 1 to 65536 values"),
+                           {SPACE: "{ws}/space-huge"}),
     "space-for-flags": Case("flags {ws}/good.acf.toml", 2, ("ptxas-13.0.toml",), {SPACE: "{ws}/space-missing-key"}),
     # tune options
     "objective-unknown": Case(f"{T} {{k}} --objective speed", 2, ("unknown objective", "speed")),
@@ -161,10 +166,12 @@ def _copy_kernel(ws: Path, folder: str, tune_toml: str) -> None:
     (ws / folder / "tune.toml").write_text(tune_toml)
 
 
-def _space_copy(ws: Path, name: str, appended: str) -> None:
+def _space_copy(ws: Path, name: str, appended: str, nvcc: str = "") -> None:
     shutil.copytree(SPACES, ws / name)
     with (ws / name / "ptxas-13.0.toml").open("a") as stream:
         stream.write(appended)
+    with (ws / name / "nvcc-13.0.toml").open("a") as stream:
+        stream.write(nvcc)
 
 
 def _write_inputs(ws: Path) -> None:
@@ -194,6 +201,10 @@ def _write_inputs(ws: Path) -> None:
     shutil.copytree(ws / "manykernels", ws / "entrytypo2")
     (ws / "entrytypo2" / "tune.toml").write_text('entries = ["scale", "scale_kernel"]\n')
     _space_copy(ws, "space-syntax", "\njunk = [\n")
+    _space_copy(ws, "space-ccbin", "", nvcc='\n[[parameter]]\nname = "nvcc.evil"\nkind = "flag"\ndefault = false\n'
+                'render = "-ccbin=/tmp/evilcc"\nrisk = "safe"\nhelp = "x"\n')
+    _space_copy(ws, "space-huge", '\n[[parameter]]\nname = "ptxas.huge"\nkind = "int"\nlow = 0\n'
+                'high = 1000000000000\ndefault = 0\nrender = "--huge={}"\nrisk = "safe"\nhelp = "x"\n')
     _space_copy(ws, "space-missing-key", '\n[[parameter]]\nname = "x"\nkind = "flag"\n')
     (ws / "space-empty").mkdir()
     (ws / "garbage.acf.toml").write_text("this is not TOML at all\n")

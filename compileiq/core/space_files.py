@@ -91,7 +91,10 @@ def _build(t: dict[str, Any], stage: Stage) -> Parameter:
     if kind not in KINDS:
         raise SpaceError(f"kind {kind!r} is not one of {KINDS}")
     if kind == "int":
-        values: tuple[Any, ...] = tuple(range(int(t["low"]), int(t["high"]) + 1))
+        low, high = int(t["low"]), int(t["high"])
+        if not 0 < high - low + 1 <= MAX_INT_VALUES:
+            raise SpaceError(f"low {low} to high {high}: an int parameter has 1 to {MAX_INT_VALUES} values")
+        values: tuple[Any, ...] = tuple(range(low, high + 1))
     else:
         values = (False, True) if kind == "flag" else tuple(t["values"])
     strs = [t[k] for k in ("name", "render", "risk", "help") if not isinstance(t[k], str)]
@@ -118,4 +121,31 @@ def _checked(p: Parameter) -> Parameter:
         for token in p.argv(v) + p.forwarded(v):
             if re.search(r"[\s,]", token):
                 raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
+            if problem := unsafe_option(token):
+                raise SpaceError(f"renders {token!r}: {problem}")
     return p
+
+
+# Options a search-space file may never render (it is data, from COMPILEIQ_SEARCH_SPACES too): they
+# run another program, write or read files, or stop the build from compiling. Also every -X<tool>
+# but -Xptxas (the host compiler, the linker).
+UNSAFE_OPTIONS = frozenset({
+    "-ccbin", "--compiler-bindir", "--run", "-run", "--run-args", "-run-args", "-o", "--output-file", "-odir",
+    "--output-directory", "--keep", "-keep", "--keep-dir", "-keep-dir", "--save-temps", "-save-temps", "--dryrun",
+    "-dryrun", "-E", "--preprocess", "--options-file", "-optf", "-include", "--pre-include", "-I", "--include-path",
+    "-isystem", "--system-include", "-L", "--library-path", "-l", "--library", "-M", "-MD", "-MMD", "-MF", "-MT",
+    "--dependency-output", "--generate-dependencies", "--generate-dependencies-with-compile", "-time", "--time",
+    "-fdevice-time-trace", "--fdevice-time-trace", "-D", "--define-macro", "-U", "--undefine-macro",
+    "--compiler-options", "--linker-options", "--archive-options", "--nvlink-options", "--input-as-string",
+})
+MAX_INT_VALUES = 65536  # an int parameter's range: a register cap has 256
+
+
+def unsafe_option(token: str) -> str | None:
+    """Why a rendered argument may not reach a compiler, or None: an option in UNSAFE_OPTIONS (with
+    its value joined by `=` or not), or -X<tool> but -Xptxas."""
+    name = token.split("=", 1)[0]
+    joined = name.startswith(("-I", "-L", "-D", "-U", "-o", "-l")) and name not in ("-lineinfo",)  # -Ifoo, -ofile
+    if name in UNSAFE_OPTIONS or joined or (name.startswith("-X") and name != "-Xptxas"):
+        return "an option that runs another program, writes or reads files, or defines macros is never searched"
+    return None
