@@ -139,3 +139,27 @@ def test_a_forged_search_winner_is_quarantined_before_it_steers_the_simplificati
     engine.dispose()
     output = _tune(kernel, url)
     _check(kernel, url, first.controls, victim.number, output)
+
+
+def test_a_forged_candidate_to_time_is_rebuilt_before_the_acf_lists_it(tmp_path: Path) -> None:
+    """The ACF's [[evidence.to_time]] lists trials a GPU user is told to time, with their numbers: a
+    forged row (an import, a teammate) was listed as it was, never rebuilt (the red team's)."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    args = ["tune", str(kernel), "--objective", "spills", "--budget", "6", "--workers", "local", "--db", url,
+            "--out", "k.acf.toml"]
+    first = run_cli(args, cwd=tmp_path)
+    assert first.returncode == 0, first.describe()
+    listed = acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", [])
+    assert listed, "the fixture needs candidates to time"
+    victim = next(t for t in _trials(url) if t.number == listed[0]["trial"])
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            metrics={**victim.metrics, "registers": 7, "instructions": 11}, worker=MALLORY))
+    engine.dispose()
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.describe()
+    assert f"trial #{victim.number} quarantined" in again.output
+    for entry in acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", []):
+        assert (entry.get("registers"), entry.get("instructions")) != (7, 11), entry

@@ -63,7 +63,11 @@ class Decider:
     confirm: Confirm | None  # a runtime evaluator's confirmation against the baseline
 
     def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
-        return self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
+        decision = self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
+        if self.verify is not None and self.static:  # the ACF lists them with their numbers: rebuilt first
+            for candidate in eligibility.candidates_to_time(decision.trials, decision.chosen, baseline, self.objective):
+                self.verify(candidate)  # a forged row is quarantined, and the choice made again
+        return decision
 
     def _simplified(self, winner: Trial, exact: bool) -> Simplification:
         no_worse = multi_objective.no_worse(self.objectives) if len(self.objectives) > 1 else lower_or_equal_value
