@@ -12,7 +12,9 @@ progress display (pass `on_trial` to follow a run).
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,16 +129,28 @@ def tune(
     (another study, more search trials, a simplification or confirmation this run lacks) is not
     replaced (UsageError, before the run where it can be known) unless `force`."""
     _integers(budget=budget, seed=seed, batch_size=batch_size, finalists=finalists, patience=patience)
+    _texts(objective=objective, strategy=strategy, surrogate=surrogate, workers=workers)
+    _texts(optional=True, db=db, study=study, ray_address=ray_address, arch=arch, metric_regex=metric_regex,
+           pick=pick)
+    _booleans(resume=resume, allow_numerics=allow_numerics, allow_semantics=allow_semantics, simplify=simplify,
+              warm_start=warm_start, program=program, stream=stream, force=force)
+    if on_trial is not None and not callable(on_trial):
+        raise UsageError(f"on_trial must be a function of one TrialRow, got {on_trial!r}")
+    if time_budget is not None and not isinstance(time_budget, str | int | float) or isinstance(time_budget, bool):
+        raise UsageError(f"time_budget must be a duration (\"10m\") or seconds, got {time_budget!r}")
     options = app.TuneOptions(
-        kernel=Path(kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
-        surrogate=surrogate, batch_size=batch_size, out=None if out is None else Path(out), db=db,
+        kernel=_path("kernel", kernel), objective=objective, budget=budget, strategy=strategy, seed=seed,
+        surrogate=surrogate, batch_size=batch_size, out=None if out is None else _path("out", out), db=db,
         study=study, workers=workers, ray_address=ray_address, resume=resume, arch=arch,
         allow_numerics=allow_numerics, allow_semantics=allow_semantics, only=_names(only),
         exclude=_names(exclude), simplify=simplify, warm_start=warm_start, program=program, metric_regex=metric_regex,
         time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
-        finalists=finalists, compile_commands=None if compile_commands is None else Path(compile_commands),
+        finalists=finalists, compile_commands=None if compile_commands is None else _path("compile_commands", compile_commands),
     )  # fmt: skip
-    report = app.tune(options, _CallbackProgress(on_trial))
+    try:
+        report = app.tune(options, _CallbackProgress(on_trial))
+    except UsageError as error:  # the checks past this point name the command line's options: name ours
+        raise type(error)(_keywords(str(error))) from None
     result = report.result
     return TuneResult(
         kernel=report.kernel.name, objective=objective, study=result.study.name, database=report.database,
@@ -149,7 +163,7 @@ def tune(
 
 def load_acf(path: PathLike) -> Acf:
     """Read and validate an advanced-control file (compileiq.results.acf.AcfError when it is not valid)."""
-    return app.read_acf(Path(path))
+    return app.read_acf(_path("path", path))
 
 
 def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True,
@@ -174,10 +188,18 @@ def gate(
     from compileiq.evaluate.timing import HarnessTiming
     from compileiq.gating import check as gate_lib
 
+    if not isinstance(acfs, str | os.PathLike | Iterable):
+        raise UsageError(f"acfs must be a path or paths of ACF files, got {acfs!r}")
     paths = (acfs,) if isinstance(acfs, str | os.PathLike) else tuple(acfs)
+    if not isinstance(rules, Mapping | Iterable) or isinstance(rules, str):
+        raise UsageError(f"rules must be a mapping of rule to severity or NAME=SEVERITY texts, got {rules!r}")
     given = [f"{k}={v}" for k, v in rules.items()] if isinstance(rules, Mapping) else list(rules)
-    options = gate_lib.GateOptions(acfs=tuple(Path(p) for p in paths),
-                                   kernel=None if kernel is None else Path(kernel),
+    if bad := [r for r in given if not isinstance(r, str)]:
+        raise UsageError(f"rules must be NAME=SEVERITY texts, got {bad[0]!r}")
+    if device is not None and not isinstance(device, bool):
+        raise UsageError(f"device must be True, False or None, got {device!r}")
+    options = gate_lib.GateOptions(acfs=tuple(_path("acfs", p) for p in paths),
+                                   kernel=None if kernel is None else _path("kernel", kernel),
                                    rules=tuple(given), device=device)
     report = gate_lib.run(options, HarnessTiming())
     if unchecked := [r for r in report.results if r.bad_input]:
@@ -210,6 +232,34 @@ def _integers(**given: object) -> None:
             raise UsageError(f"{name} must be a whole number, got {value!r}")
 
 
+def _texts(optional: bool = False, **given: object) -> None:
+    """A keyword that takes text: UsageError naming it (a number there failed deep inside)."""
+    for name, value in given.items():
+        if not (isinstance(value, str) or optional and value is None):
+            raise UsageError(f"{name} must be a string, got {value!r}")
+
+
+def _booleans(**given: object) -> None:
+    for name, value in given.items():
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be True or False, got {value!r}")
+
+
+def _path(name: str, value: object) -> Path:
+    """A path keyword: text or os.PathLike without a NUL byte, else UsageError naming it."""
+    if not isinstance(value, str | os.PathLike) or "\0" in os.fspath(value):
+        raise UsageError(f"{name} must be a file path, got {value!r}")
+    return Path(value)
+
+
+def _keywords(message: str) -> str:
+    """A message of the shared checks with the command line's option names (--batch-size) given
+    as this API's keywords (batch_size)."""
+    for keyword in inspect.signature(tune).parameters:
+        message = re.sub(rf"--{keyword.replace('_', '-')}\b(?!-)", keyword, message)
+    return message
+
+
 def _duration(value: str | float | None) -> str | None:
     """A time budget as the command line takes it: "10m" stays, 90 (seconds) becomes "90s"."""
     if value is None or isinstance(value, str):
@@ -220,5 +270,8 @@ def _duration(value: str | float | None) -> str | None:
 def _names(names: Iterable[str]) -> tuple[str, ...]:
     if isinstance(names, str):
         names = names.split(",")
-    return tuple(n.strip() for n in names if n.strip())
+    listed = list(names) if isinstance(names, Iterable) else None
+    if listed is None or not all(isinstance(n, str) for n in listed):
+        raise UsageError(f"only and exclude take parameter names (texts), got {names!r}")
+    return tuple(n.strip() for n in listed if n.strip())
 
