@@ -366,3 +366,8 @@ def test_a_checkouts_copy_of_the_harness_is_not_part_of_the_kernel(tmp_path: Pat
     second = bundle_sources(load_spec(kernel))
     assert not any(rel.endswith("harness.cuh") for rel, _ in first.files), [rel for rel, _ in first.files]
     assert first.sha256 == second.sha256
+    elsewhere = tmp_path / "a" / "b" / "compileiq" / "include" / "compileiq"  # another checkout, deeper
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "harness.cuh").write_bytes(harness.read_bytes())
+    (kernel.parent / "tune.toml").write_text('include_dirs = ["../a/b/compileiq/include"]\n')
+    assert bundle_sources(load_spec(kernel)).sha256 == first.sha256  # the same study wherever it lies

@@ -116,9 +116,19 @@ def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Pat
     same file in the bundle as on disk. Include folders of the toolchain or the system (/usr,
     /opt), or with nothing but the filesystem's root in common with the kernel's, go to inc<N>/:
     the bundle never depends on where the project lies."""
-    project = [d for d in include_dirs if not any(d.is_relative_to(t) for t in toolchain)]
+    project = [d for d in include_dirs if not any(d.is_relative_to(t) for t in toolchain) and not _harness_folder(d)]
     top = Path(os.path.commonpath([root, *project]))
     return root if top == Path(top.anchor) else top
+
+
+def _harness_folder(directory: Path) -> bool:
+    """An include folder that holds the measuring harness and nothing else (a compileiq checkout's
+    compileiq/include, which the bundled kernels name): the installed harness's folder stands in
+    for it, so where compileiq is installed never changes the bundle (`_bundle_path`)."""
+    try:
+        return (directory / "compileiq" / "harness.cuh").is_file() and [p.name for p in directory.iterdir()] == ["compileiq"]
+    except OSError:
+        return False
 
 
 def _bundle_dir(directory: Path, top: Path, index: int) -> str:
