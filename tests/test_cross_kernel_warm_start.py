@@ -62,9 +62,9 @@ def test_a_new_kernel_first_tries_what_another_kernels_study_chose(tmp_path, ker
     assert earlier.chosen.config_key != earlier.baseline.config_key  # it chose something to transfer
     recorder = Recorder()
     report = app.tune(_options(tmp_path, b, db=store_url), recorder)
-    assert any(n.startswith("warm start: 1 settings from 1 other kernels' studies") for n in recorder.notes)
+    assert any(n.startswith("warm start: 1 configuration from 1 study of other sources") for n in recorder.notes)
     provenance = acf.read(report.acf_path).provenance  # the ACF says where its first proposals came from
-    assert provenance["warm_start"].startswith("1 settings from 1 other kernels' studies tried first")
+    assert provenance["warm_start"].startswith("1 configuration from 1 study of other sources (other kernels, or this one as it was) tried first")
     first, trials = _first_batch(tmp_path, report.result.study.name, store_url)
     assert first[0] == earlier.chosen.config_key  # the same option space, no macros: the same config
     # measured here for real (its own compile), never copied from the other study
@@ -110,7 +110,7 @@ def test_forged_shared_rows_are_skipped_and_never_become_results(tmp_path, kerne
         check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "Traceback" not in run.stderr + run.stdout
-    assert "other kernels' studies" in run.stderr + run.stdout  # the other study's sound rows still teach
+    assert "of other sources (other kernels" in run.stderr + run.stdout  # the other study's sound rows still teach
     assert "pwned" not in " ".join(p.name for p in tmp_path.iterdir())
     _, trials = _first_batch(tmp_path, _study_of(tmp_path, "fir_wide"))
     for trial in trials:  # every config is one of this space; a forged value is never a result here

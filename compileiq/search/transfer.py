@@ -58,8 +58,13 @@ class Prior:
 
     @property
     def note(self) -> str:
-        return (f"{len(self.first)} settings from {self.studies} other kernels' studies tried first, "
-                f"{len(self.discouraged)} they refused tried later")
+        return (f"{_count(len(self.first), 'configuration')} from {_count(self.studies, 'study', 'studies')} of "
+                "other sources (other kernels, or this one as it was) tried first, "
+                f"{_count(len(self.discouraged), 'setting')} they refused proposed later")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def lesson(
