@@ -63,7 +63,7 @@ JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print one 
 
 @cli.command()
 def tune(
-    kernel: Annotated[Path, typer.Argument(help="The .cu file (a tune.toml beside it is read if present).")],
+    kernel: Annotated[Path, typer.Argument(metavar="KERNEL.cu", help="The .cu file (a tune.toml beside it is read if present).")],
     objective: Annotated[str, typer.Option(metavar="[static|spills|registers|occupancy|instructions|time]", help="static | spills | registers | occupancy | instructions (static estimates); time needs a GPU; or 2-3 of them comma-separated (registers,instructions): the Pareto front")] = "static",
     pick: Annotated[str | None, typer.Option("--pick", help="Several objectives: the point of the front the ACF takes: knee (nearest the ideal point, scaled; default) | first (best first objective) | weights=a:0.7,b:0.3 (smallest weighted sum, scaled)")] = None,
     budget: Annotated[int, typer.Option(help="Search trials in the study, baseline included (simplification and ablation builds are extra and free).")] = 40,
@@ -282,7 +282,7 @@ def db_import(
 
 @cli.command("space")
 def space(
-    kernel: Annotated[Path | None, typer.Argument(help="A .cu file: add the macros its tune.toml tunes.")] = None,
+    kernel: Annotated[Path | None, typer.Argument(metavar="[KERNEL.cu]", help="A .cu file: add the macros its tune.toml tunes.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List every parameter that --only/--exclude take: values, default, risk and what it does."""
