@@ -145,7 +145,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=acf.shipped)
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
-    return Target(acf, str(path), str(found), spec, tuple(measuring))
+    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring))  # store/../k.cu reads k.cu
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
