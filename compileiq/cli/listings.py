@@ -90,6 +90,8 @@ def studies_table(summaries: list[StudySummary]) -> Table:
         text = reading(study.key.objective).text(value)
         shown = (f"{text} (#{number})" if number is not None else "-" if value is None
                  else f"lowest {text} (no run here chose: show {study.id} replays the choice)")
+        if "," in study.key.objective and number is not None:  # its value is the first objective's alone
+            shown = f"#{number} on the front (show {study.id})"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table
