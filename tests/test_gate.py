@@ -341,6 +341,19 @@ def test_severities_default_and_override():
     assert table["registers"] is gate_rules.Severity.ERROR and table["code-changed"] is gate_rules.Severity.OFF
 
 
+def _with_evidence_edited(tuned: Path, tmp_path: Path, table: str, key: str, value: object) -> Path:
+    """A copy of the tuned workspace whose ACF's [evidence.TABLE] KEY is `value`, by hand (the
+    text edited in place, the code hash left as it is)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    text = (workspace / ACF).read_text()
+    head, _, tail = text.partition(f"[evidence.{table}]\n")
+    old = f"\n{key} = {tomllib.loads(text)['evidence'][table][key]!r}\n"
+    assert old in "\n" + tail
+    (workspace / ACF).write_text(head + f"[evidence.{table}]\n" + ("\n" + tail).replace(old, f"\n{key} = {value!r}\n", 1)[1:])
+    return workspace
+
+
 @pytest.mark.parametrize(("edit", "to", "shown"), [("registers", lambda v: v + 8, str),
                                                   ("occupancy", lambda v: v / 2, lambda v: f"{v:.1%}")])
 def test_evidence_the_acfs_own_code_does_not_give_fails(tuned, tmp_path, edit, to, shown):
@@ -348,14 +361,8 @@ def test_evidence_the_acfs_own_code_does_not_give_fails(tuned, tmp_path, edit, t
     numbers, so the evidence was edited (a worse recorded number let a real regression through
     unseen, and nothing was reported at all). Spill bytes are the spills objective's own: its
     objective.best must match them, so an ACF edited there is refused on reading."""
-    workspace = tmp_path / "ws"
-    shutil.copytree(tuned, workspace)
-    text = (workspace / ACF).read_text()
-    best = tomllib.loads(text)["evidence"]["best"]
-    head, _, tail = text.partition("[evidence.best]\n")
-    old = f"\n{edit} = {best[edit]!r}\n"
-    assert old in tail
-    (workspace / ACF).write_text(head + "[evidence.best]\n" + tail.replace(old, f"\n{edit} = {to(best[edit])!r}\n", 1))
+    best = tomllib.loads((tuned / ACF).read_text())["evidence"]["best"]
+    workspace = _with_evidence_edited(tuned, tmp_path, "best", edit, to(best[edit]))
     result = _gate(workspace, ACF, "--static", "--json")
     assert result.returncode == 1, result.describe()
     findings = json.loads(result.stdout)["acfs"][0]["findings"]
@@ -368,14 +375,8 @@ def test_an_edited_baseline_evidence_fails_the_gate(tuned, tmp_path):
     """[evidence.baseline] edited to claim spills the defaults never had (a forged gain), its code
     hash left as it is: the gate rebuilds the baseline and the same code gives other numbers. It
     used to pass with "no findings"."""
-    workspace = tmp_path / "ws"
-    shutil.copytree(tuned, workspace)
-    text = (workspace / ACF).read_text()
-    base = tomllib.loads(text)["evidence"]["baseline"]
-    head, _, tail = text.partition("[evidence.baseline]\n")
-    old = f"\nregisters = {base['registers']!r}\n"
-    assert old in "\n" + tail
-    (workspace / ACF).write_text(head + "[evidence.baseline]\n" + ("\n" + tail).replace(old, "\nregisters = 255\n", 1)[1:])
+    base = tomllib.loads((tuned / ACF).read_text())["evidence"]["baseline"]
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "registers", 255)
     result = _gate(workspace, ACF, "--static", "--json")
     assert result.returncode == 1, result.describe()
     findings = json.loads(result.stdout)["acfs"][0]["findings"]

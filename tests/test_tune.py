@@ -90,9 +90,8 @@ def test_another_objective_reuses_the_build_cache(tmp_path, spiller):
     assert other.result.counters.frontend_calls <= other.result.counters.verify_calls  # only to check the choice
 
 
-def test_a_failing_variant_is_data_not_fatal(tmp_path):
-    """Half of the space cannot build (a tuned macro hits #error): recorded with the compiler's
-    message, told to the searcher as a penalty, and the run still finds its best."""
+def _modes_kernel(tmp_path):
+    """A kernel whose tuned macro MODE = 2 hits #error: half of any space over it cannot build."""
     folder = tmp_path / "modes"
     folder.mkdir()
     (folder / "modes.cu").write_text(
@@ -100,6 +99,13 @@ def test_a_failing_variant_is_data_not_fatal(tmp_path):
         "__global__ void k(float* x) { x[threadIdx.x] *= MODE; }\n"
     )
     (folder / "tune.toml").write_text("[tune.defines]\nMODE = [1, 2]\n")
+    return folder
+
+
+def test_a_failing_variant_is_data_not_fatal(tmp_path):
+    """Half of the space cannot build (a tuned macro hits #error): recorded with the compiler's
+    message, told to the searcher as a penalty, and the run still finds its best."""
+    folder = _modes_kernel(tmp_path)
     options = _options(tmp_path, folder / "modes.cu", strategy="exhaustive", budget=16, objective="instructions",
                        only=("ptxas.opt_level",))
     report = app.tune(options, SilentProgress())
@@ -114,13 +120,7 @@ def test_the_run_says_under_its_table_that_variants_failed(tmp_path):
     """Failed variants are data, and the run says so: the summary used to count them among the
     search trials without a word (a [launch] name that only some macro values build looked like a
     search that had scored every value)."""
-    folder = tmp_path / "modes"
-    folder.mkdir()
-    (folder / "modes.cu").write_text(
-        "#ifndef MODE\n#define MODE 1\n#endif\n#if MODE == 2\n#error MODE 2 is not supported\n#endif\n"
-        "__global__ void k(float* x) { x[threadIdx.x] *= MODE; }\n"
-    )
-    (folder / "tune.toml").write_text("[tune.defines]\nMODE = [1, 2]\n")
+    folder = _modes_kernel(tmp_path)
     done = run_cli(["tune", "modes.cu", "--workers", "local", "--strategy", "exhaustive", "--budget", "16",
                     "--objective", "instructions", "--only", "ptxas.opt_level", "--db", f"sqlite:///{tmp_path}/f.db",
                     "--out", str(tmp_path / "modes.acf.toml")], cwd=folder)
