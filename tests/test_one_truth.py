@@ -194,3 +194,18 @@ def test_a_pareto_view_of_a_single_objective_study_never_picks_a_refused_trial(r
         assert front["pick"] not in refused and not refused & {p["trial"] for p in front["front"]}, front
     _cli(folder, "report", "1", "--format", "md", "--pareto", "registers,instructions", "-o", "p.md")
     assert all(f"| {n} |" not in (folder / "p.md").read_text().split("Pareto front")[-1] for n in refused)
+
+
+def test_a_static_choice_is_never_beaten_by_a_trial_it_lists_as_may_be_chosen(tmp_path: Path) -> None:
+    """spill_heavy, spills, budget 8: the run built a refused -O0 result again at -O3 while shrinking
+    it (0 spill bytes, allowed) but chose 304 from the search's own results, listed the better one
+    as "may be chosen" and sent the user to a GPU for the -O0 ones. Such a repair now counts."""
+    done = run_cli(["tune", str(SPILL_HEAVY), "--objective", "spills", "--budget", "8", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = json.loads(_cli(tmp_path, "show", "1", "--json", "--top", "1000"))
+    chosen = shown["trials"][0]
+    assert chosen["status"] == "chosen"
+    better = [t["number"] for t in shown["trials"] if t["status"] == "may be chosen" and t["value"] < chosen["value"]]
+    assert not better, (chosen, better)
+    assert acf.read(tmp_path / "k.acf.toml").evidence["best"]["spill_bytes"] == 0

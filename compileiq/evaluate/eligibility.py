@@ -208,16 +208,36 @@ def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> 
     not its start (a rerun then simplifies the same winner again, and its record of what was
     dropped is kept). A search result refused for its settings alone counts through its stand-in
     (`stand_ins`). The tuner and every view (`results.explain`) choose by this one rule."""
-    return choose(search_results(trials, refuse), baseline, refuse)
+    return choose(search_results(trials, refuse, baseline.config), baseline, refuse)
 
 
-def search_results(trials: Sequence[Trial], refuse: Refusal) -> list[Trial]:
+def search_results(trials: Sequence[Trial], refuse: Refusal, defaults: Mapping[str, Any] | None = None) -> list[Trial]:
     """What a choice is made from: the trials the search made, and for a refused one the trial
-    that stands in for it (`stand_ins`); never an earlier run's simplified trial, so that a rerun
-    starts from the same search result, simplifies it the same way and records the same path.
-    One objective (`search_winner`) or several (the front's pick) alike."""
+    that stands in for it (`stand_ins`) and, given the baseline's `defaults`, its repair
+    (`repaired`); never an earlier run's simplified trial, so that a rerun starts from the same
+    search result, simplifies it the same way and records the same path. One objective
+    (`search_winner`) or several (the front's pick) alike."""
     searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
-    return [*searched, *stand_ins(trials, searched, refuse)]
+    found = [*searched, *stand_ins(trials, searched, refuse)]
+    return found + repaired(trials, searched, refuse, defaults) if defaults is not None else found
+
+
+def repaired(trials: Sequence[Trial], searched: Sequence[Trial], refuse: Refusal,
+             defaults: Mapping[str, Any]) -> list[Trial]:
+    """For each search result refused for a lower optimisation level, the trial of the same settings
+    at the default level where the study built it and it may win (`at_default_level`: built while
+    a candidate to time was shrunk, or proposed by `repairs`): its code differs, so it is no
+    stand-in, but it is the search's result made safe. A run that built one strictly better than
+    its choice used to leave it in the table as "may be chosen" and send the user to a GPU instead."""
+    by_config = {json.dumps(t.config, sort_keys=True, default=str): t for t in trials if _complete(t)}
+    found: dict[int, Trial] = {}
+    for trial in searched:
+        if not _complete(trial) or refuse(trial) is None or not lowered_optimisation(trial.config, defaults):
+            continue
+        repair = by_config.get(json.dumps(at_default_level(trial.config, defaults), sort_keys=True, default=str))
+        if repair is not None and refuse(repair) is None:
+            found.setdefault(repair.number, repair)
+    return list(found.values())
 
 
 def stand_ins(trials: Sequence[Trial], searched: Sequence[Trial], refuse: Refusal) -> list[Trial]:

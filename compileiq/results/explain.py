@@ -159,7 +159,7 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
         return Explanation(study, trials, baseline, None, None, None)
     objectives = multi_objective.objectives_of(study.key.objective)
     refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
-    choice = multi_objective.choose(eligibility.search_results(trials, refuse), baseline, objectives, pick, refuse,
+    choice = multi_objective.choose(eligibility.search_results(trials, refuse, baseline.config), baseline, objectives, pick, refuse,
                                     "time" in objectives)
     winner = chosen = choice.chosen
     if winner.config_key != baseline.config_key:

@@ -87,9 +87,10 @@ class Decider:
             if replayed.chosen is None or replayed.winner is None or replayed.chosen.number == decision.chosen.number:
                 return decision
             # What this pass built gave a refused search result its stand-in (the same code, settings
-            # that may win): the winner every view replays is now that one, so decide from it.
-            self.note(f"trial #{replayed.winner.number}, built to decide, stands in for a refused search result "
-                      "(the same machine code, settings that may win): deciding again from it")
+            # that may win) or its repair (`eligibility.repaired`): the winner every view replays is
+            # now that one, so decide from it.
+            self.note(f"trial #{replayed.winner.number}, built to decide, takes the place of a refused search result "
+                      "(its machine code, or its settings at the default level, allowed): deciding again from it")
             winner = replayed.winner
         return self._as_replayed(decision, replayed.chosen, baseline)
 
@@ -141,7 +142,7 @@ class Decider:
 
     def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         runtime = not self.static
-        winner = multi_objective.choose(eligibility.search_results(trials, self.refusal), baseline, self.objectives,
+        winner = multi_objective.choose(eligibility.search_results(trials, self.refusal, baseline.config), baseline, self.objectives,
                                         self.pick, self.refusal, runtime).chosen
         self._verified(winner, baseline)
         simplification = None
@@ -151,7 +152,7 @@ class Decider:
         chosen = self._decided(simplification.chosen if simplification else winner, final)
         if self.verify is not None:
             self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
-        trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal), baseline, self.objectives,
+        trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal, baseline.config), baseline, self.objectives,
                                             self.pick, self.refusal, runtime).front
         return Decision(winner, chosen, simplification, final, front=trade_offs)
 
