@@ -152,10 +152,12 @@ def _check_range(option: str, value: int, low: int, high: int) -> None:
 
 
 def narrowed(options: TuneOptions) -> dict[str, Any]:
-    """The options that made the space other than the default one, as the ACF records them for a
-    re-tune: --only, --exclude, --allow-numerics, --allow-semantics (only those given)."""
+    """The options that made the search other than the default one, as the ACF records them for a
+    re-tune: --only, --exclude, --allow-numerics, --allow-semantics, --strategy, --seed (only those
+    given)."""
     given = {"only": list(options.only), "exclude": list(options.exclude),
-             "allow_numerics": options.allow_numerics, "allow_semantics": options.allow_semantics}
+             "allow_numerics": options.allow_numerics, "allow_semantics": options.allow_semantics,
+             "strategy": options.strategy if options.strategy != "bayes" else "", "seed": options.seed}
     return {key: value for key, value in given.items() if value}
 
 

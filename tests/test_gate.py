@@ -453,8 +453,10 @@ def test_the_retune_line_repeats_only_parameter_names_an_acf_records():
     """`provenance.searched` is untrusted: names that are not parameters are never printed."""
     from compileiq.gating.check import retune_space
 
-    assert retune_space({"only": ["ptxas.opt_level", "define.BLOCK"], "allow_numerics": True}) == [
-        "--only", "ptxas.opt_level,define.BLOCK", "--allow-numerics"]
+    assert retune_space({"only": ["ptxas.opt_level", "define.BLOCK"], "allow_numerics": True, "strategy": "random",
+                         "seed": 2}) == ["--only", "ptxas.opt_level,define.BLOCK", "--allow-numerics", "--strategy",
+                                         "random", "--seed", "2"]
+    assert retune_space({"strategy": "--run x", "seed": -1}) == [] and retune_space({"seed": True}) == []
     assert retune_space({"only": ["ptxas.opt_level", "x; touch pwned"], "exclude": "nvcc.lineinfo",
                          "allow_semantics": "yes"}) == []
     assert retune_space("--run") == []

@@ -268,9 +268,10 @@ _PARAMETER_NAME = re.compile(r"(?:nvcc|ptxas|define)\.[A-Za-z_][A-Za-z0-9_]*")
 
 
 def retune_space(searched: object) -> list[str]:
-    """--only/--exclude/--allow-* as the ACF's `provenance.searched` records them, so that a
-    re-tune searches the space the tuning did (not the whole default space, another study).
-    Untrusted: only parameter names and true flags are repeated; anything else is left out."""
+    """--only/--exclude/--allow-*/--strategy/--seed as the ACF's `provenance.searched` records
+    them, so that a re-tune searches the space the tuning did, as it did (not the whole default
+    space, another study). Untrusted: only parameter names, true flags, a known strategy and a seed
+    in range are repeated; anything else is left out."""
     if not isinstance(searched, dict):
         return []
     args: list[str] = []
@@ -279,8 +280,12 @@ def retune_space(searched: object) -> list[str]:
         if isinstance(names, list) and 0 < len(names) <= 256 and all(
                 isinstance(n, str) and _PARAMETER_NAME.fullmatch(n) for n in names):
             args += [f"--{key}", ",".join(names)]
-    return args + [f"--{key.replace('_', '-')}" for key in ("allow_numerics", "allow_semantics")
-                   if searched.get(key) is True]
+    args += [f"--{key.replace('_', '-')}" for key in ("allow_numerics", "allow_semantics") if searched.get(key) is True]
+    if searched.get("strategy") in ("random", "exhaustive"):
+        args += ["--strategy", str(searched["strategy"])]
+    if type(seed := searched.get("seed")) is int and 0 < seed < 2**32:
+        args += ["--seed", str(seed)]
+    return args
 
 
 def shipped_from(target: Target) -> tuple[str, ...]:
