@@ -256,7 +256,8 @@ def _keywords(message: str) -> str:
     """A message of the shared checks with the command line's option names (--batch-size) given
     as this API's keywords (batch_size)."""
     for keyword in inspect.signature(tune).parameters:
-        message = re.sub(rf"--{keyword.replace('_', '-')}\b(?!-)", keyword, message)
+        if keyword not in ("force", "out"):  # the ACF refusal names both ways itself
+            message = re.sub(rf"--{keyword.replace('_', '-')}\b(?!-)", keyword, message)
     return message
 
 

@@ -134,7 +134,7 @@ def test_actionlint_rejects_the_concurrency_expression_the_recipe_used_to_have(t
 def _pip_install_targets(text: str) -> list[list[str]]:
     """What each `pip install` in a page installs (options and comments left out)."""
     found = []
-    for args in re.findall(r"pip install ([^`\n#]*)", text):
+    for args in re.findall(r"pip install ([^`\n#;|&]*)", text):
         found.append([a.strip('"\'') for a in args.split() if not a.startswith("-")])
     return found
 
