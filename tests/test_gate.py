@@ -451,7 +451,7 @@ def test_an_instructions_acf_is_held_to_its_instruction_count(tmp_path):
 
 def test_the_retune_line_repeats_only_parameter_names_an_acf_records():
     """`provenance.searched` is untrusted: names that are not parameters are never printed."""
-    from compileiq.gating.check import retune_space
+    from compileiq.gating.retune import retune_space
 
     assert retune_space({"only": ["ptxas.opt_level", "define.BLOCK"], "allow_numerics": True, "strategy": "random",
                          "seed": 2}) == ["--only", "ptxas.opt_level,define.BLOCK", "--allow-numerics", "--strategy",

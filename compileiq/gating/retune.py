@@ -1,0 +1,130 @@
+"""The re-tune line a stale ACF's findings end with: the `compileiq tune` command that re-tunes it
+in place, pasteable from here, searching what the tuning searched (its objective, pick, arch, how it
+was timed, its shipped build, budget, space and search options, database and study), read from
+the ACF, which is untrusted: only what passes a check is repeated, and nothing is ever run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+from typing import Protocol
+
+from compileiq.core.metric_ranges import MAX_BUDGET
+from compileiq.gating.rules import Measured
+from compileiq.results import acf as acf_file
+from compileiq.source.spec import KernelSpec
+
+
+class Target(Protocol):
+    """What a re-tune line reads of a gated ACF (`check.Target`)."""
+
+    @property
+    def acf(self) -> acf_file.Acf: ...
+    @property
+    def acf_label(self) -> str: ...
+    @property
+    def kernel_label(self) -> str: ...
+    @property
+    def spec(self) -> KernelSpec: ...
+    @property
+    def measuring_args(self) -> tuple[str, ...]: ...
+
+
+def retune_command(target: Target, measured: Measured) -> str:
+    """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
+    the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
+    (`retune_measuring`), and database (a URL whose password the ACF shows as *** is left to
+    `--db "$COMPILEIQ_DB"`, so that the pasted command reads it from the environment), and `--force`, since the
+    re-tune is a new study (the source, settings or toolchain the old one was made for changed)
+    and an ACF of another study is otherwise not replaced. A study the user named (not the
+    default `<kernel>-<objective>-<8 hex>`) keeps its name with the kernel's state now as a
+    suffix (`retune_study`): the old name belongs to the old key and cannot be reused."""
+    acf = target.acf
+    objective = str(acf.objective.get("name", "static"))
+    database = str(acf.provenance.get("database", ""))
+    masked = "***" in database  # a password the ACF never holds: the command reads it from COMPILEIQ_DB
+    db = ["--db", database] if database and not masked else []
+    pick = acf.evidence.get("pick", {}).get("rule") if "objectives" in acf.objective else None
+    picked = ["--pick", str(pick)] if pick else []
+    study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
+    named = [f"--study={study}"] if study else []
+    budget = acf.provenance.get("budget")
+    budgeted = ["--budget", str(budget)] if type(budget) is int and 0 < budget <= MAX_BUDGET else []
+    head = shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
+                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
+                       *retune_space(acf.provenance.get("searched")), *db])
+    tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
+    return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
+
+
+_PARAMETER_NAME = re.compile(r"(?:nvcc|ptxas|define)\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def retune_space(searched: object) -> list[str]:
+    """--only/--exclude/--allow-*/--strategy/--seed as the ACF's `provenance.searched` records
+    them, so that a re-tune searches the space the tuning did, as it did (not the whole default
+    space, another study). Untrusted: only parameter names, true flags, a known strategy and a seed
+    in range are repeated; anything else is left out."""
+    if not isinstance(searched, dict):
+        return []
+    args: list[str] = []
+    for key in ("only", "exclude"):
+        names = searched.get(key)
+        if isinstance(names, list) and 0 < len(names) <= 256 and all(
+                isinstance(n, str) and _PARAMETER_NAME.fullmatch(n) for n in names):
+            args += [f"--{key}", ",".join(names)]
+    args += [f"--{key.replace('_', '-')}" for key in ("allow_numerics", "allow_semantics") if searched.get(key) is True]
+    if searched.get("strategy") in ("random", "exhaustive"):
+        args += ["--strategy", str(searched["strategy"])]
+    if type(seed := searched.get("seed")) is int and 0 < seed < 2**32:
+        args += ["--seed", str(seed)]
+    return args
+
+
+def shipped_from(target: Target) -> tuple[str, ...]:
+    """`--compile-commands` as the ACF's [baseline] records it (relative to the ACF's folder): a
+    re-tune starts from the build that ships, with its -I/-D, as the tuning did."""
+    shipped = target.acf.shipped
+    if shipped is None or not shipped.path:
+        return ()
+    where = os.path.join(os.path.dirname(target.acf_label), shipped.path)
+    return ("--compile-commands", path_from_here(where))
+
+
+def retune_measuring(target: Target) -> tuple[str, ...]:
+    """How a re-tune times the kernel: the gate's own --program/--metric-regex; without them, and
+    when neither they nor tune.toml say program mode, the ACF's recorded program mode and pattern,
+    so that a re-tune made from a static gate run without those options does not time a program
+    with the harness. Only printed (shell-quoted, as `measuring_problem` prints them), never used
+    to measure by the gate."""
+    if target.measuring_args or target.acf.mode != "program" or target.spec.mode == "program":
+        return target.measuring_args
+    return recorded_program_options(target.acf)
+
+
+def recorded_program_options(acf: acf_file.Acf) -> tuple[str, ...]:
+    """The tune options that time a program as this program-mode ACF records it was timed."""
+    return ("--program", *(("--metric-regex", acf.metric_regex) if acf.metric_regex else ()))
+
+
+def retune_study(recorded: str, kernel: str, objective: str, measured: Measured) -> str | None:
+    """The study a re-tune records into: None (the default name) when the ACF's study had the
+    default name, else the recorded name (less an earlier re-tune's suffix) and 8 hex digits of
+    the kernel's source, settings and toolchain now, so that the same re-tune run twice shares one study."""
+    if not recorded or re.fullmatch(rf"{re.escape(kernel)}-{re.escape(objective)}-[0-9a-f]{{8}}", recorded):
+        return None
+    state = f"{measured.source_sha256}\0{measured.settings_sha256}\0{measured.toolchain_build}"
+    return f"{re.sub(r'-[0-9a-f]{8}$', '', recorded)}-{hashlib.sha256(state.encode()).hexdigest()[:8]}"
+
+
+def path_from_here(path: str) -> str:
+    """`path` as a shell word that names the same file from the current folder: its folder's links
+    resolved (no `a/../b`), relative when it lies below here, else absolute."""
+    folder = os.path.realpath(os.path.dirname(path) or ".")
+    full = os.path.join(folder, os.path.basename(path))
+    here = os.path.realpath(os.getcwd())
+    inside = os.path.commonpath([here, full]) == here
+    shown = os.path.relpath(full, here) if inside else full
+    return f"./{shown}" if shown.startswith("-") else shown  # never read as an option
