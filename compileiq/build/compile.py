@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from compileiq.build.cubin import CubinError, text_sections
+from compileiq.core.metric_ranges import RANGES
 from compileiq.core.processes import (
     COMPILER_MEMORY,
     ToolRun,
@@ -274,7 +275,6 @@ _USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) by
 
 
 _PTX_ENTRY = re.compile(rb"\.entry\s+([\w$.]+)\s*\([^)]*\)([^{]*)\{")
-MAX_BLOCK_THREADS = 1024  # every arch this compiler targets
 _THREAD_BOUND = re.compile(rb"\.(?:maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
 
 
@@ -289,7 +289,7 @@ def thread_bounds(ptx: bytes) -> dict[str, int]:
             threads = 1
             for dimension in found.groups():
                 threads *= int(dimension or 1)
-            if 0 < threads <= MAX_BLOCK_THREADS:
+            if 0 < threads <= RANGES["block_size"][2]:
                 bounds[match.group(1).decode(errors="replace")] = threads
     return bounds
 

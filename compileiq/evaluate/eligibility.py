@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
+from compileiq.core.space import Config
 
 Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when it may
 
@@ -229,12 +230,12 @@ def repaired(trials: Sequence[Trial], searched: Sequence[Trial], refuse: Refusal
     a candidate to time was shrunk, or proposed by `repairs`): its code differs, so it is no
     stand-in, but it is the search's result made safe. A run that built one strictly better than
     its choice used to leave it in the table as "may be chosen" and send the user to a GPU instead."""
-    by_config = {json.dumps(t.config, sort_keys=True, default=str): t for t in trials if _complete(t)}
+    by_key = {t.config_key: t for t in trials if _complete(t)}
     found: dict[int, Trial] = {}
     for trial in searched:
         if not _complete(trial) or refuse(trial) is None or not lowered_optimisation(trial.config, defaults):
             continue
-        repair = by_config.get(json.dumps(at_default_level(trial.config, defaults), sort_keys=True, default=str))
+        repair = by_key.get(Config.of(at_default_level(trial.config, defaults)).key)
         if repair is not None and refuse(repair) is None:
             found.setdefault(repair.number, repair)
     return list(found.values())

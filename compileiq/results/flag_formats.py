@@ -116,8 +116,8 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     `copts`, include folders (`--all`) in `includes` as tune.toml gives them (relative to the kernel's
     folder, the package, as `srcs`), ptxas options in `ptxasopts` (rules_cuda hands each to ptxas
     with -Xptxas); the arch goes on the command line."""
-    frontend = (*(acf.base.flags if with_base else ()), *acf.frontend_args, *acf.fixed_defines)
-    copts = unique(frontend) if stage != "ptxas" else ()
+    frontend = acf.flags("frontend", with_arch=False, with_base=with_base)
+    copts = unique(tuple(t for t in frontend if not t.startswith("-I"))) if stage != "ptxas" else ()  # in includes
     includes = tuple(acf.base.include_dirs) if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"

@@ -122,7 +122,7 @@ def _build_metrics_problem(metrics: dict[str, Any]) -> str | None:
             return "an entry's name or entry flag has the wrong type"
         counts = [value for name, value in entry.items() if name not in ("name", "entry")]
         if (not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255
-                or entry.get("max_threads", 0) > 1024):
+                or entry.get("max_threads", 0) > metric_ranges.RANGES["block_size"][2]):
             return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0"
                     " (registers up to 255, max_threads up to 1024)")
     return None

@@ -79,27 +79,23 @@ class Decider:
             self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal), baseline)
             trials = self.recorded()
         winner = eligibility.search_winner(trials, baseline, self.refusal)
+        if not self.static:  # a runtime choice rests on its confirmation, which is not replayed
+            return self._single_pass(baseline, winner)
         for _ in range(MAX_PASSES):
             decision = self._single_pass(baseline, winner)
-            if not self.static:
-                return decision
             replayed = explain(self.study, decision.trials, self.pick)
-            if replayed.chosen is None or replayed.winner is None or replayed.chosen.number == decision.chosen.number:
+            chosen, replayed_winner = replayed.chosen, replayed.winner
+            if chosen is None or replayed_winner is None or chosen.number == decision.chosen.number:
                 return decision
             # What this pass built gave a refused search result its stand-in (the same code, settings
             # that may win) or its repair (`eligibility.repaired`): the winner every view replays is
             # now that one, so decide from it.
-            self.note(f"trial #{replayed.winner.number}, built to decide, takes the place of a refused search result "
+            self.note(f"trial #{replayed_winner.number}, built to decide, takes the place of a refused search result "
                       "(its machine code, or its settings at the default level, allowed): deciding again from it")
-            winner = replayed.winner
-        return self._as_replayed(decision, replayed.chosen, baseline)
-
-    def _as_replayed(self, decision: Decision, chosen: Trial | None, baseline: Trial) -> Decision:
-        """Passes ran out: the choice is the one every view replays, its ablation from what is recorded."""
-        if chosen is None or chosen.number == decision.chosen.number:
-            return decision
-        ablation = ablation_path(baseline, chosen, ablation_recorded(decision.trials)) if self.ablate else None
-        return replace(decision, chosen=chosen, ablation=ablation)
+            winner, replayed_choice = replayed_winner, chosen
+        # Passes ran out: the choice is the one every view replays, its ablation from what is recorded.
+        ablation = ablation_path(baseline, replayed_choice, ablation_recorded(decision.trials)) if self.ablate else None
+        return replace(decision, chosen=replayed_choice, ablation=ablation)
 
     def _single_pass(self, baseline: Trial, winner: Trial) -> Decision:
         """From the search's winner to the choice: verified, simplified, replayed (static),
