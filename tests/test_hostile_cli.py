@@ -252,6 +252,7 @@ def test_an_output_option_never_replaces_an_input_a_database_or_an_acf(workspace
         result = run_cli(args, tmp_path)
         line = _error_line(result, 2)
         assert "not replacing" in line and says in line, result.describe()
+        assert "gate " not in result.stdout, result.describe()  # refused before any rebuild ran
         assert all(path.read_bytes() == data for path, data in before.items()), args
     exported = tmp_path / "study.json"
     for _ in range(2):  # an export replaces its own older export

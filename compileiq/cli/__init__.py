@@ -196,6 +196,11 @@ def gate(
     from compileiq.gating import check as gate_lib
     from compileiq.gating import ci_reports as gate_report
 
+    for option, path in (("--markdown", markdown), ("--junit", junit)):
+        try:  # a report that may not be written (over an input, a database, a pipe) stops before any rebuild
+            path is None or check_report_target(path, tuple(acf_files))
+        except OutputFileError as error:
+            raise UsageError(f"{option} {error}") from None
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
                                    program=program, metric_regex=metric_regex)
     from compileiq.evaluate.timing import HarnessTiming
