@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import RANGES as METRIC_RANGES
 from compileiq.source.entry_names import entry_matches, macro_values, with_macros
 from compileiq.source.spec import DEFAULT_BLOCK_SIZE
 
@@ -32,7 +33,8 @@ _MAX_EXPONENT = 256
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
             ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 # What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
-RANGES = {"block_size": (1, 1024), "dynamic_smem": (0, 2**31 - 1)}
+RANGES = {"block_size": (int(METRIC_RANGES["block_size"][1]), int(METRIC_RANGES["block_size"][2])),
+          "dynamic_smem": (0, 2**31 - 1)}  # the threads a result may record: one bound, not two
 _LAUNCH_BOUNDS = re.compile(
     r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)\s*(?:,[^)]*)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
 
