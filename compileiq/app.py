@@ -215,7 +215,12 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
     tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
     from compileiq.source.dependencies import DependencyError
-    from compileiq.source.macros import MacroError, check_macros_take_effect, unread_macros
+    from compileiq.source.macros import (
+        MacroError,
+        check_macros_take_effect,
+        unnamed_kernels,
+        unread_macros,
+    )
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
     notes = [] if spec.tuned_defines else [untuned]
@@ -227,7 +232,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         check_macros_take_effect(spec, bundle)
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
-    return notes + unread_macros(spec, bundle)
+    return notes + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

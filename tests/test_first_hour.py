@@ -238,3 +238,22 @@ def test_space_and_tune_say_when_a_tuned_macro_cannot_take_effect(tmp_path: Path
     overridden = run_cli(["space", "k.cu"], cwd=tmp_path)
     assert overridden.returncode == 0, overridden.describe()
     assert [line for line in overridden.stderr_lines if "k.cu:1 #defines FOO itself" in line], overridden.describe()
+
+
+def test_space_and_tune_name_a_misspelt_kernel_before_any_build(tmp_path: Path) -> None:
+    """An `entries` or [launch.NAME] typo was seen only once the baseline had compiled (`space`
+    never saw it); a mangled name, a template instance and a namespaced name are looked up by
+    their plain name."""
+    (tmp_path / "k.cu").write_text("namespace ops { template <int N> __global__ void scale(float* x) "
+                                   "{ x[threadIdx.x] *= N; } }\ntemplate __global__ void ops::scale<2>(float*);\n")
+    (tmp_path / "tune.toml").write_text('entries = ["ops::scale<2>", "_Z5otheri", "sacle"]\n'
+                                        '[launch."scael"]\nblock_size = 64\n')
+    listed = run_cli(["space", "k.cu"], cwd=tmp_path)
+    says = [line for line in listed.stderr_lines if "misspelt" in line]
+    assert listed.returncode == 0 and len(says) == 2, listed.describe()
+    assert "entries: no file of k.cu names 'sacle'" in says[0] and says[1].startswith("note: launch.scael: "), says
+    tuned = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
+                     "--out", "k.acf.toml"], cwd=tmp_path)
+    lines = tuned.stdout.splitlines() + tuned.stderr_lines
+    first_build = next(i for i, line in enumerate(lines) if "#0" in line)
+    assert any("names 'sacle'" in line for line in lines[:first_build]), tuned.describe()

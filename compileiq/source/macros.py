@@ -54,6 +54,24 @@ def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
             for name, _ in spec.tuned_defines if not any(re.search(rf"\b{name}\b", text) for text in texts)]
 
 
+def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
+    """One line per kernel name of tune.toml (`entries`, a [launch.NAME] table) that no file of the
+    kernel names: a misspelling, found before any build (a mangled name is not looked for, nor a
+    name that a macro pastes together, hence a note: the build decides)."""
+    named = [("entries", name) for name in spec.entries] + [(f"launch.{f.entry}", f.entry) for f in spec.launch]
+    wanted = [(key, name) for key, name in named if not name.startswith("_Z")]
+    if not wanted:
+        return []
+    texts = [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
+    lines = []
+    for key, name in wanted:
+        base = name.partition("<")[0].rpartition("::")[2].strip()
+        if not any(re.search(rf"\b{re.escape(base)}\b", text) for text in texts):
+            lines.append(f"{key}: no file of {spec.source.name} names {base!r}, so no kernel of the build "
+                         "is likely to match it (misspelt?)")
+    return lines
+
+
 def _asked_first(before: str, name: str) -> bool:
     """Whether an #ifdef/#ifndef/#if defined(NAME) comes before the #define."""
     asks = rf"^[ \t]*#[ \t]*(?:ifn?def[ \t]+{name}\b|(?:el)?if\b[^\n]*\bdefined\b[ \t(]*{name}\b)"

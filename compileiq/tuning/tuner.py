@@ -29,7 +29,7 @@ from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
 from compileiq.source.kernel import bundle_sources
-from compileiq.source.macros import check_macros_take_effect, unread_macros
+from compileiq.source.macros import check_macros_take_effect, unnamed_kernels, unread_macros
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
 from compileiq.tuning import baseline, claims
@@ -80,7 +80,7 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         check_macros_take_effect(request.kernel, self._bundle)
-        for unread in unread_macros(request.kernel, self._bundle):
+        for unread in unread_macros(request.kernel, self._bundle) + unnamed_kernels(request.kernel, self._bundle):
             progress.note(f"note: {unread}")
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         self._objectives = multi_objective.objectives_of(request.objective)
