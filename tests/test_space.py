@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -214,3 +215,45 @@ def test_every_value_compiles_with_the_real_compiler(space: SearchSpace, tmp_pat
         results = list(pool.map(lambda a: _run(a, tmp_path), ptxas))
     assert [r for r in results if r[1] != 0] == []
     assert len(results) > 50
+
+
+@pytest.mark.parametrize(
+    ("name", "render", "says"),
+    [  # the red team's: each loaded, was searched, and the gate passed its ACF
+        ("ptxas.level", "--opt-level={value}", "only the parameter ptxas.opt_level may"),
+        ("ptxas.quick", "-O{value}", "only the parameter ptxas.opt_level may"),
+        ("ptxas.expensive", "-allow-expensive-optimizations={value}", "ptxas.allow_expensive_optimizations may"),
+        ("ptxas.debug", "-g", "not a code-generation option"),
+        ("ptxas.lines", "--generate-line-info", "not a code-generation option"),
+        ("ptxas.fast", "--Ofast-compile={value}", "not a code-generation option"),
+        ("nvcc.debug", "-G", "not a code-generation option"),
+        ("nvcc.libdevice", "--libdevice-directory=/tmp/x{value}", "not a code-generation option"),
+        ("nvcc.archiver", "-arbin=/tmp/ar{value}", "not a code-generation option"),
+        ("nvcc.xptxas", "-Xptxas=-O{value}", "not a code-generation option"),
+    ],
+)
+def test_a_space_file_renders_only_code_generation_options(tmp_path: Path, name: str, render: str, says: str) -> None:
+    """A space folder is data: an extra parameter that rendered --opt-level=1 under another name
+    got past the rule that no static objective lowers -O (it is known by parameter name), and
+    -g, -G, --libdevice-directory and -arbin loaded too."""
+    stage = name.split(".")[0]
+    path = _copy_spaces(tmp_path) / f"{stage}-13.0.toml"
+    path.write_text(path.read_text() + f'\n[[parameter]]\nname = "{name}"\nkind = "int"\nlow = 0\nhigh = 3\n'
+                    f'default = 3\nrender = "{render}"\nrisk = "safe"\nhelp = "x"\n')
+    with pytest.raises(SpaceError, match=f"{name}.*{re.escape(says)}"):
+        load_space("13.0", tmp_path)
+
+
+def test_the_optimisation_level_may_use_its_long_spelling(tmp_path: Path) -> None:
+    path = _copy_spaces(tmp_path) / "ptxas-13.0.toml"
+    text = path.read_text()
+    path.write_text(text.replace('render = "-O{value}"', 'render = "--opt-level={value}"', 1))
+    space = load_space("13.0", tmp_path)
+    assert space.parameter("ptxas.opt_level").argv(1) == ("--opt-level=1",)
+
+
+def test_every_owner_of_a_lowering_option_is_a_lowering_rule() -> None:
+    from compileiq.core.space_files import LOWERING_OWNERS
+    from compileiq.evaluate.eligibility import LOWERING
+
+    assert set(LOWERING_OWNERS.values()) == set(LOWERING)

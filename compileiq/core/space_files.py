@@ -121,31 +121,51 @@ def _checked(p: Parameter) -> Parameter:
         for token in p.argv(v) + p.forwarded(v):
             if re.search(r"[\s,]", token):
                 raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
-            if problem := unsafe_option(token):
+            if problem := unsafe_option(token, p.name):
                 raise SpaceError(f"renders {token!r}: {problem}")
     return p
 
 
-# Options a search-space file may never render (it is data, from COMPILEIQ_SEARCH_SPACES too): they
-# run another program, write or read files, or stop the build from compiling. Also every -X<tool>
-# but -Xptxas (the host compiler, the linker).
-UNSAFE_OPTIONS = frozenset({
-    "-ccbin", "--compiler-bindir", "--run", "-run", "--run-args", "-run-args", "-o", "--output-file", "-odir",
-    "--output-directory", "--keep", "-keep", "--keep-dir", "-keep-dir", "--save-temps", "-save-temps", "--dryrun",
-    "-dryrun", "-E", "--preprocess", "--options-file", "-optf", "-include", "--pre-include", "-I", "--include-path",
-    "-isystem", "--system-include", "-L", "--library-path", "-l", "--library", "-M", "-MD", "-MMD", "-MF", "-MT",
-    "--dependency-output", "--generate-dependencies", "--generate-dependencies-with-compile", "-time", "--time",
-    "-fdevice-time-trace", "--fdevice-time-trace", "-D", "--define-macro", "-U", "--undefine-macro",
-    "--compiler-options", "--linker-options", "--archive-options", "--nvlink-options", "--input-as-string",
-})
+# The options a search-space file may render (it is data, from COMPILEIQ_SEARCH_SPACES too), long
+# and short spellings: nvcc's and ptxas's code-generation settings. Anything else is refused: an
+# option that runs another program, reads or writes files, defines macros, adds debugging or
+# trades optimisation for compile time (-G, -g, -ccbin, -optf, --libdevice-directory, -Ofc, -X...).
+CODEGEN_OPTIONS = frozenset({
+    "--use_fast_math", "-use_fast_math", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt", "-prec-sqrt",
+    "--fmad", "-fmad", "--restrict", "-restrict", "--jump-table-density", "-jtd", "--extra-device-vectorization",
+    "-extra-device-vectorization", "--maxrregcount", "-maxrregcount", "--register-usage-level", "-regUsageLevel",
+    "--def-load-cache", "-dlcm", "--def-store-cache", "-dscm", "--force-load-cache", "-flcm", "--force-store-cache",
+    "-fscm", "--maxntid", "-maxntid", "--minnctapersm", "-minnctapersm", "--optimize-float-atomics",
+    "-opt-fp-atomics", "--override-directive-values", "-override-directive-values", "--opt-level", "-O",
+    "--allow-expensive-optimizations", "-allow-expensive-optimizations", "--disable-optimizer-constants",
+    "-disable-optimizer-consts",
+})  # fmt: skip
+# Options whose only effect is to switch optimisations off, and the one parameter that may render
+# each: the no-harm rules (evaluate/eligibility.LOWERING) know a lowered level by that name alone.
+LOWERING_OWNERS = {
+    "-O": "ptxas.opt_level", "--opt-level": "ptxas.opt_level",
+    "--allow-expensive-optimizations": "ptxas.allow_expensive_optimizations",
+    "-allow-expensive-optimizations": "ptxas.allow_expensive_optimizations",
+    "--disable-optimizer-constants": "ptxas.disable_optimizer_constants",
+    "-disable-optimizer-consts": "ptxas.disable_optimizer_constants",
+}  # fmt: skip
 MAX_INT_VALUES = 65536  # an int parameter's range: a register cap has 256
 
 
-def unsafe_option(token: str) -> str | None:
-    """Why a rendered argument may not reach a compiler, or None: an option in UNSAFE_OPTIONS (with
-    its value joined by `=` or not), or -X<tool> but -Xptxas."""
+def option_name(token: str) -> str:
+    """The option a rendered argument sets: ``-O2`` is ``-O``, ``--maxrregcount=32`` is ``--maxrregcount``."""
     name = token.split("=", 1)[0]
-    joined = name.startswith(("-I", "-L", "-D", "-U", "-o", "-l")) and name not in ("-lineinfo",)  # -Ifoo, -ofile
-    if name in UNSAFE_OPTIONS or joined or (name.startswith("-X") and name != "-Xptxas"):
-        return "an option that runs another program, writes or reads files, or defines macros is never searched"
+    return "-O" if re.fullmatch(r"-O\d*", name) else name
+
+
+def unsafe_option(token: str, parameter: str = "") -> str | None:
+    """Why a rendered argument of `parameter` may not reach a compiler, or None: an option not in
+    CODEGEN_OPTIONS, or one that lowers optimisation rendered by a parameter other than its owner."""
+    name = option_name(token)
+    if name not in CODEGEN_OPTIONS:
+        return ("not a code-generation option of nvcc or ptxas that compileiq searches: an option that runs "
+                "another program, reads or writes files, defines macros or adds debugging is never searched")
+    owner = LOWERING_OWNERS.get(name)
+    if owner is not None and parameter != owner:
+        return f"it sets the optimisation level, which only the parameter {owner} may (the no-harm rules know it by that name)"
     return None
