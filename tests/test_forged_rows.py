@@ -163,3 +163,34 @@ def test_a_forged_candidate_to_time_is_rebuilt_before_the_acf_lists_it(tmp_path:
     assert f"trial #{victim.number} quarantined" in again.output
     for entry in acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", []):
         assert (entry.get("registers"), entry.get("instructions")) != (7, 11), entry
+
+
+def test_a_forged_point_never_moves_the_pick_on_a_front(tmp_path: Path) -> None:
+    """The pick scales each objective over the front: one edited row, made the front's lowest
+    instruction count at 255 registers, moved the knee to a trial with half the occupancy, and
+    sat unchecked in the ACF's [[evidence.front]] (the red team's). Every point is rebuilt now."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    args = ["tune", str(kernel), "--objective", "registers,instructions", "--only",
+            "ptxas.maxrregcount,ptxas.opt_level,ptxas.override_directive_values", "--budget", "24",
+            "--workers", "local", "--db", url, "--out", "k.acf.toml"]
+    first = run_cli(args, cwd=tmp_path)
+    assert first.returncode == 0, first.describe()
+    before = acf.read(tmp_path / "k.acf.toml").evidence
+    on_front = {point["trial"] for point in before["front"]}
+    trials = _trials(url)
+    fewest = min(t.metrics["instructions"] for t in trials if t.state is TrialState.COMPLETE)
+    victim = next(t for t in trials[1:] if t.state is TrialState.COMPLETE and t.number not in on_front
+                  and t.number != before["pick"]["trial"] and t.config.get("ptxas.opt_level", 3) == 3)  # may win
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            metrics={**victim.metrics, "registers": 255, "instructions": fewest - 4, "spill_bytes": 0},
+            value=255.0, worker=MALLORY))
+    engine.dispose()
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.describe()
+    assert f"trial #{victim.number} quarantined" in again.output, again.describe()
+    after = acf.read(tmp_path / "k.acf.toml").evidence
+    assert victim.number not in {point["trial"] for point in after["front"]}
+    assert after["pick"]["trial"] == before["pick"]["trial"]

@@ -138,8 +138,10 @@ class Decider:
 
     def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         runtime = not self.static
-        winner = multi_objective.choose(eligibility.search_results(trials, self.refusal, baseline.config), baseline, self.objectives,
-                                        self.pick, self.refusal, runtime).chosen
+        first = multi_objective.choose(eligibility.search_results(trials, self.refusal, baseline.config), baseline,
+                                       self.objectives, self.pick, self.refusal, runtime)
+        self._verified_front(first.front, baseline)
+        winner = first.chosen
         self._verified(winner, baseline)
         simplification = None
         if self.simplify and winner is not baseline and not self.out_of_time:
@@ -150,7 +152,14 @@ class Decider:
             self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
         trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal, baseline.config), baseline, self.objectives,
                                             self.pick, self.refusal, runtime).front
+        self._verified_front(trade_offs, baseline)
         return Decision(winner, chosen, simplification, final, front=trade_offs)
+
+    def _verified_front(self, trade_offs: Front, baseline: Trial) -> None:
+        """Every point of a front checked against a rebuild: the pick scales each objective over
+        the front, so one forged point moves the knee (and the ACF lists them all with their numbers)."""
+        for point in trade_offs.points:
+            self._verified(point.trial, baseline)
 
     def _verified(self, winner: Trial, baseline: Trial) -> None:
         """The search's winner checked against a rebuild before anything starts from it: a forged
