@@ -26,6 +26,7 @@ from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
+from compileiq.source.base_flags import CAPPED, cap_note
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
@@ -178,6 +179,7 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -
         exclude=list(options.exclude),
     )
     space = _with_shipped(space, full, spec, options)
+    space = _without_capped(space, spec, options)
     if tuned and not macros_named:
         space = space.with_defines(tuned)
     elif left_out := {name: [values[0]] for name, values in tuned.items()
@@ -199,6 +201,17 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
                              "the baseline is the build you ship; name it in --only, or drop it from --exclude")
     added = tuple(full.parameter(s.name) for s in missing)
     return replace(space, parameters=space.parameters + added) if added else space
+
+
+def _without_capped(space: SearchSpace, spec: KernelSpec, options: TuneOptions) -> SearchSpace:
+    """Without ptxas.maxrregcount when the base flags hold nvcc's own cap (`cap_note`)."""
+    cap = spec.nvcc_flags.register_cap
+    if cap is None:
+        return space
+    if CAPPED in options.only:
+        raise UsageError(f"--only names {CAPPED}, but the kernel's base flags hold nvcc's {cap}, which caps "
+                         "registers for the front end and ptxas alike: take it out of the build to tune the cap")
+    return replace(space, parameters=tuple(p for p in space.parameters if p.name != CAPPED))
 
 
 def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpace, KernelSpec | None]:
@@ -232,7 +245,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         check_macros_take_effect(spec, bundle)
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
-    return notes + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
+    return notes + cap_note(spec.nvcc_flags) + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

@@ -5,6 +5,8 @@ were searched and which were fixed, and says which shipped flags a choice turns 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,10 +38,10 @@ def test_the_tuned_flags_of_the_command_are_the_shipped_settings(tmp_path: Path)
     assert shipped is not None and shipped.origin == "compile_commands.json"
     assert shipped.settings == (ShippedSetting("nvcc.use_fast_math", True, "--use_fast_math"),
                                 ShippedSetting("ptxas.opt_level", 3, "-Xptxas -O3,-v"),
-                                ShippedSetting("ptxas.maxrregcount", 64, "-maxrregcount=64"),
                                 ShippedSetting("ptxas.def_load_cache", "cg", "-Xptxas -dlcm=cg"))
     fixed = {f.flag: f.applied for f in shipped.fixed}
-    assert fixed == {"-lineinfo": True, "-O3": False, "-Xptxas -v": False, "-Xcompiler -fPIC": False}
+    assert fixed == {"-lineinfo": True, "-maxrregcount=64": True, "-O3": False, "-Xptxas -v": False,
+                     "-Xcompiler -fPIC": False}  # nvcc's cap is a base flag: it caps cicc too
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -47,8 +49,8 @@ def test_the_tuned_flags_of_the_command_are_the_shipped_settings(tmp_path: Path)
                                         r"search space does not have \(it has 0, 1, 2, 3\)")),
     ("-Xptxas=-v,$(id)", r"'-Xptxas=-v,\$\(id\)' is a ptxas option that is neither searched"),
     ("-Xptxas --sanitize=memcheck", r"'-Xptxas --sanitize=memcheck' is a ptxas option that is neither searched"),
-    ("-maxrregcount 57", (r"'-maxrregcount 57' sets ptxas.maxrregcount to a value the search space does not have "
-                          r"\(it has default, 24, 32")),
+    ("-Xptxas -maxrregcount=57", (r"'-Xptxas -maxrregcount=57' sets ptxas.maxrregcount to a value the search "
+                                  r"space does not have \(it has default, 24, 32")),
     ("--jump-table-density=60", r"sets nvcc.jump_table_density to a value the search space does not have"),
     ("-Xptxas -O1 -Xptxas=-O2", r"'-Xptxas -O1' and '-Xptxas=-O2' both set ptxas.opt_level: keep one"),
 ])
@@ -248,3 +250,52 @@ def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: 
     assert stale.returncode == 0 and "stale-source" in stale.stdout, stale.describe()
     retune = next(line for line in stale.stdout.splitlines() if "compileiq tune" in line)
     assert "--compile-commands compile_commands.json --budget 4" in retune, retune
+
+
+# 64 live floats per thread: under a 32-register cap, nvcc's -maxrregcount (which caps cicc too)
+# and ptxas's --maxrregcount build different code (3,960 and 3,904 spill bytes with nvcc 13.0).
+CAPPED_KERNEL = """\
+extern "C" __global__ void fir(const float* in, float* out, int n) {
+  float acc[64];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
+  float s = 0;
+  for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
+  out[i] = s;
+}
+"""
+
+
+def _spill_bytes(report: str) -> int:
+    found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert found is not None, report
+    return int(found[1]) + int(found[2])
+
+
+def test_a_shipped_nvcc_register_cap_is_the_baseline_as_it_builds(tmp_path: Path) -> None:
+    """nvcc's -maxrregcount also caps the front end (cicc): it was read as ptxas's cap, so the
+    baseline was another build than the one shipped (FDTD3d: 80 spill bytes it never has), and its
+    candidates to time traded occupancy to remove them. It is a base flag now, and the search's
+    ptxas cap, which nvcc would override, is not searched."""
+    (tmp_path / "k.cu").write_text(CAPPED_KERNEL)
+    command = "nvcc -arch=sm_90 -maxrregcount=32 -c k.cu -o k.o"
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    out = tmp_path / "k.acf.toml"
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--compile-commands", "compile_commands.json", "--budget", "4", "--out", str(out)], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "note: ptxas.maxrregcount is not searched: the base flags hold nvcc's -maxrregcount=32" in tuned.output
+    shipped = subprocess.run(["nvcc", "-arch=sm_90", "-maxrregcount=32", "-Xptxas", "-v", "-cubin", "-o",
+                              str(tmp_path / "shipped.cubin"), "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    data = tomllib.loads(out.read_text())
+    assert data["evidence"]["baseline"]["spill_bytes"] == _spill_bytes(shipped.stderr)
+    assert "-maxrregcount=32" in data["base"]["nvcc_flags"]
+    assert not any(name == "ptxas.maxrregcount" for name in data.get("controls", {})), data["controls"]
+    flags = run_cli(["flags", str(out), "--all"], cwd=tmp_path)
+    applied = subprocess.run(["nvcc", *flags.stdout.split(), "-Xptxas", "-v", "-cubin", "-o",
+                              str(tmp_path / "tuned.cubin"), "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert data["evidence"]["best"]["spill_bytes"] == _spill_bytes(applied.stderr)  # what the flags build
+    refused = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                       "--compile-commands", "compile_commands.json", "--only", "ptxas.maxrregcount"], cwd=tmp_path)
+    assert refused.returncode == 2 and "take it out of the build to tune the cap" in refused.stderr, refused.describe()

@@ -41,9 +41,10 @@ _VALUED = {
     "-I": "-I", "--include-path": "-I", "-isystem": "-I", "-D": "-D", "--define-macro": "-D",
     "-U": "-U", "--undefine-macro": "-U", "--diag-suppress": "--diag-suppress=",
     "-diag-suppress": "--diag-suppress=", "--default-stream": "--default-stream=",
+    "-maxrregcount": "-maxrregcount=", "--maxrregcount": "-maxrregcount=",
 }
 ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "
-           "--diag-suppress=N, --default-stream=..., -I DIR, -D NAME[=VALUE], -U NAME")
+           "--diag-suppress=N, --default-stream=..., -maxrregcount=N, -I DIR, -D NAME[=VALUE], -U NAME")
 
 
 class BaseFlagError(UsageError):
@@ -59,6 +60,12 @@ class BaseFlags:
     include_dirs: tuple[str, ...] = ()  # the -I folders as given
 
     @property
+    def register_cap(self) -> str | None:
+        """nvcc's -maxrregcount=N among them (it caps the front end and ptxas: the search's
+        ptxas.maxrregcount could not change what a build with it gets), else None."""
+        return next((flag for flag in self.flags if flag.startswith("-maxrregcount=")), None)
+
+    @property
     def relocatable(self) -> bool:
         """-rdc=true: the PTX is assembled with ptxas --compile-only."""
         return "-rdc=true" in self.flags
@@ -66,6 +73,21 @@ class BaseFlags:
     def as_args(self) -> tuple[str, ...]:
         """Every flag as nvcc arguments, include folders last (what a rebuild needs)."""
         return self.flags + tuple(f"-I{d}" for d in self.include_dirs)
+
+
+CAPPED = "ptxas.maxrregcount"  # what nvcc's -maxrregcount among the base flags takes out of the search
+
+
+def cap_note(flags: BaseFlags) -> list[str]:
+    """The line `space` and `tune` print when the base flags hold nvcc's -maxrregcount: it caps the
+    front end (cicc) and ptxas alike, and nvcc hands ptxas its own cap after any -Xptxas one, so a
+    searched ptxas.maxrregcount would be scored at a cap no build with these flags gets."""
+    cap = flags.register_cap
+    if cap is None:
+        return []
+    note = (f"{CAPPED} is not searched: the base flags hold nvcc's {cap}, which caps registers for the front end "
+            "(cicc) and ptxas alike and overrides any -Xptxas cap; to tune the cap, take it out of the build")
+    return [note]
 
 
 def path_problem(path: str) -> str | None:
@@ -149,6 +171,8 @@ def _checked(prefix: str, value: str, arg: str, where: str) -> str:
         problem = f"{arg!r}: --diag-suppress takes warning numbers"
     elif prefix == "--default-stream=" and value not in ("per-thread", "legacy", "null"):
         problem = f"{arg!r}: --default-stream takes per-thread, legacy or null"
+    elif prefix == "-maxrregcount=" and not (value.isascii() and value.isdigit() and 1 <= int(value) <= 255):
+        problem = f"{arg!r}: -maxrregcount takes a register count from 1 to 255"
     if problem:
         raise BaseFlagError(f"{where}: {problem}")
     return token

@@ -45,7 +45,8 @@ _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD"
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
-_PTXAS = {"-Xptxas", "--ptxas-options", "-maxrregcount", "--maxrregcount"}
+_PTXAS = {"-Xptxas", "--ptxas-options"}
+_REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 _ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
 _SHORT_ATTACHED = ("-I", "-D", "-U", "-O")  # not -l: nvcc has -lineinfo, -lto
 _NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
@@ -206,6 +207,8 @@ def _split(args: Sequence[str], directory: Path, source: Path,
             kept.append(f"-U{value}")
         elif flag in ("-std", "--std"):
             kept.append(f"-std={value}")
+        elif flag in _REGISTER_CAP:
+            kept.append(f"-maxrregcount={value}")
         else:
             kept.append(given)
     return kept, stripped, arch

@@ -54,10 +54,8 @@ def shown(flag: str) -> str:
 
 
 def frontend_setting(flag: str, value: str, given: str, space: SearchSpace, where: str) -> ShippedSetting:
-    """The setting an nvcc front-end option of the space stands for (nvcc's -maxrregcount: ptxas's)."""
+    """The setting an nvcc front-end option of the space stands for."""
     option = _NVCC_ALIASES.get(flag, flag)
-    if option in ("-maxrregcount", "--maxrregcount"):
-        return _setting("ptxas", f"--maxrregcount={value}", given, space, where)
     return _setting("frontend", f"{option}={value}" if value else option, given, space, where)
 
 

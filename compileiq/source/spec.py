@@ -191,6 +191,12 @@ class SourceBundle:
         """Built with -rdc=true: ptxas must assemble its PTX with --compile-only."""
         return "-rdc=true" in self.base_args
 
+    @property
+    def ptxas_base_args(self) -> tuple[str, ...]:
+        """What the base flags tell ptxas: nvcc's -maxrregcount=N caps the front end (cicc) and
+        ptxas alike, so a build in two stages hands ptxas --maxrregcount=N too."""
+        return tuple(f"--maxrregcount={a.partition('=')[2]}" for a in self.base_args if a.startswith("-maxrregcount="))
+
     def write_to(self, directory: Path) -> Path:
         """Materialise the bundle under ``directory``; return the main file's path."""
         for rel, content in self.files:

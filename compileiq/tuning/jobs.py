@@ -78,6 +78,7 @@ class Jobs:
         identity = [
             digest[1],
             ptx.relocatable,
+            *([list(ptx.ptxas_base)] if ptx.ptxas_base else []),  # keys without one stay as they were
             self._target.toolchain.nvcc_build,
             job.arch,
             list(job.args),
