@@ -627,3 +627,31 @@ def test_a_compiler_memory_setting_that_is_not_a_size_is_one_line(tmp_path: Path
         f"error: COMPILEIQ_COMPILER_MEMORY_GIB={value!r}: give the GiB a compiler process may hold, from 0.25 to 65536"
     ], result.describe()
     assert not (tmp_path / "db").exists()  # refused before the study was opened
+
+
+# -- nvcc's own flag variables never enter a build -------------------------------------------------
+
+FLAG_VARIABLES = {"NVCC_PREPEND_FLAGS": "-DTAINTED", "NVCC_APPEND_FLAGS": "-DTAINTED -lineinfo"}
+IGNORED_WHY = ("compileiq builds with the recorded flags alone (nvcc would add these to every compile, flags no "
+               "ACF records); put flags the code needs in tune.toml's nvcc_flags")
+TAINTABLE = "#ifdef TAINTED\n#error a flag no ACF records reached the compiler\n#endif\n" + TINY_KERNEL
+
+
+def test_nvcc_flag_variables_are_ignored_by_tune_and_gate_and_said_so(tmp_path: Path) -> None:
+    # nvcc adds NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS to every compile: with them the evidence an
+    # ACF records (and the gate's rebuild) was not what its flags build. Here any compile they
+    # reach (nvcc -M, the front end, the gate's rebuild) fails on the #error.
+    (tmp_path / "k.cu").write_text(TAINTABLE)
+    db = f"sqlite:///{tmp_path / 'db'}"
+    tuned = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", db, "--out", "k.acf.toml"],
+                    cwd=tmp_path, env=FLAG_VARIABLES)
+    assert tuned.returncode == 0 and "Traceback" not in tuned.output, tuned.describe()
+    notes = [line for line in tuned.output.splitlines() if "NVCC_" in line]
+    assert notes == [f"note: NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS are set and ignored: {IGNORED_WHY}"], tuned.describe()
+    assert "TAINTED" not in tuned.output and "TAINTED" not in (tmp_path / "k.acf.toml").read_text()
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path, env={"NVCC_APPEND_FLAGS": "-DTAINTED"})
+    assert gated.returncode == 0, gated.describe()
+    notes = [line for line in gated.stderr_lines if "NVCC_" in line]
+    assert notes == [f"note: NVCC_APPEND_FLAGS is set and ignored: {IGNORED_WHY}"], gated.describe()
+    clean = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert clean.returncode == 0 and "NVCC_" not in clean.output, clean.describe()
