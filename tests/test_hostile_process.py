@@ -459,7 +459,7 @@ OUT_TARGETS = {
     "directory": (lambda root: _folder(root / "folder"), "a directory"),
     "fifo": (lambda root: _fifo(root / "pipe"), "named pipe"),
     "under-a-file": (lambda root: _file(root / "plain") / "k.acf.toml", "not a directory"),
-    "link-to-a-directory": (lambda root: _link(root / "to-dir", root), "a directory"),
+    "link-to-a-directory": (lambda root: _link(root / "to-dir", root), "a symbolic link"),
 }
 
 
@@ -505,13 +505,19 @@ def test_out_refuses_what_is_not_a_regular_file_before_tuning(name: str, tmp_pat
     assert not (tmp_path / "t.db").exists()  # refused before any work
 
 
-def test_a_symlinked_acf_stays_a_link_to_the_rewritten_file(tmp_path: Path) -> None:
+def test_an_acf_is_never_written_through_a_symlink(tmp_path: Path) -> None:
+    # A link's target may lie outside the folder named; a dangling one had the write create it,
+    # folders and all. The link's own folder may be a link.
     real = acf.write(tmp_path / "real.acf.toml", _content())
+    before = real.read_bytes()
     link = _link(tmp_path / "k.acf.toml", Path("real.acf.toml"))
-    acf.write(link, _content({"ptxas.opt_level": 1}))
-    assert link.is_symlink() and os.readlink(link) == "real.acf.toml"
-    assert acf.read(real).controls == {"ptxas.opt_level": 1}
+    with pytest.raises(OutputFileError, match=f"cannot write {link}: it is a symbolic link"):
+        acf.write(link, _content({"ptxas.opt_level": 1}))
+    assert link.is_symlink() and os.readlink(link) == "real.acf.toml" and real.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.acf.toml", "real.acf.toml"]
+    linked = _link(tmp_path / "linked", tmp_path)
+    acf.write(linked / "real.acf.toml", _content({"ptxas.opt_level": 1}))
+    assert acf.read(real).controls == {"ptxas.opt_level": 1}
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o664, 0o600])
@@ -533,7 +539,7 @@ def test_a_new_acf_follows_the_umask(tmp_path: Path) -> None:
 
 def test_a_symlink_loop_is_refused(tmp_path: Path) -> None:
     loop = _link(tmp_path / "a.acf.toml", tmp_path / "a.acf.toml")
-    with pytest.raises(OutputFileError, match="symlink loop"):
+    with pytest.raises(OutputFileError, match="a symbolic link"):
         acf.write(loop, _content())
     assert loop.is_symlink()
 
