@@ -21,6 +21,7 @@ from compileiq.core.processes import compiler_memory_problem
 from compileiq.core.records import first_line
 from compileiq.core.space import SearchSpace
 from compileiq.core.space_files import load_space
+from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
@@ -300,6 +301,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     spec = spec.measured_as(options.program, options.metric_regex)  # part of the study identity
     toolchain = find_toolchain()
     space = tuning_space(spec, toolchain, options)
+    if note := ignored_note():  # run_tool leaves them out of every compile
+        progress.note(note)
     if spec.arch_overridden is not None:
         progress.note(f"note: --arch {spec.arch} overrides the arch {spec.arch_overridden}")
     if spec.shipped is not None:

@@ -277,6 +277,29 @@ def test_plain_flags_say_on_stderr_when_the_build_needs_the_base_flags(made_acf:
     assert '"-std=c++17",' in bazel.stdout and "-I" not in bazel.stdout
 
 
+def test_bazel_leaves_include_folders_above_the_package_out_and_says_what_to_do(made_acf: Path) -> None:
+    """Bazel resolves `includes` from the package and takes none above it (cc_library: "not below
+    the relative path of its package. This will be an error in the future"; above the workspace it
+    names nothing): `../../../Common` came out as one (the red team's); now it is left out and one
+    note on stderr says how Bazel takes such headers."""
+    import tomli_w
+
+    data = tomllib.loads(made_acf.read_text())
+    data["base"] = {"nvcc_flags": ["-Iinclude", "-I../../../Common", "-Isub/../inc2"]}
+    made_acf.write_text(tomli_w.dumps(data))
+    bazel = run_cli(["flags", made_acf.name, "--all", "--format", "bazel"], cwd=made_acf.parent)
+    assert bazel.returncode == 0, bazel.describe()
+    assert '    includes = [\n        "include",\n        "sub/../inc2",\n    ],' in bazel.stdout, bazel.describe()
+    assert "Common" not in bazel.stdout, bazel.describe()
+    assert bazel.stderr_lines == [(
+        "note: 1 include folder(s) outside the kernel's package left out of includes (../../../Common): Bazel takes "
+        'none above the package; give those headers a cc_library in their own package (hdrs, includes = ["."]) and '
+        "add it to the cuda_library's deps")], bazel.describe()
+    for options in (["--all"], ["--format", "bazel"], ["--all", "--format", "bazel", "--stage", "ptxas"]):
+        quiet = run_cli(["flags", made_acf.name, *options], cwd=made_acf.parent)
+        assert quiet.returncode == 0 and "outside the kernel's package" not in quiet.stderr, quiet.describe()
+
+
 @pytest.mark.parametrize(
     ("options", "says"),
     [(["--format", "xml"], "--format must be one of args, optf, cmake, bazel, json, got 'xml'"),

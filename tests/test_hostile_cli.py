@@ -259,6 +259,62 @@ def test_an_output_option_never_replaces_an_input_a_database_or_an_acf(workspace
         assert run_cli(["db", "export", "1", "--db", url, "-o", str(exported)], tmp_path).returncode == 0
 
 
+# Every output option, its command with OUT for the path (the red team's: `tune --out` and
+# `db export -o` through a dangling link wrote its target and created its folders elsewhere).
+OUTPUTS = {
+    "tune-out": "tune {k} --workers local --budget 1 --db sqlite:///TMP/t.db --out OUT",
+    "db-export": "db export 1 --db sqlite:///{ws}/t.db -o OUT",
+    "report": "report 1 --db sqlite:///{ws}/t.db -o OUT",
+    "report-md": "report 1 --db sqlite:///{ws}/t.db --format md -o OUT",
+    "gate-junit": "gate {ws}/good.acf.toml --static --junit OUT",
+    "gate-markdown": "gate {ws}/good.acf.toml --static --markdown OUT",
+}
+
+
+@pytest.mark.parametrize("dangling", [True, False], ids=["dangling", "to-a-file"])
+@pytest.mark.parametrize("name", list(OUTPUTS))
+def test_an_output_path_that_is_a_symlink_is_refused_before_anything_runs(
+    workspace: Workspace, tmp_path: Path, name: str, dangling: bool
+) -> None:
+    outside = tmp_path / "outside" / "a" / "b" / "out.txt"
+    if not dangling:
+        outside.parent.mkdir(parents=True)
+        outside.write_text("kept\n")
+    link = tmp_path / "link.out"
+    link.symlink_to(outside)
+    command = _fill(OUTPUTS[name], workspace.path).replace("OUT", str(link)).replace("TMP", str(tmp_path))
+    result = run_cli(shlex.split(command), tmp_path)
+    line = _error_line(result, 2)
+    assert f"cannot write {link}: it is a symbolic link" in line, result.describe()
+    assert len(result.stderr_lines) == 1 and "gate " not in result.stdout, result.describe()  # nothing ran
+    assert os.readlink(link) == str(outside)
+    if dangling:
+        assert not (tmp_path / "outside").exists()  # not its folders either
+    else:
+        assert outside.read_text() == "kept\n"
+    assert not (tmp_path / "t.db").exists()  # tune: refused before the study was opened
+
+
+def test_a_report_figure_that_is_a_symlink_stops_the_report_before_any_file(workspace: Workspace,
+                                                                            tmp_path: Path) -> None:
+    (tmp_path / "r-convergence.svg").symlink_to(tmp_path / "elsewhere" / "c.svg")
+    result = run_cli(["report", "1", "--db", f"sqlite:///{workspace.path / 't.db'}", "--format", "md",
+                      "-o", str(tmp_path / "r.md")], tmp_path)
+    assert "it is a symbolic link" in _error_line(result, 2), result.describe()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-convergence.svg"]
+
+
+def test_an_output_in_a_symlinked_folder_is_written(workspace: Workspace, tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    url = f"sqlite:///{workspace.path / 't.db'}"
+    for args in (["db", "export", "1", "--db", url, "-o", "linked/s.json"], ["report", "1", "--db", url, "-o", "linked/r.html"],
+                 ["gate", str(workspace.path / "good.acf.toml"), "--static", "--junit", "linked/g.xml"]):
+        result = run_cli(args, tmp_path)
+        assert result.returncode == 0, result.describe()
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["g.xml", "r.html", "s.json"]
+
+
 def test_a_bad_out_fails_before_any_trial_is_claimed(workspace: Workspace) -> None:
     workspace.results["out-is-a-directory"].result()
     store = Store.open(f"sqlite:///{workspace.path / 't.db'}")

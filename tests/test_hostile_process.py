@@ -459,7 +459,7 @@ OUT_TARGETS = {
     "directory": (lambda root: _folder(root / "folder"), "a directory"),
     "fifo": (lambda root: _fifo(root / "pipe"), "named pipe"),
     "under-a-file": (lambda root: _file(root / "plain") / "k.acf.toml", "not a directory"),
-    "link-to-a-directory": (lambda root: _link(root / "to-dir", root), "a directory"),
+    "link-to-a-directory": (lambda root: _link(root / "to-dir", root), "a symbolic link"),
 }
 
 
@@ -505,13 +505,19 @@ def test_out_refuses_what_is_not_a_regular_file_before_tuning(name: str, tmp_pat
     assert not (tmp_path / "t.db").exists()  # refused before any work
 
 
-def test_a_symlinked_acf_stays_a_link_to_the_rewritten_file(tmp_path: Path) -> None:
+def test_an_acf_is_never_written_through_a_symlink(tmp_path: Path) -> None:
+    # A link's target may lie outside the folder named; a dangling one had the write create it,
+    # folders and all. The link's own folder may be a link.
     real = acf.write(tmp_path / "real.acf.toml", _content())
+    before = real.read_bytes()
     link = _link(tmp_path / "k.acf.toml", Path("real.acf.toml"))
-    acf.write(link, _content({"ptxas.opt_level": 1}))
-    assert link.is_symlink() and os.readlink(link) == "real.acf.toml"
-    assert acf.read(real).controls == {"ptxas.opt_level": 1}
+    with pytest.raises(OutputFileError, match=f"cannot write {link}: it is a symbolic link"):
+        acf.write(link, _content({"ptxas.opt_level": 1}))
+    assert link.is_symlink() and os.readlink(link) == "real.acf.toml" and real.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.acf.toml", "real.acf.toml"]
+    linked = _link(tmp_path / "linked", tmp_path)
+    acf.write(linked / "real.acf.toml", _content({"ptxas.opt_level": 1}))
+    assert acf.read(real).controls == {"ptxas.opt_level": 1}
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o664, 0o600])
@@ -533,7 +539,7 @@ def test_a_new_acf_follows_the_umask(tmp_path: Path) -> None:
 
 def test_a_symlink_loop_is_refused(tmp_path: Path) -> None:
     loop = _link(tmp_path / "a.acf.toml", tmp_path / "a.acf.toml")
-    with pytest.raises(OutputFileError, match="symlink loop"):
+    with pytest.raises(OutputFileError, match="a symbolic link"):
         acf.write(loop, _content())
     assert loop.is_symlink()
 
@@ -627,3 +633,31 @@ def test_a_compiler_memory_setting_that_is_not_a_size_is_one_line(tmp_path: Path
         f"error: COMPILEIQ_COMPILER_MEMORY_GIB={value!r}: give the GiB a compiler process may hold, from 0.25 to 65536"
     ], result.describe()
     assert not (tmp_path / "db").exists()  # refused before the study was opened
+
+
+# -- nvcc's own flag variables never enter a build -------------------------------------------------
+
+FLAG_VARIABLES = {"NVCC_PREPEND_FLAGS": "-DTAINTED", "NVCC_APPEND_FLAGS": "-DTAINTED -lineinfo"}
+IGNORED_WHY = ("compileiq builds with the recorded flags alone (nvcc would add these to every compile, flags no "
+               "ACF records); put flags the code needs in tune.toml's nvcc_flags")
+TAINTABLE = "#ifdef TAINTED\n#error a flag no ACF records reached the compiler\n#endif\n" + TINY_KERNEL
+
+
+def test_nvcc_flag_variables_are_ignored_by_tune_and_gate_and_said_so(tmp_path: Path) -> None:
+    # nvcc adds NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS to every compile: with them the evidence an
+    # ACF records (and the gate's rebuild) was not what its flags build. Here any compile they
+    # reach (nvcc -M, the front end, the gate's rebuild) fails on the #error.
+    (tmp_path / "k.cu").write_text(TAINTABLE)
+    db = f"sqlite:///{tmp_path / 'db'}"
+    tuned = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", db, "--out", "k.acf.toml"],
+                    cwd=tmp_path, env=FLAG_VARIABLES)
+    assert tuned.returncode == 0 and "Traceback" not in tuned.output, tuned.describe()
+    notes = [line for line in tuned.output.splitlines() if "NVCC_" in line]
+    assert notes == [f"note: NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS are set and ignored: {IGNORED_WHY}"], tuned.describe()
+    assert "TAINTED" not in tuned.output and "TAINTED" not in (tmp_path / "k.acf.toml").read_text()
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path, env={"NVCC_APPEND_FLAGS": "-DTAINTED"})
+    assert gated.returncode == 0, gated.describe()
+    notes = [line for line in gated.stderr_lines if "NVCC_" in line]
+    assert notes == [f"note: NVCC_APPEND_FLAGS is set and ignored: {IGNORED_WHY}"], gated.describe()
+    clean = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert clean.returncode == 0 and "NVCC_" not in clean.output, clean.describe()

@@ -1,7 +1,7 @@
-"""Replace a file the user named (an ACF) the way an editor would: atomically, through a
-symlink to its target, keeping the file's mode, never over a device, folder or pipe, and leaving
-no temporary file behind when the write fails. An input file is held to the same kinds: a device,
-folder or pipe is named as such, never opened."""
+"""Replace a file the user named (an ACF) the way an editor would: atomically, keeping the file's
+mode, never over a symbolic link, a device, folder or pipe, and leaving no temporary file behind
+when the write fails. An input file is held to the same kinds: a device, folder or pipe is named as
+such, never opened."""
 
 from __future__ import annotations
 
@@ -19,8 +19,12 @@ class OutputFileError(UsageError):
 
 
 def check_target(path: Path) -> Path:
-    """The regular file that writing `path` replaces or creates (a symlink's target); a
-    one-line OutputFileError when that is something else or its folder cannot take it."""
+    """The regular file that writing `path` replaces or creates (its folders' links resolved); a
+    one-line OutputFileError when that is something else, or `path` itself a symbolic link (a
+    dangling one would have the write create its target, folders and all, wherever it points:
+    outside the output named), or its folder cannot take it."""
+    if os.path.islink(path):
+        raise OutputFileError(f"cannot write {path}: it is a symbolic link; name the file itself, not a link to it")
     target = Path(os.path.realpath(path))
     try:
         info = target.lstat()
@@ -89,7 +93,7 @@ def not_regular(path: Path) -> str | None:
 
 
 def write_atomically(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` (its target if a symlink) by a temporary file and a rename: a reader
+    """Write `data` to `path` (never through a symlink) by a temporary file and a rename: a reader
     never sees half a file; a new file gets the umask's mode, a replaced one keeps its own."""
     target = check_target(path)
     try:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq.core import descendants
+from compileiq.core import descendants, tool_environment
 
 OUTPUT_LIMIT = 16 * 1024 * 1024  # bytes of a child's output kept
 
@@ -157,7 +157,8 @@ def run_tool(
     process of it may hold (a compiler past it fails with "out of memory")."""
     start = time.perf_counter()
     marker = descendants.run_marker()
-    environment = {**os.environ, **(env or {}), descendants.MARK: marker}
+    # never NVCC_APPEND_FLAGS and the like: a flag no ACF records would enter every build
+    environment = {**tool_environment.for_tools({**os.environ, **(env or {})}), descendants.MARK: marker}
     with tempfile.TemporaryFile(prefix=SCRATCH_PREFIX) as sink, descendants.adopting_orphans():
         stderr = subprocess.STDOUT if with_stderr else subprocess.DEVNULL
         try:

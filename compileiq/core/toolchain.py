@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from compileiq.core.errors import CompileIQError
+from compileiq.core.tool_environment import for_tools
 
 
 class ToolchainError(CompileIQError):
@@ -51,7 +52,7 @@ def _find(tool: str) -> str:
 def _version_text(executable: str) -> str:
     try:
         done = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, timeout=30, check=False,
+            [executable, "--version"], capture_output=True, text=True, timeout=30, check=False, env=for_tools(os.environ),
             errors="replace",  # a wrapper that prints bytes that are not UTF-8: no traceback
         )
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -88,7 +89,7 @@ def cuda_root(nvcc: str) -> Path:
     in a folder that also holds the user's project. Falls back to that guess if nvcc says nothing."""
     argv = [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=for_tools(os.environ))
         found = _TOP.search(done.stdout + done.stderr)
     except (OSError, subprocess.SubprocessError):
         found = None

@@ -22,6 +22,7 @@ from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
+from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
@@ -314,6 +315,8 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         raise UsageError(f"--metric-regex: {problem}")
     table = severities(options.rules)
     mode, note = resolve_mode(options.device, visible, timing)
+    if progress is not None and (ignored := ignored_note()):  # run_tool leaves them out of every rebuild
+        progress(ignored)
     checked = [_checked_target(path, options, mode, progress) for path in options.acfs]
     toolchain = find_toolchain()
     source = timing if mode == "timing" else None

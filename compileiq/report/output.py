@@ -26,6 +26,8 @@ def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = No
     if fmt == "html":
         return [write_file(out, html_page(report))]
     document, figures = markdown(report, out.stem)
+    for path in (out, *(out.with_name(name) for name in figures)):
+        check_report_target(path)  # every file before the first is written: no report without its figures
     return [write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items())]
 
 

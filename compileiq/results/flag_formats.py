@@ -114,11 +114,12 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
 def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     """A rules_cuda `cuda_library` for the kernel source, a BUILD file beside it: nvcc options in
     `copts`, include folders (`--all`) in `includes` as tune.toml gives them (relative to the kernel's
-    folder, the package, as `srcs`), ptxas options in `ptxasopts` (rules_cuda hands each to ptxas
-    with -Xptxas); the arch goes on the command line."""
+    folder, the package, as `srcs`) where they lie inside the package (`bazel_note` names the rest),
+    ptxas options in `ptxasopts` (rules_cuda hands each to ptxas with -Xptxas); the arch goes on the
+    command line."""
     frontend = acf.flags("frontend", with_arch=False, with_base=with_base)
     copts = unique(tuple(t for t in frontend if not t.startswith("-I"))) if stage != "ptxas" else ()  # in includes
-    includes = tuple(acf.base.include_dirs) if with_base and stage != "ptxas" else ()
+    includes = _package_includes(acf)[0] if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
     source = os.path.basename(acf.source_path)
@@ -131,6 +132,31 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
     )
+
+
+def bazel_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
+    """One line for stderr when `bazel_library` leaves include folders out: Bazel resolves
+    `includes` from the package and takes none above it (cc_library warns "not below the relative
+    path of its package. This will be an error in the future", and a path above the workspace is
+    no path at all; rules_cuda refuses an absolute one), and a header there is not in the build's
+    sandbox unless a target declares it."""
+    outside = _package_includes(acf)[1] if fmt == "bazel" and with_base and stage != "ptxas" else ()
+    if not outside:
+        return None
+    return (f"note: {len(outside)} include folder(s) outside the kernel's package left out of includes "
+            f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
+            'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
+
+
+def _package_includes(acf: Acf) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ACF's include folders inside the kernel's folder (the package) and those outside it
+    (above it, or absolute), each as tune.toml gives it."""
+    inside: list[str] = []
+    outside: list[str] = []
+    for folder in acf.base.include_dirs:
+        above = os.path.isabs(folder) or os.path.normpath(folder).split(os.sep)[0] == os.pardir
+        (outside if above else inside).append(folder)
+    return tuple(inside), tuple(outside)
 
 
 def _plain(acf: Acf, token: str) -> str:

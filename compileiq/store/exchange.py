@@ -56,6 +56,8 @@ class ExportSummary:
 
 def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
     """Write study ``study`` (name or id) of the database at ``url`` to ``path``."""
+    if path != STDOUT:  # a path that may not be written stops before the database is opened
+        check_report_target(path, may_replace=EXPORT_SUFFIXES)
     store = Store.open(url)
     try:
         export = store.export_study(study)
@@ -77,6 +79,7 @@ def import_from_file(url: str, path: Path) -> ImportSummary:
 
 
 STDOUT = Path("-")
+EXPORT_SUFFIXES = (".json", ".json.gz")  # what an export may replace: an older export
 
 
 def write(path: Path, export: StudyExport) -> None:
@@ -88,7 +91,7 @@ def write(path: Path, export: StudyExport) -> None:
         sys.stdout.buffer.write(data + b"\n")
         sys.stdout.flush()
         return
-    check_report_target(path, may_replace=(".json", ".json.gz"))  # an older export, never the database itself
+    check_report_target(path, may_replace=EXPORT_SUFFIXES)  # an older export, never the database itself
     write_atomically(path, gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 
