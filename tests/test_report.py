@@ -305,3 +305,38 @@ def test_compare_verdicts_say_why_a_choice_cannot_be_checked(tmp_path):
         store.close()
     assert kept.verdict == "nothing to check: it kept its baseline"
     assert quarantined.verdict == "its row there was quarantined (#1)"
+
+
+def _launch_study(url: str) -> None:
+    """A study of two tuned macros whose kernels have their own [launch.NAME] tables: each trial
+    records the top-level default block size (256, which scored nothing) and each kernel's launch."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="instructions"), "launched")
+    rows = [({"define.TILE": 32, "define.ROWS": 16}, 416.0, 512), ({"define.TILE": 32, "define.ROWS": 32}, 376.0, 1024),
+            ({"define.TILE": 16, "define.ROWS": 16}, 400.0, 256)]
+    for number, (config, value, threads) in enumerate(rows):
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": 20, "occupancy": 1.0, "instructions": int(value), "stack_bytes": 0,
+                   "block_size": 256, "launch": {"_Z4copyPfS_ii": [threads, 0], "_Z5stagePf": [128, 2048]}}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+
+
+def test_every_view_shows_each_kernels_launch_not_the_top_level_default(tmp_path):
+    """tune.toml with [launch.NAME] tables only: the report and `show --json` said block_size 256
+    (the default, which scored nothing) while the ACF said each kernel's own launch."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    _launch_study(url)
+    shown = run_cli(["show", "launched", "--json", "--db", url], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    trials = {t["number"]: t["metrics"] for t in json.loads(shown.stdout)["trials"]}
+    assert trials[1]["launch_by_kernel"] == {"copy": {"block_size": 1024, "dynamic_smem": 0},
+                                             "stage": {"block_size": 128, "dynamic_smem": 2048}}, trials[1]
+    assert trials[0]["launch_by_kernel"]["copy"] == {"block_size": 512, "dynamic_smem": 0}
+    assert all("block_size" not in m and "launch" not in m for m in trials.values()), trials
+    page = _report(tmp_path, "launched").read_text()
+    chosen = page[page.index('<section id="chosen">'):]
+    chosen = chosen[:chosen.index("</section>")]
+    assert "copy: 1024 threads; stage: 128 threads, 2048 B dynamic smem" in chosen, chosen
+    assert "copy: 512 threads" in chosen and "block_size</th>" not in chosen

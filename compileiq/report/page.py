@@ -28,7 +28,7 @@ from compileiq.report.figures import (
 )
 from compileiq.results import multi_objective, to_time
 from compileiq.results.ablation import RULE, Ablation
-from compileiq.results.evidence import EVIDENCE_KEYS
+from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, parse_objectives, values_of
@@ -197,8 +197,9 @@ def _chosen(report: StudyReport) -> str:
     shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
     if e.winner is not None and e.winner.number != e.chosen.number:
         shown.append((f"search winner #{e.winner.number}", e.winner))
-    keys = [k for k in EVIDENCE_KEYS if any(t.metrics.get(k) is not None for _, t in shown)]
-    rows = [(label, t.value, *(t.metrics.get(k) for k in keys), t.code_hash or "") for label, t in shown]
+    metrics = [(label, t, shown_metrics(t.metrics)) for label, t in shown]  # as the ACF's evidence states them
+    keys = [k for k in SHOWN_KEYS if any(m.get(k) is not None for _, _, m in metrics)]
+    rows = [(label, t.value, *(_evidence_cell(m.get(k)) for k in keys), t.code_hash or "") for label, t, m in metrics]
     evidence = html_table(("", report.value_label, *keys, "machine code hash"), rows)
     note = ("The chosen configuration replays the tuner's simplification over the recorded trials: the search "
             "winner with every setting that made no difference reset to the baseline's value (the compiler's "
@@ -206,6 +207,15 @@ def _chosen(report: StudyReport) -> str:
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
+
+
+def _evidence_cell(value: Any) -> Any:
+    """A metric as an evidence cell; each kernel's launch facts (`launch_by_kernel`) on one line."""
+    if not isinstance(value, dict):
+        return value
+    return "; ".join(f"{name}: {facts['block_size']} threads" + (f", {facts['dynamic_smem']} B dynamic smem"
+                                                                 if facts["dynamic_smem"] else "")
+                     for name, facts in value.items())
 
 
 TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a lower optimisation level, or "
