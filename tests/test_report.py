@@ -340,3 +340,19 @@ def test_every_view_shows_each_kernels_launch_not_the_top_level_default(tmp_path
     chosen = chosen[:chosen.index("</section>")]
     assert "copy: 1024 threads; stage: 128 threads, 2048 B dynamic smem" in chosen, chosen
     assert "copy: 512 threads" in chosen and "block_size</th>" not in chosen
+
+
+def test_a_macro_at_the_baselines_value_is_not_listed_as_differing(tmp_path):
+    """The report listed the baseline's row as `ROWS=16 TILE=32` and the chosen TILE 32 | 32 under the
+    settings that differ from the baseline; `show` (and the ACF) count only ROWS."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    _launch_study(url)
+    out = tmp_path / "r.md"
+    result = run_cli(["report", "launched", "--db", url, "--format", "md", "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = out.read_text()
+    assert "| define.ROWS | 16 | 32 |" in text and "define.TILE" not in text, text
+    rows = {line.split(" | ")[0]: line.split(" | ")[-1] for line in text.splitlines() if re.match(r"\| \d+ \| ", line)}
+    assert rows == {"| 1": "ROWS=32 |", "| 2": "TILE=16 |", "| 0": "(as the baseline) |"}, rows
+    html = _report(tmp_path, "launched").read_text()
+    assert "TILE=32" not in html and "ROWS=16" not in html

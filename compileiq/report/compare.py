@@ -52,9 +52,16 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     keys = tuple((f, str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
     chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
-    settings = tuple((n, chosen_a.get(n, "(default)"), chosen_b.get(n, "(default)"))
+    settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
     return Comparison(a, b, keys, settings, (_holds(a, b), _holds(b, a)))
+
+
+def _kept(e: Explanation, setting: str) -> str:
+    """A setting the study's choice left at its baseline's value: that value, said so ("(default)"
+    where its baseline does not set it)."""
+    value = e.baseline.config.get(setting) if e.baseline is not None else None
+    return "(default)" if value is None or value == "default" else f"{value} (its baseline)"
 
 
 def _explained(store: Store, name: str) -> Explanation:
