@@ -356,3 +356,66 @@ def test_a_macro_at_the_baselines_value_is_not_listed_as_differing(tmp_path):
     assert rows == {"| 1": "ROWS=32 |", "| 2": "TILE=16 |", "| 0": "(as the baseline) |"}, rows
     html = _report(tmp_path, "launched").read_text()
     assert "TILE=32" not in html and "ROWS=16" not in html
+
+
+def _two_objective_study(url: str, complete: int = 26, failed: int = 2) -> list[tuple[int, int]]:
+    """A registers,instructions study: (registers, instructions) per complete trial, in order."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="registers,instructions"), "two")
+    points = []
+    for number in range(complete + failed):
+        config = {**BASELINE, "ptxas.maxrregcount": "default" if number == 0 else 300 + number}
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        if number >= complete:
+            store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason="ptxas fatal", metrics={},
+                               code_hash=None, compile_seconds=0.1)
+            continue
+        registers, instructions = 80 - number % 5, 900 + 7 * number
+        points.append((registers, instructions))
+        metrics = {"spill_bytes": 0, "registers": registers, "occupancy": 0.5, "instructions": instructions,
+                   "stack_bytes": 0}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=float(registers), reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+    return points
+
+
+def test_a_multi_objective_report_gives_every_objectives_value_and_says_what_it_counts(tmp_path):
+    """The trial table of a registers,instructions study was headed "registers,instructions" with one
+    value a row (registers), and "20 trials" for a study of 28."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    points = _two_objective_study(url)
+    out = tmp_path / "r.md"
+    result = run_cli(["report", "two", "--db", url, "--format", "md", "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = out.read_text()
+    assert "28 trials (26 complete, 2 failed)" in text
+    assert "## The first 20 of 26 complete trials, the chosen one first" in text, text
+    header = next(line for line in text.splitlines() if line.startswith("| # | registers ("))
+    assert header.count(" | ") == 4 and "| instructions (static estimate; SASS instructions" in header, header
+    rows = [line.split(" | ") for line in text.split("the chosen one first")[1].splitlines() if re.match(r"\| \d+ \| ", line)]
+    assert len(rows) == 20
+    for row in rows:
+        assert (int(row[1]), int(row[2])) == points[int(row[0].strip("| "))], row
+    page = _report(tmp_path, "two").read_text()
+    trials = page[page.index('<section id="trials">'):]
+    assert "<th>registers (static estimate" in trials and "<th>instructions (static estimate" in trials
+    assert "registers,instructions (" not in page
+
+
+def test_show_json_lists_a_multi_objective_studys_trials(tmp_path):
+    """`show --json` of a study of several objectives gave the front alone, no trials."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    points = _two_objective_study(url)
+    shown = run_cli(["show", "two", "--db", url, "--top", "100", "--json"], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    data = json.loads(shown.stdout)
+    assert data["study"]["name"] == "two" and data["study"]["trials"] == 28 and data["complete_trials"] == 26
+    assert len(data["trials"]) == 26 and len(data["failed"]) == 2
+    first = data["trials"][0]
+    assert first["status"] == "chosen" and first["number"] == data["pick"] == data["study"]["chosen"]
+    for trial in data["trials"]:
+        registers, instructions = points[trial["number"]]
+        assert trial["values"] == {"registers": registers, "instructions": instructions}, trial
+        assert {"value", "value_shown", "config", "metrics", "status", "provenance"} <= set(trial)
+    assert data["front"] and data["pick_rule"] == "knee" and data["objectives"] == ["registers", "instructions"]
