@@ -358,6 +358,31 @@ def test_a_macro_at_the_baselines_value_is_not_listed_as_differing(tmp_path):
     assert "TILE=32" not in html and "ROWS=16" not in html
 
 
+def test_a_comparison_shows_occupancy_as_occupancy(tmp_path):
+    """`report --compare` listed an occupancy study's baseline and choice as `0 | 0` under "lower is
+    better" (the shortfall the search minimises) where every other view says 100%, higher is better."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="occupancy"), "occ")
+    for number, shortfall in enumerate((0.5, 0.25)):
+        config = {**BASELINE, "ptxas.maxrregcount": SETTINGS["ptxas.maxrregcount"][number]}
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": 64, "occupancy": 1 - shortfall, "instructions": 10, "stack_bytes": 0}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=shortfall, reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+    synthetic_study(url, 10, name="spilly", failures_every=1000)
+    result = run_cli(["report", "--compare", "occ", "spilly", "--db", url, "-o", "c.md", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = (tmp_path / "c.md").read_text()
+    assert "lower is better)" not in text.split("\n## ")[2].splitlines()[0], text  # the section's title
+    row = next(line for line in text.splitlines() if line.startswith("| occ |"))
+    assert row == ("| occ | occupancy (theoretical occupancy, higher is better) | 50.0% | 75.0% "
+                   "| +25.0 percentage points | 2 |"), row
+    spilly = next(line for line in text.splitlines() if line.startswith("| spilly |"))
+    assert "spill bytes, lower is better" in spilly
+
+
 def _two_objective_study(url: str, complete: int = 26, failed: int = 2) -> list[tuple[int, int]]:
     """A registers,instructions study: (registers, instructions) per complete trial, in order."""
     store = Store.open(url)
