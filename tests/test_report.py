@@ -305,3 +305,142 @@ def test_compare_verdicts_say_why_a_choice_cannot_be_checked(tmp_path):
         store.close()
     assert kept.verdict == "nothing to check: it kept its baseline"
     assert quarantined.verdict == "its row there was quarantined (#1)"
+
+
+def _launch_study(url: str) -> None:
+    """A study of two tuned macros whose kernels have their own [launch.NAME] tables: each trial
+    records the top-level default block size (256, which scored nothing) and each kernel's launch."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="instructions"), "launched")
+    rows = [({"define.TILE": 32, "define.ROWS": 16}, 416.0, 512), ({"define.TILE": 32, "define.ROWS": 32}, 376.0, 1024),
+            ({"define.TILE": 16, "define.ROWS": 16}, 400.0, 256)]
+    for number, (config, value, threads) in enumerate(rows):
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": 20, "occupancy": 1.0, "instructions": int(value), "stack_bytes": 0,
+                   "block_size": 256, "launch": {"_Z4copyPfS_ii": [threads, 0], "_Z5stagePf": [128, 2048]}}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+
+
+def test_every_view_shows_each_kernels_launch_not_the_top_level_default(tmp_path):
+    """tune.toml with [launch.NAME] tables only: the report and `show --json` said block_size 256
+    (the default, which scored nothing) while the ACF said each kernel's own launch."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    _launch_study(url)
+    shown = run_cli(["show", "launched", "--json", "--db", url], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    trials = {t["number"]: t["metrics"] for t in json.loads(shown.stdout)["trials"]}
+    assert trials[1]["launch_by_kernel"] == {"copy": {"block_size": 1024, "dynamic_smem": 0},
+                                             "stage": {"block_size": 128, "dynamic_smem": 2048}}, trials[1]
+    assert trials[0]["launch_by_kernel"]["copy"] == {"block_size": 512, "dynamic_smem": 0}
+    assert all("block_size" not in m and "launch" not in m for m in trials.values()), trials
+    page = _report(tmp_path, "launched").read_text()
+    chosen = page[page.index('<section id="chosen">'):]
+    chosen = chosen[:chosen.index("</section>")]
+    assert "copy: 1024 threads; stage: 128 threads, 2048 B dynamic smem" in chosen, chosen
+    assert "copy: 512 threads" in chosen and "block_size</th>" not in chosen
+
+
+def test_a_macro_at_the_baselines_value_is_not_listed_as_differing(tmp_path):
+    """The report listed the baseline's row as `ROWS=16 TILE=32` and the chosen TILE 32 | 32 under the
+    settings that differ from the baseline; `show` (and the ACF) count only ROWS."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    _launch_study(url)
+    out = tmp_path / "r.md"
+    result = run_cli(["report", "launched", "--db", url, "--format", "md", "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = out.read_text()
+    assert "| define.ROWS | 16 | 32 |" in text and "define.TILE" not in text, text
+    rows = {line.split(" | ")[0]: line.split(" | ")[-1] for line in text.splitlines() if re.match(r"\| \d+ \| ", line)}
+    assert rows == {"| 1": "ROWS=32 |", "| 2": "TILE=16 |", "| 0": "(as the baseline) |"}, rows
+    html = _report(tmp_path, "launched").read_text()
+    assert "TILE=32" not in html and "ROWS=16" not in html
+
+
+def test_a_comparison_shows_occupancy_as_occupancy(tmp_path):
+    """`report --compare` listed an occupancy study's baseline and choice as `0 | 0` under "lower is
+    better" (the shortfall the search minimises) where every other view says 100%, higher is better."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="occupancy"), "occ")
+    for number, shortfall in enumerate((0.5, 0.25)):
+        config = {**BASELINE, "ptxas.maxrregcount": SETTINGS["ptxas.maxrregcount"][number]}
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        metrics = {"spill_bytes": 0, "registers": 64, "occupancy": 1 - shortfall, "instructions": 10, "stack_bytes": 0}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=shortfall, reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+    synthetic_study(url, 10, name="spilly", failures_every=1000)
+    result = run_cli(["report", "--compare", "occ", "spilly", "--db", url, "-o", "c.md", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = (tmp_path / "c.md").read_text()
+    assert "lower is better)" not in text.split("\n## ")[2].splitlines()[0], text  # the section's title
+    row = next(line for line in text.splitlines() if line.startswith("| occ |"))
+    assert row == ("| occ | occupancy (theoretical occupancy, higher is better) | 50.0% | 75.0% "
+                   "| +25.0 percentage points | 2 |"), row
+    spilly = next(line for line in text.splitlines() if line.startswith("| spilly |"))
+    assert "spill bytes, lower is better" in spilly
+
+
+def _two_objective_study(url: str, complete: int = 26, failed: int = 2) -> list[tuple[int, int]]:
+    """A registers,instructions study: (registers, instructions) per complete trial, in order."""
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="registers,instructions"), "two")
+    points = []
+    for number in range(complete + failed):
+        config = {**BASELINE, "ptxas.maxrregcount": "default" if number == 0 else 300 + number}
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        if number >= complete:
+            store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason="ptxas fatal", metrics={},
+                               code_hash=None, compile_seconds=0.1)
+            continue
+        registers, instructions = 80 - number % 5, 900 + 7 * number
+        points.append((registers, instructions))
+        metrics = {"spill_bytes": 0, "registers": registers, "occupancy": 0.5, "instructions": instructions,
+                   "stack_bytes": 0}
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=float(registers), reason=None, metrics=metrics,
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+    return points
+
+
+def test_a_multi_objective_report_gives_every_objectives_value_and_says_what_it_counts(tmp_path):
+    """The trial table of a registers,instructions study was headed "registers,instructions" with one
+    value a row (registers), and "20 trials" for a study of 28."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    points = _two_objective_study(url)
+    out = tmp_path / "r.md"
+    result = run_cli(["report", "two", "--db", url, "--format", "md", "-o", str(out)], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = out.read_text()
+    assert "28 trials (26 complete, 2 failed)" in text
+    assert "## The first 20 of 26 complete trials, the chosen one first" in text, text
+    header = next(line for line in text.splitlines() if line.startswith("| # | registers ("))
+    assert header.count(" | ") == 4 and "| instructions (static estimate; SASS instructions" in header, header
+    rows = [line.split(" | ") for line in text.split("the chosen one first")[1].splitlines() if re.match(r"\| \d+ \| ", line)]
+    assert len(rows) == 20
+    for row in rows:
+        assert (int(row[1]), int(row[2])) == points[int(row[0].strip("| "))], row
+    page = _report(tmp_path, "two").read_text()
+    trials = page[page.index('<section id="trials">'):]
+    assert "<th>registers (static estimate" in trials and "<th>instructions (static estimate" in trials
+    assert "registers,instructions (" not in page
+
+
+def test_show_json_lists_a_multi_objective_studys_trials(tmp_path):
+    """`show --json` of a study of several objectives gave the front alone, no trials."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    points = _two_objective_study(url)
+    shown = run_cli(["show", "two", "--db", url, "--top", "100", "--json"], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    data = json.loads(shown.stdout)
+    assert data["study"]["name"] == "two" and data["study"]["trials"] == 28 and data["complete_trials"] == 26
+    assert len(data["trials"]) == 26 and len(data["failed"]) == 2
+    first = data["trials"][0]
+    assert first["status"] == "chosen" and first["number"] == data["pick"] == data["study"]["chosen"]
+    for trial in data["trials"]:
+        registers, instructions = points[trial["number"]]
+        assert trial["values"] == {"registers": registers, "instructions": instructions}, trial
+        assert {"value", "value_shown", "config", "metrics", "status", "provenance"} <= set(trial)
+    assert data["front"] and data["pick_rule"] == "knee" and data["objectives"] == ["registers", "instructions"]

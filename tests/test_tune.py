@@ -152,6 +152,29 @@ def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_
                                                 "merge": {"block_size": 128, "dynamic_smem": 1024}}, evidence
 
 
+def test_tune_json_gives_each_kernels_launch_as_the_acf_does(tmp_path):
+    """`tune --json` said `metrics.block_size = 256` for the baseline and the choice (the top-level
+    default, which scored nothing) while the ACF's launch_by_kernel gave each kernel's own."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "two.cu").write_text(
+        "#ifndef WARPS\n#define WARPS 6\n#endif\n"
+        "__global__ void hist(float* x) { x[threadIdx.x] += WARPS; }\n"
+        "__global__ void merge(float* x) { x[threadIdx.x] *= 2; }\n")
+    (folder / "tune.toml").write_text('[tune.defines]\nWARPS = [6, 4]\n[launch.hist]\nblock_size = "WARPS*32"\n'
+                                      "[launch.merge]\nblock_size = 128\ndynamic_smem = 1024\n")
+    done = run_cli(["tune", "two.cu", "--workers", "local", "--strategy", "exhaustive", "--objective", "instructions",
+                    "--only", "define.WARPS", "--db", f"sqlite:///{tmp_path}/t.db", "--out", str(tmp_path / "two.acf.toml"),
+                    "--json"], cwd=folder)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    written = acf.read(tmp_path / "two.acf.toml").evidence
+    for shown, table in ((document["baseline"], "baseline"), (document["best"], "best")):
+        assert "block_size" not in shown["metrics"] and "launch" not in shown["metrics"], shown["metrics"]
+        assert shown["metrics"]["launch_by_kernel"] == written[table]["launch_by_kernel"], (shown, written[table])
+    assert document["baseline"]["metrics"]["launch_by_kernel"]["hist"] == {"block_size": 192, "dynamic_smem": 0}
+
+
 def test_a_launch_table_names_the_instance_a_tuned_macro_picks(tmp_path):
     """A kernel template instantiated with a tuned macro: `[launch."reduce<double, BLOCK>"]` names
     each variant's instance (BLOCK=128: reduce<double, 128>). A literal `reduce<double, 256>` failed

@@ -146,6 +146,9 @@ def show(
             trials = store.trials(found.id)
             runs = store.runs(found.id)
             if not why and pareto is None and "," in found.key.objective:
+                if as_json:  # the trials as for one objective, each objective's value, and the front
+                    print_trials(found, trials, runs, top, as_json, pick)
+                    return
                 pareto = found.key.objective  # several objectives: the front is the result
             if why or pareto:
                 from compileiq.cli.why import print_pareto, print_why

@@ -47,12 +47,15 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
 
 
-def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool) -> None:
+def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool,
+                 pick: str | None = None) -> None:
     """One study's best `top` trials as `explain` ranks them (the ACF's choice first), then where
-    they were built and measured, and its first failure."""
+    they were built and measured, and its first failure. A study of several objectives (`--json`
+    only: its table is the front, `why.print_tuned_front`): each trial's value of every objective,
+    and the front with its pick (by `pick`, else the rule its latest run chose by)."""
     from compileiq.results.explain import explain
 
-    explanation = explain(study, trials, runs=runs)
+    explanation = explain(study, trials, pick, runs)
     complete = explanation.ranked()
     ranked = complete[:top]
     failed = [t for t in trials if t.state is TrialState.FAILED]
@@ -63,6 +66,10 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
             "trials": [trial_json(t, objective, explanation.refusal(t))
                        | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],
             "complete_trials": len(complete), "failed": [trial_json(t, objective) for t in failed]}
+    if explanation.front is not None:
+        from compileiq.cli.why import tuned_front_json
+
+        data |= tuned_front_json(explanation)
     emit(as_json, data, lambda: trials_table(study, explanation, ranked))
     if as_json:
         return

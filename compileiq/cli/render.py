@@ -347,8 +347,26 @@ def study_fields(study: Study, trials: int | None, number: int | None, value: fl
 
 
 def trial_json(trial: Trial, objective: str, refused: str | None = None) -> dict[str, Any]:
-    """A trial; `value_shown` is its value as people read it (occupancy, not its shortfall)."""
+    """A trial; `value_shown` is its value as people read it (occupancy, not its shortfall); its
+    metrics as the ACF's evidence states them (each kernel's launch where tune.toml gives several)."""
+    from compileiq.results.evidence import shown_metrics
+
     return {"number": trial.number, "state": trial.state.value, "value": trial.value,
-            "value_shown": reading(objective).shown(trial.value), "refused": refused, "reason": trial.reason,
-            "config": trial.config, "metrics": {k: v for k, v in trial.metrics.items() if k != "entries"},
+            "value_shown": reading(objective).shown(trial.value), **objective_values(trial, objective),
+            "refused": refused, "reason": trial.reason, "config": trial.config, "metrics": shown_metrics(trial.metrics),
             "code_hash": trial.code_hash, "purpose": trial.purpose}
+
+
+def objective_values(trial: Trial, objective: str) -> dict[str, Any]:
+    """Several objectives: each one's value ("values", lower is better, as the front gives them) and
+    as people read it ("values_shown"); `value` is the first's alone. Nothing for one objective."""
+    if "," not in objective:
+        return {}
+    from compileiq.results.pareto import values_of
+
+    names = objective.split(",")
+    values = values_of(trial, names)
+    if values is None:
+        return {"values": None, "values_shown": None}
+    return {"values": dict(zip(names, values, strict=True)),
+            "values_shown": {n: reading(n).shown(v) for n, v in zip(names, values, strict=True)}}

@@ -130,14 +130,22 @@ def print_tuned_front(study: Study, explanation: Explanation, as_json: bool) -> 
     assert trade_offs is not None and explanation.baseline is not None
     chosen = explanation.chosen or explanation.baseline
     if as_json:
-        base = explanation.baseline.config
-        print(json.dumps({"study": study.name, "objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
-                          "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
-                          "front": [{"trial": (t := explanation.on_front(p)).number, "values": list(p.values),
-                                     "changed": {k: v for k, v in t.config.items() if base.get(k) != v}}
-                                    for p in trade_offs.points]}, indent=2, default=str))
+        print(json.dumps({"study": study.name, **tuned_front_json(explanation)}, indent=2, default=str))
         return
     print_front(study, trade_offs, explanation.baseline, chosen)
+
+
+def tuned_front_json(explanation: Explanation) -> dict[str, Any]:
+    """A study of several objectives: its front, in full precision, and the pick (the ACF's choice)."""
+    trade_offs = explanation.front
+    assert trade_offs is not None and explanation.baseline is not None
+    chosen = explanation.chosen or explanation.baseline
+    base = explanation.baseline.config
+    return {"objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
+            "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
+            "front": [{"trial": (t := explanation.on_front(p)).number, "values": list(p.values),
+                       "changed": {k: v for k, v in t.config.items() if base.get(k) != v}}
+                      for p in trade_offs.points]}
 
 
 def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial) -> None:

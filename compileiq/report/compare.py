@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file
-from compileiq.report.page import html_document, html_note, html_section, html_table
+from compileiq.report.page import html_document, html_note, html_section, html_table, values_text
+from compileiq.results import multi_objective
 from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.store import Store
 
@@ -52,9 +54,16 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     keys = tuple((f, str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
     chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
-    settings = tuple((n, chosen_a.get(n, "(default)"), chosen_b.get(n, "(default)"))
+    settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
     return Comparison(a, b, keys, settings, (_holds(a, b), _holds(b, a)))
+
+
+def _kept(e: Explanation, setting: str) -> str:
+    """A setting the study's choice left at its baseline's value: that value, said so ("(default)"
+    where its baseline does not set it)."""
+    value = e.baseline.config.get(setting) if e.baseline is not None else None
+    return "(default)" if value is None or value == "default" else f"{value} (its baseline)"
 
 
 def _explained(store: Store, name: str) -> Explanation:
@@ -82,7 +91,7 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
                    else f"failed there (#{found.number}: {first_line(found.reason, 120)})")
         return Holds(*names, None, baseline, best, verdict)
     if baseline is not None and found.value < baseline:
-        gap = "" if best is None else f"; its best is {best:g}"
+        gap = "" if best is None else f"; its best is {values_text(target.study.key.objective, target.chosen)}"
         return Holds(*names, found.value, baseline, best, f"holds: beats that baseline{gap}")
     return Holds(*names, found.value, baseline, best, "no longer holds: no better than that baseline")
 
@@ -94,16 +103,37 @@ def write(store: Store, first: str, second: str, out: Path, fmt: str) -> list[Pa
 
 
 def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:
+    """Each study's baseline and chosen values as people read them (occupancy as occupancy, higher
+    is better: the shortfall the search minimised is no one's number), and how much better."""
     rows = []
     for e in (c.a, c.b):
-        base = e.baseline.value if e.baseline else None
-        best = e.chosen.value if e.chosen else None
-        gain = base - best if base is not None and best is not None else None
-        rows.append((e.study.name, e.study.key.objective, base, best, gain, len(e.trials)))
+        objective = e.study.key.objective
+        rows.append((e.study.name, objective_heading(objective), values_text(objective, e.baseline),
+                     values_text(objective, e.chosen), _gain(objective, e), len(e.trials)))
     return rows
 
 
-VALUE_HEADER = ("study", "objective", "baseline", "chosen", "gain", "trials")
+def objective_heading(objective: str) -> str:
+    """"occupancy (theoretical occupancy, higher is better)"; several objectives: each by name."""
+    return ", ".join(f"{name} ({reading(name).heading})" for name in multi_objective.objectives_of(objective))
+
+
+def _gain(objective: str, e: Explanation) -> str:
+    """How much better the choice is than the baseline, in the objective's own reading ("-" with
+    several objectives: a trade-off has no single gain)."""
+    if multi_objective.is_multi(objective) or e.baseline is None or e.chosen is None:
+        return "-"
+    if e.baseline.value is None or e.chosen.value is None:
+        return "-"
+    gain = e.baseline.value - e.chosen.value  # the minimised values: their drop is the improvement
+    if reading(objective).minimised_as:  # occupancy: its shortfall's drop is the occupancy gained
+        return f"{gain * 100:+.1f} percentage points"
+    return exact(gain)
+
+
+VALUE_HEADER = ("study", "objective (unit, which way is better)", "baseline", "chosen", "gain (toward better)",
+                "trials")
+VALUES_TITLE = "Baseline and chosen values"
 
 
 def kinds_note(c: Comparison) -> str:
@@ -113,15 +143,24 @@ def kinds_note(c: Comparison) -> str:
 HOLDS_HEADER = ("choice of", "checked in", "value there", "that baseline", "that best", "verdict")
 
 
+def _holds_rows(c: Comparison) -> list[tuple[Any, ...]]:
+    """The holds table, each value in the reading of the study it was checked in."""
+    rows = []
+    for h, target in zip(c.holds, (c.b, c.a), strict=True):
+        read = reading(target.study.key.objective)
+        rows.append((h.choice_of, h.checked_in, read.text(h.value), read.text(h.baseline), read.text(h.best), h.verdict))
+    return rows
+
+
 def html_page(c: Comparison) -> str:
     keys = html_table(("key", "A", "B"), c.key_changes) if c.key_changes else html_note("the study keys are equal")
     settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
                 else html_note("both chose the compiler defaults"))
     note = html_note(kinds_note(c)) + ("" if c.same_objective else
                                        html_note("different objectives: the values are not comparable"))
-    holds = html_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])
+    holds = html_table(HOLDS_HEADER, _holds_rows(c))
     body = (html_section("compare-keys", "What differs between the studies", keys)
-            + html_section("compare-values", "Best values (lower is better)", html_table(VALUE_HEADER, _value_rows(c)) + note)
+            + html_section("compare-values", VALUES_TITLE, html_table(VALUE_HEADER, _value_rows(c)) + note)
             + html_section("compare-settings", "Chosen settings", settings)
             + html_section("compare-holds", "Does each choice still hold in the other study?", holds))
     return html_document(f"compileiq comparison: {c.a.study.name} vs {c.b.study.name}", body)
@@ -131,9 +170,9 @@ def markdown(c: Comparison) -> str:
     lines = [f"# compileiq comparison: {md_text(c.a.study.name)} vs {md_text(c.b.study.name)}", "",
              "## What differs between the studies", ""]
     lines += md_table(("key", "A", "B"), c.key_changes) if c.key_changes else ["The study keys are equal."]
-    lines += ["", "## Best values (lower is better)", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
+    lines += ["", f"## {VALUES_TITLE}", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
               md_text(kinds_note(c)), "", "## Chosen settings", ""]
     lines += md_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes else ["Defaults."]
     lines += ["", "## Does each choice still hold in the other study?", "",
-              *md_table(HOLDS_HEADER, [tuple(asdict(h).values()) for h in c.holds])]
+              *md_table(HOLDS_HEADER, _holds_rows(c))]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from compileiq.core.records import TrialState
 from compileiq.core.text import printable
 from compileiq.report.figures import (
     contributions_svg,
@@ -37,8 +38,8 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     e = report.explanation
     figures = {f"{stem}-convergence.svg": convergence_svg(report.explanation.trials, report.value_label, report.reading)}
     lines = [f"# compileiq report: {md_text(e.study.name)}", "",
-             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.reading.heading)}. "
-              f"{len(e.trials)} trials."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
+             (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.heading)}. "
+              f"{trials_count(report)}."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
     if e.baseline is not None and e.chosen is not None:
         lines += ["## Chosen configuration", "",
                   (f"Baseline {md_text(report.value_text(e.baseline))} → chosen (trial #{e.chosen.number}) "
@@ -63,12 +64,18 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
         lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
                   "", md_text(pareto_note(report.front, tuned(report))), ""]
-    ranked = e.ranked()[:MD_TRIALS]
-    lines += [f"## {len(ranked)} trials, the chosen one first", ""]
-    lines += md_table(("#", report.value_label, "status", "settings that differ from the baseline"),
-                       [(t.number, report.reading.text(t.value), e.status(t),
+    complete = e.ranked()
+    ranked = complete[:MD_TRIALS]
+    shown = (f"The first {len(ranked)} of {len(complete)} complete trials" if len(ranked) < len(complete)
+             else f"{len(complete)} complete trials")
+    lines += [f"## {shown}, the chosen one first", ""]
+    lines += md_table(("#", *report.value_labels, "status", "settings that differ from the baseline"),
+                       [(t.number, *report.value_texts(t), e.status(t),
                          changes_text(t, e.baseline))
                         for t in ranked])
+    if len(ranked) < len(complete):
+        lines += ["", md_text(f"{len(complete) - len(ranked)} more complete trials are in the HTML report "
+                              f"(compileiq report {e.study.name}) and in compileiq show --top {len(complete)}.")]
     lines += ["", "## Failures by reason", ""]
     lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
     key = e.study.key
@@ -77,6 +84,14 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
                                   ("source sha256", key.source_sha256), ("search space", key.space_id),
                                   ("evaluator", key.evaluator), ("database", report.database)])
     return "\n".join(lines) + "\n", figures
+
+
+def trials_count(report: StudyReport) -> str:
+    """What the study's trials are: how many, how many complete, how many failed."""
+    trials = report.explanation.trials
+    failed = sum(t.state is TrialState.FAILED for t in trials)
+    complete = sum(t.state is TrialState.COMPLETE for t in trials)
+    return f"{len(trials)} trials ({complete} complete, {failed} failed)"
 
 
 def md_text(value: Any) -> str:

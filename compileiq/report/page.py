@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.readings import Reading, exact, reading
+from compileiq.core.readings import Reading, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.report.figures import (
     contributions_svg,
@@ -28,7 +28,7 @@ from compileiq.report.figures import (
 )
 from compileiq.results import multi_objective, to_time
 from compileiq.results.ablation import RULE, Ablation
-from compileiq.results.evidence import EVIDENCE_KEYS
+from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, parse_objectives, values_of
@@ -74,24 +74,74 @@ class StudyReport:
         return RUNTIME_KIND if self.explanation.runtime else STATIC_KIND
 
     @property
+    def objectives(self) -> tuple[str, ...]:
+        return multi_objective.objectives_of(self.explanation.study.key.objective)
+
+    @property
     def reading(self) -> Reading:
-        return reading(self.explanation.study.key.objective)
+        """How a trial's recorded value reads: with several objectives the first's (a trial records
+        it alone as its value); each objective's own is `readings`."""
+        return self.readings[0]
+
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        return tuple(reading(o) for o in self.objectives)
+
+    @property
+    def heading(self) -> str:
+        """The unit and direction of the objective, or of each objective by name."""
+        if len(self.objectives) == 1:
+            return self.reading.heading
+        return "; ".join(f"{r.objective}: {r.heading}" for r in self.readings)
+
+    def values(self, trial: Trial) -> tuple[float | None, ...]:
+        """The trial's recorded (minimised) value of each objective; None where it has none."""
+        return values_by_objective(self.objectives, trial)
+
+    def shown_values(self, trial: Trial) -> tuple[float | None, ...]:
+        """Each objective's value as people read it (occupancy, not its shortfall)."""
+        return tuple(r.shown(v) for r, v in zip(self.readings, self.values(trial), strict=True))
+
+    def value_texts(self, trial: Trial) -> tuple[str, ...]:
+        return tuple(r.text(v) for r, v in zip(self.readings, self.values(trial), strict=True))
 
     def value_text(self, trial: Trial) -> str:
         """A trial's result as the summary states it: its value, or with several objectives each
         objective's value by name (the first alone read as if it were the whole result)."""
-        objectives = multi_objective.objectives_of(self.explanation.study.key.objective)
-        values = values_of(trial, objectives) if len(objectives) > 1 else None
-        if values is None:
-            return self.reading.text(trial.value)
-        return ", ".join(f"{name} {exact(value)}" for name, value in zip(objectives, values, strict=True))
+        return values_text(self.explanation.study.key.objective, trial)
+
+    @property
+    def value_labels(self) -> tuple[str, ...]:
+        """Each objective with its kind, unit and direction, as every table heads its values."""
+        kind = "GPU runtime" if self.explanation.runtime else "static estimate"
+        return tuple(f"{r.objective} ({kind}; {r.heading})" for r in self.readings)
 
     @property
     def value_label(self) -> str:
-        """The objective with its kind, unit and direction, as every table heads its values."""
-        objective = self.explanation.study.key.objective
-        kind = "GPU runtime" if self.explanation.runtime else "static estimate"
-        return f"{objective} ({kind}; {self.reading.heading})"
+        """The label of a trial's recorded value (with several objectives: the first's)."""
+        return self.value_labels[0]
+
+
+def values_by_objective(objectives: Sequence[str], trial: Trial) -> tuple[float | None, ...]:
+    """A trial's recorded (minimised) value of each objective: its value for one objective; with
+    several, each read from its metrics (`pareto.values_of`); None where it has none."""
+    if len(objectives) == 1:
+        return (trial.value,)
+    return values_of(trial, objectives) or (None,) * len(objectives)
+
+
+def values_text(objective: str, trial: Trial | None) -> str:
+    """A trial's result in the objective's own reading ("-" for none); with several objectives,
+    each objective's by name ("registers 72, instructions 936")."""
+    if trial is None:
+        return "-"
+    objectives = multi_objective.objectives_of(objective)
+    values = values_by_objective(objectives, trial)
+    if len(objectives) == 1:
+        return reading(objective).text(values[0])
+    if all(v is None for v in values):
+        return reading(objectives[0]).text(None)
+    return ", ".join(f"{name} {reading(name).text(v)}" for name, v in zip(objectives, values, strict=True))
 
 
 def build(store: Store, study: str, pareto: str | None = None, pick: str | None = None) -> StudyReport:
@@ -172,7 +222,7 @@ def html_note(text: str) -> str:
 def _summary(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
-    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.reading.heading}"),
+    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
         lines += [(baseline_label(e.study, e.baseline), report.value_text(e.baseline)),
@@ -197,15 +247,26 @@ def _chosen(report: StudyReport) -> str:
     shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
     if e.winner is not None and e.winner.number != e.chosen.number:
         shown.append((f"search winner #{e.winner.number}", e.winner))
-    keys = [k for k in EVIDENCE_KEYS if any(t.metrics.get(k) is not None for _, t in shown)]
-    rows = [(label, t.value, *(t.metrics.get(k) for k in keys), t.code_hash or "") for label, t in shown]
-    evidence = html_table(("", report.value_label, *keys, "machine code hash"), rows)
+    metrics = [(label, t, shown_metrics(t.metrics)) for label, t in shown]  # as the ACF's evidence states them
+    keys = [k for k in SHOWN_KEYS if any(m.get(k) is not None for _, _, m in metrics)]
+    rows = [(label, *report.shown_values(t), *(_evidence_cell(m.get(k)) for k in keys), t.code_hash or "")
+            for label, t, m in metrics]
+    evidence = html_table(("", *report.value_labels, *keys, "machine code hash"), rows)
     note = ("The chosen configuration replays the tuner's simplification over the recorded trials: the search "
             "winner with every setting that made no difference reset to the baseline's value (the compiler's "
             "default, or with --compile-commands the build as shipped).")
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
+
+
+def _evidence_cell(value: Any) -> Any:
+    """A metric as an evidence cell; each kernel's launch facts (`launch_by_kernel`) on one line."""
+    if not isinstance(value, dict):
+        return value
+    return "; ".join(f"{name}: {facts['block_size']} threads" + (f", {facts['dynamic_smem']} B dynamic smem"
+                                                                 if facts["dynamic_smem"] else "")
+                     for name, facts in value.items())
 
 
 TO_TIME_NOTE = ("Refused without a GPU only for a trade-off a GPU must judge (a lower optimisation level, or "
@@ -312,10 +373,11 @@ def _trials(report: StudyReport) -> str:
     rows = []
     for t in e.trials:
         changed = changes_text(t, e.baseline)
-        value = report.reading.shown(t.value) if t.state is TrialState.COMPLETE else None
-        status = e.described(t) if t.state is TrialState.COMPLETE else t.state.value
-        rows.append((t.number, status, value, *(t.metrics.get(k) for k in keys), changed))
-    table = html_table(("#", "status", report.value_label, *keys, "settings that differ from the baseline"), rows,
+        complete = t.state is TrialState.COMPLETE
+        values = report.shown_values(t) if complete else (None,) * len(report.objectives)
+        status = e.described(t) if complete else t.state.value
+        rows.append((t.number, status, *values, *(t.metrics.get(k) for k in keys), changed))
+    table = html_table(("#", "status", *report.value_labels, *keys, "settings that differ from the baseline"), rows,
                    "sortable")
     return html_section("trials", "Trials", html_note("Click a column header to sort.") + table)
 

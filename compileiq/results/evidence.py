@@ -29,6 +29,7 @@ class EvidenceError(CompileIQError):
 
 EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size",
                  "median_ms", "iqr_ms", "min_ms", "samples", "device")
+SHOWN_KEYS = (*EVIDENCE_KEYS, "launch_by_kernel")  # what `shown_metrics` may give of them, in the ACF's order
 
 
 def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: Toolchain, database: str,
@@ -207,11 +208,21 @@ def evidence_table(result: Any, database: str = "the database") -> dict[str, Any
 def evidence(trial: Trial, origin: str) -> dict[str, Any]:
     if trial.state is not TrialState.COMPLETE or not trial.code_hash:
         raise EvidenceError(f"trial #{trial.number} is {trial.state.value} without machine code; no ACF was written")
-    found = {name: trial.metrics[name] for name in EVIDENCE_KEYS if trial.metrics.get(name) is not None}
-    if by_kernel := launch_by_kernel(trial.metrics):  # [launch.NAME] tables: one top-level block size would be wrong
-        found.pop("block_size", None)
-        found["launch_by_kernel"] = by_kernel
+    shown = shown_metrics(trial.metrics)
+    found = {name: shown[name] for name in SHOWN_KEYS if shown.get(name) is not None}
     return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
+
+
+def shown_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's metrics as the ACF's evidence states them, for every view to show: where tune.toml's
+    [launch.NAME] tables gave kernels their own launch, each scored kernel's (`launch_by_kernel`, by
+    the names tune.toml gives them) instead of the top-level block size, which scored nothing; the
+    per-entry compiler report (`entries`) and the raw per-entry launch left out."""
+    shown = {name: value for name, value in metrics.items() if name not in ("entries", "launch")}
+    if by_kernel := launch_by_kernel(metrics):
+        shown.pop("block_size", None)
+        shown["launch_by_kernel"] = by_kernel
+    return shown
 
 
 def launch_by_kernel(metrics: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -241,9 +241,10 @@ def best(trials: Sequence[Trial]) -> Trial | None:
 
 
 def changed_settings(trial: Trial, baseline: Trial | None) -> dict[str, Any]:
-    """The trial's settings that differ from the baseline's, plus its macros (always shown)."""
+    """The trial's settings that differ from the baseline's: a macro at the baseline's value is not
+    one (the ACF counts only those that differ: `evidence.vs_defaults.changed_settings`)."""
     base = baseline.config if baseline else {}
-    return {k: v for k, v in sorted(trial.config.items()) if k.startswith("define.") or base.get(k) != v}
+    return {k: v for k, v in sorted(trial.config.items()) if base.get(k) != v}
 
 
 def recorded_space(baseline: Trial) -> SearchSpace:
