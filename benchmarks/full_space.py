@@ -146,8 +146,17 @@ class RefusalsAsFailures:
         self._searcher.tell([Observation(o.config, o.value) for o in observations])
 
 
+def as_tuned(space: SearchSpace, seed: int) -> Searcher:
+    """compileiq's searcher as `tune` runs it for a static objective: settings that lower
+    optimisation, which no static objective may choose, are not proposed (`Searcher.avoid`)."""
+    searcher = Searcher(space, SearchSettings("bayes", seed))
+    searcher.avoid(eligibility.lowering_settings(space, space.default_config().as_dict()))
+    return searcher
+
+
 STRATEGIES: dict[str, Callable[[SearchSpace, int], Proposer]] = {
-    "compileiq": lambda space, seed: Searcher(space, SearchSettings("bayes", seed)),
+    "compileiq": as_tuned,
+    "compileiq-lowered": lambda space, seed: Searcher(space, SearchSettings("bayes", seed)),  # before 2026-12-05
     "compileiq-failures": RefusalsAsFailures,
     "random": lambda space, seed: Searcher(space, SearchSettings("random", seed)),
     "optuna-tpe": OptunaTPE,  # needs the `peers` extra

@@ -138,3 +138,30 @@ def test_a_static_choice_that_costs_instructions_says_so(tmp_path: Path) -> None
     assert after > before and evidence["best"]["spill_bytes"] < evidence["baseline"]["spill_bytes"]
     assert (f"note: the choice has {after - before} more static instructions than the baseline ({before} -> {after}), "
             "traded for its static gain: only a GPU can say whether it is faster") in result.stdout
+
+
+def _search_configs(folder: Path, url: str) -> list[dict[str, object]]:
+    """The configurations of a --no-simplify run's search trials (every trial but the baseline's, #0)."""
+    shown = run_cli(["show", "1", "--db", url, "--top", "1000", "--json"], cwd=folder)
+    assert shown.returncode == 0, shown.describe()
+    return [t["config"] for t in json.loads(shown.stdout)["trials"] if t["number"] > 0]
+
+
+@pytest.mark.parametrize("objective", ["static", "spills"])
+def test_a_static_search_spends_no_trial_on_a_level_it_could_never_choose(tmp_path: Path, objective: str) -> None:
+    """A lowered -O can never win a static objective, yet a third to nine tenths of a small budget
+    went on it (a user's lud: 14 of 16 trials refused for it): its search proposes none now while
+    another untried configuration is left, and the lowered ones come back once none is."""
+    (tmp_path / "k.cu").write_text(SPILLING_KERNEL)
+    url, small = f"sqlite:///{tmp_path / 't.db'}", f"sqlite:///{tmp_path / 'small.db'}"
+    only = "ptxas.opt_level,ptxas.maxrregcount,ptxas.override_directive_values"
+    args = ["tune", "k.cu", "--objective", objective, "--only", only, "--budget", "12", "--workers", "local", "--db", url, "--no-simplify",
+            "--out", "a.acf.toml"]
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    levels = [config.get("ptxas.opt_level", 3) for config in _search_configs(tmp_path, url)]
+    assert len(levels) >= 11 and set(levels) == {3}, levels  # (spills: one more, a repair of the search's)
+    small_args = ["tune", "k.cu", "--objective", objective, "--only", "ptxas.opt_level,ptxas.override_directive_values",
+                  "--budget", "6", "--workers", "local", "--db", small, "--no-simplify", "--out", "b.acf.toml"]
+    assert run_cli(small_args, cwd=tmp_path).returncode == 0  # 2 configurations at -O3 of 8
+    levels = [config.get("ptxas.opt_level", 3) for config in _search_configs(tmp_path, small)]
+    assert len([level for level in levels if level != 3]) >= 4, levels  # then the lowered ones: the search goes on

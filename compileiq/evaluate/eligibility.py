@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
-from compileiq.core.space import Config
+from compileiq.core.space import Config, SearchSpace
 
 Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when it may
 
@@ -63,6 +63,13 @@ def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any])
         if known and config[name] != defaults[name] and lowers(config[name], defaults[name]):
             found.append(f"{name}={config[name]}")
     return tuple(found)
+
+
+def lowering_settings(space: SearchSpace, defaults: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each (parameter, value) of `space` that lowers optimisation below `defaults`: what no static
+    objective can choose, so its search proposes them last (`Searcher.discourage`)."""
+    return [(p.name, value) for p in space.parameters if p.name in LOWERING and p.name in defaults
+            for value in p.values if value != defaults[p.name] and LOWERING[p.name](value, defaults[p.name])]
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,28 @@ class InitialDesign:
         self._initial_frontends: set[Row] = set()
         self._corners_done = False
         self._discouraged: list[tuple[int, int]] = []  # (column, value index): proposed later
+        self._replacement: dict[int, np.ndarray] = {}  # column -> each value index's stand-in (`avoid`)
 
     def discourage(self, slots: list[tuple[int, int]]) -> None:
         """Propose these (column, value index) settings later: the corners and middles prefer runs
         without them, the random picks weigh them down."""
         self._discouraged = slots
+
+    def avoid(self, slots: list[tuple[int, int]]) -> None:
+        """Never put these (column, value index) settings in a corner or a middle run: each is
+        replaced by its column's nearest other value (the higher of two), the rest of the run kept."""
+        self._replacement = {}
+        for column in sorted({column for column, _ in slots}):
+            bad = {index for c, index in slots if c == column}
+            size = int(self._encoding.cardinality[column])
+            good = [index for index in range(size) if index not in bad]
+            if good:
+                self._replacement[column] = np.array([_nearest(good, index) for index in range(size)])
+
+    def _without_avoided(self, row: np.ndarray) -> np.ndarray:
+        for column, stand_in in self._replacement.items():
+            row[column] = stand_in[row[column]]
+        return row
 
     def _discouraged_in(self, rows: np.ndarray) -> np.ndarray:
         """Per row, how many discouraged settings it holds."""
@@ -161,6 +178,7 @@ class InitialDesign:
             row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
             row[columns] = np.where(signs[run] > 0, high, low)
             row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
+            row = self._without_avoided(row)
             if tuple(row.tolist()) not in skip:
                 rows[tuple(row.tolist())] = None
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
@@ -186,7 +204,7 @@ class InitialDesign:
                 row[columns] = levels[run]
                 pick = central if run == 0 else self._rng.integers(len(frontends))
                 row[encoding.frontend_columns] = frontends[pick]
-                key = tuple(row.tolist())
+                key = tuple(self._without_avoided(row).tolist())
                 if key not in skip and len(rows) < count:
                     rows[key] = None
             if len(rows) >= count:
@@ -205,6 +223,11 @@ class InitialDesign:
             self._initial_frontends = self._frontends | {fresh[i] for i in picks}
         keep = np.array([f in self._initial_frontends for f in frontends], dtype=bool)
         return pool[keep] if keep.any() else pool
+
+
+def _nearest(good: list[int], index: int) -> int:
+    """The value index of `good` nearest `index`, the higher of two."""
+    return min(good, key=lambda g: (abs(g - index), -g))
 
 
 def _hadamard(order: int) -> np.ndarray:

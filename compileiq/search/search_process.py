@@ -71,6 +71,9 @@ class RemoteSearcher:
     def discourage(self, settings: Iterable[tuple[str, Any]]) -> None:
         self._call("discourage", list(settings))
 
+    def avoid(self, settings: Iterable[tuple[str, Any]]) -> None:
+        self._call("avoid", list(settings))
+
     def close(self) -> None:
         """End the child (it exits when its socket closes); idempotent."""
         if self._conn is None:
@@ -114,7 +117,7 @@ class RemoteSearcher:
         return SearchProcessError(f"the searcher's process ended (exit code {code}) during {method}")
 
 
-_CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost", "discourage"})  # ask: its own branch above
+_CALLS = frozenset({"tell", "fit", "refit", "set_frontend_cost", "discourage", "avoid"})  # ask: its own branch above
 
 
 def _serve(conn: Connection) -> None:

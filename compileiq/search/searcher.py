@@ -60,6 +60,7 @@ class Searcher:
         self._best_fitted = 0.0  # the best allowed result's rank in _fitted (EI's incumbent)
         self._feasibility: Any = None  # P(allowed), fitted once some compiled result was refused
         self._design = InitialDesign(self._encoding, self._rng, self._frontends, settings.initial_frontends)
+        self._avoided: list[tuple[int, int]] = []  # (column, value index): never proposed while others are left
 
     @cached_property
     def _optimizer(self) -> Any:
@@ -83,6 +84,34 @@ class Searcher:
         random picks weigh them down. Never forbidden, and the fitted model ignores this."""
         found = (self._encoding.slot(name, value) for name, value in settings)
         self._design.discourage(sorted({slot for slot in found if slot is not None}))
+
+    def avoid(self, settings: Iterable[tuple[str, Any]]) -> None:
+        """Propose none of these (parameter, value) settings while an untried configuration without
+        them is left: values no result of the run may win with (a static objective's lowered
+        optimisation, `eligibility.lowering_settings`). Where every one is tried, they come back."""
+        found = (self._encoding.slot(name, value) for name, value in settings)
+        self._avoided = sorted({slot for slot in found if slot is not None})
+        self._design.avoid(self._avoided)
+
+    def _without_avoided(self, rows: np.ndarray) -> np.ndarray:
+        """`rows` less those holding an avoided setting (all of them when none is left)."""
+        if not self._avoided or not len(rows):
+            return rows
+        keep = np.ones(len(rows), dtype=bool)
+        for column, index in self._avoided:
+            keep &= rows[:, column] != index
+        return rows[keep] if keep.any() else rows
+
+    def _projected(self, rows: np.ndarray) -> np.ndarray:
+        """Random rows with each avoided setting redrawn among its column's other values, so that a
+        sampled pool keeps its size (`_without_avoided` would drop most of it)."""
+        for column in sorted({column for column, _ in self._avoided}):
+            bad = [index for c, index in self._avoided if c == column]
+            good = np.setdiff1d(np.arange(self._encoding.cardinality[column]), bad)
+            mask = np.isin(rows[:, column], bad)
+            if len(good) and mask.any():
+                rows[mask, column] = self._rng.choice(good, size=int(mask.sum()))
+        return rows
 
     @property
     def observations(self) -> int:
@@ -126,7 +155,7 @@ class Searcher:
         strategy = self._settings.strategy
         if strategy == "exhaustive":
             return self._next_enumerated(count, skip)
-        pool = self._candidates(skip)
+        pool = self._without_avoided(self._candidates(skip))
         if strategy == "random":
             order = self._rng.permutation(len(pool))[:count]
             return [self._encoding.config(row) for row in pool[order]]
@@ -150,7 +179,8 @@ class Searcher:
         rows = self._observed_rows()
         encoding = self._encoding
         around = local_search.incumbents(rows, self._values, self._rng)
-        candidates = encoding.allowed(encoding.without(local_search.neighbours(around, encoding.cardinality), skip))
+        candidates = self._without_avoided(
+            encoding.allowed(encoding.without(local_search.neighbours(around, encoding.cardinality), skip)))
         pick = local_search.polish(
             candidates,
             self._predicted_mean,
@@ -238,11 +268,13 @@ class Searcher:
         encoding = self._encoding
         if self._space.size() <= ENUMERATE_LIMIT:
             return encoding.without(encoding.allowed(encoding.grid), skip)
-        rows = encoding.allowed(encoding.sample(self._rng, CANDIDATE_SAMPLES))
+        draw = (lambda: self._projected(encoding.sample(self._rng, CANDIDATE_SAMPLES))) if self._avoided else (
+            lambda: encoding.sample(self._rng, CANDIDATE_SAMPLES))
+        rows = encoding.allowed(draw())
         for _ in range(RESTRICTED_DRAWS if encoding.restricted else 0):
             if len(rows) >= CANDIDATE_SAMPLES // 2:
                 break
-            more = encoding.allowed(encoding.sample(self._rng, CANDIDATE_SAMPLES))
+            more = encoding.allowed(draw())
             rows = np.unique(np.concatenate([rows, more]), axis=0)
         return encoding.without(rows, skip)
 

@@ -145,6 +145,8 @@ class Tuner:
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = self._baseline_reference(study)
+            if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
+                self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
             if request.search.strategy == "bayes" and request.warm_start:  # random and exhaustive are
                 self._warm_start(study)  # yardsticks: no memory
                 self._warm_from_other_kernels(study)
