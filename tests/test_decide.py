@@ -87,3 +87,23 @@ def test_a_static_trade_off_drops_a_setting_that_changes_the_code_but_no_objecti
     assert {k: v for k, v in decision.chosen.config.items() if BASE[k] != v} == {"define.W": 4}
     replayed = explain(fake.study, decision.trials)
     assert replayed.chosen is not None and replayed.chosen.number == decision.chosen.number
+
+
+def test_a_better_build_made_to_decide_is_chosen_not_left_as_may_be_chosen() -> None:
+    """A step of a candidate's shrinking (other code, no refused setting, fewer spills) was shown as
+    "may be chosen" beside a choice it beat, and the ACF kept the defaults (a red team's spill_heavy:
+    624 spill bytes at the same occupancy against 672). It is chosen now, simplified, and a rerun
+    starts from the same trial."""
+    fake = FakeStudy()
+    baseline = fake.build([Config.of(BASE)], SEARCH)[0]
+    fake.build([Config.of(BASE | {"ptxas.b": True})], SEARCH)
+    made = fake.build([Config.of(BASE | {"define.W": 4, "nvcc.a": True, "ptxas.c": True})], "simplify")[0]
+
+    decision = _decider(fake, baseline).decide(baseline, tuple(fake.trials))
+
+    assert decision.winner.number == made.number
+    assert {k: v for k, v in decision.chosen.config.items() if BASE[k] != v} == {"define.W": 4}
+    replayed = explain(fake.study, decision.trials)
+    assert replayed.chosen is not None and replayed.chosen.number == decision.chosen.number
+    again = _decider(fake, baseline).decide(baseline, tuple(fake.trials))  # a rerun: the same start and end
+    assert (again.winner.number, again.chosen.number) == (decision.winner.number, decision.chosen.number)

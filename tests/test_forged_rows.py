@@ -146,8 +146,8 @@ def test_a_forged_candidate_to_time_is_rebuilt_before_the_acf_lists_it(tmp_path:
     forged row (an import, a teammate) was listed as it was, never rebuilt (the red team's)."""
     kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
     url = f"sqlite:///{tmp_path / 'team.db'}"
-    args = ["tune", str(kernel), "--objective", "spills", "--only", "ptxas.opt_level,ptxas.maxrregcount", "--budget",
-            "6", "--workers", "local", "--db", url, "--out", "k.acf.toml"]
+    args = ["tune", str(kernel), "--objective", "static", "--only", "ptxas.maxrregcount,ptxas.override_directive_values",
+            "--budget", "8", "--workers", "local", "--db", url, "--out", "k.acf.toml"]  # 0 spills for half the occupancy
     first = run_cli(args, cwd=tmp_path)
     assert first.returncode == 0, first.describe()
     listed = acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", [])

@@ -215,8 +215,26 @@ def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> 
     """`choose` over the trials the search made: a simplified trial is the simplification's result,
     not its start (a rerun then simplifies the same winner again, and its record of what was
     dropped is kept). A search result refused for its settings alone counts through its stand-in
-    (`stand_ins`). The tuner and every view (`results.explain`) choose by this one rule."""
-    return choose(search_results(trials, refuse, baseline.config), baseline, refuse)
+    (`stand_ins`), and a trial built to decide that may win and beats them all counts too
+    (`better_byproducts`: the earliest of the best, so that a rerun, which finds that trial's own
+    simplification too, starts from the same one). The tuner and every view (`results.explain`)
+    choose by this one rule."""
+    results = search_results(trials, refuse, baseline.config)
+    if better := better_byproducts(trials, results, refuse):
+        best = min(t.value for t in better if t.value is not None)
+        return min((t for t in better if t.value == best), key=lambda t: t.number)
+    return choose(results, baseline, refuse)
+
+
+def better_byproducts(trials: Sequence[Trial], results: Sequence[Trial], refuse: Refusal) -> list[Trial]:
+    """Trials built to decide (a step of a simplification, a candidate to time shrunk) that may win
+    and are strictly better than every search result that may: the best allowed build the study
+    knows. A shrunk candidate's rejected step (other machine code, -O3, fewer spills) was listed
+    as "may be chosen" beside a choice it beat, the ACF keeping the defaults (a red team's)."""
+    best = min((t.value for t in results if _complete(t) and refuse(t) is None and t.value is not None),
+               default=math.inf)
+    return [t for t in trials if t.purpose not in (SEARCH, SCREEN) and _complete(t) and refuse(t) is None
+            and t.value is not None and t.value < best]
 
 
 def search_results(trials: Sequence[Trial], refuse: Refusal, defaults: Mapping[str, Any] | None = None) -> list[Trial]:
