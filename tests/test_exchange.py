@@ -4,8 +4,10 @@ in one transaction (a bad file or a clash changes nothing). Run on SQLite and Po
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -222,3 +224,31 @@ def test_an_export_piped_to_an_import_moves_the_study(laptop: Store, team: Store
     assert len(team.trials(team.find_study("fir-laptop").id)) == 3
     empty = cli("db", "import", "-", "--db", _url(team))
     assert empty.returncode == 2 and empty.stderr.decode().startswith("error: -: not a compileiq study export")
+
+
+def test_a_trade_offs_pick_rule_moves_with_its_study(tmp_path: Path) -> None:
+    """The pick rule lived only in the runs, which an export leaves out: after `db import`, `show`,
+    `--json` and the report chose the knee (#0) where the ACF held the weighted pick (#3), with no
+    word (a red team's). The rule travels with the study now; a forged one is not used."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    laptop, team = f"sqlite:///{tmp_path / 'laptop.db'}", f"sqlite:///{tmp_path / 'team.db'}"
+    tuned = run_cli(["tune", str(kernel), "--objective", "registers,instructions", "--pick",
+                     "weights=registers:0.1,instructions:0.9", "--only", "ptxas.maxrregcount,ptxas.override_directive_values",
+                     "--budget", "16", "--workers", "local", "--db", laptop, "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    pick = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["pick"]
+    exported = tmp_path / "study.json"
+    assert run_cli(["db", "export", "1", "--db", laptop, "-o", str(exported)], cwd=tmp_path).returncode == 0
+    assert run_cli(["db", "import", str(exported), "--db", team], cwd=tmp_path).returncode == 0
+    shown = run_cli(["show", "1", "--db", team, "--json"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    data = json.loads(shown.stdout)
+    assert (data["pick_rule"], data["pick"]) == (pick["rule"], pick["trial"]), data
+    forged = json.loads(exported.read_text())  # a forger recomputes the checksum: it is no signature
+    forged["payload"]["study"]["pick"] = "weights=" + "9," * 50
+    payload = json.dumps(forged["payload"], sort_keys=True, separators=(",", ":"))
+    forged["sha256"] = hashlib.sha256(payload.encode()).hexdigest()
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert run_cli(["db", "import", str(tmp_path / "forged.json"), "--db", other], cwd=tmp_path).returncode == 0
+    assert json.loads(run_cli(["show", "1", "--db", other, "--json"], cwd=tmp_path).stdout)["pick_rule"] == "knee"

@@ -162,6 +162,7 @@ class StudyExport:
     builds: tuple[BuildRecord, ...]
     measurements: tuple[Measurement, ...]
     rejected: tuple[str, ...] = ()  # rows of a file left out: why each one
+    pick: str | None = None  # several objectives: the rule the latest run chose its front's point by
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,8 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
                 added, kept, skipped = transfer.import_trials(conn, study.id, export.trials)
                 builds_added = transfer.insert_builds(conn, export.builds)
                 timed = transfer.insert_measurements(conn, export.measurements)
+                if created and export.pick is not None:  # a study here keeps its own runs' rule
+                    transfer.insert_pick(conn, study.id, export.pick, "an export")
         except sa.exc.IntegrityError:
             raise StoreError(
                 f"import of study '{export.name}' collided with a concurrent change; "

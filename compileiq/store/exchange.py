@@ -35,7 +35,7 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.core.space import Config, SpaceError
-from compileiq.store import Store, trust
+from compileiq.store import Store, transfer, trust
 
 FORMAT = "compileiq-study"
 VERSION = 2  # 2: each trial says why it was built (its purpose); 1 (every trial a search trial) still reads
@@ -176,7 +176,8 @@ def _checksum(path: Path | None, payload: Any) -> str:
 
 def _payload(export: StudyExport) -> dict[str, Any]:
     return {
-        "study": {"name": export.name, "key": asdict(export.key)},
+        "study": {"name": export.name, "key": asdict(export.key),
+                  **({"pick": export.pick} if export.pick is not None else {})},
         "trials": [_trial_json(trial) for trial in export.trials],
         "builds": [asdict(build) for build in export.builds],
         "measurements": [asdict(m) for m in export.measurements],
@@ -201,7 +202,9 @@ def _export(payload: dict[str, Any]) -> StudyExport:
     trials = _rows(payload["trials"], "trial", lambda v: _trial(v, key, seen), rejected)
     builds = _rows(payload["builds"], "build", _build, rejected)
     measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
-    return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected))
+    pick = study.get("pick")  # checked by every view that reads it (`results.explain.recorded_pick`)
+    pick = pick if isinstance(pick, str) and len(pick) <= transfer.MAX_PICK_RULE else None
+    return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected), pick)
 
 
 def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], rejected: list[str]) -> tuple[Any, ...]:

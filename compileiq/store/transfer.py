@@ -23,13 +23,16 @@ from compileiq.store.schema import (
     among,
     builds,
     chunks,
+    db_now,
     measurements,
+    runs,
     studies,
     take_number,
     trials_table,
 )
 
 T = TypeVar("T")
+MAX_PICK_RULE = 200  # characters: longer than any valid rule
 
 
 def export_rows(
@@ -44,7 +47,26 @@ def export_rows(
     found = _checked(conn, build_query, builds.c.code_hash, hashes, checked_build, BuildRecord)
     query = sa.select(measurements).order_by(measurements.c.id)
     timed = _checked(conn, query, measurements.c.code_hash, hashes, checked_measurement, Measurement)
-    return StudyExport(study.name, study.key, trials, tuple(sorted(found, key=lambda b: b.key)), tuple(timed))
+    return StudyExport(study.name, study.key, trials, tuple(sorted(found, key=lambda b: b.key)), tuple(timed),
+                       pick=_latest_pick(conn, study.id))
+
+
+def _latest_pick(conn: Connection, study_id: int) -> str | None:
+    """The pick rule of the study's latest run that decided, as recorded (every view checks it)."""
+    query = sa.select(runs.c.decision).where(runs.c.study_id == study_id).order_by(runs.c.id.desc())
+    for decision in conn.execute(query).scalars():
+        if isinstance(decision, dict):
+            rule = decision.get("pick")
+            return rule if isinstance(rule, str) and len(rule) <= MAX_PICK_RULE else None
+    return None
+
+
+def insert_pick(conn: Connection, study_id: int, rule: str, origin: str) -> None:
+    """A run row that records only the pick rule an imported study's ACF was chosen by: the views of
+    a trade-off replay its choice by that rule (no trial number is taken from the file)."""
+    conn.execute(runs.insert().values(study_id=study_id, worker="import", limits={}, started_at=db_now(),
+                                      finished_at=db_now(), stopped=f"imported from {origin}"[:200],
+                                      search_trials=0, extra_trials=0, decision={"pick": rule}))
 
 
 def _checked(conn: Connection, query: sa.Select[Any], column: sa.ColumnElement[Any], keys: Sequence[str],
