@@ -107,3 +107,28 @@ def test_a_better_build_made_to_decide_is_chosen_not_left_as_may_be_chosen() -> 
     assert replayed.chosen is not None and replayed.chosen.number == decision.chosen.number
     again = _decider(fake, baseline).decide(baseline, tuple(fake.trials))  # a rerun: the same start and end
     assert (again.winner.number, again.chosen.number) == (decision.winner.number, decision.chosen.number)
+
+
+def test_the_acfs_front_lists_the_chosen_trial_for_the_picked_point() -> None:
+    """[[evidence.front]] listed the search's unsimplified trial for the picked point (a user's
+    FDTD3d: front #17 and #0, pick #30) while every view lists the chosen one there."""
+    from types import SimpleNamespace
+
+    from compileiq.results.evidence import front_rows
+
+    fake = FakeStudy("spills,occupancy")
+    baseline = fake.build([Config.of(BASE)], SEARCH)[0]
+    fake.build([Config.of(BASE | {"define.W": 4, "ptxas.b": True})], SEARCH)
+    decider = Decider(fake.study, "spills,occupancy", ("spills", "occupancy"), "knee", True, True, False, 0, False,
+                      baseline_space(BASE), fake.build, lambda: tuple(fake.trials),
+                      eligibility.study_refusal(baseline, "spills,occupancy", True), None, lambda line: None, None)
+    decision = decider.decide(baseline, tuple(fake.trials))
+    assert decision.front is not None and decision.front.pick is not None
+    assert decision.front.pick.trial.number != decision.chosen.number  # the fixture: the pick was simplified
+
+    rows = front_rows(SimpleNamespace(front=decision.front, baseline=baseline, chosen=decision.chosen))
+
+    assert decision.chosen.number in [row["trial"] for row in rows]
+    assert decision.front.pick.trial.number not in [row["trial"] for row in rows]
+    picked = next(row for row in rows if row["trial"] == decision.chosen.number)
+    assert picked["settings"] == {"define.W": 4}
