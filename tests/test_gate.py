@@ -460,3 +460,28 @@ def test_the_retune_line_repeats_only_parameter_names_an_acf_records():
     assert retune_space({"only": ["ptxas.opt_level", "x; touch pwned"], "exclude": "nvcc.lineinfo",
                          "allow_semantics": "yes"}) == []
     assert retune_space("--run") == []
+
+
+def test_a_static_acf_that_gives_occupancy_for_fewer_spills_fails(tmp_path: Path) -> None:
+    """`static` never trades occupancy for fewer spills; an ACF that says `static` and does (a
+    `spills` choice relabelled, its evidence genuine) passed the gate, held to the `spills` rule."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    tuned = run_cli(["tune", str(kernel), "--objective", "spills", "--only", "ptxas.maxrregcount,ptxas.override_directive_values",
+                     "--budget", "24", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    data = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    vs = data["evidence"]["vs_defaults"]["occupancy"]
+    assert vs["chosen"] < vs["defaults"], vs  # the fixture: the spills objective made the trade
+    assert _gate(tmp_path, "k.acf.toml", "--static").returncode == 0
+    objective = data["objective"]  # relabelled as a hand would: the name, unit and the static scores
+    static = {table: data["evidence"][table]["spill_bytes"] * 1000 + round((1 - data["evidence"][table]["occupancy"])
+                                                                            * 1000) for table in ("baseline", "best")}
+    text = (tmp_path / "k.acf.toml").read_text().replace('name = "spills"', 'name = "static"', 1)
+    text = text.replace(f'unit = "{objective["unit"]}"', 'unit = "score: spill bytes x 1000 + occupancy shortfall in per mille"')
+    for table in ("baseline", "best"):
+        text = text.replace(f"{table} = {objective[table]!r}\n", f"{table} = {float(static[table])!r}\n", 1)
+    (tmp_path / "static.acf.toml").write_text(text)
+    gated = _gate(tmp_path, "static.acf.toml", "--static")
+    assert gated.returncode == 1, gated.describe()
+    assert "for the `static` objective, which gives no occupancy for fewer spills" in gated.output, gated.describe()

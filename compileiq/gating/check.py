@@ -249,7 +249,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     measured = rebuild(target, toolchain, bundle)
     hits = static_hits(recorded, measured, retune_command(target, measured))
     defaults = rebuild_defaults(target, toolchain, bundle, measured)
-    hits += default_hits(measured, defaults, timed=timing is not None)
+    hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
