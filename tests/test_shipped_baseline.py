@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -299,3 +300,29 @@ def test_a_shipped_nvcc_register_cap_is_the_baseline_as_it_builds(tmp_path: Path
     refused = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
                        "--compile-commands", "compile_commands.json", "--only", "ptxas.maxrregcount"], cwd=tmp_path)
     assert refused.returncode == 2 and "take it out of the build to tune the cap" in refused.stderr, refused.describe()
+
+
+def test_a_candidate_to_time_is_timed_against_the_shipped_build(tmp_path: Path) -> None:
+    """A study of the shipped build printed candidates' commands without `--compile-commands`
+    (timed against the compiler defaults instead), and with it added `--only` was refused for
+    leaving out a setting the build sets (a user's FDTD3d). The command now starts from the build
+    and searches its settings too: it runs as printed."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    (tmp_path / "k.cu").write_text(kernel.read_text())
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -Xptxas -O3 -c k.cu -o k.o", "file": "k.cu"}]))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only",
+                     "ptxas.opt_level,ptxas.maxrregcount,ptxas.override_directive_values", "--budget", "24",
+                     "--workers", "local", "--db", db, "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    listed = acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", [])
+    assert listed, "the fixture needs a candidate to time (half the occupancy for no spills)"
+    command = listed[0]["command"]
+    assert command.startswith("compileiq tune k.cu --compile-commands compile_commands.json --objective time --only ")
+    assert "ptxas.opt_level" in command.split("--only ")[1].split()[0]
+    words = shlex.split(command)[2:]  # as printed, but static (no GPU here) and into another database
+    words[words.index("time")] = "static"
+    again = run_cli(["tune", *words, "--workers", "local", "--db", f"sqlite:///{tmp_path / 'u.db'}",
+                     "--out", "u.acf.toml", "--no-simplify"], cwd=tmp_path)
+    assert again.returncode == 0, again.describe()

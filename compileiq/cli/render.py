@@ -221,7 +221,7 @@ def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:
 
     result = report.result
     return to_time.entries(result.to_time, result.baseline, result.study.key.objective,
-                           to_time.kernel_argument(report.kernel.source), report.space)
+                           to_time.kernel_argument(report.kernel.source), report.space, report.kernel.shipped)
 
 
 def _launch_note(report: app.TuneReport) -> str | None:

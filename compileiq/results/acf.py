@@ -229,7 +229,6 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     acf_checks.check_numbers(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     acf_checks.check_objective(path, dict(data.get("objective", {})), dict(data.get("evidence", {})))
     acf_checks.check_front(path, dict(data.get("objective", {})), dict(data.get("evidence", {})), full_space)
-    acf_checks.check_to_time(path, dict(data.get("evidence", {})), full_space)
     restrictions = _restrictions(path, kernel.get("restrictions", []), config, fixed)
     try:
         base_flags = parse_base_flags(_strings(data.get("base", {}).get("nvcc_flags", []), "base.nvcc_flags"),
@@ -238,6 +237,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         raise AcfError(str(error)) from None
     mode, metric_regex = acf_checks.measuring(path, kernel)
     shipped = acf_checks.shipped_baseline(path, data.get("baseline"), full_space)
+    acf_checks.check_to_time(path, dict(data.get("evidence", {})), full_space, shipped)
     remove = acf_checks.checked_remove(path, data["baseline"], shipped, config) if shipped is not None else ()
     return Acf(
         path=path, kernel=str(kernel["name"]), source_path=str(kernel.get("path", kernel.get("source", ""))),

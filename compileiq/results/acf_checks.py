@@ -162,9 +162,10 @@ def _check_settings(where: str, settings: Any, space: SearchSpace) -> None:
 MAX_TO_TIME = 10
 
 
-def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> None:
+def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, shipped: ShippedBuild | None = None) -> None:
     """`[[evidence.to_time]]`: candidates with settings of the search space, numbers in range, and the
-    command compileiq renders for them, nothing else (a reader may paste it)."""
+    command compileiq renders for them (from the ACF's shipped build, if any), nothing else (a reader
+    may paste it)."""
     for where, entry in _trial_tables(path, evidence, "to_time", MAX_TO_TIME, "candidates"):
         if problem := metric_ranges.problem(entry):
             raise AcfError(f"{where}.{problem}")
@@ -173,10 +174,14 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace) -> N
         shown = entry.get("command")
         words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
         kernel = words[2] if len(words) > 2 and path_problem(words[2]) is None else None
+        database = words[4] if words[3:4] == ["--compile-commands"] and len(words) > 4 else None
+        from_shipped = ("--compile-commands", database) if database and path_problem(database) is None else ()
         budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
         if not 0 < budget <= to_time.EXHAUSTIVE_LIMIT:  # the search's form, whose budget is tune's own
             budget = to_time.EXHAUSTIVE_LIMIT + 1  # (the count is not recomputed: an ACF keeps one value per macro)
-        if kernel is None or shown != to_time.command(kernel, list(settings), budget):
+        written = {to_time.command(kernel, to_time.timed_names(list(settings), shipped), budget, from_shipped),
+                   to_time.command(kernel, list(settings), budget)} if kernel is not None else set()  # (or as older ACFs wrote it)
+        if shown not in written:
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
 
 

@@ -50,7 +50,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
         evidence["launch"] = {"assumed": True, "note": note}
     if candidates := getattr(result, "to_time", ()):
         evidence["to_time"] = to_time.entries(candidates, result.baseline, result.study.key.objective,
-                                              to_time.kernel_argument(spec.source), space)
+                                              to_time.kernel_argument(spec.source), space, spec.shipped)
     mode, metric_regex = spec.timed_as()  # how its timed runs reported their time, for the gate to compare
     return AcfContent(
         kernel=spec.name, source_name=spec.source.name, source_path=source_path,

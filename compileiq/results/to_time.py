@@ -17,6 +17,7 @@ from typing import Any
 from compileiq.core.records import Trial
 from compileiq.core.space import SearchSpace
 from compileiq.evaluate import eligibility
+from compileiq.source.spec import ShippedBuild
 
 METRICS = ("spill_bytes", "occupancy", "registers", "instructions")
 
@@ -29,15 +30,29 @@ def changed(trial: Trial, baseline: Trial) -> dict[str, Any]:
 EXHAUSTIVE_LIMIT = 1024  # combinations a command times whole; beyond, a run of ~a thousand timed variants
 
 
-def command(kernel: str, names: list[str], combinations: int) -> str:
+def command(kernel: str, names: list[str], combinations: int, shipped: tuple[str, ...] = ()) -> str:
     """`compileiq tune` on a GPU over the candidate's changed settings (``names``), timed and
     confirmed against the defaults: every combination of them (the candidate and the defaults
     among them) when they span at most EXHAUSTIVE_LIMIT, else the search over them at its default
-    budget (an exhaustive budget past that is no run anyone would start, nor one `tune` accepts)."""
-    searched = f"compileiq tune {shlex.quote(kernel)} --objective time --only {','.join(names)}"
+    budget (an exhaustive budget past that is no run anyone would start, nor one `tune` accepts).
+    ``shipped``: `--compile-commands DB` of a study of the build a project ships (`shipped_arguments`)."""
+    start = " ".join(shlex.quote(word) for word in (kernel, *shipped))
+    searched = f"compileiq tune {start} --objective time --only {','.join(names)}"
     if combinations > EXHAUSTIVE_LIMIT:
         return searched
     return f"{searched} --strategy exhaustive --budget {combinations}"
+
+
+def shipped_arguments(shipped: ShippedBuild | None) -> tuple[str, ...]:
+    """`--compile-commands DB` for a study of the shipped build: its candidates are timed against
+    that build, as they were compared with it (without it, against the compiler defaults)."""
+    return ("--compile-commands", kernel_argument(Path(shipped.path))) if shipped is not None and shipped.path else ()
+
+
+def timed_names(names: list[str], shipped: ShippedBuild | None) -> list[str]:
+    """The settings a candidate's command searches: its own, then each the shipped build sets (a run
+    from the shipped build must search them: `--only` may not leave them out)."""
+    return names + [s.name for s in shipped.settings if s.name not in names] if shipped is not None else names
 
 
 def kernel_argument(source: Path) -> str:
@@ -58,16 +73,18 @@ def refused_because(trial: Trial, baseline: Trial, objective: str) -> str:
 
 
 def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: str,
-            space: SearchSpace) -> list[dict[str, Any]]:
+            space: SearchSpace, shipped: ShippedBuild | None = None) -> list[dict[str, Any]]:
     """One table per candidate: the trial, what it changes, its static numbers, why it was refused
-    and the command that times it (the ACF's `[[evidence.to_time]]`)."""
+    and the command that times it (the ACF's `[[evidence.to_time]]`), from the shipped build when
+    the study started from one."""
     found = []
     for trial in trials:
         settings = changed(trial, baseline)
-        names = list(settings)
+        names = timed_names(list(settings), shipped)
         found.append({
             "trial": trial.number, "settings": settings, "value": trial.value,
             **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},
-            "refused": refused_because(trial, baseline, objective), "command": command(kernel, names, combinations(names, space)),
+            "refused": refused_because(trial, baseline, objective),
+            "command": command(kernel, names, combinations(names, space), shipped_arguments(shipped)),
         })  # fmt: skip
     return found
