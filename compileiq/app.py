@@ -267,12 +267,14 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
         return spec
     from compileiq.source.compile_db import read_command
     from compileiq.source.kernel import with_base_flags
+    from compileiq.source.shipped import under_register_cap
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
     overridden = (f"{command.arch} that the compile command gives" if arch and command.arch not in (None, arch)
                   else spec.arch_overridden)
-    return replace(spec, arch=arch or command.arch or spec.arch, shipped=command.shipped, arch_overridden=overridden)
+    shipped = under_register_cap(command.shipped, spec.nvcc_flags)
+    return replace(spec, arch=arch or command.arch or spec.arch, shipped=shipped, arch_overridden=overridden)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:

@@ -326,3 +326,31 @@ def test_a_candidate_to_time_is_timed_against_the_shipped_build(tmp_path: Path) 
     again = run_cli(["tune", *words, "--workers", "local", "--db", f"sqlite:///{tmp_path / 'u.db'}",
                      "--out", "u.acf.toml", "--no-simplify"], cwd=tmp_path)
     assert again.returncode == 0, again.describe()
+
+
+@pytest.mark.parametrize("flags", ["-maxrregcount=32 -Xptxas --maxrregcount=40", "-Xptxas --maxrregcount=40 -maxrregcount=32"])
+def test_nvccs_register_cap_beside_a_ptxas_one_is_the_build_as_nvcc_makes_it(tmp_path: Path, flags: str) -> None:
+    """Both caps in one command stopped the run ("unknown parameter 'ptxas.maxrregcount'"), with no
+    way round it: nvcc hands ptxas its own cap last, so 32 is the build's, and the -Xptxas one is
+    recorded as overridden. With a cap in tune.toml too, the last one given is the one named."""
+    (tmp_path / "k.cu").write_text(CAPPED_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": f"nvcc -arch=sm_90 {flags} -c k.cu -o k.o", "file": "k.cu"}]))
+    out = tmp_path / "k.acf.toml"
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--compile-commands", "compile_commands.json", "--budget", "4", "--out", str(out)], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "nvcc's -maxrregcount=32" in tuned.output
+    shipped = subprocess.run(["nvcc", "-arch=sm_90", *flags.split(), "-Xptxas", "-v", "-cubin", "-o",
+                              str(tmp_path / "shipped.cubin"), "k.cu"], cwd=tmp_path, capture_output=True, text=True,
+                             check=True)
+    data = tomllib.loads(out.read_text())
+    assert data["evidence"]["baseline"]["spill_bytes"] == _spill_bytes(shipped.stderr)
+    fixed = {entry["flag"]: entry for entry in data["baseline"]["fixed"]}
+    assert "overridden by nvcc's -maxrregcount=32" in fixed["-Xptxas --maxrregcount=40"]["why"], fixed
+    gated = run_cli(["gate", str(out), "--static"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    (tmp_path / "tune.toml").write_text('nvcc_flags = ["-maxrregcount=64"]\n')  # and the command's 32 after it
+    noted = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'u.db'}", "--compile-commands",
+                     "compile_commands.json", "--budget", "2", "--out", "u.acf.toml", "--no-simplify"], cwd=tmp_path)
+    assert "the base flags hold nvcc's -maxrregcount=32" in noted.output, noted.describe()

@@ -46,6 +46,7 @@ from compileiq.gating.rules import (
 )
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, load_spec, with_base_flags
+from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 
 
@@ -142,7 +143,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     if acf.base.flags or acf.base.include_dirs:  # what the build needed besides tune.toml: a compile command's
         spec = with_base_flags(spec, acf.base.as_args(), f"{path}: base.nvcc_flags")
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
-        spec = replace(spec, shipped=acf.shipped)
+        spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring))  # store/../k.cu reads k.cu
 

@@ -63,7 +63,7 @@ class BaseFlags:
     def register_cap(self) -> str | None:
         """nvcc's -maxrregcount=N among them (it caps the front end and ptxas: the search's
         ptxas.maxrregcount could not change what a build with it gets), else None."""
-        return next((flag for flag in self.flags if flag.startswith("-maxrregcount=")), None)
+        return next((flag for flag in reversed(self.flags) if flag.startswith("-maxrregcount=")), None)  # nvcc: the last
 
     @property
     def relocatable(self) -> bool:

@@ -11,10 +11,12 @@ fixed, not applied.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
+from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 # nvcc's short spellings of the front-end options the space renders (nvcc --help).
@@ -110,6 +112,18 @@ def _why_not(stage: Stage, token: str, space: SearchSpace) -> str:
             return f"sets {parameter.name} to a value the search space does not have (it has {values})"
     what = "ptxas option" if stage == "ptxas" else "nvcc option"
     return f"is a {what} that is neither searched by compileiq nor known to leave the code unchanged"
+
+
+def under_register_cap(build: ShippedBuild | None, flags: BaseFlags) -> ShippedBuild | None:
+    """The shipped build with its ptxas register cap (`-Xptxas --maxrregcount=M`) recorded as not
+    applied when the base flags hold nvcc's own (-maxrregcount=N): nvcc hands ptxas its cap after
+    any -Xptxas one, so N is the build's cap, and ptxas.maxrregcount is not searched (`cap_note`)."""
+    cap = flags.register_cap
+    if build is None or cap is None or not any(s.name == CAPPED for s in build.settings):
+        return build
+    overridden = tuple(FixedFlag(s.flag, False, f"overridden by nvcc's {cap}, which nvcc hands ptxas last")
+                       for s in build.settings if s.name == CAPPED)
+    return replace(build, settings=tuple(s for s in build.settings if s.name != CAPPED), fixed=(*build.fixed, *overridden))
 
 
 def check_once(settings: Iterable[ShippedSetting], where: str) -> tuple[ShippedSetting, ...]:
