@@ -109,26 +109,38 @@ def test_a_better_build_made_to_decide_is_chosen_not_left_as_may_be_chosen() -> 
     assert (again.winner.number, again.chosen.number) == (decision.winner.number, decision.chosen.number)
 
 
+class CostlyFlagStudy(FakeStudy):
+    """`ptxas.b` adds 50 static instructions: simplifying a pick that sets it changes its values."""
+
+    def _trial(self, config: dict[str, Any], purpose: str) -> Trial:
+        trial = super()._trial(config, purpose)
+        if config.get("ptxas.b") and trial.metrics["instructions"] == 300:
+            trial.metrics["instructions"] = 350
+        return trial
+
+
 def test_the_acfs_front_lists_the_chosen_trial_for_the_picked_point() -> None:
     """[[evidence.front]] listed the search's unsimplified trial for the picked point (a user's
-    FDTD3d: front #17 and #0, pick #30) while every view lists the chosen one there."""
+    FDTD3d: front #17 and #0, pick #30); then the chosen number with the unsimplified trial's values
+    (a reviewer's conv2d: 1784 instructions on the front, 1416 in [evidence.best])."""
     from types import SimpleNamespace
 
     from compileiq.results.evidence import front_rows
 
-    fake = FakeStudy("spills,occupancy")
+    fake = CostlyFlagStudy("occupancy,instructions")
     baseline = fake.build([Config.of(BASE)], SEARCH)[0]
     fake.build([Config.of(BASE | {"define.W": 4, "ptxas.b": True})], SEARCH)
-    decider = Decider(fake.study, "spills,occupancy", ("spills", "occupancy"), "knee", True, True, False, 0, False,
-                      baseline_space(BASE), fake.build, lambda: tuple(fake.trials),
-                      eligibility.study_refusal(baseline, "spills,occupancy", True), None, lambda line: None, None)
+    decider = Decider(fake.study, "occupancy,instructions", ("occupancy", "instructions"), "first", True, True, False,
+                      0, False, baseline_space(BASE), fake.build, lambda: tuple(fake.trials),
+                      eligibility.study_refusal(baseline, "occupancy,instructions", True), None, lambda line: None, None)
     decision = decider.decide(baseline, tuple(fake.trials))
-    assert decision.front is not None and decision.front.pick is not None
-    assert decision.front.pick.trial.number != decision.chosen.number  # the fixture: the pick was simplified
+    assert decision.winner.metrics["instructions"] == 350 and decision.chosen.metrics["instructions"] == 300
 
     rows = front_rows(SimpleNamespace(front=decision.front, baseline=baseline, chosen=decision.chosen))
 
-    assert decision.chosen.number in [row["trial"] for row in rows]
-    assert decision.front.pick.trial.number not in [row["trial"] for row in rows]
     picked = next(row for row in rows if row["trial"] == decision.chosen.number)
-    assert picked["settings"] == {"define.W": 4}
+    assert picked["settings"] == {"define.W": 4} and picked["values"]["instructions"] == 300, rows
+    assert decision.winner.number not in [row["trial"] for row in rows]
+    replayed = explain(fake.study, decision.trials, "first")
+    assert replayed.front is not None and replayed.front.pick is not None
+    assert (replayed.front.pick.trial.number, replayed.front.pick.values) == (decision.chosen.number, (0.0, 300.0))

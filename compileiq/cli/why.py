@@ -143,8 +143,8 @@ def tuned_front_json(explanation: Explanation) -> dict[str, Any]:
     base = explanation.baseline.config
     return {"objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
             "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
-            "front": [{"trial": (t := explanation.on_front(p)).number, "values": list(p.values),
-                       "changed": {k: v for k, v in t.config.items() if base.get(k) != v}}
+            "front": [{"trial": p.trial.number, "values": list(p.values),
+                       "changed": {k: v for k, v in p.trial.config.items() if base.get(k) != v}}
                       for p in trade_offs.points]}
 
 
@@ -157,7 +157,7 @@ def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial)
     for column in ("#", *(_label(o) for o in objectives), "chosen", "settings that differ from the defaults"):
         table.add_column(column)
     for p in trade_offs.points:
-        shown = chosen if p is trade_offs.pick else p.trial  # the chosen point as the ACF holds it (simplified)
+        shown = p.trial  # the picked point is the chosen trial (`pareto.with_chosen`)
         settings = " ".join(f"{k}={v}" for k, v in sorted(shown.config.items())
                             if baseline.config.get(k) != v) or "(defaults)"
         mark = f"<- {trade_offs.rule}" if p is trade_offs.pick else ""

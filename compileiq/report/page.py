@@ -347,8 +347,7 @@ def _pareto(report: StudyReport) -> str:
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     header = ("#", *(objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
     base = report.explanation.baseline
-    shown = report.explanation.on_front if trade_offs is report.explanation.front else (lambda p: p.trial)
-    rows = [(shown(p).number, *p.values, "◀" if p is trade_offs.pick else "", changes_text(shown(p), base))
+    rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "", changes_text(p.trial, base))
             for p in trade_offs.points]
     return header, rows
 

@@ -144,15 +144,11 @@ def front_objective_table(result: Any) -> dict[str, Any]:
 
 def front_rows(result: Any) -> list[dict[str, Any]]:
     """`[[evidence.front]]`: each front point's values per objective and its settings that differ
-    from the defaults; the picked point is the chosen trial (simplified), as every view lists it
-    (`Explanation.on_front`): it was the search's unsimplified trial, which [evidence.pick] does not name."""
-    base, pick, chosen = result.baseline.config, result.front.pick, result.chosen
-    rows = []
-    for point in result.front.points:
-        trial = chosen if point is pick and chosen is not None else point.trial
-        rows.append({"trial": trial.number, "values": dict(zip(result.front.objectives, point.values, strict=True)),
-                     "settings": {k: v for k, v in sorted(trial.config.items()) if base.get(k) != v}})
-    return rows
+    from the defaults (the picked point is the chosen trial, with its values: `pareto.with_chosen`)."""
+    base = result.baseline.config
+    return [{"trial": p.trial.number, "values": dict(zip(result.front.objectives, p.values, strict=True)),
+             "settings": {k: v for k, v in sorted(p.trial.config.items()) if base.get(k) != v}}
+            for p in result.front.points]
 
 
 def confirmation_table(confirmation: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import Front, FrontPoint, check_rule, front
+from compileiq.results.pareto import Front, check_rule, front, with_chosen
 from compileiq.results.simplify import baseline_space, simplify
 
 
@@ -62,12 +62,6 @@ class Explanation:
             first_run_of.setdefault(run.worker, run.id)
         return verified_by, first_run_of
 
-    def on_front(self, point: FrontPoint) -> Trial:
-        """The trial a view lists for a point of the study's own front: for the picked point the
-        chosen trial (simplified to what its code needs, as the ACF holds it), else the point's."""
-        if self.front is not None and self.chosen is not None and point is self.front.pick:
-            return self.chosen
-        return point.trial
 
     def front_of(self, objectives: Sequence[str], rule: str) -> Front:
         """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
@@ -165,7 +159,7 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
     if winner.config_key != baseline.config_key:
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), "time" in objectives,
                           allowed=lambda t: refuse(t) is None, no_worse=multi_objective.no_worse(objectives)).chosen
-    return Explanation(study, trials, baseline, winner, chosen, None, choice.front)
+    return Explanation(study, trials, baseline, winner, chosen, None, with_chosen(choice.front, chosen))
 
 
 def decision(result: Any) -> dict[str, Any]:

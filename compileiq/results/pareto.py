@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial, TrialState
@@ -61,6 +61,18 @@ def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee"
     on_front = {p.trial.number for p in points}
     others = tuple(p for p in scored if p.trial.number not in on_front)
     return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
+
+
+def with_chosen(trade_offs: Front, chosen: Trial | None) -> Front:
+    """The front as the ACF and every view list it: the picked point is the chosen trial (the pick
+    simplified), with the chosen trial's own values. The pick's unsimplified trial, or its values
+    beside the chosen number, made the ACF's [[evidence.front]] contradict its [evidence.best]."""
+    pick = trade_offs.pick
+    if pick is None or chosen is None or chosen.number == pick.trial.number:
+        return trade_offs
+    shown = FrontPoint(chosen, values_of(chosen, trade_offs.objectives) or pick.values)
+    points = tuple(shown if p is pick else p for p in trade_offs.points)
+    return replace(trade_offs, points=points, pick=shown)
 
 
 def values_of(trial: Trial, objectives: Sequence[str]) -> tuple[float, ...] | None:

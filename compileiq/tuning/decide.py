@@ -21,7 +21,7 @@ from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import explain
-from compileiq.results.pareto import Front
+from compileiq.results.pareto import Front, with_chosen
 from compileiq.results.simplify import Simplification, lower_or_equal_value, simplify
 
 Evaluate = Callable[[Sequence[Config], str], list[Trial]]  # configs, purpose -> finished trials
@@ -153,7 +153,7 @@ class Decider:
         trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal, baseline.config), baseline, self.objectives,
                                             self.pick, self.refusal, runtime).front
         self._verified_front(trade_offs, baseline)
-        return Decision(winner, chosen, simplification, final, front=trade_offs)
+        return Decision(winner, chosen, simplification, final, front=with_chosen(trade_offs, chosen))
 
     def _verified_front(self, trade_offs: Front, baseline: Trial) -> None:
         """Every point of a front checked against a rebuild: the pick scales each objective over
