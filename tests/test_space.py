@@ -257,3 +257,19 @@ def test_every_owner_of_a_lowering_option_is_a_lowering_rule() -> None:
     from compileiq.evaluate.eligibility import LOWERING
 
     assert set(LOWERING_OWNERS.values()) == set(LOWERING)
+
+
+@pytest.mark.parametrize(("name", "old", "new"), [
+    ("ptxas.allow_expensive_optimizations", 'values = ["default", true, false]', 'values = ["default", "true", "false"]'),
+    ("ptxas.disable_optimizer_constants", 'kind = "flag"\ndefault = false', 'kind = "choice"\nvalues = ["no", "yes"]\ndefault = "no"'),
+])
+def test_a_lowering_parameter_has_the_values_the_no_harm_rules_read(tmp_path: Path, name: str, old: str, new: str) -> None:
+    """A space that gave --allow-expensive-optimizations the strings "true"/"false" rendered the same
+    flags, but the no-harm rules, which read False, let "false" through (a reviewer's)."""
+    path = _copy_spaces(tmp_path) / "ptxas-13.0.toml"
+    text = path.read_text()
+    block = text[text.index(f'name = "{name}"'):]
+    assert old in block
+    path.write_text(text.replace(block, block.replace(old, new, 1), 1))
+    with pytest.raises(SpaceError, match=f"{name}.*no-harm rules read its values"):
+        load_space("13.0", tmp_path)

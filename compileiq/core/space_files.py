@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -117,6 +118,8 @@ def _checked(p: Parameter) -> Parameter:
         raise SpaceError(f"default {p.default!r} not in values (a flag's default is false)")
     if "default" in p.values and not same(p.default, "default"):
         raise SpaceError('a "default" value must be the default')
+    if (shape := LOWERING_SHAPES.get(p.name)) is not None and not shape[1](p):
+        raise SpaceError(f"must be {shape[0]}: the no-harm rules read its values so (a string \"false\" would pass them)")
     for v in p.values:
         for token in p.argv(v) + p.forwarded(v):
             if re.search(r"[\s,]", token):
@@ -149,6 +152,14 @@ LOWERING_OWNERS = {
     "--disable-optimizer-constants": "ptxas.disable_optimizer_constants",
     "-disable-optimizer-consts": "ptxas.disable_optimizer_constants",
 }  # fmt: skip
+# The values of each parameter the no-harm rules judge (evaluate/eligibility.LOWERING), as they read them.
+LOWERING_SHAPES: dict[str, tuple[str, Callable[[Parameter], bool]]] = {
+    "ptxas.opt_level": ("an int parameter (the level)", lambda p: p.kind == "int"),
+    "ptxas.allow_expensive_optimizations": (
+        'a choice of "default", true and false',
+        lambda p: p.kind == "choice" and all(any(same(v, w) for w in ("default", True, False)) for v in p.values)),
+    "ptxas.disable_optimizer_constants": ("a flag", lambda p: p.kind == "flag"),
+}
 MAX_INT_VALUES = 65536  # an int parameter's range: a register cap has 256
 
 
