@@ -130,9 +130,8 @@ def test_the_run_says_under_its_table_that_variants_failed(tmp_path):
     assert "compileiq show modes-instructions-" in note
 
 
-def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_path):
-    """Two kernels with their own [launch.NAME] tables, one of them a tuned macro's expression: the
-    evidence used to say `block_size = 256` (the top-level default, which scored nothing)."""
+def _two_launched_kernels(tmp_path):
+    """Two kernels with their own [launch.NAME] tables, one of them a tuned macro's expression."""
     folder = tmp_path / "two"
     folder.mkdir()
     (folder / "two.cu").write_text(
@@ -141,6 +140,13 @@ def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_
         "__global__ void merge(float* x) { x[threadIdx.x] *= 2; }\n")
     (folder / "tune.toml").write_text('[tune.defines]\nWARPS = [6, 4]\n[launch.hist]\nblock_size = "WARPS*32"\n'
                                       "[launch.merge]\nblock_size = 128\ndynamic_smem = 1024\n")
+    return folder
+
+
+def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_path):
+    """Two kernels with their own [launch.NAME] tables, one of them a tuned macro's expression: the
+    evidence used to say `block_size = 256` (the top-level default, which scored nothing)."""
+    folder = _two_launched_kernels(tmp_path)
     report = app.tune(_options(tmp_path, folder / "two.cu", objective="instructions", strategy="exhaustive",
                                only=("define.WARPS",), out=tmp_path / "two.acf.toml"), SilentProgress())
     written = acf.read(report.acf_path)
@@ -155,14 +161,7 @@ def test_the_acf_records_each_kernels_own_launch_where_tune_toml_gives_them(tmp_
 def test_tune_json_gives_each_kernels_launch_as_the_acf_does(tmp_path):
     """`tune --json` said `metrics.block_size = 256` for the baseline and the choice (the top-level
     default, which scored nothing) while the ACF's launch_by_kernel gave each kernel's own."""
-    folder = tmp_path / "two"
-    folder.mkdir()
-    (folder / "two.cu").write_text(
-        "#ifndef WARPS\n#define WARPS 6\n#endif\n"
-        "__global__ void hist(float* x) { x[threadIdx.x] += WARPS; }\n"
-        "__global__ void merge(float* x) { x[threadIdx.x] *= 2; }\n")
-    (folder / "tune.toml").write_text('[tune.defines]\nWARPS = [6, 4]\n[launch.hist]\nblock_size = "WARPS*32"\n'
-                                      "[launch.merge]\nblock_size = 128\ndynamic_smem = 1024\n")
+    folder = _two_launched_kernels(tmp_path)
     done = run_cli(["tune", "two.cu", "--workers", "local", "--strategy", "exhaustive", "--objective", "instructions",
                     "--only", "define.WARPS", "--db", f"sqlite:///{tmp_path}/t.db", "--out", str(tmp_path / "two.acf.toml"),
                     "--json"], cwd=folder)
