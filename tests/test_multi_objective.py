@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -320,3 +321,19 @@ def test_why_gives_each_objectives_importance(capsys: pytest.CaptureFixture[str]
     text = capsys.readouterr().out
     assert "surrogate importance for spills: not computed (every trial has the same spills)" in text
     assert "surrogate importance for instructions (" in text
+
+
+def test_the_simplification_line_says_when_resetting_made_the_choice_better(tmp_path: Path) -> None:
+    """Settings whose reset improved an objective (conv2d: BK back to 16, 1,784 -> 1,416
+    instructions) were said to have "made no difference"."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "conv2d" / "conv2d.cu"
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    done = run_cli(["tune", str(kernel), "--objective", "registers,instructions", "--pick", "weights=1,3",
+                    "--budget", "24", "--workers", "local", "--db", url, "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    line = next(line for line in done.stdout.splitlines() if line.startswith("simplified: search winner #"))
+    winner, chosen = (int(n) for n in re.findall(r"#(\d+)", line)[:2])
+    trials = {t["number"]: t for t in json.loads(run_cli(["show", "1", "--db", url, "--json", "--top", "1000"],
+                                                         cwd=tmp_path).stdout)["trials"]}
+    same = trials[winner]["values"] == trials[chosen]["values"]
+    assert ("made no difference" in line) == same and ("made the choice better" in line) == (not same), line

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -181,9 +182,12 @@ def print_report(report: app.TuneReport) -> None:
     if result.simplification is not None and result.simplification.dropped:
         dropped = result.simplification.dropped
         back = "your build's value" if report.kernel.shipped is not None and report.kernel.shipped.settings else "the default"
+        objectives = result.front.objectives if result.front is not None else (objective,)
+        same = _values(result.winner, objectives) == _values(result.chosen, objectives)
+        effect = (f"made no difference and went back to {back}" if same
+                  else f"went back to {back}, which left no objective worse and made the choice better")
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
-                  f"{len(dropped)} setting(s) made no difference and went back to {back}: {', '.join(dropped)}",
-                  markup=False)
+                  f"{len(dropped)} setting(s) {effect}: {', '.join(dropped)}", markup=False)
     if result.confirmation is not None:
         out.print(_confirmation_line(result.confirmation), markup=False)
     if result.front is not None:
@@ -213,6 +217,13 @@ def print_report(report: app.TuneReport) -> None:
     if counters.transfers.tasks:
         out.print(transfers_line(counters.transfers, counters.new_trials), markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
+
+
+def _values(trial: Any, objectives: Sequence[str]) -> tuple[float, ...] | None:
+    """A trial's value per objective (one objective: its recorded value, a runtime included)."""
+    from compileiq.results.pareto import values_of
+
+    return values_of(trial, objectives) if len(objectives) > 1 else (trial.value,)
 
 
 def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:
