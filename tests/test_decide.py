@@ -144,3 +144,15 @@ def test_the_acfs_front_lists_the_chosen_trial_for_the_picked_point() -> None:
     replayed = explain(fake.study, decision.trials, "first")
     assert replayed.front is not None and replayed.front.pick is not None
     assert (replayed.front.pick.trial.number, replayed.front.pick.values) == (decision.chosen.number, (0.0, 300.0))
+
+
+def test_a_runtimes_noise_in_a_build_made_to_decide_never_becomes_its_winner() -> None:
+    """A better build made to decide is chosen for static values (exact), not for a runtime's single
+    screening run of an ablation step (noise: the confirmation decides)."""
+    fake = FakeStudy()
+    baseline = fake.build([Config.of(BASE)], SEARCH)[0]
+    fake.build([Config.of(BASE | {"ptxas.b": True})], SEARCH)
+    made = fake.build([Config.of(BASE | {"define.W": 4})], "ablation")[0]  # value 0: better than both
+    refuse = eligibility.study_refusal(baseline, "static", True)
+    assert eligibility.search_winner(fake.trials, baseline, refuse).number == made.number
+    assert eligibility.search_winner(fake.trials, baseline, lambda t: None, static=False).number != made.number

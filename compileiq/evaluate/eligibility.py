@@ -211,16 +211,17 @@ def choose(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
     return min(equal, key=lambda t: rank(t, baseline.config))
 
 
-def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal) -> Trial:
+def search_winner(trials: Sequence[Trial], baseline: Trial, refuse: Refusal, static: bool = True) -> Trial:
     """`choose` over the trials the search made: a simplified trial is the simplification's result,
     not its start (a rerun then simplifies the same winner again, and its record of what was
     dropped is kept). A search result refused for its settings alone counts through its stand-in
     (`stand_ins`), and a trial built to decide that may win and beats them all counts too
     (`better_byproducts`: the earliest of the best, so that a rerun, which finds that trial's own
-    simplification too, starts from the same one). The tuner and every view (`results.explain`)
-    choose by this one rule."""
+    simplification too, starts from the same one; static values only: a runtime's single screening
+    run of an ablation step is noise, and its confirmation decides). The tuner and every view
+    (`results.explain`) choose by this one rule."""
     results = search_results(trials, refuse, baseline.config)
-    if better := better_byproducts(trials, results, refuse):
+    if static and (better := better_byproducts(trials, results, refuse)):
         best = min(t.value for t in better if t.value is not None)
         return min((t for t in better if t.value == best), key=lambda t: t.number)
     return choose(results, baseline, refuse)

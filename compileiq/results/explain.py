@@ -225,8 +225,8 @@ def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None
     may win, strictly better than the baseline, the fewest changed settings among equals."""
     if baseline is None or baseline.state is not TrialState.COMPLETE:
         return best(trials)
-    refuse = eligibility.study_refusal(baseline, study.key.objective, study.key.evaluator == "static")
-    return eligibility.search_winner(trials, baseline, refuse)
+    static = study.key.evaluator == "static"
+    return eligibility.search_winner(trials, baseline, eligibility.study_refusal(baseline, study.key.objective, static), static)
 
 
 def best(trials: Sequence[Trial]) -> Trial | None:

@@ -76,9 +76,9 @@ class Decider:
 
     def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         if self._shrinks_candidates:  # first: a candidate's code may need no refused setting (a stand-in)
-            self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal), baseline)
+            self._shrink_candidates(trials, eligibility.search_winner(trials, baseline, self.refusal, self.static), baseline)
             trials = self.recorded()
-        winner = eligibility.search_winner(trials, baseline, self.refusal)
+        winner = eligibility.search_winner(trials, baseline, self.refusal, self.static)
         if not self.static:  # a runtime choice rests on its confirmation, which is not replayed
             return self._single_pass(baseline, winner)
         for _ in range(MAX_PASSES):
