@@ -164,13 +164,15 @@ def narrowed(options: TuneOptions) -> dict[str, Any]:
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
-    """The installed compiler's space narrowed by the options; the kernel's macros are always
-    searched unless --only or --exclude names them (``define.NAME``)."""
+    """The installed compiler's space narrowed by the options; the kernel's macros are searched
+    unless --only leaves them out or --exclude names them (``define.NAME``): one not searched is held
+    at tune.toml's first value. (`--only ptxas.maxrregcount` used to search every macro as well.)"""
     space = load_space(toolchain.nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines}
     names = [*options.only, *options.exclude]
     macros_named = any(name.startswith("define.") for name in names)
-    if tuned and macros_named:
+    named = macros_named or bool(options.only)  # the macros go through --only/--exclude like any setting
+    if tuned and named:
         space = space.with_defines(tuned)
     full = space
     space = space.select(
@@ -181,7 +183,7 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -
     )
     space = _with_shipped(space, full, spec, options)
     space = _without_capped(space, spec, options)
-    if tuned and not macros_named:
+    if tuned and not named:
         space = space.with_defines(tuned)
     elif left_out := {name: [values[0]] for name, values in tuned.items()
                       if f"define.{name}" not in {p.name for p in space.parameters}}:
@@ -196,7 +198,7 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
     have = {p.name for p in space.parameters}
     missing = [s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have]
     for setting in missing:
-        if setting.name in options.exclude or options.only:
+        if setting.name in options.exclude or (options.only and setting.name not in options.only):
             option = "--exclude" if setting.name in options.exclude else "--only"
             raise UsageError(f"{option} leaves out {setting.name}, which your build sets ({setting.flag}): "
                              "the baseline is the build you ship; name it in --only, or drop it from --exclude")

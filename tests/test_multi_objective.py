@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,28 @@ def test_the_simplification_line_says_when_resetting_made_the_choice_better(tmp_
                                                          cwd=tmp_path).stdout)["trials"]}
     same = trials[winner]["values"] == trials[chosen]["values"]
     assert ("made no difference" in line) == same and ("made the choice better" in line) == (not same), line
+
+
+def test_a_trade_offs_acf_gives_occupancy_as_it_reads(tmp_path: Path) -> None:
+    """A spills,occupancy ACF recorded occupancy 0.8125 -> 0.75 (its shortfall, what the search
+    minimises) beside evidence saying 19% -> 25% (a user's sgemm): each such value now comes with
+    what it is and the number people read, which reading the ACF holds to the recorded one."""
+    kernel = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+    done = run_cli(["tune", str(kernel), "--objective", "spills,occupancy", "--only",
+                    "ptxas.maxrregcount,ptxas.override_directive_values", "--budget", "16", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    data = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    objective = data["objective"]
+    assert objective["values_are"] == {"occupancy": "1 - occupancy (the shortfall)"}
+    for table in ("baseline", "best"):
+        assert objective[f"{table}_shown"]["occupancy"] == pytest.approx(1 - objective[table]["occupancy"])
+        assert objective[f"{table}_shown"]["occupancy"] == data["evidence"][table]["occupancy"]
+    for point in data["evidence"]["front"]:
+        assert point["values_shown"]["occupancy"] == pytest.approx(1 - point["values"]["occupancy"])
+    text = (tmp_path / "k.acf.toml").read_text()
+    start = text.index("[objective.best_shown]")
+    forged = text[:start] + text[start:].replace("occupancy = ", "occupancy = 0.99 #", 1)
+    (tmp_path / "forged.acf.toml").write_text(forged)
+    flags = run_cli(["flags", "forged.acf.toml"], cwd=tmp_path)
+    assert flags.returncode == 2 and "best_shown must give each objective's recorded value" in flags.stderr, flags.describe()

@@ -354,3 +354,15 @@ def test_nvccs_register_cap_beside_a_ptxas_one_is_the_build_as_nvcc_makes_it(tmp
     noted = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'u.db'}", "--compile-commands",
                      "compile_commands.json", "--budget", "2", "--out", "u.acf.toml", "--no-simplify"], cwd=tmp_path)
     assert "the base flags hold nvcc's -maxrregcount=32" in noted.output, noted.describe()
+
+
+def test_a_shipped_setting_named_in_only_is_searched_whatever_its_risk(tmp_path: Path) -> None:
+    """The refusal told a user to name the build's --use_fast_math in --only; named, it was refused
+    all the same (any --only counted as leaving it out; a user's llm.c adamw)."""
+    db = _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu -o k.o")
+    args = ["tune", "k.cu", "--compile-commands", str(db), "--budget", "4", "--workers", "local",
+            "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify"]
+    named = run_cli([*args, "--only", "nvcc.use_fast_math,ptxas.register_usage_level"], cwd=tmp_path)
+    assert named.returncode == 0, named.describe()
+    left_out = run_cli([*args, "--only", "ptxas.register_usage_level"], cwd=tmp_path)
+    assert left_out.returncode == 2 and "--only leaves out nvcc.use_fast_math" in left_out.stderr, left_out.describe()

@@ -15,6 +15,7 @@ from compileiq.core import metric_ranges
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import is_count, is_finite
+from compileiq.core.readings import reading
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, StaticMetrics, objective_value
 from compileiq.results import to_time
@@ -108,10 +109,13 @@ def check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any],
             if values[static] != (expected := objective_value(static, metrics)):
                 raise AcfError(f"{path}: objective.{table}.{static} = {values[static]!r} is not what "
                                f"evidence.{table} gives ({expected:g})")
+    for table in ("baseline", "best"):
+        _check_shown(f"{path}: objective.{table}_shown", objective.get(f"{table}_shown"), objective.get(table))
     for where, point in _trial_tables(path, evidence, "front", MAX_FRONT, "points"):
         values = point.get("values")
         if not isinstance(values, dict) or sorted(values) != sorted(names) or not all(map(is_finite, values.values())):
             raise AcfError(f"{where}.values must give a finite number for each of {', '.join(names)}")
+        _check_shown(f"{where}.values_shown", point.get("values_shown"), values)
         _check_settings(where, point.get("settings", {}), space)
     pick = evidence.get("pick")
     if pick is not None:
@@ -127,6 +131,16 @@ def check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any],
             raise AcfError(f"{path}: evidence.pick: {one_line(error)}") from None
 
 
+
+
+def _check_shown(where: str, shown: Any, values: Any) -> None:
+    """An objective's value as people read it (occupancy, where the search minimised its shortfall)
+    beside the recorded one: only what the recorded one gives."""
+    if shown is None:
+        return
+    if (not isinstance(shown, dict) or not isinstance(values, dict)
+            or any(name not in values or reading(name).shown(values[name]) != number for name, number in shown.items())):
+        raise AcfError(f"{where} must give each objective's recorded value as it reads (occupancy: 1 - its shortfall)")
 
 
 def _trial_tables(path: Path, evidence: dict[str, Any], key: str, most: int, noun: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -139,14 +139,26 @@ def front_objective_table(result: Any) -> dict[str, Any]:
     if chosen is not None:
         table["best"] = dict(zip(objectives, chosen, strict=True))
     table["improved"] = bool(baseline is not None and chosen is not None and chosen != baseline)
+    if minimised := {o: r.minimised_as for o in objectives if (r := reading(o)).minimised_as}:
+        table["values_are"] = minimised  # occupancy: its shortfall, what the search minimises
+        for name, values in (("baseline", baseline), ("best", chosen)):
+            if values is not None:
+                table[f"{name}_shown"] = _shown(objectives, values, minimised)
     return table
+
+
+def _shown(objectives: tuple[str, ...], values: tuple[float, ...], minimised: dict[str, str]) -> dict[str, Any]:
+    """The values of the objectives recorded as something else, as people read them (occupancy, not its shortfall)."""
+    return {o: reading(o).shown(v) for o, v in zip(objectives, values, strict=True) if o in minimised}
 
 
 def front_rows(result: Any) -> list[dict[str, Any]]:
     """`[[evidence.front]]`: each front point's values per objective and its settings that differ
     from the defaults (the picked point is the chosen trial, with its values: `pareto.with_chosen`)."""
-    base = result.baseline.config
-    return [{"trial": p.trial.number, "values": dict(zip(result.front.objectives, p.values, strict=True)),
+    base, objectives = result.baseline.config, result.front.objectives
+    minimised = {o: r.minimised_as for o in objectives if (r := reading(o)).minimised_as}
+    return [{"trial": p.trial.number, "values": dict(zip(objectives, p.values, strict=True)),
+             **({"values_shown": _shown(objectives, p.values, minimised)} if minimised else {}),
              "settings": {k: v for k, v in sorted(p.trial.config.items()) if base.get(k) != v}}
             for p in result.front.points]
 
