@@ -217,9 +217,11 @@ def _without_capped(space: SearchSpace, spec: KernelSpec, options: TuneOptions) 
     return replace(space, parameters=tuple(p for p in space.parameters if p.name != CAPPED))
 
 
-def full_space(kernel: Path | None, arch: str | None = None) -> tuple[SearchSpace, KernelSpec | None]:
-    """Every parameter of the installed compiler's space, plus the kernel's macros when given."""
-    spec = load_spec(kernel, arch=arch) if kernel is not None else None
+def full_space(kernel: Path | None, arch: str | None = None,
+               compile_commands: Path | None = None) -> tuple[SearchSpace, KernelSpec | None]:
+    """Every parameter of the installed compiler's space, plus the kernel's macros when given (with
+    the base flags and include folders of its compile command, as `tune --compile-commands` reads it)."""
+    spec = kernel_spec(kernel, arch, compile_commands) if kernel is not None else None
     space = load_space(find_toolchain().nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
     space = space.with_defines(tuned) if tuned else space

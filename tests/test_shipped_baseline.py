@@ -366,3 +366,20 @@ def test_a_shipped_setting_named_in_only_is_searched_whatever_its_risk(tmp_path:
     assert named.returncode == 0, named.describe()
     left_out = run_cli([*args, "--only", "ptxas.register_usage_level"], cwd=tmp_path)
     assert left_out.returncode == 2 and "--only leaves out nvcc.use_fast_math" in left_out.stderr, left_out.describe()
+
+
+def test_space_reads_the_kernels_compile_command_as_tune_does(tmp_path: Path) -> None:
+    """`space` had no --compile-commands: for a CMake project (no include_dirs in tune.toml, as the
+    docs advise) it said the preprocessor failed on a header the command's -I finds (a user's adamw)."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "k.cu").write_text('#include "scale.h"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n')
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -Iinc -maxrregcount=64 -c k.cu -o k.o", "file": "k.cu"}]))
+    alone = run_cli(["space", "k.cu"], cwd=tmp_path)
+    assert "preprocessor failed" in alone.stderr, alone.describe()
+    read = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert read.returncode == 0 and "preprocessor failed" not in read.stderr, read.describe()
+    assert "nvcc's -maxrregcount=64" in read.stderr, read.describe()
+    lone = run_cli(["space", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert lone.returncode == 2 and "give the KERNEL.cu too" in lone.stderr, lone.describe()

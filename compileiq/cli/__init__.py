@@ -292,12 +292,15 @@ def db_import(
 @cli.command("space")
 def space(
     kernel: Annotated[Path | None, typer.Argument(metavar="[KERNEL.cu]", help="A .cu file: add the macros its tune.toml tunes.")] = None,
+    compile_commands: Annotated[Path | None, typer.Option(help="The kernel's compile_commands.json, as tune takes it: its -I/-D find the headers the notes check.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List every parameter that --only/--exclude take: values, default, risk and what it does."""
     from compileiq import app
 
-    found, spec = app.full_space(kernel)
+    if compile_commands is not None and kernel is None:
+        raise UsageError("--compile-commands names the command of a kernel: give the KERNEL.cu too")
+    found, spec = app.full_space(kernel, compile_commands=compile_commands)
     emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
     for note in app.kernel_notes(spec) if spec else ():
         err.print(f"note: {safe(note)}", markup=False, highlight=False)  # stderr: stdout stays the table
