@@ -123,3 +123,20 @@ def test_a_tuned_macro_that_changes_nothing_goes_back_to_its_first_value_as_a_fl
     result = simplify(winner, space, lambda configs: [trial(c, 2 + i) for i, c in enumerate(configs)])
     assert result.dropped == ("define.BLOCK",) and set(result.kept) == {"ptxas.opt_level", "define.HALF"}
     assert result.chosen.config == {"ptxas.opt_level": 1, "define.BLOCK": 128, "define.HALF": 16}
+
+
+def test_an_incomplete_path_names_what_a_rerun_cannot_build(tmp_path):
+    """Configurations on the path that [tune] restrictions forbid are never built, yet `show --why`
+    told the user to rerun tune to complete it (a rerun built nothing; a user's SGEMM_CUDA)."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    key = StudyKey("k", "0" * 64, "s", "0" * 64, "t", "sm_90", "static", "spills")
+    study = store.get_or_create_study(key, "unit")
+    for config, value in (({"a": 0, "b": 0}, 100.0), ({"a": 1, "b": 1}, 40.0)):  # a or b alone: forbidden
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True, separators=(",", ":")), config)], "t")[0]
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics={},
+                           code_hash=None, compile_seconds=0.0)
+    store.close()
+    shown = run_cli(["show", "unit", "--db", f"sqlite:///{tmp_path}/t.db", "--why"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    assert ("2 configuration(s) on the path have no recorded result: a rerun of compileiq tune builds them, "
+            "except those [tune] restrictions forbid, which are never built") in shown.stdout, shown.describe()

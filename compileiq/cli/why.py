@@ -13,7 +13,7 @@ from rich.text import Text
 from compileiq.cli.console import kind_label, out
 from compileiq.core.records import RunRecord, Study, Trial
 from compileiq.results import multi_objective
-from compileiq.results.ablation import RULE, evidence_rows
+from compileiq.results.ablation import RULE, evidence_rows, missing_note
 from compileiq.results.explain import Explanation, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, parse_objectives, values_of
@@ -60,8 +60,7 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
                   "the contributions sum to it", markup=False)
         out.print(f"ablation path: {RULE}", markup=False)
         if not ablation.complete:
-            out.print(f"{ablation.missing} configuration(s) on the path were never built; rerun tune to complete it",
-                      markup=False)
+            out.print(missing_note(ablation.missing), markup=False)
     for name, found in importances:
         which = f" for {name}" if len(importances) > 1 else ""
         if found.items:

@@ -27,7 +27,7 @@ from compileiq.report.figures import (
     short_name,
 )
 from compileiq.results import multi_objective, to_time
-from compileiq.results.ablation import RULE, Ablation
+from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
@@ -321,8 +321,7 @@ def contribution_note(ablation: Ablation) -> str:
             "A setting that only helps together with one flipped after it is credited 0 here; the surrogate "
             "importance below also sees such interactions.")
     if not ablation.complete:
-        note += (f" {ablation.missing} configuration(s) on the path were never built: rerun `compileiq tune` "
-                 "on this study to complete the path.")
+        note += f" {missing_note(ablation.missing)}."
     return note
 
 

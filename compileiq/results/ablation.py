@@ -21,6 +21,13 @@ RULE = ("greedy path from the baseline to the chosen config: each step flips the
         "whose change gives the lowest objective; a step's contribution is the objective before minus after")
 
 
+def missing_note(missing: int) -> str:
+    """What the views say of configurations on the path with no result: a rerun builds them, unless
+    tune.toml's [tune] restrictions forbid them (those are never built; a rerun cannot help)."""
+    return (f"{missing} configuration(s) on the path have no recorded result: a rerun of compileiq tune builds "
+            "them, except those [tune] restrictions forbid, which are never built")
+
+
 @dataclass(frozen=True)
 class Step:
     setting: str
