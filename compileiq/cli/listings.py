@@ -97,8 +97,9 @@ def studies_table(summaries: list[StudySummary]) -> Table:
         text = reading(study.key.objective).text(value)
         shown = (f"{text} (#{number})" if number is not None else "-" if value is None
                  else f"lowest {text} (no run here chose: show {study.id} replays the choice)")
-        if "," in study.key.objective and number is not None:  # its value is the first objective's alone
-            shown = f"#{number} on the front (show {study.id})"
+        if "," in study.key.objective:  # its value is the first objective's alone: no trade-off's measure
+            shown = (f"#{number} on the front (show {study.id})" if number is not None
+                     else f"no run here chose: show {study.id} replays the front's pick")
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table
