@@ -27,11 +27,12 @@ from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
-from compileiq.source.base_flags import CAPPED, cap_note
+from compileiq.source.base_flags import cap_note
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
+from compileiq.tuning import space_choice
 from compileiq.tuning.limits import check_patience, parse_duration
 from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
@@ -164,57 +165,9 @@ def narrowed(options: TuneOptions) -> dict[str, Any]:
 
 
 def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
-    """The installed compiler's space narrowed by the options; the kernel's macros are searched
-    unless --only leaves them out or --exclude names them (``define.NAME``): one not searched is held
-    at tune.toml's first value. (`--only ptxas.maxrregcount` used to search every macro as well.)"""
-    space = load_space(toolchain.nvcc_version)
-    tuned = {name: list(values) for name, values in spec.tuned_defines}
-    names = [*options.only, *options.exclude]
-    macros_named = any(name.startswith("define.") for name in names)
-    named = macros_named or bool(options.only)  # the macros go through --only/--exclude like any setting
-    if tuned and named:
-        space = space.with_defines(tuned)
-    full = space
-    space = space.select(
-        allow_numerics=options.allow_numerics or spec.allow_numerics,
-        allow_semantics=options.allow_semantics or spec.allow_semantics,
-        only=list(options.only) or None,
-        exclude=list(options.exclude),
-    )
-    space = _with_shipped(space, full, spec, options)
-    space = _without_capped(space, spec, options)
-    if tuned and not named:
-        space = space.with_defines(tuned)
-    elif left_out := {name: [values[0]] for name, values in tuned.items()
-                      if f"define.{name}" not in {p.name for p in space.parameters}}:
-        space = space.with_defines(left_out)  # held at tune.toml's first value (the baseline's), as -D in every build
-    return space.restricted(restrictions.of_spec(spec))
-
-
-def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: TuneOptions) -> SearchSpace:
-    """Every setting the shipped build sets is searched from its shipped value (the baseline), even
-    where its risk class is not (`--allow-numerics`): it is the project's own choice. Excluding one
-    by --only/--exclude would tune a build nobody ships: refused, one line."""
-    have = {p.name for p in space.parameters}
-    missing = [s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have]
-    for setting in missing:
-        if setting.name in options.exclude or (options.only and setting.name not in options.only):
-            option = "--exclude" if setting.name in options.exclude else "--only"
-            raise UsageError(f"{option} leaves out {setting.name}, which your build sets ({setting.flag}): "
-                             "the baseline is the build you ship; name it in --only, or drop it from --exclude")
-    added = tuple(full.parameter(s.name) for s in missing)
-    return replace(space, parameters=space.parameters + added) if added else space
-
-
-def _without_capped(space: SearchSpace, spec: KernelSpec, options: TuneOptions) -> SearchSpace:
-    """Without ptxas.maxrregcount when the base flags hold nvcc's own cap (`cap_note`)."""
-    cap = spec.nvcc_flags.register_cap
-    if cap is None:
-        return space
-    if CAPPED in options.only:
-        raise UsageError(f"--only names {CAPPED}, but the kernel's base flags hold nvcc's {cap}, which caps "
-                         "registers for the front end and ptxas alike: take it out of the build to tune the cap")
-    return replace(space, parameters=tuple(p for p in space.parameters if p.name != CAPPED))
+    """The installed compiler's space as the options narrow it for this kernel (`space_choice`)."""
+    choice = space_choice.Selection(options.only, options.exclude, options.allow_numerics, options.allow_semantics)
+    return space_choice.searched_space(spec, load_space(toolchain.nvcc_version), choice)
 
 
 def full_space(kernel: Path | None, arch: str | None = None,

@@ -165,3 +165,25 @@ def test_a_static_search_spends_no_trial_on_a_level_it_could_never_choose(tmp_pa
     assert run_cli(small_args, cwd=tmp_path).returncode == 0  # 2 configurations at -O3 of 8
     levels = [config.get("ptxas.opt_level", 3) for config in _search_configs(tmp_path, small)]
     assert len([level for level in levels if level != 3]) >= 4, levels  # then the lowered ones: the search goes on
+
+
+def test_a_candidates_command_counts_the_macros_it_searches(tmp_path: Path) -> None:
+    """`--only SETTINGS` without a macro searches every tuned macro too, so a candidate's exhaustive
+    budget, counted over its settings alone, covered a fraction of the run, maybe not the candidate;
+    the command names the macros now and its budget counts them. The ACF reads back."""
+    source = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy"
+    (tmp_path / "k.cu").write_text((source / "spill_heavy.cu").read_text())
+    harness = (source.parent.parent / "compileiq" / "include").as_posix()
+    (tmp_path / "tune.toml").write_text(f'include_dirs = ["{harness}"]\n[tune.defines]\nTAPS = [64, 48]\n')
+    done = run_cli(["tune", "k.cu", "--only", "ptxas.maxrregcount,ptxas.override_directive_values,define.TAPS",
+                    "--budget", "24", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    listed = acf.read(tmp_path / "k.acf.toml").evidence.get("to_time", [])
+    assert listed, "the fixture needs a candidate to time (half the occupancy for no spills)"
+    words = shlex.split(listed[0]["command"])
+    names = words[words.index("--only") + 1].split(",")
+    assert "define.TAPS" in names, words
+    space = load_space(find_toolchain().nvcc_version)
+    settings = math.prod(len(space.parameter(n).values) for n in names if not n.startswith("define."))
+    assert int(words[-1]) == settings * 2, words  # both TAPS values counted

@@ -377,14 +377,15 @@ def test_show_says_which_trials_are_still_claimed(tmp_path):
     assert json.loads(listed.communicate(timeout=120)[0])["running"] == [{"number": 2, "worker": "ghost:4242"}]
 
 
-def test_only_without_a_macro_holds_every_macro_at_its_first_value(tmp_path):
-    """`--only ptxas.maxrregcount` searched the kernel's tile macros too and wrote them into the ACF
-    beside `provenance.searched.only` naming the cap alone (a user's SGEMM_CUDA); reference.md
-    says a macro --only leaves out is held at tune.toml's first value."""
+def test_only_searches_the_macros_unless_it_names_one(tmp_path):
+    """`--only ptxas.maxrregcount` searches the cap and every tuned macro (a user read reference.md as
+    holding them; it now says which); naming a macro (here by --exclude) holds it at tune.toml's
+    first value."""
     folder = _two_launched_kernels(tmp_path)
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    done = run_cli(["tune", "two.cu", "--workers", "local", "--only", "ptxas.maxrregcount", "--budget", "8",
-                    "--db", url, "--out", str(tmp_path / "two.acf.toml")], cwd=folder)
-    assert done.returncode == 0, done.stderr
-    trials = json.loads(run_cli(["show", "1", "--db", url, "--json", "--top", "100"], cwd=folder).stdout)["trials"]
-    assert len(trials) > 4 and {t["config"]["define.WARPS"] for t in trials} == {6}, trials
+    for extra, warps in (((), {4, 6}), (("--exclude", "define.WARPS"), {6})):
+        url = f"sqlite:///{tmp_path / f'{len(extra)}.db'}"
+        done = run_cli(["tune", "two.cu", "--workers", "local", "--only", "ptxas.maxrregcount", *extra, "--budget", "8",
+                        "--db", url, "--out", str(tmp_path / f"{len(extra)}.acf.toml")], cwd=folder)
+        assert done.returncode == 0, done.stderr
+        trials = json.loads(run_cli(["show", "1", "--db", url, "--json", "--top", "100"], cwd=folder).stdout)["trials"]
+        assert {t["config"]["define.WARPS"] for t in trials} == warps, extra

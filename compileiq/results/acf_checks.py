@@ -193,7 +193,10 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
         budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
         if not 0 < budget <= to_time.EXHAUSTIVE_LIMIT:  # the search's form, whose budget is tune's own
             budget = to_time.EXHAUSTIVE_LIMIT + 1  # (the count is not recomputed: an ACF keeps one value per macro)
-        written = {to_time.command(kernel, to_time.timed_names(list(settings), shipped), budget, from_shipped),
+        listed = words[words.index("--only") + 1].split(",") if "--only" in words[:-1] else []
+        known = {p.name for p in space.parameters}
+        macros = [name for name in listed if name.startswith("define.") and name in known]  # the run's, unrecorded
+        written = {to_time.command(kernel, to_time.timed_names(list(settings), shipped, macros), budget, from_shipped),
                    to_time.command(kernel, list(settings), budget)} if kernel is not None else set()  # (or as older ACFs wrote it)
         if shown not in written:
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,18 @@ def shipped_arguments(shipped: ShippedBuild | None) -> tuple[str, ...]:
     return ("--compile-commands", kernel_argument(Path(shipped.path))) if shipped is not None and shipped.path else ()
 
 
-def timed_names(names: list[str], shipped: ShippedBuild | None) -> list[str]:
+def timed_names(names: list[str], shipped: ShippedBuild | None, macros: Sequence[str] = ()) -> list[str]:
     """The settings a candidate's command searches: its own, then each the shipped build sets (a run
-    from the shipped build must search them: `--only` may not leave them out)."""
-    return names + [s.name for s in shipped.settings if s.name not in names] if shipped is not None else names
+    from the shipped build must search them: `--only` may not leave them out), then the run's tuned
+    macros (`--only` without one searches them all anyway: named, the exhaustive budget counts them;
+    it covered a fraction of the run before, maybe without the candidate)."""
+    found = names + [s.name for s in shipped.settings if s.name not in names] if shipped is not None else list(names)
+    return found + [name for name in macros if name not in found]
+
+
+def tuned_macros(space: SearchSpace) -> list[str]:
+    """The macros a run searched (more than one value): a candidate's command searches them too."""
+    return [p.name for p in space.parameters if p.name.startswith("define.") and len(p.values) > 1]
 
 
 def kernel_argument(source: Path) -> str:
@@ -80,7 +89,7 @@ def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: 
     found = []
     for trial in trials:
         settings = changed(trial, baseline)
-        names = timed_names(list(settings), shipped)
+        names = timed_names(list(settings), shipped, tuned_macros(space))
         found.append({
             "trial": trial.number, "settings": settings, "value": trial.value,
             **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},

@@ -1,0 +1,77 @@
+"""Which parameters a run searches: the installed compiler's space narrowed by --only, --exclude and
+the risk classes, with the kernel's macros, the shipped build's settings and nvcc's register cap
+taken into account, restricted by tune.toml's [tune] restrictions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from compileiq.core.errors import UsageError
+from compileiq.core.space import SearchSpace
+from compileiq.source import restrictions
+from compileiq.source.base_flags import CAPPED
+from compileiq.source.spec import KernelSpec
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the command line narrows: --only, --exclude, --allow-numerics, --allow-semantics."""
+
+    only: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    allow_numerics: bool = False
+    allow_semantics: bool = False
+
+
+def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> SearchSpace:
+    """The compiler's `space` narrowed by the options. The kernel's macros (``define.NAME``) are all
+    searched unless --only or --exclude names one: then they go through --only/--exclude like any
+    setting, and one not searched is held at tune.toml's first value. (So `--only ptxas.maxrregcount`
+    searches the cap and every macro; `--only ptxas.maxrregcount,define.TM` holds the other macros.)"""
+    tuned = {name: list(values) for name, values in spec.tuned_defines}
+    names = [*options.only, *options.exclude]
+    macros_named = any(name.startswith("define.") for name in names)
+    named = macros_named  # then the macros go through --only/--exclude like any setting
+    if tuned and named:
+        space = space.with_defines(tuned)
+    full = space
+    space = space.select(
+        allow_numerics=options.allow_numerics or spec.allow_numerics,
+        allow_semantics=options.allow_semantics or spec.allow_semantics,
+        only=list(options.only) or None,
+        exclude=list(options.exclude),
+    )
+    space = _with_shipped(space, full, spec, options)
+    space = _without_capped(space, spec, options)
+    if tuned and not named:
+        space = space.with_defines(tuned)
+    elif left_out := {name: [values[0]] for name, values in tuned.items()
+                      if f"define.{name}" not in {p.name for p in space.parameters}}:
+        space = space.with_defines(left_out)  # held at tune.toml's first value (the baseline's), as -D in every build
+    return space.restricted(restrictions.of_spec(spec))
+
+
+def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: Selection) -> SearchSpace:
+    """Every setting the shipped build sets is searched from its shipped value (the baseline), even
+    where its risk class is not (`--allow-numerics`): it is the project's own choice. Excluding one
+    by --only/--exclude would tune a build nobody ships: refused, one line."""
+    have = {p.name for p in space.parameters}
+    missing = [s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have]
+    for setting in missing:
+        if setting.name in options.exclude or (options.only and setting.name not in options.only):
+            option = "--exclude" if setting.name in options.exclude else "--only"
+            raise UsageError(f"{option} leaves out {setting.name}, which your build sets ({setting.flag}): "
+                             "the baseline is the build you ship; name it in --only, or drop it from --exclude")
+    added = tuple(full.parameter(s.name) for s in missing)
+    return replace(space, parameters=space.parameters + added) if added else space
+
+
+def _without_capped(space: SearchSpace, spec: KernelSpec, options: Selection) -> SearchSpace:
+    """Without ptxas.maxrregcount when the base flags hold nvcc's own cap (`cap_note`)."""
+    cap = spec.nvcc_flags.register_cap
+    if cap is None:
+        return space
+    if CAPPED in options.only:
+        raise UsageError(f"--only names {CAPPED}, but the kernel's base flags hold nvcc's {cap}, which caps "
+                         "registers for the front end and ptxas alike: take it out of the build to tune the cap")
+    return replace(space, parameters=tuple(p for p in space.parameters if p.name != CAPPED))
