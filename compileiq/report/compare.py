@@ -15,9 +15,10 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
+from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file
-from compileiq.report.page import html_document, html_note, html_section, html_table, values_text
+from compileiq.report.page import values_text
 from compileiq.results import multi_objective
 from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.store import Store

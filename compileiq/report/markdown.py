@@ -15,6 +15,7 @@ from compileiq.report.figures import (
     importance_svg,
     pareto_svg,
 )
+from compileiq.report.html_parts import text
 from compileiq.report.page import (
     TO_TIME_NOTE,
     StudyReport,
@@ -23,7 +24,6 @@ from compileiq.report.page import (
     contribution_rows,
     pareto_note,
     pareto_rows,
-    text,
     to_time_rows,
     tuned,
 )

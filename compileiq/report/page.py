@@ -26,6 +26,7 @@ from compileiq.report.figures import (
     pareto_svg,
     short_name,
 )
+from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.results import multi_objective, to_time
 from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
@@ -39,18 +40,6 @@ SECTIONS = ("summary", "convergence", "chosen", "contributions", "importance", "
 PARETO_RULES = "knee: nearest the ideal point after scaling each objective to [0, 1] over the front; first: best first objective; weights=...: lowest weighted sum of the scaled values"
 REASON_CHARS = 2000
 
-_STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:.5em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}
-th{background:#f3f3f3}table.sortable th{cursor:pointer}td.n{text-align:right}.failed{color:#c00}
-.note{color:#555;font-size:13px}pre{white-space:pre-wrap;font-size:12px;background:#f7f7f7;padding:4px}
-section{margin-bottom:2em}"""
-_SORT = ("document.querySelectorAll('table.sortable th').forEach(function(th,i){th.addEventListener('click',"
-         "function(){var b=th.closest('table').tBodies[0],r=Array.from(b.rows),d=th.dataset.dir==='a'?-1:1;"
-         "th.dataset.dir=d>0?'a':'d';function k(row){var c=row.cells[i],v=c.dataset.v!==undefined?c.dataset.v:"
-         "c.textContent,n=parseFloat(v);return isNaN(n)?[1,v]:[0,n]}r.sort(function(x,y){var a=k(x),c=k(y);"
-         "if(a[0]!==c[0])return a[0]-c[0];return(a[1]<c[1]?-1:a[1]>c[1]?1:0)*d});"
-         "r.forEach(function(x){b.appendChild(x)})})});")
-_CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
 
 @dataclass(frozen=True)
@@ -179,44 +168,6 @@ def html_page(report: StudyReport) -> str:
     body = "".join(section(report) for section in (_summary, _convergence, _chosen, _to_time, _contributions,
                                                       _importance, _pareto, _trials, _failures, _provenance))
     return html_document(f"compileiq report: {study.name}", body)
-
-
-def html_document(title: str, body: str) -> str:
-    """A complete page: inline style and script only; the CSP forbids any network request."""
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{escape(title)}</h1>{body}<script>{_SORT}</script></body></html>\n")
-
-
-def html_section(name: str, title: str, content: str) -> str:
-    return f'<section id="{name}"><h2>{escape(title)}</h2>{content}</section>'
-
-
-def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    head = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
-    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
-    klass = f' class="{css}"' if css else ""
-    return f"<table{klass}>{head}<tbody>{body}</tbody></table>"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, bool) or value is None or not isinstance(value, int | float):
-        return f"<td>{escape(text(value))}</td>"
-    return f'<td class="n" data-v="{value!r}">{escape(text(value))}</td>'
-
-
-def text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def html_note(text: str) -> str:
-    return f'<p class="note">{escape(text)}</p>'
 
 
 def _summary(report: StudyReport) -> str:
