@@ -50,7 +50,7 @@ class InitialDesign:
             if good:
                 self._replacement[column] = np.array([_nearest(good, index) for index in range(size)])
 
-    def _without_avoided(self, row: np.ndarray) -> np.ndarray:
+    def _replaced(self, row: np.ndarray) -> np.ndarray:
         for column, stand_in in self._replacement.items():
             row[column] = stand_in[row[column]]
         return row
@@ -178,7 +178,7 @@ class InitialDesign:
             row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
             row[columns] = np.where(signs[run] > 0, high, low)
             row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
-            row = self._without_avoided(row)
+            row = self._replaced(row)
             if tuple(row.tolist()) not in skip:
                 rows[tuple(row.tolist())] = None
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
@@ -204,7 +204,7 @@ class InitialDesign:
                 row[columns] = levels[run]
                 pick = central if run == 0 else self._rng.integers(len(frontends))
                 row[encoding.frontend_columns] = frontends[pick]
-                key = tuple(self._without_avoided(row).tolist())
+                key = tuple(self._replaced(row).tolist())
                 if key not in skip and len(rows) < count:
                     rows[key] = None
             if len(rows) >= count:

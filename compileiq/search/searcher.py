@@ -104,7 +104,8 @@ class Searcher:
 
     def _projected(self, rows: np.ndarray) -> np.ndarray:
         """Random rows with each avoided setting redrawn among its column's other values, so that a
-        sampled pool keeps its size (`_without_avoided` would drop most of it)."""
+        sampled pool keeps its size (`_without_avoided` would drop most of it); as they were, with
+        no draw, when nothing is avoided."""
         for column in sorted({column for column, _ in self._avoided}):
             bad = [index for c, index in self._avoided if c == column]
             good = np.setdiff1d(np.arange(self._encoding.cardinality[column]), bad)
@@ -268,13 +269,11 @@ class Searcher:
         encoding = self._encoding
         if self._space.size() <= ENUMERATE_LIMIT:
             return encoding.without(encoding.allowed(encoding.grid), skip)
-        draw = (lambda: self._projected(encoding.sample(self._rng, CANDIDATE_SAMPLES))) if self._avoided else (
-            lambda: encoding.sample(self._rng, CANDIDATE_SAMPLES))
-        rows = encoding.allowed(draw())
+        rows = encoding.allowed(self._projected(encoding.sample(self._rng, CANDIDATE_SAMPLES)))
         for _ in range(RESTRICTED_DRAWS if encoding.restricted else 0):
             if len(rows) >= CANDIDATE_SAMPLES // 2:
                 break
-            more = encoding.allowed(draw())
+            more = encoding.allowed(self._projected(encoding.sample(self._rng, CANDIDATE_SAMPLES)))
             rows = np.unique(np.concatenate([rows, more]), axis=0)
         return encoding.without(rows, skip)
 
