@@ -27,7 +27,6 @@ from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
-from compileiq.source.base_flags import cap_note
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
@@ -186,12 +185,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
     tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
     from compileiq.source.dependencies import DependencyError
-    from compileiq.source.macros import (
-        MacroError,
-        check_macros_take_effect,
-        unnamed_kernels,
-        unread_macros,
-    )
+    from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
     notes = [] if spec.tuned_defines else [untuned]
@@ -203,7 +197,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         check_macros_take_effect(spec, bundle)
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
-    return notes + cap_note(spec.nvcc_flags) + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
+    return notes + source_notes(spec, bundle)
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

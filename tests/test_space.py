@@ -253,10 +253,10 @@ def test_the_optimisation_level_may_use_its_long_spelling(tmp_path: Path) -> Non
 
 
 def test_every_owner_of_a_lowering_option_is_a_lowering_rule() -> None:
-    from compileiq.core.space_files import LOWERING_OWNERS
+    from compileiq.core.space_files import LOWERING_OWNERS, LOWERING_SHAPES
     from compileiq.evaluate.eligibility import LOWERING
 
-    assert set(LOWERING_OWNERS.values()) == set(LOWERING)
+    assert set(LOWERING_OWNERS.values()) == set(LOWERING) == set(LOWERING_SHAPES)
 
 
 @pytest.mark.parametrize(("name", "old", "new"), [

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -182,8 +181,10 @@ def print_report(report: app.TuneReport) -> None:
     if result.simplification is not None and result.simplification.dropped:
         dropped = result.simplification.dropped
         back = "your build's value" if report.kernel.shipped is not None and report.kernel.shipped.settings else "the default"
+        from compileiq.results.pareto import values_by_objective
+
         objectives = result.front.objectives if result.front is not None else (objective,)
-        same = _values(result.winner, objectives) == _values(result.chosen, objectives)
+        same = values_by_objective(objectives, result.winner) == values_by_objective(objectives, result.chosen)
         effect = (f"made no difference and went back to {back}" if same
                   else f"went back to {back}, which left no objective worse and made the choice better")
         out.print(f"simplified: search winner #{result.winner.number} -> #{result.chosen.number}; "
@@ -217,13 +218,6 @@ def print_report(report: app.TuneReport) -> None:
     if counters.transfers.tasks:
         out.print(transfers_line(counters.transfers, counters.new_trials), markup=False)
     out.print(f"wrote {safe(report.acf_path)}", markup=False)
-
-
-def _values(trial: Any, objectives: Sequence[str]) -> tuple[float, ...] | None:
-    """A trial's value per objective (one objective: its recorded value, a runtime included)."""
-    from compileiq.results.pareto import values_of
-
-    return values_of(trial, objectives) if len(objectives) > 1 else (trial.value,)
 
 
 def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:

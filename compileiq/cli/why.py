@@ -156,7 +156,7 @@ def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial)
     for column in ("#", *(_label(o) for o in objectives), "chosen", "settings that differ from the defaults"):
         table.add_column(column)
     for p in trade_offs.points:
-        shown = p.trial  # the picked point is the chosen trial (`pareto.with_chosen`)
+        shown = p.trial  # the picked point is the chosen trial, simplified (`pareto.with_chosen`)
         settings = " ".join(f"{k}={v}" for k, v in sorted(shown.config.items())
                             if baseline.config.get(k) != v) or "(defaults)"
         mark = f"<- {trade_offs.rule}" if p is trade_offs.pick else ""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 MAX_BUDGET = 100_000  # the search trials one tune may be given (--budget), so also what a provenance records
+MAX_PICK_RULE = 200  # characters of a pick rule a run row, an export or an ACF may hold: more than any valid one
 
 RANGES: dict[str, tuple[type, float, float]] = {
     "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),

@@ -68,8 +68,8 @@ def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any])
 def lowering_settings(space: SearchSpace, defaults: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Each (parameter, value) of `space` that lowers optimisation below `defaults`: what no static
     objective can choose, so its search proposes none while others are left (`Searcher.avoid`)."""
-    return [(p.name, value) for p in space.parameters if p.name in LOWERING and p.name in defaults
-            for value in p.values if value != defaults[p.name] and LOWERING[p.name](value, defaults[p.name])]
+    return [(p.name, value) for p in space.parameters for value in p.values
+            if lowered_optimisation({p.name: value}, defaults)]
 
 
 @dataclass(frozen=True)

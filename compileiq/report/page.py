@@ -32,7 +32,7 @@ from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
-from compileiq.results.pareto import Front, parse_objectives, values_of
+from compileiq.results.pareto import Front, parse_objectives, values_by_objective
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
@@ -109,14 +109,6 @@ class StudyReport:
     def value_label(self) -> str:
         """The label of a trial's recorded value (with several objectives: the first's)."""
         return self.value_labels[0]
-
-
-def values_by_objective(objectives: Sequence[str], trial: Trial) -> tuple[float | None, ...]:
-    """A trial's recorded (minimised) value of each objective: its value for one objective; with
-    several, each read from its metrics (`pareto.values_of`); None where it has none."""
-    if len(objectives) == 1:
-        return (trial.value,)
-    return values_of(trial, objectives) or (None,) * len(objectives)
 
 
 def values_text(objective: str, trial: Trial | None) -> str:

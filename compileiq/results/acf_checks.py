@@ -14,7 +14,7 @@ from typing import Any
 from compileiq.core import metric_ranges
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
-from compileiq.core.metric_ranges import is_count, is_finite
+from compileiq.core.metric_ranges import MAX_PICK_RULE, is_count, is_finite
 from compileiq.core.readings import reading
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, StaticMetrics, objective_value
@@ -120,7 +120,7 @@ def check_front(path: Path, objective: dict[str, Any], evidence: dict[str, Any],
     pick = evidence.get("pick")
     if pick is not None:
         rule = pick.get("rule") if isinstance(pick, dict) else None
-        if not isinstance(rule, str) or len(rule) > 200 or not is_count(pick.get("trial")):
+        if not isinstance(rule, str) or len(rule) > MAX_PICK_RULE or not is_count(pick.get("trial")):
             raise AcfError(f"{path}: evidence.pick needs a rule and a trial number")
         # the pick rules' parser (it imports the store: only here)
         from compileiq.results.pareto import check_rule

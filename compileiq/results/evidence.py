@@ -139,12 +139,17 @@ def front_objective_table(result: Any) -> dict[str, Any]:
     if chosen is not None:
         table["best"] = dict(zip(objectives, chosen, strict=True))
     table["improved"] = bool(baseline is not None and chosen is not None and chosen != baseline)
-    if minimised := {o: r.minimised_as for o in objectives if (r := reading(o)).minimised_as}:
+    if minimised := _minimised(objectives):
         table["values_are"] = minimised  # occupancy: its shortfall, what the search minimises
         for name, values in (("baseline", baseline), ("best", chosen)):
             if values is not None:
                 table[f"{name}_shown"] = _shown(objectives, values, minimised)
     return table
+
+
+def _minimised(objectives: tuple[str, ...]) -> dict[str, str]:
+    """The objectives whose recorded value is not the one people read, and what it is (occupancy: its shortfall)."""
+    return {o: r.minimised_as for o in objectives if (r := reading(o)).minimised_as}
 
 
 def _shown(objectives: tuple[str, ...], values: tuple[float, ...], minimised: dict[str, str]) -> dict[str, Any]:
@@ -156,7 +161,7 @@ def front_rows(result: Any) -> list[dict[str, Any]]:
     """`[[evidence.front]]`: each front point's values per objective and its settings that differ
     from the defaults (the picked point is the chosen trial, with its values: `pareto.with_chosen`)."""
     base, objectives = result.baseline.config, result.front.objectives
-    minimised = {o: r.minimised_as for o in objectives if (r := reading(o)).minimised_as}
+    minimised = _minimised(objectives)
     return [{"trial": p.trial.number, "values": dict(zip(objectives, p.values, strict=True)),
              **({"values_shown": _shown(objectives, p.values, minimised)} if minimised else {}),
              "settings": {k: v for k, v in sorted(p.trial.config.items()) if base.get(k) != v}}

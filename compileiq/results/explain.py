@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import MAX_PICK_RULE
 from compileiq.core.records import RunRecord, Study, Trial, TrialState
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
@@ -61,7 +62,6 @@ class Explanation:
                 verified_by.update((n, run.id) for n in verified if type(n) is int)
             first_run_of.setdefault(run.worker, run.id)
         return verified_by, first_run_of
-
 
     def front_of(self, objectives: Sequence[str], rule: str) -> Front:
         """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
@@ -181,7 +181,7 @@ def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
         rule = run.decision.get("pick") if isinstance(run.decision, dict) else None
         if isinstance(rule, str):
             try:
-                if len(rule) > 200:
+                if len(rule) > MAX_PICK_RULE:
                     raise UsageError("a pick rule longer than any valid one")
                 check_rule(rule, multi_objective.objectives_of(study.key.objective))
             except UsageError:

@@ -75,6 +75,14 @@ def with_chosen(trade_offs: Front, chosen: Trial | None) -> Front:
     return replace(trade_offs, points=points, pick=shown)
 
 
+def values_by_objective(objectives: Sequence[str], trial: Trial) -> tuple[float | None, ...]:
+    """A trial's recorded (minimised) value of each objective: its value for one objective; with
+    several, each read from its metrics (`values_of`); None where it has none."""
+    if len(objectives) == 1:
+        return (trial.value,)
+    return values_of(trial, objectives) or (None,) * len(objectives)
+
+
 def values_of(trial: Trial, objectives: Sequence[str]) -> tuple[float, ...] | None:
     """The trial's value per objective (lower is better), or None when it records no such result."""
     point = _point(trial, objectives)

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from compileiq.core.errors import UsageError
+from compileiq.source.base_flags import cap_note
 from compileiq.source.launch import without_comments
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
     same code (a toolchain header may still read it, so this is a note, not a refusal)."""
     if not spec.tuned_defines:  # most runs: no file is read again
         return []
-    texts = [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
+    texts = _texts(bundle)
     return [f"tune.defines.{name}: no file of {spec.source.name} names {name}, so its values likely build "
             "the same code (a toolchain header may still read it)"
             for name, _ in spec.tuned_defines if not any(re.search(rf"\b{name}\b", text) for text in texts)]
@@ -62,7 +63,7 @@ def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
     wanted = [(key, name) for key, name in named if not name.startswith("_Z")]
     if not wanted:
         return []
-    texts = [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
+    texts = _texts(bundle)
     lines = []
     for key, name in wanted:
         base = name.partition("<")[0].rpartition("::")[2].strip()
@@ -70,6 +71,17 @@ def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
             lines.append(f"{key}: no file of {spec.source.name} names {base!r}, so no kernel of the build "
                          "is likely to match it (misspelt?)")
     return lines
+
+
+def source_notes(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
+    """What `space` and `tune` say of the kernel's settings before any build, one line each: nvcc's
+    register cap among the base flags, a tuned macro no file names, a kernel name no file spells."""
+    return cap_note(spec.nvcc_flags) + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
+
+
+def _texts(bundle: SourceBundle) -> list[str]:
+    """Every bundled file's text without its comments (line numbers kept)."""
+    return [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
 
 
 def _asked_first(before: str, name: str) -> bool:

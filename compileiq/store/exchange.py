@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import MAX_PICK_RULE
 from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.core.records import (
     BuildRecord,
@@ -35,7 +36,7 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.core.space import Config, SpaceError
-from compileiq.store import Store, transfer, trust
+from compileiq.store import Store, trust
 
 FORMAT = "compileiq-study"
 VERSION = 2  # 2: each trial says why it was built (its purpose); 1 (every trial a search trial) still reads
@@ -203,7 +204,7 @@ def _export(payload: dict[str, Any]) -> StudyExport:
     builds = _rows(payload["builds"], "build", _build, rejected)
     measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
     pick = study.get("pick")  # checked by every view that reads it (`results.explain.recorded_pick`)
-    pick = pick if isinstance(pick, str) and len(pick) <= transfer.MAX_PICK_RULE else None
+    pick = pick if isinstance(pick, str) and len(pick) <= MAX_PICK_RULE else None
     return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected), pick)
 
 

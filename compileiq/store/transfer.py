@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from compileiq.core.metric_ranges import MAX_PICK_RULE
 from compileiq.core.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
 from compileiq.store.rows import (
     check_same_key,
@@ -32,7 +33,6 @@ from compileiq.store.schema import (
 )
 
 T = TypeVar("T")
-MAX_PICK_RULE = 200  # characters: longer than any valid rule
 
 
 def export_rows(

@@ -28,9 +28,8 @@ from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
-from compileiq.source.base_flags import cap_note
 from compileiq.source.kernel import bundle_sources
-from compileiq.source.macros import check_macros_take_effect, unnamed_kernels, unread_macros
+from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
 from compileiq.tuning import baseline, claims
@@ -81,8 +80,7 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         check_macros_take_effect(request.kernel, self._bundle)
-        kernel_notes = cap_note(request.kernel.nvcc_flags) + unread_macros(request.kernel, self._bundle)
-        for unread in kernel_notes + unnamed_kernels(request.kernel, self._bundle):
+        for unread in source_notes(request.kernel, self._bundle):
             progress.note(f"note: {unread}")
         target = Target(request.kernel, request.space, self._bundle, toolchain)
         self._objectives = multi_objective.objectives_of(request.objective)
