@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
 
 from compileiq.core.errors import UsageError
@@ -16,7 +17,7 @@ from compileiq.search.searcher import (
     Searcher,
     SearchSettings,
 )
-from compileiq.search.surrogate import OnePassForest, features_of, new_optimizer
+from compileiq.search.surrogate import OnePassForest, features_of, fresh_model, new_optimizer
 
 
 def _space() -> SearchSpace:
@@ -120,6 +121,29 @@ def test_one_pass_forest_predicts_what_the_forest_predicts(forest):
     fast_mean, fast_std = OnePassForest(model).predict(pool, return_std=True)
     np.testing.assert_allclose(fast_mean, mean, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fast_std, std, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("surrogate", ["ET", "RF"])
+def test_a_refit_grows_the_trees_scikit_learn_grows(surrogate):
+    """The refit's quickly cloned trees are scikit-learn's own: same splits, same leaves, same
+    predictions, for the same seed (a forest fitted as scikit-learn fits it is the reference)."""
+    rng = np.random.default_rng(1)
+    points, values = rng.integers(0, 6, size=(150, 5)).astype(float), rng.random(150)
+    optimizer = new_optimizer(_space(), SearchSettings(seed=7, surrogate=surrogate))
+    reference = clone(optimizer.base_estimator_).fit(points, values)
+    quick = fresh_model(optimizer)
+    assert type(quick.estimator) is not type(reference.estimator_)  # the quick trees are in use
+    quick.fit(points, values)
+    assert len(quick.estimators_) == len(reference.estimators_) == SearchSettings().trees
+    for ours, theirs in zip(quick.estimators_, reference.estimators_):
+        assert ours.random_state == theirs.random_state
+        np.testing.assert_array_equal(ours.tree_.feature, theirs.tree_.feature)
+        np.testing.assert_array_equal(ours.tree_.threshold, theirs.tree_.threshold)
+        np.testing.assert_array_equal(ours.tree_.value, theirs.tree_.value)
+    pool = rng.integers(0, 6, size=(200, 5)).astype(float)
+    np.testing.assert_array_equal(quick.predict(pool), reference.predict(pool))
+    again = fresh_model(optimizer).fit(points[:40], values[:40])  # a fresh model: nothing fitted carried over
+    assert len(again.estimators_) == SearchSettings().trees and again.estimators_[0].tree_.weighted_n_node_samples[0] == 40
 
 
 def test_warm_start_tells_history_in_one_call():

@@ -67,3 +67,20 @@ def test_a_restricted_space_of_thousands_is_scored_whole() -> None:
     # the baseline, the initial design's centre, corners and middles (each the nearest allowed
     # configuration: all 8 on the diagonal), then full batches: 1 + 15 x 8 + 7 = 128
     assert len(told) == 128 and sizes == [8] * 15 + [7, 0], sizes
+
+
+def test_rows_are_skipped_the_same_way_on_any_space_size() -> None:
+    """`without` numbers each row (numpy compares them at once) up to int64's range and compares
+    tuples past it: the same rows kept, in the same order, both ways; keys are read once each."""
+    rng = np.random.default_rng(4)
+    small = Encoding(_space())
+    huge = Encoding(SearchSpace("macros", "", ()).with_defines({f"M{i}": list(range(1000)) for i in range(8)}))
+    for encoding in (small, huge):
+        rows = encoding.sample(rng, 300)
+        skip = {tuple(r) for r in rows[rng.random(len(rows)) < 0.4].tolist()} | {tuple(encoding.extreme_high.tolist())}
+        kept = encoding.without(rows, skip)
+        assert kept.tolist() == [r for r in rows.tolist() if tuple(r) not in skip]
+        assert 0 < len(kept) < len(rows)
+    assert huge._radix is None and small._radix is not None  # both paths ran
+    key = small.config(small.extreme_high).key
+    assert small.rows_of_keys([key, "not json", '{"other.space": 1}', key]) == {tuple(small.extreme_high.tolist())}

@@ -48,6 +48,7 @@ class Encoding:
         read = space.restriction.names if space.restriction is not None else frozenset()
         self._restricted = [i for i, p in enumerate(space.parameters) if p.name in read]
         self._verdicts: dict[Row, bool] = {}  # per value indices of the restricted columns
+        self._key_rows: dict[str, Row | None] = {}  # configuration keys read (rows_of_keys)
         self._slots = [{_slot(v): i for i, v in enumerate(p.values)} for p in space.parameters]
         self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
         self._coordinates = [_coordinates(p.kind, p.values) for p in space.parameters]
@@ -73,14 +74,21 @@ class Encoding:
         return None
 
     def rows_of_keys(self, keys: Iterable[str]) -> set[Row]:
-        """Rows of configuration keys (JSON); keys of another space are ignored."""
+        """Rows of configuration keys (JSON); keys of another space are ignored. Each key is read
+        once: a run excludes every trial it holds at each ask."""
         rows = set()
         for key in keys:
-            try:
-                rows.add(self.row(json.loads(key)))
-            except (KeyError, ValueError, TypeError):
-                continue
+            if key not in self._key_rows:
+                self._key_rows[key] = self._row_of_key(key)
+            if (row := self._key_rows[key]) is not None:
+                rows.add(row)
         return rows
+
+    def _row_of_key(self, key: str) -> Row | None:
+        try:
+            return self.row(json.loads(key))
+        except (KeyError, ValueError, TypeError):
+            return None
 
     def config(self, row: Iterable[int]) -> Config:
         return Config.of({p.name: p.values[int(i)] for p, i in zip(self._parameters, row)})
@@ -128,12 +136,28 @@ class Encoding:
         return found
 
     def without(self, rows: np.ndarray, skip: set[Row]) -> np.ndarray:
+        """`rows` less those in `skip`, in their order."""
         if not skip or not len(rows):
             return rows
+        if self._radix is not None:  # each row as one number: compared in numpy, not row by row
+            skipped = np.asarray(list(skip), dtype=np.int64).reshape(len(skip), -1)
+            return rows[~np.isin(rows @ self._radix, skipped @ self._radix)]
         keep = np.fromiter(
             (tuple(r) not in skip for r in rows.tolist()), dtype=bool, count=len(rows)
         )
         return rows[keep]
+
+    @cached_property
+    def _radix(self) -> np.ndarray | None:
+        """Place values that number every row of the space once (None past int64's range)."""
+        if not len(self.cardinality):
+            return None
+        places = [1]
+        for size in self.cardinality[:0:-1].tolist():
+            places.append(places[-1] * size)
+        if places[-1] * int(self.cardinality[0] if len(self.cardinality) else 1) >= 2**62:
+            return None
+        return np.array(places[::-1], dtype=np.int64)
 
 
 def enumerate_space(space: SearchSpace) -> Iterator[Config]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import clone
+from sklearn.tree import DecisionTreeRegressor, ExtraTreeRegressor
 from skopt import Optimizer
 from skopt.acquisition import gaussian_ei
 from skopt.learning import ExtraTreesRegressor, RandomForestRegressor
@@ -34,8 +35,13 @@ def new_optimizer(space: SearchSpace, settings: SearchSettings) -> Optimizer:
 
 
 def fresh_model(optimizer: Optimizer) -> Any:
-    """An unfitted copy of the optimizer's surrogate (a refit starts from it)."""
-    return clone(optimizer.base_estimator_)
+    """An unfitted copy of the optimizer's surrogate (a refit starts from it); a tree ensemble's
+    trees made by `_QuickClone` (the same trees, fitted from the same random draws)."""
+    model = clone(optimizer.base_estimator_)
+    quick = _QUICK_TREES.get(type(getattr(model, "estimator", None)))
+    if quick is not None:
+        model.estimator = quick()
+    return model
 
 
 def features_of(optimizer: Optimizer) -> Callable[[Any], Any]:
@@ -85,6 +91,40 @@ class OnePassForest:
             axis=0
         ) - mean**2
         return mean, np.sqrt(np.maximum(spread, 0.0))
+
+
+class _QuickClone:
+    """A tree that scikit-learn's forests copy without reading its constructor's signature again.
+
+    A forest's fit clones its prototype tree once per tree and reads every tree's parameters twice
+    more (to set them and to seed it), each through `inspect.signature`: a third of a refit's CPU
+    on 2 cores. The parameter names are the class's own, read once here; a clone is the class
+    built from the same parameters, as scikit-learn's own clone builds it. Same fit code, same
+    parameters, same random draws: the same trees (test_surrogate holds it).
+    """
+
+    _param_names: list[str] | None = None  # each subclass's own, read at its first clone
+
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        names: list[str] | None = cls.__dict__.get("_param_names")
+        if names is None:
+            names = cls._param_names = super()._get_param_names()  # type: ignore[misc]
+        return list(names)
+
+    def __sklearn_clone__(self) -> Any:
+        return type(self)(**self.get_params(deep=False))  # type: ignore[attr-defined]
+
+
+class _QuickExtraTree(_QuickClone, ExtraTreeRegressor):
+    """`ExtraTreeRegressor`, cloned quickly."""
+
+
+class _QuickTree(_QuickClone, DecisionTreeRegressor):
+    """`DecisionTreeRegressor`, cloned quickly."""
+
+
+_QUICK_TREES: dict[type, type] = {ExtraTreeRegressor: _QuickExtraTree, DecisionTreeRegressor: _QuickTree}
 
 
 def _dimension(parameter: Parameter) -> Integer:
