@@ -2,6 +2,7 @@
 
 import stat
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,5 +141,33 @@ def test_two_stage_equals_one_step_nvcc(ptx, tmp_path):
     out = tmp_path / "k.cubin"
     tools = find_toolchain()
     run = run_tool([tools.nvcc, "-arch=sm_90", "-cubin", "-Xptxas=--maxrregcount=32", str(source), "-o", str(out)], 120)
+    assert run.returncode == 0, run.output
+    assert code_hash(text_sections(Path(out).read_bytes())) == two_stage.code_hash
+
+
+def test_a_variants_ptxas_cap_under_nvccs_own_cap_builds_what_nvcc_builds(tmp_path):
+    """nvcc hands ptxas its own -maxrregcount after any -Xptxas one, and ptxas keeps the last: the
+    two-stage build put the base cap first, so a cap of 255 under nvcc's 32 built with 255 (a forged
+    ACF's evidence passed the gate that way). The base cap comes last now, as nvcc hands it."""
+    source = tmp_path / "heavy.cu"
+    source.write_text(textwrap.dedent("""
+        __global__ void heavy(const float* in, float* out, int n) {
+          float acc[64];
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
+          float s = 0;
+          for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
+          out[i] = s;
+        }
+        """))
+    (tmp_path / "tune.toml").write_text('nvcc_flags = ["-maxrregcount=32"]\n')
+    tools = find_toolchain()
+    ptx = emit_ptx(FrontendJob(tools.nvcc, bundle_sources(load_spec(source)), "sm_90", (), 60))
+    assert ptx.status is BuildStatus.OK and ptx.ptxas_base == ("--maxrregcount=32",), ptx.message
+    two_stage = _assemble(ptx, "--maxrregcount=255")
+    assert two_stage.code_hash != _assemble(replace(ptx, ptxas_base=()), "--maxrregcount=255").code_hash  # caps matter here
+    out = tmp_path / "heavy.cubin"
+    run = run_tool([tools.nvcc, "-arch=sm_90", "-cubin", "-maxrregcount=32", "-Xptxas=--maxrregcount=255",
+                    str(source), "-o", str(out)], 120)
     assert run.returncode == 0, run.output
     assert code_hash(text_sections(Path(out).read_bytes())) == two_stage.code_hash

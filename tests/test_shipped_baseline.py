@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from compileiq.core.space_files import load_space
 from compileiq.results import acf
@@ -297,6 +298,14 @@ def test_a_shipped_nvcc_register_cap_is_the_baseline_as_it_builds(tmp_path: Path
     applied = subprocess.run(["nvcc", *flags.stdout.split(), "-Xptxas", "-v", "-cubin", "-o",
                               str(tmp_path / "tuned.cubin"), "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert data["evidence"]["best"]["spill_bytes"] == _spill_bytes(applied.stderr)  # what the flags build
+    # An ACF that adds a ptxas cap beside nvcc's (a red team's forgery, whose evidence the gate's
+    # rebuild matched while nvcc builds at nvcc's cap) is refused on reading: tune never writes both.
+    data["controls"] = {"ptxas.maxrregcount": 255}
+    data["args"] |= {"ptxas": ["--maxrregcount=255"], "argv": ["-Xptxas=--maxrregcount=255", *data["args"]["defines"]]}
+    (tmp_path / "forged.acf.toml").write_text(tomli_w.dumps(data))
+    forged = run_cli(["gate", "forged.acf.toml", "--static"], cwd=tmp_path)
+    assert forged.returncode == 2, forged.describe()
+    assert "controls.ptxas.maxrregcount = 255 has no effect beside base.nvcc_flags' -maxrregcount=32" in forged.stderr
     refused = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
                        "--compile-commands", "compile_commands.json", "--only", "ptxas.maxrregcount"], cwd=tmp_path)
     assert refused.returncode == 2 and "take it out of the build to tune the cap" in refused.stderr, refused.describe()

@@ -81,7 +81,7 @@ class PtxResult:
     seconds: float
     message: str
     relocatable: bool = False  # from -rdc=true: ptxas assembles it with --compile-only
-    ptxas_base: tuple[str, ...] = ()  # from the base flags (nvcc's -maxrregcount): before the variant's own
+    ptxas_base: tuple[str, ...] = ()  # from the base flags (nvcc's -maxrregcount): after the variant's own, as nvcc hands them
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def assemble(job: AssembleJob, ptx: PtxResult, attempts: int = ATTEMPTS) -> Buil
             source, out = Path(workdir) / "kernel.ptx", Path(workdir) / "kernel.cubin"
             source.write_bytes(ptx.ptx)
             compile_only = ("--compile-only",) if ptx.relocatable else ()
-            argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *ptx.ptxas_base, *job.args, str(source), "-o", str(out)]
+            argv = [job.ptxas, f"-arch={job.arch}", "-v", *compile_only, *job.args, *ptx.ptxas_base, str(source), "-o", str(out)]
             made = _produce(_Call("ptxas", argv, out, "cubin", job.timeout_s, workdir), _cubin_problem, attempts)
     except OSError as error:
         return Build(BuildStatus.CRASHED, _unprepared("ptxas", error), (), None, b"", 0.0)

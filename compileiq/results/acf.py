@@ -30,7 +30,7 @@ from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
-from compileiq.source.base_flags import BaseFlagError, BaseFlags, parse_base_flags
+from compileiq.source.base_flags import CAPPED, BaseFlagError, BaseFlags, parse_base_flags
 from compileiq.source.launch import ExpressionError, evaluate
 from compileiq.source.spec import ShippedBuild
 
@@ -235,6 +235,9 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
                                       f"{path}: base.nvcc_flags")
     except BaseFlagError as error:
         raise AcfError(str(error)) from None
+    if (cap := base_flags.register_cap) is not None and controls.get(CAPPED, "default") != "default":
+        raise AcfError(f"{path}: controls.{CAPPED} = {controls[CAPPED]!r} has no effect beside base.nvcc_flags' {cap}: "
+                       "nvcc hands ptxas its own cap last (compileiq tune never writes both)")
     mode, metric_regex = acf_checks.measuring(path, kernel)
     shipped = acf_checks.shipped_baseline(path, data.get("baseline"), full_space)
     acf_checks.check_to_time(path, dict(data.get("evidence", {})), full_space, shipped)
