@@ -298,6 +298,15 @@ def test_a_shipped_nvcc_register_cap_is_the_baseline_as_it_builds(tmp_path: Path
     applied = subprocess.run(["nvcc", *flags.stdout.split(), "-Xptxas", "-v", "-cubin", "-o",
                               str(tmp_path / "tuned.cubin"), "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert data["evidence"]["best"]["spill_bytes"] == _spill_bytes(applied.stderr)  # what the flags build
+    # in two stages too: `--stage ptxas --all` hands ptxas nvcc's cap, as nvcc does (it gave none:
+    # 0 spill bytes at 40 registers where the evidence and nvcc's build say otherwise)
+    front = run_cli(["flags", str(out), "--all", "--stage", "frontend"], cwd=tmp_path).stdout.split()
+    subprocess.run(["nvcc", *front, "-ptx", "k.cu", "-o", "k.ptx"], cwd=tmp_path, check=True)
+    back = run_cli(["flags", str(out), "--all", "--stage", "ptxas"], cwd=tmp_path).stdout.split()
+    assert "--maxrregcount=32" in back, back
+    staged = subprocess.run(["ptxas", *back, "-v", "k.ptx", "-o", "staged.cubin"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True)
+    assert _spill_bytes(staged.stderr) == data["evidence"]["best"]["spill_bytes"]
     # An ACF that adds a ptxas cap beside nvcc's (a red team's forgery, whose evidence the gate's
     # rebuild matched while nvcc builds at nvcc's cap) is refused on reading: tune never writes both.
     data["controls"] = {"ptxas.maxrregcount": 255}

@@ -30,7 +30,13 @@ from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
-from compileiq.source.base_flags import CAPPED, BaseFlagError, BaseFlags, parse_base_flags
+from compileiq.source.base_flags import (
+    CAPPED,
+    BaseFlagError,
+    BaseFlags,
+    parse_base_flags,
+    ptxas_cap_args,
+)
 from compileiq.source.launch import ExpressionError, evaluate
 from compileiq.source.spec import ShippedBuild
 
@@ -72,7 +78,8 @@ class Acf:
         arch = (f"-arch={self.arch}",) if with_arch else ()
         base = self.base_args(absolute) if with_base else ()
         if stage == "ptxas":  # ptxas needs the arch too: its default is older than any PTX target here
-            return (("--compile-only",) if with_base and self.base.relocatable else ()) + arch + self.ptxas_args
+            compile_only = ("--compile-only",) if with_base and self.base.relocatable else ()
+            return compile_only + arch + self.ptxas_args + (ptxas_cap_args(self.base.flags) if with_base else ())
         if stage == "frontend":
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv

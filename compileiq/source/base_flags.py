@@ -9,7 +9,7 @@ are the search's to choose, so they are not base flags.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.defines import define_arg_problem, macro_problem
@@ -73,6 +73,12 @@ class BaseFlags:
     def as_args(self) -> tuple[str, ...]:
         """Every flag as nvcc arguments, include folders last (what a rebuild needs)."""
         return self.flags + tuple(f"-I{d}" for d in self.include_dirs)
+
+
+def ptxas_cap_args(flags: Iterable[str]) -> tuple[str, ...]:
+    """What nvcc hands ptxas of its own -maxrregcount=N (it caps the front end, cicc, and ptxas
+    alike): --maxrregcount=N, given after any -Xptxas setting, so a build in two stages does the same."""
+    return tuple(f"--maxrregcount={flag.partition('=')[2]}" for flag in flags if flag.startswith("-maxrregcount="))
 
 
 CAPPED = "ptxas.maxrregcount"  # what nvcc's -maxrregcount among the base flags takes out of the search

@@ -16,7 +16,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Value
-from compileiq.source.base_flags import BaseFlags, path_problem
+from compileiq.source.base_flags import BaseFlags, path_problem, ptxas_cap_args
 
 TUNE_FILE = "tune.toml"
 DEFAULT_BLOCK_SIZE = 256
@@ -193,9 +193,8 @@ class SourceBundle:
 
     @property
     def ptxas_base_args(self) -> tuple[str, ...]:
-        """What the base flags tell ptxas: nvcc's -maxrregcount=N caps the front end (cicc) and
-        ptxas alike, so a build in two stages hands ptxas --maxrregcount=N too."""
-        return tuple(f"--maxrregcount={a.partition('=')[2]}" for a in self.base_args if a.startswith("-maxrregcount="))
+        """What the base flags tell ptxas (`ptxas_cap_args`)."""
+        return ptxas_cap_args(self.base_args)
 
     def write_to(self, directory: Path) -> Path:
         """Materialise the bundle under ``directory``; return the main file's path."""
