@@ -114,6 +114,8 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "gate-markdown-fifo": ("gate {ws}/good.acf.toml --static --markdown {ws}/out.fifo", 2,  # blocked forever
                            "--markdown cannot write {ws}/out.fifo: it is a named pipe, not a regular file"),
     "gate-junit-device": ("gate {ws}/good.acf.toml --static --junit /dev/full", 2, "it is a character device"),
+    "gate-reports-one-file": ("gate {ws}/good.acf.toml --static --junit {ws}/same.out --markdown {ws}/same.out", 2,
+                              "--markdown and --junit name the same file"),  # the markdown was lost, exit 0
     "report-out-fifo": ("report 1 --db sqlite:///{ws}/t.db -o {ws}/out.fifo", 2,  # blocked forever
                         "cannot write {ws}/out.fifo: it is a named pipe, not a regular file"),
     "report-md-device": ("report 1 --db sqlite:///{ws}/t.db --format md -o /dev/full", 2, "a character device"),

@@ -396,6 +396,35 @@ def test_an_optimisation_level_that_is_no_number_lowers_nothing() -> None:
     assert lowered_optimisation({"ptxas.opt_level": 1}, {"ptxas.opt_level": 3}) == ("ptxas.opt_level=1",)
 
 
+def test_expensive_optimisations_back_at_their_default_below_o2_are_a_lowering(tmp_path: Path) -> None:
+    """"default" expensive optimisations are off below -O2: against a shipped `-O1
+    --allow-expensive-optimizations=true` going back to "default" turns them off. The rule read only
+    `false` as lowering (a red team's shipped build: the static search proposed such trials and the
+    gate let them through); at -O1, `false` where "default" is off already lowers nothing."""
+    from compileiq.evaluate.eligibility import lowered_optimisation, lowering_settings
+
+    expensive, level = "ptxas.allow_expensive_optimizations", "ptxas.opt_level"
+    shipped = {expensive: True, level: 1}
+    assert lowered_optimisation({expensive: "default", level: 1}, shipped) == (f"{expensive}=default",)
+    assert lowered_optimisation({expensive: "default", level: 3}, {expensive: True, level: 3}) == ()
+    assert lowered_optimisation({expensive: False, level: 1}, {expensive: "default", level: 1}) == ()
+    assert lowered_optimisation({expensive: False, level: 3}, {expensive: "default", level: 3}) == (f"{expensive}=False",)
+    space = load_space("13.0")
+    assert (expensive, "default") in lowering_settings(space, {**space.default_config().as_dict(), **shipped})
+    (tmp_path / "k.cu").write_text((Path(__file__).parent.parent / "kernels/spill_heavy/spill_heavy.cu").read_text())
+    (tmp_path / "compile_commands.json").write_text(__import__("json").dumps([{
+        "directory": str(tmp_path), "file": "k.cu",
+        "command": "nvcc -arch=sm_90 -Xptxas -O1,--allow-expensive-optimizations=true -c k.cu -o k.o"}]))
+    result = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective", "instructions",
+                      "--budget", "16", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml",
+                      "--only", f"{expensive},{level},ptxas.register_usage_level"], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    shown = run_cli(["show", acf.read(tmp_path / "k.acf.toml").provenance["study"], "--json", "--db",
+                     f"sqlite:///{tmp_path}/t.db"], cwd=tmp_path)
+    proposed = [t["config"] for t in __import__("json").loads(shown.stdout)["trials"] if t["number"] > 0]
+    assert proposed and not [c for c in proposed if c[expensive] == "default" and c[level] < 2], proposed
+
+
 def test_a_refused_search_result_whose_code_needs_no_lower_level_is_chosen(tmp_path: Path) -> None:
     """Rodinia's hotspot, budget 16 (a user's first run): the search's best occupancy came with
     `-O2`, which the simplification showed changes nothing. The same code at the default level was

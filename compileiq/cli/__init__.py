@@ -6,6 +6,7 @@ The only importer of typer and rich."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -205,6 +206,8 @@ def gate(
             path is None or check_report_target(path, tuple(acf_files))
         except OutputFileError as error:
             raise UsageError(f"{option} {error}") from None
+    if markdown is not None and junit is not None and os.path.realpath(markdown) == os.path.realpath(junit):
+        raise UsageError(f"--markdown and --junit name the same file ({markdown}): one report would overwrite the other")
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
                                    program=program, metric_regex=metric_regex)
     from compileiq.evaluate.timing import HarnessTiming

@@ -50,17 +50,33 @@ def _lower_level(value: Any, default: Any) -> bool:
 # kind): the predicate says when a value lowers optimisation below the default.
 LOWERING: dict[str, Callable[[Any, Any], bool]] = {
     "ptxas.opt_level": _lower_level,
-    "ptxas.allow_expensive_optimizations": lambda value, default: value is False,
+    "ptxas.allow_expensive_optimizations": lambda value, default: value is False and default is not False,
     "ptxas.disable_optimizer_constants": lambda value, default: value is True,
 }
+EXPENSIVE = "ptxas.allow_expensive_optimizations"
+
+
+def _in_effect(name: str, values: Mapping[str, Any]) -> Any:
+    """A setting's value as ptxas applies it: expensive optimisations left at "default" are on at
+    -O2 and above, off below (so going back to "default" at -O1 turns off what a shipped
+    `--allow-expensive-optimizations=true` had on)."""
+    value = values[name]
+    if name != EXPENSIVE or value in (True, False):
+        return value
+    try:
+        return int(values.get("ptxas.opt_level", 3)) >= 2
+    except (TypeError, ValueError):
+        return value  # a level that is no level (a row from elsewhere): judged as given
 
 
 def lowered_optimisation(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> tuple[str, ...]:
-    """The settings of `config` that lower ptxas's optimisation below the defaults', as NAME=VALUE."""
+    """The settings of `config` that lower ptxas's optimisation below the defaults', as NAME=VALUE
+    (each read as it applies beside the other settings of `config`, else of the defaults)."""
     found = []
+    merged = {**defaults, **config}
     for name, lowers in LOWERING.items():
         known = name in config and name in defaults
-        if known and config[name] != defaults[name] and lowers(config[name], defaults[name]):
+        if known and config[name] != defaults[name] and lowers(_in_effect(name, merged), _in_effect(name, defaults)):
             found.append(f"{name}={config[name]}")
     return tuple(found)
 
