@@ -128,7 +128,7 @@ def test_a_runtime_studys_views_name_the_trial_its_confirmation_chose(store_url:
     """The confirmation (A/B rounds no trial row holds) chose #2 over the screening's fastest #1:
     `show`, `show --why` and the report say #2, as the ACF does; a run row naming no complete
     trial (forged, or from a damaged database) is ignored, never followed."""
-    _runtime_study(store_url, [{"chosen": 2, "by": "confirmation"}])
+    _runtime_study(store_url, [{"chosen": 2, "value": 0.9, "by": "confirmation"}])
     shown = json.loads(_cli_at(tmp_path, store_url, "show", "timed", "--json"))
     assert shown["study"]["chosen"] == 2 and shown["trials"][0]["number"] == 2
     why = json.loads(_cli_at(tmp_path, store_url, "show", "timed", "--why", "--json"))

@@ -41,10 +41,21 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else the choice replayed from
     its trials (a study imported, or made by a run that did not finish), said so."""
     number, value = _listed_choice(summary)
-    best_is = ("the chosen trial" if number is not None else
-               "the lowest value, which the rules may refuse: no run of this database recorded a choice "
-               "(show STUDY replays it)")
+    best_is = "the chosen trial" if number is not None else f"the lowest value, which the rules may refuse: {_unchosen(summary)}"
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
+
+
+def _unchosen(summary: StudySummary) -> str:
+    """Why the list names no choice, and where to see the one every view replays."""
+    decision = summary.decision or {}
+    if "pick" in decision and "chosen" not in decision:
+        why = "pick rule from an imported export, no run here chose"
+    elif decision:
+        why = "its latest run's recorded choice does not match the rows"
+    else:
+        why = "no run here chose"
+    what = "the front's pick" if "," in summary.study.key.objective else "the choice"
+    return f"{why}: show {summary.study.id} replays {what}"
 
 
 def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool,
@@ -65,7 +76,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
             "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
                        | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],
-            "complete_trials": len(complete), "failed": [trial_json(t, objective) for t in failed]}
+            "complete_trials": len(complete), "failed": [trial_json(t, objective) for t in failed],
+            "decided_by": explanation.decided_by, "notes": list(explanation.notes)}
     if explanation.front is not None:
         from compileiq.cli.why import tuned_front_json
 
@@ -73,6 +85,9 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     emit(as_json, data, lambda: trials_table(study, explanation, ranked))
     if as_json:
         return
+    from compileiq.cli.why import print_notes
+
+    print_notes(explanation)
     if len(complete) > len(ranked):
         out.print(f"showing {len(ranked)} of {len(complete)} complete trials: --top {len(complete)} shows all",
                   markup=False)
@@ -95,23 +110,22 @@ def studies_table(summaries: list[StudySummary]) -> Table:
     for summary in summaries:
         study, (number, value) = summary.study, _listed_choice(summary)
         text = reading(study.key.objective).text(value)
-        shown = (f"{text} (#{number})" if number is not None else "-" if value is None
-                 else f"lowest {text} (no run here chose: show {study.id} replays the choice)")
+        shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} ({_unchosen(summary)})"
         if "," in study.key.objective:  # its value is the first objective's alone: no trade-off's measure
-            shown = (f"#{number} on the front (show {study.id})" if number is not None
-                     else f"no run here chose: show {study.id} replays the front's pick")
+            shown = f"#{number} on the front (show {study.id})" if number is not None else _unchosen(summary)
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              summary.trials, shown))
     return table
 
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
-    """(chosen trial, its value) as the study's latest run recorded them; else (None, the lowest
-    value), which the list labels as such: the list reads no trial (one aggregate for a team
-    database of any size), and only `show STUDY` replays a choice from the trials."""
-    from compileiq.results.explain import recorded_choice
+    """(chosen trial, its value) as the study's latest run recorded them, while the trial's row
+    holds that value (`explain.followed_choice`, what every view shows); else (None, the lowest
+    value), which the list labels as such: the list reads one trial row per study (one aggregate
+    for a team database of any size), and only `show STUDY` replays a choice from the trials."""
+    from compileiq.results.explain import followed_choice
 
-    choice = recorded_choice(summary.decision)
+    choice = followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value)
     return choice if choice is not None else (None, summary.best)
 
 

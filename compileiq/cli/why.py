@@ -10,8 +10,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from compileiq.cli.console import kind_label, out
-from compileiq.core.records import RunRecord, Study, Trial
+from compileiq.cli.console import kind_label, out, safe
+from compileiq.core.records import RunRecord, Study, Trial, first_line
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows, missing_note
 from compileiq.results.explain import Explanation, explain
@@ -31,6 +31,7 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
             "baseline": explanation.baseline.number if explanation.baseline else None,
             "chosen": explanation.chosen.number if explanation.chosen else None,
             "decided_by": explanation.decided_by or "the study's rules, replayed over its trials",
+            "notes": list(explanation.notes),
             "contribution": evidence_rows(ablation) if ablation else [],
             "total_gain": ablation.total_gain if ablation else None,
             "path_complete": ablation.complete if ablation else None,
@@ -41,6 +42,7 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
         print(json.dumps(data, indent=2, default=str))
         return
     label = f"{study.key.objective}, {kind_label(study.key.objective)}"
+    print_notes(explanation)
     if explanation.front is not None:
         out.print("no contribution to show: a study of several objectives chooses a trade-off on its front, which has "
                   f"no single gain to share out (show {study.name} lists the front)", markup=False)
@@ -132,6 +134,14 @@ def print_tuned_front(study: Study, explanation: Explanation, as_json: bool) -> 
         print(json.dumps({"study": study.name, **tuned_front_json(explanation)}, indent=2, default=str))
         return
     print_front(study, trade_offs, explanation.baseline, chosen)
+    print_notes(explanation)
+
+
+def print_notes(explanation: Explanation) -> None:
+    """What every view says of where the choice comes from, when it is not simply a run's of this
+    database (`Explanation.notes`), one line each."""
+    for note in explanation.notes:
+        out.print(safe(first_line(note, 400)), markup=False)
 
 
 def tuned_front_json(explanation: Explanation) -> dict[str, Any]:
@@ -142,6 +152,7 @@ def tuned_front_json(explanation: Explanation) -> dict[str, Any]:
     base = explanation.baseline.config
     return {"objectives": list(trade_offs.objectives), "pick_rule": trade_offs.rule,
             "pick": chosen.number, "pick_values": list(values_of(chosen, trade_offs.objectives) or []),
+            "decided_by": explanation.decided_by, "notes": list(explanation.notes),
             "front": [{"trial": p.trial.number, "values": list(p.values),
                        "changed": {k: v for k, v in p.trial.config.items() if base.get(k) != v}}
                       for p in trade_offs.points]}

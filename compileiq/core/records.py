@@ -55,6 +55,8 @@ class StudySummary:
     trials: int
     best: float | None  # the lowest complete value
     decision: dict[str, Any] | None = None  # the latest run's recorded choice (`RunRecord.decision`)
+    named_state: TrialState | None = None  # the trial that choice names, as its row is now (None: no row)
+    named_value: float | None = None
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,12 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
     if e.baseline is not None and e.chosen is not None:
         lines += ["## Chosen configuration", "",
                   (f"Baseline {md_text(report.value_text(e.baseline))} → chosen (trial #{e.chosen.number}) "
-                   f"{md_text(report.value_text(e.chosen))}."), ""]
+                   f"{md_text(report.value_text(e.chosen))}."), "", md_text(f"Chosen by {e.decided_by}."), ""]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += (md_table(("setting", "baseline", "chosen"), changes) if changes
                   else [md_text(f"The {baseline_label(e.study, e.baseline)}'s settings.")])
         lines.append("")
+    lines += [*(f"**Note:** {md_text(note)}" for note in e.notes), ""] if e.notes else []
     if e.to_time:
         lines += ["## Candidates to time on a GPU", "", *md_table(*to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
     ablation = e.ablation

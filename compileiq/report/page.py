@@ -169,7 +169,8 @@ def _summary(report: StudyReport) -> str:
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
         lines += [(baseline_label(e.study, e.baseline), report.value_text(e.baseline)),
-                  (f"chosen (trial #{e.chosen.number})", report.value_text(e.chosen))]
+                  (f"chosen (trial #{e.chosen.number})", report.value_text(e.chosen)), ("chosen by", e.decided_by)]
+    lines += [("note", note) for note in e.notes]
     return html_section("summary", "Summary", html_table(("", ""), lines))
 
 
@@ -195,9 +196,10 @@ def _chosen(report: StudyReport) -> str:
     rows = [(label, *report.shown_values(t), *(_evidence_cell(m.get(k)) for k in keys), t.code_hash or "")
             for label, t, m in metrics]
     evidence = html_table(("", *report.value_labels, *keys, "machine code hash"), rows)
-    note = ("The chosen configuration replays the tuner's simplification over the recorded trials: the search "
-            "winner with every setting that made no difference reset to the baseline's value (the compiler's "
-            "default, or with --compile-commands the build as shipped).")
+    note = (f"Chosen by {e.decided_by}. The tuner chooses the search winner with every setting that made no "
+            "difference reset to the baseline's value (the compiler's default, or with --compile-commands the build "
+            "as shipped); every view shows the choice the study's latest run recorded (its ACF's) while its row "
+            "holds the value recorded, else replays that simplification over the recorded trials.")
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))

@@ -1,9 +1,13 @@
 """Why a study chose what it chose, from its recorded trials alone (nothing is built here).
 
 The baseline is the study's first trial (the compiler defaults, or with --compile-commands the
-build that ships; always claimed first); the winner is the best trial; the chosen config replays
-the tuner's simplification over recorded results; the ablation path runs from the baseline to the
-chosen config over recorded results.
+build that ships; always claimed first); the winner is the best trial; the ablation path runs from
+the baseline to the chosen config over recorded results. The chosen config is the one the ACF
+holds: the trial the study's latest deciding run recorded (`runs.decision`), when it names a
+complete trial with the value it recorded (`followed_choice`); else (an imported study, an older
+database, a run row that names no such trial) the tuner's rules replayed over the recorded results.
+Where the replay now gives another trial than the run chose (a row changed since), every view says
+so (`Explanation.notes`) instead of switching silently.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import RunRecord, Study, Trial, TrialState
+from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import Front, check_rule, front, with_chosen
+from compileiq.results.pareto import Front, check_rule, front, with_chosen, with_pick
 from compileiq.results.simplify import baseline_space, simplify
 
 
@@ -36,8 +40,9 @@ class Explanation:
     ablation: Ablation | None
 
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
-    decided_by: str = ""  # a runtime objective's: the run whose confirmation chose (else replayed)
+    decided_by: str = ""  # where the choice comes from: a run's record, an imported rule, --pick, or a replay
     runs: tuple[RunRecord, ...] = ()  # the study's runs: who recorded and who verified which row
+    notes: tuple[str, ...] = ()  # one line each, that every view prints: the rows now give another trial, ...
 
     def provenance(self, trial: Trial) -> str:
         """Whether this database vouches for the row: "verified by run N" (a run of this database
@@ -116,26 +121,105 @@ class Explanation:
         return eligibility.candidates_to_time(self.trials, self.chosen, self.baseline, self.study.key.objective)
 
 
+REPLAYED = "the study's rules, replayed over its trials"
+
+
 def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = ()) -> Explanation:
-    """The study's choice, as its tuner made it and its ACF holds it. `pick`: the rule that chooses
-    on the front of a study of several objectives (None: the rule its latest run recorded); `runs`:
-    the study's runs (`Store.runs`), whose recorded confirmation decides a runtime objective's
-    choice (measurements the trials lack)."""
-    rule = pick if pick is not None else recorded_pick(study, runs)
-    return replace(_explain(study, tuple(trials), rule, tuple(runs)), runs=tuple(runs))
+    """The study's choice as its ACF holds it. `runs`: the study's runs (`Store.runs`); the latest
+    that recorded a decision names the chosen trial when `followed_choice` accepts it (else the
+    choice is replayed from the trials, as the tuner makes it: `runs` empty, the tuner's own call).
+    `pick`: a user's rule for the front of a study of several objectives (`--pick`), replayed with
+    it; None: the rule the latest run recorded (`recorded_pick`)."""
+    trials, runs = tuple(trials), tuple(runs)
+    asked = pick if pick is not None and multi_objective.is_multi(study.key.objective) else None
+    rule = asked if asked is not None else recorded_pick(study, runs)
+    replayed = replace(_explain(study, trials, rule), runs=runs, decided_by=REPLAYED)
+    run = latest_decision(runs)
+    chosen = _followed(study, trials, run) if run is not None else None
+    if asked is not None:
+        return replace(replayed, decided_by=f"--pick {asked}, replayed over its trials",
+                       notes=_differs(replayed, chosen, run, f"--pick {asked} gives"))
+    if run is None:
+        notes: tuple[str, ...] = ("no run of this database recorded a choice: replayed from its trials",) if trials else ()
+        return replace(replayed, notes=notes)
+    if chosen is None:
+        why = _unfollowed(run, rule)
+        return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED, notes=(why,))
+    if study.key.evaluator != "static" and run.decision is not None and run.decision.get("by") == "confirmation":
+        by = f"the confirmation of run {run.id} ({first_line(run.worker, 80)})"
+    else:
+        by = f"run {run.id} ({first_line(run.worker, 80)}), whose ACF holds it"
+    # a runtime choice rests on its confirmation's measurements, which no row holds: not replayed
+    notes = _differs(replayed, chosen, run, "the rows now give") if study.key.evaluator == "static" else ()
+    return replace(_following(trials, replayed, chosen), decided_by=by, notes=notes)
 
 
-def _explain(study: Study, trials: tuple[Trial, ...], pick: str, runs: tuple[RunRecord, ...]) -> Explanation:
+def _differs(replayed: Explanation, chosen: Trial | None, run: RunRecord | None, gives: str) -> tuple[str, ...]:
+    """The line every view prints where the replay gives another trial than the run chose."""
+    if run is None or chosen is None or replayed.chosen is None or replayed.chosen.number == chosen.number:
+        return ()
+    changed = "changed since " if gives.startswith("the rows") else ""
+    return (f"{gives} #{replayed.chosen.number}: {changed}run {run.id} chose #{chosen.number}, its ACF's choice",)
+
+
+def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial) -> Explanation:
+    """The replay with `chosen` (a run's recorded choice) as the choice: its ablation path, or its
+    point picked on the replayed front."""
+    if replayed.chosen is not None and replayed.chosen.number == chosen.number:
+        return replayed
+    if replayed.front is not None:
+        return replace(replayed, chosen=chosen, front=with_pick(replayed.front, chosen))
+    if multi_objective.is_multi(replayed.study.key.objective) or replayed.baseline is None:
+        return replace(replayed, chosen=chosen)
+    return replace(replayed, chosen=chosen, ablation=ablation_path(replayed.baseline, chosen, recorded(trials)))
+
+
+def _unfollowed(run: RunRecord, rule: str) -> str:
+    """Why the latest deciding run's record is not the choice: a pick rule alone (what `db import`
+    records), or a choice that names no complete trial with its recorded value."""
+    decision = run.decision or {}
+    if "pick" in decision and "chosen" not in decision:
+        source = "from an imported export" if decision.get("pick") == rule else "(an imported export's does not parse)"
+        return (f"pick rule {rule} {source}, not decided by a run of this database (run {run.id}: "
+                f"{first_line(run.stopped or run.worker, 80)}); replayed over its trials")
+    return (f"run {run.id}'s recorded choice names no complete trial with its recorded value (or no valid pick "
+            "rule): not followed; replayed from its trials")
+
+
+def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
+    """The latest run that recorded a decision (a JSON object; what the study list reads too)."""
+    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
+
+
+def _followed(study: Study, trials: tuple[Trial, ...], run: RunRecord) -> Trial | None:
+    """The trial the run recorded as its choice, when `followed_choice` accepts it."""
+    choice = recorded_choice(run.decision)
+    found = next((t for t in trials if choice is not None and t.number == choice[0]), None)
+    if found is None or followed_choice(study, run.decision, found.state, found.value) is None:
+        return None
+    return found
+
+
+def followed_choice(study: Study, decision: Any, state: TrialState | None, value: float | None) -> tuple[int, float] | None:
+    """(trial number, value) of a run's recorded choice that every view shows as chosen: the trial
+    it names is complete with the value the run recorded (`state`, `value`: that row now), and for
+    several objectives the rule it chose by parses. A run row is as untrusted as a trial row: any
+    other record is not followed, and the choice is replayed from the trials."""
+    choice = recorded_choice(decision)
+    if choice is None or state is not TrialState.COMPLETE or value != choice[1]:
+        return None
+    if multi_objective.is_multi(study.key.objective) and _valid_rule(study, decision.get("pick")) is None:
+        return None
+    return choice
+
+
+def _explain(study: Study, trials: tuple[Trial, ...], pick: str) -> Explanation:
     baseline = trials[0] if trials else None
     if multi_objective.is_multi(study.key.objective) and baseline is not None:
         return _explain_front(study, trials, baseline, pick)
     winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
         return Explanation(study, trials, baseline, winner, None, None)
-    if (confirmed := _confirmed(study, trials, runs)) is not None:
-        chosen, run = confirmed
-        return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)),
-                           decided_by=f"the confirmation of run {run.id} ({run.worker})")
     chosen = winner
     if winner.config_key != baseline.config_key:
         exact = study.key.evaluator != "static"
@@ -174,22 +258,24 @@ def decision(result: Any) -> dict[str, Any]:
 
 
 def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
-    """The pick rule the study's latest run chose its front's point by (what its ACF holds), so that
-    every view shows that choice; "knee" (tune's default) when no run recorded a valid one. A run
-    row is untrusted: a rule that does not parse for the study's objectives is not used."""
-    for run in sorted(runs, key=lambda r: r.id, reverse=True):
-        rule = run.decision.get("pick") if isinstance(run.decision, dict) else None
-        if isinstance(rule, str):
-            try:
-                if len(rule) > MAX_PICK_RULE:
-                    raise UsageError("a pick rule longer than any valid one")
-                check_rule(rule, multi_objective.objectives_of(study.key.objective))
-            except UsageError:
-                return "knee"
-            return rule
-        if isinstance(run.decision, dict):
-            break  # the latest run that decided, without a rule: before rules were recorded
-    return "knee"
+    """The pick rule the study's latest deciding run chose its front's point by (what its ACF
+    holds), so that every view shows that choice; "knee" (tune's default) when that run recorded
+    no valid one. A run row is untrusted: a rule that does not parse for the study's objectives is
+    not used."""
+    run = latest_decision(runs)
+    rule = run.decision.get("pick") if run is not None and run.decision is not None else None
+    return _valid_rule(study, rule) or "knee"
+
+
+def _valid_rule(study: Study, rule: Any) -> str | None:
+    """`rule` when it is a pick rule for the study's objectives, else None."""
+    if not isinstance(rule, str) or len(rule) > MAX_PICK_RULE:
+        return None
+    try:
+        check_rule(rule, multi_objective.objectives_of(study.key.objective))
+    except UsageError:
+        return None
+    return rule
 
 
 def recorded_choice(decision: Any) -> tuple[int, float] | None:
@@ -201,23 +287,6 @@ def recorded_choice(decision: Any) -> tuple[int, float] | None:
     if type(number) is not int or not isinstance(value, int | float) or isinstance(value, bool):
         return None
     return (number, float(value)) if math.isfinite(value) else None
-
-
-def _confirmed(study: Study, trials: tuple[Trial, ...], runs: Sequence[RunRecord]) -> tuple[Trial, RunRecord] | None:
-    """The trial the latest run's confirmation chose, when it names a complete trial of the study.
-    A run row is as untrusted as a trial row: anything else in it is ignored (the choice is replayed)."""
-    if study.key.evaluator == "static":
-        return None
-    for run in sorted(runs, key=lambda r: r.id, reverse=True):
-        decided = run.decision
-        if not isinstance(decided, dict) or decided.get("by") != "confirmation":
-            continue
-        number = decided.get("chosen")
-        found = next((t for t in trials if type(number) is int and t.number == number), None)
-        if found is not None and found.state is TrialState.COMPLETE and found.value is not None:
-            return found, run
-        return None
-    return None
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:

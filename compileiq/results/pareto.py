@@ -75,6 +75,15 @@ def with_chosen(trade_offs: Front, chosen: Trial | None) -> Front:
     return replace(trade_offs, points=points, pick=shown)
 
 
+def with_pick(trade_offs: Front, chosen: Trial) -> Front:
+    """The front with `chosen` (a run's recorded choice, which the rows may no longer give) as its
+    picked point: its point on the front, else its own values beside the front (off it now)."""
+    point = next((p for p in trade_offs.points if p.trial.number == chosen.number), None)
+    if point is None and (values := values_of(chosen, trade_offs.objectives)) is not None:
+        point = FrontPoint(chosen, values)
+    return replace(trade_offs, pick=point)
+
+
 def values_by_objective(objectives: Sequence[str], trial: Trial) -> tuple[float | None, ...]:
     """A trial's recorded (minimised) value of each objective: its value for one objective; with
     several, each read from its metrics (`values_of`); None where it has none."""

@@ -53,7 +53,7 @@ from compileiq.store.rows import (
     checked_trial,
     study_record,
 )
-from compileiq.store.run_log import RunLog
+from compileiq.store.run_log import RunLog, named_trials
 from compileiq.store.schema import (
     among,
     chunks,
@@ -151,12 +151,15 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query).mappings().all()
-            decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()}  # the latest
+            decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()
+                         if isinstance(row["decision"], dict)}  # the latest that decided, as `explain` reads it
+            named = named_trials(conn, decisions)  # the one row each names: at most one per study
         found = []
         for row in rows:
             try:
+                state, value = named.get(row["id"], (None, None))
                 found.append(StudySummary(study_record(row), int(row["trial_count"]), _finite_or_none(row["best_value"]),
-                                          decisions.get(row["id"])))
+                                          decisions.get(row["id"]), state, value))
             except StoreError as error:
                 self._skip(("study", row["id"]), f"study {row['id']}", str(error))
         return found

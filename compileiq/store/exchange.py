@@ -4,8 +4,10 @@ An export file is JSON (gzip-compressed when its name ends in ``.gz``)::
 
     {"format": "compileiq-study", "version": 1, "sha256": "<hex>", "payload": {...}}
 
-``sha256`` is taken over the payload's canonical JSON (sorted keys, no spaces), so a truncated,
-edited or damaged file is refused before anything is written. The payload holds the study's name
+``sha256`` is taken over the payload's canonical JSON (sorted keys, no spaces), so a truncated or
+damaged file (or one edited without recomputing it) is refused before anything is written. It is
+no signature: anyone who edits a file can recompute it, so what a file says is checked as any row
+is (`trust`), and its pick rule only names the rule its views replay, said so (`results.explain`). The payload holds the study's name
 and key, all its trials, and the builds and measurements of their machine code. Importing goes
 through one store transaction (:meth:`Store.import_study`): it merges or changes nothing.
 """
@@ -109,7 +111,7 @@ def read(path: Path) -> StudyExport:
         )
     payload = document.get("payload")
     if not isinstance(payload, dict) or document.get("sha256") != _checksum(path, payload):
-        raise UsageError(f"{path}: checksum mismatch: the file was changed or damaged after export")
+        raise UsageError(f"{path}: checksum mismatch: the file was damaged, truncated or changed after export")
     try:
         return _export(payload)
     except (KeyError, TypeError, ValueError, AttributeError, SpaceError) as error:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
-from compileiq.core.records import RunRecord
+from compileiq.core.records import RunRecord, TrialState
 from compileiq.store.base import StoreBase
 from compileiq.store.rows import run_record
-from compileiq.store.schema import db_now, runs
+from compileiq.store.schema import chunks, db_now, runs, trials_table
 
 
 class RunLog(StoreBase):
@@ -34,3 +37,19 @@ class RunLog(StoreBase):
         query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
             return [run_record(row) for row in conn.execute(query).mappings().all()]
+
+
+def named_trials(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dict[int, tuple[TrialState | None, float | None]]:
+    """Study id -> (state, value) of the trial its recorded decision names, as the row is now (the
+    study list shows a run's choice only while that row holds the value the run recorded: one
+    indexed row per study, read in statements of bounded size)."""
+    pairs = [(study_id, d["chosen"]) for study_id, d in decisions.items() if type(d.get("chosen")) is int]
+    t = trials_table.c
+    found: dict[int, tuple[TrialState | None, float | None]] = {}
+    for chunk in chunks(pairs, 2_000):
+        query = sa.select(t.study_id, t.state, t.value).where(sa.tuple_(t.study_id, t.number).in_(list(chunk)))
+        for row in conn.execute(query):
+            state = next((s for s in TrialState if s.value == row.state), None)
+            value = float(row.value) if isinstance(row.value, int | float) and math.isfinite(row.value) else None
+            found[row.study_id] = (state, value)
+    return found

@@ -63,7 +63,9 @@ def _latest_pick(conn: Connection, study_id: int) -> str | None:
 
 def insert_pick(conn: Connection, study_id: int, rule: str, origin: str) -> None:
     """A run row that records only the pick rule an imported study's ACF was chosen by: the views of
-    a trade-off replay its choice by that rule (no trial number is taken from the file)."""
+    a trade-off replay its choice by that rule (no trial number is taken from the file), and say
+    that the rule came from an imported export, not from a run of this database: the file's
+    checksum catches damage, not a deliberate edit (`exchange`)."""
     conn.execute(runs.insert().values(study_id=study_id, worker="import", limits={}, started_at=db_now(),
                                       finished_at=db_now(), stopped=f"imported from {origin}"[:200],
                                       search_trials=0, extra_trials=0, decision={"pick": rule}))
