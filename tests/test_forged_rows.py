@@ -219,8 +219,8 @@ def test_a_quarantined_baseline_is_said_to_be_replaced_by_the_rebuild_in_every_v
     assert "same result" not in source and "quarantined and replaced by it" in source, source
     assert MALLORY in source and row.code_hash == acf.read(kernel / "k.acf.toml").evidence["baseline"]["code_hash"]
     shown = run_cli(["show", "1", "--db", url], cwd=kernel)
-    assert "baseline (quarantined and replaced by run 2's rebuild)" in shown.output, shown.describe()
-    assert "verified by run" not in shown.output.split("baseline", 1)[1].splitlines()[0], shown.describe()
+    assert "quarantined and replaced by run 2's" in shown.output and "verified by run" not in shown.output, \
+        shown.describe()
     data = json.loads(run_cli(["show", "1", "--db", url, "--json"], cwd=kernel).stdout)
     listed = next(t for t in data["trials"] if t["number"] == 0)
     assert listed["provenance"] == "quarantined and replaced by run 2's rebuild", listed

@@ -10,17 +10,21 @@ ACF said code-changed. The path's part is now the same on every build, every fol
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from helpers import CliResult, run_cli
 
 from compileiq.build.compile import AssembleJob, BuildStatus, FrontendJob, assemble, emit_ptx
-from compileiq.core.records import TrialState
+from compileiq.build.linkage import PATH_HASH
+from compileiq.core.records import Trial, TrialState
 from compileiq.core.toolchain import find_toolchain
 from compileiq.results import acf
 from compileiq.source.entry_names import entry_matches, readable
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.store import Store
+from compileiq.store.schema import builds, trials_table
 
 KERNEL = """\
 static __global__ void add(float* x, int n) {
@@ -70,13 +74,25 @@ def test_the_same_source_and_flags_give_the_same_code_hash_and_names_on_every_bu
     assert all(any(entry_matches(name, wanted) for name in kernels) for wanted in ("add", "twice"))
 
 
+def _tune(folder: Path, url: str, budget: int) -> CliResult:
+    return run_cli(["tune", "k.cu", "--objective", "registers", "--only", "ptxas.maxrregcount", "--budget",
+                    str(budget), "--workers", "local", "--db", url, "--out", "k.acf.toml", "--force"], cwd=folder)
+
+
+def _trials(url: str) -> list[Trial]:
+    store = Store.open(url)
+    try:
+        return store.trials(store.find_study("1").id)
+    finally:
+        store.close()
+
+
 def test_a_rerun_of_a_study_with_static_kernels_under_rdc_quarantines_nothing(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "work", 'nvcc_flags = ["-rdc=true"]\n')
     url = f"sqlite:///{tmp_path / 'q.db'}"
 
     def tune(budget: int) -> CliResult:
-        return run_cli(["tune", "k.cu", "--objective", "registers", "--only", "ptxas.maxrregcount", "--budget",
-                        str(budget), "--workers", "local", "--db", url, "--out", "k.acf.toml", "--force"], cwd=folder)
+        return _tune(folder, url, budget)
 
     first = tune(4)
     assert first.returncode == 0, first.describe()
@@ -85,14 +101,41 @@ def test_a_rerun_of_a_study_with_static_kernels_under_rdc_quarantines_nothing(tm
         again = tune(budget)
         assert again.returncode == 0, again.describe()
         assert "quarantined" not in again.output, again.describe()
-    store = Store.open(url)
-    try:
-        trials = store.trials(store.find_study("1").id)
-    finally:
-        store.close()
+    trials = _trials(url)
     assert not [t for t in trials if t.reason and "quarantined" in t.reason]
     assert trials[0].state is TrialState.COMPLETE
     after = acf.read(folder / "k.acf.toml")
     assert after.evidence["baseline"]["code_hash"] == before.evidence["baseline"]["code_hash"]
     gate = run_cli(["gate", "k.acf.toml", "--static"], cwd=folder)
     assert gate.returncode == 0 and "code-changed" not in gate.output, gate.describe()
+
+
+def test_rows_and_cached_builds_recorded_with_scratch_names_are_brought_up_to_date_not_quarantined(
+        tmp_path: Path) -> None:
+    """A database written before the names were made the same: its rows differ from their rebuilds
+    in those names and the code hash alone; they are updated, and its cached builds compiled again."""
+    folder = _folder(tmp_path, "work", 'nvcc_flags = ["-rdc=true"]\n')
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    assert (first := _tune(folder, url, 4)).returncode == 0, first.describe()
+
+    def scratch_named(metrics: dict[str, Any]) -> dict[str, Any]:
+        entries = [{**e, "name": e["name"].replace(PATH_HASH, "1a93c0de")} for e in metrics["entries"]]
+        assert entries != metrics["entries"]
+        return {**metrics, "entries": entries}
+
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # as an earlier compileiq recorded them: a scratch folder's names and code hash
+        for row in conn.execute(sa.select(trials_table.c.id, trials_table.c.metrics)).all():
+            conn.execute(trials_table.update().where(trials_table.c.id == row.id).values(
+                metrics=scratch_named(row.metrics), code_hash="1a93" * 16))
+        for key, metrics in conn.execute(sa.select(builds.c.key, builds.c.metrics)).all():
+            conn.execute(builds.update().where(builds.c.key == key).values(metrics=scratch_named(metrics),
+                                                                            code_hash="1a93" * 16))
+    engine.dispose()
+    again = _tune(folder, url, 6)
+    assert again.returncode == 0 and "quarantined" not in again.output, again.describe()
+    assert "build cache hits 0;" in again.output, again.describe()
+    baseline = _trials(url)[0]
+    assert baseline.state is TrialState.COMPLETE and baseline.code_hash != "1a93" * 16
+    assert all(PATH_HASH in e["name"] for e in baseline.metrics["entries"])
+    assert acf.read(folder / "k.acf.toml").evidence["baseline"]["code_hash"] == baseline.code_hash
