@@ -36,7 +36,6 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.core.space import Config, SpaceError
-from compileiq.core.text import printable
 from compileiq.store import Store, trust
 
 FORMAT = "compileiq-study"
@@ -71,13 +70,9 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
 
 def import_from_file(url: str, path: Path) -> ImportSummary:
     """Merge the study in ``path`` into the database at ``url`` (the file is checked first; a
-    row that does not fit the study's search space or is malformed is rejected, and counted). A
-    file whose every trial is rejected is refused (one line, UsageError) before the database is
-    opened: nothing of it would arrive, and an empty study would be left behind."""
+    row that does not fit the study's search space or is malformed is rejected, and counted; a
+    file whose every trial is rejected is refused: `Store.import_study`)."""
     export = read(path)
-    if not export.trials and (lost := [why for why in export.rejected if why.startswith("trial")]):
-        raise UsageError(f"{path}: all {len(lost)} trials of study {printable(export.name)} were rejected, so nothing was "
-                         f"imported; the first: {lost[0]}")
     store = Store.open(url)
     try:
         return replace(store.import_study(export), rejected=export.rejected)
