@@ -6,6 +6,7 @@ them; a row that disagrees is quarantined (failed, with the reason and who recor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,32 @@ def test_a_forged_point_never_moves_the_pick_on_a_front(tmp_path: Path) -> None:
     after = acf.read(tmp_path / "k.acf.toml").evidence
     assert victim.number not in {point["trial"] for point in after["front"]}
     assert after["pick"]["trial"] == before["pick"]["trial"]
+
+
+def test_a_quarantined_baseline_is_said_to_be_replaced_by_the_rebuild_in_every_view(kernel: Path, tmp_path: Path
+                                                                                     ) -> None:
+    """User report 46, fault 2: the baseline's row, quarantined and replaced by the rebuild, was
+    cited by the ACF as "compiled again by this run, which gave the same result" and shown as
+    "baseline (verified by run 2)" while the run said quarantined."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    baseline = _trials(url)[0]
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # a shared row of the baseline that claims other code and fewer registers
+        conn.execute(trials_table.update().where(trials_table.c.id == baseline.id).values(
+            code_hash="f" * 64, metrics={**baseline.metrics, "registers": baseline.metrics["registers"] - 1},
+            worker=MALLORY))
+    engine.dispose()
+    output = _tune(kernel, url)
+    assert "trial #0 quarantined" in output
+    row = _trials(url)[0]
+    assert row.reason is not None and row.reason.startswith("quarantined row replaced by a rebuild")
+    source = acf.read(kernel / "k.acf.toml").evidence["baseline"]["source"]
+    assert "same result" not in source and "quarantined and replaced by it" in source, source
+    assert MALLORY in source and row.code_hash == acf.read(kernel / "k.acf.toml").evidence["baseline"]["code_hash"]
+    shown = run_cli(["show", "1", "--db", url], cwd=kernel)
+    assert "quarantined and replaced by run 2's" in shown.output and "verified by run" not in shown.output, \
+        shown.describe()
+    data = json.loads(run_cli(["show", "1", "--db", url, "--json"], cwd=kernel).stdout)
+    listed = next(t for t in data["trials"] if t["number"] == 0)
+    assert listed["provenance"] == "quarantined and replaced by run 2's rebuild", listed

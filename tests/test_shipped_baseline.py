@@ -401,3 +401,46 @@ def test_space_reads_the_kernels_compile_command_as_tune_does(tmp_path: Path) ->
     assert "nvcc's -maxrregcount=64" in read.stderr, read.describe()
     lone = run_cli(["space", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert lone.returncode == 2 and "give the KERNEL.cu too" in lone.stderr, lone.describe()
+
+
+def test_a_study_of_a_shipped_build_with_fast_math_moves_between_databases_whole(tmp_path: Path) -> None:
+    """User report 46, fault 3: a shipped setting of a risk class not searched by default
+    (--use_fast_math) is searched after the others (its study's space, and hash, in that order);
+    `db import` rebuilt the space in the bundled order, so every trial was rejected ("not those of
+    the study's search space"), exit 0, and an empty study was left behind."""
+    _project(tmp_path, "nvcc --use_fast_math -Xptxas -O3 -arch=sm_90 -c k.cu -o k.o")
+    shipped = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "4",
+                    "--out", str(tmp_path / "shipped.acf.toml"))
+    study = str(shipped["study"]["name"]) if isinstance(shipped["study"], dict) else str(shipped["study"])
+    source, target = f"sqlite:///{tmp_path / 't.db'}", f"sqlite:///{tmp_path / 'team.db'}"
+    exported = run_cli(["db", "export", study, "--db", source, "-o", "study.json"], cwd=tmp_path)
+    assert exported.returncode == 0, exported.describe()
+    payload = json.loads((tmp_path / "study.json").read_text())["payload"]
+    imported = run_cli(["db", "import", "study.json", "--db", target], cwd=tmp_path)
+    assert imported.returncode == 0 and "rejected" not in imported.output, imported.describe()
+    assert f"{len(payload['trials'])} trials added" in imported.output, imported.describe()
+    shown = run_cli(["show", study, "--db", target, "--json"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    assert json.loads(shown.stdout)["study"]["trials"] == len(payload["trials"])
+
+
+def test_an_import_that_rejects_every_trial_fails_in_one_line_and_creates_no_study(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -Xptxas -O3 -arch=sm_90 -c k.cu -o k.o")
+    shipped = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2")
+    study = str(shipped["study"]["name"]) if isinstance(shipped["study"], dict) else str(shipped["study"])
+    exported = run_cli(["db", "export", study, "--db", f"sqlite:///{tmp_path / 't.db'}", "-o", "study.json"],
+                       cwd=tmp_path)
+    assert exported.returncode == 0, exported.describe()
+    document = json.loads((tmp_path / "study.json").read_text())
+    for trial in document["payload"]["trials"]:  # a space no tune of this study searched
+        trial["config"]["ptxas.opt_level"] = 7
+    from compileiq.store.exchange import _checksum
+
+    document["sha256"] = _checksum(None, document["payload"])
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    target = f"sqlite:///{tmp_path / 'team.db'}"
+    imported = run_cli(["db", "import", "bad.json", "--db", target], cwd=tmp_path)
+    assert imported.returncode != 0 and len(imported.stderr_lines) == 1, imported.describe()
+    assert "Traceback" not in imported.output and "rejected" in imported.stderr, imported.describe()
+    listed = run_cli(["show", study, "--db", target], cwd=tmp_path)
+    assert listed.returncode != 0, listed.describe()  # no study of that name was created

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from compileiq.build.cubin import CubinError, text_sections
+from compileiq.build.linkage import stable_ptx
 from compileiq.core.metric_ranges import RANGES
 from compileiq.core.processes import (
     COMPILER_MEMORY,
@@ -117,7 +118,8 @@ def emit_ptx(job: FrontendJob, attempts: int = ATTEMPTS) -> PtxResult:
             made = _produce(_Call("nvcc", argv, out, "PTX", job.timeout_s, workdir), _ptx_problem, attempts)
     except OSError as error:
         return PtxResult(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
-    return PtxResult(made.status, made.data, made.seconds, made.message, job.bundle.relocatable,
+    # names of internal linkage carry a hash of the scratch folder's path: the same on every build
+    return PtxResult(made.status, stable_ptx(made.data), made.seconds, made.message, job.bundle.relocatable,
                      job.bundle.ptxas_base_args)
 
 

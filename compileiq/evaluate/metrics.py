@@ -17,7 +17,13 @@ from compileiq.core import metric_ranges
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
-from compileiq.source.entry_names import entry_matches, macro_values, readable, with_macros
+from compileiq.source.entry_names import (
+    entry_matches,
+    linkage_free,
+    macro_values,
+    readable,
+    with_macros,
+)
 from compileiq.source.launch import ExpressionError, LaunchModel
 from compileiq.source.spec import KernelSpec, SourceBundle
 
@@ -188,7 +194,7 @@ class StaticEvaluator:
             full = build.message.strip()
             reason = headline if full == headline else f"{headline}\n{full}"
             return Evaluation(None, f"{build.status.value}: {reason}", {})
-        kernels = tuple(e for e in build.entries if e.entry and not PLACEHOLDER_KERNEL.match(e.name))
+        kernels = tuple(e for e in build.entries if e.entry and not PLACEHOLDER_KERNEL.match(linkage_free(e.name)))
         if not kernels:
             return Evaluation(None, NO_KERNEL, {})
         values = config.as_dict()

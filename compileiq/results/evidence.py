@@ -256,13 +256,17 @@ def launch_by_kernel(metrics: Mapping[str, Any]) -> dict[str, dict[str, int]]:
 
 def source(trial: Trial, result: Any, database: str) -> str:
     """Where a trial's evidence comes from: a build this run made, a row it found and rebuilt to the
-    same result (a static objective's ACF cites no other), this run's reading of the build cache,
+    same result (a static objective's ACF cites no other), a row whose rebuild disagreed (the
+    baseline's: quarantined and replaced by the rebuild), this run's reading of the build cache,
     or a row it found in the database (a runtime objective's: not rebuilt here)."""
     origin = result.origins.get(trial.id)
     if origin == "compiled":
         return "compiled by this run"
     if origin == "verified":
         return f"recorded in {database} by {trial.worker}; compiled again by this run, which gave the same result"
+    if origin == "replaced":
+        return (f"compiled again by this run: the row recorded in {database} by {trial.worker} disagreed with "
+                "this rebuild, was quarantined and replaced by it")
     if origin is not None:
         return "evaluated by this run from the build cache (not recompiled)"
     return (f"recorded in {database} by {trial.worker} (an earlier, shared or imported result; "

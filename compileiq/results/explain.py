@@ -46,27 +46,32 @@ class Explanation:
 
     def provenance(self, trial: Trial) -> str:
         """Whether this database vouches for the row: "verified by run N" (a run of this database
-        built it again and agreed, or built it itself, before an ACF cited it), "recorded by run N"
-        (its worker ran a tune here), else "not recorded by a run of this database" (`db import`,
-        or written by something that never tuned here). Run rows are this database's own record."""
-        verified_by, first_run_of = self._vouched
-        if trial.number in verified_by:
-            return f"verified by run {verified_by[trial.number]}"
+        built it again and agreed, or built it itself, before an ACF cited it), "quarantined and
+        replaced by run N's rebuild" (the row disagreed with that run's rebuild, was quarantined and now holds the
+        rebuild: the baseline), "recorded by run N" (its worker ran a tune here), else "not
+        recorded by a run of this database" (`db import`, or written by something that never tuned
+        here). Run rows are this database's own record; the latest run that checked a row says."""
+        checked_by, first_run_of = self._vouched
+        if trial.number in checked_by:
+            run, how = checked_by[trial.number]
+            return f"verified by run {run}" if how == "verified" else f"quarantined and replaced by run {run}'s rebuild"
         if trial.worker and trial.worker in first_run_of:
             return f"recorded by run {first_run_of[trial.worker]}"
         return "not recorded by a run of this database"
 
     @cached_property
-    def _vouched(self) -> tuple[dict[int, int], dict[str, int]]:
-        """(trial number -> the latest run that verified it, worker -> its first run), read once."""
-        verified_by: dict[int, int] = {}
+    def _vouched(self) -> tuple[dict[int, tuple[int, str]], dict[str, int]]:
+        """(trial number -> the latest run that checked it and how: "verified" or "replaced",
+        worker -> its first run), read once."""
+        checked_by: dict[int, tuple[int, str]] = {}
         first_run_of: dict[str, int] = {}
         for run in sorted(self.runs, key=lambda r: r.id):
-            verified = run.decision.get("verified") if isinstance(run.decision, dict) else None
-            if isinstance(verified, list):
-                verified_by.update((n, run.id) for n in verified if type(n) is int)
+            for how in ("verified", "replaced"):
+                numbers = run.decision.get(how) if isinstance(run.decision, dict) else None
+                if isinstance(numbers, list):
+                    checked_by.update((n, (run.id, how)) for n in numbers if type(n) is int)
             first_run_of.setdefault(run.worker, run.id)
-        return verified_by, first_run_of
+        return checked_by, first_run_of
 
     def front_of(self, objectives: Sequence[str], rule: str) -> Front:
         """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
@@ -251,10 +256,12 @@ def decision(result: Any) -> dict[str, Any]:
     confirmation (runtime measurements no trial row holds) decided it."""
     cited = (result.baseline, result.chosen)
     checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
+    replaced = sorted({t.number for t in cited if result.origins.get(t.id) == "replaced"})  # quarantined, rebuilt
+    static = result.study.key.evaluator == "static"
     by = "confirmation" if result.confirmation is not None else "rules"
     picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
     return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
-            "verified": checked if result.study.key.evaluator == "static" else [], **picked}
+            "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked}
 
 
 def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:

@@ -3,7 +3,9 @@
 named or anonymous); ``ops::detail::saxpy`` names the namespaced one only, and ``tile<128>`` or
 ``reduce6<float, 256, true>`` (arguments that are integers, ``true``/``false`` or built-in types)
 one instance of a kernel template; a template's name alone names every instance. A mangled name
-matches itself."""
+matches itself. A kernel of internal linkage under -rdc=true (``static __global__``, named
+``__nv_static_25__<25 characters>_Z3addPf`` by nvcc) is named as its name after that prefix is
+(``add``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ _BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "uns
 _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _SOURCE_NAME = re.compile(r"(\d+)")
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
+_STATIC = re.compile(r"__nv_static_(\d+)__")  # then that many characters (path hash, file), then the name
 
 
 def with_macros(name: str, macros: Mapping[str, object]) -> str:
@@ -43,6 +46,7 @@ def entry_matches(entry: str, name: str) -> bool:
     """Whether the compiled entry ``entry`` (maybe mangled) is the kernel called ``name``."""
     if entry == name:
         return True
+    entry = linkage_free(entry)
     base, _, args = name.partition("<")
     found = _name_and_end(entry, base.split("::"))
     if found is None:
@@ -110,11 +114,20 @@ def nested_name(entry: str) -> tuple[list[str], list[int]] | None:
     return (parts, ends) if parts else None
 
 
+def linkage_free(entry: str) -> str:
+    """``entry`` without the prefix nvcc gives a ``static`` kernel under -rdc=true
+    (``__nv_static_25__8f633831_4_k_cu_d589cb60__Z3addPf`` -> ``_Z3addPf``); any other as it is."""
+    if (found := _STATIC.match(entry)) and found.end() + int(found[1]) < len(entry):
+        return entry[found.end() + int(found[1]):]
+    return entry
+
+
 def readable(entry: str) -> str:
     """The name tune.toml can give a compiled entry: a mangled one's source name, with its template
     arguments where `template_arguments` reads them (``_Z14calculate_tempiPf...`` -> ``calculate_temp``,
     ``_ZN3ops4tileILi8EEEvPf`` -> ``ops::tile<8>``); any other entry as it is. (No demangler ships
-    with every toolkit.)"""
+    with every toolkit.) A ``static`` kernel's under -rdc=true without nvcc's prefix (`linkage_free`)."""
+    entry = linkage_free(entry)
     nested = nested_name(entry)
     if nested is not None:
         names, ends = nested

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from compileiq.core.errors import UsageError
 from compileiq.core.records import (
     KEY_FIELDS,
     PURPOSES,
@@ -39,6 +40,7 @@ from compileiq.core.records import (
     TrialOutcome,
     TrialState,
 )
+from compileiq.core.text import printable
 from compileiq.store import transfer
 from compileiq.store.build_cache import BuildCache
 from compileiq.store.build_claims import BuildClaims
@@ -308,11 +310,16 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         The study is matched by name (its key must be the same); trials by config key: a
         finished or running trial here is kept, one failed-to-be-retried is replaced, a missing
         one is added with the next free number. Builds and measurements are added when missing.
-        Importing the same export twice changes nothing.
+        Importing the same export twice changes nothing; a file whose every trial was rejected
+        (`exchange.read`) is refused (UsageError, one line) and changes nothing.
         """
         try:
             with self._tx() as conn:
                 study, created = transfer.import_target(conn, export)
+                if not export.trials and (lost := [why for why in export.rejected if why.startswith("trial")]):
+                    # nothing of it would arrive, and an empty study would be left behind: rolled back
+                    raise UsageError(f"all {len(lost)} trials of study {printable(export.name)} in the file were "
+                                     f"rejected, so nothing was imported; the first: {lost[0]}")
                 added, kept, skipped = transfer.import_trials(conn, study.id, export.trials)
                 builds_added = transfer.insert_builds(conn, export.builds)
                 timed = transfer.insert_measurements(conn, export.measurements)

@@ -72,7 +72,8 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
 
 def import_from_file(url: str, path: Path) -> ImportSummary:
     """Merge the study in ``path`` into the database at ``url`` (the file is checked first; a
-    row that does not fit the study's search space or is malformed is rejected, and counted)."""
+    row that does not fit the study's search space or is malformed is rejected, and counted; a
+    file whose every trial is rejected is refused: `Store.import_study`)."""
     export = read(path)
     store = Store.open(url)
     try:

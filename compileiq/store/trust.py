@@ -15,6 +15,7 @@ from compileiq.core import metric_ranges
 from compileiq.core.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
 from compileiq.core.space_files import load_space
+from compileiq.store.space_order import study_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
 _SPACE_ID = re.compile(r"nvcc-(?P<version>[\w.]+)\+ptxas-(?P=version)")
@@ -139,14 +140,15 @@ def measurement_problem(measurement: Measurement) -> str | None:
 
 def export_space(key: StudyKey, names: list[str]) -> SearchSpace | None:
     """The space a study's config with ``names`` was drawn from, as far as this install knows it:
-    the bundled space of ``key.space_id`` cut to ``names``, each ``define.NAME`` as any value.
+    the bundled space of ``key.space_id`` cut to ``names`` in the order the study's hash was taken
+    in (`space_order`: a shipped build's fast math comes last), each ``define.NAME`` as any value.
     None when this install has no such space (the rows are then checked for shape only)."""
     full = _bundled(key.space_id)
     if full is None:
         return None
     try:
         own = [name for name in names if not name.startswith(_DEFINE)]
-        return full.select(allow_numerics=True, allow_semantics=True, only=own)
+        return study_space(full.select(allow_numerics=True, allow_semantics=True, only=own), key.space_sha256)
     except SpaceError:
         return full  # an unknown name: validating against the whole space names it
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from compileiq.build.compile import Build, BuildStatus, EntryResources
+from compileiq.build.linkage import stable_name
 from compileiq.core.records import BuildRecord
 
 
@@ -14,9 +15,13 @@ def build_record(key: str, build: Build, ptx_key: str | None = None) -> BuildRec
 
 def deterministic(record: BuildRecord) -> bool:
     """Only outcomes that the same inputs repeat are served from the cache (older versions
-    cached timeouts: those are compiled again)."""
+    cached timeouts, and builds whose names of internal linkage carry the hash of their scratch
+    folder's path, with a code hash over those names: those are compiled again)."""
     status = record.metrics.get("status", "ok" if record.ok else "compile_error")
-    return status in (BuildStatus.OK.value, BuildStatus.COMPILE_ERROR.value)
+    entries = record.metrics.get("entries", [])
+    scratch_named = isinstance(entries, list) and any(
+        isinstance(e, dict) and isinstance(e.get("name"), str) and stable_name(e["name"]) != e["name"] for e in entries)
+    return status in (BuildStatus.OK.value, BuildStatus.COMPILE_ERROR.value) and not scratch_named
 
 
 def build_from_record(record: BuildRecord) -> Build:
