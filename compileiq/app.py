@@ -28,6 +28,7 @@ from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.shipped import arch_note, value_text
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
@@ -177,7 +178,9 @@ def full_space(kernel: Path | None, arch: str | None = None,
     space = load_space(find_toolchain().nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
     space = space.with_defines(tuned) if tuned else space
-    return (space.restricted(restrictions.of_spec(spec)) if spec else space), spec
+    if spec is None:
+        return space, None
+    return space_choice.without_capped(space, spec).restricted(restrictions.of_spec(spec)), spec
 
 
 def kernel_notes(spec: KernelSpec) -> list[str]:
@@ -188,7 +191,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
-    notes = [] if spec.tuned_defines else [untuned]
+    notes = ([] if spec.tuned_defines else [untuned]) + arch_note(spec.arch, spec.archs_left_out)
     try:
         bundle = bundle_sources(spec, find_toolchain().nvcc)
     except DependencyError as error:  # the run would stop here: say so now, in one line
@@ -197,7 +200,15 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         check_macros_take_effect(spec, bundle)
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
-    return notes + source_notes(spec, bundle)
+    return notes + source_notes(spec, bundle) + shipped_notes(spec)
+
+
+def shipped_notes(spec: KernelSpec) -> list[str]:
+    """What `space --compile-commands` says of each setting the shipped build sets: its baseline
+    is the shipped value, and --only/--exclude may not leave it out (`space_choice`)."""
+    settings = spec.shipped.settings if spec.shipped is not None else ()
+    return [f"{s.name} starts from your build's {value_text(s.value)} ({s.flag}), not the default; --only or "
+            "--exclude that leave it out are refused (the baseline is the build you ship)" for s in settings]
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:
@@ -218,14 +229,16 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
         return spec
     from compileiq.source.compile_db import read_command
     from compileiq.source.kernel import with_base_flags
-    from compileiq.source.shipped import under_register_cap
+    from compileiq.source.shipped import other_archs, under_register_cap
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
-    overridden = (f"{command.arch} that the compile command gives" if arch and command.arch not in (None, arch)
-                  else spec.arch_overridden)
-    shipped = under_register_cap(command.shipped, spec.nvcc_flags)
-    return replace(spec, arch=arch or command.arch or spec.arch, shipped=shipped, arch_overridden=overridden)
+    overridden = (f"{command.arch} that the compile command gives"
+                  if arch and command.arch is not None and arch not in command.archs else spec.arch_overridden)
+    tuned = arch or command.arch or spec.arch
+    shipped = other_archs(under_register_cap(command.shipped, spec.nvcc_flags), command.arch_flags, tuned)
+    left_out = tuple(a for a in command.archs if a != tuned)
+    return replace(spec, arch=tuned, shipped=shipped, arch_overridden=overridden, archs_left_out=left_out)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:
@@ -258,6 +271,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         progress.note(note)
     if spec.arch_overridden is not None:
         progress.note(f"note: --arch {spec.arch} overrides the arch {spec.arch_overridden}")
+    for line in arch_note(spec.arch, spec.archs_left_out):
+        progress.note(f"note: {line}")
     if spec.shipped is not None:
         from compileiq.source.shipped import describe
 

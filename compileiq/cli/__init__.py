@@ -304,7 +304,8 @@ def space(
     if compile_commands is not None and kernel is None:
         raise UsageError("--compile-commands names the command of a kernel: give the KERNEL.cu too")
     found, spec = app.full_space(kernel, compile_commands=compile_commands)
-    emit(as_json, space_json(found), lambda: space_table(found, spec.source.name if spec else None))
+    shipped = spec.shipped.values() if spec is not None and spec.shipped is not None else {}
+    emit(as_json, space_json(found, shipped), lambda: space_table(found, spec.source.name if spec else None, shipped))
     for note in app.kernel_notes(spec) if spec else ():
         err.print(f"note: {safe(note)}", markup=False, highlight=False)  # stderr: stdout stays the table
 

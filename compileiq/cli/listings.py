@@ -5,6 +5,7 @@ or JSON documents.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -161,19 +162,26 @@ def _listed(space: SearchSpace) -> list[Any]:
     return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
 
 
-def space_json(space: SearchSpace) -> list[dict[str, Any]]:
-    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default, "risk": p.risk,
+def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each parameter; with a shipped build (--compile-commands), `baseline` is the value the
+    search starts from: the shipped one where the build sets it, else the default."""
+    shipped = shipped or {}
+    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default,
+             **({"baseline": shipped.get(p.name, p.default)} if shipped else {}), "risk": p.risk,
              "help": p.help} for p in _listed(space)]
 
 
-def space_table(space: SearchSpace, kernel: str | None) -> Table:
+def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, Any] | None = None) -> Table:
     title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
     table = Table(title=title)
-    for column in ("parameter (--only/--exclude name)", "values", "default", "risk", "what it does"):
-        table.add_column(column, overflow="fold")
+    shipped = shipped or {}
+    column = "baseline (your build; default)" if shipped else "default"
+    for heading in ("parameter (--only/--exclude name)", "values", column, "risk", "what it does"):
+        table.add_column(heading, overflow="fold")
     for p in _listed(space):
         values = ", ".join(str(v) for v in p.values)
-        table.add_row(escape(p.name), escape(values), escape(str(p.default)), p.risk, escape(p.help))
+        start = f"{shipped[p.name]} (your build; default {p.default})" if p.name in shipped else str(p.default)
+        table.add_row(escape(p.name), escape(values), escape(start), p.risk, escape(p.help))
     if space.restriction is not None:
         table.caption = restriction_line(space)
     return table

@@ -88,6 +88,9 @@ def lowering_settings(space: SearchSpace, defaults: Mapping[str, Any]) -> list[t
             if lowered_optimisation({p.name: value}, defaults)]
 
 
+DEFAULTS = "the compiler defaults"  # the baseline's name without a shipped build
+
+
 @dataclass(frozen=True)
 class Reference:
     """The baseline's build (the compiler defaults, or the shipped build): what every candidate
@@ -97,14 +100,16 @@ class Reference:
     occupancy: float
     config: Mapping[str, Any]
     objective: str = "static"  # the study's objective(s), comma-separated
+    against: str = DEFAULTS  # what the baseline is, for refusals: "your build as shipped (...)" where it is
 
     @classmethod
-    def of(cls, baseline: Trial, objective: str = "static") -> Reference | None:
+    def of(cls, baseline: Trial, objective: str = "static", against: str = DEFAULTS) -> Reference | None:
         """The baseline trial's facts, or None when it has none (it failed)."""
         metrics = baseline.metrics
         if baseline.state is not TrialState.COMPLETE or "spill_bytes" not in metrics:
             return None
-        return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective)
+        return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective,
+                   against)
 
     @property
     def measured(self) -> bool:
@@ -135,7 +140,7 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     """Why a result may not win (for `time`: may not be measured), or None when it may."""
     spills = int(metrics.get("spill_bytes", 0))
     if spills > reference.spill_bytes:
-        return f"adds spill bytes over the compiler defaults ({reference.spill_bytes} -> {spills})"
+        return f"adds spill bytes over {reference.against} ({reference.spill_bytes} -> {spills})"
     occupancy = float(metrics.get("occupancy", 0.0))
     if occupancy == 0.0 < reference.occupancy:
         return ("cannot launch (occupancy 0%: its threads, registers or shared memory per block exceed what an SM "
@@ -154,10 +159,10 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     return None
 
 
-def study_refusal(baseline: Trial | None, objective: str, static: bool) -> Refusal:
+def study_refusal(baseline: Trial | None, objective: str, static: bool, against: str = DEFAULTS) -> Refusal:
     """The no-harm rules a study's choice is held to: a static objective's against the baseline;
     `time` chooses by measurement (its screening is `Reference.screening`)."""
-    reference = Reference.of(baseline, objective) if static and baseline is not None else None
+    reference = Reference.of(baseline, objective, against) if static and baseline is not None else None
     if reference is None:
         return lambda trial: None
     return lambda t: refusal(t.config, t.metrics, reference)

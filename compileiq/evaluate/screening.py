@@ -104,7 +104,7 @@ def tiling_reference(config: Config, static: Evaluation, baseline: Reference) ->
     if static.value is None or "spill_bytes" not in static.metrics:
         return None
     return Reference(int(static.metrics["spill_bytes"]), float(static.metrics.get("occupancy", 0.0)),
-                     config.as_dict(), baseline.objective)
+                     config.as_dict(), baseline.objective, baseline.against)
 
 
 class Tilings:

@@ -216,7 +216,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     gain = eligibility.recorded_runtime_gain(acf.objective)
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
     built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
-    name = f"your build as shipped ({acf.shipped.origin})" if shipped and acf.shipped else "the compiler defaults"
+    name = acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS
     return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
 
 

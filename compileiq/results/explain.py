@@ -325,8 +325,9 @@ def recorded_space(baseline: Trial) -> SearchSpace:
 def baseline_label(study: Study, baseline: Trial | None, origin: str | None = None) -> str:
     """How every view names the study's first trial: "baseline (defaults)" when it is the compiler
     defaults, else the build the project ships ("your build: compile_commands.json" where the run
-    knows the file)."""
-    if baseline is None or not _shipped_values(study, baseline):
+    knows the file: then it is that build even where it sets no searched setting, its fixed flags
+    such as nvcc's -maxrregcount being applied to it)."""
+    if origin is None and (baseline is None or not _shipped_values(study, baseline)):
         return "baseline (defaults)"
     return f"baseline (your build: {origin})" if origin else "baseline (your build)"
 

@@ -75,9 +75,9 @@ def combinations(names: list[str], space: SearchSpace) -> int:
     return math.prod(len(space.parameter(name).values) for name in names)
 
 
-def refused_because(trial: Trial, baseline: Trial, objective: str) -> str:
-    """Why the study's rules refused the candidate."""
-    reference = eligibility.Reference.of(baseline, objective)
+def refused_because(trial: Trial, baseline: Trial, objective: str, against: str = eligibility.DEFAULTS) -> str:
+    """Why the study's rules refused the candidate (`against`: what the baseline is)."""
+    reference = eligibility.Reference.of(baseline, objective, against)
     return (eligibility.refusal(trial.config, trial.metrics, reference) if reference else None) or ""
 
 
@@ -93,7 +93,7 @@ def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: 
         found.append({
             "trial": trial.number, "settings": settings, "value": trial.value,
             **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},
-            "refused": refused_because(trial, baseline, objective),
+            "refused": refused_because(trial, baseline, objective, shipped.name if shipped else eligibility.DEFAULTS),
             "command": command(kernel, names, combinations(names, space), shipped_arguments(shipped)),
         })  # fmt: skip
     return found

@@ -38,7 +38,9 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "--generate-code", "-include", "--pre-include", "-L", "--library-path", "-l",
                "--library", "-maxrregcount", "--maxrregcount", "-odir", "--output-directory",
                "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
-               "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd"}
+               "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd", "--threads", "-t",
+               "--split-compile", "-split-compile", "--keep-dir", "-keep-dir", "--Werror", "-Werror",
+               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-forward-unknown-to-host-compiler",
                     "--forward-unknown-to-host-compiler", "-odir", "--output-directory"}
@@ -49,7 +51,57 @@ _PTXAS = {"-Xptxas", "--ptxas-options"}
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 _ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
 _SHORT_ATTACHED = ("-I", "-D", "-U", "-O")  # not -l: nvcc has -lineinfo, -lto
+_THREADS_ATTACHED = re.compile(r"-t(\d+)")  # nvcc takes -t4 as -t 4 (not -t in general: -time is another option)
 _NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
+
+
+# nvcc options (nvcc 13.0 --help) that leave the device code as it is: set aside like host options,
+# recorded as fixed and not applied, with why. Each -> (why, the values it takes; None: it takes none).
+_PARALLEL = "compile-time parallelism of nvcc: device code is unchanged"
+_REPORT = "nvcc report or listing only: device code is unchanged"
+_KEEP = "keeps nvcc's intermediate files: device code is unchanged"
+_WARNINGS = "warning policy: device code is unchanged"
+_MACHINE = "64-bit host code, the only machine nvcc 13 has: device code is unchanged"
+_COUNT = re.compile(r"\d{1,4}")
+_WERROR_KINDS = re.compile(r"(all-warnings|cross-execution-space-call|default-stream-launch|deprecated-declarations"
+                           r"|ext-lambda-captures-this|missing-launch-bounds|reorder)"
+                           r"(,(all-warnings|cross-execution-space-call|default-stream-launch|deprecated-declarations"
+                           r"|ext-lambda-captures-this|missing-launch-bounds|reorder))*")
+_NUMBERS = re.compile(r"\d+(,\d+)*")
+_ANY = re.compile(r".+")
+_NO_DEVICE_EFFECT: dict[str, tuple[str, re.Pattern[str] | None]] = {
+    "--threads": (_PARALLEL, _COUNT), "-t": (_PARALLEL, _COUNT),
+    "--split-compile": (_PARALLEL, _COUNT), "-split-compile": (_PARALLEL, _COUNT),
+    "--jobserver": (_PARALLEL, None), "-jobserver": (_PARALLEL, None),
+    "--resource-usage": (_REPORT, None), "-res-usage": (_REPORT, None),
+    "--verbose": (_REPORT, None), "-v": (_REPORT, None),
+    "--keep": (_KEEP, None), "-keep": (_KEEP, None), "--save-temps": (_KEEP, None), "-save-temps": (_KEEP, None),
+    "--keep-dir": (_KEEP, _ANY), "-keep-dir": (_KEEP, _ANY),
+    "--Werror": (_WARNINGS, _WERROR_KINDS), "-Werror": (_WARNINGS, _WERROR_KINDS),
+    "--Wreorder": (_WARNINGS, None), "-Wreorder": (_WARNINGS, None),
+    "--Wdefault-stream-launch": (_WARNINGS, None), "-Wdefault-stream-launch": (_WARNINGS, None),
+    "--Wmissing-launch-bounds": (_WARNINGS, None), "-Wmissing-launch-bounds": (_WARNINGS, None),
+    "--Wext-lambda-captures-this": (_WARNINGS, None), "-Wext-lambda-captures-this": (_WARNINGS, None),
+    "--display-error-number": (_WARNINGS, None), "-err-no": (_WARNINGS, None),
+    "--no-display-error-number": (_WARNINGS, None), "-no-err-no": (_WARNINGS, None),
+    "--diag-error": (_WARNINGS, _NUMBERS), "-diag-error": (_WARNINGS, _NUMBERS),
+    "--diag-warn": (_WARNINGS, _NUMBERS), "-diag-warn": (_WARNINGS, _NUMBERS),
+    "-m64": (_MACHINE, None), "--m64": (_MACHINE, None),
+    "--machine": (_MACHINE, re.compile("64")), "-m": (_MACHINE, re.compile("64")),
+}  # fmt: skip
+
+
+def _no_device_effect(flag: str, value: str) -> str | None:
+    """Why the option leaves the device code as it is, or None (not such an option, or a value
+    nvcc would not take: left to the base-flag allow-list to refuse)."""
+    found = _NO_DEVICE_EFFECT.get(flag)
+    if found is None:
+        return None
+    why, values = found
+    takes_value = values is not None
+    if takes_value != bool(value) or (values is not None and not values.fullmatch(value)):
+        return None
+    return why
 
 
 _OPTIONS_FILE = {"--options-file", "-optf"}
@@ -71,6 +123,12 @@ class CompileCommand:
     arch: str | None
     stripped: tuple[str, ...]  # what was taken out, as given, for the user to see
     shipped: ShippedBuild | None = None  # the searched settings and fixed flags of the command
+    arch_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each -arch/-gencode/... as given, with its sm_XY
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """Every arch the command builds for, in order (a multi-arch build has several)."""
+        return tuple(dict.fromkeys(a for _, archs in self.arch_flags for a in archs))
 
 
 def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCommand:
@@ -118,7 +176,8 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
-    kept, stripped, arch = _split(args, directory, source, _tuned_flags(space))
+    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space))
+    arch = next((_arch_of(given) for given, archs in arch_flags if archs), None)
     try:
         settings, fixed = _shipped(stripped, space, where)
     except shipped.ShippedFlagError as error:
@@ -126,7 +185,8 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     applied = [FixedFlag(flag, True, "allow-listed base flag: applied to every build") for flag in kept
                if not flag.startswith(("-I", "-D", "-U"))]
     build = ShippedBuild(database.name, settings, (*applied, *fixed), path=str(database.resolve()))
-    return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build)
+    return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build,
+                          tuple(arch_flags))
 
 
 def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
@@ -143,6 +203,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
             fixed.append(FixedFlag(given, False, shipped.HOST_OPTIMISATION))
         elif flag in _HOST_OR_LINK:
             fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
+        elif why := _no_device_effect(flag, value):
+            fixed.append(FixedFlag(given, False, why))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
@@ -185,19 +247,22 @@ def _options_file(path: Path, where: str) -> list[str]:
     return tokens
 
 
-def _split(args: Sequence[str], directory: Path, source: Path,
-           tuned: set[str]) -> tuple[list[str], list[tuple[str, str, str]], str | None]:
+def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str]
+           ) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
+    """The kept base flags, the stripped (flag, value, as given), and each arch flag as given with
+    the archs it builds for."""
     kept: list[str] = []
     stripped: list[tuple[str, str, str]] = []
-    arch: str | None = None
+    arch_flags: list[tuple[str, tuple[str, ...]]] = []
     for flag, value, given in _options(args):
         if flag == "" and value and (directory / value).resolve() == source:
             continue  # the source file itself
         if flag in _ARCH:
-            arch = arch or _arch_of(value)
+            arch_flags.append((given, tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))))
         elif flag in _BUILD_MECHANICS:
             continue
-        elif flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned:
+        elif (flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned
+              or _no_device_effect(flag, value)):
             stripped.append((flag, value, given))
         elif flag in ("-I", "--include-path", "-isystem", "--system-include"):
             kept.append(f"-I{(directory / value).resolve()}")
@@ -211,7 +276,7 @@ def _split(args: Sequence[str], directory: Path, source: Path,
             kept.append(f"-maxrregcount={value}")
         else:
             kept.append(given)
-    return kept, stripped, arch
+    return kept, stripped, arch_flags
 
 
 def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
@@ -226,7 +291,9 @@ def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
             yield flag, value, arg
             continue
         short = next((p for p in _SHORT_ATTACHED if arg.startswith(p) and len(arg) > len(p)), None)
-        if short is not None and arg not in _WITH_VALUE and not arg.startswith("--"):
+        if threads := _THREADS_ATTACHED.fullmatch(arg):
+            yield "-t", threads[1], arg
+        elif short is not None and arg not in _WITH_VALUE and not arg.startswith("--"):
             yield short, arg[len(short):], arg
         elif arg in _WITH_VALUE and arg not in _NO_VALUE_DASHES:
             following = next(it, "")

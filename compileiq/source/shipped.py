@@ -10,6 +10,7 @@ fixed, not applied.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
@@ -43,6 +44,7 @@ NOT_DEVICE_CODE = "host compiler or linker option: device code is unchanged"
 HOST_OPTIMISATION = "host optimisation level (nvcc -O): device code is unchanged"
 REPORT_ONLY = "ptxas report or warning only: the code is the same without it"
 MAX_SHOWN = 80
+_OPTION_WORD = re.compile(r"-[A-Za-z0-9_=.,\-]+")  # a ptxas option (and its value), nothing a shell acts on
 
 
 class ShippedFlagError(UsageError):
@@ -66,6 +68,10 @@ def ptxas_settings(value: str, given: str, space: SearchSpace,
     """The settings and report-only options of one ``-Xptxas`` value (comma-separated options)."""
     settings: list[ShippedSetting] = []
     reports: list[FixedFlag] = []
+    if len(words := value.split()) > 1 and all(_OPTION_WORD.fullmatch(w) for w in words):  # "-O3 -v": /bin/sh splits it
+        raise ShippedFlagError(f"{where}: {shown(given)} holds a space inside one -Xptxas value: nvcc passes it to "
+                               "ptxas through a shell, which splits it there, and compileiq does not; separate ptxas "
+                               "options with commas (-Xptxas -O3,-v), or tune without --compile-commands")
     tokens = iter(value.split(","))
     for token in tokens:
         name, eq, attached = token.partition("=")
@@ -80,7 +86,8 @@ def ptxas_settings(value: str, given: str, space: SearchSpace,
             continue
         argument = attached if eq else next(tokens, "")
         canonical = f"-O{argument}" if option == "--opt-level" else f"{option}={argument}"
-        settings.append(_setting("ptxas", canonical, given, space, where))
+        part = f"-Xptxas {token}" + ("" if eq or token.startswith("-O") else f",{argument}")
+        settings.append(replace(_setting("ptxas", canonical, given, space, where), part=part if "," in value else ""))
     return settings, reports
 
 
@@ -107,6 +114,9 @@ def _why_not(stage: Stage, token: str, space: SearchSpace) -> str:
         render = parameter.render
         ours = (token.startswith(render.split("{value}")[0]) if "{value}" in render
                 else token.partition("=")[0] == render.partition("=")[0])
+        if parameter.stage == stage and render and ours and "=" in token and "=" not in render:
+            return (f"gives a value to {render}, which takes none ({parameter.name} is on or off; the compiler "
+                    "refuses it too: 'no argument expected')")
         if parameter.stage == stage and render and ours:
             values = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in parameter.values)
             return f"sets {parameter.name} to a value the search space does not have (it has {values})"
@@ -121,9 +131,34 @@ def under_register_cap(build: ShippedBuild | None, flags: BaseFlags) -> ShippedB
     cap = flags.register_cap
     if build is None or cap is None or not any(s.name == CAPPED for s in build.settings):
         return build
-    overridden = tuple(FixedFlag(s.flag, False, f"overridden by nvcc's {cap}, which nvcc hands ptxas last")
+    overridden = tuple(FixedFlag(s.part or s.flag, False, f"overridden by nvcc's {cap}, which nvcc hands ptxas last")
                        for s in build.settings if s.name == CAPPED)
     return replace(build, settings=tuple(s for s in build.settings if s.name != CAPPED), fixed=(*build.fixed, *overridden))
+
+
+def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
+                tuned: str) -> ShippedBuild | None:
+    """The shipped build with each arch flag that builds for an arch other than the one tuned
+    recorded as not applied, naming the arch it leaves out: the chosen settings are checked on
+    `tuned` alone (`arch_note`)."""
+    fixed = [FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen on {tuned} "
+                       f"alone; --arch {others[0]} tunes for {others[0]}")
+             for given, archs in arch_flags if (others := [a for a in archs if a != tuned])]
+    if build is None or not fixed:
+        return build
+    return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))
+
+
+def arch_note(tuned: str, left_out: Iterable[str]) -> list[str]:
+    """The line `space` and `tune` print for a multi-arch compile command: which arch is tuned,
+    which are left out (the chosen settings are not checked there), and how to tune another."""
+    others = list(left_out)
+    if not others:
+        return []
+    note = (f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
+            f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
+            f"{others[0]} tunes for {others[0]}")
+    return [note]
 
 
 def check_once(settings: Iterable[ShippedSetting], where: str) -> tuple[ShippedSetting, ...]:

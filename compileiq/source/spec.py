@@ -59,6 +59,7 @@ class ShippedSetting:
     name: str  # the search-space parameter, e.g. "nvcc.use_fast_math"
     value: Value  # its value in the shipped build (one of the parameter's values)
     flag: str  # as given, e.g. "--use_fast_math" or "-Xptxas -O3": what to remove from the command
+    part: str = field(default="", compare=False)  # its option alone where `flag` holds several ("-Xptxas -O3,-v": "-Xptxas -O3")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ class ShippedBuild:
     fixed: tuple[FixedFlag, ...] = ()
     source: str = "compile_commands"
     path: str = ""  # the compilation database (tune: as found; an ACF: relative to the ACF's folder, "" if not recorded)
+
+    @property
+    def name(self) -> str:
+        """What the baseline is called where it is this build (even one that sets no searched
+        setting: its fixed flags, an nvcc register cap, are applied to it)."""
+        return f"your build as shipped ({self.origin})"
 
     def values(self) -> dict[str, Value]:
         """Each searched setting's shipped value, by parameter name."""
@@ -116,6 +123,7 @@ class KernelSpec:
     restrictions: tuple[str, ...] = ()  # [tune] restrictions: conditions over macros (`restrictions`)
     shipped: ShippedBuild | None = None  # --compile-commands: the build the baseline reproduces
     arch_overridden: str | None = None  # where --arch chose another: "sm_80 that tune.toml gives"
+    archs_left_out: tuple[str, ...] = ()  # a multi-arch compile command's archs other than `arch` (not tuned)
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.

@@ -42,10 +42,11 @@ def check_baseline(trials: Sequence[Trial], key: str, kernel: KernelSpec, bundle
             raise BaselineError(f"{name} does not build with {which}: {reason}{hint}")
 
 
-def reference(trials: Sequence[Trial], key: str, objective: str) -> eligibility.Reference | None:
+def reference(trials: Sequence[Trial], key: str, objective: str,
+              against: str = eligibility.DEFAULTS) -> eligibility.Reference | None:
     """The static rules' reference: the baseline's result when it is complete, else None."""
     found = next((t for t in trials if t.config_key == key and t.state is TrialState.COMPLETE), None)
-    return eligibility.Reference.of(found, objective) if found is not None else None
+    return eligibility.Reference.of(found, objective, against) if found is not None else None
 
 
 def finished_baseline(trials: Sequence[Trial], key: str) -> Trial:

@@ -42,7 +42,7 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
         exclude=list(options.exclude),
     )
     space = _with_shipped(space, full, spec, options)
-    space = _without_capped(space, spec, options)
+    space = without_capped(space, spec, options)
     if tuned and not named:
         space = space.with_defines(tuned)
     elif left_out := {name: [values[0]] for name, values in tuned.items()
@@ -66,8 +66,9 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
     return replace(space, parameters=space.parameters + added) if added else space
 
 
-def _without_capped(space: SearchSpace, spec: KernelSpec, options: Selection) -> SearchSpace:
-    """Without ptxas.maxrregcount when the base flags hold nvcc's own cap (`cap_note`)."""
+def without_capped(space: SearchSpace, spec: KernelSpec, options: Selection = Selection()) -> SearchSpace:
+    """Without ptxas.maxrregcount when the base flags hold nvcc's own cap (`cap_note`): `tune`
+    does not search it, and `space` does not list it."""
     cap = spec.nvcc_flags.register_cap
     if cap is None:
         return space

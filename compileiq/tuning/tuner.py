@@ -353,7 +353,13 @@ class Tuner:
         return self._complete_baseline(found)
 
     def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
-        return baseline.reference(trials, self._baseline.key, self._request.objective)
+        return baseline.reference(trials, self._baseline.key, self._request.objective, self._against)
+
+    @property
+    def _against(self) -> str:
+        """The baseline's name in refusals: the build as shipped where the run starts from one."""
+        shipped = self._request.kernel.shipped
+        return shipped.name if shipped is not None else eligibility.DEFAULTS
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)
@@ -375,7 +381,7 @@ class Tuner:
         base = baseline.finished_baseline(trials, self._baseline.key)
         if verifier is not None:
             verifier.check(base)
-        self._reference = eligibility.Reference.of(base, self._request.objective) if self._static else None
+        self._reference = eligibility.Reference.of(base, self._request.objective, self._against) if self._static else None
         request = self._request
         decider = Decider(study, request.objective, tuple(self._objectives), request.pick, self._static,
                           request.simplify, request.ablate, request.search.seed, self._clock.out_of_time,

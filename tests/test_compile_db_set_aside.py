@@ -1,0 +1,179 @@
+"""A real compile command as cuda-samples, CMake and Bear write it: nvcc options that leave the
+device code as it is are set aside (recorded, not applied), a multi-arch command says which arch is
+tuned, and what is refused or not searched is said as it is."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from compileiq.core.space_files import load_space
+from compileiq.source.compile_db import CompileDbError, read_command
+from tests.helpers import LOOP_KERNEL, run_cli
+
+SPACE = load_space("13.0")
+SPILLING_KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
+
+
+def _project(tmp_path: Path, command: str, kernel: str = LOOP_KERNEL) -> Path:
+    (tmp_path / "k.cu").write_text(kernel)
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    return tmp_path / "compile_commands.json"
+
+
+@pytest.mark.parametrize("flags, fixed", [
+    ("-m64", "-m64"), ("--m64", "--m64"), ("--machine 64", "--machine 64"), ("-m=64", "-m=64"),
+    ("--threads 0", "--threads 0"), ("--threads=0", "--threads=0"), ("-t 4", "-t 4"), ("-t4", "-t4"),
+    ("--split-compile 0", "--split-compile 0"), ("-split-compile=8", "-split-compile=8"),
+    ("-res-usage", "-res-usage"), ("--resource-usage", "--resource-usage"), ("--keep", "--keep"),
+    ("-keep-dir /tmp/kept", "-keep-dir /tmp/kept"), ("-Werror all-warnings", "-Werror all-warnings"),
+    ("--Werror=reorder,deprecated-declarations", "--Werror=reorder,deprecated-declarations"),
+])
+def test_an_option_that_leaves_device_code_unchanged_is_set_aside(tmp_path: Path, flags: str, fixed: str) -> None:
+    """cuda-samples' Makefiles give -m64 and --threads 0: `'-m64' is not an allowed base flag`
+    stopped a --compile-commands run, and a value (`--threads 0`) would have been read apart."""
+    db = _project(tmp_path, f"nvcc -arch=sm_90 {flags} --use_fast_math -c k.cu -o k.o")
+    found = read_command(db, tmp_path / "k.cu", SPACE)
+    assert found.base_flags == ()
+    assert found.shipped is not None and [s.name for s in found.shipped.settings] == ["nvcc.use_fast_math"]
+    assert [(f.flag, f.applied) for f in found.shipped.fixed] == [(fixed, False)]
+    assert "device code is unchanged" in found.shipped.fixed[0].why
+
+
+@pytest.mark.parametrize("flags", ["--split-compile-extended 0", "--machine 32", "-Werror bogus", "--threads many",
+                                   "-keep-device-functions"])
+def test_an_option_that_could_change_device_code_or_nvcc_refuses_stays_refused(tmp_path: Path, flags: str) -> None:
+    db = _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu -o k.o")
+    from compileiq.app import kernel_spec
+    from compileiq.source.base_flags import BaseFlagError
+
+    with pytest.raises(BaseFlagError, match="is not an allowed base flag"):
+        kernel_spec(tmp_path / "k.cu", None, db)
+
+
+def test_a_cuda_samples_command_runs_space_and_tune(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -ccbin g++ -m64 --threads 0 --std=c++17 -t 4 --split-compile 0 -res-usage --keep "
+                       "-Werror all-warnings -Xptxas -dlcm=cg -arch=sm_90 -o k.o -c k.cu")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify"],
+                    cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "-m64 (64-bit host code, the only machine nvcc 13 has: device code is unchanged)" in tuned.output
+    fixed = {f["flag"]: f for f in tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["fixed"]}
+    assert {"-m64", "--threads 0", "-t 4", "--split-compile 0", "-res-usage", "--keep",
+            "-Werror all-warnings"} <= {flag for flag, f in fixed.items() if not f["applied"]}, fixed
+
+
+MULTI_ARCH = ("nvcc --generate-code arch=compute_80,code=sm_80 --generate-code arch=compute_90,code=sm_90 "
+              "-c k.cu -o k.o")
+
+
+def test_a_multi_arch_command_names_the_arch_tuned_and_the_ones_left_out(tmp_path: Path) -> None:
+    """It was tuned for its first arch, silently: the chosen settings then went to sm_90 unchecked."""
+    _project(tmp_path, MULTI_ARCH)
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert ("note: the compile command builds for sm_80, sm_90: tuned for sm_80 only; sm_90 left out "
+            "(the chosen settings are not checked there): --arch sm_90 tunes for sm_90") in listed.stderr
+    args = ["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers", "local",
+            "--db", f"sqlite:///{tmp_path / 't.db'}", "--no-simplify"]
+    tuned = run_cli([*args, "--out", "a.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "tuned for sm_80 only; sm_90 left out" in tuned.output, tuned.describe()
+    data = tomllib.loads((tmp_path / "a.acf.toml").read_text())
+    assert data["kernel"]["arch"] == "sm_80"
+    fixed = {f["flag"]: f for f in data["baseline"]["fixed"]}
+    left = fixed["--generate-code arch=compute_90,code=sm_90"]
+    assert not left["applied"] and "builds for sm_90, not tuned" in left["why"], fixed
+    other = run_cli([*args, "--out", "b.acf.toml", "--arch", "sm_90"], cwd=tmp_path)
+    assert other.returncode == 0, other.describe()
+    assert "tuned for sm_90 only; sm_80 left out" in other.output and "overrides" not in other.output
+    assert tomllib.loads((tmp_path / "b.acf.toml").read_text())["kernel"]["arch"] == "sm_90"
+
+
+def test_one_arch_in_several_forms_is_no_multi_arch_build(tmp_path: Path) -> None:
+    db = _project(tmp_path, "nvcc -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 "
+                            "-c k.cu")
+    found = read_command(db, tmp_path / "k.cu", SPACE)
+    assert found.arch == "sm_90" and found.archs == ("sm_90",)
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0 and "left out" not in listed.stderr, listed.describe()
+
+
+def test_only_the_overridden_ptxas_cap_of_a_group_is_named_not_applied(tmp_path: Path) -> None:
+    """`-Xptxas -O3,-v,--maxrregcount=128` beside nvcc's -maxrregcount 64 was listed as overridden as
+    a whole, its -O3 searched all the same."""
+    from compileiq.app import kernel_spec
+    from compileiq.source.shipped import describe
+
+    db = _project(tmp_path, "nvcc -arch=sm_90 -maxrregcount 64 -Xptxas -O3,-v,--maxrregcount=128 -c k.cu")
+    spec = kernel_spec(tmp_path / "k.cu", None, db)
+    assert spec.shipped is not None
+    assert [(s.name, s.flag) for s in spec.shipped.settings] == [("ptxas.opt_level", "-Xptxas -O3,-v,--maxrregcount=128")]
+    skipped = {f.flag: f.why for f in spec.shipped.fixed if not f.applied}
+    assert set(skipped) == {"-Xptxas -v", "-Xptxas --maxrregcount=128"}, skipped
+    assert "overridden by nvcc's -maxrregcount=64" in skipped["-Xptxas --maxrregcount=128"]
+    line = describe(spec.shipped)[1]
+    assert "-Xptxas --maxrregcount=128 (overridden" in line and "-O3,-v,--maxrregcount" not in line, line
+
+
+@pytest.mark.parametrize("flags, message", [
+    ("-Xptxas '-O3 -v'", "holds a space inside one -Xptxas value: nvcc passes it to ptxas through a shell"),
+    ("-use_fast_math=true", "'-use_fast_math=true' gives a value to --use_fast_math, which takes none"),
+])
+def test_a_refused_shipped_flag_names_the_real_problem(tmp_path: Path, flags: str, message: str) -> None:
+    """Both said "a value the search space does not have (it has ..., true)", the value shown in the list."""
+    db = _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu")
+    with pytest.raises(CompileDbError) as raised:
+        read_command(db, tmp_path / "k.cu", SPACE)
+    assert message in str(raised.value) and "does not have" not in str(raised.value)
+
+
+def test_space_does_not_list_the_cap_it_says_is_not_searched(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    (tmp_path / "tune.toml").write_text('nvcc_flags = ["-maxrregcount=64"]\n')
+    listed = run_cli(["space", "k.cu", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert "ptxas.maxrregcount is not searched" in listed.stderr
+    assert "ptxas.maxrregcount" not in [p["name"] for p in json.loads(listed.stdout)]
+
+
+def test_space_shows_the_shipped_value_as_the_baseline(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    fast = next(p for p in json.loads(listed.stdout) if p["name"] == "nvcc.use_fast_math")
+    assert fast["default"] is False and fast["baseline"] is True
+    assert ("nvcc.use_fast_math starts from your build's true (--use_fast_math), not the default; --only or "
+            "--exclude that leave it out are refused") in listed.stderr
+    table = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path,
+                    env={"COLUMNS": "250"})
+    assert "True (your build; default False)" in table.stdout, table.describe()
+
+
+def test_a_build_with_only_fixed_flags_is_the_baseline_as_shipped(tmp_path: Path) -> None:
+    """nvcc's -maxrregcount=24 spills: the run called the baseline "defaults" and refused candidates
+    for adding spill bytes "over the compiler defaults"."""
+    _project(tmp_path, "nvcc -arch=sm_90 -maxrregcount=24 -c k.cu -o k.o", SPILLING_KERNEL.read_text())
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "6", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify",
+                     "--seed", "1"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "baseline (your build: compile_commands.json)" in tuned.output and "(defaults)" not in tuned.output
+    assert "compiler defaults (" not in tuned.output, tuned.describe()
+    assert "adds spill bytes over your build as shipped (compile_commands.json)" in tuned.output, tuned.describe()
+
+
+def test_a_refusal_names_the_baseline_it_holds_to() -> None:
+    from compileiq.evaluate.eligibility import Reference, refusal
+
+    shipped = Reference(10, 0.5, {}, "static", "your build as shipped (compile_commands.json)")
+    assert refusal({}, {"spill_bytes": 20, "occupancy": 0.5}, shipped) == (
+        "adds spill bytes over your build as shipped (compile_commands.json) (10 -> 20)")
+    assert "over the compiler defaults" in (refusal({}, {"spill_bytes": 20, "occupancy": 0.5}, Reference(10, 0.5, {})) or "")
