@@ -10,6 +10,7 @@ import math
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import SPILLING_KERNEL, run_cli
@@ -94,6 +95,26 @@ def test_a_forged_command_to_time_is_refused_in_one_line(tuned: tuple[Path, str]
     assert result.returncode == 2, result.describe()
     assert result.stderr_lines == [(f"error: {hostile.name}: evidence.to_time[0].command is not the command "
                                    "compileiq writes for these settings")]
+
+
+@pytest.mark.parametrize(("swap", "said"), [
+    (lambda c: c.replace("compileiq tune k.cu", "compileiq tune /tmp/attacker/payload.cu", 1),
+     "tunes '/tmp/attacker/payload.cu', not the ACF's kernel ('k.cu')"),
+    (lambda c: c.replace("compileiq tune k.cu", "compileiq tune ../k.cu", 1), "not the ACF's kernel"),
+    (lambda c: c.replace("compileiq tune k.cu", "compileiq tune k.cu --compile-commands /tmp/attacker/cc.json", 1),
+     "reads '/tmp/attacker/cc.json', not the ACF's compilation database"),
+])
+def test_a_command_to_time_names_the_acfs_own_kernel_and_database(tuned: tuple[Path, str], swap: Any, said: str) -> None:
+    """A red team's ACF named another kernel and compilation database in a well-formed command to time
+    (for a reader to paste onto a GPU machine): `flags` and `gate` read it without a word."""
+    folder, _ = tuned
+    text = (folder / "k.acf.toml").read_text()
+    original = acf.read(folder / "k.acf.toml").evidence["to_time"][0]["command"]
+    assert original.startswith("compileiq tune k.cu ")
+    (folder / "other.acf.toml").write_text(text.replace(json.dumps(original), json.dumps(swap(original)), 1))
+    result = run_cli(["flags", "other.acf.toml"], cwd=folder)
+    assert result.returncode == 2 and said in result.stderr, result.describe()
+    assert acf.read(folder / "k.acf.toml").evidence["to_time"]  # the untouched ACF reads as before
 
 
 def test_an_exhaustive_budget_past_the_limit_in_the_command_to_time_is_refused(tuned: tuple[Path, str]) -> None:

@@ -6,9 +6,10 @@ Each failure is an `AcfError` with one line naming the first bad entry.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from compileiq.core import metric_ranges
@@ -176,10 +177,12 @@ def _check_settings(where: str, settings: Any, space: SearchSpace) -> None:
 MAX_TO_TIME = 10
 
 
-def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, shipped: ShippedBuild | None = None) -> None:
+def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, shipped: ShippedBuild | None = None,
+                  kernel_path: str = "") -> None:
     """`[[evidence.to_time]]`: candidates with settings of the search space, numbers in range, and the
     command compileiq renders for them (from the ACF's shipped build, if any), nothing else (a reader
-    may paste it)."""
+    may paste it): the ACF's own kernel (`kernel_path`, from the ACF's folder) and compilation
+    database, as far as a path written from where `tune` ran can be compared with them."""
     for where, entry in _trial_tables(path, evidence, "to_time", MAX_TO_TIME, "candidates"):
         if problem := metric_ranges.problem(entry):
             raise AcfError(f"{where}.{problem}")
@@ -200,6 +203,24 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
                    to_time.command(kernel, list(settings), budget)} if kernel is not None else set()  # (or as older ACFs wrote it)
         if shown not in written:
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
+        if kernel is not None and not _names_the_same_file(kernel, kernel_path):
+            raise AcfError(f"{where}.command tunes {kernel[:80]!r}, not the ACF's kernel ({kernel_path[:80]!r})")
+        if database and not (shipped is not None and shipped.path and _names_the_same_file(database, shipped.path)):
+            raise AcfError(f"{where}.command reads {database[:80]!r}, not the ACF's compilation database "
+                           f"([baseline].path)")
+
+
+def _names_the_same_file(shown: str, recorded: str) -> bool:
+    """Whether `shown` (a path from where `tune` ran, as its commands name files) can be the file
+    `recorded` (a path from the ACF's folder): no '..' of its own, and the same trailing folders and
+    file name as far as both go (the recorded one past its leading '..'s)."""
+    ours = PurePosixPath(shown).parts
+    theirs = [part for part in PurePosixPath(posixpath.normpath(recorded)).parts if part not in ("..", "/")]
+    named = [part for part in ours if part != "/"]
+    if ".." in ours or not named or not theirs:
+        return False
+    depth = min(len(named), len(theirs))
+    return named[-depth:] == theirs[-depth:]
 
 
 MAX_SHIPPED_FLAGS = 512
