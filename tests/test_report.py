@@ -160,6 +160,10 @@ def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
     assert "r-convergence.svg" in text and "r-contributions.svg" in text
     assert "md\\|study" in text and "static estimate" in text
     assert "&lt;script&gt;" in text and "<script>" not in text
+    # the hint for the trials past the table names the study and its database (it printed
+    # `compileiq show --top 40`, which lists studies, from the default database)
+    assert f"compileiq show 'md\\|study' --top 35 --db sqlite:///{tmp_path}/t.db." in text, text
+    assert f"compileiq report 'md\\|study' --db sqlite:///{tmp_path}/t.db)" in text
 
 
 def test_a_markdown_report_carries_no_terminal_escapes_from_a_study_name(tmp_path):

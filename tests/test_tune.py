@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -128,6 +129,16 @@ def test_the_run_says_under_its_table_that_variants_failed(tmp_path):
     note = next(line for line in done.stdout.splitlines() if "failed trial" in line)
     assert note.startswith("note: 4 failed trial(s), e.g. #") and "MODE 2 is not supported" in note
     assert "compileiq show modes-instructions-" in note
+    # the command printed works as printed from any folder: it names the run's database (run with
+    # --db, from another folder it found no study and made a store/compileiq.db there)
+    command = "compileiq show " + note.rsplit("(compileiq show ", 1)[1].removesuffix(" lists every reason)")
+    assert command.endswith(f"--json --db sqlite:///{tmp_path}/f.db"), command
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shown = run_cli(shlex.split(command)[1:], cwd=elsewhere)
+    assert shown.returncode == 0, shown.describe()
+    assert json.loads(shown.stdout)["failed"], shown.stdout  # the reasons it promises
+    assert not (elsewhere / "store").exists()
 
 
 def _two_launched_kernels(tmp_path):

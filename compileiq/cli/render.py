@@ -28,6 +28,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
+from compileiq.core.text import db_option
 from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
@@ -209,7 +210,8 @@ def print_report(report: app.TuneReport) -> None:
     out.print(f"trials: {trials_summary(result)}; {counters.new_trials} new, {len(result.trials)} in study "
               f"{safe(result.study.name)}; {result.wall_seconds:.1f} s; stopped: {safe(result.stopped)}", markup=False)
     if failures := failed_line(result.trials):
-        out.print(f"note: {failures} (compileiq show {safe(result.study.name)} --json lists every reason)", markup=False)
+        shown = f"compileiq show {shlex.quote(safe(result.study.name))} --json {db_option(report.database)}"
+        out.print(f"note: {failures} ({shown} lists every reason)", markup=False)
     if untried := untried_macro_values(result.trials, report.space):
         out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
                   "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from compileiq.cli.console import safe
 from compileiq.core.records import NODE_KEY, SCREEN, Trial, TrialState, first_line
+from compileiq.core.text import shortened
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -92,4 +93,4 @@ def failed_line(trials: Sequence[Trial]) -> str | None:
     failed = [t for t in trials if t.state is TrialState.FAILED]
     if not failed:
         return None
-    return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(first_line(failed[0].reason, 200))}"
+    return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(shortened(first_line(failed[0].reason, None), 200))}"

@@ -1,6 +1,9 @@
 """Text from outside (study and kernel names, compiler messages) made safe to print or write where a
 terminal may show it: every control character written as an escape (\\x1b...)."""
 
+import os
+import shlex
+
 _CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 
 
@@ -8,3 +11,20 @@ def printable(text: object) -> str:
     """``text`` with every control character written as an escape: nothing reaches a terminal as a
     command (a study named "\\x1b]0;..." retitles no window)."""
     return str(text).translate(_CONTROL)
+
+
+def db_option(shown: str) -> str:
+    """`--db URL` for a command compileiq prints, from the database URL as shown (passwords masked):
+    an SQLite file by its absolute path, so that the command works from any folder (the default,
+    store/compileiq.db, is relative to where the run was)."""
+    if shown.startswith("sqlite:///"):
+        shown = "sqlite:///" + os.path.abspath(shown.removeprefix("sqlite:///"))
+    return f"--db {shlex.quote(printable(shown))}"
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word's end, marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0] if " " in text[: limit - 1] else text[: limit - 1]
+    return cut.rstrip() + "…"

@@ -3,12 +3,13 @@ page (`page`), every text from the database made table-safe and printable."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from html import escape
 from typing import Any
 
 from compileiq.core.records import TrialState
-from compileiq.core.text import printable
+from compileiq.core.text import db_option, printable
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -75,8 +76,9 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
                          changes_text(t, e.baseline))
                         for t in ranked])
     if len(ranked) < len(complete):
+        name, db = shlex.quote(e.study.name), db_option(report.database)
         lines += ["", md_text(f"{len(complete) - len(ranked)} more complete trials are in the HTML report "
-                              f"(compileiq report {e.study.name}) and in compileiq show --top {len(complete)}.")]
+                              f"(compileiq report {name} {db}) and in compileiq show {name} --top {len(complete)} {db}.")]
     lines += ["", "## Failures by reason", ""]
     lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
     key = e.study.key
