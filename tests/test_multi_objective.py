@@ -349,6 +349,13 @@ def test_a_trade_offs_acf_gives_occupancy_as_it_reads(tmp_path: Path) -> None:
                     "ptxas.maxrregcount,ptxas.override_directive_values", "--budget", "16", "--workers", "local",
                     "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
     assert done.returncode == 0, done.describe()
+    # the run's lines read the same way (a user's nw: the header said "occupancy,instructions, lower
+    # is better", each trial showed the first objective's shortfall, and "best" named a dominated trial)
+    assert "spill bytes, lower is better; theoretical occupancy, higher is better" in done.output
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[") and "] #" in line]
+    assert progress and all(re.search(r"\] #\d+ \d+ / \d+\.\d%", line) for line in progress), progress
+    assert all("  front: " in line and "  best " not in line for line in progress), progress
+    assert int(progress[-1].split("  front: ")[1].split()[0]) >= 1, progress[-1]
     data = tomllib.loads((tmp_path / "k.acf.toml").read_text())
     objective = data["objective"]
     assert objective["values_are"] == {"occupancy": "1 - occupancy (the shortfall)"}

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from compileiq.cli.console import cells, err, kind_label, out, safe
 from compileiq.cli.run_notes import (
+    RunningFront,
     failed_line,
     more_instructions,
     node_spread,
@@ -54,6 +55,7 @@ class LineProgress:
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._reading = reading("")
+        self._front = RunningFront()  # several objectives: the progress line's "best"
         self._status: Status | None = None
 
     def status(self, text: str) -> None:
@@ -89,21 +91,25 @@ class LineProgress:
             )
 
             self._bar = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[rate]}"),
+                                 TextColumn("{task.fields[best]}"), TextColumn("{task.fields[rate]}"),
                                  TimeRemainingColumn(), console=err, transient=True)
             self._task = self._bar.add_task("tuning", total=max(budget, finished), completed=finished,
-                                            best="-", rate="")
+                                            best="best -", rate="")
             self._bar.start()
 
     def trial(self, outcome: Outcome, best: Trial | None) -> None:
         trial = outcome.trial
         self._done += trial.searched
-        shown = self._reading.text(trial.value) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
+        objective = self._reading.objective
+        shown = value_text(trial, objective) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
         if outcome.refused:
             shown += f" (refused: {safe(first_line(outcome.refused, 300))})"
-        best_text = f"{self._reading.text(best.value)} (#{best.number})" if best and best.value is not None else "-"
+        if "," in objective:  # no one best of a trade-off: the front of the results that may win so far
+            best_text = self._front.add(trial, objective) if not outcome.refused else self._front.text()
+        else:
+            best_text = f"best {self._reading.text(best.value)} (#{best.number})" if best and best.value is not None else "best -"
         step = f"{self._done}/{self._budget}" if trial.searched else safe(trial.purpose)
-        self._line(f"[{step}] #{trial.number} {shown}  best {best_text}  [{safe(outcome.source)}]")
+        self._line(f"[{step}] #{trial.number} {shown}  {best_text}  [{safe(outcome.source)}]")
         if trial.state is TrialState.COMPLETE:
             self._release()
         if self._bar is not None and self._task is not None:
@@ -271,16 +277,22 @@ def _config(trial: Trial) -> Any:
     return Config.of(trial.config)
 
 
-def metric_cells(trial: Trial, objective: str) -> list[str]:
-    """The value (several objectives: each, "a / b") and the static metrics of a trial's row."""
-    m = trial.metrics
-    value = reading(objective).text(trial.value) if trial.value is not None else "failed"
-    if "," in objective and trial.value is not None:  # the recorded value is the first objective's alone
+def value_text(trial: Trial, objective: str) -> str:
+    """A complete trial's value as people read it; several objectives: each one's, "a / b"."""
+    value = reading(objective).text(trial.value)
+    if "," in objective:  # the recorded value is the first objective's alone (minimised: a shortfall)
         from compileiq.results.pareto import values_of
 
         names = objective.split(",")
         values = values_of(trial, names)
         value = " / ".join(reading(n).text(v) for n, v in zip(names, values, strict=True)) if values else value
+    return value
+
+
+def metric_cells(trial: Trial, objective: str) -> list[str]:
+    """The value (several objectives: each, "a / b") and the static metrics of a trial's row."""
+    m = trial.metrics
+    value = value_text(trial, objective) if trial.value is not None else "failed"
     occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
     return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
 

@@ -94,3 +94,23 @@ def failed_line(trials: Sequence[Trial]) -> str | None:
     if not failed:
         return None
     return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(shortened(first_line(failed[0].reason, None), 200))}"
+
+
+class RunningFront:
+    """The progress line's "best" of a trade-off: how many results that may win no other dominates
+    so far (one trade-off has no single best; the choice on the front is made at the end)."""
+
+    def __init__(self) -> None:
+        self._points: list[tuple[float, ...]] = []
+
+    def add(self, trial: Trial, objective: str) -> str:
+        from compileiq.results.pareto import dominates, values_of
+
+        values = values_of(trial, objective.split(","))
+        if values is not None and not any(dominates(p, values) or p == values for p in self._points):
+            self._points = [p for p in self._points if not dominates(values, p)] + [values]
+        return self.text()
+
+    def text(self) -> str:
+        count = len(self._points)
+        return f"front: {count} point{'s' if count > 1 else ''}" if count else "front: -"

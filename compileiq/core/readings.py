@@ -31,7 +31,10 @@ class Reading:
 
     @property
     def heading(self) -> str:
-        """"registers per thread, lower is better"."""
+        """"registers per thread, lower is better"; several objectives: each one's, "; "-separated
+        (occupancy reads higher is better beside instructions' lower)."""
+        if "," in self.objective:
+            return "; ".join(reading(name).heading for name in self.objective.split(","))
         return f"{self.unit}, {self.better} is better"
 
     def shown(self, value: float | None) -> float | None:

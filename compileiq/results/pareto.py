@@ -57,7 +57,7 @@ def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee"
     kept: dict[tuple[float, ...], FrontPoint] = {}
     for p in sorted(scored, key=lambda p: (p.values, p.trial.number)):  # one trial per value vector
         kept.setdefault(p.values, p)
-    points = [p for p in kept.values() if not any(_dominates(q.values, p.values) for q in kept.values())]
+    points = [p for p in kept.values() if not any(dominates(q.values, p.values) for q in kept.values())]
     on_front = {p.trial.number for p in points}
     others = tuple(p for p in scored if p.trial.number not in on_front)
     return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
@@ -109,7 +109,8 @@ def _point(trial: Trial, objectives: Sequence[str]) -> FrontPoint | None:
     return FrontPoint(trial, values)
 
 
-def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+def dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Whether `a` is no worse than `b` in every objective (lower is better) and better in one."""
     return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
 
 
