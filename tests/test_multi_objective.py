@@ -125,6 +125,31 @@ def test_the_acf_records_the_front_and_the_choice_and_round_trips(tuned: app.Tun
 
 
 @pytest.mark.slow
+def test_no_view_offers_a_dominated_trial_as_one_that_may_be_chosen(tmp_path: Path) -> None:
+    """`show --json` and the report called a dominated trial (40 registers, 1280 instructions, beside
+    32 and 1280) "may be chosen" while the front's table counted it dominated (a user's nw): no pick
+    rule chooses it, and each view now says which front point dominates it."""
+    shutil.copytree(NW, tmp_path / "nw")
+    tuned = _tune(tmp_path, kernel=tmp_path / "nw" / "needle.cu", budget=24, batch_size=8, only=())
+    shown = run_cli(["show", tuned.result.study.name, "--db", tuned.database, "--json", "--top", "100"], tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    front = {p.trial.number: p.values for p in tuned.result.front.points}  # type: ignore[union-attr]
+    statuses = {t["number"]: t["status"] for t in json.loads(shown.stdout)["trials"]}
+    trials = {t.number: t for t in tuned.result.trials}
+    dominated = [n for n, status in statuses.items() if status.startswith("dominated by #")]
+    assert dominated, statuses  # the fixture's study has dominated results that may win
+    for number in dominated:
+        over = int(statuses[number].removeprefix("dominated by #"))
+        values = values_of(trials[number], OBJECTIVES)
+        assert over in front and values is not None and _dominates(front[over], values)
+    for number, status in statuses.items():
+        values = values_of(trials[number], OBJECTIVES)
+        if status == "may be chosen":
+            assert values is not None and not any(_dominates(v, values) for v in front.values()), (number, statuses)
+    report = run_cli(["report", tuned.result.study.name, "--db", tuned.database, "--format", "md", "-o", "r.md"], tmp_path)
+    assert report.returncode == 0 and "dominated by #" in (tmp_path / "r.md").read_text(), report.describe()
+
+
 def test_show_lists_the_front_in_full_precision_and_the_report_plots_it(tuned: app.TuneReport, tmp_path: Path
                                                                          ) -> None:
     db = tuned.database

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import kind_label, out, safe
+from compileiq.core.readings import exact
 from compileiq.core.records import RunRecord, Study, Trial, first_line
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows, missing_note
@@ -171,7 +172,7 @@ def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial)
         settings = " ".join(f"{k}={v}" for k, v in sorted(shown.config.items())
                             if baseline.config.get(k) != v) or "(defaults)"
         mark = f"<- {trade_offs.rule}" if p is trade_offs.pick else ""
-        table.add_row(*(Text(c) for c in (str(shown.number), *(repr(v) for v in p.values), mark, settings)))
+        table.add_row(*(Text(c) for c in (str(shown.number), *(exact(v) for v in p.values), mark, settings)))
     out.print(table)
     out.print(f"chosen ({trade_offs.rule}): trial #{chosen.number}; {len(trade_offs.points)} trial(s) on the front, "
               f"{len(trade_offs.others)} dominated; pick rules: {PICK_RULES}", markup=False)

@@ -26,7 +26,15 @@ from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import Front, check_rule, front, with_chosen, with_pick
+from compileiq.results.pareto import (
+    Front,
+    check_rule,
+    dominates,
+    front,
+    values_of,
+    with_chosen,
+    with_pick,
+)
 from compileiq.results.simplify import baseline_space, simplify
 
 
@@ -100,14 +108,26 @@ class Explanation:
                                                eligibility.rank(t, base)))
 
     def status(self, trial: Trial) -> str:
-        """"chosen", "baseline", "may be chosen" or "refused: <why>": what every view says of a trial."""
+        """"chosen", "baseline", "may be chosen" or "refused: <why>": what every view says of a trial;
+        of a trade-off's trial that may win but lies off the front, "dominated by #N" (a front point
+        no worse in every objective: no pick rule chooses it)."""
         if self.chosen is not None and trial.number == self.chosen.number:
             return "chosen"
         if refused := self.refusal(trial):
             return f"refused: {refused}"
         if self.baseline is not None and trial.number == self.baseline.number:
             return "baseline"
+        if self.front is not None and (over := self._dominated_by(trial)) is not None:
+            return f"dominated by #{over}"
         return "may be chosen"
+
+    def _dominated_by(self, trial: Trial) -> int | None:
+        """The first front point that dominates `trial` (None: none does, or it has no values)."""
+        assert self.front is not None
+        values = values_of(trial, self.front.objectives)
+        if values is None:
+            return None
+        return next((p.trial.number for p in self.front.points if dominates(p.values, values)), None)
 
     def described(self, trial: Trial) -> str:
         """The status as tables show it: with the row's provenance where an ACF cites the row, or
