@@ -148,7 +148,10 @@ HOSTILE = [
     ("BX >", "not an arithmetic expression"),
     ("NOPE < 4", "'NOPE', not a macro of tune.toml"),
     ("BX in [1, 2]", "only == != < <= > >= compare"),
-    ("BX * BY > 4096", "the defaults"),
+    ("BX * BY > 4096", "the defaults (each tuned macro's first value) break 'BX * BY > 4096'"),
+    # said "break" too, where the defaults make them no number at all (a red team's)
+    ("BX ** BY ** BX ** BY ** 99 > 0", "cannot evaluate 'BX ** BY ** BX ** BY ** 99 > 0': 'BY ** 99': a value larger"),
+    ("BX % (BY - 4) == 0", "cannot evaluate 'BX % (BY - 4) == 0': 'BX % (BY - 4)': division by zero"),
 ]
 
 

@@ -248,7 +248,7 @@ class _Parser:
         found = restrictions.restrictions_of(texts, defines, tuned)
         broken = found.first_broken({}) if found else None
         if broken is not None:
-            raise self.fail("tune.restrictions", f"the defaults (each tuned macro's first value) break {broken!r}")
+            raise self.fail("tune.restrictions", f"the defaults (each tuned macro's first value) {broken}")
         return texts
 
     def values(self, name: str, values: Any) -> Values:

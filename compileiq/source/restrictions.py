@@ -47,15 +47,16 @@ class Restrictions:
             return False
 
     def first_broken(self, values: Mapping[str, Value]) -> str | None:
-        """The first restriction these values break, or None."""
+        """How the first restriction these values break breaks ("break 'A < B'", or why it cannot be
+        evaluated: a division by zero, a value past the evaluator's bound), or None."""
         macros: dict[str, int | str] = dict(self.macros)
         macros.update({k.removeprefix("define."): v for k, v in values.items() if k.startswith("define.")})
         for text in self.texts:
             try:
                 if not evaluate(text, macros, condition=True):
-                    return text
-            except ExpressionError:
-                return text
+                    return f"break {text!r}"
+            except ExpressionError as error:
+                return f"cannot evaluate {text!r}: {error}"
         return None
 
 
