@@ -177,3 +177,26 @@ def test_a_refusal_names_the_baseline_it_holds_to() -> None:
     assert refusal({}, {"spill_bytes": 20, "occupancy": 0.5}, shipped) == (
         "adds spill bytes over your build as shipped (compile_commands.json) (10 -> 20)")
     assert "over the compiler defaults" in (refusal({}, {"spill_bytes": 20, "occupancy": 0.5}, Reference(10, 0.5, {})) or "")
+
+
+def test_show_names_a_shipped_baseline_in_its_refusals(tmp_path: Path) -> None:
+    """The run said "over your build as shipped", `show` of the same study "over the compiler
+    defaults" (a user's MonteCarlo with --use_fast_math): views name the baseline alike."""
+    _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu -o k.o", """
+__global__ void k(const float* in, float* out, int n) {
+  float acc[64];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
+  float s = 0;
+  for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
+  out[i] = s;
+}
+""")
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "8", "--workers",
+                     "local", "--db", db, "--out", "k.acf.toml", "--no-simplify", "--strategy", "exhaustive",
+                     "--only", "nvcc.use_fast_math,ptxas.maxrregcount"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    shown = run_cli(["show", "1", "--db", db, "--top", "30"], cwd=tmp_path, env={"COLUMNS": "400"})
+    assert "adds spill bytes over your build as" in shown.stdout and "shipped (0 -> " in shown.stdout, shown.describe()
+    assert "over the compiler defaults" not in shown.stdout and "(as the baseline)" in shown.stdout

@@ -178,7 +178,7 @@ def test_show_prints_values_exactly_and_only_settings_that_differ(tmp_path: Path
                      "--only", "ptxas.opt_level", "--db", db], cwd=tmp_path)
     assert tuned.returncode == 0, tuned.describe()
     shown = run_cli(["show", "1", "--db", db], cwd=tmp_path)
-    assert "K=1" not in shown.stdout and "(defaults)" in shown.stdout, shown.describe()
+    assert "K=1" not in shown.stdout and "(as the baseline)" in shown.stdout, shown.describe()
 
 
 def test_progress_on_a_terminal_is_a_bar_above_which_each_trial_is_listed(tmp_path: Path) -> None:

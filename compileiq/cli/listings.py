@@ -152,9 +152,10 @@ def trial_status(explanation: Explanation, trial: Trial) -> str:
 
 
 def _changes(trial: Trial, baseline: dict[str, Any]) -> str:
-    """The trial's settings that differ from the baseline's (the compiler defaults), short names."""
+    """The trial's settings that differ from the baseline's, short names; "(as the baseline)" for
+    none, as the report says (the baseline may be a shipped build, not the compiler defaults)."""
     parts = [f"{k.partition('.')[2]}={v}" for k, v in sorted(trial.config.items()) if baseline.get(k) != v]
-    return " ".join(parts) or "(defaults)"
+    return " ".join(parts) or "(as the baseline)"
 
 
 def _listed(space: SearchSpace) -> list[Any]:

@@ -96,7 +96,12 @@ class Explanation:
 
     @cached_property
     def _refuse(self) -> eligibility.Refusal:
-        return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static")
+        """The study's rules, their refusals naming the baseline as `baseline_label` does (a build
+        with settings of its own is the project's, not the compiler defaults)."""
+        shipped = self.baseline is not None and bool(_shipped_values(self.study, self.baseline))
+        against = "your build as shipped" if shipped else eligibility.DEFAULTS
+        return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static",
+                                         against)
 
     def ranked(self) -> list[Trial]:
         """The complete trials as every view lists them: the chosen one first, then those that may
