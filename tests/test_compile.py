@@ -22,6 +22,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.source.kernel import bundle_sources, load_spec
+from tests.helpers import CAPPED_KERNEL
 
 KERNEL = textwrap.dedent(
     """
@@ -150,16 +151,7 @@ def test_a_variants_ptxas_cap_under_nvccs_own_cap_builds_what_nvcc_builds(tmp_pa
     two-stage build put the base cap first, so a cap of 255 under nvcc's 32 built with 255 (a forged
     ACF's evidence passed the gate that way). The base cap comes last now, as nvcc hands it."""
     source = tmp_path / "heavy.cu"
-    source.write_text(textwrap.dedent("""
-        __global__ void heavy(const float* in, float* out, int n) {
-          float acc[64];
-          int i = blockIdx.x * blockDim.x + threadIdx.x;
-          for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
-          float s = 0;
-          for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
-          out[i] = s;
-        }
-        """))
+    source.write_text(CAPPED_KERNEL)
     (tmp_path / "tune.toml").write_text('nvcc_flags = ["-maxrregcount=32"]\n')
     tools = find_toolchain()
     ptx = emit_ptx(FrontendJob(tools.nvcc, bundle_sources(load_spec(source)), "sm_90", (), 60))

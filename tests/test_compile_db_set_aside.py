@@ -12,7 +12,7 @@ import pytest
 
 from compileiq.core.space_files import load_space
 from compileiq.source.compile_db import CompileDbError, read_command
-from tests.helpers import LOOP_KERNEL, run_cli
+from tests.helpers import CAPPED_KERNEL, LOOP_KERNEL, run_cli
 
 SPACE = load_space("13.0")
 SPILLING_KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
@@ -182,16 +182,7 @@ def test_a_refusal_names_the_baseline_it_holds_to() -> None:
 def test_show_names_a_shipped_baseline_in_its_refusals(tmp_path: Path) -> None:
     """The run said "over your build as shipped", `show` of the same study "over the compiler
     defaults" (a user's MonteCarlo with --use_fast_math): views name the baseline alike."""
-    _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu -o k.o", """
-__global__ void k(const float* in, float* out, int n) {
-  float acc[64];
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
-  float s = 0;
-  for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
-  out[i] = s;
-}
-""")
+    _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu -o k.o", CAPPED_KERNEL)
     db = f"sqlite:///{tmp_path / 't.db'}"
     tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "8", "--workers",
                      "local", "--db", db, "--out", "k.acf.toml", "--no-simplify", "--strategy", "exhaustive",

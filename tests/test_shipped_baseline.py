@@ -18,7 +18,7 @@ import tomli_w
 from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.source.compile_db import CompileDbError, read_command
-from tests.helpers import LOOP_KERNEL, run_cli
+from tests.helpers import CAPPED_KERNEL, LOOP_KERNEL, run_cli
 
 SPACE = load_space("13.0")
 KERNEL = LOOP_KERNEL
@@ -254,18 +254,6 @@ def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: 
     assert "--compile-commands compile_commands.json --budget 4" in retune, retune
 
 
-# 64 live floats per thread: under a 32-register cap, nvcc's -maxrregcount (which caps cicc too)
-# and ptxas's --maxrregcount build different code (3,960 and 3,904 spill bytes with nvcc 13.0).
-CAPPED_KERNEL = """\
-extern "C" __global__ void fir(const float* in, float* out, int n) {
-  float acc[64];
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  for (int k = 0; k < 64; ++k) acc[k] = in[(i + k) % n];
-  float s = 0;
-  for (int r = 0; r < 8; ++r) for (int k = 0; k < 64; ++k) s += acc[k] * acc[(k + r) % 64];
-  out[i] = s;
-}
-"""
 
 
 def _spill_bytes(report: str) -> int:
