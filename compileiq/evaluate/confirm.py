@@ -40,7 +40,8 @@ class ConfirmError(CompileIQError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """A screened variant: trial number, machine-code hash, screening median, output check."""
+    """A screened variant: trial number, what was timed (`timed_key`: its machine code, built with
+    its macros), screening median, output check."""
 
     trial: int
     code_hash: str

@@ -46,6 +46,7 @@ from compileiq.evaluate.eligibility import (
     refusal,
 )
 from compileiq.evaluate.metrics import Evaluation
+from compileiq.evaluate.timed_key import timed_key
 
 SCREENED = "screened: "
 
@@ -62,6 +63,11 @@ class Candidate:
     config: Config
     build: Build
     static: Evaluation  # the static evaluator's verdict on the build (its metrics: spills, occupancy)
+
+    @property
+    def timed(self) -> str | None:
+        """What measuring it measures (`timed_key`): its code, launched as its macros launch it."""
+        return timed_key(self.build.code_hash, self.config.as_dict()) if self.build.code_hash else None
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ def select(candidates: Sequence[Candidate], reference: Reference, count: int,
     codes = set(measured_codes)
     new_codes = 0
     for _, candidate in passed:
-        code = candidate.build.code_hash
+        code = candidate.timed
         if code in codes:
             measure.append(candidate.config)  # the measurement cache answers
         elif new_codes < count:
@@ -181,5 +187,5 @@ def select(candidates: Sequence[Candidate], reference: Reference, count: int,
 
 def _prior(candidate: Candidate, order: int, measured_codes: Collection[str]) -> tuple[bool, int, float, int]:
     metrics = candidate.static.metrics
-    fresh = candidate.build.code_hash not in measured_codes
+    fresh = candidate.timed not in measured_codes
     return fresh, int(metrics.get("spill_bytes", 0)), -float(metrics.get("occupancy", 0.0)), order

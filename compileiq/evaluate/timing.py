@@ -31,6 +31,7 @@ from compileiq.evaluate.confirm import (
 from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, program_time
 from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
 from compileiq.evaluate.stats import Sampler
+from compileiq.evaluate.timed_key import timed_key
 
 SCREEN_ARGS = ("--quick",)
 _TIMING_ONLY_CHEAPER = "; after each build's first, runs that only time take less"  # --timing-only blocks
@@ -75,8 +76,8 @@ class TimeEvaluator:
         self._finalists = finalists
         self._reference: RunResult | None = None
         self._reference_of: tuple[str, bytes] | None = None  # the baseline's config key and executable, until its trial
-        self._executables: dict[str, bytes] = {}  # code hash -> executable, kept for confirmation
-        self._unbuilt: dict[str, str] = {}  # code hash -> why its executable did not build (`build_batch`)
+        self._executables: dict[str, bytes] = {}  # timed key -> executable, kept for confirmation
+        self._unbuilt: dict[str, str] = {}  # timed key -> why its executable did not build (`build_batch`)
         self.driver = ""
 
     @property
@@ -99,18 +100,19 @@ class TimeEvaluator:
         if not build.ok or build.code_hash is None:
             return Evaluation(None, f"{build.status.value}: {build.message}", {})
         static = self._target.static.evaluate(build, config).metrics
-        cached = self._store.get_measurement(build.code_hash, self.kind, self.driver, self._args_hash())
+        key = timed_key(build.code_hash, config.as_dict())
+        cached = self._store.get_measurement(key, self.kind, self.driver, self._args_hash())
         if cached is not None:
             return _from_measurement(cached, static)
         if self._reference is not None and self._reference_of is not None and self._reference_of[0] == config.key:
-            self._executables[build.code_hash] = self._reference_of[1]  # run in `prepare`: its screening run
+            self._executables[key] = self._reference_of[1]  # run in `prepare`: its screening run
             self._reference_of = None  # is that run, not built or run twice
-            return self._screened(self._reference, build.code_hash, static)
-        executable = self._executables.get(build.code_hash) or self._unbuilt.get(build.code_hash) or self._build(config)
+            return self._screened(self._reference, key, static)
+        executable = self._executables.get(key) or self._unbuilt.get(key) or self._build(config)
         if isinstance(executable, str):
             return Evaluation(None, f"measuring executable does not build: {executable}", static)
-        self._executables[build.code_hash] = executable
-        return self._screen(executable, build.code_hash, static)
+        self._executables[key] = executable
+        return self._screen(executable, key, static)
 
     def build_batch(self, variants: Sequence[tuple[Build, Config]]) -> None:
         """Build the measuring executables of a batch about to be measured, all at once on the
@@ -118,8 +120,10 @@ class TimeEvaluator:
         before each (a variant whose runtime is cached, or whose executable is built, is skipped)."""
         wanted: dict[str, Config] = {}
         for build, config in variants:
-            key = build.code_hash
-            if not build.ok or key is None or key in wanted or key in self._executables or key in self._unbuilt:
+            if not build.ok or build.code_hash is None:
+                continue
+            key = timed_key(build.code_hash, config.as_dict())
+            if key in wanted or key in self._executables or key in self._unbuilt:
                 continue
             if self._store.get_measurement(key, self.kind, self.driver, self._args_hash()) is None:
                 wanted[key] = config
@@ -135,7 +139,7 @@ class TimeEvaluator:
 
     def executable(self, trial: Trial) -> bytes:
         """The executable of a finished trial (rebuilt when it came from the cache)."""
-        key = trial.code_hash or ""
+        key = timed_key(trial.code_hash or "", trial.config)
         if key not in self._executables:
             built = self._build(Config.of(trial.config))
             if isinstance(built, str):
@@ -147,9 +151,10 @@ class TimeEvaluator:
                 note: Callable[[str], None] | None = None) -> Confirmation:
         """Re-measure the fastest screened variants against the baseline, interleaved; `note`
         hears what it will cost (runs, and time at the baseline's run time) and each outcome."""
-        candidates = [Candidate(t.number, t.code_hash or "", t.value, True)
+        candidates = [Candidate(t.number, timed_key(t.code_hash, t.config), t.value, True)
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
-        finalists = choose_finalists(candidates, baseline.code_hash, self._finalists)
+        base_key = timed_key(baseline.code_hash, baseline.config) if baseline.code_hash else None
+        finalists = choose_finalists(candidates, base_key, self._finalists)
         by_number = {t.number: t for t in trials}
         base, samples = self._sampler(self.executable(baseline))
         pairs = [(c, self._sampler(self.executable(by_number[c.trial]))[0]) for c in finalists]

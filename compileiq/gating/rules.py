@@ -184,7 +184,7 @@ def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
         recorded, measured = ", ".join(f"{n} {a}" for n, a, _ in differ), ", ".join(f"{n} {b}" for n, _, b in differ)
         found.append(Hit("evidence", recorded, measured,
                          f"the ACF records {recorded} for machine code that gives {measured} (the same code, "
-                         f"{r.code_hash[:12]}): its evidence was edited; re-tune or restore it"))
+                         f"{r.code_hash[:12]}): its evidence or its settings were edited; re-tune or restore it"))
     return found
 
 

@@ -81,6 +81,14 @@ def _reset(config: Config, space: SearchSpace, names: Sequence[str]) -> Config:
 def _as_good(trial: Trial | None, reference: Trial, exact: bool, allowed: Allowed, no_worse: NoWorse) -> bool:
     if trial is None or trial.state is not TrialState.COMPLETE or trial.value is None or not allowed(trial):
         return False
-    if trial.code_hash is not None and trial.code_hash == reference.code_hash:
+    if trial.code_hash is not None and trial.code_hash == reference.code_hash and _same_launch(trial, reference):
         return True
     return not exact and no_worse(trial, reference)
+
+
+def _same_launch(trial: Trial, reference: Trial) -> bool:
+    """Whether both were scored at the same launch: the same machine code launched with other
+    threads per block (a tuned macro that only a [launch] table reads) has another occupancy, and
+    another runtime (Rodinia's gaussian: its block-size macros went back to their defaults, the
+    code unchanged, and the choice lost the occupancy it was chosen for)."""
+    return all(trial.metrics.get(key) == reference.metrics.get(key) for key in ("block_size", "launch"))

@@ -12,6 +12,7 @@ from compileiq.core.records import SCREEN, Study, Trial
 from compileiq.core.space import Config
 from compileiq.evaluate import eligibility, screening
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate.timed_key import timed_key
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.tuning.progress import Evaluator, Progress
 from compileiq.tuning.runner import TrialRunner
@@ -56,7 +57,8 @@ class ScreenStage:
         judge = self._judge.evaluate
         references = tilings.references(candidates, builds, judge, reference) if tilings else {}
         found = [screening.Candidate(c, builds[c.key], judge(builds[c.key], c)) for c in candidates]
-        measured = {t.code_hash for t in trials if t.code_hash and t.final and not screening.is_screened(t)}
+        measured = {timed_key(t.code_hash, t.config) for t in trials
+                    if t.code_hash and t.final and not screening.is_screened(t)}
         selection = screening.select(found, reference, count, measured, references)
         if self.policy.repair:  # proposed first in the next batch
             self.repairs += screening.repairs(selection.rejected, self._baseline)
