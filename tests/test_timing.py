@@ -130,6 +130,44 @@ def test_runtime_tuning_screens_checks_outputs_and_confirms(tmp_path):
     store.close()
 
 
+LAUNCHED = KERNEL.replace("UNROLL", "BLOCK").replace("#define BLOCK 1", "#define BLOCK 256").replace(
+    "for (int k = 0; k < BLOCK; ++k) acc += x[i < n ? i : 0];\n  if (i < n) y[i] = 2.0f * acc / BLOCK;",
+    "acc += x[i < n ? i : 0];\n  if (i < n) y[i] = acc;").replace("(n + 255) / 256, 256", "(n + BLOCK - 1) / BLOCK, BLOCK")
+LAUNCH_MS = {256: 2.0, 128: 1.0}  # the same device code: only the launch differs
+
+
+def _launch_gpu(executable: bytes, args) -> RunResult:
+    block = int(re.search(rb"ciq-variant-BLOCK=(\d+);", executable).group(1))
+    noise = random.Random(len(args) * 7919 + block)
+    samples = [LAUNCH_MS[block] * noise.uniform(0.995, 1.005) for _ in range(10 if "--samples" in args else 5)]
+    return RunResult(synthetic_result(samples, outputs=[OUTPUT]), RIGHT, 0, False, 0.01)
+
+
+def test_the_same_machine_code_launched_otherwise_is_timed_on_its_own(tmp_path):
+    """A macro that only reaches the launch (Rodinia's gaussian: threads per block) leaves the
+    device code as it was: its variants were answered from the defaults' cached measurement and
+    never confirmed (one machine code, the baseline's), so the faster launch was never found."""
+    folder = tmp_path / "launched"
+    folder.mkdir()
+    (folder / "k.cu").write_text(LAUNCHED)
+    (folder / "tune.toml").write_text("[tune.defines]\nBLOCK = [256, 128]\n")
+    spec, tools = load_spec(folder / "k.cu"), find_toolchain()
+    space = tuning_space(spec, tools, TuneOptions(kernel=spec.source, only=("define.BLOCK",), objective="time"))
+    workers = SharedWorkers(LocalWorkers)
+    target = TimingTarget(tools.nvcc, bundle_sources(spec), spec.arch, space, spec.fixed_define_args(),
+                          120, spec.run_args, spec.rtol, spec.atol, None, False, StaticEvaluator("static", spec))
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    evaluator = TimeEvaluator(target, store, workers, FakeMeasurer(_launch_gpu))
+    request = TuneRequest(spec, space, "time", budget=2, search=SearchSettings("exhaustive"), batch_size=2)
+    result = Tuner(request, store, tools, workers, SilentProgress(), evaluator).run()
+    by_block = {t.config["define.BLOCK"]: t for t in result.trials if t.state is TrialState.COMPLETE}
+    assert by_block[256].code_hash == by_block[128].code_hash  # the premise: one machine code
+    assert by_block[128].value == pytest.approx(1.0, rel=0.01) and by_block[256].value == pytest.approx(2.0, rel=0.01)
+    assert result.chosen.config["define.BLOCK"] == 128
+    assert result.confirmation is not None and not result.confirmation.keeps_baseline
+    store.close()
+
+
 @pytest.mark.slow
 def test_a_screened_batch_has_its_measuring_executables_built_at_once(tmp_path):
     """`compileiq tune --objective time` screens: the batch it will measure is built in one call
