@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from compileiq.core.records import SEARCH, Study, StudyKey, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.evaluate import eligibility
+from compileiq.results import acf
 from compileiq.results.explain import explain
 from compileiq.results.simplify import baseline_space
 from compileiq.tuning.decide import Decider
+from tests.helpers import run_cli
 
 BASE = {"define.W": 6, "nvcc.a": False, "ptxas.b": False, "ptxas.c": False, "ptxas.opt_level": 3}
 
@@ -156,3 +159,18 @@ def test_a_runtimes_noise_in_a_build_made_to_decide_never_becomes_its_winner() -
     refuse = eligibility.study_refusal(baseline, "static", True)
     assert eligibility.search_winner(fake.trials, baseline, refuse).number == made.number
     assert eligibility.search_winner(fake.trials, baseline, lambda t: None, static=False).number != made.number
+
+
+def test_a_macro_that_only_sets_the_launch_keeps_the_occupancy_it_was_chosen_for(tmp_path: Path) -> None:
+    """Rodinia's gaussian: its block-size macros reach only the launch ([launch.NAME]), so every value
+    builds the same machine code. Simplification took "same code" for "as good", put the macro back
+    to its default and wrote an ACF at the baseline's occupancy (50%) after finding 100%."""
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[blockIdx.x * blockDim.x + threadIdx.x] *= 2.0f; }\n")
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[tune.defines]\nBS = [32, 64, 128]\n[launch.k]\nblock_size = "BS"\n')
+    done = run_cli(["tune", "k.cu", "--objective", "occupancy", "--only", "define.BS", "--strategy", "exhaustive",
+                    "--budget", "3", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"],
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    found = acf.read(tmp_path / "k.acf.toml")
+    assert found.controls["define.BS"] in (64, 128) and found.evidence["best"]["occupancy"] == 1.0, found.controls
+    assert found.evidence["baseline"]["occupancy"] == 0.5 and found.objective["improved"] is True
