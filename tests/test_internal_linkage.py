@@ -139,3 +139,25 @@ def test_rows_and_cached_builds_recorded_with_scratch_names_are_brought_up_to_da
     assert baseline.state is TrialState.COMPLETE and baseline.code_hash != "1a93" * 16
     assert all(PATH_HASH in e["name"] for e in baseline.metrics["entries"])
     assert acf.read(folder / "k.acf.toml").evidence["baseline"]["code_hash"] == baseline.code_hash
+
+
+def test_a_users_own_names_that_look_like_nvccs_are_left_as_they_are(tmp_path: Path) -> None:
+    """The rewrite had no anchor: two kernels a user named `k__nv_static_1__deadbeef_a` and
+    `k__nv_static_1__cafebabe_a` became one (ptxas: "Duplicate definition"); and a prefix with
+    4,400 digits stopped tune with a traceback (Python's int of more than 4,300 digits). Both are
+    legitimate kernels nvcc builds (a red team's)."""
+    from compileiq.build.linkage import stable_ptx
+    from compileiq.source.entry_names import linkage_free
+
+    own = b".visible .entry k__nv_static_1__deadbeef_a(\n.visible .entry x__nv_static_1__cafebabe_a("
+    assert stable_ptx(own) == own
+    nvccs = b".visible .entry __nv_static_25__8f633831_4_k_cu_d589cb60__Z3addPf("
+    assert stable_ptx(nvccs) == b".visible .entry __nv_static_25__00000000_4_k_cu_d589cb60__Z3addPf("
+    huge = "__nv_static_" + "9" * 4400 + "__k"
+    assert linkage_free(huge) == huge
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k__nv_static_1__deadbeef_a(float* x) { x[threadIdx.x] += 1; }\n'
+                                   'extern "C" __global__ void k__nv_static_1__cafebabe_a(float* x) { x[threadIdx.x] *= 3; }\n'
+                                   f'extern "C" __global__ void {huge}(float* x) {{ x[threadIdx.x] -= 1; }}\n')
+    done = run_cli(["tune", "k.cu", "--objective", "spills", "--budget", "2", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.describe()

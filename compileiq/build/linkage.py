@@ -17,8 +17,12 @@ from __future__ import annotations
 import re
 
 PATH_HASH = "00000000"  # the 8 hex digits every build writes for the source path's hash
-_PTX_PATH_HASH = re.compile(rb"(_GLOBAL__N__|__nv_static_\d+__)[0-9a-f]{8}_")
-_NAME_PATH_HASH = re.compile(r"(_GLOBAL__N__|__nv_static_\d+__)[0-9a-f]{8}_")
+# Where nvcc puts them: `__nv_static_` opens a name (no identifier character before it); the anonymous
+# namespace is a mangled name's length-prefixed component (`..._ZN36_GLOBAL__N__`, a digit before
+# it). A user's own identifier holding either text mid-name (`k__nv_static_1__deadbeef_a`) is left
+# as it is: rewriting it renamed two kernels into one (a red team's).
+_PTX_PATH_HASH = re.compile(rb"((?<=\d)_GLOBAL__N__|(?<![\w$])__nv_static_\d{1,6}__)[0-9a-f]{8}_")
+_NAME_PATH_HASH = re.compile(r"((?<=\d)_GLOBAL__N__|(?<![\w$])__nv_static_\d{1,6}__)[0-9a-f]{8}_")
 
 
 def stable_ptx(ptx: bytes) -> bytes:

@@ -23,7 +23,7 @@ _BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "uns
 _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _SOURCE_NAME = re.compile(r"(\d+)")
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
-_STATIC = re.compile(r"__nv_static_(\d+)__")  # then that many characters (path hash, file), then the name
+_STATIC = re.compile(r"__nv_static_(\d{1,6})__")  # then that many characters (path hash, file), then the name
 
 
 def with_macros(name: str, macros: Mapping[str, object]) -> str:
