@@ -28,7 +28,6 @@ def _project(tmp_path: Path, command: str, kernel: str = LOOP_KERNEL) -> Path:
 @pytest.mark.parametrize("flags, fixed", [
     ("-m64", "-m64"), ("--m64", "--m64"), ("--machine 64", "--machine 64"), ("-m=64", "-m=64"),
     ("--threads 0", "--threads 0"), ("--threads=0", "--threads=0"), ("-t 4", "-t 4"), ("-t4", "-t4"),
-    ("--split-compile 0", "--split-compile 0"), ("-split-compile=8", "-split-compile=8"),
     ("-res-usage", "-res-usage"), ("--resource-usage", "--resource-usage"), ("--keep", "--keep"),
     ("-keep-dir /tmp/kept", "-keep-dir /tmp/kept"), ("-Werror all-warnings", "-Werror all-warnings"),
     ("--Werror=reorder,deprecated-declarations", "--Werror=reorder,deprecated-declarations"),
@@ -44,7 +43,7 @@ def test_an_option_that_leaves_device_code_unchanged_is_set_aside(tmp_path: Path
     assert "device code is unchanged" in found.shipped.fixed[0].why
 
 
-@pytest.mark.parametrize("flags", ["--split-compile-extended 0", "--machine 32", "-Werror bogus", "--threads many",
+@pytest.mark.parametrize("flags", ["--split-compile-extended 0", "--split-compile 4", "--machine 32", "-Werror bogus", "--threads many",
                                    "-keep-device-functions"])
 def test_an_option_that_could_change_device_code_or_nvcc_refuses_stays_refused(tmp_path: Path, flags: str) -> None:
     db = _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu -o k.o")
@@ -56,7 +55,7 @@ def test_an_option_that_could_change_device_code_or_nvcc_refuses_stays_refused(t
 
 
 def test_a_cuda_samples_command_runs_space_and_tune(tmp_path: Path) -> None:
-    _project(tmp_path, "nvcc -ccbin g++ -m64 --threads 0 --std=c++17 -t 4 --split-compile 0 -res-usage --keep "
+    _project(tmp_path, "nvcc -ccbin g++ -m64 --threads 0 --std=c++17 -t 4 -res-usage --keep "
                        "-Werror all-warnings -Xptxas -dlcm=cg -arch=sm_90 -o k.o -c k.cu")
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
@@ -66,7 +65,7 @@ def test_a_cuda_samples_command_runs_space_and_tune(tmp_path: Path) -> None:
     assert tuned.returncode == 0, tuned.describe()
     assert "-m64 (64-bit host code, the only machine nvcc 13 has: device code is unchanged)" in tuned.output
     fixed = {f["flag"]: f for f in tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["fixed"]}
-    assert {"-m64", "--threads 0", "-t 4", "--split-compile 0", "-res-usage", "--keep",
+    assert {"-m64", "--threads 0", "-t 4", "-res-usage", "--keep",
             "-Werror all-warnings"} <= {flag for flag, f in fixed.items() if not f["applied"]}, fixed
 
 

@@ -71,7 +71,6 @@ _NUMBERS = re.compile(r"\d+(,\d+)*")
 _ANY = re.compile(r".+")
 _NO_DEVICE_EFFECT: dict[str, tuple[str, re.Pattern[str] | None]] = {
     "--threads": (_PARALLEL, _COUNT), "-t": (_PARALLEL, _COUNT),
-    "--split-compile": (_PARALLEL, _COUNT), "-split-compile": (_PARALLEL, _COUNT),
     "--jobserver": (_PARALLEL, None), "-jobserver": (_PARALLEL, None),
     "--resource-usage": (_REPORT, None), "-res-usage": (_REPORT, None),
     "--verbose": (_REPORT, None), "-v": (_REPORT, None),
