@@ -116,6 +116,8 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "gate-junit-device": ("gate {ws}/good.acf.toml --static --junit /dev/full", 2, "it is a character device"),
     "gate-reports-one-file": ("gate {ws}/good.acf.toml --static --junit {ws}/same.out --markdown {ws}/same.out", 2,
                               "--markdown and --junit name the same file"),  # the markdown was lost, exit 0
+    "gate-reports-hard-linked": ("gate {ws}/good.acf.toml --static --junit {ws}/linked.xml --markdown {ws}/linked.md",
+                                 2, "--markdown and --junit name the same file"),
     "report-out-fifo": ("report 1 --db sqlite:///{ws}/t.db -o {ws}/out.fifo", 2,  # blocked forever
                         "cannot write {ws}/out.fifo: it is a named pipe, not a regular file"),
     "report-md-device": ("report 1 --db sqlite:///{ws}/t.db --format md -o /dev/full", 2, "a character device"),
@@ -151,6 +153,8 @@ class Workspace:
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     ws = tmp_path_factory.mktemp("hostile-cli")
     (ws / "adir").mkdir()
+    (ws / "linked.md").write_text("")
+    os.link(ws / "linked.md", ws / "linked.xml")  # two names of one file
     (ws / "afile").write_text("not a directory\n")
     for fifo in ("fifo.cu", "fifo.acf.toml", "out.fifo"):  # reading or writing one blocks until the other end comes
         os.mkfifo(ws / fifo)

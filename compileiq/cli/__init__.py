@@ -185,6 +185,16 @@ def flags(
         print(f"compileiq: {safe(note)}", file=sys.stderr)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two output paths name one file: the same path, or two links to one (a hard link too)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False  # one of them does not exist yet: two files
+
+
 @cli.command()
 def gate(
     acf_files: Annotated[list[Path], typer.Argument(metavar="ACF", help="ACF files written by `compileiq tune`.")],
@@ -206,7 +216,7 @@ def gate(
             path is None or check_report_target(path, tuple(acf_files))
         except OutputFileError as error:
             raise UsageError(f"{option} {error}") from None
-    if markdown is not None and junit is not None and os.path.realpath(markdown) == os.path.realpath(junit):
+    if markdown is not None and junit is not None and _same_file(markdown, junit):
         raise UsageError(f"--markdown and --junit name the same file ({markdown}): one report would overwrite the other")
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
                                    program=program, metric_regex=metric_regex)
