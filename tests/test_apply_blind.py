@@ -101,6 +101,8 @@ def test_a_forged_command_to_time_is_refused_in_one_line(tuned: tuple[Path, str]
     (lambda c: c.replace("compileiq tune k.cu", "compileiq tune /tmp/attacker/payload.cu", 1),
      "tunes '/tmp/attacker/payload.cu', not the ACF's kernel ('k.cu')"),
     (lambda c: c.replace("compileiq tune k.cu", "compileiq tune ../k.cu", 1), "not the ACF's kernel"),
+    (lambda c: c.replace("compileiq tune k.cu", "compileiq tune attacker/k.cu", 1), "not the ACF's kernel"),
+    (lambda c: c.replace("compileiq tune k.cu", "compileiq tune /tmp/evil/k.cu", 1), "not the ACF's kernel"),
     (lambda c: c.replace("compileiq tune k.cu", "compileiq tune k.cu --compile-commands /tmp/attacker/cc.json", 1),
      "reads '/tmp/attacker/cc.json', not the ACF's compilation database"),
 ])
@@ -115,6 +117,25 @@ def test_a_command_to_time_names_the_acfs_own_kernel_and_database(tuned: tuple[P
     result = run_cli(["flags", "other.acf.toml"], cwd=folder)
     assert result.returncode == 2 and said in result.stderr, result.describe()
     assert acf.read(folder / "k.acf.toml").evidence["to_time"]  # the untouched ACF reads as before
+
+
+def test_an_acf_tuned_from_another_folder_reads_its_own_command_to_time(tuned: tuple[Path, str]) -> None:
+    """Run from the folder above, with the kernel in a folder whose name has a space and the ACF
+    written elsewhere, tune wrote an ACF it then refused to write ("evidence.to_time[0].command is
+    not the command compileiq writes"): its command names the kernel from where tune ran."""
+    folder, _ = tuned
+    other = folder.parent / "my dir"
+    other.mkdir(exist_ok=True)
+    for name in ("k.cu", "tune.toml"):
+        if (folder / name).exists():
+            (other / name).write_text((folder / name).read_text())
+    done = run_cli(["tune", "my dir/k.cu", "--objective", "static", "--only", ONLY, "--strategy", "exhaustive",
+                    "--budget", "200", "--workers", "local", "--db", f"sqlite:///{folder}/t2.db",
+                    "--out", "acfs/k.acf.toml"], cwd=folder.parent)
+    assert done.returncode == 0, done.describe()
+    written = acf.read(folder.parent / "acfs" / "k.acf.toml")
+    assert written.evidence["to_time"][0]["command"].startswith("compileiq tune 'my dir/k.cu' ")
+    assert run_cli(["flags", "acfs/k.acf.toml"], cwd=folder.parent).returncode == 0
 
 
 def test_an_exhaustive_budget_past_the_limit_in_the_command_to_time_is_refused(tuned: tuple[Path, str]) -> None:

@@ -6,7 +6,7 @@ Each failure is an `AcfError` with one line naming the first bad entry.
 
 from __future__ import annotations
 
-import posixpath
+import os
 import shlex
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -190,9 +190,9 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
         _check_settings(where, settings, space)
         shown = entry.get("command")
         words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
-        kernel = words[2] if len(words) > 2 and path_problem(words[2]) is None else None
+        kernel = words[2] if len(words) > 2 and words[2] and not words[2].startswith("-") else None
         database = words[4] if words[3:4] == ["--compile-commands"] and len(words) > 4 else None
-        from_shipped = ("--compile-commands", database) if database and path_problem(database) is None else ()
+        from_shipped = ("--compile-commands", database) if database else ()
         budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
         if not 0 < budget <= to_time.EXHAUSTIVE_LIMIT:  # the search's form, whose budget is tune's own
             budget = to_time.EXHAUSTIVE_LIMIT + 1  # (the count is not recomputed: an ACF keeps one value per macro)
@@ -203,24 +203,25 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
                    to_time.command(kernel, list(settings), budget)} if kernel is not None else set()  # (or as older ACFs wrote it)
         if shown not in written:
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
-        if kernel is not None and not _names_the_same_file(kernel, kernel_path):
+        if kernel is not None and not _names_the_same_file(kernel, kernel_path, path):
             raise AcfError(f"{where}.command tunes {kernel[:80]!r}, not the ACF's kernel ({kernel_path[:80]!r})")
-        if database and not (shipped is not None and shipped.path and _names_the_same_file(database, shipped.path)):
+        if database and not (shipped is not None and shipped.path and _names_the_same_file(database, shipped.path, path)):
             raise AcfError(f"{where}.command reads {database[:80]!r}, not the ACF's compilation database "
                            f"([baseline].path)")
 
 
-def _names_the_same_file(shown: str, recorded: str) -> bool:
-    """Whether `shown` (a path from where `tune` ran, as its commands name files) can be the file
-    `recorded` (a path from the ACF's folder): no '..' of its own, and the same trailing folders and
-    file name as far as both go (the recorded one past its leading '..'s)."""
-    ours = PurePosixPath(shown).parts
-    theirs = [part for part in PurePosixPath(posixpath.normpath(recorded)).parts if part not in ("..", "/")]
-    named = [part for part in ours if part != "/"]
-    if ".." in ours or not named or not theirs:
-        return False
-    depth = min(len(named), len(theirs))
-    return named[-depth:] == theirs[-depth:]
+def _names_the_same_file(shown: str, recorded: str, acf: Path) -> bool:
+    """Whether `shown` (a path as `tune` names files in its commands: from where it ran, else
+    absolute) is the file `recorded` names (a path from the ACF's folder; an older ACF's, from where
+    `tune` ran): an absolute one that very file, a relative one (no '..') its trailing folders and
+    name, so that it names that file from the folder `tune` ran in."""
+    folder = os.path.dirname(os.path.realpath(acf))
+    targets = {os.path.normpath(os.path.join(folder, recorded)), os.path.abspath(recorded)}
+    ours = PurePosixPath(shown)
+    if ours.is_absolute():
+        return os.path.normpath(shown) in targets
+    parts = ours.parts
+    return bool(parts) and ".." not in parts and any(PurePosixPath(t).parts[-len(parts):] == parts for t in targets)
 
 
 MAX_SHIPPED_FLAGS = 512
