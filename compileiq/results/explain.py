@@ -122,17 +122,23 @@ class Explanation:
             return f"refused: {refused}"
         if self.baseline is not None and trial.number == self.baseline.number:
             return "baseline"
-        if self.front is not None and (over := self._dominated_by(trial)) is not None:
-            return f"dominated by #{over}"
+        if self.front is not None and (off := self._off_the_front(trial)) is not None:
+            return off
         return "may be chosen"
 
-    def _dominated_by(self, trial: Trial) -> int | None:
-        """The first front point that dominates `trial` (None: none does, or it has no values)."""
+    def _off_the_front(self, trial: Trial) -> str | None:
+        """Why a trade-off's trial that may win is not on its front, as the front counts it: "dominated
+        by #N", or "same values as #N" (the front keeps one trial of equal values: the fewest
+        changed settings); None for a front point, or a trial with no values."""
         assert self.front is not None
         values = values_of(trial, self.front.objectives)
-        if values is None:
+        if values is None or any(p.trial.number == trial.number for p in self.front.points):
             return None
-        return next((p.trial.number for p in self.front.points if dominates(p.values, values)), None)
+        if (over := next((p for p in self.front.points if dominates(p.values, values)), None)) is not None:
+            return f"dominated by #{over.trial.number}"
+        if (same := next((p for p in self.front.points if p.values == values), None)) is not None:
+            return f"same values as #{same.trial.number} on the front"
+        return None
 
     def described(self, trial: Trial) -> str:
         """The status as tables show it: with the row's provenance where an ACF cites the row, or
