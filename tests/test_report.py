@@ -448,3 +448,15 @@ def test_show_json_lists_a_multi_objective_studys_trials(tmp_path):
         assert trial["values"] == {"registers": registers, "instructions": instructions}, trial
         assert {"value", "value_shown", "config", "metrics", "status", "provenance"} <= set(trial)
     assert data["front"] and data["pick_rule"] == "knee" and data["objectives"] == ["registers", "instructions"]
+
+
+def test_a_printed_db_option_never_shows_a_masked_url() -> None:
+    """A PostgreSQL URL is shown with its password masked: a printed command then named
+    `--db 'postgresql+psycopg://u:***@h/db'`, which no one can paste (a red team's); it reads the
+    URL from the environment instead, as the gate's re-tune command does."""
+    from compileiq.core.text import db_option
+
+    assert db_option("postgresql+psycopg://u:***@h/db") == '--db "$COMPILEIQ_DB"'
+    assert db_option("sqlite:///x.db?mode=***") == '--db "$COMPILEIQ_DB"'
+    assert db_option("sqlite:////abs/t.db") == "--db sqlite:////abs/t.db"
+    assert db_option("sqlite:///rel/t.db") == f"--db sqlite:///{os.path.abspath('rel/t.db')}"

@@ -16,7 +16,11 @@ def printable(text: object) -> str:
 def db_option(shown: str) -> str:
     """`--db URL` for a command compileiq prints, from the database URL as shown (passwords masked):
     an SQLite file by its absolute path, so that the command works from any folder (the default,
-    store/compileiq.db, is relative to where the run was)."""
+    store/compileiq.db, is relative to where the run was); a URL with a masked password or token,
+    `--db "$COMPILEIQ_DB"` (the pasted command reads it from the environment, as the gate's re-tune
+    command does)."""
+    if "***" in shown:
+        return '--db "$COMPILEIQ_DB"'
     if shown.startswith("sqlite:///"):
         shown = "sqlite:///" + os.path.abspath(shown.removeprefix("sqlite:///"))
     return f"--db {shlex.quote(printable(shown))}"
