@@ -174,3 +174,10 @@ def test_a_macro_that_only_sets_the_launch_keeps_the_occupancy_it_was_chosen_for
     found = acf.read(tmp_path / "k.acf.toml")
     assert found.controls["define.BS"] in (64, 128) and found.evidence["best"]["occupancy"] == 1.0, found.controls
     assert found.evidence["baseline"]["occupancy"] == 0.5 and found.objective["improved"] is True
+    # --why and the report read occupancy as occupancy (they gave its shortfall, 0.5 -> 0, "lower is better")
+    why = run_cli(["show", found.provenance["study"], "--why", "--db", f"sqlite:///{tmp_path}/t.db"], cwd=tmp_path)
+    assert "higher is better" in why.stdout and "lower is better" not in why.stdout, why.describe()
+    assert "total gain +50.0%: baseline 50.0%, chosen #" in why.stdout and "100.0%" in why.stdout
+    report = run_cli(["report", found.provenance["study"], "--format", "md", "-o", "r.md", "--db",
+                      f"sqlite:///{tmp_path}/t.db"], cwd=tmp_path)
+    assert report.returncode == 0 and "| +50.0% |" in (tmp_path / "r.md").read_text(), report.describe()

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import kind_label, out, safe
-from compileiq.core.readings import exact
+from compileiq.core.readings import exact, gain_text, reading
 from compileiq.core.records import RunRecord, Study, Trial, first_line
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows, missing_note
@@ -51,16 +51,17 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
         out.print("no contribution to show: " + ("the chosen configuration is the baseline" if ablation else
                                                    "no completed baseline and chosen trial"), markup=False)
     else:
-        table = Table(title=f"{study.name}: each setting's contribution ({label}, lower is better)")
+        shown = reading(study.key.objective)  # occupancy as occupancy (its gain as occupancy gained)
+        table = Table(title=f"{study.name}: each setting's contribution ({label}; {shown.heading})")
         for column in ("step", "setting", "value", "before", "after", "contribution"):
             table.add_column(column)
         for i, s in enumerate(ablation.steps, 1):
-            table.add_row(*(Text(c) for c in (str(i), s.setting, str(s.value), _num(s.before), _num(s.after),
-                                                _num(s.contribution))))
+            table.add_row(*(Text(c) for c in (str(i), s.setting, str(s.value), shown.text(s.before), shown.text(s.after),
+                                                gain_text(shown.objective, s.contribution))))
         out.print(table)
-        out.print(f"total gain {_num(ablation.total_gain)} = baseline {_num(ablation.baseline_value)} - chosen "
-                  f"#{explanation.chosen.number if explanation.chosen else '?'} {_num(ablation.chosen_value)}; "
-                  "the contributions sum to it", markup=False)
+        out.print(f"total gain {gain_text(shown.objective, ablation.total_gain)}: baseline "
+                  f"{shown.text(ablation.baseline_value)}, chosen #{explanation.chosen.number if explanation.chosen else '?'} "
+                  f"{shown.text(ablation.chosen_value)}; the contributions sum to it", markup=False)
         out.print(f"ablation path: {RULE}", markup=False)
         if not ablation.complete:
             out.print(missing_note(ablation.missing), markup=False)
@@ -88,10 +89,6 @@ def _importances(study: Study, trials: Sequence[Trial]) -> list[tuple[str, Impor
     return found
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
 def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pick: str | None, as_json: bool,
                  runs: Sequence[RunRecord] = ()) -> None:
     """The front of these objectives over the recorded trials; for the objectives of a study of
@@ -115,11 +112,11 @@ def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pi
         return
     table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials the study's rules "
                         "let win, lower is better; static estimates unless time)")
-    for column in ("#", *objectives, "pick", "settings that differ from the baseline"):
+    for column in ("#", *(_label(o) for o in objectives), "pick", "settings that differ from the baseline"):
         table.add_column(column)
     for p in trade_offs.points:
-        settings = " ".join(f"{k}={v}" for k, v in sorted(changes[p.trial.number].items())) or "(defaults)"
-        table.add_row(*(Text(c) for c in (str(p.trial.number), *(f"{v:g}" for v in p.values),
+        settings = " ".join(f"{k}={v}" for k, v in sorted(changes[p.trial.number].items())) or "(as the baseline)"
+        table.add_row(*(Text(c) for c in (str(p.trial.number), *(exact(v) for v in p.values),
                                             "<- " + rule if p is trade_offs.pick else "", settings)))
     out.print(table)
     if trade_offs.pick is not None:

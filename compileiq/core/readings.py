@@ -65,3 +65,11 @@ def exact(value: float) -> str:
     two different values never look equal; whole numbers without a decimal point."""
     number = float(value)
     return str(int(number)) if number.is_integer() and abs(number) < 2**53 else repr(number)
+
+
+def gain_text(objective: str, gain: float | None) -> str:
+    """A gain in the objective (the decrease of its recorded, minimised value) as people read it:
+    occupancy's as occupancy gained ("+50.0%"), any other's as the decrease itself."""
+    if gain is None:
+        return "-"
+    return f"{gain:+.1%}" if objective == "occupancy" else exact(gain)

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.readings import Reading, reading
+from compileiq.core.readings import Reading, gain_text, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
 from compileiq.report.figures import (
     contributions_svg,
@@ -252,12 +252,22 @@ def _contributions(report: StudyReport) -> str:
 def contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     header = ("step", "setting", "value", "before", "after", "contribution", "share of gain", "trial")
     total = ablation.total_gain
+    objective = report.explanation.study.key.objective
+    occupancy = objective == "occupancy"  # read as occupancy, as every view reads it; others as numbers (sortable)
+
+    def value(v: float | None) -> Any:
+        return reading(objective).text(v) if occupancy else v
+
+    def gain(v: float | None) -> Any:
+        return gain_text(objective, v) if occupancy else v
+
     rows: list[tuple[Any, ...]] = []
     for i, s in enumerate(ablation.steps, 1):
         share = f"{s.contribution / total:.0%}" if s.contribution is not None and total else "-"
-        rows.append((i, s.setting, s.value, s.before, s.after, s.contribution, share,
+        rows.append((i, s.setting, s.value, value(s.before), value(s.after), gain(s.contribution), share,
                      f"#{s.trial}" if s.trial is not None else "-"))
-    rows.append(("", "total", "", ablation.baseline_value, ablation.chosen_value, total, "100%" if total else "-", ""))
+    rows.append(("", "total", "", value(ablation.baseline_value), value(ablation.chosen_value), gain(total),
+                 "100%" if total else "-", ""))
     return header, rows
 
 
