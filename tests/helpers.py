@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -238,3 +240,22 @@ extern "C" __global__ void fir(const float* in, float* out, int n) {
   out[i] = s;
 }
 """
+
+
+def forge_run(db: Path, decision: object, study_id: int = 1) -> None:
+    """Add a run row to the SQLite database `db` recording `decision` (any JSON text: a forged run)."""
+    import sqlite3
+
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute("insert into runs (study_id, worker, limits, stopped, decision) values (?, 'evil:1', '{}', "
+                           "'budget', ?)", (study_id, decision if isinstance(decision, str) else json.dumps(decision)))
+        connection.commit()
+    finally:
+        connection.close()
+
+
+def resealed(document: dict) -> str:
+    """An export document with its checksum recomputed after an edit (as anyone can), as JSON text."""
+    canonical = json.dumps(document["payload"], sort_keys=True, separators=(",", ":"))
+    return json.dumps(dict(document, sha256=hashlib.sha256(canonical.encode()).hexdigest()))

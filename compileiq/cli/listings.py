@@ -51,6 +51,8 @@ def _unchosen(summary: StudySummary) -> str:
     decision = summary.decision or {}
     if "pick" in decision and "chosen" not in decision:
         why = "pick rule from an imported export, no run here chose"
+    elif decision and _matches_rows(summary):
+        why = "no valid recorded choice (held against its baseline row, the trial its latest run names could never be chosen)"
     elif decision:
         why = "its latest run's recorded choice does not match the rows"
     else:
@@ -121,13 +123,20 @@ def studies_table(summaries: list[StudySummary]) -> Table:
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
     """(chosen trial, its value) as the study's latest run recorded them, while the trial's row
-    holds that value (`explain.followed_choice`, what every view shows); else (None, the lowest
+    holds that value and the study's rules allow it against its baseline row (`explain.listed_choice`, what every view shows); else (None, the lowest
     value), which the list labels as such: the list reads one trial row per study (one aggregate
     for a team database of any size), and only `show STUDY` replays a choice from the trials."""
+    from compileiq.results.explain import listed_choice
+
+    choice = listed_choice(summary)
+    return choice if choice is not None else (None, summary.best)
+
+
+def _matches_rows(summary: StudySummary) -> bool:
+    """The recorded choice names a complete row with its recorded value (`listed_choice` refused it for its rules)."""
     from compileiq.results.explain import followed_choice
 
-    choice = followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value)
-    return choice if choice is not None else (None, summary.best)
+    return followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value) is not None
 
 
 def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:

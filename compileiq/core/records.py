@@ -25,6 +25,9 @@ QUARANTINED = "quarantined"  # the start of the reason of a row whose rebuild di
 RUNTIME_KIND = "runtime (GPU, median of samples)"
 
 
+MAX_TRIAL_NUMBER = 2**62  # a trial number beyond (a forged run row's) names no trial: SQLite's INTEGER ends at 2**63
+
+
 @dataclass(frozen=True)
 class StudyKey:
     """What makes two tuning runs the same study."""
@@ -57,6 +60,8 @@ class StudySummary:
     decision: dict[str, Any] | None = None  # the latest run's recorded choice (`RunRecord.decision`)
     named_state: TrialState | None = None  # the trial that choice names, as its row is now (None: no row)
     named_value: float | None = None
+    named: Trial | None = None  # that trial's row as a usable trial (None: none, or damaged)
+    baseline: Trial | None = None  # the study's first usable row, which the choice is held against
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,23 @@ so (`Explanation.notes`) instead of switching silently.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line
+from compileiq.core.records import (
+    MAX_TRIAL_NUMBER,
+    RunRecord,
+    Study,
+    StudySummary,
+    Trial,
+    TrialState,
+    first_line,
+)
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
@@ -73,13 +82,24 @@ class Explanation:
         worker -> its first run), read once."""
         checked_by: dict[int, tuple[int, str]] = {}
         first_run_of: dict[str, int] = {}
+        by_number = {t.number: t for t in self.trials}
         for run in sorted(self.runs, key=lambda r: r.id):
+            cited = self._cited_by(run, by_number)
             for how in ("verified", "replaced"):
                 numbers = run.decision.get(how) if isinstance(run.decision, dict) else None
                 if isinstance(numbers, list):
-                    checked_by.update((n, (run.id, how)) for n in numbers if type(n) is int)
+                    checked_by.update((n, (run.id, how)) for n in numbers if type(n) is int and n in cited)
             first_run_of.setdefault(run.worker, run.id)
         return checked_by, first_run_of
+
+    def _cited_by(self, run: RunRecord, by_number: dict[int, Trial]) -> set[int]:
+        """The rows a run row may vouch for: those its ACF cites (the baseline and its choice, what
+        `decision` records), and only when its choice is one the tuner could have made here (a
+        forged run row naming a refused trial vouches for nothing); never a trial the rules refuse."""
+        chosen = _sound(self.study, by_number, self.baseline, self.refusal, run)
+        if not isinstance(chosen, Trial):
+            return set()
+        return {t.number for t in (self.baseline, chosen) if t is not None and self.refusal(t) is None}
 
     def front_of(self, objectives: Sequence[str], rule: str) -> Front:
         """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
@@ -167,27 +187,46 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     `pick`: a user's rule for the front of a study of several objectives (`--pick`), replayed with
     it; None: the rule the latest run recorded (`recorded_pick`)."""
     trials, runs = tuple(trials), tuple(runs)
+    trials, foreign = _of_the_study(trials)
     asked = pick if pick is not None and multi_objective.is_multi(study.key.objective) else None
     rule = asked if asked is not None else recorded_pick(study, runs)
     replayed = replace(_explain(study, trials, rule), runs=runs, decided_by=REPLAYED)
     run = latest_decision(runs)
-    chosen = _followed(study, trials, run) if run is not None else None
+    followed = _sound(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
+    chosen = followed if isinstance(followed, Trial) else None
     if asked is not None:
         return replace(replayed, decided_by=f"--pick {asked}, replayed over its trials",
-                       notes=_differs(replayed, chosen, run, f"--pick {asked} gives"))
+                       notes=(*foreign, *_differs(replayed, chosen, run, f"--pick {asked} gives")))
     if run is None:
         notes: tuple[str, ...] = ("no run of this database recorded a choice: replayed from its trials",) if trials else ()
-        return replace(replayed, notes=notes)
+        return replace(replayed, notes=(*foreign, *notes))
     if chosen is None:
-        why = _unfollowed(run, rule)
-        return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED, notes=(why,))
+        why = _unfollowed(run, rule, followed)
+        return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED, notes=(*foreign, why))
     if study.key.evaluator != "static" and run.decision is not None and run.decision.get("by") == "confirmation":
         by = f"the confirmation of run {run.id} ({first_line(run.worker, 80)})"
     else:
         by = f"run {run.id} ({first_line(run.worker, 80)}), whose ACF holds it"
     # a runtime choice rests on its confirmation's measurements, which no row holds: not replayed
     notes = _differs(replayed, chosen, run, "the rows now give") if study.key.evaluator == "static" else ()
-    return replace(_following(trials, replayed, chosen), decided_by=by, notes=notes)
+    return replace(_following(trials, replayed, chosen), decided_by=by, notes=(*foreign, *notes))
+
+
+def _of_the_study(trials: tuple[Trial, ...]) -> tuple[tuple[Trial, ...], tuple[str, ...]]:
+    """The trials whose config has the study's parameters (those most of its trials have, ties to
+    the earliest trial's: every trial of a study sets the same ones), and one line for the rows set
+    aside: a damaged or forged row of other parameters is never compared, ranked or chosen."""
+    if not trials:
+        return trials, ()
+    counts = Counter(frozenset(t.config) for t in trials)
+    most = max(counts.values())
+    names = next(frozenset(t.config) for t in trials if counts[frozenset(t.config)] == most)
+    foreign = [t.number for t in trials if frozenset(t.config) != names]
+    if not foreign:
+        return trials, ()
+    shown = ", ".join(f"#{n}" for n in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    note = f"skipped {len(foreign)} damaged or forged row(s) whose config does not have the study's parameters: {shown}"
+    return tuple(t for t in trials if frozenset(t.config) == names), (note,)
 
 
 def _differs(replayed: Explanation, chosen: Trial | None, run: RunRecord | None, gives: str) -> tuple[str, ...]:
@@ -210,10 +249,13 @@ def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial) 
     return replace(replayed, chosen=chosen, ablation=ablation_path(replayed.baseline, chosen, recorded(trials)))
 
 
-def _unfollowed(run: RunRecord, rule: str) -> str:
+def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> str:
     """Why the latest deciding run's record is not the choice: a pick rule alone (what `db import`
-    records), or a choice that names no complete trial with its recorded value."""
+    records), a choice that names no complete trial with its recorded value, or one the tuner
+    could never have made (`why`, from `_sound`)."""
     decision = run.decision or {}
+    if isinstance(why, str):
+        return f"run {run.id}'s recorded choice was not followed: {why}; replayed from its trials"
     if "pick" in decision and "chosen" not in decision:
         source = "from an imported export" if decision.get("pick") == rule else "(an imported export's does not parse)"
         return (f"pick rule {rule} {source}, not decided by a run of this database (run {run.id}: "
@@ -227,13 +269,46 @@ def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
     return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
 
 
-def _followed(study: Study, trials: tuple[Trial, ...], run: RunRecord) -> Trial | None:
-    """The trial the run recorded as its choice, when `followed_choice` accepts it."""
+def _sound(study: Study, trials: dict[int, Trial], baseline: Trial | None, refuse: Callable[[Trial], str | None],
+           run: RunRecord) -> Trial | str | None:
+    """The trial the run recorded as its choice, when `followed_choice` accepts it and the tuner
+    could have chosen it (`unsound_choice`); else why not (a line), or None (no such trial)."""
     choice = recorded_choice(run.decision)
-    found = next((t for t in trials if choice is not None and t.number == choice[0]), None)
+    found = trials.get(choice[0]) if choice is not None else None
     if found is None or followed_choice(study, run.decision, found.state, found.value) is None:
         return None
-    return found
+    return unsound_choice(study, found, baseline, refuse) or found
+
+
+def unsound_choice(study: Study, chosen: Trial, baseline: Trial | None,
+                   refuse: Callable[[Trial], str | None]) -> str | None:
+    """Why a run row's recorded choice could never have been the tuner's (None: it could): a
+    config of other parameters than the baseline's, a trial the study's rules refuse (what every
+    view refuses), or, for one static objective, a trial other than the baseline that is not
+    strictly better than it (the tuner keeps the baseline then). A run row is untrusted."""
+    if baseline is not None and set(chosen.config) != set(baseline.config):
+        return f"#{chosen.number}'s config does not have the study's parameters"
+    if refused := refuse(chosen):
+        return f"the study's rules refuse #{chosen.number} ({refused})"
+    static_single = study.key.evaluator == "static" and not multi_objective.is_multi(study.key.objective)
+    if (static_single and baseline is not None and chosen.number != baseline.number
+            and baseline.state is TrialState.COMPLETE and baseline.value is not None
+            and not (chosen.value is not None and chosen.value < baseline.value)):
+        return f"#{chosen.number} is not better than the baseline #{baseline.number}, which the tuner keeps then"
+    return None
+
+
+def listed_choice(summary: StudySummary) -> tuple[int, float] | None:
+    """(trial, value) the study list shows as chosen: the latest run's recorded choice when
+    `followed_choice` accepts the row it names and the tuner could have chosen it against the
+    study's baseline row (`unsound_choice`, as every view checks it; the list reads those two rows
+    alone and replays nothing)."""
+    choice = followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value)
+    if choice is None or summary.named is None:
+        return None
+    static = summary.study.key.evaluator == "static"
+    refuse = eligibility.study_refusal(summary.baseline, summary.study.key.objective, static)
+    return None if unsound_choice(summary.study, summary.named, summary.baseline, refuse) else choice
 
 
 def followed_choice(study: Study, decision: Any, state: TrialState | None, value: float | None) -> tuple[int, float] | None:
@@ -322,9 +397,15 @@ def recorded_choice(decision: Any) -> tuple[int, float] | None:
     if not isinstance(decision, dict):
         return None
     number, value = decision.get("chosen"), decision.get("value")
-    if type(number) is not int or not isinstance(value, int | float) or isinstance(value, bool):
+    if type(number) is not int or not 0 <= number <= MAX_TRIAL_NUMBER:
+        return None  # names no trial (a forged 10**23 overflowed every query of it)
+    if not isinstance(value, int | float) or isinstance(value, bool):
         return None
-    return (number, float(value)) if math.isfinite(value) else None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer past a float's range (a forged 10**400)
+        return None
+    return (number, value) if math.isfinite(value) else None
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:

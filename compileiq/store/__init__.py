@@ -55,7 +55,7 @@ from compileiq.store.rows import (
     checked_trial,
     study_record,
 )
-from compileiq.store.run_log import RunLog, named_trials
+from compileiq.store.run_log import RunLog, cited_rows
 from compileiq.store.schema import (
     among,
     chunks,
@@ -155,13 +155,15 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
             rows = conn.execute(query).mappings().all()
             decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()
                          if isinstance(row["decision"], dict)}  # the latest that decided, as `explain` reads it
-            named = named_trials(conn, decisions)  # the one row each names: at most one per study
+            cited = cited_rows(conn, decisions)  # the row each names and its baseline: two per study at most
         found = []
         for row in rows:
             try:
-                state, value = named.get(row["id"], (None, None))
+                named, baseline = cited.get(row["id"], (None, None))
                 found.append(StudySummary(study_record(row), int(row["trial_count"]), _finite_or_none(row["best_value"]),
-                                          decisions.get(row["id"]), state, value))
+                                          decisions.get(row["id"]), named.state if named else None,
+                                          named.value if named else None,
+                                          named, baseline))
             except StoreError as error:
                 self._skip(("study", row["id"]), f"study {row['id']}", str(error))
         return found
@@ -311,16 +313,18 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         finished or running trial here is kept, one failed-to-be-retried is replaced, a missing
         one is added with the next free number. Builds and measurements are added when missing.
         Importing the same export twice changes nothing; a file whose every trial was rejected
-        (`exchange.read`) is refused (UsageError, one line) and changes nothing.
+        (`exchange.read`), or rejected but for unfinished ones, is refused (UsageError, one line) and changes nothing.
         """
         try:
             with self._tx() as conn:
                 study, created = transfer.import_target(conn, export)
-                if not export.trials and (lost := [why for why in export.rejected if why.startswith("trial")]):
-                    # nothing of it would arrive, and an empty study would be left behind: rolled back
-                    raise UsageError(f"all {len(lost)} trials of study {printable(export.name)} in the file were "
-                                     f"rejected, so nothing was imported; the first: {lost[0]}")
                 added, kept, skipped = transfer.import_trials(conn, study.id, export.trials)
+                if not added + kept and (lost := [why for why in export.rejected if why.startswith("trial")]):
+                    # no result of it would arrive (the rest, if any, unfinished: skipped), and an empty
+                    # study and its builds would be left behind: rolled back
+                    rest = f" (the other {skipped} unfinished: not results)" if skipped else ""
+                    raise UsageError(f"all {len(lost)} trials of study {printable(export.name)} in the file were "
+                                     f"rejected{rest}, so nothing was imported; the first: {lost[0]}")
                 builds_added = transfer.insert_builds(conn, export.builds)
                 timed = transfer.insert_measurements(conn, export.measurements)
                 if created and export.pick is not None:  # a study here keeps its own runs' rule

@@ -203,7 +203,8 @@ def _export(payload: dict[str, Any]) -> StudyExport:
     key = StudyKey(**{f.name: _text(study["key"][f.name]) for f in fields(StudyKey)})
     rejected: list[str] = []
     seen: set[str] = set()
-    trials = _rows(payload["trials"], "trial", lambda v: _trial(v, key, seen), rejected)
+    one = trust.ExportStudy(key)  # its parameters and space, decided by its first trial: once per study
+    trials = _rows(payload["trials"], "trial", lambda v: _trial(v, key, seen, one), rejected)
     builds = _rows(payload["builds"], "build", _build, rejected)
     measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
     pick = study.get("pick")  # checked by every view that reads it (`results.explain.recorded_pick`)
@@ -227,12 +228,12 @@ def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], r
     return tuple(kept)
 
 
-def _trial(values: dict[str, Any], key: StudyKey, seen: set[str]) -> Trial:
+def _trial(values: dict[str, Any], key: StudyKey, seen: set[str], study: trust.ExportStudy) -> Trial:
     finished = values["finished_at"]
     fixed = dict(values, id=0, study_id=0, state=TrialState(values["state"]))
     fixed.update(started_at=_time(values["started_at"]), finished_at=_time(finished) if finished else None)
     trial = Trial(**fixed)
-    if problem := trust.check_in_export(trial, key):
+    if problem := trust.check_in_export(trial, key, study):
         raise ValueError(problem)
     if trial.config_key in seen:
         raise ValueError("a second trial of the same config")

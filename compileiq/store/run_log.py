@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compileiq.core.records import RunRecord, TrialState
+from compileiq.core.records import MAX_TRIAL_NUMBER, RunRecord, Trial
 from compileiq.store.base import StoreBase
-from compileiq.store.rows import run_record
+from compileiq.store.rows import checked_trial, run_record
 from compileiq.store.schema import chunks, db_now, runs, trials_table
 
 
@@ -39,17 +38,29 @@ class RunLog(StoreBase):
             return [run_record(row) for row in conn.execute(query).mappings().all()]
 
 
-def named_trials(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dict[int, tuple[TrialState | None, float | None]]:
-    """Study id -> (state, value) of the trial its recorded decision names, as the row is now (the
-    study list shows a run's choice only while that row holds the value the run recorded: one
-    indexed row per study, read in statements of bounded size)."""
-    pairs = [(study_id, d["chosen"]) for study_id, d in decisions.items() if type(d.get("chosen")) is int]
+def cited_rows(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dict[int, tuple[Trial | None, Trial | None]]:
+    """Study id -> (the trial its recorded decision names, its baseline: the first usable row), each
+    a checked trial or None: what the study list holds a recorded choice against (its refusal
+    against the baseline, as every view's). Two indexed rows per study at most."""
+    pairs = [(study_id, d["chosen"]) for study_id, d in decisions.items()
+             if type(d.get("chosen")) is int and 0 <= d["chosen"] <= MAX_TRIAL_NUMBER]
+    named = _rows_named(conn, pairs)
     t = trials_table.c
-    found: dict[int, tuple[TrialState | None, float | None]] = {}
+    firsts: list[tuple[int, int]] = []
+    for chunk in chunks([study_id for study_id, _ in pairs], 2_000):
+        first = sa.select(t.study_id, sa.func.min(t.number)).where(t.study_id.in_(list(chunk))).group_by(t.study_id)
+        firsts.extend((row[0], row[1]) for row in conn.execute(first))
+    base = _rows_named(conn, firsts)
+    return {study_id: (named.get(study_id), base.get(study_id)) for study_id, _ in pairs}
+
+
+def _rows_named(conn: Connection, pairs: list[tuple[int, int]]) -> dict[int, Trial]:
+    """Study id -> the row (study, number) names, when it is a usable trial (a damaged row is none)."""
+    t = trials_table.c
+    found: dict[int, Trial] = {}
     for chunk in chunks(pairs, 2_000):
-        query = sa.select(t.study_id, t.state, t.value).where(sa.tuple_(t.study_id, t.number).in_(list(chunk)))
-        for row in conn.execute(query):
-            state = next((s for s in TrialState if s.value == row.state), None)
-            value = float(row.value) if isinstance(row.value, int | float) and math.isfinite(row.value) else None
-            found[row.study_id] = (state, value)
+        query = sa.select(trials_table).where(sa.tuple_(t.study_id, t.number).in_(list(chunk)))
+        for row in conn.execute(query).mappings():
+            if isinstance(checked := checked_trial(row, None), Trial):
+                found[row["study_id"]] = checked
     return found

@@ -166,15 +166,37 @@ def _bundled(space_id: str) -> SearchSpace | None:
     return full if full.id == space_id else None
 
 
-def check_in_export(trial: Trial, key: StudyKey) -> str | None:
+class ExportStudy:
+    """One study's parameters in an export, decided once: those of its first trial (the baseline,
+    which every trial of a study shares), with the space they were drawn from (`export_space`,
+    whose order search is costly: once per study, never per trial)."""
+
+    def __init__(self, key: StudyKey) -> None:
+        self.key = key
+        self.names: frozenset[str] | None = None
+        self.space: SearchSpace | None = None
+
+    def space_for(self, names: list[str]) -> SearchSpace | None | str:
+        """The study's space for a trial setting ``names``, or why such a trial is not the study's."""
+        if self.names is None:
+            self.names, self.space = frozenset(names), export_space(self.key, names)
+        elif frozenset(names) != self.names:
+            return "its config's parameters are not the study's (those of its first trial)"
+        return self.space
+
+
+def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = None) -> str | None:
     """``trial_problem`` for a trial of an export: its config must fit the bundled space of the
-    study's space_id (its macros as given), and with no macros hash to the study's space."""
+    study's space_id (its macros as given), and with no macros hash to the study's space. Given the
+    ``study`` its other trials were read into, its parameters must be that study's."""
     problem = trial_problem(trial)
     if problem is not None or not isinstance(trial.config, dict):
         return problem
     if Config.of(trial.config).key != trial.config_key:
         return "its config_key does not match its config"
-    space = export_space(key, list(trial.config))
+    space = (study or ExportStudy(key)).space_for(list(trial.config))
+    if isinstance(space, str):
+        return space
     if space is None:
         return None
     defines = {n[len(_DEFINE) :]: [v] for n, v in trial.config.items() if n.startswith(_DEFINE)}
