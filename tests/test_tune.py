@@ -400,3 +400,21 @@ def test_only_searches_the_macros_unless_it_names_one(tmp_path):
         assert done.returncode == 0, done.stderr
         trials = json.loads(run_cli(["show", "1", "--db", url, "--json", "--top", "100"], cwd=folder).stdout)["trials"]
         assert {t["config"]["define.WARPS"] for t in trials} == warps, extra
+
+
+def test_a_launch_past_the_shared_memory_a_block_may_have_is_named_not_scored(tmp_path):
+    """A user's flash attention asked for 233,000 bytes of dynamic shared memory on sm_90, whose
+    blocks may have 232,448: the baseline read 0% occupancy without a word, and the tuning was
+    meaningless. No block of such a launch can start: the run says so and stops."""
+    (tmp_path / "k.cu").write_text("extern __shared__ float s[];\n__global__ void k(float* x) { s[threadIdx.x] = "
+                                   "x[threadIdx.x]; __syncthreads(); x[threadIdx.x] = s[255 - threadIdx.x]; }\n")
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[launch.k]\nblock_size = 256\ndynamic_smem = 233000\n')
+    done = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode != 0 and not (tmp_path / "k.acf.toml").exists(), done.describe()
+    assert ("k asks for 233,000 bytes of shared memory per block (0 static + 233,000 dynamic), more than the "
+            "232,448 a block may have on sm_90: no block can start") in done.stderr_lines[-1], done.describe()
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[launch.k]\nblock_size = 256\ndynamic_smem = 200000\n')
+    fits = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert fits.returncode == 0, fits.describe()

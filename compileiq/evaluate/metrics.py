@@ -128,6 +128,18 @@ def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
     )
 
 
+def shared_memory_problem(arch: str, entry: EntryResources, threads: int, dynamic_smem: int) -> str | None:
+    """Why no block of `entry` can start (its static and dynamic shared memory past the most one
+    block may have on `arch`), or None. Scored, such a launch read as 0% occupancy without a word (a
+    user's flash attention asked for 233,000 bytes on sm_90, whose blocks may have 232,448)."""
+    limit = arch_limits(arch).smem_per_block_optin
+    wanted = entry.shared_bytes + dynamic_smem
+    if _round_up(wanted + RESERVED_SMEM_PER_BLOCK, 128) <= limit + RESERVED_SMEM_PER_BLOCK:  # as `occupancy` reads it
+        return None
+    return (f"{readable(entry.name)} asks for {wanted:,} bytes of shared memory per block ({entry.shared_bytes:,} static + "
+            f"{dynamic_smem:,} dynamic), more than the {limit:,} a block may have on {arch}: no block can start")
+
+
 def _entry_occupancy(entry: EntryResources, arch: str, threads: int, dynamic_smem: int) -> float:
     return occupancy(arch, threads, entry.registers, entry.shared_bytes, dynamic_smem)
 
@@ -215,6 +227,9 @@ class StaticEvaluator:
             launch = {e.name: self._launch.facts(e.name, values, e.max_threads) for e in entries}
         except ExpressionError as error:  # this variant's macros, not the study's defaults
             return Evaluation(None, f"launch: {error}", {})
+        if too_much := next((problem for e in entries if (problem := shared_memory_problem(
+                self._kernel.arch, e, *launch.get(e.name, (threads, self._kernel.dynamic_smem))))), None):
+            return Evaluation(None, f"launch: {too_much}", {})
         functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted
         scored = Build(build.status, build.message, (*entries, *functions), build.code_hash, b"", build.seconds)
         metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)
