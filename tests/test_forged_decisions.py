@@ -175,7 +175,22 @@ def test_import_takes_a_studys_parameters_from_its_first_trial_in_linear_time(tu
     output = _cli(folder, folder / "dos.db", "db", "import", "dos.json")
     assert time.monotonic() - started < 15  # 25 s and more before: each trial's space searched again
     assert "1 trials added" in output and "199 rows of the file rejected" in output, output
-    assert "its config's parameters are not the study's (those of its first trial)" in output, output
+    assert "its config's parameters are not the study's (those of its first valid trial)" in output, output
+
+
+def test_a_damaged_first_row_does_not_decide_the_studys_parameters(tuned: tuple[Path, int, int]) -> None:
+    """The study's parameters were taken from the file's first row before it was checked: a first
+    row with an unknown parameter was rejected and then every valid row with it (a reviewer's)."""
+    folder, _, _ = tuned
+    document = _export(folder)
+    payload = document["payload"]
+    valid = len(payload["trials"])
+    bad = dict(payload["trials"][0], config={"ptxas.bogus": 7}, config_key='{"ptxas.bogus":7}', number=10**6)
+    payload["trials"] = [bad, *payload["trials"]]
+    payload["study"]["name"] = "damaged-first"
+    (folder / "damaged.json").write_text(resealed(document))
+    output = _cli(folder, folder / "damaged.db", "db", "import", "damaged.json")
+    assert f"{valid} trials added" in output and "1 rows of the file rejected" in output, output
 
 
 def test_rejected_trials_beside_an_unfinished_one_import_nothing(tuned: tuple[Path, int, int]) -> None:

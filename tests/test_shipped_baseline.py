@@ -432,3 +432,21 @@ def test_an_import_that_rejects_every_trial_fails_in_one_line_and_creates_no_stu
     assert "Traceback" not in imported.output and "rejected" in imported.stderr, imported.describe()
     listed = run_cli(["show", study, "--db", target], cwd=tmp_path)
     assert listed.returncode != 0, listed.describe()  # no study of that name was created
+
+
+def test_a_compilation_database_in_a_folder_with_a_space_is_recorded_and_read(tmp_path: Path) -> None:
+    """Its path was left out of [baseline] (not a path nvcc may take) while the commands to time
+    named it, so tune refused the ACF it had just written (a reviewer's); it is only ever printed,
+    shell-quoted, and is recorded now."""
+    (tmp_path / "build dir").mkdir()
+    (tmp_path / "k.cu").write_text(CAPPED_KERNEL)
+    (tmp_path / "build dir" / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -Xptxas -O3 -c k.cu -o k.o", "file": "k.cu"}]))
+    done = run_cli(["tune", "k.cu", "--compile-commands", "build dir/compile_commands.json", "--only",
+                    "ptxas.opt_level,ptxas.maxrregcount,ptxas.override_directive_values", "--budget", "16", "--workers",
+                    "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    found = acf.read(tmp_path / "k.acf.toml")
+    assert found.shipped is not None and found.shipped.path == "build dir/compile_commands.json"
+    for entry in found.evidence.get("to_time", []):
+        assert "--compile-commands 'build dir/compile_commands.json'" in entry["command"]

@@ -165,6 +165,12 @@ def test_the_same_machine_code_launched_otherwise_is_timed_on_its_own(tmp_path):
     assert by_block[128].value == pytest.approx(1.0, rel=0.01) and by_block[256].value == pytest.approx(2.0, rel=0.01)
     assert result.chosen.config["define.BLOCK"] == 128
     assert result.confirmation is not None and not result.confirmation.keeps_baseline
+    # and the measurement cache answers for it (a key the cache could not read back re-ran the program)
+    from compileiq.evaluate.timed_key import timed_key
+
+    key = timed_key(by_block[128].code_hash, by_block[128].config)
+    assert key != by_block[128].code_hash
+    assert store.get_measurement(key, evaluator.kind, evaluator.driver, evaluator._args_hash()) is not None
     store.close()
 
 

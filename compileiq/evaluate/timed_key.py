@@ -21,4 +21,5 @@ def timed_key(code_hash: str, config: Mapping[str, Any]) -> str:
     macros = sorted((name, repr(value)) for name, value in config.items() if name.startswith("define."))
     if not macros:
         return code_hash
-    return f"{code_hash}+{hashlib.sha256(json.dumps(macros).encode()).hexdigest()[:16]}"
+    # letters and digits only: the measurement cache (and an export's rows) hold hashes of that form
+    return f"{code_hash}m{hashlib.sha256(json.dumps(macros).encode()).hexdigest()[:16]}"

@@ -27,7 +27,7 @@ from compileiq.report.figures import (
     short_name,
 )
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
-from compileiq.results import multi_objective, to_time
+from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
@@ -225,7 +225,7 @@ def to_time_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, 
     e = report.explanation
     rows = [(f"#{t.number}", " ".join(f"{short_name(k)}={v}" for k, v in changed_settings(t, e.baseline).items()),
              t.value, t.metrics.get("spill_bytes"), t.metrics.get("occupancy"),
-             to_time.refused_because(t, e.baseline, e.study.key.objective) if e.baseline is not None else "")
+             e.refusal(t) or "")  # the study's rules, naming its baseline as every view does
             for t in e.to_time]
     return ("trial", "settings that differ from the baseline", report.value_label, "spill_bytes", "occupancy",
             "refused because"), rows

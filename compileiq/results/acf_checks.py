@@ -20,7 +20,11 @@ from compileiq.core.readings import reading
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, StaticMetrics, objective_value
 from compileiq.results import to_time
-from compileiq.source.base_flags import BaseFlagError, parse_base_flags, path_problem
+from compileiq.source.base_flags import (
+    BaseFlagError,
+    parse_base_flags,
+    quoted_path_problem,
+)
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import (
     MODES,
@@ -243,8 +247,8 @@ def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild
     if not _text(origin, 255):
         raise AcfError(f"{where}.database must be a file name (printable text)")
     located = table.get("path", "")
-    if not isinstance(located, str) or (located and path_problem(located) is not None):
-        raise AcfError(f"{where}.path must be the compilation database's path (letters, digits and _ . + - / @)")
+    if not isinstance(located, str) or (located and quoted_path_problem(located) is not None):
+        raise AcfError(f"{where}.path must be the compilation database's path (printable text, no part starting with '-')")
     flags = table.get("shipped_flags", [])
     if not isinstance(flags, list) or len(flags) > MAX_SHIPPED_FLAGS or not all(_text(f, MAX_FLAG_CHARS) for f in flags):
         raise AcfError(f"{where}.shipped_flags must be a list of at most {MAX_SHIPPED_FLAGS} flags (printable text)")

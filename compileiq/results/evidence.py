@@ -17,7 +17,7 @@ from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
-from compileiq.source.base_flags import path_problem
+from compileiq.source.base_flags import path_problem, quoted_path_problem
 from compileiq.source.entry_names import readable
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
@@ -78,7 +78,7 @@ def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any], acf_path: Pat
     folder = Path(acf_path).expanduser().resolve().parent
     where = Path(os.path.relpath(build.path, folder)).as_posix() if build.path else ""
     return {"source": build.source, "database": build.origin,
-            **({"path": where} if where and path_problem(where) is None else {}),
+            **({"path": where} if where and quoted_path_problem(where) is None else {}),
             "shipped_flags": list(dict.fromkeys(flags)),
             "searched": [{"setting": s.name, "value": s.value, "flag": s.flag} for s in build.settings],
             "fixed": [{"flag": f.flag, "applied": f.applied, "why": f.why} for f in build.fixed],

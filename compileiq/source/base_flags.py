@@ -106,6 +106,16 @@ def path_problem(path: str) -> str | None:
     return None
 
 
+def quoted_path_problem(path: str) -> str | None:
+    """Why ``path`` may not be named in a command compileiq prints, shell-quoted, and never runs
+    itself (a compilation database's folder may hold a space), or None."""
+    if not path.isprintable() or len(path) > 4096:
+        return f"path {path[:80]!r} is not printable text of at most 4096 characters"
+    if any(part.startswith("-") for part in path.split("/")):
+        return f"path {path[:80]!r} has a part starting with '-'"
+    return None
+
+
 def check_path(path: str, where: str) -> str:
     if problem := path_problem(path):
         raise BaseFlagError(f"{where}: {problem}")

@@ -167,22 +167,33 @@ def _bundled(space_id: str) -> SearchSpace | None:
 
 
 class ExportStudy:
-    """One study's parameters in an export, decided once: those of its first trial (the baseline,
-    which every trial of a study shares), with the space they were drawn from (`export_space`,
-    whose order search is costly: once per study, never per trial)."""
+    """One study's parameters in an export, decided once: those of its first valid trial (the
+    baseline, which every trial of a study shares), with the space they were drawn from
+    (`export_space`, whose order search is costly: once per parameter set, and only for the first
+    few sets seen before a trial passes: a file of distinct sets is not a study)."""
+
+    MAX_SETS = 4  # parameter sets tried before a trial of the study passes
 
     def __init__(self, key: StudyKey) -> None:
         self.key = key
         self.names: frozenset[str] | None = None
-        self.space: SearchSpace | None = None
+        self._spaces: dict[frozenset[str], SearchSpace | None] = {}
 
     def space_for(self, names: list[str]) -> SearchSpace | None | str:
         """The study's space for a trial setting ``names``, or why such a trial is not the study's."""
+        found = frozenset(names)
+        if self.names is not None and found != self.names:
+            return "its config's parameters are not the study's (those of its first valid trial)"
+        if found not in self._spaces:
+            if len(self._spaces) >= self.MAX_SETS:
+                return "its config's parameters are not the study's (too many other sets before a valid trial)"
+            self._spaces[found] = export_space(self.key, names)
+        return self._spaces[found]
+
+    def accept(self, names: list[str]) -> None:
+        """A trial setting ``names`` passed every check: they are the study's from now on."""
         if self.names is None:
-            self.names, self.space = frozenset(names), export_space(self.key, names)
-        elif frozenset(names) != self.names:
-            return "its config's parameters are not the study's (those of its first trial)"
-        return self.space
+            self.names = frozenset(names)
 
 
 def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = None) -> str | None:
@@ -194,10 +205,12 @@ def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = Non
         return problem
     if Config.of(trial.config).key != trial.config_key:
         return "its config_key does not match its config"
-    space = (study or ExportStudy(key)).space_for(list(trial.config))
+    study = study or ExportStudy(key)
+    space = study.space_for(list(trial.config))
     if isinstance(space, str):
         return space
     if space is None:
+        study.accept(list(trial.config))
         return None
     defines = {n[len(_DEFINE) :]: [v] for n, v in trial.config.items() if n.startswith(_DEFINE)}
     if any(not _DEFINE_VALUE.fullmatch(str(v)) for (v,) in defines.values()):
@@ -209,6 +222,8 @@ def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = Non
     problem = trial_problem(trial, space)
     if problem is None and not defines and space.sha256 != key.space_sha256:
         return "its config's parameters are not those of the study's search space"
+    if problem is None:
+        study.accept(list(trial.config))
     return problem
 
 
