@@ -13,7 +13,6 @@ so (`Explanation.notes`) instead of switching silently.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -213,14 +212,13 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
 
 
 def _of_the_study(trials: tuple[Trial, ...]) -> tuple[tuple[Trial, ...], tuple[str, ...]]:
-    """The trials whose config has the study's parameters (those most of its trials have, ties to
-    the earliest trial's: every trial of a study sets the same ones), and one line for the rows set
-    aside: a damaged or forged row of other parameters is never compared, ranked or chosen."""
+    """The trials whose config has the study's parameters (its baseline's, the first trial: every
+    trial of a study sets the same ones, and an import and the study list hold rows to the same),
+    and one line for the rows set aside: a damaged or forged row of other parameters is never
+    compared, ranked or chosen."""
     if not trials:
         return trials, ()
-    counts = Counter(frozenset(t.config) for t in trials)
-    most = max(counts.values())
-    names = next(frozenset(t.config) for t in trials if counts[frozenset(t.config)] == most)
+    names = frozenset(trials[0].config)
     foreign = [t.number for t in trials if frozenset(t.config) != names]
     if not foreign:
         return trials, ()
