@@ -21,8 +21,9 @@ PATH_HASH = "00000000"  # the 8 hex digits every build writes for the source pat
 # namespace is a mangled name's length-prefixed component (`..._ZN36_GLOBAL__N__`, a digit before
 # it). A user's own identifier holding either text mid-name (`k__nv_static_1__deadbeef_a`) is left
 # as it is: rewriting it renamed two kernels into one (a red team's).
-_PTX_PATH_HASH = re.compile(rb"((?<=\d)_GLOBAL__N__|(?<![\w$])__nv_static_\d{1,6}__)[0-9a-f]{8}_")
-_NAME_PATH_HASH = re.compile(r"((?<=\d)_GLOBAL__N__|(?<![\w$])__nv_static_\d{1,6}__)[0-9a-f]{8}_")
+_PATH_HASH_AT = r"((?<=\d)_GLOBAL__N__|(?<![\w$])__nv_static_\d{1,6}__)[0-9a-f]{8}_"
+_PTX_PATH_HASH = re.compile(_PATH_HASH_AT.encode())  # PTX bytes (\w: ASCII, as PTX names are)
+_NAME_PATH_HASH = re.compile(_PATH_HASH_AT)
 
 
 def stable_ptx(ptx: bytes) -> bytes:

@@ -15,6 +15,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from compileiq.core.records import Trial
+
 
 def timed_key(code_hash: str, config: Mapping[str, Any]) -> str:
     """The code hash, with the digest of the configuration's macro values where it has any."""
@@ -23,3 +25,8 @@ def timed_key(code_hash: str, config: Mapping[str, Any]) -> str:
         return code_hash
     # letters and digits only: the measurement cache (and an export's rows) hold hashes of that form
     return f"{code_hash}m{hashlib.sha256(json.dumps(macros).encode()).hexdigest()[:16]}"
+
+
+def trial_timed_key(trial: Trial) -> str | None:
+    """A recorded trial's `timed_key` (None: it has no machine code)."""
+    return timed_key(trial.code_hash, trial.config) if trial.code_hash else None

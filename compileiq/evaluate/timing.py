@@ -31,7 +31,7 @@ from compileiq.evaluate.confirm import (
 from compileiq.evaluate.measure import Measurer, RunResult, compare_outputs, program_time
 from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
 from compileiq.evaluate.stats import Sampler
-from compileiq.evaluate.timed_key import timed_key
+from compileiq.evaluate.timed_key import timed_key, trial_timed_key
 
 SCREEN_ARGS = ("--quick",)
 _TIMING_ONLY_CHEAPER = "; after each build's first, runs that only time take less"  # --timing-only blocks
@@ -153,8 +153,7 @@ class TimeEvaluator:
         hears what it will cost (runs, and time at the baseline's run time) and each outcome."""
         candidates = [Candidate(t.number, timed_key(t.code_hash, t.config), t.value, True)
                       for t in trials if t.state is TrialState.COMPLETE and t.value is not None and t.code_hash]
-        base_key = timed_key(baseline.code_hash, baseline.config) if baseline.code_hash else None
-        finalists = choose_finalists(candidates, base_key, self._finalists)
+        finalists = choose_finalists(candidates, trial_timed_key(baseline), self._finalists)
         by_number = {t.number: t for t in trials}
         base, samples = self._sampler(self.executable(baseline))
         pairs = [(c, self._sampler(self.executable(by_number[c.trial]))[0]) for c in finalists]

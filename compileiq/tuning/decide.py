@@ -17,7 +17,7 @@ from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.confirm import Confirmation
-from compileiq.evaluate.timed_key import timed_key
+from compileiq.evaluate.timed_key import trial_timed_key
 from compileiq.results import multi_objective
 from compileiq.results.ablation import Ablation, ablation_path
 from compileiq.results.ablation import recorded as ablation_recorded
@@ -185,11 +185,7 @@ def confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseli
     if confirmation.winner is None:
         return baseline
     timed = confirmation.winner.candidate.code_hash  # the timed key the confirmation measured
-
-    def key(trial: Trial) -> str | None:
-        return timed_key(trial.code_hash, trial.config) if trial.code_hash else None
-
-    if key(simplified) == timed:
+    if trial_timed_key(simplified) == timed:
         return simplified
-    same = [t for t in trials if key(t) == timed and t.state is TrialState.COMPLETE]
+    same = [t for t in trials if trial_timed_key(t) == timed and t.state is TrialState.COMPLETE]
     return min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
