@@ -83,9 +83,14 @@ class Verifier:
 
 def agrees(trial: Trial, build: Build, fresh: Evaluation) -> bool:
     """The row's value, machine code and static metrics are the rebuild's."""
+    return trial.code_hash == build.code_hash and _same_result(trial, fresh)
+
+
+def _same_result(trial: Trial, fresh: Evaluation) -> bool:
+    """A complete row whose value and compared static metrics are the rebuild's."""
     if trial.state is not TrialState.COMPLETE or fresh.value is None or trial.value is None:
         return False
-    if trial.code_hash != build.code_hash or not math.isclose(trial.value, fresh.value, rel_tol=1e-9, abs_tol=1e-12):
+    if not math.isclose(trial.value, fresh.value, rel_tol=1e-9, abs_tol=1e-12):
         return False
     return all(trial.metrics.get(name) == fresh.metrics.get(name) for name in COMPARED)
 
@@ -94,11 +99,7 @@ def renamed_only(trial: Trial, build: Build, fresh: Evaluation) -> bool:
     """The row differs from its rebuild only in names nvcc gave after the path of the folder it was
     compiled in (recorded before build/linkage.py made them the same on every build) and in the
     code hash over those names: its value, static metrics and entries, so renamed, are the rebuild's."""
-    if trial.state is not TrialState.COMPLETE or fresh.value is None or trial.value is None:
-        return False
-    if not math.isclose(trial.value, fresh.value, rel_tol=1e-9, abs_tol=1e-12):
-        return False
-    if not all(trial.metrics.get(name) == fresh.metrics.get(name) for name in COMPARED):
+    if not _same_result(trial, fresh):
         return False
     recorded, rebuilt = trial.metrics.get("entries"), fresh.metrics.get("entries")
     if not isinstance(recorded, list) or not isinstance(rebuilt, list) or len(recorded) != len(rebuilt):
