@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import platform
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -25,9 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = sorted((ROOT / "kernels").glob("*/*.cu"))
 
 
+def scratch(prefix: str) -> Path:
+    """A new folder under the temporary directory, removed when the benchmark exits (its
+    databases, ACFs and compiler outputs are not results: the printed tables are)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def fresh_db() -> str:
-    folder = Path(tempfile.mkdtemp(prefix="compileiq-bench-"))
-    return f"sqlite:///{folder / 'bench.db'}"
+    return f"sqlite:///{scratch('compileiq-bench-') / 'bench.db'}"
 
 
 def machine() -> str:
@@ -36,7 +45,7 @@ def machine() -> str:
 
 
 def tune(kernel: Path, db: str, **options) -> app.TuneReport:
-    out = Path(tempfile.mkdtemp(prefix="compileiq-acf-")) / f"{kernel.stem}.acf.toml"
+    out = scratch("compileiq-acf-") / f"{kernel.stem}.acf.toml"
     return app.tune(app.TuneOptions(kernel=kernel, db=db, out=out, **options), SilentProgress())
 
 

@@ -23,7 +23,6 @@ import random
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from common import ROOT, machine
+from common import ROOT, machine, scratch
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config, SearchSpace, SpaceError
@@ -175,7 +174,7 @@ def tune_start_up(url: str, kernel: Path, study: str) -> tuple[float, float]:
     raise SystemExit("the tune finished without compiling: the study was not resumed")
 
 
-BYTECODE = Path(tempfile.mkdtemp(prefix="ciq-dbscale-pyc-"))
+BYTECODE = scratch("ciq-dbscale-pyc-")
 
 
 def cli_seconds(url: str | None, *args: str) -> tuple[float, float]:
@@ -196,7 +195,7 @@ def cli_seconds(url: str | None, *args: str) -> tuple[float, float]:
 def database(kind: str) -> tuple[str, Callable[[], int], Callable[[], None]]:
     """A fresh database: its URL, its size in bytes now, and how to drop it."""
     if kind == "sqlite":
-        path = Path(tempfile.mkdtemp(prefix="ciq-dbscale-")) / "team.db"
+        path = scratch("ciq-dbscale-") / "team.db"
 
         def size() -> int:
             engine = sa.create_engine(f"sqlite:///{path}")

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import sqlalchemy as sa
-from common import ROOT, machine
+from common import ROOT, machine, scratch
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.build.compile import (
@@ -350,7 +350,7 @@ class Timers:
 def database(kind: str) -> tuple[str, Callable[[], None]]:
     """A fresh database: `sqlite` (a temporary file) or a PostgreSQL admin URL (a new database)."""
     if kind == "sqlite":
-        return f"sqlite:///{Path(tempfile.mkdtemp(prefix='ciq-scale-')) / 'bench.db'}", lambda: None
+        return f"sqlite:///{scratch('ciq-scale-') / 'bench.db'}", lambda: None
     admin = sa.make_url(kind)
     name = f"ciq_bench_{uuid.uuid4().hex[:10]}"
     engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")

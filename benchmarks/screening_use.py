@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import KERNELS, machine
+from benchmarks.common import KERNELS, machine, scratch
 from compileiq.app import SharedWorkers, TuneOptions, tuning_space
 from compileiq.build.compile import Build
 from compileiq.build.workers import LocalWorkers
@@ -65,7 +64,7 @@ def run(kernel: Path, policy: screening.ScreeningPolicy, budget: int, seed: int)
     space = tuning_space(spec, tools, TuneOptions(kernel=kernel))
     request = TuneRequest(spec, space, "time", budget=budget, search=SearchSettings("bayes", seed),
                           simplify=False, ablate=False, screening=policy)
-    store = Store.open(f"sqlite:///{tempfile.mkdtemp(prefix='compileiq-screen-')}/bench.db")
+    store = Store.open(f"sqlite:///{scratch('compileiq-screen-')}/bench.db")
     try:
         result = Tuner(request, store, tools, SharedWorkers(LocalWorkers), SilentProgress(), StaticStandIn(spec),
                        bundle_sources(spec, tools.nvcc)).run()

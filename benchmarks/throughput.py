@@ -35,7 +35,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import ROOT, fresh_db, machine
+from common import ROOT, fresh_db, machine, scratch
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.processes import run_tool
@@ -117,7 +116,7 @@ def compileiq_tune(kernel: Path, budget: int, workers: str, only: tuple[str, ...
     """The real CLI in a process of its own; its variants read back from its database. `workers`
     is a backend, or BACKEND+stream for `--stream`."""
     db = fresh_db()
-    out = Path(tempfile.mkdtemp(prefix="compileiq-acf-")) / f"{kernel.stem}.acf.toml"
+    out = scratch("compileiq-acf-") / f"{kernel.stem}.acf.toml"
     backend, _, stream = workers.partition("+")
     argv = [sys.executable, "-m", "compileiq", "tune", str(kernel), "--objective", "static", "--budget",
             str(budget), "--workers", backend, "--db", db, "--out", str(out), "--json",
@@ -147,7 +146,7 @@ def compileiq_tune(kernel: Path, budget: int, workers: str, only: tuple[str, ...
 
 def two_stage(plan: Recipe, configs: Sequence[Config], threads: int) -> Timed:
     """One `nvcc -ptx` per front end, `ptxas -v` per variant, `threads` at a time."""
-    folder = Path(tempfile.mkdtemp(prefix="compileiq-two-stage-"))
+    folder = scratch("compileiq-two-stage-")
     groups = plan.frontends(configs)
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -191,7 +190,7 @@ def _cpu_seconds(argv: list[str]) -> float:
 
 def cpu_pass(plan: Recipe, configs: Sequence[Config]) -> tuple[float, float]:
     """CPU seconds of the front ends and of the ptxas runs, one compiler at a time."""
-    folder = Path(tempfile.mkdtemp(prefix="compileiq-limit-"))
+    folder = scratch("compileiq-limit-")
     frontend = ptxas = 0.0
     for number, members in enumerate(plan.frontends(configs).values()):
         ptx = folder / f"{number}.ptx"
@@ -202,7 +201,7 @@ def cpu_pass(plan: Recipe, configs: Sequence[Config]) -> tuple[float, float]:
 
 
 def full_nvcc(plan: Recipe, configs: Sequence[Config], threads: int) -> Timed:
-    folder = Path(tempfile.mkdtemp(prefix="compileiq-full-nvcc-"))
+    folder = scratch("compileiq-full-nvcc-")
     load = os.getloadavg()[0]
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
