@@ -341,6 +341,9 @@ def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root(
     ("_ZN12_GLOBAL__N_15scaleEPf", "scale"),  # an anonymous namespace
     ("_Z7reduce6IfLj256ELb1EEvPT_S1_j", "reduce6<float, 256, true>"),  # cuda-samples' reduction
     ("_Z3fooI6MyTypeEvPT_", "foo"),  # a class argument: the template's name (every instance)
+    ("_Z20BlockPrefixSumKernelIiLi128ELN3cub17CUB_300001_SM_90018BlockScanAlgorithmE2EEvPKT_PS3_",
+     "BlockPrefixSumKernel<int, 128, (cub::CUB_300001_SM_900::BlockScanAlgorithm)2>"),  # an enumerator, as nvcc 13 mangles it
+    ("_Z4scanILN2ns4ModeEn1EEvv", "scan<(ns::Mode)-1>"),
     ("saxpy", "saxpy"),  # extern "C"
 ])
 def test_an_error_names_each_compiled_kernel_as_tune_toml_can_give_it(entry: str, name: str) -> None:
@@ -371,3 +374,44 @@ def test_a_checkouts_copy_of_the_harness_is_not_part_of_the_kernel(tmp_path: Pat
     (elsewhere / "harness.cuh").write_bytes(harness.read_bytes())
     (kernel.parent / "tune.toml").write_text('include_dirs = ["../a/b/compileiq/include"]\n')
     assert bundle_sources(load_spec(kernel)).sha256 == first.sha256  # the same study wherever it lies
+
+
+CUB_SCAN = """
+#include <cub/block/block_scan.cuh>
+template <typename T, int BLOCK_THREADS, cub::BlockScanAlgorithm ALGORITHM>
+__global__ void BlockPrefixSumKernel(const T* in, T* out) {
+    using BlockScanT = cub::BlockScan<T, BLOCK_THREADS, ALGORITHM>;
+    __shared__ typename BlockScanT::TempStorage temp;
+    T v = in[blockIdx.x * BLOCK_THREADS + threadIdx.x];
+    BlockScanT(temp).ExclusiveSum(v, v);
+    out[blockIdx.x * BLOCK_THREADS + threadIdx.x] = v;
+}
+template __global__ void BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_RAKING>(const int*, int*);
+template __global__ void BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_WARP_SCANS>(const int*, int*);
+"""
+
+
+def test_a_cub_instance_with_an_enumerator_argument_can_be_named_in_tune_toml(tmp_path: Path) -> None:
+    """CUB's BlockScan kernels take a cub::BlockScanAlgorithm: only built-in literal arguments were
+    decoded, so neither `entries` nor [launch.NAME] could name one instance ("found:
+    BlockPrefixSumKernel" twice). An enumerator is named by its enum and value, as a demangler
+    prints it, CUB's versioned inline namespace left out (real nvcc, real CUB)."""
+    import tomllib
+
+    from tests.helpers import run_cli
+
+    (tmp_path / "k.cu").write_text(CUB_SCAN)
+    warp_scans = "BlockPrefixSumKernel<int, 128, (cub::BlockScanAlgorithm)2>"  # BLOCK_SCAN_WARP_SCANS
+    (tmp_path / "tune.toml").write_text(f'entries = ["{warp_scans}"]\n[launch."{warp_scans}"]\nblock_size = 128\n')
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+    [(named, facts)] = launch.items()  # that instance alone, at its launch (named with CUB's versioned namespace)
+    assert named.startswith("BlockPrefixSumKernel<int, 128, (cub::") and named.endswith("::BlockScanAlgorithm)2>"), named
+    assert facts["block_size"] == 128, launch
+    (tmp_path / "tune.toml").write_text('entries = ["BlockPrefixSumKernel<int, 128, (cub::BlockScanAlgorithm)1>"]\n')
+    missing = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                       "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert missing.returncode != 0 and "Traceback" not in missing.output, missing.describe()
+    assert "found: BlockPrefixSumKernel<int, 128, (cub::CUB_" in missing.stderr, missing.describe()
