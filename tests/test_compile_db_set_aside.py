@@ -188,5 +188,6 @@ def test_show_names_a_shipped_baseline_in_its_refusals(tmp_path: Path) -> None:
                      "--only", "nvcc.use_fast_math,ptxas.maxrregcount"], cwd=tmp_path)
     assert tuned.returncode == 0, tuned.describe()
     shown = run_cli(["show", "1", "--db", db, "--top", "30"], cwd=tmp_path, env={"COLUMNS": "400"})
-    assert "adds spill bytes over your build as" in shown.stdout and "shipped (0 -> " in shown.stdout, shown.describe()
+    assert "adds spill bytes over your build as" in shown.stdout, shown.describe()
+    assert "shipped (compile_commands.json) (0 -> " in shown.stdout, shown.describe()  # as the run says it
     assert "over the compiler defaults" not in shown.stdout and "(as the baseline)" in shown.stdout
