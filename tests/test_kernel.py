@@ -410,8 +410,32 @@ def test_a_cub_instance_with_an_enumerator_argument_can_be_named_in_tune_toml(tm
     [(named, facts)] = launch.items()  # that instance alone, at its launch (named with CUB's versioned namespace)
     assert named.startswith("BlockPrefixSumKernel<int, 128, (cub::") and named.endswith("::BlockScanAlgorithm)2>"), named
     assert facts["block_size"] == 128, launch
+    # by the enumerator's name, as the source spells it: looked up in the CUB headers the build reads
+    raking = "BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_RAKING>"
+    (tmp_path / "tune.toml").write_text(f'entries = ["{raking}"]\n[launch."{raking}"]\nblock_size = 64\n')
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml", "--only", "ptxas.opt_level", "--force"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+    [(named, facts)] = launch.items()
+    assert named.endswith("::BlockScanAlgorithm)0>") and facts["block_size"] == 64, launch
     (tmp_path / "tune.toml").write_text('entries = ["BlockPrefixSumKernel<int, 128, (cub::BlockScanAlgorithm)1>"]\n')
     missing = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
                        "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
     assert missing.returncode != 0 and "Traceback" not in missing.output, missing.describe()
     assert "found: BlockPrefixSumKernel<int, 128, (cub::CUB_" in missing.stderr, missing.describe()
+
+
+def test_enumerator_values_are_read_as_the_compiler_counts_them(tmp_path: Path) -> None:
+    """Implicit values count on from the previous one; an explicit integer (hex, octal) or an
+    earlier enumerator sets it; a scoped enumerator is named through its enum; one after a value
+    only the compiler can work out stays unresolved."""
+    from compileiq.source.enumerators import resolve, wanted
+
+    header = tmp_path / "modes.h"
+    header.write_text("namespace ns {\n// enum Decoy { A = 7 };\nenum Mode : int { A, B = 0x10, C, D = 010 /* 8 */, E = B,\n"
+                      "  F = sizeof(int), G };\nenum class Kind { Fast = -2, Slow };\n}\n")
+    names = wanted(["k<ns::A, ns::C, ns::D, ns::E, ns::G, ns::Kind::Slow, Slow, float, true>"])
+    assert names == {"ns::A", "ns::C", "ns::D", "ns::E", "ns::G", "ns::Kind::Slow", "Slow"}
+    assert dict(resolve(names, [header])) == {"ns::A": "(ns::Mode)0", "ns::C": "(ns::Mode)17", "ns::D": "(ns::Mode)8",
+                                              "ns::E": "(ns::Mode)16", "ns::Kind::Slow": "(ns::Kind)-1"}

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
 # optionally with template arguments (integers, true/false, built-in types)
-_ARGUMENT = (r"\s*(?:-?\d+|[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*"  # 8, -2, true, float, unsigned int
+_ARGUMENT = (r"\s*(?:-?\d+|[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s+[A-Za-z_]\w*)*"  # 8, -2, true, unsigned int, cub::BLOCK_SCAN_RAKING
              r"|\(\s*[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*\s*\)\s*-?\d+)\s*")  # (cub::BlockScanAlgorithm)2
 KERNEL_NAME = re.compile(rf"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<{_ARGUMENT}(?:,{_ARGUMENT})*>)?")
 # Itanium codes of the built-in types a kernel template is instantiated with (`reduce6<float, 256, true>`)
