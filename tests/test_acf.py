@@ -81,3 +81,40 @@ def test_garbage_is_refused(tmp_path):
         acf.read(path)
     with pytest.raises(acf.AcfError, match="not found"):
         acf.read(tmp_path / "missing.acf.toml")
+
+
+def _built_for(tmp_path: Path, space, arch: str, baseline: dict | None = None) -> Path:
+    """An ACF for sm_90 whose evidence records the arch it was built for, as `tune` writes it."""
+    content = _content(space, space.default_config())
+    evidence = {"best": {"spill_bytes": 0, "arch": arch}, "baseline": {"spill_bytes": 0, "arch": arch}}
+    from dataclasses import replace
+
+    return acf.write(tmp_path / "k.acf.toml", replace(content, evidence=evidence, baseline=baseline))
+
+
+def test_an_acf_whose_kernel_arch_was_edited_away_from_its_evidence_is_refused(tmp_path, tuned_space):
+    """A hand-edited kernel.arch made `flags` print -arch=sm_80 for settings chosen, and evidence
+    recorded, on sm_90 (the gate only warned that the code changed): now bad input, one line."""
+    path = _built_for(tmp_path, tuned_space, "sm_90")
+    assert acf.read(path).arch == "sm_90"  # as written: valid
+    _tamper(path, lambda d: d["kernel"].update({"arch": "sm_80"}))
+    with pytest.raises(acf.AcfError) as error:
+        acf.read(path)
+    assert "kernel.arch = 'sm_80', but evidence.best was built for 'sm_90'" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_an_acf_whose_kernel_arch_is_a_left_out_arch_of_its_compile_command_is_refused(tmp_path, tuned_space):
+    """A multi-arch compile command tuned for sm_90 records its sm_80 flag as left out: an ACF
+    whose kernel.arch says sm_80 contradicts it (an older ACF records no evidence arch)."""
+    flag = "-gencode arch=compute_80,code=sm_80"
+    baseline = {"source": "compile_commands", "database": "compile_commands.json", "shipped_flags": [flag],
+                "searched": [], "remove": [],
+                "fixed": [{"flag": flag, "applied": False, "why": "builds for sm_80, not tuned"}]}
+    path = _built_for(tmp_path, tuned_space, "sm_90", baseline)
+    assert acf.read(path).shipped is not None
+    _tamper(path, lambda d: (d["kernel"].update({"arch": "sm_80"}), d["evidence"]["best"].pop("arch"),
+                             d["evidence"]["baseline"].pop("arch")))
+    with pytest.raises(acf.AcfError, match=r"kernel.arch = 'sm_80', but baseline.fixed records '-gencode "
+                                           r"arch=compute_80,code=sm_80' as left out"):
+        acf.read(path)

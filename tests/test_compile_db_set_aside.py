@@ -90,6 +90,12 @@ def test_a_multi_arch_command_names_the_arch_tuned_and_the_ones_left_out(tmp_pat
     fixed = {f["flag"]: f for f in data["baseline"]["fixed"]}
     left = fixed["--generate-code arch=compute_90,code=sm_90"]
     assert not left["applied"] and "builds for sm_90, not tuned" in left["why"], fixed
+    # kernel.arch edited to the arch left out: `flags` would print -arch=sm_90 for settings chosen on sm_80
+    edited = tmp_path / "edited.acf.toml"
+    edited.write_text((tmp_path / "a.acf.toml").read_text().replace('arch = "sm_80"\nmode', 'arch = "sm_90"\nmode', 1))
+    refused = run_cli(["flags", str(edited)], cwd=tmp_path)
+    assert refused.returncode == 2 and "kernel.arch = 'sm_90', but evidence.best was built for 'sm_80'" in refused.stderr
+    assert "-arch" not in refused.stdout and "Traceback" not in refused.output, refused.describe()
     other = run_cli([*args, "--out", "b.acf.toml", "--arch", "sm_90"], cwd=tmp_path)
     assert other.returncode == 0, other.describe()
     assert "tuned for sm_90 only; sm_80 left out" in other.output and "overrides" not in other.output
@@ -188,5 +194,6 @@ def test_show_names_a_shipped_baseline_in_its_refusals(tmp_path: Path) -> None:
                      "--only", "nvcc.use_fast_math,ptxas.maxrregcount"], cwd=tmp_path)
     assert tuned.returncode == 0, tuned.describe()
     shown = run_cli(["show", "1", "--db", db, "--top", "30"], cwd=tmp_path, env={"COLUMNS": "400"})
-    assert "adds spill bytes over your build as" in shown.stdout and "shipped (0 -> " in shown.stdout, shown.describe()
+    assert "adds spill bytes over your build as" in shown.stdout, shown.describe()
+    assert "shipped (compile_commands.json) (0 -> " in shown.stdout, shown.describe()  # as the run says it
     assert "over the compiler defaults" not in shown.stdout and "(as the baseline)" in shown.stdout

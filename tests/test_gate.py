@@ -385,6 +385,23 @@ def test_an_edited_baseline_evidence_fails_the_gate(tuned, tmp_path):
             in findings[0]["message"])
 
 
+def test_a_hand_edited_kernel_arch_is_bad_input_for_the_gate_and_flags(tuned, tmp_path):
+    """kernel.arch edited from sm_90 to sm_80: the gate rebuilt for sm_80, warned that the code
+    changed and passed, and `flags` printed -arch=sm_80 for settings chosen on sm_90. Both now
+    refuse it as bad input (exit 2, one line): its evidence records the arch it was built for."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    document = tomllib.loads((workspace / ACF).read_text())
+    assert document["evidence"]["best"]["arch"] == document["evidence"]["baseline"]["arch"] == "sm_90"
+    (workspace / ACF).write_text((workspace / ACF).read_text().replace('\narch = "sm_90"\nmode', '\narch = "sm_80"\nmode'))
+    assert tomllib.loads((workspace / ACF).read_text())["kernel"]["arch"] == "sm_80"
+    said = "kernel.arch = 'sm_80', but evidence.best was built for 'sm_90'"
+    gated = _gate(workspace, ACF, "--static", "--json")
+    assert gated.returncode == 2, gated.describe()
+    assert said in json.loads(gated.stdout)["acfs"][0]["findings"][0]["message"]
+    _one_line_usage_error(run_cli(["flags", ACF], cwd=workspace), said)
+
+
 def test_an_acf_that_cannot_be_checked_is_in_every_report_beside_the_others(tuned, tmp_path):
     """One ACF whose kernel is gone: exit 2 with its one error line, and the JUnit and markdown
     reports are still written, with the other ACF's verdict (no report at all was written, so a

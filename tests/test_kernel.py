@@ -341,6 +341,9 @@ def test_the_bundle_mirrors_the_project_never_the_system_or_the_filesystem_root(
     ("_ZN12_GLOBAL__N_15scaleEPf", "scale"),  # an anonymous namespace
     ("_Z7reduce6IfLj256ELb1EEvPT_S1_j", "reduce6<float, 256, true>"),  # cuda-samples' reduction
     ("_Z3fooI6MyTypeEvPT_", "foo"),  # a class argument: the template's name (every instance)
+    ("_Z20BlockPrefixSumKernelIiLi128ELN3cub17CUB_300001_SM_90018BlockScanAlgorithmE2EEvPKT_PS3_",
+     "BlockPrefixSumKernel<int, 128, (cub::CUB_300001_SM_900::BlockScanAlgorithm)2>"),  # an enumerator, as nvcc 13 mangles it
+    ("_Z4scanILN2ns4ModeEn1EEvv", "scan<(ns::Mode)-1>"),
     ("saxpy", "saxpy"),  # extern "C"
 ])
 def test_an_error_names_each_compiled_kernel_as_tune_toml_can_give_it(entry: str, name: str) -> None:
@@ -371,3 +374,68 @@ def test_a_checkouts_copy_of_the_harness_is_not_part_of_the_kernel(tmp_path: Pat
     (elsewhere / "harness.cuh").write_bytes(harness.read_bytes())
     (kernel.parent / "tune.toml").write_text('include_dirs = ["../a/b/compileiq/include"]\n')
     assert bundle_sources(load_spec(kernel)).sha256 == first.sha256  # the same study wherever it lies
+
+
+CUB_SCAN = """
+#include <cub/block/block_scan.cuh>
+template <typename T, int BLOCK_THREADS, cub::BlockScanAlgorithm ALGORITHM>
+__global__ void BlockPrefixSumKernel(const T* in, T* out) {
+    using BlockScanT = cub::BlockScan<T, BLOCK_THREADS, ALGORITHM>;
+    __shared__ typename BlockScanT::TempStorage temp;
+    T v = in[blockIdx.x * BLOCK_THREADS + threadIdx.x];
+    BlockScanT(temp).ExclusiveSum(v, v);
+    out[blockIdx.x * BLOCK_THREADS + threadIdx.x] = v;
+}
+template __global__ void BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_RAKING>(const int*, int*);
+template __global__ void BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_WARP_SCANS>(const int*, int*);
+"""
+
+
+def test_a_cub_instance_with_an_enumerator_argument_can_be_named_in_tune_toml(tmp_path: Path) -> None:
+    """CUB's BlockScan kernels take a cub::BlockScanAlgorithm: only built-in literal arguments were
+    decoded, so neither `entries` nor [launch.NAME] could name one instance ("found:
+    BlockPrefixSumKernel" twice). An enumerator is named by its enum and value, as a demangler
+    prints it, CUB's versioned inline namespace left out (real nvcc, real CUB)."""
+    import tomllib
+
+    from tests.helpers import run_cli
+
+    (tmp_path / "k.cu").write_text(CUB_SCAN)
+    warp_scans = "BlockPrefixSumKernel<int, 128, (cub::BlockScanAlgorithm)2>"  # BLOCK_SCAN_WARP_SCANS
+    (tmp_path / "tune.toml").write_text(f'entries = ["{warp_scans}"]\n[launch."{warp_scans}"]\nblock_size = 128\n')
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+    [(named, facts)] = launch.items()  # that instance alone, at its launch (named with CUB's versioned namespace)
+    assert named.startswith("BlockPrefixSumKernel<int, 128, (cub::") and named.endswith("::BlockScanAlgorithm)2>"), named
+    assert facts["block_size"] == 128, launch
+    # by the enumerator's name, as the source spells it: looked up in the CUB headers the build reads
+    raking = "BlockPrefixSumKernel<int, 128, cub::BLOCK_SCAN_RAKING>"
+    (tmp_path / "tune.toml").write_text(f'entries = ["{raking}"]\n[launch."{raking}"]\nblock_size = 64\n')
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml", "--only", "ptxas.opt_level", "--force"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+    [(named, facts)] = launch.items()
+    assert named.endswith("::BlockScanAlgorithm)0>") and facts["block_size"] == 64, launch
+    (tmp_path / "tune.toml").write_text('entries = ["BlockPrefixSumKernel<int, 128, (cub::BlockScanAlgorithm)1>"]\n')
+    missing = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                       "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert missing.returncode != 0 and "Traceback" not in missing.output, missing.describe()
+    assert "found: BlockPrefixSumKernel<int, 128, (cub::CUB_" in missing.stderr, missing.describe()
+
+
+def test_enumerator_values_are_read_as_the_compiler_counts_them(tmp_path: Path) -> None:
+    """Implicit values count on from the previous one; an explicit integer (hex, octal) or an
+    earlier enumerator sets it; a scoped enumerator is named through its enum; one after a value
+    only the compiler can work out stays unresolved."""
+    from compileiq.source.enumerators import resolve, wanted
+
+    header = tmp_path / "modes.h"
+    header.write_text("namespace ns {\n// enum Decoy { A = 7 };\nenum Mode : int { A, B = 0x10, C, D = 010 /* 8 */, E = B,\n"
+                      "  F = sizeof(int), G };\nenum class Kind { Fast = -2, Slow };\n}\n")
+    names = wanted(["k<ns::A, ns::C, ns::D, ns::E, ns::G, ns::Kind::Slow, Slow, float, true>"])
+    assert names == {"ns::A", "ns::C", "ns::D", "ns::E", "ns::G", "ns::Kind::Slow", "Slow"}
+    assert dict(resolve(names, [header])) == {"ns::A": "(ns::Mode)0", "ns::C": "(ns::Mode)17", "ns::D": "(ns::Mode)8",
+                                              "ns::E": "(ns::Mode)16", "ns::Kind::Slow": "(ns::Kind)-1"}

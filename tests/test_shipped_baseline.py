@@ -102,7 +102,7 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
     page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
                     "--out", str(tmp_path / "report.html")], cwd=tmp_path)
     html = (tmp_path / "report.html").read_text()
-    assert page.returncode == 0 and "baseline (your build)" in html, page.describe()
+    assert page.returncode == 0 and shipped["baseline_label"] in html, page.describe()  # as the run names it
     assert "reset to the baseline" in html and "reset to the default." not in html  # not the compiler's
     read = acf.read(tmp_path / "shipped.acf.toml")
     assert read.shipped is not None and read.shipped.values() == {"nvcc.use_fast_math": True, "ptxas.opt_level": 3}
@@ -450,3 +450,30 @@ def test_a_compilation_database_in_a_folder_with_a_space_is_recorded_and_read(tm
     assert found.shipped is not None and found.shipped.path == "build dir/compile_commands.json"
     for entry in found.evidence.get("to_time", []):
         assert "--compile-commands 'build dir/compile_commands.json'" in entry["command"]
+
+
+def test_a_shipped_build_of_fixed_flags_alone_is_named_alike_in_every_view(tmp_path: Path) -> None:
+    """A command whose only device flags are fixed (nvcc's -maxrregcount, a base flag) sets no
+    searched setting: its baseline row holds the defaults' values, so show and report called it
+    "baseline (defaults)" (the report "baseline (your build)" where it set one) while the run said
+    "your build: compile_commands.json". The run records where its baseline came from; every view
+    names it as the run does."""
+    _project(tmp_path, "nvcc -arch=sm_90 -maxrregcount=64 -c k.cu -o k.o")
+    tuned = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "3",
+                  "--out", str(tmp_path / "k.acf.toml"))
+    label = "baseline (your build: compile_commands.json)"
+    assert tuned["baseline_label"] == label
+    db, study = f"sqlite:///{tmp_path / 't.db'}", tuned["study"]["name"]
+    shown = run_cli(["show", study, "--db", db, "--json"], cwd=tmp_path)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["baseline_label"] == label, shown.describe()
+    for fmt, out in (("html", "r.html"), ("md", "r.md")):
+        page = run_cli(["report", study, "--db", db, "--format", fmt, "--out", str(tmp_path / out)], cwd=tmp_path)
+        text = (tmp_path / out).read_text()
+        assert page.returncode == 0 and label in text and "baseline (defaults)" not in text, page.describe()
+    document = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert document["evidence"]["vs_defaults"]["gain"] == "none needed: your build as shipped (compile_commands.json)"
+    # the same kernel tuned from the compiler defaults is another study, named as such everywhere
+    bare = _tune(tmp_path, "--budget", "3", "--out", str(tmp_path / "bare.acf.toml"))
+    assert bare["study"]["name"] != study and bare["baseline_label"] == "baseline (defaults)"
+    shown = run_cli(["show", bare["study"]["name"], "--db", db, "--json"], cwd=tmp_path)
+    assert json.loads(shown.stdout)["baseline_label"] == "baseline (defaults)", shown.describe()

@@ -67,7 +67,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     they were built and measured, and its first failure. A study of several objectives (`--json`
     only: its table is the front, `why.print_tuned_front`): each trial's value of every objective,
     and the front with its pick (by `pick`, else the rule its latest run chose by)."""
-    from compileiq.results.explain import explain
+    from compileiq.results.explain import baseline_label, explain
+    from compileiq.results.shipped_origin import recorded_origin
 
     explanation = explain(study, trials, pick, runs)
     complete = explanation.ranked()
@@ -76,6 +77,7 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     running = [t for t in trials if t.state is TrialState.RUNNING]
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, len(trials)), "objective": objective_json(objective),
+            "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
                        | {"status": explanation.status(t), "provenance": explanation.provenance(t)} for t in ranked],

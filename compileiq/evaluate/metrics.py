@@ -199,6 +199,7 @@ class StaticEvaluator:
         self._objective = objective
         self._kernel = kernel
         self._launch = LaunchModel(kernel, bundle)
+        self._enumerators = dict(bundle.enumerators) if bundle is not None else {}
 
     def evaluate(self, build: Build, config: Config) -> Evaluation:
         if not build.ok:  # the compiler's first error line first, then its whole output
@@ -210,7 +211,7 @@ class StaticEvaluator:
         if not kernels:
             return Evaluation(None, NO_KERNEL, {})
         values = config.as_dict()
-        macros = macro_values(values, self._kernel.defines)  # an instance named by a macro: this variant's
+        macros = self._enumerators | macro_values(values, self._kernel.defines)  # an instance named by a macro: this variant's
         wanted = tuple(with_macros(name, macros) for name in self._kernel.entries)
         entries = tuple(e for e in kernels if _wanted(e.name, wanted))
         if not entries:

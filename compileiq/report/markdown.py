@@ -29,6 +29,7 @@ from compileiq.report.page import (
     tuned,
 )
 from compileiq.results.explain import baseline_label, changed_settings
+from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD
 
 MD_TRIALS = 20
@@ -47,7 +48,7 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
                    f"{md_text(report.value_text(e.chosen))}."), "", md_text(f"Chosen by {e.decided_by}."), ""]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += (md_table(("setting", "baseline", "chosen"), changes) if changes
-                  else [md_text(f"The {baseline_label(e.study, e.baseline)}'s settings.")])
+                  else [md_text(f"The {baseline_label(e.study, e.baseline, recorded_origin(e.runs))}'s settings.")])
         lines.append("")
     lines += [*(f"**Note:** {md_text(note)}" for note in e.notes), ""] if e.notes else []
     if e.to_time:

@@ -33,6 +33,7 @@ from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, parse_objectives, values_by_objective
+from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
 
@@ -168,7 +169,7 @@ def _summary(report: StudyReport) -> str:
     lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
              ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
     if e.baseline is not None and e.chosen is not None:
-        lines += [(baseline_label(e.study, e.baseline), report.value_text(e.baseline)),
+        lines += [(baseline_label(e.study, e.baseline, recorded_origin(e.runs)), report.value_text(e.baseline)),
                   (f"chosen (trial #{e.chosen.number})", report.value_text(e.chosen)), ("chosen by", e.decided_by)]
     lines += [("note", note) for note in e.notes]
     return html_section("summary", "Summary", html_table(("", ""), lines))
@@ -187,7 +188,7 @@ def _chosen(report: StudyReport) -> str:
         return html_section("chosen", "Chosen configuration", html_note("no trial completed: nothing was chosen"))
     changes = [(name, e.baseline.config.get(name), value) for name, value in changed_settings(e.chosen, e.baseline).items()]
     settings = (html_table(("setting", "baseline", "chosen"), changes) if changes
-                else html_note(f"the {baseline_label(e.study, e.baseline)}'s settings"))
+                else html_note(f"the {baseline_label(e.study, e.baseline, recorded_origin(e.runs))}'s settings"))
     shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
     if e.winner is not None and e.winner.number != e.chosen.number:
         shown.append((f"search winner #{e.winner.number}", e.winner))

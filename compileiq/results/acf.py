@@ -247,6 +247,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
                        "nvcc hands ptxas its own cap last (compileiq tune never writes both)")
     mode, metric_regex = acf_checks.measuring(path, kernel)
     shipped = acf_checks.shipped_baseline(path, data.get("baseline"), full_space)
+    acf_checks.check_arch(path, arch, dict(data.get("evidence", {})), shipped)
     acf_checks.check_to_time(path, dict(data.get("evidence", {})), full_space, shipped,
                              str(kernel.get("path", kernel.get("source", ""))))
     remove = acf_checks.checked_remove(path, data["baseline"], shipped, config) if shipped is not None else ()

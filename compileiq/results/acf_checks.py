@@ -25,6 +25,7 @@ from compileiq.source.base_flags import (
     parse_base_flags,
     quoted_path_problem,
 )
+from compileiq.source.compile_db import arch_flag_archs
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import (
     MODES,
@@ -294,6 +295,25 @@ def checked_remove(path: Path, table: dict[str, Any], shipped: ShippedBuild, con
         raise AcfError(f"{path}: baseline.remove does not match its controls (edited by hand?); expected: "
                        f"{list(expected)}")
     return expected
+
+
+def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: ShippedBuild | None) -> None:
+    """`kernel.arch` is the arch the ACF's evidence was built for (`evidence.baseline.arch` and
+    `evidence.best.arch`; an older ACF records none) and not one its shipped command's arch flags
+    were left out for: an ACF edited to another arch would hand that arch settings chosen, and
+    evidence recorded, on another GPU (the gate would compare builds for one with numbers of the
+    other)."""
+    for table in ("best", "baseline"):
+        recorded = evidence.get(table, {}).get("arch")
+        if recorded is not None and recorded != arch:
+            built = str(recorded)[:40]
+            raise AcfError(f"{path}: kernel.arch = {arch!r}, but evidence.{table} was built for {built!r} (edited by "
+                           f"hand?): its settings were chosen on {built}; tune with --arch {arch} for {arch}")
+    for fixed in shipped.fixed if shipped is not None else ():
+        archs = arch_flag_archs(fixed.flag)
+        if archs and not fixed.applied and set(archs) == {arch}:
+            raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
+                           f"out for building another arch (edited by hand?)")
 
 
 def measuring(path: Path, kernel: dict[str, Any]) -> tuple[str | None, str | None]:

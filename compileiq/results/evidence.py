@@ -203,7 +203,8 @@ def assumed_launch(spec: KernelSpec, trial: Trial) -> str | None:
 
 
 def evidence_table(result: Any, database: str = "the database") -> dict[str, Any]:
-    table: dict[str, Any] = {name: evidence(trial, source(trial, result, database))
+    arch = result.study.key.arch  # what both were built for: `kernel.arch` must say the same (`acf_checks.check_arch`)
+    table: dict[str, Any] = {name: {**evidence(trial, source(trial, result, database)), "arch": arch}
                              for name, trial in (("baseline", result.baseline), ("best", result.chosen))}
     if result.simplification is not None:
         table["simplified"] = {

@@ -32,7 +32,7 @@ from compileiq.core.records import (
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
-from compileiq.results import multi_objective
+from compileiq.results import multi_objective, shipped_origin
 from compileiq.results.ablation import Ablation, ablation_path, recorded
 from compileiq.results.pareto import (
     Front,
@@ -117,8 +117,9 @@ class Explanation:
     def _refuse(self) -> eligibility.Refusal:
         """The study's rules, their refusals naming the baseline as `baseline_label` does (a build
         with settings of its own is the project's, not the compiler defaults)."""
-        shipped = self.baseline is not None and bool(_shipped_values(self.study, self.baseline))
-        against = "your build as shipped" if shipped else eligibility.DEFAULTS
+        origin = shipped_origin.recorded_origin(self.runs)  # the run's word: a build of fixed flags alone is one too
+        shipped = origin is not None or (self.baseline is not None and bool(_shipped_values(self.study, self.baseline)))
+        against = shipped_origin.shipped_name(origin) if shipped else eligibility.DEFAULTS
         return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static",
                                          against)
 

@@ -301,6 +301,15 @@ def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
             yield arg, "", arg
 
 
+def arch_flag_archs(given: str) -> tuple[str, ...] | None:
+    """The archs an arch flag as a compile command gives it builds for ("-arch=sm_90",
+    "-gencode arch=compute_80,code=sm_80": its sm_XY names); None for any other flag."""
+    first, _, _ = given.strip().partition(" ")
+    if first.partition("=")[0] not in _ARCH:
+        return None
+    return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(given)))
+
+
 def _arch_of(value: str) -> str | None:
     """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ..."""
     found = _ARCH_IN_CODE.findall(value)

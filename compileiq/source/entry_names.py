@@ -2,7 +2,10 @@
 ``_Z5saxpyifPf`` (a plain C++ kernel) and ``_ZN3ops6detail5saxpyEifPf`` (one in a namespace,
 named or anonymous); ``ops::detail::saxpy`` names the namespaced one only, and ``tile<128>`` or
 ``reduce6<float, 256, true>`` (arguments that are integers, ``true``/``false`` or built-in types)
-one instance of a kernel template; a template's name alone names every instance. A mangled name
+one instance of a kernel template, an enumerator argument by its enum and value as a demangler
+prints it (``scan<int, 128, (cub::BlockScanAlgorithm)2>``: the mangled name holds no enumerator
+name; enclosing and inline namespaces, such as CUB's versioned ``CUB_300001_SM_900``, may be left
+out); a template's name alone names every instance. A mangled name
 matches itself. A kernel of internal linkage under -rdc=true (``static __global__``, named
 ``__nv_static_25__<25 characters>_Z3addPf`` by nvcc) is named as its name after that prefix is
 (``add``)."""
@@ -14,13 +17,16 @@ from collections.abc import Iterable, Mapping
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
 # optionally with template arguments (integers, true/false, built-in types)
-_ARGUMENT = r"\s*(?:-?\d+|[A-Za-z_]\w*(?:\s+[A-Za-z_]\w*)*)\s*"  # 8, -2, true, float, unsigned int
+_ARGUMENT = (r"\s*(?:-?\d+|[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:\s+[A-Za-z_]\w*)*"  # 8, -2, true, unsigned int, cub::BLOCK_SCAN_RAKING
+             r"|\(\s*[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*\s*\)\s*-?\d+)\s*")  # (cub::BlockScanAlgorithm)2
 KERNEL_NAME = re.compile(rf"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<{_ARGUMENT}(?:,{_ARGUMENT})*>)?")
 # Itanium codes of the built-in types a kernel template is instantiated with (`reduce6<float, 256, true>`)
 _BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char", "s": "short",
             "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long", "m": "unsigned long",
             "x": "long long", "y": "unsigned long long", "f": "float", "d": "double", "e": "long double"}
 _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
+_VALUE = re.compile(r"(n?)(\d+)E")  # an enum literal's value, after its type
+_CAST = re.compile(r"\(([^()]*)\)\s*(-?\d+)")  # (cub::BlockScanAlgorithm)2, as tune.toml gives it
 _SOURCE_NAME = re.compile(r"(\d+)")
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
 _STATIC = re.compile(r"__nv_static_(\d{1,6})__")  # then that many characters (path hash, file), then the name
@@ -51,13 +57,17 @@ def entry_matches(entry: str, name: str) -> bool:
     found = _name_and_end(entry, base.split("::"))
     if found is None:
         return False
-    return not args or template_arguments(entry, found) == [_argument(a) for a in args.rstrip(">").split(",")]
+    if not args:
+        return True
+    mangled, given = template_arguments(entry, found), [_argument(a) for a in args.rstrip(">").split(",")]
+    return mangled is not None and len(mangled) == len(given) and all(map(_same_argument, mangled, given))
 
 
 def template_arguments(entry: str, position: int) -> list[str] | None:
     """The template arguments mangled at ``position`` of ``entry``, as tune.toml writes them
-    (``256``, ``true``, ``float``); None when there are none, or one is not an integer, a bool
-    or a built-in type (a class, a pointer: name such an instance by its mangled name)."""
+    (``256``, ``true``, ``float``, ``(cub::BlockScanAlgorithm)2``); None when there are none, or
+    one is not an integer, a bool, an enumerator or a built-in type (a class, a pointer: name such
+    an instance by its mangled name)."""
     if not entry.startswith("I", position):
         return None
     arguments, position = [], position + 1
@@ -66,12 +76,55 @@ def template_arguments(entry: str, position: int) -> list[str] | None:
             kind, minus, digits = literal.groups()
             arguments.append(("true" if digits != "0" else "false") if kind == "b" else f"{'-' if minus else ''}{int(digits)}")
             position = literal.end()
+        elif enum := _enum_literal(entry, position):
+            arguments.append(enum[0])
+            position = enum[1]
         elif entry[position] in _BUILTIN:
             arguments.append(_BUILTIN[entry[position]])
             position += 1
         else:
             return None
     return arguments if arguments and position < len(entry) else None
+
+
+def _enum_literal(entry: str, position: int) -> tuple[str, int] | None:
+    """An enumerator argument at ``position`` (``LN3cub18BlockScanAlgorithmE2E``: its enum's name,
+    maybe nested, then its value) as a demangler prints it, ``(cub::BlockScanAlgorithm)2``, and
+    where it ends; None for anything else."""
+    if not entry.startswith("L", position) or entry[position + 1:position + 2] in _BUILTIN:
+        return None
+    nested = entry.startswith("N", position + 1)
+    names, position = [], position + 1 + nested
+    while found := _SOURCE_NAME.match(entry, position):
+        length, start = int(found[1]), found.end()
+        if not 0 < length <= len(entry) - start:
+            return None
+        names.append(entry[start:start + length])
+        position = start + length
+        if not nested:
+            break
+    if nested and not entry.startswith("E", position):
+        return None
+    value = _VALUE.match(entry, position + nested)
+    if not names or value is None:
+        return None
+    return f"({'::'.join(names)}){'-' if value[1] else ''}{int(value[2])}", value.end()
+
+
+def _same_argument(mangled: str, given: str) -> bool:
+    """Whether tune.toml's argument names the mangled one: the same text, or for an enumerator the
+    same value of an enum whose name ends the same and whose namespaces, as given, are among the
+    mangled ones in order (inline and enclosing namespaces may be left out)."""
+    if mangled == given:
+        return True
+    ours, theirs = _CAST.fullmatch(mangled), _CAST.fullmatch(given)
+    if ours is None or theirs is None or int(ours[2]) != int(theirs[2]):
+        return False
+    full, named = ours[1].split("::"), [n.strip() for n in theirs[1].split("::")]
+    if full[-1] != named[-1]:
+        return False
+    rest = iter(full[:-1])
+    return all(name in rest for name in named[:-1])  # a subsequence, in order
 
 
 def _argument(text: str) -> str:

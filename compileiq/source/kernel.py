@@ -61,6 +61,7 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     """The main file and every file the compiler reads for it, except the toolchain's own and the
     compileiq harness (from `nvcc -M` with the spec's include folders, defines and base flags)."""
     from compileiq.core.toolchain import find_toolchain
+    from compileiq.source import enumerators
     from compileiq.source.dependencies import compiler_dependencies
     from compileiq.source.harness import harness_include_dir
 
@@ -89,7 +90,9 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     for rel, content in files.items():
         digest.update(f"{rel}\0{len(content)}\0".encode())
         digest.update(content)
-    return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args)
+    named = enumerators.wanted([*spec.entries, *(f.entry for f in spec.launch)])
+    return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args,
+                        enumerators.resolve(named, found))
 
 
 HARNESS_PARTS = ("compileiq", "harness.cuh")  # `#include <compileiq/harness.cuh>`

@@ -212,6 +212,7 @@ class LaunchModel:
     def __init__(self, spec: KernelSpec, bundle: SourceBundle | None = None) -> None:
         texts = {rel: content.decode(errors="replace") for rel, content in (bundle.files if bundle else ())}
         self._spec = spec
+        self._enumerators = dict(bundle.enumerators) if bundle is not None else {}
         self._bounds = launch_bounds(texts)
         self._defines = source_defines(texts)
         defaults = spec.default_values()
@@ -237,7 +238,7 @@ class LaunchModel:
         reading ``__launch_bounds__`` from the source (a template's parameter, a toolchain header).
         ExpressionError where the config's macros make a [launch] expression fail or leave its range."""
         spec = self._spec
-        macros = macro_values(config, spec.defines)
+        macros = self._enumerators | macro_values(config, spec.defines)
         table = next((f for f in spec.launch if entry_matches(entry, with_macros(f.entry, macros))), None)
         smem = spec.dynamic_smem
         if table is not None and table.dynamic_smem is not None:

@@ -193,6 +193,7 @@ class SourceBundle:
     include_args: tuple[str, ...]
     sha256: str  # the files, their paths and the arguments below
     base_args: tuple[str, ...] = ()  # the kernel's base flags (and -x cu for a header), no -I
+    enumerators: tuple[tuple[str, str], ...] = ()  # tune.toml's enumerator arguments, as mangled names decode them (`enumerators`)
 
     @property
     def relocatable(self) -> bool:

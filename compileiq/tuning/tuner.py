@@ -23,6 +23,7 @@ from compileiq.evaluate.metrics import (
 from compileiq.results import multi_objective
 from compileiq.results.explain import decision
 from compileiq.results.pareto import values_of
+from compileiq.results.shipped_origin import decision_entry
 from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
@@ -151,7 +152,8 @@ class Tuner:
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = self._result(study, exhausted)
-            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials, decision(result))
+            self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
+                                   decision(result) | decision_entry(request.kernel.shipped))
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
             raise
