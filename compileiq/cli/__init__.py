@@ -137,7 +137,7 @@ def show(
 
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
-    store = Store.open(database_url(db))
+    store = Store.open(database_url(db), create=False)  # only reads: a mistyped path is an error, not a new file
     try:
         if study is None:
             summaries = store.study_summaries()  # one aggregate and the runs' recorded choices: no trial read
@@ -356,7 +356,7 @@ def report(
     target = out_file or Path(f"report.{fmt}")
     if not report_lib.to_stdout(target):  # `-o -`: standard output
         check_report_target(target)  # before the database is opened: a named pipe would block the write
-    store = Store.open(database_url(db))
+    store = Store.open(database_url(db), create=False)
     try:
         if compare:
             written = report_compare.write(store, studies[0], studies[1], target, fmt)
