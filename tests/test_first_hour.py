@@ -52,6 +52,7 @@ def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_miss
     table = run_cli(["space", str(kernel)], cwd=tmp_path)
     assert table.returncode == 0 and table.stderr == "", table.describe()
     assert table.stdout.index("define.TILE") < table.stdout.index("nvcc.use_fast_math")
+    assert table.stdout.splitlines()[0].endswith(" with the macros of k.cu"), table.stdout
 
 
 def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -> None:
@@ -59,6 +60,9 @@ def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -
     assert result.returncode == 0, result.describe()
     assert result.stderr_lines == [("note: spill_heavy.cu: no tuned macros ([tune.defines] in tune.toml adds them "
                                    "to the search)")], result.describe()
+    # the title claimed "with the macros of spill_heavy.cu" above that note (a user's pathfinder.cu)
+    title = result.stdout.splitlines()[0]
+    assert title.endswith(" for spill_heavy.cu") and "macros" not in title, result.stdout
 
 
 @pytest.mark.parametrize("given, suggested", [

@@ -137,7 +137,7 @@ def show(
 
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
-    store = Store.open(database_url(db))
+    store = Store.open(database_url(db), create=False)  # only reads: a mistyped path is an error, not a new file
     try:
         if study is None:
             summaries = store.study_summaries()  # one aggregate and the runs' recorded choices: no trial read
@@ -337,7 +337,7 @@ def include_dir() -> None:
 @cli.command()
 def report(
     studies: Annotated[list[str], typer.Argument(metavar="STUDY", help="Study name or id (two with --compare).")],
-    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default report.html (report.md with --format md).")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write, - for standard output (md: without figures); default report.html (report.md with --format md).")] = None,
     fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
@@ -354,8 +354,9 @@ def report(
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
-    check_report_target(target)  # before the database is opened: a named pipe would block the write
-    store = Store.open(database_url(db))
+    if not report_lib.to_stdout(target):  # `-o -`: standard output
+        check_report_target(target)  # before the database is opened: a named pipe would block the write
+    store = Store.open(database_url(db), create=False)
     try:
         if compare:
             written = report_compare.write(store, studies[0], studies[1], target, fmt)

@@ -184,7 +184,9 @@ def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> 
 
 
 def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, Any] | None = None) -> Table:
-    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
+    macros = any(p.name.startswith("define.") for p in space.parameters)  # none: the note says so, not the title
+    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel and macros else
+                                          f" for {kernel}" if kernel else "")
     table = Table(title=title)
     shipped = shipped or {}
     column = "baseline (your build; default)" if shipped else "default"

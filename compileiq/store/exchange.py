@@ -61,7 +61,7 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
     """Write study ``study`` (name or id) of the database at ``url`` to ``path``."""
     if path != STDOUT:  # a path that may not be written stops before the database is opened
         check_report_target(path, may_replace=EXPORT_SUFFIXES)
-    store = Store.open(url)
+    store = Store.open(url, create=False)
     try:
         export = store.export_study(study)
     finally:

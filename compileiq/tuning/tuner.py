@@ -146,8 +146,11 @@ class Tuner:
                 self._reference = self._baseline_reference(study)
             if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
                 self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
-            if request.search.strategy == "bayes" and request.warm_start:  # random and exhaustive are
-                self._warm_start(study)  # yardsticks: no memory
+            # random and exhaustive are yardsticks: no memory; a study whose budget is spent tries
+            # nothing, so no warm start claims to be "tried first"
+            if request.search.strategy == "bayes" and request.warm_start and \
+                    not self._clock.stop_reason(searched(self._store.trials(study.id))):
+                self._warm_start(study)
                 self._warm_from_other_kernels(study)
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
