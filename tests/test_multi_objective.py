@@ -418,6 +418,10 @@ def test_occupancy_first_reads_as_occupancy_in_every_view_and_the_front_names_th
     name = json.loads(shown.stdout)[0]["name"]
     data = json.loads(run_cli(["show", name, "--db", db, "--json"], tmp_path).stdout)
     assert data["study"]["best_shown"] == objective["best_shown"]["occupancy"] != data["study"]["best"]
+    # no one unit or direction for two objectives (it said "occupancy,registers", "lower"): each its own
+    assert "better" not in data["objective"] and "unit" not in data["objective"], data["objective"]
+    assert [(o["name"], o["better"]) for o in data["objective"]["objectives"]] == [
+        ("occupancy", "higher"), ("registers", "lower")]
     for trial in data["trials"]:
         if trial["values"] is not None:
             assert trial["value_shown"] == trial["values_shown"]["occupancy"] == pytest.approx(1 - trial["value"])
