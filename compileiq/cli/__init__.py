@@ -34,6 +34,7 @@ from compileiq.cli.render import (
     print_report,
     report_json,
 )
+from compileiq.core import heap
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import OutputFileError, check_report_target
 from compileiq.core.version import __version__
@@ -387,6 +388,7 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
+    heap.quick_exit()
     command = typer.main.get_command(cli)
     try:
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
