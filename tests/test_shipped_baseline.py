@@ -288,6 +288,11 @@ def test_the_gate_says_when_the_compile_command_that_ships_changed(tmp_path: Pat
     assert "the compile command the ACF was tuned from, compile_commands.json, is gone" in found[0]["message"], found
     strict = run_cli(["gate", str(out), "--static", "--rule", "stale-settings=error"], cwd=tmp_path)
     assert strict.returncode == 1 and "is gone" in strict.stdout, strict.describe()
+    # tuned with --arch for another arch than the command's: that is no change of the command
+    _project(tmp_path, "nvcc --use_fast_math -std=c++17 -arch=sm_80 -c k.cu -o k.o")
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "nvcc.use_fast_math", "--arch", "sm_90",
+          "--budget", "2", "--out", str(out), "--force")
+    assert gate(None) == (0, [])
 
 
 def _spill_bytes(report: str) -> int:

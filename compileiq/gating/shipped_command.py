@@ -26,7 +26,7 @@ from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import read_command
 from compileiq.source.kernel import load_spec, with_base_flags
 from compileiq.source.shipped import under_register_cap
-from compileiq.source.spec import KernelSpec
+from compileiq.source.spec import FixedFlag, KernelSpec
 
 RULE = "stale-settings"
 
@@ -66,7 +66,9 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
                     "that ships")]
     shipped = under_register_cap(command.shipped, spec.nvcc_flags)
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
-    changes = _changes(target.spec, now, space.default_config().as_dict(), acf.arch, command.archs)
+    # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
+    moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
+    changes = _changes(target.spec, now, space.default_config().as_dict(), acf.arch, moved)
     if not changes:
         return []
     return [Hit(RULE, recorded, now.settings_sha256()[:12],
@@ -79,8 +81,14 @@ def _unchecked(recorded: str, what: str, database: Path) -> Hit:
                "the gate cannot tell whether the ACF's baseline is still the build that ships")
 
 
+def _other_arch(flag: FixedFlag) -> bool:
+    """An arch flag of the command that the tuning set aside (`shipped.other_archs`): --arch chose
+    another, or the command builds for several."""
+    return not flag.applied and flag.why.startswith("builds for ")
+
+
 def _changes(tuned: KernelSpec, now: KernelSpec, defaults: Mapping[str, object], arch: str,
-             archs: tuple[str, ...]) -> list[str]:
+             moved: str | None) -> list[str]:
     """What of the study's identity the command changes, as people read it."""
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
@@ -95,8 +103,8 @@ def _changes(tuned: KernelSpec, now: KernelSpec, defaults: Mapping[str, object],
     for name in dict.fromkeys([*old, *new]):
         if old.get(name) != new.get(name):
             changes.append(f"{name} {_value(old, defaults, name)} -> {_value(new, defaults, name)}")
-    if archs and arch not in archs:
-        changes.append(f"builds for {', '.join(archs)}, not the ACF's {arch}")
+    if moved is not None:
+        changes.append(f"builds for {moved}, not the ACF's {arch}")
     return changes
 
 
