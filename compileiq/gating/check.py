@@ -44,6 +44,7 @@ from compileiq.gating.rules import (
     static_hits,
     timing_hits,
 )
+from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, load_spec, with_base_flags
 from compileiq.source.shipped import under_register_cap
@@ -248,7 +249,8 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     recorded = recorded_of(target.acf)
     bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
     measured = rebuild(target, toolchain, bundle)
-    hits = static_hits(recorded, measured, retune_command(target, measured))
+    retune = retune_command(target, measured)
+    hits = static_hits(recorded, measured, retune) + shipped_command_hits(target, retune)
     defaults = rebuild_defaults(target, toolchain, bundle, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)

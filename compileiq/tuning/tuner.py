@@ -30,6 +30,7 @@ from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
 from compileiq.source.kernel import bundle_sources
+from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
@@ -81,6 +82,7 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         check_macros_take_effect(request.kernel, self._bundle)
+        check_macros_change_code(request.kernel, toolchain.nvcc)
         for unread in source_notes(request.kernel, self._bundle):
             progress.note(f"note: {unread}")
         target = Target(request.kernel, request.space, self._bundle, toolchain)
