@@ -21,8 +21,8 @@ from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
 from compileiq.results import multi_objective
-from compileiq.results.explain import decision
 from compileiq.results.pareto import values_of
+from compileiq.results.recorded_decision import decision
 from compileiq.results.shipped_origin import decision_entry
 from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
