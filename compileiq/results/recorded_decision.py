@@ -15,14 +15,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import (
-    MAX_TRIAL_NUMBER,
-    RunRecord,
-    Study,
-    StudySummary,
-    Trial,
-    TrialState,
-)
+from compileiq.core.records import RunRecord, Study, StudySummary, Trial, TrialState, chosen_number
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.pareto import check_rule
@@ -59,11 +52,10 @@ def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
 def recorded_choice(decision: Any) -> tuple[int, float] | None:
     """(trial number, value) of a run's recorded choice, when the row holds both as it should (the
     study list reads them instead of every trial; a damaged or forged row is not shown as a choice)."""
-    if not isinstance(decision, dict):
+    number = chosen_number(decision)
+    if number is None:
         return None
-    number, value = decision.get("chosen"), decision.get("value")
-    if type(number) is not int or not 0 <= number <= MAX_TRIAL_NUMBER:
-        return None  # names no trial (a forged 10**23 overflowed every query of it)
+    value = decision.get("value")
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
     try:
