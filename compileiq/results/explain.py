@@ -27,6 +27,7 @@ from compileiq.results.ablation import Ablation, ablation_path, recorded
 from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
 from compileiq.results.recorded_decision import latest_decision, recorded_pick, sound_choice
 from compileiq.results.simplify import baseline_space, simplify
+from compileiq.source.spec import ShippedBuild
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,8 @@ class Explanation:
         with settings of its own is the project's, not the compiler defaults)."""
         origin = shipped_origin.recorded_origin(self.runs)  # the run's word: a build of fixed flags alone is one too
         shipped = origin is not None or (self.baseline is not None and bool(_shipped_values(self.study, self.baseline)))
-        against = shipped_origin.shipped_name(origin) if shipped else eligibility.DEFAULTS
         return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static",
-                                         against)
+                                         eligibility.against(ShippedBuild(origin) if origin else shipped))
 
     def ranked(self) -> list[Trial]:
         """The complete trials as every view lists them: the chosen one first, then those that may

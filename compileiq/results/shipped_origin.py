@@ -33,8 +33,3 @@ def recorded_origin(runs: Sequence[RunRecord]) -> str | None:
     if not isinstance(origin, str) or not 0 < len(origin) <= MAX_ORIGIN or not origin.isprintable() or "/" in origin:
         return None
     return origin
-
-
-def shipped_name(origin: str | None) -> str:
-    """The shipped baseline's name in a refusal, as the run that tuned it says it."""
-    return ShippedBuild(origin).name if origin else "your build as shipped"

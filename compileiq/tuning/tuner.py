@@ -360,8 +360,7 @@ class Tuner:
     @property
     def _against(self) -> str:
         """The baseline's name in refusals: the build as shipped where the run starts from one."""
-        shipped = self._request.kernel.shipped
-        return shipped.name if shipped is not None else eligibility.DEFAULTS
+        return eligibility.against(self._request.kernel.shipped)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)
