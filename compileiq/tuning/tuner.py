@@ -21,8 +21,8 @@ from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
 from compileiq.results import multi_objective
-from compileiq.results.explain import decision
 from compileiq.results.pareto import values_of
+from compileiq.results.recorded_decision import decision
 from compileiq.results.shipped_origin import decision_entry
 from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
@@ -365,8 +365,7 @@ class Tuner:
     @property
     def _against(self) -> str:
         """The baseline's name in refusals: the build as shipped where the run starts from one."""
-        shipped = self._request.kernel.shipped
-        return shipped.name if shipped is not None else eligibility.DEFAULTS
+        return eligibility.against(self._request.kernel.shipped)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)
