@@ -142,6 +142,8 @@ def _sqlite_engine(url: URL, create: bool) -> Engine:
             f"{display(url)} is an in-memory database, gone when this process ends; "
             "give a file, e.g. sqlite:///store/compileiq.db"
         )
+    # the driver first (an unsupported URL is that, not a missing file); nothing is opened until connect
+    engine = sa.create_engine(url, connect_args={"timeout": 30}, json_deserializer=lenient_json)
     if not create and not Path(database.removeprefix("file:").split("?")[0]).expanduser().is_file():
         raise NoDatabaseError(f"no database at {database}: this command only reads one "
                               "(tune, db import and db upgrade create it)")
@@ -153,7 +155,6 @@ def _sqlite_engine(url: URL, create: bool) -> Engine:
             raise StoreError(
                 f"database {display(url)}: cannot create {folder}: {exc.strerror or exc}"
             ) from None
-    engine = sa.create_engine(url, connect_args={"timeout": 30}, json_deserializer=lenient_json)
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
