@@ -347,6 +347,28 @@ def test_each_forged_row_of_an_export_is_named(forged_import: tuple, how: str) -
                      rf"{re.escape(WHY_IN_FILE.get(how, ''))}", result.stdout), result.describe()
 
 
+@pytest.mark.parametrize(("objective", "evaluator", "says"), [
+    ("time", None, "its objective 'time' is a GPU runtime, but its evaluator is static (no GPU ran it)"),
+    ("time,spills", None, "its objective 'time,spills' is a GPU runtime, but its evaluator is static"),
+    (None, "NVIDIA H100 80GB HBM3", "is a static one, but its evaluator is 'NVIDIA H100 80GB HBM3'"),
+    ("speed", None, "its objective 'speed' is not one or several of static, spills, registers"),
+])
+def test_an_export_whose_objective_and_evaluator_disagree_is_refused(
+        tuned: Path, tmp_path: Path, objective: str | None, evaluator: str | None, says: str) -> None:
+    """A red team relabelled a static study's objective "time" (checksum recomputed): its static
+    scores were imported, shown and reported as GPU runtimes. Nothing of it is imported now."""
+    document = json.loads((tuned / "scale.json").read_text())
+    key = document["payload"]["study"]["key"]
+    assert key["evaluator"] == "static" and "time" not in key["objective"].split(",")
+    key.update({"objective": objective or key["objective"], "evaluator": evaluator or key["evaluator"]})
+    (tmp_path / "relabelled.json").write_text(_resealed(document))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    result = run_cli(["db", "import", "relabelled.json", "--db", url], cwd=tmp_path)
+    line = one_line_error(result, 2)
+    assert "relabelled.json: refused: study 'scale': " in line and says in line, line
+    assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0  # nothing imported
+
+
 def _forged_row(how: str, index: int) -> dict[str, object]:
     valid = {"ptxas.opt_level": 1, "ptxas.register_usage_level": index}  # distinct keys
     values: dict[str, object] = {"config": json.dumps(valid), "config_key": _key(valid), "state": "complete",
