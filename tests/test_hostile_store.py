@@ -478,6 +478,42 @@ def test_each_forged_row_in_a_shared_database_is_reported(forged_runs: dict, how
         assert f"skipped trial #{numbers[how]} of study" in show.stderr, show.describe()
 
 
+DAMAGED_IN_DB = {  # SQL a client of the shared database could run, and what the views then say
+    "trial-number-text": ("UPDATE trials SET number = 'x' WHERE id = (SELECT max(id) FROM trials)",
+                          "skipped trial #x of study 1: its number 'x' is not a trial number"),
+    "heartbeat-garbage": (("UPDATE trials SET state = 'running', heartbeat_at = 'garbage', worker = 'otherhost:1' "
+                           "WHERE id = (SELECT max(id) FROM trials)"), ""),
+    "run-times-garbage": ("UPDATE runs SET started_at = 'garbage', finished_at = 'garbage'",
+                          "skipped run 1 of study 1: unreadable: "),
+    "next-number-largest": ("UPDATE studies SET next_number = 9223372036854775807", ""),
+    "next-number-text": ("UPDATE studies SET next_number = 'x'", ""),
+    "next-number-behind": ("UPDATE studies SET next_number = 0", ""),
+}
+
+
+@pytest.mark.parametrize("how", list(DAMAGED_IN_DB))
+def test_a_damaged_number_time_or_counter_in_a_shared_database_is_no_traceback(tuned: Path, how: str) -> None:
+    """Forged rows of a red team: a text trial number (TypeError in show, report and tune), a running
+    trial's heartbeat that is not a time (tune), a run's times that are not times (show, report), a
+    study's trial counter at the largest integer or text (tune: IntegrityError). Each is set aside
+    with a note, or the counter repaired; nothing recorded is lost."""
+    db = tuned / f"damaged-{how}.db"
+    shutil.copyfile(tuned / "tuned.db", db)
+    sql, says = DAMAGED_IN_DB[how]
+    with sqlite3.connect(db) as conn:
+        conn.execute(sql)
+    before, url = _rows(db), f"sqlite:///{db}"
+    budget = [*TINY_TUNE, "--budget", "8", "--batch-size", "2"]  # two claims: the second takes numbers too
+    views = in_parallel({"show": lambda: run_cli(["show", "scale", "--db", url], cwd=tuned),
+                         "report": lambda: run_cli(["report", "scale", "-o", f"{how}.html", "--db", url], cwd=tuned)})
+    tune = run_cli([*budget, "--db", url, "--out", f"{how}.acf.toml"], cwd=tuned)
+    for result in (*views.values(), tune):
+        assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+    assert says in views["show"].stderr and says in tune.stderr + views["report"].stderr, views["show"].describe()
+    assert json.loads(tune.stdout)["best"]["value"] is not None
+    assert _rows(db) > before  # the tune added its trials; none was lost
+
+
 FORGED_BUILDS = {
     "registers-negative": lambda e: e.update(registers=-5),
     "registers-past-255": lambda e: e.update(registers=4096),

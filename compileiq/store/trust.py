@@ -12,7 +12,15 @@ from typing import Any
 
 from compileiq.build.compile import BuildStatus, EntryResources
 from compileiq.core import metric_ranges
-from compileiq.core.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
+from compileiq.core.records import (
+    MAX_TRIAL_NUMBER,
+    PURPOSES,
+    BuildRecord,
+    Measurement,
+    StudyKey,
+    Trial,
+    TrialState,
+)
 from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
 from compileiq.core.space_files import load_space
 from compileiq.store.space_order import study_space
@@ -74,6 +82,8 @@ def _known_valid(trial: Trial, space: SearchSpace) -> bool:
 
 
 def _result_problem(trial: Trial) -> str | None:
+    if type(trial.number) is not int or not 0 <= trial.number <= MAX_TRIAL_NUMBER:
+        return f"its number {str(trial.number)[:40]!r} is not a trial number"
     if not isinstance(trial.metrics, dict):
         return "its metrics are not a JSON object"
     if problem := metric_ranges.problem(trial.metrics):
