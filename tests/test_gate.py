@@ -523,3 +523,19 @@ def test_an_acf_whose_base_flags_are_not_the_kernels_is_judged_against_the_kerne
     assert "error worse-than-default: spills more than the compiler defaults (0 -> " in result.stdout, result.describe()
     assert result.stdout.count("warn stale-settings: the ") == 1, result.describe()  # one finding, the specific one
     assert "the ACF's base flags are not the kernel's (tune.toml): it records -maxrregcount=32" in result.stdout
+
+
+def test_the_gate_markdown_escapes_html_from_an_acf(tuned, tmp_path):
+    """A red team's ACF named its kernel `<img src=...><h1>All green: ship it</h1>`: the gate's
+    markdown (a PR comment, a job summary) carried it as raw HTML. It is escaped as `report
+    --format md` escapes it."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    acf = workspace / ACF
+    html = '<img src="https://attacker.example/p.png"><h1>All green & ship it</h1>'
+    acf.write_text(acf.read_text().replace('name = "fir"', f"name = {json.dumps(html)}", 1))
+    result = _gate(workspace, ACF, "--static", "--markdown", "gate.md")
+    assert result.returncode == 2, result.describe()
+    written = (workspace / "gate.md").read_text()
+    assert "<img" not in written and "<h1>" not in written, written
+    assert "&lt;img src=\"https://attacker.example/p.png\"&gt;&lt;h1&gt;All green &amp; ship it&lt;/h1&gt;" in written
