@@ -103,7 +103,7 @@ def take_number(conn: Connection, study_id: int, count: int = 1) -> int:
     bump = (
         studies.update()
         .where(studies.c.id == study_id)
-        .values(next_number=_next_free(study_id) + count)
+        .values(next_number=_next_free(study_id, count) + count)
         .returning(studies.c.next_number)
     )
     taken = conn.execute(bump).scalar_one_or_none()
@@ -114,14 +114,19 @@ def take_number(conn: Connection, study_id: int, count: int = 1) -> int:
     return taken - count
 
 
-def _next_free(study_id: int) -> sa.ColumnElement[Any]:
-    """The study's counter where it is a number past each of its trials' numbers; else (a damaged
-    row of a shared database: text, past the largest, or behind its trials) the number after its
-    highest trial's: the counter is repaired, no trial is overwritten or refused as a duplicate."""
+_LARGEST_COUNTER = 2**31 - 1  # PostgreSQL's INTEGER columns (SQLite's hold more: the smaller bound for both)
+
+
+def _next_free(study_id: int, count: int) -> sa.ColumnElement[Any]:
+    """The study's counter where it is a number past each of its trials' numbers and `count` more
+    fit; else (a damaged row of a shared database: text, past the largest, or behind its trials)
+    the number after its highest trial's: the counter is repaired, no trial is overwritten or
+    refused as a duplicate, no integer overflows."""
     n, t = studies.c.next_number, trials_table.c
+    last = min(MAX_TRIAL_NUMBER, _LARGEST_COUNTER) - count
     highest = (sa.select(sa.func.coalesce(sa.func.max(t.number), -1))
-               .where(t.study_id == study_id, t.number >= 0, t.number <= MAX_TRIAL_NUMBER).scalar_subquery())
-    return sa.case((sa.and_(n >= 0, n <= MAX_TRIAL_NUMBER, n > highest), n), else_=highest + 1)
+               .where(t.study_id == study_id, t.number >= 0, t.number <= last).scalar_subquery())
+    return sa.case((sa.and_(n >= 0, n <= last, n > highest), n), else_=highest + 1)
 
 
 def final_failure(t: Any) -> sa.ColumnElement[bool]:
