@@ -188,6 +188,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
     tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
     from compileiq.source.dependencies import DependencyError
+    from compileiq.source.macro_effect import check_macros_change_code
     from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
@@ -198,6 +199,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         return [*notes, first_line(str(error), 400)]
     try:
         check_macros_take_effect(spec, bundle)
+        check_macros_change_code(spec, find_toolchain().nvcc)
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
     return notes + source_notes(spec, bundle) + shipped_notes(spec)

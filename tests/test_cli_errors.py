@@ -138,10 +138,16 @@ CASES: dict[str, Case] = {
     "pg-show-env": Case("show", 1, ("127.0.0.1",), {"COMPILEIQ_DB": PG_URL}),
     "pg-tune": Case(f"tune {{k}} --workers local --db {PG_URL}", 1, ("127.0.0.1",)),
     "pg-upgrade": Case(f"db upgrade --db {PG_URL}", 1, ("127.0.0.1",)),
-    "sqlite-uncreatable-show": Case(f"show --db {BAD_SQLITE}", 1, ("/proc/nope",)),
+    "sqlite-missing-show": Case(f"show --db {BAD_SQLITE}", 2, ("no database at /proc/nope/x.db",)),
+    # a command that only reads creates no database where a path is mistyped (it printed an empty list)
+    "show-mistyped-db": Case("show --db sqlite:///{ws}/typo_dir/a.db", 2, ("no database at", "typo_dir/a.db")),
+    "show-study-mistyped-db": Case("show s --json --db sqlite:///{ws}/typo_dir/a.db", 2, ("no database at",)),
+    "report-mistyped-db": Case("report s -o {ws}/typo.html --db sqlite:///{ws}/typo_dir/a.db", 2, ("no database at",)),
+    "export-mistyped-db": Case("db export s -o {ws}/typo.json --db sqlite:///{ws}/typo_dir/a.db", 2,
+                               ("no database at",)),
     "sqlite-uncreatable-tune": Case(f"tune {{k}} --workers local --db {BAD_SQLITE}", 1, ("/proc/nope",)),
     "db-not-a-url": Case("show --db 'not a url'", 2, ("not a database URL",)),
-    "show-unknown-study": Case("show nosuchstudy --db sqlite:///{ws}/empty.db", 1, ("nosuchstudy",)),
+    "show-unknown-study": Case("show nosuchstudy", 1, ("nosuchstudy",)),  # the default store/ the good tune made
     # Ray
     "ray-unreachable": Case(f"tune {{k}} --ray-address 127.0.0.1:1 {RAY_DB}", 1, ("127.0.0.1:1",)),
     "ray-malformed": Case(f"tune {{k}} --ray-address nohostport {RAY_DB}", 2, ("HOST:PORT", "nohostport")),
@@ -312,6 +318,15 @@ def test_bad_input_is_one_line(workspace: Workspace, name: str) -> None:
     for text in case.says:
         assert text.lower() in line.lower(), result.describe()
     assert PASSWORD not in result.output, result.describe()
+
+
+def test_a_read_only_command_creates_no_database_nor_its_folder(workspace: Workspace) -> None:
+    for name in ("show-mistyped-db", "show-study-mistyped-db", "report-mistyped-db", "export-mistyped-db"):
+        workspace.results[name].result()
+    left = [p.name for p in workspace.path.iterdir() if p.name.startswith("typo")]
+    assert left == [], left
+    assert "no database at" in workspace.results["show-mistyped-db"].result().stderr
+    assert str(workspace.path) in workspace.results["show-mistyped-db"].result().stderr
 
 
 def _failed_trials(url: str) -> list[tuple[str, TrialState, str]]:

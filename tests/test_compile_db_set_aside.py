@@ -212,3 +212,31 @@ def test_show_names_a_shipped_baseline_in_its_refusals(tmp_path: Path) -> None:
     assert "adds spill bytes over your build as" in shown.stdout, shown.describe()
     assert "shipped (compile_commands.json) (0 -> " in shown.stdout, shown.describe()  # as the run says it
     assert "over the compiler defaults" not in shown.stdout and "(as the baseline)" in shown.stdout
+
+
+@pytest.mark.parametrize("flags, fixed", [
+    ("-lcublas -lcublasLt", ["-lcublas", "-lcublasLt"]), ("-l cublas", ["-l cublas"]),
+    ("--library=cublas", ["--library=cublas"]), ("-L/usr/local/cuda/lib64", ["-L/usr/local/cuda/lib64"]),
+    ("-L /usr/local/cuda/lib64", ["-L /usr/local/cuda/lib64"]), ("--library-path=/opt/lib", ["--library-path=/opt/lib"]),
+    ("-Xlinker=-rpath,/opt/lib", ["-Xlinker=-rpath,/opt/lib"]), ("--linker-options=--as-needed", ["--linker-options=--as-needed"]),
+    ("-Xcompiler=-Wl,-z,now", ["-Xcompiler=-Wl,-z,now"]), ("-Xcompiler -fopenmp", ["-Xcompiler -fopenmp"]),
+])
+def test_a_linker_option_is_set_aside_however_spelled(tmp_path: Path, flags: str, fixed: list[str]) -> None:
+    """llm.c's dev/cuda builds link with -lcublas -lcublasLt: `'-lcublas' is not an allowed base flag`
+    stopped `space` and `tune`, while `-l cublas` was set aside as a linker option."""
+    _project(tmp_path, f"nvcc -O3 --use_fast_math -arch=sm_90 {flags} -lineinfo -std=c++17 k.cu -o k")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    found = read_command(tmp_path / "compile_commands.json", tmp_path / "k.cu", SPACE)
+    assert found.base_flags == ("-lineinfo", "-std=c++17")
+    assert found.shipped is not None
+    assert [f.flag for f in found.shipped.fixed if not f.applied] == ["-O3", *fixed]
+    assert all("device code" in f.why for f in found.shipped.fixed if f.flag in fixed)
+
+
+@pytest.mark.parametrize("flags", ["-lto", "-ldir /opt/libdevice", "-ofile.o"])
+def test_an_nvcc_option_spelled_like_a_library_is_not_taken_for_one(tmp_path: Path, flags: str) -> None:
+    """-lto is nvcc's link-time optimisation (device code), not the library 'to'; nvcc refuses -ofile.o."""
+    _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2 and "is not an allowed base flag" in listed.stderr, listed.describe()

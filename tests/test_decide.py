@@ -164,8 +164,10 @@ def test_a_runtimes_noise_in_a_build_made_to_decide_never_becomes_its_winner() -
 def test_a_macro_that_only_sets_the_launch_keeps_the_occupancy_it_was_chosen_for(tmp_path: Path) -> None:
     """Rodinia's gaussian: its block-size macros reach only the launch ([launch.NAME]), so every value
     builds the same machine code. Simplification took "same code" for "as good", put the macro back
-    to its default and wrote an ACF at the baseline's occupancy (50%) after finding 100%."""
-    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[blockIdx.x * blockDim.x + threadIdx.x] *= 2.0f; }\n")
+    to its default and wrote an ACF at the baseline's occupancy (50%) after finding 100%. (Its host
+    code launches with the macro: one that no code reads is refused, `test_macro_effect`.)"""
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[blockIdx.x * blockDim.x + threadIdx.x] *= 2.0f; }\n"
+                                   "void launch(float* x, int n) { k<<<n / BS, BS>>>(x); }\n")
     (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[tune.defines]\nBS = [32, 64, 128]\n[launch.k]\nblock_size = "BS"\n')
     done = run_cli(["tune", "k.cu", "--objective", "occupancy", "--only", "define.BS", "--strategy", "exhaustive",
                     "--budget", "3", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"],

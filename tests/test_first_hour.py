@@ -52,6 +52,7 @@ def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_miss
     table = run_cli(["space", str(kernel)], cwd=tmp_path)
     assert table.returncode == 0 and table.stderr == "", table.describe()
     assert table.stdout.index("define.TILE") < table.stdout.index("nvcc.use_fast_math")
+    assert table.stdout.splitlines()[0].endswith(" with the macros of k.cu"), table.stdout
 
 
 def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -> None:
@@ -59,6 +60,9 @@ def test_space_of_a_kernel_without_macros_says_how_to_add_them(tmp_path: Path) -
     assert result.returncode == 0, result.describe()
     assert result.stderr_lines == [("note: spill_heavy.cu: no tuned macros ([tune.defines] in tune.toml adds them "
                                    "to the search)")], result.describe()
+    # the title claimed "with the macros of spill_heavy.cu" above that note (a user's pathfinder.cu)
+    title = result.stdout.splitlines()[0]
+    assert title.endswith(" for spill_heavy.cu") and "macros" not in title, result.stdout
 
 
 @pytest.mark.parametrize("given, suggested", [
@@ -223,17 +227,18 @@ def test_help_shows_the_choices_and_no_value_for_switches(tmp_path: Path) -> Non
 
 
 def test_space_and_tune_say_when_a_tuned_macro_cannot_take_effect(tmp_path: Path) -> None:
-    """A tuned macro the kernel never names was searched and written into the ACF without a word;
+    """A tuned macro the kernel never names was searched and written into the ACF without a word
+    (then a note said its values likely build the same code; the preprocessor now says they do);
     one the kernel #defines itself passed `space` silently, then `tune` stopped on it."""
     (tmp_path / "k.cu").write_text('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n')
     (tmp_path / "tune.toml").write_text("[tune.defines]\nFOO = [1, 2]\n")
-    unread = ("note: tune.defines.FOO: no file of k.cu names FOO, so its values likely build the same code "
-              "(a toolchain header may still read it)")
+    unread = (f"note: {tmp_path / 'tune.toml'}: tune.defines.FOO: its values 1, 2 preprocess to the same device and "
+              "host code, so -DFOO has no effect: tune a macro the code reads, or take it out of [tune.defines]")
     listed = run_cli(["space", "k.cu"], cwd=tmp_path)
     assert listed.returncode == 0 and listed.stderr_lines == [unread], listed.describe()
     tuned = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
                      "--out", "k.acf.toml"], cwd=tmp_path)
-    assert tuned.returncode == 0 and unread in tuned.stdout.splitlines() + tuned.stderr_lines, tuned.describe()
+    assert tuned.returncode == 2 and tuned.stderr_lines == [f"error: {unread.removeprefix('note: ')}"], tuned.describe()
     (tmp_path / "k.cu").write_text('#define FOO 4\nextern "C" __global__ void k(float* x) { x[threadIdx.x] *= FOO; }\n')
     overridden = run_cli(["space", "k.cu"], cwd=tmp_path)
     assert overridden.returncode == 0, overridden.describe()

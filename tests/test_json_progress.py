@@ -215,3 +215,35 @@ def test_a_phase_under_way_at_the_study_line_is_announced_there() -> None:
     phases.starting("later")
     assert recorder.notes == ["started", "sources bundled 0.2 s", "loading the search…", "search loaded 1.0 s",
                               "later…"]
+
+
+def test_the_workers_line_comes_before_the_trials_it_compiles_and_a_spent_study_claims_no_warm_start(
+        tmp_path: Path) -> None:
+    """A user's runs printed "compiling on local threads (2)" after `[8/16]` (the cache hits of
+    its batch were recorded first) and, rerunning a study that had all its trials, `warm start:
+    ... tried first`, `stopped: budget 32`, then "compiling on local threads (2)" with 0 new trials."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    (tmp_path / "other.cu").write_text(TINY_KERNEL + "\n// another kernel's source\n")
+
+    def tune(kernel: str, objective: str, budget: int) -> list[str]:
+        done = run_cli(["tune", kernel, "--workers", "local", "--objective", objective, "--budget", str(budget),
+                        "--batch-size", "4", "--only", ONLY, "--db", "sqlite:///t.db", "--arch", "sm_90",
+                        "--out", f"{kernel}.{objective}.acf.toml"], cwd=tmp_path)
+        assert done.returncode == 0, done.describe()
+        return done.stderr_lines
+
+    tune("k.cu", "registers", 3)
+    lines = tune("k.cu", "instructions", 8)  # the builds of the first study: cache hits, then compiles
+    trial = re.compile(r"^\[\d+/\d+\] #\d+ ")
+    start = next(i for i, line in enumerate(lines) if " on local threads" in line)
+    before = [line for line in lines[:start] if trial.match(line)]
+    assert before and all("[build cache]" in line or "[same code as #" in line for line in before), lines
+    assert lines[start] == (f"compiling on local threads (2): the build cache held this run's {len(before)} "
+                            f"trial{'s' if len(before) != 1 else ''} before"), lines
+    assert any("[compiled]" in line or "[same code as #" in line for line in lines[start:]), lines
+    tune("other.cu", "registers", 4)
+    again = tune("other.cu", "registers", 4)  # every trial recorded: nothing is searched
+    assert not any(line.startswith("warm start") for line in again), again
+    assert not any(line.startswith("compiling on") for line in again), again
+    stop = next(i for i, line in enumerate(again) if line.startswith("stopped: budget 4"))
+    assert all(line.startswith("rebuilding the rows the ACF cites") for line in again[stop:] if " on local" in line)

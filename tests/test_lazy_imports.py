@@ -50,7 +50,7 @@ def _opens_with_alembic(url: str, cwd: Path) -> bool:
 
 def test_show_on_an_empty_and_a_current_database_imports_nothing_heavy(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ciq.db'}"
-    assert _loaded(["show", "--db", url], tmp_path) == ["alembic"]  # a new database: the migrations create it
+    assert _loaded(["db", "upgrade", "--db", url], tmp_path) == ["alembic"]  # a new database: the migrations create it
     assert _loaded(["show", "--db", url], tmp_path) == []  # current: its version is read, nothing else
 
 

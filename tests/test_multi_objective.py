@@ -397,3 +397,44 @@ def test_a_trade_offs_acf_gives_occupancy_as_it_reads(tmp_path: Path) -> None:
     (tmp_path / "forged.acf.toml").write_text(forged)
     flags = run_cli(["flags", "forged.acf.toml"], cwd=tmp_path)
     assert flags.returncode == 2 and "best_shown must give each objective's recorded value" in flags.stderr, flags.describe()
+
+
+def test_occupancy_first_reads_as_occupancy_in_every_view_and_the_front_names_the_baseline(tmp_path: Path) -> None:
+    """A user's occupancy,registers study: `show --json` gave `best_shown 0.0` and `value_shown 0.0`
+    (the shortfall) beside `values_shown {"occupancy": 1.0}` and the ACF's `best_shown` 1.0, and the
+    front table read "occupancy shortfall 0" under a summary of "100.0% / 24"; its heading said
+    "settings that differ from the defaults" where the baseline is the shipped build (a user's
+    --use_fast_math was left out, rightly: the report heads the same list "from the baseline")."""
+    (tmp_path / "k.cu").write_text(SPILL_HEAVY.read_text())
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc --use_fast_math -arch=sm_90 -c k.cu -o k.o", "file": "k.cu"}]))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective",
+                    "occupancy,registers", "--only", ",".join((*ONLY, "nvcc.use_fast_math")), "--budget", "12",
+                    "--workers", "local", "--db", db, "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    objective = tomllib.loads((tmp_path / "k.acf.toml").read_text())["objective"]
+    shown = run_cli(["show", "--db", db, "--json"], tmp_path)
+    name = json.loads(shown.stdout)[0]["name"]
+    data = json.loads(run_cli(["show", name, "--db", db, "--json"], tmp_path).stdout)
+    assert data["study"]["best_shown"] == objective["best_shown"]["occupancy"] != data["study"]["best"]
+    # no one unit or direction for two objectives (it said "occupancy,registers", "lower"): each its own
+    assert "better" not in data["objective"] and "unit" not in data["objective"], data["objective"]
+    assert [(o["name"], o["better"]) for o in data["objective"]["objectives"]] == [
+        ("occupancy", "higher"), ("registers", "lower")]
+    for trial in data["trials"]:
+        if trial["values"] is not None:
+            assert trial["value_shown"] == trial["values_shown"]["occupancy"] == pytest.approx(1 - trial["value"])
+    plain = run_cli(["show", name, "--db", db], tmp_path)
+    header = next(line for line in plain.stdout.splitlines() if "chosen" in line and "settings" in line)
+    assert "settings that differ from the baseline" in header and "defaults" not in header, plain.output
+    assert "shortfall" not in header and "occupancy" in header, plain.output
+    occupancy = f"{objective['best_shown']['occupancy']:.1%}"
+    chosen_row = next(line for line in plain.stdout.splitlines() if "<- knee" in line)
+    assert occupancy in chosen_row and "use_fast_math" not in chosen_row, plain.output
+    assert "theoretical occupancy, higher is better" in plain.stdout.split("\n", 1)[0], plain.output
+    front_table = next(line for line in done.stdout.splitlines() if "chosen" in line and "settings" in line)
+    assert front_table == header, done.output  # tune ends with the same table
+    report = run_cli(["report", name, "--db", db, "--format", "md", "-o", "r.md"], tmp_path)
+    assert report.returncode == 0, report.describe()
+    assert "| # | occupancy | registers | pick | settings that differ from the baseline |" in (tmp_path / "r.md").read_text()

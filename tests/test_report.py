@@ -166,6 +166,23 @@ def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
     assert f"compileiq report 'md\\|study' --db sqlite:///{tmp_path}/t.db)" in text
 
 
+def test_dash_writes_the_report_to_standard_output_and_no_file(tmp_path):
+    """`report S --format md -o -` wrote a file named `-` and figures named `--convergence.svg`."""
+    db = f"sqlite:///{tmp_path}/t.db"
+    synthetic_study(db, 30, name="s")
+    work = tmp_path / "work"
+    work.mkdir()
+    md = run_cli(["report", "s", "--db", db, "--format", "md", "-o", "-"], work)
+    assert md.returncode == 0 and list(work.iterdir()) == [], (md.describe(), list(work.iterdir()))
+    assert md.stdout.startswith("# compileiq report: s\n") and "wrote" not in md.output, md.describe()
+    assert "](" not in md.stdout and "The figures are left out" in md.stdout, md.stdout
+    assert "## Each setting's contribution" in md.stdout
+    page = run_cli(["report", "s", "--db", db, "-o", "-"], work)
+    assert page.returncode == 0 and list(work.iterdir()) == [], page.describe()
+    assert page.stdout.lstrip().lower().startswith("<!doctype html") and page.stdout.count("<svg") >= 2
+    assert "wrote" not in page.output and not re.search(r'(src|href)="(?!#)', page.stdout), page.stdout[:300]
+
+
 def test_a_markdown_report_carries_no_terminal_escapes_from_a_study_name(tmp_path):
     """A study named with an OSC sequence would retitle (or worse) the terminal that `cat`s the report."""
     name = "evil\x1b]0;pwned\x07\x1b[2J"

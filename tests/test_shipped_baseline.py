@@ -256,6 +256,45 @@ def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: 
 
 
 
+def test_the_gate_says_when_the_compile_command_that_ships_changed(tmp_path: Path) -> None:
+    """A user's llm.c build gained -Xptxas -O1 and a -D: `tune` made a new study of it, while the
+    gate passed the old ACF with no warning, its baseline no longer the build that ships."""
+    _project(tmp_path, "nvcc --use_fast_math -std=c++17 -arch=sm_90 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "nvcc.use_fast_math,ptxas.opt_level",
+          "--budget", "2", "--out", str(out))
+
+    def gate(command: str | None) -> tuple[int, list[dict[str, Any]]]:
+        if command is not None:
+            _project(tmp_path, command)
+        done = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+        assert done.returncode in (0, 1), done.describe()
+        return done.returncode, json.loads(done.stdout)["acfs"][0]["findings"]
+
+    # linker, host and report options change no study: nothing to say
+    assert gate("nvcc --use_fast_math -std=c++17 -arch=sm_90 -lcublas -Xptxas -v -Xcompiler -fPIC -c k.cu") == (0, [])
+    code, found = gate("nvcc --use_fast_math -std=c++17 -Xptxas -O1 -DSOMETHING=1 -arch=sm_90 -c k.cu -o k.o")
+    assert code == 0 and [(f["rule"], f["severity"]) for f in found] == [("stale-settings", "warn")], found
+    assert ("the compile command in compile_commands.json changed since the ACF was tuned (adds -DSOMETHING=1; "
+            "ptxas.opt_level 3 (the default) -> 1): the ACF's baseline is no longer the build that ships") in found[0]["message"]
+    assert "--compile-commands compile_commands.json" in found[0]["command"], found
+    code, found = gate("nvcc -std=c++17 -arch=sm_80 -c k.cu -o k.o")
+    assert "nvcc.use_fast_math true -> false (the default); builds for sm_80, not the ACF's sm_90" in found[0]["message"]
+    code, found = gate("nvcc --use_fast_math -std=c++17 -Xptxas --sanitize=memcheck -arch=sm_90 -c k.cu")
+    assert "the compile command the ACF was tuned from cannot be read now" in found[0]["message"], found
+    (tmp_path / "compile_commands.json").unlink()
+    code, found = gate(None)
+    assert code == 0 and [(f["rule"], f["severity"]) for f in found] == [("stale-settings", "warn")], found
+    assert "the compile command the ACF was tuned from, compile_commands.json, is gone" in found[0]["message"], found
+    strict = run_cli(["gate", str(out), "--static", "--rule", "stale-settings=error"], cwd=tmp_path)
+    assert strict.returncode == 1 and "is gone" in strict.stdout, strict.describe()
+    # tuned with --arch for another arch than the command's: that is no change of the command
+    _project(tmp_path, "nvcc --use_fast_math -std=c++17 -arch=sm_80 -c k.cu -o k.o")
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "nvcc.use_fast_math", "--arch", "sm_90",
+          "--budget", "2", "--out", str(out), "--force")
+    assert gate(None) == (0, [])
+
+
 def _spill_bytes(report: str) -> int:
     found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert found is not None, report

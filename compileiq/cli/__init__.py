@@ -6,7 +6,6 @@ The only importer of typer and rich."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +17,7 @@ try:  # typer >= 0.20 vendors click; older typer uses the click package
 except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
+from compileiq.cli import gate_reports
 from compileiq.cli.console import err, out, safe
 from compileiq.cli.listings import (
     print_trials,
@@ -34,8 +34,9 @@ from compileiq.cli.render import (
     print_report,
     report_json,
 )
+from compileiq.core import heap
 from compileiq.core.errors import CompileIQError, UsageError
-from compileiq.core.output_file import OutputFileError, check_report_target
+from compileiq.core.output_file import check_report_target
 from compileiq.core.version import __version__
 from compileiq.gating import rules as gate_rules
 
@@ -137,7 +138,7 @@ def show(
 
     if top < 1:
         raise UsageError(f"--top must be at least 1, got {top}")
-    store = Store.open(database_url(db))
+    store = Store.open(database_url(db), create=False)  # only reads: a mistyped path is an error, not a new file
     try:
         if study is None:
             summaries = store.study_summaries()  # one aggregate and the runs' recorded choices: no trial read
@@ -185,16 +186,6 @@ def flags(
         print(f"compileiq: {safe(note)}", file=sys.stderr)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two output paths name one file: the same path, or two links to one (a hard link too)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False  # one of them does not exist yet: two files
-
-
 @cli.command()
 def gate(
     acf_files: Annotated[list[Path], typer.Argument(metavar="ACF", help="ACF files written by `compileiq tune`.")],
@@ -211,44 +202,23 @@ def gate(
     from compileiq.gating import check as gate_lib
     from compileiq.gating import ci_reports as gate_report
 
-    for option, path in (("--markdown", markdown), ("--junit", junit)):
-        try:  # a report that may not be written (over an input, a database, a pipe) stops before any rebuild
-            path is None or check_report_target(path, tuple(acf_files))
-        except OutputFileError as error:
-            raise UsageError(f"{option} {error}") from None
-    if markdown is not None and junit is not None and _same_file(markdown, junit):
-        raise UsageError(f"--markdown and --junit name the same file ({markdown}): one report would overwrite the other")
+    gate_reports.check_targets(markdown, junit, tuple(acf_files))  # before any rebuild
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
                                    program=program, metric_regex=metric_regex)
     from compileiq.evaluate.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report
-    unwritten = [_write_report(option, path, render(report), tuple(acf_files)) for option, path, render in
-                 (("--markdown", markdown, gate_report.markdown), ("--junit", junit, gate_report.junit))
-                 if path is not None]  # fmt: skip
+    problems = gate_reports.write_reports(report, markdown, junit, tuple(acf_files))
     if as_json:
         print(json.dumps(gate_report.as_json(report), indent=2))
     else:
         print_gate(report)
-    if problems := [problem for problem in unwritten if problem]:  # bad input beats a regression
+    if problems:  # bad input beats a regression
         raise UsageError("; ".join(problems))
     for result in report.results:  # an ACF that could not be checked: one error line each, exit 2
         if result.bad_input:
             err.print(f"error: {safe(result.findings[0].message)}", markup=False)
     raise typer.Exit(report.exit_code)
-
-
-def _write_report(option: str, path: Path, text: str, inputs: tuple[Path, ...]) -> str:
-    """Write one gate report; what went wrong, or "" (the other reports are written anyway)."""
-    from compileiq.gating import ci_reports as gate_report
-
-    try:
-        gate_report.write(path, text, inputs)
-    except OSError as error:
-        return f"{option} {path}: cannot write: {error.strerror or error}"
-    except OutputFileError as error:  # "cannot write PATH: it is a named pipe, not a regular file"
-        return f"{option} {error}"
-    return ""
 
 
 @db_cli.command("upgrade")
@@ -337,7 +307,7 @@ def include_dir() -> None:
 @cli.command()
 def report(
     studies: Annotated[list[str], typer.Argument(metavar="STUDY", help="Study name or id (two with --compare).")],
-    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default report.html (report.md with --format md).")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write, - for standard output (md: without figures); default report.html (report.md with --format md).")] = None,
     fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
@@ -354,8 +324,9 @@ def report(
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
-    check_report_target(target)  # before the database is opened: a named pipe would block the write
-    store = Store.open(database_url(db))
+    if not report_lib.to_stdout(target):  # `-o -`: standard output
+        check_report_target(target)  # before the database is opened: a named pipe would block the write
+    store = Store.open(database_url(db), create=False)
     try:
         if compare:
             written = report_compare.write(store, studies[0], studies[1], target, fmt)
@@ -386,6 +357,7 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
+    heap.quick_exit()
     command = typer.main.get_command(cli)
     try:
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)

@@ -125,10 +125,10 @@ def studies_table(summaries: list[StudySummary]) -> Table:
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
     """(chosen trial, its value) as the study's latest run recorded them, while the trial's row
-    holds that value and the study's rules allow it against its baseline row (`explain.listed_choice`, what every view shows); else (None, the lowest
+    holds that value and the study's rules allow it against its baseline row (`recorded_decision.listed_choice`, what every view shows); else (None, the lowest
     value), which the list labels as such: the list reads one trial row per study (one aggregate
     for a team database of any size), and only `show STUDY` replays a choice from the trials."""
-    from compileiq.results.explain import listed_choice
+    from compileiq.results.recorded_decision import listed_choice
 
     choice = listed_choice(summary)
     return choice if choice is not None else (None, summary.best)
@@ -136,7 +136,7 @@ def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
 
 def _matches_rows(summary: StudySummary) -> bool:
     """The recorded choice names a complete row with its recorded value (`listed_choice` refused it for its rules)."""
-    from compileiq.results.explain import followed_choice
+    from compileiq.results.recorded_decision import followed_choice
 
     return followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value) is not None
 
@@ -184,7 +184,9 @@ def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> 
 
 
 def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, Any] | None = None) -> Table:
-    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel else "")
+    macros = any(p.name.startswith("define.") for p in space.parameters)  # none: the note says so, not the title
+    title = f"search space {space.id}" + (f" with the macros of {kernel}" if kernel and macros else
+                                          f" for {kernel}" if kernel else "")
     table = Table(title=title)
     shipped = shipped or {}
     column = "baseline (your build; default)" if shipped else "default"

@@ -345,9 +345,17 @@ def _confirmation_json(confirmation: Any) -> dict[str, Any] | None:
 
 
 def objective_json(objective: str) -> dict[str, Any]:
-    """The objective with its kind, unit and direction (`core.readings`): how its values read."""
+    """The objective with its kind, unit and direction (`core.readings`): how its values read.
+    Several objectives have no one unit or direction: each is given in `objectives`, in order."""
+    if "," in objective:
+        each = [_reading_json(name) for name in objective.split(",")]
+        return {"name": objective, "kind": kind_label(objective), "objectives": each}
+    return {"name": objective, "kind": kind_label(objective)} | _reading_json(objective)
+
+
+def _reading_json(objective: str) -> dict[str, Any]:
     read = reading(objective)
-    data = {"name": objective, "kind": kind_label(objective), "unit": read.unit, "better": read.better}
+    data = {"name": objective, "unit": read.unit, "better": read.better}
     return data | ({"value_is": read.minimised_as} if read.minimised_as else {})
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import kind_label, out, safe
-from compileiq.core.readings import exact, gain_text, reading
+from compileiq.core.readings import gain_text, reading
 from compileiq.core.records import RunRecord, Study, Trial, first_line
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, evidence_rows, missing_note
@@ -111,12 +111,12 @@ def print_pareto(study: Study, trials: Sequence[Trial], objectives_text: str, pi
                                     for p in trade_offs.points]}, indent=2, default=str))
         return
     table = Table(title=f"{study.name}: Pareto front of {', '.join(objectives)} (recorded trials the study's rules "
-                        "let win, lower is better; static estimates unless time)")
-    for column in ("#", *(_label(o) for o in objectives), "pick", "settings that differ from the baseline"):
+                        f"let win; {reading(','.join(objectives)).heading}; static estimates unless time)")
+    for column in ("#", *objectives, "pick", "settings that differ from the baseline"):
         table.add_column(column)
     for p in trade_offs.points:
         settings = " ".join(f"{k}={v}" for k, v in sorted(changes[p.trial.number].items())) or "(as the baseline)"
-        table.add_row(*(Text(c) for c in (str(p.trial.number), *(exact(v) for v in p.values),
+        table.add_row(*(Text(c) for c in (str(p.trial.number), *_shown(objectives, p.values),
                                             "<- " + rule if p is trade_offs.pick else "", settings)))
     out.print(table)
     if trade_offs.pick is not None:
@@ -157,23 +157,27 @@ def tuned_front_json(explanation: Explanation) -> dict[str, Any]:
 
 
 def print_front(study: Study, trade_offs: Front, baseline: Trial, chosen: Trial) -> None:
-    """The front of a study of several objectives (values in full precision, the settings that
-    differ from the defaults) and the choice the ACF records."""
+    """The front of a study of several objectives (values in full precision, each in its own
+    reading: occupancy as occupancy, as the run's summary and the report give it; the settings that
+    differ from the baseline, which keeps the shipped build's) and the choice the ACF records."""
     objectives = trade_offs.objectives
     table = Table(title=Text(f"{study.name}: Pareto front of {', '.join(objectives)} "
-                             f"({kind_label(study.key.objective)}, lower is better; trials that may win)"))
-    for column in ("#", *(_label(o) for o in objectives), "chosen", "settings that differ from the defaults"):
+                             f"({kind_label(study.key.objective)}; {reading(','.join(objectives)).heading}; "
+                             "trials that may win)"))
+    for column in ("#", *objectives, "chosen", "settings that differ from the baseline"):
         table.add_column(column)
     for p in trade_offs.points:
         shown = p.trial  # the picked point is the chosen trial, simplified (`pareto.with_chosen`)
         settings = " ".join(f"{k}={v}" for k, v in sorted(shown.config.items())
-                            if baseline.config.get(k) != v) or "(defaults)"
+                            if baseline.config.get(k) != v) or "(as the baseline)"
         mark = f"<- {trade_offs.rule}" if p is trade_offs.pick else ""
-        table.add_row(*(Text(c) for c in (str(shown.number), *(exact(v) for v in p.values), mark, settings)))
+        table.add_row(*(Text(c) for c in (str(shown.number), *_shown(objectives, p.values), mark, settings)))
     out.print(table)
     out.print(f"chosen ({trade_offs.rule}): trial #{chosen.number}; {len(trade_offs.points)} trial(s) on the front, "
               f"{len(trade_offs.others)} dominated; pick rules: {PICK_RULES}", markup=False)
 
 
-def _label(objective: str) -> str:
-    return "occupancy shortfall" if objective == "occupancy" else objective
+def _shown(objectives: Sequence[str], values: Sequence[float]) -> tuple[str, ...]:
+    """A front point's values as people read them: occupancy as occupancy ("100.0%", not its
+    shortfall 0), the others at full precision (`core.readings`)."""
+    return tuple(reading(o).text(v) for o, v in zip(objectives, values, strict=True))

@@ -20,6 +20,7 @@ prctl), an escaped descendant outlives the run as before.
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import os
 import secrets
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 MARK = "COMPILEIQ_TOOL_RUN"
 _PR_SET_CHILD_SUBREAPER = 36
@@ -83,12 +85,20 @@ def _start() -> None:
 
 
 def _prctl(*args: int) -> int:
+    prctl = _prctl_function()
+    return -1 if prctl is None else int(prctl(*args, 0, 0, 0))
+
+
+@functools.cache
+def _prctl_function() -> Any:
+    """libc's prctl, looked up once (it is called twice for nearly every compiler run); None
+    where there is none (not Linux)."""
     if not os.path.isdir("/proc/self"):
-        return -1
+        return None
     try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(*args, 0, 0, 0))
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return -1
+        return None
 
 
 def _set_subreaper(on: int) -> bool:
@@ -119,7 +129,7 @@ def _children() -> list[int]:
     me = os.getpid()
     try:
         tasks = os.listdir("/proc/self/task")
-        return [int(pid) for task in tasks for pid in Path(f"/proc/self/task/{task}/children").read_text().split()]
+        return [int(pid) for task in tasks for pid in _read(f"/proc/self/task/{task}/children").split()]
     except (OSError, ValueError):
         pass
     found = []
@@ -128,6 +138,19 @@ def _children() -> list[int]:
         if fields and int(fields[1]) == me:
             found.append(int(name))
     return found
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file's bytes (a pathlib read costs several times as much, once per thread
+    per compiler run)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        parts = [os.read(descriptor, 1 << 16)]
+        while parts[-1]:
+            parts.append(os.read(descriptor, 1 << 16))
+        return b"".join(parts)
+    finally:
+        os.close(descriptor)
 
 
 def _started_under(pid: int, marker: str, group: int) -> bool:

@@ -38,13 +38,19 @@ class Reading:
         return f"{self.unit}, {self.better} is better"
 
     def shown(self, value: float | None) -> float | None:
-        """The number a person reads for a recorded (minimised) value."""
+        """The number a person reads for a recorded (minimised) value; several objectives: the
+        first's reading (a trial's recorded value is the first objective's alone), as the ACF's
+        `best_shown` gives it."""
+        if "," in self.objective:
+            return reading(self.objective.split(",")[0]).shown(value)
         if value is None:
             return None
         return round(1.0 - value, 6) if self.objective == "occupancy" else value
 
     def text(self, value: float | None) -> str:
         """The shown number as text: occupancy as a percentage, others at full precision."""
+        if "," in self.objective:
+            return reading(self.objective.split(",")[0]).text(value)
         shown = self.shown(value)
         if shown is None:
             return "-"

@@ -192,3 +192,13 @@ def first_line(text: str | None, limit: int | None = 400, empty: str = "unknown"
     """The first non-blank line of a reason or message (cut at `limit` characters), else `empty`."""
     lines = (text or "").strip().splitlines()
     return lines[0][:limit] if lines else empty
+
+
+def chosen_number(decision: Any) -> int | None:
+    """The trial number a run's recorded decision (`runs.decision`) names as its choice, when it is
+    one a trial can have; else None (a damaged or forged row: a 10**23 would overflow every query
+    of it). What the study list fetches rows by and what every view reads the choice by."""
+    if not isinstance(decision, dict):
+        return None
+    number = decision.get("chosen")
+    return number if type(number) is int and 0 <= number <= MAX_TRIAL_NUMBER else None

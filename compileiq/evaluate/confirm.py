@@ -44,7 +44,7 @@ class Candidate:
     its macros), screening median, output check."""
 
     trial: int
-    code_hash: str
+    timed: str
     screen_ms: float
     output_ok: bool
 
@@ -70,16 +70,16 @@ class Confirmation:
 
 
 def choose_finalists(
-    candidates: Sequence[Candidate], baseline_hash: str | None, limit: int = FINALISTS
+    candidates: Sequence[Candidate], baseline_timed: str | None, limit: int = FINALISTS
 ) -> list[Candidate]:
-    """The fastest screened candidates with correct outputs, one per machine code, none equal
-    to the baseline's code."""
+    """The fastest screened candidates with correct outputs, one per timed key (machine code built
+    with its macros), none equal to the baseline's."""
     chosen: list[Candidate] = []
-    seen = {baseline_hash} if baseline_hash else set()
+    seen = {baseline_timed} if baseline_timed else set()
     for candidate in sorted(candidates, key=lambda c: (c.screen_ms, c.trial)):
-        if candidate.output_ok and candidate.code_hash not in seen:
+        if candidate.output_ok and candidate.timed not in seen:
             chosen.append(candidate)
-            seen.add(candidate.code_hash)
+            seen.add(candidate.timed)
         if len(chosen) == limit:
             break
     return chosen

@@ -33,6 +33,7 @@ from typing import Any
 
 from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
+from compileiq.source.spec import SHIPPED, ShippedBuild
 
 Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when it may
 
@@ -89,6 +90,15 @@ def lowering_settings(space: SearchSpace, defaults: Mapping[str, Any]) -> list[t
 
 
 DEFAULTS = "the compiler defaults"  # the baseline's name without a shipped build
+
+
+def against(shipped: ShippedBuild | bool | None) -> str:
+    """What refusals and the ACF's evidence call the baseline: the compiler defaults, else the
+    project's build as shipped, named by its compilation database where it is known (`shipped`:
+    that build; True: a study whose baseline row sets the project's values, the file unknown)."""
+    if isinstance(shipped, ShippedBuild):
+        return shipped.name
+    return SHIPPED if shipped else DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -318,7 +328,7 @@ def recorded_runtime_gain(objective: Mapping[str, Any]) -> str | None:
 
 
 def justification(chosen: Trial, baseline: Trial, defaults: Mapping[str, Any], objective: Mapping[str, Any],
-                  baseline_name: str = "the compiler defaults") -> dict[str, Any]:
+                  baseline_name: str = DEFAULTS) -> dict[str, Any]:
     """What the ACF records against the baseline (the compiler defaults, or the build that ships:
     `defaults` are its settings): what changed and what justifies it."""
     spills = {"defaults": baseline.metrics.get("spill_bytes"), "chosen": chosen.metrics.get("spill_bytes")}

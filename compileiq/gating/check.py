@@ -47,6 +47,7 @@ from compileiq.gating.rules import (
     static_hits,
     timing_hits,
 )
+from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, with_base_flags
 from compileiq.source.shipped import under_register_cap
@@ -62,9 +63,10 @@ class Target:
     kernel_label: str  # the kernel path as found (relative when it was given relative)
     spec: KernelSpec  # the kernel's own settings (tune.toml, its compile command): the baseline's build
     measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
-    acf_spec: KernelSpec | None = None  # the ACF's build: the kernel's settings and the ACF's base flags
+    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them
     base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
     settings_origin: str = "tune.toml"  # where the kernel's base flags were read
+    recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
 
     @property
     def built_spec(self) -> KernelSpec:
@@ -151,16 +153,16 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     own = kernel_settings.current(found, acf)  # the base flags are the kernel's, never the ACF's word
     spec = own.spec.measured_as(program, metric_regex)
-    built = spec
-    if acf.base.flags or acf.base.include_dirs:  # the ACF is built as `flags --all` gives it: with its own
-        built = with_base_flags(spec, acf.base.as_args(), f"{path}: base.nvcc_flags")
+    recorded = own.tune_toml.measured_as(program, metric_regex)  # the ACF is built as `flags --all` gives it
+    if acf.base.flags or acf.base.include_dirs:
+        recorded = with_base_flags(recorded, acf.base.as_args(), f"{path}: base.nvcc_flags")
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
-        built = replace(built, shipped=under_register_cap(acf.shipped, built.nvcc_flags))
+        recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
     differ = kernel_settings.difference(spec, acf.base)
-    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), built if differ.extra else None,
-                  differ, own.origin)  # store/../k.cu reads k.cu
+    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
+                  differ, own.origin, recorded)  # store/../k.cu reads k.cu
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -269,8 +271,11 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     measured = rebuild(target, toolchain, bundle)
     retune = retune_command(target, measured)
     hits = static_hits(recorded, measured, retune)
-    if named := base_flag_hits(target.base_difference, target.settings_origin, retune):  # says which settings
-        hits = [hit for hit in hits if hit.rule != "stale-settings"] + named
+    shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
+    named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
+    if shipped or named:  # they say which settings: the settings hash alone says less
+        hits = [hit for hit in hits if hit.rule != "stale-settings"]
+    hits += shipped + named
     defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)

@@ -25,6 +25,7 @@ from compileiq.source.spec import KernelSpec, resolved
 class KernelSettings:
     spec: KernelSpec  # tune.toml, with the compile command's base flags where one was read
     origin: str  # where its base flags come from, for the finding's text
+    tune_toml: KernelSpec  # tune.toml alone
 
 
 def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
@@ -32,7 +33,7 @@ def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
     spec = load_spec(found, arch=acf.arch)
     shipped = acf.shipped
     if shipped is None or not shipped.path:
-        return KernelSettings(spec, "tune.toml")
+        return KernelSettings(spec, "tune.toml", spec)
     database = Path(shipped.path) if Path(shipped.path).is_absolute() else acf.path.parent / shipped.path
     from compileiq.source.compile_db import read_command
 
@@ -40,8 +41,8 @@ def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
         command = read_command(database, found, load_space(acf.nvcc_version))
         with_command = with_base_flags(spec, command.base_flags, f"{database}: the command for {found.name}")
     except UsageError as error:  # gone, or no longer a command compileiq reads: tune.toml alone
-        return KernelSettings(spec, f"tune.toml (the compile command was not read: {str(error)[:160]})")
-    return KernelSettings(with_command, f"tune.toml and {shipped.origin}")
+        return KernelSettings(spec, f"tune.toml (the compile command was not read: {str(error)[:160]})", spec)
+    return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec)
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:

@@ -52,7 +52,7 @@ RULES = (
          "`gate --device` can check"),
     Rule("stale-source", Severity.WARN, "the kernel source differs from the tuned source"),
     Rule("stale-settings", Severity.WARN, "the kernel's tune.toml settings (launch facts, macros, base flags, "
-         "tolerances) differ from those it was tuned with"),
+         "tolerances), or the compile command its [baseline] names, differ from those it was tuned with"),
     Rule("stale-toolchain", Severity.WARN, "the compiler build differs from the tuning one"),
     Rule("slower-than-default", Severity.ERROR, "timing: the ACF's build is SLOWER than the baseline tune started from"),
     Rule("slower-than-recorded", Severity.ERROR, "timing: the ACF's build is SLOWER than recorded"),

@@ -17,7 +17,7 @@ from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.report.markdown import md_table, md_text
-from compileiq.report.output import check_format, write_file
+from compileiq.report.output import check_format, write_file, written
 from compileiq.report.page import values_text
 from compileiq.results import multi_objective
 from compileiq.results.explain import Explanation, changed_settings, explain
@@ -100,7 +100,7 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
 def write(store: Store, first: str, second: str, out: Path, fmt: str) -> list[Path]:
     check_format(fmt)
     comparison = compare(store, first, second)
-    return [write_file(out, html_page(comparison) if fmt == "html" else markdown(comparison))]
+    return written(write_file(out, html_page(comparison) if fmt == "html" else markdown(comparison)))
 
 
 def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:

@@ -32,15 +32,27 @@ from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD
 
 MD_TRIALS = 20
+NO_FIGURES = ("The figures are left out: markdown on standard output has no folder for the SVG files it links "
+              "(`-o FILE.md` writes them beside it; `--format html -o -` gives one self-contained page with them).")
 
 
-def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
-    """The markdown text and its figures (file name -> SVG text), to be written beside it."""
+def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]]:
+    """The markdown text and its figures (file name -> SVG text), to be written beside it; `stem`
+    None (standard output): no figures, and a line that says so instead of links to no file."""
     e = report.explanation
-    figures = {f"{stem}-convergence.svg": convergence_svg(report.explanation.trials, report.value_label, report.reading)}
+    figures: dict[str, str] = {}
+
+    def figure(name: str, svg: str) -> list[str]:
+        if stem is None:
+            return []
+        figures[f"{stem}-{name}.svg"] = svg
+        return [f"![{name}]({stem}-{name}.svg)", ""]
+
     lines = [f"# compileiq report: {md_text(e.study.name)}", "",
              (f"Objective: **{md_text(e.study.key.objective)}**, {md_text(report.kind)}; {md_text(report.heading)}. "
-              f"{trials_count(report)}."), "", "## Convergence", "", f"![convergence]({stem}-convergence.svg)", ""]
+              f"{trials_count(report)}."), "",
+             *(["## Convergence", "", *figure("convergence", convergence_svg(e.trials, report.value_label, report.reading))]
+               if stem is not None else [NO_FIGURES, ""])]
     if e.baseline is not None and e.chosen is not None:
         lines += ["## Chosen configuration", "",
                   (f"Baseline {md_text(report.value_text(e.baseline))} → chosen (trial #{e.chosen.number}) "
@@ -54,17 +66,14 @@ def markdown(report: StudyReport, stem: str) -> tuple[str, dict[str, str]]:
         lines += ["## Candidates to time on a GPU", "", *md_table(*to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]
     ablation = e.ablation
     if ablation is not None and ablation.steps:
-        figures[f"{stem}-contributions.svg"] = contributions_svg(ablation, report.value_label)
-        lines += ["## Each setting's contribution", "", f"![contributions]({stem}-contributions.svg)", ""]
+        lines += ["## Each setting's contribution", "", *figure("contributions", contributions_svg(ablation, report.value_label))]
         lines += md_table(*contribution_rows(report, ablation))
         lines += ["", md_text(contribution_note(ablation)), ""]
     if report.importance.items:
-        figures[f"{stem}-importance.svg"] = importance_svg(report.importance)
-        lines += ["## Surrogate importance", "", f"![importance]({stem}-importance.svg)", "",
+        lines += ["## Surrogate importance", "", *figure("importance", importance_svg(report.importance)),
                   md_text(f"{METHOD} ({report.importance.trials} trials)."), ""]
     if report.front is not None and report.front.points:
-        figures[f"{stem}-pareto.svg"] = pareto_svg(report.front)
-        lines += ["## Pareto front", "", f"![pareto]({stem}-pareto.svg)", "", *md_table(*pareto_rows(report, report.front)),
+        lines += ["## Pareto front", "", *figure("pareto", pareto_svg(report.front)), *md_table(*pareto_rows(report, report.front)),
                   "", md_text(pareto_note(report.front, tuned(report))), ""]
     complete = e.ranked()
     ranked = complete[:MD_TRIALS]

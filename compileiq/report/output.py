@@ -3,6 +3,7 @@ device), and a study's report in either format (markdown has its SVG figures bes
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
@@ -19,19 +20,34 @@ def check_format(fmt: str) -> None:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
+def to_stdout(out: Path) -> bool:
+    """`-o -`: the report on standard output (html: the self-contained page; md: without figures)."""
+    return str(out) == "-"
+
+
 def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = None, pick: str | None = None) -> list[Path]:
-    """Write the report; the files written (markdown has SVG files beside it)."""
+    """Write the report; the files written (markdown has SVG files beside it; none for `-o -`)."""
     check_format(fmt)
     report = build(store, study, pareto, pick)
     if fmt == "html":
-        return [write_file(out, html_page(report))]
-    document, figures = markdown(report, out.stem)
-    for path in (out, *(out.with_name(name) for name in figures)):
+        return written(write_file(out, html_page(report)))
+    document, figures = markdown(report, None if to_stdout(out) else out.stem)
+    for path in ((out, *(out.with_name(name) for name in figures)) if figures else ()):
         check_report_target(path)  # every file before the first is written: no report without its figures
-    return [write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items())]
+    return written(write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items()))
 
 
-def write_file(path: Path, content: str) -> Path:
+def written(*paths: Path | None) -> list[Path]:
+    """The files written (standard output is none)."""
+    return [path for path in paths if path is not None]
+
+
+def write_file(path: Path, content: str) -> Path | None:
+    """Write one report file (None: `-`, written to standard output)."""
+    if to_stdout(path):
+        sys.stdout.write(content)
+        sys.stdout.flush()
+        return None
     check_report_target(path)  # a named pipe would block the write, a device swallow it; never an ACF or a database
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,6 @@ from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
     importance_svg,
-    objective_label,
     pareto_svg,
     short_name,
 )
@@ -300,19 +299,25 @@ def _pareto(report: StudyReport) -> str:
 
 
 def pareto_rows(report: StudyReport, trade_offs: Front) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    header = ("#", *(objective_label(o) for o in trade_offs.objectives), "pick", "settings that differ from the baseline")
+    """The front's points, each objective in its own reading (occupancy as occupancy, as the trials'
+    table and `show` give it; the others as numbers, sortable)."""
+    header = ("#", *trade_offs.objectives, "pick", "settings that differ from the baseline")
     base = report.explanation.baseline
-    rows = [(p.trial.number, *p.values, "◀" if p is trade_offs.pick else "", changes_text(p.trial, base))
+    readings = [reading(o) for o in trade_offs.objectives]
+    rows = [(p.trial.number, *(r.text(v) if r.minimised_as else v for r, v in zip(readings, p.values, strict=True)),
+             "◀" if p is trade_offs.pick else "", changes_text(p.trial, base))
             for p in trade_offs.points]
     return header, rows
 
 
 def pareto_note(trade_offs: Front, tuned: bool = False) -> str:
     if tuned:
-        return (f"The study's objectives are {', '.join(trade_offs.objectives)} (lower is better for each); the "
+        return (f"The study's objectives are {', '.join(trade_offs.objectives)} "
+                f"({reading(','.join(trade_offs.objectives)).heading}); the "
                 "search aimed at their front. Shown: the non-dominated trials that may win (the no-harm rules), the "
                 f"dominated ones in grey, and the configuration chosen by {trade_offs.rule!r} ({PICK_RULES}).")
-    return (f"Non-dominated complete trials for {', '.join(trade_offs.objectives)} (lower is better for each), read "
+    return (f"Non-dominated complete trials for {', '.join(trade_offs.objectives)} "
+            f"({reading(','.join(trade_offs.objectives)).heading}), read "
             f"from the recorded trials: the search aimed at one objective, so it samples the front unevenly. "
             f"Pick rule {trade_offs.rule!r} ({PARETO_RULES}).")
 

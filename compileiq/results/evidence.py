@@ -42,8 +42,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     objective = objective_table(result)
     first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
-    name = spec.shipped.name if spec.shipped is not None else eligibility.DEFAULTS
-    vs_defaults = eligibility.justification(chosen, result.baseline, result.baseline.config, first, name)
+    vs_defaults = eligibility.justification(chosen, result.baseline, result.baseline.config, first,
+                                            eligibility.against(spec.shipped))
     evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
     if note := assumed_launch(spec, chosen):
         evidence["launch"] = {"assumed": True, "note": note}

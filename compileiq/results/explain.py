@@ -4,46 +4,30 @@ The baseline is the study's first trial (the compiler defaults, or with --compil
 build that ships; always claimed first); the winner is the best trial; the ablation path runs from
 the baseline to the chosen config over recorded results. The chosen config is the one the ACF
 holds: the trial the study's latest deciding run recorded (`runs.decision`), when it names a
-complete trial with the value it recorded (`followed_choice`); else (an imported study, an older
-database, a run row that names no such trial) the tuner's rules replayed over the recorded results.
+complete trial with the value it recorded (`recorded_decision.followed_choice`); else (an imported
+study, an older database, a run row that names no such trial) the tuner's rules replayed over the
+recorded results.
 Where the replay now gives another trial than the run chose (a row changed since), every view says
 so (`Explanation.notes`) instead of switching silently.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from compileiq.core.errors import UsageError
-from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import (
-    MAX_TRIAL_NUMBER,
-    RunRecord,
-    Study,
-    StudySummary,
-    Trial,
-    TrialState,
-    first_line,
-)
+from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line
 from compileiq.core.space import SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective, shipped_origin
 from compileiq.results.ablation import Ablation, ablation_path, recorded
-from compileiq.results.pareto import (
-    Front,
-    check_rule,
-    dominates,
-    front,
-    values_of,
-    with_chosen,
-    with_pick,
-)
+from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
+from compileiq.results.recorded_decision import latest_decision, recorded_pick, sound_choice
 from compileiq.results.simplify import baseline_space, simplify
+from compileiq.source.spec import ShippedBuild
 
 
 @dataclass(frozen=True)
@@ -95,7 +79,7 @@ class Explanation:
         """The rows a run row may vouch for: those its ACF cites (the baseline and its choice, what
         `decision` records), and only when its choice is one the tuner could have made here (a
         forged run row naming a refused trial vouches for nothing); never a trial the rules refuse."""
-        chosen = _sound(self.study, by_number, self.baseline, self.refusal, run)
+        chosen = sound_choice(self.study, by_number, self.baseline, self.refusal, run)
         if not isinstance(chosen, Trial):
             return set()
         return {t.number for t in (self.baseline, chosen) if t is not None and self.refusal(t) is None}
@@ -119,9 +103,8 @@ class Explanation:
         with settings of its own is the project's, not the compiler defaults)."""
         origin = shipped_origin.recorded_origin(self.runs)  # the run's word: a build of fixed flags alone is one too
         shipped = origin is not None or (self.baseline is not None and bool(_shipped_values(self.study, self.baseline)))
-        against = shipped_origin.shipped_name(origin) if shipped else eligibility.DEFAULTS
         return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static",
-                                         against)
+                                         eligibility.against(ShippedBuild(origin) if origin else shipped))
 
     def ranked(self) -> list[Trial]:
         """The complete trials as every view lists them: the chosen one first, then those that may
@@ -192,7 +175,7 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     rule = asked if asked is not None else recorded_pick(study, runs)
     replayed = replace(_explain(study, trials, rule), runs=runs, decided_by=REPLAYED)
     run = latest_decision(runs)
-    followed = _sound(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
+    followed = sound_choice(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
     chosen = followed if isinstance(followed, Trial) else None
     if asked is not None:
         return replace(replayed, decided_by=f"--pick {asked}, replayed over its trials",
@@ -251,7 +234,7 @@ def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial) 
 def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> str:
     """Why the latest deciding run's record is not the choice: a pick rule alone (what `db import`
     records), a choice that names no complete trial with its recorded value, or one the tuner
-    could never have made (`why`, from `_sound`)."""
+    could never have made (`why`, from `sound_choice`)."""
     decision = run.decision or {}
     if isinstance(why, str):
         return f"run {run.id}'s recorded choice was not followed: {why}; replayed from its trials"
@@ -261,66 +244,6 @@ def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> st
                 f"{first_line(run.stopped or run.worker, 80)}); replayed over its trials")
     return (f"run {run.id}'s recorded choice names no complete trial with its recorded value (or no valid pick "
             "rule): not followed; replayed from its trials")
-
-
-def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
-    """The latest run that recorded a decision (a JSON object; what the study list reads too)."""
-    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
-
-
-def _sound(study: Study, trials: dict[int, Trial], baseline: Trial | None, refuse: Callable[[Trial], str | None],
-           run: RunRecord) -> Trial | str | None:
-    """The trial the run recorded as its choice, when `followed_choice` accepts it and the tuner
-    could have chosen it (`unsound_choice`); else why not (a line), or None (no such trial)."""
-    choice = recorded_choice(run.decision)
-    found = trials.get(choice[0]) if choice is not None else None
-    if found is None or followed_choice(study, run.decision, found.state, found.value) is None:
-        return None
-    return unsound_choice(study, found, baseline, refuse) or found
-
-
-def unsound_choice(study: Study, chosen: Trial, baseline: Trial | None,
-                   refuse: Callable[[Trial], str | None]) -> str | None:
-    """Why a run row's recorded choice could never have been the tuner's (None: it could): a
-    config of other parameters than the baseline's, a trial the study's rules refuse (what every
-    view refuses), or, for one static objective, a trial other than the baseline that is not
-    strictly better than it (the tuner keeps the baseline then). A run row is untrusted."""
-    if baseline is not None and set(chosen.config) != set(baseline.config):
-        return f"#{chosen.number}'s config does not have the study's parameters"
-    if refused := refuse(chosen):
-        return f"the study's rules refuse #{chosen.number} ({refused})"
-    static_single = study.key.evaluator == "static" and not multi_objective.is_multi(study.key.objective)
-    if (static_single and baseline is not None and chosen.number != baseline.number
-            and baseline.state is TrialState.COMPLETE and baseline.value is not None
-            and not (chosen.value is not None and chosen.value < baseline.value)):
-        return f"#{chosen.number} is not better than the baseline #{baseline.number}, which the tuner keeps then"
-    return None
-
-
-def listed_choice(summary: StudySummary) -> tuple[int, float] | None:
-    """(trial, value) the study list shows as chosen: the latest run's recorded choice when
-    `followed_choice` accepts the row it names and the tuner could have chosen it against the
-    study's baseline row (`unsound_choice`, as every view checks it; the list reads those two rows
-    alone and replays nothing)."""
-    choice = followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value)
-    if choice is None or summary.named is None:
-        return None
-    static = summary.study.key.evaluator == "static"
-    refuse = eligibility.study_refusal(summary.baseline, summary.study.key.objective, static)
-    return None if unsound_choice(summary.study, summary.named, summary.baseline, refuse) else choice
-
-
-def followed_choice(study: Study, decision: Any, state: TrialState | None, value: float | None) -> tuple[int, float] | None:
-    """(trial number, value) of a run's recorded choice that every view shows as chosen: the trial
-    it names is complete with the value the run recorded (`state`, `value`: that row now), and for
-    several objectives the rule it chose by parses. A run row is as untrusted as a trial row: any
-    other record is not followed, and the choice is replayed from the trials."""
-    choice = recorded_choice(decision)
-    if choice is None or state is not TrialState.COMPLETE or value != choice[1]:
-        return None
-    if multi_objective.is_multi(study.key.objective) and _valid_rule(study, decision.get("pick")) is None:
-        return None
-    return choice
 
 
 def _explain(study: Study, trials: tuple[Trial, ...], pick: str) -> Explanation:
@@ -354,57 +277,6 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), "time" in objectives,
                           allowed=lambda t: refuse(t) is None, no_worse=multi_objective.no_worse(objectives)).chosen
     return Explanation(study, trials, baseline, winner, chosen, None, with_chosen(choice.front, chosen))
-
-
-def decision(result: Any) -> dict[str, Any]:
-    """What a run records of its choice (`Store.finish_run`): the trial its ACF cites, and whether a
-    confirmation (runtime measurements no trial row holds) decided it."""
-    cited = (result.baseline, result.chosen)
-    checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
-    replaced = sorted({t.number for t in cited if result.origins.get(t.id) == "replaced"})  # quarantined, rebuilt
-    static = result.study.key.evaluator == "static"
-    by = "confirmation" if result.confirmation is not None else "rules"
-    picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
-    return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
-            "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked}
-
-
-def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
-    """The pick rule the study's latest deciding run chose its front's point by (what its ACF
-    holds), so that every view shows that choice; "knee" (tune's default) when that run recorded
-    no valid one. A run row is untrusted: a rule that does not parse for the study's objectives is
-    not used."""
-    run = latest_decision(runs)
-    rule = run.decision.get("pick") if run is not None and run.decision is not None else None
-    return _valid_rule(study, rule) or "knee"
-
-
-def _valid_rule(study: Study, rule: Any) -> str | None:
-    """`rule` when it is a pick rule for the study's objectives, else None."""
-    if not isinstance(rule, str) or len(rule) > MAX_PICK_RULE:
-        return None
-    try:
-        check_rule(rule, multi_objective.objectives_of(study.key.objective))
-    except UsageError:
-        return None
-    return rule
-
-
-def recorded_choice(decision: Any) -> tuple[int, float] | None:
-    """(trial number, value) of a run's recorded choice, when the row holds both as it should (the
-    study list reads them instead of every trial; a damaged or forged row is not shown as a choice)."""
-    if not isinstance(decision, dict):
-        return None
-    number, value = decision.get("chosen"), decision.get("value")
-    if type(number) is not int or not 0 <= number <= MAX_TRIAL_NUMBER:
-        return None  # names no trial (a forged 10**23 overflowed every query of it)
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:  # an integer past a float's range (a forged 10**400)
-        return None
-    return (number, value) if math.isfinite(value) else None
 
 
 def _search_winner(study: Study, trials: Sequence[Trial], baseline: Trial | None) -> Trial | None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compileiq.core.records import RunRecord
+from compileiq.results.recorded_decision import latest_decision
 from compileiq.source.spec import ShippedBuild
 
 KEY = "baseline"  # the decision's key: the compilation database's file name
@@ -28,13 +29,8 @@ def decision_entry(shipped: ShippedBuild | None) -> dict[str, Any]:
 def recorded_origin(runs: Sequence[RunRecord]) -> str | None:
     """The compilation database the study's latest deciding run started from, None when it started
     from the compiler defaults (or recorded nothing usable: an older run, a damaged row)."""
-    latest = max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
+    latest = latest_decision(runs)
     origin = latest.decision.get(KEY) if latest is not None and latest.decision is not None else None
     if not isinstance(origin, str) or not 0 < len(origin) <= MAX_ORIGIN or not origin.isprintable() or "/" in origin:
         return None
     return origin
-
-
-def shipped_name(origin: str | None) -> str:
-    """The shipped baseline's name in a refusal, as the run that tuned it says it."""
-    return ShippedBuild(origin).name if origin else "your build as shipped"

@@ -93,7 +93,7 @@ def entries(trials: tuple[Trial, ...], baseline: Trial, objective: str, kernel: 
         found.append({
             "trial": trial.number, "settings": settings, "value": trial.value,
             **{name: trial.metrics[name] for name in METRICS if name in trial.metrics},
-            "refused": refused_because(trial, baseline, objective, shipped.name if shipped else eligibility.DEFAULTS),
+            "refused": refused_because(trial, baseline, objective, eligibility.against(shipped)),
             "command": command(kernel, names, combinations(names, space), shipped_arguments(shipped)),
         })  # fmt: skip
     return found

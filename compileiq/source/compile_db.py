@@ -52,7 +52,9 @@ _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-option
 _PTXAS = {"-Xptxas", "--ptxas-options"}
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 _ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
-_SHORT_ATTACHED = ("-I", "-D", "-U", "-O")  # not -l: nvcc has -lineinfo, -lto
+_SHORT_ATTACHED = ("-I", "-D", "-U", "-O", "-L")
+# nvcc takes -lNAME as -l NAME (a library to link), except its own options spelled with -l.
+_LINK_LIBRARY_ATTACHED = re.compile(r"-l(?!ineinfo$|to$|toir$|ink$|ib$|dir$)(.+)")
 _THREADS_ATTACHED = re.compile(r"-t(\d+)")  # nvcc takes -t4 as -t 4 (not -t in general: -time is another option)
 _NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
 
@@ -294,6 +296,8 @@ def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
         short = next((p for p in _SHORT_ATTACHED if arg.startswith(p) and len(arg) > len(p)), None)
         if threads := _THREADS_ATTACHED.fullmatch(arg):
             yield "-t", threads[1], arg
+        elif library := _LINK_LIBRARY_ATTACHED.fullmatch(arg):
+            yield "-l", library[1], arg
         elif short is not None and arg not in _WITH_VALUE and not arg.startswith("--"):
             yield short, arg[len(short):], arg
         elif arg in _WITH_VALUE and arg not in _NO_VALUE_DASHES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
@@ -63,7 +63,6 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     from compileiq.core.toolchain import find_toolchain
     from compileiq.source import enumerators
     from compileiq.source.dependencies import compiler_dependencies
-    from compileiq.source.harness import harness_include_dir
 
     nvcc = nvcc or find_toolchain().nvcc
     root = spec.source.parent
@@ -71,12 +70,9 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
     dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     base_args = spec.nvcc_flags.flags + (("-x", "cu") if spec.source.suffix == ".cuh" else ())
-    defaults = tuple(f"-D{k.removeprefix('define.')}={v}" for k, v in spec.default_values().items())
-    includes = tuple(f"-I{_relative(d, root)}" for d, _ in dirs) + (f"-I{harness_include_dir()}",)
-    args = (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
     # the preprocessor alone, once per run: not held to the per-variant compile timeout
-    found = compiler_dependencies(nvcc, root, spec.source.name, args, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S),
-                                  [d for d, _ in dirs])
+    found = compiler_dependencies(nvcc, root, spec.source.name, preprocessor_args(spec),
+                                  max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), [d for d, _ in dirs])
     files: dict[str, bytes] = {}
     for path in found:
         rel = _bundle_path(path, root, top, dirs, toolchain_dirs)
@@ -93,6 +89,19 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     named = enumerators.wanted([*spec.entries, *(f.entry for f in spec.launch)])
     return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args,
                         enumerators.resolve(named, found))
+
+
+def preprocessor_args(spec: KernelSpec, macros: Mapping[str, int | str] | None = None) -> tuple[str, ...]:
+    """The arguments that preprocess the kernel (run in its folder) as its default build does:
+    the arch, base flags, fixed macros, each tuned macro at its first value (or `macros`' value)
+    and the include folders, relative to the kernel's folder."""
+    from compileiq.source.harness import harness_include_dir
+
+    values = {name: values[0] for name, values in spec.tuned_defines} | dict(macros or {})
+    defaults = tuple(f"-D{name}={value}" for name, value in values.items())
+    root = spec.source.parent
+    includes = tuple(f"-I{_relative(d, root)}" for d in spec.include_dirs) + (f"-I{harness_include_dir()}",)
+    return (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
 
 
 HARNESS_PARTS = ("compileiq", "harness.cuh")  # `#include <compileiq/harness.cuh>`

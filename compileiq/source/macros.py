@@ -1,7 +1,8 @@
 """Whether tune.toml's macros reach the code: a ``-DNAME`` is lost when a file of the kernel
 ``#define``s NAME itself without asking first (``#ifndef NAME``), as cuda-samples' kernels do with
 their tile sizes. Tuning such a macro would compare identical builds and write a setting that
-does nothing into the ACF, so the run is refused before any build, naming the line."""
+does nothing into the ACF, so the run is refused before any build, naming the line (`macro_effect`
+refuses one that changes no code for any other reason)."""
 
 from __future__ import annotations
 
@@ -44,17 +45,6 @@ def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
                                  f"#ifndef {name} ... #endif, or tune a macro they read instead")
 
 
-def unread_macros(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
-    """One line per tuned macro that no file of the kernel names: its -D values likely build the
-    same code (a toolchain header may still read it, so this is a note, not a refusal)."""
-    if not spec.tuned_defines:  # most runs: no file is read again
-        return []
-    texts = _texts(bundle)
-    return [f"tune.defines.{name}: no file of {spec.source.name} names {name}, so its values likely build "
-            "the same code (a toolchain header may still read it)"
-            for name, _ in spec.tuned_defines if not any(re.search(rf"\b{name}\b", text) for text in texts)]
-
-
 def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
     """One line per kernel name of tune.toml (`entries`, a [launch.NAME] table) that no file of the
     kernel names: a misspelling, found before any build (a mangled name is not looked for, nor a
@@ -75,8 +65,9 @@ def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
 
 def source_notes(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
     """What `space` and `tune` say of the kernel's settings before any build, one line each: nvcc's
-    register cap among the base flags, a tuned macro no file names, a kernel name no file spells."""
-    return cap_note(spec.nvcc_flags) + unread_macros(spec, bundle) + unnamed_kernels(spec, bundle)
+    register cap among the base flags, a kernel name no file spells (a tuned macro that changes no
+    code is refused: `macro_effect`)."""
+    return cap_note(spec.nvcc_flags) + unnamed_kernels(spec, bundle)
 
 
 def _texts(bundle: SourceBundle) -> list[str]:

@@ -72,6 +72,9 @@ class FixedFlag:
     why: str
 
 
+SHIPPED = "your build as shipped"  # what refusals call a shipped build's baseline (`eligibility.against`)
+
+
 @dataclass(frozen=True)
 class ShippedBuild:
     """The build a project ships (its compile command in compile_commands.json): the tuning
@@ -87,7 +90,7 @@ class ShippedBuild:
     def name(self) -> str:
         """What the baseline is called where it is this build (even one that sets no searched
         setting: its fixed flags, an nvcc register cap, are applied to it)."""
-        return f"your build as shipped ({self.origin})"
+        return f"{SHIPPED} ({self.origin})"
 
     def values(self) -> dict[str, Value]:
         """Each searched setting's shipped value, by parameter name."""

@@ -22,10 +22,12 @@ class StoreBase:
         self._reported: set[tuple[str, Any]] = set()
 
     @classmethod
-    def open(cls, url: str, warn: Callable[[str], None] | None = None) -> Self:
-        """Connect to ``url`` and bring its schema up to date (a new database is created).
+    def open(cls, url: str, warn: Callable[[str], None] | None = None, create: bool = True) -> Self:
+        """Connect to ``url`` and bring its schema up to date (a new database is created; with
+        ``create`` False, for a command that only reads, a missing SQLite file is a one-line
+        `NoDatabaseError` and nothing is created: a mistyped path is not an empty store).
         ``warn`` hears of each stored row skipped as unusable (default: a line on stderr)."""
-        store = cls(open_engine(url), warn)
+        store = cls(open_engine(url, create), warn)
         try:
             store.upgrade()
         except BaseException:

@@ -32,9 +32,14 @@ class DatabaseUrlError(StoreError, UsageError):
     """The URL given is not one of a database compileiq can keep a study in: bad input (exit 2)."""
 
 
-def open_engine(url: str) -> Engine:
-    """An engine for ``url``; a bad URL or a missing driver is a StoreError."""
-    return _make_engine(_parse_url(url))
+class NoDatabaseError(StoreError, UsageError):
+    """A command that only reads was pointed at an SQLite file that is not there (exit 2)."""
+
+
+def open_engine(url: str, create: bool = True) -> Engine:
+    """An engine for ``url``; a bad URL or a missing driver is a StoreError. ``create`` False: an
+    SQLite file that does not exist is a NoDatabaseError, its folders and file left uncreated."""
+    return _make_engine(_parse_url(url), create)
 
 
 def display(url: URL) -> str:
@@ -112,14 +117,14 @@ def _parse_url(url: str) -> URL:
         raise DatabaseUrlError(f"not a database URL: {_unparsed(url)}") from None
 
 
-def _make_engine(url: URL) -> Engine:
+def _make_engine(url: URL, create: bool) -> Engine:
     backend = url.get_backend_name()
     if backend not in ("sqlite", "postgresql"):  # the schema and its migrations are made for these two
         raise DatabaseUrlError(f"unsupported database URL {display(url)}: compileiq keeps studies in SQLite "
                                "(sqlite:///FILE) or PostgreSQL (postgresql+psycopg://...)")
     try:
         if backend == "sqlite":
-            return _sqlite_engine(url)
+            return _sqlite_engine(url, create)
         return sa.create_engine(url, connect_args={"connect_timeout": 10}, pool_pre_ping=True,
                                 json_deserializer=lenient_json)
     except ImportError:
@@ -130,13 +135,16 @@ def _make_engine(url: URL) -> Engine:
         raise DatabaseUrlError(f"unsupported database URL {display(url)}: {exc}") from None
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, create: bool) -> Engine:
     database = url.database or ""
     if database in ("", ":memory:") or "mode=memory" in database or url.query.get("mode") == "memory":
         raise DatabaseUrlError(
             f"{display(url)} is an in-memory database, gone when this process ends; "
             "give a file, e.g. sqlite:///store/compileiq.db"
         )
+    if not create and not Path(database.removeprefix("file:").split("?")[0]).expanduser().is_file():
+        raise NoDatabaseError(f"no database at {database}: this command only reads one "
+                              "(tune, db import and db upgrade create it)")
     if not database.startswith("file:"):
         folder = Path(database).expanduser().parent
         try:

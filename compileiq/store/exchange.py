@@ -62,7 +62,7 @@ def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
     """Write study ``study`` (name or id) of the database at ``url`` to ``path``."""
     if path != STDOUT:  # a path that may not be written stops before the database is opened
         check_report_target(path, may_replace=EXPORT_SUFFIXES)
-    store = Store.open(url)
+    store = Store.open(url, create=False)
     try:
         export = store.export_study(study)
     finally:
@@ -211,7 +211,7 @@ def _export(payload: dict[str, Any]) -> StudyExport:
     trials = _rows(payload["trials"], "trial", lambda v: _trial(v, key, seen, one), rejected)
     builds = _rows(payload["builds"], "build", _build, rejected)
     measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
-    pick = study.get("pick")  # checked by every view that reads it (`results.explain.recorded_pick`)
+    pick = study.get("pick")  # checked by every view that reads it (`results.recorded_decision.recorded_pick`)
     pick = pick if isinstance(pick, str) and len(pick) <= MAX_PICK_RULE else None
     return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected), pick)
 

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compileiq.core.records import MAX_TRIAL_NUMBER, RunRecord, Trial
+from compileiq.core.records import RunRecord, Trial, chosen_number
 from compileiq.store.base import StoreBase
 from compileiq.store.rows import checked_trial, run_record
 from compileiq.store.schema import chunks, db_now, runs, trials_table
@@ -49,8 +49,7 @@ def cited_rows(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dic
     """Study id -> (the trial its recorded decision names, its baseline: the first usable row), each
     a checked trial or None: what the study list holds a recorded choice against (its refusal
     against the baseline, as every view's). Two indexed rows per study at most."""
-    pairs = [(study_id, d["chosen"]) for study_id, d in decisions.items()
-             if type(d.get("chosen")) is int and 0 <= d["chosen"] <= MAX_TRIAL_NUMBER]
+    pairs = [(study_id, number) for study_id, d in decisions.items() if (number := chosen_number(d)) is not None]
     named = _rows_named(conn, pairs)
     t = trials_table.c
     firsts: list[tuple[int, int]] = []

@@ -47,11 +47,13 @@ def take_over(store: Store, study_id: int, me: str, stale_after_s: float, report
     """Hand back the claims of tuners that are gone, fail those whose heartbeat is older than
     ``stale_after_s``; with ``report``, name the tuners still holding trials."""
     released: dict[str, int] = {}
-    for worker in store.running_claims(study_id):
+    holders = store.running_claims(study_id)
+    for worker in holders:
         if worker != me and is_gone(worker):
             reason = f"abandoned: its tuner {worker} is no longer running"
             released[worker] = store.release_trials(study_id, worker, reason)
-    stale = store.fail_stale_trials(study_id, stale_after_s)
+    # no trial running, none can be stale: no write (a tuner alone asks this before every batch)
+    stale = store.fail_stale_trials(study_id, stale_after_s) if holders else 0
     alive = tuple(sorted(w for w in store.running_claims(study_id) if w != me)) if report else ()
     return Takeover(released, stale, alive)
 

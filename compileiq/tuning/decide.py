@@ -184,7 +184,7 @@ def confirmed_choice(confirmation: Confirmation, trials: Sequence[Trial], baseli
     macros (`timed_key`: what was timed); else the baseline."""
     if confirmation.winner is None:
         return baseline
-    timed = confirmation.winner.candidate.code_hash  # the timed key the confirmation measured
+    timed = confirmation.winner.candidate.timed
     if trial_timed_key(simplified) == timed:
         return simplified
     same = [t for t in trials if trial_timed_key(t) == timed and t.state is TrialState.COMPLETE]

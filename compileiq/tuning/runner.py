@@ -130,12 +130,17 @@ class TrialRunner:
             return jobs
         keys = {trial.id: self._jobs.build_key(self.config_of(trial)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
+        hits = []
         for trial in batch:
             cached = cache.get(keys[trial.id])
             if cached is None or not deterministic(cached):
                 self._claimed[trial.id] = (trial, keys[trial.id])
                 jobs.append(self._job(trial))
-                continue
+            else:
+                hits.append((trial, cached))
+        if jobs and self._workers is None:  # where this batch compiles is said before any of its trial lines
+            self._start_workers()
+        for trial, cached in hits:
             self.counters.build_cache_hits += 1
             finished.append(self._record(trial, build_from_record(cached), "build cache"))
         return jobs
@@ -192,11 +197,16 @@ class TrialRunner:
         self.counters.compile_wait_seconds += time.perf_counter() - start
         return result
 
-    def _start_workers(self) -> Workers:
+    def _start_workers(self, why: str = "") -> Workers:
+        """Start the workers at the first compile of the run (none when nothing compiles), saying
+        where compiles go, and, past the first trial, why only now (`why`: what compiles)."""
         start = time.perf_counter()
         self._workers = self._open_workers()
         self.counters.worker_start_seconds += time.perf_counter() - start
-        self._progress.note(f"compiling on {self._workers.description}")
+        recorded = self.counters.new_trials
+        after = (f": the build cache held this run's {recorded} trial{'s' if recorded != 1 else ''} before"
+                 if recorded and not why else "")
+        self._progress.note(f"{why or 'compiling'} on {self._workers.description}{after}")
         return self._workers
 
     def _record_compiled(self, trial: Trial, result: VariantResult, build_key: str) -> Trial:
@@ -310,7 +320,8 @@ class TrialRunner:
         a row this run did not build (`verify`). The cache then holds this build, over any record
         under its key (one the rebuild may have contradicted)."""
         config = self.config_of(trial)
-        workers = self._workers or self._start_workers()
+        workers = self._workers or self._start_workers("rebuilding the rows the ACF cites that this run did not build, "
+                                                       "to check them,")
         job = self._jobs.job(0, config)
         (result,) = list(workers.run([job]))
         self._count_compile(result)

@@ -21,8 +21,8 @@ from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
 from compileiq.results import multi_objective
-from compileiq.results.explain import decision
 from compileiq.results.pareto import values_of
+from compileiq.results.recorded_decision import decision
 from compileiq.results.shipped_origin import decision_entry
 from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
@@ -30,6 +30,7 @@ from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
 from compileiq.source.kernel import bundle_sources
+from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
@@ -82,6 +83,7 @@ class Tuner:
         self._progress = progress
         self._bundle = bundle or bundle_sources(request.kernel, toolchain.nvcc)
         check_macros_take_effect(request.kernel, self._bundle)
+        check_macros_change_code(request.kernel, toolchain.nvcc)
         for unread in source_notes(request.kernel, self._bundle):
             progress.note(f"note: {unread}")
         target = Target(request.kernel, request.space, self._bundle, toolchain)
@@ -147,8 +149,11 @@ class Tuner:
                 self._reference = self._baseline_reference(study)
             if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
                 self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
-            if request.search.strategy == "bayes" and request.warm_start:  # random and exhaustive are
-                self._warm_start(study)  # yardsticks: no memory
+            # random and exhaustive are yardsticks: no memory; a study whose budget is spent tries
+            # nothing, so no warm start claims to be "tried first"
+            if request.search.strategy == "bayes" and request.warm_start and \
+                    not self._clock.stop_reason(searched(self._store.trials(study.id))):
+                self._warm_start(study)
                 self._warm_from_other_kernels(study)
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
@@ -361,8 +366,7 @@ class Tuner:
     @property
     def _against(self) -> str:
         """The baseline's name in refusals: the build as shipped where the run starts from one."""
-        shipped = self._request.kernel.shipped
-        return shipped.name if shipped is not None else eligibility.DEFAULTS
+        return eligibility.against(self._request.kernel.shipped)
 
     def _check_baseline(self, trials: Sequence[Trial]) -> None:
         baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)

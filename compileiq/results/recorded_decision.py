@@ -1,0 +1,131 @@
+"""What a run records of its choice (`runs.decision`), and whether every view follows that record.
+
+A run row is as untrusted as a trial row: its recorded choice is followed only when it names a
+complete trial with the value it recorded (`followed_choice`), by a pick rule that parses for the
+study's objectives, and the tuner could have chosen it (`unsound_choice`); `explain` replays the
+study's rules otherwise. The study list checks the same record against the two rows it reads
+(`listed_choice`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import MAX_PICK_RULE
+from compileiq.core.records import RunRecord, Study, StudySummary, Trial, TrialState, chosen_number
+from compileiq.evaluate import eligibility
+from compileiq.results import multi_objective
+from compileiq.results.pareto import check_rule
+
+
+def decision(result: Any) -> dict[str, Any]:
+    """What a run records of its choice (`Store.finish_run`): the trial its ACF cites, and whether a
+    confirmation (runtime measurements no trial row holds) decided it."""
+    cited = (result.baseline, result.chosen)
+    checked = sorted({t.number for t in cited if result.origins.get(t.id) in ("compiled", "verified")})
+    replaced = sorted({t.number for t in cited if result.origins.get(t.id) == "replaced"})  # quarantined, rebuilt
+    static = result.study.key.evaluator == "static"
+    by = "confirmation" if result.confirmation is not None else "rules"
+    picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
+    return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
+            "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked}
+
+
+def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
+    """The latest run that recorded a decision (a JSON object; what the study list reads too)."""
+    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
+
+
+def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
+    """The pick rule the study's latest deciding run chose its front's point by (what its ACF
+    holds), so that every view shows that choice; "knee" (tune's default) when that run recorded
+    no valid one. A run row is untrusted: a rule that does not parse for the study's objectives is
+    not used."""
+    run = latest_decision(runs)
+    rule = run.decision.get("pick") if run is not None and run.decision is not None else None
+    return _valid_rule(study, rule) or "knee"
+
+
+def recorded_choice(decision: Any) -> tuple[int, float] | None:
+    """(trial number, value) of a run's recorded choice, when the row holds both as it should (the
+    study list reads them instead of every trial; a damaged or forged row is not shown as a choice)."""
+    number = chosen_number(decision)
+    if number is None:
+        return None
+    value = decision.get("value")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer past a float's range (a forged 10**400)
+        return None
+    return (number, value) if math.isfinite(value) else None
+
+
+def followed_choice(study: Study, decision: Any, state: TrialState | None, value: float | None) -> tuple[int, float] | None:
+    """(trial number, value) of a run's recorded choice that every view shows as chosen: the trial
+    it names is complete with the value the run recorded (`state`, `value`: that row now), and for
+    several objectives the rule it chose by parses. A run row is as untrusted as a trial row: any
+    other record is not followed, and the choice is replayed from the trials."""
+    choice = recorded_choice(decision)
+    if choice is None or state is not TrialState.COMPLETE or value != choice[1]:
+        return None
+    if multi_objective.is_multi(study.key.objective) and _valid_rule(study, decision.get("pick")) is None:
+        return None
+    return choice
+
+
+def sound_choice(study: Study, trials: dict[int, Trial], baseline: Trial | None,
+                 refuse: Callable[[Trial], str | None], run: RunRecord) -> Trial | str | None:
+    """The trial the run recorded as its choice, when `followed_choice` accepts it and the tuner
+    could have chosen it (`unsound_choice`); else why not (a line), or None (no such trial)."""
+    choice = recorded_choice(run.decision)
+    found = trials.get(choice[0]) if choice is not None else None
+    if found is None or followed_choice(study, run.decision, found.state, found.value) is None:
+        return None
+    return unsound_choice(study, found, baseline, refuse) or found
+
+
+def unsound_choice(study: Study, chosen: Trial, baseline: Trial | None,
+                   refuse: Callable[[Trial], str | None]) -> str | None:
+    """Why a run row's recorded choice could never have been the tuner's (None: it could): a
+    config of other parameters than the baseline's, a trial the study's rules refuse (what every
+    view refuses), or, for one static objective, a trial other than the baseline that is not
+    strictly better than it (the tuner keeps the baseline then). A run row is untrusted."""
+    if baseline is not None and set(chosen.config) != set(baseline.config):
+        return f"#{chosen.number}'s config does not have the study's parameters"
+    if refused := refuse(chosen):
+        return f"the study's rules refuse #{chosen.number} ({refused})"
+    static_single = study.key.evaluator == "static" and not multi_objective.is_multi(study.key.objective)
+    if (static_single and baseline is not None and chosen.number != baseline.number
+            and baseline.state is TrialState.COMPLETE and baseline.value is not None
+            and not (chosen.value is not None and chosen.value < baseline.value)):
+        return f"#{chosen.number} is not better than the baseline #{baseline.number}, which the tuner keeps then"
+    return None
+
+
+def listed_choice(summary: StudySummary) -> tuple[int, float] | None:
+    """(trial, value) the study list shows as chosen: the latest run's recorded choice when
+    `followed_choice` accepts the row it names and the tuner could have chosen it against the
+    study's baseline row (`unsound_choice`, as every view checks it; the list reads those two rows
+    alone and replays nothing)."""
+    choice = followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value)
+    if choice is None or summary.named is None:
+        return None
+    static = summary.study.key.evaluator == "static"
+    refuse = eligibility.study_refusal(summary.baseline, summary.study.key.objective, static)
+    return None if unsound_choice(summary.study, summary.named, summary.baseline, refuse) else choice
+
+
+def _valid_rule(study: Study, rule: Any) -> str | None:
+    """`rule` when it is a pick rule for the study's objectives, else None."""
+    if not isinstance(rule, str) or len(rule) > MAX_PICK_RULE:
+        return None
+    try:
+        check_rule(rule, multi_objective.objectives_of(study.key.objective))
+    except UsageError:
+        return None
+    return rule

@@ -1,0 +1,87 @@
+"""Whether a tuned macro changes the code at all: a macro the build shadows (Rodinia's srad passes
+-DRD_WG_SIZE_0=16, and srad.h gives RD_WG_SIZE_0 precedence over the RD_WG_SIZE it tunes) builds
+the same code at every value, while launch facts that read it score an occupancy the program
+never launches. Found before any build by preprocessing the kernel (`nvcc -E`) at the macro's first
+value and at its others: the device side first (it holds the host code too, bar what
+`#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro that changes
+the host code alone (a launch size) changes the program and stays tuned.
+
+One preprocessor run at the defaults, then typically one per tuned macro; only a macro that
+changes nothing costs a run per value and side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
+from compileiq.source.kernel import DEPENDENCY_TIMEOUT_S, preprocessor_args
+from compileiq.source.macros import MacroError
+from compileiq.source.spec import KernelSpec
+
+_SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E preprocesses for the device
+
+
+def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
+    """MacroError naming the first tuned macro whose values all preprocess to the same device and
+    host code."""
+    tuned = [(name, values) for name, values in spec.tuned_defines if len(values) > 1]
+    if not tuned:
+        return
+    with scratch_dir("macros") as scratch:
+        texts = _Preprocessed(spec, nvcc, Path(scratch))
+        if texts.digest("device", {}) is None:  # the build's own problem: its first build says it
+            return
+        for name, values in tuned:
+            if not any(_changes(texts, side, name, values) for side in _SIDES):
+                raise MacroError(_refusal(spec, name, values))
+
+
+def _changes(texts: _Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
+    """Whether one of the macro's other values preprocesses to other code for `side` (a side the
+    preprocessor fails at the defaults cannot say no)."""
+    first = texts.digest(side, {})
+    return first is None or any(texts.digest(side, {name: value}) != first for value in values[1:])
+
+
+def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
+    shown = ", ".join(str(v) for v in values)
+    defined = [f for f in spec.nvcc_flags.flags if f.startswith("-D") and name in f.partition("=")[0]]
+    defined += [f"-D{n}={v}" for n, v in spec.defines if name in n]
+    hint = f" (the build's {', '.join(defined)} may take precedence)" if defined else ""
+    return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: its values {shown} preprocess to the same "
+            f"device and host code, so -D{name} has no effect{hint}: tune a macro the code reads, or take it out "
+            "of [tune.defines]")
+
+
+class _Preprocessed:
+    """sha256 of the kernel preprocessed for one side with some macros changed, each run once;
+    None where the preprocessor fails (a value the code rejects: not the same code)."""
+
+    def __init__(self, spec: KernelSpec, nvcc: str, scratch: Path) -> None:
+        self._spec, self._nvcc, self._scratch = spec, nvcc, scratch
+        self._seen: dict[tuple[str, tuple[tuple[str, str], ...]], str | None] = {}
+
+    def digest(self, side: str, macros: Mapping[str, int | str]) -> str | None:
+        key = (side, tuple(sorted((n, str(v)) for n, v in macros.items())))
+        if key not in self._seen:
+            self._seen[key] = self._run(side, macros, len(self._seen))
+        return self._seen[key]
+
+    def _run(self, side: str, macros: Mapping[str, int | str], number: int) -> str | None:
+        spec = self._spec
+        out = self._scratch / f"{number}.ii"
+        argv = [self._nvcc, "-E", "-x", "cu", *_SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
+                spec.source.name]
+        run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
+                       memory_bytes=COMPILER_MEMORY)
+        if run.returncode != 0 or run.timed_out or not out.is_file():
+            return None
+        digest = hashlib.sha256()
+        with out.open("rb") as text:
+            while block := text.read(1 << 20):
+                digest.update(block)
+        out.unlink()
+        return digest.hexdigest()
