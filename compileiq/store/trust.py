@@ -13,13 +13,13 @@ from typing import Any
 from compileiq.build.compile import BuildStatus, EntryResources
 from compileiq.core import metric_ranges
 from compileiq.core.records import (
-    MAX_TRIAL_NUMBER,
     PURPOSES,
     BuildRecord,
     Measurement,
     StudyKey,
     Trial,
     TrialState,
+    is_trial_number,
 )
 from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
 from compileiq.core.space_files import load_space
@@ -82,7 +82,7 @@ def _known_valid(trial: Trial, space: SearchSpace) -> bool:
 
 
 def _result_problem(trial: Trial) -> str | None:
-    if type(trial.number) is not int or not 0 <= trial.number <= MAX_TRIAL_NUMBER:
+    if not is_trial_number(trial.number):
         return f"its number {str(trial.number)[:40]!r} is not a trial number"
     if not isinstance(trial.metrics, dict):
         return "its metrics are not a JSON object"
