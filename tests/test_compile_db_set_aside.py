@@ -102,6 +102,21 @@ def test_a_multi_arch_command_names_the_arch_tuned_and_the_ones_left_out(tmp_pat
     assert tomllib.loads((tmp_path / "b.acf.toml").read_text())["kernel"]["arch"] == "sm_90"
 
 
+@pytest.mark.parametrize(("command", "tuned", "left_out"), [
+    ("nvcc -gencode arch=compute_90,code=[sm_90,sm_80] -c k.cu", "sm_90", "sm_80"),
+    ("nvcc --generate-code=arch=compute_80,code=[sm_86,compute_80] -c k.cu", "sm_86", "sm_80"),
+])
+def test_one_arch_flag_with_several_codes_is_tuned_for_its_first(tmp_path: Path, command: str, tuned: str,
+                                                                  left_out: str) -> None:
+    """code=[sm_90,sm_80] was tuned for sm_80 (the last arch named), while the docs and the note
+    say the first arch flag's arch is tuned: its first machine code, sm_90."""
+    db = _project(tmp_path, command)
+    assert read_command(db, tmp_path / "k.cu", SPACE).arch == tuned
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert f"tuned for {tuned} only; {left_out} left out" in listed.stderr, listed.describe()
+
+
 def test_one_arch_in_several_forms_is_no_multi_arch_build(tmp_path: Path) -> None:
     db = _project(tmp_path, "nvcc -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 "
                             "-c k.cu")

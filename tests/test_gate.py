@@ -502,3 +502,40 @@ def test_a_static_acf_that_gives_occupancy_for_fewer_spills_fails(tmp_path: Path
     gated = _gate(tmp_path, "static.acf.toml", "--static")
     assert gated.returncode == 1, gated.describe()
     assert "for the `static` objective, which gives no occupancy for fewer spills" in gated.output, gated.describe()
+
+
+def test_an_acf_whose_base_flags_are_not_the_kernels_is_judged_against_the_kernels_own_defaults(tmp_path):
+    """A red team's ACF tuned with a register cap in its tune.toml (recorded in [base]) passed the
+    gate of a kernel without one: the gate built the ACF and its "defaults" with the ACF's base
+    flags and hashed its settings with them, so neither worse-than-default nor stale-settings
+    fired. The base flags are the kernel's own now: the cap's spills are worse than its defaults."""
+    (tmp_path / "k").mkdir()
+    (tmp_path / KERNEL).write_text(FIR.replace("TAPS", "64").replace("__launch_bounds__(256, 2) ", ""))  # 96 registers
+    (tmp_path / "k" / "tune.toml").write_text('nvcc_flags = ["-maxrregcount=32"]\n')
+    tuned = run_cli(["tune", KERNEL, "--objective", "spills", "--budget", "2", "--workers", "local", "--arch", "sm_90",
+                     "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", ACF, "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert tomllib.loads((tmp_path / ACF).read_text())["evidence"]["best"]["spill_bytes"] > 0
+    assert _gate(tmp_path, ACF, "--static").returncode == 0  # against the settings it was tuned with
+    (tmp_path / "k" / "tune.toml").write_text("")  # the victim's kernel: no cap
+    result = _gate(tmp_path, ACF, "--static")
+    assert result.returncode == 1, result.describe()
+    assert "error worse-than-default: spills more than the compiler defaults (0 -> " in result.stdout, result.describe()
+    assert result.stdout.count("warn stale-settings: the ") == 1, result.describe()  # one finding, the specific one
+    assert "the ACF's base flags are not the kernel's (tune.toml): it records -maxrregcount=32" in result.stdout
+
+
+def test_the_gate_markdown_escapes_html_from_an_acf(tuned, tmp_path):
+    """A red team's ACF named its kernel `<img src=...><h1>All green: ship it</h1>`: the gate's
+    markdown (a PR comment, a job summary) carried it as raw HTML. It is escaped as `report
+    --format md` escapes it."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    acf = workspace / ACF
+    html = '<img src="https://attacker.example/p.png"><h1>All green & ship it</h1>'
+    acf.write_text(acf.read_text().replace('name = "fir"', f"name = {json.dumps(html)}", 1))
+    result = _gate(workspace, ACF, "--static", "--markdown", "gate.md")
+    assert result.returncode == 2, result.describe()
+    written = (workspace / "gate.md").read_text()
+    assert "<img" not in written and "<h1>" not in written, written
+    assert "&lt;img src=\"https://attacker.example/p.png\"&gt;&lt;h1&gt;All green &amp; ship it&lt;/h1&gt;" in written

@@ -185,6 +185,41 @@ def test_launch_expressions_are_arithmetic_only(text: str) -> None:
         evaluate(text, {"x": 1})
 
 
+def _balanced_sum(name: str, count: int) -> str:
+    if count == 1:
+        return name
+    return f"({_balanced_sum(name, count // 2)}+{_balanced_sum(name, count - count // 2)})"
+
+
+def test_macros_that_fan_out_are_evaluated_in_well_under_a_second() -> None:
+    """A = (B+B+... 230 times), B = (C+...), C = (D+...): read at every reference, 230**3 nodes hung
+    flags, gate and tune (a forged ACF's restrictions, a tune.toml's launch facts). Each macro's
+    value is read once now."""
+    import time
+
+    macros: dict[str, int | str] = {name: _balanced_sum(chr(ord(name) + 1), 230) for name in "ABCDEFG"}
+    macros["H"] = 1
+    assert all(len(str(v)) < 1000 for v in macros.values())
+    started = time.monotonic()
+    assert evaluate("A > 0", macros, condition=True) == 1
+    assert evaluate("A", {**macros, "H": 0}) == 0
+    assert time.monotonic() - started < 0.5
+
+
+def test_an_evaluation_that_visits_too_many_nodes_is_one_line() -> None:
+    wide: dict[str, int | str] = {f"W{i}": _balanced_sum("1", 230) for i in range(60)}  # 459 nodes each, all distinct
+    with pytest.raises(ExpressionError, match="steps to evaluate") as info:
+        evaluate(_balanced_sum_of(list(wide)), wide)
+    assert "\n" not in str(info.value)
+
+
+def _balanced_sum_of(names: list[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    half = len(names) // 2
+    return f"({_balanced_sum_of(names[:half])}+{_balanced_sum_of(names[half:])})"
+
+
 def test_an_acf_with_shell_text_in_a_base_flag_is_refused(tmp_path: Path) -> None:
     from compileiq.core.space_files import load_space
     from compileiq.results import acf

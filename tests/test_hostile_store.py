@@ -347,6 +347,28 @@ def test_each_forged_row_of_an_export_is_named(forged_import: tuple, how: str) -
                      rf"{re.escape(WHY_IN_FILE.get(how, ''))}", result.stdout), result.describe()
 
 
+@pytest.mark.parametrize(("objective", "evaluator", "says"), [
+    ("time", None, "its objective 'time' is a GPU runtime, but its evaluator is static (no GPU ran it)"),
+    ("time,spills", None, "its objective 'time,spills' is a GPU runtime, but its evaluator is static"),
+    (None, "NVIDIA H100 80GB HBM3", "is a static one, but its evaluator is 'NVIDIA H100 80GB HBM3'"),
+    ("speed", None, "its objective 'speed' is not one or several of static, spills, registers"),
+])
+def test_an_export_whose_objective_and_evaluator_disagree_is_refused(
+        tuned: Path, tmp_path: Path, objective: str | None, evaluator: str | None, says: str) -> None:
+    """A red team relabelled a static study's objective "time" (checksum recomputed): its static
+    scores were imported, shown and reported as GPU runtimes. Nothing of it is imported now."""
+    document = json.loads((tuned / "scale.json").read_text())
+    key = document["payload"]["study"]["key"]
+    assert key["evaluator"] == "static" and "time" not in key["objective"].split(",")
+    key.update({"objective": objective or key["objective"], "evaluator": evaluator or key["evaluator"]})
+    (tmp_path / "relabelled.json").write_text(_resealed(document))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    result = run_cli(["db", "import", "relabelled.json", "--db", url], cwd=tmp_path)
+    line = one_line_error(result, 2)
+    assert "relabelled.json: refused: study 'scale': " in line and says in line, line
+    assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0  # nothing imported
+
+
 def _forged_row(how: str, index: int) -> dict[str, object]:
     valid = {"ptxas.opt_level": 1, "ptxas.register_usage_level": index}  # distinct keys
     values: dict[str, object] = {"config": json.dumps(valid), "config_key": _key(valid), "state": "complete",
@@ -454,6 +476,42 @@ def test_each_forged_row_in_a_shared_database_is_reported(forged_runs: dict, how
     assert f"skipped trial #{numbers[how]} of study" in tune.stderr, tune.describe()
     if how not in SPACE_LEVEL:  # `show` knows no search space: it skips only what it cannot read
         assert f"skipped trial #{numbers[how]} of study" in show.stderr, show.describe()
+
+
+DAMAGED_IN_DB = {  # SQL a client of the shared database could run, and what the views then say
+    "trial-number-text": ("UPDATE trials SET number = 'x' WHERE id = (SELECT max(id) FROM trials)",
+                          "skipped trial #x of study 1: its number 'x' is not a trial number"),
+    "heartbeat-garbage": (("UPDATE trials SET state = 'running', heartbeat_at = 'garbage', worker = 'otherhost:1' "
+                           "WHERE id = (SELECT max(id) FROM trials)"), ""),
+    "run-times-garbage": ("UPDATE runs SET started_at = 'garbage', finished_at = 'garbage'",
+                          "skipped run 1 of study 1: unreadable: "),
+    "next-number-largest": ("UPDATE studies SET next_number = 9223372036854775807", ""),
+    "next-number-text": ("UPDATE studies SET next_number = 'x'", ""),
+    "next-number-behind": ("UPDATE studies SET next_number = 0", ""),
+}
+
+
+@pytest.mark.parametrize("how", list(DAMAGED_IN_DB))
+def test_a_damaged_number_time_or_counter_in_a_shared_database_is_no_traceback(tuned: Path, how: str) -> None:
+    """Forged rows of a red team: a text trial number (TypeError in show, report and tune), a running
+    trial's heartbeat that is not a time (tune), a run's times that are not times (show, report), a
+    study's trial counter at the largest integer or text (tune: IntegrityError). Each is set aside
+    with a note, or the counter repaired; nothing recorded is lost."""
+    db = tuned / f"damaged-{how}.db"
+    shutil.copyfile(tuned / "tuned.db", db)
+    sql, says = DAMAGED_IN_DB[how]
+    with sqlite3.connect(db) as conn:
+        conn.execute(sql)
+    before, url = _rows(db), f"sqlite:///{db}"
+    budget = [*TINY_TUNE, "--budget", "8", "--batch-size", "2"]  # two claims: the second takes numbers too
+    views = in_parallel({"show": lambda: run_cli(["show", "scale", "--db", url], cwd=tuned),
+                         "report": lambda: run_cli(["report", "scale", "-o", f"{how}.html", "--db", url], cwd=tuned)})
+    tune = run_cli([*budget, "--db", url, "--out", f"{how}.acf.toml"], cwd=tuned)
+    for result in (*views.values(), tune):
+        assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+    assert says in views["show"].stderr and says in tune.stderr + views["report"].stderr, views["show"].describe()
+    assert json.loads(tune.stdout)["best"]["value"] is not None
+    assert _rows(db) > before  # the tune added its trials; none was lost
 
 
 FORGED_BUILDS = {

@@ -201,4 +201,10 @@ def chosen_number(decision: Any) -> int | None:
     if not isinstance(decision, dict):
         return None
     number = decision.get("chosen")
-    return number if type(number) is int and 0 <= number <= MAX_TRIAL_NUMBER else None
+    return number if is_trial_number(number) else None
+
+
+def is_trial_number(value: object) -> bool:
+    """Whether a value (of an untrusted row) is a number a trial can have: an int (not a bool, not
+    text) from 0 to MAX_TRIAL_NUMBER."""
+    return type(value) is int and 0 <= value <= MAX_TRIAL_NUMBER

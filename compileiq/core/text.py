@@ -13,6 +13,15 @@ def printable(text: object) -> str:
     return str(text).translate(_CONTROL)
 
 
+def markdown_cell(value: str) -> str:
+    """Text in markdown (a report, the gate's PR comment): table-safe, no HTML (`<`, `>`, `&`
+    escaped; quotes read as quotes: markdown shows `&#x27;` as it is), no code span opened, and no
+    control character (a terminal may `cat` the file)."""
+    from html import escape
+
+    return printable(escape(value, quote=False).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
+
+
 def db_option(shown: str) -> str:
     """`--db URL` for a command compileiq prints, from the database URL as shown (passwords masked):
     an SQLite file by its absolute path, so that the command works from any folder (the default,

@@ -282,10 +282,11 @@ class HarnessTiming:
         from compileiq.evaluate.stats import TimingSamplers
         from compileiq.source.kernel import bundle_sources
 
-        acf, spec = target.acf, target.spec
+        acf, spec = target.acf, target.spec  # the kernel's own settings; the ACF is built with its base flags
         tools, bundle = find_toolchain(), bundle_sources(spec)
+        acf_bundle = bundle if target.built_spec is spec else bundle_sources(target.built_spec)
         jobs = {
-            "acf": ExecutableJob(tools.nvcc, bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+            "acf": ExecutableJob(tools.nvcc, acf_bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
                                  acf.ptxas_args, spec.compile_timeout_s),
             "default": ExecutableJob(tools.nvcc, bundle, acf.arch, (*baseline.frontend_args, *acf.fixed_defines),
                                      baseline.ptxas_args, spec.compile_timeout_s),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -27,14 +27,17 @@ from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
+from compileiq.gating import kernel_settings
 from compileiq.gating.retune import recorded_program_options, retune_command
 from compileiq.gating.rules import (
+    BaseFlagDifference,
     Defaults,
     Finding,
     Measured,
     Recorded,
     Severity,
     Timing,
+    base_flag_hits,
     baseline_evidence_hits,
     compare_timing,
     default_hits,
@@ -46,7 +49,7 @@ from compileiq.gating.rules import (
 )
 from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.results import acf as acf_file
-from compileiq.source.kernel import bundle_sources, load_spec, with_base_flags
+from compileiq.source.kernel import bundle_sources, with_base_flags
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
 
@@ -58,8 +61,16 @@ class Target:
     acf: acf_file.Acf
     acf_label: str  # the ACF path as given
     kernel_label: str  # the kernel path as found (relative when it was given relative)
-    spec: KernelSpec
+    spec: KernelSpec  # the kernel's own settings (tune.toml, its compile command): the baseline's build
     measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
+    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them
+    base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
+    settings_origin: str = "tune.toml"  # where the kernel's base flags were read
+    recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
+
+    @property
+    def built_spec(self) -> KernelSpec:
+        return self.acf_spec if self.acf_spec is not None else self.spec
 
 
 class TimingSource(Protocol):
@@ -140,13 +151,18 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    spec = load_spec(found, arch=acf.arch).measured_as(program, metric_regex)
-    if acf.base.flags or acf.base.include_dirs:  # what the build needed besides tune.toml: a compile command's
-        spec = with_base_flags(spec, acf.base.as_args(), f"{path}: base.nvcc_flags")
+    own = kernel_settings.current(found, acf)  # the base flags are the kernel's, never the ACF's word
+    spec = own.spec.measured_as(program, metric_regex)
+    recorded = own.tune_toml.measured_as(program, metric_regex)  # the ACF is built as `flags --all` gives it
+    if acf.base.flags or acf.base.include_dirs:
+        recorded = with_base_flags(recorded, acf.base.as_args(), f"{path}: base.nvcc_flags")
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
+        recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
-    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring))  # store/../k.cu reads k.cu
+    differ = kernel_settings.difference(spec, acf.base)
+    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
+                  differ, own.origin, recorded)  # store/../k.cu reads k.cu
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -196,7 +212,7 @@ def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
 def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
     acf = target.acf
-    return _measure(target, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
+    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
 
 
 def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
@@ -216,14 +232,17 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     lowered = eligibility.lowered_optimisation(controls, config.as_dict())
     gain = eligibility.recorded_runtime_gain(acf.objective)
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
-    built = acf_build if same else _measure(target, toolchain, bundle, frontend, ptxas, config.as_dict())
+    same = same and target.built_spec is target.spec
+    built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
     name = acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS
     return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
 
 
-def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, frontend_args: tuple[str, ...],
-             ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
-    acf, spec = target.acf, target.spec
+def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: SourceBundle,
+             frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
+    """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
+    the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
+    acf, settings = target.acf, target.spec.settings_sha256()
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *acf.fixed_defines),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
@@ -231,11 +250,11 @@ def _measure(target: Target, toolchain: Toolchain, bundle: SourceBundle, fronten
     evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
     if evaluation.value is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
-        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=spec.settings_sha256())
+        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
     m = evaluation.metrics
     return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
                     int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
-                    spec.settings_sha256())
+                    settings)
 
 
 # --- the gate -----------------------------------------------------------------------------------
@@ -247,11 +266,17 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given;
     `progress` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
     recorded = recorded_of(target.acf)
-    bundle = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds
+    own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
+    bundle = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
     measured = rebuild(target, toolchain, bundle)
     retune = retune_command(target, measured)
-    hits = static_hits(recorded, measured, retune) + shipped_command_hits(target, retune)
-    defaults = rebuild_defaults(target, toolchain, bundle, measured)
+    hits = static_hits(recorded, measured, retune)
+    shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
+    named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
+    if shipped or named:  # they say which settings: the settings hash alone says less
+        hits = [hit for hit in hits if hit.rule != "stale-settings"]
+    hits += shipped + named
+    defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)
     measured_timing = None

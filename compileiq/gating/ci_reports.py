@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.output_file import check_report_target
-from compileiq.core.text import printable
+from compileiq.core.text import markdown_cell, printable
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
 from compileiq.gating.rules import Finding, Measured, Severity, Timing, describe
 
@@ -61,7 +61,7 @@ def _markdown_result(result: AcfResult) -> list[str]:
     if result.bad_input:
         return [f"### {_cell(result.acf)}: {result.verdict}", "",
                 f"Could not be checked (bad input): {_cell(result.findings[0].message)}"]
-    lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel `{result.kernel_path}`.", ""]
+    lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel {_cell(result.kernel_path)}.", ""]
     if result.timing is not None:
         lines += [*_markdown_timing(result.timing), ""]
     if not result.findings:
@@ -81,7 +81,8 @@ def _markdown_timing(timing: Timing) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Untrusted text (an ACF's kernel name, a compiler message) as a markdown cell: no raw HTML."""
+    return markdown_cell(text)
 
 
 def _count(result: AcfResult, severity: Severity) -> int:

@@ -121,6 +121,17 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class BaseFlagDifference:
+    """An ACF's recorded base flags against the kernel's own (`gating.kernel_settings`)."""
+
+    extra: tuple[str, ...]  # the ACF's base flags that the kernel's settings do not give
+    missing: tuple[str, ...]  # the kernel's base flags that the ACF does not record
+
+    def __bool__(self) -> bool:
+        return bool(self.extra or self.missing)
+
+
+@dataclass(frozen=True)
 class Hit:
     """A rule that fired, before its severity is applied."""
 
@@ -260,6 +271,18 @@ def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
         found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
                          "the compiler differs from the one the ACF was tuned with", retune))
     return found
+
+
+def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str) -> list[Hit]:
+    """`stale-settings` for an ACF whose recorded base flags are not the kernel's own (`origin`
+    says where those were read): its build is not the kernel's, and its baseline is the kernel's."""
+    if not differ:
+        return []
+    parts = [f"records {' '.join(differ.extra)}, which the kernel's settings do not give"] * bool(differ.extra)
+    parts += [f"lacks {' '.join(differ.missing)}, which they give"] * bool(differ.missing)
+    return [Hit("stale-settings", " ".join(differ.extra) or "-", " ".join(differ.missing) or "-",
+                f"the ACF's base flags are not the kernel's ({origin}): it {' and '.join(parts)}; it is judged "
+                "against the kernel's own defaults", retune)]
 
 
 def _pct(value: float) -> str:

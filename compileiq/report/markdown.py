@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from html import escape
 from typing import Any
 
 from compileiq.core.records import TrialState
-from compileiq.core.text import db_option, printable
+from compileiq.core.text import db_option, markdown_cell
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -110,7 +109,7 @@ def trials_count(report: StudyReport) -> str:
 def md_text(value: Any) -> str:
     """A value in markdown: table-safe, no HTML (`<`, `>`, `&` escaped; quotes read as quotes: markdown
     shows `&#x27;` as it is), and no control character (a terminal may `cat` the file)."""
-    return printable(escape(text(value), quote=False).replace("|", "\\|").replace("\n", " ").replace("`", "\\`"))
+    return markdown_cell(text(value))
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

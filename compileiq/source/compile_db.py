@@ -28,6 +28,8 @@ from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 MAX_DATABASE_BYTES = 64 * 2**20
 _ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
+_CODE_LIST = re.compile(r"code=\[?([^\]\s]*)")  # -gencode's machine code list
+_MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
 
 # Options whose value is the next argument when not joined with "=" (or, for short ones, attached).
 _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "-Xcompiler",
@@ -315,7 +317,12 @@ def arch_flag_archs(given: str) -> tuple[str, ...] | None:
 
 
 def _arch_of(value: str) -> str | None:
-    """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ..."""
+    """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ...: the
+    first machine code a code= list names (code=[sm_90,sm_80] is tuned for sm_90, the first arch
+    as the docs and the note say), else the last arch named."""
+    code = _CODE_LIST.search(value)
+    if code is not None and (machine := _MACHINE_CODE.findall(code[1])):
+        return f"sm_{machine[0]}"
     found = _ARCH_IN_CODE.findall(value)
     return f"sm_{found[-1]}" if found else None
 

@@ -4,7 +4,9 @@ tune.toml's restrictions, conditions over macros: ``32 <= BX*BY <= 1024 and (PAD
 Evaluated with Python's parser and a walk that allows integers, + - * / // % and parentheses,
 macro names and sizeof of a scalar type; a condition also ``**``, comparisons (chained too) and
 and/or/not: nothing else (no calls, attributes or names of Python). The text's length, its
-nesting and every intermediate value are bounded, so no expression can exhaust the machine.
+nesting and every intermediate value are bounded, a macro's value is evaluated once per depth
+(macros whose values name others many times fan out no further), and an evaluation visits a
+bounded number of nodes, so no expression can exhaust the machine.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ MAX_TEXT = 1000  # characters of one expression
 _MAX_NESTING = 32  # operators within operators
 _MAX_BITS = 256  # every value on the way, e.g. 2**64**64 is refused, not computed
 _MAX_EXPONENT = 256
+_MAX_STEPS = 20_000  # nodes one evaluation visits (a macro's value counts once per depth): milliseconds
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
             ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 # What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
@@ -115,10 +118,15 @@ class _Walk:
 
     def __init__(self, macros: Mapping[str, int | str] | None, condition: bool) -> None:
         self.macros, self.condition = macros, condition
+        self._known: dict[tuple[str, int], int] = {}  # a macro's value, by the depth it was read at
+        self._steps = 0
 
     def value(self, node: ast.expr, depth: int, nesting: int = 0) -> int:
         if nesting > _MAX_NESTING:
             raise ExpressionError(f"nested more than {_MAX_NESTING} deep")
+        self._steps += 1
+        if self._steps > _MAX_STEPS:
+            raise ExpressionError(f"more than {_MAX_STEPS} steps to evaluate (macros that name macros too often)")
         found = self._node(node, depth, nesting + 1)
         if abs(found) >= 1 << _MAX_BITS:
             raise ExpressionError(f"a value larger than 2**{_MAX_BITS}")
@@ -195,7 +203,9 @@ class _Walk:
             return value
         if depth >= _MAX_DEPTH:
             raise ExpressionError(f"macro {name!r} nests too deeply")
-        return self.value(_parse(str(value)), depth + 1)
+        if (name, depth) not in self._known:  # once: a value that names it 230 times reads it once
+            self._known[name, depth] = self.value(_parse(str(value)), depth + 1)
+        return self._known[name, depth]
 
 
 def _is_sizeof(node: ast.Call) -> bool:

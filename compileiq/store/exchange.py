@@ -38,6 +38,7 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.core.space import Config, SpaceError
+from compileiq.core.text import printable
 from compileiq.store import Store, trust
 
 FORMAT = "compileiq-study"
@@ -114,9 +115,12 @@ def read(path: Path) -> StudyExport:
     if not isinstance(payload, dict) or document.get("sha256") != _checksum(path, payload):
         raise UsageError(f"{path}: checksum mismatch: the file was damaged, truncated or changed after export")
     try:
-        return _export(payload)
+        export = _export(payload)
     except (KeyError, TypeError, ValueError, AttributeError, SpaceError) as error:
         raise UsageError(f"{path}: malformed export: {type(error).__name__}: {error}") from None
+    if problem := trust.key_problem(export.key):  # nothing is imported from it
+        raise UsageError(f"{path}: refused: study {printable(export.name)[:80]!r}: {problem}")
+    return export
 
 
 def _document(path: Path) -> Any:

@@ -35,7 +35,14 @@ class RunLog(StoreBase):
         """The study's runs, oldest first."""
         query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
-            return [run_record(row) for row in conn.execute(query).mappings().all()]
+            rows = conn.execute(query).mappings().all()
+        found = []
+        for row in rows:  # a damaged row of a shared database is set aside, with a note (never deleted)
+            try:
+                found.append(run_record(row))
+            except (TypeError, ValueError, AttributeError, KeyError) as error:
+                self._skip(("run", row["id"]), f"run {row['id']} of study {study_id}", f"unreadable: {error}")
+        return found
 
 
 def cited_rows(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dict[int, tuple[Trial | None, Trial | None]]:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from compileiq.core.records import KEY_FIELDS, TrialState
+from compileiq.core.records import KEY_FIELDS, MAX_TRIAL_NUMBER, TrialState
 from compileiq.store.connect import StoreError
 from compileiq.store.trust import MALFORMED
 
@@ -103,13 +103,30 @@ def take_number(conn: Connection, study_id: int, count: int = 1) -> int:
     bump = (
         studies.update()
         .where(studies.c.id == study_id)
-        .values(next_number=studies.c.next_number + count)
+        .values(next_number=_next_free(study_id, count) + count)
         .returning(studies.c.next_number)
     )
     taken = conn.execute(bump).scalar_one_or_none()
     if taken is None:
         raise StoreError(f"no study with id {study_id}")
-    return int(taken) - count
+    if type(taken) is not int or not count <= taken <= MAX_TRIAL_NUMBER:
+        raise StoreError(f"study {study_id} has no trial numbers left (its highest is {MAX_TRIAL_NUMBER})")
+    return taken - count
+
+
+_LARGEST_COUNTER = 2**31 - 1  # PostgreSQL's INTEGER columns (SQLite's hold more: the smaller bound for both)
+
+
+def _next_free(study_id: int, count: int) -> sa.ColumnElement[Any]:
+    """The study's counter where it is a number past each of its trials' numbers and `count` more
+    fit; else (a damaged row of a shared database: text, past the largest, or behind its trials)
+    the number after its highest trial's: the counter is repaired, no trial is overwritten or
+    refused as a duplicate, no integer overflows."""
+    n, t = studies.c.next_number, trials_table.c
+    last = min(MAX_TRIAL_NUMBER, _LARGEST_COUNTER) - count
+    highest = (sa.select(sa.func.coalesce(sa.func.max(t.number), -1))
+               .where(t.study_id == study_id, t.number >= 0, t.number <= last).scalar_subquery())
+    return sa.case((sa.and_(n >= 0, n <= last, n > highest), n), else_=highest + 1)
 
 
 def final_failure(t: Any) -> sa.ColumnElement[bool]:

@@ -5,7 +5,7 @@ by the database clock) and those of a tuner that stopped."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -147,4 +147,10 @@ class TrialLifecycle(StoreBase):
         with self._tx(readonly=True) as conn:
             now = utc(conn.execute(sa.select(db_now())).scalar_one())
             rows = conn.execute(query).all()
-        return {worker: (now - utc(beat)).total_seconds() if beat else float("inf") for worker, beat in rows}
+        return {worker: _seconds_since(now, beat) for worker, beat in rows}
+
+
+def _seconds_since(now: datetime, beat: object) -> float:
+    """Seconds since a heartbeat; none, or one that is not a time (a damaged row of a shared
+    database), reads as never: the claim is stale."""
+    return (now - utc(beat)).total_seconds() if isinstance(beat, datetime) else float("inf")

@@ -12,7 +12,15 @@ from typing import Any
 
 from compileiq.build.compile import BuildStatus, EntryResources
 from compileiq.core import metric_ranges
-from compileiq.core.records import PURPOSES, BuildRecord, Measurement, StudyKey, Trial, TrialState
+from compileiq.core.records import (
+    PURPOSES,
+    BuildRecord,
+    Measurement,
+    StudyKey,
+    Trial,
+    TrialState,
+    is_trial_number,
+)
 from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
 from compileiq.core.space_files import load_space
 from compileiq.store.space_order import study_space
@@ -74,6 +82,8 @@ def _known_valid(trial: Trial, space: SearchSpace) -> bool:
 
 
 def _result_problem(trial: Trial) -> str | None:
+    if not is_trial_number(trial.number):
+        return f"its number {str(trial.number)[:40]!r} is not a trial number"
     if not isinstance(trial.metrics, dict):
         return "its metrics are not a JSON object"
     if problem := metric_ranges.problem(trial.metrics):
@@ -164,6 +174,26 @@ def _bundled(space_id: str) -> SearchSpace | None:
     except SpaceError:
         return None
     return full if full.id == space_id else None
+
+
+STATIC_EVALUATOR = "static"  # the evaluator of a study scored without a GPU (`StaticEvaluator.kind`)
+_OBJECTIVES = ("static", "spills", "registers", "occupancy", "instructions", "time")  # as tune takes them
+
+
+def key_problem(key: StudyKey) -> str | None:
+    """Why a study key (of an export: untrusted) is not one `tune` writes, else None: its objectives
+    known, and its evaluator the GPU's where they include time, "static" where they do not (static
+    scores relabelled as runtimes would read as milliseconds measured on a GPU)."""
+    names = key.objective.split(",")
+    if not key.objective or any(n not in _OBJECTIVES for n in names) or len(set(names)) != len(names):
+        return f"its objective {key.objective[:80]!r} is not one or several of {', '.join(_OBJECTIVES)}"
+    timed, static = "time" in names, key.evaluator == STATIC_EVALUATOR
+    if timed and static:
+        return f"its objective {key.objective!r} is a GPU runtime, but its evaluator is static (no GPU ran it)"
+    if not timed and not static:
+        return (f"its objective {key.objective!r} is a static one, but its evaluator is {key.evaluator[:80]!r} "
+                "(static objectives are scored by the static evaluator)")
+    return None
 
 
 class ExportStudy:

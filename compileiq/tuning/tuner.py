@@ -39,6 +39,7 @@ from compileiq.tuning.cross_kernel import other_kernels_prior
 from compileiq.tuning.decide import Decider
 from compileiq.tuning.jobs import Target
 from compileiq.tuning.limits import RunClock
+from compileiq.tuning.nothing_left import EXHAUSTED, stop_reason
 from compileiq.tuning.progress import Evaluator, Progress
 from compileiq.tuning.request import (
     TuneRequest,
@@ -224,8 +225,8 @@ class Tuner:
             elif self._store.trials(study.id, {TrialState.RUNNING}):
                 time.sleep(WAIT_FOR_OTHERS_S)  # other tuners hold the rest: wait for their results
             else:
-                self._stopped = "search space exhausted"
-                return True
+                self._stopped = stop_reason(self._request.space, len({t.config_key for t in trials}))
+                return self._stopped == EXHAUSTED
         return False
 
     def _refiller(self, study: Study, counted: int) -> Refill:
