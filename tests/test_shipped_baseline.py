@@ -295,6 +295,26 @@ def test_the_gate_says_when_the_compile_command_that_ships_changed(tmp_path: Pat
     assert gate(None) == (0, [])
 
 
+def test_the_gate_holds_an_acf_to_the_build_its_compile_command_ships_now(tmp_path: Path) -> None:
+    """A red team's ACF, tuned from a command shipping -Xptxas -O0, copied beside a project whose
+    command ships the default -O3: the gate judged it against the -O0 its [baseline] recorded and
+    passed it (a stale-settings warning at most), so an ACF lowered the build that ships."""
+    _project(tmp_path, "nvcc -arch=sm_90 -Xptxas -O0 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level,ptxas.maxrregcount",
+          "--budget", "2", "--out", str(out))
+    assert "-O0" in run_cli(["flags", str(out)], cwd=tmp_path).stdout
+    assert run_cli(["gate", str(out), "--static"], cwd=tmp_path).returncode == 0  # the build it was tuned from
+    _project(tmp_path, "nvcc -arch=sm_90 -O3 -c k.cu -o k.o")
+    done = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+    assert done.returncode == 1, done.describe()
+    found = {f["rule"]: f for f in json.loads(done.stdout)["acfs"][0]["findings"]}
+    assert found["worse-than-default"]["severity"] == "error", found
+    assert "lowers ptxas optimisation vs your build as shipped (compile_commands.json)" in found[
+        "worse-than-default"]["message"], found
+    assert "ptxas.opt_level 0 -> 3 (the default)" in found["stale-settings"]["message"], found
+
+
 def _spill_bytes(report: str) -> int:
     found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert found is not None, report

@@ -51,7 +51,7 @@ from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import bundle_sources, with_base_flags
 from compileiq.source.shipped import under_register_cap
-from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
+from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle, metric_regex_problem
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class Target:
     base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
     settings_origin: str = "tune.toml"  # where the kernel's base flags were read
     recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
+    shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
 
     @property
     def built_spec(self) -> KernelSpec:
@@ -162,7 +163,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
     differ = kernel_settings.difference(spec, acf.base)
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
-                  differ, own.origin, recorded)  # store/../k.cu reads k.cu
+                  differ, own.origin, recorded,  # store/../k.cu reads k.cu
+                  (own.shipped,) if own.command_read else None)
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -225,8 +227,10 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
     if macros:
         space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
-    shipped = acf.shipped.values() if acf.shipped is not None else {}
-    config = space.default_config().with_values(shipped)  # the build that ships, where the ACF records one
+    # the build that ships: as its compile command gives it now, where the ACF names one still there
+    build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
+    shipped = build.values() if build is not None else {}
+    config = space.default_config().with_values(shipped)
     frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
     controls = space.default_config().with_values(acf.controls).as_dict()
     lowered = eligibility.lowered_optimisation(controls, config.as_dict())
@@ -234,7 +238,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
     same = same and target.built_spec is target.spec
     built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
-    name = acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS
+    name = build.name if build is not None else (acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS)
     return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
 
 

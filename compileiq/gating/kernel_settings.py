@@ -5,6 +5,9 @@ the code as much as its tuned settings do. The gate takes the base flags from wh
 them: tune.toml beside the kernel and, where the ACF's `[baseline]` names a compilation database
 that is still there, the kernel's compile command in it. What the ACF records beyond (or short of)
 those is a stale (or forged) setting, and the baseline it is judged against is built without it.
+Likewise the shipped build the baseline reproduces is the one that command gives now, not the
+one the ACF's `[baseline]` says it gave: a forged or outdated `-Xptxas -O0` there would otherwise
+let the ACF lower the optimisation level of the build that ships.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from compileiq.gating.rules import BaseFlagDifference
 from compileiq.results import acf as acf_file
 from compileiq.source.base_flags import BaseFlags
 from compileiq.source.kernel import load_spec, with_base_flags
-from compileiq.source.spec import KernelSpec, resolved
+from compileiq.source.shipped import under_register_cap
+from compileiq.source.spec import KernelSpec, ShippedBuild, resolved
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class KernelSettings:
     spec: KernelSpec  # tune.toml, with the compile command's base flags where one was read
     origin: str  # where its base flags come from, for the finding's text
     tune_toml: KernelSpec  # tune.toml alone
+    command_read: bool = False  # the compile command the ACF's [baseline] names was read now
+    shipped: ShippedBuild | None = None  # what that command ships now (the baseline's reference), where read
 
 
 def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
@@ -42,7 +48,8 @@ def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
         with_command = with_base_flags(spec, command.base_flags, f"{database}: the command for {found.name}")
     except UsageError as error:  # gone, or no longer a command compileiq reads: tune.toml alone
         return KernelSettings(spec, f"tune.toml (the compile command was not read: {str(error)[:160]})", spec)
-    return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec)
+    now = under_register_cap(command.shipped, with_command.nvcc_flags)
+    return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec, True, now)
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:
