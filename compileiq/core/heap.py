@@ -1,12 +1,12 @@
-"""The interpreter's cyclic garbage collector, kept off the objects that live for the whole run.
+"""The interpreter's cyclic garbage collector, kept off the objects alive as a command exits.
 
 Every full collection walks every tracked object, and the imported libraries (scikit-learn,
-scipy, SQLAlchemy, rich: ~150,000 objects) are most of them: ~60 ms a walk on 2 CPUs, four times
-in a budget-480 tune (0.23 CPU s, taken from the compilers on cores they share), and several
-walks more as the interpreter exits (~0.35 s at the end of every command). Frozen objects are
-still freed by reference counting; only a cycle among them that becomes garbage stays (the
-libraries' modules live for the run anyway). Nothing a run proposes or records depends on when
-the collector runs.
+scipy, SQLAlchemy, rich: ~150,000 objects) are most of them: several walks as the interpreter
+exits cost ~0.35 s at the end of every command. The CLI alone skips them (`quick_exit`); the
+objects of a process that goes on (the Python API, a notebook) are never frozen, so garbage
+cycles made later are collected as usual. Freezing objects during a run (after the imports)
+saved ~0.1 CPU s in a budget-480 tune and would keep a long-lived process's cycles alive for
+good: not done.
 """
 
 from __future__ import annotations
@@ -15,17 +15,6 @@ import atexit
 import gc
 
 _exit_registered = False
-_settled = False
-
-
-def settled() -> None:
-    """Take the objects alive now (the libraries just imported) out of the collector's walks;
-    once per process (a process that tunes many times, a test suite or a notebook, would keep
-    every later call's uncollected garbage cycles for good)."""
-    global _settled
-    if not _settled:
-        _settled = True
-        gc.freeze()
 
 
 def quick_exit() -> None:

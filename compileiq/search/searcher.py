@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from compileiq.core import heap
 from compileiq.core.space import Config, SearchSpace
 from compileiq.search import local_search
 from compileiq.search.encoding import Encoding, Row, enumerate_space
@@ -304,7 +303,6 @@ class Searcher:
 def _import_surrogate() -> Any:
     from compileiq.search import surrogate
 
-    heap.settled()  # scikit-learn, scipy and the rest now live for the run: no collection walks them
     return surrogate
 
 
