@@ -315,6 +315,49 @@ def test_the_gate_holds_an_acf_to_the_build_its_compile_command_ships_now(tmp_pa
     assert "ptxas.opt_level 0 -> 3 (the default)" in found["stale-settings"]["message"], found
 
 
+SQUARES_KERNEL = """
+__global__ void k(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float a[32];
+#pragma unroll
+  for (int j = 0; j < 32; ++j) a[j] = x[i * 32 + j];
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j)
+#pragma unroll
+    for (int m = 0; m < 32; ++m) s += a[j] * a[m] * (j ^ m);
+  y[i] = s;
+}
+"""
+
+
+def test_a_ci_clone_without_the_compilation_database_gates_the_acf_as_recorded(tmp_path: Path) -> None:
+    """CMake writes compile_commands.json into the build folder, which a CI clone lacks: the gate
+    rebuilt the shipped baseline from tune.toml alone, without the command's -maxrregcount=24, and
+    failed a sound ACF for spills it never had (72 -> 6948 B). Where the command cannot be read, the
+    ACF is gated as it records its flags and baseline, with a warning that they were not checked;
+    an ACF whose [baseline] names no database at all is warned about the same way."""
+    (tmp_path / "k.cu").write_text(SQUARES_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -maxrregcount=24 -arch=sm_90 -c k.cu -o k.o", "file": "k.cu"}]))
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level", "--budget", "2",
+          "--out", str(out))
+    (tmp_path / "compile_commands.json").unlink()
+
+    def findings() -> list[tuple[str, str, str]]:
+        done = run_cli(["gate", str(out), "--static", "--json"], cwd=tmp_path)
+        assert done.returncode == 0, done.describe()
+        return [(f["rule"], f["severity"], f["message"]) for f in json.loads(done.stdout)["acfs"][0]["findings"]]
+
+    [(rule, severity, message)] = findings()
+    assert (rule, severity) == ("stale-settings", "warn") and "is gone" in message, message
+    out.write_text("\n".join(line for line in out.read_text().splitlines() if not line.startswith("path = ")))
+    [(rule, severity, message)] = findings()
+    assert (rule, severity) == ("stale-settings", "warn"), message
+    assert "the ACF's [baseline] names no compilation database" in message, message
+
+
 def _spill_bytes(report: str) -> int:
     found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert found is not None, report

@@ -5,6 +5,8 @@ the code as much as its tuned settings do. The gate takes the base flags from wh
 them: tune.toml beside the kernel and, where the ACF's `[baseline]` names a compilation database
 that is still there, the kernel's compile command in it. What the ACF records beyond (or short of)
 those is a stale (or forged) setting, and the baseline it is judged against is built without it.
+Where that compilation database is not there (a CI clone without the build folder) or cannot be
+read, nothing can be checked: the ACF's own flags and baseline are used, with a warning.
 Likewise the shipped build the baseline reproduces is the one that command gives now, not the
 one the ACF's `[baseline]` says it gave: a forged or outdated `-Xptxas -O0` there would otherwise
 let the ACF lower the optimisation level of the build that ships.
@@ -38,16 +40,22 @@ def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
     """The kernel's settings as `tune` would read them now (KernelError/UsageError for a bad tune.toml)."""
     spec = load_spec(found, arch=acf.arch)
     shipped = acf.shipped
-    if shipped is None or not shipped.path:
+    if shipped is None:
         return KernelSettings(spec, "tune.toml", spec)
-    database = Path(shipped.path) if Path(shipped.path).is_absolute() else acf.path.parent / shipped.path
     from compileiq.source.compile_db import read_command
 
     try:
+        if not shipped.path:
+            raise UsageError("the ACF names no compilation database")
+        database = Path(shipped.path) if Path(shipped.path).is_absolute() else acf.path.parent / shipped.path
         command = read_command(database, found, load_space(acf.nvcc_version))
         with_command = with_base_flags(spec, command.base_flags, f"{database}: the command for {found.name}")
-    except UsageError as error:  # gone, or no longer a command compileiq reads: tune.toml alone
-        return KernelSettings(spec, f"tune.toml (the compile command was not read: {str(error)[:160]})", spec)
+    except UsageError:  # none named, gone (a CI clone without the build folder), or no longer a command
+        # compileiq reads: nothing to hold the ACF to here; its flags and baseline are used as it records
+        # them, and `shipped_command.shipped_command_hits` says the compile command was not checked
+        recorded = with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags") if (
+            acf.base.flags or acf.base.include_dirs) else spec
+        return KernelSettings(recorded, "the ACF's [base] (its compile command not checked)", spec)
     now = under_register_cap(command.shipped, with_command.nvcc_flags)
     return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec, True, now)
 

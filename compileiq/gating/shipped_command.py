@@ -46,10 +46,13 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     """A hit when the compile command the ACF was tuned from is gone, unreadable, or no longer
     the build the ACF's baseline records; none for an ACF tuned without one."""
     acf = target.acf
-    if acf.shipped is None or not acf.shipped.path:
+    if acf.shipped is None:
         return []
-    database = Path(path_from_here(str(acf.path.parent / acf.shipped.path)))  # as the re-tune line names it
     recorded = target.spec.settings_sha256()[:12]
+    if not acf.shipped.path:  # the ACF's word alone for the build its baseline is
+        return [Hit(RULE, recorded, "not checked", "the ACF's [baseline] names no compilation database: the gate "
+                    f"cannot tell whether its baseline ({acf.shipped.origin}) is the build that ships")]
+    database = Path(path_from_here(str(acf.path.parent / acf.shipped.path)))  # as the re-tune line names it
     if kind := not_regular(database):
         return [_unchecked(recorded, f"is {kind}, not a compilation database", database)]
     if not database.is_file():
