@@ -6,14 +6,16 @@ value and at its others: the device side first (it holds the host code too, bar 
 `#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro that changes
 the host code alone (a launch size) changes the program and stays tuned.
 
-One preprocessor run at the defaults, then typically one per tuned macro; only a macro that
-changes nothing costs a run per value and side.
+One preprocessor run at the defaults, then typically one per tuned macro, as many at a time as
+there are CPUs; only a macro that changes nothing costs a run per value and side.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
@@ -32,6 +34,8 @@ def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
         return
     with scratch_dir("macros") as scratch:
         texts = _Preprocessed(spec, nvcc, Path(scratch))
+        # the runs every check needs, side by side: the defaults and each macro's second value
+        texts.prefetch([("device", {})] + [("device", {name: values[1]}) for name, values in tuned])
         if texts.digest("device", {}) is None:  # the build's own problem: its first build says it
             return
         for name, values in tuned:
@@ -65,10 +69,24 @@ class _Preprocessed:
         self._seen: dict[tuple[str, tuple[tuple[str, str], ...]], str | None] = {}
 
     def digest(self, side: str, macros: Mapping[str, int | str]) -> str | None:
-        key = (side, tuple(sorted((n, str(v)) for n, v in macros.items())))
+        key = self._key(side, macros)
         if key not in self._seen:
             self._seen[key] = self._run(side, macros, len(self._seen))
         return self._seen[key]
+
+    def prefetch(self, wanted: list[tuple[str, Mapping[str, int | str]]]) -> None:
+        """Run these at once, as many at a time as there are CPUs (each run is one process)."""
+        todo = {self._key(side, macros): (side, macros) for side, macros in wanted}
+        todo = {key: job for key, job in todo.items() if key not in self._seen}
+        first = len(self._seen)
+        with ThreadPoolExecutor(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+            runs = {key: pool.submit(self._run, side, macros, first + i)
+                    for i, (key, (side, macros)) in enumerate(todo.items())}
+        self._seen.update({key: run.result() for key, run in runs.items()})
+
+    @staticmethod
+    def _key(side: str, macros: Mapping[str, int | str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return side, tuple(sorted((n, str(v)) for n, v in macros.items()))
 
     def _run(self, side: str, macros: Mapping[str, int | str], number: int) -> str | None:
         spec = self._spec
