@@ -426,6 +426,27 @@ def test_a_cub_instance_with_an_enumerator_argument_can_be_named_in_tune_toml(tm
     assert "found: BlockPrefixSumKernel<int, 128, (cub::CUB_" in missing.stderr, missing.describe()
 
 
+def test_an_enum_of_the_kernels_own_namespace_is_read_through_its_back_reference(tmp_path: Path) -> None:
+    """A user's `ns::k<128, ns::SLOW>`, its enum beside the kernel: nvcc mangles the enum by a
+    back-reference to the namespace (`LNS_4AlgoE1E`), which was not decoded ("no entry matches
+    ['ns::k<128, (ns::Algo)1>']; found: ns::k"). Real nvcc; by the enumerator and by its value."""
+    import tomllib
+
+    from tests.helpers import run_cli
+
+    (tmp_path / "k.cu").write_text("namespace ns {\nenum Algo { FAST, SLOW };\ntemplate <int B, Algo A>\n"
+                                   "__global__ void k(float* y) { y[threadIdx.x] = A == FAST ? B : 2 * B; }\n"
+                                   "template __global__ void k<128, SLOW>(float*);\n"
+                                   "template __global__ void k<128, FAST>(float*);\n}\n")
+    for named, value in (("ns::k<128, ns::SLOW>", 1), ("ns::k<128, (ns::Algo)0>", 0)):
+        (tmp_path / "tune.toml").write_text(f'entries = ["{named}"]\n[launch."{named}"]\nblock_size = 64\n')
+        tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                         "--out", "k.acf.toml", "--only", "ptxas.opt_level", "--force"], cwd=tmp_path)
+        assert tuned.returncode == 0, tuned.describe()
+        launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+        assert launch == {f"ns::k<128, (ns::Algo){value}>": {"block_size": 64, "dynamic_smem": 0}}, launch
+
+
 def test_enumerator_values_are_read_as_the_compiler_counts_them(tmp_path: Path) -> None:
     """Implicit values count on from the previous one; an explicit integer (hex, octal) or an
     earlier enumerator sets it; a scoped enumerator is named through its enum; one after a value

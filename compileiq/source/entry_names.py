@@ -28,6 +28,7 @@ _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _VALUE = re.compile(r"(n?)(\d+)E")  # an enum literal's value, after its type
 _CAST = re.compile(r"\(([^()]*)\)\s*(-?\d+)")  # (cub::BlockScanAlgorithm)2, as tune.toml gives it
 _SOURCE_NAME = re.compile(r"(\d+)")
+_BACK_REFERENCE = re.compile(r"S([0-9A-Z]*)_")  # an Itanium substitution: S_, S0_, S1_, ..., SA_
 _NESTED_QUALIFIERS = "KVrOR"  # cv- and ref-qualifiers of a member function, before its names
 _STATIC = re.compile(r"__nv_static_(\d{1,6})__")  # then that many characters (path hash, file), then the name
 
@@ -71,12 +72,14 @@ def template_arguments(entry: str, position: int) -> list[str] | None:
     if not entry.startswith("I", position):
         return None
     arguments, position = [], position + 1
+    nested = nested_name(entry)  # the back-references an argument may make (S_, S0_, ...): its prefixes
+    prefixes = ["::".join(nested[0][:i + 1]) for i in range(len(nested[0]))] if nested else []
     while position < len(entry) and entry[position] != "E":
         if literal := _LITERAL.match(entry, position):
             kind, minus, digits = literal.groups()
             arguments.append(("true" if digits != "0" else "false") if kind == "b" else f"{'-' if minus else ''}{int(digits)}")
             position = literal.end()
-        elif enum := _enum_literal(entry, position):
+        elif enum := _enum_literal(entry, position, prefixes):
             arguments.append(enum[0])
             position = enum[1]
         elif entry[position] in _BUILTIN:
@@ -87,14 +90,21 @@ def template_arguments(entry: str, position: int) -> list[str] | None:
     return arguments if arguments and position < len(entry) else None
 
 
-def _enum_literal(entry: str, position: int) -> tuple[str, int] | None:
+def _enum_literal(entry: str, position: int, prefixes: list[str] = []) -> tuple[str, int] | None:  # noqa: B006
     """An enumerator argument at ``position`` (``LN3cub18BlockScanAlgorithmE2E``: its enum's name,
     maybe nested, then its value) as a demangler prints it, ``(cub::BlockScanAlgorithm)2``, and
-    where it ends; None for anything else."""
+    where it ends; None for anything else. An enum of the kernel's own namespace starts with a
+    back-reference to it (``LNS_4AlgoE1E`` in ``_ZN2ns1kILi128ELNS_4AlgoE1EEEvPf``: S_ is ``ns``),
+    read from the kernel's name's ``prefixes`` (S_ the first, S0_ the first two, ...)."""
     if not entry.startswith("L", position) or entry[position + 1:position + 2] in _BUILTIN:
         return None
     nested = entry.startswith("N", position + 1)
     names, position = [], position + 1 + nested
+    if nested and (back := _BACK_REFERENCE.match(entry, position)):
+        index = 0 if not back[1] else int(back[1], 36) + 1
+        if index >= len(prefixes):
+            return None
+        names, position = prefixes[index].split("::"), back.end()
     while found := _SOURCE_NAME.match(entry, position):
         length, start = int(found[1]), found.end()
         if not 0 < length <= len(entry) - start:
