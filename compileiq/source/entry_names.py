@@ -13,7 +13,7 @@ matches itself. A kernel of internal linkage under -rdc=true (``static __global_
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 # a kernel name as tune.toml may write it: an identifier (plain or mangled) or a qualified C++ name,
 # optionally with template arguments (integers, true/false, built-in types)
@@ -90,7 +90,7 @@ def template_arguments(entry: str, position: int) -> list[str] | None:
     return arguments if arguments and position < len(entry) else None
 
 
-def _enum_literal(entry: str, position: int, prefixes: list[str] = []) -> tuple[str, int] | None:  # noqa: B006
+def _enum_literal(entry: str, position: int, prefixes: Sequence[str] = ()) -> tuple[str, int] | None:
     """An enumerator argument at ``position`` (``LN3cub18BlockScanAlgorithmE2E``: its enum's name,
     maybe nested, then its value) as a demangler prints it, ``(cub::BlockScanAlgorithm)2``, and
     where it ends; None for anything else. An enum of the kernel's own namespace starts with a
