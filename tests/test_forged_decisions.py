@@ -205,7 +205,7 @@ def test_rejected_trials_beside_an_unfinished_one_import_nothing(tuned: tuple[Pa
     payload["study"]["name"] = "partial"
     (folder / "partial.json").write_text(resealed(document))
     db = folder / "partial.db"
-    _cli(folder, db, "show")  # an empty database
+    _cli(folder, db, "db", "upgrade")  # an empty database (show no longer creates one)
     before = _counts(db)
     error = _cli(folder, db, "db", "import", "partial.json", ok=False).strip()
     assert error.startswith("error: all ") and "were rejected" in error and "nothing was imported" in error, error
