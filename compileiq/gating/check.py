@@ -49,7 +49,7 @@ from compileiq.gating.rules import (
 )
 from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.results import acf as acf_file
-from compileiq.source.kernel import bundle_sources, with_base_flags
+from compileiq.source.kernel import bundle_sources
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle, metric_regex_problem
 
@@ -154,9 +154,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     own = kernel_settings.current(found, acf)  # the base flags are the kernel's, never the ACF's word
     spec = own.spec.measured_as(program, metric_regex)
-    recorded = own.tune_toml.measured_as(program, metric_regex)  # the ACF is built as `flags --all` gives it
-    if acf.base.flags or acf.base.include_dirs:
-        recorded = with_base_flags(recorded, acf.base.as_args(), f"{path}: base.nvcc_flags")
+    recorded = kernel_settings.as_recorded(own.tune_toml.measured_as(program, metric_regex), acf)  # as `flags --all`
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
         spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
         recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))

@@ -53,11 +53,16 @@ def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
     except UsageError:  # none named, gone (a CI clone without the build folder), or no longer a command
         # compileiq reads: nothing to hold the ACF to here; its flags and baseline are used as it records
         # them, and `shipped_command.shipped_command_hits` says the compile command was not checked
-        recorded = with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags") if (
-            acf.base.flags or acf.base.include_dirs) else spec
-        return KernelSettings(recorded, "the ACF's [base] (its compile command not checked)", spec)
+        return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec)
     now = under_register_cap(command.shipped, with_command.nvcc_flags)
     return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec, True, now)
+
+
+def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
+    """tune.toml's settings with the ACF's recorded base flags: the build `flags --all` gives."""
+    if not (acf.base.flags or acf.base.include_dirs):
+        return spec
+    return with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags")
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:
