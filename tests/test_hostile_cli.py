@@ -128,6 +128,10 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
                                "a port from 1 to 65535"),
     "kernel-symlink-loop": ("tune {ws}/loop.cu --workers local --db sqlite:///{ws}/t.db", 2,
                             "kernel file {ws}/loop.cu is a symlink loop"),  # was a traceback
+    "compile-commands-fifo": ("tune {k} --compile-commands {ws}/ccfifo.json --workers local --db sqlite:///{ws}/t.db",  # blocked forever
+                              2, "ccfifo.json: it is a named pipe, not a compilation database"),
+    "space-compile-commands-fifo": ("space {k} --compile-commands {ws}/ccfifo.json", 2,  # blocked forever
+                                    "ccfifo.json: it is a named pipe, not a compilation database"),
     "tune-toml-fifo": ("tune {ws}/tomlfifo/k.cu --workers local --db sqlite:///{ws}/t.db", 2,  # was ignored
                        "tomlfifo/tune.toml is a named pipe, not a regular file"),
     "tune-toml-directory": ("tune {ws}/tomldir/k.cu --workers local --db sqlite:///{ws}/t.db", 2,
@@ -156,7 +160,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     (ws / "linked.md").write_text("")
     os.link(ws / "linked.md", ws / "linked.xml")  # two names of one file
     (ws / "afile").write_text("not a directory\n")
-    for fifo in ("fifo.cu", "fifo.acf.toml", "out.fifo"):  # reading or writing one blocks until the other end comes
+    for fifo in ("fifo.cu", "fifo.acf.toml", "out.fifo", "ccfifo.json"):  # reading or writing one blocks until the other end comes
         os.mkfifo(ws / fifo)
     (ws / "zero.cu").symlink_to("/dev/zero")
     (ws / "loop.cu").symlink_to(ws / "loop.cu")

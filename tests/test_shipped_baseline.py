@@ -5,6 +5,7 @@ were searched and which were fixed, and says which shipped flags a choice turns 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -352,6 +353,10 @@ def test_a_ci_clone_without_the_compilation_database_gates_the_acf_as_recorded(t
 
     [(rule, severity, message)] = findings()
     assert (rule, severity) == ("stale-settings", "warn") and "is gone" in message, message
+    os.mkfifo(tmp_path / "compile_commands.json")  # read, it blocked the gate forever
+    [(rule, severity, message)] = findings()
+    assert (rule, severity) == ("stale-settings", "warn") and "is a named pipe" in message, message
+    (tmp_path / "compile_commands.json").unlink()
     out.write_text("\n".join(line for line in out.read_text().splitlines() if not line.startswith("path = ")))
     [(rule, severity, message)] = findings()
     assert (rule, severity) == ("stale-settings", "warn"), message

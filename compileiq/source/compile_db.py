@@ -148,6 +148,8 @@ def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCom
 
 def _entries(database: Path) -> list[dict[str, Any]]:
     path = database.expanduser()
+    if kind := not_regular(path):  # never opened: a named pipe would block the reader
+        raise CompileDbError(f"{database}: it is {kind}, not a compilation database")
     try:
         if path.stat().st_size > MAX_DATABASE_BYTES:
             raise CompileDbError(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
