@@ -243,8 +243,11 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     justify departing from it."""
     acf, spec = target.acf, target.spec
     space = load_space(acf.nvcc_version)
-    if spec.tuned_defines:  # tune.toml's macros at their first value, never the ACF's (`macro_settings`)
-        space = space.with_defines({name: [values[0]] for name, values in spec.tuned_defines})
+    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
+    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
+    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
+    if searched:
+        space = space.with_defines(searched)
     # the build that ships: as its compile command gives it now, where the ACF names one still there
     build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
     shipped = build.values() if build is not None else {}

@@ -76,7 +76,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
         spec = with_base_flags(load_spec(kernel, arch=acf.arch), command.base_flags,
                                f"{database}: the command for {kernel.name}")
     except UsageError as error:
-        return [*other, Hit(RULE, recorded, "unreadable", f"the compile command the ACF is held to cannot be read "
+        return [*other, Hit(RULE, recorded, "unreadable", f"the compile command the ACF {'is held to' if given else 'was tuned from'} cannot be read "
                             f"now ({first_line(str(error))}): the gate cannot tell whether its baseline is still the "
                             "build that ships")]
     shipped = under_register_cap(command.shipped, spec.nvcc_flags)
@@ -87,8 +87,9 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
         return other
     return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
-                        f"the compile command in {database} {'differs from the one' if other else 'changed since'} "
-                        f"the ACF was tuned {'from' if other else ''} ({'; '.join(changes)}): "
+                        f"the compile command in {database} "
+                        f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
+                        f"({'; '.join(changes)}): "
                         "the ACF's baseline is no longer the build that ships", retune)]
 
 
