@@ -143,7 +143,7 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
     if r is None or m is None:
         return {"acf": result.acf, "kernel": None, "kernel_path": None, "verdict": result.verdict,
                 "findings": [{"rule": f.rule, "severity": f.severity.value, "message": f.message} for f in result.findings],
-                "recorded": None, "measured": None, "timing": None}
+                "recorded": None, "measured": None, "timing": None, "notes": []}
     return {
         "acf": result.acf, "kernel": result.kernel, "kernel_path": result.kernel_path,
         "verdict": result.verdict,
