@@ -196,6 +196,7 @@ def gate(
     device: Annotated[bool | None, typer.Option("--device/--static", metavar="", help="Time on the GPU / static rules only; default: the GPU when one is visible.")] = None,
     program: Annotated[bool, typer.Option(metavar="", help="Time the kernel as a program that prints its time, as `tune --program` did.")] = False,
     metric_regex: Annotated[str | None, typer.Option(help="--program: the time in ms is the regex's first group, as `tune --metric-regex` read it.")] = None,
+    compile_commands: Annotated[Path | None, typer.Option(help="The compile_commands.json that ships (as tune's): each ACF is held to its kernel's command there, not to the database its [baseline] names.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rebuild each kernel with its ACF and check it against the ACF's evidence (exit 0 pass, 1 regression, 2 bad input)."""
@@ -204,7 +205,7 @@ def gate(
 
     gate_reports.check_targets(markdown, junit, tuple(acf_files))  # before any rebuild
     options = gate_lib.GateOptions(acfs=tuple(acf_files), kernel=kernel, rules=tuple(rule or ()), device=device,
-                                   program=program, metric_regex=metric_regex)
+                                   program=program, metric_regex=metric_regex, compile_commands=compile_commands)
     from compileiq.evaluate.timing import HarnessTiming
 
     report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report

@@ -286,9 +286,9 @@ class HarnessTiming:
         tools, bundle = find_toolchain(), bundle_sources(spec)
         acf_bundle = bundle if target.built_spec is spec else bundle_sources(target.built_spec)
         jobs = {
-            "acf": ExecutableJob(tools.nvcc, acf_bundle, acf.arch, (*acf.frontend_args, *acf.fixed_defines),
+            "acf": ExecutableJob(tools.nvcc, acf_bundle, acf.arch, (*acf.frontend_args, *spec.fixed_define_args()),
                                  acf.ptxas_args, spec.compile_timeout_s),
-            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, (*baseline.frontend_args, *acf.fixed_defines),
+            "default": ExecutableJob(tools.nvcc, bundle, acf.arch, (*baseline.frontend_args, *spec.fixed_define_args()),
                                      baseline.ptxas_args, spec.compile_timeout_s),
         }
         with ThreadPoolExecutor(len(jobs)) as pool:  # both at once

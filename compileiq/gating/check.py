@@ -27,8 +27,8 @@ from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
-from compileiq.gating import kernel_settings
-from compileiq.gating.retune import recorded_program_options, retune_command
+from compileiq.gating import kernel_settings, macro_settings
+from compileiq.gating.retune import path_from_here, recorded_program_options, retune_command
 from compileiq.gating.rules import (
     BaseFlagDifference,
     Defaults,
@@ -68,6 +68,8 @@ class Target:
     settings_origin: str = "tune.toml"  # where the kernel's base flags were read
     recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
     shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
+    compile_commands: Path | None = None  # the gate's --compile-commands: the database that ships
+    notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
 
     @property
     def built_spec(self) -> KernelSpec:
@@ -90,6 +92,7 @@ class AcfResult:
     recorded: Recorded | None  # None: bad input, nothing was built
     measured: Measured | None
     timing: Timing | None = None
+    notes: tuple[str, ...] = ()  # which compilation database the ACF was held to, an applied ACF
 
     @classmethod
     def unchecked(cls, acf: str, problem: str) -> AcfResult:
@@ -136,14 +139,17 @@ class GateOptions:
     seed: int = 0
     program: bool = False  # time the kernel as a program that prints its time (as tune's --program)
     metric_regex: str | None = None  # program mode: the time in ms is the first group (as tune's)
+    compile_commands: Path | None = None  # the compilation database that ships (as tune's --compile-commands)
 
 
 # --- locating -----------------------------------------------------------------------------------
 
 
-def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None) -> Target:
+def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None,
+           compile_commands: Path | None = None) -> Target:
     """Read an ACF (validated) and find its kernel; UsageError when either is wrong. `program` and
-    `metric_regex` are the gate's --program and --metric-regex: how a timed gate runs the kernel."""
+    `metric_regex` are the gate's --program and --metric-regex: how a timed gate runs the kernel;
+    `compile_commands` its --compile-commands, the database that ships (default: the ACF's own)."""
     acf = acf_file.read(path)
     found = kernel if kernel is not None else _find_source(acf)
     if kind := not_regular(found):
@@ -152,7 +158,9 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    own = kernel_settings.current(found, acf)  # the base flags are the kernel's, never the ACF's word
+    own = kernel_settings.current(found, acf, compile_commands)  # the base flags are the kernel's, never the ACF's word
+    if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
+        raise UsageError(problem)
     spec = own.spec.measured_as(program, metric_regex)
     recorded = kernel_settings.as_recorded(own.tune_toml.measured_as(program, metric_regex), acf)  # as `flags --all`
     if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
@@ -162,7 +170,21 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     differ = kernel_settings.difference(spec, acf.base)
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
-                  (own.shipped,) if own.command_read else None)
+                  (own.shipped,) if own.command_read else None, compile_commands, _held_notes(found, acf, own))
+
+
+def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:
+    """Which compilation database the ACF was held to (its [baseline] chose it unless the gate's
+    --compile-commands did: a reviewer should see which), and whether its command applies the ACF."""
+    if own.database is None:
+        return ()
+    why = "--compile-commands" if own.given else "named by the ACF's [baseline]; pass --compile-commands to name the one that ships"
+    database = path_from_here(str(own.database))
+    notes = [f"held to the compile command for {found.name} in {database} ({why})"]
+    if own.applied:
+        notes.append(f"applied: the compile command in {database} builds the ACF's choice; its baseline is the "
+                     "build the ACF records (before the change)")
+    return tuple(notes)
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
@@ -221,10 +243,11 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     justify departing from it."""
     acf, spec = target.acf, target.spec
     space = load_space(acf.nvcc_version)
-    first = {name: values[0] for name, values in spec.tuned_defines}
-    macros = {n.removeprefix("define."): v for n, v in acf.controls.items() if n.startswith("define.")}
-    if macros:
-        space = space.with_defines({name: [first.get(name, value)] for name, value in macros.items()})
+    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
+    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
+    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
+    if searched:
+        space = space.with_defines(searched)
     # the build that ships: as its compile command gives it now, where the ACF names one still there
     build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
     shipped = build.values() if build is not None else {}
@@ -245,7 +268,8 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
     the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
     acf, settings = target.acf, target.spec.settings_sha256()
-    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *acf.fixed_defines),
+    # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *spec.fixed_define_args()),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
@@ -275,6 +299,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     hits = static_hits(recorded, measured, retune)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
     named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
+    named += macro_settings.macro_hits(target.spec, target.acf, retune)
     if shipped or named:  # they say which settings: the settings hash alone says less
         hits = [hit for hit in hits if hit.rule != "stale-settings"]
     hits += shipped + named
@@ -291,7 +316,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
         tell(f"{target.acf_label}: {describe(measured_timing.vs_default)} against {defaults.name}")
         hits += timing_hits(measured_timing)
     return AcfResult(target.acf_label, target.acf.kernel, target.kernel_label, findings(hits, table),
-                     recorded, measured, measured_timing)
+                     recorded, measured, measured_timing, target.notes)
 
 
 def measuring_problem(target: Target) -> str:
@@ -343,6 +368,11 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         raise UsageError("--kernel applies to a single ACF; give one ACF with it")
     if options.metric_regex is not None and (problem := metric_regex_problem(options.metric_regex)):
         raise UsageError(f"--metric-regex: {problem}")
+    if (database := options.compile_commands) is not None:
+        if kind := not_regular(database):
+            raise UsageError(f"--compile-commands {database} is {kind}, not a compilation database")
+        if not database.is_file():
+            raise UsageError(f"--compile-commands {database}: file not found")
     table = severities(options.rules)
     mode, note = resolve_mode(options.device, visible, timing)
     if progress is not None and (ignored := ignored_note()):  # run_tool leaves them out of every rebuild
@@ -360,13 +390,16 @@ def _checked_target(path: Path, options: GateOptions, mode: str,
     """The ACF located and validated, or its bad input as an unchecked result (the other ACFs are
     still gated, and every report says which one could not be)."""
     try:
-        target = locate(path, options.kernel, options.program, options.metric_regex)
+        target = locate(path, options.kernel, options.program, options.metric_regex, options.compile_commands)
         recorded_of(target.acf)
         if problem := measuring_problem(target):
             if mode == "timing":
                 raise UsageError(problem)
             if progress is not None:  # static rules only (its stale-settings re-tune keeps the mode)
                 progress(f"note: {problem}")
+        if progress is not None:
+            for note in target.notes:
+                progress(f"note: {path}: {note}")
         return target
     except UsageError as error:
         return AcfResult.unchecked(str(path), first_line(str(error)))

@@ -62,6 +62,7 @@ def _markdown_result(result: AcfResult) -> list[str]:
         return [f"### {_cell(result.acf)}: {result.verdict}", "",
                 f"Could not be checked (bad input): {_cell(result.findings[0].message)}"]
     lines = [f"### {_cell(result.acf)}: {result.verdict}", "", f"Kernel {_cell(result.kernel_path)}.", ""]
+    lines += [*(f"Note: {_cell(note)}." for note in result.notes), *([""] if result.notes else [])]
     if result.timing is not None:
         lines += [*_markdown_timing(result.timing), ""]
     if not result.findings:
@@ -142,7 +143,7 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
     if r is None or m is None:
         return {"acf": result.acf, "kernel": None, "kernel_path": None, "verdict": result.verdict,
                 "findings": [{"rule": f.rule, "severity": f.severity.value, "message": f.message} for f in result.findings],
-                "recorded": None, "measured": None, "timing": None}
+                "recorded": None, "measured": None, "timing": None, "notes": []}
     return {
         "acf": result.acf, "kernel": result.kernel, "kernel_path": result.kernel_path,
         "verdict": result.verdict,
@@ -154,6 +155,7 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
                      "toolchain_build": m.toolchain_build, **_metrics_json(m)},
         "timing": None if result.timing is None else _timing_json(result.timing),
+        "notes": list(result.notes),
     }  # fmt: skip
 
 

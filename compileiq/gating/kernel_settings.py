@@ -10,6 +10,11 @@ read, nothing can be checked: the ACF's own flags and baseline are used, with a 
 Likewise the shipped build the baseline reproduces is the one that command gives now, not the
 one the ACF's `[baseline]` says it gave: a forged or outdated `-Xptxas -O0` there would otherwise
 let the ACF lower the optimisation level of the build that ships.
+
+Which compilation database that is: the gate's `--compile-commands` where given (the database that
+ships), else the one the ACF's `[baseline]` names (which the ACF chose: `database` says which, for
+the report). A command that now ships exactly the ACF's choice is the ACF applied, not a changed
+build: its baseline is then the one the ACF records (the build before the change).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from compileiq.core.errors import UsageError
 from compileiq.core.space_files import load_space
 from compileiq.gating.rules import BaseFlagDifference
+from compileiq.gating.shipped_command import applies_choice
 from compileiq.results import acf as acf_file
 from compileiq.source.base_flags import BaseFlags
 from compileiq.source.kernel import load_spec, with_base_flags
@@ -34,28 +40,47 @@ class KernelSettings:
     tune_toml: KernelSpec  # tune.toml alone
     command_read: bool = False  # the compile command the ACF's [baseline] names was read now
     shipped: ShippedBuild | None = None  # what that command ships now (the baseline's reference), where read
+    database: Path | None = None  # the compilation database the ACF is held to (None: tune.toml alone)
+    given: bool = False  # that database is the gate's --compile-commands (else the ACF's [baseline] path)
+    applied: bool = False  # its command now ships exactly the ACF's choice: the baseline is the recorded one
 
 
-def current(found: Path, acf: acf_file.Acf) -> KernelSettings:
-    """The kernel's settings as `tune` would read them now (KernelError/UsageError for a bad tune.toml)."""
+def named_database(acf: acf_file.Acf) -> Path | None:
+    """The compilation database the ACF's [baseline] names (relative to the ACF's folder), or None."""
+    if acf.shipped is None or not acf.shipped.path:
+        return None
+    return Path(acf.shipped.path) if Path(acf.shipped.path).is_absolute() else acf.path.parent / acf.shipped.path
+
+
+def current(found: Path, acf: acf_file.Acf, compile_commands: Path | None = None) -> KernelSettings:
+    """The kernel's settings as `tune` would read them now (KernelError/UsageError for a bad tune.toml);
+    `compile_commands`: the gate's --compile-commands, the database that ships."""
     spec = load_spec(found, arch=acf.arch)
     shipped = acf.shipped
-    if shipped is None:
-        return KernelSettings(spec, "tune.toml", spec)
+    database = compile_commands if compile_commands is not None else named_database(acf)
+    given = compile_commands is not None
+    if database is None:
+        if shipped is None:
+            return KernelSettings(spec, "tune.toml", spec)
+        return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec)
     from compileiq.source.compile_db import read_command
 
     try:
-        if not shipped.path:
-            raise UsageError("the ACF names no compilation database")
-        database = Path(shipped.path) if Path(shipped.path).is_absolute() else acf.path.parent / shipped.path
         command = read_command(database, found, load_space(acf.nvcc_version))
         with_command = with_base_flags(spec, command.base_flags, f"{database}: the command for {found.name}")
-    except UsageError:  # none named, gone (a CI clone without the build folder), or no longer a command
-        # compileiq reads: nothing to hold the ACF to here; its flags and baseline are used as it records
-        # them, and `shipped_command.shipped_command_hits` says the compile command was not checked
-        return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec)
+    except UsageError:  # gone (a CI clone without the build folder), or no longer a command compileiq
+        # reads: nothing to hold the ACF to here; its flags and baseline are used as it records them,
+        # and `shipped_command.shipped_command_hits` says the compile command was not checked
+        if shipped is None:  # the kernel is not in the database given: it ships as tune.toml builds it
+            return KernelSettings(spec, "tune.toml", spec, database=database, given=given)
+        return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec,
+                              database=database, given=given)
     now = under_register_cap(command.shipped, with_command.nvcc_flags)
-    return KernelSettings(with_command, f"tune.toml and {shipped.origin}", spec, True, now)
+    origin = f"tune.toml and {database}" if given or shipped is None else f"tune.toml and {shipped.origin}"
+    if shipped is not None and applies_choice(acf, as_recorded(spec, acf), with_command, now, command.arch):
+        recorded = under_register_cap(shipped, with_command.nvcc_flags)  # the build before the ACF was applied
+        return KernelSettings(with_command, origin, spec, True, recorded, database, given, applied=True)
+    return KernelSettings(with_command, origin, spec, True, now, database, given)
 
 
 def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:

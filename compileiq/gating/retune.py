@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import shlex
+from pathlib import Path
 from typing import Protocol
 
 from compileiq.core.metric_ranges import MAX_BUDGET
@@ -30,6 +31,8 @@ class Target(Protocol):
     def spec(self) -> KernelSpec: ...
     @property
     def measuring_args(self) -> tuple[str, ...]: ...
+    @property
+    def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands
 
 
 def retune_command(target: Target, measured: Measured) -> str:
@@ -84,8 +87,10 @@ def retune_space(searched: object) -> list[str]:
 
 
 def shipped_from(target: Target) -> tuple[str, ...]:
-    """`--compile-commands` as the ACF's [baseline] records it (relative to the ACF's folder): a
-    re-tune starts from the build that ships, with its -I/-D, as the tuning did."""
+    """`--compile-commands` as the gate's own names it, else as the ACF's [baseline] records it
+    (relative to the ACF's folder): a re-tune starts from the build that ships, with its -I/-D."""
+    if target.compile_commands is not None:
+        return ("--compile-commands", path_from_here(str(target.compile_commands)))
     shipped = target.acf.shipped
     if shipped is None or not shipped.path:
         return ()

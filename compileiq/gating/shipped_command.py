@@ -6,7 +6,9 @@ so too, with the re-tune command, instead of passing an ACF whose baseline no lo
 Only what changes the study is compared (the base flags that reach nvcc, the searched settings'
 shipped values, the arch): a linker or report option added changes neither. The database is read
 as `tune --compile-commands` reads it (never run); a database that is gone or can no longer be read
-is said as it is.
+is said as it is. Which database: the gate's `--compile-commands` where given (an ACF whose
+[baseline] names another is said to), else the one the ACF names. A command that now ships exactly
+the ACF's choice (`applies_choice`) is the ACF applied: no change to warn about.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Protocol
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
+from compileiq.core.space import Value
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
@@ -26,7 +29,7 @@ from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import read_command
 from compileiq.source.kernel import load_spec, with_base_flags
 from compileiq.source.shipped import under_register_cap
-from compileiq.source.spec import FixedFlag, KernelSpec
+from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
 RULE = "stale-settings"
 
@@ -40,23 +43,32 @@ class Target(Protocol):
     def kernel_label(self) -> str: ...
     @property
     def spec(self) -> KernelSpec: ...
+    @property
+    def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands: the database that ships
 
 
 def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     """A hit when the compile command the ACF was tuned from is gone, unreadable, or no longer
-    the build the ACF's baseline records; none for an ACF tuned without one."""
-    acf = target.acf
-    if acf.shipped is None:
-        return []
+    the build the ACF's baseline records, or when the gate's --compile-commands is not the database
+    the ACF names (or ships a command for a kernel the ACF was tuned without one); none for an ACF
+    tuned without one and gated without --compile-commands."""
+    acf, given = target.acf, target.compile_commands
     recorded = target.spec.settings_sha256()[:12]
-    if not acf.shipped.path:  # the ACF's word alone for the build its baseline is
+    if acf.shipped is None:
+        return _untuned_from(target, given, recorded, retune) if given is not None else []
+    named = None if not acf.shipped.path else Path(path_from_here(str(acf.path.parent / acf.shipped.path)))
+    if given is None and named is None:  # the ACF's word alone for the build its baseline is
         return [Hit(RULE, recorded, "not checked", "the ACF's [baseline] names no compilation database: the gate "
                     f"cannot tell whether its baseline ({acf.shipped.origin}) is the build that ships")]
-    database = Path(path_from_here(str(acf.path.parent / acf.shipped.path)))  # as the re-tune line names it
+    database = Path(path_from_here(str(given))) if given is not None else named
+    assert database is not None
+    other = [] if named is None or given is None or _same_file(named, given) else [Hit(
+        RULE, str(named), str(database), f"the ACF's [baseline] names the compilation database {named}, but the "
+        f"database that ships is {database} (--compile-commands): the ACF is held to {database}", retune)]
     if kind := not_regular(database):
-        return [_unchecked(recorded, f"is {kind}, not a compilation database", database)]
+        return [*other, _unchecked(recorded, f"is {kind}, not a compilation database", database)]
     if not database.is_file():
-        return [_unchecked(recorded, "is gone", database)]
+        return [*other, _unchecked(recorded, "is gone", database)]
     kernel = Path(target.kernel_label)
     space = load_space(acf.nvcc_version)
     try:
@@ -64,19 +76,62 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
         spec = with_base_flags(load_spec(kernel, arch=acf.arch), command.base_flags,
                                f"{database}: the command for {kernel.name}")
     except UsageError as error:
-        return [Hit(RULE, recorded, "unreadable", f"the compile command the ACF was tuned from cannot be read now "
-                    f"({first_line(str(error))}): the gate cannot tell whether its baseline is still the build "
-                    "that ships")]
+        return [*other, Hit(RULE, recorded, "unreadable", f"the compile command the ACF {'is held to' if given else 'was tuned from'} cannot be read "
+                            f"now ({first_line(str(error))}): the gate cannot tell whether its baseline is still the "
+                            "build that ships")]
     shipped = under_register_cap(command.shipped, spec.nvcc_flags)
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
     moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
     changes = _changes(target.spec, now, space.default_config().as_dict(), acf.arch, moved)
-    if not changes:
+    if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
+        return other
+    return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
+                        f"the compile command in {database} "
+                        f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
+                        f"({'; '.join(changes)}): "
+                        "the ACF's baseline is no longer the build that ships", retune)]
+
+
+def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shipped: ShippedBuild | None,
+                   arch: str | None) -> bool:
+    """The command now ships exactly the ACF's choice (its searched settings are the ACF's controls,
+    its base flags and arch those the ACF was tuned with) where it shipped something else before:
+    the ACF applied as `flags` says, not a changed build."""
+    if acf.shipped is None or arch not in (None, acf.arch) and not any(_other_arch(f) for f in acf.shipped.fixed):
+        return False
+    if now.nvcc_flags.flags != tuned.nvcc_flags.flags or set(now.include_dirs) != set(tuned.include_dirs):
+        return False
+    defaults = load_space(acf.nvcc_version).default_config()
+
+    def searched(values: Mapping[str, Value]) -> dict[str, object]:
+        return {k: v for k, v in defaults.with_values(values).as_dict().items() if not k.startswith("define.")}
+
+    chosen = searched({k: v for k, v in acf.controls.items() if not k.startswith("define.")})
+    ships = searched(shipped.values() if shipped is not None else {})
+    return ships == chosen and ships != searched(acf.shipped.values())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _untuned_from(target: Target, database: Path, recorded: str, retune: str) -> list[Hit]:
+    """An ACF tuned without a compile command, gated with a database that has one for its kernel:
+    its baseline (the compiler defaults) is not the build that ships."""
+    kernel = Path(target.kernel_label)
+    try:
+        command = read_command(database, kernel, load_space(target.acf.nvcc_version))
+    except UsageError:  # no command for this kernel (or none readable): it is not built from that database
         return []
-    return [Hit(RULE, recorded, now.settings_sha256()[:12],
-                f"the compile command in {database} changed since the ACF was tuned ({'; '.join(changes)}): "
-                "the ACF's baseline is no longer the build that ships", retune)]
+    settings = command.shipped.settings if command.shipped is not None else ()
+    ships = f"ships {' '.join(dict.fromkeys(s.flag for s in settings))}" if settings else "with its own flags"
+    return [Hit(RULE, recorded, "compile command", f"the ACF was tuned without a compile command, but "
+                f"{path_from_here(str(database))} has one for {kernel.name} ({ships}): the ACF's baseline is not "
+                "the build that ships", retune)]
 
 
 def _unchecked(recorded: str, what: str, database: Path) -> Hit:
