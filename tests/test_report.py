@@ -191,7 +191,7 @@ def test_a_markdown_report_carries_no_terminal_escapes_from_a_study_name(tmp_pat
     assert result.returncode == 0, result.describe()
     text = (tmp_path / "r.md").read_text()
     assert "\x1b" not in text and "\x07" not in text
-    assert "evil\\x1b]0;pwned\\x07\\x1b[2J" in text  # shown, as escapes
+    assert "evil\\x1b\\]0;pwned\\x07\\x1b\\[2J" in text  # shown, as escapes (brackets as text: no link)
 
 
 def test_compare_two_studies(tmp_path):
