@@ -114,6 +114,24 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
     assert "baseline" not in tomllib.loads((tmp_path / "defaults.acf.toml").read_text())
 
 
+def test_flags_all_names_the_shipped_flags_it_leaves_out(tmp_path: Path) -> None:
+    """User 48: `nvcc $(compileiq flags ACF --all)` (the README's recipe) silently dropped the
+    shipped build's other arch, host -O3 and -Xcompiler=-fPIC (a fat binary without sm_80, a shared
+    library that no longer links). They are still not printed (the ACF is untrusted and never vetted
+    them as base flags), but a note on stderr names each one; stdout stays the flags alone."""
+    _project(tmp_path, "nvcc -O3 -Xcompiler=-fPIC -gencode arch=compute_90,code=sm_90 "
+                       "-gencode arch=compute_80,code=sm_80 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2", "--out", str(out))
+    every = run_cli(["flags", str(out), "--all"], cwd=tmp_path)
+    assert every.returncode == 0 and "-O3" not in every.stdout and "-fPIC" not in every.stdout, every.describe()
+    assert ("note: --all leaves out 3 flag(s) of your build as shipped that the ACF records as not applied "
+            "(-O3, -Xcompiler=-fPIC, -gencode arch=compute_80,code=sm_80): keep them from the build's own command"
+            ) in every.stderr, every.describe()
+    for quiet in (["flags", str(out)], ["flags", str(out), "--all", "--format", "cmake"]):  # adds to the build's own
+        assert "leaves out" not in run_cli(quiet, cwd=tmp_path).stderr
+
+
 def test_a_choice_that_changes_a_shipped_setting_names_the_flags_to_remove(tmp_path: Path) -> None:
     """Shipped at ptxas -O0: every higher level is better and lowers nothing (the no-harm rules
     hold to the shipped build); the ACF and `flags` say to take -Xptxas -O0 out of the command."""
