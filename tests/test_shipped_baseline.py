@@ -100,6 +100,8 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
                                  {"setting": "ptxas.opt_level", "value": 3, "flag": "-Xptxas -O3"}]
     assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False)}
     assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
+    # [evidence.vs_defaults] keeps its keys; what their "defaults" values are is said (user 48)
+    assert document["evidence"]["vs_defaults"]["against"] == "your build as shipped (compile_commands.json)"
     page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
                     "--out", str(tmp_path / "report.html")], cwd=tmp_path)
     html = (tmp_path / "report.html").read_text()
@@ -331,6 +333,7 @@ def test_the_gate_holds_an_acf_to_the_build_its_compile_command_ships_now(tmp_pa
     assert found["worse-than-default"]["severity"] == "error", found
     assert "lowers ptxas optimisation vs your build as shipped (compile_commands.json)" in found[
         "worse-than-default"]["message"], found
+    assert found["worse-than-default"]["recorded"] == "shipped optimisation", found  # was "defaults' optimisation"
     assert "ptxas.opt_level 0 -> 3 (the default)" in found["stale-settings"]["message"], found
 
 
