@@ -134,6 +134,23 @@ def test_flags_all_names_the_shipped_flags_it_leaves_out(tmp_path: Path) -> None
         assert "leaves out" not in run_cli(quiet, cwd=tmp_path).stderr
 
 
+def test_the_study_list_tells_apart_studies_of_one_file_shipped_with_other_flags(tmp_path: Path) -> None:
+    """User 48: three studies of one unchanged kernels.cu, shipped with other -Xptxas flags, were
+    listed by `show` as identical rows apart from the hash in their names."""
+    for command in ("nvcc -Xptxas -O1 -arch=sm_90 -c k.cu", "nvcc -Xptxas -O2 -arch=sm_90 -c k.cu"):
+        _project(tmp_path, command)
+        _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level", "--budget", "2",
+              "--out", str(tmp_path / "k.acf.toml"), "--force")
+    _tune(tmp_path, "--only", "ptxas.opt_level", "--budget", "2", "--out", str(tmp_path / "k.acf.toml"), "--force")
+    listed = run_cli(["show", "--db", f"sqlite:///{tmp_path / 't.db'}", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert [s["baseline"] for s in json.loads(listed.stdout)] == [
+        "your build (compile_commands.json): ptxas.opt_level=1", "your build (compile_commands.json): ptxas.opt_level=2",
+        "defaults"]
+    table = run_cli(["show", "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path).stdout
+    assert "┃ baseline " in table and "│ your build (compile_commands.json): ptxas.opt_level=2 │" in table, table
+
+
 def test_a_choice_that_changes_a_shipped_setting_names_the_flags_to_remove(tmp_path: Path) -> None:
     """Shipped at ptxas -O0: every higher level is better and lowers nothing (the no-harm rules
     hold to the shipped build); the ACF and `flags` say to take -Xptxas -O0 out of the command."""
