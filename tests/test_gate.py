@@ -318,6 +318,7 @@ def test_a_slower_acf_fails_the_gate_in_timing_mode(tuned):
     assert "the ACF build is SLOWER than the compiler defaults: SLOWER" in result.findings[0].message
     # every report says what time the build was held to, and where the ACF records it
     assert "Timing vs recorded (ACF/recorded, 1 ms (objective.confirmed_median)): SLOWER" in ci_reports.markdown(report)
+    assert "Timing vs the compiler defaults (ACF/baseline): SLOWER" in ci_reports.markdown(report)  # or the build as shipped
     (acf_json,) = ci_reports.as_json(report)["acfs"]
     assert acf_json["timing"]["vs_recorded"]["recorded_ms"] == 1.0
     assert acf_json["timing"]["vs_recorded"]["recorded_is"] == "objective.confirmed_median"
@@ -539,3 +540,21 @@ def test_the_gate_markdown_escapes_html_from_an_acf(tuned, tmp_path):
     written = (workspace / "gate.md").read_text()
     assert "<img" not in written and "<h1>" not in written, written
     assert "&lt;img src=\"https://attacker.example/p.png\"&gt;&lt;h1&gt;All green &amp; ship it&lt;/h1&gt;" in written
+
+
+def test_the_gate_markdown_renders_links_images_and_mentions_from_an_acf_as_text(tuned, tmp_path):
+    """Red team 48: an ACF's `format = "![pwn](https://...) [Approve here](https://...) @octocat"`
+    reached the PR comment as a tracking image, a link and a mention (the bad-input message quotes
+    it). Every markdown construct in untrusted text is escaped: it reads as the characters it is."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    acf = workspace / ACF
+    forged = "![pwn](https://e.example/p.png) [Approve here](https://e.example/x) @octocat *b* `c` opt_level _y_"
+    acf.write_text(acf.read_text().replace("format = 1", f"format = {json.dumps(forged)}", 1))
+    result = _gate(workspace, ACF, "--static", "--markdown", "gate.md")
+    assert result.returncode == 2, result.describe()
+    written = (workspace / "gate.md").read_text()
+    assert ("!\\[pwn\\](https://e.example/p.png) \\[Approve here\\](https://e.example/x) @&#8203;octocat "
+            "\\*b\\* \\`c\\` opt_level \\_y\\_") in written, written
+    quoted = next(line for line in written.splitlines() if line.startswith("Could not be checked"))
+    assert not re.search(r"(?<!\\)[][`*]|@octocat", quoted), quoted  # nothing left live

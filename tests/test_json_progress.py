@@ -179,6 +179,24 @@ def test_with_ray_the_first_result_comes_before_the_workers_are_ready(tmp_path: 
 
 
 
+@pytest.mark.slow
+def test_a_run_says_where_its_variants_compiled_while_ray_started(tmp_path: Path) -> None:
+    """User 48: a small run with the default embedded Ray printed "compiling on Ray (starting; ...)",
+    never a "workers ready" line, and nothing at the end said that every trial compiled on local
+    threads (the run then waited seconds for a Ray it never used). The summary says where."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    result = run_cli(["tune", "k.cu", "--budget", "3", "--only", ONLY, "--db", "sqlite:///t.db", "--arch", "sm_90"],
+                     cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.describe()
+    where = [line for line in result.stdout.splitlines() if line.startswith("compiled: ")]
+    assert len(where) == 1 and re.fullmatch(  # Ray takes seconds to start: the first is all but certain
+        r"compiled: (all 3 variant\(s\) on local threads; Ray was still starting and was not used"
+        r"|\d variant\(s\) on local threads while Ray started, \d on Ray)", where[0]), result.describe()
+    local = run_cli(["tune", "k.cu", "--budget", "3", "--only", ONLY, "--db", "sqlite:///l.db", "--arch", "sm_90",
+                     "--workers", "local"], cwd=tmp_path)
+    assert local.returncode == 0 and "compiled: " not in local.stdout, local.describe()  # nothing to explain
+
+
 def test_the_search_loads_while_the_baseline_compiles(tmp_path: Path) -> None:
     """Issue 25.6: scikit-optimize took 5-40 s to import under load before the first line; it
     now loads on a thread of its own, so the baseline's result comes before it is needed."""

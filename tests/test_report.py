@@ -191,7 +191,7 @@ def test_a_markdown_report_carries_no_terminal_escapes_from_a_study_name(tmp_pat
     assert result.returncode == 0, result.describe()
     text = (tmp_path / "r.md").read_text()
     assert "\x1b" not in text and "\x07" not in text
-    assert "evil\\x1b]0;pwned\\x07\\x1b[2J" in text  # shown, as escapes
+    assert "evil\\x1b\\]0;pwned\\x07\\x1b\\[2J" in text  # shown, as escapes (brackets as text: no link)
 
 
 def test_compare_two_studies(tmp_path):
@@ -324,7 +324,7 @@ def test_compare_verdicts_say_why_a_choice_cannot_be_checked(tmp_path):
         quarantined = compare(store, "tuned", "other").holds[0]
     finally:
         store.close()
-    assert kept.verdict == "nothing to check: it kept its baseline"
+    assert kept.verdict == "nothing to check: it kept its baseline, that study's baseline too"
     assert quarantined.verdict == "its row there was quarantined (#1)"
 
 
@@ -402,6 +402,33 @@ def test_a_comparison_shows_occupancy_as_occupancy(tmp_path):
                    "| +25.0 percentage points | 2 |"), row
     spilly = next(line for line in text.splitlines() if line.startswith("| spilly |"))
     assert "spill bytes, lower is better" in spilly
+
+
+def test_a_comparison_of_two_shipped_builds_names_the_baselines_and_checks_a_kept_baseline(tmp_path):
+    """User 48: two studies of one unchanged file shipped with and without a register cap. The
+    comparison listed only `source_sha256` (read as the source's hash; it is the study identity),
+    not the baselines' difference, and said "nothing to check: it kept its baseline" of the study
+    that kept its uncapped baseline, although those settings are the other study's choice there."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = Store.open(url)
+    capped = {**BASELINE, "ptxas.maxrregcount": 32}
+    for name, configs in (("capped", ((capped, 24), (BASELINE, 0))), ("uncapped", ((BASELINE, 0), (capped, 24)))):
+        study = store.get_or_create_study(_key(source_sha256=("ab" if name == "capped" else "ef") * 32), name)
+        for number, (config, spills) in enumerate(configs):
+            trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+            metrics = {"spill_bytes": spills, "registers": 32, "occupancy": 1.0, "instructions": 10, "stack_bytes": 0}
+            store.finish_trial(trial.id, state=TrialState.COMPLETE, value=spills, reason=None, metrics=metrics,
+                               code_hash=f"{number + (0 if config == BASELINE else 10):064d}", compile_seconds=0.1)
+    store.close()
+    result = run_cli(["report", "--compare", "capped", "uncapped", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = result.stdout
+    assert "| study identity (sources, flags, tune.toml and shipped settings; source_sha256) | abab" in text, text
+    assert "| baseline ptxas.maxrregcount | 32 | default |" in text, text
+    holds = {line.split(" | ")[0]: line.split(" | ")[-1] for line in text.split("still hold")[1].splitlines()
+             if line.startswith(("| capped", "| uncapped"))}
+    assert holds == {"| uncapped": "holds: its baseline's settings (kept) beat that baseline; its best is 0 |",
+                     "| capped": "nothing gained there: it is that study's baseline |"}, holds
 
 
 def _two_objective_study(url: str, complete: int = 26, failed: int = 2) -> list[tuple[int, int]]:

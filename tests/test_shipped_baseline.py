@@ -100,6 +100,8 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
                                  {"setting": "ptxas.opt_level", "value": 3, "flag": "-Xptxas -O3"}]
     assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False)}
     assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
+    # [evidence.vs_defaults] keeps its keys; what their "defaults" values are is said (user 48)
+    assert document["evidence"]["vs_defaults"]["against"] == "your build as shipped (compile_commands.json)"
     page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",
                     "--out", str(tmp_path / "report.html")], cwd=tmp_path)
     html = (tmp_path / "report.html").read_text()
@@ -112,6 +114,41 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
     assert defaults["baseline"]["config"].get("nvcc.use_fast_math") in (None, False)
     assert defaults["baseline_label"] == "baseline (defaults)"
     assert "baseline" not in tomllib.loads((tmp_path / "defaults.acf.toml").read_text())
+
+
+def test_flags_all_names_the_shipped_flags_it_leaves_out(tmp_path: Path) -> None:
+    """User 48: `nvcc $(compileiq flags ACF --all)` (the README's recipe) silently dropped the
+    shipped build's other arch, host -O3 and -Xcompiler=-fPIC (a fat binary without sm_80, a shared
+    library that no longer links). They are still not printed (the ACF is untrusted and never vetted
+    them as base flags), but a note on stderr names each one; stdout stays the flags alone."""
+    _project(tmp_path, "nvcc -O3 -Xcompiler=-fPIC -gencode arch=compute_90,code=sm_90 "
+                       "-gencode arch=compute_80,code=sm_80 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2", "--out", str(out))
+    every = run_cli(["flags", str(out), "--all"], cwd=tmp_path)
+    assert every.returncode == 0 and "-O3" not in every.stdout and "-fPIC" not in every.stdout, every.describe()
+    assert ("note: --all leaves out 3 flag(s) of your build as shipped that the ACF records as not applied "
+            "(-O3, -Xcompiler=-fPIC, -gencode arch=compute_80,code=sm_80): keep them from the build's own command"
+            ) in every.stderr, every.describe()
+    for quiet in (["flags", str(out)], ["flags", str(out), "--all", "--format", "cmake"]):  # adds to the build's own
+        assert "leaves out" not in run_cli(quiet, cwd=tmp_path).stderr
+
+
+def test_the_study_list_tells_apart_studies_of_one_file_shipped_with_other_flags(tmp_path: Path) -> None:
+    """User 48: three studies of one unchanged kernels.cu, shipped with other -Xptxas flags, were
+    listed by `show` as identical rows apart from the hash in their names."""
+    for command in ("nvcc -Xptxas -O1 -arch=sm_90 -c k.cu", "nvcc -Xptxas -O2 -arch=sm_90 -c k.cu"):
+        _project(tmp_path, command)
+        _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level", "--budget", "2",
+              "--out", str(tmp_path / "k.acf.toml"), "--force")
+    _tune(tmp_path, "--only", "ptxas.opt_level", "--budget", "2", "--out", str(tmp_path / "k.acf.toml"), "--force")
+    listed = run_cli(["show", "--db", f"sqlite:///{tmp_path / 't.db'}", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert [s["baseline"] for s in json.loads(listed.stdout)] == [
+        "your build (compile_commands.json): ptxas.opt_level=1", "your build (compile_commands.json): ptxas.opt_level=2",
+        "defaults"]
+    table = run_cli(["show", "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path).stdout
+    assert "┃ baseline " in table and "│ your build (compile_commands.json): ptxas.opt_level=2 │" in table, table
 
 
 def test_a_choice_that_changes_a_shipped_setting_names_the_flags_to_remove(tmp_path: Path) -> None:
@@ -313,6 +350,7 @@ def test_the_gate_holds_an_acf_to_the_build_its_compile_command_ships_now(tmp_pa
     assert found["worse-than-default"]["severity"] == "error", found
     assert "lowers ptxas optimisation vs your build as shipped (compile_commands.json)" in found[
         "worse-than-default"]["message"], found
+    assert found["worse-than-default"]["recorded"] == "shipped optimisation", found  # was "defaults' optimisation"
     assert "ptxas.opt_level 0 -> 3 (the default)" in found["stale-settings"]["message"], found
 
 

@@ -179,7 +179,8 @@ def flags(
     found = acf.read(acf_file)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
-    for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base)):
+    for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),
+                 flag_formats.set_aside_note(found, fmt, stage, with_base)):
         if note:
             err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
     if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only

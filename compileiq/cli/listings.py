@@ -43,7 +43,17 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     its trials (a study imported, or made by a run that did not finish), said so."""
     number, value = _listed_choice(summary)
     best_is = "the chosen trial" if number is not None else f"the lowest value, which the rules may refuse: {_unchosen(summary)}"
-    return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is}
+    return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is,
+                                                                          "baseline": _baseline(summary)}
+
+
+def _baseline(summary: StudySummary) -> str:
+    """The study's baseline as the list shows it: studies of one file shipped with other flags
+    differ here (their names differ only in the identity's hash)."""
+    from compileiq.results.explain import baseline_settings
+    from compileiq.results.shipped_origin import decided_origin
+
+    return baseline_settings(summary.study, summary.baseline, decided_origin(summary.decision))
 
 
 def _unchosen(summary: StudySummary) -> str:
@@ -110,16 +120,18 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
 
 def studies_table(summaries: list[StudySummary]) -> Table:
     table = Table(title=Text("studies"))
-    for column in ("id", "name", "kernel", "objective", "arch", "trials", "chosen"):
+    baselines = [_baseline(summary) for summary in summaries]
+    shipped = any(b != "defaults" for b in baselines)  # a column of "defaults" alone would tell nothing apart
+    for column in ("id", "name", "kernel", "objective", "arch", *(("baseline",) if shipped else ()), "trials", "chosen"):
         table.add_column(column)
-    for summary in summaries:
+    for summary, baseline in zip(summaries, baselines, strict=True):
         study, (number, value) = summary.study, _listed_choice(summary)
         text = reading(study.key.objective).text(value)
         shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} ({_unchosen(summary)})"
         if "," in study.key.objective:  # its value is the first objective's alone: no trade-off's measure
             shown = f"#{number} on the front (show {study.id})" if number is not None else _unchosen(summary)
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
-                             summary.trials, shown))
+                             *((baseline,) if shipped else ()), summary.trials, shown))
     return table
 
 

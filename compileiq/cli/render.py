@@ -221,6 +221,8 @@ def print_report(report: app.TuneReport) -> None:
     if untried := untried_macro_values(result.trials, report.space):
         out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
                   "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)
+    if counters.compiled_where:
+        out.print(counters.compiled_where, markup=False)
     if counters.nodes:
         out.print(node_spread(counters.nodes), markup=False)
     if counters.transfers.tasks:

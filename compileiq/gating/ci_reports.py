@@ -75,7 +75,7 @@ def _markdown_result(result: AcfResult) -> list[str]:
 
 
 def _markdown_timing(timing: Timing) -> list[str]:
-    lines = [f"Timing vs defaults (ACF/default): {describe(timing.vs_default)}."]
+    lines = [f"Timing vs {markdown_cell(timing.against)} (ACF/baseline): {describe(timing.vs_default)}."]
     if timing.vs_recorded is not None:
         lines.append(f"Timing vs recorded (ACF/recorded, {timing.recorded}): {describe(timing.vs_recorded)}.")
     return lines

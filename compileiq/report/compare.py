@@ -1,9 +1,11 @@
 """`compileiq report --compare A B`: what differs between two studies of a kernel.
 
-Which parts of the study key differ (toolchain, arch, source, space, objective), how the baseline
-and chosen values moved, which chosen settings changed, and whether each study's choice still
-holds in the other: its config looked up among the other study's recorded trials (nothing is
-built here), and it holds when it still beats that study's baseline.
+Which parts of the study key differ (toolchain, arch, study identity, space, objective), where the
+baselines differ (two builds the project ships: the settings of each study's first trial), how the
+baseline and chosen values moved, which chosen settings changed, and whether each study's choice
+(its settings, a kept baseline included) still holds in the other: its config looked up among the
+other study's recorded trials (nothing is built here), and it holds when it still beats that
+study's baseline.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
 from compileiq.report.page import values_text
 from compileiq.results import multi_objective
-from compileiq.results.explain import Explanation, changed_settings, explain
+from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
+from compileiq.results.shipped_origin import recorded_origin
 from compileiq.store import Store
 
 
@@ -38,7 +41,8 @@ class Holds:
 class Comparison:
     a: Explanation
     b: Explanation
-    key_changes: tuple[tuple[str, str, str], ...]  # (field, a, b)
+    key_changes: tuple[tuple[str, str, str], ...]  # (field as people read it, a, b)
+    baseline_changes: tuple[tuple[str, Any, Any], ...]  # ("baseline SETTING" or "baseline", a, b)
     setting_changes: tuple[tuple[str, Any, Any], ...]  # (setting, chosen in a, chosen in b)
     holds: tuple[Holds, ...]
 
@@ -52,12 +56,30 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     if a.study.id == b.study.id:
         raise UsageError(f"--compare takes two different studies; both name {a.study.name}")
     ka, kb = asdict(a.study.key), asdict(b.study.key)
-    keys = tuple((f, str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
+    keys = tuple((KEY_LABELS.get(f, f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
     chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
     settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
-    return Comparison(a, b, keys, settings, (_holds(a, b), _holds(b, a)))
+    return Comparison(a, b, keys, _baseline_changes(a, b), settings, (_holds(a, b), _holds(b, a)))
+
+
+# The study key's source_sha256 is the study's identity, not the source text's hash (an ACF's
+# kernel.source_sha256 is that): two studies of one unchanged file differ in it when their base
+# flags, tune.toml settings or shipped builds differ.
+KEY_LABELS = {"source_sha256": "study identity (sources, flags, tune.toml and shipped settings; source_sha256)"}
+
+
+def _baseline_changes(a: Explanation, b: Explanation) -> tuple[tuple[str, Any, Any], ...]:
+    """Where the two baselines differ: how each view names it (the compilation database it was
+    read from, or the compiler defaults), and each setting the two first trials set differently."""
+    la, lb = (baseline_label(e.study, e.baseline, recorded_origin(e.runs)) for e in (a, b))
+    rows: list[tuple[str, Any, Any]] = [("baseline", la, lb)] if la != lb else []
+    if a.baseline is not None and b.baseline is not None:
+        ca, cb = a.baseline.config, b.baseline.config
+        rows += [(f"baseline {n}", ca.get(n, "-"), cb.get(n, "-")) for n in sorted(set(ca) | set(cb))
+                 if ca.get(n) != cb.get(n)]
+    return tuple(rows)
 
 
 def _kept(e: Explanation, setting: str) -> str:
@@ -81,8 +103,9 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
     names = (source.study.name, target.study.name)
     if source.chosen is None:
         return Holds(*names, None, baseline, best, "no choice to check: no trial completed")
-    if source.baseline is not None and source.chosen.config_key == source.baseline.config_key:
-        return Holds(*names, None, baseline, best, "nothing to check: it kept its baseline")
+    kept = source.baseline is not None and source.chosen.config_key == source.baseline.config_key
+    if kept and target.baseline is not None and source.chosen.config_key == target.baseline.config_key:
+        return Holds(*names, None, baseline, best, "nothing to check: it kept its baseline, that study's baseline too")
     if source.study.key.objective != target.study.key.objective:
         return Holds(*names, None, baseline, best, "not comparable: the studies have different objectives")
     found = next((t for t in target.trials if t.config_key == source.chosen.config_key), None)
@@ -91,10 +114,13 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
                    f"its row there was quarantined (#{found.number})" if (found.reason or "").startswith(QUARANTINED)
                    else f"failed there (#{found.number}: {first_line(found.reason, 120)})")
         return Holds(*names, None, baseline, best, verdict)
+    what = "its baseline's settings (kept) " if kept else ""
     if baseline is not None and found.value < baseline:
         gap = "" if best is None else f"; its best is {values_text(target.study.key.objective, target.chosen)}"
-        return Holds(*names, found.value, baseline, best, f"holds: beats that baseline{gap}")
-    return Holds(*names, found.value, baseline, best, "no longer holds: no better than that baseline")
+        return Holds(*names, found.value, baseline, best, f"holds: {what}beat that baseline{gap}")
+    if target.baseline is not None and found.config_key == target.baseline.config_key:
+        return Holds(*names, found.value, baseline, best, "nothing gained there: it is that study's baseline")
+    return Holds(*names, found.value, baseline, best, f"no longer holds: {what}no better than that baseline")
 
 
 def write(store: Store, first: str, second: str, out: Path, fmt: str) -> list[Path]:
@@ -154,7 +180,8 @@ def _holds_rows(c: Comparison) -> list[tuple[Any, ...]]:
 
 
 def html_page(c: Comparison) -> str:
-    keys = html_table(("key", "A", "B"), c.key_changes) if c.key_changes else html_note("the study keys are equal")
+    differ = (*c.key_changes, *c.baseline_changes)
+    keys = html_table(("key", "A", "B"), differ) if differ else html_note("the study keys are equal")
     settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
                 else html_note("both chose the compiler defaults"))
     note = html_note(kinds_note(c)) + ("" if c.same_objective else
@@ -170,7 +197,8 @@ def html_page(c: Comparison) -> str:
 def markdown(c: Comparison) -> str:
     lines = [f"# compileiq comparison: {md_text(c.a.study.name)} vs {md_text(c.b.study.name)}", "",
              "## What differs between the studies", ""]
-    lines += md_table(("key", "A", "B"), c.key_changes) if c.key_changes else ["The study keys are equal."]
+    differ = (*c.key_changes, *c.baseline_changes)
+    lines += md_table(("key", "A", "B"), differ) if differ else ["The study keys are equal."]
     lines += ["", f"## {VALUES_TITLE}", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
               md_text(kinds_note(c)), "", "## Chosen settings", ""]
     lines += md_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes else ["Defaults."]

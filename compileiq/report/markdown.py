@@ -93,7 +93,7 @@ def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]
     key = e.study.key
     lines += ["", "## Provenance", ""]
     lines += md_table(("", ""), [("toolchain", key.toolchain), ("arch", key.arch),
-                                  ("source sha256", key.source_sha256), ("search space", key.space_id),
+                                  ("study identity (source_sha256)", key.source_sha256), ("search space", key.space_id),
                                   ("evaluator", key.evaluator), ("database", report.database)])
     return "\n".join(lines) + "\n", figures
 

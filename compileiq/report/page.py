@@ -357,7 +357,7 @@ def _provenance(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
     rows = [("study", f"{e.study.name} (#{e.study.id})"), ("created", e.study.created_at.isoformat()),
-            ("toolchain", key.toolchain), ("arch", key.arch), ("source sha256", key.source_sha256),
+            ("toolchain", key.toolchain), ("arch", key.arch), ("study identity (source_sha256)", key.source_sha256),
             ("search space", f"{key.space_id} (sha256 {key.space_sha256})"), ("evaluator", key.evaluator),
             ("objective", f"{key.objective}: {report.kind}"), ("database", report.database)]
     space = _space_rows(e.trials)

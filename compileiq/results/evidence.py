@@ -42,8 +42,11 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     source_path = Path(os.path.relpath(spec.source, Path(acf_path).expanduser().resolve().parent)).as_posix()
     objective = objective_table(result)
     first = {**objective, "name": objective["objectives"][0]} if "objectives" in objective else objective
-    vs_defaults = eligibility.justification(chosen, result.baseline, result.baseline.config, first,
-                                            eligibility.against(spec.shipped))
+    # the key keeps its name (readers of older ACFs); `against` says what its "defaults" values are:
+    # the compiler defaults, or the build as shipped
+    against = eligibility.against(spec.shipped)
+    vs_defaults = {"against": against,
+                   **eligibility.justification(chosen, result.baseline, result.baseline.config, first, against)}
     evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
     if note := assumed_launch(spec, chosen):
         evidence["launch"] = {"assumed": True, "note": note}

@@ -315,6 +315,23 @@ def baseline_label(study: Study, baseline: Trial | None, origin: str | None = No
     return f"baseline (your build: {origin})" if origin else "baseline (your build)"
 
 
+def baseline_settings(study: Study, baseline: Trial | None, origin: str | None = None) -> str:
+    """The baseline in a few words, for a list of studies: "defaults", or the build as shipped
+    with the settings it sets ("your build (compile_commands.json): ptxas.maxrregcount=24"), so
+    that two studies of one file shipped with different flags are told apart."""
+    label = baseline_label(study, baseline, origin).removeprefix("baseline (").removesuffix(")")
+    if ": " in label:  # "your build: compile_commands.json"
+        label = label.replace(": ", " (", 1) + ")"
+    values = _shipped_values(study, baseline) if baseline is not None else {}
+    settings = ", ".join(f"{name}={json_text(value)}" for name, value in sorted(values.items()))
+    return f"{label}: {settings}" if settings else label
+
+
+def json_text(value: Any) -> str:
+    """A setting's value as tune.toml and the flags spell it (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _shipped_values(study: Study, baseline: Trial) -> dict[str, Any]:
     """The baseline's compiler settings that are not the compiler's defaults (the study's space)."""
     version = study.key.space_id.removeprefix("nvcc-").partition("+")[0]

@@ -54,6 +54,22 @@ def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
             "--all adds them")
 
 
+def set_aside_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
+    """One line for stderr when `--all` stands for a whole nvcc command (args, optf) and the shipped
+    build had flags the ACF records as fixed and not applied (`[[baseline.fixed]]` applied = false:
+    host -O, -Xcompiler, another arch's -gencode): the printed flags leave them out. They are named,
+    never re-emitted: an ACF is untrusted, and those flags were never vetted as base flags (a
+    `-Xcompiler=-fplugin=...` would run code), so they must come from the build's own command."""
+    if not with_base or fmt not in ("args", "optf") or stage == "ptxas" or acf.shipped is None:
+        return None
+    left = [f.flag for f in acf.shipped.fixed if not f.applied]
+    if not left:
+        return None
+    return (f"note: --all leaves out {len(left)} flag(s) of your build as shipped that the ACF records as not "
+            f"applied ({', '.join(left)}): keep them from the build's own command (the ACF prints only the "
+            "flags it was tuned and checked with)")
+
+
 def removal_note(acf: Acf) -> str | None:
     """The shipped flags the chosen settings turn off or change (`[baseline].remove`): a build that
     only appends the ACF's flags would keep them, so they must be taken out of its command."""

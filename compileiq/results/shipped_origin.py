@@ -30,7 +30,13 @@ def recorded_origin(runs: Sequence[RunRecord]) -> str | None:
     """The compilation database the study's latest deciding run started from, None when it started
     from the compiler defaults (or recorded nothing usable: an older run, a damaged row)."""
     latest = latest_decision(runs)
-    origin = latest.decision.get(KEY) if latest is not None and latest.decision is not None else None
+    return decided_origin(latest.decision if latest is not None else None)
+
+
+def decided_origin(decision: dict[str, Any] | None) -> str | None:
+    """The compilation database a recorded decision names (the study list reads the latest run's
+    decision alone), None when it names none usable."""
+    origin = decision.get(KEY) if decision is not None else None
     if not isinstance(origin, str) or not 0 < len(origin) <= MAX_ORIGIN or not origin.isprintable() or "/" in origin:
         return None
     return origin

@@ -73,6 +73,7 @@ class RunCounters:
     ptxas_seconds: float = 0.0
     nodes: dict[str, int] = field(default_factory=dict)  # Ray node -> variants its ptxas built this run
     transfers: Transfers = field(default_factory=Transfers)  # what the driver shipped to the workers
+    compiled_where: str | None = None  # an embedded Ray's start: how many variants local threads built meanwhile
 
     @property
     def compiler_calls(self) -> int:

@@ -148,6 +148,7 @@ class TrialRunner:
     def close(self) -> None:
         if self._workers is not None:
             self.counters.transfers = getattr(self._workers, "transfers", Transfers())  # Ray ships; others may not say
+            self.counters.compiled_where = getattr(self._workers, "compiled_where", None)  # before close: an early Ray's
             self._workers.close()
             self._workers = None
 

@@ -89,6 +89,9 @@ class PhaseProgress:
         self._inner.note(message)
 
 
+_UNFINISHED: list[threading.Thread] = []  # starts a closed run left to finish (and shut Ray down) on their own
+
+
 class EarlyWorkers:
     """Opens the real workers (an embedded Ray) in a background thread from construction on. Until
     they are ready, a batch compiles on local threads instead of waiting (the baseline alone first,
@@ -106,6 +109,7 @@ class EarlyWorkers:
         self._error: BaseException | None = None
         self._local: LocalWorkers | None = None
         self._announced = False
+        self._built = {"local": 0, "ray": 0}  # variants each side compiled: the run's summary says where
         self._ready_after = 0.0  # seconds the start took
         self._phase = phases.starting("starting Ray workers")
         self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
@@ -114,6 +118,8 @@ class EarlyWorkers:
     def _open(self) -> None:
         """Open the workers, then keep them until `close`: this thread must outlive them, as
         Ray's own processes are tied to the thread that started them (they die with it)."""
+        while _UNFINISHED:  # an earlier run's start in this process: one Ray at a time
+            _UNFINISHED.pop().join()
         try:
             self._workers = self._opener()
         except Exception as error:  # noqa: BLE001 - re-raised where the workers are first needed
@@ -144,8 +150,26 @@ class EarlyWorkers:
         if not self._ready.is_set() and (more is None or len(jobs) <= 1):
             if self._local is None:
                 self._local = LocalWorkers(self._local_threads)
-            return self._local.run(jobs, more, before)
-        return self.ready().run(jobs, more, before)
+            return self._counted("local", self._local.run(jobs, more, before))
+        return self._counted("ray", self.ready().run(jobs, more, before))
+
+    def _counted(self, side: str, results: Iterator[VariantResult]) -> Iterator[VariantResult]:
+        for result in results:
+            self._built[side] += 1
+            yield result
+
+    @property
+    def compiled_where(self) -> str | None:
+        """Where the variants compiled, when local threads built any while Ray started: "compiled:
+        all 48 variants on local threads; Ray was still starting and was not used" (a small run pays
+        for a Ray it never used); None when Ray built them all."""
+        local, ray = self._built["local"], self._built["ray"]
+        if not local:
+            return None
+        if not ray:
+            still = "was still starting" if not self._ready.is_set() else "became ready only after the last one"
+            return f"compiled: all {local} variant(s) on local threads; Ray {still} and was not used"
+        return f"compiled: {local} variant(s) on local threads while Ray started, {ray} on Ray"
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         return self.ready().build_executables(jobs)
@@ -165,9 +189,15 @@ class EarlyWorkers:
         return self._workers
 
     def close(self) -> None:
-        """Close both; a start still in progress is waited for (then shut down, by its thread)."""
+        """Close both. Ray once started is shut down, by its thread, and waited for; a start still
+        in progress that no variant waited for is not: its thread shuts Ray down when it is up
+        (the next run in this process waits for that first), and a process that ends before then
+        takes Ray's processes with it. A small run does not pay seconds for a Ray it never used."""
         if self._local is not None:
             self._local.close()
             self._local = None
         self._closing.set()
-        self._thread.join()
+        if self._built["ray"] or self._ready.is_set():
+            self._thread.join()
+        else:
+            _UNFINISHED.append(self._thread)
