@@ -384,3 +384,29 @@ def test_a_string_macro_is_refused_saying_what_to_do(tmp_path: Path) -> None:
             "refused; if the code builds without it, give VERSION a default in the source (#ifndef VERSION) and tune "
             "from a copy of the compilation database without it, or without --compile-commands") in line, line
 
+
+def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path) -> None:
+    """user F1: PolyBench's 2DCONV (`#include "../../common/polybench.h"`, built by its Makefile
+    with no -I) stopped `space` and `tune` asking for include_dirs, though the README says a Bear
+    build needs none; `space` printed its whole table first, then failed."""
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "polybench.h").write_text("#define SCALE 2.0f\n")
+    folder = tmp_path / "CUDA" / "2DCONV"
+    folder.mkdir(parents=True)
+    (folder / "conv.cu").write_text('#include "../../common/polybench.h"\n'
+                                    "__global__ void conv(float* p) { p[threadIdx.x] *= SCALE; }\n")
+    (folder / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(folder), "file": str(folder / "conv.cu"),
+        "arguments": ["nvcc", "-O3", "-arch=sm_90", "-Xptxas", "-O3", "conv.cu", "-o", "conv.exe"]}]))
+    listed = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
+    assert listed.returncode == 0 and "include_dirs" not in listed.stderr, listed.describe()
+    tuned = run_cli(["tune", "conv.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify"],
+                    cwd=folder)
+    assert tuned.returncode == 0, tuned.describe()
+    # a header a worker could not find (an absolute #include) stops `space` before its table
+    (folder / "conv.cu").write_text(f'#include "{tmp_path}/common/polybench.h"\n'
+                                    "__global__ void conv(float* p) { p[threadIdx.x] *= SCALE; }\n")
+    refused = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
+    assert refused.returncode == 2 and "polybench.h lies outside the kernel's folder" in refused.stderr
+    assert refused.stdout == "", refused.describe()
