@@ -103,8 +103,8 @@ def test_a_define_with_a_space_is_refused_when_read(tmp_path: Path) -> None:
     db = _database(tmp_path, [{"directory": str(tmp_path), "file": str(source),
                                "arguments": ["nvcc", "-c", "k.cu", "-DX=1.o -ccbin=/tmp/evil -DY=2"]}])
     source.write_text("__global__ void k(float* x) { x[0] = 1; }\n")
-    found = read_command(db, source, SPACE)
     with pytest.raises(CompileIQError, match="contains ' '"):
+        found = read_command(db, source, SPACE)
         with_base_flags(load_spec(source), found.base_flags, str(db))
 
 

@@ -5,6 +5,8 @@ tuned, and what is refused or not searched is said as it is."""
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -240,3 +242,171 @@ def test_an_nvcc_option_spelled_like_a_library_is_not_taken_for_one(tmp_path: Pa
     _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu")
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 2 and "is not an allowed base flag" in listed.stderr, listed.describe()
+
+
+def test_an_attached_isystem_folder_is_the_entry_directorys(tmp_path: Path) -> None:
+    """red team F7: `-isysteminc` was kept as given and read against the kernel's folder, another
+    folder than the build's (`-isystem inc` and `-Iinc` were resolved)."""
+    (tmp_path / "build" / "inc").mkdir(parents=True)
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    db = tmp_path / "build" / "compile_commands.json"
+    db.write_text(json.dumps([{"directory": str(tmp_path / "build"), "file": "../k.cu",
+                               "arguments": ["nvcc", "-isysteminc", "-arch=sm_90", "-c", "../k.cu"]}]))
+    assert read_command(db, tmp_path / "k.cu", SPACE).base_flags == (f"-I{tmp_path / 'build' / 'inc'}",)
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    ("-arch=all", "every arch nvcc supports (-arch=all)"),
+    ("--gpu-architecture=all-major", "every major arch nvcc supports (-arch=all-major)"),
+    ("-arch all", "every arch nvcc supports (-arch=all)"),
+])
+def test_an_arch_set_is_named_with_the_arch_tuned(tmp_path: Path, flag: str, said: str) -> None:
+    """user F2: `-arch=all` was tuned for sm_90 without a word, and the flag vanished from the ACF."""
+    _project(tmp_path, f"nvcc {flag} -O3 -c k.cu -o k.o")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert (f"note: the compile command builds for {said}: tuned for sm_90 only, the other archs left out (the "
+            "chosen settings are not checked there): --arch sm_XY tunes for another") in listed.stderr, listed.describe()
+    found = read_command(tmp_path / "compile_commands.json", tmp_path / "k.cu", SPACE)
+    assert found.arch is None  # the tuned arch is --arch's, tune.toml's, the GPU's or the default
+
+
+def test_an_all_arch_build_records_the_flag_in_the_baseline(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -arch=all -Xptxas -O3 -c k.cu -o k.o")
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify",
+                     "--arch", "sm_80"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert "builds for every arch nvcc supports (-arch=all): tuned for sm_80 only" in tuned.output, tuned.describe()
+    data = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert data["kernel"]["arch"] == "sm_80"
+    fixed = {f["flag"]: f for f in data["baseline"]["fixed"]}
+    assert not fixed["-arch=all"]["applied"], fixed
+    assert fixed["-arch=all"]["why"].startswith("builds for every arch nvcc supports (-arch=all), not tuned: the "
+                                                "settings are chosen on sm_80 alone"), fixed
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert gated.returncode == 0 and "stale-settings" not in gated.output, gated.describe()
+
+
+def test_native_arch_says_what_it_builds_for_here(tmp_path: Path) -> None:
+    from compileiq.source.arch import detect_arch
+
+    _project(tmp_path, "nvcc -arch=native -c k.cu -o k.o")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    gpu = detect_arch()
+    expected = ("(-arch=native), and this machine has no GPU (nvcc builds it for its default arch here): tuned for "
+                "sm_90" if gpu is None else f"(-arch=native), {gpu} here: tuned for {gpu}")
+    assert f"note: the compile command builds for the GPUs of the machine that compiles it {expected}" in listed.stderr, \
+        listed.describe()
+
+
+def test_host_debug_information_is_set_aside(tmp_path: Path) -> None:
+    """user F3: HeCBench's DEBUG=yes builds add -g (host debug information): `'-g' is not an
+    allowed base flag` stopped the run. nvcc 13.0's cubin is the same with and without it."""
+    db = _project(tmp_path, "nvcc -arch=sm_90 -g -O0 --debug -c k.cu -o k.o")
+    found = read_command(db, tmp_path / "k.cu", SPACE)
+    assert found.base_flags == ()
+    assert found.shipped is not None
+    assert [(f.flag, f.applied) for f in found.shipped.fixed] == [("-g", False), ("-O0", False), ("--debug", False)]
+    assert found.shipped.fixed[0].why == "host debug information (nvcc -g; device debug is -G): device code is unchanged"
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+
+
+@pytest.mark.parametrize(("flags", "why"), [
+    ("-G", "-G builds device debug code, every device optimisation off: nothing to tune"),
+    ("--device-debug", "--device-debug builds device debug code"),
+    ("-G --dopt on", "-G builds device debug code"),
+    ("--dopt on", "--dopt on sets device optimisation for a -G debug build: nothing to tune"),
+    ("-dlto", "-dlto makes link-time-optimisation IR: the device code is made at link time"),
+    ("--dlink-time-opt", "--dlink-time-opt makes link-time-optimisation IR"),
+])
+def test_a_build_with_nothing_to_tune_is_refused_saying_why(tmp_path: Path, flags: str, why: str) -> None:
+    """user F3: -G, --dopt and -dlto got the generic base-flag allow-list."""
+    _project(tmp_path, f"nvcc -arch=sm_90 {flags} -c k.cu -o k.o")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr.strip().splitlines()
+    assert why in line and "allowed base flag" not in line, line
+    assert listed.stdout == "", listed.describe()
+
+
+CMAKE_FORWARDING = ("nvcc -forward-unknown-to-host-compiler -DTILE=64 -O3 -Wall -Wextra -fopenmp -march=native "
+                    "-fvisibility=hidden -Wno-unused-parameter -arch=sm_90 -Xptxas -O3 -x cu -c k.cu -o k.cu.o")
+
+
+def test_options_forwarded_to_the_host_compiler_are_set_aside(tmp_path: Path) -> None:
+    """user F7: CMake adds -forward-unknown-to-host-compiler, so `target_compile_options(t PRIVATE
+    -Wall)` is the host compiler's: `'-Wall' is not an allowed base flag` stopped the run."""
+    db = _project(tmp_path, CMAKE_FORWARDING)
+    found = read_command(db, tmp_path / "k.cu", SPACE)
+    assert found.base_flags == ("-DTILE=64",)
+    assert found.shipped is not None
+    host = ["-Wall", "-Wextra", "-fopenmp", "-march=native", "-fvisibility=hidden", "-Wno-unused-parameter"]
+    forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (nvcc does not know it")]
+    assert forwarded == host and not any(f.applied for f in found.shipped.fixed), found.shipped.fixed
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    # what nvcc itself does with them: the host compiler gets each, cicc and ptxas none
+    dry = subprocess.run(["nvcc", "--dryrun", *shlex.split(CMAKE_FORWARDING)[1:]], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stderr.splitlines()
+    for option in host:
+        assert any(line.startswith("#$ gcc") and f" {option} " in f"{line} " for line in dry), option
+        assert not any(option in line for line in dry if "cicc" in line or "ptxas" in line), option
+    # without the flag nvcc refuses -Wall itself; with it, an option nvcc knows is still held to the allow-list
+    _project(tmp_path, CMAKE_FORWARDING.replace("-forward-unknown-to-host-compiler ", ""))
+    refused = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert refused.returncode == 2 and "'-Wall' is not an allowed base flag" in refused.stderr, refused.describe()
+    _project(tmp_path, CMAKE_FORWARDING.replace("-Wall", "-keep-device-functions"))
+    refused = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert refused.returncode == 2 and "'-keep-device-functions' is not an allowed base flag" in refused.stderr
+
+
+def test_every_option_nvcc_lists_is_known() -> None:
+    """The options nvcc does not hand to the host compiler: its own, as `nvcc --help` lists them."""
+    from compileiq.source.nvcc_options import NVCC_OPTIONS
+
+    listed = subprocess.run(["nvcc", "--help"], capture_output=True, text=True, check=True).stdout
+    options = {word.strip("(),") for line in listed.splitlines() if line.startswith("--")
+               for word in line.split() if word.strip("(),").startswith("-") and "<" not in word}
+    assert options and options <= NVCC_OPTIONS, sorted(options - NVCC_OPTIONS)
+
+
+def test_a_string_macro_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """user F7: `target_compile_definitions(t PRIVATE VERSION="1.2")` was refused with the value
+    allow-list alone, no way forward. It stays refused (nvcc hands -D values to /bin/sh)."""
+    _project(tmp_path, 'nvcc -forward-unknown-to-host-compiler -DVERSION=\\"1.2\\" -arch=sm_90 -c k.cu -o k.o')
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr.strip().splitlines()
+    assert ("-DVERSION=\"1.2\": value '\"1.2\"' of VERSION contains '\"', which nvcc would hand to /bin/sh: "
+            "refused; if the code builds without it, give VERSION a default in the source (#ifndef VERSION) and tune "
+            "from a copy of the compilation database without it, or without --compile-commands") in line, line
+
+
+def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path) -> None:
+    """user F1: PolyBench's 2DCONV (`#include "../../common/polybench.h"`, built by its Makefile
+    with no -I) stopped `space` and `tune` asking for include_dirs, though the README says a Bear
+    build needs none; `space` printed its whole table first, then failed."""
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "polybench.h").write_text("#define SCALE 2.0f\n")
+    folder = tmp_path / "CUDA" / "2DCONV"
+    folder.mkdir(parents=True)
+    (folder / "conv.cu").write_text('#include "../../common/polybench.h"\n'
+                                    "__global__ void conv(float* p) { p[threadIdx.x] *= SCALE; }\n")
+    (folder / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(folder), "file": str(folder / "conv.cu"),
+        "arguments": ["nvcc", "-O3", "-arch=sm_90", "-Xptxas", "-O3", "conv.cu", "-o", "conv.exe"]}]))
+    listed = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
+    assert listed.returncode == 0 and "include_dirs" not in listed.stderr, listed.describe()
+    tuned = run_cli(["tune", "conv.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml", "--no-simplify"],
+                    cwd=folder)
+    assert tuned.returncode == 0, tuned.describe()
+    # a header a worker could not find (an absolute #include) stops `space` before its table
+    (folder / "conv.cu").write_text(f'#include "{tmp_path}/common/polybench.h"\n'
+                                    "__global__ void conv(float* p) { p[threadIdx.x] *= SCALE; }\n")
+    refused = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
+    assert refused.returncode == 2 and "polybench.h lies outside the kernel's folder" in refused.stderr
+    assert refused.stdout == "", refused.describe()

@@ -259,11 +259,28 @@ def test_bundle_hash_follows_header_content(tmp_path: Path) -> None:
     assert bundle_sources(spec).sha256 != before
 
 
-def test_include_outside_the_bundle_is_an_error(tmp_path: Path) -> None:
+@needs_nvcc
+def test_a_quoted_include_above_the_kernel_folder_is_bundled_in_its_place(tmp_path: Path) -> None:
+    """user F1 (PolyBench's `#include "../../common/polybench.h"`, Rodinia's `../common`): nvcc
+    builds it with no -I, but the bundle stopped with "reaches outside the kernel folder"."""
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "common.h").write_text('#include "util/more.h"\n#define X MORE\n')
+    (tmp_path / "common" / "util").mkdir()
+    (tmp_path / "common" / "util" / "more.h").write_text("#define MORE 2.0f\n")
+    source = '#include "../../common/common.h"\n' + SOURCE.replace("*= 2.0f", "*= X")
+    spec = load_spec(write_kernel(tmp_path / "CUDA" / "k", source=source))
+    bundle = bundle_sources(spec)
+    assert bundle.main == "CUDA/k/k.cu" and bundle.include_args == ()
+    assert [rel for rel, _ in bundle.files] == ["CUDA/k/k.cu", "common/common.h", "common/util/more.h"]
+    assert ".entry scale(" in nvcc_ptx(spec, tmp_path / "worker")  # a worker finds it where the source says
+
+
+def test_an_include_by_absolute_path_outside_the_kernel_folder_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "common.h").write_text("#define X 1\n")
-    source = '#include "../common.h"\n' + SOURCE
+    source = f'#include "{tmp_path}/common.h"\n' + SOURCE
     spec = load_spec(write_kernel(tmp_path / "k", source=source))
-    with pytest.raises(KernelError, match="reaches outside the kernel folder"):
+    with pytest.raises(KernelError, match=r"common.h lies outside the kernel's folder and its include_dirs, and no "
+                                          r"#include \"...\" reaches it by a relative path"):
         bundle_sources(spec)
 
 

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.source import shipped
+from compileiq.source.nvcc_options import NVCC_OPTIONS
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 MAX_DATABASE_BYTES = 64 * 2**20
@@ -42,10 +44,15 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
                "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd", "--threads", "-t",
                "--split-compile", "-split-compile", "--keep-dir", "-keep-dir", "--Werror", "-Werror",
-               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn"}
+               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
-                    "-MQ", "-M", "-MM", "--generate-dependencies", "-forward-unknown-to-host-compiler",
-                    "--forward-unknown-to-host-compiler", "-odir", "--output-directory"}
+                    "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
+# nvcc hands the options it does not know to the host compiler (or linker) under these, as CMake's
+# commands say: such an option is a host option, set aside like -Xcompiler's.
+_FORWARD_UNKNOWN = {"-forward-unknown-to-host-compiler", "--forward-unknown-to-host-compiler",
+                    "-forward-unknown-to-host-linker", "--forward-unknown-to-host-linker",
+                    "-forward-unknown-opts", "--forward-unknown-opts"}
+_FORWARDED = "host compiler option (nvcc does not know it; {flag} hands it on): not applied, as -Xcompiler's are not"
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
@@ -53,6 +60,7 @@ _PTXAS = {"-Xptxas", "--ptxas-options"}
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 _ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
 _SHORT_ATTACHED = ("-I", "-D", "-U", "-O", "-L")
+_ATTACHED_FIRST = ("-isystem", "-I", "-D", "-U")  # the value joined to the option, whatever it holds
 # nvcc takes -lNAME as -l NAME (a library to link), except its own options spelled with -l.
 _LINK_LIBRARY_ATTACHED = re.compile(r"-l(?!ineinfo$|to$|toir$|ink$|ib$|dir$)(.+)")
 _THREADS_ATTACHED = re.compile(r"-t(\d+)")  # nvcc takes -t4 as -t 4 (not -t in general: -time is another option)
@@ -66,6 +74,7 @@ _REPORT = "nvcc report or listing only: device code is unchanged"
 _KEEP = "keeps nvcc's intermediate files: device code is unchanged"
 _WARNINGS = "warning policy: device code is unchanged"
 _MACHINE = "64-bit host code, the only machine nvcc 13 has: device code is unchanged"
+_HOST_DEBUG = "host debug information (nvcc -g; device debug is -G): device code is unchanged"
 _COUNT = re.compile(r"\d{1,4}")
 _WERROR_KINDS = re.compile(r"(all-warnings|cross-execution-space-call|default-stream-launch|deprecated-declarations"
                            r"|ext-lambda-captures-this|missing-launch-bounds|reorder)"
@@ -91,7 +100,21 @@ _NO_DEVICE_EFFECT: dict[str, tuple[str, re.Pattern[str] | None]] = {
     "--diag-warn": (_WARNINGS, _NUMBERS), "-diag-warn": (_WARNINGS, _NUMBERS),
     "-m64": (_MACHINE, None), "--m64": (_MACHINE, None),
     "--machine": (_MACHINE, re.compile("64")), "-m": (_MACHINE, re.compile("64")),
+    "-g": (_HOST_DEBUG, None), "--debug": (_HOST_DEBUG, None),
 }  # fmt: skip
+
+# nvcc options whose build has nothing to tune: refused with why, not with the base-flag allow-list.
+_DEVICE_DEBUG = ("builds device debug code, every device optimisation off: nothing to tune; tune the release "
+                 "build's command (without -G; -lineinfo keeps line numbers)")
+_DOPT = ("sets device optimisation for a -G debug build: nothing to tune; tune the release build's command "
+         "(without -G and --dopt)")
+_LTO = ("makes link-time-optimisation IR: the device code is made at link time, where this command's settings "
+        "do not reach it; tune a command without -dlto")
+_NOTHING_TO_TUNE = {"-G": _DEVICE_DEBUG, "--device-debug": _DEVICE_DEBUG, "--dopt": _DOPT, "-dopt": _DOPT,
+                    "-dlto": _LTO, "--dlink-time-opt": _LTO, "-gen-opt-lto": _LTO, "--gen-opt-lto": _LTO}
+# -arch values that name no arch but a set of them: every arch nvcc supports, their major versions,
+# or the GPUs of the machine that compiles.
+ARCH_SETS = ("all", "all-major", "native")
 
 
 def _no_device_effect(flag: str, value: str) -> str | None:
@@ -181,8 +204,8 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
-    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space))
-    arch = next((_arch_of(given) for given, archs in arch_flags if archs), None)
+    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), where)
+    arch = next((found for given, archs in arch_flags if archs and (found := _arch_of(given))), None)
     try:
         settings, fixed = _shipped(stripped, space, where)
     except shipped.ShippedFlagError as error:
@@ -210,6 +233,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
             fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
         elif why := _no_device_effect(flag, value):
             fixed.append(FixedFlag(given, False, why))
+        elif forwarded := _forwarding(flag):
+            fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded)))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
@@ -252,19 +277,24 @@ def _options_file(path: Path, where: str) -> list[str]:
     return tokens
 
 
-def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str]
+def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], where: str
            ) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
     """The kept base flags, the stripped (flag, value, as given), and each arch flag as given with
-    the archs it builds for."""
+    the archs it builds for (an -arch=all, all-major or native: that word)."""
     kept: list[str] = []
     stripped: list[tuple[str, str, str]] = []
     arch_flags: list[tuple[str, tuple[str, ...]]] = []
+    forward = next((a for a in args if a in _FORWARD_UNKNOWN), None)
     for flag, value, given in _options(args):
         if flag == "" and value and (directory / value).resolve() == source:
             continue  # the source file itself
-        if flag in _ARCH:
+        if why := _NOTHING_TO_TUNE.get(flag):
+            raise CompileDbError(f"{where}: {given} {why}")
+        if flag in ("-arch", "--gpu-architecture") and value in ARCH_SETS:
+            arch_flags.append((given, (value,)))
+        elif flag in _ARCH:
             arch_flags.append((given, tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))))
-        elif flag in _BUILD_MECHANICS:
+        elif flag in _BUILD_MECHANICS or flag in _FORWARD_UNKNOWN:
             continue
         elif (flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned
               or _no_device_effect(flag, value)):
@@ -272,6 +302,8 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str]
         elif flag in ("-I", "--include-path", "-isystem", "--system-include"):
             kept.append(f"-I{(directory / value).resolve()}")
         elif flag in ("-D", "--define-macro"):
+            if problem := define_arg_problem(f"-D{value}"):
+                raise CompileDbError(f"{where}: {given}: {_define_way_out(value, problem)}")
             kept.append(f"-D{value}")
         elif flag in ("-U", "--undefine-macro"):
             kept.append(f"-U{value}")
@@ -279,9 +311,24 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str]
             kept.append(f"-std={value}")
         elif flag in _REGISTER_CAP:
             kept.append(f"-maxrregcount={value}")
+        elif forward is not None and flag.startswith("-") and flag not in NVCC_OPTIONS:
+            stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             kept.append(given)
     return kept, stripped, arch_flags
+
+
+def _forwarding(flag: str) -> str | None:
+    """The -forward-unknown-... flag that made a stripped option the host compiler's, or None."""
+    return flag if flag in _FORWARD_UNKNOWN else None
+
+
+def _define_way_out(value: str, problem: str) -> str:
+    """Why a -D of the command reaches no build of compileiq, and what a project can do about it."""
+    name = value.partition("=")[0]
+    return (f"{problem.partition(' (allowed:')[0]}, which nvcc would hand to /bin/sh: refused; if the code builds "
+            f"without it, give {name} a default in the source (#ifndef {name}) and tune from a copy of the "
+            "compilation database without it, or without --compile-commands")
 
 
 def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
@@ -290,6 +337,10 @@ def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
     for arg in it:
         if not arg.startswith("-"):
             yield "", arg, arg
+            continue
+        attached = next((p for p in _ATTACHED_FIRST if arg.startswith(p) and len(arg) > len(p)), None)
+        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's
+            yield attached, arg[len(attached):], arg
             continue
         flag, eq, value = arg.partition("=")
         if eq:

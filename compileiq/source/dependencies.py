@@ -45,6 +45,11 @@ def parse_make_rule(text: str, root: Path) -> list[Path]:
     return list(dict.fromkeys(Path(os.path.normpath(root / name)) for name in names))
 
 
+def quoted_includes(text: str) -> list[str]:
+    """The names of a source text's ``#include "..."`` lines, as written."""
+    return [quoted.strip() for quoted, _ in _INCLUDE.findall(text) if quoted]
+
+
 def special_include(main: Path, search: Sequence[Path]) -> str | None:
     """An ``#include`` of the kernel's own files that names a device, a named pipe or a folder
     (``#include "/dev/zero"``): the preprocessor would read it until it runs out of memory or

@@ -16,11 +16,14 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from compileiq.source.comments import without_comments
+
 _QUALIFIED = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
 _NOT_ENUMERATORS = {"true", "false", "void", "bool", "char", "signed", "unsigned", "short", "int", "long", "float",
                     "double"}
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_ENUM = re.compile(r"\benum\s+(class\s+|struct\s+)?([A-Za-z_]\w*)\s*(?::[^{};]*)?\{([^{}]*)\}")
+# An underlying type is short: bounded, so an `enum E :` never followed by a brace scans a bounded
+# stretch, not the rest of the file for each one.
+_ENUM = re.compile(r"\benum\s+(class\s+|struct\s+)?([A-Za-z_]\w*)\s*(?::[^{};]{0,256})?\{([^{}]*)\}")
 _ITEM = re.compile(r"([A-Za-z_]\w*)(?:\s+[A-Za-z_]\w*(?:\([^()]*\))?)*\s*(?:=\s*(.+))?", re.DOTALL)
 _INTEGER = re.compile(r"(-?)\s*(0[xX][0-9a-fA-F]+|\d+)[uUlL]*")
 MAX_FILE_BYTES = 4 << 20
@@ -57,7 +60,7 @@ def resolve(names: set[str], files: Sequence[Path]) -> tuple[tuple[str, str], ..
             continue
         if not any(word in text for word in last.values() if word not in values):
             continue
-        for scoped, enum, body in _ENUM.findall(_COMMENT.sub(" ", text)):
+        for scoped, enum, body in _ENUM.findall(without_comments(text)):
             for item, value in _enumerators(body):
                 if item in last.values():
                     values.setdefault(item, (bool(scoped), enum, value))

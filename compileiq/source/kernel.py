@@ -67,15 +67,16 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     nvcc = nvcc or find_toolchain().nvcc
     root = spec.source.parent
     toolchain_dirs = _toolchain_dirs(nvcc)
-    top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
-    dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     base_args = spec.nvcc_flags.flags + (("-x", "cu") if spec.source.suffix == ".cuh" else ())
     # the preprocessor alone, once per run: not held to the per-variant compile timeout
     found = compiler_dependencies(nvcc, root, spec.source.name, preprocessor_args(spec),
-                                  max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), [d for d, _ in dirs])
+                                  max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), list(spec.include_dirs))
+    top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
+    top, carried = _above_included(top, root, spec.include_dirs, toolchain_dirs, found)
+    dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     files: dict[str, bytes] = {}
     for path in found:
-        rel = _bundle_path(path, root, top, dirs, toolchain_dirs)
+        rel = _bundle_path(path, root, top, dirs, toolchain_dirs, carried)
         if rel is not None:
             files[rel] = path.read_bytes()
     include_args = tuple(f"-I{rel}" for _, rel in dirs)
@@ -133,6 +134,43 @@ def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Pat
     return root if top == Path(top.anchor) else top
 
 
+def _above_included(top: Path, root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Path, ...],
+                    found: Sequence[Path]) -> tuple[Path, frozenset[Path]]:
+    """The bundle's top folder, raised to hold every file the build reads outside the kernel's
+    folder and its include folders (a quoted ``#include "../../common/x.h"``, as PolyBench and
+    Rodinia write them, that nvcc finds with no -I): the kernel's code chose to read it, so it
+    ships with the kernel, in the same place relative to it. Not above the nearest folder they
+    share with the kernel's: a file that shares none but the filesystem's root stays outside
+    (`_bundle_path` says so). Returns the top folder and those files."""
+    outside = [p for p in found
+               if not p.is_relative_to(root) and not any(p.is_relative_to(d) for d in (*include_dirs, *toolchain))
+               and p.parts[-2:] != HARNESS_PARTS]
+    reached = _quoted_relative_includes(found) if outside else set()
+    carried = [p for p in outside if p in reached]  # an absolute #include would not find it in the bundle
+    if not carried:
+        return top, frozenset()
+    above = Path(os.path.commonpath([top, *(p.parent for p in carried)]))
+    if above == Path(above.anchor):
+        return top, frozenset(p for p in carried if p.is_relative_to(top))
+    return above, frozenset(carried)
+
+
+def _quoted_relative_includes(files: Sequence[Path]) -> set[Path]:
+    """The files that the given files' ``#include "a/b.h"`` lines name by a path relative to the
+    including file's folder (normalised): those a bundle that keeps their places still finds."""
+    from compileiq.source.dependencies import quoted_includes
+
+    reached: set[Path] = set()
+    for path in files:
+        try:
+            text = path.read_bytes()[: 4 << 20].decode(errors="replace")
+        except OSError:
+            continue
+        reached.update(Path(os.path.normpath(path.parent / name)) for name in quoted_includes(text)
+                       if not name.startswith("/"))
+    return reached
+
+
 def _harness_folder(directory: Path) -> bool:
     """An include folder that holds the measuring harness and nothing else (a compileiq checkout's
     compileiq/include, which the bundled kernels name): the installed harness's folder stands in
@@ -150,7 +188,7 @@ def _bundle_dir(directory: Path, top: Path, index: int) -> str:
 
 
 def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]],
-                 toolchain: tuple[Path, ...]) -> str | None:
+                 toolchain: tuple[Path, ...], carried: frozenset[Path] = frozenset()) -> str | None:
     """Where a dependency goes in the bundle; None for a toolchain or system header, and for the
     measuring harness wherever it was found: every compile passes the installed one's folder, and a
     kernel whose include_dirs reach a compileiq checkout's copy (the bundled kernels do) would
@@ -158,7 +196,7 @@ def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]]
     if any(path.is_relative_to(d) for d in toolchain[:2]) or path.parts[-2:] == HARNESS_PARTS:
         return None
     rel: str | None = None
-    if path.is_relative_to(root):
+    if path.is_relative_to(root) or path in carried:  # carried: a quoted relative include (`_above_included`)
         rel = path.relative_to(top).as_posix()
     else:
         for directory, bundle_dir in dirs:
@@ -169,8 +207,10 @@ def _bundle_path(path: Path, root: Path, top: Path, dirs: list[tuple[Path, str]]
         if any(path.is_relative_to(d) for d in toolchain[2:]):
             return None
         raise KernelError(
-            f"{path} reaches outside the kernel folder and its include_dirs: a worker would not "
-            "find it; add its folder (or one above it) to include_dirs in tune.toml"
+            f"{path} lies outside the kernel's folder and its include_dirs, and no #include \"...\" reaches it by a "
+            "relative path (an absolute one, or a folder that shares only the filesystem's root with the kernel's): "
+            "a worker would not find it; include it by a path relative to the including file, or add its folder to "
+            "include_dirs in tune.toml and include it by name"
         )
     if problem := path_problem(rel):
         raise KernelError(f"header {problem}")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import RANGES as METRIC_RANGES
+from compileiq.source.comments import without_comments
 from compileiq.source.entry_names import entry_matches, macro_values, with_macros
 from compileiq.source.spec import DEFAULT_BLOCK_SIZE
 
@@ -38,8 +39,12 @@ _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt:
 # What a launch can ask for: tune.toml's block_size and dynamic_smem, top-level and per kernel.
 RANGES = {"block_size": (int(METRIC_RANGES["block_size"][1]), int(METRIC_RANGES["block_size"][2])),
           "dynamic_smem": (0, 2**31 - 1)}  # the threads a result may record: one bound, not two
+# Each part bounded (an expression is MAX_TEXT characters at most): a `__launch_bounds__(a,` never
+# closed scans a bounded stretch, not the rest of the file for each one. Spaces at either end of
+# the expression are the caller's to drop.
 _LAUNCH_BOUNDS = re.compile(
-    r"__launch_bounds__\s*\(\s*([^,()]+(?:\([^()]*\)[^,()]*)*)\s*(?:,[^)]*)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
+    rf"__launch_bounds__\s*\(([^,()]{{1,{MAX_TEXT}}}+(?:\([^()]{{0,{MAX_TEXT}}}+\)[^,()]{{0,{MAX_TEXT}}}+){{0,{_MAX_NESTING}}}+)"
+    rf"(?:,[^)]{{0,{MAX_TEXT}}}+)?\)\s*(?:void\s+)?([A-Za-z_]\w*)\s*\(")
 
 
 class ExpressionError(UsageError):
@@ -87,18 +92,6 @@ def source_defines(sources: Mapping[str, str]) -> dict[str, str]:
                 continue
             found.setdefault(name, value)
     return found
-
-
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def without_comments(text: str, keep_lines: bool = False) -> str:
-    """``text`` with each C/C++ comment replaced by a space, as the preprocessor does (a directive
-    continues past a comment over several lines); ``keep_lines``: by its line breaks instead, so
-    that a match's line number is the source's."""
-    if keep_lines:
-        return _COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", text)
-    return _COMMENT.sub(" ", text)
 
 
 def _parse(text: str) -> ast.expr:

@@ -7,16 +7,20 @@ refuses one that changes no code for any other reason)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from compileiq.core.errors import UsageError
 from compileiq.source.base_flags import cap_note
-from compileiq.source.launch import without_comments
+from compileiq.source.comments import without_comments
 
 if TYPE_CHECKING:
     from compileiq.source.spec import KernelSpec, SourceBundle
 
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+# The directives that #define a macro or ask whether one is defined, in the order of the file.
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(?:define[ \t]+([A-Za-z_]\w*)|ifn?def[ \t]+([A-Za-z_]\w*)|(?:el)?if\b([^\n]*))",
+                        re.MULTILINE)
+_DEFINED = re.compile(r"\bdefined\b[ \t(]*([A-Za-z_]\w*)")
 
 
 class MacroError(UsageError):
@@ -24,25 +28,51 @@ class MacroError(UsageError):
 
 
 def check_macros_take_effect(spec: KernelSpec, bundle: SourceBundle) -> None:
-    """MacroError naming the first tune.toml macro that a bundled file #defines unguarded."""
+    """MacroError naming every tune.toml macro that a bundled file #defines unguarded (each with
+    the first such file and its lines), all at once: one fix and one run, not one per macro."""
     keys = {name: f"defines.{name}" for name, _ in spec.defines}
     keys.update({name: f"tune.defines.{name}" for name, _ in spec.tuned_defines})
     if not keys:
         return
+    found: dict[str, tuple[str, list[int]]] = {}  # macro -> (the first file defining it unguarded, its lines)
     for rel, content in bundle.files:
-        text = without_comments(content.decode(errors="replace"), keep_lines=True)
-        for match in _DEFINE.finditer(text):
-            name = match.group(1)
-            if name in keys and not _asked_first(text[: match.start()], name):
-                lines = [text.count("\n", 0, m.start()) + 1 for m in _DEFINE.finditer(text)
-                         if m.group(1) == name and not _asked_first(text[: m.start()], name)]
-                where = f"{spec.source.parent / 'tune.toml'}: {keys[name]}: {rel}"
-                if len(lines) == 1:
-                    raise MacroError(f"{where}:{lines[0]} #defines {name} itself, so -D{name} has no effect: "
-                                     f"guard that line with #ifndef {name}")
-                raise MacroError(f"{where} #defines {name} itself on lines {', '.join(map(str, lines))} (one of "
-                                 f"them whatever -D{name} says), so -D{name} has no effect: wrap them in "
-                                 f"#ifndef {name} ... #endif, or tune a macro they read instead")
+        for name, lines in _unguarded(without_comments(content.decode(errors="replace"), keep_lines=True),
+                                      keys).items():
+            found.setdefault(name, (rel, lines))
+    if not found:
+        return
+    where = spec.source.parent / "tune.toml"
+    if len(found) == 1:
+        [(name, (rel, lines))] = found.items()
+        if len(lines) == 1:
+            raise MacroError(f"{where}: {keys[name]}: {rel}:{lines[0]} #defines {name} itself, so -D{name} has no "
+                             f"effect: guard that line with #ifndef {name}")
+        raise MacroError(f"{where}: {keys[name]}: {rel} #defines {name} itself on lines {', '.join(map(str, lines))} "
+                         f"(one of them whatever -D{name} says), so -D{name} has no effect: wrap them in "
+                         f"#ifndef {name} ... #endif, or tune a macro they read instead")
+    each = "; ".join(f"{keys[name]}: {rel}:{','.join(map(str, lines))}" for name, (rel, lines) in found.items())
+    raise MacroError(f"{where}: the kernel #defines {len(found)} of its tune.toml macros itself, so their -D has no "
+                     f"effect: {each}: guard each line with #ifndef NAME ... #endif, or tune a macro they read "
+                     "instead")
+
+
+def _unguarded(text: str, keys: Mapping[str, str]) -> dict[str, list[int]]:
+    """The lines of each of ``keys``' macros that ``text`` #defines with no #ifdef, #ifndef or
+    #if defined(NAME) for it before: one pass over the directives, in order."""
+    asked: set[str] = set()
+    found: dict[str, list[int]] = {}
+    line, counted = 1, 0
+    for match in _DIRECTIVE.finditer(text):
+        defined, tested, condition = match.groups()
+        if tested is not None:
+            asked.add(tested)
+        elif condition is not None:
+            asked.update(_DEFINED.findall(condition))
+        elif defined in keys and defined not in asked:
+            line += text.count("\n", counted, match.start())
+            counted = match.start()
+            found.setdefault(defined, []).append(line)
+    return found
 
 
 def unnamed_kernels(spec: KernelSpec, bundle: SourceBundle) -> list[str]:
@@ -75,7 +105,3 @@ def _texts(bundle: SourceBundle) -> list[str]:
     return [without_comments(content.decode(errors="replace"), keep_lines=True) for _, content in bundle.files]
 
 
-def _asked_first(before: str, name: str) -> bool:
-    """Whether an #ifdef/#ifndef/#if defined(NAME) comes before the #define."""
-    asks = rf"^[ \t]*#[ \t]*(?:ifn?def[ \t]+{name}\b|(?:el)?if\b[^\n]*\bdefined\b[ \t(]*{name}\b)"
-    return re.search(asks, before, re.MULTILINE) is not None

@@ -136,29 +136,56 @@ def under_register_cap(build: ShippedBuild | None, flags: BaseFlags) -> ShippedB
     return replace(build, settings=tuple(s for s in build.settings if s.name != CAPPED), fixed=(*build.fixed, *overridden))
 
 
+# An -arch value that names a set of archs (`compile_db.ARCH_SETS`), as notes and [baseline] say it.
+_ARCH_SETS = {"all": "every arch nvcc supports (-arch=all)",
+              "all-major": "every major arch nvcc supports (-arch=all-major)",
+              "native": "the GPUs of the machine that compiles it (-arch=native)"}
+
+
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
                 tuned: str) -> ShippedBuild | None:
     """The shipped build with each arch flag that builds for an arch other than the one tuned
     recorded as not applied, naming the arch it leaves out: the chosen settings are checked on
-    `tuned` alone (`arch_note`)."""
-    fixed = [FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen on {tuned} "
-                       f"alone; --arch {others[0]} tunes for {others[0]}")
-             for given, archs in arch_flags if (others := [a for a in archs if a != tuned])]
+    `tuned` alone (`arch_note`). An -arch=all, all-major or native builds for more than the one
+    arch tuned (native: for whichever GPU compiles it), so it is recorded so too."""
+    fixed = []
+    for given, archs in arch_flags:
+        others = [a for a in archs if a != tuned]
+        if sets := [_ARCH_SETS[a] for a in archs if a in _ARCH_SETS]:
+            fixed.append(FixedFlag(given, False, f"builds for {', '.join(sets)}, not tuned: the settings are chosen "
+                                   f"on {tuned} alone; --arch sm_XY tunes for another"))
+        elif others:
+            fixed.append(FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen "
+                                   f"on {tuned} alone; --arch {others[0]} tunes for {others[0]}"))
     if build is None or not fixed:
         return build
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))
 
 
 def arch_note(tuned: str, left_out: Iterable[str]) -> list[str]:
-    """The line `space` and `tune` print for a multi-arch compile command: which arch is tuned,
+    """The lines `space` and `tune` print for a multi-arch compile command: which arch is tuned,
     which are left out (the chosen settings are not checked there), and how to tune another."""
-    others = list(left_out)
-    if not others:
-        return []
-    note = (f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
-            f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
-            f"{others[0]} tunes for {others[0]}")
-    return [note]
+    from compileiq.source.arch import detect_arch
+
+    archs = list(left_out)
+    notes = []
+    for word in (a for a in archs if a in _ARCH_SETS):
+        if word != "native":
+            notes.append(f"the compile command builds for {_ARCH_SETS[word]}: tuned for {tuned} only, the other "
+                         f"archs left out (the chosen settings are not checked there): --arch sm_XY tunes for another")
+        elif (gpu := detect_arch()) is None:
+            notes.append(f"the compile command builds for {_ARCH_SETS[word]}, and this machine has no GPU (nvcc "
+                         f"builds it for its default arch here): tuned for {tuned}; the GPU of the machine that "
+                         "builds it is left out unless it is that one: --arch sm_XY tunes for another")
+        else:
+            notes.append(f"the compile command builds for {_ARCH_SETS[word]}, {gpu} here: tuned for {tuned}; another "
+                         "machine's GPU is left out unless it is that one: --arch sm_XY tunes for another")
+    others = [a for a in archs if a not in _ARCH_SETS]
+    if others:
+        notes.append(f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
+                     f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
+                     f"{others[0]} tunes for {others[0]}")
+    return notes
 
 
 def check_once(settings: Iterable[ShippedSetting], where: str) -> tuple[ShippedSetting, ...]:
