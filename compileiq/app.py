@@ -207,10 +207,10 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
 
 def shipped_notes(spec: KernelSpec) -> list[str]:
     """What `space --compile-commands` says of each setting the shipped build sets: its baseline
-    is the shipped value, and --only/--exclude may not leave it out (`space_choice`)."""
+    is the shipped value, and --only/--exclude that leave it out hold it there (`space_choice`)."""
     settings = spec.shipped.settings if spec.shipped is not None else ()
     return [f"{s.name} starts from your build's {value_text(s.value)} ({s.flag}), not the default; --only or "
-            "--exclude that leave it out are refused (the baseline is the build you ship)" for s in settings]
+            "--exclude that leave it out hold it at that value in every build" for s in settings]
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

@@ -173,7 +173,7 @@ def test_space_shows_the_shipped_value_as_the_baseline(tmp_path: Path) -> None:
     fast = next(p for p in json.loads(listed.stdout) if p["name"] == "nvcc.use_fast_math")
     assert fast["default"] is False and fast["baseline"] is True
     assert ("nvcc.use_fast_math starts from your build's true (--use_fast_math), not the default; --only or "
-            "--exclude that leave it out are refused") in listed.stderr
+            "--exclude that leave it out hold it at that value in every build") in listed.stderr
     table = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path,
                     env={"COLUMNS": "250"})
     assert "True (your build; default False)" in table.stdout, table.describe()

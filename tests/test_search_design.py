@@ -162,6 +162,37 @@ def test_a_needle_at_a_corner_of_a_macro_space_is_found_early():
     assert statistics.median(counts) <= 1 + 8, counts
 
 
+def _mixed_space() -> SearchSpace:
+    """A user's tune.toml block sizes (default first, as tune.toml lists them) beside ptxas settings."""
+    def macro(name, values):
+        return Parameter(f"define.{name}", "frontend", "choice", tuple(values), values[0], f"-D{name}={{value}}",
+                         "safe", "", render_default=True)
+    return SearchSpace("mixed", "13.0", (
+        *_space().parameters[:3],
+        macro("X", (32, 8, 16, 64, 128, 256)),
+        macro("Y", (8, 1, 2, 4, 16, 32)),
+    ))
+
+
+def test_a_space_mixing_macros_and_ptxas_settings_spreads_its_first_batch_over_the_macros():
+    """The first batch spread over the default front end and 3 random others: on a user's 6 x 6
+    block sizes (PolyBench 2DCONV) 48 trials built 3-4 combinations and 5-9 of the 12 listed
+    values. Now the ptxas design's runs are paired with a design over the macros: the centre,
+    corners at each macro's smallest and largest value (by size, not as listed) and middles over
+    the values between, paired with the ptxas runs at random: every listed value is built in the
+    first batch."""
+    space = _mixed_space()
+    for seed in range(10):
+        searcher = Searcher(space, SearchSettings(seed=seed))
+        searcher.tell([Observation(space.default_config(), 1.0)])
+        batch = searcher.ask(8)
+        assert len({(c["define.X"], c["define.Y"]) for c in batch}) == 8, seed
+        assert {8, 256} <= {c["define.X"] for c in batch} and {1, 32} <= {c["define.Y"] for c in batch}, seed
+        assert len({c["define.X"] for c in batch} | {-c["define.Y"] for c in batch}) == 12, seed  # every value
+        for config in batch[1 : 1 + CORNER_RUNS]:  # the ptxas corners are kept
+            assert config["ptxas.level"] in (0, 3) and config["ptxas.cap"] in (24, 255), seed
+
+
 _HELD_MODEL = '''
 import importlib.abc, sys, threading
 released = threading.Event()

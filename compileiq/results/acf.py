@@ -131,8 +131,8 @@ def render(content: AcfContent) -> dict[str, Any]:
     controls = {
         name: value
         for name, value in config.items
-        if name.startswith("define.") or value != defaults[name]
-    }
+        if name.startswith("define.") or value != defaults[name] or space.parameter(name).render_default
+    }  # a setting held at the shipped build's value renders at its default too (`space_choice`)
     shipped = {"baseline": content.baseline} if content.baseline is not None else {}
     return {
         "format": FORMAT_VERSION,

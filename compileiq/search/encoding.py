@@ -53,6 +53,10 @@ class Encoding:
         self.cardinality = np.array([len(p.values) for p in space.parameters], dtype=np.int64)
         self._coordinates = [_coordinates(p.kind, p.values) for p in space.parameters]
         self.frontend_columns = [i for i, p in enumerate(space.parameters) if p.stage == "frontend"]
+        self.is_macro = [p.name.startswith("define.") for p in space.parameters]  # tune.toml's [tune.defines]
+        self.has_macros = any(self.is_macro)
+        # Each value index's rank in its parameter's order (a macro's by size, see `_coordinates`).
+        self.ranks = [np.argsort(np.argsort(c, kind="stable"), kind="stable") for c in self._coordinates]
         # Each parameter's extreme values, as value indices (a choice's "default", unset, is none).
         self.extreme_low = np.array(
             [1 if p.values[0] == "default" and len(p.values) > 2 else 0 for p in space.parameters]

@@ -3,7 +3,9 @@
 Corners of a two-level orthogonal array over the ptxas-stage settings, the centre and a Latin
 hypercube of middle values, then random picks over a few front-end settings; on a space of macros
 alone (every configuration a front end of its own) the corners and middles are made over the
-macros. Why this shape: docs/architecture.md, "The initial design".
+macros, and on a space mixing ptxas settings with more macro combinations than that spreads over,
+each run of the ptxas design is paired with a front end of such a design over the front-end
+settings. Why this shape: docs/architecture.md, "The initial design".
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class InitialDesign:
         self._corners_done = False
         self._discouraged: list[tuple[int, int]] = []  # (column, value index): proposed later
         self._replacement: dict[int, np.ndarray] = {}  # column -> each value index's stand-in (`avoid`)
+        self._planned: list[Row] = []  # a space with macros: the front ends of the first batch's runs
 
     def discourage(self, slots: list[tuple[int, int]]) -> None:
         """Propose these (column, value index) settings later: the corners and middles prefer runs
@@ -74,6 +77,9 @@ class InitialDesign:
         choice, which charges a new front end its cost)."""
         if not self._corners_done and not self._ptxas_columns():
             return self._macro_design(pool, count)
+        if not self._corners_done and self._encoding.has_macros and self._many_frontends(pool):
+            self._planned = self._frontend_plan(pool, count)
+            self._initial_frontends = self._frontends | set(self._planned)
         pool = self._initial_pool(pool)
         if self._corners_done:
             corners = pool[:0]
@@ -174,10 +180,12 @@ class InitialDesign:
             extremes[:, columns] = np.where(signs > 0, high, low)
             extremes[:, encoding.frontend_columns] = -1
             order = order[np.argsort(self._discouraged_in(extremes[order]), kind="stable")]
-        for run in order[:count]:
+        for number, run in enumerate(order[:count]):
             row = np.empty(pool.shape[1], dtype=pool.dtype)  # every column is set below
             row[columns] = np.where(signs[run] > 0, high, low)
-            row[encoding.frontend_columns] = frontends[self._rng.integers(len(frontends))]
+            row[encoding.frontend_columns] = (
+                self._planned_frontend(1 + number) if self._planned else frontends[self._rng.integers(len(frontends))]
+            )
             row = self._replaced(row)
             if tuple(row.tolist()) not in skip:
                 rows[tuple(row.tolist())] = None
@@ -202,14 +210,74 @@ class InitialDesign:
             for run in range(count):
                 row = np.empty(pool.shape[1], dtype=pool.dtype)
                 row[columns] = levels[run]
-                pick = central if run == 0 else self._rng.integers(len(frontends))
-                row[encoding.frontend_columns] = frontends[pick]
+                if self._planned:
+                    row[encoding.frontend_columns] = self._planned_frontend(0 if run == 0 else CORNER_RUNS + run)
+                else:
+                    pick = central if run == 0 else self._rng.integers(len(frontends))
+                    row[encoding.frontend_columns] = frontends[pick]
                 key = tuple(self._replaced(row).tolist())
                 if key not in skip and len(rows) < count:
                     rows[key] = None
             if len(rows) >= count:
                 break
         return np.array(list(rows), dtype=pool.dtype).reshape(-1, pool.shape[1])
+
+    def _many_frontends(self, pool: np.ndarray) -> bool:
+        """More front ends than the default and `initial_frontends` others; with fewer the design
+        spreads over every one already. (With the plan on those too, the bundled kernels' 2-4
+        macro combinations, bsr_spmm `static` went 9 -> 33 evaluations: docs/benchmarks.md, (b2).)"""
+        fresh = {tuple(r) for r in pool[:, self._encoding.frontend_columns].tolist()} - self._frontends
+        return len(fresh) > self._initial_count
+
+    def _planned_frontend(self, index: int) -> Row:
+        return self._planned[index % len(self._planned)]
+
+    def _frontend_plan(self, pool: np.ndarray, count: int) -> list[Row]:
+        """The front ends of the first batch's runs on a space with macros, in its order: the
+        middle run nearest the centre, CORNER_RUNS corners of a two-level orthogonal array over
+        the front-end parameters (each at its smallest or largest value: a macro's by size, not
+        as listed), the other middles (a Latin hypercube over the values between), each the
+        nearest front end of `pool` (allowed, untried) not planned yet, the nearest of all once
+        every one is. The ptxas design keeps its runs; its centre is paired with the first, the
+        others with the rest at random. Before, the batch spread over the default front end and
+        `initial_frontends` (3) random others, and the model's cost of a new front end kept later
+        batches on them: on a user's 27 block-size combinations the search built 4 in 48 trials
+        where random search built 22 (docs/benchmarks.md, (b2))."""
+        encoding = self._encoding
+        columns = encoding.frontend_columns
+        frontends = np.unique(pool[:, columns], axis=0)
+        ranks = np.stack([encoding.ranks[c][frontends[:, j]] for j, c in enumerate(columns)], axis=1)
+        top = (encoding.cardinality[columns] - 1).astype(float)
+        macro = np.array([encoding.is_macro[c] for c in columns], dtype=bool)
+        # nvcc flags beside the macros break ties only: the runs spread over the macros' values first
+        scale = np.maximum(top, 1.0) / np.where(macro, 1.0, 1e-3)
+        macros = [tuple(r) for r in frontends[:, macro].tolist()]
+        planned: list[Row] = []
+
+        def nearest(target: np.ndarray) -> None:
+            distance = (np.abs(ranks - target) / scale).sum(axis=1) + 1e-9 * self._rng.random(len(ranks))
+            order = np.argsort(distance)
+            seen = {macros[i] for i in range(len(frontends)) if tuple(frontends[i].tolist()) in planned}
+            fresh = [i for i in order if macros[i] not in seen] or [
+                i for i in order if tuple(frontends[i].tolist()) not in planned] or [int(order[0])]
+            planned.append(tuple(frontends[fresh[0]].tolist()))
+
+        # middles: a Latin hypercube over the values the corners leave out (a macro's interior),
+        # the run nearest the centre first: 8 runs hold each of 6 listed values of a macro
+        runs = max(count - CORNER_RUNS, 1)
+        low, high = np.where(top > 1, 1.0, 0.0), np.where(top > 1, top - 1, top)
+        strata = np.stack([self._rng.permutation(runs) for _ in columns], axis=1)
+        levels = np.minimum(low + np.floor((strata + self._rng.random(strata.shape)) * (high - low + 1) / runs), high)
+        levels = levels[np.argsort((np.abs(levels - top / 2) / scale).sum(axis=1), kind="stable")]
+        nearest(levels[0])
+        signs = np.unique(self._two_level_signs(len(columns)), axis=0)
+        for run in np.resize(self._rng.permutation(len(signs)), CORNER_RUNS):
+            nearest(np.where(signs[run] > 0, top, 0.0))
+        for level in levels[1:]:
+            nearest(level)
+        # the centre with the ptxas centre, the rest at random: with each ptxas corner tied to
+        # macro extremes, no corner met a middle macro (on (b): attention `static` 41 -> 65)
+        return planned[:1] + [planned[1 + i] for i in self._rng.permutation(len(planned) - 1)]
 
     def _initial_pool(self, pool: np.ndarray) -> np.ndarray:
         """The initial design spreads over a few front-end settings only (each costs an nvcc run):

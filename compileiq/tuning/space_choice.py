@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compileiq.core.errors import UsageError
-from compileiq.core.space import SearchSpace
+from compileiq.core.space import SearchSpace, same
 from compileiq.source import restrictions
 from compileiq.source.base_flags import CAPPED
 from compileiq.source.spec import KernelSpec
@@ -53,17 +53,21 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
 
 def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: Selection) -> SearchSpace:
     """Every setting the shipped build sets is searched from its shipped value (the baseline), even
-    where its risk class is not (`--allow-numerics`): it is the project's own choice. Excluding one
-    by --only/--exclude would tune a build nobody ships: refused, one line."""
+    where its risk class is not (`--allow-numerics`): it is the project's own choice. One that
+    --only or --exclude leaves out is held at its shipped value, in every build, as a macro left
+    out is held at tune.toml's first value: the search never tunes a build nobody ships. (It was
+    refused: `--only define.X` on a build with `-Xptxas -O3`, the compiler's default, had to
+    search every -O level, 108 builds for 27 block sizes.)"""
     have = {p.name for p in space.parameters}
-    missing = [s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have]
-    for setting in missing:
+    added = []
+    for setting in (s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have):
+        parameter = full.parameter(setting.name)
         if setting.name in options.exclude or (options.only and setting.name not in options.only):
-            option = "--exclude" if setting.name in options.exclude else "--only"
-            raise UsageError(f"{option} leaves out {setting.name}, which your build sets ({setting.flag}): "
-                             "the baseline is the build you ship; name it in --only, or drop it from --exclude")
-    added = tuple(full.parameter(s.name) for s in missing)
-    return replace(space, parameters=space.parameters + added) if added else space
+            # rendered as the whole parameter renders it: nothing at the compiler's default, else the flag
+            parameter = replace(parameter, values=(setting.value,), default=setting.value,
+                                render_default=not same(setting.value, parameter.default))
+        added.append(parameter)
+    return replace(space, parameters=space.parameters + tuple(added)) if added else space
 
 
 def without_capped(space: SearchSpace, spec: KernelSpec, options: Selection = Selection()) -> SearchSpace:
