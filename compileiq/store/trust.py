@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import re
 from typing import Any
 
@@ -89,13 +88,13 @@ def _result_problem(trial: Trial) -> str | None:
     if problem := metric_ranges.problem(trial.metrics):
         return f"its metrics: {problem}"
     if trial.state is TrialState.COMPLETE and not _finite(trial.value):
-        return f"a complete trial with value {trial.value!r}"
+        return f"a complete trial with value {metric_ranges.shown(trial.value)!r}"
     if trial.value is not None and not _finite(trial.value):
-        return f"value {trial.value!r} is not a finite number"
+        return f"value {metric_ranges.shown(trial.value)!r} is not a finite number"
     if trial.code_hash is not None and not _is_hash(trial.code_hash):
         return "its code_hash is not a hash"
     if trial.compile_seconds is not None and not (_finite(trial.compile_seconds) and trial.compile_seconds >= 0):
-        return f"compile_seconds {trial.compile_seconds!r} is not a duration"
+        return f"compile_seconds {metric_ranges.shown(trial.compile_seconds)!r} is not a duration"
     if not all(isinstance(v, str | None) for v in (trial.reason, trial.worker or "")):
         return "its reason or worker is not text"
     if not isinstance(trial.purpose, str) or trial.purpose not in PURPOSES:
@@ -110,7 +109,7 @@ def build_problem(build: BuildRecord) -> str | None:
         return "its metrics, message or ok flag has the wrong type"
     if problem := _build_metrics_problem(build.metrics):
         return problem  # a cached build is scored again as it says: its counts are the evidence
-    return None if _finite(build.seconds) else f"seconds {build.seconds!r} is not a number"
+    return None if _finite(build.seconds) else f"seconds {metric_ranges.shown(build.seconds)!r} is not a number"
 
 
 _STATUSES = frozenset(status.value for status in BuildStatus)
@@ -134,7 +133,7 @@ def _build_metrics_problem(metrics: dict[str, Any]) -> str | None:
         counts = [value for name, value in entry.items() if name not in ("name", "entry")]
         if (not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255
                 or entry.get("max_threads", 0) > metric_ranges.RANGES["block_size"][2]):
-            return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0"
+            return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0 to 2**40"
                     " (registers up to 255, max_threads up to 1024)")
     return None
 
@@ -257,8 +256,7 @@ def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = Non
     return problem
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+_finite = metric_ranges.is_finite  # never raises: an int past a float's range is no finite number
 
 
 def _is_hash(value: Any) -> bool:
