@@ -309,11 +309,12 @@ def _forge_trial(trial: dict, how: str) -> dict:
     elif how == "duplicate-of-a-good-row":
         forged = dict(trial, value=-1.0)
     elif how == "value-past-a-float":  # valid JSON; math.isfinite(10**400) raised OverflowError
-        forged["value"] = 10**400
-    elif how == "compile-seconds-past-a-float":
-        forged["compile_seconds"] = 10**400
+        forged.update(value=10**400, compile_seconds=10**400)  # (the CLI lists the first 20 rejected rows)
     elif how == "occupancy-past-a-float":
         forged["metrics"] = {**trial["metrics"], "occupancy": 10**400}
+    elif how == "value-not-its-metrics":  # a static value is what its metrics give: -1 with these is forged
+        forged["config"] = {**config, "ptxas.opt_level": (config["ptxas.opt_level"] + 1) % 4}
+        forged["config_key"] = _key(forged["config"])
     elif how == "count-past-a-float":  # passed `10**400 <= inf`, then crashed scoring (float(spill_bytes))
         forged["metrics"] = {**trial["metrics"], "spill_bytes": 10**400}
     return forged
@@ -323,16 +324,16 @@ FORGED_IN_FILE = ("unknown-parameter", "value-outside-space", "wrong-value-type"
                   "nested-config-value", "missing-parameter", "extra-parameter-of-the-space",
                   "key-does-not-match", "value-not-a-number", "value-infinite", "metrics-a-list", "metrics-out-of-range",
                   "state-unknown", "time-not-a-time", "code-hash-huge", "duplicate-of-a-good-row",
-                  "value-past-a-float", "compile-seconds-past-a-float", "occupancy-past-a-float",
-                  "count-past-a-float")  # fmt: skip
+                  "value-past-a-float", "occupancy-past-a-float",
+                  "count-past-a-float", "value-not-its-metrics")  # fmt: skip
 
 
 WHY_IN_FILE = {"metrics-out-of-range": "its metrics: occupancy = '7.0' must be a number from 0 to 1",
                "value-past-a-float": "a complete trial with value 'an integer of about 400 digits'",
-               "compile-seconds-past-a-float": "compile_seconds 'an integer of about 400 digits' is not a duration",
                "occupancy-past-a-float": "its metrics: occupancy = 'an integer of about 400 digits' must be a number",
                "count-past-a-float": "its metrics: spill_bytes = 'an integer of about 400 digits' must be an integer "
-                                     "from 0 to 1.09951e+12"}
+                                     "from 0 to 1.09951e+12",
+               "value-not-its-metrics": "its value -1.0 is not what its metrics give for static ("}
 
 
 @pytest.fixture(scope="module")
@@ -386,6 +387,22 @@ def test_an_export_whose_objective_and_evaluator_disagree_is_refused(
     line = one_line_error(result, 2)
     assert "relabelled.json: refused: study 'scale': " in line and says in line, line
     assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0  # nothing imported
+
+
+def test_a_static_study_relabelled_as_a_gpu_runtime_is_refused(tuned: Path, tmp_path: Path) -> None:
+    """Red team 48b: `objective = "time"` with any evaluator but the word "static" (a device's name)
+    imported a static study whose scores every view then showed as milliseconds on that GPU. A
+    runtime study's trials must be timings, as the GPU evaluator records them (kind runtime,
+    median_ms): none of these is, so nothing is imported."""
+    document = json.loads((tuned / "scale.json").read_text())
+    document["payload"]["study"]["key"].update(objective="time", evaluator="harness-v2 NVIDIA H100 80GB HBM3")
+    assert all(t["state"] == "complete" for t in document["payload"]["trials"])
+    (tmp_path / "relabelled.json").write_text(_resealed(document))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    line = one_line_error(run_cli(["db", "import", "relabelled.json", "--db", url], cwd=tmp_path), 2)
+    assert "trials of study scale in the file were rejected, so nothing was imported" in line, line
+    assert "a trial of a GPU runtime study that is no timing" in line, line
+    assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0
 
 
 def _forged_row(how: str, index: int) -> dict[str, object]:
@@ -509,11 +526,11 @@ DAMAGED_IN_DB = {  # SQL a client of the shared database could run, and what the
     "next-number-behind": ("UPDATE studies SET next_number = 0", ""),
     # numbers past a float's range (valid JSON): OverflowError in the very check meant to set the row
     # aside (show, report, tune); a count passed `<= inf` and crashed scoring
-    "occupancy-past-a-float": (f"UPDATE trials SET metrics = '{{\"occupancy\": 1{'0' * 400}}}' "
-                               "WHERE id = (SELECT max(id) FROM trials)",
+    "occupancy-past-a-float": ((f"UPDATE trials SET metrics = '{{\"occupancy\": 1{'0' * 400}}}' "
+                                "WHERE id = (SELECT max(id) FROM trials)"),
                                "its metrics: occupancy = 'an integer of about 400 digits' must be a number"),
-    "spills-past-a-float": (f"UPDATE trials SET metrics = '{{\"spill_bytes\": 1{'0' * 400}, \"registers\": 8, "
-                            "\"occupancy\": 1.0}' WHERE id = (SELECT max(id) FROM trials)",
+    "spills-past-a-float": ((f"UPDATE trials SET metrics = '{{\"spill_bytes\": 1{'0' * 400}, \"registers\": 8, "
+                             "\"occupancy\": 1.0}' WHERE id = (SELECT max(id) FROM trials)"),
                             "its metrics: spill_bytes = 'an integer of about 400 digits' must be an integer"),
 }
 

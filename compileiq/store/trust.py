@@ -10,9 +10,10 @@ import re
 from typing import Any
 
 from compileiq.build.compile import BuildStatus, EntryResources
-from compileiq.core import metric_ranges
+from compileiq.core import metric_ranges, static_score
 from compileiq.core.records import (
     PURPOSES,
+    RUNTIME_KIND,
     BuildRecord,
     Measurement,
     StudyKey,
@@ -225,11 +226,40 @@ class ExportStudy:
             self.names = frozenset(names)
 
 
+_STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
+
+
+def scored_problem(trial: Trial, key: StudyKey) -> str | None:
+    """Why a complete trial (its metrics in range: `trial_problem` first) is not a result its study's
+    evaluator records, else None. A static study's value is what its metrics give for the first
+    objective (the one the evaluator scores); a runtime study's trial is a timing, as the GPU
+    evaluator records one (`evaluate.timing`: its metrics say kind runtime and hold median_ms).
+    Else a forged value (-5 with 3052 spill bytes) would steer the search and the study list, and a
+    static study relabelled "time" would show its static scores as milliseconds on a GPU."""
+    if trial.state is not TrialState.COMPLETE or not isinstance(trial.metrics, dict):
+        return None
+    names, metrics = key.objective.split(","), trial.metrics
+    if key.evaluator == STATIC_EVALUATOR:
+        if not all(name in metrics for name in _STATIC_METRICS):
+            return f"a complete static trial without its metrics ({', '.join(_STATIC_METRICS)})"
+        expected = static_score.score(names[0], *(metrics[name] for name in _STATIC_METRICS))
+        if expected is None:
+            return None  # no static objective: the study's key is refused (`key_problem`)
+        value = trial.value
+        if value is None or not _finite(value) or abs(value - expected) > 1e-9 * max(1.0, abs(expected)):
+            return (f"its value {metric_ranges.shown(trial.value)} is not what its metrics give for "
+                    f"{names[0]} ({expected:.12g})")
+    elif "time" in names and (metrics.get("kind") != RUNTIME_KIND or not _finite(metrics.get("median_ms"))):
+        return "a trial of a GPU runtime study that is no timing (its metrics hold no runtime kind and median_ms)"
+    return None
+
+
 def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = None) -> str | None:
     """``trial_problem`` for a trial of an export: its config must fit the bundled space of the
-    study's space_id (its macros as given), and with no macros hash to the study's space. Given the
-    ``study`` its other trials were read into, its parameters must be that study's."""
-    problem = trial_problem(trial)
+    study's space_id (its macros as given), and with no macros hash to the study's space; its value
+    must be one its study's evaluator records (`scored_problem`). Given the ``study`` its other
+    trials were read into, its parameters must be that study's."""
+    problem = trial_problem(trial) or scored_problem(trial, key)
     if problem is not None or not isinstance(trial.config, dict):
         return problem
     if Config.of(trial.config).key != trial.config_key:
