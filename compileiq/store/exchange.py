@@ -129,8 +129,10 @@ def _document(path: Path) -> Any:
         return json.loads(data)
     except RecursionError:
         raise UsageError(f"{path}: not a compileiq study export (JSON nested too deeply)") from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{path}: not a compileiq study export (not JSON: {error})") from None
+    except ValueError:  # Python refuses to read an integer of more than 4300 digits: no export holds one
+        raise UsageError(f"{path}: not a compileiq study export (a number of more than 4300 digits)") from None
 
 
 def _contents(path: Path) -> bytes:
