@@ -224,3 +224,52 @@ def test_a_quarantined_baseline_is_said_to_be_replaced_by_the_rebuild_in_every_v
     data = json.loads(run_cli(["show", "1", "--db", url, "--json"], cwd=kernel).stdout)
     listed = next(t for t in data["trials"] if t["number"] == 0)
     assert listed["provenance"] == "quarantined and replaced by run 2's rebuild", listed
+
+
+MACRO_KERNEL = """\
+extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
+    float taps[TAPS];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    #pragma unroll
+    for (int k = 0; k < TAPS; ++k) taps[k] = in[(i * 7 + k * 13) % n];
+    float acc = 0.0f;
+    #pragma unroll
+    for (int k = 0; k < TAPS; ++k) acc += taps[k] * taps[TAPS - 1 - k] * taps[(k * 37) % TAPS];
+    acc *= SCALE;
+    #pragma unroll
+    for (int k = 0; k < TAPS; ++k) out[(i + k * 4099) % n] = taps[(k * 11) % TAPS] + acc;
+}
+"""
+
+
+def test_a_forged_no_gain_row_never_keeps_a_setting_in_the_simplification(tmp_path: Path) -> None:
+    """A red team's two rows: the search's winner honest (TAPS=16 with SCALE=5: other machine code, the
+    same static metrics as SCALE=3) and the winner less SCALE=5 forged as "no gain". The simplification
+    read the forged row, kept SCALE=5 ("the result depends on it") and the gate passed the ACF clean:
+    a setting of the forger's choice that no static metric sees. Every row a drop rests on is rebuilt
+    now; the forged one is replaced by its rebuild, and SCALE goes back to the baseline's 3."""
+    (tmp_path / "k.cu").write_text(MACRO_KERNEL)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTAPS = [128, 16]\nSCALE = [3, 5]\n")
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    tune = ["tune", "k.cu", "--only", "define.TAPS,define.SCALE", "--strategy", "exhaustive", "--budget", "8",
+            "--workers", "local", "--db", url, "--out", "k.acf.toml"]  # fmt: skip
+    first = run_cli(tune, cwd=tmp_path)
+    assert first.returncode == 0, first.describe()
+    trials = {(t.config["define.TAPS"], t.config["define.SCALE"]): t for t in _trials(url)}
+    baseline, target = trials[(128, 3)], trials[(16, 3)]
+    assert target.value < baseline.value and target.value == trials[(16, 5)].value  # the tie the forgery breaks
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the winner less SCALE=5, forged as the baseline's result
+        conn.execute(trials_table.update().where(trials_table.c.id == target.id).values(
+            value=baseline.value, metrics=baseline.metrics, code_hash="f" * 64, worker=MALLORY))
+    engine.dispose()
+    again = run_cli(tune, cwd=tmp_path)  # the same study: nothing left to search, only the choice
+    assert again.returncode == 0, again.describe()
+    found = acf.read(tmp_path / "k.acf.toml")
+    assert found.controls == {"define.TAPS": 16, "define.SCALE": 3}, again.output
+    assert f"trial #{target.number} quarantined" in again.output and f"recorded by {MALLORY}" in again.output
+    row = next(t for t in _trials(url) if t.number == target.number)
+    assert row.code_hash == trials[(16, 3)].code_hash is not None and row.code_hash != "f" * 64
+    assert row.value == target.value  # the rebuild's result, recorded in its place
+    gate = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert gate.returncode == 0, gate.describe()

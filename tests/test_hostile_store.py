@@ -218,6 +218,8 @@ def _hostile_files(ws: Path, good: bytes) -> dict[str, Path]:
         "json-null": b"null",
         "json-array": b"[]",
         "nul-bytes": b"\0" * 4096,
+        # json.loads refuses integers of more than 4300 digits with a ValueError, not a JSONDecodeError
+        "integer-of-5000-digits": re.sub(rb'"value": [-0-9.e+]+', b'"value": 1' + b"0" * 5000, good, count=1),
     }
     paths = {}
     for name, content in files.items():
@@ -228,7 +230,7 @@ def _hostile_files(ws: Path, good: bytes) -> dict[str, Path]:
 
 HOSTILE_FILES = ("deep-json", "deep-json-gz", "deep-object", "deep-inside-valid-document", "gzip-bomb",
                  "gzip-bomb-of-json", "gzip-trailing-garbage", "gzip-header-only", "empty", "json-null",
-                 "json-array", "nul-bytes")  # fmt: skip
+                 "json-array", "nul-bytes", "integer-of-5000-digits")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +254,8 @@ def test_a_hostile_export_file_is_one_line_and_changes_nothing(hostile_file_resu
         assert "MiB" in line, line
     if name.startswith("deep"):
         assert "nested too deeply" in line or "checksum" in line, line
+    if name == "integer-of-5000-digits":
+        assert "not a compileiq study export (a number of more than 4300 digits)" in line, line
     assert after == before
 
 
@@ -304,16 +308,32 @@ def _forge_trial(trial: dict, how: str) -> dict:
         forged["code_hash"] = "a" * 100_000
     elif how == "duplicate-of-a-good-row":
         forged = dict(trial, value=-1.0)
+    elif how == "value-past-a-float":  # valid JSON; math.isfinite(10**400) raised OverflowError
+        forged.update(value=10**400, compile_seconds=10**400)  # (the CLI lists the first 20 rejected rows)
+    elif how == "occupancy-past-a-float":
+        forged["metrics"] = {**trial["metrics"], "occupancy": 10**400}
+    elif how == "value-not-its-metrics":  # a static value is what its metrics give: -1 with these is forged
+        forged["config"] = {**config, "ptxas.opt_level": (config["ptxas.opt_level"] + 1) % 4}
+        forged["config_key"] = _key(forged["config"])
+    elif how == "count-past-a-float":  # passed `10**400 <= inf`, then crashed scoring (float(spill_bytes))
+        forged["metrics"] = {**trial["metrics"], "spill_bytes": 10**400}
     return forged
 
 
 FORGED_IN_FILE = ("unknown-parameter", "value-outside-space", "wrong-value-type", "define-with-shell-text",
                   "nested-config-value", "missing-parameter", "extra-parameter-of-the-space",
                   "key-does-not-match", "value-not-a-number", "value-infinite", "metrics-a-list", "metrics-out-of-range",
-                  "state-unknown", "time-not-a-time", "code-hash-huge", "duplicate-of-a-good-row")  # fmt: skip
+                  "state-unknown", "time-not-a-time", "code-hash-huge", "duplicate-of-a-good-row",
+                  "value-past-a-float", "occupancy-past-a-float",
+                  "count-past-a-float", "value-not-its-metrics")  # fmt: skip
 
 
-WHY_IN_FILE = {"metrics-out-of-range": "its metrics: occupancy = '7.0' must be a number from 0 to 1"}
+WHY_IN_FILE = {"metrics-out-of-range": "its metrics: occupancy = '7.0' must be a number from 0 to 1",
+               "value-past-a-float": "a complete trial with value 'an integer of about 400 digits'",
+               "occupancy-past-a-float": "its metrics: occupancy = 'an integer of about 400 digits' must be a number",
+               "count-past-a-float": "its metrics: spill_bytes = 'an integer of about 400 digits' must be an integer "
+                                     "from 0 to 1.09951e+12",
+               "value-not-its-metrics": "its value -1.0 is not what its metrics give for static ("}
 
 
 @pytest.fixture(scope="module")
@@ -367,6 +387,22 @@ def test_an_export_whose_objective_and_evaluator_disagree_is_refused(
     line = one_line_error(result, 2)
     assert "relabelled.json: refused: study 'scale': " in line and says in line, line
     assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0  # nothing imported
+
+
+def test_a_static_study_relabelled_as_a_gpu_runtime_is_refused(tuned: Path, tmp_path: Path) -> None:
+    """Red team 48b: `objective = "time"` with any evaluator but the word "static" (a device's name)
+    imported a static study whose scores every view then showed as milliseconds on that GPU. A
+    runtime study's trials must be timings, as the GPU evaluator records them (kind runtime,
+    median_ms): none of these is, so nothing is imported."""
+    document = json.loads((tuned / "scale.json").read_text())
+    document["payload"]["study"]["key"].update(objective="time", evaluator="harness-v2 NVIDIA H100 80GB HBM3")
+    assert all(t["state"] == "complete" for t in document["payload"]["trials"])
+    (tmp_path / "relabelled.json").write_text(_resealed(document))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    line = one_line_error(run_cli(["db", "import", "relabelled.json", "--db", url], cwd=tmp_path), 2)
+    assert "trials of study scale in the file were rejected, so nothing was imported" in line, line
+    assert "a trial of a GPU runtime study that is no timing" in line, line
+    assert not (tmp_path / "r.db").exists() or counts(url)["trials"] == 0
 
 
 def _forged_row(how: str, index: int) -> dict[str, object]:
@@ -488,6 +524,14 @@ DAMAGED_IN_DB = {  # SQL a client of the shared database could run, and what the
     "next-number-largest": ("UPDATE studies SET next_number = 9223372036854775807", ""),
     "next-number-text": ("UPDATE studies SET next_number = 'x'", ""),
     "next-number-behind": ("UPDATE studies SET next_number = 0", ""),
+    # numbers past a float's range (valid JSON): OverflowError in the very check meant to set the row
+    # aside (show, report, tune); a count passed `<= inf` and crashed scoring
+    "occupancy-past-a-float": ((f"UPDATE trials SET metrics = '{{\"occupancy\": 1{'0' * 400}}}' "
+                                "WHERE id = (SELECT max(id) FROM trials)"),
+                               "its metrics: occupancy = 'an integer of about 400 digits' must be a number"),
+    "spills-past-a-float": ((f"UPDATE trials SET metrics = '{{\"spill_bytes\": 1{'0' * 400}, \"registers\": 8, "
+                             "\"occupancy\": 1.0}' WHERE id = (SELECT max(id) FROM trials)"),
+                            "its metrics: spill_bytes = 'an integer of about 400 digits' must be an integer"),
 }
 
 
@@ -514,6 +558,29 @@ def test_a_damaged_number_time_or_counter_in_a_shared_database_is_no_traceback(t
     assert _rows(db) > before  # the tune added its trials; none was lost
 
 
+def test_a_number_past_a_float_in_a_shared_row_stops_no_export_nor_other_study(tuned: Path, tmp_path: Path) -> None:
+    """A red team's rows (valid JSON, an integer of 401 digits) in a trial's metrics and a measurement's
+    samples: `db export` of the study and a new study's tune (warm-started from it) raised
+    OverflowError. The rows are set aside with a warning; the rest exports and tunes."""
+    db, big = tmp_path / "big.db", "1" + "0" * 400
+    shutil.copyfile(tuned / "tuned.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE trials SET metrics = '{{\"occupancy\": {big}}}' WHERE id = (SELECT max(id) FROM trials)")
+        (code_hash,) = conn.execute("SELECT code_hash FROM trials WHERE code_hash IS NOT NULL ORDER BY id").fetchone()
+        conn.execute("INSERT INTO measurements (code_hash, device, driver, harness_args_hash, samples, median, iqr, min,"
+                     " clocks, status) VALUES (?, 'H100', '550', 'abc', ?, 1.0, 0.1, 1.0, '[]', 'ok')",
+                     (code_hash, f"[{big}]"))
+    url = f"sqlite:///{db}"
+    export = run_cli(["db", "export", "scale", "-o", str(tmp_path / "out.json"), "--db", url], cwd=tuned)
+    other = run_cli([*TINY_TUNE[:-4], "--study", "other", "--only", ONLY, "--db", url,
+                     "--out", str(tmp_path / "other.acf.toml")], cwd=tuned)  # fmt: skip
+    for result in (export, other):
+        assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+        assert "its metrics: occupancy = 'an integer of about 400 digits'" in result.stderr, result.describe()
+    payload = json.loads((tmp_path / "out.json").read_text())["payload"]
+    assert len(payload["trials"]) > 1 and payload["measurements"] == []  # the forged measurement left out
+
+
 FORGED_BUILDS = {
     "registers-negative": lambda e: e.update(registers=-5),
     "registers-past-255": lambda e: e.update(registers=4096),
@@ -521,6 +588,7 @@ FORGED_BUILDS = {
     "unknown-field": lambda e: e.update(evil=1),
     "max-threads-past-1024": lambda e: e.update(max_threads=4096),  # a block no launch can have
     "status-unknown": None,
+    "spills-past-a-float": lambda e: e.update(spill_store_bytes=10**400),  # passed `<= inf`, crashed scoring
 }
 
 

@@ -29,6 +29,7 @@ SECRET = "t3amS3cret"
 UNREACHABLE = f"postgresql+psycopg://team:{SECRET}@127.0.0.1:1/tuning"
 KEY = StudyKey("saxpy", "a" * 64, "nvcc-13.0+ptxas-13.0", "b" * 64, "13.0.88", "sm_90", "static", "spills")
 TABLES = ("studies", "trials", "builds", "measurements")
+METRICS = {"spill_bytes": 1, "registers": 32, "occupancy": 1.0, "instructions": 100}  # value 1.0 for spills
 
 
 def _populate(url: str, name: str = "s", key: StudyKey = KEY) -> None:
@@ -36,7 +37,7 @@ def _populate(url: str, name: str = "s", key: StudyKey = KEY) -> None:
     study = store.get_or_create_study(key, name)
     trial = store.claim_trial(study.id, '{"ptxas.opt_level":3}', {"ptxas.opt_level": 3}, "w")
     assert trial is not None
-    store.finish_trial(trial.id, state=TrialState.COMPLETE, value=1.0, reason=None, metrics={},
+    store.finish_trial(trial.id, state=TrialState.COMPLETE, value=1.0, reason=None, metrics=METRICS,
                        code_hash="c" * 64, compile_seconds=0.1)  # fmt: skip
     store.put_build(BuildRecord("k" * 64, True, "", {}, "c" * 64, 0.1))
     store.close()

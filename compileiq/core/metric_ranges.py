@@ -10,11 +10,15 @@ from typing import Any
 
 MAX_BUDGET = 100_000  # the search trials one tune may be given (--budget), so also what a provenance records
 MAX_PICK_RULE = 200  # characters of a pick rule a run row, an export or an ACF may hold: more than any valid one
+# the largest count (bytes, instructions, trial numbers, samples) a result may hold: far past any real
+# kernel, and a float holds it exactly; a larger one (10**400: valid JSON) is a forged row, which would
+# pass ``value <= inf`` and then crash the scoring that turns it into a float
+MAX_COUNT = 2**40
 
 RANGES: dict[str, tuple[type, float, float]] = {
-    "spill_bytes": (int, 0, math.inf), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
-    "instructions": (int, 0, math.inf), "stack_bytes": (int, 0, math.inf), "block_size": (int, 1, 1024),
-    "trial": (int, 0, math.inf), "samples": (int, 0, math.inf), "median_ms": (float, 0, math.inf),
+    "spill_bytes": (int, 0, MAX_COUNT), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
+    "instructions": (int, 0, MAX_COUNT), "stack_bytes": (int, 0, MAX_COUNT), "block_size": (int, 1, 1024),
+    "trial": (int, 0, MAX_COUNT), "samples": (int, 0, MAX_COUNT), "median_ms": (float, 0, math.inf),
     "iqr_ms": (float, 0, math.inf), "min_ms": (float, 0, math.inf),
 }  # fmt: skip
 
@@ -28,13 +32,30 @@ def problem(values: Mapping[str, Any]) -> str | None:
         if not ((is_count(value) if kind is int else is_finite(value)) and low <= value <= high):
             what = "an integer" if kind is int else "a number"
             bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
-            return f"{key} = {str(value)[:40]!r} must be {what} {bounds}"
+            return f"{key} = {shown(value)!r} must be {what} {bounds}"
     return None
 
 
 def is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """An integer from 0 to MAX_COUNT (never True: `true` is no count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def is_finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A number a float holds, finite; never raises (an integer past a float's range is not one)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past 1.8e308
+        return False
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """The start of ``value`` as text for a message; never raises (str() refuses ints past 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(10**limit) < value < 10**limit:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    try:
+        return str(value)[:limit]
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.build.compile import Build, EntryResources
-from compileiq.core import metric_ranges
+from compileiq.core import metric_ranges, static_score
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
@@ -156,17 +156,10 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
     (unrolled loops are longer and faster), so a change with no spill or occupancy gain is no
     improvement. Every static objective is further bound by `compileiq.evaluate.eligibility`.
     """
-    shortfall = 1.0 - metrics.occupancy
-    if objective == "spills":
-        return float(metrics.spill_bytes)
-    if objective == "registers":
-        return float(metrics.registers)
-    if objective == "occupancy":
-        return round(shortfall, 6)
-    if objective == "instructions":
-        return float(metrics.instructions)
-    if objective == "static":
-        return float(metrics.spill_bytes * 1000 + round(shortfall * 1000))
+    value = static_score.score(objective, metrics.spill_bytes, metrics.registers, metrics.occupancy,
+                               metrics.instructions)
+    if value is not None:
+        return value
     raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from compileiq.core.errors import UsageError
+from compileiq.core.metric_ranges import is_finite
 from compileiq.core.records import (
     KEY_FIELDS,
     PURPOSES,
@@ -339,7 +339,7 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
 
 def _finite_or_none(value: Any) -> float | None:
     """A best value read back: a finite float, else None (SQLite stores whatever it was given)."""
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    return float(value) if is_finite(value) else None
 
 
 # A trial row's columns but its JSON (config, metrics) and heartbeat: what `Store.trials` compares

@@ -131,6 +131,8 @@ def _document(path: Path) -> Any:
         raise UsageError(f"{path}: not a compileiq study export (JSON nested too deeply)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{path}: not a compileiq study export (not JSON: {error})") from None
+    except ValueError:  # Python refuses to read an integer of more than 4300 digits: no export holds one
+        raise UsageError(f"{path}: not a compileiq study export (a number of more than 4300 digits)") from None
 
 
 def _contents(path: Path) -> bytes:
@@ -223,7 +225,7 @@ def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], r
     for index, values in enumerate(items):
         try:
             kept.append(parse(values))
-        except (KeyError, TypeError, ValueError, AttributeError, SpaceError, RecursionError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError, SpaceError, RecursionError, OverflowError) as error:
             why = f"missing field {error}" if isinstance(error, KeyError) else str(error)
             number = values.get("number") if isinstance(values, dict) else None
             which = f"{kind} #{number} (row {index + 1} of the file)" if type(number) is int else \

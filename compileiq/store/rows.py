@@ -66,7 +66,7 @@ def checked_trial(row: sa.RowMapping, space: SearchSpace | None) -> Trial | str:
     """The row as a trial, or why it cannot be used (damaged, or its config is not in ``space``)."""
     try:
         trial = trial_record(row)
-    except (ValueError, TypeError, AttributeError, KeyError) as error:
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as error:
         return f"unreadable: {error}"
     return trial_problem(trial, space) or trial
 
@@ -74,7 +74,7 @@ def checked_trial(row: sa.RowMapping, space: SearchSpace | None) -> Trial | str:
 def checked_build(row: sa.RowMapping) -> BuildRecord | str:
     try:
         build = build_record(row)
-    except (ValueError, TypeError, AttributeError) as error:
+    except (ValueError, TypeError, AttributeError, OverflowError) as error:  # float(10**400): OverflowError
         return f"unreadable: {error}"
     return build_problem(build) or build
 
@@ -82,7 +82,7 @@ def checked_build(row: sa.RowMapping) -> BuildRecord | str:
 def checked_measurement(row: sa.RowMapping) -> Measurement | str:
     try:
         measurement = measurement_record(row)
-    except (ValueError, TypeError, AttributeError) as error:
+    except (ValueError, TypeError, AttributeError, OverflowError) as error:  # float(10**400): OverflowError
         return f"unreadable: {error}"
     return measurement_problem(measurement) or measurement
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import re
 from typing import Any
 
 from compileiq.build.compile import BuildStatus, EntryResources
-from compileiq.core import metric_ranges
+from compileiq.core import metric_ranges, static_score
 from compileiq.core.records import (
     PURPOSES,
+    RUNTIME_KIND,
     BuildRecord,
     Measurement,
     StudyKey,
@@ -89,13 +89,13 @@ def _result_problem(trial: Trial) -> str | None:
     if problem := metric_ranges.problem(trial.metrics):
         return f"its metrics: {problem}"
     if trial.state is TrialState.COMPLETE and not _finite(trial.value):
-        return f"a complete trial with value {trial.value!r}"
+        return f"a complete trial with value {metric_ranges.shown(trial.value)!r}"
     if trial.value is not None and not _finite(trial.value):
-        return f"value {trial.value!r} is not a finite number"
+        return f"value {metric_ranges.shown(trial.value)!r} is not a finite number"
     if trial.code_hash is not None and not _is_hash(trial.code_hash):
         return "its code_hash is not a hash"
     if trial.compile_seconds is not None and not (_finite(trial.compile_seconds) and trial.compile_seconds >= 0):
-        return f"compile_seconds {trial.compile_seconds!r} is not a duration"
+        return f"compile_seconds {metric_ranges.shown(trial.compile_seconds)!r} is not a duration"
     if not all(isinstance(v, str | None) for v in (trial.reason, trial.worker or "")):
         return "its reason or worker is not text"
     if not isinstance(trial.purpose, str) or trial.purpose not in PURPOSES:
@@ -110,7 +110,7 @@ def build_problem(build: BuildRecord) -> str | None:
         return "its metrics, message or ok flag has the wrong type"
     if problem := _build_metrics_problem(build.metrics):
         return problem  # a cached build is scored again as it says: its counts are the evidence
-    return None if _finite(build.seconds) else f"seconds {build.seconds!r} is not a number"
+    return None if _finite(build.seconds) else f"seconds {metric_ranges.shown(build.seconds)!r} is not a number"
 
 
 _STATUSES = frozenset(status.value for status in BuildStatus)
@@ -134,7 +134,7 @@ def _build_metrics_problem(metrics: dict[str, Any]) -> str | None:
         counts = [value for name, value in entry.items() if name not in ("name", "entry")]
         if (not all(metric_ranges.is_count(value) for value in counts) or entry["registers"] > 255
                 or entry.get("max_threads", 0) > metric_ranges.RANGES["block_size"][2]):
-            return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0"
+            return (f"function {entry['name'][:60]!r}: a count that is not an integer from 0 to 2**40"
                     " (registers up to 255, max_threads up to 1024)")
     return None
 
@@ -226,11 +226,40 @@ class ExportStudy:
             self.names = frozenset(names)
 
 
+_STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
+
+
+def scored_problem(trial: Trial, key: StudyKey) -> str | None:
+    """Why a complete trial (its metrics in range: `trial_problem` first) is not a result its study's
+    evaluator records, else None. A static study's value is what its metrics give for the first
+    objective (the one the evaluator scores); a runtime study's trial is a timing, as the GPU
+    evaluator records one (`evaluate.timing`: its metrics say kind runtime and hold median_ms).
+    Else a forged value (-5 with 3052 spill bytes) would steer the search and the study list, and a
+    static study relabelled "time" would show its static scores as milliseconds on a GPU."""
+    if trial.state is not TrialState.COMPLETE or not isinstance(trial.metrics, dict):
+        return None
+    names, metrics = key.objective.split(","), trial.metrics
+    if key.evaluator == STATIC_EVALUATOR:
+        if not all(name in metrics for name in _STATIC_METRICS):
+            return f"a complete static trial without its metrics ({', '.join(_STATIC_METRICS)})"
+        expected = static_score.score(names[0], *(metrics[name] for name in _STATIC_METRICS))
+        if expected is None:
+            return None  # no static objective: the study's key is refused (`key_problem`)
+        value = trial.value
+        if value is None or not _finite(value) or abs(value - expected) > 1e-9 * max(1.0, abs(expected)):
+            return (f"its value {metric_ranges.shown(trial.value)} is not what its metrics give for "
+                    f"{names[0]} ({expected:.12g})")
+    elif "time" in names and (metrics.get("kind") != RUNTIME_KIND or not _finite(metrics.get("median_ms"))):
+        return "a trial of a GPU runtime study that is no timing (its metrics hold no runtime kind and median_ms)"
+    return None
+
+
 def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = None) -> str | None:
     """``trial_problem`` for a trial of an export: its config must fit the bundled space of the
-    study's space_id (its macros as given), and with no macros hash to the study's space. Given the
-    ``study`` its other trials were read into, its parameters must be that study's."""
-    problem = trial_problem(trial)
+    study's space_id (its macros as given), and with no macros hash to the study's space; its value
+    must be one its study's evaluator records (`scored_problem`). Given the ``study`` its other
+    trials were read into, its parameters must be that study's."""
+    problem = trial_problem(trial) or scored_problem(trial, key)
     if problem is not None or not isinstance(trial.config, dict):
         return problem
     if Config.of(trial.config).key != trial.config_key:
@@ -257,8 +286,7 @@ def check_in_export(trial: Trial, key: StudyKey, study: ExportStudy | None = Non
     return problem
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+_finite = metric_ranges.is_finite  # never raises: an int past a float's range is no finite number
 
 
 def _is_hash(value: Any) -> bool:

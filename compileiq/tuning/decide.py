@@ -62,6 +62,7 @@ class Decider:
     verify: Callable[[Trial], None] | None  # check a cited row against its rebuild (static)
     note: Callable[[str], None]
     confirm: Confirm | None  # a runtime evaluator's confirmation against the baseline
+    verify_result: Callable[[Trial], None] | None = None  # check a row a decision reads (static), or replace it
 
     def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         decision = self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
@@ -72,8 +73,18 @@ class Decider:
 
     def _simplified(self, winner: Trial, exact: bool) -> Simplification:
         no_worse = multi_objective.no_worse(self.objectives) if len(self.objectives) > 1 else lower_or_equal_value
-        return simplify(winner, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), exact,
+        return simplify(winner, self.toward_baseline, self._simplify_results, exact,
                         allowed=lambda t: self.refusal(t) is None, no_worse=no_worse)
+
+    def _simplify_results(self, configs: Sequence[Config]) -> list[Trial]:
+        """The simplification's results, each one this run built or checked against a rebuild (static):
+        a drop is decided on them, so one forged "no gain" row would keep a setting of its author's
+        choice (one no static metric sees, e.g. a load cache mode) in an ACF that passes the gate."""
+        found = self.evaluate(configs, "simplify")
+        if self.verify_result is not None and self.static:
+            for trial in found:
+                self.verify_result(trial)  # a row replaced by its rebuild: Quarantined, decided again
+        return found
 
     def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         if self._shrinks_candidates:  # first: a candidate's code may need no refused setting (a stand-in)

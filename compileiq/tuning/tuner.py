@@ -395,7 +395,8 @@ class Tuner:
                           baseline_space(self._baseline.as_dict()), lambda configs, purpose: self.evaluate(study, configs, purpose),
                           lambda: tuple(self._store.trials(study.id)), self._refusal,
                           verifier.check if verifier is not None else None, self._progress.note,
-                          getattr(self._evaluator, "confirm", None))
+                          getattr(self._evaluator, "confirm", None),
+                          verifier.check_result if verifier is not None else None)
         decision = decider.decide(base, trials)
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,

@@ -50,10 +50,20 @@ class Verifier:
     def check(self, trial: Trial) -> None:
         """Return when this run built ``trial`` or a rebuild agrees with its row; else quarantine
         the row and raise Quarantined."""
+        self._check(trial, replace=trial.config_key == self._baseline_key, failed_too=False)
+
+    def check_result(self, trial: Trial) -> None:
+        """`check` for a row a decision reads (a simplification's drop), complete or failed: one that
+        disagrees is replaced by the rebuild (as the baseline's is), so that the decision, made again,
+        reads what this run built. Failing it instead would leave its config with no result, and a
+        drop with no result is no drop: the setting its author wanted kept would stay."""
+        self._check(trial, replace=True, failed_too=True)
+
+    def _check(self, trial: Trial, replace: bool, failed_too: bool) -> None:
         if self._origins.get(trial.id) in ("compiled", "verified", "replaced"):
             return
         build, fresh = self._rebuild(trial)
-        if agrees(trial, build, fresh):
+        if agrees(trial, build, fresh) or (failed_too and failed_alike(trial, fresh)):
             self._origins[trial.id] = "verified"
             return
         if renamed_only(trial, build, fresh):
@@ -67,7 +77,7 @@ class Verifier:
         self.quarantined += 1
         if self.quarantined > MAX_QUARANTINED:
             raise CompileIQError(f"more than {MAX_QUARANTINED} rows disagree with their rebuilds; no ACF was written")
-        if trial.config_key == self._baseline_key:
+        if replace:
             self._store.finish_trial(
                 trial.id, state=TrialState.COMPLETE if fresh.value is not None else TrialState.FAILED,
                 value=fresh.value, reason=f"{QUARANTINED} row replaced by a rebuild: {said}"[:4000],
@@ -84,6 +94,11 @@ class Verifier:
 def agrees(trial: Trial, build: Build, fresh: Evaluation) -> bool:
     """The row's value, machine code and static metrics are the rebuild's."""
     return trial.code_hash == build.code_hash and _same_result(trial, fresh)
+
+
+def failed_alike(trial: Trial, fresh: Evaluation) -> bool:
+    """A failed row whose rebuild fails too (its reason may name this run's folders)."""
+    return trial.state is TrialState.FAILED and fresh.value is None
 
 
 def _same_result(trial: Trial, fresh: Evaluation) -> bool:
