@@ -273,3 +273,55 @@ def test_a_forged_no_gain_row_never_keeps_a_setting_in_the_simplification(tmp_pa
     assert row.value == target.value  # the rebuild's result, recorded in its place
     gate = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
     assert gate.returncode == 0, gate.describe()
+
+
+ABLATION_KERNEL = """\
+extern "C" __global__ void fir(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    for (int r = 0; r < LOOPS; ++r) {
+        #pragma unroll
+        for (int k = 0; k < TAPS; ++k) acc += in[(i * 7 + k * 13 + r) % n] * (k + 1);
+    }
+#if EXTRA
+    #pragma unroll
+    for (int k = 0; k < 8; ++k) acc = acc * 0.5f + in[(i + k * 31) % n];
+#endif
+    out[i % n] = acc;
+}
+"""
+
+
+def test_a_forged_row_on_the_ablation_path_never_skews_the_contributions(tmp_path: Path) -> None:
+    """Three macros the choice changes, so the ablation builds configurations the simplification never
+    reads (one setting flipped from the baseline). One of them forged just short of the winner put
+    its setting first with nearly the whole gain and another's contribution below zero, in the ACF
+    and `show --why`; every row the ablation reads is rebuilt now, the forged one replaced."""
+    (tmp_path / "k.cu").write_text(ABLATION_KERNEL)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTAPS = [32, 16]\nLOOPS = [2, 1]\nEXTRA = [1, 0]\n")
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    tune = ["tune", "k.cu", "--objective", "instructions", "--only", "define.TAPS,define.LOOPS,define.EXTRA",
+            "--strategy", "exhaustive", "--budget", "8", "--workers", "local", "--db", url, "--out", "k.acf.toml"]
+
+    def contributions() -> dict[str, float]:
+        return {c["setting"]: c["contribution"] for c in acf.read(tmp_path / "k.acf.toml").evidence["contribution"]}
+
+    first = run_cli(tune, cwd=tmp_path)
+    assert first.returncode == 0, first.describe()
+    honest = contributions()
+    assert len(honest) == 3 and all(value > 0 for value in honest.values()), honest
+    trials = {(t.config["define.TAPS"], t.config["define.LOOPS"], t.config["define.EXTRA"]): t for t in _trials(url)}
+    victim, chosen = trials[(16, 2, 1)], trials[(16, 1, 0)]
+    assert victim.value is not None and chosen.value is not None and victim.value > chosen.value + 2
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # just short of the winner: the ablation's first step, not the search's winner
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            value=chosen.value + 1, metrics={**victim.metrics, "instructions": int(chosen.value) + 1},
+            code_hash="f" * 64, worker=MALLORY))
+    engine.dispose()
+    again = run_cli(tune, cwd=tmp_path)
+    assert again.returncode == 0, again.describe()
+    assert f"trial #{victim.number} quarantined" in again.output, again.output
+    assert contributions() == honest
+    row = next(t for t in _trials(url) if t.number == victim.number)
+    assert row.value == victim.value and row.code_hash == victim.code_hash  # the rebuild's, in its place

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
@@ -73,14 +74,15 @@ class Decider:
 
     def _simplified(self, winner: Trial, exact: bool) -> Simplification:
         no_worse = multi_objective.no_worse(self.objectives) if len(self.objectives) > 1 else lower_or_equal_value
-        return simplify(winner, self.toward_baseline, self._simplify_results, exact,
+        return simplify(winner, self.toward_baseline, partial(self._checked, "simplify"), exact,
                         allowed=lambda t: self.refusal(t) is None, no_worse=no_worse)
 
-    def _simplify_results(self, configs: Sequence[Config]) -> list[Trial]:
-        """The simplification's results, each one this run built or checked against a rebuild (static):
-        a drop is decided on them, so one forged "no gain" row would keep a setting of its author's
-        choice (one no static metric sees, e.g. a load cache mode) in an ACF that passes the gate."""
-        found = self.evaluate(configs, "simplify")
+    def _checked(self, purpose: str, configs: Sequence[Config]) -> list[Trial]:
+        """The simplification's or the ablation's results, each one this run built or checked against a
+        rebuild (static): a drop is decided on them, so one forged "no gain" row would keep a setting of
+        its author's choice (one no static metric sees, e.g. a load cache mode) in an ACF that passes the
+        gate, and the ACF cites each setting's contribution from the ablation's."""
+        found = self.evaluate(configs, purpose)
         if self.verify_result is not None and self.static:
             for trial in found:
                 self.verify_result(trial)  # a row replaced by its rebuild: Quarantined, decided again
@@ -130,7 +132,7 @@ class Decider:
         ablation = None
         if self.ablate and chosen is not baseline:
             ablation = ablation_path(baseline, chosen, ablation_recorded(final) if self.out_of_time
-                                     else lambda cs: self.evaluate(cs, "ablation"))
+                                     else partial(self._checked, "ablation"))
             final = self.recorded()
         if self._shrinks_candidates:  # those the first pass did not reach (already shrunk: recorded, not built)
             self._shrink_candidates(final, chosen, baseline)
