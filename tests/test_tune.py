@@ -78,7 +78,13 @@ def test_an_identical_rerun_compiles_only_the_check_of_what_its_acf_cites(tmp_pa
     assert first.result.counters.compiler_calls > 0
     again = app.tune(_options(tmp_path, spiller), SilentProgress())
     counters = again.result.counters
-    assert counters.compiler_calls == counters.verify_calls <= 4  # the baseline and the choice, two stages each
+    # every compile checks a row the ACF cites: the baseline and the choice, and the rows its
+    # simplification (one per setting tried) and ablation (each step's remaining flips) read; nothing else
+    simplified, ablation = first.result.simplification, first.result.ablation
+    tried = len(simplified.kept) + len(simplified.dropped) if simplified is not None else 0
+    steps = len(ablation.steps) if ablation is not None else 0
+    assert counters.compiler_calls == counters.verify_calls
+    assert counters.verify_frontend_calls == 1 and counters.verify_ptxas_calls <= 2 + tried + steps * (steps + 1) // 2
     assert again.result.counters.new_trials == 0
     assert again.result.chosen.config == first.result.chosen.config
 
