@@ -183,14 +183,16 @@ def test_with_ray_the_first_result_comes_before_the_workers_are_ready(tmp_path: 
 def test_a_run_says_where_its_variants_compiled_while_ray_started(tmp_path: Path) -> None:
     """User 48: a small run with the default embedded Ray printed "compiling on Ray (starting; ...)",
     never a "workers ready" line, and nothing at the end said that every trial compiled on local
-    threads (the run then waited seconds for a Ray it never used). The summary says where."""
+    threads. The summary says where (the run still ends its Ray, started or not: not waiting left
+    Ray's agents running a minute after it)."""
     (tmp_path / "k.cu").write_text(TINY_KERNEL)
     result = run_cli(["tune", "k.cu", "--budget", "3", "--only", ONLY, "--db", "sqlite:///t.db", "--arch", "sm_90"],
                      cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.describe()
     where = [line for line in result.stdout.splitlines() if line.startswith("compiled: ")]
     assert len(where) == 1 and re.fullmatch(  # Ray takes seconds to start: the first is all but certain
-        r"compiled: (all 3 variant\(s\) on local threads; Ray was still starting and was not used"
+        r"compiled: (all 3 variant\(s\) on local threads; Ray (was still starting|became ready only after the last one)"
+        r" and was not used"
         r"|\d variant\(s\) on local threads while Ray started, \d on Ray)", where[0]), result.describe()
     local = run_cli(["tune", "k.cu", "--budget", "3", "--only", ONLY, "--db", "sqlite:///l.db", "--arch", "sm_90",
                      "--workers", "local"], cwd=tmp_path)

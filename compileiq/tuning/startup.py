@@ -89,9 +89,6 @@ class PhaseProgress:
         self._inner.note(message)
 
 
-_UNFINISHED: list[threading.Thread] = []  # starts a closed run left to finish (and shut Ray down) on their own
-
-
 class EarlyWorkers:
     """Opens the real workers (an embedded Ray) in a background thread from construction on. Until
     they are ready, a batch compiles on local threads instead of waiting (the baseline alone first,
@@ -118,8 +115,6 @@ class EarlyWorkers:
     def _open(self) -> None:
         """Open the workers, then keep them until `close`: this thread must outlive them, as
         Ray's own processes are tied to the thread that started them (they die with it)."""
-        while _UNFINISHED:  # an earlier run's start in this process: one Ray at a time
-            _UNFINISHED.pop().join()
         try:
             self._workers = self._opener()
         except Exception as error:  # noqa: BLE001 - re-raised where the workers are first needed
@@ -189,15 +184,11 @@ class EarlyWorkers:
         return self._workers
 
     def close(self) -> None:
-        """Close both. Ray once started is shut down, by its thread, and waited for; a start still
-        in progress that no variant waited for is not: its thread shuts Ray down when it is up
-        (the next run in this process waits for that first), and a process that ends before then
-        takes Ray's processes with it. A small run does not pay seconds for a Ray it never used."""
+        """Close both; a start still in progress is waited for (then shut down, by its thread). Not
+        waiting saved a small run seconds, but left Ray's agents running for a minute after the run
+        (and, in a library process, Ray starting after `tune` returned): a run ends with its Ray."""
         if self._local is not None:
             self._local.close()
             self._local = None
         self._closing.set()
-        if self._built["ray"] or self._ready.is_set():
-            self._thread.join()
-        else:
-            _UNFINISHED.append(self._thread)
+        self._thread.join()
