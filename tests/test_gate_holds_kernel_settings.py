@@ -152,7 +152,8 @@ def test_gate_compile_commands_names_the_database_that_ships(tmp_path: Path) -> 
     assert any(("the ACF's [baseline] names the compilation database debug/compile_commands.json, but the database "
                 "that ships is compile_commands.json (--compile-commands)") in f["message"]
                for f in result["findings"] if f["rule"] == "stale-settings"), found
-    assert "held to the compile command for k.cu in compile_commands.json (--compile-commands)" in stderr, stderr
+    assert ("held to the compile command for k.cu in compile_commands.json (--compile-commands; the ACF's [baseline] "
+            "names debug/compile_commands.json)") in stderr, stderr
     if "ptxas.opt_level" in tomllib.loads(acf.read_text())["controls"]:  # it kept -O0 (or 1, 2): lowered now
         assert code == 1 and found["worse-than-default"]["severity"] == "error", found
     missing = run_cli(["gate", str(acf), "--static", "--compile-commands", "nope.json"], cwd=tmp_path)
@@ -165,6 +166,33 @@ def test_gate_compile_commands_names_the_database_that_ships(tmp_path: Path) -> 
     code, result, _ = _gate(tmp_path, plain, "--compile-commands", "debug/compile_commands.json")
     assert any("the ACF was tuned without a compile command, but debug/compile_commands.json has one for k.cu "
                "(ships -Xptxas -O0)" in f["message"] for f in result["findings"]), result
+
+
+def test_the_same_command_in_another_database_is_no_stale_setting(tmp_path: Path) -> None:
+    """CI builds in its own folder (ci/ beside the developer's build/): `gate --compile-commands
+    ci/compile_commands.json` warned stale-settings with a re-tune line for every ACF, and failed
+    under --rule stale-settings=error, though the kernel's command there was the very one it was
+    tuned from. The commands are compared, not the paths: a note names both databases."""
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    command = "nvcc -Xptxas -O2 -arch=sm_90 -c k.cu -o k.o"
+    _database(tmp_path, command)
+    acf = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                "--objective", "registers")
+    _database(tmp_path, command.replace("-c", "-Xcompiler -fPIC -c").replace("k.o", "ci/k.o"), "ci/compile_commands.json")
+    code, result, stderr = _gate(tmp_path, acf, "--compile-commands", "ci/compile_commands.json")
+    assert code == 0 and result["findings"] == [], result
+    assert "held to the compile command for k.cu in ci/compile_commands.json (--compile-commands; the ACF's " \
+           "[baseline] names compile_commands.json)" in stderr, stderr
+    strict = run_cli(["gate", str(acf), "--static", "--compile-commands", "ci/compile_commands.json",
+                      "--rule", "stale-settings=error"], cwd=tmp_path)
+    assert strict.returncode == 0, strict.describe()
+    # a command that builds something else there is still said, naming both databases
+    _database(tmp_path, command.replace("-O2", "-O1"), "ci/compile_commands.json")
+    code, result, _ = _gate(tmp_path, acf, "--compile-commands", "ci/compile_commands.json")
+    stale = [f["message"] for f in result["findings"] if f["rule"] == "stale-settings"]
+    assert any("the ACF's [baseline] names the compilation database compile_commands.json, but the database that "
+               "ships is ci/compile_commands.json" in m for m in stale), result
+    assert any("ptxas.opt_level 2 -> 1" in m for m in stale), result
 
 
 def test_an_acf_applied_as_flags_says_is_not_a_changed_build(tmp_path: Path) -> None:

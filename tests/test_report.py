@@ -504,3 +504,41 @@ def test_a_printed_db_option_never_shows_a_masked_url() -> None:
     assert db_option("sqlite:///x.db?mode=***") == '--db "$COMPILEIQ_DB"'
     assert db_option("sqlite:////abs/t.db") == "--db sqlite:////abs/t.db"
     assert db_option("sqlite:///rel/t.db") == f"--db sqlite:///{os.path.abspath('rel/t.db')}"
+
+
+def test_a_setting_one_study_does_not_search_is_its_compiler_default_in_a_comparison(tmp_path):
+    """Two studies of one build, one searching every setting and the macros, one `--only define.KU`
+    (BS held): `report --compare` listed 11 baseline differences (`baseline ptxas.opt_level | 3 | -`)
+    though both baselines build the compiler's defaults, and said each choice was "not evaluated" in
+    the other study though both had built it. A setting a study does not search is built at the
+    compiler's default; where the studies' flags differ, nvcc's register cap may be the base
+    flags' instead (it leaves the space then), so it stays unknown there."""
+    from compileiq.core.space_files import load_space
+    from compileiq.report.compare import compare
+
+    defaults = load_space("13.0").default_config().as_dict()
+    url = f"sqlite:///{tmp_path}/t.db"
+
+    def macros(ku: int) -> dict[str, int]:
+        return {"define.BS": 64, "define.KU": ku}
+
+    store = Store.open(url)
+    studies = {"all": (_key(), ({**defaults, **macros(1)}, 10.0), ({**defaults, **macros(2)}, 5.0)),
+               "only": (_key(space_sha256="ef" * 32), (macros(1), 10.0), (macros(2), 6.0)),
+               "capped": (_key(source_sha256="ef" * 32, space_sha256="ef" * 32), (macros(1), 10.0))}
+    for name, (key, *rows) in studies.items():
+        study = store.get_or_create_study(key, name)
+        for number, (config, value) in enumerate(rows):
+            trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+            metrics = {"spill_bytes": 0, "registers": 32, "occupancy": 1.0, "instructions": 10, "stack_bytes": 0}
+            store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics=metrics,
+                               code_hash=f"{number + 10 * len(name):064d}", compile_seconds=0.1)
+    try:
+        same = compare(store, "all", "only")
+        other_flags = compare(store, "all", "capped")
+    finally:
+        store.close()
+    assert same.baseline_changes == (), same.baseline_changes
+    assert [h.verdict for h in same.holds] == ["holds: beat that baseline; its best is 6", "holds: beat that baseline; its best is 5"]
+    assert [row for row in other_flags.baseline_changes if row[0].startswith("baseline ")] == [
+        ("baseline ptxas.maxrregcount", "default", "-")], other_flags.baseline_changes

@@ -266,6 +266,44 @@ def test_a_shipped_setting_left_out_of_the_search_is_held_at_its_shipped_value(t
         assert "--use_fast_math" in argv and "-Xptxas=--def-load-cache=cg" in argv and not any("-O" in a for a in argv), argv
 
 
+MACRO_KERNEL = """\
+#ifndef TA
+#define TA 1
+#endif
+__global__ void k(float* a, int n) {
+  float s = 0.f;
+  for (int i = 0; i < n; i += TA) s += a[i] * a[i + 1];
+  a[threadIdx.x] = s / 3.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("shipped, only", [
+    ("--ftz=true", "define.TA"),  # the case reference.md names: the shipped flag held, the macros searched
+    ("--use_fast_math", "define.TA"),
+    ("--ftz=true", "nvcc.ftz,define.TA"),  # both named: the numerics setting came after the macro as well
+])
+def test_only_a_macro_on_a_build_shipping_a_front_end_flag_writes_an_acf_the_gate_passes(
+        tmp_path: Path, shipped: str, only: str) -> None:
+    """The ACF's argv was written in the searched space's order (the macro first, the held shipped
+    flag appended after it) but read back in the compiler's (nvcc flags, then -D): every trial ran,
+    then "args.argv does not match its controls (edited by hand?)" and no ACF."""
+    (tmp_path / "k.cu").write_text(MACRO_KERNEL)
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTA = [1, 2]\n")
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "file": "k.cu",
+          "arguments": ["nvcc", shipped, "-arch=sm_90", "-c", "k.cu", "-o", "k.o"]}]))
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", only, "--budget", "4", "--out", str(out))
+    written = tomllib.loads(out.read_text())["args"]
+    assert shipped in written["argv"] and shipped in written["frontend"], written
+    assert acf.read(out).argv == tuple(written["argv"])
+    gated = run_cli(["gate", str(out), "--static", "--compile-commands", "compile_commands.json", "--json"],
+                    cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    assert json.loads(gated.stdout)["acfs"][0]["findings"] == [], gated.stdout
+
+
 def test_a_command_without_tuned_flags_says_the_baseline_is_the_compiler_defaults(tmp_path: Path) -> None:
     from compileiq.source.shipped import describe
 

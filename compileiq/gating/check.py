@@ -180,6 +180,9 @@ def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSetti
         return ()
     why = "--compile-commands" if own.given else "named by the ACF's [baseline]; pass --compile-commands to name the one that ships"
     database = path_from_here(str(own.database))
+    named = kernel_settings.named_database(acf)
+    if own.given and named is not None and path_from_here(str(named)) != database:  # the same command there is no finding
+        why += f"; the ACF's [baseline] names {path_from_here(str(named))}"
     notes = [f"held to the compile command for {found.name} in {database} ({why})"]
     if own.applied:
         notes.append(f"applied: the compile command in {database} builds the ACF's choice; its baseline is the "

@@ -6,8 +6,10 @@ so too, with the re-tune command, instead of passing an ACF whose baseline no lo
 Only what changes the study is compared (the base flags that reach nvcc, the searched settings'
 shipped values, the arch): a linker or report option added changes neither. The database is read
 as `tune --compile-commands` reads it (never run); a database that is gone or can no longer be read
-is said as it is. Which database: the gate's `--compile-commands` where given (an ACF whose
-[baseline] names another is said to), else the one the ACF names. A command that now ships exactly
+is said as it is. Which database: the gate's `--compile-commands` where given, else the one the ACF
+names. The commands are compared, not the databases' paths: a CI build folder's database whose command
+builds the kernel as the one the ACF names did is no change (the gate's note names both); one that
+builds it otherwise, or cannot be read, is said with both names. A command that now ships exactly
 the ACF's choice (`applies_choice`) is the ACF applied: no change to warn about.
 """
 
@@ -85,7 +87,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
     changes = _changes(target.spec, now, space.default_config().as_dict(), acf.arch, moved)
     if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
-        return other
+        return []  # what the command builds is what the ACF was tuned from, whichever database holds it
     return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
                         f"the compile command in {database} "
                         f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "

@@ -1,7 +1,8 @@
 """`compileiq report --compare A B`: what differs between two studies of a kernel.
 
 Which parts of the study key differ (toolchain, arch, study identity, space, objective), where the
-baselines differ (two builds the project ships: the settings of each study's first trial), how the
+baselines differ (two builds the project ships: the settings each study's first trial builds, a
+setting it does not search at the compiler's default), how the
 baseline and chosen values moved, which chosen settings changed, and whether each study's choice
 (its settings, a kept baseline included) still holds in the other: its config looked up among the
 other study's recorded trials (nothing is built here), and it holds when it still beats that
@@ -22,7 +23,13 @@ from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
 from compileiq.report.page import values_text
 from compileiq.results import multi_objective
-from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
+from compileiq.results.explain import (
+    Explanation,
+    baseline_label,
+    changed_settings,
+    compiler_defaults,
+    explain,
+)
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.store import Store
 
@@ -61,7 +68,31 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
     settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
-    return Comparison(a, b, keys, _baseline_changes(a, b), settings, (_holds(a, b), _holds(b, a)))
+    built_a, built_b = (_Built.of(e, same_flags=ka["source_sha256"] == kb["source_sha256"]) for e in (a, b))
+    return Comparison(a, b, keys, _baseline_changes(a, b, built_a, built_b), settings,
+                      (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)))
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A study's trials as the builds they are: a compiler setting the study neither searched nor
+    held (another --only, --exclude or risk class) is not passed, so it builds at the compiler's
+    default. Compared so, two studies of one build with different spaces have the same baseline and
+    find each other's choices. nvcc's register cap is left out of the space also where the base
+    flags hold a cap (`space_choice.without_capped`): it is taken as the default only where the
+    studies' identities (flags included) are the same, which rules that out."""
+
+    defaults: dict[str, Any]  # the compiler defaults to complete a config with
+
+    @classmethod
+    def of(cls, e: Explanation, same_flags: bool) -> _Built:
+        return cls(compiler_defaults(e.study, register_cap=same_flags))
+
+    def config(self, config: dict[str, Any]) -> dict[str, Any]:
+        return {**self.defaults, **config}
+
+    def same(self, mine: dict[str, Any], other: _Built, theirs: dict[str, Any]) -> bool:
+        return self.config(mine) == other.config(theirs)
 
 
 # The study key's source_sha256 is the study's identity, not the source text's hash (an ACF's
@@ -70,13 +101,15 @@ def compare(store: Store, first: str, second: str) -> Comparison:
 KEY_LABELS = {"source_sha256": "study identity (sources, flags, tune.toml and shipped settings; source_sha256)"}
 
 
-def _baseline_changes(a: Explanation, b: Explanation) -> tuple[tuple[str, Any, Any], ...]:
+def _baseline_changes(a: Explanation, b: Explanation, built_a: _Built,
+                      built_b: _Built) -> tuple[tuple[str, Any, Any], ...]:
     """Where the two baselines differ: how each view names it (the compilation database it was
-    read from, or the compiler defaults), and each setting the two first trials set differently."""
+    read from, or the compiler defaults), and each setting the two first trials build differently
+    (`_Built`: "-" where a study's build leaves it unknown)."""
     la, lb = (baseline_label(e.study, e.baseline, recorded_origin(e.runs)) for e in (a, b))
     rows: list[tuple[str, Any, Any]] = [("baseline", la, lb)] if la != lb else []
     if a.baseline is not None and b.baseline is not None:
-        ca, cb = a.baseline.config, b.baseline.config
+        ca, cb = built_a.config(a.baseline.config), built_b.config(b.baseline.config)
         rows += [(f"baseline {n}", ca.get(n, "-"), cb.get(n, "-")) for n in sorted(set(ca) | set(cb))
                  if ca.get(n) != cb.get(n)]
     return tuple(rows)
@@ -97,18 +130,21 @@ def _explained(store: Store, name: str) -> Explanation:
     return explain(study, trials, runs=store.runs(study.id))
 
 
-def _holds(source: Explanation, target: Explanation) -> Holds:
+def _holds(source: Explanation, target: Explanation, built: _Built, built_there: _Built) -> Holds:
+    """Whether the source study's choice holds in the target: its build looked up among the
+    target's trials (`_Built`: the same build under another space's settings)."""
     baseline = target.baseline.value if target.baseline else None
     best = target.chosen.value if target.chosen else None
     names = (source.study.name, target.study.name)
     if source.chosen is None:
         return Holds(*names, None, baseline, best, "no choice to check: no trial completed")
+    chosen = source.chosen.config
     kept = source.baseline is not None and source.chosen.config_key == source.baseline.config_key
-    if kept and target.baseline is not None and source.chosen.config_key == target.baseline.config_key:
+    if kept and target.baseline is not None and built.same(chosen, built_there, target.baseline.config):
         return Holds(*names, None, baseline, best, "nothing to check: it kept its baseline, that study's baseline too")
     if source.study.key.objective != target.study.key.objective:
         return Holds(*names, None, baseline, best, "not comparable: the studies have different objectives")
-    found = next((t for t in target.trials if t.config_key == source.chosen.config_key), None)
+    found = next((t for t in target.trials if built.same(chosen, built_there, t.config)), None)
     if found is None or found.state is not TrialState.COMPLETE or found.value is None:
         verdict = ("not evaluated there" if found is None else
                    f"its row there was quarantined (#{found.number})" if (found.reason or "").startswith(QUARANTINED)
@@ -118,7 +154,7 @@ def _holds(source: Explanation, target: Explanation) -> Holds:
     if baseline is not None and found.value < baseline:
         gap = "" if best is None else f"; its best is {values_text(target.study.key.objective, target.chosen)}"
         return Holds(*names, found.value, baseline, best, f"holds: {what}beat that baseline{gap}")
-    if target.baseline is not None and found.config_key == target.baseline.config_key:
+    if target.baseline is not None and found.number == target.baseline.number:
         return Holds(*names, found.value, baseline, best, "nothing gained there: it is that study's baseline")
     return Holds(*names, found.value, baseline, best, f"no longer holds: {what}no better than that baseline")
 

@@ -12,6 +12,7 @@ import os
 import shlex
 import tempfile
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,6 +135,9 @@ def render(content: AcfContent) -> dict[str, Any]:
         if name.startswith("define.") or value != defaults[name] or space.parameter(name).render_default
     }  # a setting held at the shipped build's value renders at its default too (`space_choice`)
     shipped = {"baseline": content.baseline} if content.baseline is not None else {}
+    # rendered as a reader renders them (`settled`), not in the order the run searched its settings
+    macros = [p.name.removeprefix("define.") for p in space.parameters if p.name.startswith("define.")]
+    config, full = settled(load_space(content.nvcc_version), controls, macros)
     return {
         "format": FORMAT_VERSION,
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
@@ -145,10 +149,10 @@ def render(content: AcfContent) -> dict[str, Any]:
                       "build": content.toolchain_build, "search_space": space.id,
                       "search_space_sha256": space.sha256},
         "controls": controls,
-        "args": {"frontend": list(space.frontend_args(config)),
-                 "ptxas": list(space.ptxas_args(config)),
+        "args": {"frontend": list(full.frontend_args(config)),
+                 "ptxas": list(full.ptxas_args(config)),
                  "defines": list(content.fixed_defines),
-                 "argv": [*space.nvcc_args(config), *content.fixed_defines]},
+                 "argv": list(argv_of(full, config, content.fixed_defines))},
         "objective": content.objective,
         "evidence": content.evidence,
         "provenance": {"written_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -161,7 +165,10 @@ def write(path: Path, content: AcfContent, force: bool = False) -> Path:
     ACF is replaced only by one that reads back valid and, unless ``force``, holds at least as
     much evidence (`acf_replace`: ReplaceError otherwise). A symlink stays a link to the
     rewritten file; anything but a regular file is refused (OutputFileError)."""
-    document = render(content)
+    try:
+        document = render(content)
+    except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
+        raise AcfError(f"not writing {path}: {error}") from None
     text = "# compileiq advanced-control file: review it like code.\n" + tomli_w.dumps(document)
     try:
         parse(path, text)
@@ -226,8 +233,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     base = space or load_space(str(tools["nvcc"]))
     _check_tokens(path, base, argv, fixed)
     controls = dict(data["controls"])
-    config, full_space = _config(base, controls, argv)
-    expected = (*full_space.nvcc_args(config), *fixed)
+    config, full_space = settled(base, controls, [t[2:].partition("=")[0] for t in argv if t.startswith("-D")])
+    expected = argv_of(full_space, config, fixed)
     if argv != expected:
         raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
     arch = kernel["arch"]
@@ -293,10 +300,12 @@ def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: 
     space.config_from_nvcc_args([t for t in argv if not t.startswith("-D")])
 
 
-def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) -> tuple[Config, SearchSpace]:
-    """The config and the space it lives in; tuned macros keep the order they have in argv
-    (tune.toml's order), which TOML tables do not preserve for us."""
-    order = [token[2:].partition("=")[0] for token in argv if token.startswith("-D")]
+def settled(base: SearchSpace, controls: Mapping[str, Any], order: Sequence[str]) -> tuple[Config, SearchSpace]:
+    """The config an ACF's controls stand for and the space it lives in: the compiler's space
+    (`base`) with the tuned macros after it, in ``order`` (tune.toml's; TOML tables do not keep
+    it, so a reader takes it from argv). The writer renders an ACF's arguments from this and the
+    reader checks them against it: one order, whatever order a run searched its settings in
+    (`--only define.X` put the macro before a shipped flag it held, and the ACF it wrote was refused)."""
     names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
                    key=lambda n: order.index(n) if n in order else len(order))
     defines = {name: [controls[f"define.{name}"]] for name in names}
@@ -304,6 +313,12 @@ def _config(base: SearchSpace, controls: dict[str, Any], argv: tuple[str, ...]) 
     config = space.default_config().with_values(controls)
     space.validate(config)
     return config, space
+
+
+def argv_of(space: SearchSpace, config: Config, fixed: Sequence[str]) -> tuple[str, ...]:
+    """An ACF's args.argv: the settings' nvcc arguments in ``space``'s order (`settled`), then the
+    fixed defines."""
+    return (*space.nvcc_args(config), *fixed)
 
 
 def _strings(values: Any, where: str) -> list[str]:

@@ -27,6 +27,7 @@ from compileiq.results.ablation import Ablation, ablation_path, recorded
 from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
 from compileiq.results.recorded_decision import latest_decision, recorded_pick, sound_choice
 from compileiq.results.simplify import baseline_space, simplify
+from compileiq.source.base_flags import CAPPED
 from compileiq.source.spec import ShippedBuild
 
 
@@ -334,9 +335,17 @@ def json_text(value: Any) -> str:
 
 def _shipped_values(study: Study, baseline: Trial) -> dict[str, Any]:
     """The baseline's compiler settings that are not the compiler's defaults (the study's space)."""
+    defaults = compiler_defaults(study)
+    return {k: v for k, v in baseline.config.items() if k in defaults and defaults[k] != v}
+
+
+def compiler_defaults(study: Study, register_cap: bool = True) -> dict[str, Any]:
+    """The compiler's default of each setting of the study's space ({} where this install lacks
+    that space); without nvcc's register cap setting unless ``register_cap`` (base flags holding a
+    cap take it out of a space: `space_choice.without_capped`)."""
     version = study.key.space_id.removeprefix("nvcc-").partition("+")[0]
     try:
         defaults = load_space(version).default_config().as_dict()
     except SpaceError:  # a space this install does not have: no defaults to compare with
         return {}
-    return {k: v for k, v in baseline.config.items() if k in defaults and defaults[k] != v}
+    return {k: v for k, v in defaults.items() if register_cap or k != CAPPED}
