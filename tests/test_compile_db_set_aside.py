@@ -344,7 +344,7 @@ def test_options_forwarded_to_the_host_compiler_are_set_aside(tmp_path: Path) ->
     assert found.base_flags == ("-DTILE=64",)
     assert found.shipped is not None
     host = ["-Wall", "-Wextra", "-fopenmp", "-march=native", "-fvisibility=hidden", "-Wno-unused-parameter"]
-    forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (nvcc does not know it")]
+    forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (not an option of nvcc")]
     assert forwarded == host and not any(f.applied for f in found.shipped.fixed), found.shipped.fixed
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
@@ -410,3 +410,20 @@ def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path)
     refused = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
     assert refused.returncode == 2 and "polybench.h lies outside the kernel's folder" in refused.stderr
     assert refused.stdout == "", refused.describe()
+
+
+def test_nvcc_options_it_does_not_list_are_never_set_aside_as_the_host_compilers(tmp_path: Path) -> None:
+    """review F1: nvcc takes -Xcicc (and -Xcudafe, -Xfatbin, ...) without listing them in --help;
+    under -forward-unknown-to-host-compiler `-Xcicc -O0` was set aside as a host option (and its -O0
+    as host -O), so "your build" was built without it: the shipped build makes other device code."""
+    for option in ("-Xcicc -O0", "--cicc-options=-O0", "-Xcudafe --display_error_number", "-Xassembler -O0"):
+        command = f"nvcc -forward-unknown-to-host-compiler {option} -arch=sm_90 -c k.cu -o k.o"
+        _project(tmp_path, command)
+        listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+        first = option.split()[0].partition("=")[0]
+        assert listed.returncode == 2 and "not an allowed base flag" in listed.stderr, listed.describe()
+        assert first in listed.stderr and "Traceback" not in listed.stderr, listed.describe()
+    # nvcc itself takes -Xcicc and hands -O0 to cicc, not to the host compiler
+    dry = subprocess.run(["nvcc", "--dryrun", "-forward-unknown-to-host-compiler", "-Xcicc", "-O0", "-arch=sm_90",
+                          "-c", "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True).stderr.splitlines()
+    assert any("cicc" in line and " -O0 " in f"{line} " for line in dry), dry

@@ -44,7 +44,10 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
                "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd", "--threads", "-t",
                "--split-compile", "-split-compile", "--keep-dir", "-keep-dir", "--Werror", "-Werror",
-               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt"}
+               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt",
+               # nvcc's pass-throughs to its own tools that `nvcc --help` does not list: their value is theirs
+               "-Xcicc", "--cicc-options", "-Xcudafe", "--cudafe-options", "-Xfatbin", "--fatbin-options",
+               "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
 # nvcc hands the options it does not know to the host compiler (or linker) under these, as CMake's
@@ -52,7 +55,8 @@ _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD"
 _FORWARD_UNKNOWN = {"-forward-unknown-to-host-compiler", "--forward-unknown-to-host-compiler",
                     "-forward-unknown-to-host-linker", "--forward-unknown-to-host-linker",
                     "-forward-unknown-opts", "--forward-unknown-opts"}
-_FORWARDED = "host compiler option (nvcc does not know it; {flag} hands it on): not applied, as -Xcompiler's are not"
+_FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; {flag} hands it to the host "
+              "compiler): not applied, as -Xcompiler's are not")
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
@@ -311,11 +315,18 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             kept.append(f"-std={value}")
         elif flag in _REGISTER_CAP:
             kept.append(f"-maxrregcount={value}")
-        elif forward is not None and flag.startswith("-") and flag not in NVCC_OPTIONS:
+        elif forward is not None and _host_compilers(flag):
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             kept.append(given)
     return kept, stripped, arch_flags
+
+
+def _host_compilers(flag: str) -> bool:
+    """Whether a -forward-unknown-... flag hands this option to the host compiler: an option nvcc
+    does not take, listed or not. Never an -X... pass-through (nvcc has more than it lists, -Xcicc
+    among them, which changes the device code): such an option is held to the base-flag allow-list."""
+    return flag.startswith("-") and not flag.startswith("-X") and flag not in NVCC_OPTIONS
 
 
 def _forwarding(flag: str) -> str | None:
