@@ -385,6 +385,20 @@ def test_a_string_macro_is_refused_saying_what_to_do(tmp_path: Path) -> None:
             "from a copy of the compilation database without it, or without --compile-commands") in line, line
 
 
+@pytest.mark.parametrize("define, shown", [("-D=1", "-D=1: '' is not a valid macro name"),
+                                           ("-D -c", "-D -c: '-c' is not a valid macro name"),
+                                           ("-D1X=2", "-D1X=2: '1X' is not a valid macro name")])
+def test_a_define_that_names_no_macro_is_refused_without_advice_about_its_value(tmp_path: Path, define: str,
+                                                                                  shown: str) -> None:
+    """review F9: a -D whose name is bad got the string-value advice, naming an empty macro
+    ("give  a default in the source (#ifndef )") or another option ("#ifndef -c")."""
+    _project(tmp_path, f"nvcc {define} -arch=sm_90 -c k.cu -o k.o")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr.strip().splitlines()
+    assert shown in line and "a -D names a macro (-DNAME or -DNAME=VALUE)" in line, line
+    assert "#ifndef" not in line and "/bin/sh" not in line, line
+
 def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path) -> None:
     """user F1: PolyBench's 2DCONV (`#include "../../common/polybench.h"`, built by its Makefile
     with no -I) stopped `space` and `tune` asking for include_dirs, though the README says a Bear

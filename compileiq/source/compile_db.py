@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compileiq.core.defines import define_arg_problem
+from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
@@ -337,6 +337,8 @@ def _forwarding(flag: str) -> str | None:
 def _define_way_out(value: str, problem: str) -> str:
     """Why a -D of the command reaches no build of compileiq, and what a project can do about it."""
     name = value.partition("=")[0]
+    if macro_problem(name) is not None:  # not a macro at all: nothing builds with it, nvcc's preprocessor neither
+        return f"{problem}: a -D names a macro (-DNAME or -DNAME=VALUE); nvcc's preprocessor refuses it too: fix the command"
     return (f"{problem.partition(' (allowed:')[0]}, which nvcc would hand to /bin/sh: refused; if the code builds "
             f"without it, give {name} a default in the source (#ifndef {name}) and tune from a copy of the "
             "compilation database without it, or without --compile-commands")
