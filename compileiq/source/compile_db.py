@@ -116,9 +116,6 @@ _LTO = ("makes link-time-optimisation IR: the device code is made at link time, 
         "do not reach it; tune a command without -dlto")
 _NOTHING_TO_TUNE = {"-G": _DEVICE_DEBUG, "--device-debug": _DEVICE_DEBUG, "--dopt": _DOPT, "-dopt": _DOPT,
                     "-dlto": _LTO, "--dlink-time-opt": _LTO, "-gen-opt-lto": _LTO, "--gen-opt-lto": _LTO}
-# -arch values that name no arch but a set of them: every arch nvcc supports, their major versions,
-# or the GPUs of the machine that compiles.
-ARCH_SETS = ("all", "all-major", "native")
 
 
 def _no_device_effect(flag: str, value: str) -> str | None:
@@ -294,7 +291,7 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             continue  # the source file itself
         if why := _NOTHING_TO_TUNE.get(flag):
             raise CompileDbError(f"{where}: {given} {why}")
-        if flag in ("-arch", "--gpu-architecture") and value in ARCH_SETS:
+        if flag in ("-arch", "--gpu-architecture") and value in shipped.ARCH_SETS:
             arch_flags.append((given, (value,)))
         elif flag in _ARCH:
             arch_flags.append((given, tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))))
