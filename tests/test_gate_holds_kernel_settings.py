@@ -147,7 +147,7 @@ def test_gate_compile_commands_a_hard_link_to_the_named_database_is_that_databas
                 "--objective", "registers")
     (tmp_path / "ci").mkdir()
     os.link(tmp_path / "compile_commands.json", tmp_path / "ci" / "compile_commands.json")
-    code, result, stderr = _gate(tmp_path, acf, "--compile-commands", "ci/compile_commands.json")
+    code, result, _ = _gate(tmp_path, acf, "--compile-commands", "ci/compile_commands.json")
     assert code == 0 and not [f for f in result["findings"] if f["rule"] == "stale-settings"], result
 
 def test_gate_compile_commands_names_the_database_that_ships(tmp_path: Path) -> None:
