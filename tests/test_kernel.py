@@ -281,7 +281,7 @@ def test_a_project_under_a_system_folder_keeps_its_quoted_include_above_the_kern
     `#include "../../common/x.h"` without a word (taken for a system header), so every build failed
     with "No such file" although nvcc builds it. Here the system folder is a tmp folder standing in
     for /opt; the system's own headers (/usr/include/stdint.h) stay out."""
-    import compileiq.source.kernel as kernel
+    from compileiq.source import kernel
 
     system = tmp_path / "opt"
     monkeypatch.setattr(kernel, "SYSTEM_DIRS", (*kernel.SYSTEM_DIRS, system))
