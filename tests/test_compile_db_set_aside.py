@@ -344,7 +344,7 @@ def test_options_forwarded_to_the_host_compiler_are_set_aside(tmp_path: Path) ->
     assert found.base_flags == ("-DTILE=64",)
     assert found.shipped is not None
     host = ["-Wall", "-Wextra", "-fopenmp", "-march=native", "-fvisibility=hidden", "-Wno-unused-parameter"]
-    forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (nvcc does not know it")]
+    forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (not an option of nvcc")]
     assert forwarded == host and not any(f.applied for f in found.shipped.fixed), found.shipped.fixed
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
@@ -385,6 +385,20 @@ def test_a_string_macro_is_refused_saying_what_to_do(tmp_path: Path) -> None:
             "from a copy of the compilation database without it, or without --compile-commands") in line, line
 
 
+@pytest.mark.parametrize("define, shown", [("-D=1", "-D=1: '' is not a valid macro name"),
+                                           ("-D -c", "-D -c: '-c' is not a valid macro name"),
+                                           ("-D1X=2", "-D1X=2: '1X' is not a valid macro name")])
+def test_a_define_that_names_no_macro_is_refused_without_advice_about_its_value(tmp_path: Path, define: str,
+                                                                                  shown: str) -> None:
+    """review F9: a -D whose name is bad got the string-value advice, naming an empty macro
+    ("give  a default in the source (#ifndef )") or another option ("#ifndef -c")."""
+    _project(tmp_path, f"nvcc {define} -arch=sm_90 -c k.cu -o k.o")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr.strip().splitlines()
+    assert shown in line and "a -D names a macro (-DNAME or -DNAME=VALUE)" in line, line
+    assert "#ifndef" not in line and "/bin/sh" not in line, line
+
 def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path) -> None:
     """user F1: PolyBench's 2DCONV (`#include "../../common/polybench.h"`, built by its Makefile
     with no -I) stopped `space` and `tune` asking for include_dirs, though the README says a Bear
@@ -410,3 +424,20 @@ def test_a_quoted_include_above_the_kernel_needs_no_include_dirs(tmp_path: Path)
     refused = run_cli(["space", "conv.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
     assert refused.returncode == 2 and "polybench.h lies outside the kernel's folder" in refused.stderr
     assert refused.stdout == "", refused.describe()
+
+
+def test_nvcc_options_it_does_not_list_are_never_set_aside_as_the_host_compilers(tmp_path: Path) -> None:
+    """review F1: nvcc takes -Xcicc (and -Xcudafe, -Xfatbin, ...) without listing them in --help;
+    under -forward-unknown-to-host-compiler `-Xcicc -O0` was set aside as a host option (and its -O0
+    as host -O), so "your build" was built without it: the shipped build makes other device code."""
+    for option in ("-Xcicc -O0", "--cicc-options=-O0", "-Xcudafe --display_error_number", "-Xassembler -O0"):
+        command = f"nvcc -forward-unknown-to-host-compiler {option} -arch=sm_90 -c k.cu -o k.o"
+        _project(tmp_path, command)
+        listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+        first = option.split()[0].partition("=")[0]
+        assert listed.returncode == 2 and "not an allowed base flag" in listed.stderr, listed.describe()
+        assert first in listed.stderr and "Traceback" not in listed.stderr, listed.describe()
+    # nvcc itself takes -Xcicc and hands -O0 to cicc, not to the host compiler
+    dry = subprocess.run(["nvcc", "--dryrun", "-forward-unknown-to-host-compiler", "-Xcicc", "-O0", "-arch=sm_90",
+                          "-c", "k.cu"], cwd=tmp_path, capture_output=True, text=True, check=True).stderr.splitlines()
+    assert any("cicc" in line and " -O0 " in f"{line} " for line in dry), dry

@@ -135,6 +135,21 @@ def _database(folder: Path, command: str, name: str = "compile_commands.json") -
     return path
 
 
+def test_gate_compile_commands_a_hard_link_to_the_named_database_is_that_database(tmp_path: Path) -> None:
+    """review F8: the gate asked whether --compile-commands names the ACF's database by resolving
+    paths only, while the report options asked the same question with hard links too: a hard link
+    to the very file the ACF names was a stale-settings warning with a re-tune line."""
+    import os
+
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    _database(tmp_path, "nvcc -Xptxas -O3 -arch=sm_90 -c k.cu -o k.o")
+    acf = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                "--objective", "registers")
+    (tmp_path / "ci").mkdir()
+    os.link(tmp_path / "compile_commands.json", tmp_path / "ci" / "compile_commands.json")
+    code, result, _ = _gate(tmp_path, acf, "--compile-commands", "ci/compile_commands.json")
+    assert code == 0 and not [f for f in result["findings"] if f["rule"] == "stale-settings"], result
+
 def test_gate_compile_commands_names_the_database_that_ships(tmp_path: Path) -> None:
     """A red team's ACF named a debug build's database (-Xptxas -O0) as its [baseline] and chose
     -O0: the gate held it to that database and passed it clean; the project ships -O3."""

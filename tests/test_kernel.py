@@ -275,6 +275,28 @@ def test_a_quoted_include_above_the_kernel_folder_is_bundled_in_its_place(tmp_pa
     assert ".entry scale(" in nvcc_ptx(spec, tmp_path / "worker")  # a worker finds it where the source says
 
 
+def test_a_project_under_a_system_folder_keeps_its_quoted_include_above_the_kernel(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """review F10: a project under /opt or /usr (a Docker image's /opt/app) lost its quoted
+    `#include "../../common/x.h"` without a word (taken for a system header), so every build failed
+    with "No such file" although nvcc builds it. Here the system folder is a tmp folder standing in
+    for /opt; the system's own headers (/usr/include/stdint.h) stay out."""
+    from compileiq.source import kernel
+
+    system = tmp_path / "opt"
+    monkeypatch.setattr(kernel, "SYSTEM_DIRS", (*kernel.SYSTEM_DIRS, system))
+    (system / "common").mkdir(parents=True)
+    (system / "common" / "x.h").write_text('#include "more.h"\n#define X MORE\n')
+    (system / "common" / "more.h").write_text("#define MORE 2.0f\n")
+    source = '#include "../../common/x.h"\n#include <stdint.h>\n' + SOURCE.replace("*= 2.0f", "*= X")
+    (system / "bench" / "k").mkdir(parents=True)
+    cu = write_kernel(system / "bench" / "k", source=source)
+    spec = load_spec(cu)
+    bundle = bundle_sources(spec)
+    assert bundle.main == "bench/k/k.cu", bundle.main
+    assert [rel for rel, _ in bundle.files] == ["bench/k/k.cu", "common/x.h", "common/more.h"], bundle.files
+    assert ".entry scale(" in nvcc_ptx(spec, tmp_path / "worker")  # a worker finds it where the source says
+
 def test_an_include_by_absolute_path_outside_the_kernel_folder_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "common.h").write_text("#define X 1\n")
     source = f'#include "{tmp_path}/common.h"\n' + SOURCE

@@ -3,12 +3,11 @@ rebuild, the files written after it, each failure one line."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import OutputFileError, check_report_target
+from compileiq.core.output_file import OutputFileError, check_report_target, same_file
 
 if TYPE_CHECKING:
     from compileiq.gating.check import GateReport
@@ -22,7 +21,7 @@ def check_targets(markdown: Path | None, junit: Path | None, inputs: tuple[Path,
             path is None or check_report_target(path, inputs)
         except OutputFileError as error:
             raise UsageError(f"{option} {error}") from None
-    if markdown is not None and junit is not None and _same_file(markdown, junit):
+    if markdown is not None and junit is not None and same_file(markdown, junit):
         raise UsageError(f"--markdown and --junit name the same file ({markdown}): one report would overwrite the other")
 
 
@@ -47,13 +46,3 @@ def _write(option: str, path: Path, text: str, inputs: tuple[Path, ...]) -> str:
     except OutputFileError as error:  # "cannot write PATH: it is a named pipe, not a regular file"
         return f"{option} {error}"
     return ""
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether two output paths name one file: the same path, or two links to one (a hard link too)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False  # one of them does not exist yet: two files

@@ -14,6 +14,17 @@ from pathlib import Path
 from compileiq.core.errors import UsageError
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same path once links are followed, or two hard links to
+    one file. False when either does not exist (yet) and their paths differ."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 class OutputFileError(UsageError):
     """The output path names something that must not be replaced, or cannot be written."""
 

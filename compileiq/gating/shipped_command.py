@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import not_regular
+from compileiq.core.output_file import not_regular, same_file
 from compileiq.core.records import first_line
 from compileiq.core.space import Value
 from compileiq.core.space_files import load_space
@@ -64,7 +64,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
                     f"cannot tell whether its baseline ({acf.shipped.origin}) is the build that ships")]
     database = Path(path_from_here(str(given))) if given is not None else named
     assert database is not None
-    other = [] if named is None or given is None or _same_file(named, given) else [Hit(
+    other = [] if named is None or given is None or same_file(named, given) else [Hit(
         RULE, str(named), str(database), f"the ACF's [baseline] names the compilation database {named}, but the "
         f"database that ships is {database} (--compile-commands): the ACF is held to {database}", retune)]
     if kind := not_regular(database):
@@ -112,13 +112,6 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     chosen = searched({k: v for k, v in acf.controls.items() if not k.startswith("define.")})
     ships = searched(shipped.values() if shipped is not None else {})
     return ships == chosen and ships != searched(acf.shipped.values())
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return False
 
 
 def _untuned_from(target: Target, database: Path, recorded: str, retune: str) -> list[Hit]:

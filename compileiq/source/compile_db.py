@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compileiq.core.defines import define_arg_problem
+from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
@@ -44,7 +44,10 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
                "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd", "--threads", "-t",
                "--split-compile", "-split-compile", "--keep-dir", "-keep-dir", "--Werror", "-Werror",
-               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt"}
+               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt",
+               # nvcc's pass-throughs to its own tools that `nvcc --help` does not list: their value is theirs
+               "-Xcicc", "--cicc-options", "-Xcudafe", "--cudafe-options", "-Xfatbin", "--fatbin-options",
+               "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
 # nvcc hands the options it does not know to the host compiler (or linker) under these, as CMake's
@@ -52,7 +55,8 @@ _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD"
 _FORWARD_UNKNOWN = {"-forward-unknown-to-host-compiler", "--forward-unknown-to-host-compiler",
                     "-forward-unknown-to-host-linker", "--forward-unknown-to-host-linker",
                     "-forward-unknown-opts", "--forward-unknown-opts"}
-_FORWARDED = "host compiler option (nvcc does not know it; {flag} hands it on): not applied, as -Xcompiler's are not"
+_FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; {flag} hands it to the host "
+              "compiler): not applied, as -Xcompiler's are not")
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
@@ -112,9 +116,6 @@ _LTO = ("makes link-time-optimisation IR: the device code is made at link time, 
         "do not reach it; tune a command without -dlto")
 _NOTHING_TO_TUNE = {"-G": _DEVICE_DEBUG, "--device-debug": _DEVICE_DEBUG, "--dopt": _DOPT, "-dopt": _DOPT,
                     "-dlto": _LTO, "--dlink-time-opt": _LTO, "-gen-opt-lto": _LTO, "--gen-opt-lto": _LTO}
-# -arch values that name no arch but a set of them: every arch nvcc supports, their major versions,
-# or the GPUs of the machine that compiles.
-ARCH_SETS = ("all", "all-major", "native")
 
 
 def _no_device_effect(flag: str, value: str) -> str | None:
@@ -290,7 +291,7 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             continue  # the source file itself
         if why := _NOTHING_TO_TUNE.get(flag):
             raise CompileDbError(f"{where}: {given} {why}")
-        if flag in ("-arch", "--gpu-architecture") and value in ARCH_SETS:
+        if flag in ("-arch", "--gpu-architecture") and value in shipped.ARCH_SETS:
             arch_flags.append((given, (value,)))
         elif flag in _ARCH:
             arch_flags.append((given, tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))))
@@ -311,11 +312,18 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             kept.append(f"-std={value}")
         elif flag in _REGISTER_CAP:
             kept.append(f"-maxrregcount={value}")
-        elif forward is not None and flag.startswith("-") and flag not in NVCC_OPTIONS:
+        elif forward is not None and _host_compilers(flag):
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             kept.append(given)
     return kept, stripped, arch_flags
+
+
+def _host_compilers(flag: str) -> bool:
+    """Whether a -forward-unknown-... flag hands this option to the host compiler: an option nvcc
+    does not take, listed or not. Never an -X... pass-through (nvcc has more than it lists, -Xcicc
+    among them, which changes the device code): such an option is held to the base-flag allow-list."""
+    return flag.startswith("-") and not flag.startswith("-X") and flag not in NVCC_OPTIONS
 
 
 def _forwarding(flag: str) -> str | None:
@@ -326,6 +334,8 @@ def _forwarding(flag: str) -> str | None:
 def _define_way_out(value: str, problem: str) -> str:
     """Why a -D of the command reaches no build of compileiq, and what a project can do about it."""
     name = value.partition("=")[0]
+    if macro_problem(name) is not None:  # not a macro at all: nothing builds with it, nvcc's preprocessor neither
+        return f"{problem}: a -D names a macro (-DNAME or -DNAME=VALUE); nvcc's preprocessor refuses it too: fix the command"
     return (f"{problem.partition(' (allowed:')[0]}, which nvcc would hand to /bin/sh: refused; if the code builds "
             f"without it, give {name} a default in the source (#ifndef {name}) and tune from a copy of the "
             "compilation database without it, or without --compile-commands")

@@ -72,13 +72,14 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     found = compiler_dependencies(nvcc, root, spec.source.name, preprocessor_args(spec),
                                   max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), list(spec.include_dirs))
     top = _bundle_top(root, spec.include_dirs, toolchain_dirs)
-    top, carried = _above_included(top, root, spec.include_dirs, toolchain_dirs, found)
+    read = _Reader()
+    top, carried = _above_included(top, root, spec.include_dirs, toolchain_dirs, found, read)
     dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     files: dict[str, bytes] = {}
     for path in found:
         rel = _bundle_path(path, root, top, dirs, toolchain_dirs, carried)
         if rel is not None:
-            files[rel] = path.read_bytes()
+            files[rel] = read(path)
     include_args = tuple(f"-I{rel}" for _, rel in dirs)
     main = spec.source.relative_to(top).as_posix()
     if problem := path_problem(main):
@@ -120,7 +121,24 @@ def _toolchain_dirs(nvcc: str) -> tuple[Path, ...]:
     from compileiq.source.harness import harness_include_dir
 
     cuda = cuda_root(nvcc)
-    return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), Path("/usr"), Path("/opt"))
+    return (cuda, Path(os.path.normpath(harness_include_dir().resolve())), *SYSTEM_DIRS)
+
+
+# Where the system's headers live: a file there is not bundled unless a project file reaches it by a
+# quoted relative #include (a project may itself lie under /opt or /usr: a Docker image's /opt/app).
+SYSTEM_DIRS = (Path("/usr"), Path("/opt"))
+
+
+class _Reader:
+    """Each file's bytes, read once: the scan for quoted includes and the bundle read the same files."""
+
+    def __init__(self) -> None:
+        self._read: dict[Path, bytes] = {}
+
+    def __call__(self, path: Path) -> bytes:
+        if path not in self._read:
+            self._read[path] = path.read_bytes()
+        return self._read[path]
 
 
 def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Path, ...]) -> Path:
@@ -135,18 +153,26 @@ def _bundle_top(root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Pat
 
 
 def _above_included(top: Path, root: Path, include_dirs: tuple[Path, ...], toolchain: tuple[Path, ...],
-                    found: Sequence[Path]) -> tuple[Path, frozenset[Path]]:
+                    found: Sequence[Path], read: _Reader) -> tuple[Path, frozenset[Path]]:
     """The bundle's top folder, raised to hold every file the build reads outside the kernel's
-    folder and its include folders (a quoted ``#include "../../common/x.h"``, as PolyBench and
-    Rodinia write them, that nvcc finds with no -I): the kernel's code chose to read it, so it
-    ships with the kernel, in the same place relative to it. Not above the nearest folder they
-    share with the kernel's: a file that shares none but the filesystem's root stays outside
-    (`_bundle_path` says so). Returns the top folder and those files."""
-    outside = [p for p in found
-               if not p.is_relative_to(root) and not any(p.is_relative_to(d) for d in (*include_dirs, *toolchain))
-               and p.parts[-2:] != HARNESS_PARTS]
-    reached = _quoted_relative_includes(found) if outside else set()
-    carried = [p for p in outside if p in reached]  # an absolute #include would not find it in the bundle
+    folder and its include folders that a project file reaches by a quoted relative include (a
+    ``#include "../../common/x.h"``, as PolyBench and Rodinia write them, that nvcc finds with no
+    -I): the kernel's code chose to read it, so it ships with the kernel, in the same place
+    relative to it, even under /usr or /opt (a project that lies there). Scanned: the files of the
+    kernel's folder and of its include folders, and those carried, in turn. Not
+    above the nearest folder they share with the kernel's: a file that shares none but the
+    filesystem's root stays outside (`_bundle_path` says so). Returns the top folder and those files."""
+    project_dirs = [d for d in include_dirs if not any(d.is_relative_to(t) for t in toolchain)]
+    outside = {p for p in found
+               if not p.is_relative_to(root) and not any(p.is_relative_to(d) for d in (*project_dirs, *toolchain[:2]))
+               and p.parts[-2:] != HARNESS_PARTS}
+    carried: set[Path] = set()
+    own = [p for p in found if not any(p.is_relative_to(t) for t in toolchain[:2]) and p.parts[-2:] != HARNESS_PARTS]
+    scan = [p for p in own if p.is_relative_to(root) or any(p.is_relative_to(d) for d in include_dirs)] if outside else []
+    while scan:  # an absolute #include would not find it in the bundle: relative ones only
+        new = (_quoted_relative_includes(scan, read) & outside) - carried
+        carried |= new
+        scan = sorted(new)
     if not carried:
         return top, frozenset()
     above = Path(os.path.commonpath([top, *(p.parent for p in carried)]))
@@ -155,7 +181,7 @@ def _above_included(top: Path, root: Path, include_dirs: tuple[Path, ...], toolc
     return above, frozenset(carried)
 
 
-def _quoted_relative_includes(files: Sequence[Path]) -> set[Path]:
+def _quoted_relative_includes(files: Sequence[Path], read: _Reader) -> set[Path]:
     """The files that the given files' ``#include "a/b.h"`` lines name by a path relative to the
     including file's folder (normalised): those a bundle that keeps their places still finds."""
     from compileiq.source.dependencies import quoted_includes
@@ -163,7 +189,7 @@ def _quoted_relative_includes(files: Sequence[Path]) -> set[Path]:
     reached: set[Path] = set()
     for path in files:
         try:
-            text = path.read_bytes()[: 4 << 20].decode(errors="replace")
+            text = read(path)[: 4 << 20].decode(errors="replace")
         except OSError:
             continue
         reached.update(Path(os.path.normpath(path.parent / name)) for name in quoted_includes(text)

@@ -1,10 +1,12 @@
-"""Every option nvcc 13.0 knows, long and short spellings, as `nvcc --help` lists them: what
-``-forward-unknown-to-host-compiler`` does not hand to the host compiler. An option of a compile
-command that is none of these is the host compiler's under that flag (`compile_db`)."""
+"""Every option nvcc 13.0 knows, long and short spellings: those `nvcc --help` lists and those it
+takes without listing them (`-Xcicc`, `-Xcudafe`, `-Xfatbin`, ...: each one nvcc 13.0 does not
+call an "Unknown option"). ``-forward-unknown-to-host-compiler`` hands none of these to the host
+compiler; an option of a compile command that is none of these, and no ``-X...`` pass-through,
+is the host compiler's under that flag (`compile_db`)."""
 
 from __future__ import annotations
 
-NVCC_OPTIONS = frozenset([
+_LISTED = frozenset([
     "--Ofast-compile", "--Wdefault-stream-launch", "--Werror", "--Wext-lambda-captures-this",
     "--Wmissing-launch-bounds", "--Wno-deprecated-declarations", "--Wno-deprecated-gpu-targets", "--Wreorder",
     "--allow-unsupported-compiler", "--archive-options", "--archiver-binary", "--augment-host-linker-script",
@@ -55,3 +57,20 @@ NVCC_OPTIONS = frozenset([
     "-static-global-template-stub", "-std", "-t", "-target-dir", "-time", "-use-local-env", "-use_fast_math",
     "-v", "-w", "-x"
 ])  # fmt: skip
+
+# Not in `nvcc --help`, yet nvcc 13.0 takes them (checked: `nvcc --dryrun -c k.cu OPTION` says no
+# "Unknown option"); -Xcicc and -Xcudafe pass options to the device front end, so they change the code.
+_UNLISTED = frozenset([
+    "-Xcicc", "--cicc-options", "-Xcudafe", "--cudafe-options", "-Xfatbin", "--fatbin-options",
+    "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options", "--all-prefix", "--cpp-prefix",
+    "--cudafe-prefix", "--cicc-prefix", "--ptxas-prefix", "--nvlink-prefix", "-aggressive-inline",
+    "--aggressive-inline", "-nodinline", "--no-device-inline", "-fassociative-math", "--fassociative-math",
+    "-legacy-launch-seq", "--legacy-launch-seq", "-no-shadow-functions", "--no-shadow-functions",
+    "-restrict-in-struct", "--restrict-in-struct", "-no-libdevice", "--no-libdevice", "-nvvm-version",
+    "--nvvm-version", "-cuda-api-version", "--cuda-api-version", "-global_var", "--global_var",
+    "-nvasm-loopback", "--nvasm-loopback", "-use-cubin", "--use-cubin", "-tdump", "--tdump", "-tool-name",
+    "--tool-name", "-dD", "--dD", "-dQ", "--export-dir", "--extern-mode", "--intern-mode",
+    "--device-compilation", "--host-relocatable-link", "-host-r", "--version-ident", "-no-lineinfo-ia",
+    "-Ofast-compile", "-ok", "-trap-into-debugger",
+])  # fmt: skip
+NVCC_OPTIONS = _LISTED | _UNLISTED

@@ -136,8 +136,9 @@ def under_register_cap(build: ShippedBuild | None, flags: BaseFlags) -> ShippedB
     return replace(build, settings=tuple(s for s in build.settings if s.name != CAPPED), fixed=(*build.fixed, *overridden))
 
 
-# An -arch value that names a set of archs (`compile_db.ARCH_SETS`), as notes and [baseline] say it.
-_ARCH_SETS = {"all": "every arch nvcc supports (-arch=all)",
+# The -arch values that name no arch but a set of them (every arch nvcc supports, their major
+# versions, the GPUs of the machine that compiles), as notes and [baseline] say each.
+ARCH_SETS = {"all": "every arch nvcc supports (-arch=all)",
               "all-major": "every major arch nvcc supports (-arch=all-major)",
               "native": "the GPUs of the machine that compiles it (-arch=native)"}
 
@@ -151,7 +152,7 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     fixed = []
     for given, archs in arch_flags:
         others = [a for a in archs if a != tuned]
-        if sets := [_ARCH_SETS[a] for a in archs if a in _ARCH_SETS]:
+        if sets := [ARCH_SETS[a] for a in archs if a in ARCH_SETS]:
             fixed.append(FixedFlag(given, False, f"builds for {', '.join(sets)}, not tuned: the settings are chosen "
                                    f"on {tuned} alone; --arch sm_XY tunes for another"))
         elif others:
@@ -169,18 +170,18 @@ def arch_note(tuned: str, left_out: Iterable[str]) -> list[str]:
 
     archs = list(left_out)
     notes = []
-    for word in (a for a in archs if a in _ARCH_SETS):
+    for word in (a for a in archs if a in ARCH_SETS):
         if word != "native":
-            notes.append(f"the compile command builds for {_ARCH_SETS[word]}: tuned for {tuned} only, the other "
+            notes.append(f"the compile command builds for {ARCH_SETS[word]}: tuned for {tuned} only, the other "
                          f"archs left out (the chosen settings are not checked there): --arch sm_XY tunes for another")
         elif (gpu := detect_arch()) is None:
-            notes.append(f"the compile command builds for {_ARCH_SETS[word]}, and this machine has no GPU (nvcc "
+            notes.append(f"the compile command builds for {ARCH_SETS[word]}, and this machine has no GPU (nvcc "
                          f"builds it for its default arch here): tuned for {tuned}; the GPU of the machine that "
                          "builds it is left out unless it is that one: --arch sm_XY tunes for another")
         else:
-            notes.append(f"the compile command builds for {_ARCH_SETS[word]}, {gpu} here: tuned for {tuned}; another "
+            notes.append(f"the compile command builds for {ARCH_SETS[word]}, {gpu} here: tuned for {tuned}; another "
                          "machine's GPU is left out unless it is that one: --arch sm_XY tunes for another")
-    others = [a for a in archs if a not in _ARCH_SETS]
+    others = [a for a in archs if a not in ARCH_SETS]
     if others:
         notes.append(f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
                      f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
