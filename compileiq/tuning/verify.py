@@ -89,8 +89,9 @@ class Verifier:
         for trial, (build, fresh) in zip(pending, self._rebuild(pending), strict=True):
             if not build.status.deterministic:
                 unchecked.append((trial, build))
-                self._note(f"trial #{trial.number} could not be checked: its rebuild here gave {_failure(build)} "
-                           "(no evidence either way); its row is left as recorded, unread")
+                if failed_too:  # else the run stops, saying so
+                    self._note(f"trial #{trial.number} could not be checked: its rebuild here gave {_failure(build)} "
+                               "(no evidence either way); its row is left as recorded, and the decision does without it")
                 continue
             try:
                 self._judge(trial, build, fresh, replace_all or trial.config_key == self._baseline_key, failed_too)
