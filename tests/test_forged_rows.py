@@ -325,3 +325,30 @@ def test_a_forged_row_on_the_ablation_path_never_skews_the_contributions(tmp_pat
     assert contributions() == honest
     row = next(t for t in _trials(url) if t.number == victim.number)
     assert row.value == victim.value and row.code_hash == victim.code_hash  # the rebuild's, in its place
+
+
+def test_a_rebuild_that_times_out_accuses_no_row(kernel: Path, tmp_path: Path) -> None:
+    """A rebuild that timed out here (a loaded machine; compile_timeout_s stands in for one) is no
+    evidence: it used to overwrite an honest row as "quarantined row replaced by a rebuild ... (recorded
+    by alice)". Now the rows are left byte for byte as recorded and the run stops in one line, no ACF."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    engine = sa.create_engine(url)
+
+    def rows() -> list[tuple[object, ...]]:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(sa.select(trials_table).order_by(trials_table.c.id))]
+
+    before = rows()
+    (kernel / "tune.toml").write_text("compile_timeout_s = 0.001\n")
+    (kernel / "k.acf.toml").unlink()
+    again = run_cli(["tune", "k.cu", "--objective", "registers", "--only", ONLY, "--strategy", "exhaustive",
+                     "--budget", "24", "--workers", "local", "--db", url, "--out", "k.acf.toml"], cwd=kernel)
+    assert again.returncode != 0
+    error = [line for line in again.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and error[0].startswith("error: could not rebuild trial #0 to check it"), again.describe()
+    assert "timeout" in error[0] and "Traceback" not in again.output
+    assert "quarantined" not in again.output
+    assert rows() == before
+    assert not (kernel / "k.acf.toml").exists()
+    engine.dispose()

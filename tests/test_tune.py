@@ -85,6 +85,9 @@ def test_an_identical_rerun_compiles_only_the_check_of_what_its_acf_cites(tmp_pa
     steps = len(ablation.steps) if ablation is not None else 0
     assert counters.compiler_calls == counters.verify_calls
     assert counters.verify_frontend_calls == 1 and counters.verify_ptxas_calls <= 2 + tried + steps * (steps + 1) // 2
+    # the rows one step of the decision reads are rebuilt together, as parallel as the workers (they were
+    # rebuilt one workers' run each: a rerun paid every check serially)
+    assert counters.verify_batches < counters.verify_ptxas_calls
     assert again.result.counters.new_trials == 0
     assert again.result.chosen.config == first.result.chosen.config
 

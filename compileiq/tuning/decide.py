@@ -60,16 +60,17 @@ class Decider:
     evaluate: Evaluate
     recorded: Callable[[], tuple[Trial, ...]]
     refusal: Callable[[Trial], str | None]  # why a static objective may not choose a trial
-    verify: Callable[[Trial], None] | None  # check a cited row against its rebuild (static)
+    verify: Callable[[Sequence[Trial]], None] | None  # check cited rows against their rebuilds, in one batch (static)
     note: Callable[[str], None]
     confirm: Confirm | None  # a runtime evaluator's confirmation against the baseline
-    verify_result: Callable[[Trial], None] | None = None  # check a row a decision reads (static), or replace it
+    # check the rows a decision reads in one batch (static), or replace them: those it may read
+    verify_result: Callable[[Sequence[Trial]], list[Trial]] | None = None
 
     def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         decision = self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
         if self.verify is not None and self.static:  # the ACF lists them with their numbers: rebuilt first
-            for candidate in eligibility.candidates_to_time(decision.trials, decision.chosen, baseline, self.objective):
-                self.verify(candidate)  # a forged row is quarantined, and the choice made again
+            # a forged row is quarantined, and the choice made again
+            self.verify(eligibility.candidates_to_time(decision.trials, decision.chosen, baseline, self.objective))
         return decision
 
     def _simplified(self, winner: Trial, exact: bool) -> Simplification:
@@ -81,11 +82,12 @@ class Decider:
         """The simplification's or the ablation's results, each one this run built or checked against a
         rebuild (static): a drop is decided on them, so one forged "no gain" row would keep a setting of
         its author's choice (one no static metric sees, e.g. a load cache mode) in an ACF that passes the
-        gate, and the ACF cites each setting's contribution from the ablation's."""
+        gate, and the ACF cites each setting's contribution from the ablation's. All of one step's rows
+        are rebuilt in one batch; a row replaced by its rebuild raises Quarantined (decided again), one
+        whose rebuild timed out or crashed is left out (that step has no result for it)."""
         found = self.evaluate(configs, purpose)
         if self.verify_result is not None and self.static:
-            for trial in found:
-                self.verify_result(trial)  # a row replaced by its rebuild: Quarantined, decided again
+            return self.verify_result(found)
         return found
 
     def _single(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
@@ -123,7 +125,7 @@ class Decider:
         final = self.recorded()
         chosen = self._decided(simplification.chosen if simplification else winner, final)
         if self.verify is not None:
-            self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
+            self.verify([chosen])  # a row that agrees is left as it is: `final` still holds
         confirmation = None
         if self.confirm is not None:
             self.note("confirming the fastest variants against the baseline (interleaved rounds)")
@@ -163,7 +165,7 @@ class Decider:
         final = self.recorded()
         chosen = self._decided(simplification.chosen if simplification else winner, final)
         if self.verify is not None:
-            self.verify(chosen)  # a row that agrees is left as it is: `final` still holds
+            self.verify([chosen])  # a row that agrees is left as it is: `final` still holds
         trade_offs = multi_objective.choose(eligibility.search_results(final, self.refusal, baseline.config), baseline, self.objectives,
                                             self.pick, self.refusal, runtime).front
         self._verified_front(trade_offs, baseline)
@@ -171,16 +173,16 @@ class Decider:
 
     def _verified_front(self, trade_offs: Front, baseline: Trial) -> None:
         """Every point of a front checked against a rebuild: the pick scales each objective over
-        the front, so one forged point moves the knee (and the ACF lists them all with their numbers)."""
-        for point in trade_offs.points:
-            self._verified(point.trial, baseline)
+        the front, so one forged point moves the knee (and the ACF lists them all with their numbers): in one batch."""
+        if self.verify is not None:
+            self.verify([point.trial for point in trade_offs.points if point.trial is not baseline])
 
     def _verified(self, winner: Trial, baseline: Trial) -> None:
         """The search's winner checked against a rebuild before anything starts from it: a forged
         row simplified first leads to real trials with its machine code, which pass their own check
         while the choice rests on the forgery (`verify` raises to choose again)."""
         if self.verify is not None and winner is not baseline:
-            self.verify(winner)
+            self.verify([winner])
 
     def _decided(self, chosen: Trial, trials: Sequence[Trial]) -> Trial:
         """The choice every view shows (`explain`, over the recorded `trials`), which the ACF holds

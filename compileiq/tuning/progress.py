@@ -60,6 +60,7 @@ class RunCounters:
     ptxas_calls: int = 0
     verify_frontend_calls: int = 0  # of the calls above: rebuilds that checked rows this run did not build
     verify_ptxas_calls: int = 0
+    verify_batches: int = 0  # the workers' runs those rebuilds took (each rebuilds every row one step reads)
     build_cache_hits: int = 0
     shared_builds: int = 0  # ptxas skipped: a build of the same PTX and flags (this run's or another tuner's)
     same_code_reuses: int = 0

@@ -316,21 +316,30 @@ class TrialRunner:
                 builds[configs[result.tag].key] = result.build
         return builds
 
-    def rebuild(self, trial: Trial) -> tuple[Build, Evaluation]:
-        """Compile the trial's config in this run, past the build cache, and score it: the check of
-        a row this run did not build (`verify`). The cache then holds this build, over any record
-        under its key (one the rebuild may have contradicted)."""
-        config = self.config_of(trial)
+    def rebuild(self, trials: Sequence[Trial]) -> list[tuple[Build, Evaluation]]:
+        """Compile the trials' configs in this run, past the build cache, and score them: the check of
+        rows this run did not build (`verify`). All in one batch on the workers (as parallel as they
+        are, as the search compiles), each answer in the order of `trials`. The cache then holds each
+        deterministic build, over any record under its key (one the rebuild may have contradicted);
+        a timed-out or crashed one is not cached (it says nothing about the row it was to check)."""
+        if not trials:
+            return []
+        configs = [self.config_of(trial) for trial in trials]
         workers = self._workers or self._start_workers("rebuilding the rows the ACF cites that this run did not build, "
                                                        "to check them,")
-        job = self._jobs.job(0, config)
-        (result,) = list(workers.run([job]))
-        self._count_compile(result)
-        self.counters.verify_frontend_calls += int(result.ptx_compiled)
-        self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
-        if result.build.status.deterministic:
-            self._store.replace_build(build_record(self._jobs.build_key(config), result.build, self._jobs.ptx_key_of(job, result)))
-        return result.build, self._evaluator.evaluate(result.build, config)
+        jobs = [self._jobs.job(index, config) for index, config in enumerate(configs)]
+        builds: dict[int, Build] = {}
+        self.counters.verify_batches += 1
+        for result in workers.run(jobs):
+            self._count_compile(result)
+            self.counters.verify_frontend_calls += int(result.ptx_compiled)
+            self.counters.verify_ptxas_calls += int(result.ptx.status is BuildStatus.OK)
+            if result.build.status.deterministic:
+                config = configs[result.tag]
+                self._store.replace_build(build_record(self._jobs.build_key(config), result.build,
+                                                       self._jobs.ptx_key_of(jobs[result.tag], result)))
+            builds[result.tag] = result.build
+        return [(builds[index], self._evaluator.evaluate(builds[index], config)) for index, config in enumerate(configs)]
 
     def _job(self, trial: Trial) -> VariantJob:
         return self._jobs.job(trial.id, self.config_of(trial))

@@ -387,7 +387,7 @@ class Tuner:
         trials = self._store.trials(study.id)
         base = baseline.finished_baseline(trials, self._baseline.key)
         if verifier is not None:
-            verifier.check(base)
+            verifier.check([base])
         self._reference = eligibility.Reference.of(base, self._request.objective, self._against) if self._static else None
         request = self._request
         decider = Decider(study, request.objective, tuple(self._objectives), request.pick, self._static,
@@ -396,7 +396,7 @@ class Tuner:
                           lambda: tuple(self._store.trials(study.id)), self._refusal,
                           verifier.check if verifier is not None else None, self._progress.note,
                           getattr(self._evaluator, "confirm", None),
-                          verifier.check_result if verifier is not None else None)
+                          verifier.check_results if verifier is not None else None)
         decision = decider.decide(base, trials)
         wall = time.perf_counter() - self._runner.counters.started
         return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,

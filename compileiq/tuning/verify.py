@@ -14,7 +14,7 @@ over them alone: it is brought up to date from the rebuild, not quarantined.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from compileiq.build.compile import Build
@@ -22,11 +22,13 @@ from compileiq.build.linkage import stable_name
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import QUARANTINED, Trial, TrialState
 from compileiq.evaluate.metrics import Evaluation
+from compileiq.tuning.runner import TRANSIENT_KEY
 
+_THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run built or checked
 COMPARED = ("spill_bytes", "registers", "occupancy", "instructions")
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
 
-Rebuild = Callable[[Trial], tuple[Build, Evaluation]]
+Rebuild = Callable[[Sequence[Trial]], list[tuple[Build, Evaluation]]]  # in one batch, in order
 
 
 class Quarantined(CompileIQError):
@@ -34,12 +36,20 @@ class Quarantined(CompileIQError):
 
 
 class Rerecorded(Quarantined):
-    """A row was brought up to date from its rebuild (its names of internal linkage): choose
-    again from the rows as they now are, so that the ACF cites the rebuild's code hash."""
+    """A row was brought up to date from its rebuild (its names of internal linkage, or a compile an
+    earlier run lost to a timeout or crash that builds now): choose again from the rows as they now
+    are, so that the ACF cites the rebuild's code hash."""
 
 
 class Verifier:
-    """Checks the rows an ACF cites against rebuilds made in this run (`check`)."""
+    """Checks the rows an ACF cites against rebuilds made in this run (`check`), and the rows a
+    decision reads (`check_results`); each call rebuilds its rows in one batch on the workers.
+
+    Only a rebuild that the same inputs repeat (a build, or a compile error) is evidence: one that
+    timed out or crashed here (load, a lost worker) checks nothing and accuses nobody. The row is
+    left as recorded; a cited row then stops the run (no ACF cites an unchecked row), a row a decision
+    reads is left out of it (its step has no result: a setting whose drop has none stays, as the
+    winner, which was checked, has it)."""
 
     def __init__(self, store: Any, rebuild: Rebuild, origins: dict[int, str], baseline_key: str,
                  note: Callable[[str], None]) -> None:
@@ -47,22 +57,58 @@ class Verifier:
         self._baseline_key, self._note = baseline_key, note
         self.quarantined = 0
 
-    def check(self, trial: Trial) -> None:
-        """Return when this run built ``trial`` or a rebuild agrees with its row; else quarantine
-        the row and raise Quarantined."""
-        self._check(trial, replace=trial.config_key == self._baseline_key, failed_too=False)
+    def check(self, trials: Sequence[Trial]) -> None:
+        """Return when this run built each of ``trials`` or a rebuild agrees with its row; else
+        quarantine the rows that disagree and raise Quarantined. A row whose rebuild timed out or
+        crashed is left as recorded and the run stops (CompileIQError): an ACF cites it."""
+        unchecked = self._check_all(trials, failed_too=False)
+        if unchecked:
+            trial, build = unchecked[0]
+            raise CompileIQError(
+                f"could not rebuild trial #{trial.number} to check it before the ACF cites it: {_failure(build)}; "
+                "its row is left as recorded and no ACF was written (run again on a less loaded machine, or raise "
+                "compile_timeout_s in tune.toml)")
 
-    def check_result(self, trial: Trial) -> None:
-        """`check` for a row a decision reads (a simplification's drop), complete or failed: one that
-        disagrees is replaced by the rebuild (as the baseline's is), so that the decision, made again,
-        reads what this run built. Failing it instead would leave its config with no result, and a
-        drop with no result is no drop: the setting its author wanted kept would stay."""
-        self._check(trial, replace=True, failed_too=True)
+    def check_results(self, trials: Sequence[Trial]) -> list[Trial]:
+        """The rows a decision reads (a simplification's drops, the ablation's steps), complete or failed,
+        each this run's or checked against its rebuild: one that disagrees is replaced by the rebuild (as
+        the baseline's is) and the decision made again (Quarantined), so that it reads what this run
+        built. Failing it instead would leave its config with no result, and a drop with no result is no
+        drop: the setting its author wanted kept would stay. Returns the rows the decision may read: one
+        whose rebuild timed out or crashed here is left out (and as recorded)."""
+        unchecked = {trial.id for trial, _ in self._check_all(trials, failed_too=True, replace_all=True)}
+        return [trial for trial in trials if trial.id not in unchecked]
 
-    def _check(self, trial: Trial, replace: bool, failed_too: bool) -> None:
-        if self._origins.get(trial.id) in ("compiled", "verified", "replaced"):
-            return
-        build, fresh = self._rebuild(trial)
+    def _check_all(self, trials: Sequence[Trial], failed_too: bool,
+                   replace_all: bool = False) -> list[tuple[Trial, Build]]:
+        """Rebuild the rows this run did not build, in one batch, and judge each; raise the first
+        Quarantined once every row is judged. Returns the rows whose rebuild checked nothing."""
+        pending = list({t.id: t for t in trials if self._origins.get(t.id) not in _THIS_RUNS}.values())
+        raised: Quarantined | None = None
+        unchecked: list[tuple[Trial, Build]] = []
+        for trial, (build, fresh) in zip(pending, self._rebuild(pending), strict=True):
+            if not build.status.deterministic:
+                unchecked.append((trial, build))
+                if failed_too:  # else the run stops, saying so
+                    self._note(f"trial #{trial.number} could not be checked: its rebuild here gave {_failure(build)} "
+                               "(no evidence either way); its row is left as recorded, and the decision does without it")
+                continue
+            try:
+                self._judge(trial, build, fresh, replace_all or trial.config_key == self._baseline_key, failed_too)
+            except Quarantined as error:
+                raised = raised or error
+        if raised is not None and not (unchecked and not failed_too):
+            raise raised
+        return unchecked
+
+    def _judge(self, trial: Trial, build: Build, fresh: Evaluation, replace: bool, failed_too: bool) -> None:
+        if lost_to_chance(trial):  # an earlier compile timed out or crashed: the rebuild is its result
+            self._store.finish_trial(
+                trial.id, state=TrialState.COMPLETE if fresh.value is not None else TrialState.FAILED,
+                value=fresh.value, reason=fresh.reason, metrics=fresh.metrics, code_hash=build.code_hash,
+                compile_seconds=build.seconds)
+            self._origins[trial.id] = "compiled"
+            raise Rerecorded(f"trial #{trial.number}: its compile was lost to a timeout or crash; rebuilt")
         if agrees(trial, build, fresh) or (failed_too and failed_alike(trial, fresh)):
             self._origins[trial.id] = "verified"
             return
@@ -89,6 +135,17 @@ class Verifier:
                                      code_hash=trial.code_hash, compile_seconds=trial.compile_seconds)
         self._note(f"trial #{trial.number} {QUARANTINED}: {said}")
         raise Quarantined(f"trial #{trial.number}: {said}")
+
+
+def lost_to_chance(trial: Trial) -> bool:
+    """A failed row whose compile timed out or crashed (`runner.TRANSIENT_KEY`): not a result of its
+    settings, so a rebuild that gives one replaces it without accusing anyone."""
+    return trial.state is TrialState.FAILED and TRANSIENT_KEY in trial.metrics
+
+
+def _failure(build: Build) -> str:
+    first = (build.message or "").strip().splitlines()[:1]
+    return f"{build.status.value}" + (f" ({first[0][:200]})" if first else "")
 
 
 def agrees(trial: Trial, build: Build, fresh: Evaluation) -> bool:

@@ -1,0 +1,77 @@
+"""`tuning.verify` on a real SQLite store: a rebuild that the same inputs would not repeat (a compile
+timeout or crash here: load, a lost worker) is no evidence about the row it was to check, and a row an
+earlier compile lost that way is no forgery. The compiler is stood in for by the builds it returns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from compileiq.build.compile import Build, BuildStatus
+from compileiq.core.errors import CompileIQError
+from compileiq.core.records import StudyKey, Trial, TrialState
+from compileiq.evaluate.metrics import Evaluation
+from compileiq.store import Store
+from compileiq.tuning.verify import Quarantined, Verifier
+
+METRICS = {"spill_bytes": 0, "registers": 40, "occupancy": 1.0, "instructions": 120}
+GOOD = (Build(BuildStatus.OK, "", (), "c" * 64, b"", 0.1), Evaluation(40.0, None, METRICS))
+TIMED_OUT = (Build(BuildStatus.TIMEOUT, "nvcc did not finish within 1 s and was killed", (), None, b"", 1.0),
+             Evaluation(None, "timeout: nvcc did not finish within 1 s", {}))
+
+
+def _row(store: Store, config: dict[str, int], state: TrialState, value: float | None, metrics: dict[str, object],
+         code_hash: str | None) -> Trial:
+    study = store.get_or_create_study(StudyKey("k", "0" * 64, "s", "0" * 64, "t", "sm_90", "static", "registers"), "v")
+    trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True, separators=(",", ":")), config)],
+                               "alice@box:1")[0]
+    return store.finish_trial(trial.id, state=state, value=value, reason=None if value else "timeout: killed",
+                              metrics=metrics, code_hash=code_hash, compile_seconds=1.0)
+
+
+def _verifier(store: Store, answer: tuple[Build, Evaluation], notes: list[str]) -> tuple[Verifier, list[int]]:
+    batches: list[int] = []
+
+    def rebuild(trials: Sequence[Trial]) -> list[tuple[Build, Evaluation]]:
+        batches.append(len(trials))
+        return [answer for _ in trials]
+
+    return Verifier(store, rebuild, {}, "baseline-key", notes.append), batches
+
+
+def test_an_honest_row_whose_rebuild_times_out_is_neither_read_nor_touched(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        rows = [_row(store, {"a": n}, TrialState.COMPLETE, 40.0, METRICS, "c" * 64) for n in range(3)]
+        notes: list[str] = []
+        verifier, batches = _verifier(store, TIMED_OUT, notes)
+        assert verifier.check_results(rows) == []  # a decision reads none of them
+        assert batches == [3]  # one batch for the step
+        assert store.trials(rows[0].study_id) == rows  # as recorded: nobody accused
+        assert all("could not be checked" in note and "quarantined" not in note for note in notes) and len(notes) == 3
+        with pytest.raises(CompileIQError, match=r"could not rebuild trial #0 to check it.*timeout") as stopped:
+            verifier.check(rows[:1])  # a row the ACF would cite: no ACF
+        assert not isinstance(stopped.value, Quarantined)
+        assert store.trials(rows[0].study_id) == rows
+    finally:
+        store.close()
+
+
+def test_a_row_an_earlier_compile_lost_to_a_timeout_is_replaced_by_its_rebuild_unaccused(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        lost = _row(store, {"a": 1}, TrialState.FAILED, None, {"build_status": "timeout"}, None)
+        notes: list[str] = []
+        verifier, _ = _verifier(store, GOOD, notes)
+        with pytest.raises(Quarantined):  # the decision is made again from the row as it now is
+            verifier.check_results([lost])
+        (row,) = store.trials(lost.study_id)
+        assert row.state is TrialState.COMPLETE and row.value == 40.0 and row.code_hash == "c" * 64
+        assert "quarantined" not in (row.reason or "") and not any("quarantined" in note for note in notes)
+        assert verifier.quarantined == 0
+        assert verifier.check_results([row]) == [row]  # this run's build now: not rebuilt again
+    finally:
+        store.close()
