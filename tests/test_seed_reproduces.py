@@ -46,5 +46,5 @@ def test_a_batch_finishing_in_another_order_gives_the_same_trials(tmp_path: Path
     """Before, the searcher was told a batch's results in the order they finished, and the order
     it learns them in changes its proposals: same-seed runs of sgemm differed from trial 39 on."""
     plain, reversed_ = _trials(tmp_path, LocalWorkers), _trials(tmp_path, ReversedWorkers)
-    assert len(plain) == 25
     assert plain == reversed_
+    assert len(plain) >= 25  # the budget's trials, then the simplification's and ablation's
