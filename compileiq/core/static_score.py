@@ -4,6 +4,8 @@ metrics (a forged value, -5 on a row that spills 3052 bytes, would steer the sea
 
 from __future__ import annotations
 
+METRICS = ("spill_bytes", "registers", "occupancy", "instructions")  # what `score` reads, in its order
+
 
 def score(objective: str, spill_bytes: int, registers: int, occupancy: float, instructions: int) -> float | None:
     """Lower is better for every one; None for a name that is no static objective (see

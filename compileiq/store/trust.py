@@ -226,9 +226,6 @@ class ExportStudy:
             self.names = frozenset(names)
 
 
-_STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
-
-
 def scored_problem(trial: Trial, key: StudyKey) -> str | None:
     """Why a complete trial (its metrics in range: `trial_problem` first) is not a result its study's
     evaluator records, else None. A static study's value is what its metrics give for the first
@@ -240,9 +237,9 @@ def scored_problem(trial: Trial, key: StudyKey) -> str | None:
         return None
     names, metrics = key.objective.split(","), trial.metrics
     if key.evaluator == STATIC_EVALUATOR:
-        if not all(name in metrics for name in _STATIC_METRICS):
-            return f"a complete static trial without its metrics ({', '.join(_STATIC_METRICS)})"
-        expected = static_score.score(names[0], *(metrics[name] for name in _STATIC_METRICS))
+        if not all(name in metrics for name in static_score.METRICS):
+            return f"a complete static trial without its metrics ({', '.join(static_score.METRICS)})"
+        expected = static_score.score(names[0], *(metrics[name] for name in static_score.METRICS))
         if expected is None:
             return None  # no static objective: the study's key is refused (`key_problem`)
         value = trial.value
