@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from compileiq.core import static_score
 from compileiq.core.errors import UsageError
 from compileiq.core.readings import Reading, gain_text, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
@@ -328,7 +329,7 @@ def tuned(report: StudyReport) -> bool:
 
 def _trials(report: StudyReport) -> str:
     e = report.explanation
-    keys = ("spill_bytes", "registers", "occupancy", "instructions")
+    keys = static_score.METRICS
     rows = []
     for t in e.trials:
         changed = changes_text(t, e.baseline)

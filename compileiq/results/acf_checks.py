@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from compileiq.core import metric_ranges
+from compileiq.core import metric_ranges, static_score
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE, is_count, is_finite
@@ -80,12 +80,9 @@ def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, A
                        f"{objective['best']!r} against objective.baseline {objective['baseline']!r}")
 
 
-_STATIC_METRICS = ("spill_bytes", "registers", "occupancy", "instructions")
-
-
 def _static_metrics(table: Any) -> StaticMetrics | None:
     """An evidence table's metrics (checked by `check_numbers` before), None when one is missing."""
-    if not isinstance(table, dict) or not all(key in table for key in _STATIC_METRICS):
+    if not isinstance(table, dict) or not all(key in table for key in static_score.METRICS):
         return None
     return StaticMetrics(int(table["spill_bytes"]), int(table["registers"]), float(table["occupancy"]),
                          int(table["instructions"]), int(table.get("stack_bytes", 0)))

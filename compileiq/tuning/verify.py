@@ -19,13 +19,14 @@ from typing import Any
 
 from compileiq.build.compile import Build
 from compileiq.build.linkage import stable_name
+from compileiq.core import static_score
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import QUARANTINED, Trial, TrialState
 from compileiq.evaluate.metrics import Evaluation
 from compileiq.tuning.runner import TRANSIENT_KEY
 
 _THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run built or checked
-COMPARED = ("spill_bytes", "registers", "occupancy", "instructions")
+COMPARED = static_score.METRICS  # what a rebuild must reproduce of a static row
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
 
 Rebuild = Callable[[Sequence[Trial]], list[tuple[Build, Evaluation]]]  # in one batch, in order
