@@ -159,11 +159,20 @@ def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
         assert (out.parent / figure).read_text().startswith("<svg")
     assert "r-convergence.svg" in text and "r-contributions.svg" in text
     assert "md\\|study" in text and "static estimate" in text
-    assert "&lt;script&gt;" in text and "<script>" not in text
+    assert "&lt;script>" in text and "<script>" not in text and "&gt;" not in text
     # the hint for the trials past the table names the study and its database (it printed
     # `compileiq show --top 40`, which lists studies, from the default database)
     assert f"compileiq show 'md\\|study' --top 35 --db sqlite:///{tmp_path}/t.db." in text, text
     assert f"compileiq report 'md\\|study' --db sqlite:///{tmp_path}/t.db)" in text
+
+
+def test_markdown_keeps_an_arrow_readable_and_opens_no_blockquote(tmp_path):
+    """A user read `lowers occupancy (100.0% -&gt; 75.0%)` in a raw markdown report: `>` was written
+    as an entity although only `<` and `&` can open HTML. A `>` at a cell's start opens no quote."""
+    from compileiq.core.text import markdown_cell
+
+    assert markdown_cell("lowers occupancy (100.0% -> 75.0%)") == "lowers occupancy (100.0% -> 75.0%)"
+    assert markdown_cell("> quoted <b>x</b> & y") == "\\> quoted &lt;b>x&lt;/b> &amp; y"
 
 
 def test_dash_writes_the_report_to_standard_output_and_no_file(tmp_path):

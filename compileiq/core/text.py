@@ -16,19 +16,18 @@ def printable(text: object) -> str:
 
 def markdown_cell(value: str) -> str:
     """Text in markdown (a report, the gate's PR comment) as text, never as markdown: table-safe, no
-    HTML (`<`, `>`, `&` escaped; quotes read as quotes: markdown shows `&#x27;` as it is), no code
+    HTML (`<` and `&` escaped: no tag or entity can open; `>` stays, so `100% -> 75%` reads as it is in
+    the raw file; quotes read as quotes: markdown shows `&#x27;` as it is), no blockquote, no code
     span, link, image, emphasis, strikethrough, heading or math opened (`\\`, `` ` ``, `[`, `]`,
     `*`, `~`, `$`, a leading `#` and a `_` that is not inside a word backslash-escaped: `opt_level`
     and "trial #3" stay as they are), no @-mention (a zero-width space after `@`, as Dependabot writes them), and no control
     character (a terminal may `cat` the file). An ACF or a shared database row is untrusted: its
     `![x](https://...)` shows as those characters, loads nothing and links nowhere."""
-    from html import escape
-
     text = _MARKDOWN.sub(lambda m: f"{m[0][:-1]}\\{m[0][-1]}", value.replace("\n", " "))
-    return printable(escape(text, quote=False).replace("@", "@&#8203;"))
+    return printable(text.replace("&", "&amp;").replace("<", "&lt;").replace("@", "@&#8203;"))
 
 
-_MARKDOWN = re.compile(r"[\\`\[\]*~$|]|^[ \t]*#(?=[#\s])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_MARKDOWN = re.compile(r"[\\`\[\]*~$|]|^[ \t]*#(?=[#\s])|^[ \t]*>|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
 def db_option(shown: str) -> str:
