@@ -3,7 +3,7 @@
 A small space is tuned exhaustively first (its true front, under the no-harm rules); then each
 strategy runs with a budget of the whole space for a few seeds, every build a cache hit of the
 exhaustive run (same database; the Bayesian search's warm start from earlier studies of the kernel
-is switched off here, so that each run starts cold as on a new kernel), and the number of trials until every point of the true front
+is switched off here (warm_start=False), so that each run starts cold as on a new kernel), and the number of trials until every point of the true front
 was evaluated is printed. Real nvcc/ptxas; no GPU.
 
     PYTHONPATH=$PWD python scripts/front_benchmark.py kernels/spill_heavy/spill_heavy.cu \
@@ -23,7 +23,6 @@ from compileiq.results import multi_objective
 from compileiq.results.pareto import values_of
 from compileiq.store import Store
 from compileiq.tuning.progress import SilentProgress
-from compileiq.tuning.tuner import Tuner
 
 
 def true_front(trials: list[Trial], objective: str) -> set[tuple[float, ...]]:
@@ -54,12 +53,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=4)
     args = parser.parse_args()
-    Tuner._warm_start = lambda self, study: None  # type: ignore[method-assign]  # each run cold
     folder = Path(tempfile.mkdtemp(prefix="front-bench-"))
     db = f"sqlite:///{folder}/bench.db"
     base = app.TuneOptions(kernel=args.kernel, objective=args.objective, workers="local", db=db,
                            only=tuple(args.only.split(",")), simplify=False, batch_size=args.batch_size,
-                           budget=app.MAX_BUDGET, out=folder / "x.acf.toml")
+                           budget=app.MAX_BUDGET, out=folder / "x.acf.toml", warm_start=False)  # each run cold
     report = app.tune(app.TuneOptions(**{**base.__dict__, "strategy": "exhaustive", "study": "exhaustive"}),
                       SilentProgress())
     size = report.space.size()

@@ -25,8 +25,7 @@ from compileiq.source.base_flags import (
     parse_base_flags,
     quoted_path_problem,
 )
-from compileiq.source.compile_db import arch_flag_archs
-from compileiq.source.shipped import to_remove
+from compileiq.source.shipped import arch_flag_archs, to_remove
 from compileiq.source.spec import (
     MODES,
     FixedFlag,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,37 +24,12 @@ from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
-from compileiq.source import shipped
-from compileiq.source.nvcc_options import NVCC_OPTIONS
+from compileiq.source import nvcc_argv, shipped
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
 MAX_DATABASE_BYTES = 64 * 2**20
-_ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
-_CODE_LIST = re.compile(r"code=\[?([^\]\s]*)")  # -gencode's machine code list
-_MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
-
-# Options whose value is the next argument when not joined with "=" (or, for short ones, attached).
-_WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "-Xcompiler",
-               "--compiler-options", "-Xlinker", "--linker-options", "-Xptxas", "--ptxas-options",
-               "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options", "-I", "--include-path",
-               "-isystem", "--system-include", "-D", "--define-macro", "-U", "--undefine-macro",
-               "-std", "--std", "-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode",
-               "--generate-code", "-include", "--pre-include", "-L", "--library-path", "-l",
-               "--library", "-maxrregcount", "--maxrregcount", "-odir", "--output-directory",
-               "-MD", "-MMD", "--optimize", "--ftz", "-ftz", "--prec-div", "-prec-div", "--prec-sqrt",
-               "-prec-sqrt", "--fmad", "-fmad", "--jump-table-density", "-jtd", "--threads", "-t",
-               "--split-compile", "-split-compile", "--keep-dir", "-keep-dir", "--Werror", "-Werror",
-               "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt",
-               # nvcc's pass-throughs to its own tools that `nvcc --help` does not list: their value is theirs
-               "-Xcicc", "--cicc-options", "-Xcudafe", "--cudafe-options", "-Xfatbin", "--fatbin-options",
-               "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options"}
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
-# nvcc hands the options it does not know to the host compiler (or linker) under these, as CMake's
-# commands say: such an option is a host option, set aside like -Xcompiler's.
-_FORWARD_UNKNOWN = {"-forward-unknown-to-host-compiler", "--forward-unknown-to-host-compiler",
-                    "-forward-unknown-to-host-linker", "--forward-unknown-to-host-linker",
-                    "-forward-unknown-opts", "--forward-unknown-opts"}
 _FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; {flag} hands it to the host "
               "compiler): not applied, as -Xcompiler's are not")
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
@@ -62,13 +37,6 @@ _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-option
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
 _PTXAS = {"-Xptxas", "--ptxas-options"}
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
-_ARCH = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
-_SHORT_ATTACHED = ("-I", "-D", "-U", "-O", "-L")
-_ATTACHED_FIRST = ("-isystem", "-I", "-D", "-U")  # the value joined to the option, whatever it holds
-# nvcc takes -lNAME as -l NAME (a library to link), except its own options spelled with -l.
-_LINK_LIBRARY_ATTACHED = re.compile(r"-l(?!ineinfo$|to$|toir$|ink$|ib$|dir$)(.+)")
-_THREADS_ATTACHED = re.compile(r"-t(\d+)")  # nvcc takes -t4 as -t 4 (not -t in general: -time is another option)
-_NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -MD takes none either
 
 
 # nvcc options (nvcc 13.0 --help) that leave the device code as it is: set aside like host options,
@@ -129,10 +97,6 @@ def _no_device_effect(flag: str, value: str) -> str | None:
     if takes_value != bool(value) or (values is not None and not values.fullmatch(value)):
         return None
     return why
-
-
-_OPTIONS_FILE = {"--options-file", "-optf"}
-MAX_OPTIONS_FILE_BYTES = 2**20
 
 
 class CompileDbError(UsageError):
@@ -201,12 +165,15 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     else:
         raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
     where = f"{database}: the command for {source.name}"
-    args = _expand_options_files(argv[1:], directory, where)
+    try:
+        args = nvcc_argv.expand_options_files(argv[1:], directory, where)
+    except nvcc_argv.OptionsFileError as error:
+        raise CompileDbError(str(error)) from None
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
     kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), where)
-    arch = next((found for given, archs in arch_flags if archs and (found := _arch_of(given))), None)
+    arch = next((found for given, archs in arch_flags if archs and (found := shipped.arch_of(given))), None)
     try:
         settings, fixed = _shipped(stripped, space, where)
     except shipped.ShippedFlagError as error:
@@ -234,48 +201,11 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
             fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
         elif why := _no_device_effect(flag, value):
             fixed.append(FixedFlag(given, False, why))
-        elif forwarded := _forwarding(flag):
+        elif forwarded := nvcc_argv.forwarding(flag):
             fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded)))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
-
-
-def _expand_options_files(args: Sequence[str], directory: Path, where: str) -> list[str]:
-    """The arguments with each ``--options-file FILE[,FILE]`` (``-optf``) replaced by the file's
-    arguments: CMake 3.29.5+ puts a CUDA target's -I folders in ``includes_CUDA.rsp`` this way.
-    One level: an options file that names another is left to the allow-list to refuse."""
-    out: list[str] = []
-    it = iter(args)
-    for arg in it:
-        flag, eq, value = arg.partition("=")
-        if flag not in _OPTIONS_FILE:
-            out.append(arg)
-            continue
-        for name in (value if eq else next(it, "")).split(","):
-            out.extend(_options_file(directory / name, where))
-    return out
-
-
-def _options_file(path: Path, where: str) -> list[str]:
-    if kind := not_regular(path):
-        raise CompileDbError(f"{where}: --options-file {path} is {kind}, not a file of arguments")
-    try:
-        if path.stat().st_size > MAX_OPTIONS_FILE_BYTES:
-            raise CompileDbError(f"{where}: --options-file {path} is larger than {MAX_OPTIONS_FILE_BYTES // 2**20} MiB")
-        tokens = shlex.split(path.read_text())
-    except FileNotFoundError:
-        raise CompileDbError(f"{where}: its --options-file {path} is missing: run the build's configure step "
-                             "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise CompileDbError(f"{where}: --options-file {path}: {reason}") from None
-    # A file of nvcc options holds options and their values only. Anything else is not echoed: the
-    # file may be any file the command names (a password file's first line would be shown).
-    if stray := next((n for n, (flag, _, _) in enumerate(_options(tokens), 1) if not flag), None):
-        raise CompileDbError(f"{where}: --options-file {path} is not a file of nvcc options (argument {stray} is "
-                             "neither an option nor an option's value; not shown)")
-    return tokens
 
 
 def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], where: str
@@ -285,17 +215,17 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
     kept: list[str] = []
     stripped: list[tuple[str, str, str]] = []
     arch_flags: list[tuple[str, tuple[str, ...]]] = []
-    forward = next((a for a in args if a in _FORWARD_UNKNOWN), None)
-    for flag, value, given in _options(args):
+    forward = next((a for a in args if a in nvcc_argv.FORWARD_UNKNOWN), None)
+    for flag, value, given in nvcc_argv.options(args):
         if flag == "" and value and (directory / value).resolve() == source:
             continue  # the source file itself
         if why := _NOTHING_TO_TUNE.get(flag):
             raise CompileDbError(f"{where}: {given} {why}")
         if flag in ("-arch", "--gpu-architecture") and value in shipped.ARCH_SETS:
             arch_flags.append((given, (value,)))
-        elif flag in _ARCH:
-            arch_flags.append((given, tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))))
-        elif flag in _BUILD_MECHANICS or flag in _FORWARD_UNKNOWN:
+        elif flag in shipped.ARCH_FLAGS:
+            arch_flags.append((given, shipped.archs_named(value)))
+        elif flag in _BUILD_MECHANICS or flag in nvcc_argv.FORWARD_UNKNOWN:
             continue
         elif (flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned
               or _no_device_effect(flag, value)):
@@ -312,23 +242,11 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             kept.append(f"-std={value}")
         elif flag in _REGISTER_CAP:
             kept.append(f"-maxrregcount={value}")
-        elif forward is not None and _host_compilers(flag):
+        elif forward is not None and nvcc_argv.host_compilers(flag):
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             kept.append(given)
     return kept, stripped, arch_flags
-
-
-def _host_compilers(flag: str) -> bool:
-    """Whether a -forward-unknown-... flag hands this option to the host compiler: an option nvcc
-    does not take, listed or not. Never an -X... pass-through (nvcc has more than it lists, -Xcicc
-    among them, which changes the device code): such an option is held to the base-flag allow-list."""
-    return flag.startswith("-") and not flag.startswith("-X") and flag not in NVCC_OPTIONS
-
-
-def _forwarding(flag: str) -> str | None:
-    """The -forward-unknown-... flag that made a stripped option the host compiler's, or None."""
-    return flag if flag in _FORWARD_UNKNOWN else None
 
 
 def _define_way_out(value: str, problem: str) -> str:
@@ -339,55 +257,6 @@ def _define_way_out(value: str, problem: str) -> str:
     return (f"{problem.partition(' (allowed:')[0]}, which nvcc would hand to /bin/sh: refused; if the code builds "
             f"without it, give {name} a default in the source (#ifndef {name}) and tune from a copy of the "
             "compilation database without it, or without --compile-commands")
-
-
-def _options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
-    """(flag, value, as given) for each option; a positional argument has flag ""."""
-    it = iter(args)
-    for arg in it:
-        if not arg.startswith("-"):
-            yield "", arg, arg
-            continue
-        attached = next((p for p in _ATTACHED_FIRST if arg.startswith(p) and len(arg) > len(p)), None)
-        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's
-            yield attached, arg[len(attached):], arg
-            continue
-        flag, eq, value = arg.partition("=")
-        if eq:
-            yield flag, value, arg
-            continue
-        short = next((p for p in _SHORT_ATTACHED if arg.startswith(p) and len(arg) > len(p)), None)
-        if threads := _THREADS_ATTACHED.fullmatch(arg):
-            yield "-t", threads[1], arg
-        elif library := _LINK_LIBRARY_ATTACHED.fullmatch(arg):
-            yield "-l", library[1], arg
-        elif short is not None and arg not in _WITH_VALUE and not arg.startswith("--"):
-            yield short, arg[len(short):], arg
-        elif arg in _WITH_VALUE and arg not in _NO_VALUE_DASHES:
-            following = next(it, "")
-            yield arg, following, f"{arg} {following}"
-        else:
-            yield arg, "", arg
-
-
-def arch_flag_archs(given: str) -> tuple[str, ...] | None:
-    """The archs an arch flag as a compile command gives it builds for ("-arch=sm_90",
-    "-gencode arch=compute_80,code=sm_80": its sm_XY names); None for any other flag."""
-    first, _, _ = given.strip().partition(" ")
-    if first.partition("=")[0] not in _ARCH:
-        return None
-    return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(given)))
-
-
-def _arch_of(value: str) -> str | None:
-    """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ...: the
-    first machine code a code= list names (code=[sm_90,sm_80] is tuned for sm_90, the first arch
-    as the docs and the note say), else the last arch named."""
-    code = _CODE_LIST.search(value)
-    if code is not None and (machine := _MACHINE_CODE.findall(code[1])):
-        return f"sm_{machine[0]}"
-    found = _ARCH_IN_CODE.findall(value)
-    return f"sm_{found[-1]}" if found else None
 
 
 def _tuned_flags(space: SearchSpace) -> set[str]:

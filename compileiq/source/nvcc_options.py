@@ -2,7 +2,7 @@
 takes without listing them (`-Xcicc`, `-Xcudafe`, `-Xfatbin`, ...: each one nvcc 13.0 does not
 call an "Unknown option"). ``-forward-unknown-to-host-compiler`` hands none of these to the host
 compiler; an option of a compile command that is none of these, and no ``-X...`` pass-through,
-is the host compiler's under that flag (`compile_db`)."""
+is the host compiler's under that flag (`nvcc_argv`)."""
 
 from __future__ import annotations
 

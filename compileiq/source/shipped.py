@@ -143,6 +143,38 @@ ARCH_SETS = {"all": "every arch nvcc supports (-arch=all)",
               "native": "the GPUs of the machine that compiles it (-arch=native)"}
 
 
+# The flags that name the archs a command builds for, and an arch as they spell it (sm_90, compute_90).
+ARCH_FLAGS = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
+_ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
+_CODE_LIST = re.compile(r"code=\[?([^\]\s]*)")  # -gencode's machine code list
+_MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
+
+
+def archs_named(value: str) -> tuple[str, ...]:
+    """Each arch an arch flag's value names, as sm_XY, in order."""
+    return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))
+
+
+def arch_flag_archs(given: str) -> tuple[str, ...] | None:
+    """The archs an arch flag as a compile command gives it builds for ("-arch=sm_90",
+    "-gencode arch=compute_80,code=sm_80": its sm_XY names); None for any other flag."""
+    first, _, _ = given.strip().partition(" ")
+    if first.partition("=")[0] not in ARCH_FLAGS:
+        return None
+    return archs_named(given)
+
+
+def arch_of(value: str) -> str | None:
+    """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ...: the
+    first machine code a code= list names (code=[sm_90,sm_80] is tuned for sm_90, the first arch
+    as the docs and the note say), else the last arch named."""
+    code = _CODE_LIST.search(value)
+    if code is not None and (machine := _MACHINE_CODE.findall(code[1])):
+        return f"sm_{machine[0]}"
+    found = _ARCH_IN_CODE.findall(value)
+    return f"sm_{found[-1]}" if found else None
+
+
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
                 tuned: str) -> ShippedBuild | None:
     """The shipped build with each arch flag that builds for an arch other than the one tuned

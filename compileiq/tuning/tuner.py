@@ -24,7 +24,6 @@ from compileiq.results import multi_objective
 from compileiq.results.pareto import values_of
 from compileiq.results.recorded_decision import decision
 from compileiq.results.shipped_origin import decision_entry
-from compileiq.results.simplify import baseline_space
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
@@ -34,9 +33,8 @@ from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
-from compileiq.tuning import baseline, claims
-from compileiq.tuning.cross_kernel import other_kernels_prior
-from compileiq.tuning.decide import Decider
+from compileiq.tuning import choice, claims
+from compileiq.tuning.baseline_reference import RunBaseline, baseline_reference
 from compileiq.tuning.jobs import Target
 from compileiq.tuning.limits import RunClock
 from compileiq.tuning.nothing_left import EXHAUSTED, stop_reason
@@ -52,8 +50,7 @@ from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
-from compileiq.tuning.verify import Quarantined, Verifier
-from compileiq.tuning.warm_start import Rescoring, earlier_results
+from compileiq.tuning.warm_start import Rescoring, warm_start
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
@@ -103,6 +100,7 @@ class Tuner:
         self._remote = request.searches_in_a_process and not self._multi
         self._refresh = BackgroundRefresh()  # streaming: the searcher's refits beside the driver
         self._baseline = baseline_config(request.space, request.kernel)
+        self._held = RunBaseline(self._baseline, request.kernel, self._bundle, request.objective)
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference = None  # the defaults' build, for static objectives
@@ -146,18 +144,21 @@ class Tuner:
                 self._progress.note("the searcher runs in a process of its own (streaming a batch of "
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
-                self._reference = self._baseline_reference(study)
+                self._reference = baseline_reference(self._store, study, self._held, self.evaluate)
             if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
                 self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
             # random and exhaustive are yardsticks: no memory; a study whose budget is spent tries
             # nothing, so no warm start claims to be "tried first"
             if request.search.strategy == "bayes" and request.warm_start and \
                     not self._clock.stop_reason(searched(self._store.trials(study.id))):
-                self._warm_start(study)
-                self._warm_from_other_kernels(study)
+                rescore = (Rescoring(request.space, request.kernel, request.objective, self._objectives, self._refusal)
+                           if self._static else None)  # runtimes are not carried between studies
+                warm = warm_start(self._search_load, self._store, study, request, self._baseline, rescore,
+                                  self._progress.note)
+                self._warm_first, self._baseline_built, self._warm_note = list(warm.first), warm.baseline_built, warm.note
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
-            result = self._result(study, exhausted)
+            result = choice.result(self._finished_search(), study, exhausted)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
                                    decision(result) | decision_entry(request.kernel.shipped))
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
@@ -209,7 +210,7 @@ class Tuner:
                     finished = self._runner.run(batch, refill)
                 finally:
                     self._refresh.close()  # the searcher is this thread's again
-                self._check_baseline(finished)
+                self._held.check(finished)
                 self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
                 # in the order claimed, not the order finished (timing): what the searcher learns
                 # in another order changes its proposals, and a seed must reproduce a run
@@ -247,13 +248,13 @@ class Tuner:
         finished = [t for t in trials if t.final]
         counted = searched(finished)
         if (self._static or self._screening is not None) and self._reference is None:  # another tuner held the baseline: now done?
-            self._reference = self._complete_baseline(finished)
+            self._reference = self._held.reference(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
         if fresh:  # nothing to tell yet (a new study's baseline): the searcher may still be loading
             self._searcher.tell([self._observation(t) for t in fresh])
         self._runner.remember(fresh)
-        self._check_baseline(fresh)
+        self._held.check(fresh)
         if self._screening is not None:
             self._screening.count(finished)
         return counted, trials
@@ -278,34 +279,6 @@ class Tuner:
         if not self._static or self._multi or self._reference is None:
             return []
         return [Config.of(c) for c in eligibility.repairs(trials, self._reference, self._baseline.as_dict())]
-
-    def _warm_start(self, study: Study) -> None:
-        """Tell the searcher what earlier studies of this kernel found (`warm_start`); their best
-        few are tried first (cache hits)."""
-        if self._evaluator.kind != StaticEvaluator.kind:  # runtimes are not carried between studies
-            return
-        rescore = Rescoring(self._request.space, self._request.kernel, self._request.objective, self._objectives,
-                            self._refusal)
-        found = earlier_results(self._store, study, rescore, self._baseline, self._request.batch_size)
-        if found is None:
-            return
-        self._baseline_built = found.baseline_built
-        self._searcher.tell(list(found.observations))
-        self._warm_first = list(found.first)
-        self._progress.note(found.note)
-
-    def _warm_from_other_kernels(self, study: Study) -> None:
-        """Propose first what other kernels' studies of this toolchain space chose, and later
-        what their rules refused (`cross_kernel`): an order, never a result."""
-        limit = max(self._request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
-        prior = other_kernels_prior(self._store, study.key, self._request.space, self._baseline, limit)
-        if prior.empty:
-            return
-        self._warm_first = list({c.key: c for c in [*self._warm_first, *prior.first]}.values())  # ours first
-        if (discourage := getattr(self._searcher, "discourage", None)) is not None:  # one objective
-            discourage(prior.discouraged)
-        self._warm_note = prior.note
-        self._progress.note(f"warm start: {self._warm_note}")
 
     def _observation(self, trial: Trial) -> Observation:
         """A trial as the searcher learns it (`Observation.of`): a failed or refused one is worse than any other."""
@@ -350,56 +323,12 @@ class Tuner:
     def _static(self) -> bool:
         return self._evaluator.kind == StaticEvaluator.kind
 
-    def _baseline_reference(self, study: Study) -> eligibility.Reference | None:
-        """The defaults' result, evaluated now unless another live tuner is evaluating it (then it
-        is picked up when it is recorded: concurrent tuners never queue behind one baseline)."""
-        trials = self._store.trials(study.id)
-        if any(t.config_key == self._baseline.key and t.state is TrialState.RUNNING for t in trials):
-            return self._complete_baseline(trials)
-        found = self.evaluate(study, [self._baseline])
-        self._check_baseline(found)
-        return self._complete_baseline(found)
+    def _hold_to(self, reference: eligibility.Reference | None) -> None:
+        self._reference = reference
 
-    def _complete_baseline(self, trials: Sequence[Trial]) -> eligibility.Reference | None:
-        return baseline.reference(trials, self._baseline.key, self._request.objective, self._against)
-
-    @property
-    def _against(self) -> str:
-        """The baseline's name in refusals: the build as shipped where the run starts from one."""
-        return eligibility.against(self._request.kernel.shipped)
-
-    def _check_baseline(self, trials: Sequence[Trial]) -> None:
-        baseline.check_baseline(trials, self._baseline.key, self._request.kernel, self._bundle)
-
-    def _result(self, study: Study, exhausted: bool) -> TuneResult:
-        """The choice over the study's trials; for a static objective the rows it cites are checked
-        against rebuilds here (`verify`), and a quarantined one makes the choice again."""
-        self._check_baseline(self.evaluate(study, [self._baseline]))  # another tuner may hold it
-        verifier = Verifier(self._store, self._runner.rebuild, self._runner.origins, self._baseline.key,
-                            self._progress.note) if self._static else None
-        while True:
-            try:
-                return self._choice(study, exhausted, verifier)
-            except Quarantined:
-                continue
-
-    def _choice(self, study: Study, exhausted: bool, verifier: Verifier | None) -> TuneResult:
-        trials = self._store.trials(study.id)
-        base = baseline.finished_baseline(trials, self._baseline.key)
-        if verifier is not None:
-            verifier.check([base])
-        self._reference = eligibility.Reference.of(base, self._request.objective, self._against) if self._static else None
-        request = self._request
-        decider = Decider(study, request.objective, tuple(self._objectives), request.pick, self._static,
-                          request.simplify, request.ablate, request.search.seed, self._clock.out_of_time,
-                          baseline_space(self._baseline.as_dict()), lambda configs, purpose: self.evaluate(study, configs, purpose),
-                          lambda: tuple(self._store.trials(study.id)), self._refusal,
-                          verifier.check if verifier is not None else None, self._progress.note,
-                          getattr(self._evaluator, "confirm", None),
-                          verifier.check_results if verifier is not None else None)
-        decision = decider.decide(base, trials)
-        wall = time.perf_counter() - self._runner.counters.started
-        return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,
-                          self._runner.counters, wall, exhausted, decision.confirmation, decision.ablation,
-                          dict(self._runner.origins), self._worker_name, request.budget, self._stopped,
-                          decision.front, self._warm_note)
+    def _finished_search(self) -> choice.FinishedSearch:
+        """What the choice at the end of the run reads from it (`choice`)."""
+        return choice.FinishedSearch(self._store, self._request, tuple(self._objectives), self._static, self._held,
+                                     self._runner, self._clock, self.evaluate, self._refusal, self._hold_to,
+                                     self._progress.note, getattr(self._evaluator, "confirm", None),
+                                     self._worker_name, self._stopped, self._warm_note)

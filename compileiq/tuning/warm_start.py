@@ -7,14 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.evaluate.metrics import StaticMetrics, objective_value
 from compileiq.results.pareto import values_of
+from compileiq.search.loading import SearchLoad
+from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
+from compileiq.tuning.cross_kernel import other_kernels_prior
+from compileiq.tuning.request import TuneRequest
+
+if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
+    from compileiq.search.searcher import Searcher
 
 _METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
@@ -75,3 +83,52 @@ class Rescoring:
             values = () if refused else values_of(trial, self.objectives) or ()
             return Observation.of(config, values[0] if values else None, refused, values)
         return Observation.of(config, objective_value(self.objective, metrics), refused)
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm start hands the run: the configs it tries first, whether an earlier study holds
+    the baseline's result, and what other kernels' studies proposed (for the provenance; "": nothing)."""
+
+    first: tuple[Config, ...] = ()
+    baseline_built: bool = False
+    note: str = ""
+
+
+def warm_start(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study, request: TuneRequest,
+               baseline: Config, rescore: Rescoring | None, note: Callable[[str], None]) -> WarmStart:
+    """Tell the searcher what earlier studies of this kernel found, as `rescore` scores them (None:
+    runtimes are not carried between studies), their best few tried first (cache hits); then
+    propose first what other kernels' studies of this toolchain space chose. The searcher is waited
+    for only when there is something to tell it."""
+    start = WarmStart()
+    if rescore is not None:
+        start = _from_earlier_studies(search, store, study, request, baseline, rescore, note)
+    return _from_other_kernels(search, store, study, request, baseline, start, note)
+
+
+def _from_earlier_studies(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study,
+                          request: TuneRequest, baseline: Config, rescore: Rescoring,
+                          note: Callable[[str], None]) -> WarmStart:
+    found = earlier_results(store, study, rescore, baseline, request.batch_size)
+    if found is None:
+        return WarmStart()
+    search.get().tell(list(found.observations))
+    note(found.note)
+    return WarmStart(found.first, found.baseline_built)
+
+
+def _from_other_kernels(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study,
+                        request: TuneRequest, baseline: Config, start: WarmStart,
+                        note: Callable[[str], None]) -> WarmStart:
+    """Propose first what other kernels' studies of this toolchain space chose, and later what
+    their rules refused (`cross_kernel`): an order, never a result."""
+    limit = max(request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
+    prior = other_kernels_prior(store, study.key, request.space, baseline, limit)
+    if prior.empty:
+        return start
+    first = tuple({c.key: c for c in [*start.first, *prior.first]}.values())  # ours first
+    if (discourage := getattr(search.get(), "discourage", None)) is not None:  # one objective
+        discourage(prior.discouraged)
+    note(f"warm start: {prior.note}")
+    return WarmStart(first, start.baseline_built, prior.note)
