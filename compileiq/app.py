@@ -38,7 +38,8 @@ from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
 
 if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tune` pays for it
-    from compileiq.tuning.request import TuneResult
+    from compileiq.search.loading import SearchLoad
+    from compileiq.tuning.request import TuneRequest, TuneResult
 
 DEFAULT_STORE_DIR = Path("store")
 MAX_BATCH_SIZE = 4096
@@ -285,7 +286,6 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     from compileiq.search.settings import SearchSettings
     from compileiq.tuning.request import TuneRequest
     from compileiq.tuning.search_start import start_search
-    from compileiq.tuning.tuner import Tuner
 
     request = TuneRequest(
         kernel=spec, space=space, objective=options.objective, budget=options.budget,
@@ -297,6 +297,18 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
     )  # fmt: skip
     search = start_search(request, phases)  # scikit-optimize loads while the sources bundle and the baseline compiles
+    try:  # a searcher in a process of its own (`RemoteSearcher`) is closed however the run ends
+        return _run(options, request, space, toolchain, path, phases, measurers, search)
+    finally:
+        search.close()  # the run closed it already unless it failed before its start (a load still running included)
+
+
+def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolchain: Toolchain, path: Path,
+         phases: PhaseProgress, measurers: Sequence[Any] | None, search: SearchLoad[Any]) -> TuneReport:
+    """Bundle the sources, open the store, check the ACF may be replaced, run, write the ACF."""
+    from compileiq.tuning.tuner import Tuner
+
+    spec = request.kernel
     bundling = phases.starting("bundling sources (nvcc -M)")
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     bundling.done("sources bundled")

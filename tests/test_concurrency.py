@@ -163,3 +163,45 @@ def test_a_killed_tuners_trials_are_retried_after_the_stale_timeout(store_url: s
     for trial in trials:
         assert trial.state is TrialState.COMPLETE
         assert trial.worker == f"{socket.gethostname()}:{rescuer.pid}"
+
+
+def _complete_trials(url: str) -> int:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql("SELECT count(*) FROM trials WHERE state = 'complete'").scalar() or 0)
+    except sa.exc.DBAPIError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+def test_the_progress_line_says_the_baseline_is_pending_while_another_tuner_builds_it(tmp_path: Path,
+                                                                                      tiny: Path) -> None:
+    # review 49 F6: a tuner whose study's baseline another tuner holds showed "best 0 (#1)" to the
+    # end of its search, then chose #0: its best was neither held to the baseline's rules nor ranked
+    # beside it. The holder's ptxas sleeps until it is killed, once the other has its results.
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    space = ("--study", "P", "--only", SMALL_SPACE)
+    holder = _tune(tiny, url, *space, "--batch-size", "1", "--budget", "1", env=slow_toolchain(tiny.parent / "slow", 300))
+    other = None
+    try:
+        assert _running_keys(url, time.monotonic() + 120), "the first tuner never claimed the baseline"
+        other = _tune(tiny, url, *space, "--batch-size", "2", "--budget", "3")
+        deadline = time.monotonic() + 180
+        while _complete_trials(url) < 3 and other.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _complete_trials(url) >= 3, "the second tuner did not finish its search trials"
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert other is not None
+    stdout, stderr = other.communicate(timeout=150)  # it builds the baseline itself once the holder is gone
+    assert other.returncode == 0, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("[")]
+    baseline_at = next(i for i, line in enumerate(lines) if " #0 " in line)
+    before, baseline = lines[:baseline_at], lines[baseline_at]
+    assert len(before) >= 3, stderr  # its three search trials, all finished before the baseline
+    assert all("  best so far " in line and "; baseline pending)  [" in line for line in before), stderr
+    assert "pending" not in baseline and "  best " in baseline, stderr
+    assert json.loads(stdout)["study"]["name"] == "P"

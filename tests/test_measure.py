@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import clean_env
 
 from compileiq.build.compile import BuildStatus, ExecutableJob, build_executable
+from compileiq.core.processes import reap_stale_scratch
 from compileiq.evaluate.confirm import confirm_args
 from compileiq.evaluate.measure import (
     TIMING_ONLY,
@@ -249,3 +257,80 @@ def test_a_measuring_executable_has_optimised_host_code_unless_the_kernel_says_o
     assert build.status is BuildStatus.OK, build.message
     run = run_executable(build.executable, [], 30)
     assert run.returncode == 0 and printed in run.stdout
+
+
+# -- review 49 F5: a measuring run's scratch goes with its process, killed or not --------------------
+
+_MEASURER = """
+import sys
+from compileiq.evaluate.measure import run_executable
+run_executable(sys.stdin.buffer.read(), [], 600, dump=False)
+"""
+
+
+def _measuring(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """A process measuring an executable that notes its folder and pid, then hangs; its TMPDIR,
+    and the measured executable's folder once it runs."""
+    scratch, noted = tmp_path / "tmp", tmp_path / "noted"
+    scratch.mkdir()
+    script = _script(f'echo "$$ $PWD" > {noted}.part && mv {noted}.part {noted}\nexec sleep 300')
+    driver = subprocess.Popen([sys.executable, "-c", _MEASURER], stdin=subprocess.PIPE,
+                              env=clean_env({"TMPDIR": str(scratch)}))
+    assert driver.stdin is not None
+    driver.stdin.write(script)
+    driver.stdin.close()
+    assert _wait_until(noted.exists, 60), "the executable never ran"
+    _pid, folder = noted.read_text().split(maxsplit=1)
+    return driver, Path(folder.strip()), scratch
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                ppid = int(stat.read().rpartition(")")[2].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if ppid == pid:
+            found.append((int(name), command))
+    return found
+
+
+def test_a_killed_measuring_process_leaves_no_scratch(tmp_path: Path) -> None:
+    # the variant executable and its whole output dump lived in a `compileiq-run-*` folder that no
+    # cleanup knew: a driver or actor SIGKILLed mid-measurement (OOM, a CI timeout) left it for good
+    driver, folder, scratch = _measuring(tmp_path)
+    try:
+        assert folder.parent == scratch and folder.name.startswith(f"compileiq-{driver.pid}-run-"), folder
+        assert (folder / "variant").is_file()
+    finally:
+        driver.kill()
+        driver.wait()
+    assert _wait_until(lambda: not folder.exists(), 20), "the measuring run's scratch outlived its process"
+
+
+def test_the_next_start_removes_a_measuring_scratch_whose_guard_died_too(tmp_path: Path) -> None:
+    driver, folder, scratch = _measuring(tmp_path)
+    try:
+        guards = [pid for pid, command in _children(driver.pid) if " -I -S -c " in command]
+        assert guards, "no guard beside the measuring process"
+        for pid in guards:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        driver.kill()
+        driver.wait()
+    hung = int((tmp_path / "noted").read_text().split()[0])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(hung, signal.SIGKILL)  # nobody's now: the guard that would have killed it is gone
+    assert folder.exists()  # what a whole process group killed at once (a container's end) leaves
+    assert reap_stale_scratch(scratch) == [folder]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.build.compile import Build, BuildStatus, EntryResources, PtxResult
 from compileiq.build.workers import VariantJob, VariantResult
-from compileiq.core.records import TrialState
+from compileiq.core.records import Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate import eligibility, screening
@@ -333,3 +334,49 @@ def test_a_time_tune_of_sgemm_measures_its_whole_budget(policy: screening.Screen
         assert any(t.metrics["occupancy"] < measured[0].metrics["occupancy"] for t in other_tiles)
     else:
         assert len(measured) < 8 and result.stopped.startswith("screened")
+
+
+# -- review 49 F7: missing static metrics are a refusal, never zero spills ---------------------------
+
+
+def _record(number: int, value: float, config: dict[str, Any], metrics: dict[str, Any], purpose: str = "search") -> Trial:
+    return Trial(number, 1, number, f"k{number}", config, TrialState.COMPLETE, value, None, False, metrics,
+                 f"code{number}", 0.1, datetime.now(UTC), datetime.now(UTC), "host:1", purpose)
+
+
+_SHIPPED = {"ptxas.opt_level": 3, "ptxas.maxrregcount": 0}
+_STRIPPED = {"registers": 32, "instructions": 80}  # spill_bytes and occupancy lost (an import, an edited row)
+
+
+def test_screening_refuses_a_candidate_without_spill_bytes_instead_of_counting_none() -> None:
+    baseline = _record(0, 1.0, _SHIPPED, {"spill_bytes": 16, "occupancy": 1.0, "registers": 64})
+    reference = eligibility.Reference.of(baseline, "time")
+    assert reference is not None
+    candidate = screening.Candidate(Config.of({**_SHIPPED, "ptxas.maxrregcount": 32}),
+                                    Build(BuildStatus.OK, "", (), "c1", b"", 0.001),
+                                    Evaluation(1.0, None, {**_STRIPPED, "occupancy": 1.0}))
+    reason = screening.verdict(candidate, reference.screening())
+    assert reason == "screened: no static metrics to check it by (spill_bytes missing)"
+    chosen = screening.select([candidate], reference.screening(), 4)
+    assert chosen.measure == () and [r.evaluation.reason for r in chosen.rejected] == [reason]
+
+
+def test_the_no_harm_rules_refuse_a_time_trial_whose_static_metrics_are_missing() -> None:
+    baseline = _record(0, 1.0, _SHIPPED, {"spill_bytes": 16, "occupancy": 1.0})
+    stripped = _record(1, 0.5, {**_SHIPPED, "ptxas.maxrregcount": 32}, dict(_STRIPPED))
+    reference = eligibility.Reference.of(baseline, "time")
+    assert reference is not None
+    assert eligibility.refusal(stripped.config, stripped.metrics, reference.screening()) == \
+        "no static metrics to check it by (spill_bytes, occupancy missing)"
+    half = _record(2, 0.5, stripped.config, {**_STRIPPED, "occupancy": 1.0})  # spill_bytes alone lost
+    assert eligibility.refusal(half.config, half.metrics, reference) == \
+        "no static metrics to check it by (spill_bytes missing)"
+
+
+def test_a_static_study_never_chooses_nor_lists_to_time_a_trial_without_spill_bytes() -> None:
+    baseline = _record(0, 16000.0, _SHIPPED, {"spill_bytes": 16, "occupancy": 1.0})
+    stripped = _record(1, 375.0, {**_SHIPPED, "ptxas.maxrregcount": 32}, {**_STRIPPED, "occupancy": 0.375})
+    refuse = eligibility.study_refusal(baseline, "static", True)
+    assert refuse(stripped) == "no static metrics to check it by (spill_bytes missing)"
+    assert eligibility.choose([baseline, stripped], baseline, refuse) is baseline
+    assert eligibility.candidates_to_time([baseline, stripped], baseline, baseline, "static") == ()

@@ -15,10 +15,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers import TINY_KERNEL
 
 from compileiq.core.records import TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.space_files import load_space
+from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import RefitSchedule
 from compileiq.search.search_process import RemoteSearcher, SearchProcessError
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
@@ -121,6 +123,64 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _new_children(before: set[int]) -> list[str]:
+    """This process's children that were not there `before`, each as "PID STATE CMDLINE", that are
+    a searcher's process or a zombie (a child nobody waited for); a guard (core/processes) is neither."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in before:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                state, ppid = stat.read().rpartition(")")[2].split()[:2]
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(ppid) == os.getpid() and (state == "Z" or "compileiq.search.search_process" in command):
+            found.append(f"{name} {state} {command}")
+    return found
+
+
+def _children_now() -> set[int]:
+    return {int(p) for p in os.listdir("/proc") if p.isdigit()}
+
+
+def _none_left(before: set[int], within_s: float = 20) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := _new_children(before)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_tune_that_fails_before_its_run_leaves_no_searchers_process(tmp_path: Path) -> None:
+    # review 49 F4: stream with a batch of 64 starts the searcher's process at once, while the
+    # sources bundle; an --out that is no ACF (no force) fails the call before the run, which used
+    # to leave the child to the garbage collector and then as a zombie nobody waits for
+    import compileiq
+    from compileiq.core.errors import UsageError
+
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    (tmp_path / "k.acf.toml").write_text("notes, not an ACF\n")
+    before = _children_now()
+    with pytest.raises(UsageError, match="it is not an ACF written by compileiq tune"):
+        compileiq.tune(tmp_path / "scale.cu", stream=True, batch_size=SEARCH_PROCESS_FROM_BATCH, budget=4,
+                       workers="local", db=f"sqlite:///{tmp_path / 't.db'}", out=tmp_path / "k.acf.toml")
+    assert _none_left(before) == []
+
+
+def test_a_search_load_closed_while_it_loads_closes_what_it_loads() -> None:
+    # the run may fail within the child's start: the load closes it when it ends
+    before = _children_now()
+    load = SearchLoad(lambda: (time.sleep(0.5), RemoteSearcher(_space(), SearchSettings()))[1])
+    load.close()
+    assert not load.loaded
+    searcher = load.get()
+    assert _none_left(before) == []
+    with pytest.raises(SearchProcessError, match="was closed"):
+        searcher.ask(1)
 
 
 @pytest.mark.parametrize(("changes", "expected"), [

@@ -107,7 +107,8 @@ class LineProgress:
         if "," in objective:  # no one best of a trade-off: the front of the results that may win so far
             best_text = self._front.add(trial, objective) if not outcome.refused else self._front.text()
         else:
-            best_text = f"best {self._reading.text(best.value)} (#{best.number})" if best and best.value is not None else "best -"
+            best_text = _best_text(self._reading.text(best.value) if best and best.value is not None else None,
+                                   best.number if best else 0, outcome.baseline_pending)
         step = f"{self._done}/{self._budget}" if trial.searched else safe(trial.purpose)
         self._line(f"[{step}] #{trial.number} {shown}  {best_text}  [{safe(outcome.source)}]")
         if trial.state is TrialState.COMPLETE:
@@ -140,6 +141,14 @@ class LineProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def _best_text(value: str | None, number: int, baseline_pending: bool) -> str:
+    """The progress line's best; while the baseline has no result (another tuner builds it), the
+    best so far, which the baseline's rules and its rank among equals may still overturn."""
+    if not baseline_pending:
+        return f"best {value} (#{number})" if value is not None else "best -"
+    return f"best so far {value} (#{number}; baseline pending)" if value is not None else "best - (baseline pending)"
 
 
 def print_gate(report: gate_lib.GateReport) -> None:

@@ -116,7 +116,7 @@ class Reference:
     def of(cls, baseline: Trial, objective: str = "static", against: str = DEFAULTS) -> Reference | None:
         """The baseline trial's facts, or None when it has none (it failed)."""
         metrics = baseline.metrics
-        if baseline.state is not TrialState.COMPLETE or "spill_bytes" not in metrics:
+        if baseline.state is not TrialState.COMPLETE or missing_metrics(metrics) is not None:
             return None
         return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective,
                    against)
@@ -146,12 +146,24 @@ def static_gain(spill_bytes: int, occupancy: float, reference: Reference) -> str
     return None
 
 
+JUDGED = ("spill_bytes", "occupancy")  # the static metrics the rules read: a result without one is refused
+
+
+def missing_metrics(metrics: Mapping[str, Any]) -> str | None:
+    """Why the rules cannot judge these metrics (one they read is missing), or None when they can."""
+    missing = [name for name in JUDGED if name not in metrics]
+    return f"no static metrics to check it by ({', '.join(missing)} missing)" if missing else None
+
+
 def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Reference) -> str | None:
-    """Why a result may not win (for `time`: may not be measured), or None when it may."""
-    spills = int(metrics.get("spill_bytes", 0))
+    """Why a result may not win (for `time`: may not be measured), or None when it may; a result
+    whose static metrics are missing (lost, stripped) is refused: it cannot show it does no harm."""
+    if missing := missing_metrics(metrics):
+        return missing
+    spills = int(metrics["spill_bytes"])
     if spills > reference.spill_bytes:
         return f"adds spill bytes over {reference.against} ({reference.spill_bytes} -> {spills})"
-    occupancy = float(metrics.get("occupancy", 0.0))
+    occupancy = float(metrics["occupancy"])
     if occupancy == 0.0 < reference.occupancy:
         return ("cannot launch (occupancy 0%: its threads, registers or shared memory per block exceed what an SM "
                 "gives one block)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from compileiq.core.processes import run_tool
+from compileiq.core.processes import run_tool, scratch_dir
 from compileiq.source.harness import harness_include_dir
 
 HARNESS_KEY = "compileiq_harness"
@@ -192,8 +191,10 @@ def run_executable(
     executable: bytes, args: Sequence[str], timeout_s: float, *, dump: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Write `executable` to a temp dir and run it with `args` (+ --dump); kill its group on timeout."""
-    with tempfile.TemporaryDirectory(prefix="compileiq-run-") as workdir:
+    """Write `executable` to a scratch folder and run it with `args` (+ --dump); kill its group on
+    timeout. The folder (`scratch_dir`: its executable and its whole output dump) goes with this
+    process even when it is killed, like a compile's."""
+    with scratch_dir("run") as workdir:
         exe, dump_path = Path(workdir) / "variant", Path(workdir) / "outputs.bin"
         exe.write_bytes(executable)
         exe.chmod(0o755)

@@ -43,6 +43,7 @@ from compileiq.evaluate.eligibility import (
     Reference,
     at_default_level,
     lowered_optimisation,
+    missing_metrics,
     refusal,
 )
 from compileiq.evaluate.metrics import Evaluation
@@ -107,9 +108,9 @@ def tiling(config: Config, baseline: Mapping[str, Any]) -> Config | None:
 
 def tiling_reference(config: Config, static: Evaluation, baseline: Reference) -> Reference | None:
     """The reference a tiling's build gives (None when it does not build: the baseline's holds)."""
-    if static.value is None or "spill_bytes" not in static.metrics:
+    if static.value is None or missing_metrics(static.metrics) is not None:
         return None
-    return Reference(int(static.metrics["spill_bytes"]), float(static.metrics.get("occupancy", 0.0)),
+    return Reference(int(static.metrics["spill_bytes"]), float(static.metrics["occupancy"]),
                      config.as_dict(), baseline.objective, baseline.against)
 
 
@@ -188,4 +189,4 @@ def select(candidates: Sequence[Candidate], reference: Reference, count: int,
 def _prior(candidate: Candidate, order: int, measured_codes: Collection[str]) -> tuple[bool, int, float, int]:
     metrics = candidate.static.metrics
     fresh = candidate.timed not in measured_codes
-    return fresh, int(metrics.get("spill_bytes", 0)), -float(metrics.get("occupancy", 0.0)), order
+    return fresh, int(metrics["spill_bytes"]), -float(metrics["occupancy"]), order  # `refusal` saw both

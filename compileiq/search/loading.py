@@ -23,15 +23,22 @@ class SearchLoad(Generic[T]):
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._lock = threading.Lock()  # `close` and the end of the load: one of them closes the value
+        self._closed = False
         self._started = time.perf_counter()
         self.seconds = 0.0  # how long the load took, once done
         threading.Thread(target=self._load, name="compileiq-search-load", daemon=True).start()
 
     def _load(self) -> None:
         try:
-            self._value = self._build()
+            value = self._build()
         except BaseException as error:  # noqa: BLE001 - re-raised by `get`, on the thread that needs it
             self._error = error
+        else:
+            with self._lock:
+                self._value, closed = value, self._closed
+            if closed:  # the run ended while this loaded: nobody else will close it
+                _close(value)
         finally:
             self.seconds = time.perf_counter() - self._started
             self._done.set()
@@ -53,6 +60,14 @@ class SearchLoad(Generic[T]):
 
     def close(self) -> None:
         """Close what was loaded, if it has a `close` (a searcher in a process of its own); a load
-        still running or that failed has nothing to close."""
-        if self.loaded and self._error is None and (close := getattr(self._value, "close", None)) is not None:
-            close()
+        still running closes its value itself when it ends; one that failed has nothing to close."""
+        with self._lock:
+            self._closed = True
+            value = self._value
+        if value is not None:
+            _close(value)
+
+
+def _close(value: object) -> None:
+    if (close := getattr(value, "close", None)) is not None:
+        close()

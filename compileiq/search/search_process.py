@@ -80,6 +80,8 @@ class RemoteSearcher:
             return
         self._conn.close()
         self._conn = None
+        if self._starting:  # never asked anything (the run failed first): its imports are not waited for
+            self._process.terminate()
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -148,7 +150,10 @@ def _serve(conn: Connection) -> None:
             reply: tuple[str, Any] = ("ok", answer)
         except Exception as error:  # noqa: BLE001 - any failure goes back to the driver, which stops the run with it
             reply = ("error", f"{type(error).__name__}: {error}")
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the driver closed its end meanwhile: the run is over
+            return
 
 
 def main(argv: Sequence[str]) -> None:

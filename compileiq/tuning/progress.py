@@ -22,6 +22,8 @@ class Outcome:
     trial: Trial
     source: str  # "compiled", "build cache" or "same code as #N"
     refused: str | None = None  # why the study's rules refuse it (it may not be chosen)
+    baseline_pending: bool = False  # the study's baseline has no result yet (another tuner builds it):
+    # "best" is the best so far, not yet held to the baseline's rules nor ranked beside it
 
 
 class Progress(Protocol):

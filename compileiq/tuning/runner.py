@@ -69,8 +69,12 @@ class TrialRunner:
         self._by_code: dict[str, Trial] = {}
         self._claimed: dict[int, tuple[Trial, str]] = {}  # compiling now: trial id -> (trial, build key)
         self._refusal: Callable[[Trial], str | None] = lambda trial: None
-        self.baseline: dict[str, Any] = target.space.default_config().as_dict()  # what `best` ranks against
+        # what `best` ranks against: the study's baseline (the tuner sets it: the shipped build where
+        # there is one), as decide and explain rank
+        self.baseline: dict[str, Any] = target.space.default_config().as_dict()
         self._complete: list[Trial] = []  # every complete trial seen, for `best`
+        self._seen: set[int] = set()  # ids of the trials in `_complete` (told twice: once)
+        self._baseline_done = False  # a complete trial of `baseline` is among them
         self._best: Trial | None = None  # the trial the tuner's rule would choose now, kept as they arrive
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
@@ -93,11 +97,14 @@ class TrialRunner:
     def remember(self, trials: Sequence[Trial]) -> None:
         """Note finished trials' machine code, so identical code is reported as a reuse."""
         for trial in trials:
-            if trial.state is not TrialState.COMPLETE or trial.value is None:
+            if trial.state is not TrialState.COMPLETE or trial.value is None or trial.id in self._seen:
                 continue
             if trial.code_hash and trial.code_hash not in self._by_code:
                 self._by_code[trial.code_hash] = trial
+            self._seen.add(trial.id)
             self._complete.append(trial)
+            if trial.config == self.baseline:
+                self._baseline_done = True
             if self._best_known and self._better(trial) and self._refusal(trial) is None:
                 self._best = trial
 
@@ -263,7 +270,7 @@ class TrialRunner:
         self.remember([finished])
         self.counters.new_trials += 1
         refused = self._refusal(finished) if finished.state is TrialState.COMPLETE else None
-        self._progress.trial(Outcome(finished, source, refused), self.best())
+        self._progress.trial(Outcome(finished, source, refused, self.baseline_pending), self.best())
         return finished
 
     def reopen_transient(self, trials: Sequence[Trial]) -> int:
@@ -278,6 +285,12 @@ class TrialRunner:
                 code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True,
             )  # fmt: skip
         return len(lost)
+
+    @property
+    def baseline_pending(self) -> bool:
+        """No result of the baseline is known yet (another tuner is building it): `best` is the best
+        so far, before the rules that hold every trial to the baseline apply."""
+        return not self._baseline_done
 
     def best(self) -> Trial | None:
         """The trial the tuner's rule would choose now: the best that may win, in the order every

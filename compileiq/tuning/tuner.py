@@ -310,6 +310,7 @@ class Tuner:
         deadline = time.monotonic() + limit
         while True:
             recorded = {t.config_key: t for t in self._store.trials(study.id) if t.final}
+            self._runner.remember(list(recorded.values()))  # another tuner's baseline: `best` no longer pending
             missing = [c for c in configs if c.key not in recorded]
             fresh = self._claim(study, missing, purpose)
             for trial in self._runner.run(fresh):
