@@ -13,11 +13,12 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
-from compileiq.core.errors import UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
 from compileiq.core.space import Config
@@ -79,6 +80,8 @@ class Target:
 class TimingSource(Protocol):
     def samplers(self, target: Target, baseline: Defaults) -> TimingSamplers: ...  # the ACF's build and the baseline's
 
+
+_T = TypeVar("_T")
 
 BAD_INPUT = "bad-input"  # the finding of an ACF that could not be checked (not a rule: no --rule turns it off)
 
@@ -289,15 +292,30 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
 # --- the gate -----------------------------------------------------------------------------------
 
 
-def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
+@dataclass(frozen=True)
+class Sources:
+    """The files one ACF's two builds read (`nvcc -M`): the kernel's own settings' (the baseline's)
+    and the ACF's build's, the same bundle where their base flags agree."""
+
+    own: SourceBundle
+    built: SourceBundle
+
+
+def sources(target: Target, toolchain: Toolchain) -> Sources:
+    """The kernel's sources as both builds preprocess them; CompileIQError where they cannot be
+    (a header removed, an include folder gone)."""
+    own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
+    return Sources(own, own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc))
+
+
+def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], toolchain: Toolchain,
              timing: TimingSource | None = None, seed: int = 0,
              progress: Callable[[str], None] | None = None) -> AcfResult:
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given;
     `progress` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
     recorded = recorded_of(target.acf)
-    own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
-    bundle = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
-    measured = rebuild(target, toolchain, bundle)
+    own = found.own
+    measured = rebuild(target, toolchain, found.built)
     retune = retune_command(target, measured)
     hits = static_hits(recorded, measured, retune)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
@@ -364,7 +382,9 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
 
 def run(options: GateOptions, timing: TimingSource | None = None,
         visible: Callable[[], bool] = measure.gpu_visible, progress: Callable[[str], None] | None = None) -> GateReport:
-    """Check every ACF; all inputs are validated before anything is built."""
+    """Check every ACF; all inputs (the ACFs, their kernels' settings and sources) are validated
+    before anything is built. An ACF that cannot be checked, whether found so then or while it is
+    built, is a bad-input result naming it, beside the other ACFs' verdicts."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")
     if options.kernel is not None and len(options.acfs) > 1:
@@ -382,10 +402,25 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         progress(ignored)
     checked = [_checked_target(path, options, mode, progress) for path in options.acfs]
     toolchain = find_toolchain()
+    ready = [found if isinstance(found, AcfResult) else _unless_bad(found, partial(_with_sources, found, toolchain))
+             for found in checked]  # every kernel's sources before any build
     source = timing if mode == "timing" else None
-    results = tuple(found if isinstance(found, AcfResult) else evaluate(found, table, toolchain, source, options.seed,
-                                                                          progress) for found in checked)
-    return GateReport(mode, note, tuple(table.items()), results)
+    results = [done if isinstance(done, AcfResult) else _unless_bad(done[0], partial(
+        evaluate, *done, table, toolchain, source, options.seed, progress)) for done in ready]
+    return GateReport(mode, note, tuple(table.items()), tuple(results))
+
+
+def _with_sources(target: Target, toolchain: Toolchain) -> tuple[Target, Sources]:
+    return target, sources(target, toolchain)
+
+
+def _unless_bad(target: Target, step: Callable[[], _T]) -> _T | AcfResult:
+    """`step` for one ACF, or its error as that ACF's bad-input result (a header its kernel no
+    longer finds, a compile command that no longer reads): the other ACFs are still gated."""
+    try:
+        return step()
+    except CompileIQError as error:
+        return AcfResult.unchecked(target.acf_label, f"{target.acf_label}: {first_line(str(error))}")
 
 
 def _checked_target(path: Path, options: GateOptions, mode: str,
