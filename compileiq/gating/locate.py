@@ -13,7 +13,9 @@ from compileiq.core.output_file import not_regular
 from compileiq.gating import kernel_settings, macro_settings
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import BaseFlagDifference
+from compileiq.gating.shipped_read import ShippedRead, named_database, read_shipped
 from compileiq.results import acf as acf_file
+from compileiq.source.kernel import load_spec
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, ShippedBuild
 
@@ -32,12 +34,17 @@ class Target:
     settings_origin: str = "tune.toml"  # where the kernel's base flags were read
     recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
     shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
-    compile_commands: Path | None = None  # the gate's --compile-commands: the database that ships
+    read: ShippedRead = field(default_factory=ShippedRead)  # the compile command it is held to, read once (the baseline's, the finding's)
     notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
 
     @property
     def built_spec(self) -> KernelSpec:
         return self.acf_spec if self.acf_spec is not None else self.spec
+
+    @property
+    def compile_commands(self) -> Path | None:
+        """The gate's --compile-commands: the database that ships."""
+        return self.read.database if self.read.given else None
 
 
 def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None,
@@ -53,7 +60,9 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    own = kernel_settings.current(found, acf, compile_commands)  # the base flags are the kernel's, never the ACF's word
+    tune_toml = load_spec(found, arch=acf.arch)
+    read = read_shipped(found, acf, compile_commands, tune_toml)  # once: the baseline and the finding are its
+    own = kernel_settings.current(acf, tune_toml, read)  # the base flags are the kernel's, never the ACF's word
     if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
         raise UsageError(problem)
     spec = own.spec.measured_as(program, metric_regex)
@@ -65,7 +74,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     differ = kernel_settings.difference(spec, acf.base)
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
-                  (own.shipped,) if own.command_read else None, compile_commands, _held_notes(found, acf, own))
+                  (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own))
 
 
 def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:
@@ -75,7 +84,7 @@ def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSetti
         return ()
     why = "--compile-commands" if own.given else "named by the ACF's [baseline]; pass --compile-commands to name the one that ships"
     database = path_from_here(str(own.database))
-    named = kernel_settings.named_database(acf)
+    named = named_database(acf)
     if own.given and named is not None and path_from_here(str(named)) != database:  # the same command there is no finding
         why += f"; the ACF's [baseline] names {path_from_here(str(named))}"
     notes = [f"held to the compile command for {found.name} in {database} ({why})"]
