@@ -183,8 +183,8 @@ def gate(
 ) -> GateReport:
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
     is 0 (pass) or 1 (a regression); an ACF that cannot be checked (unreadable, its kernel not
-    found) raises UsageError, as bad input does everywhere in this API. device: None times on a
-    visible GPU (else static rules), False static rules only, True the GPU."""
+    found or no longer preprocessed) raises UsageError, as bad input does everywhere in this API.
+    device: None times on a visible GPU (else static rules), False static rules only, True the GPU."""
     from compileiq.evaluate.timing import HarnessTiming
     from compileiq.gating import check as gate_lib
 

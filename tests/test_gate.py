@@ -429,6 +429,38 @@ def test_an_acf_that_cannot_be_checked_is_in_every_report_beside_the_others(tune
     assert f"### {ACF}: PASS" in page and "### k/gone.acf.toml: ERROR" in page
 
 
+
+def test_an_acf_whose_kernel_no_longer_preprocesses_is_a_bad_input_row_beside_the_others(tuned, tmp_path):
+    """A PR removed a header one kernel includes: `nvcc -M` failed outside every per-ACF handler,
+    so the whole gate stopped (rc 2, stdout empty under --json, an error naming only `fir.cu`) and
+    the other ACF got no verdict. Now that ACF is an ERROR row naming it, the other is gated."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k2").mkdir()
+    shutil.copy(workspace / ACF, workspace / "k2" / "fir.acf.toml")
+    (workspace / "k2" / "h.cuh").write_text("#define HH 1\n")
+    (workspace / "k2" / "fir.cu").write_text('#include "h.cuh"\n' + SMALL)
+    (workspace / "k2" / "h.cuh").rename(workspace / "k2" / "h.bak")  # removed or renamed in a PR
+    result = _gate(workspace, "k2/fir.acf.toml", ACF, "--static", "--json", "--junit", "g.xml", "--markdown", "g.md")
+    assert result.returncode == 2, result.describe()
+    assert "Traceback" not in result.output
+    document = json.loads(result.stdout)
+    assert (document["verdict"], document["exit_code"]) == ("ERROR", 2), document
+    rows = {row["acf"]: row for row in document["acfs"]}
+    assert (rows["k2/fir.acf.toml"]["verdict"], rows[ACF]["verdict"]) == ("ERROR", "PASS"), document
+    [finding] = rows["k2/fir.acf.toml"]["findings"]
+    assert finding["rule"] == "bad-input" and finding["message"].startswith("k2/fir.acf.toml: "), finding
+    assert "h.cuh" in finding["message"], finding
+    [error] = [line for line in result.stderr_lines if line.startswith("error: ")]
+    assert error == f"error: {finding['message']}", result.describe()
+    suite = _junit(workspace / "g.xml")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "0", "1")
+    page = (workspace / "g.md").read_text()
+    assert f"### {ACF}: PASS" in page and "### k2/fir.acf.toml: ERROR" in page
+    table = _gate(workspace, "k2/fir.acf.toml", ACF, "--static")
+    assert table.returncode == 2 and ACF in table.stdout and "k2/fir.acf.toml" in table.stdout, table.describe()
+
+
 def test_the_retune_line_of_a_database_with_a_password_reads_it_from_the_environment(tuned, tmp_path):
     """The ACF shows a URL's password as ***: pasted, that command failed to log in. It now says
     --db "$COMPILEIQ_DB" (unset, `--db ""` is a one-line error, never the default database)."""

@@ -4,6 +4,7 @@ were searched and which were fixed, and says which shipped flags a choice turns 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -671,3 +672,33 @@ def test_a_shipped_build_of_fixed_flags_alone_is_named_alike_in_every_view(tmp_p
     assert bare["study"]["name"] != study and bare["baseline_label"] == "baseline (defaults)"
     shown = run_cli(["show", bare["study"]["name"], "--db", db, "--json"], cwd=tmp_path)
     assert json.loads(shown.stdout)["baseline_label"] == "baseline (defaults)", shown.describe()
+
+
+def test_the_gate_judges_an_acf_by_one_reading_of_its_compile_command(tmp_path: Path) -> None:
+    """The gate read the compile command when it located the ACF (the baseline it builds) and again
+    after the rebuild (the stale-settings finding): a compile_commands.json rewritten while the gate
+    ran (a CMake re-configure in the same CI job) gave one verdict a baseline from one reading and a
+    finding from another. Rewritten once the ACF is located, the verdict is the first reading's."""
+    from compileiq.gating import check as gating
+
+    database = _project(tmp_path, "nvcc --use_fast_math -std=c++17 -arch=sm_90 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "nvcc.use_fast_math,ptxas.opt_level",
+          "--budget", "2", "--out", str(out))
+    options = gating.GateOptions(acfs=(out,), device=False, compile_commands=database)
+    heard: list[str] = []
+
+    def reconfigure(line: str) -> None:  # the gate's note that it located the ACF: nothing is built yet
+        if "held to the compile command" in line and not heard:
+            heard.append(line)
+            _project(tmp_path, "nvcc -std=c++17 -Xptxas -O1 -DSOMETHING=1 -arch=sm_90 -c k.cu -o k.o")
+
+    with contextlib.chdir(tmp_path):
+        clean = gating.run(options)
+        rewritten = gating.run(options, progress=reconfigure)
+        later = gating.run(options)
+    assert heard, "the gate no longer says which database it holds the ACF to"
+    [result] = rewritten.results
+    assert [f.rule for f in clean.results[0].findings] == [] and rewritten.results == clean.results, result.findings
+    [finding] = later.results[0].findings  # the next gate reads the database as it is now
+    assert finding.rule == "stale-settings" and "adds -DSOMETHING=1" in finding.message, finding

@@ -9,28 +9,32 @@ defaults and with the recorded value.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
-from compileiq.core.errors import UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
-from compileiq.core.space import Config
-from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
-from compileiq.evaluate import eligibility, measure
-from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate import measure
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
-from compileiq.gating import kernel_settings, macro_settings
-from compileiq.gating.retune import path_from_here, recorded_program_options, retune_command
+from compileiq.gating import macro_settings
+from compileiq.gating.locate import Target, locate
+from compileiq.gating.measuring import (
+    Sources,
+    rebuild,
+    rebuild_defaults,
+    recorded_baseline_of,
+    recorded_of,
+    sources,
+)
+from compileiq.gating.retune import recorded_program_options, retune_command
 from compileiq.gating.rules import (
-    BaseFlagDifference,
     Defaults,
     Finding,
     Measured,
@@ -48,37 +52,20 @@ from compileiq.gating.rules import (
     timing_hits,
 )
 from compileiq.gating.shipped_command import shipped_command_hits
-from compileiq.results import acf as acf_file
-from compileiq.source.kernel import bundle_sources
-from compileiq.source.shipped import under_register_cap
-from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle, metric_regex_problem
+from compileiq.source.spec import metric_regex_problem
 
-
-@dataclass(frozen=True)
-class Target:
-    """One ACF and the kernel source it is checked against."""
-
-    acf: acf_file.Acf
-    acf_label: str  # the ACF path as given
-    kernel_label: str  # the kernel path as found (relative when it was given relative)
-    spec: KernelSpec  # the kernel's own settings (tune.toml, its compile command): the baseline's build
-    measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
-    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them
-    base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
-    settings_origin: str = "tune.toml"  # where the kernel's base flags were read
-    recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
-    shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
-    compile_commands: Path | None = None  # the gate's --compile-commands: the database that ships
-    notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
-
-    @property
-    def built_spec(self) -> KernelSpec:
-        return self.acf_spec if self.acf_spec is not None else self.spec
+__all__ = [  # what callers reach through this module: the orchestration, and what it gates with
+    "BAD_INPUT", "AcfResult", "GateOptions", "GateReport", "Measured", "Target", "TimingSource", "evaluate",
+    "locate", "measuring_problem", "rebuild", "rebuild_defaults", "recorded_of", "resolve_mode", "retune_command",
+    "run",
+]
 
 
 class TimingSource(Protocol):
     def samplers(self, target: Target, baseline: Defaults) -> TimingSamplers: ...  # the ACF's build and the baseline's
 
+
+_T = TypeVar("_T")
 
 BAD_INPUT = "bad-input"  # the finding of an ACF that could not be checked (not a rule: no --rule turns it off)
 
@@ -142,162 +129,14 @@ class GateOptions:
     compile_commands: Path | None = None  # the compilation database that ships (as tune's --compile-commands)
 
 
-# --- locating -----------------------------------------------------------------------------------
-
-
-def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None,
-           compile_commands: Path | None = None) -> Target:
-    """Read an ACF (validated) and find its kernel; UsageError when either is wrong. `program` and
-    `metric_regex` are the gate's --program and --metric-regex: how a timed gate runs the kernel;
-    `compile_commands` its --compile-commands, the database that ships (default: the ACF's own)."""
-    acf = acf_file.read(path)
-    found = kernel if kernel is not None else _find_source(acf)
-    if kind := not_regular(found):
-        raise UsageError(f"--kernel {found} is {kind}, not a regular file")
-    if not found.is_file():
-        raise UsageError(f"--kernel {found}: file not found")
-    if found.stem != acf.kernel:
-        raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
-    own = kernel_settings.current(found, acf, compile_commands)  # the base flags are the kernel's, never the ACF's word
-    if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
-        raise UsageError(problem)
-    spec = own.spec.measured_as(program, metric_regex)
-    recorded = kernel_settings.as_recorded(own.tune_toml.measured_as(program, metric_regex), acf)  # as `flags --all`
-    if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
-        spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
-        recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
-    measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
-    differ = kernel_settings.difference(spec, acf.base)
-    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
-                  differ, own.origin, recorded,  # store/../k.cu reads k.cu
-                  (own.shipped,) if own.command_read else None, compile_commands, _held_notes(found, acf, own))
-
-
-def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:
-    """Which compilation database the ACF was held to (its [baseline] chose it unless the gate's
-    --compile-commands did: a reviewer should see which), and whether its command applies the ACF."""
-    if own.database is None:
-        return ()
-    why = "--compile-commands" if own.given else "named by the ACF's [baseline]; pass --compile-commands to name the one that ships"
-    database = path_from_here(str(own.database))
-    named = kernel_settings.named_database(acf)
-    if own.given and named is not None and path_from_here(str(named)) != database:  # the same command there is no finding
-        why += f"; the ACF's [baseline] names {path_from_here(str(named))}"
-    notes = [f"held to the compile command for {found.name} in {database} ({why})"]
-    if own.applied:
-        notes.append(f"applied: the compile command in {database} builds the ACF's choice; its baseline is the "
-                     "build the ACF records (before the change)")
-    return tuple(notes)
-
-
-def _find_source(acf: acf_file.Acf) -> Path:
-    given = Path(acf.source_path)
-    tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
-    tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
-    for candidate in dict.fromkeys(tried):
-        if candidate.is_file():
-            return candidate
-    names = ", ".join(str(c) for c in dict.fromkeys(tried))
-    raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
-
-
-def recorded_of(acf: acf_file.Acf) -> Recorded:
-    best = acf.evidence.get("best")
-    if isinstance(best, dict):
-        try:
-            objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
-            instructions = int(best["instructions"]) if "instructions" in objectives else None
-            code_instructions = int(best["instructions"]) if "instructions" in best else None
-            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
-                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
-                            str(acf.data["kernel"].get("settings_sha256", "")), code_instructions)
-        except (KeyError, TypeError, ValueError):
-            pass
-    raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
-
-
-def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
-    """The ACF's [evidence.baseline] as the `evidence` rule reads it; None where it lacks a number
-    (an older ACF): the best's evidence is still checked."""
-    base = acf.evidence.get("baseline")
-    if not isinstance(base, dict):
-        return None
-    try:
-        instructions = int(base["instructions"]) if "instructions" in base else None
-        return Recorded(int(base["spill_bytes"]), int(base["registers"]), float(base["occupancy"]),
-                        str(base["code_hash"]), acf.source_sha256, acf.toolchain_build, None,
-                        str(acf.data["kernel"].get("settings_sha256", "")), instructions)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-# --- measuring ----------------------------------------------------------------------------------
-
-
-def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
-    """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
-    acf = target.acf
-    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
-
-
-def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
-    """Build the baseline `tune` started from: the compiler's defaults (tuned macros at tune.toml's
-    first value), or the shipped build an ACF's [baseline] records; note what in the ACF could
-    justify departing from it."""
-    acf, spec = target.acf, target.spec
-    space = load_space(acf.nvcc_version)
-    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
-    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
-    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
-    if searched:
-        space = space.with_defines(searched)
-    # the build that ships: as its compile command gives it now, where the ACF names one still there
-    build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
-    shipped = build.values() if build is not None else {}
-    config = space.default_config().with_values(shipped)
-    frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
-    controls = space.default_config().with_values(acf.controls).as_dict()
-    lowered = eligibility.lowered_optimisation(controls, config.as_dict())
-    gain = eligibility.recorded_runtime_gain(acf.objective)
-    same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
-    same = same and target.built_spec is target.spec
-    built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
-    name = build.name if build is not None else (acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS)
-    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
-
-
-def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: SourceBundle,
-             frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
-    """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
-    the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
-    acf, settings = target.acf, target.spec.settings_sha256()
-    # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
-    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *spec.fixed_define_args()),
-                           spec.compile_timeout_s)
-    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
-                     emit_ptx(frontend))
-    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
-    if evaluation.value is None:
-        reason = (evaluation.reason or "unknown").strip().splitlines()[0]
-        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
-    m = evaluation.metrics
-    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
-                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
-                    settings)
-
-
-# --- the gate -----------------------------------------------------------------------------------
-
-
-def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain,
+def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], toolchain: Toolchain,
              timing: TimingSource | None = None, seed: int = 0,
              progress: Callable[[str], None] | None = None) -> AcfResult:
     """Rebuild one kernel with its ACF, apply the rules (and time it when a source is given;
     `progress` hears when timing starts and its verdict: minutes of GPU runs on some machines)."""
     recorded = recorded_of(target.acf)
-    own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
-    bundle = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
-    measured = rebuild(target, toolchain, bundle)
+    own = found.own
+    measured = rebuild(target, toolchain, found.built)
     retune = retune_command(target, measured)
     hits = static_hits(recorded, measured, retune)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
@@ -364,7 +203,9 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
 
 def run(options: GateOptions, timing: TimingSource | None = None,
         visible: Callable[[], bool] = measure.gpu_visible, progress: Callable[[str], None] | None = None) -> GateReport:
-    """Check every ACF; all inputs are validated before anything is built."""
+    """Check every ACF; all inputs (the ACFs, their kernels' settings and sources) are validated
+    before anything is built. An ACF that cannot be checked, whether found so then or while it is
+    built, is a bad-input result naming it, beside the other ACFs' verdicts."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")
     if options.kernel is not None and len(options.acfs) > 1:
@@ -382,10 +223,25 @@ def run(options: GateOptions, timing: TimingSource | None = None,
         progress(ignored)
     checked = [_checked_target(path, options, mode, progress) for path in options.acfs]
     toolchain = find_toolchain()
+    ready = [found if isinstance(found, AcfResult) else _unless_bad(found, partial(_with_sources, found, toolchain))
+             for found in checked]  # every kernel's sources before any build
     source = timing if mode == "timing" else None
-    results = tuple(found if isinstance(found, AcfResult) else evaluate(found, table, toolchain, source, options.seed,
-                                                                          progress) for found in checked)
-    return GateReport(mode, note, tuple(table.items()), results)
+    results = [done if isinstance(done, AcfResult) else _unless_bad(done[0], partial(
+        evaluate, *done, table, toolchain, source, options.seed, progress)) for done in ready]
+    return GateReport(mode, note, tuple(table.items()), tuple(results))
+
+
+def _with_sources(target: Target, toolchain: Toolchain) -> tuple[Target, Sources]:
+    return target, sources(target, toolchain)
+
+
+def _unless_bad(target: Target, step: Callable[[], _T]) -> _T | AcfResult:
+    """`step` for one ACF, or its error as that ACF's bad-input result (a header its kernel no
+    longer finds, a compile command that no longer reads): the other ACFs are still gated."""
+    try:
+        return step()
+    except CompileIQError as error:
+        return AcfResult.unchecked(target.acf_label, f"{target.acf_label}: {first_line(str(error))}")
 
 
 def _checked_target(path: Path, options: GateOptions, mode: str,

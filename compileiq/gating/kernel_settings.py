@@ -13,7 +13,7 @@ let the ACF lower the optimisation level of the build that ships.
 
 Which compilation database that is: the gate's `--compile-commands` where given (the database that
 ships), else the one the ACF's `[baseline]` names (which the ACF chose: `database` says which, for
-the report). A command that now ships exactly the ACF's choice is the ACF applied, not a changed
+the report); it is read once per ACF (`shipped_read`), and these settings are that reading's. A command that now ships exactly the ACF's choice is the ACF applied, not a changed
 build: its baseline is then the one the ACF records (the build before the change).
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
-from compileiq.core.space_files import load_space
 from compileiq.gating.rules import BaseFlagDifference
 from compileiq.gating.shipped_command import applies_choice
+from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
 from compileiq.source.base_flags import BaseFlags
-from compileiq.source.kernel import load_spec, with_base_flags
+from compileiq.source.kernel import with_base_flags
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, ShippedBuild, resolved
 
@@ -45,32 +45,18 @@ class KernelSettings:
     applied: bool = False  # its command now ships exactly the ACF's choice: the baseline is the recorded one
 
 
-def named_database(acf: acf_file.Acf) -> Path | None:
-    """The compilation database the ACF's [baseline] names (relative to the ACF's folder), or None."""
-    if acf.shipped is None or not acf.shipped.path:
-        return None
-    return Path(acf.shipped.path) if Path(acf.shipped.path).is_absolute() else acf.path.parent / acf.shipped.path
-
-
-def current(found: Path, acf: acf_file.Acf, compile_commands: Path | None = None) -> KernelSettings:
-    """The kernel's settings as `tune` would read them now (KernelError/UsageError for a bad tune.toml);
-    `compile_commands`: the gate's --compile-commands, the database that ships."""
-    spec = load_spec(found, arch=acf.arch)
-    shipped = acf.shipped
-    database = compile_commands if compile_commands is not None else named_database(acf)
-    given = compile_commands is not None
+def current(acf: acf_file.Acf, spec: KernelSpec, read: ShippedRead) -> KernelSettings:
+    """The kernel's settings as `tune` would read them now: `spec` is tune.toml's (`load_spec`),
+    `read` the compile command the ACF is held to, read once when the gate located it."""
+    shipped, database, given = acf.shipped, read.database, read.given
     if database is None:
         if shipped is None:
             return KernelSettings(spec, "tune.toml", spec)
         return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec)
-    from compileiq.source.compile_db import read_command
-
-    try:
-        command = read_command(database, found, load_space(acf.nvcc_version))
-        with_command = with_base_flags(spec, command.base_flags, f"{database}: the command for {found.name}")
-    except UsageError:  # gone (a CI clone without the build folder), or no longer a command compileiq
-        # reads: nothing to hold the ACF to here; its flags and baseline are used as it records them,
-        # and `shipped_command.shipped_command_hits` says the compile command was not checked
+    command, with_command = read.command, read.with_command
+    if command is None or with_command is None:  # gone (a CI clone without the build folder), or no longer
+        # a command compileiq reads: nothing to hold the ACF to here; its flags and baseline are used as it
+        # records them, and `shipped_command.shipped_command_hits` says the compile command was not checked
         if shipped is None:  # the kernel is not in the database given: it ships as tune.toml builds it
             return KernelSettings(spec, "tune.toml", spec, database=database, given=given)
         return KernelSettings(as_recorded(spec, acf), "the ACF's [base] (its compile command not checked)", spec,

@@ -9,7 +9,8 @@ as `tune --compile-commands` reads it (never run); a database that is gone or ca
 is said as it is. Which database: the gate's `--compile-commands` where given, else the one the ACF
 names. The commands are compared, not the databases' paths: a CI build folder's database whose command
 builds the kernel as the one the ACF names did is no change (the gate's note names both); one that
-builds it otherwise, or cannot be read, is said with both names. A command that now ships exactly
+builds it otherwise, or cannot be read, is said with both names. The command is the one the gate
+read when it located the ACF (`shipped_read`), the same reading its baseline was built from. A command that now ships exactly
 the ACF's choice (`applies_choice`) is the ACF applied: no change to warn about.
 """
 
@@ -20,16 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from compileiq.core.errors import UsageError
-from compileiq.core.output_file import not_regular, same_file
-from compileiq.core.records import first_line
+from compileiq.core.output_file import same_file
 from compileiq.core.space import Value
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
+from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.compile_db import read_command
-from compileiq.source.kernel import load_spec, with_base_flags
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
@@ -46,7 +44,7 @@ class Target(Protocol):
     @property
     def spec(self) -> KernelSpec: ...
     @property
-    def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands: the database that ships
+    def read(self) -> ShippedRead: ...  # the compile command it is held to, read once when it was located
 
 
 def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
@@ -54,33 +52,27 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     the build the ACF's baseline records, or when the gate's --compile-commands is not the database
     the ACF names (or ships a command for a kernel the ACF was tuned without one); none for an ACF
     tuned without one and gated without --compile-commands."""
-    acf, given = target.acf, target.compile_commands
+    acf, read = target.acf, target.read
+    given = read.database if read.given else None
     recorded = target.spec.settings_sha256()[:12]
     if acf.shipped is None:
-        return _untuned_from(target, given, recorded, retune) if given is not None else []
+        return _untuned_from(target, read, recorded, retune) if given is not None else []
     named = None if not acf.shipped.path else Path(path_from_here(str(acf.path.parent / acf.shipped.path)))
-    if given is None and named is None:  # the ACF's word alone for the build its baseline is
+    database = read.shown
+    if database is None:  # the ACF's word alone for the build its baseline is
         return [Hit(RULE, recorded, "not checked", "the ACF's [baseline] names no compilation database: the gate "
                     f"cannot tell whether its baseline ({acf.shipped.origin}) is the build that ships")]
-    database = Path(path_from_here(str(given))) if given is not None else named
-    assert database is not None
     other = [] if named is None or given is None or same_file(named, given) else [Hit(
         RULE, str(named), str(database), f"the ACF's [baseline] names the compilation database {named}, but the "
         f"database that ships is {database} (--compile-commands): the ACF is held to {database}", retune)]
-    if kind := not_regular(database):
-        return [*other, _unchecked(recorded, f"is {kind}, not a compilation database", database)]
-    if not database.is_file():
-        return [*other, _unchecked(recorded, "is gone", database)]
-    kernel = Path(target.kernel_label)
-    space = load_space(acf.nvcc_version)
-    try:
-        command = read_command(database, kernel, space)
-        spec = with_base_flags(load_spec(kernel, arch=acf.arch), command.base_flags,
-                               f"{database}: the command for {kernel.name}")
-    except UsageError as error:
+    if read.problem in ("not-regular", "gone"):
+        return [*other, _unchecked(recorded, read.detail, database)]
+    command, spec = read.command, read.with_command
+    if command is None or spec is None:
         return [*other, Hit(RULE, recorded, "unreadable", f"the compile command the ACF {'is held to' if given else 'was tuned from'} cannot be read "
-                            f"now ({first_line(str(error))}): the gate cannot tell whether its baseline is still the "
+                            f"now ({read.detail}): the gate cannot tell whether its baseline is still the "
                             "build that ships")]
+    space = load_space(acf.nvcc_version)
     shipped = under_register_cap(command.shipped, spec.nvcc_flags)
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
@@ -114,18 +106,15 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     return ships == chosen and ships != searched(acf.shipped.values())
 
 
-def _untuned_from(target: Target, database: Path, recorded: str, retune: str) -> list[Hit]:
+def _untuned_from(target: Target, read: ShippedRead, recorded: str, retune: str) -> list[Hit]:
     """An ACF tuned without a compile command, gated with a database that has one for its kernel:
     its baseline (the compiler defaults) is not the build that ships."""
-    kernel = Path(target.kernel_label)
-    try:
-        command = read_command(database, kernel, load_space(target.acf.nvcc_version))
-    except UsageError:  # no command for this kernel (or none readable): it is not built from that database
-        return []
-    settings = command.shipped.settings if command.shipped is not None else ()
+    if read.command is None or read.shown is None:  # no command for this kernel (or none readable): it is not
+        return []  # built from that database
+    settings = read.command.shipped.settings if read.command.shipped is not None else ()
     ships = f"ships {' '.join(dict.fromkeys(s.flag for s in settings))}" if settings else "with its own flags"
     return [Hit(RULE, recorded, "compile command", f"the ACF was tuned without a compile command, but "
-                f"{path_from_here(str(database))} has one for {kernel.name} ({ships}): the ACF's baseline is not "
+                f"{read.shown} has one for {Path(target.kernel_label).name} ({ships}): the ACF's baseline is not "
                 "the build that ships", retune)]
 
 

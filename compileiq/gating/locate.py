@@ -1,0 +1,105 @@
+"""Locating what the gate checks: an ACF (validated), its kernel source, and the kernel's own
+settings now (tune.toml and, where the ACF is held to one, its compile command), as a `Target`.
+Nothing is built here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import not_regular
+from compileiq.gating import kernel_settings, macro_settings
+from compileiq.gating.retune import path_from_here
+from compileiq.gating.rules import BaseFlagDifference
+from compileiq.gating.shipped_read import ShippedRead, named_database, read_shipped
+from compileiq.results import acf as acf_file
+from compileiq.source.kernel import load_spec
+from compileiq.source.shipped import under_register_cap
+from compileiq.source.spec import KernelSpec, ShippedBuild
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ACF and the kernel source it is checked against."""
+
+    acf: acf_file.Acf
+    acf_label: str  # the ACF path as given
+    kernel_label: str  # the kernel path as found (relative when it was given relative)
+    spec: KernelSpec  # the kernel's own settings (tune.toml, its compile command): the baseline's build
+    measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
+    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them
+    base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
+    settings_origin: str = "tune.toml"  # where the kernel's base flags were read
+    recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
+    shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
+    read: ShippedRead = field(default_factory=ShippedRead)  # the compile command it is held to, read once (the baseline's, the finding's)
+    notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
+
+    @property
+    def built_spec(self) -> KernelSpec:
+        return self.acf_spec if self.acf_spec is not None else self.spec
+
+    @property
+    def compile_commands(self) -> Path | None:
+        """The gate's --compile-commands: the database that ships."""
+        return self.read.database if self.read.given else None
+
+
+def locate(path: Path, kernel: Path | None = None, program: bool = False, metric_regex: str | None = None,
+           compile_commands: Path | None = None) -> Target:
+    """Read an ACF (validated) and find its kernel; UsageError when either is wrong. `program` and
+    `metric_regex` are the gate's --program and --metric-regex: how a timed gate runs the kernel;
+    `compile_commands` its --compile-commands, the database that ships (default: the ACF's own)."""
+    acf = acf_file.read(path)
+    found = kernel if kernel is not None else _find_source(acf)
+    if kind := not_regular(found):
+        raise UsageError(f"--kernel {found} is {kind}, not a regular file")
+    if not found.is_file():
+        raise UsageError(f"--kernel {found}: file not found")
+    if found.stem != acf.kernel:
+        raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
+    tune_toml = load_spec(found, arch=acf.arch)
+    read = read_shipped(found, acf, compile_commands, tune_toml)  # once: the baseline and the finding are its
+    own = kernel_settings.current(acf, tune_toml, read)  # the base flags are the kernel's, never the ACF's word
+    if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
+        raise UsageError(problem)
+    spec = own.spec.measured_as(program, metric_regex)
+    recorded = kernel_settings.as_recorded(own.tune_toml.measured_as(program, metric_regex), acf)  # as `flags --all`
+    if acf.shipped is not None:  # the baseline it was tuned from is part of its settings
+        spec = replace(spec, shipped=under_register_cap(acf.shipped, spec.nvcc_flags))
+        recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
+    measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
+    differ = kernel_settings.difference(spec, acf.base)
+    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
+                  differ, own.origin, recorded,  # store/../k.cu reads k.cu
+                  (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own))
+
+
+def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:
+    """Which compilation database the ACF was held to (its [baseline] chose it unless the gate's
+    --compile-commands did: a reviewer should see which), and whether its command applies the ACF."""
+    if own.database is None:
+        return ()
+    why = "--compile-commands" if own.given else "named by the ACF's [baseline]; pass --compile-commands to name the one that ships"
+    database = path_from_here(str(own.database))
+    named = named_database(acf)
+    if own.given and named is not None and path_from_here(str(named)) != database:  # the same command there is no finding
+        why += f"; the ACF's [baseline] names {path_from_here(str(named))}"
+    notes = [f"held to the compile command for {found.name} in {database} ({why})"]
+    if own.applied:
+        notes.append(f"applied: the compile command in {database} builds the ACF's choice; its baseline is the "
+                     "build the ACF records (before the change)")
+    return tuple(notes)
+
+
+def _find_source(acf: acf_file.Acf) -> Path:
+    given = Path(acf.source_path)
+    tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
+    tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
+    for candidate in dict.fromkeys(tried):
+        if candidate.is_file():
+            return candidate
+    names = ", ".join(str(c) for c in dict.fromkeys(tried))
+    raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")

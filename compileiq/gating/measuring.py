@@ -1,0 +1,118 @@
+"""What the gate builds and reads: the ACF's recorded evidence, the kernel's sources, the ACF's
+build and the baseline's (the compiler defaults, or the build that ships), each as static metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
+from compileiq.core.errors import UsageError
+from compileiq.core.space import Config
+from compileiq.core.space_files import load_space
+from compileiq.core.toolchain import Toolchain
+from compileiq.evaluate import eligibility
+from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.gating.locate import Target
+from compileiq.gating.rules import Defaults, Measured, Recorded
+from compileiq.results import acf as acf_file
+from compileiq.source.kernel import bundle_sources
+from compileiq.source.spec import KernelSpec, SourceBundle
+
+
+def recorded_of(acf: acf_file.Acf) -> Recorded:
+    best = acf.evidence.get("best")
+    if isinstance(best, dict):
+        try:
+            objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
+            instructions = int(best["instructions"]) if "instructions" in objectives else None
+            code_instructions = int(best["instructions"]) if "instructions" in best else None
+            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
+                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
+                            str(acf.data["kernel"].get("settings_sha256", "")), code_instructions)
+        except (KeyError, TypeError, ValueError):
+            pass
+    raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
+
+
+def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
+    """The ACF's [evidence.baseline] as the `evidence` rule reads it; None where it lacks a number
+    (an older ACF): the best's evidence is still checked."""
+    base = acf.evidence.get("baseline")
+    if not isinstance(base, dict):
+        return None
+    try:
+        instructions = int(base["instructions"]) if "instructions" in base else None
+        return Recorded(int(base["spill_bytes"]), int(base["registers"]), float(base["occupancy"]),
+                        str(base["code_hash"]), acf.source_sha256, acf.toolchain_build, None,
+                        str(acf.data["kernel"].get("settings_sha256", "")), instructions)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The files one ACF's two builds read (`nvcc -M`): the kernel's own settings' (the baseline's)
+    and the ACF's build's, the same bundle where their base flags agree."""
+
+    own: SourceBundle
+    built: SourceBundle
+
+
+def sources(target: Target, toolchain: Toolchain) -> Sources:
+    """The kernel's sources as both builds preprocess them; CompileIQError where they cannot be
+    (a header removed, an include folder gone)."""
+    own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
+    return Sources(own, own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc))
+
+
+def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
+    """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
+    acf = target.acf
+    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
+
+
+def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
+    """Build the baseline `tune` started from: the compiler's defaults (tuned macros at tune.toml's
+    first value), or the shipped build an ACF's [baseline] records; note what in the ACF could
+    justify departing from it."""
+    acf, spec = target.acf, target.spec
+    space = load_space(acf.nvcc_version)
+    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
+    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
+    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
+    if searched:
+        space = space.with_defines(searched)
+    # the build that ships: as its compile command gives it now, where the ACF names one still there
+    build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
+    shipped = build.values() if build is not None else {}
+    config = space.default_config().with_values(shipped)
+    frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
+    controls = space.default_config().with_values(acf.controls).as_dict()
+    lowered = eligibility.lowered_optimisation(controls, config.as_dict())
+    gain = eligibility.recorded_runtime_gain(acf.objective)
+    same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
+    same = same and target.built_spec is target.spec
+    built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
+    name = build.name if build is not None else (acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS)
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
+
+
+def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: SourceBundle,
+             frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
+    """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
+    the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
+    acf, settings = target.acf, target.spec.settings_sha256()
+    # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *spec.fixed_define_args()),
+                           spec.compile_timeout_s)
+    build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
+                     emit_ptx(frontend))
+    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
+    if evaluation.value is None:
+        reason = (evaluation.reason or "unknown").strip().splitlines()[0]
+        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
+    m = evaluation.metrics
+    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
+                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
+                    settings)

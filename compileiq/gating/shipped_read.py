@@ -1,0 +1,76 @@
+"""The compile command an ACF is held to, read once per ACF when the gate locates it.
+
+Which compilation database: the gate's `--compile-commands` where given (the database that ships),
+else the one the ACF's `[baseline]` names (relative to the ACF's folder), else none. The one
+reading gives the kernel's base flags and the shipped build its baseline reproduces
+(`kernel_settings.current`) and the `stale-settings` finding about that command
+(`shipped_command.shipped_command_hits`): a database rewritten while the gate runs (a CMake
+re-configure in the same CI job) cannot give one verdict a baseline from one reading and a finding
+from another, and what counts as gone, not a file or unreadable is decided here alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from compileiq.core.errors import UsageError
+from compileiq.core.output_file import not_regular
+from compileiq.core.records import first_line
+from compileiq.core.space_files import load_space
+from compileiq.gating.retune import path_from_here
+from compileiq.results import acf as acf_file
+from compileiq.source.compile_db import CompileCommand, read_command
+from compileiq.source.kernel import with_base_flags
+from compileiq.source.spec import KernelSpec
+
+Problem = Literal["not-regular", "gone", "unreadable"]
+
+
+@dataclass(frozen=True)
+class ShippedRead:
+    """What the compilation database an ACF is held to said when the gate located the ACF."""
+
+    database: Path | None = None  # --compile-commands, else the ACF's [baseline] path; None: neither
+    given: bool = False  # the database is the gate's --compile-commands
+    command: CompileCommand | None = None  # the kernel's command there, where one was read
+    with_command: KernelSpec | None = None  # tune.toml with that command's base flags; None with `problem`
+    problem: Problem | None = None
+    detail: str = ""  # what the problem is, as the finding says it
+
+    @property
+    def shown(self) -> Path | None:
+        """The database as a path from the folder the gate runs in (for messages)."""
+        return None if self.database is None else Path(path_from_here(str(self.database)))
+
+
+def named_database(acf: acf_file.Acf) -> Path | None:
+    """The compilation database the ACF's [baseline] names (relative to the ACF's folder), or None."""
+    if acf.shipped is None or not acf.shipped.path:
+        return None
+    return Path(acf.shipped.path) if Path(acf.shipped.path).is_absolute() else acf.path.parent / acf.shipped.path
+
+
+def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, tune_toml: KernelSpec) -> ShippedRead:
+    """Read the compile command for `found` once: in the gate's --compile-commands where given,
+    else in the database the ACF's [baseline] names. Never raises for the database: a problem is
+    part of the reading (the gate then holds the ACF to what it records, and says so)."""
+    given = compile_commands is not None
+    database = compile_commands if compile_commands is not None else named_database(acf)
+    if database is None:
+        return ShippedRead()
+    shown = Path(path_from_here(str(database)))
+    if kind := not_regular(shown):  # never opened: a named pipe would block the reader
+        return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
+    if not shown.is_file():
+        return ShippedRead(database, given, problem="gone", detail="is gone")
+    try:
+        command = read_command(shown, found, load_space(acf.nvcc_version))
+    except UsageError as error:  # no command for the kernel, or not one compileiq reads
+        return ShippedRead(database, given, problem="unreadable", detail=first_line(str(error)))
+    try:
+        with_command = with_base_flags(tune_toml, command.base_flags, f"{shown}: the command for {found.name}")
+    except UsageError as error:  # a base flag compileiq cannot take (an include folder gone)
+        return ShippedRead(database, given, command, problem="unreadable", detail=first_line(str(error)))
+    return ShippedRead(database, given, command, with_command)
