@@ -27,7 +27,7 @@ from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import eligibility, measure
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
-from compileiq.gating import kernel_settings, macro_settings
+from compileiq.gating import kernel_settings, macro_settings, risk_settings
 from compileiq.gating.retune import path_from_here, recorded_program_options, retune_command
 from compileiq.gating.rules import (
     BaseFlagDifference,
@@ -70,6 +70,7 @@ class Target:
     shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
     compile_commands: Path | None = None  # the gate's --compile-commands: the database that ships
     notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
+    applied: bool = False  # the compile command now ships the ACF's choice (`kernel_settings`)
 
     @property
     def built_spec(self) -> KernelSpec:
@@ -170,7 +171,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     differ = kernel_settings.difference(spec, acf.base)
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
-                  (own.shipped,) if own.command_read else None, compile_commands, _held_notes(found, acf, own))
+                  (own.shipped,) if own.command_read else None, compile_commands, _held_notes(found, acf, own),
+                  own.applied)
 
 
 def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:
@@ -305,7 +307,7 @@ def evaluate(target: Target, table: Mapping[str, Severity], toolchain: Toolchain
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
     if shipped or named:  # they say which settings: the settings hash alone says less
         hits = [hit for hit in hits if hit.rule != "stale-settings"]
-    hits += shipped + named
+    hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune)
     defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)
