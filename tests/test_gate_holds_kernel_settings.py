@@ -95,7 +95,9 @@ def test_an_acfs_fixed_macros_are_held_to_tune_tomls_defines(tmp_path: Path) -> 
     message = rules["stale-settings"]["message"]
     assert "the ACF's fixed macros (args.defines) are not the kernel's: it records -DTAPS=16 -DNDEBUG" in message
     assert "lacks -DTAPS=64" in message, message
-    assert "code-changed" in rules, result  # built with the kernel's TAPS = 64, its evidence does not hold
+    # built with the kernel's TAPS = 64, its evidence does not hold; the source, settings hash (forged) and
+    # toolchain being the kernel's, the code it cites is not what its settings rebuild: an error
+    assert rules["uncited-code"]["severity"] == "error" and "code-changed" not in rules, result
     code, result, _ = _gate(tmp_path / "real", real)  # the real ACF: clean
     assert (code, result["findings"]) == (0, []), result
 
@@ -125,7 +127,8 @@ def test_an_acfs_tuned_macros_are_held_to_tune_tomls_values_and_restrictions(tmp
     # a value the restriction allows but tune.toml does not list: a stale (or forged) setting, named
     code, result, _ = _gate(folder, _edited(acf, "listed.acf.toml", block(64, True)))
     stale = [f for f in result["findings"] if f["rule"] == "stale-settings"]
-    assert stale and "define.BLOCK = 64, not one of tune.toml's values (128, 256)" in stale[0]["message"], result
+    assert stale and "define.BLOCK is set to a value tune.toml's [tune.defines] does not offer" in stale[0]["message"]
+    assert (stale[0]["recorded"], stale[0]["measured"]) == ("define.BLOCK = 64", "tune.toml's define.BLOCK: 128, 256")
 
 
 def _database(folder: Path, command: str, name: str = "compile_commands.json") -> Path:

@@ -369,7 +369,10 @@ def test_the_gate_says_when_the_compile_command_that_ships_changed(tmp_path: Pat
             "ptxas.opt_level 3 (the default) -> 1): the ACF's baseline is no longer the build that ships") in found[0]["message"]
     assert "--compile-commands compile_commands.json" in found[0]["command"], found
     code, found = gate("nvcc -std=c++17 -arch=sm_80 -c k.cu -o k.o")
-    assert "nvcc.use_fast_math true -> false (the default); builds for sm_80, not the ACF's sm_90" in found[0]["message"]
+    stale = next(f for f in found if f["rule"] == "stale-settings")
+    assert "nvcc.use_fast_math true -> false (the default); builds for sm_80, not the ACF's sm_90" in stale["message"]
+    if tomllib.loads(out.read_text())["controls"].get("nvcc.use_fast_math"):  # fast math nobody ships now: an error
+        assert code == 1 and [f["severity"] for f in found if f["rule"] == "risk-not-allowed"] == ["error"], found
     code, found = gate("nvcc --use_fast_math -std=c++17 -Xptxas --sanitize=memcheck -arch=sm_90 -c k.cu")
     assert "the compile command the ACF was tuned from cannot be read now" in found[0]["message"], found
     (tmp_path / "compile_commands.json").unlink()

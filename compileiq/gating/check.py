@@ -23,7 +23,7 @@ from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate import measure
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
-from compileiq.gating import macro_settings
+from compileiq.gating import macro_settings, risk_settings
 from compileiq.gating.locate import Target, locate
 from compileiq.gating.measuring import (
     Sources,
@@ -144,7 +144,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
     if shipped or named:  # they say which settings: the settings hash alone says less
         hits = [hit for hit in hits if hit.rule != "stale-settings"]
-    hits += shipped + named
+    hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune)
     defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)

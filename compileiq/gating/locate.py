@@ -36,6 +36,7 @@ class Target:
     shipped_now: tuple[ShippedBuild | None] | None = None  # the named compile command's build now, where read
     read: ShippedRead = field(default_factory=ShippedRead)  # the compile command it is held to, read once (the baseline's, the finding's)
     notes: tuple[str, ...] = ()  # what the report says besides the findings (which database held it)
+    applied: bool = False  # the compile command now ships the ACF's choice (`kernel_settings`)
 
     @property
     def built_spec(self) -> KernelSpec:
@@ -74,7 +75,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     differ = kernel_settings.difference(spec, acf.base)
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
-                  (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own))
+                  (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own), own.applied)
 
 
 def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSettings) -> tuple[str, ...]:

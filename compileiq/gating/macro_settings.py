@@ -35,15 +35,14 @@ def fixed_difference(spec: KernelSpec, acf: acf_file.Acf) -> BaseFlagDifference:
     return BaseFlagDifference(tuple(dict.fromkeys(extra)), tuple(dict.fromkeys(missing)))
 
 
-def tuned_problems(spec: KernelSpec, acf: acf_file.Acf) -> list[str]:
-    """How the ACF's `define.X` controls depart from tune.toml's `[tune.defines]`, as people read it."""
+def tuned_problems(spec: KernelSpec, acf: acf_file.Acf) -> list[tuple[str, str]]:
+    """How the ACF's `define.X` controls depart from tune.toml's `[tune.defines]`: each as what the
+    ACF records ("define.X = 3") and what tune.toml gives ("tune.toml's define.X: 1, 2, 4")."""
     tuned = dict(spec.tuned_defines)
     chosen = {k.removeprefix("define."): v for k, v in acf.controls.items() if k.startswith("define.")}
-    problems = [f"define.{name} = {value!r}, which tune.toml does not tune" for name, value in chosen.items()
-                if name not in tuned]
-    problems += [f"define.{name} = {value!r}, not one of tune.toml's values ({', '.join(map(repr, tuned[name]))})"
-                 for name, value in chosen.items() if name in tuned and value not in tuned[name]]
-    return problems
+    return [(f"define.{name} = {value!r}", f"tune.toml tunes no define.{name}" if name not in tuned
+             else f"tune.toml's define.{name}: {', '.join(map(repr, tuned[name]))}")
+            for name, value in chosen.items() if name not in tuned or value not in tuned[name]]
 
 
 def macro_hits(spec: KernelSpec, acf: acf_file.Acf, retune: str) -> list[Hit]:
@@ -55,10 +54,12 @@ def macro_hits(spec: KernelSpec, acf: acf_file.Acf, retune: str) -> list[Hit]:
         hits.append(Hit(RULE, " ".join(differ.extra) or "-", " ".join(differ.missing) or "-",
                         f"the ACF's fixed macros (args.defines) are not the kernel's: it {' and '.join(parts)}; its "
                         "choice and the baseline are built with the kernel's own", retune))
-    if problems := tuned_problems(spec, acf):
-        hits.append(Hit(RULE, "; ".join(problems), "tune.toml [tune.defines]",
-                        f"the ACF's tuned macros are not tune.toml's: {'; '.join(problems)}; the baseline builds "
-                        "tune.toml's", retune))
+    if problems := tuned_problems(spec, acf):  # the values once, in the recorded and measured columns
+        names = ", ".join(recorded.split(" = ")[0] for recorded, _ in problems)
+        hits.append(Hit(RULE, "; ".join(r for r, _ in problems), "; ".join(m for _, m in problems),
+                        f"the ACF's tuned macros are not tune.toml's: {names} "
+                        f"{'is' if len(problems) == 1 else 'are'} set to a value tune.toml's [tune.defines] does "
+                        "not offer; the baseline builds tune.toml's values", retune))
     return hits
 
 

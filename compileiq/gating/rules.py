@@ -40,10 +40,17 @@ RULES = (
     Rule("occupancy", Severity.ERROR, "occupancy fell below the recorded value"),
     Rule("worse-than-default", Severity.ERROR, "more spills or lower occupancy than the compiler defaults with no "
          "recorded gain that justifies it, or a lower ptxas optimisation level without a recorded runtime gain"),
+    Rule("risk-not-allowed", Severity.ERROR, "the ACF turns on a numerics-changing or semantics-assuming setting "
+         "(fast math, ftz, prec-div, prec-sqrt, fmad, restrict...) that the build that ships does not set and its "
+         "tuning was not allowed to search (--allow-numerics/--allow-semantics, tune.toml's allow_*)"),
     Rule("registers", Severity.WARN, "registers per thread rose above the recorded value"),
     Rule("instructions", Severity.WARN, "the static instruction count rose above the recorded value (ACFs whose "
          "objectives include instructions)"),
-    Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code"),
+    Rule("code-changed", Severity.WARN, "the kernel's machine code differs from the recorded code (the source, "
+         "tune.toml settings or toolchain changed since the tuning)"),
+    Rule("uncited-code", Severity.ERROR, "the kernel source, tune.toml settings and toolchain are the ones the ACF "
+         "was tuned with, yet its settings do not rebuild the code its evidence cites: they were edited after it was "
+         "written (its [controls]/[args]), or a header outside the kernel's bundle changed"),
     Rule("evidence", Severity.ERROR, "the same machine code as recorded gives other numbers than the ACF records "
          "(spills, registers, instructions; occupancy when the launch settings are unchanged): its evidence was "
          "edited"),
@@ -168,10 +175,10 @@ def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Findin
 
 def static_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     """Every static rule that fires; `retune` is the command that re-tunes a stale ACF."""
-    return [*_build_hits(r, m), *_stale_hits(r, m, retune)]
+    return [*_build_hits(r, m, retune), *_stale_hits(r, m, retune)]
 
 
-def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
+def _build_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     if m.failure is not None:
         return [Hit("build", "builds", m.failure, f"the kernel no longer builds with the ACF's flags: {m.failure}")]
     found: list[Hit] = []
@@ -189,14 +196,28 @@ def _build_hits(r: Recorded, m: Measured) -> list[Hit]:
         found.append(Hit("instructions", str(r.instructions), str(m.instructions),
                          f"static instructions rose: {r.instructions} -> {m.instructions}"))
     if m.code_hash != r.code_hash:
-        found.append(Hit("code-changed", r.code_hash[:12], m.code_hash[:12],
-                         "the machine code differs from the recorded code"))
+        found.append(_code_hit(r, m, retune))
     elif differ := _not_its_code(r, m):
         recorded, measured = ", ".join(f"{n} {a}" for n, a, _ in differ), ", ".join(f"{n} {b}" for n, _, b in differ)
         found.append(Hit("evidence", recorded, measured,
                          f"the ACF records {recorded} for machine code that gives {measured} (the same code, "
                          f"{r.code_hash[:12]}): its evidence or its settings were edited; re-tune or restore it"))
     return found
+
+
+def _code_hit(r: Recorded, m: Measured, retune: str) -> Hit:
+    """`code-changed` where the source, settings or toolchain changed (the stale rules say which);
+    `uncited-code` where none did: then the ACF's settings are not the ones its evidence was
+    measured with (an older ACF without a settings hash cannot tell: code-changed)."""
+    same_inputs = bool(r.settings_sha256) and (r.source_sha256, r.settings_sha256, r.toolchain_build) == (
+        m.source_sha256, m.settings_sha256, m.toolchain_build)
+    if not same_inputs:
+        return Hit("code-changed", r.code_hash[:12], m.code_hash[:12], "the machine code differs from the recorded code")
+    return Hit("uncited-code", r.code_hash[:12], m.code_hash[:12],
+               f"the ACF's settings do not rebuild the code its evidence cites ([evidence.best] code_hash "
+               f"{r.code_hash[:12]}) though the kernel source, tune.toml settings and toolchain are the ones it was "
+               "tuned with: its [controls]/[args] were edited after it was written, or a header outside the kernel's "
+               "bundle changed; its evidence is not for this configuration: restore the ACF, or re-tune", retune)
 
 
 def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:

@@ -65,11 +65,23 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     "trials_in_study": len(result.trials), "search_trials": result.search_trials,
                     "budget": result.budget, "stopped": result.stopped, "database": database,
                     **({"warm_start": warm} if (warm := getattr(result, "warm_start", "")) else {}),
-                    **({"searched": dict(narrowed)} if narrowed else {})},
+                    **({"searched": dict(narrowed)} if narrowed else {}),
+                    ALLOWED_RISKS: allowed_risks(spec, narrowed or {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
         baseline=baseline_table(spec.shipped, chosen.config, acf_path) if spec.shipped is not None else None,
         mode=mode, metric_regex=metric_regex,
     )  # fmt: skip
+
+
+ALLOWED_RISKS = "allowed_risks"  # [provenance]: the risk classes beyond "safe" the search could propose
+
+
+def allowed_risks(spec: KernelSpec, narrowed: Mapping[str, Any]) -> list[str]:
+    """The risk classes the search was allowed (--allow-numerics/--allow-semantics, or tune.toml's
+    allow_*), always written: the gate holds a numerics-changing setting the ACF turns on to it
+    where the build that ships does not set that setting (`gating.risk_settings`)."""
+    return [risk for risk in ("numerics", "semantics")
+            if narrowed.get(f"allow_{risk}") is True or getattr(spec, f"allow_{risk}") is True]
 
 
 def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any], acf_path: Path) -> dict[str, Any]:
