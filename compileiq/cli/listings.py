@@ -14,6 +14,7 @@ from rich.text import Text
 
 from compileiq.cli.console import cells, kind_label, out, safe
 from compileiq.cli.render import (
+    METRIC_COLUMNS,
     emit,
     metric_cells,
     objective_json,
@@ -159,7 +160,7 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     objective = study.key.objective
     title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
     table = Table(title=Text(safe(title)))
-    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "status",
+    for column in ("#", "value", *METRIC_COLUMNS, "status",
                    "settings that differ from the baseline"):
         table.add_column(column)
     baseline = explanation.baseline.config if explanation.baseline is not None else {}

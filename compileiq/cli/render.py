@@ -29,6 +29,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
+from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import db_option
 from compileiq.source.shipped import to_remove
 
@@ -172,7 +173,7 @@ def print_report(report: app.TuneReport) -> None:
     objective = result.study.key.objective
     title = f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading})"
     table = Table(title=Text(safe(title)))
-    for column in ("", "value", "spill bytes", "registers", "occupancy", "instructions"):
+    for column in ("", "value", *METRIC_COLUMNS):
         table.add_column(column, justify="right" if column else "left")
     chosen_label = "chosen on the front" if result.front is not None else "chosen"
     for label, trial in ((_baseline_label(report), result.baseline), (f"{chosen_label} (#{result.chosen.number})", result.chosen)):
@@ -295,8 +296,11 @@ def metric_cells(trial: Trial, objective: str) -> list[str]:
     """The value (several objectives: each, "a / b") and the static metrics of a trial's row."""
     m = trial.metrics
     value = value_text(trial, objective) if trial.value is not None else "failed"
-    occupancy = f"{m['occupancy']:.0%}" if "occupancy" in m else "-"
-    return [value, str(m.get("spill_bytes", "-")), str(m.get("registers", "-")), occupancy, str(m.get("instructions", "-"))]
+    return [value, *(("-" if name not in m else f"{m[name]:.0%}" if name == "occupancy" else str(m[name]))
+                     for name in StaticMetrics.SCORED)]
+
+
+METRIC_COLUMNS = tuple(StaticMetrics.LABELS[name] for name in StaticMetrics.SCORED)  # `metric_cells`' headings
 
 
 def _baseline_label(report: app.TuneReport) -> str:

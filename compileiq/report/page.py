@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from compileiq.core import static_score
 from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import SOURCE_BUNDLE, key_label
 from compileiq.core.readings import Reading, gain_text, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
+from compileiq.core.static_score import StaticMetrics
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -331,7 +331,7 @@ def tuned(report: StudyReport) -> bool:
 
 def _trials(report: StudyReport) -> str:
     e = report.explanation
-    keys = static_score.METRICS
+    keys = StaticMetrics.SCORED
     rows = []
     for t in e.trials:
         changed = changes_text(t, e.baseline)

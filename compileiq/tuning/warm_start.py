@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError
-from compileiq.evaluate.metrics import StaticMetrics, objective_value
+from compileiq.core.static_score import StaticMetrics
+from compileiq.evaluate.metrics import objective_value
 from compileiq.results.pareto import values_of
 from compileiq.search.settings import Observation
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
-
-_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,9 @@ class Rescoring:
         try:
             config = Config.of(trial.config)
             self.space.validate(config)
-            metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
         except (SpaceError, KeyError, TypeError):
+            return None
+        if (metrics := StaticMetrics.of(trial.metrics)) is None:
             return None
         if trial.metrics.get("block_size") != self.kernel.block_size_for(config.as_dict()):
             return None  # scored for another block size: occupancy would differ
