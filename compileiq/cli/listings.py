@@ -13,15 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import cells, kind_label, out, safe
-from compileiq.cli.render import (
-    METRIC_COLUMNS,
-    emit,
-    metric_cells,
-    objective_json,
-    study_fields,
-    study_json,
-    trial_json,
-)
+from compileiq.cli.json_views import objective_json, study_fields, study_json, trial_json
+from compileiq.cli.render import METRIC_COLUMNS, emit, metric_cells
 from compileiq.cli.run_notes import failed_line, gpu_spread, node_spread, trials_per_node
 from compileiq.core.readings import reading
 from compileiq.core.records import (
