@@ -352,3 +352,23 @@ def test_a_rebuild_that_times_out_accuses_no_row(kernel: Path, tmp_path: Path) -
     assert rows() == before
     assert not (kernel / "k.acf.toml").exists()
     engine.dispose()
+
+
+def test_a_row_forged_only_in_its_stack_bytes_is_quarantined(kernel: Path, tmp_path: Path) -> None:
+    """Review 49 F8: a rebuild had to reproduce only the four metrics the score reads, so a shared
+    baseline row that claimed another stack frame, and nothing else, was "verified" and its stack_bytes
+    went into the ACF's evidence. A rebuild now reproduces every static metric a row records."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    baseline = _trials(url)[0]
+    honest = baseline.metrics["stack_bytes"]
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == baseline.id).values(
+            metrics={**baseline.metrics, "stack_bytes": honest + 4096}, worker=MALLORY))
+    engine.dispose()
+    output = _tune(kernel, url)
+    assert f"trial #0 quarantined: its row says value {baseline.value:g} (spill_bytes" in output, output
+    assert f"stack_bytes {honest + 4096}" in output and f"recorded by {MALLORY}" in output
+    assert acf.read(kernel / "k.acf.toml").evidence["baseline"]["stack_bytes"] == honest
+    assert _trials(url)[0].metrics["stack_bytes"] == honest

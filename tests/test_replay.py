@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from compileiq import app
-from compileiq.cli import render
+from compileiq.cli import json_views, render
 from compileiq.core.records import TrialState
 from compileiq.evaluate.measure import RunResult
 from compileiq.evaluate.replay import (
@@ -156,7 +156,7 @@ def test_a_replayed_time_tune_beats_the_defaults(tmp_path: Path, capsys) -> None
     median = written.objective["confirmed_median"]  # the confirmation's, not the screening run (`best`)
     render.print_report(report)  # the run's summary says the same number the ACF and the gate use
     assert f"over them it ran {median:.6g} ms, the time `gate --device` holds it to" in capsys.readouterr().out
-    confirmation = render.report_json(report)["confirmation"]  # --json: the ACF's decision, key for key
+    confirmation = json_views.report_json(report)["confirmation"]  # --json: the ACF's decision, key for key
     assert confirmation["confirmed_median"] == median and confirmation["verdict"] == "FASTER"
     assert all(written.objective[key] == value for key, value in confirmation.items())
     assert regressed.timing.recorded_ms == median and regressed.timing.recorded_is == "objective.confirmed_median"

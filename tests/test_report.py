@@ -415,7 +415,7 @@ def test_a_comparison_shows_occupancy_as_occupancy(tmp_path):
 
 def test_a_comparison_of_two_shipped_builds_names_the_baselines_and_checks_a_kept_baseline(tmp_path):
     """User 48: two studies of one unchanged file shipped with and without a register cap. The
-    comparison listed only `source_sha256` (read as the source's hash; it is the study identity),
+    comparison listed only `source_sha256` (read as the source's hash; it is the study key),
     not the baselines' difference, and said "nothing to check: it kept its baseline" of the study
     that kept its uncapped baseline, although those settings are the other study's choice there."""
     url = f"sqlite:///{tmp_path}/t.db"
@@ -432,7 +432,8 @@ def test_a_comparison_of_two_shipped_builds_names_the_baselines_and_checks_a_kep
     result = run_cli(["report", "--compare", "capped", "uncapped", "--db", url, "-o", "-", "--format", "md"], tmp_path)
     assert result.returncode == 0, result.describe()
     text = result.stdout
-    assert "| study identity (sources, flags, tune.toml and shipped settings; source_sha256) | abab" in text, text
+    assert "| study key (sources + flags + tune.toml + shipped settings) | abab" in text, text
+    assert "source_sha256" not in text  # the ACF's name for the source bundle's hash (review 49 F3)
     assert "| baseline ptxas.maxrregcount | 32 | default |" in text, text
     holds = {line.split(" | ")[0]: line.split(" | ")[-1] for line in text.split("still hold")[1].splitlines()
              if line.startswith(("| capped", "| uncapped"))}
@@ -551,3 +552,33 @@ def test_a_setting_one_study_does_not_search_is_its_compiler_default_in_a_compar
     assert [h.verdict for h in same.holds] == ["holds: beat that baseline; its best is 6", "holds: beat that baseline; its best is 5"]
     assert [row for row in other_flags.baseline_changes if row[0].startswith("baseline ")] == [
         ("baseline ptxas.maxrregcount", "default", "-")], other_flags.baseline_changes
+
+
+REDUCTION = Path(__file__).resolve().parents[1] / "kernels" / "reduction" / "reduction.cu"
+
+
+def test_the_report_shows_the_acfs_source_bundle_hash_and_names_the_study_key_for_what_it_is(tmp_path):
+    """Review 49 F3: the report labelled the study key's hash "study identity (source_sha256)", the
+    name the ACF gives the source bundle's hash (`[kernel] source_sha256`), a different hash. A real
+    study's report now shows the ACF's bundle hash as "source bundle sha256", and no view names the
+    study key source_sha256."""
+    from compileiq.results import acf
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    done = run_cli(["tune", str(REDUCTION), "--budget", "2", "--workers", "local", "--db", url,
+                    "--out", "r.acf.toml"], tmp_path)
+    assert done.returncode == 0, done.describe()
+    bundle = acf.read(tmp_path / "r.acf.toml").source_sha256
+    store = Store.open(url)
+    study = store.list_studies()[0]
+    store.close()
+    assert study.key.source_sha256 != bundle  # two hashes: the views must keep them apart
+    md = run_cli(["report", study.name, "--db", url, "--format", "md", "-o", "-"], tmp_path)
+    html = run_cli(["report", study.name, "--db", url, "-o", "r.html"], tmp_path)
+    assert md.returncode == 0 and html.returncode == 0, (md.describe(), html.describe())
+    page = (tmp_path / "r.html").read_text()
+    assert f"| source bundle sha256 | {bundle} |" in md.stdout, md.stdout
+    assert f"| study key (sources + flags + tune.toml + shipped settings) | {study.key.source_sha256} |" in md.stdout
+    assert f"<td>source bundle sha256</td><td>{bundle}</td>" in page
+    for text in (md.stdout, page):
+        assert "source_sha256" not in text and "study identity" not in text

@@ -1,4 +1,4 @@
-"""The `compileiq` command: typed options, one library call each; rendering lives in `render` and `listings`.
+"""The `compileiq` command: typed options, one library call each; rendering lives in `render`, `listings`, `progress` and `json_views`.
 
 The top of the layers with `app` (wiring) and `api` (the Python API): it may import any stage.
 The only importer of typer and rich."""
@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
 
 from compileiq.cli import gate_reports
 from compileiq.cli.console import err, out, safe
+from compileiq.cli.json_views import report_json
 from compileiq.cli.listings import (
     print_trials,
     space_json,
@@ -26,17 +27,12 @@ from compileiq.cli.listings import (
     studies_table,
     summary_json,
 )
-from compileiq.cli.render import (
-    LineProgress,
-    emit,
-    first_line,
-    print_gate,
-    print_report,
-    report_json,
-)
+from compileiq.cli.progress import LineProgress
+from compileiq.cli.render import emit, print_gate, print_report
 from compileiq.core import heap
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import check_report_target
+from compileiq.core.records import first_line
 from compileiq.core.version import __version__
 from compileiq.gating import rules as gate_rules
 

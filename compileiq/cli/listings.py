@@ -13,14 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from compileiq.cli.console import cells, kind_label, out, safe
-from compileiq.cli.render import (
-    emit,
-    metric_cells,
-    objective_json,
-    study_fields,
-    study_json,
-    trial_json,
-)
+from compileiq.cli.json_views import objective_json, study_fields, study_json, trial_json
+from compileiq.cli.render import METRIC_COLUMNS, emit, metric_cells
 from compileiq.cli.run_notes import failed_line, gpu_spread, node_spread, trials_per_node
 from compileiq.core.readings import reading
 from compileiq.core.records import (
@@ -159,7 +153,7 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     objective = study.key.objective
     title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
     table = Table(title=Text(safe(title)))
-    for column in ("#", "value", "spill bytes", "registers", "occupancy", "instructions", "status",
+    for column in ("#", "value", *METRIC_COLUMNS, "status",
                    "settings that differ from the baseline"):
         table.add_column(column)
     baseline = explanation.baseline.config if explanation.baseline is not None else {}

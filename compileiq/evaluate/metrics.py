@@ -1,4 +1,5 @@
-"""Static, GPU-free metrics of a build: spills, registers, occupancy, instruction count.
+"""Static, GPU-free metrics of a build: spills, registers, occupancy, instruction count
+(`StaticMetrics`, in `core.static_score` beside the formula that scores them; imported from here too).
 
 These are estimates read from the compiler's output, never runtimes; everything that shows them
 labels them "static".
@@ -17,6 +18,7 @@ from compileiq.core import metric_ranges, static_score
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
+from compileiq.core.static_score import StaticMetrics
 from compileiq.source.entry_names import (
     entry_matches,
     linkage_free,
@@ -89,23 +91,6 @@ def occupancy(arch: str, threads: int, registers: int, static_smem: int, dynamic
     return blocks * warps / limits.max_warps_per_sm
 
 
-@dataclass(frozen=True)
-class StaticMetrics:
-    """Whole-build static estimates: sums over functions, or the worst entry where a sum is meaningless.
-
-    Spill bytes count every function ptxas reports: the entries and the device functions it
-    compiled on their own (non-inlined callees spill in their own frames)."""
-
-    spill_bytes: int
-    registers: int
-    occupancy: float
-    instructions: int
-    stack_bytes: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return plain_fields(self)
-
-
 def static_metrics(build: Build, arch: str, threads: int, dynamic_smem: int,
                    launch: Mapping[str, tuple[int, int]] | None = None) -> StaticMetrics:
     """``launch`` gives an entry its own (threads, dynamic smem); others get ``threads``/``dynamic_smem``.
@@ -156,8 +141,7 @@ def objective_value(objective: str, metrics: StaticMetrics) -> float:
     (unrolled loops are longer and faster), so a change with no spill or occupancy gain is no
     improvement. Every static objective is further bound by `compileiq.evaluate.eligibility`.
     """
-    value = static_score.score(objective, metrics.spill_bytes, metrics.registers, metrics.occupancy,
-                               metrics.instructions)
+    value = static_score.score(objective, metrics)
     if value is not None:
         return value
     raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")

@@ -1,6 +1,7 @@
 """`compileiq report --compare A B`: what differs between two studies of a kernel.
 
-Which parts of the study key differ (toolchain, arch, study identity, space, objective), where the
+Which parts of the study key differ (toolchain, arch, the study key's hash, space, objective: each
+under its label of `core.key_labels`), where the
 baselines differ (two builds the project ships: the settings each study's first trial builds, a
 setting it does not search at the compiler's default), how the
 baseline and chosen values moved, which chosen settings changed, and whether each study's choice
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.key_labels import key_label
 from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
@@ -63,7 +65,7 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     if a.study.id == b.study.id:
         raise UsageError(f"--compare takes two different studies; both name {a.study.name}")
     ka, kb = asdict(a.study.key), asdict(b.study.key)
-    keys = tuple((KEY_LABELS.get(f, f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
+    keys = tuple((key_label(f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
     chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
     settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
@@ -93,12 +95,6 @@ class _Built:
 
     def same(self, mine: dict[str, Any], other: _Built, theirs: dict[str, Any]) -> bool:
         return self.config(mine) == other.config(theirs)
-
-
-# The study key's source_sha256 is the study's identity, not the source text's hash (an ACF's
-# kernel.source_sha256 is that): two studies of one unchanged file differ in it when their base
-# flags, tune.toml settings or shipped builds differ.
-KEY_LABELS = {"source_sha256": "study identity (sources, flags, tune.toml and shipped settings; source_sha256)"}
 
 
 def _baseline_changes(a: Explanation, b: Explanation, built_a: _Built,

@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from compileiq.core.key_labels import key_label
 from compileiq.core.records import TrialState
 from compileiq.core.text import db_option, markdown_cell
 from compileiq.report.figures import (
@@ -24,6 +25,7 @@ from compileiq.report.page import (
     contribution_rows,
     pareto_note,
     pareto_rows,
+    provenance_rows,
     to_time_rows,
     tuned,
 )
@@ -92,9 +94,8 @@ def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]
     lines += [f"- {len(g.trials)} × {md_text(g.reason)}" for g in report.failures] or ["No trial failed."]
     key = e.study.key
     lines += ["", "## Provenance", ""]
-    lines += md_table(("", ""), [("toolchain", key.toolchain), ("arch", key.arch),
-                                  ("study identity (source_sha256)", key.source_sha256), ("search space", key.space_id),
-                                  ("evaluator", key.evaluator), ("database", report.database)])
+    lines += md_table(("", ""), [*provenance_rows(e), (key_label("space_id"), key.space_id),
+                                  (key_label("evaluator"), key.evaluator), ("database", report.database)])
     return "\n".join(lines) + "\n", figures
 
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from compileiq.core import static_score
 from compileiq.core.errors import UsageError
+from compileiq.core.key_labels import SOURCE_BUNDLE, key_label
 from compileiq.core.readings import Reading, gain_text, reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
+from compileiq.core.static_score import StaticMetrics
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -33,6 +34,7 @@ from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, parse_objectives, values_by_objective
+from compileiq.results.recorded_sources import recorded_bundle
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
@@ -329,7 +331,7 @@ def tuned(report: StudyReport) -> bool:
 
 def _trials(report: StudyReport) -> str:
     e = report.explanation
-    keys = static_score.METRICS
+    keys = StaticMetrics.SCORED
     rows = []
     for t in e.trials:
         changed = changes_text(t, e.baseline)
@@ -358,12 +360,22 @@ def _provenance(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
     rows = [("study", f"{e.study.name} (#{e.study.id})"), ("created", e.study.created_at.isoformat()),
-            ("toolchain", key.toolchain), ("arch", key.arch), ("study identity (source_sha256)", key.source_sha256),
-            ("search space", f"{key.space_id} (sha256 {key.space_sha256})"), ("evaluator", key.evaluator),
-            ("objective", f"{key.objective}: {report.kind}"), ("database", report.database)]
+            *provenance_rows(e), (key_label("space_id"), f"{key.space_id} (sha256 {key.space_sha256})"),
+            (key_label("evaluator"), key.evaluator), (key_label("objective"), f"{key.objective}: {report.kind}"),
+            ("database", report.database)]
     space = _space_rows(e.trials)
     return html_section("provenance", "Provenance", html_table(("", ""), rows) +
                     "<h3>Search space (values the study recorded)</h3>" + html_table(("setting", "values"), space))
+
+
+def provenance_rows(e: Explanation) -> list[tuple[str, str]]:
+    """The toolchain, arch, study key and (where its run recorded it) the source bundle's hash, each
+    under its one label (`core.key_labels`): what the HTML and the markdown report show alike."""
+    key = e.study.key
+    rows = [(key_label("toolchain"), key.toolchain), (key_label("arch"), key.arch),
+            (key_label("source_sha256"), key.source_sha256)]
+    bundle = recorded_bundle(e.runs)
+    return rows + ([(SOURCE_BUNDLE, bundle)] if bundle is not None else [])
 
 
 def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:

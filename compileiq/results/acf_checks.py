@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from compileiq.core import metric_ranges, static_score
+from compileiq.core import metric_ranges
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE, is_count, is_finite
 from compileiq.core.readings import reading
 from compileiq.core.space import Config, SearchSpace, SpaceError
-from compileiq.evaluate.metrics import STATIC_OBJECTIVES, StaticMetrics, objective_value
+from compileiq.core.static_score import StaticMetrics
+from compileiq.evaluate.metrics import STATIC_OBJECTIVES, objective_value
 from compileiq.results import to_time
 from compileiq.source.base_flags import (
     BaseFlagError,
@@ -81,10 +82,8 @@ def check_objective(path: Path, objective: dict[str, Any], evidence: dict[str, A
 
 def _static_metrics(table: Any) -> StaticMetrics | None:
     """An evidence table's metrics (checked by `check_numbers` before), None when one is missing."""
-    if not isinstance(table, dict) or not all(key in table for key in static_score.METRICS):
-        return None
-    return StaticMetrics(int(table["spill_bytes"]), int(table["registers"]), float(table["occupancy"]),
-                         int(table["instructions"]), int(table.get("stack_bytes", 0)))
+    return StaticMetrics.of(table)
+
 OBJECTIVE_NAMES = ("spills", "registers", "occupancy", "instructions", "time")
 MAX_FRONT = 10_000
 

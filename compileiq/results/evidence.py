@@ -11,6 +11,7 @@ from compileiq.core.errors import CompileIQError
 from compileiq.core.readings import reading
 from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
+from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.stats import SPEEDUP_IS
@@ -27,8 +28,7 @@ class EvidenceError(CompileIQError):
     """A result an ACF must not be written from (an unfinished trial, no machine code)."""
 
 
-EVIDENCE_KEYS = ("spill_bytes", "registers", "occupancy", "instructions", "stack_bytes", "block_size",
-                 "median_ms", "iqr_ms", "min_ms", "samples", "device")
+EVIDENCE_KEYS = (*StaticMetrics.FIELDS, "block_size", "median_ms", "iqr_ms", "min_ms", "samples", "device")
 SHOWN_KEYS = (*EVIDENCE_KEYS, "launch_by_kernel")  # what `shown_metrics` may give of them, in the ACF's order
 
 

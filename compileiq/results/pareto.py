@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial, TrialState
-from compileiq.evaluate.metrics import StaticMetrics, objective_value
+from compileiq.core.static_score import StaticMetrics
+from compileiq.evaluate.metrics import objective_value
 
 OBJECTIVES = ("spills", "registers", "occupancy", "instructions", "time")
-_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,8 @@ def values_of(trial: Trial, objectives: Sequence[str]) -> tuple[float, ...] | No
 def _point(trial: Trial, objectives: Sequence[str]) -> FrontPoint | None:
     if trial.state is not TrialState.COMPLETE or trial.value is None:
         return None
-    try:
-        metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
-    except (KeyError, TypeError):
+    metrics = StaticMetrics.of(trial.metrics)
+    if metrics is None:
         return None
     values = tuple(trial.value if name == "time" else objective_value(name, metrics) for name in objectives)
     return FrontPoint(trial, values)

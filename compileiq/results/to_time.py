@@ -17,10 +17,11 @@ from typing import Any
 
 from compileiq.core.records import Trial
 from compileiq.core.space import SearchSpace
+from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate import eligibility
 from compileiq.source.spec import ShippedBuild
 
-METRICS = ("spill_bytes", "occupancy", "registers", "instructions")
+METRICS = StaticMetrics.SCORED  # the static numbers each candidate lists
 
 
 def changed(trial: Trial, baseline: Trial) -> dict[str, Any]:

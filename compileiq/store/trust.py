@@ -23,6 +23,7 @@ from compileiq.core.records import (
 )
 from compileiq.core.space import Config, SearchSpace, SpaceError, canonical_key
 from compileiq.core.space_files import load_space
+from compileiq.core.static_score import StaticMetrics
 from compileiq.store.space_order import study_space
 
 _HASH = re.compile(r"[0-9A-Za-z]{1,128}")
@@ -237,9 +238,9 @@ def scored_problem(trial: Trial, key: StudyKey) -> str | None:
         return None
     names, metrics = key.objective.split(","), trial.metrics
     if key.evaluator == STATIC_EVALUATOR:
-        if not all(name in metrics for name in static_score.METRICS):
-            return f"a complete static trial without its metrics ({', '.join(static_score.METRICS)})"
-        expected = static_score.score(names[0], *(metrics[name] for name in static_score.METRICS))
+        if (scored := StaticMetrics.of(metrics)) is None:  # in range: `trial_problem` first
+            return f"a complete static trial without its metrics ({', '.join(StaticMetrics.SCORED)})"
+        expected = static_score.score(names[0], scored)
         if expected is None:
             return None  # no static objective: the study's key is refused (`key_problem`)
         value = trial.value

@@ -20,7 +20,7 @@ from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import (
     StaticEvaluator,
 )
-from compileiq.results import multi_objective
+from compileiq.results import multi_objective, recorded_sources
 from compileiq.results.pareto import values_of
 from compileiq.results.recorded_decision import decision
 from compileiq.results.shipped_origin import decision_entry
@@ -159,8 +159,9 @@ class Tuner:
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = choice.result(self._finished_search(), study, exhausted)
+            recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
-                                   decision(result) | decision_entry(request.kernel.shipped))
+                                   decision(result) | recorded)
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
             raise

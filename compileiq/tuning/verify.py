@@ -19,14 +19,16 @@ from typing import Any
 
 from compileiq.build.compile import Build
 from compileiq.build.linkage import stable_name
-from compileiq.core import static_score
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import QUARANTINED, Trial, TrialState
+from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import Evaluation
 from compileiq.tuning.runner import TRANSIENT_KEY
 
 _THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run built or checked
-COMPARED = static_score.METRICS  # what a rebuild must reproduce of a static row
+# what a rebuild must reproduce of a static row: every static metric it records, stack_bytes too,
+# which no score reads (a row forged only there would put a false stack frame in the ACF's evidence)
+COMPARED = StaticMetrics.FIELDS
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
 
 Rebuild = Callable[[Sequence[Trial]], list[tuple[Build, Evaluation]]]  # in one batch, in order

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError
-from compileiq.evaluate.metrics import StaticMetrics, objective_value
+from compileiq.core.static_score import StaticMetrics
+from compileiq.evaluate.metrics import objective_value
 from compileiq.results.pareto import values_of
 from compileiq.search.loading import SearchLoad
 from compileiq.search.search_process import RemoteSearcher
@@ -23,8 +24,6 @@ from compileiq.tuning.request import TuneRequest
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
-
-_METRIC_NAMES = tuple(StaticMetrics.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -73,8 +72,9 @@ class Rescoring:
         try:
             config = Config.of(trial.config)
             self.space.validate(config)
-            metrics = StaticMetrics(**{name: trial.metrics[name] for name in _METRIC_NAMES})
         except (SpaceError, KeyError, TypeError):
+            return None
+        if (metrics := StaticMetrics.of(trial.metrics)) is None:
             return None
         if trial.metrics.get("block_size") != self.kernel.block_size_for(config.as_dict()):
             return None  # scored for another block size: occupancy would differ
