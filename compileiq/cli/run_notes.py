@@ -117,7 +117,7 @@ def failed_line(trials: Sequence[Trial]) -> str | None:
     """"N failed trial(s), e.g. #K: <its reason's first line>" when any of `trials` failed: a run
     whose variants fail (a [launch] name that only some macro values build, a compile error) must
     say so under its table, as `show` does."""
-    failed = [t for t in trials if t.state is TrialState.FAILED]
+    failed = [t for t in trials if t.state is TrialState.FAILED and not t.to_retry]  # handed back: never built
     if not failed:
         return None
     return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(shortened(first_line(failed[0].reason, None), 200))}"
