@@ -189,6 +189,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
     tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
     from compileiq.source.dependencies import DependencyError
+    from compileiq.source.launch import LaunchModel
     from compileiq.source.macro_effect import check_macros_change_code
     from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
 
@@ -198,6 +199,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
         bundle = bundle_sources(spec, find_toolchain().nvcc)
     except DependencyError as error:  # the run would stop here: say so now, in one line
         return [*notes, first_line(str(error), 400)]
+    LaunchModel(spec, bundle)  # tune's check of the [launch] facts at the defaults: refused here as there
     try:
         check_macros_take_effect(spec, bundle)
         check_macros_change_code(spec, find_toolchain().nvcc)

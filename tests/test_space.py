@@ -273,3 +273,19 @@ def test_a_lowering_parameter_has_the_values_the_no_harm_rules_read(tmp_path: Pa
     path.write_text(text.replace(block, block.replace(old, new, 1), 1))
     with pytest.raises(SpaceError, match=f"{name}.*no-harm rules read its values"):
         load_space("13.0", tmp_path)
+
+
+def test_space_refuses_a_launch_fact_at_the_defaults_as_tune_does(tmp_path: Path) -> None:
+    """`[launch.kern] block_size = "A*0"`: tune refused it before any build, `space` listed the
+    space with rc 0 (red team round 49). Both now run the one check and say the same line."""
+    from tests.helpers import run_cli
+
+    (tmp_path / "k.cu").write_text("__global__ void kern(float* x) { x[threadIdx.x] = A; }\n")
+    (tmp_path / "tune.toml").write_text('[tune.defines]\nA = [1, 2]\n[launch.kern]\nblock_size = "A*0"\n')
+    said = "launch.kern.block_size: 'A*0' is 0 with the defaults: it must be from 1 to 1024"
+    listed = run_cli(["space", "k.cu"], tmp_path, timeout=300)
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "2", "--db", f"sqlite:///{tmp_path / 't.db'}"],
+                    tmp_path, timeout=300)
+    for run in (listed, tuned):
+        assert run.returncode == 2 and said in run.stderr and "Traceback" not in run.stderr, run.describe()
+    assert listed.stderr.strip().splitlines()[-1] == tuned.stderr.strip().splitlines()[-1]

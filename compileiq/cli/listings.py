@@ -38,7 +38,8 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     number, value = _listed_choice(summary)
     best_is = "the chosen trial" if number is not None else f"the lowest value, which the rules may refuse: {_unchosen(summary)}"
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is,
-                                                                          "baseline": _baseline(summary)}
+                                                                          "baseline": _baseline(summary),
+                                                                          "handed_back": summary.handed_back}
 
 
 def _baseline(summary: StudySummary) -> str:
@@ -77,10 +78,12 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     explanation = explain(study, trials, pick, runs)
     complete = explanation.ranked()
     ranked = complete[:top]
-    failed = [t for t in trials if t.state is TrialState.FAILED]
+    failed = [t for t in trials if t.state is TrialState.FAILED and not t.to_retry]
     running = [t for t in trials if t.state is TrialState.RUNNING]
+    handed_back = [t for t in trials if t.to_retry]  # never compiled: not trials of their own (as the list counts)
     objective = study.key.objective
-    data = {"study": study_json(study, explanation.chosen, len(trials)), "objective": objective_json(objective),
+    data = {"study": study_json(study, explanation.chosen, len(trials) - len(handed_back)),
+            "objective": objective_json(objective), "handed_back": len(handed_back),
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
@@ -104,6 +107,9 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         workers = sorted({safe(t.worker or "unknown") for t in running})
         out.print(f"{len(running)} trial(s) running, claimed by {', '.join(workers)} (a tuner that is gone leaves "
                   "them: the next run on this study retries them)", markup=False)
+    if handed_back:
+        out.print(f"{len(handed_back)} trial(s) handed back by a run that stopped early, never compiled (the next "
+                  "run on this study builds them; not counted as trials)", markup=False)
     if nodes := trials_per_node(trials):
         out.print(node_spread(nodes), markup=False)
     if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:
@@ -125,8 +131,13 @@ def studies_table(summaries: list[StudySummary]) -> Table:
         if "," in study.key.objective:  # its value is the first objective's alone: no trade-off's measure
             shown = f"#{number} on the front (show {study.id})" if number is not None else _unchosen(summary)
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
-                             *((baseline,) if shipped else ()), summary.trials, shown))
+                             *((baseline,) if shipped else ()), _trials_cell(summary), shown))
     return table
+
+
+def _trials_cell(summary: StudySummary) -> str:
+    """The study's trials; rows a stopped run handed back, never compiled, beside them, not among them."""
+    return f"{summary.trials} (+{summary.handed_back} handed back)" if summary.handed_back else str(summary.trials)
 
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:

@@ -110,8 +110,7 @@ def print_report(report: app.TuneReport) -> None:
         shown = f"compileiq show {shlex.quote(safe(result.study.name))} --json {db_option(report.database)}"
         out.print(f"note: {failures} ({shown} lists every reason)", markup=False)
     if untried := untried_macro_values(result.trials, report.space):
-        out.print(f"note: never built in this study: {safe(', '.join(untried))} (a larger --budget builds more; "
-                  "--only define.NAME --strategy exhaustive builds every value of one macro)", markup=False)
+        out.print(untried.note(), markup=False)
     if counters.compiled_where:
         out.print(counters.compiled_where, markup=False)
     if counters.nodes:

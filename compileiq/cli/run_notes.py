@@ -5,6 +5,7 @@ simplification, screened) and where they ran (Ray nodes, GPUs, data sent to work
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compileiq.cli.console import safe
@@ -27,14 +28,40 @@ def more_instructions(baseline: Trial, chosen: Trial, objective: str) -> str | N
             f"traded for its {objective} gain: only a GPU can say whether it is faster")
 
 
-def untried_macro_values(trials: Any, space: SearchSpace) -> list[str]:
+SHOWN_UNTRIED = 8  # values the "never built" note names; the rest are counted
+
+
+@dataclass(frozen=True)
+class Untried:
+    """The values of searched macros no trial of the study built."""
+
+    values: tuple[str, ...]  # "NAME=value", sorted
+    known_allowed: bool  # each is allowed by some combination the restrictions allow
+
+    def note(self) -> str:
+        """The note under a run's table: the first few values and how many more (a macro of a
+        million values made a 9.9 MB line); a larger budget is suggested only where the values
+        are known to be buildable."""
+        shown = ", ".join(self.values[:SHOWN_UNTRIED])
+        if len(self.values) > SHOWN_UNTRIED:
+            shown += f" and {len(self.values) - SHOWN_UNTRIED:,} more"
+        why = ("a larger --budget builds more" if self.known_allowed else
+               "tune.toml's restrictions may forbid some of them: too many combinations to tell")
+        return (f"note: never built in this study: {safe(shown)} ({why}; "
+                "--only define.NAME --strategy exhaustive builds every value of one macro)")
+
+
+def untried_macro_values(trials: Any, space: SearchSpace) -> Untried | None:
     """The values of a searched macro that no trial of the study built (a user who lists four
     block sizes expects to hear that one was never compiled), leaving out those no combination
-    the restrictions allow could build."""
+    the restrictions allow could build; None when there are none."""
     built = {(key, value) for t in trials if t.state is not TrialState.RUNNING
              for key, value in t.config.items() if key.startswith("define.")}
-    allowed = space.allowed_macro_values()
-    return [f"{name.removeprefix('define.')}={value}" for name, value in sorted(allowed - built, key=str)]
+    allowed, known = space.allowed_macro_values()
+    untried = allowed - built
+    if not untried:
+        return None
+    return Untried(tuple(f"{name.removeprefix('define.')}={value}" for name, value in sorted(untried, key=str)), known)
 
 
 def trials_summary(result: Any) -> str:
@@ -90,7 +117,7 @@ def failed_line(trials: Sequence[Trial]) -> str | None:
     """"N failed trial(s), e.g. #K: <its reason's first line>" when any of `trials` failed: a run
     whose variants fail (a [launch] name that only some macro values build, a compile error) must
     say so under its table, as `show` does."""
-    failed = [t for t in trials if t.state is TrialState.FAILED]
+    failed = [t for t in trials if t.state is TrialState.FAILED and not t.to_retry]  # handed back: never built
     if not failed:
         return None
     return f"{len(failed)} failed trial(s), e.g. #{failed[0].number}: {safe(shortened(first_line(failed[0].reason, None), 200))}"

@@ -62,6 +62,7 @@ class StudySummary:
     named_value: float | None = None
     named: Trial | None = None  # that trial's row as a usable trial (None: none, or damaged)
     baseline: Trial | None = None  # the study's first usable row, which the choice is held against
+    handed_back: int = 0  # rows a run that stopped early handed back, never compiled (not in `trials`)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from compileiq.core.defines import MACRO_NAME, macro_problem
 from compileiq.core.errors import UsageError
+from compileiq.core.macro_combinations import AllowedMacros, allowed_combinations
 
 Value = bool | int | str
 Stage = Literal["frontend", "ptxas"]
@@ -152,6 +153,11 @@ class Restriction(Protocol):
 
     def allows(self, values: Mapping[str, Value]) -> bool: ...
 
+    def may_allow(self, ranges: Mapping[str, tuple[int, int]]) -> bool:
+        """False only when no configuration whose macros lie within ``ranges`` (``define.NAME``:
+        lowest and highest value) is allowed: lets `macro_combinations` skip what cannot hold."""
+        ...
+
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -169,6 +175,7 @@ class SearchSpace:
     # Per config key: known valid, rendered arguments (a driver renders each trial's twice).
     _valid: dict[str, bool] = field(init=False, repr=False, compare=False)
     _rendered: dict[tuple[str, str], tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _allowed: dict[str, AllowedMacros | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         no_duplicates(self.parameters, f"search space {self.id}")
@@ -177,6 +184,7 @@ class SearchSpace:
         object.__setattr__(self, "_tokens", _token_map(self.parameters))
         object.__setattr__(self, "_valid", {})
         object.__setattr__(self, "_rendered", {})
+        object.__setattr__(self, "_allowed", {})
 
     def parameter(self, name: str) -> Parameter:
         """The parameter called name; SpaceError if there is none."""
@@ -217,20 +225,42 @@ class SearchSpace:
         added = tuple(_define(name, values) for name, values in defines.items())
         return replace(self, parameters=self.parameters + added)
 
-    def allowed_macro_values(self, most: int = 100_000) -> set[tuple[str, Value]]:
+    def allowed_macro_values(self, most: int = 100_000) -> tuple[set[tuple[str, Value]], bool]:
         """(define.NAME, value) for each value of a searched macro (one with several values) that
-        some combination the restrictions allow holds; every value when there is no restriction or
-        more than `most` combinations to look through."""
+        some combination the restrictions allow holds, and whether that is known: every value, and
+        False, where the restricted macros' combinations could be neither enumerated
+        (`allowed_macros`) nor looked through (more than `most`)."""
         macros = [p for p in self.parameters if p.name.startswith("define.") and len(p.values) > 1]
         every = {(p.name, v) for p in macros for v in p.values}
-        if self.restriction is None or prod(len(p.values) for p in macros) > most:
-            return every
+        if self.restriction is None:
+            return every, True
+        enumerated = self.allowed_macros()
+        if enumerated is not None:
+            if not enumerated.combinations:
+                return set(), True
+            searched = {p.name for p in macros}
+            found = {(p.name, v) for p in macros if p.name not in enumerated.names for v in p.values}
+            found.update((name, value) for combination in enumerated.combinations
+                         for name, value in zip(enumerated.names, combination, strict=True) if name in searched)
+            return found, True
+        if prod(len(p.values) for p in macros) > most:
+            return every, False
         base = self.default_config()
-        found: set[tuple[str, Value]] = set()
+        found = set()
         for values in itertools.product(*(p.values for p in macros)):
             if self.allows(base.with_values({p.name: v for p, v in zip(macros, values, strict=True)})):
                 found.update((p.name, v) for p, v in zip(macros, values, strict=True))
-        return found
+        return found, True
+
+    def allowed_macros(self) -> AllowedMacros | None:
+        """The combinations of the restricted macros the restriction allows, enumerated once
+        (`macro_combinations.allowed_combinations`); None without a restriction or where
+        enumerating would take too long."""
+        if self.restriction is None:
+            return None
+        if "found" not in self._allowed:
+            self._allowed["found"] = allowed_combinations(self.parameters, self.restriction)
+        return self._allowed["found"]
 
     def restricted(self, restriction: Restriction | None) -> SearchSpace:
         """This space with only the configurations ``restriction`` allows (None: all of them)."""
@@ -251,6 +281,8 @@ class SearchSpace:
             return total, total
         read = [p for p in macros if p.name in self.restriction.names]
         others = total // max(prod(len(p.values) for p in read), 1)
+        if (enumerated := self.allowed_macros()) is not None:
+            return len(enumerated.combinations) * others, total
         names = [p.name for p in read]
         if prod(len(p.values) for p in read) > COUNTED_COMBINATIONS:
             return None, total

@@ -118,6 +118,54 @@ class Encoding:
         drawn = rng.integers(0, self.cardinality, size=(count, len(self.cardinality)))
         return np.unique(drawn, axis=0)
 
+    @cached_property
+    def allowed_macro_rows(self) -> np.ndarray | None:
+        """Value indices over the restricted columns (`_restricted`, in order) of each macro
+        combination the restriction allows, as `SearchSpace.allowed_macros` enumerates them;
+        None without a restriction or where they were not enumerated."""
+        enumerated = self._space.allowed_macros() if self.restricted else None
+        if enumerated is None:
+            return None
+        names = [self._parameters[c].name for c in self._restricted]
+        if list(enumerated.names) != names:
+            return None
+        slots = [self._slots[c] for c in self._restricted]
+        rows = [[slot[_slot(v)] for slot, v in zip(slots, combination)] for combination in enumerated.combinations]
+        return np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+
+    def allowed_count(self) -> int | None:
+        """How many configurations the restriction allows, where its macro combinations were
+        enumerated (None otherwise)."""
+        macro_rows = self.allowed_macro_rows
+        if macro_rows is None:
+            return None
+        others = [c for c in range(len(self.cardinality)) if c not in self._restricted]
+        return len(macro_rows) * int(np.prod(self.cardinality[others], dtype=object))
+
+    def allowed_grid(self) -> np.ndarray:
+        """Every row the restriction allows, in grid order (only where `allowed_count` is small)."""
+        macro_rows = self.allowed_macro_rows
+        assert macro_rows is not None
+        width = len(self.cardinality)
+        others = [c for c in range(width) if c not in self._restricted]
+        axes = [np.arange(self.cardinality[c]) for c in others]
+        rest = (np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes)) if axes
+                else np.zeros((1, 0), dtype=np.int64))
+        rows = np.empty((len(macro_rows) * len(rest), width), dtype=np.int64)
+        rows[:, self._restricted] = np.repeat(macro_rows, len(rest), axis=0)
+        rows[:, others] = np.tile(rest, (len(macro_rows), 1))
+        return np.unique(rows, axis=0) if len(rows) else rows
+
+    def sample_allowed(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """Distinct random rows, uniform over the allowed ones: the restricted columns drawn from
+        `allowed_macro_rows`, the others from their values (no rejection: a restriction that
+        allows 1 of 10**6 macro combinations gets a full pool at once)."""
+        macro_rows = self.allowed_macro_rows
+        assert macro_rows is not None and len(macro_rows)
+        drawn = rng.integers(0, self.cardinality, size=(count, len(self.cardinality)))
+        drawn[:, self._restricted] = macro_rows[rng.integers(0, len(macro_rows), size=count)]
+        return np.unique(drawn, axis=0)
+
     @property
     def restricted(self) -> bool:
         """Whether the space's restriction can refuse a row."""

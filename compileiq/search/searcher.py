@@ -265,10 +265,20 @@ class Searcher:
 
     def _candidates(self, skip: set[Row]) -> np.ndarray:
         """The pool a batch is chosen from: allowed, untried configurations (the whole space when
-        it is small, else random ones; a restricted space draws again to fill the pool)."""
+        it is small, or every allowed one when few; else random ones: drawn from the allowed
+        macro combinations where those were enumerated, else from the whole space, a restricted
+        one drawing again to fill the pool)."""
         encoding = self._encoding
         if self._space.size() <= ENUMERATE_LIMIT:
             return encoding.without(encoding.allowed(encoding.grid), skip)
+        if (allowed := encoding.allowed_count() if encoding.restricted else None) is not None:
+            # the macro combinations the restrictions allow, enumerated: every allowed row when
+            # few, else drawn from them (drawing from the whole product and rejecting kept none
+            # of 1 in 10**6, and the search stopped after the baseline)
+            if allowed <= ENUMERATE_LIMIT:
+                return encoding.without(encoding.allowed_grid(), skip)
+            rows = encoding.allowed(self._projected(encoding.sample_allowed(self._rng, CANDIDATE_SAMPLES)))
+            return encoding.without(rows, skip)
         rows = encoding.allowed(self._projected(encoding.sample(self._rng, CANDIDATE_SAMPLES)))
         for _ in range(RESTRICTED_DRAWS if encoding.restricted else 0):
             if len(rows) >= CANDIDATE_SAMPLES // 2:

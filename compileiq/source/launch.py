@@ -30,7 +30,8 @@ SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat
           "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
 _MAX_DEPTH = 8  # macros whose values are expressions naming macros
 MAX_TEXT = 1000  # characters of one expression
-_MAX_NESTING = 32  # operators within operators
+_MAX_NESTING = 32  # operators within operators (a chain of one precedence level, a + b + c, is one)
+_LEVEL = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2, ast.FloorDiv: 2, ast.Mod: 2}  # left-associative levels
 _MAX_BITS = 256  # every value on the way, e.g. 2**64**64 is refused, not computed
 _MAX_EXPONENT = 256
 _MAX_STEPS = 20_000  # nodes one evaluation visits (a macro's value counts once per depth): milliseconds
@@ -94,6 +95,12 @@ def source_defines(sources: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
+def parsed(text: str) -> ast.expr:
+    """The expression's tree (ExpressionError when too long or not Python's syntax); its form
+    is `check`'s to judge."""
+    return _parse(text)
+
+
 def _parse(text: str) -> ast.expr:
     if len(str(text)) > MAX_TEXT:
         raise ExpressionError(f"{str(text)[:40]!r}...: longer than {MAX_TEXT} characters")
@@ -148,23 +155,44 @@ class _Walk:
                 return int(any(bool(self.value(v, depth, nesting)) == wanted for v in node.values) == wanted)
             if isinstance(node, ast.Compare):
                 return self._compare(node, depth, nesting)
-            raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only integers, + - * / // % ** ( ), "
+            raise ExpressionError(f"{_shown(node)!r}: only integers, + - * / // % ** ( ), "
                                   "comparisons, and/or/not, macros and sizeof(type)")
-        raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only integers, + - * / % ( ), macros and sizeof(type)")
+        raise ExpressionError(f"{_shown(node)!r}: only integers, + - * / % ( ), macros and sizeof(type)")
 
     def _compare(self, node: ast.Compare, depth: int, nesting: int) -> int:
         left = self.value(node.left, depth, nesting)
         verdict = True
         for op, operand in zip(node.ops, node.comparators):
             if type(op) not in _COMPARE:
-                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only == != < <= > >= compare")
+                raise ExpressionError(f"{_shown(node)!r}: only == != < <= > >= compare")
             right = self.value(operand, depth, nesting)
             verdict = verdict and _COMPARE[type(op)](left, right)
             left = right
         return int(verdict)
 
     def _binary(self, node: ast.BinOp, depth: int, nesting: int) -> int:
-        left, right = self.value(node.left, depth, nesting), self.value(node.right, depth, nesting)
+        """A chain of one precedence level (``A1 + A2 + ... + A40``, ``A * B / C``) is one level
+        of nesting, evaluated left to right without recursing per term (Python's parser nests
+        it to the left, one node per operator: a flat 40-term sum read as nested 40 deep)."""
+        level = _LEVEL.get(type(node.op))
+        chain = [node]
+        while level is not None and isinstance(chain[-1].left, ast.BinOp) and _LEVEL.get(type(chain[-1].left.op)) == level:
+            chain.append(chain[-1].left)
+        value = self.value(chain[-1].left, depth, nesting)
+        for link in reversed(chain):
+            value = self._operation(link, value, self.value(link.right, depth, nesting))
+            if link is not node:  # the chain's own node is counted and bounded by `value`
+                self._count(value)
+        return value
+
+    def _count(self, found: int) -> None:
+        self._steps += 1
+        if self._steps > _MAX_STEPS:
+            raise ExpressionError(f"more than {_MAX_STEPS} steps to evaluate (macros that name macros too often)")
+        if abs(found) >= 1 << _MAX_BITS:
+            raise ExpressionError(f"a value larger than 2**{_MAX_BITS}")
+
+    def _operation(self, node: ast.BinOp, left: int, right: int) -> int:
         if isinstance(node.op, ast.Add):
             return left + right
         if isinstance(node.op, ast.Sub):
@@ -173,17 +201,17 @@ class _Walk:
             return left * right
         if isinstance(node.op, ast.Div | ast.FloorDiv | ast.Mod):
             if self.macros is not None and right == 0:
-                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: division by zero")
+                raise ExpressionError(f"{_shown(node)!r}: division by zero")
             if self.macros is None:
                 return 0
             return left % right if isinstance(node.op, ast.Mod) else int(left / right)
         if isinstance(node.op, ast.Pow) and self.condition:
             if not 0 <= right <= _MAX_EXPONENT or left.bit_length() * right > _MAX_BITS:
-                raise ExpressionError(f"{ast.unparse(node)[:60]!r}: a value larger than 2**{_MAX_BITS}"
-                                      if right >= 0 else f"{ast.unparse(node)[:60]!r}: a negative exponent")
+                raise ExpressionError(f"{_shown(node)!r}: a value larger than 2**{_MAX_BITS}"
+                                      if right >= 0 else f"{_shown(node)!r}: a negative exponent")
             return int(left**right)
         allowed = "+ - * / // % **" if self.condition else "+ - * / % "
-        raise ExpressionError(f"{ast.unparse(node)[:60]!r}: only {allowed.strip()} are allowed")
+        raise ExpressionError(f"{_shown(node)!r}: only {allowed.strip()} are allowed")
 
     def _macro(self, name: str, depth: int) -> int:
         macros = self.macros
@@ -199,6 +227,14 @@ class _Walk:
         if (name, depth) not in self._known:  # once: a value that names it 230 times reads it once
             self._known[name, depth] = self.value(_parse(str(value)), depth + 1)
         return self._known[name, depth]
+
+
+def _shown(node: ast.AST) -> str:
+    """The start of a node's text for a message (a long chain is too deep for ast.unparse)."""
+    try:
+        return ast.unparse(node)[:60]
+    except RecursionError:
+        return "an expression"
 
 
 def _is_sizeof(node: ast.Call) -> bool:
@@ -218,8 +254,14 @@ class LaunchModel:
         self._enumerators = dict(bundle.enumerators) if bundle is not None else {}
         self._bounds = launch_bounds(texts)
         self._defines = source_defines(texts)
-        defaults = spec.default_values()
-        for facts in spec.launch:  # a wrong expression is a usage error now, not a failed trial
+        self.check_defaults()
+
+    def check_defaults(self) -> None:
+        """ExpressionError where a [launch] fact fails or leaves its range with the defaults: a
+        wrong expression is a usage error before any build (tune), or listing the space (space),
+        not a failed trial."""
+        defaults = self._spec.default_values()
+        for facts in self._spec.launch:
             for fact, text in (("block_size", facts.block_size), ("dynamic_smem", facts.dynamic_smem)):
                 if text is not None:
                     self._fact(facts.entry, fact, text, defaults, "with the defaults")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compileiq.core.space import Value, remember
+from compileiq.source.condition_bounds import may_hold
 from compileiq.source.launch import ExpressionError, check, evaluate, names
 
 if TYPE_CHECKING:
@@ -46,6 +47,15 @@ class Restrictions:
         except ExpressionError:
             return False
 
+    def may_allow(self, ranges: Mapping[str, tuple[int, int]]) -> bool:
+        """False only when no configuration whose macros lie within ``ranges`` (define.NAME: its
+        lowest and highest value; a set one, its value twice) is allowed; a macro absent from it
+        reads its tune.toml value when that is an integer, else ranges over everything."""
+        bounds = {name: (number, number) for name, value in self.macros
+                  if (number := _number(value)) is not None}  # an expression naming others: unbounded
+        bounds.update({k.removeprefix("define."): v for k, v in ranges.items()})
+        return all(may_hold(text, bounds) for text in self.texts)
+
     def first_broken(self, values: Mapping[str, Value]) -> str | None:
         """How the first restriction these values break breaks ("break 'A < B'", or why it cannot be
         evaluated: a division by zero, a value past the evaluator's bound), or None."""
@@ -58,6 +68,15 @@ class Restrictions:
             except ExpressionError as error:
                 return f"cannot evaluate {text!r}: {error}"
         return None
+
+
+def _number(value: int | str) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = value.strip()
+    return int(text) if text.lstrip("-").isdigit() and text.isascii() else None
 
 
 def parse(texts: object, fixed: Mapping[str, str], tuned: Mapping[str, tuple[int | str, ...]]) -> tuple[str, ...]:
