@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import itertools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -13,6 +12,7 @@ from functools import cached_property
 from math import prod
 from typing import Any, Literal, Protocol, TypeVar
 
+from compileiq.core import macro_space
 from compileiq.core.defines import MACRO_NAME, macro_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.macro_combinations import AllowedMacros, allowed_combinations
@@ -134,7 +134,6 @@ class Parameter:
         return {**data, "values": list(self.values)}
 
 
-COUNTED_COMBINATIONS = 1 << 21
 
 
 class Restriction(Protocol):
@@ -226,31 +225,9 @@ class SearchSpace:
         return replace(self, parameters=self.parameters + added)
 
     def allowed_macro_values(self, most: int = 100_000) -> tuple[set[tuple[str, Value]], bool]:
-        """(define.NAME, value) for each value of a searched macro (one with several values) that
-        some combination the restrictions allow holds, and whether that is known: every value, and
-        False, where the restricted macros' combinations could be neither enumerated
-        (`allowed_macros`) nor looked through (more than `most`)."""
-        macros = [p for p in self.parameters if p.name.startswith("define.") and len(p.values) > 1]
-        every = {(p.name, v) for p in macros for v in p.values}
-        if self.restriction is None:
-            return every, True
-        enumerated = self.allowed_macros()
-        if enumerated is not None:
-            if not enumerated.combinations:
-                return set(), True
-            searched = {p.name for p in macros}
-            found = {(p.name, v) for p in macros if p.name not in enumerated.names for v in p.values}
-            found.update((name, value) for combination in enumerated.combinations
-                         for name, value in zip(enumerated.names, combination, strict=True) if name in searched)
-            return found, True
-        if prod(len(p.values) for p in macros) > most:
-            return every, False
-        base = self.default_config()
-        found = set()
-        for values in itertools.product(*(p.values for p in macros)):
-            if self.allows(base.with_values({p.name: v for p, v in zip(macros, values, strict=True)})):
-                found.update((p.name, v) for p, v in zip(macros, values, strict=True))
-        return found, True
+        """(define.NAME, value) for each value of a searched macro that some allowed combination
+        holds, and whether that is known (`macro_space.allowed_values`)."""
+        return macro_space.allowed_values(self, most)
 
     def allowed_macros(self) -> AllowedMacros | None:
         """The combinations of the restricted macros the restriction allows, enumerated once
@@ -273,22 +250,8 @@ class SearchSpace:
         return self.restriction.allows(config.as_dict() if isinstance(config, Config) else config)
 
     def macro_combinations(self) -> tuple[int | None, int]:
-        """(allowed, all) combinations of the tuned macros (``define.*`` parameters); allowed is
-        None where the restricted macros have more than COUNTED_COMBINATIONS to try."""
-        macros = [p for p in self.parameters if p.name.startswith("define.")]
-        total = prod(len(p.values) for p in macros)
-        if self.restriction is None:
-            return total, total
-        read = [p for p in macros if p.name in self.restriction.names]
-        others = total // max(prod(len(p.values) for p in read), 1)
-        if (enumerated := self.allowed_macros()) is not None:
-            return len(enumerated.combinations) * others, total
-        names = [p.name for p in read]
-        if prod(len(p.values) for p in read) > COUNTED_COMBINATIONS:
-            return None, total
-        allowed = sum(self.restriction.allows(dict(zip(names, values)))
-                      for values in itertools.product(*(p.values for p in read)))
-        return allowed * others, total
+        """(allowed, all) combinations of the tuned macros (`macro_space.combination_count`)."""
+        return macro_space.combination_count(self)
 
     def default_config(self) -> Config:
         """Every parameter at its default: the compiler's own baseline."""
