@@ -21,7 +21,6 @@ from typing import Any
 import tomli_w
 
 from compileiq.core.defines import define_arg_problem
-from compileiq.core.metric_ranges import is_count
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
@@ -226,8 +225,12 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
     if "format" not in data:  # a tune.toml or another TOML file given by mistake
         raise AcfError(f"{path} is not an ACF (no format key): give the .acf.toml file that compileiq tune wrote")
-    if not is_count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
-        raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
+    if type(form := data.get("format")) is not int:  # `format = true` or "1" is no 1
+        kinds = {bool: "a boolean", str: "a string", float: "a float"}
+        raise AcfError(f"{path}: unsupported ACF format {form!r}: format must be the integer {FORMAT_VERSION}, "
+                       f"not {kinds.get(type(form), 'a ' + type(form).__name__)}")
+    if form != FORMAT_VERSION:
+        raise AcfError(f"{path}: unsupported ACF format {form!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
     fixed = tuple(_strings(args["defines"], "args.defines"))
