@@ -62,7 +62,11 @@ def _tamper(path: Path, edit) -> Path:
         (lambda d: d["controls"].update({"ptxas.maxrregcount": 7}), "maxrregcount"),
         (lambda d: d["controls"].update({"nvcc.run": True}), "nvcc.run"),
         (lambda d: d["args"]["argv"].remove("-Xptxas=--maxrregcount=64"), "does not match its controls"),
-        (lambda d: d.update({"format": 99}), "unsupported ACF format"),
+        (lambda d: d.update({"format": 99}), "unsupported ACF format 99 (this compileiq reads 1)"),
+        # "unsupported ACF format '1' (this compileiq reads 1)" read as self-contradictory (red team 49)
+        (lambda d: d.update({"format": "1"}), "unsupported ACF format '1': format must be the integer 1, not a string"),
+        (lambda d: d.update({"format": 1.0}), "format must be the integer 1, not a float"),
+        (lambda d: d.update({"format": True}), "format must be the integer 1, not a boolean"),
         (lambda d: d.pop("args"), "missing or malformed"),
     ],
 )

@@ -218,6 +218,27 @@ def test_a_hostile_option_value_is_one_line(workspace: Workspace, name: str) -> 
         assert len(result.stderr_lines) == 1, result.describe()
 
 
+# A password with a raw '@': the URL parser ends the password at its first '@' and reads the rest
+# as the host, so `show` printed "ci:***@Prod-Key-9f3a@127.0.0.1" and the driver's "failed to resolve
+# host 'Prod-Key-9f3a@127.0.0.1'" (red team 49, finding 4).
+RAW_AT_PASSWORD = "hunter2@Prod-Key-9f3a@x"
+RAW_AT_URLS = (f"postgresql+psycopg://ci:{RAW_AT_PASSWORD}@127.0.0.1:5432/tuning",
+               f"postgresql+psycopg://ci:{RAW_AT_PASSWORD}@127.0.0.1/tuning?sslmode=disable",
+               f"sqlite://ci:{RAW_AT_PASSWORD}@/store.db")
+
+
+@pytest.mark.parametrize("url", RAW_AT_URLS)
+def test_a_raw_at_in_a_database_password_shows_no_part_of_it(url: str, tmp_path: Path) -> None:
+    for args, env in ((["show", "--db", url], None), (["db", "upgrade", "--db", url], None),
+                      (["tune", str(REDUCTION), "--workers", "local", "--budget", "1", "--db", url], None),
+                      (["show"], {"COMPILEIQ_DB": url})):
+        result = run_cli(args, tmp_path, env=env)
+        line = _error_line(result, 2)
+        assert "write each '@' in it as %40" in line and "ci:***@" in line, result.describe()
+        for fragment in ("hunter2", "Prod", "Key", "9f3a", "@x@"):
+            assert fragment not in result.output, (fragment, result.describe())
+
+
 def test_control_characters_in_an_acf_never_reach_the_gates_report_files(workspace: Workspace, tmp_path: Path) -> None:
     """A hand-edited `toolchain.build` holding ESC and NUL: the terminal showed it escaped, but the
     JUnit file held them raw and no XML parser could read it (the red team's)."""

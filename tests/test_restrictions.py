@@ -152,12 +152,16 @@ HOSTILE = [
     # said "break" too, where the defaults make them no number at all (a red team's)
     ("BX ** BY ** BX ** BY ** 99 > 0", "cannot evaluate 'BX ** BY ** BX ** BY ** 99 > 0': 'BY ** 99': a value larger"),
     ("BX % (BY - 4) == 0", "cannot evaluate 'BX % (BY - 4) == 0': 'BX % (BY - 4)': division by zero"),
+    # Python reads identifiers NFKC-normalised: fullwidth 'ＢX' was the macro BX, recorded as 'ＢX' (red team 49)
+    ("\uff22X + BY < 1000", "holds '\uff22' (U+FF22), not ASCII: macro names are ASCII"),
+    ("BX * B\u0443 > 0", "holds '\u0443' (U+0443), not ASCII"),  # a Cyrillic 'y' in BY
+    ("\U0001d401X > 0", "(U+1D401), not ASCII"),  # mathematical bold B
 ]
 
 
 @pytest.mark.parametrize(("text", "problem"), HOSTILE)
 def test_hostile_restrictions_are_one_line_errors(tmp_path: Path, text: str, problem: str) -> None:
-    toml = f"[tune]\nrestrictions = [{json.dumps(text)}]\n[tune.defines]\nBX = [32, 64]\nBY = [4, 8]\n"
+    toml = f"[tune]\nrestrictions = [{json.dumps(text, ensure_ascii=False)}]\n[tune.defines]\nBX = [32, 64]\nBY = [4, 8]\n"
     kernel = _kernel(tmp_path / "k", toml)
     with pytest.raises(KernelError) as caught:
         load_spec(kernel)
@@ -166,6 +170,16 @@ def test_hostile_restrictions_are_one_line_errors(tmp_path: Path, text: str, pro
     run = run_cli(["space", str(kernel)], tmp_path, timeout=120)
     assert run.returncode != 0 and "Traceback" not in run.stderr and "tune.restrictions" in run.stderr
     assert not Path("/tmp/pwned").exists()
+
+
+def test_a_launch_expression_with_a_lookalike_macro_name_is_one_line(tmp_path: Path) -> None:
+    """`[launch.k] block_size = "ＢX*BY"` read as BX*BY; `space` listed it (exit 0)."""
+    kernel = _kernel(tmp_path / "k", "[tune.defines]\nBX = [32, 64]\nBY = [1, 4]\n[launch.k]\nblock_size = \"\uff22X*BY\"\n")
+    run = run_cli(["space", str(kernel)], tmp_path, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.output, run.describe()
+    line = (f"error: {kernel.parent}/tune.toml: launch.k.block_size: '\uff22X*BY' holds '\uff22' (U+FF22), not ASCII: "
+            "macro names are ASCII letters, digits and _")
+    assert run.stderr_lines == [line], run.describe()
 
 
 @pytest.mark.parametrize("value", ["'BX < 4'", "[1]", "[\"\"]"])
@@ -200,7 +214,8 @@ def test_the_acf_records_the_restrictions_and_refuses_controls_that_break_them(t
     assert acf.read(path).restrictions == ("BX * BY <= 128",)
     text = path.read_text()
     for forged, problem in [("BX * BY <= 64", "the controls break 'BX * BY <= 64'"),
-                            ("__import__('os')", "only integers"), ("NOPE > 1", "not a macro")]:
+                            ("__import__('os')", "only integers"), ("NOPE > 1", "not a macro"),
+                            ("\uff22X * BY <= 128", "(U+FF22), not ASCII")]:
         path.write_text(text.replace("BX * BY <= 128", forged))
         with pytest.raises(acf.AcfError, match="kernel.restrictions") as caught:
             acf.read(path)

@@ -26,6 +26,8 @@ from compileiq.core.processes import (
     scratch_dir,
     scratch_full,
 )
+from compileiq.core.text import printable
+from compileiq.core.words import nvcc_arg_problem, word_problem
 from compileiq.source.harness import harness_include_dir
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ class Build:
 
 def emit_ptx(job: FrontendJob, attempts: int = ATTEMPTS) -> PtxResult:
     """Run the nvcc front end: source bundle -> PTX bytes (see `_produce` for `attempts`)."""
+    if refused := unsafe_nvcc_args((*job.bundle.base_args, *job.args)):
+        return PtxResult(BuildStatus.COMPILE_ERROR, b"", 0.0, refused)
     try:
         with scratch_dir("ptx") as workdir:
             main = job.bundle.write_to(Path(workdir))
@@ -376,6 +380,20 @@ class ExecutableBuild:
 HOST_OPTIMISATION = "-Xcompiler=-O2"
 
 
+def unsafe_nvcc_args(nvcc_args: tuple[str, ...], ptxas_args: tuple[str, ...] = ()) -> str | None:
+    """Why nvcc must not be run with these arguments (None: it may), checked before anything runs,
+    whatever checked them before (a search-space file, an ACF): nvcc hands -Xptxas values, and
+    options it forwards, to /bin/sh unquoted, so each is one plain word (a -D passes the macro
+    allow-list: nvcc quotes it); a ptxas argument holds no comma either (-Xptxas= splits there)."""
+    for arg in nvcc_args:
+        if problem := nvcc_arg_problem(arg):
+            return f"compileiq refused to run nvcc with the argument {printable(arg)[:80]!r}: {problem}"
+    for arg in ptxas_args:
+        if problem := word_problem(arg):
+            return f"compileiq refused to run nvcc with the ptxas argument {printable(arg)[:80]!r}: {problem}"
+    return None
+
+
 def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     include = job.harness_include or str(harness_include_dir())
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
@@ -387,6 +405,8 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
 
 def build_executable(job: ExecutableJob, attempts: int = ATTEMPTS) -> ExecutableBuild:
     """Source bundle -> executable bytes (runs on any CPU worker: bytes in, bytes out)."""
+    if refused := unsafe_nvcc_args((*job.bundle.base_args, *job.frontend_args), job.ptxas_args):
+        return ExecutableBuild(BuildStatus.COMPILE_ERROR, b"", 0.0, refused)
     try:
         with scratch_dir("exe") as workdir:
             main = job.bundle.write_to(Path(workdir))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from compileiq.core.space import Parameter, SearchSpace, SpaceError, Stage, no_duplicates, same
+from compileiq.core.words import word_problem
 
 STAGES = {"nvcc": "frontend", "ptxas": "ptxas"}
 KINDS = ("flag", "choice", "int")
@@ -122,8 +123,8 @@ def _checked(p: Parameter) -> Parameter:
         raise SpaceError(f"must be {shape[0]}: the no-harm rules read its values so (a string \"false\" would pass them)")
     for v in p.values:
         for token in p.argv(v) + p.forwarded(v):
-            if re.search(r"[\s,]", token):
-                raise SpaceError(f"renders {token!r}: argv tokens hold no spaces or commas")
+            if problem := word_problem(token):  # nvcc hands -Xptxas values to /bin/sh as they are
+                raise SpaceError(f"renders {token!r}: {problem}")
             if problem := unsafe_option(token, p.name):
                 raise SpaceError(f"renders {token!r}: {problem}")
     return p

@@ -21,12 +21,12 @@ from typing import Any
 import tomli_w
 
 from compileiq.core.defines import define_arg_problem
-from compileiq.core.metric_ranges import is_count
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.core.text import printable
 from compileiq.core.version import __version__
+from compileiq.core.words import word_problem
 from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
@@ -225,11 +225,16 @@ def parse(path: Path, text: str, space: SearchSpace | None = None) -> Acf:
 def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> Acf:
     if "format" not in data:  # a tune.toml or another TOML file given by mistake
         raise AcfError(f"{path} is not an ACF (no format key): give the .acf.toml file that compileiq tune wrote")
-    if not is_count(data.get("format")) or data.get("format") != FORMAT_VERSION:  # `format = true` is no 1
-        raise AcfError(f"{path}: unsupported ACF format {data.get('format')!r} (this compileiq reads {FORMAT_VERSION})")
+    if type(form := data.get("format")) is not int:  # `format = true` or "1" is no 1
+        kinds = {bool: "a boolean", str: "a string", float: "a float"}
+        raise AcfError(f"{path}: unsupported ACF format {form!r}: format must be the integer {FORMAT_VERSION}, "
+                       f"not {kinds.get(type(form), 'a ' + type(form).__name__)}")
+    if form != FORMAT_VERSION:
+        raise AcfError(f"{path}: unsupported ACF format {form!r} (this compileiq reads {FORMAT_VERSION})")
     kernel, tools, args = data["kernel"], data["toolchain"], data["args"]
     argv = tuple(_strings(args["argv"], "args.argv"))
     fixed = tuple(_strings(args["defines"], "args.defines"))
+    _check_words(path, argv)
     base = space or load_space(str(tools["nvcc"]))
     _check_tokens(path, base, argv, fixed)
     controls = dict(data["controls"])
@@ -286,6 +291,13 @@ def _restrictions(path: Path, texts: Any, config: Config, fixed: tuple[str, ...]
     if broken:
         raise AcfError(f"{path}: kernel.restrictions: the controls break {broken[0]!r}")
     return checked
+
+
+def _check_words(path: Path, argv: tuple[str, ...]) -> None:
+    """Every argument but a -D (held to the macro allow-list) is one plain word, whatever search
+    space this compileiq reads: nvcc hands -Xptxas values to /bin/sh as they are."""
+    if bad := next(((t, p) for t in argv if not t.startswith("-D") and (p := word_problem(t))), None):
+        raise AcfError(f"{path}: args.argv holds {printable(bad[0])[:80]!r}: {bad[1]} (nvcc hands it to /bin/sh)")
 
 
 def _check_tokens(path: Path, space: SearchSpace, argv: tuple[str, ...], fixed: tuple[str, ...]) -> None:

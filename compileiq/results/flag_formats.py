@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.words import PLAIN_WORD
 from compileiq.results.acf import Acf, AcfError
 
 FORMATS = ("args", "optf", "cmake", "bazel", "json")
 STAGES = ("all", "frontend", "ptxas")
-_PLAIN_TOKEN = re.compile(r"[A-Za-z0-9_=.+:/-]+")
+_PLAIN_TOKEN = PLAIN_WORD  # one rule for what a shell may read as one word (core/words)
 
 
 def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import RANGES as METRIC_RANGES
+from compileiq.core.text import printable
 from compileiq.source.comments import without_comments
 from compileiq.source.entry_names import entry_matches, macro_values, with_macros
 from compileiq.source.spec import DEFAULT_BLOCK_SIZE
@@ -104,6 +105,11 @@ def parsed(text: str) -> ast.expr:
 def _parse(text: str) -> ast.expr:
     if len(str(text)) > MAX_TEXT:
         raise ExpressionError(f"{str(text)[:40]!r}...: longer than {MAX_TEXT} characters")
+    if (foreign := next((c for c in str(text) if not c.isascii()), None)) is not None:
+        # Python reads identifiers NFKC-normalised (fullwidth 'Ａ' is the macro A) where the text, and
+        # the ACF that records it, show another name; the C preprocessor never normalises them
+        raise ExpressionError(f"{printable(text)[:60]!r} holds {foreign!r} (U+{ord(foreign):04X}), not ASCII: macro "
+                              "names are ASCII letters, digits and _")
     cleaned = re.sub(r"\b(\d+)[uUlL]+\b", r"\1", str(text).strip())
     try:
         return ast.parse(cleaned, mode="eval").body

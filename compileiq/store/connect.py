@@ -44,7 +44,10 @@ def open_engine(url: str, create: bool = True) -> Engine:
 
 def display(url: URL) -> str:
     """``url`` fit to show or record: its password and every query value masked (any of them,
-    ``?password=`` or a token, may be a credential)."""
+    ``?password=`` or a token, may be a credential). A password holding a raw '@' ends at its first
+    '@' as URLs are parsed, the rest read as the host: all up to the host's last '@' is masked."""
+    if url.host and "@" in url.host:
+        url = url.set(password="***", host=url.host.rpartition("@")[2])
     shown = url.set(query={}).render_as_string(hide_password=True)
     return shown + ("?" + "&".join(f"{name}=***" for name in url.query) if url.query else "")
 
@@ -112,9 +115,13 @@ def _known_revision(script: ScriptDirectory, revision: str) -> bool:
 
 def _parse_url(url: str) -> URL:
     try:
-        return sa.make_url(url)
+        parsed = sa.make_url(url)
     except (sa.exc.ArgumentError, ValueError):
         raise DatabaseUrlError(f"not a database URL: {_unparsed(url)}") from None
+    if parsed.host and "@" in parsed.host:  # the driver would try the password's tail as a host, and say it
+        raise DatabaseUrlError(f"database URL {display(parsed)}: its password holds a raw '@', which ends the "
+                               "password there; write each '@' in it as %40")
+    return parsed
 
 
 def _make_engine(url: URL, create: bool) -> Engine:
