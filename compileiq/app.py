@@ -23,16 +23,15 @@ from compileiq.core.space import SearchSpace
 from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
-from compileiq.evaluate.metrics import STATIC_OBJECTIVES
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.shipped import arch_note, value_text
-from compileiq.source.spec import KernelSpec, SourceBundle, metric_regex_problem
+from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.database_url import database_url
-from compileiq.tuning import space_choice
+from compileiq.tuning import option_checks, space_choice
 from compileiq.tuning.limits import check_patience, parse_duration
 from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
@@ -42,9 +41,6 @@ if TYPE_CHECKING:  # tune imports search, which imports skopt (~1.5 s): only `tu
     from compileiq.tuning.request import TuneRequest, TuneResult
 
 DEFAULT_STORE_DIR = Path("store")
-MAX_BATCH_SIZE = 4096
-MAX_STALE_AFTER_S = 7 * 24 * 3600.0
-SEED_LIMIT = 2**32  # numpy's generators take seeds in [0, 2**32)
 
 
 @dataclass(frozen=True)
@@ -90,69 +86,30 @@ class TuneReport:
     database: str
 
 
-def check_objective(objective: str, ray_address: str | None = None, measured: bool = False) -> None:
-    """``measured``: measurers are given (a replay), so time needs no GPU here."""
-    from compileiq.results import multi_objective
-
-    ray_address = ray_address or ("given measurers" if measured else None)
-    if multi_objective.is_multi(objective):
-        objectives = multi_objective.objectives_of(multi_objective.parse(objective))
-        if "time" in objectives and not ray_address and not _gpu_visible():
-            raise UsageError(f"--objective {objective}: time needs a GPU and none is visible here; use static "
-                             "objectives (spills, registers, occupancy, instructions) or --ray-address of a Ray "
-                             "cluster with GPU nodes")
-        return
-    if objective == "time" and not ray_address and not _gpu_visible():
-        raise UsageError(
-            "--objective time needs a GPU and none is visible here; use a static objective "
-            f"({', '.join(STATIC_OBJECTIVES)}) or --ray-address of a Ray cluster with GPU nodes"
-        )
-    if objective not in (*STATIC_OBJECTIVES, "time"):
-        raise UsageError(f"unknown objective {objective!r}; choose one of: {', '.join(STATIC_OBJECTIVES)}, time")
-
-
-def _check_regex(text: str) -> None:
-    if problem := metric_regex_problem(text):
-        raise UsageError(f"--metric-regex: {problem}")
-
-
-def _gpu_visible() -> bool:
-    from compileiq.evaluate.measure import gpu_visible
-
-    return gpu_visible()
-
-
 def _check(options: TuneOptions, measured: bool = False) -> None:
     from compileiq.results import multi_objective
 
-    check_objective(options.objective, options.ray_address, measured)
+    option_checks.check_objective(options.objective, options.ray_address, measured)
     if options.pick is not None:
         multi_objective.check_pick(options.pick, multi_objective.parse(options.objective))
     if (options.program or options.metric_regex) and not _timed(options.objective):
         raise UsageError("--program and --metric-regex apply to --objective time")
     if options.metric_regex is not None:
-        _check_regex(options.metric_regex)
-    _check_range("--budget", options.budget, 1, MAX_BUDGET)
-    _check_range("--batch-size", options.batch_size, 1, MAX_BATCH_SIZE)
-    _check_range("--finalists", options.finalists, 1, MAX_FINALISTS)
+        option_checks.check_regex(options.metric_regex)
+    option_checks.check_range("--budget", options.budget, 1, MAX_BUDGET)
+    option_checks.check_range("--batch-size", options.batch_size, 1, option_checks.MAX_BATCH_SIZE)
+    option_checks.check_range("--finalists", options.finalists, 1, MAX_FINALISTS)
     if options.finalists != FINALISTS and not _timed(options.objective):
         raise UsageError("--finalists applies to --objective time (static objectives confirm nothing)")
-    _check_range("--seed", options.seed, 0, SEED_LIMIT - 1)
-    if not 0 < options.stale_after <= MAX_STALE_AFTER_S:  # also refuses nan
-        raise UsageError(f"--stale-after must be between 0 and {MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
+    option_checks.check_range("--seed", options.seed, 0, option_checks.SEED_LIMIT - 1)
+    if not 0 < options.stale_after <= option_checks.MAX_STALE_AFTER_S:  # also refuses nan
+        raise UsageError(f"--stale-after must be between 0 and {option_checks.MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
     if problem := compiler_memory_problem():  # a bad value would otherwise be the default, unsaid
         raise UsageError(problem)
     if options.time_budget is not None:
         parse_duration(options.time_budget)
     check_patience(options.patience)
-
-
-def _check_range(option: str, value: int, low: int, high: int) -> None:
-    if value < low:
-        raise UsageError(f"{option} must be at least {low}, got {value}")
-    if value > high:
-        raise UsageError(f"{option} must be at most {high}, got {value}")
 
 
 def narrowed(options: TuneOptions) -> dict[str, Any]:
