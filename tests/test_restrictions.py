@@ -182,6 +182,17 @@ def test_a_launch_expression_with_a_lookalike_macro_name_is_one_line(tmp_path: P
     assert run.stderr_lines == [line], run.describe()
 
 
+def test_a_fixed_macro_with_two_minus_signs_is_no_number_and_no_traceback(tmp_path: Path) -> None:
+    """A reviewer's `[defines] BK = "--8"` beside a restriction reading BK: `space` printed a
+    traceback (`"--8".lstrip("-")` is digits, `int("--8")` raises). It is no integer literal: the
+    restriction reads it as the expression it is (`--8`, 8), as it reads `BK = "2*4"`."""
+    kernel = _kernel(tmp_path / "k", '[defines]\nBK = "--8"\n[tune]\nrestrictions = ["BX * BK <= 256"]\n'
+                                     "[tune.defines]\nBX = [32, 64]\n")
+    run = run_cli(["space", str(kernel)], tmp_path, timeout=120)
+    assert run.returncode == 0 and "Traceback" not in run.output, run.describe()
+    assert "1 of 2 macro combinations satisfy" in run.stdout, run.describe()
+
+
 @pytest.mark.parametrize("value", ["'BX < 4'", "[1]", "[\"\"]"])
 def test_restrictions_must_be_a_list_of_conditions(tmp_path: Path, value: str) -> None:
     kernel = _kernel(tmp_path / "k", f"[tune]\nrestrictions = {value}\n[tune.defines]\nBX = [32, 64]\nBY = [4]\n")

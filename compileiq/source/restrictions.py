@@ -5,6 +5,8 @@ configurations every restriction allows, so nothing else is ever built or counte
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -76,7 +78,10 @@ def _number(value: int | str) -> int | None:
     if isinstance(value, int):
         return value
     text = value.strip()
-    return int(text) if text.lstrip("-").isdigit() and text.isascii() else None
+    return int(text) if _INTEGER.fullmatch(text) else None  # "--8" is no number (int() refuses it)
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 def parse(texts: object, fixed: Mapping[str, str], tuned: Mapping[str, tuple[int | str, ...]]) -> tuple[str, ...]:
