@@ -6,7 +6,6 @@ configurations every restriction allows, so nothing else is ever built or counte
 from __future__ import annotations
 
 import re
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
