@@ -353,7 +353,9 @@ def test_options_forwarded_to_the_host_compiler_are_set_aside(tmp_path: Path) ->
     assert found.shipped is not None
     host = ["-Wall", "-Wextra", "-fopenmp", "-march=native", "-fvisibility=hidden", "-Wno-unused-parameter"]
     forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (not an option of nvcc")]
-    assert forwarded == host and not any(f.applied for f in found.shipped.fixed), found.shipped.fixed
+    assert forwarded == host and not any(f.applied for f in found.shipped.fixed if f.flag in host), found.shipped.fixed
+    applied = [f.flag for f in found.shipped.fixed if f.applied]  # every token accounted for (user49 F8)
+    assert applied == ["-DTILE=64"], found.shipped.fixed
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
     # what nvcc itself does with them: the host compiler gets each, cicc and ptxas none
