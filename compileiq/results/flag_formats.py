@@ -135,7 +135,7 @@ def checked_on(acf: Acf, setting: str) -> str:
     others = [a for f in (acf.shipped.fixed if acf.shipped is not None else ()) if not f.applied
               for a in arch_flag_archs(f.flag) or () if a != acf.arch]
     if not others:
-        return f"tuned and checked on {acf.arch} only ({setting})"
+        return f"tuned and checked on {acf.arch} only: {setting}"
     left = ", ".join(dict.fromkeys(others))
     return (f"tuned and checked on {acf.arch} only: your build's other archs ({left}) get these flags unchecked; "
             f"keep them in the build (compileiq tune --arch {others[0]} checks {others[0]})")
