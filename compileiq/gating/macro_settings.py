@@ -93,6 +93,7 @@ def flags_problem(acf: acf_file.Acf) -> str:
         return ""
     spec = load_spec(source, arch=acf.arch)
     if problems := tuned_problems(spec, acf):
-        return (f"{acf.path}: its tuned macros are not its kernel's tune.toml's ({'; '.join(problems)}): not "
+        shown = "; ".join(f"{recorded} ({offered})" for recorded, offered in problems)
+        return (f"{acf.path}: its tuned macros are not its kernel's tune.toml's ({shown}): not "
                 "printed, no tuning chose them; re-tune the kernel, or restore the ACF that tune wrote")
     return restriction_problem(spec, acf)
