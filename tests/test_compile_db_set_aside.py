@@ -76,42 +76,50 @@ MULTI_ARCH = ("nvcc --generate-code arch=compute_80,code=sm_80 --generate-code a
 
 
 def test_a_multi_arch_command_names_the_arch_tuned_and_the_ones_left_out(tmp_path: Path) -> None:
-    """It was tuned for its first arch, silently: the chosen settings then went to sm_90 unchecked."""
+    """It was tuned for its first arch, silently: the chosen settings then went to sm_90 unchecked.
+    user49 F3: then it was tuned for the first arch listed, and CMake lists CUDA_ARCHITECTURES oldest
+    first (75 90 tuned sm_75); the newest arch is tuned now, whatever the order, and the CMake
+    snippet says which arch the flags were checked on instead of telling the user to narrow
+    CUDA_ARCHITECTURES to it (which drops an arch from the product)."""
     _project(tmp_path, MULTI_ARCH)
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
-    assert ("note: the compile command builds for sm_80, sm_90: tuned for sm_80 only; sm_90 left out "
-            "(the chosen settings are not checked there): --arch sm_90 tunes for sm_90") in listed.stderr
+    assert ("note: the compile command builds for sm_90, sm_80: tuned for sm_90 only; sm_80 left out "
+            "(the chosen settings are not checked there): --arch sm_80 tunes for sm_80") in listed.stderr
     args = ["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers", "local",
             "--db", f"sqlite:///{tmp_path / 't.db'}", "--no-simplify"]
     tuned = run_cli([*args, "--out", "a.acf.toml"], cwd=tmp_path)
     assert tuned.returncode == 0, tuned.describe()
-    assert "tuned for sm_80 only; sm_90 left out" in tuned.output, tuned.describe()
+    assert "tuned for sm_90 only; sm_80 left out" in tuned.output, tuned.describe()
     data = tomllib.loads((tmp_path / "a.acf.toml").read_text())
-    assert data["kernel"]["arch"] == "sm_80"
+    assert data["kernel"]["arch"] == "sm_90"
     fixed = {f["flag"]: f for f in data["baseline"]["fixed"]}
-    left = fixed["--generate-code arch=compute_90,code=sm_90"]
-    assert not left["applied"] and "builds for sm_90, not tuned" in left["why"], fixed
-    # kernel.arch edited to the arch left out: `flags` would print -arch=sm_90 for settings chosen on sm_80
+    left = fixed["--generate-code arch=compute_80,code=sm_80"]
+    assert not left["applied"] and "builds for sm_80, not tuned" in left["why"], fixed
+    cmake = run_cli(["flags", "a.acf.toml", "--format", "cmake", "--all"], cwd=tmp_path)
+    assert cmake.returncode == 0, cmake.describe()
+    assert "checked on sm_90 only" in cmake.stdout and "sm_80" in cmake.stdout, cmake.stdout
+    assert "build it with CUDA_ARCHITECTURES" not in cmake.stdout, cmake.stdout
+    # kernel.arch edited to the arch left out: `flags` would print -arch=sm_80 for settings chosen on sm_90
     edited = tmp_path / "edited.acf.toml"
-    edited.write_text((tmp_path / "a.acf.toml").read_text().replace('arch = "sm_80"\nmode', 'arch = "sm_90"\nmode', 1))
+    edited.write_text((tmp_path / "a.acf.toml").read_text().replace('arch = "sm_90"\nmode', 'arch = "sm_80"\nmode', 1))
     refused = run_cli(["flags", str(edited)], cwd=tmp_path)
-    assert refused.returncode == 2 and "kernel.arch = 'sm_90', but evidence.best was built for 'sm_80'" in refused.stderr
+    assert refused.returncode == 2 and "kernel.arch = 'sm_80', but evidence.best was built for 'sm_90'" in refused.stderr
     assert "-arch" not in refused.stdout and "Traceback" not in refused.output, refused.describe()
-    other = run_cli([*args, "--out", "b.acf.toml", "--arch", "sm_90"], cwd=tmp_path)
+    other = run_cli([*args, "--out", "b.acf.toml", "--arch", "sm_80"], cwd=tmp_path)
     assert other.returncode == 0, other.describe()
-    assert "tuned for sm_90 only; sm_80 left out" in other.output and "overrides" not in other.output
-    assert tomllib.loads((tmp_path / "b.acf.toml").read_text())["kernel"]["arch"] == "sm_90"
+    assert "tuned for sm_80 only; sm_90 left out" in other.output and "overrides" not in other.output
+    assert tomllib.loads((tmp_path / "b.acf.toml").read_text())["kernel"]["arch"] == "sm_80"
 
 
 @pytest.mark.parametrize(("command", "tuned", "left_out"), [
     ("nvcc -gencode arch=compute_90,code=[sm_90,sm_80] -c k.cu", "sm_90", "sm_80"),
     ("nvcc --generate-code=arch=compute_80,code=[sm_86,compute_80] -c k.cu", "sm_86", "sm_80"),
 ])
-def test_one_arch_flag_with_several_codes_is_tuned_for_its_first(tmp_path: Path, command: str, tuned: str,
+def test_one_arch_flag_with_several_codes_is_tuned_for_its_newest(tmp_path: Path, command: str, tuned: str,
                                                                   left_out: str) -> None:
     """code=[sm_90,sm_80] was tuned for sm_80 (the last arch named), while the docs and the note
-    say the first arch flag's arch is tuned: its first machine code, sm_90."""
+    say the first arch flag's arch is tuned: its first machine code, sm_90. Now its newest (user49 F3)."""
     db = _project(tmp_path, command)
     assert read_command(db, tmp_path / "k.cu", SPACE).arch == tuned
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
@@ -345,7 +353,9 @@ def test_options_forwarded_to_the_host_compiler_are_set_aside(tmp_path: Path) ->
     assert found.shipped is not None
     host = ["-Wall", "-Wextra", "-fopenmp", "-march=native", "-fvisibility=hidden", "-Wno-unused-parameter"]
     forwarded = [f.flag for f in found.shipped.fixed if f.why.startswith("host compiler option (not an option of nvcc")]
-    assert forwarded == host and not any(f.applied for f in found.shipped.fixed), found.shipped.fixed
+    assert forwarded == host and not any(f.applied for f in found.shipped.fixed if f.flag in host), found.shipped.fixed
+    applied = [f.flag for f in found.shipped.fixed if f.applied]  # every token accounted for (user49 F8)
+    assert applied == ["-DTILE=64"], found.shipped.fixed
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
     # what nvcc itself does with them: the host compiler gets each, cicc and ptxas none

@@ -99,8 +99,9 @@ def test_the_shipped_build_is_the_baseline_and_its_own_study(tmp_path: Path) -> 
     assert table["source"] == "compile_commands" and table["database"] == "compile_commands.json"
     assert table["searched"] == [{"setting": "nvcc.use_fast_math", "value": True, "flag": "--use_fast_math"},
                                  {"setting": "ptxas.opt_level", "value": 3, "flag": "-Xptxas -O3"}]
-    assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False)}
-    assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC"}
+    assert {(f["flag"], f["applied"]) for f in table["fixed"]} == {("-O3", False), ("-Xcompiler=-fPIC", False),
+                                                                   ("-arch=sm_90", True)}  # its arch: user49 F8
+    assert set(table["shipped_flags"]) == {"--use_fast_math", "-Xptxas -O3", "-O3", "-Xcompiler=-fPIC", "-arch=sm_90"}
     # [evidence.vs_defaults] keeps its keys; what their "defaults" values are is said (user 48)
     assert document["evidence"]["vs_defaults"]["against"] == "your build as shipped (compile_commands.json)"
     page = run_cli(["report", shipped["study"]["name"], "--db", f"sqlite:///{tmp_path / 't.db'}",

@@ -170,9 +170,12 @@ def flags(
     with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
+    from compileiq.gating.macro_settings import flags_problem
     from compileiq.results import acf, flag_formats
 
     found = acf.read(acf_file)
+    if problem := flags_problem(found):  # the tuned macros held to tune.toml, as the gate holds them
+        raise UsageError(problem)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
     for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),

@@ -70,7 +70,10 @@ def print_report(report: app.TuneReport) -> None:
         table.add_row(*cells(label, *metric_cells(trial, objective)))
     out.print(table)
     acf_flags = report.space.nvcc_args(config_of(result.chosen))
-    out.print(f"best flags: {safe(shlex.join(acf_flags)) or '(compiler defaults)'}", markup=False)
+    from compileiq.evaluate import eligibility
+
+    kept = f"({eligibility.against(report.kernel.shipped)})"  # the ACF's vs_defaults.against: one wording
+    out.print(f"best flags: {safe(shlex.join(acf_flags) or kept)}", markup=False)
     if note := more_instructions(result.baseline, result.chosen, objective):
         out.print(note, markup=False)
     if report.kernel.shipped is not None and (remove := to_remove(report.kernel.shipped.settings, result.chosen.config)):

@@ -19,6 +19,8 @@ Here they are held to tune.toml as it is now:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from compileiq.gating.rules import BaseFlagDifference, Hit
 from compileiq.results import acf as acf_file
 from compileiq.source import restrictions
@@ -75,3 +77,23 @@ def restriction_problem(spec: KernelSpec, acf: acf_file.Acf) -> str:
     shown = ", ".join(f"{k} = {v!r}" for k, v in chosen.items()) or "no tuned macro"
     return (f"{acf.path}: its controls ({shown}) {broken}, a restriction of the kernel's tune.toml: not a valid "
             "configuration of the kernel; re-tune it")
+
+
+def flags_problem(acf: acf_file.Acf) -> str:
+    """Why `flags` may not print the ACF's flags ("" when it may): its tuned macros held to the
+    kernel's tune.toml as it is now (`tuned_problems`, `restriction_problem`), as the gate holds
+    them. A value tune.toml does not offer, or a configuration its restrictions refuse, was never
+    tuned (an edited ACF, or tune.toml changed since): the build would get settings no evidence is
+    for. An ACF whose kernel is not beside it (a build folder holding the ACF alone) is printed as
+    it validates: there is no tune.toml to hold it to."""
+    from compileiq.source.kernel import load_spec
+
+    source = Path(acf.source_from_here())
+    if not any(k.startswith("define.") for k in acf.controls) or not source.is_file():
+        return ""
+    spec = load_spec(source, arch=acf.arch)
+    if problems := tuned_problems(spec, acf):
+        shown = "; ".join(f"{recorded} ({offered})" for recorded, offered in problems)
+        return (f"{acf.path}: its tuned macros are not its kernel's tune.toml's ({shown}): not "
+                "printed, no tuning chose them; re-tune the kernel, or restore the ACF that tune wrote")
+    return restriction_problem(spec, acf)

@@ -66,8 +66,7 @@ def compare(store: Store, first: str, second: str) -> Comparison:
         raise UsageError(f"--compare takes two different studies; both name {a.study.name}")
     ka, kb = asdict(a.study.key), asdict(b.study.key)
     keys = tuple((key_label(f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
-    chosen_a = changed_settings(a.chosen, a.baseline) if a.chosen else {}
-    chosen_b = changed_settings(b.chosen, b.baseline) if b.chosen else {}
+    chosen_a, chosen_b = (_chosen(e) for e in (a, b))
     settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
     built_a, built_b = (_Built.of(e, same_flags=ka["source_sha256"] == kb["source_sha256"]) for e in (a, b))
@@ -109,6 +108,25 @@ def _baseline_changes(a: Explanation, b: Explanation, built_a: _Built,
         rows += [(f"baseline {n}", ca.get(n, "-"), cb.get(n, "-")) for n in sorted(set(ca) | set(cb))
                  if ca.get(n) != cb.get(n)]
     return tuple(rows)
+
+
+def _chosen(e: Explanation) -> dict[str, Any]:
+    """The settings a study's choice sets that its baseline does not, and its tuned macros: a macro
+    is chosen even where the choice keeps the baseline's value (the ACF and `flags` give it)."""
+    if e.chosen is None:
+        return {}
+    macros = {n: v for n, v in e.chosen.config.items() if n.startswith("define.")}
+    return macros | changed_settings(e.chosen, e.baseline)
+
+
+def kept_note(c: Comparison) -> str:
+    """What each study's choice keeps of its baseline (all of it where the table is empty) and what
+    that baseline is, in the words of the ACF's vs_defaults.against (`Explanation.against`), never "defaults" for a build
+    that ships its own flags."""
+    which = "Both choices keep their baseline" if not c.setting_changes else "Settings not listed keep each baseline's value"
+    if c.a.against == c.b.against:
+        return f"{which}: {c.a.against}."
+    return f"{which}: A {c.a.against}; B {c.b.against}."
 
 
 def _kept(e: Explanation, setting: str) -> str:
@@ -215,7 +233,7 @@ def html_page(c: Comparison) -> str:
     differ = (*c.key_changes, *c.baseline_changes)
     keys = html_table(("key", "A", "B"), differ) if differ else html_note("the study keys are equal")
     settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
-                else html_note("both chose the compiler defaults"))
+                else "") + html_note(kept_note(c))
     note = html_note(kinds_note(c)) + ("" if c.same_objective else
                                        html_note("different objectives: the values are not comparable"))
     holds = html_table(HOLDS_HEADER, _holds_rows(c))
@@ -233,7 +251,8 @@ def markdown(c: Comparison) -> str:
     lines += md_table(("key", "A", "B"), differ) if differ else ["The study keys are equal."]
     lines += ["", f"## {VALUES_TITLE}", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
               md_text(kinds_note(c)), "", "## Chosen settings", ""]
-    lines += md_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes else ["Defaults."]
+    lines += [*md_table(("setting", "A chose", "B chose"), c.setting_changes), ""] if c.setting_changes else []
+    lines.append(md_text(kept_note(c)))
     lines += ["", "## Does each choice still hold in the other study?", "",
               *md_table(HOLDS_HEADER, _holds_rows(c))]
     return "\n".join(lines) + "\n"

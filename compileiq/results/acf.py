@@ -39,6 +39,7 @@ from compileiq.source.base_flags import (
     ptxas_cap_args,
 )
 from compileiq.source.launch import ExpressionError, evaluate
+from compileiq.source.shipped import arch_args
 from compileiq.source.spec import ShippedBuild
 
 FORMAT_VERSION = 1
@@ -76,14 +77,23 @@ class Acf:
               absolute: bool = False) -> tuple[str, ...]:
         """The tuned settings for a build; ``with_base`` adds what a rebuild needs besides them,
         its include folders as paths from the current folder (``absolute``: from the root)."""
-        arch = (f"-arch={self.arch}",) if with_arch else ()
+        arch = self.arch_args() if with_arch else ()
         base = self.base_args(absolute) if with_base else ()
         if stage == "ptxas":  # ptxas needs the arch too: its default is older than any PTX target here
             compile_only = ("--compile-only",) if with_base and self.base.relocatable else ()
-            return compile_only + arch + self.ptxas_args + (ptxas_cap_args(self.base.flags) if with_base else ())
+            return compile_only + (f"-arch={self.arch}",) * with_arch + self.ptxas_args + (ptxas_cap_args(self.base.flags) if with_base else ())
         if stage == "frontend":
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv
+
+    def arch_args(self) -> tuple[str, ...]:
+        """How a build targets the arch: as the shipped command's own flag for it builds it (its
+        `-gencode arch=compute_80,code=sm_80` makes machine code alone: `-arch=compute_80
+        -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
+        for fixed in self.shipped.fixed if self.shipped is not None else ():
+            if fixed.applied and (found := arch_args(fixed.flag, self.arch)):
+                return found
+        return (f"-arch={self.arch}",)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder (an ACF records it relative to its

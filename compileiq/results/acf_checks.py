@@ -275,6 +275,8 @@ def _fixed(where: str, entry: Any, flags: list[str]) -> FixedFlag:
             or not _text(entry.get("why"), 200)):
         raise AcfError(f"{where} must give a flag (one of baseline.shipped_flags), applied (true or false) and why")
     flag = str(entry["flag"])
+    if entry["applied"] and arch_flag_archs(flag):  # the command's flag for the arch tuned: `check_arch`
+        return FixedFlag(flag, True, str(entry["why"]))
     if entry["applied"]:  # an applied flag reached nvcc: it must be an allow-listed base flag
         try:
             parse_base_flags(shlex.split(flag), where)
@@ -309,6 +311,9 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
         if archs and not fixed.applied and set(archs) == {arch}:
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
                            f"out for building another arch (edited by hand?)")
+        if archs and fixed.applied and set(archs) != {arch}:
+            raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r}, which "
+                           f"builds for {', '.join(archs)}, as applied (edited by hand?)")
 
 
 def measuring(path: Path, kernel: dict[str, Any]) -> tuple[str | None, str | None]:

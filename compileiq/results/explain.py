@@ -99,13 +99,20 @@ class Explanation:
         return self._refuse(trial)
 
     @cached_property
-    def _refuse(self) -> eligibility.Refusal:
-        """The study's rules, their refusals naming the baseline as `baseline_label` does (a build
-        with settings of its own is the project's, not the compiler defaults)."""
-        origin = shipped_origin.recorded_origin(self.runs)  # the run's word: a build of fixed flags alone is one too
+    def against(self) -> str:
+        """What the baseline is, in `eligibility.against`'s words (the ACF's vs_defaults.against):
+        the compiler defaults, or the project's build as shipped (a build with settings of its own
+        is the project's, as `baseline_label` says; the run's word names its database, and a build
+        of fixed flags alone is one too)."""
+        origin = shipped_origin.recorded_origin(self.runs)
         shipped = origin is not None or (self.baseline is not None and bool(_shipped_values(self.study, self.baseline)))
+        return eligibility.against(ShippedBuild(origin) if origin else shipped)
+
+    @cached_property
+    def _refuse(self) -> eligibility.Refusal:
+        """The study's rules, their refusals naming the baseline as `against` does."""
         return eligibility.study_refusal(self.baseline, self.study.key.objective, self.study.key.evaluator == "static",
-                                         eligibility.against(ShippedBuild(origin) if origin else shipped))
+                                         self.against)
 
     def ranked(self) -> list[Trial]:
         """The complete trials as every view lists them: the chosen one first, then those that may

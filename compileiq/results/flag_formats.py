@@ -16,6 +16,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD
 from compileiq.results.acf import Acf, AcfError
+from compileiq.source.shipped import arch_flag_archs
 
 FORMATS = ("args", "optf", "cmake", "bazel", "json")
 STAGES = ("all", "frontend", "ptxas")
@@ -122,10 +123,23 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     arch = cuda_architectures(acf.arch)
     note = removal_note(acf)
     return (("# compileiq: " + note + "\n") if note else "") + (
-        f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: build it with CUDA_ARCHITECTURES {arch}\n"
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
+
+
+def checked_on(acf: Acf, setting: str) -> str:
+    """Which arch the flags were tuned and checked on, for a build file's comment: never an order to
+    build for that arch alone where the shipped build has others (narrowing CUDA_ARCHITECTURES to
+    it would drop them from the product); `setting` is the build system's way to name the arch."""
+    others = [a for f in (acf.shipped.fixed if acf.shipped is not None else ()) if not f.applied
+              for a in arch_flag_archs(f.flag) or () if a != acf.arch]
+    if not others:
+        return f"tuned and checked on {acf.arch} only: {setting}"
+    left = ", ".join(dict.fromkeys(others))
+    return (f"tuned and checked on {acf.arch} only: your build's other archs ({left}) get these flags unchecked; "
+            f"keep them in the build (compileiq tune --arch {others[0]} checks {others[0]})")
 
 
 def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
@@ -144,8 +158,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
     return (
-        f"# compileiq: kernel {json.dumps(acf.kernel)}, tuned for {acf.arch}: "
-        f"build it with --@rules_cuda//cuda:archs={acf.arch}\n"
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
     )

@@ -32,6 +32,8 @@ _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD"
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
 _FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; {flag} hands it to the host "
               "compiler): not applied, as -Xcompiler's are not")
+_FORWARDS = ("nvcc hands the options it does not know to the host compiler, each then set aside as a host option: "
+             "device code is unchanged")
 _HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
@@ -173,14 +175,17 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
     kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), where)
-    arch = next((found for given, archs in arch_flags if archs and (found := shipped.arch_of(given))), None)
+    # a multi-arch command is tuned for its newest arch (--arch names another), in whatever order it lists them
+    arch = shipped.newest(found for given, archs in arch_flags if archs and (found := shipped.arch_of(given)))
     try:
         settings, fixed = _shipped(stripped, space, where)
     except shipped.ShippedFlagError as error:
         raise CompileDbError(str(error)) from None
-    applied = [FixedFlag(flag, True, "allow-listed base flag: applied to every build") for flag in kept
-               if not flag.startswith(("-I", "-D", "-U"))]
-    build = ShippedBuild(database.name, settings, (*applied, *fixed), path=str(database.resolve()))
+    # every token of the command is accounted for: its -D/-U/-I are base flags too (an ACF reads a
+    # fixed flag back with shlex, so a folder with a space is quoted)
+    applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build") for flag in kept]
+    forward = [FixedFlag(a, False, _FORWARDS) for a in dict.fromkeys(args) if a in nvcc_argv.FORWARD_UNKNOWN]
+    build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()))
     return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build,
                           tuple(arch_flags))
 

@@ -166,13 +166,47 @@ def arch_flag_archs(given: str) -> tuple[str, ...] | None:
 
 def arch_of(value: str) -> str | None:
     """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ...: the
-    first machine code a code= list names (code=[sm_90,sm_80] is tuned for sm_90, the first arch
-    as the docs and the note say), else the last arch named."""
+    newest machine code a code= list names (code=[sm_80,sm_90] is tuned for sm_90), else the last
+    arch named."""
     code = _CODE_LIST.search(value)
     if code is not None and (machine := _MACHINE_CODE.findall(code[1])):
-        return f"sm_{machine[0]}"
+        return newest(f"sm_{m}" for m in machine)
     found = _ARCH_IN_CODE.findall(value)
     return f"sm_{found[-1]}" if found else None
+
+
+def newest(archs: Iterable[str]) -> str | None:
+    """The newest of some sm_XY archs (sm_90 over sm_75 whatever their order; CMake lists
+    CUDA_ARCHITECTURES oldest first): the one a multi-arch build is tuned for, the one its newest
+    GPUs run. None for none."""
+    def key(arch: str) -> tuple[int, str]:
+        number = re.match(r"sm_(\d+)(.*)", arch)
+        return (int(number[1]), number[2]) if number else (-1, arch)
+
+    return max(archs, key=key, default=None)
+
+
+_GENCODE = re.compile(r"(?:-gencode|--generate-code)[= ]arch=compute_(\d+[a-z]?),code=\[?((?:sm|compute)_\d+[a-z]?"
+                      r"(?:,(?:sm|compute)_\d+[a-z]?)*)\]?")
+TUNED_ARCH = "builds for the arch tuned"  # how [baseline] says so of the command's flag for it (`other_archs`)
+
+
+def arch_args(given: str, arch: str) -> tuple[str, ...] | None:
+    """The nvcc arguments that build `arch` as a shipped -gencode/--generate-code flag for it alone
+    does (`arch=compute_80,code=sm_80`: machine code only, no PTX), in plain words
+    (`-arch=compute_80 -code=sm_80`: no bracket or space for a shell to read); None when -arch=`arch`
+    builds it alike (code=[compute_90,sm_90]) or the flag is not one such flag. Rendered from
+    the numbers it names, never echoed: the text comes from an untrusted ACF."""
+    found = _GENCODE.fullmatch(given.strip())
+    number = arch.removeprefix("sm_")
+    if found is None or found[1] != number:
+        return None
+    codes = tuple(dict.fromkeys(found[2].split(",")))
+    if not set(codes) <= {f"sm_{number}", f"compute_{number}"} or f"sm_{number}" not in codes:
+        return None  # another arch's code, or PTX alone (no machine code for the arch tuned)
+    if set(codes) == {f"sm_{number}", f"compute_{number}"}:
+        return None
+    return (f"-arch=compute_{number}", f"-code={','.join(codes)}")
 
 
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
@@ -190,6 +224,9 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
         elif others:
             fixed.append(FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen "
                                    f"on {tuned} alone; --arch {others[0]} tunes for {others[0]}"))
+        elif archs == (tuned,):  # the command's own flag for the arch tuned: `flags` builds it alike
+            form = " ".join(arch_args(given, tuned) or (f"-arch={tuned}",))
+            fixed.append(FixedFlag(given, True, f"{TUNED_ARCH}: flags gives it as {form}"))
     if build is None or not fixed:
         return build
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))

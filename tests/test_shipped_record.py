@@ -1,0 +1,124 @@
+"""What the views say of a build as shipped (user 49): a baseline that is the project's own build is
+never called "compiler defaults", and the ACF accounts for every token of the shipped command."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from tests.helpers import LOOP_KERNEL, run_cli
+
+CMAKE_COMMAND = ("nvcc -forward-unknown-to-host-compiler -O3 -DNDEBUG -arch=sm_90 -maxrregcount=64 -lineinfo "
+                 "-x cu -c k.cu -o k.o")
+
+
+def _project(tmp_path: Path, command: str) -> None:
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+
+
+def _tune(tmp_path: Path, out: str, *args: str) -> str:
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--budget", "3", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", str(tmp_path / out), *args],
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    return done.stdout + done.stderr
+
+
+def test_a_choice_that_keeps_the_shipped_build_is_not_called_the_compiler_defaults(tmp_path: Path) -> None:
+    """user49 F4: tune printed "best flags: (compiler defaults)" and `report --compare` "Defaults." for
+    studies whose baseline is the shipped build (-maxrregcount, -lineinfo, -DNDEBUG): both now say
+    what the ACF's vs_defaults.against says."""
+    _project(tmp_path, CMAKE_COMMAND)
+    first = _tune(tmp_path, "a.acf.toml")
+    against = tomllib.loads((tmp_path / "a.acf.toml").read_text())["evidence"]["vs_defaults"]["against"]
+    assert against == "your build as shipped (compile_commands.json)"
+    assert f"best flags: ({against})" in first and "(compiler defaults)" not in first, first
+    _project(tmp_path, CMAKE_COMMAND.replace("-maxrregcount=64", "-maxrregcount=128"))  # another shipped build
+    _tune(tmp_path, "b.acf.toml")
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    names = [tomllib.loads((tmp_path / f"{x}.acf.toml").read_text())["provenance"]["study"] for x in "ab"]
+    assert names[0] != names[1]
+    for fmt in ("md", "html"):
+        page = run_cli(["report", "--compare", *names, "--db", db, "--format", fmt, "-o", f"c.{fmt}"], cwd=tmp_path)
+        text = (tmp_path / f"c.{fmt}").read_text()
+        assert page.returncode == 0, page.describe()
+        assert f"Both choices keep their baseline: {against}." in text, text
+        assert "Defaults." not in text and "both chose the compiler defaults" not in text
+
+
+def test_every_token_of_the_shipped_command_is_recorded_applied_or_not(tmp_path: Path) -> None:
+    """user49 F8: for CMake's `-forward-unknown-to-host-compiler -O3 -DNDEBUG ...`, [baseline]
+    shipped_flags and the "fixed, applied to every build" line left out -DNDEBUG (in [base]
+    nvcc_flags and `flags --all` all the same), and -forward-unknown-to-host-compiler was listed
+    neither as applied nor as not applied."""
+    _project(tmp_path, CMAKE_COMMAND)
+    said = _tune(tmp_path, "k.acf.toml")
+    [applied] = [line for line in said.splitlines() if line.startswith("baseline: your build")]
+    assert applied.endswith("fixed, applied to every build: -DNDEBUG -maxrregcount=64 -lineinfo -arch=sm_90"), applied
+    [skipped] = [line for line in said.splitlines() if line.startswith("not applied: ")]
+    assert "-forward-unknown-to-host-compiler (nvcc hands the options it does not know to the host compiler" in skipped
+    document = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    table = document["baseline"]
+    assert set(table["shipped_flags"]) == {"-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-arch=sm_90",
+                                           "-maxrregcount=64", "-lineinfo"}, table["shipped_flags"]
+    fixed = {f["flag"]: f["applied"] for f in table["fixed"]}
+    assert set(fixed) == set(table["shipped_flags"]) and not fixed["-forward-unknown-to-host-compiler"], fixed
+    assert all(fixed[f] for f in document["base"]["nvcc_flags"]), (fixed, document["base"])
+    every = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert every.returncode == 0 and "-DNDEBUG" in every.stdout.split(), every.describe()
+    assert "-forward-unknown-to-host-compiler" in every.stderr  # named as left out, as -O3 is
+
+
+def _fatbin_images(tmp_path: Path, args: list[str]) -> list[tuple[str, str]]:
+    """What nvcc puts in the fat binary for these arch arguments (nvcc --dryrun: elf, ptx per arch)."""
+    import re
+    import subprocess
+
+    dry = subprocess.run(["nvcc", "--dryrun", *args, "-c", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stderr
+    return sorted(set(re.findall(r"image3=kind=(\w+),sm=(\d+)", dry)))
+
+
+def test_flags_builds_the_arch_as_the_shipped_gencode_does(tmp_path: Path) -> None:
+    """user49 F9: a shipped `-gencode arch=compute_80,code=sm_80` (machine code only) came out of
+    `flags` as -arch=sm_80, which embeds compute_80 PTX as well. `flags` builds the arch tuned as
+    the shipped flag does, in plain words (no bracket or space for a shell)."""
+    import shlex
+
+    shipped = "-gencode arch=compute_80,code=sm_80"
+    _project(tmp_path, CMAKE_COMMAND.replace("-arch=sm_90", shipped))
+    _tune(tmp_path, "k.acf.toml")
+    assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["kernel"]["arch"] == "sm_80"
+    listed = run_cli(["flags", "k.acf.toml"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    words = listed.stdout.split()
+    assert words[:2] == ["-arch=compute_80", "-code=sm_80"] and "-arch=sm_80" not in words, listed.stdout
+    assert _fatbin_images(tmp_path, words[:2]) == _fatbin_images(tmp_path, shlex.split(shipped)) == [("elf", "80")]
+    ptxas = run_cli(["flags", "k.acf.toml", "--stage", "ptxas"], cwd=tmp_path)  # ptxas takes -arch=sm_XY
+    assert ptxas.returncode == 0 and ptxas.stdout.split()[:1] == ["-arch=sm_80"], ptxas.describe()
+    # the same with PTX as well (CMake's code=[compute_90,sm_90]) is -arch=sm_90 itself
+    _project(tmp_path, CMAKE_COMMAND.replace("-arch=sm_90", "--generate-code=arch=compute_90,code=[compute_90,sm_90]"))
+    _tune(tmp_path, "both.acf.toml")
+    both = run_cli(["flags", "both.acf.toml"], cwd=tmp_path)
+    assert both.returncode == 0 and both.stdout.split()[:1] == ["-arch=sm_90"], both.describe()
+    # [baseline] is untrusted: an applied arch flag for another arch is refused, and a flag's text is
+    # never echoed into the build (the arch arguments are rendered from the numbers it names)
+    import tomli_w
+
+    document = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    for flag, verdict in (("-gencode arch=compute_75,code=sm_75", "builds for sm_75, as applied"),
+                          ("-gencode arch=compute_80,code=sm_80;touch${IFS}x", "")):
+        edited = json.loads(json.dumps(document))
+        for entry in edited["baseline"]["fixed"]:
+            entry["flag"] = flag if entry["flag"] == shipped else entry["flag"]
+        edited["baseline"]["shipped_flags"] = [flag if f == shipped else f for f in edited["baseline"]["shipped_flags"]]
+        (tmp_path / "edited.acf.toml").write_text(tomli_w.dumps(edited))
+        printed = run_cli(["flags", "edited.acf.toml"], cwd=tmp_path)
+        if verdict:
+            assert printed.returncode == 2 and verdict in printed.stderr, printed.describe()
+        else:
+            assert printed.returncode == 0 and printed.stdout.split()[:1] == ["-arch=sm_80"], printed.describe()
+            assert "touch" not in printed.output, printed.describe()
