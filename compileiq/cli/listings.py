@@ -23,6 +23,7 @@ from compileiq.core.records import (
     Study,
     StudySummary,
     Trial,
+    TrialCounts,
     TrialState,
     first_line,
 )
@@ -39,7 +40,7 @@ def summary_json(summary: StudySummary) -> dict[str, Any]:
     best_is = "the chosen trial" if number is not None else f"the lowest value, which the rules may refuse: {_unchosen(summary)}"
     return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is,
                                                                           "baseline": _baseline(summary),
-                                                                          "handed_back": summary.handed_back}
+                                                                          "to_retry": summary.to_retry}
 
 
 def _baseline(summary: StudySummary) -> str:
@@ -80,10 +81,10 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     ranked = complete[:top]
     failed = [t for t in trials if t.state is TrialState.FAILED and not t.to_retry]
     running = [t for t in trials if t.state is TrialState.RUNNING]
-    handed_back = [t for t in trials if t.to_retry]  # never compiled: not trials of their own (as the list counts)
+    counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
-    data = {"study": study_json(study, explanation.chosen, len(trials) - len(handed_back)),
-            "objective": objective_json(objective), "handed_back": len(handed_back),
+    data = {"study": study_json(study, explanation.chosen, counts.trials),
+            "objective": objective_json(objective), "to_retry": counts.to_retry,
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
@@ -107,9 +108,9 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         workers = sorted({safe(t.worker or "unknown") for t in running})
         out.print(f"{len(running)} trial(s) running, claimed by {', '.join(workers)} (a tuner that is gone leaves "
                   "them: the next run on this study retries them)", markup=False)
-    if handed_back:
-        out.print(f"{len(handed_back)} trial(s) handed back by a run that stopped early, never compiled (the next "
-                  "run on this study builds them; not counted as trials)", markup=False)
+    if counts.to_retry:  # handed back by a run that stopped, or a compiler timeout reopened: no marker tells which
+        out.print(f"{counts.to_retry} trial(s) to retry (the next run on this study tries them again; not counted as "
+                  "trials or failures)", markup=False)
     if nodes := trials_per_node(trials):
         out.print(node_spread(nodes), markup=False)
     if len(gpus := trials_per_node(trials, MEASURED_ON_KEY)) > 1:
@@ -136,8 +137,8 @@ def studies_table(summaries: list[StudySummary]) -> Table:
 
 
 def _trials_cell(summary: StudySummary) -> str:
-    """The study's trials; rows a stopped run handed back, never compiled, beside them, not among them."""
-    return f"{summary.trials} (+{summary.handed_back} handed back)" if summary.handed_back else str(summary.trials)
+    """The study's trials; the rows to retry beside them, not among them (`TrialCounts`)."""
+    return f"{summary.trials} (+{summary.to_retry} to retry)" if summary.to_retry else str(summary.trials)
 
 
 def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:

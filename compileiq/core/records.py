@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -62,7 +63,7 @@ class StudySummary:
     named_value: float | None = None
     named: Trial | None = None  # that trial's row as a usable trial (None: none, or damaged)
     baseline: Trial | None = None  # the study's first usable row, which the choice is held against
-    handed_back: int = 0  # rows a run that stopped early handed back, never compiled (not in `trials`)
+    to_retry: int = 0  # rows the next run tries again (`Trial.to_retry`; not in `trials`)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,35 @@ class Trial:
     def to_retry(self) -> bool:
         """FAILED for a reason that was not the variant's (its tuner stopped or went silent): claimed again."""
         return self.state is TrialState.FAILED and self.retryable
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """What every view (`show`, its list, --json, the reports) counts as a study's trials: every
+    row but those to retry (`Trial.to_retry`: handed back by a run that stopped or went silent, or
+    a compiler timeout reopened; the next run records their outcome on the same row), which are
+    named beside the count, neither trials nor failures of their own."""
+
+    trials: int
+    complete: int
+    failed: int  # failed for good
+    to_retry: int
+
+    @classmethod
+    def of(cls, trials: Sequence[Trial]) -> TrialCounts:
+        return cls(sum(counted(t) for t in trials), sum(t.state is TrialState.COMPLETE for t in trials),
+                   sum(t.state is TrialState.FAILED and counted(t) for t in trials),
+                   sum(t.to_retry for t in trials))
+
+    def text(self) -> str:
+        """"8 trials (8 complete, 0 failed; 3 to retry)"."""
+        retry = f"; {self.to_retry} to retry" if self.to_retry else ""
+        return f"{self.trials} trials ({self.complete} complete, {self.failed} failed{retry})"
+
+
+def counted(trial: Trial) -> bool:
+    """A trial of the study's, as every view counts them (`TrialCounts`)."""
+    return not trial.to_retry
 
 
 @dataclass(frozen=True)

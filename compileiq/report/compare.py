@@ -19,7 +19,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import key_label
 from compileiq.core.readings import exact, reading
-from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialState, first_line
+from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialCounts, TrialState, first_line
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
@@ -186,7 +186,7 @@ def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:
     for e in (c.a, c.b):
         objective = e.study.key.objective
         rows.append((e.study.name, objective_heading(objective), values_text(objective, e.baseline),
-                     values_text(objective, e.chosen), _gain(objective, e), len(e.trials)))
+                     values_text(objective, e.chosen), _gain(objective, e), TrialCounts.of(e.trials).trials))
     return rows
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compileiq.core.key_labels import key_label
-from compileiq.core.records import TrialState
+from compileiq.core.records import TrialCounts
 from compileiq.core.text import db_option, markdown_cell
 from compileiq.report.figures import (
     contributions_svg,
@@ -100,11 +100,8 @@ def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]
 
 
 def trials_count(report: StudyReport) -> str:
-    """What the study's trials are: how many, how many complete, how many failed."""
-    trials = report.explanation.trials
-    failed = sum(t.state is TrialState.FAILED for t in trials)
-    complete = sum(t.state is TrialState.COMPLETE for t in trials)
-    return f"{len(trials)} trials ({complete} complete, {failed} failed)"
+    """What the study's trials are: how many, how many complete, how many failed (`TrialCounts`, as `show`)."""
+    return TrialCounts.of(report.explanation.trials).text()
 
 
 def md_text(value: Any) -> str:

@@ -18,7 +18,15 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import SOURCE_BUNDLE, key_label
 from compileiq.core.readings import Reading, gain_text, reading
-from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState, first_line
+from compileiq.core.records import (
+    RUNTIME_KIND,
+    STATIC_KIND,
+    Trial,
+    TrialCounts,
+    TrialState,
+    counted,
+    first_line,
+)
 from compileiq.core.static_score import StaticMetrics
 from compileiq.report.figures import (
     contributions_svg,
@@ -148,7 +156,7 @@ def build(store: Store, study: str, pareto: str | None = None, pick: str | None 
 def failure_groups(trials: Sequence[Trial]) -> tuple[FailureGroup, ...]:
     groups: dict[str, list[Trial]] = {}
     for trial in trials:
-        if trial.state is TrialState.FAILED:
+        if trial.state is TrialState.FAILED and counted(trial):  # rows to retry are no failure (`TrialCounts`)
             groups.setdefault(first_line(trial.reason, 200), []).append(trial)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return tuple(FailureGroup(reason, tuple(t.number for t in group), (group[0].reason or "")[:REASON_CHARS],
@@ -169,7 +177,7 @@ def _summary(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
     lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
-             ("trials", f"{len(e.trials)} ({sum(t.state is TrialState.FAILED for t in e.trials)} failed)")]
+             ("trials", TrialCounts.of(e.trials).text())]
     if e.baseline is not None and e.chosen is not None:
         lines += [(baseline_label(e.study, e.baseline, recorded_origin(e.runs)), report.value_text(e.baseline)),
                   (f"chosen (trial #{e.chosen.number})", report.value_text(e.chosen)), ("chosen by", e.decided_by)]
@@ -337,7 +345,7 @@ def _trials(report: StudyReport) -> str:
         changed = changes_text(t, e.baseline)
         complete = t.state is TrialState.COMPLETE
         values = report.shown_values(t) if complete else (None,) * len(report.objectives)
-        status = e.described(t) if complete else t.state.value
+        status = e.described(t) if complete else t.state.value if counted(t) else "to retry"
         rows.append((t.number, status, *values, *(t.metrics.get(k) for k in keys), changed))
     table = html_table(("#", "status", *report.value_labels, *keys, "settings that differ from the baseline"), rows,
                    "sortable")

@@ -23,7 +23,7 @@ class Point:
 def best_so_far(trials: Sequence[Trial]) -> list[Point]:
     points, best = [], None
     for trial in sorted(trials, key=lambda t: t.number):
-        if trial.state is TrialState.RUNNING:
+        if not trial.final:  # running, or to retry: no outcome of its own yet (`TrialCounts`)
             continue
         value = trial.value if trial.state is TrialState.COMPLETE else None
         if value is not None and (best is None or value < best):

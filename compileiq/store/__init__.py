@@ -62,6 +62,7 @@ from compileiq.store.schema import (
     final_failure,
     runs,
     studies,
+    to_retry,
     trials_table,
     with_space,
 )
@@ -145,20 +146,19 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
             .group_by(t.study_id)
             .subquery()
         )  # fmt: skip  (study_id, state, value) is one index: the trial rows themselves are not read
-        # rows a run that stopped early handed back (FAILED, retryable; compiled by the next run):
-        # never trials of their own, so not counted as such (a Ctrl-C'd run listed "9" for 1 built);
-        # only failed rows are read for it
-        handed = (
-            sa.select(t.study_id, sa.func.count().label("handed_back"))
-            .where(t.state == TrialState.FAILED.value, t.retryable.is_(True))
+        # rows to retry (`TrialCounts`: handed back, or reopened): named beside the count, not counted
+        # as trials (a Ctrl-C'd run listed "9" for 1 built); only failed rows are read for it
+        retry = (
+            sa.select(t.study_id, sa.func.count().label("to_retry"))
+            .where(to_retry(t))
             .group_by(t.study_id)
             .subquery()
         )  # fmt: skip
         query = (
             sa.select(studies, sa.func.coalesce(per_study.c.trial_count, 0).label("trial_count"), per_study.c.best_value,
-                      sa.func.coalesce(handed.c.handed_back, 0).label("handed_back"))
+                      sa.func.coalesce(retry.c.to_retry, 0).label("to_retry"))
             .select_from(studies.outerjoin(per_study, per_study.c.study_id == studies.c.id)
-                         .outerjoin(handed, handed.c.study_id == studies.c.id))
+                         .outerjoin(retry, retry.c.study_id == studies.c.id))
             .order_by(studies.c.id)
         )  # fmt: skip
         decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
@@ -171,12 +171,12 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         for row in rows:
             try:
                 named, baseline = cited.get(row["id"], (None, None))
-                returned = int(row["handed_back"])
+                returned = int(row["to_retry"])
                 found.append(StudySummary(study_record(row), int(row["trial_count"]) - returned,
                                           _finite_or_none(row["best_value"]),
                                           decisions.get(row["id"]), named.state if named else None,
                                           named.value if named else None,
-                                          named, baseline, handed_back=returned))
+                                          named, baseline, to_retry=returned))
             except StoreError as error:
                 self._skip(("study", row["id"]), f"study {row['id']}", str(error))
         return found

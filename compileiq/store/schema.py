@@ -129,6 +129,11 @@ def _next_free(study_id: int, count: int) -> sa.ColumnElement[Any]:
     return sa.case((sa.and_(n >= 0, n <= last, n > highest), n), else_=highest + 1)
 
 
+def to_retry(t: Any) -> sa.ColumnElement[bool]:
+    """`Trial.to_retry` in SQL: a row the next run tries again, not counted as a trial (`TrialCounts`)."""
+    return sa.and_(t.state == TrialState.FAILED.value, t.retryable.is_(True))
+
+
 def final_failure(t: Any) -> sa.ColumnElement[bool]:
     """A FAILED trial that will not be retried."""
     return sa.and_(t.state == TrialState.FAILED.value, t.retryable.is_(False))
