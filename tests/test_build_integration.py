@@ -128,7 +128,7 @@ def test_cmake_build_with_compileiq_apply_reproduces_the_acf_evidence(tuned: Tun
         "include(compileiq-flags.cmake)\n")
     cmake = cmake_command()
     configured = _run([cmake, "-S", ".", "-B", "build", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], project)
-    assert "compileiq: by_target: flags of spill_heavy.acf.toml (sm_90)" in configured.stdout
+    assert "compileiq: by_target: flags of spill_heavy.acf.toml (sm_90" in configured.stdout
 
     def built(target: str) -> PtxasFacts:
         done = _run([cmake, "--build", "build", "--target", target, "--verbose"], project)
@@ -347,6 +347,35 @@ def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf:
                           cwd=made_acf.parent, env=clean_env(), capture_output=True, text=True, check=False)
     assert done.returncode != 0
     assert "compileiq_apply(k.acf.toml): error:" in done.stderr and "-Xcompiler=-fPIC" in done.stderr
+
+
+@pytest.mark.parametrize(("archs", "after", "says"), [
+    ("75 90", "75;90", "tuned and checked on sm_90 only; CUDA_ARCHITECTURES 75;90 kept"),
+    ("90-real", "90-real", "(sm_90)"),
+    ("all-major", "all-major", "tuned and checked on sm_90 only; CUDA_ARCHITECTURES all-major kept"),
+    ("75", "90", "CUDA_ARCHITECTURES 75 replaced by 90, the arch the ACF was tuned for"),
+])
+def test_compileiq_apply_keeps_a_targets_other_archs(tmp_path: Path, archs: str, after: str, says: str) -> None:
+    """A user's CMake target built for 75 and 90: `compileiq_apply(TARGET ...)` set its
+    CUDA_ARCHITECTURES to the ACF's 90 alone, dropping sm_75 from the product. A target that builds
+    the ACF's arch keeps its others (configure says they get the flags unchecked); one that does not
+    is set to it, and configure names what it replaced."""
+    space = load_space("13.0")
+    config = space.default_config().with_values({"ptxas.maxrregcount": 64})
+    content = acf.AcfContent(kernel="k", source_name="k.cu", source_path="k.cu", source_sha256="ab" * 32, arch="sm_90",
+                             nvcc_version="13.0", ptxas_version="13.0", toolchain_build="cuda_13.0", space=space,
+                             config=config, fixed_defines=(), objective={"name": "spills"},
+                             evidence={"best": {"spill_bytes": 0, "registers": 64}}, provenance={})
+    acf.write(tmp_path / "k.acf.toml", content)
+    (tmp_path / "k.cu").write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(demo LANGUAGES CUDA)\n"
+        f'find_package(compileiq CONFIG REQUIRED PATHS "{flag_formats.cmake_dir()}" NO_DEFAULT_PATH)\n'
+        f"add_library(t OBJECT k.cu)\nset_property(TARGET t PROPERTY CUDA_ARCHITECTURES {archs})\n"
+        "compileiq_apply(TARGET t ACF k.acf.toml)\n"
+        'get_property(_after TARGET t PROPERTY CUDA_ARCHITECTURES)\nmessage(STATUS "after: ${_after}")\n')
+    done = _run([cmake_command(), "-S", ".", "-B", "build", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], tmp_path)
+    assert f"-- after: {after}\n" in done.stdout and says in done.stdout, done.stdout
 
 
 def test_the_wheel_ships_the_cmake_package(tmp_path: Path) -> None:

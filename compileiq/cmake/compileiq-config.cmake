@@ -6,8 +6,10 @@
 #
 # The flags come from `compileiq flags ACF --format json` at configure time: compileiq validates
 # the ACF (only flags its search space can produce), so nothing of the file reaches a shell or is
-# evaluated as CMake code. TARGET also sets the target's CUDA_ARCHITECTURES to the ACF's arch;
-# with SOURCE, build the target for that architecture yourself. Editing the ACF re-runs configure.
+# evaluated as CMake code. TARGET keeps a target's CUDA_ARCHITECTURES that build the ACF's arch
+# among others (the flags reach every arch, checked on the ACF's alone: configure says so), and
+# sets it to the ACF's arch where they do not (configure names what it replaced); with SOURCE,
+# build the target for that architecture yourself. Editing the ACF re-runs configure.
 # COMPILEIQ_EXECUTABLE names the command (default: `compileiq` on PATH or in $VIRTUAL_ENV/bin).
 #
 # An ACF tuned from a compile command (--compile-commands) may name shipped flags its settings turn
@@ -65,11 +67,35 @@ function(compileiq_apply)
   endif()
 
   if(_ciq_TARGET)
-    set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_arch}")
+    # A target that builds the ACF's arch among others keeps them all (narrowing it would drop archs
+    # from the product); one that does not build it is set to it, and configure says what it replaced.
+    get_property(_archs TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES)
+    set(_builds_it FALSE)
+    set(_others FALSE)
+    foreach(_entry IN LISTS _archs)
+      string(REGEX REPLACE "-(real|virtual)$" "" _number "${_entry}")
+      if(_number STREQUAL _arch)
+        set(_builds_it TRUE)
+      elseif(_entry MATCHES "^(all|all-major|native)$")
+        set(_builds_it TRUE)
+        set(_others TRUE)
+      else()
+        set(_others TRUE)
+      endif()
+    endforeach()
+    set(_how "sm_${_arch}")
+    if(_builds_it AND _others)
+      set(_how "tuned and checked on sm_${_arch} only; CUDA_ARCHITECTURES ${_archs} kept: the others get these flags unchecked")
+    elseif(NOT _builds_it)
+      set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_arch}")
+      if(_archs)
+        set(_how "sm_${_arch}; CUDA_ARCHITECTURES ${_archs} replaced by ${_arch}, the arch the ACF was tuned for")
+      endif()
+    endif()
     foreach(_option IN LISTS _options)  # SHELL: keeps CMake from de-duplicating a target's options
       target_compile_options("${_ciq_TARGET}" PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:${_option}>")
     endforeach()
-    message(STATUS "compileiq: ${_ciq_TARGET}: flags of ${_ciq_ACF} (sm_${_arch})")
+    message(STATUS "compileiq: ${_ciq_TARGET}: flags of ${_ciq_ACF} (${_how})")
   else()
     # a source's COMPILE_OPTIONS are used as they are (no SHELL:, no de-duplication)
     set_property(SOURCE ${_ciq_SOURCE} APPEND PROPERTY COMPILE_OPTIONS ${_options})
