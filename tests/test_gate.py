@@ -590,3 +590,38 @@ def test_the_gate_markdown_renders_links_images_and_mentions_from_an_acf_as_text
             "\\*b\\* \\`c\\` opt_level \\_y\\_") in written, written
     quoted = next(line for line in written.splitlines() if line.startswith("Could not be checked"))
     assert not re.search(r"(?<!\\)[][`*]|@octocat", quoted), quoted  # nothing left live
+
+
+NOT_DATABASES = [
+    ('{"x":1}', "not a compilation database: expected a JSON list of objects"),
+    ('[{"directory": 5}]', "not a compilation database: an entry's \"directory\" or \"file\""),
+    ("not json", "not a compilation database: Expecting value"),
+]
+
+
+def test_gate_compile_commands_that_is_not_a_database_is_bad_input(tmp_path):
+    """review F2: an ACF tuned without a compile command, gated with --compile-commands naming a
+    file that is no compilation database, passed clean (read as "no command for this kernel").
+    The user named it: the ACF is a bad-input row with `space`'s one line; a database with no
+    entry for the kernel still gates the ACF as before."""
+    kernels = Path(__file__).resolve().parent.parent / "kernels" / "reduction"
+    (tmp_path / "r").mkdir()
+    shutil.copy(kernels / "reduction.cu", tmp_path / "r")
+    (tmp_path / "r" / "tune.toml").write_text((kernels / "tune.toml").read_text().replace(
+        '"../../compileiq/include"', json.dumps(str(kernels.parent.parent / "compileiq" / "include"))))
+    tuned = run_cli(["tune", "r/reduction.cu", "--budget", "2", "--workers", "local", "--db",
+                     f"sqlite:///{tmp_path}/t.db", "--out", "r/reduction.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    for text, says in NOT_DATABASES:
+        (tmp_path / "bad.json").write_text(text)
+        space = run_cli(["space", "r/reduction.cu", "--compile-commands", "bad.json"], cwd=tmp_path)
+        _one_line_usage_error(space, f"bad.json: {says}")
+        gated = _gate(tmp_path, "r/reduction.acf.toml", "--static", "--compile-commands", "bad.json")
+        assert gated.returncode == 2, gated.describe()
+        assert [line for line in gated.stderr_lines if line.startswith("error: ")] == space.stderr_lines, \
+            gated.describe()
+        assert "gate ERROR: 0/1 ACF(s) pass, 0 fail, 1 could not be checked (bad input)" in gated.output, \
+            gated.describe()
+    (tmp_path / "other.json").write_text(json.dumps([{"directory": ".", "file": "o.cu", "command": "nvcc -c o.cu"}]))
+    other = _gate(tmp_path, "r/reduction.acf.toml", "--static", "--compile-commands", "other.json")
+    assert other.returncode == 0 and "gate PASS: 1/1 ACF(s) pass" in other.output, other.describe()

@@ -109,8 +109,8 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
 def _untuned_from(target: Target, read: ShippedRead, recorded: str, retune: str) -> list[Hit]:
     """An ACF tuned without a compile command, gated with a database that has one for its kernel:
     its baseline (the compiler defaults) is not the build that ships."""
-    if read.command is None or read.shown is None:  # no command for this kernel (or none readable): it is not
-        return []  # built from that database
+    if read.command is None or read.shown is None:  # no command for this kernel (a database that is not one is
+        return []  # bad input, `locate`): it is not built from that database
     settings = read.command.shipped.settings if read.command.shipped is not None else ()
     ships = f"ships {' '.join(dict.fromkeys(s.flag for s in settings))}" if settings else "with its own flags"
     return [Hit(RULE, recorded, "compile command", f"the ACF was tuned without a compile command, but "

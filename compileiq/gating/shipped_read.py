@@ -21,11 +21,11 @@ from compileiq.core.records import first_line
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.results import acf as acf_file
-from compileiq.source.compile_db import CompileCommand, read_command
+from compileiq.source.compile_db import CompileCommand, NotADatabase, read_command
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.spec import KernelSpec
 
-Problem = Literal["not-regular", "gone", "unreadable"]
+Problem = Literal["not-regular", "gone", "not-a-database", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
         return ShippedRead(database, given, problem="gone", detail="is gone")
     try:
         command = read_command(shown, found, load_space(acf.nvcc_version))
+    except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
+        return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
     except UsageError as error:  # no command for the kernel, or not one compileiq reads
         return ShippedRead(database, given, problem="unreadable", detail=first_line(str(error)))
     try:

@@ -106,6 +106,12 @@ class CompileDbError(UsageError):
     tuned flags compileiq cannot reproduce."""
 
 
+class NotADatabase(CompileDbError):
+    """The file is not a compilation database compileiq reads (not JSON, not a list of entries,
+    an entry whose `directory` or `file` is not a string, not a regular file, gone): unlike a
+    database with no command for the file, it says nothing about the file."""
+
+
 @dataclass(frozen=True)
 class CompileCommand:
     """The parts of one file's compile command that tuning needs."""
@@ -139,18 +145,22 @@ def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCom
 def _entries(database: Path) -> list[dict[str, Any]]:
     path = database.expanduser()
     if kind := not_regular(path):  # never opened: a named pipe would block the reader
-        raise CompileDbError(f"{database}: it is {kind}, not a compilation database")
+        raise NotADatabase(f"{database}: it is {kind}, not a compilation database")
     try:
         if path.stat().st_size > MAX_DATABASE_BYTES:
-            raise CompileDbError(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
+            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CompileDbError(f"compilation database not found: {database}") from None
+        raise NotADatabase(f"compilation database not found: {database}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         reason = " ".join(str(error).split()) or type(error).__name__
-        raise CompileDbError(f"{database}: not a compilation database: {reason}") from None
+        raise NotADatabase(f"{database}: not a compilation database: {reason}") from None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
-        raise CompileDbError(f"{database}: not a compilation database: expected a JSON list of objects")
+        raise NotADatabase(f"{database}: not a compilation database: expected a JSON list of objects")
+    for entry in data:  # each entry names its file in its folder (clang's JSON Compilation Database)
+        if not isinstance(entry.get("file"), str) or not isinstance(entry.get("directory", "."), str):
+            raise NotADatabase(f"{database}: not a compilation database: an entry's \"directory\" or \"file\" "
+                               "is missing or not a string")
     return data
 
 
