@@ -625,3 +625,8 @@ def test_gate_compile_commands_that_is_not_a_database_is_bad_input(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps([{"directory": ".", "file": "o.cu", "command": "nvcc -c o.cu"}]))
     other = _gate(tmp_path, "r/reduction.acf.toml", "--static", "--compile-commands", "other.json")
     assert other.returncode == 0 and "gate PASS: 1/1 ACF(s) pass" in other.output, other.describe()
+    # a database with no entry for the kernel holds it to nothing: the gate said "held to the
+    # compile command for reduction.cu in other.json", which has none (a reviewer's note)
+    assert "held to the compile command" not in other.output, other.describe()
+    assert "other.json (--compile-commands) gave no usable compile command for reduction.cu" in other.output, \
+        other.describe()

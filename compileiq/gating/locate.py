@@ -90,6 +90,9 @@ def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSetti
     named = named_database(acf)
     if own.given and named is not None and path_from_here(str(named)) != database:  # the same command there is no finding
         why += f"; the ACF's [baseline] names {path_from_here(str(named))}"
+    if not own.command_read:  # no entry for the kernel there, or one compileiq cannot use
+        return ((f"{database} ({why}) gave no usable compile command for {found.name}: held to the kernel's "
+                 "tune.toml and the build the ACF records"),)
     notes = [f"held to the compile command for {found.name} in {database} ({why})"]
     if own.applied:
         notes.append(f"applied: the compile command in {database} builds the ACF's choice; its baseline is the "
