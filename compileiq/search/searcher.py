@@ -31,6 +31,7 @@ ENUMERATE_LIMIT = 16384  # spaces up to this size are scored whole by the acquis
 # on the 10,240-configuration convolution space: 31 ms median; a random pool of CANDIDATE_SAMPLES
 # left most of a restricted space's allowed configurations unscored at each ask)
 CANDIDATE_SAMPLES = 2048
+SPARSE = 16  # restrictions allowing under 1 in SPARSE: 9 draws of CANDIDATE_SAMPLES fill under half a pool
 RESTRICTED_DRAWS = 8  # more draws of CANDIDATE_SAMPLES while restrictions leave under half of them
 FAILURE_RANK = 1.5
 NEIGHBOUR_DISCOUNT = 0.1  # a batch's later picks: score of configs one setting from an earlier pick
@@ -265,16 +266,18 @@ class Searcher:
 
     def _candidates(self, skip: set[Row]) -> np.ndarray:
         """The pool a batch is chosen from: allowed, untried configurations (the whole space when
-        it is small, or every allowed one when few; else random ones: drawn from the allowed
-        macro combinations where those were enumerated, else from the whole space, a restricted
-        one drawing again to fill the pool)."""
+        it is small; else random ones from the whole space, a restricted one drawing again to fill
+        the pool; where the restrictions allow too few for that (under 1 in SPARSE) and their
+        macro combinations were enumerated, every allowed one when few, else drawn from them)."""
         encoding = self._encoding
         if self._space.size() <= ENUMERATE_LIMIT:
             return encoding.without(encoding.allowed(encoding.grid), skip)
-        if (allowed := encoding.allowed_count() if encoding.restricted else None) is not None:
+        allowed = encoding.allowed_count() if encoding.restricted else None
+        if allowed is not None and allowed * SPARSE < self._space.size():
             # the macro combinations the restrictions allow, enumerated: every allowed row when
             # few, else drawn from them (drawing from the whole product and rejecting kept none
-            # of 1 in 10**6, and the search stopped after the baseline)
+            # of 1 in 10**6, and the search stopped after the baseline). Denser restrictions keep
+            # the draws below, as the recorded landscapes were measured with them.
             if allowed <= ENUMERATE_LIMIT:
                 return encoding.without(encoding.allowed_grid(), skip)
             rows = encoding.allowed(self._projected(encoding.sample_allowed(self._rng, CANDIDATE_SAMPLES)))
