@@ -194,7 +194,9 @@ def _balanced_sum(name: str, count: int) -> str:
 def test_macros_that_fan_out_are_evaluated_in_well_under_a_second() -> None:
     """A = (B+B+... 230 times), B = (C+...), C = (D+...): read at every reference, 230**3 nodes hung
     flags, gate and tune (a forged ACF's restrictions, a tune.toml's launch facts). Each macro's
-    value is read once now."""
+    value is read once now. Read at every reference, the evaluator's step bound would refuse it
+    (`test_an_evaluation_that_visits_too_many_nodes_is_one_line`); the time bound is a backstop
+    wide enough for a loaded CI machine (0.04 s quiet; 0.5 s failed once beside other work)."""
     import time
 
     macros: dict[str, int | str] = {name: _balanced_sum(chr(ord(name) + 1), 230) for name in "ABCDEFG"}
@@ -203,7 +205,7 @@ def test_macros_that_fan_out_are_evaluated_in_well_under_a_second() -> None:
     started = time.monotonic()
     assert evaluate("A > 0", macros, condition=True) == 1
     assert evaluate("A", {**macros, "H": 0}) == 0
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 5
 
 
 def test_an_evaluation_that_visits_too_many_nodes_is_one_line() -> None:
