@@ -280,8 +280,15 @@ def _measuring(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
     driver.stdin.write(script)
     driver.stdin.close()
     assert _wait_until(noted.exists, 60), "the executable never ran"
+    # the guard starts just after the executable (it is told the executable's group): on a loaded
+    # machine the executable can write its note first, or the guard be forked but not yet exec'd
+    assert _wait_until(lambda: bool(_guards(driver.pid)), 60), "no guard beside the measuring process"
     _pid, folder = noted.read_text().split(maxsplit=1)
     return driver, Path(folder.strip()), scratch
+
+
+def _guards(pid: int) -> list[int]:
+    return [child for child, command in _children(pid) if " -I -S -c " in command]
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -322,9 +329,7 @@ def test_a_killed_measuring_process_leaves_no_scratch(tmp_path: Path) -> None:
 def test_the_next_start_removes_a_measuring_scratch_whose_guard_died_too(tmp_path: Path) -> None:
     driver, folder, scratch = _measuring(tmp_path)
     try:
-        guards = [pid for pid, command in _children(driver.pid) if " -I -S -c " in command]
-        assert guards, "no guard beside the measuring process"
-        for pid in guards:
+        for pid in _guards(driver.pid):
             os.kill(pid, signal.SIGKILL)
     finally:
         driver.kill()
