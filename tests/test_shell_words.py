@@ -146,3 +146,41 @@ def test_an_acf_whose_arguments_hold_shell_text_is_refused_by_flags_and_gate(
             line = _one_error_line(run_cli(args, tmp_path, env=env))
             assert "args.argv holds" in line and "contains '`'" in line, line
     assert not marker.exists()
+
+
+# A CI workspace's path holds '@' (Jenkins checks out a second concurrent build of `proj` into
+# `proj@2`): the shipped build's -I flag tuned and gated, but `flags --all` refused it as not one
+# plain word, and the measuring program's build (`build_executable`: `tune --objective time`,
+# `gate --device`) would have refused to run nvcc with it. '@' inside a name is a plain character
+# for a shell; '@' that starts a word (or follows a comma or '=') is a host compiler's @FILE.
+WORKSPACE_KERNEL = '#include "scale.h"\n__global__ void k(float* a) { a[threadIdx.x] *= SCALE; }\n'
+
+
+def test_an_include_path_in_a_ci_workspace_with_at_is_applied_in_every_flags_format(tmp_path: Path) -> None:
+    include = tmp_path / "workspace" / "proj@2" / "include"
+    include.mkdir(parents=True)
+    (include / "scale.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "k.cu").write_text(WORKSPACE_KERNEL)
+    flag = f"-I{include}"
+    (tmp_path / "compile_commands.json").write_text(
+        f'[{{"directory": "{tmp_path}", "file": "k.cu", '
+        f'"command": "nvcc -O3 {flag} -arch=sm_80 -c k.cu -o k.o"}}]')
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                     "--budget", "2", "--only", "ptxas.opt_level", "--db", f"sqlite:///{tmp_path}/t.db",
+                     "--out", "k.acf.toml"], tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    for fmt in ("args", "optf", "cmake", "bazel"):
+        shown = run_cli(["flags", "k.acf.toml", "--all", "--format", fmt], tmp_path)
+        assert shown.returncode == 0, (fmt, shown.describe())
+        assert "proj@2/include" in shown.stdout, (fmt, shown.stdout)
+    args = shlex.split(run_cli(["flags", "k.acf.toml", "--all"], tmp_path).stdout)
+    assert any(a.endswith("proj@2/include") and a.startswith("-I") for a in args), args
+    nvcc = find_toolchain().nvcc
+    made = emit_ptx(FrontendJob(nvcc, _bundle(WORKSPACE_KERNEL), "sm_90", (flag,), 120.0))
+    assert made.status is BuildStatus.OK, made  # the header is found through the path: nvcc ran with it
+
+
+@pytest.mark.parametrize("arg", ["@opts.txt", "-Xcompiler=-Wall,@opts.txt", "-Xcompiler=@opts.txt", "-I/x/@y"])
+def test_an_at_that_would_name_a_host_compilers_options_file_is_refused_before_nvcc_runs(arg: str) -> None:
+    made = emit_ptx(FrontendJob(find_toolchain().nvcc, _bundle(TINY_KERNEL), "sm_90", (arg,), 120.0))
+    assert made.status is BuildStatus.COMPILE_ERROR and "refused" in made.message and "'@'" in made.message, made

@@ -1,7 +1,10 @@
 """The plain-word rule for compiler options: nvcc runs its sub-tools (the host compiler, cicc,
 ptxas) through /bin/sh, and hands it every `-Xptxas` and `-Xcompiler` value, and options it
 forwards, unquoted (a value "32`touch x`" ran `touch`). An option that reaches nvcc, or that a
-user's shell reads from `compileiq flags`, is one plain word: letters, digits and ``_ . + = : / -``.
+user's shell reads from `compileiq flags`, is one plain word: letters, digits and ``_ . + = : / -``,
+and ``@`` after a letter, digit, ``_`` or ``.`` (a CI workspace such as Jenkins's ``proj@2`` is in
+include paths). ``@`` never starts a word or follows a comma or ``=``: a host compiler reads
+``@FILE`` as more options, and ``-Xcompiler=-Wall,@FILE`` would hand it one.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ import re
 
 from compileiq.core.defines import define_arg_problem
 
-PLAIN_WORD = re.compile(r"[A-Za-z0-9_.+=:/-]+")
-PLAIN_WORD_CHARS = "letters, digits and _ . + = : / -"
+PLAIN_WORD = re.compile(r"(?:[A-Za-z0-9_.+=:/-]|(?<=[A-Za-z0-9_.])@)+")
+_CHARS = "letters, digits and _ . + = : / -"
+_AT = ", and @ inside a name"
+PLAIN_WORD_CHARS = _CHARS + _AT
 # nvcc's own options may hold a list: `--diag-suppress=177,550`; a comma inside an -Xptxas value
 # would split it into two ptxas options, so option values handed on (ptxas's) never do
-_NVCC_WORD = re.compile(r"[A-Za-z0-9_.+=:/,-]+")
+_NVCC_WORD = re.compile(r"(?:[A-Za-z0-9_.+=:/,-]|(?<=[A-Za-z0-9_.])@)+")
 
 
 def word_problem(token: str, commas: bool = False) -> str | None:
@@ -24,8 +29,8 @@ def word_problem(token: str, commas: bool = False) -> str | None:
         return None
     if not token:
         return "it is empty"
-    bad = next(c for c in token if not pattern.fullmatch(c))
-    allowed = PLAIN_WORD_CHARS + (" ," if commas else "")
+    bad = next(c for i, c in enumerate(token) if not pattern.fullmatch((token[i - 1] if i else "") + c))
+    allowed = _CHARS + (" ," if commas else "") + _AT
     return f"it contains {bad!r}: a compiler option is one plain word ({allowed}), nothing a shell would read"
 
 

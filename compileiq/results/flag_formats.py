@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.words import PLAIN_WORD
+from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
 from compileiq.source.shipped import arch_flag_archs
 
@@ -192,8 +192,8 @@ def _package_includes(acf: Acf) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def _plain(acf: Acf, token: str) -> str:
     """A flag that needs no quoting anywhere: one word wherever a shell or a build file reads it."""
     if not _PLAIN_TOKEN.fullmatch(token):
-        raise AcfError(f"{acf.path}: flag {token!r} cannot be written as one plain word (only letters, digits and "
-                       "_ = . + : / - are; a shell would split, expand or read the rest): --format json lists it")
+        raise AcfError(f"{acf.path}: flag {token!r} cannot be written as one plain word (only {PLAIN_WORD_CHARS} "
+                       "are; a shell would split, expand or read the rest): --format json lists it")
     return token
 
 
