@@ -12,6 +12,7 @@ bounded number of nodes, so no expression can exhaust the machine.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -102,7 +103,10 @@ def parsed(text: str) -> ast.expr:
     return _parse(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(text: str) -> ast.expr:
+    """Parsed once per text (a restriction is evaluated for every combination `space` counts:
+    parsing it again each time was half of each check); the trees are only read, never changed."""
     if len(str(text)) > MAX_TEXT:
         raise ExpressionError(f"{str(text)[:40]!r}...: longer than {MAX_TEXT} characters")
     if (foreign := next((c for c in str(text) if not c.isascii()), None)) is not None:
