@@ -180,6 +180,29 @@ def test_a_damaged_sqlite_file_is_one_line_and_left_as_it_was(damaged_results: d
     assert not (tuned / "never.json").exists()
 
 
+@pytest.mark.parametrize("args", [["show"], ["db", "upgrade"], ["report", "scale", "-o", "never.html"],
+                                  TINY_TUNE], ids=["show", "upgrade", "report", "tune"])  # fmt: skip
+def test_a_version_table_with_two_revisions_is_one_line_and_changes_nothing(tuned: Path, tmp_path: Path,
+                                                                           args: list[str]) -> None:  # fmt: skip
+    """Two rows in alembic_version (a half-applied branch, a forged row): Alembic's own error was a
+    traceback from every command; the table and both revisions are named, nothing is written."""
+    db = tmp_path / "two-heads.db"
+    shutil.copy(tuned / "tuned.db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO alembic_version VALUES ('0009')")
+    conn.close()
+    url = f"sqlite:///{db}"
+    before = counts(url)
+    shutil.copy(tuned / "scale.cu", tmp_path / "scale.cu")
+    line = one_line_error(run_cli([*args, "--db", url], cwd=tmp_path), 1)
+    assert "alembic_version" in line and "'0008', '0009'" in line and str(db) in line
+    assert counts(url) == before
+    with sqlite3.connect(db) as conn:
+        assert sorted(conn.execute("SELECT version_num FROM alembic_version")) == [("0008",), ("0009",)]
+    conn.close()
+    assert not (tmp_path / "never.html").exists()
+
+
 @pytest.mark.parametrize(("url", "args"), [
     ("sqlite://", TINY_TUNE),
     ("sqlite:///:memory:", ["db", "import", "scale.json"]),

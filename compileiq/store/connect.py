@@ -75,11 +75,16 @@ def upgrade_schema(conn: Connection) -> str:
 
 
 def _recorded_revision(conn: Connection) -> str | None:
-    """The one revision in Alembic's version table; None without the table or a single row."""
+    """The one revision in Alembic's version table; None without the table or with no row. More
+    than one row (a half-applied branch, a forged row) is refused before anything is changed."""
     if not sa.inspect(conn).has_table("alembic_version"):
         return None
     rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
-    return str(rows[0]) if len(rows) == 1 else None
+    if len(rows) > 1:
+        shown = ", ".join(sorted(repr(str(row))[:40] for row in rows[:5])) + (", ..." if len(rows) > 5 else "")
+        raise StoreError(f"database {display(conn.engine.url)}: its schema version table alembic_version holds {len(rows)} revisions ({shown}), "
+                         "not one: it was changed outside compileiq; nothing was changed")
+    return str(rows[0]) if rows else None
 
 
 def _upgrade_with_alembic(conn: Connection) -> str:
