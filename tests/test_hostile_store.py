@@ -203,6 +203,41 @@ def test_a_version_table_with_two_revisions_is_one_line_and_changes_nothing(tune
     assert not (tmp_path / "never.html").exists()
 
 
+NOT_IDS = {"superscript-two": "\u00b2", "arabic-indic-one": "\u0661", "past-int64": "9223372036854775808",
+           "past-int64-long": "9" * 30}  # fmt: skip
+NOT_ID_COMMANDS = [(study, args) for study in NOT_IDS for args in (["show", "{}"],)] + [
+    (study, args) for study in ("superscript-two", "past-int64") for args in (
+        ["show", "{}", "--json"], ["report", "{}", "-o", "never.html"],
+        ["report", "1", "{}", "--compare", "-o", "never.html"], ["db", "export", "{}", "-o", "never.json"])]
+
+
+@pytest.mark.parametrize(("name", "args"), NOT_ID_COMMANDS, ids=[f"{n}-{'-'.join(a[:2])}" for n, a in NOT_ID_COMMANDS])
+def test_a_study_id_that_only_looks_numeric_is_no_study(tuned: Path, name: str, args: list[str]) -> None:
+    """`str.isdigit` holds for '²' (which int() refuses) and for ids past SQLite's INTEGER: each
+    was a traceback; '١' opened study id 1. Only ASCII digits within 2**63 are an id."""
+    study = NOT_IDS[name]
+    result = run_cli([arg.replace("{}", study) for arg in args] + ["--db", f"sqlite:///{tuned}/tuned.db"], cwd=tuned)
+    assert one_line_error(result, 1).startswith(f"error: no study named '{study}'")
+    assert not (tuned / "never.html").exists() and not (tuned / "never.json").exists()
+
+
+def test_a_study_named_like_another_studys_id_is_refused_as_ambiguous(tuned: Path, tmp_path: Path) -> None:
+    """A study *named* "1" (anyone who can write to a team database can make one) hid study id 1
+    from `show 1`; now neither is opened, and the error names how to reach each."""
+    shutil.copy(tuned / "tuned.db", tmp_path / "team.db")
+    shutil.copy(tuned / "scale.cu", tmp_path / "scale.cu")
+    url = f"sqlite:///{tmp_path}/team.db"
+    tuned_again = run_cli([*TINY_TUNE[:-4], "--study", "1", *TINY_TUNE[-2:], "--db", url], cwd=tmp_path)
+    assert tuned_again.returncode == 0, tuned_again.describe()
+    for args in (["show", "1", "--json"], ["report", "1", "-o", "never.html"], ["db", "export", "1", "-o", "-"]):
+        line = one_line_error(run_cli([*args, "--db", url], cwd=tmp_path), 1)
+        assert "both study id 1 (named 'scale') and the name of study id 2" in line and "'scale' or 2" in line
+    for given, study in (("scale", {"id": 1, "name": "scale"}), ("2", {"id": 2, "name": "1"})):
+        shown = run_cli(["show", given, "--json", "--db", url], cwd=tmp_path)
+        assert shown.returncode == 0, shown.describe()
+        assert {k: json.loads(shown.stdout)["study"][k] for k in ("id", "name")} == study
+
+
 @pytest.mark.parametrize(("url", "args"), [
     ("sqlite://", TINY_TUNE),
     ("sqlite:///:memory:", ["db", "import", "scale.json"]),

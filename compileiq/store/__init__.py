@@ -117,11 +117,20 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         return study
 
     def find_study(self, name_or_id: str) -> Study:
+        """The study named ``name_or_id``, or whose id it is (ASCII digits within SQL's BIGINT). A
+        study *named* "1" beside study id 1 is refused as ambiguous (anyone who can write to a team
+        database can name one so), naming how to open each of the two."""
         study = self._study_where(studies.c.name == name_or_id)
-        if study is None and name_or_id.isdigit():
-            study = self._study_where(studies.c.id == int(name_or_id))
+        numbered = None
+        if name_or_id.isascii() and name_or_id.isdigit() and int(name_or_id) < 2**63:
+            numbered = self._study_where(studies.c.id == int(name_or_id))
+        if study is not None and numbered is not None and study.id != numbered.id:
+            raise StoreError(f"'{printable(name_or_id)}' in {self.url_for_display} is both study id {numbered.id} "
+                             f"(named '{printable(numbered.name)}') and the name of study id {study.id}: "
+                             f"give '{printable(numbered.name)}' or {study.id} to say which")
+        study = study or numbered
         if study is None:
-            raise StoreError(f"no study named '{name_or_id}' in {self.url_for_display}")
+            raise StoreError(f"no study named '{printable(name_or_id)}' in {self.url_for_display}")
         return study
 
     def list_studies(self) -> list[Study]:
