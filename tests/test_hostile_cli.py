@@ -482,6 +482,42 @@ def test_names_and_compiler_messages_are_shown_literally(tmp_path: Path) -> None
         assert "study evil\\x1b[31m[bold red]x[/bold red]" in done.stdout + done.stderr, done.stdout
 
 
+FORMAT_CHARACTERS = "\u202e\u202a\u2066\u2069\u200b\u200f\u2028\u2029\ufeff\U000e0041"  # bidi, zero-width, separators, tag
+BIDI_NAME = "rtl" + "".join(f"{c}{i}" for i, c in enumerate(FORMAT_CHARACTERS))
+
+
+def _no_format_character(text: str, where: str) -> None:
+    assert not [c for c in FORMAT_CHARACTERS if c in text], (where, text[:2000])
+    assert "\\u202e0" in text and "\\u2028" in text and "\\U000e0041" in text, (where, text[:2000])
+
+
+def test_bidi_and_zero_width_characters_are_escaped_on_the_terminal_in_markdown_and_html(tmp_path: Path) -> None:
+    """A RIGHT-TO-LEFT OVERRIDE (Trojan Source) in a study name reordered how the rest of a line
+    was shown: in `show`, the markdown report (a PR comment) and the HTML report. Format characters
+    (Cf) and the line/paragraph separators are escaped like control characters, by one rule; an
+    ACF's text reaches the gate's JUnit and markdown files (the PR comment) escaped too."""
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    tuned = _raw(["tune", "scale.cu", "--workers", "local", "--db", db, "--study", BIDI_NAME, "--budget", "2",
+                  "--only", ONE_FLAG, "--no-simplify", "--out", str(tmp_path / "b.acf.toml")], tmp_path)  # fmt: skip
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    views = {"tune": tuned.stdout + tuned.stderr}
+    for name, args in {"show": ["show"], "show-1": ["show", "1"], "md": ["report", "1", "--format", "md", "-o", "-"],
+                       "html": ["report", "1", "-o", str(tmp_path / "b.html")]}.items():  # fmt: skip
+        done = _raw([*args, "--db", db], tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        views[name] = done.stdout + done.stderr
+    views["html"] = (tmp_path / "b.html").read_text(encoding="utf-8")
+    edited = _edited(tmp_path / "b.acf.toml", tmp_path / "e.acf.toml", lambda d: d["toolchain"].update(build=BIDI_NAME))
+    gated = _raw(["gate", str(edited), "--static", "--junit", str(tmp_path / "g.xml"), "--markdown",
+                  str(tmp_path / "g.md")], tmp_path)  # fmt: skip
+    assert gated.returncode in (0, 1), gated.stdout + gated.stderr
+    views |= {name: (tmp_path / name).read_text(encoding="utf-8") for name in ("g.xml", "g.md")}
+    for name in ("show", "show-1", "md", "html", "g.xml", "g.md"):
+        _no_format_character(views[name], name)
+    assert FORMAT_CHARACTERS[0] not in views["tune"] + gated.stdout + gated.stderr
+
+
 # -- crashes, Ctrl-C and closed pipes: nothing left RUNNING, no broken ACF ---------------------
 
 

@@ -1,17 +1,44 @@
 """Text from outside (study and kernel names, compiler messages) made safe to print or write where a
-terminal may show it: every control character written as an escape (\\x1b...)."""
+terminal, a PR comment or a browser may show it: every control and format character written as an
+escape (\\x1b, \\u202e...). One rule: the terminal, markdown and HTML all use `printable`."""
 
 import os
 import re
 import shlex
+import unicodedata
+from html import escape
 
-_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+# Categories written as an escape besides the C0/DEL/C1 controls: format characters (Cf: the bidi
+# embeddings, overrides and isolates U+202A-202E and U+2066-2069, which reorder how the rest of a
+# line is shown - "Trojan Source" - the zero-width U+200B-200F, U+FEFF, tags...) and the line and
+# paragraph separators (Zl, Zp), which some viewers break a line at.
+_FORMAT_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+
+
+class _Escapes(dict[int, str]):
+    """``str.translate``'s table: controls by a fixed table, any other character looked up once."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if unicodedata.category(char) in _FORMAT_CATEGORIES:
+            char = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+        self[code] = char
+        return char
+
+
+_ESCAPES = _Escapes({code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))})
 
 
 def printable(text: object) -> str:
-    """``text`` with every control character written as an escape: nothing reaches a terminal as a
-    command (a study named "\\x1b]0;..." retitles no window)."""
-    return str(text).translate(_CONTROL)
+    """``text`` with every control and format character written as an escape: nothing reaches a
+    terminal as a command (a study named "\\x1b]0;..." retitles no window), and nothing reorders or
+    hides what is shown (a right-to-left override in a name shows as \\u202e)."""
+    return str(text).translate(_ESCAPES)
+
+
+def html_text(text: object) -> str:
+    """``text`` for an HTML page or SVG figure: `printable`, then HTML-escaped (quotes too)."""
+    return escape(printable(text))
 
 
 def markdown_cell(value: str) -> str:

@@ -4,8 +4,9 @@ forbids any network request), its sections, tables (sortable, numbers right-alig
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 from typing import Any
+
+from compileiq.core.text import html_text
 
 _STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0;font-size:13px}th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}
@@ -25,16 +26,16 @@ def html_document(title: str, body: str) -> str:
     """A complete page: inline style and script only; the CSP forbids any network request."""
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{escape(title)}</h1>{body}<script>{_SORT}</script></body></html>\n")
+            f"<title>{html_text(title)}</title><style>{_STYLE}</style></head><body>"
+            f"<h1>{html_text(title)}</h1>{body}<script>{_SORT}</script></body></html>\n")
 
 
 def html_section(name: str, title: str, content: str) -> str:
-    return f'<section id="{name}"><h2>{escape(title)}</h2>{content}</section>'
+    return f'<section id="{name}"><h2>{html_text(title)}</h2>{content}</section>'
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]], css: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in header)
     head = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
     body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
     klass = f' class="{css}"' if css else ""
@@ -43,8 +44,8 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[Any]], css: str = 
 
 def _cell(value: Any) -> str:
     if isinstance(value, bool) or value is None or not isinstance(value, int | float):
-        return f"<td>{escape(text(value))}</td>"
-    return f'<td class="n" data-v="{value!r}">{escape(text(value))}</td>'
+        return f"<td>{html_text(text(value))}</td>"
+    return f'<td class="n" data-v="{value!r}">{html_text(text(value))}</td>'
 
 
 def text(value: Any) -> str:
@@ -56,4 +57,4 @@ def text(value: Any) -> str:
 
 
 def html_note(text: str) -> str:
-    return f'<p class="note">{escape(text)}</p>'
+    return f'<p class="note">{html_text(text)}</p>'

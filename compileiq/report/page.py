@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 from compileiq.core.errors import UsageError
@@ -28,6 +27,7 @@ from compileiq.core.records import (
     first_line,
 )
 from compileiq.core.static_score import StaticMetrics
+from compileiq.core.text import html_text
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -359,8 +359,8 @@ def _failures(report: StudyReport) -> str:
     for group in report.failures:
         numbers = ", ".join(f"#{n}" for n in group.trials)
         kind = " (retryable)" if group.retryable else ""
-        parts.append(f'<details><summary class="failed">{len(group.trials)} × {escape(group.reason)}{kind}: '
-                     f"{escape(numbers)}</summary><pre>{escape(group.example)}</pre></details>")
+        parts.append(f'<details><summary class="failed">{len(group.trials)} × {html_text(group.reason)}{kind}: '
+                     f"{html_text(numbers)}</summary><pre>{html_text(group.example)}</pre></details>")
     return html_section("failures", "Failures by reason", "".join(parts))
 
 

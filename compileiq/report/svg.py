@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from html import escape
+
+from compileiq.core.text import html_text
 
 WIDTH, HEIGHT = 720, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 44, 44
@@ -59,12 +60,12 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
     parts = [_open(title), f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>']
     for y in _ticks(y0, y1):
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{_n(py(y))}" y2="{_n(py(y))}" stroke="#eee"/>'
-                     f'<text x="{LEFT - 4}" y="{_n(py(y) + 4)}" text-anchor="end">{escape(_label(y))}</text>')
+                     f'<text x="{LEFT - 4}" y="{_n(py(y) + 4)}" text-anchor="end">{html_text(_label(y))}</text>')
     for x in _ticks(x0, x1):
-        parts.append(f'<text x="{_n(px(x))}" y="{TOP + ph + 16}" text-anchor="middle">{escape(_label(round(x) if integer_x else x))}</text>')
-    parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle">{escape(x_label)}</text>')
+        parts.append(f'<text x="{_n(px(x))}" y="{TOP + ph + 16}" text-anchor="middle">{html_text(_label(round(x) if integer_x else x))}</text>')
+    parts.append(f'<text x="{LEFT + pw / 2}" y="{HEIGHT - 6}" text-anchor="middle">{html_text(x_label)}</text>')
     parts.append(f'<text x="12" y="{TOP + ph / 2}" transform="rotate(-90 12 {TOP + ph / 2})" '
-                 f'text-anchor="middle">{escape(y_label)}</text>')
+                 f'text-anchor="middle">{html_text(y_label)}</text>')
     for s in series:
         parts.append(_series(s, px, py))
     for x in marks:
@@ -113,19 +114,19 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
         y = TOP + i * row
         a, b = sorted((px(0.0), px(value)))
         color = "#2a7" if value >= 0 else "#c63"
-        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(label)}</text>'
+        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html_text(label)}</text>'
                      f'<rect x="{_n(a)}" y="{y + 4}" width="{_n(max(b - a, 1))}" height="{row - 8}" fill="{color}"/>'
-                     f'<text x="{_n(b + 4)}" y="{y + 15}">{escape(_label(value))}</text>')
+                     f'<text x="{_n(b + 4)}" y="{y + 15}">{html_text(_label(value))}</text>')
     parts.append(f'<line x1="{zero}" x2="{zero}" y1="{TOP}" y2="{height - 20}" stroke="#333"/>')
-    parts.append(f'<text x="{label_w}" y="{height - 4}">{escape(unit)}</text>')
+    parts.append(f'<text x="{label_w}" y="{height - 4}">{html_text(unit)}</text>')
     return "".join(parts) + "</svg>"
 
 
 def _open(title: str, height: int = HEIGHT) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
             f'height="{height}" font-family="sans-serif" font-size="11" role="img">'
-            f'<title>{escape(title)}</title><text x="{LEFT}" y="16" font-size="13" font-weight="bold">'
-            f"{escape(title)}</text>")
+            f'<title>{html_text(title)}</title><text x="{LEFT}" y="16" font-size="13" font-weight="bold">'
+            f"{html_text(title)}</text>")
 
 
 def _legend(entries: Sequence[tuple[str, str, bool]]) -> str:
@@ -135,5 +136,5 @@ def _legend(entries: Sequence[tuple[str, str, bool]]) -> str:
         x -= width
         dash = ' stroke-dasharray="5 4"' if dashed else ""
         parts.append(f'<line x1="{x}" x2="{x + 18}" y1="28" y2="28" stroke="{color}" stroke-width="2"{dash}/>'
-                     f'<text x="{x + 22}" y="32">{escape(name)}</text>')
+                     f'<text x="{x + 22}" y="32">{html_text(name)}</text>')
     return "".join(parts)
