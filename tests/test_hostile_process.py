@@ -661,3 +661,29 @@ def test_nvcc_flag_variables_are_ignored_by_tune_and_gate_and_said_so(tmp_path: 
     assert notes == [f"note: NVCC_APPEND_FLAGS is set and ignored: {IGNORED_WHY}"], gated.describe()
     clean = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
     assert clean.returncode == 0 and "NVCC_" not in clean.output, clean.describe()
+
+
+CCBIN_WHY = ("compileiq builds with nvcc's default host compiler (NVCC_CCBIN picks another for every compile, and it "
+             "preprocesses the device code too; no ACF records it)")
+
+
+def test_nvcc_ccbin_is_ignored_by_tune_and_gate_and_said_so(tmp_path: Path) -> None:
+    # NVCC_CCBIN picks nvcc's host compiler, which preprocesses the device code as well: a wrapper
+    # there (here one adding -DTAINTED, which the kernel turns into an #error) changed every variant
+    # alike, without a note, and the ACF's evidence cited code a clean build does not make.
+    (tmp_path / "k.cu").write_text(TAINTABLE)
+    wrapper = tmp_path / "bin" / "g++"
+    wrapper.parent.mkdir()
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -DTAINTED\n')
+    wrapper.chmod(0o755)
+    db = f"sqlite:///{tmp_path / 'db'}"
+    tuned = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", db, "--out", "k.acf.toml"],
+                    cwd=tmp_path, env={"NVCC_CCBIN": str(wrapper)})
+    assert tuned.returncode == 0 and "Traceback" not in tuned.output, tuned.describe()
+    notes = [line for line in tuned.output.splitlines() if "NVCC_" in line]
+    assert notes == [f"note: NVCC_CCBIN is set and ignored: {CCBIN_WHY}"], tuned.describe()
+    assert "TAINTED" not in tuned.output and "TAINTED" not in (tmp_path / "k.acf.toml").read_text()
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path, env={"NVCC_CCBIN": str(wrapper), "NVCC_APPEND_FLAGS": "-DX"})
+    assert gated.returncode == 0, gated.describe()
+    notes = [line for line in gated.stderr_lines if "NVCC_" in line]
+    assert notes == [f"note: NVCC_APPEND_FLAGS and NVCC_CCBIN are set and ignored: {IGNORED_WHY}; and {CCBIN_WHY.removeprefix('compileiq builds ')}"]
