@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -246,6 +247,20 @@ def test_a_study_named_like_another_studys_id_is_refused_as_ambiguous(tuned: Pat
 def test_an_in_memory_database_is_refused(tuned: Path, url: str, args: list[str]) -> None:
     line = one_line_error(run_cli([*args, "--db", url], cwd=tuned), 2)  # a bad --db is bad input
     assert "in-memory" in line
+
+
+def test_db_import_of_a_named_pipe_is_refused_without_opening_it(tmp_path: Path) -> None:
+    """`db import FIFO` blocked in open() until a writer came (a CI job hung); like every other
+    path, a file that is not regular is refused from stat alone, and no database is created."""
+    os.mkfifo(tmp_path / "pipe.json")
+    (tmp_path / "folder.json").mkdir()
+    url = f"sqlite:///{tmp_path}/imported.db"
+    piped = run_cli(["db", "import", "pipe.json", "--db", url], cwd=tmp_path, timeout=60)
+    assert one_line_error(piped, 2) == ("error: cannot read pipe.json: it is a named pipe, not a regular file "
+                                        "(to import from a pipe: ... | compileiq db import -)")  # fmt: skip
+    folder = run_cli(["db", "import", "folder.json", "--db", url], cwd=tmp_path, timeout=60)
+    assert one_line_error(folder, 2) == "error: cannot read folder.json: it is a directory, not a regular file"
+    assert not (tmp_path / "imported.db").exists()
 
 
 # -- 3. hostile export files --------------------------------------------------------------------

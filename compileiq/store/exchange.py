@@ -27,7 +27,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.output_file import check_report_target, write_atomically
+from compileiq.core.output_file import check_report_target, not_regular, write_atomically
 from compileiq.core.records import (
     BuildRecord,
     ImportSummary,
@@ -141,6 +141,9 @@ def _contents(path: Path) -> bytes:
     try:
         if path == STDOUT:
             data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        elif kind := not_regular(path):  # never opened: a named pipe would block until a writer came
+            pipe = " (to import from a pipe: ... | compileiq db import -)" if kind == "a named pipe" else ""
+            raise UsageError(f"cannot read {path}: it is {kind}, not a regular file{pipe}")
         else:
             with path.open("rb") as stream:
                 data = stream.read(MAX_BYTES + 1)
