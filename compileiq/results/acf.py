@@ -87,13 +87,11 @@ class Acf:
         return arch + base + self.argv
 
     def arch_args(self) -> tuple[str, ...]:
-        """How a build targets the arch: as the shipped command's own flag for it builds it (its
-        `-gencode arch=compute_80,code=sm_80` makes machine code alone: `-arch=compute_80
-        -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
-        for fixed in self.shipped.fixed if self.shipped is not None else ():
-            if fixed.applied and (found := arch_args(fixed.flag, self.arch)):
-                return found
-        return (f"-arch={self.arch}",)
+        """How a build targets the arch: as the shipped command's own flags for it build it (its
+        `-gencode arch=compute_80,code=sm_80`, or `-arch=compute_80 -code=sm_80`, makes machine code
+        alone: `-arch=compute_80 -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
+        applied = (f.flag for f in self.shipped.fixed if f.applied) if self.shipped is not None else ()
+        return arch_args(applied, self.arch) or (f"-arch={self.arch}",)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder (an ACF records it relative to its
