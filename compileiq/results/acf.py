@@ -20,6 +20,7 @@ from typing import Any
 
 import tomli_w
 
+from compileiq.core import implied
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
@@ -329,7 +330,7 @@ def settled(base: SearchSpace, controls: Mapping[str, Any], order: Sequence[str]
     names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
                    key=lambda n: order.index(n) if n in order else len(order))
     defines = {name: [controls[f"define.{name}"]] for name in names}
-    space = base.with_defines(defines) if defines else base
+    space = implied.spelled_out(base.with_defines(defines) if defines else base, controls)  # -ftz=false --use_fast_math
     config = space.default_config().with_values(controls)
     space.validate(config)
     return config, space
