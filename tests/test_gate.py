@@ -596,6 +596,7 @@ NOT_DATABASES = [
     ('{"x":1}', "not a compilation database: expected a JSON list of objects"),
     ('[{"directory": 5}]', "not a compilation database: an entry's \"directory\" or \"file\""),
     ("not json", "not a compilation database: Expecting value"),
+    ("[1, 2]", "not a compilation database: expected a JSON list of objects"),
 ]
 
 
@@ -630,3 +631,28 @@ def test_gate_compile_commands_that_is_not_a_database_is_bad_input(tmp_path):
     assert "held to the compile command" not in other.output, other.describe()
     assert "other.json (--compile-commands) gave no usable compile command for reduction.cu" in other.output, \
         other.describe()
+
+
+def test_gate_compile_commands_that_is_not_a_database_is_bad_input_for_an_acf_tuned_from_one(tmp_path):
+    """fix A: an ACF tuned from a compile command, gated with --compile-commands naming a file that is
+    no compilation database (text, a JSON object, a list of non-entries), passed with a stale-settings
+    warning ("cannot be read now"). The user named it: bad input, as for an ACF tuned without one."""
+    from helpers import LOOP_KERNEL
+
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -O3 -arch=sm_80 -c k.cu -o k.o", "file": "k.cu"}]))
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    for text, says in NOT_DATABASES:
+        (tmp_path / "bad.json").write_text(text)
+        gated = _gate(tmp_path, "k.acf.toml", "--static", "--compile-commands", "bad.json")
+        assert gated.returncode == 2, gated.describe()
+        [error] = [line for line in gated.stderr_lines if line.startswith("error: ")]
+        assert error.startswith(f"error: bad.json: {says}"), gated.describe()
+        assert "gate ERROR: 0/1 ACF(s) pass, 0 fail, 1 could not be checked (bad input)" in gated.output, \
+            gated.describe()
+        assert "stale-settings" not in gated.output, gated.describe()
+    held = _gate(tmp_path, "k.acf.toml", "--static", "--compile-commands", "compile_commands.json")
+    assert held.returncode == 0 and "gate PASS: 1/1 ACF(s) pass" in held.output, held.describe()

@@ -614,26 +614,89 @@ def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, p
     assert baseline.number == 0 and holder.poll() is None
 
 
+def _variants_compile_slowly(folder: Path, seconds: int) -> dict[str, str]:
+    """CUDA_HOME whose ptxas sleeps `seconds` for every variant (an -O flag), not for the baseline
+    (none): two variants are soon in flight on the two local threads."""
+    env = slow_toolchain(folder, 0)
+    ptxas = folder / "bin" / "ptxas"
+    ptxas.write_text(ptxas.read_text().replace("*--version*) ;; *) sleep 0", f'*" -O"*) sleep {seconds}'))
+    return env
+
+
+def _sleeping(folder: Path) -> list[int]:
+    """The compiles (their sleeps) still running from the toolchain in `folder`."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if str(folder).encode() in Path(f"/proc/{pid}/environ").read_bytes() and \
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 @pytest.mark.slow
-def test_ctrl_c_hands_the_claimed_trials_back(tiny: Path, processes: list) -> None:
-    db = f"sqlite:///{tiny.parent / 't.db'}"
+@pytest.mark.parametrize(("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
+        tiny: Path, processes: list, sent: int, code: int, said: str) -> None:
+    db, slow = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "slow"
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4",
-                    env=slow_toolchain(tiny.parent / "slow", 30), json_out=False)
-    held = _wait_for_running(db, victim)
-    os.killpg(victim.pid, signal.SIGINT)  # what a terminal's Ctrl-C does (compilers have their own group)
-    deadline = time.monotonic() + 15  # half the compile's 30 s: released at once, not after it
-    while any(t.state is TrialState.RUNNING for t in _trials(db)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    after = {t.config_key: t for t in _trials(db)}
-    running = [t for t in after.values() if t.state is TrialState.RUNNING]
+                    env=_variants_compile_slowly(slow, 60), json_out=False)
+    deadline = time.monotonic() + 60
+    while len(_sleeping(slow)) < 2 and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.1)
+    assert len(_sleeping(slow)) == 2, "two variants never compiled at once"
+    held = [t for t in _trials(db) if t.state is TrialState.RUNNING]
+    os.killpg(victim.pid, sent)  # what a terminal's Ctrl-C does (compilers have their own group); CI's cancel
+    started = time.monotonic()
     _, stderr = victim.communicate(timeout=90)
-    assert running == [], stderr  # at once, not after the compiles
-    assert victim.returncode == 130 and "Traceback" not in stderr, stderr
-    assert f"interrupted: {len(held)} unfinished trial(s) handed back" in stderr
+    took = time.monotonic() - started
+    assert took < 10, f"{took:.1f} s: the run waited for its compiles (60 s each) before exiting"
+    assert victim.returncode == code and "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if said in line]
+    line = f"{said}: {len(held)} unfinished trial(s) handed back to retry; finished trials are saved; rerun with --resume"
+    assert lines == [f"{line} to continue"], stderr  # one line
+    assert _sleeping(slow) == []  # no compiler outlives the run
+    after = {t.config_key: t for t in _trials(db)}
     for trial in held:
         released = after[trial.config_key]
         assert released.state is TrialState.FAILED and released.retryable
         assert "interrupted" in (released.reason or "")
+    assert [t.number for t in after.values() if t.state is TrialState.COMPLETE] == [0]  # the baseline is kept
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> None:
+    """The first Ctrl-C while the embedded Ray starts waits for its start (to shut it down); a
+    second leaves at once, and its compilers and Ray go with it."""
+    pytest.importorskip("ray")
+    db, slow = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "slow"
+    victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4", "--workers", "ray",
+                    env=slow_toolchain(slow, 60), json_out=False)
+    deadline = time.monotonic() + 60
+    while not _sleeping(slow) and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.1)
+    assert _sleeping(slow), "the baseline never compiled"
+    os.killpg(victim.pid, signal.SIGINT)
+    time.sleep(1)
+    os.killpg(victim.pid, signal.SIGINT)
+    started = time.monotonic()
+    _, stderr = victim.communicate(timeout=90)
+    assert time.monotonic() - started < 5, stderr
+    assert victim.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted again: stopped at once"), stderr
+    assert _wait_until_none(lambda: _sleeping(slow), 10)  # the guard kills the compilers as the run dies
+    (baseline,) = _trials(db)
+    assert baseline.state is TrialState.FAILED and baseline.retryable  # handed back by the first
+
+
+def _wait_until_none(found: Callable[[], list[int]], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while found() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not found()
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import LOOP_KERNEL, run_cli
 
 CMAKE_COMMAND = ("nvcc -forward-unknown-to-host-compiler -O3 -DNDEBUG -arch=sm_90 -maxrregcount=64 -lineinfo "
@@ -122,3 +124,43 @@ def test_flags_builds_the_arch_as_the_shipped_gencode_does(tmp_path: Path) -> No
         else:
             assert printed.returncode == 0 and printed.stdout.split()[:1] == ["-arch=sm_80"], printed.describe()
             assert "touch" not in printed.output, printed.describe()
+
+
+@pytest.mark.parametrize(("shipped", "expected"), [
+    ("-arch=compute_80 -code=sm_80", ["-arch=compute_80", "-code=sm_80"]),
+    ("--gpu-architecture=compute_80 --gpu-code=sm_80", ["-arch=compute_80", "-code=sm_80"]),
+    ("-code sm_80 -arch compute_80", ["-arch=compute_80", "-code=sm_80"]),
+    ("-arch=compute_80 -code=sm_80,compute_80", ["-arch=sm_80"]),
+    ("--gpu-architecture compute_80 --gpu-code=compute_80,sm_80", ["-arch=sm_80"]),
+])
+def test_flags_builds_the_arch_as_the_shipped_arch_and_code_flags_do(tmp_path: Path, shipped: str,
+                                                                     expected: list[str]) -> None:
+    """fix A: a shipped `-arch=compute_80 -code=sm_80` (two flags, machine code only) came out of
+    `flags` and [baseline] as -arch=sm_80, which embeds compute_80 PTX as well: a fat binary other
+    than the one that ships. nvcc's long forms and -code lists are read alike."""
+    import shlex
+
+    _project(tmp_path, CMAKE_COMMAND.replace("-arch=sm_90", shipped))
+    _tune(tmp_path, "k.acf.toml")
+    document = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert document["kernel"]["arch"] == "sm_80"
+    listed = run_cli(["flags", "k.acf.toml"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    words = [w for w in listed.stdout.split() if w.startswith(("-arch", "-code"))]
+    assert words == expected, listed.stdout
+    assert _fatbin_images(tmp_path, words) == _fatbin_images(tmp_path, shlex.split(shipped)), (words, shipped)
+    arch_flags = [f for f in document["baseline"]["fixed"] if f["flag"].startswith(("-arch", "--gpu", "-code"))]
+    assert len(arch_flags) == 2 and all(f["applied"] for f in arch_flags), arch_flags
+    assert all(f["why"].endswith(f"flags gives it as {' '.join(expected)}") for f in arch_flags), arch_flags
+    # [baseline] is untrusted: a -code flag's text is never echoed into the build
+    import tomli_w
+
+    edited = json.loads(json.dumps(document))
+    code = next(f["flag"] for f in arch_flags if "code" in f["flag"])
+    for entry in edited["baseline"]["fixed"]:
+        entry["flag"] = code + ";touch${IFS}x" if entry["flag"] == code else entry["flag"]
+    edited["baseline"]["shipped_flags"] = [code + ";touch${IFS}x" if f == code else f
+                                           for f in edited["baseline"]["shipped_flags"]]
+    (tmp_path / "edited.acf.toml").write_text(tomli_w.dumps(edited))
+    printed = run_cli(["flags", "edited.acf.toml"], cwd=tmp_path)
+    assert printed.returncode == 0 and "touch" not in printed.output, printed.describe()

@@ -17,7 +17,7 @@ try:  # typer >= 0.20 vendors click; older typer uses the click package
 except ImportError:  # pragma: no cover - exercised by scripts/test-minimums.sh
     from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
 
-from compileiq.cli import gate_reports
+from compileiq.cli import gate_reports, signals
 from compileiq.cli.console import err, out, safe
 from compileiq.cli.json_views import report_json
 from compileiq.cli.listings import (
@@ -108,8 +108,9 @@ def tune(
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:
         report = app.tune(options, progress)
-    except BaseException:
+    except BaseException as error:
         progress.close(failed=True)  # an error stays one line: progress held back is dropped
+        signals.noted(error)  # Ctrl-C: what the run handed back, for the line `main` says
         raise
     progress.close()
     if as_json:
@@ -360,6 +361,11 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
     heap.quick_exit()
+    with signals.installed():
+        _main(argv)
+
+
+def _main(argv: list[str] | None) -> None:
     command = typer.main.get_command(cli)
     try:
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
@@ -374,8 +380,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         code = 130
-    if code == 130:  # typer turns Ctrl-C into a returned 130 when not standalone
-        err.print("interrupted: finished trials are saved; rerun with --resume to continue", markup=False)
+    if code == 130:  # typer turns Ctrl-C (and SIGTERM, see signals) into a returned 130 when not standalone
+        err.print(signals.line(), markup=False)
+        code = signals.exit_code()
     if isinstance(code, int) and code:
         sys.exit(code)
 

@@ -23,12 +23,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from compileiq.core import descendants, tool_environment
 
+T = TypeVar("T")
 OUTPUT_LIMIT = 16 * 1024 * 1024  # bytes of a child's output kept
 
 
@@ -146,6 +148,49 @@ class _Guard:
 _guard = _Guard()
 
 
+class Runs:
+    """The children run on behalf of one owner (a pool of compile threads, see `within`): `stop`
+    kills their groups, and any child started for the owner later is killed as soon as it starts.
+    An owner that stops (Ctrl-C, SIGTERM, a failed run) waits for no compile whose result nobody
+    will read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+        self._stopped = False
+
+    def within(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)`, its children run for this owner (on the calling thread)."""
+        outer = getattr(_owners, "runs", None)
+        _owners.runs = self
+        try:
+            return function(*args)
+        finally:
+            _owners.runs = outer
+
+    def stop(self) -> int:
+        """Kill every child group running for this owner, and those started later; how many."""
+        with self._lock:
+            self._stopped = True
+            groups = list(self._groups)
+        for group in groups:
+            _kill_group(group)
+        return len(groups)
+
+    def _add(self, group: int) -> bool:
+        with self._lock:
+            if not self._stopped:
+                self._groups.add(group)
+            return not self._stopped
+
+    def _discard(self, group: int) -> None:
+        with self._lock:
+            self._groups.discard(group)
+
+
+_owners = threading.local()  # .runs: the Runs the calling thread's children belong to, if any
+
+
 def run_tool(
     argv: list[str], timeout_s: float, cwd: str | None = None, *,
     env: Mapping[str, str] | None = None, with_stderr: bool = True, memory_bytes: int | None = None,
@@ -167,9 +212,14 @@ def run_tool(
         except OSError as error:
             return ToolRun(127, f"cannot run {argv[0]}: {error}", time.perf_counter() - start, False)
         _guard.tell(f"+{process.pid}")
+        owner: Runs | None = getattr(_owners, "runs", None)
+        if owner is not None and not owner._add(process.pid):
+            _kill_group(process.pid)  # its owner stopped before it started
         if memory_bytes is not None:
             _limit_memory(process.pid, memory_bytes)
         timed_out = _wait(process, timeout_s)
+        if owner is not None:
+            owner._discard(process.pid)
         _kill_group(process.pid)
         descendants.end_adopted(marker, process.pid)
         _guard.tell(f"-{process.pid}")

@@ -98,7 +98,7 @@ class Parameter:
     risk: Risk
     help: str
     ptxas_render: str = ""  # what nvcc forwards to ptxas for a front-end value
-    render_default: bool = False  # True for -D macros: their default is not the compiler's
+    render_default: bool = False  # True for -D macros (their default is not the compiler's), `implied.spelled_out`
 
     def argv(self, value: Value) -> tuple[str, ...]:
         """Arguments for this value: () for a False flag, "default", or the default value."""
@@ -122,10 +122,12 @@ class Parameter:
     def _fill(self, template: str, value: Value) -> tuple[str, ...]:
         if not self.allows(value):
             raise SpaceError(f"{self.name}: value {value!r} not in {list(self.values)}")
-        if not template or value is False and self.kind == "flag" or same(value, "default"):
+        if not template or value is False and self.kind == "flag" and not self.render_default or same(value, "default"):
             return ()
         if same(value, self.default) and not self.render_default:
             return ()
+        if value is False and self.kind == "flag":  # spelled out (`implied`): --ftz=true's off spelling
+            return (template.removesuffix("=true") + "=false",) if template.endswith("=true") else ()
         return (template.replace("{value}", _text(value)),)
 
     def canonical(self) -> dict[str, Any]:
@@ -363,10 +365,9 @@ def no_duplicates(params: Sequence[Parameter], where: str) -> None:
 def _token_map(params: Sequence[Parameter]) -> dict[tuple[Stage, str], tuple[str, Value]]:
     tokens: dict[tuple[Stage, str], tuple[str, Value]] = {}
     for p in params:
+        spelled = replace(p, render_default=True)  # a value at the default spelled out: "-O3", "--ftz=false"
         for v in p.values:
-            plain = same(v, "default") or (p.kind == "flag" and v is False)
-            rendered = "" if plain else p.render.replace("{value}", _text(v))
-            for token in {*p.argv(v), rendered} - {""}:
+            for token in {*p.argv(v), *spelled.argv(v)}:
                 if (p.stage, token) in tokens and tokens[(p.stage, token)][0] != p.name:
                     raise SpaceError(f"{p.name}: renders {token!r}, as another parameter does")
                 tokens[(p.stage, token)] = (p.name, v)

@@ -63,8 +63,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     tune_toml = load_spec(found, arch=acf.arch)
     read = read_shipped(found, acf, compile_commands, tune_toml)  # once: the baseline and the finding are its
-    if acf.shipped is None and read.given and read.problem == "not-a-database":  # the user named it: never
-        raise UsageError(read.detail)  # passed as "no command for this kernel" (as `space` says it)
+    if read.given and read.problem == "not-a-database":  # the user named it: bad input, as `space` says it,
+        raise UsageError(read.detail)  # never "no command for this kernel", nor a warning the gate passes with
     own = kernel_settings.current(acf, tune_toml, read)  # the base flags are the kernel's, never the ACF's word
     if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
         raise UsageError(problem)

@@ -20,6 +20,7 @@ from typing import Any
 
 import tomli_w
 
+from compileiq.core import implied
 from compileiq.core.defines import define_arg_problem
 from compileiq.core.output_file import not_regular, write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
@@ -87,13 +88,11 @@ class Acf:
         return arch + base + self.argv
 
     def arch_args(self) -> tuple[str, ...]:
-        """How a build targets the arch: as the shipped command's own flag for it builds it (its
-        `-gencode arch=compute_80,code=sm_80` makes machine code alone: `-arch=compute_80
-        -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
-        for fixed in self.shipped.fixed if self.shipped is not None else ():
-            if fixed.applied and (found := arch_args(fixed.flag, self.arch)):
-                return found
-        return (f"-arch={self.arch}",)
+        """How a build targets the arch: as the shipped command's own flags for it build it (its
+        `-gencode arch=compute_80,code=sm_80`, or `-arch=compute_80 -code=sm_80`, makes machine code
+        alone: `-arch=compute_80 -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
+        applied = (f.flag for f in self.shipped.fixed if f.applied) if self.shipped is not None else ()
+        return arch_args(applied, self.arch) or (f"-arch={self.arch}",)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder (an ACF records it relative to its
@@ -331,7 +330,7 @@ def settled(base: SearchSpace, controls: Mapping[str, Any], order: Sequence[str]
     names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
                    key=lambda n: order.index(n) if n in order else len(order))
     defines = {name: [controls[f"define.{name}"]] for name in names}
-    space = base.with_defines(defines) if defines else base
+    space = implied.spelled_out(base.with_defines(defines) if defines else base, controls)  # -ftz=false --use_fast_math
     config = space.default_config().with_values(controls)
     space.validate(config)
     return config, space

@@ -191,22 +191,42 @@ _GENCODE = re.compile(r"(?:-gencode|--generate-code)[= ]arch=compute_(\d+[a-z]?)
 TUNED_ARCH = "builds for the arch tuned"  # how [baseline] says so of the command's flag for it (`other_archs`)
 
 
-def arch_args(given: str, arch: str) -> tuple[str, ...] | None:
-    """The nvcc arguments that build `arch` as a shipped -gencode/--generate-code flag for it alone
-    does (`arch=compute_80,code=sm_80`: machine code only, no PTX), in plain words
-    (`-arch=compute_80 -code=sm_80`: no bracket or space for a shell to read); None when -arch=`arch`
-    builds it alike (code=[compute_90,sm_90]) or the flag is not one such flag. Rendered from
-    the numbers it names, never echoed: the text comes from an untrusted ACF."""
-    found = _GENCODE.fullmatch(given.strip())
+_VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_\d+[a-z]?)")  # -arch=compute_80
+_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_\d+[a-z]?(?:,(?:sm|compute)_\d+[a-z]?)*)")
+
+
+def arch_args(flags: Iterable[str], arch: str) -> tuple[str, ...] | None:
+    """The nvcc arguments that build `arch` as the shipped command's arch flags for it do together
+    where -arch=`arch` would not: machine code alone, no PTX, whether they say so in one
+    `-gencode arch=compute_80,code=sm_80` or in two, `-arch=compute_80 -code=sm_80` (nvcc's long
+    forms and -code lists alike; nvcc embeds the union of what each names). In plain words, no
+    bracket or space for a shell to read. None when -arch=`arch` builds it alike (machine code and
+    PTX), or they are not such flags. Rendered from the numbers they name, never echoed: the text
+    comes from an untrusted ACF."""
     number = arch.removeprefix("sm_")
-    if found is None or found[1] != number:
-        return None
-    codes = tuple(dict.fromkeys(found[2].split(",")))
-    if not set(codes) <= {f"sm_{number}", f"compute_{number}"} or f"sm_{number}" not in codes:
-        return None  # another arch's code, or PTX alone (no machine code for the arch tuned)
-    if set(codes) == {f"sm_{number}", f"compute_{number}"}:
-        return None
-    return (f"-arch=compute_{number}", f"-code={','.join(codes)}")
+    codes: set[str] = set()
+    virtual: set[str] = set()  # the -arch/--gpu-architecture values
+    listed: set[str] = set()  # the -code/--gpu-code values
+    for given in flags:
+        text = given.strip()
+        if (gencode := _GENCODE.fullmatch(text)) is not None:
+            if gencode[1] != number:
+                return None  # another arch's PTX made into this arch's machine code: not -arch's to build
+            codes.update(gencode[2].split(","))
+        elif (named := _VIRTUAL.fullmatch(text)) is not None:
+            virtual.add(named[1])
+        elif (code := _CODES.fullmatch(text)) is not None:
+            listed.update(code[1].split(","))
+    if len(virtual) > 1 or (listed and not virtual):
+        return None  # nvcc refuses both
+    for value in virtual:
+        kind, _, named_number = value.partition("_")
+        if named_number != number or (listed and kind != "compute"):
+            return None  # another arch's PTX, or -arch=sm_XY with -code (nvcc: "must be a virtual code architecture")
+        codes.update(listed or ({value} if kind == "compute" else {f"sm_{number}", f"compute_{number}"}))
+    if codes != {f"sm_{number}"}:
+        return None  # machine code and PTX (-arch=sm_XY itself), or PTX alone (no machine code for the arch tuned)
+    return (f"-arch=compute_{number}", f"-code=sm_{number}")
 
 
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
@@ -224,9 +244,10 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
         elif others:
             fixed.append(FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen "
                                    f"on {tuned} alone; --arch {others[0]} tunes for {others[0]}"))
-        elif archs == (tuned,):  # the command's own flag for the arch tuned: `flags` builds it alike
-            form = " ".join(arch_args(given, tuned) or (f"-arch={tuned}",))
-            fixed.append(FixedFlag(given, True, f"{TUNED_ARCH}: flags gives it as {form}"))
+        elif archs == (tuned,):  # the command's own flags for the arch tuned: `flags` builds it alike
+            fixed.append(FixedFlag(given, True, TUNED_ARCH))
+    form = " ".join(arch_args((f.flag for f in fixed if f.why == TUNED_ARCH), tuned) or (f"-arch={tuned}",))
+    fixed = [replace(f, why=f"{TUNED_ARCH}: flags gives it as {form}") if f.why == TUNED_ARCH else f for f in fixed]
     if build is None or not fixed:
         return build
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))

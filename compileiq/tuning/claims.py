@@ -77,12 +77,12 @@ def release_on_stop(store: Store, study_id: int, me: str, error: BaseException, 
     closed = "its output was closed"  # rich turns a broken pipe into SystemExit
     why = {KeyboardInterrupt: "interrupted", BrokenPipeError: closed, SystemExit: closed}.get(
         type(error), f"failed: {type(error).__name__}"
-    )
+    )  # SIGTERM too is a KeyboardInterrupt (cli.signals)
     try:
         released = store.release_trials(study_id, me, f"released: the tuner stopped early ({why})")
     except CompileIQError:  # the database itself went away or is full: nothing can be written
         note("this run's unfinished trials stay claimed (the database refused the write): the "
              "next `compileiq tune` of this study hands them back, at once on this host")
         return
-    if released and isinstance(error, KeyboardInterrupt):
-        note(f"interrupted: {released} unfinished trial(s) handed back; waiting for the compiles in flight to end")
+    if released and isinstance(error, KeyboardInterrupt):  # said in the CLI's one line; its compilers are killed
+        error.add_note(f"{released} unfinished trial(s) handed back to retry")

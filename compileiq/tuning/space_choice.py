@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, same
 from compileiq.source import restrictions
@@ -42,6 +43,7 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
         exclude=list(options.exclude),
     )
     space = _with_shipped(space, full, spec, options)
+    space = implied.spelled_out(space, spec.shipped.values() if spec.shipped else {})  # -ftz=false --use_fast_math
     space = without_capped(space, spec, options)
     if tuned and not named:
         space = space.with_defines(tuned)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from compileiq.build.compile import (
     AssembleJob,
@@ -28,7 +28,9 @@ from compileiq.build.compile import (
     emit_ptx,
 )
 from compileiq.core.errors import CompileIQError
+from compileiq.core.processes import Runs
 
+T = TypeVar("T")
 POLL_S = 0.5  # a variant told to wait for a build made elsewhere is asked about again this often
 
 
@@ -103,6 +105,7 @@ class LocalWorkers:
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads or max(1, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="compileiq")
+        self._runs = Runs()  # the compilers these threads run: killed on close
         self._ptx: dict[FrontendJob, Future[PtxResult]] = {}
         self.transfers = Transfers()  # nothing leaves this process
 
@@ -119,12 +122,12 @@ class LocalWorkers:
         waiting: dict[Future[PtxResult], FrontendJob] = {}
         pending: dict[Future[Build], VariantJob] = {}
         gate = Gate(before, fresh, lambda frontend: self._ptx[frontend].result(),
-                     lambda job: pending.update({self._pool.submit(assemble, job.assemble, gate.ptx(job)): job}))
+                     lambda job: pending.update({self._submit(assemble, job.assemble, gate.ptx(job)): job}))
 
         def add(batch: Sequence[VariantJob]) -> None:
             for job in batch:
                 if job.frontend not in self._ptx:
-                    self._ptx[job.frontend] = self._pool.submit(emit_ptx, job.frontend)
+                    self._ptx[job.frontend] = self._submit(emit_ptx, job.frontend)
                     fresh.add(job.frontend)
                 groups.setdefault(job.frontend, []).append(job)
                 waiting[self._ptx[job.frontend]] = job.frontend
@@ -151,9 +154,17 @@ class LocalWorkers:
 
     def build_executables(self, jobs: Sequence[ExecutableJob]) -> list[ExecutableBuild]:
         """Measuring executables, in the order of `jobs`."""
-        return [_outcome(future) for future in [self._pool.submit(build_executable, job) for job in jobs]]
+        return [_outcome(future) for future in [self._submit(build_executable, job) for job in jobs]]
+
+    def _submit(self, function: Callable[..., T], *args: Any) -> Future[T]:
+        return self._pool.submit(self._runs.within, function, *args)
 
     def close(self) -> None:
+        """End the threads. Nothing is waiting for a result any more (a finished run has none in
+        flight; an interrupted or failed one wants none): the compilers still running are killed,
+        the jobs not started are dropped. Ctrl-C ends a run at once, not after its compiles."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._runs.stop()
         self._pool.shutdown(wait=True)
 
 

@@ -19,6 +19,10 @@ LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_AUTH_MODE": "disabled",
     "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    # A worker's raylet kills its children by pid as it ends (a run stopped by Ctrl-C ends its Ray):
+    # the compiler's group leader and the guard of core.processes, not cicc or ptxas below them,
+    # which went on compiling for nobody. Left alive, the guard kills the whole groups.
+    "RAY_kill_child_processes_on_worker_exit": "0",
     "http_proxy": "http://127.0.0.1:9",
     "https_proxy": "http://127.0.0.1:9",
     "HTTP_PROXY": "http://127.0.0.1:9",

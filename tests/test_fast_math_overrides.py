@@ -1,0 +1,76 @@
+"""A shipped option that overrides what --use_fast_math implies (`-ftz=false --use_fast_math` keeps
+denormals) is the build that ships: the baseline, the ACF's arguments and every format of `flags`
+spell it out, so the ACF builds the shipped code (rev50 finding 1), with real nvcc."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from compileiq.core import implied
+from compileiq.core.space_files import load_space
+from compileiq.results import acf
+
+KERNEL = """\
+extern "C" __global__ void scale(float* x, const float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = sqrtf(x[i]) / y[i] + x[i] * y[i];
+}
+"""
+NUMERICS = re.compile(r"-(ftz|prec_div|prec_sqrt|fmad)=(\d)")
+
+
+def _numerics(flags: list[str], folder: Path) -> set[tuple[str, str]]:
+    """What nvcc hands cicc for these flags (`nvcc -dryrun`)."""
+    done = subprocess.run(["nvcc", "-dryrun", *flags, "-c", "k.cu"], cwd=folder, capture_output=True, text=True,
+                          check=True)
+    return set(NUMERICS.findall(done.stderr))
+
+
+def _ptx(flags: list[str], folder: Path) -> str:
+    subprocess.run(["nvcc", *flags, "-ptx", "-o", "k.ptx", "k.cu"], cwd=folder, check=True)
+    return "\n".join(line for line in (folder / "k.ptx").read_text().splitlines() if not line.startswith("//"))
+
+
+@pytest.mark.parametrize("shipped, spelled", [
+    ("-ftz=false --use_fast_math", "--ftz=false"),
+    ("--use_fast_math --prec-div=true", "--prec-div=true"),
+    ("--use_fast_math --prec-sqrt=true", "--prec-sqrt=true"),
+    ("--use_fast_math --fmad=false", "--fmad=false"),
+])
+def test_an_override_of_fast_math_is_built_as_shipped(tmp_path: Path, shipped: str, spelled: str) -> None:
+    (tmp_path / "k.cu").write_text(KERNEL)
+    command = f"nvcc {shipped} -arch=sm_90 -c k.cu"
+    (tmp_path / "cc.json").write_text(json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "cc.json", "--budget", "2", "--workers", "local",
+                     "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    everything = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert everything.returncode == 0, everything.describe()
+    flags = shlex.split(everything.stdout)
+    assert spelled in flags and "--use_fast_math" in flags
+    shipped_flags = [*shlex.split(shipped), "-arch=sm_90"]
+    assert _numerics(flags, tmp_path) == _numerics(shipped_flags, tmp_path)
+    assert _ptx(flags, tmp_path) == _ptx(shipped_flags, tmp_path)  # the same code, not only the same options
+    for form in ("args", "optf", "cmake", "bazel", "json"):  # each format that is appended to the command too
+        shown = run_cli(["flags", "k.acf.toml", "--format", form], cwd=tmp_path)
+        assert shown.returncode == 0 and spelled in shown.stdout, (form, shown.describe())
+    read = acf.read(tmp_path / "k.acf.toml")
+    assert spelled in read.argv and read.evidence["baseline"] == read.evidence["best"]
+
+
+def test_a_config_spells_out_only_what_contradicts_fast_math() -> None:
+    space = load_space("13.0")
+    values = {"nvcc.use_fast_math": True, "nvcc.ftz": False, "nvcc.prec_div": False, "nvcc.fmad": True}
+    assert implied.overridden(values) == {"nvcc.ftz"}
+    config = space.default_config().with_values(values)
+    assert implied.spelled_out(space, values).frontend_args(config) == ("--use_fast_math", "--ftz=false",
+                                                                        "--prec-div=false")
+    assert implied.overridden({"nvcc.use_fast_math": False, "nvcc.ftz": False}) == frozenset()
+    assert space.config_from_nvcc_args(["--ftz=false"]) == space.default_config()
