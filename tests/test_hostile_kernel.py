@@ -10,6 +10,7 @@ allow-lists the -D, file-name and include-folder cases created the marker.
 from __future__ import annotations
 
 import codecs
+import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import CliResult, run_cli
+from helpers import TINY_KERNEL, CliResult, run_cli
 
 from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.results.acf import AcfError
@@ -253,3 +254,48 @@ def test_an_include_of_a_device_pipe_or_folder_is_one_line_before_any_compiler_r
     args = ["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"]
     result = run_cli(args, cwd=tmp_path, timeout=120)
     assert result.returncode == 2 and result.stderr_lines == [f"error: {says}"], result.describe()
+
+
+SECRET_TOKEN = "--S3cretToken"
+
+
+@pytest.fixture(scope="module")
+def baseline_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernel tuned from its compile_commands.json (checkout/k), and a compilation database
+    outside the checkout standing in for another project's (its command holds a secret token)."""
+    root = tmp_path_factory.mktemp("baseline-path")
+    k = root / "checkout" / "k"
+    k.mkdir(parents=True)
+    (k / "scale.cu").write_text(TINY_KERNEL)
+    entry = {"directory": str(k), "file": "scale.cu", "command": "nvcc -arch=sm_90 -c scale.cu -o s.o"}
+    (k / "compile_commands.json").write_text(json.dumps([entry]))
+    (root / "secret.json").write_text(json.dumps([entry | {"command": f"nvcc -DX=1 {SECRET_TOKEN} -c scale.cu"}]))
+    (k / "inside.json").write_text((root / "secret.json").read_text())
+    (k / "linked.json").symlink_to(root / "secret.json")
+    done = run_cli(["tune", "scale.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--budget", "2", "--no-simplify", "--db", f"sqlite:///{root / 't.db'}", "--out", "k.acf.toml"],
+                   cwd=k)  # fmt: skip
+    assert done.returncode == 0, done.describe()
+    return k
+
+
+@pytest.mark.parametrize(("named", "outside"), [("{root}/secret.json", True), ("../../secret.json", True),
+                                                ("linked.json", True), ("/etc/passwd", True),
+                                                ("inside.json", False)],
+                         ids=["absolute", "dot-dot", "symlink-out", "etc-passwd", "inside"])  # fmt: skip
+def test_an_acfs_baseline_path_is_read_only_inside_its_tree_and_never_quoted(baseline_project: Path, tmp_path: Path,
+                                                                            named: str, outside: bool) -> None:  # fmt: skip
+    """A forged ACF's `[baseline] path` made the gate open any file of the CI machine (absolute,
+    ../, a link) and quote a refused token of it into the PR comment. A database outside the ACF's
+    checkout and the kernel's folder is not read ("not checked"); none is quoted."""
+    text = (baseline_project / "k.acf.toml").read_text()
+    assert 'path = "compile_commands.json"' in text
+    forged = baseline_project / f"forged-{tmp_path.name}.acf.toml"
+    forged.write_text(text.replace('path = "compile_commands.json"',
+                                   f'path = "{named.format(root=baseline_project.parent.parent)}"'))
+    done = run_cli(["gate", forged.name, "--static", "--markdown", str(tmp_path / "g.md")], cwd=baseline_project)
+    output = done.output + (tmp_path / "g.md").read_text()
+    assert done.returncode == 0 and "Traceback" not in output, done.describe()
+    assert "S3cret" not in output and "root:" not in output, output
+    assert "stale-settings" in output
+    assert ("is outside the ACF's checkout and the kernel's folder, and was not read" in output) == outside, output

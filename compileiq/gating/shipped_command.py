@@ -65,7 +65,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     other = [] if named is None or given is None or same_file(named, given) else [Hit(
         RULE, str(named), str(database), f"the ACF's [baseline] names the compilation database {named}, but the "
         f"database that ships is {database} (--compile-commands): the ACF is held to {database}", retune)]
-    if read.problem in ("not-regular", "gone"):
+    if read.problem in ("outside", "not-regular", "gone"):
         return [*other, _unchecked(recorded, read.detail, database)]
     command, spec = read.command, read.with_command
     if command is None or spec is None:

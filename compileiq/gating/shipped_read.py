@@ -25,7 +25,7 @@ from compileiq.source.compile_db import CompileCommand, NotADatabase, read_comma
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.spec import KernelSpec
 
-Problem = Literal["not-regular", "gone", "not-a-database", "unreadable"]
+Problem = Literal["outside", "not-regular", "gone", "not-a-database", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
     if database is None:
         return ShippedRead()
     shown = Path(path_from_here(str(database)))
+    if not given and not _inside_tree(database, acf, found):  # the ACF is untrusted: never opened
+        return ShippedRead(database, given, problem="outside", detail="is outside the ACF's checkout and the "
+                           "kernel's folder, and was not read; pass --compile-commands to name the one that ships")
     if kind := not_regular(shown):  # never opened: a named pipe would block the reader
         return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
     if not shown.is_file():
@@ -70,9 +73,28 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
     except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
         return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
     except UsageError as error:  # no command for the kernel, or not one compileiq reads
-        return ShippedRead(database, given, problem="unreadable", detail=first_line(str(error)))
+        return ShippedRead(database, given, problem="unreadable", detail=_said(error, given, shown, found))
     try:
         with_command = with_base_flags(tune_toml, command.base_flags, f"{shown}: the command for {found.name}")
     except UsageError as error:  # a base flag compileiq cannot take (an include folder gone)
-        return ShippedRead(database, given, command, problem="unreadable", detail=first_line(str(error)))
+        return ShippedRead(database, given, command, problem="unreadable", detail=_said(error, given, shown, found))
     return ShippedRead(database, given, command, with_command)
+
+
+def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:
+    """Why a command was not usable: the reader's words for the user's own --compile-commands; for
+    a database the (untrusted) ACF named, none of them, as they may quote a token of that file."""
+    if given:
+        return first_line(str(error))
+    return (f"{shown}: no command for {found.name} that compileiq reads (`compileiq space KERNEL "
+            f"--compile-commands {shown}` says why)")
+
+
+def _inside_tree(database: Path, acf: acf_file.Acf, found: Path) -> bool:
+    """Whether the database an ACF names lies (symlinks followed) in the checkout that holds the ACF
+    (the nearest folder above it with `.git`, else the ACF's folder) or in the kernel's folder: an
+    ACF arrives in a pull request, and may name any file of the machine that gates it."""
+    folder = acf.path.parent.resolve()
+    checkout = next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder)
+    where = database.resolve()
+    return any(where.is_relative_to(root) for root in (checkout, found.parent.resolve()))
