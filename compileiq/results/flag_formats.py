@@ -83,7 +83,8 @@ def removal_note(acf: Acf) -> str | None:
 
 
 def _note_comment(acf: Acf) -> str:
-    """`removal_note` as the first line of a CMake file (a comment): "" when there is none."""
+    """`removal_note` as the first line of a build file (CMake, Bazel: `#` starts a comment in
+    both): a file written with `> BUILD` keeps it, where stderr is lost; "" when there is none."""
     note = removal_note(acf)
     return f"# compileiq: {note}\n" if note else ""
 
@@ -169,7 +170,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
-    return (
+    return _note_comment(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
