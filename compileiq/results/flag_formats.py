@@ -82,14 +82,28 @@ def removal_note(acf: Acf) -> str | None:
             "changes or turns off these shipped settings; appending its flags alone would keep them")
 
 
+def _note_comment(acf: Acf) -> str:
+    """`removal_note` as the first line of a build file (CMake, Bazel: `#` starts a comment in
+    both): a file written with `> BUILD` keeps it, where stderr is lost; "" when there is none."""
+    note = removal_note(acf)
+    return f"# compileiq: {note}\n" if note else ""
+
+
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
     """Each flag once, in first-seen order (an options file or CMake must not repeat one)."""
     return tuple(dict.fromkeys(flags))
 
 
-def cuda_architectures(arch: str) -> str:
-    """CMake's CUDA_ARCHITECTURES value for an ACF arch: sm_90 -> 90, sm_90a -> 90a."""
-    return arch.removeprefix("sm_")
+def cuda_architectures(acf: Acf) -> str:
+    """CMake's CUDA_ARCHITECTURES value that builds what `acf.arch_args()` builds, so the CMake
+    formats and `flags` agree: `-arch=sm_90` (machine code and PTX, CMake's code=[compute_90,sm_90])
+    is 90; `-arch=compute_90 -code=sm_90` (machine code only, from a shipped
+    `-gencode arch=compute_90,code=sm_90`) is 90-real: a plain 90 would embed PTX the shipped
+    build has not (and a newer GPU would JIT-compile it). sm_90a -> 90a, 90a-real."""
+    number = acf.arch.removeprefix("sm_")
+    codes = [c for token in acf.arch_args() if token.startswith("-code=")
+             for c in token.removeprefix("-code=").split(",")]
+    return f"{number}-real" if codes and f"compute_{number}" not in codes else number
 
 
 def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
@@ -99,7 +113,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "kernel": acf.kernel,
         "source": acf.source_path,
         "arch": acf.arch,
-        "cuda_architectures": cuda_architectures(acf.arch),
+        "cuda_architectures": cuda_architectures(acf),
         "stage": stage,
         "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
         "base": list(acf.base_args()),
@@ -120,9 +134,8 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     # reads a relative source from whichever CMakeLists.txt includes the snippet
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
-    arch = cuda_architectures(acf.arch)
-    note = removal_note(acf)
-    return (("# compileiq: " + note + "\n") if note else "") + (
+    arch = cuda_architectures(acf)
+    return _note_comment(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
@@ -157,7 +170,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
-    return (
+    return _note_comment(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
