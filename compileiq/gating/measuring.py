@@ -78,14 +78,18 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     justify departing from it."""
     acf, spec = target.acf, target.spec
     space = load_space(acf.nvcc_version)
-    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
-    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
-    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
-    if searched:
-        space = space.with_defines(searched)
     # the build that ships: as its compile command gives it now, where the ACF names one still there
     build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
     shipped = build.values() if build is not None else {}
+    # tune.toml's macros the ACF searched, at tune.toml's first value, or the value the command ships
+    # (-DTM=8, one of tune.toml's), as in `tune`; never a macro tune.toml does not tune (`macro_settings`);
+    # one left out of the search (--exclude) is left out of both builds, as in `tune`
+    searched = {name: [next((v for v in values if v == shipped.get(f"define.{name}")), values[0])]
+                for name, values in spec.tuned_defines if f"define.{name}" in acf.controls or f"define.{name}" in shipped}
+    if searched:
+        space = space.with_defines(searched)
+    shipped = {k: v for k, v in shipped.items() if not k.startswith("define.")} | {
+        f"define.{name}": value[0] for name, value in searched.items() if f"define.{name}" in shipped}
     config = space.default_config().with_values(shipped)
     frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
     controls = space.default_config().with_values(acf.controls).as_dict()

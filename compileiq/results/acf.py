@@ -34,6 +34,7 @@ from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import (
     CAPPED,
+    SYSTEM,
     BaseFlagError,
     BaseFlags,
     parse_base_flags,
@@ -104,8 +105,12 @@ class Acf:
         """The base flags for a build run from the current folder: a relative include folder is
         recorded relative to the kernel's folder (as tune.toml gives it), which is seldom here."""
         folder = os.path.dirname(self.source_from_here())
-        paths = (os.path.normpath(os.path.join(folder, d)) for d in self.base.include_dirs)
-        return self.base.flags + tuple(f"-I{os.path.abspath(p) if absolute else p}" for p in paths)
+        def path(d: str) -> str:
+            found = os.path.normpath(os.path.join(folder, d))
+            return os.path.abspath(found) if absolute else found
+
+        return (self.base.flags + tuple(f"-I{path(d)}" for d in self.base.include_dirs)
+                + tuple(f"{SYSTEM}{path(d)}" for d in self.base.system_dirs))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
+from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
 FORMATS = ("args", "optf", "cmake", "bazel", "json")
@@ -162,7 +163,8 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     ptxas options in `ptxasopts` (rules_cuda hands each to ptxas with -Xptxas); the arch goes on the
     command line."""
     frontend = acf.flags("frontend", with_arch=False, with_base=with_base)
-    copts = unique(tuple(t for t in frontend if not t.startswith("-I"))) if stage != "ptxas" else ()  # in includes
+    # -I folders go in includes; -isystem ones nowhere (`bazel_note`): a copts path is not the package's
+    copts = unique(tuple(t for t in frontend if not t.startswith(("-I", SYSTEM)))) if stage != "ptxas" else ()
     includes = _package_includes(acf)[0] if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
@@ -183,12 +185,19 @@ def bazel_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
     path of its package. This will be an error in the future", and a path above the workspace is
     no path at all; rules_cuda refuses an absolute one), and a header there is not in the build's
     sandbox unless a target declares it."""
-    outside = _package_includes(acf)[1] if fmt == "bazel" and with_base and stage != "ptxas" else ()
-    if not outside:
-        return None
-    return (f"note: {len(outside)} include folder(s) outside the kernel's package left out of includes "
-            f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
-            'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
+    applies = fmt == "bazel" and with_base and stage != "ptxas"
+    outside = _package_includes(acf)[1] if applies else ()
+    system = acf.base.system_dirs if applies else ()
+    notes = []
+    if outside:
+        notes.append(f"{len(outside)} include folder(s) outside the kernel's package left out of includes "
+                     f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
+                     'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
+    if system:  # includes gives -I, searched before any -isystem folder: another copy of a header would be read
+        notes.append(f"{len(system)} system include folder(s) (-isystem) left out ({' '.join(system)}): a "
+                     "cuda_library's includes gives -I, which changes which copy of a header is read; give those "
+                     "headers a cc_library (includes: Bazel gives them as -isystem) and add it to the deps")
+    return "note: " + "; ".join(notes) if notes else None
 
 
 def _package_includes(acf: Acf) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -91,6 +91,7 @@ class _Parser:
             defines=defines,
             tuned_defines=tuned,
             include_dirs=self.include_dirs(flags),
+            system_dirs=tuple(resolved(self.source.parent / d, "include folder") for d in flags.system_dirs),
             compile_timeout_s=self.timeout(),
             allow_numerics=self.flag("allow_numerics"),
             allow_semantics=self.flag("allow_semantics"),
@@ -171,7 +172,8 @@ class _Parser:
         for name in names:
             if problem := path_problem(name):
                 raise self.fail("include_dirs", problem)
-        dirs = tuple(resolved(self.source.parent / d, "include folder") for d in [*names, *flags.include_dirs])
+        dirs = tuple(resolved(self.source.parent / d, "include folder")
+                     for d in [*names, *flags.include_dirs, *flags.system_dirs])
         missing = [d for d in dirs if not d.is_dir()]
         if missing:
             raise self.fail("include_dirs", f"not a directory: {missing[0]}")

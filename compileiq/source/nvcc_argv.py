@@ -95,8 +95,9 @@ def options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
             yield "", arg, arg
             continue
         attached = next((p for p in _ATTACHED_FIRST if arg.startswith(p) and len(arg) > len(p)), None)
-        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's
-            yield attached, arg[len(attached):], arg
+        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's; -isystem=DIR's is nvcc's
+            rest = arg[len(attached):]
+            yield attached, rest.removeprefix("=") if attached == "-isystem" else rest, arg
             continue
         flag, eq, value = arg.partition("=")
         if eq:
