@@ -130,6 +130,23 @@ def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
     assert "stale-settings" not in _gate(tuned, ACF, "--static").stdout
 
 
+def test_a_changed_build_flag_is_no_changed_source(tuned, tmp_path):
+    """The source bundle's hash holds the base flags with the files (a study's identity): a flag added
+    to tune.toml, the source untouched, is a changed setting (naming the flag), never `stale-source`,
+    which sent a reviewer looking for a source diff that did not exist (user50, fault 1)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text('nvcc_flags = ["-DFOO=1"]\n')
+    result = _gate(workspace, ACF, "--static")
+    assert result.returncode == 0, result.describe()
+    assert "stale-source" not in result.stdout, result.describe()
+    assert "warn stale-settings: the ACF's base flags are not the kernel's (tune.toml): it lacks -DFOO=1" in result.stdout
+    (workspace / KERNEL).write_text(SMALL + "// edited\n")  # and the source too: both said
+    both = _gate(workspace, ACF, "--static")
+    assert "warn stale-source: the kernel source changed since the ACF was tuned" in both.stdout, both.describe()
+    assert "stale-settings" in both.stdout, both.describe()
+
+
 def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tuned):
     retune = RETUNE.format(db=tuned / "t.db")  # the hint repeats the database the ACF was tuned in
     runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]

@@ -138,7 +138,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     own = found.own
     measured = rebuild(target, toolchain, found.built)
     retune = retune_command(target, measured)
-    hits = static_hits(recorded, measured, retune)
+    hits = static_hits(recorded, measured, retune, found.flags_only)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
     named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
     named += macro_settings.macro_hits(target.spec, target.acf, retune)

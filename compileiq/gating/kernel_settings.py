@@ -19,7 +19,7 @@ build: its baseline is then the one the ACF records (the build before the change
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
@@ -27,7 +27,7 @@ from compileiq.gating.rules import BaseFlagDifference
 from compileiq.gating.shipped_command import applies_choice
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.base_flags import SYSTEM, BaseFlags
+from compileiq.source.base_flags import SYSTEM, BaseFlags, parse_base_flags
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, ShippedBuild, resolved
@@ -74,6 +74,17 @@ def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
     if not (acf.base.flags or acf.base.include_dirs or acf.base.system_dirs):
         return spec
     return with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags")
+
+
+def as_tuned(recorded: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
+    """`recorded` (`as_recorded`) with exactly the ACF's base flags, none of tune.toml's since: the
+    build whose sources its `[kernel] source_sha256` hashes (the bundle's hash holds its base flags and
+    include folders with the files). That hash again from this spec is the same sources, read as tuned."""
+    where = f"{acf.path}: base.nvcc_flags"
+    folders = {resolved(recorded.source.parent / d, "include folder") for d in recorded.nvcc_flags.include_dirs}
+    kept = {resolved(recorded.source.parent / d, "include folder") for d in acf.base.include_dirs}
+    dirs = tuple(d for d in recorded.include_dirs if d not in folders or d in kept)  # tune.toml's include_dirs stay
+    return replace(recorded, nvcc_flags=parse_base_flags(acf.base.as_args(), where), include_dirs=dirs)
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
-from compileiq.core.errors import UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.gating import kernel_settings
 from compileiq.gating.locate import Target
 from compileiq.gating.rules import Defaults, Measured, Recorded
 from compileiq.results import acf as acf_file
@@ -57,13 +58,23 @@ class Sources:
 
     own: SourceBundle
     built: SourceBundle
+    flags_only: bool = False  # `built` hashes otherwise than the ACF records, but its sources read as tuned do not
 
 
 def sources(target: Target, toolchain: Toolchain) -> Sources:
     """The kernel's sources as both builds preprocess them; CompileIQError where they cannot be
-    (a header removed, an include folder gone)."""
+    (a header removed, an include folder gone). Where the ACF's build's bundle hashes otherwise than
+    it records, whether only the build flags changed: the hash holds the base flags and include
+    folders with the files, so the sources are read again with the base flags it records."""
     own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
-    return Sources(own, own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc))
+    built = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
+    if built.sha256 == target.acf.source_sha256:
+        return Sources(own, built)
+    try:
+        tuned = bundle_sources(kernel_settings.as_tuned(target.recorded_spec or target.spec, target.acf), toolchain.nvcc)
+    except CompileIQError:  # its flags no longer read the sources (a folder gone): they are not the same
+        return Sources(own, built)
+    return Sources(own, built, tuned.sha256 == target.acf.source_sha256)
 
 
 def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:

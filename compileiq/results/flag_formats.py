@@ -24,15 +24,18 @@ STAGES = ("all", "frontend", "ptxas")
 _PLAIN_TOKEN = PLAIN_WORD  # one rule for what a shell may read as one word (core/words)
 
 
-def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False) -> str:
-    """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`."""
+def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False,
+           option: str = "--") -> str:
+    """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`.
+    `option` spells the caller's names in an error: "--" the command's options (--format), "" the
+    Python API's keywords (format)."""
     if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise UsageError(f"{option}format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if stage not in STAGES:
-        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+        raise UsageError(f"{option}stage must be all, frontend or ptxas, got {stage!r}")
     if fmt == "cmake":  # CMake sets the architecture itself (CUDA_ARCHITECTURES)
         if stage == "ptxas":
-            raise UsageError("--format cmake gives nvcc options: use --stage all or frontend")
+            raise UsageError(f"{option}format cmake gives nvcc options: use {option}stage all or frontend")
         return cmake_snippet(acf, stage, with_base)
     if fmt == "bazel":  # rules_cuda sets the architecture itself (--@rules_cuda//cuda:archs)
         return bazel_library(acf, stage, with_base)

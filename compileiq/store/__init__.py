@@ -47,6 +47,7 @@ from compileiq.store.build_claims import BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
+    NoStudyError,
     StoreError,
 )
 from compileiq.store.measurement_cache import MeasurementCache
@@ -121,7 +122,7 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         if study is None and name_or_id.isdigit():
             study = self._study_where(studies.c.id == int(name_or_id))
         if study is None:
-            raise StoreError(f"no study named '{name_or_id}' in {self.url_for_display}")
+            raise NoStudyError(f"no study named '{name_or_id}' in {self.url_for_display}")
         return study
 
     def list_studies(self) -> list[Study]:
