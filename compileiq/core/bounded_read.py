@@ -68,6 +68,25 @@ def read_text(path: Path, limit: int, encoding: str = "utf-8") -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def is_file(path: Path) -> bool:
+    """Whether `path` is a file (or a link to one); False, never an error, for a path the system
+    refuses: `Path.is_file` raises OSError for a name past 255 bytes (ENAMETOOLONG), which an ACF
+    may hold, and a traceback stopped the gate over every other ACF."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    """Whether `path` is a folder; False, never an error, as `is_file` (an -I folder a compile
+    command names may be any text)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return f"cannot be read: {error.strerror}"
