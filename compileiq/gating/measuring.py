@@ -4,12 +4,14 @@ build and the baseline's (the compiler defaults, or the build that ships), each 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
+from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import StaticEvaluator
@@ -22,33 +24,30 @@ from compileiq.source.spec import KernelSpec, SourceBundle
 
 
 def recorded_of(acf: acf_file.Acf) -> Recorded:
+    """The ACF's [evidence.best] as the rules read it, its metrics read by `StaticMetrics` (the one
+    reader of a recorded row); UsageError where it lacks one, or an instructions ACF its count."""
     best = acf.evidence.get("best")
-    if isinstance(best, dict):
-        try:
-            objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
-            instructions = int(best["instructions"]) if "instructions" in objectives else None
-            code_instructions = int(best["instructions"]) if "instructions" in best else None
-            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
-                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
-                            str(acf.data["kernel"].get("settings_sha256", "")), code_instructions)
-        except (KeyError, TypeError, ValueError):
-            pass
+    objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
+    if (read := _recorded(acf, best)) is not None and (read.code_instructions is not None
+                                                       or "instructions" not in objectives):
+        return replace(read, instructions=read.code_instructions if "instructions" in objectives else None)
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
 
 
 def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
     """The ACF's [evidence.baseline] as the `evidence` rule reads it; None where it lacks a number
     (an older ACF): the best's evidence is still checked."""
-    base = acf.evidence.get("baseline")
-    if not isinstance(base, dict):
+    return _recorded(acf, acf.evidence.get("baseline"))
+
+
+def _recorded(acf: acf_file.Acf, table: Any) -> Recorded | None:
+    """An evidence table's metrics and code (its instruction count where it records one)."""
+    if (read := StaticMetrics.recorded(table)) is None or "code_hash" not in table:
         return None
-    try:
-        instructions = int(base["instructions"]) if "instructions" in base else None
-        return Recorded(int(base["spill_bytes"]), int(base["registers"]), float(base["occupancy"]),
-                        str(base["code_hash"]), acf.source_sha256, acf.toolchain_build, None,
-                        str(acf.data["kernel"].get("settings_sha256", "")), instructions)
-    except (KeyError, TypeError, ValueError):
-        return None
+    metrics, counted = read
+    return Recorded(metrics.spill_bytes, metrics.registers, metrics.occupancy, str(table["code_hash"]),
+                    acf.source_sha256, acf.toolchain_build, None, str(acf.data["kernel"].get("settings_sha256", "")),
+                    metrics.instructions if counted else None)
 
 
 @dataclass(frozen=True)
@@ -124,10 +123,9 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
     evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
-    if evaluation.value is None:
+    metrics = StaticMetrics.of(evaluation.metrics)
+    if evaluation.value is None or metrics is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
-    m = evaluation.metrics
-    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
-                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
-                    settings)
+    return Measured(bundle.sha256, toolchain.nvcc_build, None, metrics.spill_bytes, metrics.registers,
+                    metrics.occupancy, build.code_hash or "", metrics.instructions, settings)

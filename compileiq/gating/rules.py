@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from compileiq.core.errors import UsageError
+from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.stats import (
     MIN_DELTA,
     Comparison,
@@ -225,11 +226,13 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     """The recorded numbers that the same machine code does not give: spills, registers and
     instructions are the code's own; occupancy also depends on the launch settings, so it counts
     only when those are the ones it was tuned with."""
-    pairs = [("spill bytes", str(r.spill_bytes), str(m.spill_bytes)), ("registers", str(r.registers), str(m.registers))]
+    label = StaticMetrics.LABELS  # each metric's one name as people read it
+    pairs = [(label["spill_bytes"], str(r.spill_bytes), str(m.spill_bytes)),
+             (label["registers"], str(r.registers), str(m.registers))]
     if r.code_instructions is not None:
-        pairs.append(("instructions", str(r.code_instructions), str(m.instructions)))
+        pairs.append((label["instructions"], str(r.code_instructions), str(m.instructions)))
     if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
-        pairs.append(("occupancy", _pct(r.occupancy), _pct(m.occupancy)))
+        pairs.append((label["occupancy"], _pct(r.occupancy), _pct(m.occupancy)))
     return [(name, a, b) for name, a, b in pairs if a != b]
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compileiq.core import bounded_read
 from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.source import nvcc_argv, preprocessor, shipped
@@ -151,16 +151,19 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
 
 
 def _entries(database: Path) -> list[dict[str, Any]]:
-    path = database.expanduser()
-    if kind := not_regular(path):  # never opened: a named pipe would block the reader
-        raise NotADatabase(f"{database}: it is {kind}, not a compilation database")
     try:
-        if path.stat().st_size > MAX_DATABASE_BYTES:
-            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NotADatabase(f"compilation database not found: {database}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        data = json.loads(bounded_read.read_text(database.expanduser(), MAX_DATABASE_BYTES))
+    except bounded_read.FileReadError as error:
+        if error.problem == "missing":
+            raise NotADatabase(f"compilation database not found: {database}") from None
+        if error.problem == "not-regular":  # never opened: a named pipe would block the reader
+            raise NotADatabase(f"{database}: it is {error.kind}, not a compilation database") from None
+        if error.problem == "too-large":
+            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB ({error.size} bytes)") from None
+        if error.problem == "unreadable":
+            raise NotADatabase(f"{database}: {error.detail}") from None
+        raise NotADatabase(f"{database}: not a compilation database: it {error.detail}") from None
+    except (ValueError, RecursionError) as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise NotADatabase(f"{database}: not a compilation database: {reason}") from None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
+from compileiq.core.bounded_read import is_dir
 from compileiq.core.output_file import not_regular
 from compileiq.source.base_flags import parse_base_flags, path_problem
 from compileiq.source.spec import KernelError, KernelSpec, SourceBundle, resolved
@@ -53,7 +54,7 @@ def with_base_flags(spec: KernelSpec, args: Sequence[str], where: str) -> Kernel
     flags = parse_base_flags([*spec.nvcc_flags.as_args(), *args], where)
     folders = [resolved(spec.source.parent / d, "include folder") for d in flags.include_dirs]
     system = [resolved(spec.source.parent / d, "include folder") for d in flags.system_dirs]
-    if missing := [f for f in [*folders, *system] if not f.is_dir()]:
+    if missing := [f for f in [*folders, *system] if not is_dir(f)]:
         raise KernelError(f"{where}: include folder {missing[0]} is not a directory")
     return replace(spec, nvcc_flags=flags, include_dirs=tuple(dict.fromkeys([*spec.include_dirs, *folders, *system])),
                    system_dirs=tuple(dict.fromkeys([*spec.system_dirs, *system])))

@@ -10,6 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.bounded_read import is_dir
 from compileiq.core.defines import macro_problem
 from compileiq.core.output_file import not_regular
 from compileiq.core.text import printable
@@ -174,7 +175,7 @@ class _Parser:
                 raise self.fail("include_dirs", problem)
         dirs = tuple(resolved(self.source.parent / d, "include folder")
                      for d in [*names, *flags.include_dirs, *flags.system_dirs])
-        missing = [d for d in dirs if not d.is_dir()]
+        missing = [d for d in dirs if not is_dir(d)]
         if missing:
             raise self.fail("include_dirs", f"not a directory: {missing[0]}")
         return tuple(dict.fromkeys(dirs))
