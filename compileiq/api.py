@@ -171,7 +171,7 @@ def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_ar
     """An ACF's flags as text: args (shell words), optf (an nvcc options file), cmake, bazel, json;
     `with_base` adds the base flags a rebuild needs (`compileiq flags --all`)."""
     loaded = acf if isinstance(acf, Acf) else load_acf(acf)
-    return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base)
+    return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base, option="")
 
 
 def gate(
@@ -182,8 +182,9 @@ def gate(
     device: bool | None = None,
 ) -> GateReport:
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
-    is 0 (pass) or 1 (a regression); an ACF that cannot be checked (unreadable, its kernel not
-    found or no longer preprocessed) raises UsageError, as bad input does everywhere in this API.
+    is 0 (pass), 1 (a regression) or 2: an ACF that cannot be checked (unreadable, its kernel not
+    found or no longer preprocessed) is an ERROR result naming why, beside the other ACFs' verdicts,
+    as in the command's report (bad arguments to this function raise UsageError).
     device: None times on a visible GPU (else static rules), False static rules only, True the GPU."""
     from compileiq.evaluate.timing import HarnessTiming
     from compileiq.gating import check as gate_lib
@@ -201,10 +202,7 @@ def gate(
     options = gate_lib.GateOptions(acfs=tuple(_path("acfs", p) for p in paths),
                                    kernel=None if kernel is None else _path("kernel", kernel),
                                    rules=tuple(given), device=device)
-    report = gate_lib.run(options, HarnessTiming())
-    if unchecked := [r for r in report.results if r.bad_input]:
-        raise UsageError(unchecked[0].findings[0].message)
-    return report
+    return gate_lib.run(options, HarnessTiming())
 
 
 def trial_row(trial: Trial) -> TrialRow:

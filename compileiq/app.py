@@ -193,7 +193,7 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -
     from compileiq.source.kernel import with_base_flags
     from compileiq.source.shipped import other_archs, under_register_cap
 
-    command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version))
+    command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version), spec)
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
     overridden = (f"{command.arch} that the compile command gives"
                   if arch and command.arch is not None and arch not in command.archs else spec.arch_overridden)

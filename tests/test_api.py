@@ -122,8 +122,28 @@ def test_bad_input_raises_the_commands_one_line_errors(tmp_path: Path) -> None:
         compileiq.gate([])
     with pytest.raises(UsageError, match="budget must be a whole number, got '8'"):  # was a bare TypeError
         compileiq.tune(kernel, budget="8", workers="local", db=f"sqlite:///{tmp_path / 't.db'}")  # type: ignore[arg-type]
-    with pytest.raises(UsageError, match="not a valid ACF"):  # bad input raises, as the rest of the API
-        compileiq.gate([tmp_path / "bad.acf.toml", tmp_path / "scale.cu"], device=False)
+
+
+def test_gate_reports_an_unreadable_acf_beside_the_others_and_errors_name_keywords(tmp_path: Path) -> None:
+    """As `compileiq gate`: an ACF that cannot be checked is an ERROR result, the others gated as
+    usual, exit code 2 (it raised, and a script gating a folder lost every verdict: user50, fault 2);
+    `flags`' errors name its keywords, not the command's --format/--stage (fault 3)."""
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    good = compileiq.tune(kernel, objective="instructions", budget=2, strategy="exhaustive", workers="local",
+                          only=["ptxas.opt_level"], db=f"sqlite:///{tmp_path / 't.db'}",
+                          out=tmp_path / "scale.acf.toml").acf_path
+    (tmp_path / "bad.acf.toml").write_text("format = 1\n")
+    report = compileiq.gate([good, tmp_path / "missing.acf.toml", tmp_path / "bad.acf.toml"], device=False)
+    assert [r.verdict for r in report.results] == ["PASS", "ERROR", "ERROR"] and report.exit_code == 2
+    assert "ACF not found" in report.results[1].findings[0].message
+    assert "not a valid ACF" in report.results[2].findings[0].message
+    assert compileiq.gate(good, device=False).exit_code == 0
+    for keyword, says in (("format", "format must be one of args, optf"), ("stage", "stage must be all, frontend")):
+        with pytest.raises(UsageError, match=f"^{says}"):
+            compileiq.flags(good, **{keyword: "nope"})  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="^format cmake gives nvcc options: use stage all or frontend"):
+        compileiq.flags(good, format="cmake", stage="ptxas")
 
 
 @pytest.mark.parametrize(("call", "says"), [

@@ -432,3 +432,24 @@ def test_compileiq_apply_takes_out_the_shipped_flag_the_acf_turns_off(tmp_path: 
         message = " ".join(refused.stderr.split())
         assert (f"compileiq_apply(k.acf.toml): the ACF's settings change the shipped flag '-Xptxas=-O0' "
                 f"([baseline] remove), which is still in {place}") in message, refused.stderr
+
+
+def test_bazel_output_names_the_shipped_flags_to_remove_as_the_cmake_output_does(tmp_path: Path) -> None:
+    """rev50 7: an ACF whose settings change a shipped flag ([baseline] remove) wrote the removal note
+    into the CMake snippet as a comment, but the Bazel BUILD text had none (the note went to stderr
+    only, which `> BUILD` loses): copts cannot take -Xptxas=-O0 out of the project's own command."""
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -Xptxas=-O0 -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+                    "--objective", "instructions", "--budget", "3", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["remove"] == ["-Xptxas=-O0"]
+    note = ("# compileiq: remove from the kernel's compile command (compile_commands.json): -Xptxas=-O0 -- the ACF "
+            "changes or turns off these shipped settings; appending its flags alone would keep them")
+    for fmt in ("cmake", "bazel"):
+        shown = run_cli(["flags", "k.acf.toml", "--format", fmt], cwd=tmp_path)
+        assert shown.returncode == 0 and shown.stdout.splitlines()[0] == note, shown.describe()
+    bazel = run_cli(["flags", "k.acf.toml", "--format", "bazel"], cwd=tmp_path).stdout
+    assert bazel.splitlines()[1].startswith("# compileiq: kernel ") and "cuda_library(" in bazel, bazel

@@ -395,3 +395,14 @@ def test_flags_stages(workspace: Workspace, stage: str, check: Callable[[list[st
         ["flags", str(workspace.path / "good.acf.toml"), "--stage", stage], cwd=workspace.path
     )
     assert result.returncode == 0 and check(result.stdout.split()), result.describe()
+
+
+def test_a_study_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
+    """A mistyped study name is bad input (exit 2, as a missing file or database), not a domain error
+    (exit 1): a CI script tells "typed it wrong" from "the database failed" by it (user50, fault 4)."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    Store.open(url)  # a database with no study
+    for args in (["show", "nosuch"], ["report", "nosuch", "-o", "x.html"],
+                 ["report", "--compare", "nosuch", "other", "-o", "c.md"], ["db", "export", "nosuch", "-o", "x.json"]):
+        result = run_cli([*args, "--db", url], cwd=tmp_path)
+        assert "no study named 'nosuch'" in assert_one_line_error(result, 2), result.describe()

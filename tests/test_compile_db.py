@@ -31,7 +31,7 @@ def test_cmake_style_command_keeps_what_the_code_needs_and_strips_what_is_tuned(
                "-Xcompiler=-fPIC -x cu -c ../src/k.cu -o CMakeFiles/k.dir/src/k.cu.o")
     db = _database(tmp_path, [{"directory": str(tmp_path / "build"), "command": command, "file": "../src/k.cu"}])
     found = read_command(db, source, SPACE)
-    assert found.base_flags == ("-DTILE=64", "-DWIDE=1", f"-I{tmp_path / 'include'}", "-I/opt/dep/include",
+    assert found.base_flags == ("-DTILE=64", "-DWIDE=1", f"-I{tmp_path / 'include'}", "-isystem=/opt/dep/include",
                                 "--expt-relaxed-constexpr", "-lineinfo", "-std=c++20")
     assert found.arch == "sm_90"
     assert found.stripped == ("-O3", "-Xptxas=-O3", "--use_fast_math", "-Xcompiler=-fPIC")
@@ -58,7 +58,7 @@ def test_cmake_3_29_include_folders_in_an_options_file_are_read(tmp_path: Path) 
                "CMakeFiles/k.dir/includes_CUDA.rsp -O3 -DNDEBUG -std=c++17 -x cu -c ../src/k.cu -o k.cu.o")
     db = _database(tmp_path, [{"directory": str(tmp_path / "build"), "command": command, "file": "../src/k.cu"}])
     found = read_command(db, source, SPACE)
-    assert found.base_flags == ("-DTILE=64", f"-I{tmp_path / 'include'}", f"-I{tmp_path / 'third party'}",
+    assert found.base_flags == ("-DTILE=64", f"-I{tmp_path / 'include'}", f"-isystem={tmp_path / 'third party'}",
                                 "-DNDEBUG", "-std=c++17")
     joined = command.replace("--options-file CMakeFiles", "--options-file=CMakeFiles")
     db = _database(tmp_path, [{"directory": str(tmp_path / "build"), "command": joined, "file": "../src/k.cu"}])

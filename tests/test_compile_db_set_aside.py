@@ -260,7 +260,7 @@ def test_an_attached_isystem_folder_is_the_entry_directorys(tmp_path: Path) -> N
     db = tmp_path / "build" / "compile_commands.json"
     db.write_text(json.dumps([{"directory": str(tmp_path / "build"), "file": "../k.cu",
                                "arguments": ["nvcc", "-isysteminc", "-arch=sm_90", "-c", "../k.cu"]}]))
-    assert read_command(db, tmp_path / "k.cu", SPACE).base_flags == (f"-I{tmp_path / 'build' / 'inc'}",)
+    assert read_command(db, tmp_path / "k.cu", SPACE).base_flags == (f"-isystem={tmp_path / 'build' / 'inc'}",)
 
 
 @pytest.mark.parametrize(("flag", "said"), [

@@ -26,6 +26,7 @@ from helpers import CliResult, run_cli
 from compileiq import app
 from compileiq.cli import cli
 from compileiq.core.errors import UsageError
+from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.stats import Verdict
 from compileiq.gating import check as gating
 from compileiq.gating import ci_reports
@@ -130,6 +131,23 @@ def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
     assert "stale-settings" not in _gate(tuned, ACF, "--static").stdout
 
 
+def test_a_changed_build_flag_is_no_changed_source(tuned, tmp_path):
+    """The source bundle's hash holds the base flags with the files (a study's identity): a flag added
+    to tune.toml, the source untouched, is a changed setting (naming the flag), never `stale-source`,
+    which sent a reviewer looking for a source diff that did not exist (user50, fault 1)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text('nvcc_flags = ["-DFOO=1"]\n')
+    result = _gate(workspace, ACF, "--static")
+    assert result.returncode == 0, result.describe()
+    assert "stale-source" not in result.stdout, result.describe()
+    assert "warn stale-settings: the ACF's base flags are not the kernel's (tune.toml): it lacks -DFOO=1" in result.stdout
+    (workspace / KERNEL).write_text(SMALL + "// edited\n")  # and the source too: both said
+    both = _gate(workspace, ACF, "--static")
+    assert "warn stale-source: the kernel source changed since the ACF was tuned" in both.stdout, both.describe()
+    assert "stale-settings" in both.stdout, both.describe()
+
+
 def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tuned):
     retune = RETUNE.format(db=tuned / "t.db")  # the hint repeats the database the ACF was tuned in
     runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]
@@ -206,6 +224,8 @@ def test_a_rule_made_a_warning_passes_with_the_warning(spilling):
     findings = {f["rule"]: f["severity"] for f in document["acfs"][0]["findings"]}
     assert findings == {"spills": "warn", "stale-source": "warn"}
     assert document["acfs"][0]["measured"]["spill_bytes"] == 1052
+    for side in ("recorded", "measured"):  # every static metric the rules hold an ACF to, by its one name
+        assert set(StaticMetrics.SCORED) <= set(document["acfs"][0][side]), document["acfs"][0][side]
 
 
 @pytest.mark.parametrize(
@@ -495,8 +515,30 @@ def test_an_instructions_acf_is_held_to_its_instruction_count(tmp_path):
     (tmp_path / ACF).write_text(edited)
     result = _gate(tmp_path, ACF, "--static", "--json")
     assert result.returncode == 1, result.describe()
-    rules = {f["rule"] for f in json.loads(result.stdout)["acfs"][0]["findings"]}
+    row = json.loads(result.stdout)["acfs"][0]
+    rules = {f["rule"] for f in row["findings"]}
     assert {"instructions", "evidence"} <= rules, rules
+    # the numbers the finding is about are in the report's recorded and measured metrics too
+    assert (row["recorded"]["instructions"], row["measured"]["instructions"]) == (best - 100, best), row
+
+
+def test_an_acf_recording_no_instruction_count_is_still_gated(tuned, tmp_path):
+    """An ACF written before instruction counts were recorded: its evidence has spill bytes,
+    registers and occupancy only. The gate reads it with the one reader of recorded metrics
+    (`StaticMetrics`), which needs all four for a score: the count is absent, not a reason to
+    refuse the ACF, and the report says it is unknown (null)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    text = (workspace / ACF).read_text()
+    edited = re.sub(r"(\[evidence\.(?:best|baseline)\]\n(?:[^\[\n][^\n]*\n)*?)instructions = \d+\n", r"\1", text)
+    edited = re.sub(r"(\[evidence\.(?:best|baseline)\]\n(?:[^\[\n][^\n]*\n)*?)instructions = \d+\n", r"\1", edited)
+    assert edited.count("\ninstructions = ") == text.count("\ninstructions = ") - 2, edited
+    (workspace / ACF).write_text(edited)
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 0, result.describe()
+    row = json.loads(result.stdout)["acfs"][0]
+    assert row["verdict"] == "PASS" and row["recorded"]["instructions"] is None, row
+    assert isinstance(row["measured"]["instructions"], int), row
 
 
 def test_the_retune_line_repeats_only_parameter_names_an_acf_records():

@@ -140,7 +140,7 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
                        "tomlloop/tune.toml is a symlink loop or a dangling link"),
     "include-folder-loop": ("tune {ws}/incloop/k.cu --workers local --db sqlite:///{ws}/t.db", 2,
                             "include folder {ws}/incloop/inc is a symlink loop"),  # was a traceback
-    "show-emoji-code": ("show :x: --db sqlite:///{ws}/t.db", 1, "no study named ':x:'"),  # was '❌'
+    "show-emoji-code": ("show :x: --db sqlite:///{ws}/t.db", 2, "no study named ':x:'"),  # was '❌'
     "ray-address-password": ("tune {k} --ray-address user:s3cret@127.0.0.1:6379 --db sqlite:///{ws}/t.db", 2,
                              "got '***@127.0.0.1:6379'"),
 }

@@ -218,7 +218,7 @@ def test_a_study_id_that_only_looks_numeric_is_no_study(tuned: Path, name: str, 
     was a traceback; '١' opened study id 1. Only ASCII digits within 2**63 are an id."""
     study = NOT_IDS[name]
     result = run_cli([arg.replace("{}", study) for arg in args] + ["--db", f"sqlite:///{tuned}/tuned.db"], cwd=tuned)
-    assert one_line_error(result, 1).startswith(f"error: no study named '{study}'")
+    assert one_line_error(result, 2).startswith(f"error: no study named '{study}'")
     assert not (tuned / "never.html").exists() and not (tuned / "never.json").exists()
 
 
@@ -231,7 +231,7 @@ def test_a_study_named_like_another_studys_id_is_refused_as_ambiguous(tuned: Pat
     tuned_again = run_cli([*TINY_TUNE[:-4], "--study", "1", *TINY_TUNE[-2:], "--db", url], cwd=tmp_path)
     assert tuned_again.returncode == 0, tuned_again.describe()
     for args in (["show", "1", "--json"], ["report", "1", "-o", "never.html"], ["db", "export", "1", "-o", "-"]):
-        line = one_line_error(run_cli([*args, "--db", url], cwd=tmp_path), 1)
+        line = one_line_error(run_cli([*args, "--db", url], cwd=tmp_path), 2)
         assert "both study id 1 (named 'scale') and the name of study id 2" in line and "'scale' or 2" in line
     for given, study in (("scale", {"id": 1, "name": "scale"}), ("2", {"id": 2, "name": "1"})):
         shown = run_cli(["show", given, "--json", "--db", url], cwd=tmp_path)

@@ -17,6 +17,7 @@ import pytest
 from helpers import run_cli
 
 from compileiq.core.records import StudyKey, TrialState
+from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.store import Store
 
@@ -209,3 +210,47 @@ def test_a_static_choice_is_never_beaten_by_a_trial_it_lists_as_may_be_chosen(tm
     better = [t["number"] for t in shown["trials"] if t["status"] == "may be chosen" and t["value"] < chosen["value"]]
     assert not better, (chosen, better)
     assert acf.read(tmp_path / "k.acf.toml").evidence["best"]["spill_bytes"] == 0
+
+
+REGISTERS_KEY = StudyKey(kernel="sgemm", source_sha256="c" * 64, space_id="nvcc-13.0+ptxas-13.0",
+                         space_sha256="d" * 64, toolchain="13.0.48", arch="sm_90", evaluator="static",
+                         objective="registers")
+
+
+def _tied_study(url: str) -> None:
+    """rev50 k2: the baseline (#0: 58 registers, 832 instructions), #1 with three settings changed
+    and #2 with one, both 48 registers and 848 instructions (a simplification gives such a pair)."""
+    store = Store.open(url)
+    try:
+        study = store.get_or_create_study(REGISTERS_KEY, name="tied")
+        base = dict(load_space("13.0").default_config().items)
+        many = {"ptxas.maxrregcount": 48, "ptxas.minnctapersm": 2, "nvcc.extra_device_vectorization": True}
+        for number, (changed, registers, instructions) in enumerate(
+                (({}, 58, 832), (many, 48, 848), ({"ptxas.maxrregcount": 48}, 48, 848))):
+            trial = store.claim_trial(study.id, f"k{number}", base | changed, "w1")
+            assert trial is not None
+            store.finish_trial(trial.id, state=TrialState.COMPLETE, value=registers, reason=None,
+                               metrics={"spill_bytes": 0, "registers": registers, "occupancy": 1.0,
+                                        "instructions": instructions},
+                               code_hash=str(number) * 64, compile_seconds=0.1)
+    finally:
+        store.close()
+
+
+def test_an_ad_hoc_front_shows_the_chosen_trial_not_an_equal_one(store_url: str, tmp_path: Path) -> None:
+    """rev50 6: `show STUDY --pareto registers,instructions` kept the lowest-numbered trial of each
+    value vector, so the study's choice (#2, one setting) gave its place on the front to #1 (three
+    settings, the same values) while every other view showed #2. Ties are broken as the pick rules
+    say, the fewest changed settings, and the recorded choice stands for its equals."""
+    _tied_study(store_url)
+    shown = json.loads(_cli_at(tmp_path, store_url, "show", "tied", "--json"))
+    assert shown["study"]["chosen"] == 2, shown["study"]
+    for pick in ("knee", "first"):
+        front = json.loads(_cli_at(tmp_path, store_url, "show", "tied", "--pareto", "registers,instructions",
+                                   "--pick", pick, "--json"))
+        assert sorted(p["trial"] for p in front["front"]) == [0, 2], front
+    table = _cli_at(tmp_path, store_url, "show", "tied", "--pareto", "registers,instructions")
+    assert re.search(r"│ 2 +│ 48 +│ 848 ", table) and not re.search(r"│ 1 +│", table), table
+    _cli_at(tmp_path, store_url, "report", "tied", "--format", "md", "--pareto", "registers,instructions", "-o", "p.md")
+    section = (tmp_path / "p.md").read_text().split("## Pareto front")[-1].split("\n## ")[0]
+    assert "| 2 |" in section and "| 1 |" not in section, section

@@ -343,6 +343,13 @@ def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: 
     assert stale.returncode == 0 and "stale-source" in stale.stdout, stale.describe()
     retune = next(line for line in stale.stdout.splitlines() if "compileiq tune" in line)
     assert "--compile-commands compile_commands.json --budget 4" in retune, retune
+    # the command's flags reordered (a regenerated CMake database), the source as tuned: no changed
+    # source, though the bundle's hash holds the flags in their order (user50, fault 1)
+    (tmp_path / "src" / "k.cu").write_text((tmp_path / "src" / "k.cu").read_text().removesuffix("// edited\n"))
+    database = tmp_path / "compile_commands.json"
+    database.write_text(database.read_text().replace("-DSCALE=3 -lineinfo", "-lineinfo -DSCALE=3"))
+    reordered = run_cli(["gate", str(out), "--static"], cwd=tmp_path)
+    assert reordered.returncode == 0 and "stale-source" not in reordered.stdout, reordered.describe()
 
 
 

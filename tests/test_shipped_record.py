@@ -164,3 +164,43 @@ def test_flags_builds_the_arch_as_the_shipped_arch_and_code_flags_do(tmp_path: P
     (tmp_path / "edited.acf.toml").write_text(tomli_w.dumps(edited))
     printed = run_cli(["flags", "edited.acf.toml"], cwd=tmp_path)
     assert printed.returncode == 0 and "touch" not in printed.output, printed.describe()
+
+
+ARCH_PROJECT = """\
+cmake_minimum_required(VERSION 3.24)
+project(demo LANGUAGES CUDA)
+find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+add_library(k OBJECT k.cu)
+set_property(TARGET k PROPERTY CUDA_ARCHITECTURES 75)
+compileiq_apply(TARGET k ACF {acf})
+"""
+
+
+def test_the_cmake_formats_build_machine_code_alone_as_the_shipped_gencode_does(tmp_path: Path) -> None:
+    """rev50 5: for a shipped `-gencode arch=compute_90,code=sm_90` (machine code only) `flags` gave
+    `-arch=compute_90 -code=sm_90`, but the CMake snippet, the JSON's cuda_architectures and
+    compileiq_apply said CUDA_ARCHITECTURES 90, which CMake builds as code=[compute_90,sm_90]: PTX
+    the shipped build never embedded. They now say 90-real; -arch=sm_90 (PTX too) stays 90."""
+    import subprocess
+
+    from helpers import clean_env, compileiq_command, venv_tool
+
+    for shipped, name in (("-gencode arch=compute_90,code=sm_90", "real"), ("-arch=sm_90", "both")):
+        _project(tmp_path, CMAKE_COMMAND.replace("-arch=sm_90", shipped))
+        _tune(tmp_path, f"{name}.acf.toml")
+    expected = {"real": ("90-real", "code=[sm_90]"), "both": ("90", "code=[compute_90,sm_90]")}
+    cmake_dir = run_cli(["cmake-dir"], cwd=tmp_path).stdout.strip()
+    for name, (architectures, code) in expected.items():
+        snippet = run_cli(["flags", f"{name}.acf.toml", "--format", "cmake"], cwd=tmp_path)
+        assert snippet.returncode == 0 and f"CUDA_ARCHITECTURES {architectures}\n" in snippet.stdout, snippet.describe()
+        document = json.loads(run_cli(["flags", f"{name}.acf.toml", "--format", "json"], cwd=tmp_path).stdout)
+        assert document["cuda_architectures"] == architectures, document
+        (tmp_path / "CMakeLists.txt").write_text(ARCH_PROJECT.format(cmake_dir=cmake_dir, acf=f"{name}.acf.toml"))
+        configured = subprocess.run(
+            [venv_tool("cmake", "pip install -e '.[test]' installs it"), "-S", ".", "-B", f"build-{name}",
+             "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"],
+            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=600, check=False)
+        assert configured.returncode == 0, configured.stdout + configured.stderr
+        assert f"CUDA_ARCHITECTURES 75 replaced by {architectures}" in configured.stdout, configured.stdout
+        (command,) = [e["command"] for e in json.loads((tmp_path / f"build-{name}" / "compile_commands.json").read_text())]
+        assert f"--generate-code=arch=compute_90,{code}" in command and "75" not in command, command

@@ -95,7 +95,7 @@ FILE_CASES = {
     "random-gzip": (["db", "import", "{ws}/random.json.gz"], 2, ("gzip",)),
     "missing-file": (["db", "import", "{ws}/nope.json"], 2, ("cannot read", "nope.json")),
     "name-clash": (["db", "import", "{ws}/clash.json"], 1, ("study 's' was made for another architecture",)),
-    "export-unknown-study": (["db", "export", "nosuch", "-o", "{ws}/x.json"], 1, ("no study named 'nosuch'",)),
+    "export-unknown-study": (["db", "export", "nosuch", "-o", "{ws}/x.json"], 2, ("no study named 'nosuch'",)),
 }
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import SPILLING_KERNEL, run_cli
+from helpers import SPILLING_KERNEL, TINY_KERNEL, run_cli
 
 from compileiq import app
 from compileiq.build.compile import parse_resources
@@ -427,3 +428,21 @@ def test_a_launch_past_the_shared_memory_a_block_may_have_is_named_not_scored(tm
     fits = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
                     "--out", "k.acf.toml"], cwd=tmp_path)
     assert fits.returncode == 0, fits.describe()
+
+
+def test_the_summary_counts_the_checking_rebuilds_as_their_own_counter(tmp_path):
+    """A rerun rebuilds the rows its ACF cites that it did not build: that count is a part of the
+    compiler calls, said as its own counter (it followed "same machine code 0" as "(11 of them ...)",
+    which read as 11 of those 0: user50, fault 5)."""
+    kernel = tmp_path / "scale.cu"
+    kernel.write_text(TINY_KERNEL)
+    args = ["tune", str(kernel), "--objective", "instructions", "--budget", "2", "--strategy", "exhaustive",
+            "--only", "ptxas.opt_level", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+            "--out", str(tmp_path / "k.acf.toml"), "--force"]
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    again = run_cli(args, cwd=tmp_path)
+    line = next((line for line in again.stdout.splitlines() if line.startswith("compiler calls: ")), "")
+    found = re.search(r"same machine code \d+; rebuilt to check rows this run did not build: (\d+) of the (\d+) "
+                      r"compiler calls$", line)
+    assert found is not None and 0 < int(found[1]) <= int(found[2]), again.describe()
+    assert line.startswith(f"compiler calls: {found[2]} ("), line

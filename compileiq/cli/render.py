@@ -102,8 +102,8 @@ def print_report(report: app.TuneReport) -> None:
         out.print(line, markup=False)
     calls = counters.compiler_calls
     note = " — every result came from the database" if calls == 0 else ""
-    if counters.verify_calls:
-        note = f" ({counters.verify_calls} of them to check rows this run did not build)"
+    if counters.verify_calls:  # its own counter: a parenthesis after "same machine code 0" read as 11 of those 0
+        note = f"; rebuilt to check rows this run did not build: {counters.verify_calls} of the {calls} compiler calls"
     out.print(f"compiler calls: {calls} (nvcc front end {counters.frontend_calls}, ptxas {counters.ptxas_calls}); "
               f"build cache hits {counters.build_cache_hits}; ptxas skipped (same PTX and flags) {counters.shared_builds}; "
               f"same machine code {counters.same_code_reuses}{note}", markup=False)

@@ -8,7 +8,8 @@
 # the ACF (only flags its search space can produce), so nothing of the file reaches a shell or is
 # evaluated as CMake code. TARGET keeps a target's CUDA_ARCHITECTURES that build the ACF's arch
 # among others (the flags reach every arch, checked on the ACF's alone: configure says so), and
-# sets it to the ACF's arch where they do not (configure names what it replaced); with SOURCE,
+# sets it to the ACF's arch where they do not (configure names what it replaced): 90-real where the
+# ACF builds machine code alone (a shipped -gencode arch=compute_90,code=sm_90), else 90; with SOURCE,
 # build the target for that architecture yourself. Editing the ACF re-runs configure.
 # COMPILEIQ_EXECUTABLE names the command (default: `compileiq` on PATH or in $VIRTUAL_ENV/bin).
 #
@@ -54,7 +55,13 @@ function(compileiq_apply)
   endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_acf}")
 
+  # as compileiq gives it: 90-real where the ACF builds machine code only (its shipped
+  # -gencode arch=compute_90,code=sm_90; a plain 90 would embed PTX too), else 90
   string(JSON _arch GET "${_json}" cuda_architectures)
+  if(NOT _arch MATCHES "^[0-9]+[a-z]?(-real)?$")
+    message(FATAL_ERROR "compileiq_apply(${_ciq_ACF}): unexpected cuda_architectures '${_arch}'")
+  endif()
+  string(REGEX REPLACE "-real$" "" _number "${_arch}")
   # one token each (ptxas options as -Xptxas=OPTION)
   _compileiq_strings("${_json}" flags "^[-A-Za-z0-9_=.+:/]+$" "${_ciq_ACF}" _options)
 
@@ -73,8 +80,8 @@ function(compileiq_apply)
     set(_builds_it FALSE)
     set(_others FALSE)
     foreach(_entry IN LISTS _archs)
-      string(REGEX REPLACE "-(real|virtual)$" "" _number "${_entry}")
-      if(_number STREQUAL _arch)
+      string(REGEX REPLACE "-(real|virtual)$" "" _entry_number "${_entry}")
+      if(_entry_number STREQUAL _number)
         set(_builds_it TRUE)
       elseif(_entry MATCHES "^(all|all-major|native)$")
         set(_builds_it TRUE)
@@ -83,13 +90,13 @@ function(compileiq_apply)
         set(_others TRUE)
       endif()
     endforeach()
-    set(_how "sm_${_arch}")
+    set(_how "sm_${_number}")
     if(_builds_it AND _others)
-      set(_how "tuned and checked on sm_${_arch} only; CUDA_ARCHITECTURES ${_archs} kept: the others get these flags unchecked")
+      set(_how "tuned and checked on sm_${_number} only; CUDA_ARCHITECTURES ${_archs} kept: the others get these flags unchecked")
     elseif(NOT _builds_it)
       set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_arch}")
       if(_archs)
-        set(_how "sm_${_arch}; CUDA_ARCHITECTURES ${_archs} replaced by ${_arch}, the arch the ACF was tuned for")
+        set(_how "sm_${_number}; CUDA_ARCHITECTURES ${_archs} replaced by ${_arch}, the arch the ACF was tuned for")
       endif()
     endif()
     foreach(_option IN LISTS _options)  # SHELL: keeps CMake from de-duplicating a target's options

@@ -46,7 +46,7 @@ def check_target(path: Path) -> Path:
     if info is not None and stat.S_ISLNK(info.st_mode):
         raise OutputFileError(f"cannot write {path}: a symlink loop")
     if info is not None and not stat.S_ISREG(info.st_mode):
-        raise OutputFileError(f"cannot write {path}: it is {_kind(info.st_mode)}, not a regular file")
+        raise OutputFileError(f"cannot write {path}: it is {kind_of(info.st_mode)}, not a regular file")
     folder = _existing_ancestor(target.parent)
     if not folder.is_dir():
         raise OutputFileError(f"cannot write {path}: {folder} is not a directory")
@@ -100,7 +100,7 @@ def not_regular(path: Path) -> str | None:
         mode = path.stat().st_mode
     except OSError:
         return None
-    return None if stat.S_ISREG(mode) else _kind(mode)
+    return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def write_atomically(path: Path, data: bytes) -> Path:
@@ -151,7 +151,8 @@ def _existing_ancestor(folder: Path) -> Path:
     return folder
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of this mode is when it is not a regular file ("a named pipe", "a directory"...)."""
     kinds = {stat.S_ISDIR: "a directory", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
              stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")

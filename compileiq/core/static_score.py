@@ -4,7 +4,9 @@ an export, an ACF's evidence) to its own metrics (a forged value, -5 on a row th
 bytes, would steer the search and the views).
 
 `StaticMetrics.of` is the one reader of the metrics a DB row, an ACF table or an export holds:
-None where one the score reads is missing or out of range (`metric_ranges`). Two sets of names
+None where one the score reads is missing or out of range (`metric_ranges`); `StaticMetrics.recorded`
+reads an ACF's evidence the same way, where an older ACF records no instruction count (the gate
+reads its evidence, rebuilds and reports with these names only). Two sets of names
 are kept apart: `SCORED`, what the score reads, and `FIELDS`, every static metric of a build (what
 a rebuild must reproduce, `tuning.verify`); they differ in stack_bytes, which no score reads.
 """
@@ -48,6 +50,15 @@ class StaticMetrics:
             return None
         return cls(int(found["spill_bytes"]), int(found["registers"]), float(found["occupancy"]),
                    int(found["instructions"]), int(found.get("stack_bytes", 0)))
+
+    @classmethod
+    def recorded(cls, row: Any) -> tuple[StaticMetrics, bool] | None:
+        """The metrics an ACF's evidence table records, read as `of` reads them, and whether it
+        records the instruction count: an ACF written before counts were recorded has none (read as
+        0 here: the caller, the gate, checks nothing against it). None as `of` gives None."""
+        counted = isinstance(row, Mapping) and "instructions" in row
+        metrics = cls.of(row if counted or not isinstance(row, Mapping) else {**row, "instructions": 0})
+        return None if metrics is None else (metrics, counted)
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.FIELDS}

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from compileiq.core.bounded_read import is_file
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
@@ -138,7 +139,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     own = found.own
     measured = rebuild(target, toolchain, found.built)
     retune = retune_command(target, measured)
-    hits = static_hits(recorded, measured, retune)
+    hits = static_hits(recorded, measured, retune, found.flags_only)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
     named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
@@ -215,7 +216,7 @@ def run(options: GateOptions, timing: TimingSource | None = None,
     if (database := options.compile_commands) is not None:
         if kind := not_regular(database):
             raise UsageError(f"--compile-commands {database} is {kind}, not a compilation database")
-        if not database.is_file():
+        if not is_file(database):
             raise UsageError(f"--compile-commands {database}: file not found")
     table = severities(options.rules)
     mode, note = resolve_mode(options.device, visible, timing)
@@ -260,5 +261,5 @@ def _checked_target(path: Path, options: GateOptions, mode: str,
             for note in target.notes:
                 progress(f"note: {path}: {note}")
         return target
-    except UsageError as error:
+    except CompileIQError as error:  # any of the ACF's inputs (not only a UsageError), as `_unless_bad`
         return AcfResult.unchecked(str(path), first_line(str(error)))

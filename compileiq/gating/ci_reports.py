@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.output_file import check_report_target
+from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import markdown_cell, printable
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
-from compileiq.gating.rules import Finding, Measured, Severity, Timing, describe
+from compileiq.gating.rules import Finding, Measured, Recorded, Severity, Timing, describe
 
 SUITE = "compileiq-gate"
 
@@ -150,8 +151,7 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
         "findings": [{"rule": f.rule, "severity": f.severity.value, "recorded": f.recorded,
                       "measured": f.measured, "message": f.message,
                       **({"command": f.command} if f.command else {})} for f in result.findings],
-        "recorded": {"spill_bytes": r.spill_bytes, "registers": r.registers, "occupancy": r.occupancy,
-                     "code_hash": r.code_hash},
+        "recorded": {**_metrics_json(r), "code_hash": r.code_hash},
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
                      "toolchain_build": m.toolchain_build, **_metrics_json(m)},
         "timing": None if result.timing is None else _timing_json(result.timing),
@@ -159,10 +159,15 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _metrics_json(m: Measured) -> dict[str, Any]:
-    built = m.failure is None
-    return {"spill_bytes": m.spill_bytes if built else None, "registers": m.registers if built else None,
-            "occupancy": m.occupancy if built else None, "code_hash": m.code_hash if built else None}
+def _metrics_json(values: Recorded | Measured) -> dict[str, Any]:
+    """The static metrics the gate holds an ACF to, under their one names (`StaticMetrics.SCORED`):
+    None for each where the rebuild failed, and for an instruction count the ACF does not record."""
+    if isinstance(values, Recorded):
+        return {name: values.code_instructions if name == "instructions" else getattr(values, name)
+                for name in StaticMetrics.SCORED}
+    built = values.failure is None
+    return {**{name: getattr(values, name) if built else None for name in StaticMetrics.SCORED},
+            "code_hash": values.code_hash if built else None}
 
 
 def _timing_json(timing: Timing) -> dict[str, Any]:

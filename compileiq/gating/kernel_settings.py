@@ -19,7 +19,7 @@ build: its baseline is then the one the ACF records (the build before the change
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
@@ -27,7 +27,7 @@ from compileiq.gating.rules import BaseFlagDifference
 from compileiq.gating.shipped_command import applies_choice
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.base_flags import BaseFlags
+from compileiq.source.base_flags import SYSTEM, BaseFlags, parse_base_flags
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import KernelSpec, ShippedBuild, resolved
@@ -71,9 +71,20 @@ def current(acf: acf_file.Acf, spec: KernelSpec, read: ShippedRead) -> KernelSet
 
 def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
     """tune.toml's settings with the ACF's recorded base flags: the build `flags --all` gives."""
-    if not (acf.base.flags or acf.base.include_dirs):
+    if not (acf.base.flags or acf.base.include_dirs or acf.base.system_dirs):
         return spec
     return with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags")
+
+
+def as_tuned(recorded: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
+    """`recorded` (`as_recorded`) with exactly the ACF's base flags, none of tune.toml's since: the
+    build whose sources its `[kernel] source_sha256` hashes (the bundle's hash holds its base flags and
+    include folders with the files). That hash again from this spec is the same sources, read as tuned."""
+    where = f"{acf.path}: base.nvcc_flags"
+    folders = {resolved(recorded.source.parent / d, "include folder") for d in recorded.nvcc_flags.include_dirs}
+    kept = {resolved(recorded.source.parent / d, "include folder") for d in acf.base.include_dirs}
+    dirs = tuple(d for d in recorded.include_dirs if d not in folders or d in kept)  # tune.toml's include_dirs stay
+    return replace(recorded, nvcc_flags=parse_base_flags(acf.base.as_args(), where), include_dirs=dirs)
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:
@@ -81,13 +92,14 @@ def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:
     include folders as the folders they name from the kernel's folder."""
     theirs = set(own.nvcc_flags.flags)
     extra = [flag for flag in recorded.flags if flag not in theirs]
-    folders = set(own.include_dirs)
-    for given in recorded.include_dirs:
-        try:
-            folder = resolved(own.source.parent / given, "include folder")
-        except UsageError:
-            folder = None
-        if folder not in folders:
-            extra.append(f"-I{given}")
+    folders = set(own.include_dirs) - set(own.system_dirs)
+    for system, dirs in ((False, recorded.include_dirs), (True, recorded.system_dirs)):
+        for given in dirs:
+            try:
+                folder = resolved(own.source.parent / given, "include folder")
+            except UsageError:
+                folder = None
+            if folder not in (set(own.system_dirs) if system else folders):
+                extra.append(f"{SYSTEM if system else '-I'}{given}")
     missing = [flag for flag in own.nvcc_flags.flags if flag not in set(recorded.flags)]
     return BaseFlagDifference(tuple(dict.fromkeys(extra)), tuple(dict.fromkeys(missing)))

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from compileiq.core.bounded_read import is_file
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.gating import kernel_settings, macro_settings
@@ -57,7 +58,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     found = kernel if kernel is not None else _find_source(acf)
     if kind := not_regular(found):
         raise UsageError(f"--kernel {found} is {kind}, not a regular file")
-    if not found.is_file():
+    if not is_file(found):
         raise UsageError(f"--kernel {found}: file not found")
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
@@ -105,7 +106,8 @@ def _find_source(acf: acf_file.Acf) -> Path:
     tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
     tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
     for candidate in dict.fromkeys(tried):
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     names = ", ".join(str(c) for c in dict.fromkeys(tried))
     raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
+

@@ -4,15 +4,18 @@ build and the baseline's (the compiler defaults, or the build that ships), each 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
-from compileiq.core.errors import UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
+from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.gating import kernel_settings
 from compileiq.gating.locate import Target
 from compileiq.gating.rules import Defaults, Measured, Recorded
 from compileiq.results import acf as acf_file
@@ -21,33 +24,30 @@ from compileiq.source.spec import KernelSpec, SourceBundle
 
 
 def recorded_of(acf: acf_file.Acf) -> Recorded:
+    """The ACF's [evidence.best] as the rules read it, its metrics read by `StaticMetrics` (the one
+    reader of a recorded row); UsageError where it lacks one, or an instructions ACF its count."""
     best = acf.evidence.get("best")
-    if isinstance(best, dict):
-        try:
-            objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
-            instructions = int(best["instructions"]) if "instructions" in objectives else None
-            code_instructions = int(best["instructions"]) if "instructions" in best else None
-            return Recorded(int(best["spill_bytes"]), int(best["registers"]), float(best["occupancy"]),
-                            str(best["code_hash"]), acf.source_sha256, acf.toolchain_build, instructions,
-                            str(acf.data["kernel"].get("settings_sha256", "")), code_instructions)
-        except (KeyError, TypeError, ValueError):
-            pass
+    objectives = acf.objective.get("objectives") or [acf.objective.get("name")]
+    if (read := _recorded(acf, best)) is not None and (read.code_instructions is not None
+                                                       or "instructions" not in objectives):
+        return replace(read, instructions=read.code_instructions if "instructions" in objectives else None)
     raise UsageError(f"{acf.path}: no usable [evidence.best] to gate against")
 
 
 def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
     """The ACF's [evidence.baseline] as the `evidence` rule reads it; None where it lacks a number
     (an older ACF): the best's evidence is still checked."""
-    base = acf.evidence.get("baseline")
-    if not isinstance(base, dict):
+    return _recorded(acf, acf.evidence.get("baseline"))
+
+
+def _recorded(acf: acf_file.Acf, table: Any) -> Recorded | None:
+    """An evidence table's metrics and code (its instruction count where it records one)."""
+    if (read := StaticMetrics.recorded(table)) is None or "code_hash" not in table:
         return None
-    try:
-        instructions = int(base["instructions"]) if "instructions" in base else None
-        return Recorded(int(base["spill_bytes"]), int(base["registers"]), float(base["occupancy"]),
-                        str(base["code_hash"]), acf.source_sha256, acf.toolchain_build, None,
-                        str(acf.data["kernel"].get("settings_sha256", "")), instructions)
-    except (KeyError, TypeError, ValueError):
-        return None
+    metrics, counted = read
+    return Recorded(metrics.spill_bytes, metrics.registers, metrics.occupancy, str(table["code_hash"]),
+                    acf.source_sha256, acf.toolchain_build, None, str(acf.data["kernel"].get("settings_sha256", "")),
+                    metrics.instructions if counted else None)
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,23 @@ class Sources:
 
     own: SourceBundle
     built: SourceBundle
+    flags_only: bool = False  # `built` hashes otherwise than the ACF records, but its sources read as tuned do not
 
 
 def sources(target: Target, toolchain: Toolchain) -> Sources:
     """The kernel's sources as both builds preprocess them; CompileIQError where they cannot be
-    (a header removed, an include folder gone)."""
+    (a header removed, an include folder gone). Where the ACF's build's bundle hashes otherwise than
+    it records, whether only the build flags changed: the hash holds the base flags and include
+    folders with the files, so the sources are read again with the base flags it records."""
     own = bundle_sources(target.spec, toolchain.nvcc)  # `nvcc -M`: once for both builds, where their base flags agree
-    return Sources(own, own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc))
+    built = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
+    if built.sha256 == target.acf.source_sha256:
+        return Sources(own, built)
+    try:
+        tuned = bundle_sources(kernel_settings.as_tuned(target.recorded_spec or target.spec, target.acf), toolchain.nvcc)
+    except CompileIQError:  # its flags no longer read the sources (a folder gone): they are not the same
+        return Sources(own, built)
+    return Sources(own, built, tuned.sha256 == target.acf.source_sha256)
 
 
 def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
@@ -78,14 +88,18 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     justify departing from it."""
     acf, spec = target.acf, target.spec
     space = load_space(acf.nvcc_version)
-    # tune.toml's macros the ACF searched, at tune.toml's first value; never a macro tune.toml does not
-    # tune (`macro_settings`); one left out of the search (--exclude) is left out of both builds, as in `tune`
-    searched = {name: [values[0]] for name, values in spec.tuned_defines if f"define.{name}" in acf.controls}
-    if searched:
-        space = space.with_defines(searched)
     # the build that ships: as its compile command gives it now, where the ACF names one still there
     build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
     shipped = build.values() if build is not None else {}
+    # tune.toml's macros the ACF searched, at tune.toml's first value, or the value the command ships
+    # (-DTM=8, one of tune.toml's), as in `tune`; never a macro tune.toml does not tune (`macro_settings`);
+    # one left out of the search (--exclude) is left out of both builds, as in `tune`
+    searched = {name: [next((v for v in values if v == shipped.get(f"define.{name}")), values[0])]
+                for name, values in spec.tuned_defines if f"define.{name}" in acf.controls or f"define.{name}" in shipped}
+    if searched:
+        space = space.with_defines(searched)
+    shipped = {k: v for k, v in shipped.items() if not k.startswith("define.")} | {
+        f"define.{name}": value[0] for name, value in searched.items() if f"define.{name}" in shipped}
     config = space.default_config().with_values(shipped)
     frontend, ptxas = space.frontend_args(config), space.ptxas_args(config)
     controls = space.default_config().with_values(acf.controls).as_dict()
@@ -109,10 +123,9 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
     evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
-    if evaluation.value is None:
+    metrics = StaticMetrics.of(evaluation.metrics)
+    if evaluation.value is None or metrics is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
-    m = evaluation.metrics
-    return Measured(bundle.sha256, toolchain.nvcc_build, None, int(m["spill_bytes"]),
-                    int(m["registers"]), float(m["occupancy"]), build.code_hash or "", int(m["instructions"]),
-                    settings)
+    return Measured(bundle.sha256, toolchain.nvcc_build, None, metrics.spill_bytes, metrics.registers,
+                    metrics.occupancy, build.code_hash or "", metrics.instructions, settings)

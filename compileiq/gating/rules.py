@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from compileiq.core.errors import UsageError
+from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.stats import (
     MIN_DELTA,
     Comparison,
@@ -173,9 +174,10 @@ def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Findin
                  if table[h.rule] is not Severity.OFF)
 
 
-def static_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
-    """Every static rule that fires; `retune` is the command that re-tunes a stale ACF."""
-    return [*_build_hits(r, m, retune), *_stale_hits(r, m, retune)]
+def static_hits(r: Recorded, m: Measured, retune: str, flags_only: bool = False) -> list[Hit]:
+    """Every static rule that fires; `retune` is the command that re-tunes a stale ACF. `flags_only`:
+    the sources hash differently only for their build flags (read with the ACF's, they hash as recorded)."""
+    return [*_build_hits(r, m, retune), *_stale_hits(r, m, retune, flags_only)]
 
 
 def _build_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
@@ -224,11 +226,13 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     """The recorded numbers that the same machine code does not give: spills, registers and
     instructions are the code's own; occupancy also depends on the launch settings, so it counts
     only when those are the ones it was tuned with."""
-    pairs = [("spill bytes", str(r.spill_bytes), str(m.spill_bytes)), ("registers", str(r.registers), str(m.registers))]
+    label = StaticMetrics.LABELS  # each metric's one name as people read it
+    pairs = [(label["spill_bytes"], str(r.spill_bytes), str(m.spill_bytes)),
+             (label["registers"], str(r.registers), str(m.registers))]
     if r.code_instructions is not None:
-        pairs.append(("instructions", str(r.code_instructions), str(m.instructions)))
+        pairs.append((label["instructions"], str(r.code_instructions), str(m.instructions)))
     if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
-        pairs.append(("occupancy", _pct(r.occupancy), _pct(m.occupancy)))
+        pairs.append((label["occupancy"], _pct(r.occupancy), _pct(m.occupancy)))
     return [(name, a, b) for name, a, b in pairs if a != b]
 
 
@@ -281,12 +285,18 @@ def baseline_evidence_hits(recorded: Recorded | None, d: Defaults) -> list[Hit]:
                 f"(the same code, {recorded.code_hash[:12]}): its evidence was edited; re-tune or restore it")]
 
 
-def _stale_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
+def _stale_hits(r: Recorded, m: Measured, retune: str, flags_only: bool) -> list[Hit]:
+    """The source bundle's hash holds its build flags with its files: a changed flag alone is a
+    changed setting, never a changed source (`flags_only`: the files hash as recorded)."""
     found = []
-    if m.source_sha256 != r.source_sha256:
+    settings = bool(r.settings_sha256) and m.settings_sha256 != r.settings_sha256
+    if m.source_sha256 != r.source_sha256 and not flags_only:
         found.append(Hit("stale-source", r.source_sha256[:12], m.source_sha256[:12],
                          "the kernel source changed since the ACF was tuned", retune))
-    if r.settings_sha256 and m.settings_sha256 != r.settings_sha256:
+    elif m.source_sha256 != r.source_sha256 and not settings:
+        found.append(Hit("stale-settings", r.source_sha256[:12], m.source_sha256[:12],
+                         "the kernel's build flags changed since the ACF was tuned (its sources did not)", retune))
+    if settings:
         found.append(Hit("stale-settings", r.settings_sha256[:12], m.settings_sha256[:12],
                          "the kernel's tune.toml settings changed since the ACF was tuned", retune))
     if m.toolchain_build != r.toolchain_build:

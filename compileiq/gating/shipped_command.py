@@ -94,7 +94,8 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     the ACF applied as `flags` says, not a changed build."""
     if acf.shipped is None or arch not in (None, acf.arch) and not any(_other_arch(f) for f in acf.shipped.fixed):
         return False
-    if now.nvcc_flags.flags != tuned.nvcc_flags.flags or set(now.include_dirs) != set(tuned.include_dirs):
+    if (now.nvcc_flags.flags != tuned.nvcc_flags.flags or set(now.include_dirs) != set(tuned.include_dirs)
+            or set(now.system_dirs) != set(tuned.system_dirs)):
         return False
     defaults = load_space(acf.nvcc_version).default_config()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from compileiq.core.bounded_read import is_file
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
 from compileiq.core.records import first_line
@@ -66,10 +67,10 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
                            "kernel's folder, and was not read; pass --compile-commands to name the one that ships")
     if kind := not_regular(shown):  # never opened: a named pipe would block the reader
         return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
-    if not shown.is_file():
+    if not is_file(shown):
         return ShippedRead(database, given, problem="gone", detail="is gone")
     try:
-        command = read_command(shown, found, load_space(acf.nvcc_version))
+        command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml)
     except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
         return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
     except UsageError as error:  # no command for the kernel, or not one compileiq reads

@@ -20,9 +20,9 @@ from typing import Any
 
 import tomli_w
 
-from compileiq.core import implied
+from compileiq.core import bounded_read, implied
 from compileiq.core.defines import define_arg_problem
-from compileiq.core.output_file import not_regular, write_atomically
+from compileiq.core.output_file import write_atomically
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.core.text import printable
@@ -34,6 +34,7 @@ from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
 from compileiq.source.base_flags import (
     CAPPED,
+    SYSTEM,
     BaseFlagError,
     BaseFlags,
     parse_base_flags,
@@ -104,8 +105,12 @@ class Acf:
         """The base flags for a build run from the current folder: a relative include folder is
         recorded relative to the kernel's folder (as tune.toml gives it), which is seldom here."""
         folder = os.path.dirname(self.source_from_here())
-        paths = (os.path.normpath(os.path.join(folder, d)) for d in self.base.include_dirs)
-        return self.base.flags + tuple(f"-I{os.path.abspath(p) if absolute else p}" for p in paths)
+        def path(d: str) -> str:
+            found = os.path.normpath(os.path.join(folder, d))
+            return os.path.abspath(found) if absolute else found
+
+        return (self.base.flags + tuple(f"-I{path(d)}" for d in self.base.include_dirs)
+                + tuple(f"{SYSTEM}{path(d)}" for d in self.base.system_dirs))
 
 
 @dataclass(frozen=True)
@@ -202,16 +207,16 @@ def check_writable(path: Path) -> None:
 
 def read(path: Path, space: SearchSpace | None = None) -> Acf:
     """Parse and validate an ACF; AcfError with a one-line reason otherwise."""
-    if kind := not_regular(path):  # never opened: reading a named pipe blocks
-        raise AcfError(f"{path} is not a readable ACF: it is {kind}, not a regular file")
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise AcfError(f"{path} is not an ACF: {path.stat().st_size} bytes (an ACF is a few KiB)")
-        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is skipped
-    except FileNotFoundError:
-        raise AcfError(f"ACF not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise AcfError(f"{path} is not a readable ACF: {one_line(error)}") from None
+        text = bounded_read.read_text(path, MAX_BYTES, encoding="utf-8-sig")  # a BOM (Windows editors) is skipped
+    except bounded_read.FileReadError as error:
+        if error.problem == "missing":
+            raise AcfError(f"ACF not found: {path}") from None
+        if error.problem == "not-regular":  # never opened: reading a named pipe blocks
+            raise AcfError(f"{path} is not a readable ACF: it is {error.kind}, not a regular file") from None
+        if error.problem == "too-large":
+            raise AcfError(f"{path} is not an ACF: {error.size} bytes (an ACF is a few KiB)") from None
+        raise AcfError(f"{path} is not a readable ACF: it {error.detail}") from None
     return parse(path, text, space)
 
 

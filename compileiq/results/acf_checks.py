@@ -265,8 +265,6 @@ def _searched(where: str, entry: Any, space: SearchSpace, flags: list[str]) -> S
     if not isinstance(entry, dict) or entry.get("flag") not in flags:
         raise AcfError(f"{where} must give a setting, its value and its flag (one of baseline.shipped_flags)")
     _check_settings(where, {entry.get("setting"): entry.get("value")}, space)
-    if str(entry.get("setting")).startswith("define."):
-        raise AcfError(f"{where}.setting must be a compiler setting, not a macro")
     return ShippedSetting(str(entry["setting"]), entry["value"], str(entry["flag"]))
 
 

@@ -109,8 +109,8 @@ def base_flags(spec: KernelSpec) -> tuple[str, ...]:
     includes: list[str] = []
     for d in spec.include_dirs:
         relative = os.path.relpath(d, folder) if os.path.commonpath([d, folder]) != d.anchor else None
-        includes += [p for p in (relative, d.as_posix()) if p is not None and path_problem(p) is None][:1]
-    return spec.nvcc_flags.flags + tuple(f"-I{d}" for d in includes)
+        includes += [spec.include_flag(d, p) for p in (relative, d.as_posix()) if p is not None and path_problem(p) is None][:1]
+    return spec.nvcc_flags.flags + tuple(includes)
 
 
 def objective_table(result: Any) -> dict[str, Any]:

@@ -88,7 +88,8 @@ class Explanation:
     def front_of(self, objectives: Sequence[str], rule: str) -> Front:
         """The front of `objectives` (a view's --pareto) over the trials the study's rules let win:
         a refused trial (one that adds spills, say) is never offered as a pick."""
-        return front([t for t in self.trials if self.refusal(t) is None], objectives, rule, self.runtime)
+        return front([t for t in self.trials if self.refusal(t) is None], objectives, rule, self.runtime,
+                     self.baseline, self.chosen)  # the recorded choice stands for its equals (`pareto.tie_break`)
 
     @property
     def runtime(self) -> bool:

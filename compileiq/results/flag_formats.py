@@ -16,6 +16,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
+from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
 FORMATS = ("args", "optf", "cmake", "bazel", "json")
@@ -23,15 +24,18 @@ STAGES = ("all", "frontend", "ptxas")
 _PLAIN_TOKEN = PLAIN_WORD  # one rule for what a shell may read as one word (core/words)
 
 
-def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False) -> str:
-    """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`."""
+def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True, with_base: bool = False,
+           option: str = "--") -> str:
+    """The ACF's flags as text in format `fmt` (see FORMATS); ends with a newline except `args`.
+    `option` spells the caller's names in an error: "--" the command's options (--format), "" the
+    Python API's keywords (format)."""
     if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise UsageError(f"{option}format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if stage not in STAGES:
-        raise UsageError(f"--stage must be all, frontend or ptxas, got {stage!r}")
+        raise UsageError(f"{option}stage must be all, frontend or ptxas, got {stage!r}")
     if fmt == "cmake":  # CMake sets the architecture itself (CUDA_ARCHITECTURES)
         if stage == "ptxas":
-            raise UsageError("--format cmake gives nvcc options: use --stage all or frontend")
+            raise UsageError(f"{option}format cmake gives nvcc options: use {option}stage all or frontend")
         return cmake_snippet(acf, stage, with_base)
     if fmt == "bazel":  # rules_cuda sets the architecture itself (--@rules_cuda//cuda:archs)
         return bazel_library(acf, stage, with_base)
@@ -82,14 +86,28 @@ def removal_note(acf: Acf) -> str | None:
             "changes or turns off these shipped settings; appending its flags alone would keep them")
 
 
+def _note_comment(acf: Acf) -> str:
+    """`removal_note` as the first line of a build file (CMake, Bazel: `#` starts a comment in
+    both): a file written with `> BUILD` keeps it, where stderr is lost; "" when there is none."""
+    note = removal_note(acf)
+    return f"# compileiq: {note}\n" if note else ""
+
+
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
     """Each flag once, in first-seen order (an options file or CMake must not repeat one)."""
     return tuple(dict.fromkeys(flags))
 
 
-def cuda_architectures(arch: str) -> str:
-    """CMake's CUDA_ARCHITECTURES value for an ACF arch: sm_90 -> 90, sm_90a -> 90a."""
-    return arch.removeprefix("sm_")
+def cuda_architectures(acf: Acf) -> str:
+    """CMake's CUDA_ARCHITECTURES value that builds what `acf.arch_args()` builds, so the CMake
+    formats and `flags` agree: `-arch=sm_90` (machine code and PTX, CMake's code=[compute_90,sm_90])
+    is 90; `-arch=compute_90 -code=sm_90` (machine code only, from a shipped
+    `-gencode arch=compute_90,code=sm_90`) is 90-real: a plain 90 would embed PTX the shipped
+    build has not (and a newer GPU would JIT-compile it). sm_90a -> 90a, 90a-real."""
+    number = acf.arch.removeprefix("sm_")
+    codes = [c for token in acf.arch_args() if token.startswith("-code=")
+             for c in token.removeprefix("-code=").split(",")]
+    return f"{number}-real" if codes and f"compute_{number}" not in codes else number
 
 
 def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
@@ -99,7 +117,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "kernel": acf.kernel,
         "source": acf.source_path,
         "arch": acf.arch,
-        "cuda_architectures": cuda_architectures(acf.arch),
+        "cuda_architectures": cuda_architectures(acf),
         "stage": stage,
         "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
         "base": list(acf.base_args()),
@@ -120,9 +138,8 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     # reads a relative source from whichever CMakeLists.txt includes the snippet
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
-    arch = cuda_architectures(acf.arch)
-    note = removal_note(acf)
-    return (("# compileiq: " + note + "\n") if note else "") + (
+    arch = cuda_architectures(acf)
+    return _note_comment(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
@@ -149,7 +166,8 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     ptxas options in `ptxasopts` (rules_cuda hands each to ptxas with -Xptxas); the arch goes on the
     command line."""
     frontend = acf.flags("frontend", with_arch=False, with_base=with_base)
-    copts = unique(tuple(t for t in frontend if not t.startswith("-I"))) if stage != "ptxas" else ()  # in includes
+    # -I folders go in includes; -isystem ones nowhere (`bazel_note`): a copts path is not the package's
+    copts = unique(tuple(t for t in frontend if not t.startswith(("-I", SYSTEM)))) if stage != "ptxas" else ()
     includes = _package_includes(acf)[0] if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
@@ -157,7 +175,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
-    return (
+    return _note_comment(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
@@ -170,12 +188,19 @@ def bazel_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
     path of its package. This will be an error in the future", and a path above the workspace is
     no path at all; rules_cuda refuses an absolute one), and a header there is not in the build's
     sandbox unless a target declares it."""
-    outside = _package_includes(acf)[1] if fmt == "bazel" and with_base and stage != "ptxas" else ()
-    if not outside:
-        return None
-    return (f"note: {len(outside)} include folder(s) outside the kernel's package left out of includes "
-            f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
-            'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
+    applies = fmt == "bazel" and with_base and stage != "ptxas"
+    outside = _package_includes(acf)[1] if applies else ()
+    system = acf.base.system_dirs if applies else ()
+    notes = []
+    if outside:
+        notes.append(f"{len(outside)} include folder(s) outside the kernel's package left out of includes "
+                     f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
+                     'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
+    if system:  # includes gives -I, searched before any -isystem folder: another copy of a header would be read
+        notes.append(f"{len(system)} system include folder(s) (-isystem) left out ({' '.join(system)}): a "
+                     "cuda_library's includes gives -I, which changes which copy of a header is read; give those "
+                     "headers a cc_library (includes: Bazel gives them as -isystem) and add it to the deps")
+    return "note: " + "; ".join(notes) if notes else None
 
 
 def _package_includes(acf: Acf) -> tuple[tuple[str, ...], tuple[str, ...]]:

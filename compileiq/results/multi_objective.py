@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial
-from compileiq.evaluate import eligibility
 from compileiq.results.pareto import OBJECTIVES, Front, check_rule, front, values_of
 
 MAX_OBJECTIVES = 3
@@ -81,9 +80,5 @@ def choose(trials: Sequence[Trial], baseline: Trial, objectives: Sequence[str], 
     allowed = [t for t in trials if refuse(t) is None]
     kept = {t.number for t in allowed}
     refused = tuple(t for t in trials if t.number not in kept and values_of(t, objectives) is not None)
-    trade_offs = front(allowed, objectives, rule, runtime)
-    if trade_offs.pick is None:
-        return Choice(trade_offs, baseline, refused)
-    same = [t for t in allowed if values_of(t, objectives) == trade_offs.pick.values]
-    chosen = min(same, key=lambda t: (eligibility.changed_settings(t, baseline), t.number))
-    return Choice(trade_offs, chosen, refused)
+    trade_offs = front(allowed, objectives, rule, runtime, baseline)  # equal values: the fewest changed settings
+    return Choice(trade_offs, trade_offs.pick.trial if trade_offs.pick is not None else baseline, refused)

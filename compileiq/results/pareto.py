@@ -8,13 +8,15 @@ a search aimed at one objective samples the front unevenly.
 Pick rules: `first`: the best in the first objective, ties broken by the next; `knee`: the point
 nearest the ideal (every objective at its best on the front) after scaling each objective to
 [0, 1] over the front; `weights=w1,w2,...` (or `weights=name:w,name:w`, by objective name): the
-lowest weighted sum of those scaled values.
+lowest weighted sum of those scaled values. Among trials with equal values the front shows, and a
+rule picks, one trial (`tie_break`): the recorded choice, else the fewest settings changed from
+the baseline, then the earliest.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from compileiq.core.errors import UsageError
@@ -49,18 +51,36 @@ def parse_objectives(text: str) -> tuple[str, ...]:
     return names
 
 
-def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee", runtime: bool = False) -> Front:
+def front(trials: Sequence[Trial], objectives: Sequence[str], rule: str = "knee", runtime: bool = False,
+          baseline: Trial | None = None, chosen: Trial | None = None) -> Front:
+    """The front of `objectives` over `trials` and the rule's pick; each value vector stands for its
+    trials by one (`tie_break`: `chosen`, a view's recorded choice, else the fewest settings changed
+    from `baseline`, then the earliest)."""
     if "time" in objectives and not runtime:
         raise UsageError("the time objective needs a runtime study (--objective time)")
     weights = _weights(rule, tuple(objectives))
     scored = [p for t in trials if (p := _point(t, objectives)) is not None]
+    order = tie_break(baseline, chosen)
     kept: dict[tuple[float, ...], FrontPoint] = {}
-    for p in sorted(scored, key=lambda p: (p.values, p.trial.number)):  # one trial per value vector
+    for p in sorted(scored, key=lambda p: (p.values, order(p.trial))):  # one trial per value vector
         kept.setdefault(p.values, p)
     points = [p for p in kept.values() if not any(dominates(q.values, p.values) for q in kept.values())]
     on_front = {p.trial.number for p in points}
     others = tuple(p for p in scored if p.trial.number not in on_front)
-    return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights), rule)
+    return Front(tuple(objectives), tuple(points), others, _pick(points, rule, weights, order), rule)
+
+
+def tie_break(baseline: Trial | None, chosen: Trial | None = None) -> Callable[[Trial], tuple[int, int, int]]:
+    """The one order among trials of equal values (the pick rules' "among equal values the fewest
+    changed settings"): the recorded choice first, then the fewest settings changed from the
+    baseline's config (the baseline itself first), then the earliest. Every front and every pick
+    breaks ties by it, so a view's front shows the trial the study chose, not an equal one."""
+    base = baseline.config if baseline is not None else None
+
+    def key(trial: Trial) -> tuple[int, int, int]:
+        changed = sum(1 for k, v in trial.config.items() if base.get(k) != v) if base is not None else 0
+        return int(chosen is None or trial.number != chosen.number), changed, trial.number
+    return key
 
 
 def with_chosen(trade_offs: Front, chosen: Trial | None) -> Front:
@@ -141,11 +161,12 @@ def _weights(rule: str, objectives: tuple[str, ...]) -> tuple[float, ...]:
     return weights
 
 
-def _pick(points: Sequence[FrontPoint], rule: str, weights: tuple[float, ...]) -> FrontPoint | None:
+def _pick(points: Sequence[FrontPoint], rule: str, weights: tuple[float, ...],
+          order: Callable[[Trial], tuple[int, int, int]]) -> FrontPoint | None:
     if not points:
         return None
     if rule == "first":
-        return min(points, key=lambda p: (p.values, p.trial.number))
+        return min(points, key=lambda p: (p.values, order(p.trial)))
     columns = list(zip(*(p.values for p in points), strict=True))
     low = [min(c) for c in columns]
     span = [(max(c) - min(c)) or 1.0 for c in columns]
@@ -154,5 +175,5 @@ def _pick(points: Sequence[FrontPoint], rule: str, weights: tuple[float, ...]) -
         return [(v - lo) / s for v, lo, s in zip(p.values, low, span, strict=True)]
 
     if rule == "knee":
-        return min(points, key=lambda p: (sum(x * x for x in scaled(p)), p.trial.number))
-    return min(points, key=lambda p: (sum(w * x for w, x in zip(weights, scaled(p), strict=True)), p.trial.number))
+        return min(points, key=lambda p: (sum(x * x for x in scaled(p)), order(p.trial)))
+    return min(points, key=lambda p: (sum(w * x for w, x in zip(weights, scaled(p), strict=True)), order(p.trial)))

@@ -38,13 +38,16 @@ _PLAIN = {
 # Options whose value may also be the next argument: spelling -> canonical prefix.
 _VALUED = {
     "-std": "-std=", "--std": "-std=", "-rdc": "-rdc=", "--relocatable-device-code": "-rdc=",
-    "-I": "-I", "--include-path": "-I", "-isystem": "-I", "-D": "-D", "--define-macro": "-D",
+    "-I": "-I", "--include-path": "-I", "-isystem": "-isystem=", "--system-include": "-isystem=",
+    "-D": "-D", "--define-macro": "-D",
     "-U": "-U", "--undefine-macro": "-U", "--diag-suppress": "--diag-suppress=",
     "-diag-suppress": "--diag-suppress=", "--default-stream": "--default-stream=",
     "-maxrregcount": "-maxrregcount=", "--maxrregcount": "-maxrregcount=",
 }
 ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "
-           "--diag-suppress=N, --default-stream=..., -maxrregcount=N, -I DIR, -D NAME[=VALUE], -U NAME")
+           "--diag-suppress=N, --default-stream=..., -maxrregcount=N, -I DIR, -isystem DIR, -D NAME[=VALUE], "
+           "-U NAME")
+SYSTEM = "-isystem="  # a system include folder's one-word spelling (nvcc takes it; searched after every -I)
 
 
 class BaseFlagError(UsageError):
@@ -58,6 +61,9 @@ class BaseFlags:
 
     flags: tuple[str, ...] = ()  # e.g. ("-rdc=true", "-std=c++20", "-DUSE_X=1")
     include_dirs: tuple[str, ...] = ()  # the -I folders as given
+    # the -isystem folders as given: searched after every -I folder, so a header in both comes from
+    # the -I one; kept apart from them, never rewritten to -I (that would change which header is read)
+    system_dirs: tuple[str, ...] = ()
 
     @property
     def register_cap(self) -> str | None:
@@ -72,7 +78,7 @@ class BaseFlags:
 
     def as_args(self) -> tuple[str, ...]:
         """Every flag as nvcc arguments, include folders last (what a rebuild needs)."""
-        return self.flags + tuple(f"-I{d}" for d in self.include_dirs)
+        return self.flags + tuple(f"-I{d}" for d in self.include_dirs) + tuple(SYSTEM + d for d in self.system_dirs)
 
 
 def ptxas_cap_args(flags: Iterable[str]) -> tuple[str, ...]:
@@ -129,14 +135,17 @@ def parse_base_flags(args: Sequence[str], where: str) -> BaseFlags:
     """
     flags: list[str] = []
     includes: list[str] = []
+    system: list[str] = []
     for token in _canonical(args, where):
         if token.startswith("-I"):
             includes.append(check_path(token[2:], where))
+        elif token.startswith(SYSTEM):
+            system.append(check_path(token[len(SYSTEM):], where))
         elif token not in flags:
             flags.append(token)
     if "-rdc=true" in flags and "-rdc=false" in flags:
         raise BaseFlagError(f"{where}: both -rdc=true and -rdc=false")
-    return BaseFlags(tuple(flags), tuple(includes))
+    return BaseFlags(tuple(flags), tuple(includes), tuple(dict.fromkeys(system)))
 
 
 def _canonical(args: Sequence[str], where: str) -> Iterator[str]:

@@ -19,13 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compileiq.core import bounded_read
 from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import not_regular
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
-from compileiq.source import nvcc_argv, shipped
-from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
+from compileiq.source import nvcc_argv, preprocessor, shipped
+from compileiq.source.base_flags import SYSTEM
+from compileiq.source.preprocessor import Macros
+from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
 
 MAX_DATABASE_BYTES = 64 * 2**20
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
@@ -34,10 +36,15 @@ _FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; 
               "compiler): not applied, as -Xcompiler's are not")
 _FORWARDS = ("nvcc hands the options it does not know to the host compiler, each then set aside as a host option: "
              "device code is unchanged")
-_HOST_OR_LINK = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-Xlinker",
+_HOST_OR_LINK = {"-Xcompiler", "--compiler-options", "-Xlinker",
                  "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
                  "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
+_HOST_COMPILER_OPTIONS = {"-Xcompiler", "--compiler-options"}  # each option split out (`preprocessor`)
+_HOST_COMPILER = {"-ccbin", "--compiler-bindir"}
+_CCBIN = ("picks the host compiler, which also preprocesses the device code (its predefined macros, its "
+          "headers): compileiq builds with the one nvcc finds by default (first on PATH), which may differ")
 _PTXAS = {"-Xptxas", "--ptxas-options"}
+_STRIPPED = {*_HOST_OR_LINK, *_HOST_COMPILER, *_PTXAS, "-O", "--optimize"}
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 
 
@@ -130,29 +137,33 @@ class CompileCommand:
         return tuple(dict.fromkeys(a for _, archs in self.arch_flags for a in archs))
 
 
-def read_command(database: Path, source: Path, space: SearchSpace) -> CompileCommand:
-    """The command that compiles `source` in `database`, as base flags; CompileDbError otherwise."""
+def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelSpec | None = None) -> CompileCommand:
+    """The command that compiles `source` in `database`, as base flags; CompileDbError otherwise.
+    `spec` (tune.toml's kernel): its macros, which the command's -D/-U of them must agree with."""
     entries = _entries(database)
     wanted = source.expanduser().resolve()
     for entry in entries:
         directory = database.parent / Path(str(entry.get("directory", "."))).expanduser()
         file = entry.get("file")
         if isinstance(file, str) and (directory / file).resolve() == wanted:
-            return _command(entry, directory.resolve(), wanted, space, database)
+            return _command(entry, directory.resolve(), wanted, space, database, Macros.of(spec))
     raise CompileDbError(f"{database}: no compile command for {source}")
 
 
 def _entries(database: Path) -> list[dict[str, Any]]:
-    path = database.expanduser()
-    if kind := not_regular(path):  # never opened: a named pipe would block the reader
-        raise NotADatabase(f"{database}: it is {kind}, not a compilation database")
     try:
-        if path.stat().st_size > MAX_DATABASE_BYTES:
-            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB")
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NotADatabase(f"compilation database not found: {database}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        data = json.loads(bounded_read.read_text(database.expanduser(), MAX_DATABASE_BYTES))
+    except bounded_read.FileReadError as error:
+        if error.problem == "missing":
+            raise NotADatabase(f"compilation database not found: {database}") from None
+        if error.problem == "not-regular":  # never opened: a named pipe would block the reader
+            raise NotADatabase(f"{database}: it is {error.kind}, not a compilation database") from None
+        if error.problem == "too-large":
+            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB ({error.size} bytes)") from None
+        if error.problem == "unreadable":
+            raise NotADatabase(f"{database}: {error.detail}") from None
+        raise NotADatabase(f"{database}: not a compilation database: it {error.detail}") from None
+    except (ValueError, RecursionError) as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise NotADatabase(f"{database}: not a compilation database: {reason}") from None
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
@@ -165,7 +176,7 @@ def _entries(database: Path) -> list[dict[str, Any]]:
 
 
 def _command(entry: dict[str, Any], directory: Path, source: Path, space: SearchSpace,
-             database: Path) -> CompileCommand:
+             database: Path, macros: Macros) -> CompileCommand:
     arguments = entry.get("arguments")
     if isinstance(arguments, list) and all(isinstance(a, str) for a in arguments):
         argv = list(arguments)
@@ -184,12 +195,12 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
-    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), where)
+    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where)
     # a multi-arch command is tuned for its newest arch (--arch names another), in whatever order it lists them
     arch = shipped.newest(found for given, archs in arch_flags if archs and (found := shipped.arch_of(given)))
     try:
-        settings, fixed = _shipped(stripped, space, where)
-    except shipped.ShippedFlagError as error:
+        settings, fixed = _shipped(stripped, space, macros, where)
+    except (shipped.ShippedFlagError, preprocessor.MacroError) as error:
         raise CompileDbError(str(error)) from None
     # every token of the command is accounted for: its -D/-U/-I are base flags too (an ACF reads a
     # fixed flag back with shlex, so a folder with a space is quoted)
@@ -200,7 +211,7 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
                           tuple(arch_flags))
 
 
-def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
+def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macros: Macros,
              where: str) -> tuple[tuple[ShippedSetting, ...], tuple[FixedFlag, ...]]:
     """The command's tuned flags as settings of the space; the rest as fixed flags, not applied."""
     settings: list[ShippedSetting] = []
@@ -214,6 +225,14 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
             fixed.append(FixedFlag(given, False, shipped.HOST_OPTIMISATION))
         elif flag in _HOST_OR_LINK:
             fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
+        elif flag in _HOST_COMPILER:
+            fixed.append(FixedFlag(given, False, _CCBIN))
+        elif flag in ("-D", "--define-macro", "-U", "--undefine-macro"):  # a macro of tune.toml (`_one`)
+            macro = preprocessor.shipped_macro(flag, value, given, macros, where)
+            if isinstance(macro, FixedFlag):
+                fixed.append(macro)
+            else:
+                settings.append(macro)
         elif why := _no_device_effect(flag, value):
             fixed.append(FixedFlag(given, False, why))
         elif forwarded := nvcc_argv.forwarding(flag):
@@ -223,7 +242,7 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace,
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
 
 
-def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], where: str
+def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str
            ) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
     """The kept base flags, the stripped (flag, value, as given), and each arch flag as given with
     the archs it builds for (an -arch=all, all-major or native: that word)."""
@@ -242,26 +261,48 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             arch_flags.append((given, shipped.archs_named(value)))
         elif flag in _BUILD_MECHANICS or flag in nvcc_argv.FORWARD_UNKNOWN:
             continue
-        elif (flag in _HOST_OR_LINK or flag in _PTXAS or flag in ("-O", "--optimize") or flag in tuned
-              or _no_device_effect(flag, value)):
-            stripped.append((flag, value, given))
-        elif flag in ("-I", "--include-path", "-isystem", "--system-include"):
-            kept.append(f"-I{(directory / value).resolve()}")
-        elif flag in ("-D", "--define-macro"):
-            if problem := define_arg_problem(f"-D{value}"):
-                raise CompileDbError(f"{where}: {given}: {_define_way_out(value, problem)}")
-            kept.append(f"-D{value}")
-        elif flag in ("-U", "--undefine-macro"):
-            kept.append(f"-U{value}")
-        elif flag in ("-std", "--std"):
-            kept.append(f"-std={value}")
-        elif flag in _REGISTER_CAP:
-            kept.append(f"-maxrregcount={value}")
-        elif forward is not None and nvcc_argv.host_compilers(flag):
+        elif flag in _HOST_COMPILER_OPTIONS:  # nvcc preprocesses the device code with these too
+            try:
+                for option in preprocessor.host_options(flag, value, given, where):
+                    _one(option, directory, tuned, macros, where, kept, stripped)
+            except preprocessor.MacroError as error:
+                raise CompileDbError(str(error)) from None
+        elif forward is not None and nvcc_argv.host_compilers(flag) and not _known(flag, value, tuned):
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
-            kept.append(given)
+            _one((flag, value, given), directory, tuned, macros, where, kept, stripped)
     return kept, stripped, arch_flags
+
+
+def _known(flag: str, value: str, tuned: set[str]) -> bool:
+    """Whether `_one` takes the option otherwise than as a base flag (it strips it)."""
+    return flag in _STRIPPED or flag in tuned or _no_device_effect(flag, value) is not None
+
+
+def _one(option: tuple[str, str, str], directory: Path, tuned: set[str], macros: Macros, where: str,
+         kept: list[str], stripped: list[tuple[str, str, str]]) -> None:
+    """One option of the command (or of its -Xcompiler values): a base flag (`kept`), or stripped."""
+    flag, value, given = option
+    if _known(flag, value, tuned):
+        stripped.append(option)
+    elif flag in ("-I", "--include-path"):
+        kept.append(f"-I{(directory / value).resolve()}")
+    elif flag in ("-isystem", "--system-include"):  # searched after every -I: never made one
+        kept.append(f"{SYSTEM}{(directory / value).resolve()}")
+    elif flag in ("-D", "--define-macro", "-U", "--undefine-macro") and macros.names(value):
+        stripped.append(option)  # tune.toml's macro: _shipped makes it define.NAME's value, or tune.toml's -D
+    elif flag in ("-D", "--define-macro"):
+        if problem := define_arg_problem(f"-D{value}"):
+            raise CompileDbError(f"{where}: {given}: {_define_way_out(value, problem)}")
+        kept.append(f"-D{value}")
+    elif flag in ("-U", "--undefine-macro"):
+        kept.append(f"-U{value}")
+    elif flag in ("-std", "--std"):
+        kept.append(f"-std={value}")
+    elif flag in _REGISTER_CAP:
+        kept.append(f"-maxrregcount={value}")
+    else:
+        kept.append(given)
 
 
 def _define_way_out(value: str, problem: str) -> str:

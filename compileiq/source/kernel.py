@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
+from compileiq.core.bounded_read import is_dir
 from compileiq.core.output_file import not_regular
 from compileiq.source.base_flags import parse_base_flags, path_problem
 from compileiq.source.spec import KernelError, KernelSpec, SourceBundle, resolved
@@ -52,9 +53,11 @@ def with_base_flags(spec: KernelSpec, args: Sequence[str], where: str) -> Kernel
     (which begin with them) give the flags `tune` built with, in its order."""
     flags = parse_base_flags([*spec.nvcc_flags.as_args(), *args], where)
     folders = [resolved(spec.source.parent / d, "include folder") for d in flags.include_dirs]
-    if missing := [f for f in folders if not f.is_dir()]:
+    system = [resolved(spec.source.parent / d, "include folder") for d in flags.system_dirs]
+    if missing := [f for f in [*folders, *system] if not is_dir(f)]:
         raise KernelError(f"{where}: include folder {missing[0]} is not a directory")
-    return replace(spec, nvcc_flags=flags, include_dirs=tuple(dict.fromkeys([*spec.include_dirs, *folders])))
+    return replace(spec, nvcc_flags=flags, include_dirs=tuple(dict.fromkeys([*spec.include_dirs, *folders, *system])),
+                   system_dirs=tuple(dict.fromkeys([*spec.system_dirs, *system])))
 
 
 def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
@@ -80,7 +83,7 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
         rel = _bundle_path(path, root, top, dirs, toolchain_dirs, carried)
         if rel is not None:
             files[rel] = read(path)
-    include_args = tuple(f"-I{rel}" for _, rel in dirs)
+    include_args = tuple(spec.include_flag(d, rel) for d, rel in dirs)
     main = spec.source.relative_to(top).as_posix()
     if problem := path_problem(main):
         raise KernelError(f"kernel file {problem}")
@@ -102,7 +105,7 @@ def preprocessor_args(spec: KernelSpec, macros: Mapping[str, int | str] | None =
     values = {name: values[0] for name, values in spec.tuned_defines} | dict(macros or {})
     defaults = tuple(f"-D{name}={value}" for name, value in values.items())
     root = spec.source.parent
-    includes = tuple(f"-I{_relative(d, root)}" for d in spec.include_dirs) + (f"-I{harness_include_dir()}",)
+    includes = tuple(spec.include_flag(d, _relative(d, root)) for d in spec.include_dirs) + (f"-I{harness_include_dir()}",)
     return (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)
 
 

@@ -10,6 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.bounded_read import is_dir
 from compileiq.core.defines import macro_problem
 from compileiq.core.output_file import not_regular
 from compileiq.core.text import printable
@@ -91,6 +92,7 @@ class _Parser:
             defines=defines,
             tuned_defines=tuned,
             include_dirs=self.include_dirs(flags),
+            system_dirs=tuple(resolved(self.source.parent / d, "include folder") for d in flags.system_dirs),
             compile_timeout_s=self.timeout(),
             allow_numerics=self.flag("allow_numerics"),
             allow_semantics=self.flag("allow_semantics"),
@@ -171,8 +173,9 @@ class _Parser:
         for name in names:
             if problem := path_problem(name):
                 raise self.fail("include_dirs", problem)
-        dirs = tuple(resolved(self.source.parent / d, "include folder") for d in [*names, *flags.include_dirs])
-        missing = [d for d in dirs if not d.is_dir()]
+        dirs = tuple(resolved(self.source.parent / d, "include folder")
+                     for d in [*names, *flags.include_dirs, *flags.system_dirs])
+        missing = [d for d in dirs if not is_dir(d)]
         if missing:
             raise self.fail("include_dirs", f"not a directory: {missing[0]}")
         return tuple(dict.fromkeys(dirs))

@@ -11,8 +11,8 @@ import shlex
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from compileiq.core import bounded_read
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import not_regular
 from compileiq.source.nvcc_options import NVCC_OPTIONS
 
 # Options whose value is the next argument when not joined with "=" (or, for short ones, attached).
@@ -67,18 +67,18 @@ def expand_options_files(args: Sequence[str], directory: Path, where: str) -> li
 
 
 def _options_file(path: Path, where: str) -> list[str]:
-    if kind := not_regular(path):
-        raise OptionsFileError(f"{where}: --options-file {path} is {kind}, not a file of arguments")
     try:
-        if path.stat().st_size > MAX_OPTIONS_FILE_BYTES:
-            raise OptionsFileError(f"{where}: --options-file {path} is larger than {MAX_OPTIONS_FILE_BYTES // 2**20} MiB")
-        tokens = shlex.split(path.read_text())
-    except FileNotFoundError:
-        raise OptionsFileError(f"{where}: its --options-file {path} is missing: run the build's configure step "
-                               "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise OptionsFileError(f"{where}: --options-file {path}: {reason}") from None
+        tokens = shlex.split(bounded_read.read_text(path, MAX_OPTIONS_FILE_BYTES))
+    except bounded_read.FileReadError as error:
+        if error.problem == "missing":
+            raise OptionsFileError(f"{where}: its --options-file {path} is missing: run the build's configure step "
+                                   "(cmake) first, or configure with -DCMAKE_CUDA_USE_RESPONSE_FILE_FOR_INCLUDES=OFF"
+                                   ) from None
+        if error.problem == "not-regular":
+            raise OptionsFileError(f"{where}: --options-file {path} is {error.kind}, not a file of arguments") from None
+        raise OptionsFileError(f"{where}: --options-file {path} {error.detail}") from None
+    except ValueError as error:  # shlex: an unclosed quote
+        raise OptionsFileError(f"{where}: --options-file {path}: {' '.join(str(error).split())}") from None
     # A file of nvcc options holds options and their values only. Anything else is not echoed: the
     # file may be any file the command names (a password file's first line would be shown).
     if stray := next((n for n, (flag, _, _) in enumerate(options(tokens), 1) if not flag), None):
@@ -95,8 +95,9 @@ def options(args: Sequence[str]) -> Iterator[tuple[str, str, str]]:
             yield "", arg, arg
             continue
         attached = next((p for p in _ATTACHED_FIRST if arg.startswith(p) and len(arg) > len(p)), None)
-        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's
-            yield attached, arg[len(attached):], arg
+        if attached is not None:  # -DNAME=VALUE: its "=" is the macro's; -isystem=DIR's is nvcc's
+            rest = arg[len(attached):]
+            yield attached, rest.removeprefix("=") if attached == "-isystem" else rest, arg
             continue
         flag, eq, value = arg.partition("=")
         if eq:

@@ -16,7 +16,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Value
-from compileiq.source.base_flags import BaseFlags, path_problem, ptxas_cap_args
+from compileiq.source.base_flags import SYSTEM, BaseFlags, path_problem, ptxas_cap_args
 
 TUNE_FILE = "tune.toml"
 DEFAULT_BLOCK_SIZE = 256
@@ -109,7 +109,7 @@ class KernelSpec:
     dynamic_smem: int
     defines: tuple[tuple[str, str], ...]
     tuned_defines: tuple[tuple[str, tuple[int | str, ...]], ...]
-    include_dirs: tuple[Path, ...]
+    include_dirs: tuple[Path, ...]  # every include folder, -isystem ones too (the bundle carries them all)
     compile_timeout_s: float
     allow_numerics: bool
     allow_semantics: bool
@@ -127,6 +127,12 @@ class KernelSpec:
     shipped: ShippedBuild | None = None  # --compile-commands: the build the baseline reproduces
     arch_overridden: str | None = None  # where --arch chose another: "sm_80 that tune.toml gives"
     archs_left_out: tuple[str, ...] = ()  # a multi-arch compile command's archs other than `arch` (not tuned)
+    system_dirs: tuple[Path, ...] = ()  # those of `include_dirs` given as -isystem (searched after every -I)
+
+    def include_flag(self, folder: Path, text: str) -> str:
+        """How a build names one of `include_dirs` (`text`: as it gives the folder): -isystem=DIR for a
+        system folder (never rewritten to -I: that changes which copy of a header is read), else -IDIR."""
+        return f"{SYSTEM}{text}" if folder in self.system_dirs else f"-I{text}"
 
     def block_size_for(self, config_values: Mapping[str, Any]) -> int:
         """Threads per block under a config; a define-named size reads ``define.NAME``.

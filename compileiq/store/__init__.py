@@ -47,6 +47,7 @@ from compileiq.store.build_claims import BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
 from compileiq.store.connect import (
+    NoStudyError,
     StoreError,
 )
 from compileiq.store.measurement_cache import MeasurementCache
@@ -125,12 +126,12 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         if name_or_id.isascii() and name_or_id.isdigit() and int(name_or_id) < 2**63:
             numbered = self._study_where(studies.c.id == int(name_or_id))
         if study is not None and numbered is not None and study.id != numbered.id:
-            raise StoreError(f"'{printable(name_or_id)}' in {self.url_for_display} is both study id {numbered.id} "
-                             f"(named '{printable(numbered.name)}') and the name of study id {study.id}: "
-                             f"give '{printable(numbered.name)}' or {study.id} to say which")
+            raise NoStudyError(f"'{printable(name_or_id)}' in {self.url_for_display} is both study id {numbered.id} "
+                               f"(named '{printable(numbered.name)}') and the name of study id {study.id}: "
+                               f"give '{printable(numbered.name)}' or {study.id} to say which")
         study = study or numbered
         if study is None:
-            raise StoreError(f"no study named '{printable(name_or_id)}' in {self.url_for_display}")
+            raise NoStudyError(f"no study named '{printable(name_or_id)}' in {self.url_for_display}")
         return study
 
     def list_studies(self) -> list[Study]:

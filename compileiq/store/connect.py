@@ -32,6 +32,10 @@ class DatabaseUrlError(StoreError, UsageError):
     """The URL given is not one of a database compileiq can keep a study in: bad input (exit 2)."""
 
 
+class NoStudyError(StoreError, UsageError):
+    """No study has the name (or id) given: a mistyped name is bad input (exit 2), like a missing file."""
+
+
 class NoDatabaseError(StoreError, UsageError):
     """A command that only reads was pointed at an SQLite file that is not there (exit 2)."""
 

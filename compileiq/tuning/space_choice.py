@@ -61,8 +61,11 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
     refused: `--only define.X` on a build with `-Xptxas -O3`, the compiler's default, had to
     search every -O level, 108 builds for 27 block sizes.)"""
     have = {p.name for p in space.parameters}
+    in_full = {p.name for p in full.parameters}
     added = []
     for setting in (s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have):
+        if setting.name.startswith("define.") and setting.name not in in_full:
+            continue  # a macro joins the space after this, with every value tune.toml gives (the shipped one too)
         parameter = full.parameter(setting.name)
         if setting.name in options.exclude or (options.only and setting.name not in options.only):
             # rendered as the whole parameter renders it: nothing at the compiler's default, else the flag

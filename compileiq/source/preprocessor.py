@@ -1,0 +1,111 @@
+"""A compile command's preprocessor options, as `compile_db` reads them.
+
+- A ``-D``/``-U`` of a macro that tune.toml tunes is the shipped value of ``define.NAME`` (the
+  baseline starts from it), never a base flag: the base flags come first and the ACF's own ``-D``
+  after, so the preprocessor would keep the ACF's, and no build would have the shipped value. One
+  that tune.toml fixes ([defines]) is tune.toml's own ``-D``, given once; another value is refused.
+- ``-Xcompiler`` hands the host compiler its options, and nvcc preprocesses the device code with
+  the host compiler: a ``-D -U -I -isystem`` there changes the device code as nvcc's own does (it
+  is applied as one), and one the base flags cannot give (``-include``, ``-iquote``, ...) is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from compileiq.core.errors import UsageError
+from compileiq.source.spec import FixedFlag, KernelSpec, ShippedSetting
+
+# -Xcompiler options that nvcc's device pass preprocesses with, and nvcc's own option for each.
+APPLIED = {"-D": "-D", "-U": "-U", "-I": "-I", "-isystem": "-isystem"}
+# -Xcompiler options that change what the device pass preprocesses but no base flag gives.
+_REFUSED = ("-include", "-imacros", "-iquote", "-idirafter", "-iprefix", "-iwithprefix", "-iwithprefixbefore",
+            "-isysroot", "--sysroot", "-nostdinc", "-undef", "-trigraphs")
+_TAKES_VALUE = {"-D", "-U", "-I", "-isystem", "-include", "-imacros", "-iquote", "-idirafter", "-iprefix",
+                "-iwithprefix", "-iwithprefixbefore", "-isysroot"}
+
+
+class MacroError(UsageError):
+    """A -D/-U of the command that fights tune.toml over a macro, or a -Xcompiler preprocessor
+    option that no build of compileiq can give."""
+
+
+@dataclass(frozen=True)
+class Macros:
+    """The macros tune.toml sets: each tuned one's values, each fixed one's value."""
+
+    tuned: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
+    fixed: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: KernelSpec | None) -> Macros:
+        if spec is None:
+            return cls()
+        return cls(dict(spec.tuned_defines), dict(spec.defines))
+
+    def names(self, value: str) -> bool:
+        """Whether a -D/-U value (NAME, NAME=VALUE) names one of them."""
+        name = value.partition("=")[0]
+        return name in self.tuned or name in self.fixed
+
+
+def shipped_macro(flag: str, value: str, given: str, macros: Macros, where: str) -> ShippedSetting | FixedFlag:
+    """The -D/-U (`flag`) of a macro tune.toml sets: the shipped value of a tuned one, or a fixed
+    one's -D as tune.toml gives it; MacroError where the two disagree."""
+    name, eq, text = value.partition("=")
+    text = text if eq else "1"  # -DNAME is -DNAME=1
+    undefine = flag in ("-U", "--undefine-macro")
+    if name in macros.tuned:
+        values = macros.tuned[name]
+        listed = ", ".join(str(v) for v in values)
+        found = next((v for v in values if str(v) == text), None)
+        if undefine:
+            raise MacroError(f"{where}: {given} undefines {name}, which tune.toml tunes over {listed} "
+                             f"([tune.defines]): every build gives it one of them; take {given} out of the command, "
+                             f"or {name} out of tune.toml")
+        if found is None:
+            raise MacroError(f"{where}: {given} gives {name}={text}, and tune.toml tunes {name} over {listed} "
+                             f"([tune.defines]): compileiq tunes from the build you ship; add {text} to tune.toml's "
+                             f"values for {name}, or change the command")
+        return ShippedSetting(f"define.{name}", found, given)
+    fixed = macros.fixed[name]
+    if undefine or str(fixed) != text:
+        what = "undefines it" if undefine else f"gives {name}={text}"
+        raise MacroError(f"{where}: {given} {what}, and tune.toml's [defines] gives {name}={fixed}: one build cannot "
+                         f"have both; make them agree (tune.toml's [defines], or the command)")
+    return FixedFlag(f"-D{name}={fixed}", True, f"tune.toml's [defines] gives {name}={fixed} alike: applied once, "
+                     "as tune.toml gives it")
+
+
+def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tuple[str, str, str]]:
+    """Each option of one -Xcompiler value (nvcc splits it at commas; an option's value may be the
+    next item, as in `-Xcompiler -isystem,DIR`) as (flag, value, as given): a preprocessor option
+    nvcc's device pass sees as its own flag (`APPLIED`); any other as (`flag`, the option, as given).
+    MacroError for a preprocessor option no base flag gives."""
+    if not any(item.startswith((*_TAKES_VALUE, *_REFUSED)) for item in value.split(",")):
+        yield flag, value, given  # the host compiler's alone (-Xcompiler=-Wl,-z,now): set aside as given
+        return
+    items = iter(value.split(","))
+    several = "," in value
+    for item in items:
+        option = next((o for o in sorted(_TAKES_VALUE, key=len, reverse=True) if item.startswith(o)), None)
+        if option is None and item in _REFUSED:
+            option = item
+        if option is None:
+            yield flag, item, f"{flag} {item}" if several else given
+            continue
+        argument = item[len(option):].removeprefix("=") if option in ("-isystem", "-isysroot") else item[len(option):]
+        shown = item
+        if option in _TAKES_VALUE and not argument:
+            argument = next(items, "")
+            shown = f"{item},{argument}"
+            if not argument:
+                raise MacroError(f"{where}: {given}: {option} without its value in the same -Xcompiler value "
+                                 f"(nvcc hands the host compiler each -Xcompiler apart): give {flag} {option},VALUE")
+        if option not in APPLIED:
+            raise MacroError(f"{where}: {flag} {shown} hands the host compiler a preprocessor option, and nvcc "
+                             "preprocesses the device code with it too: compileiq cannot give it to its builds "
+                             "(the base flags take -D -U -I -isystem); give it to nvcc as its own option where nvcc "
+                             "has one (-include), or tune from a copy of the command without it")
+        yield APPLIED[option], argument, f"{flag} {shown}" if several else given

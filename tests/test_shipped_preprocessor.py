@@ -1,0 +1,148 @@
+"""The shipped command's preprocessor options build the code it ships (review rev50, findings 2-4),
+with real nvcc/ptxas: a -D of a macro tune.toml tunes is the baseline's value of it (never a base
+flag the ACF's own -D overrides), one tune.toml fixes must agree; -Xcompiler's -D/-I reach the
+device pass (applied, or refused in one line); -isystem stays -isystem (not -I, which is searched
+first and reads another copy of a header)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from helpers import CliResult, run_cli
+
+from compileiq.results import acf
+
+KERNEL = """\
+#ifndef TM
+#define TM 2
+#endif
+#ifndef BK
+#define BK 1
+#endif
+__global__ void k(const float* __restrict__ a, float* __restrict__ out) {
+    float acc[TM];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) acc[t] = a[threadIdx.x * TM + t];
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+        for (int t = 0; t < TM; ++t) acc[t] = acc[t] * acc[(t + 1) % TM] + BK;
+#pragma unroll
+    for (int t = 0; t < TM; ++t) out[threadIdx.x * TM + t] = acc[t];
+}
+"""
+TUNE_TOML = 'arch = "sm_90"\nentries = ["k"]\nblock_size = 256\n\n[defines]\nBK = 1\n\n[tune.defines]\nTM = [2, 16]\n'
+
+
+def _kernel(folder: Path, command: str, source: str = KERNEL, tune_toml: str = TUNE_TOML) -> None:
+    (folder / "k.cu").write_text(source)
+    (folder / "tune.toml").write_text(tune_toml)
+    (folder / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(folder), "file": str(folder / "k.cu"), "command": command}]))
+
+
+def _tune(folder: Path, budget: int = 2) -> CliResult:
+    return run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--budget", str(budget), "--db", f"sqlite:///{folder}/t.db", "--out", "k.acf.toml"], cwd=folder)
+
+
+def _registers(folder: Path, command: str) -> int:
+    argv = [*shlex.split(command), "-o", "/dev/null", "-Xptxas", "-v"]
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, check=True)
+    found = re.search(r"Used (\d+) registers", done.stderr)
+    assert found, done.stderr
+    return int(found[1])
+
+
+def test_a_shipped_define_of_a_tuned_macro_is_the_baseline_value(tmp_path: Path) -> None:
+    command = "nvcc -DTM=16 -arch=sm_90 -c k.cu"
+    _kernel(tmp_path, command)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "define.TM=16 (-DTM=16)" in result.stdout + result.stderr  # searched from its shipped value
+    found = acf.read(tmp_path / "k.acf.toml")
+    shipped = _registers(tmp_path, command)
+    assert found.evidence["baseline"]["registers"] == shipped != _registers(tmp_path, "nvcc -arch=sm_90 -c k.cu")
+    flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert flags.returncode == 0, flags.describe()
+    assert len(re.findall(r"-DTM=", flags.stdout)) == 1 and len(re.findall(r"-DBK=", flags.stdout)) == 1, flags.stdout
+    chosen = found.controls["define.TM"]
+    assert list(found.remove) == ([] if chosen == 16 else ["-DTM=16"])
+    gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gate.returncode == 0, gate.describe()
+
+
+def test_a_shipped_define_that_disagrees_with_tune_toml_is_refused_in_one_line(tmp_path: Path) -> None:
+    for command, named in (("nvcc -DTM=8 -arch=sm_90 -c k.cu", ("-DTM=8", "TM=8", "2, 16")),
+                           ("nvcc -UTM -arch=sm_90 -c k.cu", ("-UTM", "undefines TM", "2, 16")),
+                           ("nvcc -DBK=16 -arch=sm_90 -c k.cu", ("-DBK=16", "BK=16", "BK=1")),
+                           ("nvcc -Xcompiler -DBK=2 -arch=sm_90 -c k.cu", ("BK=2", "BK=1"))):
+        _kernel(tmp_path, command)
+        result = _tune(tmp_path)
+        assert result.returncode == 2, result.describe()
+        assert len(result.stderr_lines) == 1 and all(n in result.stderr for n in named), result.describe()
+
+
+def test_a_shipped_define_of_a_fixed_macro_at_its_value_is_given_once(tmp_path: Path) -> None:
+    _kernel(tmp_path, "nvcc -DBK=1 -arch=sm_90 -c k.cu")
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert flags.stdout.count("-DBK=") == 1, flags.stdout
+
+
+SCALED = """\
+#ifndef SCALE
+#error the device pass must see the command's -Xcompiler -DSCALE
+#endif
+__global__ void k(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= SCALE; }
+"""
+PLAIN_TOML = 'arch = "sm_90"\nentries = ["k"]\nblock_size = 256\n'
+
+
+def test_xcompiler_preprocessor_options_reach_every_build(tmp_path: Path) -> None:
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "cfg.cuh").write_text("#define OFFSET 1.0f\n")
+    source = '#include "cfg.cuh"\n' + SCALED.replace("*= SCALE", "*= SCALE + OFFSET")
+    _kernel(tmp_path, "nvcc -ccbin g++ -Xcompiler=-DSCALE=7.0f,-O2 -Xcompiler -Iinc -arch=sm_90 -c k.cu",
+            source, PLAIN_TOML)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    skipped = next(line for line in (result.stdout + result.stderr).splitlines() if line.startswith("not applied:"))
+    assert "SCALE" not in skipped and "-Xcompiler -O2" in skipped, skipped
+    ccbin = skipped[skipped.index("-ccbin g++"):].split(";")[0]
+    assert "device code is unchanged" not in ccbin, skipped
+    flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert "-DSCALE=7.0f" in flags.stdout.split() and "-Iinc" in flags.stdout.split(), flags.stdout
+
+
+def test_an_xcompiler_preprocessor_option_no_build_can_give_is_refused_in_one_line(tmp_path: Path) -> None:
+    _kernel(tmp_path, "nvcc -Xcompiler=-O2,-include,cfg.h -arch=sm_90 -c k.cu", SCALED, PLAIN_TOML)
+    result = _tune(tmp_path)
+    assert result.returncode == 2, result.describe()
+    assert len(result.stderr_lines) == 1 and "-include" in result.stderr, result.describe()
+
+
+def test_isystem_stays_a_system_folder_searched_after_the_include_folders(tmp_path: Path) -> None:
+    for folder, text in (("sysinc", "#error the -I copy comes first\n"), ("userinc", "#define SCALE 3.0f\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "cfg.cuh").write_text(text)
+    source = '#include "cfg.cuh"\n' + SCALED
+    _kernel(tmp_path, "nvcc -isystem sysinc -I userinc -arch=sm_90 -c k.cu", source, PLAIN_TOML)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert flags.stdout.split() == ["-arch=sm_90", "-Iuserinc", "-isystem=sysinc"], flags.stdout
+    preprocessed = subprocess.run(["nvcc", *flags.stdout.split(), "-E", "k.cu"], cwd=tmp_path, capture_output=True,
+                                  text=True, check=True)
+    assert "x[i] *= 3.0f" in preprocessed.stdout
+    cmake = run_cli(["flags", "k.acf.toml", "--all", "--format", "cmake"], cwd=tmp_path)
+    assert f"-isystem={tmp_path / 'sysinc'}" in cmake.stdout, cmake.stdout
+    bazel = run_cli(["flags", "k.acf.toml", "--all", "--format", "bazel"], cwd=tmp_path)
+    assert "sysinc" not in bazel.stdout and "system include folder(s) (-isystem) left out (sysinc)" in bazel.stderr
+    gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gate.returncode == 0, gate.describe()
