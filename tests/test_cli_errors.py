@@ -147,7 +147,7 @@ CASES: dict[str, Case] = {
                                ("no database at",)),
     "sqlite-uncreatable-tune": Case(f"tune {{k}} --workers local --db {BAD_SQLITE}", 1, ("/proc/nope",)),
     "db-not-a-url": Case("show --db 'not a url'", 2, ("not a database URL",)),
-    "show-unknown-study": Case("show nosuchstudy", 1, ("nosuchstudy",)),  # the default store/ the good tune made
+    "show-unknown-study": Case("show nosuchstudy", 2, ("nosuchstudy",)),  # bad input (user50 #4)  # the default store/ the good tune made
     # Ray
     "ray-unreachable": Case(f"tune {{k}} --ray-address 127.0.0.1:1 {RAY_DB}", 1, ("127.0.0.1:1",)),
     "ray-malformed": Case(f"tune {{k}} --ray-address nohostport {RAY_DB}", 2, ("HOST:PORT", "nohostport")),

@@ -692,6 +692,29 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> No
     assert baseline.state is TrialState.FAILED and baseline.retryable  # handed back by the first
 
 
+@pytest.mark.slow
+def test_sigterm_on_the_gate_says_only_that_it_was_terminated(tiny: Path, processes: list) -> None:
+    """rev50b #6: a cancelled gate said tune's "finished trials are saved; rerun with --resume",
+    though a gate has no trials and no --resume."""
+    db, slow = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "slow"
+    tuned = _start(processes, tiny, db, "--budget", "1", "--out", str(tiny.parent / "s.acf.toml"))
+    _, stderr = tuned.communicate(timeout=120)
+    assert tuned.returncode == 0, stderr
+    gate = subprocess.Popen([compileiq_command(), "gate", "s.acf.toml", "--static"], cwd=tiny.parent,
+                            env=clean_env(slow_toolchain(slow, 60)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    processes.append(gate)
+    deadline = time.monotonic() + 60
+    while not _sleeping(slow) and time.monotonic() < deadline and gate.poll() is None:
+        time.sleep(0.1)
+    assert _sleeping(slow), "the gate's rebuild never started"
+    os.killpg(gate.pid, signal.SIGTERM)
+    _, stderr = gate.communicate(timeout=90)
+    assert gate.returncode == 143 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "terminated (SIGTERM)", stderr
+    assert _wait_until_none(lambda: _sleeping(slow), 10)
+
+
 def _wait_until_none(found: Callable[[], list[int]], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while found() and time.monotonic() < deadline:

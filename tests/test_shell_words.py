@@ -184,3 +184,11 @@ def test_an_include_path_in_a_ci_workspace_with_at_is_applied_in_every_flags_for
 def test_an_at_that_would_name_a_host_compilers_options_file_is_refused_before_nvcc_runs(arg: str) -> None:
     made = emit_ptx(FrontendJob(find_toolchain().nvcc, _bundle(TINY_KERNEL), "sm_90", (arg,), 120.0))
     assert made.status is BuildStatus.COMPILE_ERROR and "refused" in made.message and "'@'" in made.message, made
+
+
+@pytest.mark.parametrize(("arg", "culprit"), [("-I/x/proj@2/a;b", "';'"), ("-I/x/proj@2/a b", "' '"),
+                                              ("-Xcompiler=-Wall,@f", "'@'")])
+def test_the_refusal_names_the_character_the_rule_stops_at(arg: str, culprit: str) -> None:
+    """rev50b #7: after an '@' the message named the next (allowed) character, not the culprit."""
+    made = emit_ptx(FrontendJob(find_toolchain().nvcc, _bundle(TINY_KERNEL), "sm_90", (arg,), 120.0))
+    assert made.status is BuildStatus.COMPILE_ERROR and f"it contains {culprit}" in made.message, made

@@ -18,6 +18,7 @@ from types import FrameType
 
 _received: list[int] = []  # the signals that stopped this command, first first
 _details: list[str] = []  # what the stopped run said it did ("3 unfinished trial(s) handed back")
+_runs: list[bool] = []  # a tune run was stopped (noted): its finished trials are saved, --resume goes on
 
 
 @contextmanager
@@ -26,6 +27,7 @@ def installed() -> Iterator[None]:
     unless one came."""
     _received.clear()
     _details.clear()
+    _runs.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -48,7 +50,8 @@ def _stop(number: int, frame: FrameType | None) -> None:
 
 
 def noted(error: BaseException) -> None:
-    """Keep what a stopped run attached to its KeyboardInterrupt (`add_note`), for `line`."""
+    """Keep what a stopped tune run attached to its KeyboardInterrupt (`add_note`), for `line`."""
+    _runs.append(True)
     _details.extend(getattr(error, "__notes__", ()))
 
 
@@ -57,8 +60,11 @@ def exit_code() -> int:
 
 
 def line() -> str:
-    """The one line a stopped command says."""
+    """The one line a stopped command says (a stopped tune run: what it kept and how to go on;
+    another command, gate or show, has no trials and no --resume to speak of)."""
     first = _received[0] if _received else signal.SIGINT
+    if not _runs:
+        return _name(first)
     said = "; ".join([*_details[:1], "finished trials are saved; rerun with --resume to continue"])
     return f"{_name(first)}: {said}"
 

@@ -15,7 +15,7 @@ from compileiq.core.defines import define_arg_problem
 
 PLAIN_WORD = re.compile(r"(?:[A-Za-z0-9_.+=:/-]|(?<=[A-Za-z0-9_.])@)+")
 _CHARS = "letters, digits and _ . + = : / -"
-_AT = ", and @ inside a name"
+_AT = "; @ inside a name"
 PLAIN_WORD_CHARS = _CHARS + _AT
 # nvcc's own options may hold a list: `--diag-suppress=177,550`; a comma inside an -Xptxas value
 # would split it into two ptxas options, so option values handed on (ptxas's) never do
@@ -29,7 +29,8 @@ def word_problem(token: str, commas: bool = False) -> str | None:
         return None
     if not token:
         return "it is empty"
-    bad = next(c for i, c in enumerate(token) if not pattern.fullmatch((token[i - 1] if i else "") + c))
+    matched = pattern.match(token)
+    bad = token[matched.end() if matched else 0]  # the first character the rule stops at
     allowed = _CHARS + (" ," if commas else "") + _AT
     return f"it contains {bad!r}: a compiler option is one plain word ({allowed}), nothing a shell would read"
 
