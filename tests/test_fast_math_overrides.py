@@ -1,6 +1,7 @@
 """A shipped option that overrides what --use_fast_math implies (`-ftz=false --use_fast_math` keeps
 denormals) is the build that ships: the baseline, the ACF's arguments and every format of `flags`
-spell it out, so the ACF builds the shipped code (rev50 finding 1), with real nvcc."""
+spell it out, so the ACF builds the shipped code (rev50 finding 1), and the gate rebuilds that
+baseline and names it so (rev50b findings 1 and 5), with real nvcc."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import json
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 from helpers import run_cli
 
 from compileiq.core import implied
 from compileiq.core.space_files import load_space
+from compileiq.core.toolchain import find_toolchain
+from compileiq.gating import check as gating
 from compileiq.results import acf
+from compileiq.source.kernel import bundle_sources
 
 KERNEL = """\
 extern "C" __global__ void scale(float* x, const float* y, int n) {
@@ -74,3 +80,63 @@ def test_a_config_spells_out_only_what_contradicts_fast_math() -> None:
                                                                         "--prec-div=false")
     assert implied.overridden({"nvcc.use_fast_math": False, "nvcc.ftz": False}) == frozenset()
     assert space.config_from_nvcc_args(["--ftz=false"]) == space.default_config()
+
+
+MACRO_KERNEL = """\
+#ifndef TM
+#define TM 4
+#endif
+extern "C" __global__ void scale(float* x, const float* y, int n) {
+    int i = (blockIdx.x * blockDim.x + threadIdx.x) * TM;
+    for (int j = 0; j < TM; ++j)
+        if (i + j < n) x[i + j] = sqrtf(x[i + j]) / y[i + j] + x[i + j] * y[i + j];
+}
+"""
+
+
+def _tuned(tmp_path: Path, command: str, kernel: str = KERNEL) -> Path:
+    """k.cu tuned from `command` (in compile_commands.json): k.acf.toml."""
+    (tmp_path / "k.cu").write_text(kernel)
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    return tmp_path / "k.acf.toml"
+
+
+def test_the_gate_rebuilds_the_shipped_baseline_tune_recorded(tmp_path: Path) -> None:
+    """The gate rebuilt a shipped `-ftz=false --use_fast_math` as `--use_fast_math` alone (ftz on):
+    not the build `tune` measured, so the `evidence` rule never checked the ACF's [evidence.baseline],
+    and an edited one passed (rev50b finding 1). The shipped -DTM=8 (one of tune.toml's) with it."""
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [4, 8]\n")
+    out = _tuned(tmp_path, "nvcc -DTM=8 -ftz=false --use_fast_math -arch=sm_90 -c k.cu", MACRO_KERNEL)
+    target = gating.locate(out, tmp_path / "k.cu")
+    tools = find_toolchain()
+    bundle = bundle_sources(target.spec, tools.nvcc)
+    baseline = gating.rebuild_defaults(target, tools, bundle, gating.rebuild(target, tools, bundle))
+    assert "--ftz=false" in baseline.frontend_args and "-DTM=8" in baseline.frontend_args, baseline
+    recorded = target.acf.evidence["baseline"]
+    assert baseline.build is not None and baseline.build.code_hash == recorded["code_hash"], baseline
+    # the baseline's evidence edited: the same code gives other registers
+    data = tomllib.loads(out.read_text())
+    data["evidence"]["baseline"]["registers"] = int(recorded["registers"]) + 100
+    (tmp_path / "forged.acf.toml").write_text(tomli_w.dumps(data))
+    gated = run_cli(["gate", "forged.acf.toml", "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    found = {f["rule"]: f for f in json.loads(gated.stdout)["acfs"][0]["findings"]}
+    assert found["evidence"]["severity"] == "error", found
+    assert "baseline" in found["evidence"]["message"] and str(recorded["code_hash"])[:12] in found["evidence"]["message"]
+    assert run_cli(["gate", "k.acf.toml", "--static"], cwd=tmp_path).returncode == 0  # the ACF as tune wrote it
+
+
+def test_a_changed_command_says_the_value_its_build_has(tmp_path: Path) -> None:
+    """`-ftz=false` dropped beside `--use_fast_math` turns ftz on; the gate said "nvcc.ftz false ->
+    false (the default)" (rev50b finding 5)."""
+    out = _tuned(tmp_path, "nvcc -ftz=false --use_fast_math -arch=sm_90 -c k.cu")
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc --use_fast_math -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    gated = run_cli(["gate", out.name, "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode in (0, 1), gated.describe()
+    stale = next(f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings")
+    assert "(nvcc.ftz false -> true (implied by --use_fast_math))" in stale["message"], stale

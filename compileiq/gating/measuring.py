@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
+from compileiq.core import implied
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
@@ -87,7 +88,6 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     first value), or the shipped build an ACF's [baseline] records; note what in the ACF could
     justify departing from it."""
     acf, spec = target.acf, target.spec
-    space = load_space(acf.nvcc_version)
     # the build that ships: as its compile command gives it now, where the ACF names one still there
     build = target.shipped_now[0] if target.shipped_now is not None else acf.shipped
     shipped = build.values() if build is not None else {}
@@ -96,8 +96,8 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     # one left out of the search (--exclude) is left out of both builds, as in `tune`
     searched = {name: [next((v for v in values if v == shipped.get(f"define.{name}")), values[0])]
                 for name, values in spec.tuned_defines if f"define.{name}" in acf.controls or f"define.{name}" in shipped}
-    if searched:
-        space = space.with_defines(searched)
+    # the space `tune` built the baseline in: `-ftz=false --use_fast_math` spelled out (rev50b #1)
+    space = implied.build_space(load_space(acf.nvcc_version), searched, shipped)
     shipped = {k: v for k, v in shipped.items() if not k.startswith("define.")} | {
         f"define.{name}": value[0] for name, value in searched.items() if f"define.{name}" in shipped}
     config = space.default_config().with_values(shipped)

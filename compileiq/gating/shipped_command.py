@@ -21,8 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from compileiq.core import implied
 from compileiq.core.output_file import same_file
-from compileiq.core.space import Value
+from compileiq.core.space import SearchSpace, Value
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
@@ -77,7 +78,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
     moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
-    changes = _changes(target.spec, now, space.default_config().as_dict(), acf.arch, moved)
+    changes = _changes(target.spec, now, space, acf.arch, moved)
     if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
         return []  # what the command builds is what the ACF was tuned from, whichever database holds it
     return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
@@ -130,9 +131,11 @@ def _other_arch(flag: FixedFlag) -> bool:
     return not flag.applied and flag.why.startswith("builds for ")
 
 
-def _changes(tuned: KernelSpec, now: KernelSpec, defaults: Mapping[str, object], arch: str,
-             moved: str | None) -> list[str]:
-    """What of the study's identity the command changes, as people read it."""
+def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, moved: str | None) -> list[str]:
+    """What of the study's identity the command changes, as people read it: each setting at the
+    value its build has (`implied.effective`: `-ftz=false` dropped beside `--use_fast_math` is ftz
+    false -> true, implied by it, not false -> false)."""
+    defaults = space.default_config().as_dict()
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
     if added := [f for f in after if f not in before]:
@@ -145,13 +148,17 @@ def _changes(tuned: KernelSpec, now: KernelSpec, defaults: Mapping[str, object],
     new = now.shipped.values() if now.shipped is not None else {}
     for name in dict.fromkeys([*old, *new]):
         if old.get(name) != new.get(name):
-            changes.append(f"{name} {_value(old, defaults, name)} -> {_value(new, defaults, name)}")
+            changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}")
     if moved is not None:
         changes.append(f"builds for {moved}, not the ACF's {arch}")
     return changes
 
 
-def _value(values: Mapping[str, object], defaults: Mapping[str, object], name: str) -> str:
-    value = values.get(name, defaults.get(name))
+def _value(values: Mapping[str, Value], space: SearchSpace, defaults: Mapping[str, Value], name: str) -> str:
+    value = implied.effective(values, defaults, name)
     shown = str(value).lower() if isinstance(value, bool) else str(value)
-    return shown if name in values else f"{shown} (the default)"
+    if name in values:
+        return shown
+    if (by := implied.implied_by(values, name)) is not None:
+        return f"{shown} (implied by {' '.join(space.parameter(by).argv(values[by]))})"
+    return f"{shown} (the default)"

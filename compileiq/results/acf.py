@@ -335,7 +335,7 @@ def settled(base: SearchSpace, controls: Mapping[str, Any], order: Sequence[str]
     names = sorted((n.removeprefix("define.") for n in controls if n.startswith("define.")),
                    key=lambda n: order.index(n) if n in order else len(order))
     defines = {name: [controls[f"define.{name}"]] for name in names}
-    space = implied.spelled_out(base.with_defines(defines) if defines else base, controls)  # -ftz=false --use_fast_math
+    space = implied.build_space(base, defines, controls)  # -ftz=false --use_fast_math: as `tune` and the gate
     config = space.default_config().with_values(controls)
     space.validate(config)
     return config, space

@@ -42,14 +42,12 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
         only=list(options.only) or None,
         exclude=list(options.exclude),
     )
-    space = _with_shipped(space, full, spec, options)
-    space = implied.spelled_out(space, spec.shipped.values() if spec.shipped else {})  # -ftz=false --use_fast_math
-    space = without_capped(space, spec, options)
-    if tuned and not named:
-        space = space.with_defines(tuned)
-    elif left_out := {name: [values[0]] for name, values in tuned.items()
-                      if f"define.{name}" not in {p.name for p in space.parameters}}:
-        space = space.with_defines(left_out)  # held at tune.toml's first value (the baseline's), as -D in every build
+    space = without_capped(_with_shipped(space, full, spec, options), spec, options)
+    have = {p.name for p in space.parameters}
+    # every macro, or (named) those left out: held at tune.toml's first value (the baseline's), as -D in every build
+    macros = tuned if not named else {name: [values[0]] for name, values in tuned.items() if f"define.{name}" not in have}
+    # the one space a build of the shipped values renders from (-ftz=false --use_fast_math), as the gate's rebuild
+    space = implied.build_space(space, macros, spec.shipped.values() if spec.shipped else {})
     return space.restricted(restrictions.of_spec(spec))
 
 
