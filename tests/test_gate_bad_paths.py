@@ -77,7 +77,8 @@ def test_a_compile_command_with_a_too_long_include_folder_is_a_finding_not_a_tra
     [row] = json.loads(result.stdout)["acfs"]
     [finding] = row["findings"]
     assert finding["rule"] == "stale-settings" and "cannot be read now" in finding["message"], finding
-    assert "the command for fir.cu: include folder" in finding["message"], finding  # the path itself is shortened
+    assert "no command for fir.cu that compileiq reads" in finding["message"], finding  # none of its tokens quoted
+    assert LONG not in result.output, finding
 
 
 def test_a_too_long_compile_commands_path_is_one_line(tuned, tmp_path):

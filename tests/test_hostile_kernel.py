@@ -287,7 +287,7 @@ def test_an_acfs_baseline_path_is_read_only_inside_its_tree_and_never_quoted(bas
                                                                             named: str, outside: bool) -> None:  # fmt: skip
     """A forged ACF's `[baseline] path` made the gate open any file of the CI machine (absolute,
     ../, a link) and quote a refused token of it into the PR comment. A database outside the ACF's
-    checkout and the kernel's folder is not read ("not checked"); none is quoted."""
+    checkout is not read ("not checked"); none is quoted."""
     text = (baseline_project / "k.acf.toml").read_text()
     assert 'path = "compile_commands.json"' in text
     forged = baseline_project / f"forged-{tmp_path.name}.acf.toml"
@@ -298,4 +298,52 @@ def test_an_acfs_baseline_path_is_read_only_inside_its_tree_and_never_quoted(bas
     assert done.returncode == 0 and "Traceback" not in output, done.describe()
     assert "S3cret" not in output and "root:" not in output, output
     assert "stale-settings" in output
-    assert ("is outside the ACF's checkout and the kernel's folder, and was not read" in output) == outside, output
+    assert ("is outside the ACF's checkout, and was not read" in output) == outside, output
+
+
+def _forge_outside_kernel(baseline_project: Path, acf_folder: Path) -> Path:
+    """The ACF of checkout/k moved to `acf_folder`, its `kernel.path` and `[baseline] path` naming
+    another project's folder (a copy of the kernel, and a compile command with a secret define)."""
+    other = baseline_project.parent.parent / "other-project"
+    other.mkdir(exist_ok=True)
+    (other / "scale.cu").write_text((baseline_project / "scale.cu").read_text())
+    entry = {"directory": str(other), "file": "scale.cu", "command": "nvcc -DSECRET_VALUE=hunter2 -arch=sm_90 -c scale.cu"}
+    (other / "secret.json").write_text(json.dumps([entry]))
+    text = (baseline_project / "k.acf.toml").read_text()
+    assert text.count('path = "scale.cu"') == 1 and text.count('path = "compile_commands.json"') == 1
+    forged = acf_folder / "k.acf.toml"
+    forged.write_text(text.replace('path = "scale.cu"', f'path = "{other / "scale.cu"}"')
+                      .replace('path = "compile_commands.json"', f'path = "{other / "secret.json"}"'))
+    return forged
+
+
+def test_a_database_in_the_folder_of_a_kernel_the_acf_names_is_not_read(baseline_project: Path,
+                                                                         tmp_path: Path) -> None:
+    """The kernel's folder was trusted for an ACF's `[baseline] path`, and the ACF names the kernel:
+    a forged one named a `.cu` in another project and a database beside it, and the gate quoted the
+    command's secret define into the PR comment ("adds -DSECRET_VALUE=hunter2"). Outside a git
+    checkout the kernel is still found as the ACF says; the database beside it is 'not checked'."""
+    forged = _forge_outside_kernel(baseline_project, tmp_path)
+    done = run_cli(["gate", forged.name, "--static", "--markdown", "g.md"], cwd=tmp_path)
+    output = done.output + (tmp_path / "g.md").read_text()
+    assert done.returncode == 0 and "Traceback" not in output, done.describe()
+    assert "SECRET" not in output and "hunter2" not in output, output
+    assert "secret.json, is outside the ACF's checkout, and was not read" in output, output
+    assert "not checked" in output, output
+
+
+def test_an_acf_in_a_git_checkout_naming_a_kernel_outside_it_is_bad_input(baseline_project: Path,
+                                                                          tmp_path: Path) -> None:
+    """An ACF in a pull request made the gate read, hash and compile any `.cu` of the CI machine (and
+    the database beside it): in a git checkout, a kernel outside it is bad input for that ACF (pass
+    --kernel), nothing of it read; the user's --kernel is still taken."""
+    (tmp_path / ".git").mkdir()
+    forged = _forge_outside_kernel(baseline_project, tmp_path)
+    done = run_cli(["gate", forged.name, "--static", "--markdown", "g.md"], cwd=tmp_path)
+    output = done.output + (tmp_path / "g.md").read_text()
+    assert done.returncode == 2 and "Traceback" not in output, done.describe()
+    assert "SECRET" not in output and "hunter2" not in output, output
+    assert ("k.acf.toml: the ACF names a kernel outside its checkout "
+            f"({baseline_project.parent.parent / 'other-project' / 'scale.cu'}): pass --kernel") in done.stderr
+    given = run_cli(["gate", forged.name, "--static", "--kernel", str(baseline_project / "scale.cu")], cwd=tmp_path)
+    assert given.returncode == 0 and "SECRET" not in given.output, given.describe()

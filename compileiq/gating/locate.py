@@ -14,7 +14,7 @@ from compileiq.core.output_file import not_regular
 from compileiq.gating import kernel_settings, macro_settings
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import BaseFlagDifference
-from compileiq.gating.shipped_read import ShippedRead, named_database, read_shipped
+from compileiq.gating.shipped_read import ShippedRead, checkout, named_database, read_shipped
 from compileiq.results import acf as acf_file
 from compileiq.source.kernel import load_spec
 from compileiq.source.shipped import under_register_cap
@@ -56,6 +56,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     `compile_commands` its --compile-commands, the database that ships (default: the ACF's own)."""
     acf = acf_file.read(path)
     found = kernel if kernel is not None else _find_source(acf)
+    if kernel is None and (problem := _outside_checkout(found, acf)):  # the ACF's word: never read nor built
+        raise UsageError(problem)
     if kind := not_regular(found):
         raise UsageError(f"--kernel {found} is {kind}, not a regular file")
     if not is_file(found):
@@ -63,7 +65,7 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     if found.stem != acf.kernel:
         raise UsageError(f"{path} is the ACF of kernel {acf.kernel!r}, not of {found} (kernel {found.stem!r})")
     tune_toml = load_spec(found, arch=acf.arch)
-    read = read_shipped(found, acf, compile_commands, tune_toml)  # once: the baseline and the finding are its
+    read = read_shipped(found, acf, compile_commands, tune_toml, kernel is not None)  # once: baseline and finding
     if read.given and read.problem == "not-a-database":  # the user named it: bad input, as `space` says it,
         raise UsageError(read.detail)  # never "no command for this kernel", nor a warning the gate passes with
     own = kernel_settings.current(acf, tune_toml, read)  # the base flags are the kernel's, never the ACF's word
@@ -111,3 +113,14 @@ def _find_source(acf: acf_file.Acf) -> Path:
     names = ", ".join(str(c) for c in dict.fromkeys(tried))
     raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
 
+
+def _outside_checkout(found: Path, acf: acf_file.Acf) -> str | None:
+    """Why the kernel an ACF in a git checkout names may not be gated: it lies (symlinks followed)
+    outside that checkout. An ACF arrives in a pull request; the gate would read, hash and compile
+    any `.cu` of the CI machine (another project's workspace) on its word, and quote it in the
+    compiler's messages. Outside a git checkout (`compileiq tune` writes store/, the kernel beside
+    it) the kernel is found as the ACF says."""
+    root, in_git = checkout(acf)
+    if not in_git or found.resolve().is_relative_to(root):
+        return None
+    return f"{acf.path}: the ACF names a kernel outside its checkout ({found}): pass --kernel"

@@ -53,18 +53,21 @@ def named_database(acf: acf_file.Acf) -> Path | None:
     return Path(acf.shipped.path) if Path(acf.shipped.path).is_absolute() else acf.path.parent / acf.shipped.path
 
 
-def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, tune_toml: KernelSpec) -> ShippedRead:
+def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, tune_toml: KernelSpec,
+                 kernel_given: bool = False) -> ShippedRead:
     """Read the compile command for `found` once: in the gate's --compile-commands where given,
     else in the database the ACF's [baseline] names. Never raises for the database: a problem is
-    part of the reading (the gate then holds the ACF to what it records, and says so)."""
+    part of the reading (the gate then holds the ACF to what it records, and says so).
+    `kernel_given`: `found` is the gate's --kernel (the user's choice), not the ACF's word."""
     given = compile_commands is not None
     database = compile_commands if compile_commands is not None else named_database(acf)
     if database is None:
         return ShippedRead()
     shown = Path(path_from_here(str(database)))
-    if not given and not _inside_tree(database, acf, found):  # the ACF is untrusted: never opened
-        return ShippedRead(database, given, problem="outside", detail="is outside the ACF's checkout and the "
-                           "kernel's folder, and was not read; pass --compile-commands to name the one that ships")
+    if not given and not _inside_tree(database, acf, found if kernel_given else None):  # the ACF is untrusted
+        return ShippedRead(database, given, problem="outside", detail="is outside the ACF's checkout"
+                           + " and the kernel's folder" * kernel_given
+                           + ", and was not read; pass --compile-commands to name the one that ships")
     if kind := not_regular(shown):  # never opened: a named pipe would block the reader
         return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
     if not is_file(shown):
@@ -91,11 +94,18 @@ def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:
             f"--compile-commands {shown}` says why)")
 
 
-def _inside_tree(database: Path, acf: acf_file.Acf, found: Path) -> bool:
-    """Whether the database an ACF names lies (symlinks followed) in the checkout that holds the ACF
-    (the nearest folder above it with `.git`, else the ACF's folder) or in the kernel's folder: an
-    ACF arrives in a pull request, and may name any file of the machine that gates it."""
+def checkout(acf: acf_file.Acf) -> tuple[Path, bool]:
+    """The checkout that holds the ACF (symlinks followed): the nearest folder above it with `.git`
+    (True), else the ACF's own folder (False)."""
     folder = acf.path.parent.resolve()
-    checkout = next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder)
+    found = next((f for f in (folder, *folder.parents) if (f / ".git").exists()), None)
+    return (folder, False) if found is None else (found, True)
+
+
+def _inside_tree(database: Path, acf: acf_file.Acf, kernel: Path | None) -> bool:
+    """Whether the database an ACF names lies (symlinks followed) in the checkout that holds the ACF
+    or in the folder of the gate's --kernel (`kernel`, the user's choice): an ACF arrives in a pull
+    request, and may name any file of the machine that gates it, its own kernel's folder included."""
+    roots = (checkout(acf)[0], *(() if kernel is None else (kernel.parent.resolve(),)))
     where = database.resolve()
-    return any(where.is_relative_to(root) for root in (checkout, found.parent.resolve()))
+    return any(where.is_relative_to(root) for root in roots)
