@@ -148,6 +148,21 @@ def test_a_changed_build_flag_is_no_changed_source(tuned, tmp_path):
     assert "stale-settings" in both.stdout, both.describe()
 
 
+@pytest.mark.parametrize("flags", ['"-I", "inc"', '"-isystem", "sys"'])
+def test_an_added_include_folder_is_no_changed_source(tuned, tmp_path, flags):
+    """A folder added to tune.toml's flags, the source untouched, is a changed setting: an -isystem
+    one was `stale-source` (its folder kept in the sources read as tuned), an -I one not (rev50b #4)."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / flags.split('"')[-2]).mkdir()
+    (workspace / "k" / "tune.toml").write_text(f"nvcc_flags = [{flags}]\n")
+    result = _gate(workspace, ACF, "--static")
+    assert result.returncode == 0, result.describe()
+    assert "stale-source" not in result.stdout, result.describe()
+    assert "warn stale-settings: the kernel's build flags changed since the ACF was tuned (its sources did not)" in \
+        result.stdout, result.describe()
+
+
 def test_a_spilling_source_fails_on_spills_the_same_way_every_time(spilling, tuned):
     retune = RETUNE.format(db=tuned / "t.db")  # the hint repeats the database the ACF was tuned in
     runs = [_gate(spilling, ACF, "--junit", f"gate{i}.xml", "--markdown", f"gate{i}.md") for i in (1, 2)]

@@ -315,7 +315,7 @@ def test_a_command_without_tuned_flags_says_the_baseline_is_the_compiler_default
     assert describe(shipped) == [
         ("baseline: your build (compile_commands.json); it sets no searched setting, so the compiler defaults; "
          "fixed, applied to every build: -lineinfo"),
-        "not applied: -Xcompiler -Wall (host compiler or linker option: device code is unchanged)"]
+        "not applied: -Xcompiler -Wall (host compiler warning option: device code is unchanged)"]
 
 
 def test_the_gate_rebuilds_with_the_base_flags_of_the_compile_command(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import CliResult, run_cli
 
 from compileiq.results import acf
@@ -125,6 +126,42 @@ def test_an_xcompiler_preprocessor_option_no_build_can_give_is_refused_in_one_li
     result = _tune(tmp_path)
     assert result.returncode == 2, result.describe()
     assert len(result.stderr_lines) == 1 and "-include" in result.stderr, result.describe()
+
+
+def test_gcc_long_spellings_in_xcompiler_are_their_short_forms(tmp_path: Path) -> None:
+    """rev50b #3: nvcc preprocesses the device code with the host compiler, so `-Xcompiler
+    --define-macro=X` is -DX there; it was set aside as "device code is unchanged" (the device
+    pass saw SCALE, compileiq's builds did not), and host options that predefine macros
+    (-O3: __OPTIMIZE__, -fopenmp: _OPENMP) said the same."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "cfg.cuh").write_text("#define OFFSET 1.0f\n")
+    source = '#include "cfg.cuh"\n' + SCALED.replace("*= SCALE", "*= SCALE + OFFSET")
+    _kernel(tmp_path, "nvcc -O3 -Xcompiler --define-macro=SCALE=7.0f -Xcompiler --include-directory,inc "
+            "-Xcompiler -fopenmp -Xcompiler -Wall -arch=sm_90 -c k.cu", source, PLAIN_TOML)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
+    assert "-DSCALE=7.0f" in flags.stdout.split() and "-Iinc" in flags.stdout.split(), flags.stdout
+    skipped = next(line for line in (result.stdout + result.stderr).splitlines() if line.startswith("not applied:"))
+    for option in ("-O3 (host optimisation level (nvcc -O): ", "-Xcompiler -fopenmp (host compiler option: "):
+        assert f"{option}may change the macros the device pass predefines" in skipped, skipped
+    assert "-Xcompiler -Wall (host compiler warning option: device code is unchanged)" in skipped, skipped
+
+
+@pytest.mark.parametrize("command", [
+    "nvcc -Xcompiler --include=cfg.h -arch=sm_90 -c k.cu", "nvcc -Xcompiler=--imacros,cfg.h -arch=sm_90 -c k.cu",
+    "nvcc -Xcompiler -Wp,-DSCALE=2.0f -arch=sm_90 -c k.cu", "nvcc -Xcompiler -Xpreprocessor -arch=sm_90 -c k.cu",
+    "nvcc -Xcompiler --no-standard-includes -arch=sm_90 -c k.cu",
+    "nvcc -forward-unknown-to-host-compiler --include-directory=inc -arch=sm_90 -c k.cu"])
+def test_a_preprocessor_option_under_another_spelling_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """rev50b #3: `--include=` is GCC's -include (refused), and -Wp, -Xpreprocessor hand the
+    preprocessor anything: they were set aside as host options the device pass never sees."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "cfg.h").write_text("#define SCALE 2.0f\n")
+    _kernel(tmp_path, command, SCALED, PLAIN_TOML)
+    result = _tune(tmp_path)
+    assert result.returncode == 2, result.describe()
+    assert len(result.stderr_lines) == 1 and "preprocess" in result.stderr, result.describe()
 
 
 def test_isystem_stays_a_system_folder_searched_after_the_include_folders(tmp_path: Path) -> None:

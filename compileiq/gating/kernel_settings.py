@@ -81,10 +81,15 @@ def as_tuned(recorded: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
     build whose sources its `[kernel] source_sha256` hashes (the bundle's hash holds its base flags and
     include folders with the files). That hash again from this spec is the same sources, read as tuned."""
     where = f"{acf.path}: base.nvcc_flags"
-    folders = {resolved(recorded.source.parent / d, "include folder") for d in recorded.nvcc_flags.include_dirs}
-    kept = {resolved(recorded.source.parent / d, "include folder") for d in acf.base.include_dirs}
-    dirs = tuple(d for d in recorded.include_dirs if d not in folders or d in kept)  # tune.toml's include_dirs stay
-    return replace(recorded, nvcc_flags=parse_base_flags(acf.base.as_args(), where), include_dirs=dirs)
+    def folders(given: tuple[str, ...]) -> set[Path]:
+        return {resolved(recorded.source.parent / d, "include folder") for d in given}
+
+    flagged = folders((*recorded.nvcc_flags.include_dirs, *recorded.nvcc_flags.system_dirs))  # -I and -isystem alike
+    system = folders(acf.base.system_dirs)
+    kept = folders(acf.base.include_dirs) | system
+    dirs = tuple(d for d in recorded.include_dirs if d not in flagged or d in kept)  # tune.toml's include_dirs stay
+    return replace(recorded, nvcc_flags=parse_base_flags(acf.base.as_args(), where), include_dirs=dirs,
+                   system_dirs=tuple(d for d in dirs if d in system))
 
 
 def difference(own: KernelSpec, recorded: BaseFlags) -> BaseFlagDifference:

@@ -32,14 +32,14 @@ from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSe
 MAX_DATABASE_BYTES = 64 * 2**20
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
-_FORWARDED = ("host compiler option (not an option of nvcc 13.0, listed or not; {flag} hands it to the host "
-              "compiler): not applied, as -Xcompiler's are not")
-_FORWARDS = ("nvcc hands the options it does not know to the host compiler, each then set aside as a host option: "
-             "device code is unchanged")
-_HOST_OR_LINK = {"-Xcompiler", "--compiler-options", "-Xlinker",
-                 "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
-                 "-L", "--library-path", "-l", "--library", "-shared", "-fPIC", "-pthread"}
+_FORWARDED = "{why}; not an nvcc 13.0 option: {flag} forwards it"
+_FORWARDS = ("nvcc hands the options it does not know to the host compiler, each then set aside as a host option "
+             "with why: this flag itself changes no code")
+_LINK = {"-Xlinker", "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive", "--archive-options",
+         "-L", "--library-path", "-l", "--library", "-shared"}
 _HOST_COMPILER_OPTIONS = {"-Xcompiler", "--compiler-options"}  # each option split out (`preprocessor`)
+_HOST = {*_HOST_COMPILER_OPTIONS, "-fPIC", "-pthread"}  # nvcc hands these to the host compiler (__PIC__, _REENTRANT)
+_HOST_OR_LINK = {*_LINK, *_HOST}
 _HOST_COMPILER = {"-ccbin", "--compiler-bindir"}
 _CCBIN = ("picks the host compiler, which also preprocesses the device code (its predefined macros, its "
           "headers): compileiq builds with the one nvcc finds by default (first on PATH), which may differ")
@@ -223,8 +223,10 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             fixed += reports
         elif flag in ("-O", "--optimize"):
             fixed.append(FixedFlag(given, False, shipped.HOST_OPTIMISATION))
-        elif flag in _HOST_OR_LINK:
-            fixed.append(FixedFlag(given, False, shipped.NOT_DEVICE_CODE))
+        elif flag in _LINK:
+            fixed.append(FixedFlag(given, False, shipped.LINKER_OPTION))
+        elif flag in _HOST:
+            fixed.append(FixedFlag(given, False, preprocessor.host_why(value if flag in _HOST_COMPILER_OPTIONS else flag)))
         elif flag in _HOST_COMPILER:
             fixed.append(FixedFlag(given, False, _CCBIN))
         elif flag in ("-D", "--define-macro", "-U", "--undefine-macro"):  # a macro of tune.toml (`_one`)
@@ -236,7 +238,7 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
         elif why := _no_device_effect(flag, value):
             fixed.append(FixedFlag(given, False, why))
         elif forwarded := nvcc_argv.forwarding(flag):
-            fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded)))
+            fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded, why=preprocessor.host_why(given))))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
@@ -268,6 +270,10 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             except preprocessor.MacroError as error:
                 raise CompileDbError(str(error)) from None
         elif forward is not None and nvcc_argv.host_compilers(flag) and not _known(flag, value, tuned):
+            try:
+                preprocessor.forwarded_problem(given, forward, where)
+            except preprocessor.MacroError as error:
+                raise CompileDbError(str(error)) from None
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             _one((flag, value, given), directory, tuned, macros, where, kept, stripped)

@@ -6,7 +6,10 @@
   that tune.toml fixes ([defines]) is tune.toml's own ``-D``, given once; another value is refused.
 - ``-Xcompiler`` hands the host compiler its options, and nvcc preprocesses the device code with
   the host compiler: a ``-D -U -I -isystem`` there changes the device code as nvcc's own does (it
-  is applied as one), and one the base flags cannot give (``-include``, ``-iquote``, ...) is refused.
+  is applied as one), and one the base flags cannot give (``-include``, ``-iquote``, ``-Wp,``, ...) is
+  refused. GCC's long spellings are the same options (``--define-macro=X`` is ``-DX``, ``--include=``
+  is ``-include``). Its other options may change the macros the device pass predefines
+  (``-O2``: ``__OPTIMIZE__``; ``-fopenmp``: ``_OPENMP``): `host_why` says so where they are set aside.
 """
 
 from __future__ import annotations
@@ -21,9 +24,21 @@ from compileiq.source.spec import FixedFlag, KernelSpec, ShippedSetting
 APPLIED = {"-D": "-D", "-U": "-U", "-I": "-I", "-isystem": "-isystem"}
 # -Xcompiler options that change what the device pass preprocesses but no base flag gives.
 _REFUSED = ("-include", "-imacros", "-iquote", "-idirafter", "-iprefix", "-iwithprefix", "-iwithprefixbefore",
-            "-isysroot", "--sysroot", "-nostdinc", "-undef", "-trigraphs")
+            "-isysroot", "--sysroot", "-imultilib", "-imultiarch", "-A", "-nostdinc", "-nostdinc++", "-undef",
+            "-trigraphs", "-traditional", "-traditional-cpp", "-Xpreprocessor", "-Wp")
 _TAKES_VALUE = {"-D", "-U", "-I", "-isystem", "-include", "-imacros", "-iquote", "-idirafter", "-iprefix",
-                "-iwithprefix", "-iwithprefixbefore", "-isysroot"}
+                "-iwithprefix", "-iwithprefixbefore", "-isysroot", "-imultilib", "-imultiarch", "-A"}
+# GCC's long spellings of its preprocessor options (gcc.cc's option_map; GCC takes no abbreviation of them).
+_LONG = {"--define-macro": "-D", "--undefine-macro": "-U", "--include-directory": "-I",
+         "--include-directory-after": "-idirafter", "--include-prefix": "-iprefix",
+         "--include-with-prefix": "-iwithprefix", "--include-with-prefix-after": "-iwithprefix",
+         "--include-with-prefix-before": "-iwithprefixbefore", "--include": "-include", "--imacros": "-imacros",
+         "--assert": "-A", "--no-standard-includes": "-nostdinc", "--trigraphs": "-trigraphs", "--sysroot": "--sysroot"}
+# Why a host compiler option compileiq sets aside is set aside (`host_why`).
+MAY_CHANGE_MACROS = ("host compiler option: may change the macros the device pass predefines (__OPTIMIZE__, "
+                     "_OPENMP...); compileiq builds without it")
+HOST_WARNINGS = "host compiler warning option: device code is unchanged"
+HOST_LINKER = "host linker or assembler option (-Wl, -Wa,): device code is unchanged"
 
 
 class MacroError(UsageError):
@@ -78,31 +93,67 @@ def shipped_macro(flag: str, value: str, given: str, macros: Macros, where: str)
                      "as tune.toml gives it")
 
 
+def host_why(value: str) -> str:
+    """Why an -Xcompiler value (or an option nvcc forwards to the host compiler) is set aside: a
+    warning or a linker option leaves the device code as it is; any other may change the macros
+    the device pass predefines (-O2, -fopenmp, -ffast-math, -march=, -std=gnu++17, -fPIC, ...)."""
+    if value.startswith(("-Wl,", "-Wa,")):
+        return HOST_LINKER
+    if all(item == "-w" or (item.startswith("-W") and _preprocessor(item) is None) for item in value.split(",")):
+        return HOST_WARNINGS
+    return MAY_CHANGE_MACROS
+
+
+def _preprocessor(item: str) -> tuple[str, str] | None:
+    """The preprocessor option one host compiler option is (its short spelling) and the value
+    joined to it ("" for none), or None."""
+    if item.startswith("--"):
+        name, _, joined = item.partition("=")
+        return (_LONG[name], joined) if name in _LONG else None
+    if item == "-Wp" or item.startswith("-Wp,"):
+        return "-Wp", ""
+    option = next((o for o in sorted(_TAKES_VALUE, key=len, reverse=True) if item.startswith(o)), None)
+    if option is not None:
+        joined = item[len(option):]
+        return option, joined.removeprefix("=") if option in ("-isystem", "-isysroot") else joined
+    return (item, "") if item in _REFUSED else None
+
+
+def forwarded_problem(given: str, forward: str, where: str) -> None:
+    """MacroError for a preprocessor option nvcc hands the host compiler under `forward`
+    (-forward-unknown-to-host-compiler), as GCC spells it (--include-directory=DIR, -imacros, -Wp,):
+    the host compiler preprocesses the device code with it too, and nvcc's own spelling is the one
+    compileiq reads."""
+    if _preprocessor(given) is not None:
+        raise MacroError(f"{where}: {given} is no option of nvcc 13.0, so {forward} hands it to the host compiler, "
+                         "which preprocesses the device code with it too: compileiq cannot give it to its builds; "
+                         "spell it as nvcc's own option (-D -U -I -isystem -include), or tune from a copy of the "
+                         "command without it")
+
+
 def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tuple[str, str, str]]:
     """Each option of one -Xcompiler value (nvcc splits it at commas; an option's value may be the
     next item, as in `-Xcompiler -isystem,DIR`) as (flag, value, as given): a preprocessor option
-    nvcc's device pass sees as its own flag (`APPLIED`); any other as (`flag`, the option, as given).
-    MacroError for a preprocessor option no base flag gives."""
-    if not any(item.startswith((*_TAKES_VALUE, *_REFUSED)) for item in value.split(",")):
+    nvcc's device pass sees as its own flag (`APPLIED`, GCC's long spellings too); any other as
+    (`flag`, the option, as given). MacroError for a preprocessor option no base flag gives."""
+    if not any(_preprocessor(item) for item in value.split(",")):
         yield flag, value, given  # the host compiler's alone (-Xcompiler=-Wl,-z,now): set aside as given
         return
     items = iter(value.split(","))
     several = "," in value
     for item in items:
-        option = next((o for o in sorted(_TAKES_VALUE, key=len, reverse=True) if item.startswith(o)), None)
-        if option is None and item in _REFUSED:
-            option = item
-        if option is None:
+        found = _preprocessor(item)
+        if found is None:
             yield flag, item, f"{flag} {item}" if several else given
             continue
-        argument = item[len(option):].removeprefix("=") if option in ("-isystem", "-isysroot") else item[len(option):]
+        option, argument = found
         shown = item
-        if option in _TAKES_VALUE and not argument:
+        if option in _TAKES_VALUE and not argument and not (item.startswith("--") and "=" in item):
             argument = next(items, "")
             shown = f"{item},{argument}"
             if not argument:
-                raise MacroError(f"{where}: {given}: {option} without its value in the same -Xcompiler value "
-                                 f"(nvcc hands the host compiler each -Xcompiler apart): give {flag} {option},VALUE")
+                raise MacroError(f"{where}: {given}: {item} without its value in the same -Xcompiler value "
+                                 f"(nvcc hands the host compiler each -Xcompiler apart): give {flag} {item},VALUE")
         if option not in APPLIED:
             raise MacroError(f"{where}: {flag} {shown} hands the host compiler a preprocessor option, and nvcc "
                              "preprocesses the device code with it too: compileiq cannot give it to its builds "

@@ -4,8 +4,9 @@ setting of the search space (the baseline starts from it), every other flag is r
 A tuned flag whose value the space does not hold (``-maxrregcount 57``), or a ptxas option that
 is neither a searched setting nor a report-only one, is one clear error: the baseline must be the
 build that ships, and compileiq never hands an unvetted flag to nvcc (it runs sub-tools through
-/bin/sh). Host-compiler, linker and host-optimisation flags do not change device code: recorded as
-fixed, not applied.
+/bin/sh). Host-compiler, linker and host-optimisation flags are recorded as fixed, not applied, with
+why: a linker option leaves the device code as it is; a host compiler option (-O3, -fopenmp) may change
+the macros the device pass predefines, since nvcc preprocesses the device code with the host compiler.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ _PTXAS_REPORTS = {"-v", "--verbose", "-warn-spills", "--warn-on-spills", "-warn-
                   "-Werror", "--warning-as-error", "-w", "--disable-warnings", "-suppress-stack-size-warning",
                   "--suppress-stack-size-warning", "-suppress-double-demote-warning",
                   "--suppress-double-demote-warning"}
-NOT_DEVICE_CODE = "host compiler or linker option: device code is unchanged"
-HOST_OPTIMISATION = "host optimisation level (nvcc -O): device code is unchanged"
+LINKER_OPTION = "linker option: device code is unchanged"
+HOST_OPTIMISATION = ("host optimisation level (nvcc -O): may change the macros the device pass predefines "
+                     "(__OPTIMIZE__); compileiq builds without it")
 REPORT_ONLY = "ptxas report or warning only: the code is the same without it"
 MAX_SHOWN = 80
 _OPTION_WORD = re.compile(r"-[A-Za-z0-9_=.,\-]+")  # a ptxas option (and its value), nothing a shell acts on
