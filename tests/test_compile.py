@@ -1,6 +1,7 @@
 """The two-stage compile against the real nvcc/ptxas 13.0."""
 
 import stat
+import struct
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -10,8 +11,10 @@ import pytest
 from compileiq.build.compile import (
     AssembleJob,
     BuildStatus,
+    ExecutableJob,
     FrontendJob,
     assemble,
+    build_executable,
     code_hash,
     emit_ptx,
     parse_resources,
@@ -163,3 +166,46 @@ def test_a_variants_ptxas_cap_under_nvccs_own_cap_builds_what_nvcc_builds(tmp_pa
                     str(source), "-o", str(out)], 120)
     assert run.returncode == 0, run.output
     assert code_hash(text_sections(Path(out).read_bytes())) == two_stage.code_hash
+
+
+# -- review 51: the measuring program's device code is the recorded cubin's -------------------------
+
+READS_HOST_LEVEL = """
+__global__ void k(float* y) {
+#if defined(__OPTIMIZE__) || !defined(__NO_INLINE__)
+  y[threadIdx.x] = SCALE * 3.0f;
+#else
+  y[threadIdx.x] = SCALE * 5.0f;
+#endif
+}
+int main() { return 0; }
+"""
+EM_CUDA = 190
+
+
+def _embedded_cubins(executable: bytes) -> list[bytes]:
+    """The CUDA ELF images an executable's fatbin holds (uncompressed, as nvcc 13.0 embeds small ones)."""
+    found, at = [], 0
+    while (at := executable.find(b"\x7fELF\x02\x01", at + 1)) != -1:
+        if struct.unpack_from("<H", executable, at + 18)[0] == EM_CUDA:
+            (sections_at,) = struct.unpack_from("<Q", executable, at + 0x28)
+            entry_size, count = struct.unpack_from("<HH", executable, at + 0x3A)
+            found.append(executable[at:at + sections_at + entry_size * count])
+    return found
+
+
+def test_the_measuring_build_times_the_device_code_the_static_build_records(tmp_path):
+    """The measuring program is built with the host compiler at -O2 (its host code was seconds
+    slower at -O0), and nvcc preprocesses the device pass with the host compiler's options: a
+    kernel that reads __OPTIMIZE__ was timed as other code than the cubin its trial records."""
+    source = tmp_path / "k.cu"
+    source.write_text(READS_HOST_LEVEL)
+    tools = find_toolchain()
+    bundle = bundle_sources(load_spec(source))
+    ptx = emit_ptx(FrontendJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), 60))
+    recorded = _assemble(ptx, "--maxrregcount=32")
+    assert recorded.ok, recorded.message
+    built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), ("--maxrregcount=32",), 240))
+    assert built.ok, built.message
+    timed = {code_hash(sections) for sections in map(text_sections, _embedded_cubins(built.executable)) if sections}
+    assert timed == {recorded.code_hash}

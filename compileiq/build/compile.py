@@ -288,10 +288,12 @@ class ExecutableBuild:
 # The measuring program's host code (input generation, output hashing, the CPU reference) is
 # built optimised: nvcc leaves it at the host compiler's -O0, which on the first GPU lent made each
 # measuring process seconds slower (2^27 random floats: 3.9 s at -O0, 0.9 s at -O2; hashing a
-# 256 MiB output: 3.3 s against 0.95 s). The device pass is preprocessed by the host compiler too, so it
-# sees __OPTIMIZE__ defined (nvcc 13.0): device code changes only for a kernel that reads that macro, which
-# the static builds (cubins, no -Xcompiler) leave undefined. The kernel's own flags come later and win.
-HOST_OPTIMISATION = "-Xcompiler=-O2"
+# 256 MiB output: 3.3 s against 0.95 s). The device pass is preprocessed by the host compiler with
+# the same options, so -O2 alone defined __OPTIMIZE__ (and not __NO_INLINE__) there too (nvcc 13.0),
+# and a kernel that reads them was timed as other code than the cubin the static builds (no host -O)
+# record. compileiq/host_optimisation.h, pre-included before anything else, gives the device pass
+# back the default level's macros: the timed device code is the recorded one.
+HOST_OPTIMISATION = "-Xcompiler=-O2,-include,compileiq/host_optimisation.h"
 
 
 def unsafe_nvcc_args(nvcc_args: tuple[str, ...], ptxas_args: tuple[str, ...] = ()) -> str | None:
