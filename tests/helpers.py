@@ -166,6 +166,37 @@ def run_cli(
     return CliResult(tuple(args), done.returncode, strip_ansi(done.stdout), strip_ansi(done.stderr))
 
 
+def compile_commands_file(folder: Path, command: str, file: str = "k.cu") -> Path:
+    """folder/compile_commands.json: a compilation database of the one `command`, compiling `file` in `folder`."""
+    database = folder / "compile_commands.json"
+    database.write_text(json.dumps([{"directory": str(folder), "command": command, "file": file}]))
+    return database
+
+
+def space_from_database(folder: Path, database: Path) -> CliResult:
+    """`compileiq space k.cu --compile-commands DATABASE` in `folder`, TINY_KERNEL written as k.cu
+    (under a 60 s timeout: a named pipe opened for reading would block it)."""
+    kernel = tiny_kernel_file(folder, "k.cu")
+    return run_cli(["space", str(kernel), "--compile-commands", str(database)], cwd=folder, timeout=60)
+
+
+def tune_in(folder: Path, *options: str, kernel: str = "k.cu", budget: int = 2) -> CliResult:
+    """`compileiq tune KERNEL --budget N` in `folder` on local threads, its study in folder/t.db and
+    its ACF folder/k.acf.toml; `options` come after those."""
+    return run_cli(["tune", kernel, "--budget", str(budget), "--workers", "local", "--db",
+                    f"sqlite:///{folder / 't.db'}", "--out", "k.acf.toml", *options], cwd=folder)
+
+
+def tuned_from_command(folder: Path, command: str, *options: str, source: str, budget: int = 2) -> Path:
+    """`source` written as folder/k.cu and tuned from `command` (its compile_commands.json entry)
+    by `tune_in`, which must succeed: folder/k.acf.toml."""
+    (folder / "k.cu").write_text(source)
+    compile_commands_file(folder, command)
+    tuned = tune_in(folder, "--compile-commands", "compile_commands.json", *options, budget=budget)
+    assert tuned.returncode == 0, tuned.describe()
+    return folder / "k.acf.toml"
+
+
 # A kernel no test has tuned before: 128 live floats per thread under a 2-blocks-of-256 bound.
 # ptxas 13.0 spills 424 + 628 bytes at its defaults; overriding the bound removes the spills, so a
 # search's winner has non-default settings.

@@ -6,12 +6,11 @@ opened for reading blocks until a writer comes: the CLI runs under a timeout her
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, tiny_kernel_file
+from helpers import compile_commands_file, run_cli, space_from_database
 
 from compileiq.results.acf import MAX_BYTES as ACF_BYTES
 from compileiq.source.compile_db import MAX_DATABASE_BYTES
@@ -64,11 +63,9 @@ DATABASE_SAYS = {"fifo": "compile_commands.json: it is a named pipe, not a compi
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_compilation_database_that_is_no_readable_file_is_one_line(tmp_path: Path, kind: str) -> None:
-    kernel = tiny_kernel_file(tmp_path, "k.cu")
     database = tmp_path / "compile_commands.json"
     _bad_file(database, kind, MAX_DATABASE_BYTES)
-    result = run_cli(["space", str(kernel), "--compile-commands", str(database)], cwd=tmp_path, timeout=60)
-    _one_line_error(result, DATABASE_SAYS[kind])
+    _one_line_error(space_from_database(tmp_path, database), DATABASE_SAYS[kind])
 
 
 OPTIONS_SAYS = {"fifo": "--options-file {rsp} is a named pipe, not a file of arguments",
@@ -79,11 +76,7 @@ OPTIONS_SAYS = {"fifo": "--options-file {rsp} is a named pipe, not a file of arg
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_options_file_that_is_no_readable_file_is_one_line(tmp_path: Path, kind: str) -> None:
-    kernel = tiny_kernel_file(tmp_path, "k.cu")
     rsp = tmp_path / "includes_CUDA.rsp"
     _bad_file(rsp, kind, MAX_OPTIONS_FILE_BYTES)
-    database = tmp_path / "compile_commands.json"
-    database.write_text(json.dumps([{"directory": str(tmp_path), "file": "k.cu",
-                                     "command": "nvcc --options-file includes_CUDA.rsp -O3 -c k.cu -o k.o"}]))
-    result = run_cli(["space", str(kernel), "--compile-commands", str(database)], cwd=tmp_path, timeout=60)
-    _one_line_error(result, "the command for k.cu", OPTIONS_SAYS[kind].format(rsp=rsp))
+    database = compile_commands_file(tmp_path, "nvcc --options-file includes_CUDA.rsp -O3 -c k.cu -o k.o")
+    _one_line_error(space_from_database(tmp_path, database), "the command for k.cu", OPTIONS_SAYS[kind].format(rsp=rsp))

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import LOOP_KERNEL, clean_env, compileiq_command, run_cli, venv_tool
+from helpers import (
+    LOOP_KERNEL,
+    clean_env,
+    compileiq_command,
+    run_cli,
+    tuned_from_command,
+    venv_tool,
+)
 
 from compileiq.core.space_files import load_space
 from compileiq.results import acf, flag_formats
@@ -400,13 +407,8 @@ def test_compileiq_apply_takes_out_the_shipped_flag_the_acf_turns_off(tmp_path: 
     """Shipped at ptxas -O0, the choice is a higher level: the ACF says to remove -Xptxas=-O0, and
     the CMake package does (it appended the ACF's flags after it, and nvcc took the shipped one);
     where it cannot (CMAKE_CUDA_FLAGS, a generator expression), configure stops and says where."""
-    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": "nvcc -Xptxas=-O0 -lineinfo -arch=sm_90 -c k.cu", "file": "k.cu"}]))
-    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
-                    "--objective", "instructions", "--budget", "4", "--workers", "local",
-                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
+    tuned_from_command(tmp_path, "nvcc -Xptxas=-O0 -lineinfo -arch=sm_90 -c k.cu", "--only", "ptxas.opt_level",
+                       "--objective", "instructions", source=LOOP_KERNEL, budget=4)
     assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["remove"] == ["-Xptxas=-O0"]
     cmake_dir = run_cli(["cmake-dir"], cwd=tmp_path).stdout.strip()
     cmake = cmake_command()
@@ -438,13 +440,8 @@ def test_bazel_output_names_the_shipped_flags_to_remove_as_the_cmake_output_does
     """rev50 7: an ACF whose settings change a shipped flag ([baseline] remove) wrote the removal note
     into the CMake snippet as a comment, but the Bazel BUILD text had none (the note went to stderr
     only, which `> BUILD` loses): copts cannot take -Xptxas=-O0 out of the project's own command."""
-    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": "nvcc -Xptxas=-O0 -arch=sm_90 -c k.cu", "file": "k.cu"}]))
-    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
-                    "--objective", "instructions", "--budget", "3", "--workers", "local",
-                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
+    tuned_from_command(tmp_path, "nvcc -Xptxas=-O0 -arch=sm_90 -c k.cu", "--only", "ptxas.opt_level",
+                       "--objective", "instructions", source=LOOP_KERNEL, budget=3)
     assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["remove"] == ["-Xptxas=-O0"]
     note = ("# compileiq: remove from the kernel's compile command (compile_commands.json): -Xptxas=-O0 -- the ACF "
             "changes or turns off these shipped settings; appending its flags alone would keep them")

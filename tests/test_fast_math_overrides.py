@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import run_cli
+from helpers import compile_commands_file, run_cli, tuned_from_command
 
 from compileiq.core import implied
 from compileiq.core.space_files import load_space
@@ -51,12 +51,7 @@ def _ptx(flags: list[str], folder: Path) -> str:
     ("--use_fast_math --fmad=false", "--fmad=false"),
 ])
 def test_an_override_of_fast_math_is_built_as_shipped(tmp_path: Path, shipped: str, spelled: str) -> None:
-    (tmp_path / "k.cu").write_text(KERNEL)
-    command = f"nvcc {shipped} -arch=sm_90 -c k.cu"
-    (tmp_path / "cc.json").write_text(json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
-    tuned = run_cli(["tune", "k.cu", "--compile-commands", "cc.json", "--budget", "2", "--workers", "local",
-                     "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
-    assert tuned.returncode == 0, tuned.describe()
+    tuned_from_command(tmp_path, f"nvcc {shipped} -arch=sm_90 -c k.cu", source=KERNEL)
     everything = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
     assert everything.returncode == 0, everything.describe()
     flags = shlex.split(everything.stdout)
@@ -94,23 +89,12 @@ extern "C" __global__ void scale(float* x, const float* y, int n) {
 """
 
 
-def _tuned(tmp_path: Path, command: str, kernel: str = KERNEL) -> Path:
-    """k.cu tuned from `command` (in compile_commands.json): k.acf.toml."""
-    (tmp_path / "k.cu").write_text(kernel)
-    (tmp_path / "compile_commands.json").write_text(
-        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
-    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
-                     "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
-    assert tuned.returncode == 0, tuned.describe()
-    return tmp_path / "k.acf.toml"
-
-
 def test_the_gate_rebuilds_the_shipped_baseline_tune_recorded(tmp_path: Path) -> None:
     """The gate rebuilt a shipped `-ftz=false --use_fast_math` as `--use_fast_math` alone (ftz on):
     not the build `tune` measured, so the `evidence` rule never checked the ACF's [evidence.baseline],
     and an edited one passed (rev50b finding 1). The shipped -DTM=8 (one of tune.toml's) with it."""
     (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [4, 8]\n")
-    out = _tuned(tmp_path, "nvcc -DTM=8 -ftz=false --use_fast_math -arch=sm_90 -c k.cu", MACRO_KERNEL)
+    out = tuned_from_command(tmp_path, "nvcc -DTM=8 -ftz=false --use_fast_math -arch=sm_90 -c k.cu", source=MACRO_KERNEL)
     target = gating.locate(out, tmp_path / "k.cu")
     tools = find_toolchain()
     bundle = bundle_sources(target.spec, tools.nvcc)
@@ -133,9 +117,8 @@ def test_the_gate_rebuilds_the_shipped_baseline_tune_recorded(tmp_path: Path) ->
 def test_a_changed_command_says_the_value_its_build_has(tmp_path: Path) -> None:
     """`-ftz=false` dropped beside `--use_fast_math` turns ftz on; the gate said "nvcc.ftz false ->
     false (the default)" (rev50b finding 5)."""
-    out = _tuned(tmp_path, "nvcc -ftz=false --use_fast_math -arch=sm_90 -c k.cu")
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": "nvcc --use_fast_math -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    out = tuned_from_command(tmp_path, "nvcc -ftz=false --use_fast_math -arch=sm_90 -c k.cu", source=KERNEL)
+    compile_commands_file(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu")
     gated = run_cli(["gate", out.name, "--static", "--json"], cwd=tmp_path)
     assert gated.returncode in (0, 1), gated.describe()
     stale = next(f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings")

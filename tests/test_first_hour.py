@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TINY_KERNEL, run_cli
+from tests.helpers import TINY_KERNEL, run_cli, tune_in
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,8 +236,7 @@ def test_space_and_tune_say_when_a_tuned_macro_cannot_take_effect(tmp_path: Path
               "host code, so -DFOO has no effect: tune a macro the code reads, or take it out of [tune.defines]")
     listed = run_cli(["space", "k.cu"], cwd=tmp_path)
     assert listed.returncode == 0 and listed.stderr_lines == [unread], listed.describe()
-    tuned = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
-                     "--out", "k.acf.toml"], cwd=tmp_path)
+    tuned = tune_in(tmp_path)
     assert tuned.returncode == 2 and tuned.stderr_lines == [f"error: {unread.removeprefix('note: ')}"], tuned.describe()
     (tmp_path / "k.cu").write_text('#define FOO 4\nextern "C" __global__ void k(float* x) { x[threadIdx.x] *= FOO; }\n')
     overridden = run_cli(["space", "k.cu"], cwd=tmp_path)
@@ -257,8 +256,7 @@ def test_space_and_tune_name_a_misspelt_kernel_before_any_build(tmp_path: Path) 
     says = [line for line in listed.stderr_lines if "misspelt" in line]
     assert listed.returncode == 0 and len(says) == 2, listed.describe()
     assert "entries: no file of k.cu names 'sacle'" in says[0] and says[1].startswith("note: launch.scael: "), says
-    tuned = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path}/t.db",
-                     "--out", "k.acf.toml"], cwd=tmp_path)
+    tuned = tune_in(tmp_path)
     lines = tuned.stdout.splitlines() + tuned.stderr_lines
     first_build = next(i for i, line in enumerate(lines) if "#0" in line)
     assert any("names 'sacle'" in line for line in lines[:first_build]), tuned.describe()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, tune_in
 
 from compileiq import app
 from compileiq.core.errors import CompileIQError, UsageError
@@ -271,8 +271,7 @@ def test_a_tuned_macro_the_kernel_defines_itself_is_refused_naming_the_line(tmp_
     folder.mkdir()
     (folder / "conv.cu").write_text(ROWS_KERNEL)
     (folder / "tune.toml").write_text("[tune.defines]\nROWS_RESULT_STEPS = [8, 4]\n")
-    args = ["tune", "conv/conv.cu", "--budget", "2", "--workers", "local", "--db", "sqlite:///db.sqlite"]
-    result = run_cli(args, cwd=tmp_path)
+    result = tune_in(tmp_path, kernel="conv/conv.cu")
     assert result.returncode == 2, result.describe()
     assert result.stderr.strip().splitlines() == [
         (f"error: {folder / 'tune.toml'}: tune.defines.ROWS_RESULT_STEPS: conv.cu:5 #defines ROWS_RESULT_STEPS "
