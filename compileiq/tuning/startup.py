@@ -112,6 +112,7 @@ class EarlyWorkers:
         self._announced = False
         self._built = {"local": 0, "ray": 0}  # variants each side compiled: the run's summary says where
         self._ready_after = 0.0  # seconds the start took
+        self._phases = phases
         self._phase = phases.starting("starting Ray workers")
         self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
         self._thread.start()
@@ -206,4 +207,6 @@ class EarlyWorkers:
                 self._abort()
                 atexit.register(self._abort)  # registered after Ray's own (at its import): runs before it
             return
+        if self._thread.is_alive() and self._workers is not None and isinstance(sys.exception(), KeyboardInterrupt):
+            self._phases.note("stopping: waiting for Ray to shut down")  # seconds, said at once
         self._thread.join()

@@ -4,12 +4,14 @@ that imports ray."""
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import ipaddress
 import os
 import re
 import signal
 import socket
+import sys
 from typing import Any
 
 from compileiq.build.workers import WorkersError, first_line
@@ -137,9 +139,10 @@ def shown_address(address: str) -> str:
 
 
 def kill_started() -> int:
-    """Kill the Ray processes this process started (its descendants running Ray's programs: GCS,
-    raylet, agents, workers): an embedded start stopped half-way (Ctrl-C), which Ray cannot
-    abort and would otherwise finish (10-30 s) before anything could shut it down. How many."""
+    """Kill the Ray processes this process started (its descendants running Ray's programs, or
+    titled `ray::` as its agents and workers are: GCS, raylet, agents, workers): an embedded start
+    stopped half-way (Ctrl-C), which Ray cannot abort and would otherwise finish (10-30 s) before
+    anything could shut it down; Ray's own shutdown at exit dropped with them. How many."""
     spec = importlib.util.find_spec("ray")
     if spec is None or spec.origin is None or not os.path.isdir("/proc"):
         return 0
@@ -148,12 +151,16 @@ def kill_started() -> int:
     for pid in _descendants(os.getpid()):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as command:
-                if home not in command.read():
-                    continue
+                line = command.read()
+            if home not in line and not line.startswith(b"ray::"):  # agents and workers retitle themselves
+                continue
             os.kill(pid, signal.SIGKILL)
             killed += 1
         except OSError:
             continue  # gone already
+    worker = sys.modules.get("ray._private.worker")
+    if worker is not None:  # Ray's shutdown at exit would wait 60 s for the GCS killed here, then abort
+        atexit.unregister(worker.shutdown)
     return killed
 
 
