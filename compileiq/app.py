@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from compileiq.build.workers import Workers
 from compileiq.build.workers.backends import check_options, open_workers
+from compileiq.build.workers.ray_setup import kill_started
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
@@ -75,6 +76,9 @@ class TuneOptions:
     stream: bool = False  # keep batch_size variants compiling, a new one as each finishes
     force: bool = False  # replace an existing ACF even when it holds more evidence (acf_replace)
     finalists: int = FINALISTS  # --objective time: screened variants confirmed against the baseline
+    # the process ends when the run is interrupted (the CLI): a Ctrl-C while the embedded Ray still
+    # starts kills the start instead of waiting for it (a library process waits, then shuts it down)
+    ends_on_interrupt: bool = False
 
 
 @dataclass(frozen=True)
@@ -310,7 +314,7 @@ def _workers(options: TuneOptions, phases: PhaseProgress) -> SharedWorkers | Ear
     # an embedded Ray takes seconds to start: the baseline compiles on a local thread meanwhile; a
     # cluster joined by address answers in about a second, and every variant compiles on it
     if options.workers == "ray" and not options.ray_address and not _timed(options.objective):
-        return EarlyWorkers(opener, phases)
+        return EarlyWorkers(opener, phases, abort=kill_started if options.ends_on_interrupt else None)
     return SharedWorkers(opener)
 
 

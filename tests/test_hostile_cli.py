@@ -669,8 +669,9 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
 
 @pytest.mark.slow
 def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> None:
-    """The first Ctrl-C while the embedded Ray starts waits for its start (to shut it down); a
-    second leaves at once, and its compilers and Ray go with it."""
+    """The first Ctrl-C while the embedded Ray starts stops the run in order (the start killed,
+    see test_ctrl_c.py: under a second, no longer the 10-30 s of the whole start); a second while
+    that stop is under way leaves at once, and its compilers and Ray go with it."""
     pytest.importorskip("ray")
     db, slow = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "slow"
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4", "--workers", "ray",
@@ -680,7 +681,7 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> No
         time.sleep(0.1)
     assert _sleeping(slow), "the baseline never compiled"
     os.killpg(victim.pid, signal.SIGINT)
-    time.sleep(1)
+    time.sleep(0.1)  # the first stop (hand back, kill the compilers and the Ray start) is under way
     os.killpg(victim.pid, signal.SIGINT)
     started = time.monotonic()
     _, stderr = victim.communicate(timeout=90)
@@ -688,8 +689,9 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> No
     assert victim.returncode == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted again: stopped at once"), stderr
     assert _wait_until_none(lambda: _sleeping(slow), 10)  # the guard kills the compilers as the run dies
-    (baseline,) = _trials(db)
-    assert baseline.state is TrialState.FAILED and baseline.retryable  # handed back by the first
+    (baseline,) = _trials(db)  # handed back by the first stop, or, if the second came first, still
+    # claimed by this dead tuner: the next run on this host hands it back (as the line says)
+    assert (baseline.state is TrialState.FAILED and baseline.retryable) or baseline.state is TrialState.RUNNING, baseline
 
 
 @pytest.mark.slow

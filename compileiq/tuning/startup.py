@@ -5,6 +5,8 @@ duration when it ends ("workers ready 3.1 s")."""
 
 from __future__ import annotations
 
+import atexit
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -97,17 +99,20 @@ class EarlyWorkers:
     locally are handed to the real workers when they take over, so none is compiled twice. Call
     it to get the workers."""
 
-    def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int | None = None) -> None:
-        self._opener, self._local_threads = opener, local_threads
+    def __init__(self, opener: Callable[[], Workers], phases: PhaseProgress, local_threads: int | None = None,
+                 abort: Callable[[], object] | None = None) -> None:
+        self._opener, self._local_threads, self._abort = opener, local_threads, abort
         self._started = time.perf_counter()
         self._ready = threading.Event()
         self._closing = threading.Event()
+        self._aborted = False  # the start was stopped (Ctrl-C): never waited for
         self._workers: Workers | None = None
         self._error: BaseException | None = None
         self._local: LocalWorkers | None = None
         self._announced = False
         self._built = {"local": 0, "ray": 0}  # variants each side compiled: the run's summary says where
         self._ready_after = 0.0  # seconds the start took
+        self._phases = phases
         self._phase = phases.starting("starting Ray workers")
         self._thread = threading.Thread(target=self._open, name="compileiq-workers-start", daemon=True)
         self._thread.start()
@@ -186,9 +191,22 @@ class EarlyWorkers:
     def close(self) -> None:
         """Close both; a start still in progress is waited for (then shut down, by its thread). Not
         waiting saved a small run seconds, but left Ray's agents running for a minute after the run
-        (and, in a library process, Ray starting after `tune` returned): a run ends with its Ray."""
+        (and, in a library process, Ray starting after `tune` returned): a run ends with its Ray.
+        Closed as a Ctrl-C (or SIGTERM, see cli.signals) unwinds a run whose process then ends,
+        `abort` stops the start instead: it kills what the start has launched, at once and again
+        as the process exits (what Ray launched meanwhile is fate-shared with the start's thread,
+        and dies with the process too), rather than waiting 10-30 s for a Ray no one will use."""
         if self._local is not None:
             self._local.close()
             self._local = None
         self._closing.set()
+        if self._aborted or (self._abort is not None and not self._ready.is_set()
+                             and isinstance(sys.exception(), KeyboardInterrupt)):
+            if not self._aborted and self._abort is not None:
+                self._aborted = True
+                self._abort()
+                atexit.register(self._abort)  # registered after Ray's own (at its import): runs before it
+            return
+        if self._thread.is_alive() and self._workers is not None and isinstance(sys.exception(), KeyboardInterrupt):
+            self._phases.note("stopping: waiting for Ray to shut down")  # seconds, said at once
         self._thread.join()

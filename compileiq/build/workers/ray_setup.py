@@ -4,10 +4,14 @@ that imports ray."""
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import ipaddress
 import os
 import re
+import signal
 import socket
+import sys
 from typing import Any
 
 from compileiq.build.workers import WorkersError, first_line
@@ -132,3 +136,48 @@ def check_reachable(address: str) -> None:
 def shown_address(address: str) -> str:
     """A Ray address as it may be printed: any user or password before an @ masked."""
     return re.sub(r"^((?:ray://)?)[^/]*@", r"\1***@", address)
+
+
+def kill_started() -> int:
+    """Kill the Ray processes this process started (its descendants running Ray's programs, or
+    titled `ray::` as its agents and workers are: GCS, raylet, agents, workers): an embedded start
+    stopped half-way (Ctrl-C), which Ray cannot abort and would otherwise finish (10-30 s) before
+    anything could shut it down; Ray's own shutdown at exit dropped with them. How many."""
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None or not os.path.isdir("/proc"):
+        return 0
+    home = os.path.dirname(spec.origin).encode() + b"/"
+    killed = 0
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as command:
+                line = command.read()
+            if home not in line and not line.startswith(b"ray::"):  # agents and workers retitle themselves
+                continue
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            continue  # gone already
+    worker = sys.modules.get("ray._private.worker")
+    if worker is not None:  # Ray's shutdown at exit would wait 60 s for the GCS killed here, then abort
+        atexit.unregister(worker.shutdown)
+    return killed
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                parent = int(stat.read().rpartition(b")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found

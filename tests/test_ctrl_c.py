@@ -1,0 +1,144 @@
+"""Ctrl-C (SIGINT) and SIGTERM at the edges of a command: while the CLI itself loads, and while the
+embedded Ray of a tune run is still starting.
+
+Real `compileiq` processes in a session of their own (a terminal's Ctrl-C signals the whole
+foreground group), real SQLite, real nvcc; ptxas is wrapped by a script that sleeps first, so
+that the run is still compiling its baseline when the signal comes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL, clean_env, compileiq_command, slow_toolchain
+
+from compileiq.core.records import TrialState
+from compileiq.store import Store
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="reads /proc for the processes a run leaves behind"
+)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    return tmp_path / "scale.cu"
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+        for pid, _ in _in_session(process.pid):  # nothing a failed test left behind outlives it
+            os.kill(pid, signal.SIGKILL)
+
+
+def _start(processes: list[subprocess.Popen[str]], command: list[str], cwd: Path,
+           env: dict[str, str]) -> subprocess.Popen[str]:
+    process = subprocess.Popen(command, cwd=cwd, env=clean_env(env), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    processes.append(process)
+    return process
+
+
+def _in_session(session: int) -> list[tuple[int, str]]:
+    """The processes of that session still alive (pid, command line): what a run left behind."""
+    found = []
+    for name in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+            if fields[0] != "Z" and int(fields[3]) == session:
+                found.append((int(name), Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _ray_processes(session: int) -> list[str]:
+    return [command for _, command in _in_session(session) if "/ray/" in command or command.startswith("ray::")]
+
+
+# -- while the CLI loads ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["console script", "python -m"])
+def test_ctrl_c_while_the_cli_loads_says_one_line(tiny: Path, processes: list, entry: str) -> None:
+    """fix51 #2: a Ctrl-C while `compileiq.cli` was imported (its first few tenths of a second)
+    printed a KeyboardInterrupt traceback. At each moment of the load, and after it, one line
+    and 130. The clock starts as compileiq's first module has loaded (Python's own start, and the
+    console script's `import re` before it, are not compileiq's: a Ctrl-C there is Python's)."""
+    command = [compileiq_command()] if entry == "console script" else [sys.executable, "-m", "compileiq"]
+    args = ["tune", str(tiny), "--db", f"sqlite:///{tiny.parent / 't.db'}", "--workers", "local", "--budget", "1"]
+    env = {**slow_toolchain(tiny.parent / "slow", 60), "PYTHONPROFILEIMPORTTIME": "1"}  # each import as it ends
+    for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.5):
+        victim = _start(processes, [*command, *args], tiny.parent, env)
+        assert victim.stderr is not None
+        while (line := victim.stderr.readline()) and line.rpartition("|")[2].strip() != "compileiq.cli.signals":
+            pass
+        assert line, "compileiq.cli.signals was never imported"
+        time.sleep(delay)
+        os.killpg(victim.pid, signal.SIGINT)
+        _, rest = victim.communicate(timeout=60)
+        stderr = "".join(f"{line}\n" for line in rest.splitlines() if not line.startswith("import time:"))
+        said = f"after {delay} s: rc={victim.returncode}\n{stderr}"
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, said
+        assert victim.returncode == 130, said
+        assert stderr.strip().splitlines()[-1].startswith("interrupted"), said
+
+
+# -- while the embedded Ray starts -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sent", "group", "code", "said", "late"), [
+    (signal.SIGINT, True, 130, "interrupted", False),  # a terminal's Ctrl-C: the whole group, Ray's processes too
+    (signal.SIGINT, True, 130, "interrupted", True),  # its agents up (retitled ray::...), the start nearly done
+    (signal.SIGTERM, True, 143, "terminated (SIGTERM)", False),  # a CI job cancelled
+    (signal.SIGTERM, False, 143, "terminated (SIGTERM)", False),  # `kill PID`
+])  # fmt: skip
+def test_ctrl_c_while_the_embedded_ray_starts_stops_it_at_once(
+        tiny: Path, processes: list, sent: int, group: bool, code: int, said: str, late: bool) -> None:
+    """fix51 #1: the first Ctrl-C (or SIGTERM) while the embedded Ray started waited for the start
+    to finish (10-30 s) before shutting it down, saying nothing; a SIGTERM to the group killed
+    Ray's GCS under the start, which then waited 60 s for it and died with rc 1. Now the start is
+    stopped: its processes killed, the run gone in seconds, none of Ray's processes left behind."""
+    pytest.importorskip("ray")
+    db, slow = f"sqlite:///{tiny.parent / 't.db'}", tiny.parent / "slow"
+    args = ["tune", str(tiny), "--db", db, "--budget", "4", "--only", "ptxas.opt_level"]  # --workers ray, embedded
+    victim = _start(processes, [compileiq_command(), *args], tiny.parent, slow_toolchain(slow, 60))
+    deadline = time.monotonic() + 90
+    while not _ray_processes(victim.pid) and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.05)
+    assert _ray_processes(victim.pid), "the embedded Ray never started"
+    while late and not any(c.startswith("ray::") for c in _ray_processes(victim.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # Ray is starting: its GCS (or, late, its agents) up, the rest of its start to come
+    (os.killpg if group else os.kill)(victim.pid, sent)
+    started = time.monotonic()
+    _, stderr = victim.communicate(timeout=120)
+    took = time.monotonic() - started
+    assert took < (10 if late else 5), f"{took:.1f} s from the signal to the exit:\n{stderr}"  # late: Ray may be up
+    assert victim.returncode == code and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith(said), stderr
+    time.sleep(1)  # a process Ray's own start spawned after the kill dies with the run (fate-shared)
+    assert _ray_processes(victim.pid) == [], "Ray's processes outlived the run"
+    store = Store.open(db)
+    try:
+        trials = [t for s in store.list_studies() for t in store.trials(s.id)]
+    finally:
+        store.close()
+    assert [(t.number, t.state, t.retryable) for t in trials] == [(0, TrialState.FAILED, True)]  # handed back
