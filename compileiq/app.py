@@ -155,7 +155,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
 
     untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
-    notes = ([] if spec.tuned_defines else [untuned]) + arch_note(spec.arch, spec.archs_left_out)
+    notes = ([] if spec.tuned_defines else [untuned]) + arch_note(spec.arch, spec.archs_left_out) + shipped_code_note(spec)
     try:
         bundle = bundle_sources(spec, find_toolchain().nvcc)
     except DependencyError as error:  # the run would stop here: say so now, in one line
@@ -167,6 +167,15 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     except MacroError as error:  # `tune` stops on it: say so now
         notes.append(first_line(str(error), 400))
     return notes + source_notes(spec, bundle) + shipped_notes(spec)
+
+
+def shipped_code_note(spec: KernelSpec) -> list[str]:
+    """The line on what the shipped flags for the arch tuned embed where -arch=sm_XY would embed
+    other code (PTX alone, or machine code from an older arch's PTX): `arch_code.code_note`."""
+    from compileiq.source.arch_code import code_note
+
+    applied = [f.flag for f in spec.shipped.fixed if f.applied] if spec.shipped is not None else []
+    return [note] if (note := code_note(applied, spec.arch)) else []
 
 
 def shipped_notes(spec: KernelSpec) -> list[str]:
@@ -237,7 +246,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         progress.note(note)
     if spec.arch_overridden is not None:
         progress.note(f"note: --arch {spec.arch} overrides the arch {spec.arch_overridden}")
-    for line in arch_note(spec.arch, spec.archs_left_out):
+    for line in arch_note(spec.arch, spec.archs_left_out) + shipped_code_note(spec):
         progress.note(f"note: {line}")
     if spec.shipped is not None:
         from compileiq.source.shipped import describe

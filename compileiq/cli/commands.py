@@ -180,7 +180,8 @@ def flags(
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n")
     for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),
-                 flag_formats.set_aside_note(found, fmt, stage, with_base)):
+                 flag_formats.set_aside_note(found, fmt, stage, with_base),
+                 f"note: {code}" if (code := flag_formats.code_note(found, fmt, stage)) else None):
         if note:
             err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
     if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only

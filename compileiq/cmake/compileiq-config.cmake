@@ -56,12 +56,18 @@ function(compileiq_apply)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_acf}")
 
   # as compileiq gives it: 90-real where the ACF builds machine code only (its shipped
-  # -gencode arch=compute_90,code=sm_90; a plain 90 would embed PTX too), else 90
+  # -gencode arch=compute_90,code=sm_90; a plain 90 would embed PTX too), 90-virtual for PTX
+  # only (its shipped -arch=compute_90, kept so where the ACF holds no ptxas setting), else 90
   string(JSON _arch GET "${_json}" cuda_architectures)
-  if(NOT _arch MATCHES "^[0-9]+[a-z]?(-real)?$")
+  if(NOT _arch MATCHES "^[0-9]+[a-z]?(-real|-virtual)?$")
     message(FATAL_ERROR "compileiq_apply(${_ciq_ACF}): unexpected cuda_architectures '${_arch}'")
   endif()
-  string(REGEX REPLACE "-real$" "" _number "${_arch}")
+  string(REGEX REPLACE "-(real|virtual)$" "" _number "${_arch}")
+  # what the shipped arch flags embed where CUDA_ARCHITECTURES differs (PTX only, older PTX): said, never silent
+  string(JSON _note ERROR_VARIABLE _no_note GET "${_json}" cmake_note)
+  if(_note AND NOT _no_note)
+    message(STATUS "compileiq: ${_ciq_ACF}: ${_note}")
+  endif()
   # one token each (ptxas options as -Xptxas=OPTION)
   _compileiq_strings("${_json}" flags "^[-A-Za-z0-9_=.+:/]+$" "${_ciq_ACF}" _options)
 
@@ -81,7 +87,9 @@ function(compileiq_apply)
     set(_others FALSE)
     foreach(_entry IN LISTS _archs)
       string(REGEX REPLACE "-(real|virtual)$" "" _entry_number "${_entry}")
-      if(_entry_number STREQUAL _number)
+      if(_entry_number STREQUAL _number AND _entry MATCHES "-virtual$" AND NOT _arch MATCHES "-virtual$")
+        set(_others TRUE)  # PTX alone: the ACF's ptxas settings need machine code (its cmake_note)
+      elseif(_entry_number STREQUAL _number)
         set(_builds_it TRUE)
       elseif(_entry MATCHES "^(all|all-major|native)$")
         set(_builds_it TRUE)

@@ -32,6 +32,7 @@ from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
+from compileiq.source.arch_code import arch_args
 from compileiq.source.base_flags import (
     CAPPED,
     SYSTEM,
@@ -41,7 +42,6 @@ from compileiq.source.base_flags import (
     ptxas_cap_args,
 )
 from compileiq.source.launch import ExpressionError, evaluate
-from compileiq.source.shipped import arch_args
 from compileiq.source.spec import ShippedBuild
 
 FORMAT_VERSION = 1
@@ -91,9 +91,12 @@ class Acf:
     def arch_args(self) -> tuple[str, ...]:
         """How a build targets the arch: as the shipped command's own flags for it build it (its
         `-gencode arch=compute_80,code=sm_80`, or `-arch=compute_80 -code=sm_80`, makes machine code
-        alone: `-arch=compute_80 -code=sm_80`, never -arch=sm_80, which adds PTX), else -arch=sm_XY."""
+        alone: `-arch=compute_80 -code=sm_80`, never -arch=sm_80, which adds PTX; -arch=compute_80
+        -code=sm_86 makes it from older PTX), else -arch=sm_XY. A PTX-only build (-arch=compute_80)
+        stays so unless the choice holds ptxas settings, which need machine code to take effect:
+        then -arch=compute_80 -code=sm_80 -code=compute_80 (`flag_formats.code_note` says so)."""
         applied = (f.flag for f in self.shipped.fixed if f.applied) if self.shipped is not None else ()
-        return arch_args(applied, self.arch) or (f"-arch={self.arch}",)
+        return arch_args(applied, self.arch, machine_code=bool(self.ptxas_args)) or (f"-arch={self.arch}",)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder (an ACF records it relative to its

@@ -21,6 +21,7 @@ from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, objective_value
 from compileiq.results import to_time
+from compileiq.source.arch_code import paired
 from compileiq.source.base_flags import (
     BaseFlagError,
     parse_base_flags,
@@ -304,8 +305,13 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
             built = str(recorded)[:40]
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but evidence.{table} was built for {built!r} (edited by "
                            f"hand?): its settings were chosen on {built}; tune with --arch {arch} for {arch}")
-    for fixed in shipped.fixed if shipped is not None else ():
-        archs = arch_flag_archs(fixed.flag)
+    fixed_flags = shipped.fixed if shipped is not None else ()
+    archs_of: dict[str, tuple[str, ...]] = {}  # read together: -arch=compute_80 beside -code=sm_86 builds sm_86 alone (`paired`)
+    for applied in (True, False):
+        archs_of |= dict(paired([(f.flag, a) for f in fixed_flags if f.applied is applied
+                                 and (a := arch_flag_archs(f.flag))]))
+    for fixed in fixed_flags:
+        archs = archs_of.get(fixed.flag)
         if archs and not fixed.applied and set(archs) == {arch}:
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
                            f"out for building another arch (edited by hand?)")

@@ -16,6 +16,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
+from compileiq.source.arch_code import paired, shipped_code
 from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
@@ -86,11 +87,43 @@ def removal_note(acf: Acf) -> str | None:
             "changes or turns off these shipped settings; appending its flags alone would keep them")
 
 
-def _note_comment(acf: Acf) -> str:
-    """`removal_note` as the first line of a build file (CMake, Bazel: `#` starts a comment in
-    both): a file written with `> BUILD` keeps it, where stderr is lost; "" when there is none."""
-    note = removal_note(acf)
-    return f"# compileiq: {note}\n" if note else ""
+def _note_comment(acf: Acf, fmt: str) -> str:
+    """`removal_note` and `code_note` as the first lines of a build file (CMake, Bazel: `#` starts
+    a comment in both): a file written with `> BUILD` keeps them, where stderr is lost."""
+    return "".join(f"# compileiq: {note}\n" for note in (removal_note(acf), code_note(acf, fmt)) if note)
+
+
+def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
+    """One line where the shipped build's flags for the arch tuned embed other than -arch=sm_XY
+    would (`arch_code`): PTX alone, which ptxas settings cannot reach (the driver compiles it when
+    it loads, with its own settings), so a choice that holds any gets sm_XY machine code added,
+    never silently; or machine code from an older arch's PTX, which the trials were not."""
+    applied = (f.flag for f in acf.shipped.fixed if f.applied) if acf.shipped is not None else ()
+    found = shipped_code(applied, acf.arch)
+    if found is None or stage == "ptxas":  # ptxas itself always makes machine code
+        return None
+    n, v = found.number, found.source
+    build_file = fmt in ("cmake", "bazel")  # the build system sets the arch
+    if found.ptx_only and acf.ptxas_args:
+        how = (f"CUDA_ARCHITECTURES {n}, not {n}-virtual" if fmt == "cmake" else f"sm_{n} in the build's archs"
+               if fmt == "bazel" else f"-arch=compute_{n} -code=sm_{n} -code=compute_{n}, the PTX kept")
+        return (f"your build as shipped embeds compute_{n} PTX only, no sm_{n} machine code; the driver compiles it "
+                "when it loads, with its own settings: the tuned ptxas settings "
+                f"({' '.join(acf.ptxas_args)}) take effect only where sm_{n} machine code is embedded, so these "
+                f"flags add it ({how}); a build that keeps compute_{n} PTX alone gets nothing from them")
+    if found.ptx_only:
+        kept = f"CUDA_ARCHITECTURES {n}-virtual" if fmt == "cmake" else f"-arch=compute_{n}"
+        return (f"your build as shipped embeds compute_{n} PTX only, kept so ({kept}): the driver compiles it when "
+                f"it loads, with its own settings; the tuning scored sm_{n} machine code that ptxas built here"
+                + ("" if not build_file else f", and the build system sets the arch: keep {kept}"))
+    if found.from_older_ptx:
+        kept = f"-arch=compute_{v} -code=sm_{n}"
+        how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, as the trials "
+               f"were; for the shipped build set CUDA_ARCHITECTURES OFF and keep {kept}" if fmt == "cmake"
+               else f"keep {kept} in the build" if build_file else f"these flags keep it so ({kept})")
+        return (f"your build as shipped makes sm_{n} machine code from compute_{v} PTX, nothing for sm_{v}; the "
+                f"tuning compiled its trials from compute_{n} PTX: {how}")
+    return None
 
 
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -103,10 +136,14 @@ def cuda_architectures(acf: Acf) -> str:
     formats and `flags` agree: `-arch=sm_90` (machine code and PTX, CMake's code=[compute_90,sm_90])
     is 90; `-arch=compute_90 -code=sm_90` (machine code only, from a shipped
     `-gencode arch=compute_90,code=sm_90`) is 90-real: a plain 90 would embed PTX the shipped
-    build has not (and a newer GPU would JIT-compile it). sm_90a -> 90a, 90a-real."""
+    build has not (and a newer GPU would JIT-compile it); `-arch=compute_90` (PTX alone) is
+    90-virtual. sm_90a -> 90a, 90a-real. CMake cannot say `-arch=compute_80 -code=sm_86`: 86-real
+    builds sm_86 from compute_86 PTX, as the trials were (`code_note` says so)."""
     number = acf.arch.removeprefix("sm_")
-    codes = [c for token in acf.arch_args() if token.startswith("-code=")
-             for c in token.removeprefix("-code=").split(",")]
+    args = acf.arch_args()
+    codes = [c for token in args if token.startswith("-code=") for c in token.removeprefix("-code=").split(",")]
+    if not codes and args == (f"-arch=compute_{number}",):  # PTX alone, as shipped (`code_note`)
+        return f"{number}-virtual"
     return f"{number}-real" if codes and f"compute_{number}" not in codes else number
 
 
@@ -127,6 +164,8 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "recorded": {k: v for k, v in dict(acf.evidence.get("best", {})).items()
                      if isinstance(v, int | float | str | bool)},
         "remove": list(acf.remove),
+        "note": code_note(acf, "json", stage) or "",  # of "flags" (with the arch)
+        "cmake_note": code_note(acf, "cmake", stage) or "",  # the CMake package prints it
     }
 
 
@@ -139,7 +178,7 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf)
-    return _note_comment(acf) + (
+    return _note_comment(acf, "cmake") + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
@@ -150,8 +189,9 @@ def checked_on(acf: Acf, setting: str) -> str:
     """Which arch the flags were tuned and checked on, for a build file's comment: never an order to
     build for that arch alone where the shipped build has others (narrowing CUDA_ARCHITECTURES to
     it would drop them from the product); `setting` is the build system's way to name the arch."""
-    others = [a for f in (acf.shipped.fixed if acf.shipped is not None else ()) if not f.applied
-              for a in arch_flag_archs(f.flag) or () if a != acf.arch]
+    set_aside = paired([(f.flag, a) for f in (acf.shipped.fixed if acf.shipped is not None else ())
+                   if not f.applied and (a := arch_flag_archs(f.flag))])
+    others = [a for _, archs in set_aside for a in archs if a != acf.arch]
     if not others:
         return f"tuned and checked on {acf.arch} only: {setting}"
     left = ", ".join(dict.fromkeys(others))
@@ -175,7 +215,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
-    return _note_comment(acf) + (
+    return _note_comment(acf, "bazel") + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"

@@ -25,6 +25,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.source import nvcc_argv, preprocessor, shipped
+from compileiq.source.arch_code import paired
 from compileiq.source.base_flags import SYSTEM
 from compileiq.source.preprocessor import Macros
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
@@ -196,6 +197,7 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
     kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where)
+    arch_flags = paired(arch_flags)  # -arch=compute_80 -code=sm_86 builds sm_86 alone
     # a multi-arch command is tuned for its newest arch (--arch names another), in whatever order it lists them
     arch = shipped.newest(found for given, archs in arch_flags if archs and (found := shipped.arch_of(given)))
     try:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
+from compileiq.source.arch_code import shipped_code
 from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
@@ -153,8 +154,10 @@ _MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
 
 
 def archs_named(value: str) -> tuple[str, ...]:
-    """Each arch an arch flag's value names, as sm_XY, in order."""
-    return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(value)))
+    """Each arch an arch flag's value builds for, as sm_XY, in order: a -gencode's code= list alone
+    (arch=compute_80,code=sm_86 builds sm_86 machine code, nothing for sm_80)."""
+    code = _CODE_LIST.search(value)
+    return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(code[1] if code else value)))
 
 
 def arch_flag_archs(given: str) -> tuple[str, ...] | None:
@@ -188,47 +191,7 @@ def newest(archs: Iterable[str]) -> str | None:
     return max(archs, key=key, default=None)
 
 
-_GENCODE = re.compile(r"(?:-gencode|--generate-code)[= ]arch=compute_(\d+[a-z]?),code=\[?((?:sm|compute)_\d+[a-z]?"
-                      r"(?:,(?:sm|compute)_\d+[a-z]?)*)\]?")
 TUNED_ARCH = "builds for the arch tuned"  # how [baseline] says so of the command's flag for it (`other_archs`)
-
-
-_VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_\d+[a-z]?)")  # -arch=compute_80
-_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_\d+[a-z]?(?:,(?:sm|compute)_\d+[a-z]?)*)")
-
-
-def arch_args(flags: Iterable[str], arch: str) -> tuple[str, ...] | None:
-    """The nvcc arguments that build `arch` as the shipped command's arch flags for it do together
-    where -arch=`arch` would not: machine code alone, no PTX, whether they say so in one
-    `-gencode arch=compute_80,code=sm_80` or in two, `-arch=compute_80 -code=sm_80` (nvcc's long
-    forms and -code lists alike; nvcc embeds the union of what each names). In plain words, no
-    bracket or space for a shell to read. None when -arch=`arch` builds it alike (machine code and
-    PTX), or they are not such flags. Rendered from the numbers they name, never echoed: the text
-    comes from an untrusted ACF."""
-    number = arch.removeprefix("sm_")
-    codes: set[str] = set()
-    virtual: set[str] = set()  # the -arch/--gpu-architecture values
-    listed: set[str] = set()  # the -code/--gpu-code values
-    for given in flags:
-        text = given.strip()
-        if (gencode := _GENCODE.fullmatch(text)) is not None:
-            if gencode[1] != number:
-                return None  # another arch's PTX made into this arch's machine code: not -arch's to build
-            codes.update(gencode[2].split(","))
-        elif (named := _VIRTUAL.fullmatch(text)) is not None:
-            virtual.add(named[1])
-        elif (code := _CODES.fullmatch(text)) is not None:
-            listed.update(code[1].split(","))
-    if len(virtual) > 1 or (listed and not virtual):
-        return None  # nvcc refuses both
-    for value in virtual:
-        kind, _, named_number = value.partition("_")
-        if named_number != number or (listed and kind != "compute"):
-            return None  # another arch's PTX, or -arch=sm_XY with -code (nvcc: "must be a virtual code architecture")
-        codes.update(listed or ({value} if kind == "compute" else {f"sm_{number}", f"compute_{number}"}))
-    if codes != {f"sm_{number}"}:
-        return None  # machine code and PTX (-arch=sm_XY itself), or PTX alone (no machine code for the arch tuned)
-    return (f"-arch=compute_{number}", f"-code=sm_{number}")
 
 
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
@@ -248,7 +211,10 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
                                    f"on {tuned} alone; --arch {others[0]} tunes for {others[0]}"))
         elif archs == (tuned,):  # the command's own flags for the arch tuned: `flags` builds it alike
             fixed.append(FixedFlag(given, True, TUNED_ARCH))
-    form = " ".join(arch_args((f.flag for f in fixed if f.why == TUNED_ARCH), tuned) or (f"-arch={tuned}",))
+    code = shipped_code((f.flag for f in fixed if f.why == TUNED_ARCH), tuned)
+    form = " ".join((code.args() if code is not None else None) or (f"-arch={tuned}",))
+    if code is not None and code.ptx_only:  # ptxas settings need machine code: `code_note`
+        form += f" (PTX only), or {' '.join(code.args(machine_code=True) or ())} with ptxas settings"
     fixed = [replace(f, why=f"{TUNED_ARCH}: flags gives it as {form}") if f.why == TUNED_ARCH else f for f in fixed]
     if build is None or not fixed:
         return build

@@ -1,0 +1,131 @@
+"""What a shipped command's arch flags for the arch tuned put in the fat binary, and how `flags`
+builds the same: machine code alone (`-gencode arch=compute_80,code=sm_80`), PTX alone
+(`-arch=compute_80`: the driver compiles it when it loads, with its own settings, so ptxas settings
+cannot apply to it), or machine code made from an older arch's PTX (`-arch=compute_80 -code=sm_86`:
+sm_86 code and nothing for sm_80). nvcc -dryrun shows each (its fatbinary's image3=kind=elf/ptx).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_GENCODE = re.compile(r"(?:-gencode|--generate-code)[= ]arch=compute_(\d+[a-z]?),code=\[?((?:sm|compute)_\d+[a-z]?"
+                      r"(?:,(?:sm|compute)_\d+[a-z]?)*)\]?")
+_VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_\d+[a-z]?)")  # -arch=compute_80
+_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_\d+[a-z]?(?:,(?:sm|compute)_\d+[a-z]?)*)")
+_ARCH_OPTIONS = ("-arch", "--gpu-architecture")
+_CODE_OPTIONS = ("-code", "--gpu-code")
+
+
+@dataclass(frozen=True)
+class ShippedCode:
+    """What the shipped arch flags embed for the arch tuned (sm_`number`): machine code for it
+    (`machine`), its PTX (`ptx`), and the virtual arch either is compiled from (`source`)."""
+
+    number: str
+    source: str  # the XY of compute_XY the front end compiles for
+    machine: bool
+    ptx: bool
+
+    @property
+    def ptx_only(self) -> bool:
+        return self.ptx and not self.machine
+
+    @property
+    def from_older_ptx(self) -> bool:
+        """sm_86 machine code made from compute_80 PTX: -arch=sm_86 would make it from compute_86."""
+        return self.machine and self.source != self.number
+
+    def args(self, machine_code: bool = False) -> tuple[str, ...] | None:
+        """The nvcc arguments that build it, in plain words, where -arch=sm_XY (machine code and
+        its own PTX) would not; `machine_code`: a PTX-only build with sm_XY machine code added (the
+        PTX kept: -code=sm_XY -code=compute_XY), which ptxas settings need to take effect. None: -arch=sm_XY builds it alike."""
+        n, v = self.number, self.source
+        if self.ptx_only:
+            # two -code words, which nvcc reads as the list -code=sm_XY,compute_XY: a comma is no plain word
+            return (f"-arch=compute_{n}", f"-code=sm_{n}", f"-code=compute_{n}") if machine_code else (f"-arch=compute_{n}",)
+        if self.ptx:  # machine code and PTX of its own arch: -arch=sm_XY itself
+            return None
+        return (f"-arch=compute_{v}", f"-code=sm_{n}")
+
+
+def shipped_code(flags: Iterable[str], arch: str) -> ShippedCode | None:
+    """What the command's arch flags for `arch` (those recorded as building it) embed for it,
+    whether they say so in one `-gencode` or in `-arch=compute_XY -code=...` (nvcc's long forms and
+    -code lists alike; nvcc embeds the union of what each names). Read from the numbers they name,
+    never echoed: the text comes from an untrusted ACF. None when they are not such flags, name
+    another arch's code or PTX, or nvcc would refuse them."""
+    number = arch.removeprefix("sm_")
+    sources: set[str] = set()
+    codes: set[str] = set()
+    virtual: set[str] = set()  # the -arch/--gpu-architecture values
+    listed: set[str] = set()  # the -code/--gpu-code values
+    for given in flags:
+        text = given.strip()
+        if (gencode := _GENCODE.fullmatch(text)) is not None:
+            sources.add(gencode[1])
+            codes.update(gencode[2].split(","))
+        elif (named := _VIRTUAL.fullmatch(text)) is not None:
+            virtual.add(named[1])
+        elif (code := _CODES.fullmatch(text)) is not None:
+            listed.update(code[1].split(","))
+    if len(virtual) > 1 or (listed and not virtual):
+        return None  # nvcc refuses both
+    for value in virtual:
+        kind, _, named_number = value.partition("_")
+        if listed and kind != "compute":
+            return None  # -arch=sm_XY with -code (nvcc: "must be a virtual code architecture")
+        sources.add(named_number)
+        codes.update(listed or ({value} if kind == "compute" else {f"sm_{named_number}", f"compute_{named_number}"}))
+    if len(sources) != 1:
+        return None
+    (source,) = sources
+    machine, ptx = f"sm_{number}" in codes, f"compute_{source}" in codes
+    if codes - {f"sm_{number}", f"compute_{source}"} or (ptx and source != number) or not (machine or ptx):
+        return None  # another arch's code, or another arch's PTX embedded beside it
+    return ShippedCode(number, source, machine, ptx)
+
+
+def arch_args(flags: Iterable[str], arch: str, machine_code: bool = False) -> tuple[str, ...] | None:
+    """`shipped_code(flags, arch).args(machine_code)`: the arguments that build `arch` as the
+    shipped command does where -arch=`arch` would not (None: it builds it alike, or they are not
+    such flags)."""
+    found = shipped_code(flags, arch)
+    return found.args(machine_code) if found is not None else None
+
+
+def paired(arch_flags: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
+    """Each arch flag as given with the archs it builds for, read together: beside a -code flag,
+    `-arch=compute_80` only names the PTX the -code machine code is made from, so it builds what
+    the -code flags build (`-arch=compute_80 -code=sm_86` builds sm_86, nothing for sm_80)."""
+    def option(given: str) -> str:
+        return given.strip().partition(" ")[0].partition("=")[0]
+
+    codes = [archs for given, archs in arch_flags if option(given) in _CODE_OPTIONS]
+    if not codes:
+        return list(arch_flags)
+    built = tuple(dict.fromkeys(a for archs in codes for a in archs))
+    return [(given, built if option(given) in _ARCH_OPTIONS and "compute_" in given else archs)
+            for given, archs in arch_flags]
+
+
+def code_note(flags: Iterable[str], arch: str) -> str | None:
+    """The line `tune` and `space` print where the command's flags for the arch tuned build other
+    than -arch=sm_XY: PTX only (ptxas settings cannot apply to it), or machine code from an older
+    arch's PTX (the trials are compiled from the arch's own)."""
+    found = shipped_code(flags, arch)
+    if found is None:
+        return None
+    n, v = found.number, found.source
+    if found.ptx_only:
+        return (f"the compile command embeds compute_{n} PTX only, no sm_{n} machine code: ptxas never runs in that "
+                "build (the driver compiles the PTX when it loads, with its own settings), so the ptxas settings "
+                f"tuned here take effect only where sm_{n} machine code is embedded: `compileiq flags` gives "
+                f"-arch=compute_{n} -code=sm_{n} -code=compute_{n} for a choice that holds any, else -arch=compute_{n}")
+    if found.from_older_ptx:
+        return (f"the compile command builds sm_{n} machine code from compute_{v} PTX (and nothing for sm_{v}): tuned "
+                f"for sm_{n}, its trials compiled from compute_{n} PTX (its __CUDA_ARCH__, not compute_{v}'s); `compileiq "
+                f"flags` keeps -arch=compute_{v} -code=sm_{n}")
+    return None
