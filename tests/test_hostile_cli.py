@@ -92,7 +92,7 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "flags-deeply-nested": ("flags {ws}/deep.acf.toml", 2, "not a readable ACF: nested too deeply"),
     "gate-deeply-nested": ("gate {ws}/deep.acf.toml --static", 2, "not a readable ACF: nested too deeply"),
     "gate-markdown-unwritable": ("gate {ws}/good.acf.toml --static --markdown /proc/nope/summary.md", 2,
-                                 "--markdown /proc/nope/summary.md: cannot write"),
+                                 "--markdown cannot write /proc/nope/summary.md"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
     "db-empty": ("show --db ''", 2, "--db is empty"),  # not the default database, silently
