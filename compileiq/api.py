@@ -170,7 +170,8 @@ def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_ar
           with_base: bool = False) -> str:
     """An ACF's flags as text: args (shell words), optf (an nvcc options file), cmake, bazel, json;
     `with_base` adds the base flags a rebuild needs (`compileiq flags --all`)."""
-    loaded = acf if isinstance(acf, Acf) else load_acf(acf)
+    _booleans(with_arch=with_arch, with_base=with_base)
+    loaded = acf if isinstance(acf, Acf) else app.read_acf(_path("acf", acf))
     return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base, option="")
 
 
@@ -244,10 +245,15 @@ def _booleans(**given: object) -> None:
 
 
 def _path(name: str, value: object) -> Path:
-    """A path keyword: text or os.PathLike without a NUL byte, else UsageError naming it."""
-    if not isinstance(value, str | os.PathLike) or "\0" in os.fspath(value):
+    """A path keyword: text or os.PathLike (whose __fspath__ gives text, not bytes) without a NUL
+    byte, else UsageError naming it."""
+    try:
+        text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    except TypeError:  # __fspath__ returned something else than str or bytes
+        text = None
+    if not isinstance(text, str) or "\0" in text:
         raise UsageError(f"{name} must be a file path, got {value!r}")
-    return Path(value)
+    return Path(text)
 
 
 def _keywords(message: str) -> str:

@@ -29,9 +29,9 @@ from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.shipped import arch_note, value_text
-from compileiq.source.spec import KernelSpec, SourceBundle
+from compileiq.source.spec import TUNE_FILE, KernelSpec, SourceBundle
 from compileiq.store import Store
-from compileiq.store.database_url import database_url
+from compileiq.store.database_url import database_url, sqlite_file
 from compileiq.tuning import option_checks, space_choice
 from compileiq.tuning.limits import check_patience, parse_duration
 from compileiq.tuning.progress import Progress
@@ -238,6 +238,8 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
+    inputs = _inputs(options, spec)
+    acf_replace.check(path, acf_replace.Held(), options.force, inputs=inputs)  # not even --force replaces an input
     acf.check_writable(path)
     spec = spec.measured_as(options.program, options.metric_regex)  # part of the study identity
     toolchain = find_toolchain()
@@ -270,15 +272,29 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     )  # fmt: skip
     search = start_search(request, phases)  # scikit-optimize loads while the sources bundle and the baseline compiles
     try:  # a searcher in a process of its own (`RemoteSearcher`) is closed however the run ends
-        return _run(options, request, space, toolchain, path, phases, measurers, search)
+        return _run(options, request, space, toolchain, (path, inputs), phases, measurers, search)
     finally:
         search.close()  # the run closed it already unless it failed before its start (a load still running included)
 
 
-def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolchain: Toolchain, path: Path,
-         phases: PhaseProgress, measurers: Sequence[Any] | None, search: SearchLoad[Any]) -> TuneReport:
-    """Bundle the sources, open the store, check the ACF may be replaced, run, write the ACF."""
+def _inputs(options: TuneOptions, spec: KernelSpec) -> tuple[tuple[str, Path], ...]:
+    """The files a run reads that its ACF must never replace, whatever --force says."""
+    found = [("kernel source", spec.source), (TUNE_FILE, spec.source.parent / TUNE_FILE)]
+    if options.compile_commands is not None:
+        found.append(("compilation database (--compile-commands)", options.compile_commands))
+    if (database := sqlite_file(database_url(options.db))) is not None:
+        found.append(("database (--db)", database))
+    return tuple(found)
+
+
+def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolchain: Toolchain,
+         out: tuple[Path, tuple[tuple[str, Path], ...]], phases: PhaseProgress, measurers: Sequence[Any] | None,
+         search: SearchLoad[Any]) -> TuneReport:
+    """Bundle the sources, open the store, check the ACF may be replaced, run, write the ACF at
+    `out` (its path, and the run's inputs it must not replace)."""
     from compileiq.tuning.tuner import Tuner
+
+    path, inputs = out
 
     spec = request.kernel
     bundling = phases.starting("bundling sources (nvcc -M)")
@@ -291,13 +307,13 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle, measurers)
                          if _timed(options.objective) else None)
             planned = _planned(options, request, bundle, toolchain, evaluator is None)
-            acf_replace.check(path, planned, options.force)  # again at write time, with the run's evidence
+            acf_replace.check(path, planned, options.force, inputs=inputs)  # again at write time, with the run's evidence
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                        narrowed(options))
-        acf.write(path, content, options.force)
+        acf.write(path, content, options.force, inputs)
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -146,6 +147,16 @@ def test_gate_reports_an_unreadable_acf_beside_the_others_and_errors_name_keywor
         compileiq.flags(good, format="cmake", stage="ptxas")
 
 
+class _BytesPath(os.PathLike):
+    """A path whose __fspath__ gives bytes: os.fspath takes it, Path() and the NUL check did not."""
+
+    def __fspath__(self) -> bytes:
+        return b"scale.cu"
+
+    def __repr__(self) -> str:
+        return "<bytes path>"
+
+
 @pytest.mark.parametrize(("call", "says"), [
     (lambda k: compileiq.tune(k, only=[1]), "only and exclude take parameter names"),
     (lambda k: compileiq.tune(k, db=5), "db must be a string, got 5"),
@@ -156,7 +167,16 @@ def test_gate_reports_an_unreadable_acf_beside_the_others_and_errors_name_keywor
     (lambda k: compileiq.tune(None), "kernel must be a file path, got None"),
     (lambda k: compileiq.tune(k, out=5), "out must be a file path, got 5"),
     (lambda k: compileiq.load_acf("a\0b"), "path must be a file path"),
-    (lambda k: compileiq.flags(42), "path must be a file path, got 42"),
+    (lambda k: compileiq.flags(42), "acf must be a file path, got 42"),
+    (lambda k: compileiq.tune(_BytesPath()), "kernel must be a file path, got <bytes path>"),
+    (lambda k: compileiq.tune(k, out=_BytesPath()), "out must be a file path"),
+    (lambda k: compileiq.tune(k, compile_commands=_BytesPath()), "compile_commands must be a file path"),
+    (lambda k: compileiq.load_acf(_BytesPath()), "path must be a file path"),
+    (lambda k: compileiq.flags(_BytesPath()), "acf must be a file path"),
+    (lambda k: compileiq.gate(_BytesPath()), "acfs must be a file path"),
+    (lambda k: compileiq.gate([k], kernel=_BytesPath()), "kernel must be a file path"),
+    (lambda k: compileiq.flags(k, with_base="False"), "with_base must be True or False, got 'False'"),
+    (lambda k: compileiq.flags(k, with_arch=0), "with_arch must be True or False, got 0"),
     (lambda k: compileiq.gate(None), "acfs must be a path or paths"),
     (lambda k: compileiq.gate([k], rules=[1]), "rules must be NAME=SEVERITY texts, got 1"),
     (lambda k: compileiq.gate([k], kernel=5), "kernel must be a file path, got 5"),

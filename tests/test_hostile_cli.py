@@ -92,7 +92,7 @@ BAD_INPUTS: dict[str, tuple[str, int, str]] = {  # command, exit code, text in t
     "flags-deeply-nested": ("flags {ws}/deep.acf.toml", 2, "not a readable ACF: nested too deeply"),
     "gate-deeply-nested": ("gate {ws}/deep.acf.toml --static", 2, "not a readable ACF: nested too deeply"),
     "gate-markdown-unwritable": ("gate {ws}/good.acf.toml --static --markdown /proc/nope/summary.md", 2,
-                                 "--markdown /proc/nope/summary.md: cannot write"),
+                                 "--markdown cannot write /proc/nope/summary.md"),
     "gate-junit-is-a-directory": ("gate {ws}/good.acf.toml --static --junit {ws}/adir", 2, "--junit"),
     "export-to-a-directory": ("db export 1 --out {ws}/adir --db sqlite:///{ws}/t.db", 2, "adir"),
     "db-empty": ("show --db ''", 2, "--db is empty"),  # not the default database, silently
@@ -813,3 +813,29 @@ def test_release_hands_back_only_that_tuners_running_trials(store_url: str) -> N
         assert set(store.running_claims(study.id)) == {"host:2"}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("toml", "says"), [
+    ("[defines]\nX = nan\n", "defines.X: nan is not a finite number"),
+    ("[defines]\nX = -inf\n", "defines.X: -inf is not a finite number"),
+    ("[defines]\nX = 1e400\n", "defines.X: inf is not a finite number"),
+    ("[defines]\nX = 18446744073709551616\n", "defines.X: 18446744073709551616 does not fit in 64 bits"),
+    ("[tune.defines]\nX = [1, 99999999999999999999]\n", "tune.defines.X: 99999999999999999999 does not fit in 64 bits"),
+    ("[tune.defines]\nX = [1, -9223372036854775809]\n", "tune.defines.X: -9223372036854775809 does not fit in 64 bits"),
+], ids=["nan", "minus-inf", "inf-from-1e400", "define-past-64-bits", "tuned-past-64-bits", "tuned-below-64-bits"])
+def test_a_define_no_c_constant_can_hold_is_refused(tmp_path: Path, toml: str, says: str) -> None:
+    """nan, inf and 1e400 became -DX=nan / -DX=inf (an identifier, not a number) in the ACF, which
+    the gate passed; an integer past 64 bits reached nvcc as a constant no type holds."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    (tmp_path / "tune.toml").write_text(toml)
+    done = run_cli(["space", "k.cu"], cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1 and "Traceback" not in done.output, done.describe()
+    assert done.stderr_lines[0].startswith(f"error: {tmp_path / 'tune.toml'}: {says}"), done.describe()
+
+
+def test_a_finite_float_define_and_a_64_bit_integer_are_accepted(tmp_path: Path) -> None:
+    """Python writes 1e16 as 1e+16, a C floating constant of the same value: kept as is."""
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+    (tmp_path / "tune.toml").write_text("[defines]\nX = 1e16\nY = 0.5\nZ = 18446744073709551615\n")
+    done = run_cli(["space", "k.cu", "--json"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()

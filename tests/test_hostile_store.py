@@ -764,3 +764,12 @@ def test_a_database_at_the_previous_head_upgrades_in_place(backend: str, request
         assert store.trials(study.id)[0].state is TrialState.RUNNING
     finally:
         store.close()
+
+
+def test_a_database_url_naming_a_folder_is_refused(tmp_path: Path) -> None:
+    """`sqlite:////dir/` (a trailing slash, meant as a folder) silently made a database file named dir."""
+    url = f"sqlite:///{tmp_path}/dir/"
+    line = one_line_error(run_cli(["db", "upgrade", "--db", url], cwd=tmp_path), 2)
+    assert line == (f"error: {url} names a folder (it ends in /), not a database file; give a file in it, "
+                    f"e.g. {url}compileiq.db")
+    assert not (tmp_path / "dir").exists()

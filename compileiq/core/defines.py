@@ -6,6 +6,7 @@ the ACF's choosing (-ccbin, -odir)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 MACRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -29,3 +30,17 @@ def define_arg_problem(token: str) -> str | None:
         return f"{token!r} is not a -D define"
     name, eq, value = token[2:].partition("=")
     return macro_problem(name, value if eq else None)
+
+
+def number_problem(value: object) -> str | None:
+    """Why a TOML number may not be a macro's value, or None: an integer past 64 bits is no C
+    integer constant (the compiler warns, or truncates it), and nan or inf no number at all in C
+    (`-DX=nan` names an identifier). A finite float is written as Python writes it, 1e+16 in
+    exponent form: a C floating constant of the same value."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not -(1 << 63) <= value < 1 << 64:
+        return f"{value} does not fit in 64 bits: no C integer constant holds it"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number (nan and inf are no C constants; 1e400 is inf in TOML)"
+    return None

@@ -62,16 +62,19 @@ INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".p
 def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> Path:
     """`check_target` for a report, a CI summary or an export: also never over one of the
     command's own `inputs` (a gate's ACF, an exported database), a database, an ACF, tune.toml or
-    a source, which a mistyped option would destroy (`tune --out` has its own rule). `may_replace`:
+    a source, which a mistyped option would destroy (`protected_kind`). `may_replace`:
     suffixes this output may replace after all (an export its older export)."""
     target = check_target(path)
-    kind = _input_kind(target, inputs, may_replace)
+    kind = protected_kind(target, inputs, may_replace)
     if kind is not None:
         raise OutputFileError(f"not replacing {path}: it is {kind}, not an output of this command; choose another path")
     return target
 
 
-def _input_kind(target: Path, inputs: tuple[Path, ...], may_replace: tuple[str, ...]) -> str | None:
+def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> str | None:
+    """What an existing `target` is that no output may replace (one of `inputs`, a database, an
+    ACF, a source, a .toml...), None when it may be replaced or does not exist: the one rule that
+    `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an ACF) share."""
     if not target.exists():
         return None
     if any(Path(os.path.realpath(p)) == target for p in inputs):

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from compileiq.core.output_file import check_report_target
+from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import markdown_cell, printable
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
@@ -186,5 +186,5 @@ def write(path: Path, text: str, inputs: tuple[Path, ...] = ()) -> None:
     character but the line breaks is written as an escape: an ACF's text (a hand-edited toolchain
     build holding ESC or NUL) would make the JUnit file unreadable XML."""
     check_report_target(path, inputs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(printable(line) for line in text.split("\n")), encoding="utf-8")
+    text = "\n".join(printable(line) for line in text.split("\n"))
+    write_atomically(path, text.encode("utf-8"))  # a new file: never through a hard link, never half a report

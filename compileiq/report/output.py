@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
-from compileiq.core.output_file import check_report_target
+from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.report.markdown import markdown
 from compileiq.report.page import build, html_page
 from compileiq.store import Store
@@ -49,9 +49,5 @@ def write_file(path: Path, content: str) -> Path | None:
         sys.stdout.flush()
         return None
     check_report_target(path)  # a named pipe would block the write, a device swallow it; never an ACF or a database
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    write_atomically(path, content.encode("utf-8"))  # a new file: never through a hard link, never half a report
     return path

@@ -177,11 +177,11 @@ def render(content: AcfContent) -> dict[str, Any]:
     } | shipped  # fmt: skip
 
 
-def write(path: Path, content: AcfContent, force: bool = False) -> Path:
+def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Path:
     """Write atomically (temporary file + rename): a reader never sees half a file; an existing
     ACF is replaced only by one that reads back valid and, unless ``force``, holds at least as
-    much evidence (`acf_replace`: ReplaceError otherwise). A symlink stays a link to the
-    rewritten file; anything but a regular file is refused (OutputFileError)."""
+    much evidence, and never one of the run's `inputs` or a database (`acf_replace`: ReplaceError
+    otherwise). A symlink stays a link to the rewritten file; anything but a regular file is refused (OutputFileError)."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
@@ -191,7 +191,7 @@ def write(path: Path, content: AcfContent, force: bool = False) -> Path:
         parse(path, text)
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
-    acf_replace.check(path, acf_replace.held(document, path), force, after_run=True)
+    acf_replace.check(path, acf_replace.held(document, path), force, after_run=True, inputs=inputs)
     write_atomically(path, text.encode("utf-8"))
     return path
 

@@ -8,7 +8,8 @@ existing file holds *more evidence* than the new one when it describes another k
 search trials, a simplification that dropped settings where the new one drops
 none, or a runtime confirmation where the new one has none. Anything else (the same command run
 again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
-not an ACF is never replaced without `force`.
+not an ACF is never replaced without `force`, and never at all when it is one of the run's inputs,
+a database, a source or another input's kind (`check`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import is_count, is_finite
+from compileiq.core.output_file import protected_kind, same_file
 
 MAX_BYTES = 1 << 20
 HOW = "without --force (force=True in Python), or write this ACF elsewhere with --out"
@@ -102,13 +104,27 @@ def less_evidence(existing: Held, new: Held) -> str | None:
     return None
 
 
-def check(path: Path, new: Held, force: bool = False, after_run: bool = False) -> None:
-    """ReplaceError (one line) unless an ACF holding `new` may be written at `path`."""
-    if force or not path.exists():
+def check(path: Path, new: Held, force: bool = False, after_run: bool = False,
+          inputs: tuple[tuple[str, Path], ...] = ()) -> None:
+    """ReplaceError (one line) unless an ACF holding `new` may be written at `path`. `force`
+    replaces evidence, never data: not even it writes over one of the run's `inputs` ((what, path):
+    its kernel, tune.toml, compile commands, database file), a database, a source or a .toml
+    that is no ACF (`output_file.protected_kind`)."""
+    for what, given in inputs:
+        if same_file(path, given):
+            raise ReplaceError(f"not replacing {path}: it is this run's {what}; write this ACF elsewhere with --out")
+    if not path.exists():
         return
     existing = _existing(path)
     if existing is None:
+        kind = protected_kind(Path(os.path.realpath(path)), may_replace=(".acf.toml",))
+        if kind is not None:
+            raise ReplaceError(f"not replacing {path}: it is {kind}, not an ACF; write this ACF elsewhere with --out")
+        if force:
+            return
         raise ReplaceError(f"not replacing {path} {HOW}: it is not an ACF written by compileiq tune")
+    if force:
+        return
     problem = less_evidence(existing, new)
     if problem is None:
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.bounded_read import is_dir
-from compileiq.core.defines import macro_problem
+from compileiq.core.defines import macro_problem, number_problem
 from compileiq.core.output_file import not_regular
 from compileiq.core.text import printable
 from compileiq.source import arch as gpu_arch
@@ -227,7 +227,7 @@ class _Parser:
         for name, value in table.items():
             if isinstance(value, bool) or not isinstance(value, int | float | str):
                 raise self.fail(f"defines.{name}", "must be an integer, float or string")
-            if problem := macro_problem(name, str(value)):
+            if problem := number_problem(value) or macro_problem(name, str(value)):
                 raise self.fail(f"defines.{name}", problem)
         return tuple(sorted((name, str(value)) for name, value in table.items()))
 
@@ -263,7 +263,7 @@ class _Parser:
         if len(set(values)) != len(values):
             raise self.fail(key, "values must be distinct")
         for value in values:
-            if problem := macro_problem(name, str(value)):
+            if problem := number_problem(value) or macro_problem(name, str(value)):
                 raise self.fail(key, problem)
         return tuple(values)
 

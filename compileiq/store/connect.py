@@ -158,6 +158,9 @@ def _sqlite_engine(url: URL, create: bool) -> Engine:
             f"{display(url)} is an in-memory database, gone when this process ends; "
             "give a file, e.g. sqlite:///store/compileiq.db"
         )
+    if database.removeprefix("file:").split("?")[0].endswith("/"):  # meant as a folder: sqlite makes a file of that name
+        raise DatabaseUrlError(f"{display(url)} names a folder (it ends in /), not a database file; "
+                               f"give a file in it, e.g. sqlite:///{database.split('?')[0]}compileiq.db")
     # the driver first (an unsupported URL is that, not a missing file); nothing is opened until connect
     engine = sa.create_engine(url, connect_args={"timeout": 30}, json_deserializer=lenient_json)
     if not create and not Path(database.removeprefix("file:").split("?")[0]).expanduser().is_file():
