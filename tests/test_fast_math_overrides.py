@@ -123,3 +123,42 @@ def test_a_changed_command_says_the_value_its_build_has(tmp_path: Path) -> None:
     assert gated.returncode in (0, 1), gated.describe()
     stale = next(f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings")
     assert "(nvcc.ftz false -> true (implied by --use_fast_math))" in stale["message"], stale
+
+
+@pytest.mark.parametrize("now, change", [
+    ("nvcc --use_fast_math -ftz=true -arch=sm_90 -c k.cu", None),  # implied already: the same build
+    ("nvcc --use_fast_math --prec-div=false -arch=sm_90 -c k.cu", None),
+    ("nvcc --use_fast_math -ftz=false -arch=sm_90 -c k.cu", "nvcc.ftz true (implied by --use_fast_math) -> false"),
+])
+def test_a_command_that_spells_out_what_fast_math_implies_is_no_change(tmp_path: Path, now: str,
+                                                                       change: str | None) -> None:
+    """`-ftz=true` added beside `--use_fast_math` (which implies it) warned "nvcc.ftz true (implied
+    by --use_fast_math) -> true", as if the build had changed (fix51C finding 2); `-ftz=false` still warns."""
+    out = _tuned(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu")
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": now, "file": "k.cu"}]))
+    gated = run_cli(["gate", out.name, "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode in (0, 1), gated.describe()
+    stale = [f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings"]
+    if change is None:
+        assert not stale and gated.returncode == 0, stale
+    else:
+        assert len(stale) == 1 and f"({change})" in stale[0]["message"], stale
+
+
+def test_a_command_that_ships_the_choice_with_what_fast_math_implies_spelled_out_applies_it(tmp_path: Path) -> None:
+    """An ACF that chose `--use_fast_math` from the defaults, applied as `--use_fast_math -ftz=true`
+    (the same build), is the ACF applied, not a changed command."""
+    (tmp_path / "k.cu").write_text(KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--allow-numerics", "--only",
+                     "nvcc.use_fast_math", "--strategy", "exhaustive", "--objective", "instructions", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["controls"] == {"nvcc.use_fast_math": True}
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc --use_fast_math -ftz=true -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    gated = run_cli(["gate", "k.acf.toml", "--static", "--json"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
+    assert not [f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings"]

@@ -6,14 +6,20 @@ the compiler's default renders nothing, so `nvcc.ftz = false` beside `nvcc.use_f
 would build with ftz on: where a build sets it so on purpose (the shipped command, an ACF's
 controls), the setting is spelled out even at its default (`spelled_out`). Every space a build of
 recorded values is rendered from (`tune`'s, an ACF's, the gate's rebuild of the build that ships) is
-made by `build_space`, so that each renders the same build of the same values."""
+made by `build_space`, so that each renders the same build of the same values.
+
+The other way round, `--use_fast_math --ftz=true` builds what `--use_fast_math` alone builds (nvcc
+hands cicc the same options, and the PTX is the same): where the implied setting's default renders
+nothing, the two configurations are `twins`, and the search proposes (and `distinct_size` counts)
+only the one at the default (`canonical`), as the shipped `--use_fast_math` and `simplify` write it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from itertools import product
 
-from compileiq.core.space import SearchSpace, Value, same
+from compileiq.core.space import SearchSpace, Value, canonical_key, same
 
 IMPLIES: dict[str, dict[str, Value]] = {
     "nvcc.use_fast_math": {"nvcc.ftz": True, "nvcc.prec_div": False, "nvcc.prec_sqrt": False, "nvcc.fmad": True},
@@ -63,3 +69,47 @@ def build_space(space: SearchSpace, defines: Mapping[str, Sequence[Value]], valu
     contradicts what another implies spelled out (`spelled_out`). `tune`'s searched space, an
     ACF's (`acf.settled`) and the gate's rebuild of the shipped baseline are all made by it."""
     return spelled_out(space.with_defines(defines) if defines else space, values)
+
+
+Twin = tuple[str, str, Value]  # (setting, other, value): see `twins`
+
+
+def twins(space: SearchSpace) -> tuple[Twin, ...]:
+    """(setting, other, value) where a config of ``space`` with ``setting`` on and ``other`` at
+    ``value`` builds the same code as the one with ``other`` at its default: ``setting`` implies
+    ``value``, which is not the default, and the default renders nothing (`--use_fast_math
+    --ftz=true` is `--use_fast_math`; not so beside a shipped `-ftz=false`, spelled out)."""
+    have = {p.name: p for p in space.parameters}
+    return tuple((on, name, value) for on, implies in IMPLIES.items()
+                 if on in have and have[on].allows(True)
+                 for name, value in implies.items()
+                 if (p := have.get(name)) is not None and p.allows(value) and not same(value, p.default)
+                 and not p.argv(p.default))
+
+
+def canonical(space: SearchSpace, values: Mapping[str, Value]) -> dict[str, Value]:
+    """``values`` with each setting that is a twin's (`twins`) at its default: the one
+    configuration of those that build the same code that the search proposes."""
+    found = dict(values)
+    for on, name, value in twins(space):
+        if found.get(on) is True and name in found and same(found[name], value):
+            found[name] = space.parameter(name).default
+    return found
+
+
+def build_key(space: SearchSpace, values: Mapping[str, Value]) -> str:
+    """The key (`Config.key`) of the configuration of ``values``'s build: the same for twins."""
+    return canonical_key(canonical(space, values))
+
+
+def distinct_size(space: SearchSpace) -> int:
+    """How many configurations of ``space`` build distinct code as far as `twins` go:
+    `SearchSpace.size` with each set of twins counted once."""
+    pairs = twins(space)
+    if not pairs:
+        return space.size()
+    params = [space.parameter(name) for name in sorted({n for on, other, _ in pairs for n in (on, other)})]
+    names = [p.name for p in params]
+    combinations = [dict(zip(names, values)) for values in product(*(p.values for p in params))]
+    kept = sum(1 for values in combinations if canonical(space, values) == values)
+    return space.size() // len(combinations) * kept

@@ -98,10 +98,10 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     if (now.nvcc_flags.flags != tuned.nvcc_flags.flags or set(now.include_dirs) != set(tuned.include_dirs)
             or set(now.system_dirs) != set(tuned.system_dirs)):
         return False
-    defaults = load_space(acf.nvcc_version).default_config()
+    defaults = load_space(acf.nvcc_version).default_config().as_dict()
 
-    def searched(values: Mapping[str, Value]) -> dict[str, object]:
-        return {k: v for k, v in defaults.with_values(values).as_dict().items() if not k.startswith("define.")}
+    def searched(values: Mapping[str, Value]) -> dict[str, object]:  # as built: `--use_fast_math -ftz=true` is `--use_fast_math`
+        return {k: implied.effective(values, defaults, k) for k in defaults if not k.startswith("define.")}
 
     chosen = searched({k: v for k, v in acf.controls.items() if not k.startswith("define.")})
     ships = searched(shipped.values() if shipped is not None else {})
@@ -134,7 +134,8 @@ def _other_arch(flag: FixedFlag) -> bool:
 def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, moved: str | None) -> list[str]:
     """What of the study's identity the command changes, as people read it: each setting at the
     value its build has (`implied.effective`: `-ftz=false` dropped beside `--use_fast_math` is ftz
-    false -> true, implied by it, not false -> false)."""
+    false -> true, implied by it, not false -> false); one whose build has the same value is no
+    change (`-ftz=true` added beside `--use_fast_math`, which implies it, or `-ftz=false` alone)."""
     defaults = space.default_config().as_dict()
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
@@ -146,8 +147,8 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
         changes.append("gives its flags in another order")
     old = tuned.shipped.values() if tuned.shipped is not None else {}
     new = now.shipped.values() if now.shipped is not None else {}
-    for name in dict.fromkeys([*old, *new]):
-        if old.get(name) != new.get(name):
+    for name in dict.fromkeys([*old, *new]):  # `-ftz=true` added beside `--use_fast_math` builds the same code
+        if old.get(name) != new.get(name) and implied.effective(old, defaults, name) != implied.effective(new, defaults, name):
             changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}")
     if moved is not None:
         changes.append(f"builds for {moved}, not the ACF's {arch}")

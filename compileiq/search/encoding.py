@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from compileiq.core import implied
 from compileiq.core.space import Config, Parameter, SearchSpace, Value
 
 Row = tuple[int, ...]
@@ -62,6 +63,13 @@ class Encoding:
             [1 if p.values[0] == "default" and len(p.values) > 2 else 0 for p in space.parameters]
         )
         self.extreme_high = self.cardinality - 1
+        # (setting's column, its "on" index, other's column, the implied value's index, the default's):
+        # rows with both build what the row with the default builds (`implied.twins`)
+        columns = {p.name: c for c, p in enumerate(space.parameters)}
+        self._twins = [(columns[on], self._slots[columns[on]][_slot(True)], columns[name],
+                        self._slots[columns[name]][_slot(value)],
+                        self._slots[columns[name]][_slot(space.parameters[columns[name]].default)])
+                       for on, name, value in implied.twins(space)]
 
     def row(self, config: Config | dict[str, Value]) -> Row:
         values = config.as_dict() if isinstance(config, Config) else config
@@ -154,7 +162,7 @@ class Encoding:
         rows = np.empty((len(macro_rows) * len(rest), width), dtype=np.int64)
         rows[:, self._restricted] = np.repeat(macro_rows, len(rest), axis=0)
         rows[:, others] = np.tile(rest, (len(macro_rows), 1))
-        return np.unique(rows, axis=0) if len(rows) else rows
+        return self.distinct(np.unique(rows, axis=0)) if len(rows) else rows
 
     def sample_allowed(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """Distinct random rows, uniform over the allowed ones: the restricted columns drawn from
@@ -164,16 +172,46 @@ class Encoding:
         assert macro_rows is not None and len(macro_rows)
         drawn = rng.integers(0, self.cardinality, size=(count, len(self.cardinality)))
         drawn[:, self._restricted] = macro_rows[rng.integers(0, len(macro_rows), size=count)]
-        return np.unique(drawn, axis=0)
+        return self.distinct(np.unique(drawn, axis=0))
 
     @property
     def restricted(self) -> bool:
         """Whether the space's restriction can refuse a row."""
         return self._space.restriction is not None
 
+    def distinct(self, rows: np.ndarray) -> np.ndarray:
+        """`rows` less each twin of another (`implied.twins`: `--use_fast_math --ftz=true`, which
+        builds what `--use_fast_math` builds): the search proposes only the one at the default."""
+        if not self._twins or not len(rows):
+            return rows
+        keep = np.ones(len(rows), dtype=bool)
+        for on, index, column, implied_index, _ in self._twins:
+            keep &= ~((rows[:, on] == index) & (rows[:, column] == implied_index))
+        return rows[keep]
+
+    def is_twin(self, row: Row) -> bool:
+        """Whether `distinct` drops ``row``."""
+        return any(row[on] == index and row[column] == implied_index
+                   for on, index, column, implied_index, _ in self._twins)
+
+    def with_twins(self, rows: set[Row]) -> set[Row]:
+        """``rows`` and the row each twin among them stands for (`distinct`): what a tried twin
+        built is tried too."""
+        if not self._twins:
+            return rows
+        found = set(rows)
+        for row in rows:
+            values = list(row)
+            for on, index, column, implied_index, default_index in self._twins:
+                if values[on] == index and values[column] == implied_index:
+                    values[column] = default_index
+            found.add(tuple(values))
+        return found
+
     def allowed(self, rows: np.ndarray) -> np.ndarray:
-        """The rows the space's restriction allows (all of them without one); each combination
-        of the restricted columns' values is judged once."""
+        """The rows the space's restriction allows (all of them without one), less twins
+        (`distinct`); each combination of the restricted columns' values is judged once."""
+        rows = self.distinct(rows)
         if not self.restricted or not len(rows):
             return rows
         columns = self._restricted

@@ -153,7 +153,7 @@ class Searcher:
 
     def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
         """Up to `count` distinct configurations, none seen before nor in `exclude` (config keys)."""
-        skip = self._seen | self._encoding.rows_of_keys(exclude)
+        skip = self._encoding.with_twins(self._seen | self._encoding.rows_of_keys(exclude))
         strategy = self._settings.strategy
         if strategy == "exhaustive":
             return self._next_enumerated(count, skip)
@@ -207,7 +207,8 @@ class Searcher:
             self._enumeration = enumerate_space(self._space)
         batch: list[Config] = []
         for config in self._enumeration:
-            if self._encoding.row(config) not in skip:
+            row = self._encoding.row(config)
+            if row not in skip and not self._encoding.is_twin(row):
                 batch.append(config)
                 if len(batch) == count:
                     break

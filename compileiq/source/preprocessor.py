@@ -20,20 +20,49 @@ from dataclasses import dataclass, field
 from compileiq.core.errors import UsageError
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedSetting
 
+
+@dataclass(frozen=True)
+class _Option:
+    """One GCC preprocessor option, as a -Xcompiler value: it changes what nvcc's device pass
+    preprocesses (nvcc preprocesses the device code with the host compiler)."""
+
+    takes_value: bool  # its value joined (-DX, -isystem=DIR) or the next item (-include,FILE)
+    nvcc: str | None = None  # nvcc's own option that gives it (applied as one); None: no base flag gives it, refused
+    long: tuple[str, ...] = ()  # GCC's long spellings (gcc.cc's option_map; GCC takes no abbreviation of them)
+    equals: bool = False  # a joined value may follow "=" (-isystem=DIR)
+
+
+# GCC's preprocessor options: the one table `_preprocessor` and `host_options` read.
+_OPTIONS: dict[str, _Option] = {
+    "-D": _Option(True, "-D", ("--define-macro",)),
+    "-U": _Option(True, "-U", ("--undefine-macro",)),
+    "-I": _Option(True, "-I", ("--include-directory",)),
+    "-isystem": _Option(True, "-isystem", equals=True),
+    "-include": _Option(True, long=("--include",)),
+    "-imacros": _Option(True, long=("--imacros",)),
+    "-iquote": _Option(True),
+    "-idirafter": _Option(True, long=("--include-directory-after",)),
+    "-iprefix": _Option(True, long=("--include-prefix",)),
+    "-iwithprefix": _Option(True, long=("--include-with-prefix", "--include-with-prefix-after")),
+    "-iwithprefixbefore": _Option(True, long=("--include-with-prefix-before",)),
+    "-isysroot": _Option(True, equals=True),
+    "-imultilib": _Option(True),
+    "-imultiarch": _Option(True),
+    "-A": _Option(True, long=("--assert",)),
+    "--sysroot": _Option(False, long=("--sysroot",)),
+    "-nostdinc": _Option(False, long=("--no-standard-includes",)),
+    "-nostdinc++": _Option(False),
+    "-undef": _Option(False),
+    "-trigraphs": _Option(False, long=("--trigraphs",)),
+    "-traditional": _Option(False),
+    "-traditional-cpp": _Option(False),
+    "-Xpreprocessor": _Option(False),
+    "-Wp": _Option(False),
+}
 # -Xcompiler options that nvcc's device pass preprocesses with, and nvcc's own option for each.
-APPLIED = {"-D": "-D", "-U": "-U", "-I": "-I", "-isystem": "-isystem"}
-# -Xcompiler options that change what the device pass preprocesses but no base flag gives.
-_REFUSED = ("-include", "-imacros", "-iquote", "-idirafter", "-iprefix", "-iwithprefix", "-iwithprefixbefore",
-            "-isysroot", "--sysroot", "-imultilib", "-imultiarch", "-A", "-nostdinc", "-nostdinc++", "-undef",
-            "-trigraphs", "-traditional", "-traditional-cpp", "-Xpreprocessor", "-Wp")
-_TAKES_VALUE = {"-D", "-U", "-I", "-isystem", "-include", "-imacros", "-iquote", "-idirafter", "-iprefix",
-                "-iwithprefix", "-iwithprefixbefore", "-isysroot", "-imultilib", "-imultiarch", "-A"}
-# GCC's long spellings of its preprocessor options (gcc.cc's option_map; GCC takes no abbreviation of them).
-_LONG = {"--define-macro": "-D", "--undefine-macro": "-U", "--include-directory": "-I",
-         "--include-directory-after": "-idirafter", "--include-prefix": "-iprefix",
-         "--include-with-prefix": "-iwithprefix", "--include-with-prefix-after": "-iwithprefix",
-         "--include-with-prefix-before": "-iwithprefixbefore", "--include": "-include", "--imacros": "-imacros",
-         "--assert": "-A", "--no-standard-includes": "-nostdinc", "--trigraphs": "-trigraphs", "--sysroot": "--sysroot"}
+APPLIED = {name: option.nvcc for name, option in _OPTIONS.items() if option.nvcc is not None}
+_LONG = {spelling: name for name, option in _OPTIONS.items() for spelling in option.long}
+_JOINED = sorted((name for name, option in _OPTIONS.items() if option.takes_value), key=len, reverse=True)
 # Why a host compiler option compileiq sets aside is set aside (`host_why`).
 MAY_CHANGE_MACROS = ("host compiler option: may change the macros the device pass predefines (__OPTIMIZE__, "
                      "_OPENMP...); compileiq builds without it")
@@ -112,11 +141,11 @@ def _preprocessor(item: str) -> tuple[str, str] | None:
         return (_LONG[name], joined) if name in _LONG else None
     if item == "-Wp" or item.startswith("-Wp,"):
         return "-Wp", ""
-    option = next((o for o in sorted(_TAKES_VALUE, key=len, reverse=True) if item.startswith(o)), None)
+    option = next((o for o in _JOINED if item.startswith(o)), None)
     if option is not None:
         joined = item[len(option):]
-        return option, joined.removeprefix("=") if option in ("-isystem", "-isysroot") else joined
-    return (item, "") if item in _REFUSED else None
+        return option, joined.removeprefix("=") if _OPTIONS[option].equals else joined
+    return (item, "") if item in _OPTIONS else None
 
 
 def forwarded_problem(given: str, forward: str, where: str) -> None:
@@ -148,7 +177,7 @@ def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tupl
             continue
         option, argument = found
         shown = item
-        if option in _TAKES_VALUE and not argument and not (item.startswith("--") and "=" in item):
+        if _OPTIONS[option].takes_value and not argument and not (item.startswith("--") and "=" in item):
             argument = next(items, "")
             shown = f"{item},{argument}"
             if not argument:

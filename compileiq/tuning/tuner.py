@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from compileiq.build.workers import Workers
+from compileiq.core import implied
 from compileiq.core.records import SEARCH, Study, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.core.toolchain import Toolchain
@@ -265,8 +266,11 @@ class Tuner:
         taken = {t.config_key for t in trials if not t.to_retry}
         retry = [Config.of(t.config) for t in trials if t.to_retry]
         screened = self._screening.repairs if self._screening is not None else []
-        first = {c.key: c for c in [self._baseline, *retry, *self._warm_first, *self._repairs(trials), *screened]
-                 if c.key not in taken and self._request.space.allows(c)}
+        space = self._request.space
+        built = {implied.build_key(space, t.config) for t in trials if not t.to_retry}  # a twin's build too
+        suggested = [c for c in [*self._warm_first, *self._repairs(trials), *screened]
+                     if implied.build_key(space, c.as_dict()) not in built]
+        first = {c.key: c for c in [self._baseline, *retry, *suggested] if c.key not in taken and space.allows(c)}
         candidates = list(first.values())[:count]
         picked = {c.key for c in candidates}  # the rest of the warm start's (and repairs) wait for the next batch
         self._warm_first = [c for c in self._warm_first if c.key in first and c.key not in picked]
