@@ -134,9 +134,8 @@ def test_a_command_that_spells_out_what_fast_math_implies_is_no_change(tmp_path:
                                                                        change: str | None) -> None:
     """`-ftz=true` added beside `--use_fast_math` (which implies it) warned "nvcc.ftz true (implied
     by --use_fast_math) -> true", as if the build had changed (fix51C finding 2); `-ftz=false` still warns."""
-    out = _tuned(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu")
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": now, "file": "k.cu"}]))
+    out = tuned_from_command(tmp_path, "nvcc --use_fast_math -arch=sm_90 -c k.cu", source=KERNEL)
+    compile_commands_file(tmp_path, now)
     gated = run_cli(["gate", out.name, "--static", "--json"], cwd=tmp_path)
     assert gated.returncode in (0, 1), gated.describe()
     stale = [f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings"]
@@ -150,15 +149,13 @@ def test_a_command_that_ships_the_choice_with_what_fast_math_implies_spelled_out
     """An ACF that chose `--use_fast_math` from the defaults, applied as `--use_fast_math -ftz=true`
     (the same build), is the ACF applied, not a changed command."""
     (tmp_path / "k.cu").write_text(KERNEL)
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    compile_commands_file(tmp_path, "nvcc -arch=sm_90 -c k.cu")
     tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--allow-numerics", "--only",
                      "nvcc.use_fast_math", "--strategy", "exhaustive", "--objective", "instructions", "--workers",
                      "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
     assert tuned.returncode == 0, tuned.describe()
     assert tomllib.loads((tmp_path / "k.acf.toml").read_text())["controls"] == {"nvcc.use_fast_math": True}
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "command": "nvcc --use_fast_math -ftz=true -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    compile_commands_file(tmp_path, "nvcc --use_fast_math -ftz=true -arch=sm_90 -c k.cu")
     gated = run_cli(["gate", "k.acf.toml", "--static", "--json"], cwd=tmp_path)
     assert gated.returncode == 0, gated.describe()
     assert not [f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings"]

@@ -10,6 +10,10 @@
   refused. GCC's long spellings are the same options (``--define-macro=X`` is ``-DX``, ``--include=``
   is ``-include``). Its other options may change the macros the device pass predefines
   (``-O2``: ``__OPTIMIZE__``; ``-fopenmp``: ``_OPENMP``): `host_why` says so where they are set aside.
+- nvcc hands such a value (and an option -forward-unknown-to-host-compiler forwards) to the host
+  compiler through /bin/sh, unquoted: the shell splits it at its spaces, and each word is read as
+  an option of its own (`shell_words`). A value the shell would read more into (quotes, escapes,
+  expansions, globs) is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from compileiq.core.errors import UsageError
+from compileiq.source.shipped import shown
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedSetting
 
 
@@ -68,6 +73,10 @@ MAY_CHANGE_MACROS = ("host compiler option: may change the macros the device pas
                      "_OPENMP...); compileiq builds without it")
 HOST_WARNINGS = "host compiler warning option: device code is unchanged"
 HOST_LINKER = "host linker or assembler option (-Wl, -Wa,): device code is unchanged"
+# What /bin/sh reads in a value beyond its spaces: quotes, escapes, expansions, globs, separators,
+# redirections, comments. `$` and '`' anywhere: an expansion is split too (-Wall${IFS}-DX=1).
+_SHELL_SYNTAX = "'\"\\$`;&|<>()*?[]{}~#!"
+_EXPANSIONS = "$`"
 
 
 class MacroError(UsageError):
@@ -122,10 +131,28 @@ def shipped_macro(flag: str, value: str, given: str, macros: Macros, where: str)
                      "as tune.toml gives it")
 
 
+def shell_words(value: str, given: str, where: str) -> list[str]:
+    """The words /bin/sh splits one value into that nvcc hands the host compiler unquoted (an
+    -Xcompiler item, an option -forward-unknown-to-host-compiler forwards): `nvcc -Xcompiler "-Wall
+    -DX=1"` gives the host compiler, which preprocesses the device code too, -Wall and -DX=1.
+    MacroError for a value the shell would read more into than its spaces."""
+    words = [word for word in value.split(" ") if word]
+    shell = [c for c in value if c in _EXPANSIONS or (len(words) > 1 and c in _SHELL_SYNTAX)]
+    if shell:
+        raise MacroError(f"{where}: {shown(given)} holds {shell[0]!r}" + (" beside a space" if len(words) > 1 else "")
+                         + ": nvcc hands the value to the host compiler (which preprocesses the device code too) "
+                         "through a shell, which reads it there, and compileiq does not; give each host option on its "
+                         "own, unquoted (-Xcompiler -Wall -Xcompiler -DX=1), or tune without --compile-commands")
+    return words
+
+
 def host_why(value: str) -> str:
     """Why an -Xcompiler value (or an option nvcc forwards to the host compiler) is set aside: a
     warning or a linker option leaves the device code as it is; any other may change the macros
-    the device pass predefines (-O2, -fopenmp, -ffast-math, -march=, -std=gnu++17, -fPIC, ...)."""
+    the device pass predefines (-O2, -fopenmp, -ffast-math, -march=, -std=gnu++17, -fPIC, ...).
+    A value with a space is several options to the host compiler (`shell_words`): never "unchanged"."""
+    if " " in value.strip(" "):
+        return MAY_CHANGE_MACROS
     if value.startswith(("-Wl,", "-Wa,")):
         return HOST_LINKER
     if all(item == "-w" or (item.startswith("-W") and _preprocessor(item) is None) for item in value.split(",")):
@@ -152,7 +179,13 @@ def forwarded_problem(given: str, forward: str, where: str) -> None:
     """MacroError for a preprocessor option nvcc hands the host compiler under `forward`
     (-forward-unknown-to-host-compiler), as GCC spells it (--include-directory=DIR, -imacros, -Wp,):
     the host compiler preprocesses the device code with it too, and nvcc's own spelling is the one
-    compileiq reads."""
+    compileiq reads. Each word of an option with a space (`shell_words`) is one the host compiler reads."""
+    words = shell_words(given, given, where)
+    if len(words) > 1 and (hidden := next((w for w in words if _preprocessor(w) is not None), None)):
+        raise MacroError(f"{where}: {shown(given)} hides {shown(hidden)} behind a space: {forward} hands it to the host "
+                         "compiler through a shell, which splits it there, and the host compiler preprocesses the "
+                         "device code with it too; give it to nvcc as an argument of its own (-D -U -I -isystem "
+                         "-include), or tune from a copy of the command without it")
     if _preprocessor(given) is not None:
         raise MacroError(f"{where}: {given} is no option of nvcc 13.0, so {forward} hands it to the host compiler, "
                          "which preprocesses the device code with it too: compileiq cannot give it to its builds; "
@@ -161,31 +194,35 @@ def forwarded_problem(given: str, forward: str, where: str) -> None:
 
 
 def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tuple[str, str, str]]:
-    """Each option of one -Xcompiler value (nvcc splits it at commas; an option's value may be the
-    next item, as in `-Xcompiler -isystem,DIR`) as (flag, value, as given): a preprocessor option
+    """Each option of one -Xcompiler value (nvcc splits it at commas, the shell each item at its
+    spaces: `shell_words`; an option's value may be the next item or word, as in `-Xcompiler
+    -isystem,DIR` or `-Xcompiler "-isystem DIR"`) as (flag, value, as given): a preprocessor option
     nvcc's device pass sees as its own flag (`APPLIED`, GCC's long spellings too); any other as
     (`flag`, the option, as given). MacroError for a preprocessor option no base flag gives."""
-    if not any(_preprocessor(item) for item in value.split(",")):
+    words = [(word, "," if n == 0 else " ") for item in value.split(",")
+             for n, word in enumerate(shell_words(item, given, where) or [""])]
+    if not any(_preprocessor(word) for word, _ in words):
         yield flag, value, given  # the host compiler's alone (-Xcompiler=-Wl,-z,now): set aside as given
         return
-    items = iter(value.split(","))
-    several = "," in value
-    for item in items:
+    items = iter(words)
+    several = len(words) > 1
+    spaced = f" (behind a space in {shown(given)}: the shell nvcc hands it to splits it there)" if " " in value else ""
+    for item, _ in items:
         found = _preprocessor(item)
         if found is None:
             yield flag, item, f"{flag} {item}" if several else given
             continue
         option, argument = found
-        shown = item
+        shown_as = item
         if _OPTIONS[option].takes_value and not argument and not (item.startswith("--") and "=" in item):
-            argument = next(items, "")
-            shown = f"{item},{argument}"
+            argument, separator = next(items, ("", ","))
+            shown_as = f"{item}{separator}{argument}"
             if not argument:
                 raise MacroError(f"{where}: {given}: {item} without its value in the same -Xcompiler value "
                                  f"(nvcc hands the host compiler each -Xcompiler apart): give {flag} {item},VALUE")
         if option not in APPLIED:
-            raise MacroError(f"{where}: {flag} {shown} hands the host compiler a preprocessor option, and nvcc "
-                             "preprocesses the device code with it too: compileiq cannot give it to its builds "
+            raise MacroError(f"{where}: {flag} {shown_as}{spaced} hands the host compiler a preprocessor option, and "
+                             "nvcc preprocesses the device code with it too: compileiq cannot give it to its builds "
                              "(the base flags take -D -U -I -isystem); give it to nvcc as its own option where nvcc "
                              "has one (-include), or tune from a copy of the command without it")
-        yield APPLIED[option], argument, f"{flag} {shown}" if several else given
+        yield APPLIED[option], argument, f"{flag} {shown_as}" if several else given
