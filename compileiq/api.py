@@ -181,12 +181,18 @@ def gate(
     kernel: PathLike | None = None,
     rules: Mapping[str, str] | Iterable[str] = (),
     device: bool | None = None,
+    compile_commands: PathLike | None = None,
+    program: bool = False,
+    metric_regex: str | None = None,
 ) -> GateReport:
     """Check ACFs against their recorded evidence, as `compileiq gate` does; `report.exit_code`
     is 0 (pass), 1 (a regression) or 2: an ACF that cannot be checked (unreadable, its kernel not
     found or no longer preprocessed) is an ERROR result naming why, beside the other ACFs' verdicts,
     as in the command's report (bad arguments to this function raise UsageError).
-    device: None times on a visible GPU (else static rules), False static rules only, True the GPU."""
+    device: None times on a visible GPU (else static rules), False static rules only, True the GPU.
+    compile_commands: the compilation database that ships (`--compile-commands`): each ACF is held
+    to its kernel's command there, not to the one its `[baseline]` names. program, metric_regex:
+    time a program-mode kernel as `tune` did (`--program`, `--metric-regex`)."""
     from compileiq.evaluate.timing import HarnessTiming
     from compileiq.gating import check as gate_lib
 
@@ -200,10 +206,17 @@ def gate(
         raise UsageError(f"rules must be NAME=SEVERITY texts, got {bad[0]!r}")
     if device is not None and not isinstance(device, bool):
         raise UsageError(f"device must be True, False or None, got {device!r}")
+    _booleans(program=program)
+    _texts(optional=True, metric_regex=metric_regex)
     options = gate_lib.GateOptions(acfs=tuple(_path("acfs", p) for p in paths),
                                    kernel=None if kernel is None else _path("kernel", kernel),
-                                   rules=tuple(given), device=device)
-    return gate_lib.run(options, HarnessTiming())
+                                   rules=tuple(given), device=device, program=program, metric_regex=metric_regex,
+                                   compile_commands=None if compile_commands is None else _path("compile_commands",
+                                                                                                compile_commands))
+    try:
+        return gate_lib.run(options, HarnessTiming())  # what `compileiq gate` runs with the same options
+    except UsageError as error:  # its checks name the command line's options: name ours
+        raise type(error)(_keywords(str(error))) from None
 
 
 def trial_row(trial: Trial) -> TrialRow:

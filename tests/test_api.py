@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL, clean_env
+from helpers import LOOP_KERNEL, TINY_KERNEL, clean_env
 
 import compileiq
 from compileiq.core.errors import UsageError
@@ -180,6 +180,8 @@ class _BytesPath(os.PathLike):
     (lambda k: compileiq.gate(None), "acfs must be a path or paths"),
     (lambda k: compileiq.gate([k], rules=[1]), "rules must be NAME=SEVERITY texts, got 1"),
     (lambda k: compileiq.gate([k], kernel=5), "kernel must be a file path, got 5"),
+    (lambda k: compileiq.gate([k], program="yes"), "program must be True or False"),
+    (lambda k: compileiq.gate([k], compile_commands=5), "compile_commands must be a file path, got 5"),
 ])
 def test_a_wrong_type_is_a_usage_error_naming_the_keyword(tmp_path: Path, call, says: str) -> None:
     """They raised TypeError, AttributeError or ValueError from deep inside (the red team's), one
@@ -188,6 +190,34 @@ def test_a_wrong_type_is_a_usage_error_naming_the_keyword(tmp_path: Path, call, 
     kernel.write_text(TINY_KERNEL)
     with pytest.raises(UsageError, match=re.escape(says)):
         call(kernel)
+
+
+def test_the_api_gate_takes_the_compilation_database_that_ships_and_program_mode(tmp_path: Path) -> None:
+    """`compileiq.gate` had no compile_commands, program or metric_regex (docs/ci.md: give the gate
+    the database that ships): a Python gate held an ACF tuned from a build shipping -Xptxas -O0 to
+    that -O0 where CI ships -O3, and passed it. They go through the command's checks."""
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+
+    def database(name: str, command: str) -> Path:
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "compile_commands.json"
+        path.write_text(json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+        return path
+
+    tuned_from = database("tuned", "nvcc -arch=sm_90 -Xptxas -O0 -c k.cu -o k.o")
+    ships = database("ci", "nvcc -arch=sm_90 -O3 -c k.cu -o k.o")
+    acf_path = compileiq.tune(tmp_path / "k.cu", budget=2, workers="local", compile_commands=tuned_from,
+                              only=["ptxas.opt_level", "ptxas.maxrregcount"], db=f"sqlite:///{tmp_path / 't.db'}",
+                              out=tmp_path / "k.acf.toml").acf_path
+    assert "-O0" in compileiq.flags(acf_path)
+    assert compileiq.gate(acf_path, device=False).exit_code == 0  # held to the -O0 its [baseline] names
+    report = compileiq.gate(acf_path, device=False, compile_commands=ships)
+    assert report.exit_code == 1, report
+    assert "worse-than-default" in [f.rule for f in report.results[0].findings if f.severity == "error"], report
+    with pytest.raises(UsageError, match="^metric_regex: needs a group around the time"):
+        compileiq.gate(acf_path, device=False, program=True, metric_regex="time: [0-9.]+ ms")
+    with pytest.raises(UsageError, match=r"^compile_commands .*missing\.json: file not found"):
+        compileiq.gate(acf_path, device=False, compile_commands=tmp_path / "missing.json")
 
 
 def test_the_api_takes_a_compile_command_and_gives_the_base_flags(tmp_path: Path) -> None:
