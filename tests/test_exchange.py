@@ -253,7 +253,9 @@ def test_a_trade_offs_pick_rule_moves_with_its_study(tmp_path: Path) -> None:
     data = json.loads(shown.stdout)
     assert (data["pick_rule"], data["pick"]) == (pick["rule"], pick["trial"]), data
     listed = run_cli(["show", "--db", team], cwd=tmp_path)  # no "lowest" of a first objective: no trade-off's measure
-    assert "replays the front's" in listed.stdout and "lowest" not in listed.stdout, listed.describe()
+    listed_row = " ".join(listed.stdout.split())
+    assert f"#{pick['trial']} on the front (show 1, replayed: pick rule from" in listed_row, listed_row  # as show 1 picks
+    assert "lowest" not in listed.stdout, listed.describe()
     forged = json.loads(exported.read_text())  # a forger recomputes the checksum: it is no signature
     forged["payload"]["study"]["pick"] = "weights=" + "9," * 50
     payload = json.dumps(forged["payload"], sort_keys=True, separators=(",", ":"))

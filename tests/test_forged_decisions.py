@@ -79,8 +79,8 @@ def test_a_forged_run_naming_a_refused_trial_is_not_followed_by_any_view(tuned: 
     db = _copy(folder, "f1.db")
     forge_run(db, {"chosen": refused, "value": _value(db, refused), "by": "rules", "verified": [0, refused]})
     (listed,) = json.loads(_cli(folder, db, "show", "--json"))
-    assert listed["chosen"] is None and "no valid recorded choice" in listed["best_is"], listed
-    assert f"(#{refused})" not in _cli(folder, db, "show")
+    assert listed["chosen"] == chosen and "replayed from its trials (no valid recorded choice" in listed["best_is"], listed
+    assert f"(#{refused}" not in _cli(folder, db, "show") and f"(#{chosen}, replayed" in _cli(folder, db, "show")
     shown = json.loads(_cli(folder, db, "show", "st", "--json"))
     assert shown["study"]["chosen"] == chosen and shown["trials"][0]["number"] == chosen, shown["trials"][:2]
     assert shown["decided_by"] == "the study's rules, replayed over its trials", shown["decided_by"]

@@ -165,10 +165,17 @@ def test_show_says_which_rows_this_database_verified(registers_study, tmp_path: 
     assert there["provenance"] == "not recorded by a run of this database", there
     table = _cli_at(tmp_path, imported, "show", "1", "--top", "1")
     assert "(not recorded" in table, table
-    # the study list reads no trial: it names no choice no run here recorded, and says where to see it
+    # the study list names the choice `show 1` replays, said so: it named the lowest value, "lowest
+    # 24", a trial the rules refuse for its spills, beside the 58 registers show 1 chose (doc51)
     (listed,) = json.loads(_cli_at(tmp_path, imported, "show", "--json"))
-    assert listed["chosen"] is None and "the rules may refuse" in listed["best_is"], listed
-    assert "show 1 replays the choice" in " ".join(_cli_at(tmp_path, imported, "show").split())
+    assert (listed["chosen"], listed["best"]) == (there["number"], there["value"]), listed
+    assert listed["best_is"] == "the chosen trial, replayed from its trials (no run here chose)", listed
+    every = json.loads(_cli_at(tmp_path, imported, "show", "1", "--json", "--top", "200"))["trials"]
+    lowest = min(every, key=lambda t: t["value"])
+    assert lowest["value"] < there["value"] and lowest["status"].startswith("refused"), lowest  # what it named
+    row = " ".join(_cli_at(tmp_path, imported, "show").split())
+    assert f"{there['value']:g} (#{there['number']}, replayed: no run here chose)" in row, row
+    assert "lowest" not in row, row
 
 
 def test_show_says_when_it_lists_only_the_top_trials(registers_study) -> None:

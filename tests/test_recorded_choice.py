@@ -117,12 +117,12 @@ def test_a_single_objective_studys_views_show_the_acfs_choice_after_a_row_is_edi
     connection.commit()
     connection.close()
     (listed,) = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "--json"))
-    assert listed["chosen"] is None and "does not match the rows" in listed["best_is"], listed
+    assert listed["chosen"] == forged and "does not match the rows" in listed["best_is"], listed
     why = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "st", "--why", "--json"))
     assert why["chosen"] == forged and why["decided_by"] == "the study's rules, replayed over its trials", why
     assert why["notes"] == [("run 1's recorded choice names no complete trial with its recorded value (or no valid "
                              "pick rule): not followed; replayed from its trials")], why
-    assert "does not match the rows: show 1 replays the choice" in " ".join(_cli(tmp_path, tmp_path / "m.db", "show").split())
+    assert f"(#{forged}, replayed: its latest run's" in " ".join(_cli(tmp_path, tmp_path / "m.db", "show").split())
 
 
 def _edited_export(source: Path, target: Path, pick: str) -> None:
@@ -149,4 +149,5 @@ def test_an_imported_pick_rule_is_shown_as_the_exports_not_a_decision_here(front
     _cli(tmp_path, other, "report", "st", "--format", "md", "-o", "r.md")
     assert said in " ".join((tmp_path / "r.md").read_text().split())
     (listed,) = json.loads(_cli(tmp_path, other, "show", "--json"))
-    assert listed["chosen"] is None and "pick rule from an imported export" in listed["best_is"], listed
+    assert listed["chosen"] == shown["study"]["chosen"] and "pick rule from an imported export" in listed["best_is"], listed
+    assert f"#{shown['study']['chosen']} on the front (show 1, replayed: pick rule" in " ".join(_cli(tmp_path, other, "show").split())

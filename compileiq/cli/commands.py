@@ -138,8 +138,12 @@ def show(
     store = Store.open(database_url(db), create=False)  # only reads: a mistyped path is an error, not a new file
     try:
         if study is None:
-            summaries = store.study_summaries()  # one aggregate and the runs' recorded choices: no trial read
-            emit(as_json, [summary_json(s) for s in summaries], lambda: studies_table(summaries))
+            from compileiq.results.study_list import study_choice
+
+            summaries = store.study_summaries()  # one aggregate and the runs' recorded choices
+            choices = [study_choice(s, lambda i: (store.trials(i), store.runs(i))) for s in summaries]  # replayed
+            emit(as_json, [summary_json(s, c) for s, c in zip(summaries, choices, strict=True)],
+                 lambda: studies_table(summaries, choices))  # only where no recorded choice is followed
         else:
             found = store.find_study(study)
             trials = store.trials(found.id)

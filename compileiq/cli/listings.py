@@ -31,16 +31,16 @@ from compileiq.core.records import (
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
     from compileiq.results.explain import Explanation
+    from compileiq.results.study_list import ListedChoice
 
 
-def summary_json(summary: StudySummary) -> dict[str, Any]:
+def summary_json(summary: StudySummary, choice: ListedChoice) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else the choice replayed from
-    its trials (a study imported, or made by a run that did not finish), said so."""
-    number, value = _listed_choice(summary)
-    best_is = "the chosen trial" if number is not None else f"the lowest value, which the rules may refuse: {_unchosen(summary)}"
-    return study_fields(summary.study, summary.trials, number, value) | {"best_is": best_is,
-                                                                          "baseline": _baseline(summary),
-                                                                          "to_retry": summary.to_retry}
+    its trials as `show STUDY` replays it (a study imported, or made by a run that did not finish),
+    said so (`results.study_list`)."""
+    best_is = f"the chosen trial, replayed from its trials ({_unchosen(summary)})" if choice.replayed else "the chosen trial"
+    return study_fields(summary.study, summary.trials, choice.number, choice.value) | {
+        "best_is": best_is, "baseline": _baseline(summary), "to_retry": summary.to_retry}
 
 
 def _baseline(summary: StudySummary) -> str:
@@ -53,18 +53,15 @@ def _baseline(summary: StudySummary) -> str:
 
 
 def _unchosen(summary: StudySummary) -> str:
-    """Why the list names no choice, and where to see the one every view replays."""
+    """Why the list replays the study's choice from its trials instead of following a run's record."""
     decision = summary.decision or {}
     if "pick" in decision and "chosen" not in decision:
-        why = "pick rule from an imported export, no run here chose"
-    elif decision and _matches_rows(summary):
-        why = "no valid recorded choice (held against its baseline row, the trial its latest run names could never be chosen)"
-    elif decision:
-        why = "its latest run's recorded choice does not match the rows"
-    else:
-        why = "no run here chose"
-    what = "the front's pick" if "," in summary.study.key.objective else "the choice"
-    return f"{why}: show {summary.study.id} replays {what}"
+        return "pick rule from an imported export, no run here chose"
+    if decision and _matches_rows(summary):
+        return "no valid recorded choice: held against its baseline row, the trial its latest run names could never be chosen"
+    if decision:
+        return "its latest run's recorded choice does not match the rows"
+    return "no run here chose"
 
 
 def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: int, as_json: bool,
@@ -119,18 +116,19 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         out.print(line, markup=False)
 
 
-def studies_table(summaries: list[StudySummary]) -> Table:
+def studies_table(summaries: list[StudySummary], choices: list[ListedChoice]) -> Table:
+    """The studies, each with the trial every view names as its choice (`results.study_list`)."""
     table = Table(title=Text("studies"))
     baselines = [_baseline(summary) for summary in summaries]
     shipped = any(b != "defaults" for b in baselines)  # a column of "defaults" alone would tell nothing apart
     for column in ("id", "name", "kernel", "objective", "arch", *(("baseline",) if shipped else ()), "trials", "chosen"):
         table.add_column(column)
-    for summary, baseline in zip(summaries, baselines, strict=True):
-        study, (number, value) = summary.study, _listed_choice(summary)
-        text = reading(study.key.objective).text(value)
-        shown = f"{text} (#{number})" if number is not None else "-" if value is None else f"lowest {text} ({_unchosen(summary)})"
-        if "," in study.key.objective:  # its value is the first objective's alone: no trade-off's measure
-            shown = f"#{number} on the front (show {study.id})" if number is not None else _unchosen(summary)
+    for summary, baseline, choice in zip(summaries, baselines, choices, strict=True):
+        study, number = summary.study, choice.number
+        replayed = f", replayed: {_unchosen(summary)}" if choice.replayed else ""
+        shown = "-" if number is None else f"{reading(study.key.objective).text(choice.value)} (#{number}{replayed})"
+        if "," in study.key.objective and number is not None:  # its value is the first objective's alone
+            shown = f"#{number} on the front (show {study.id}{replayed})"
         table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
                              *((baseline,) if shipped else ()), _trials_cell(summary), shown))
     return table
@@ -139,17 +137,6 @@ def studies_table(summaries: list[StudySummary]) -> Table:
 def _trials_cell(summary: StudySummary) -> str:
     """The study's trials; the rows to retry beside them, not among them (`TrialCounts`)."""
     return f"{summary.trials} (+{summary.to_retry} to retry)" if summary.to_retry else str(summary.trials)
-
-
-def _listed_choice(summary: StudySummary) -> tuple[int | None, float | None]:
-    """(chosen trial, its value) as the study's latest run recorded them, while the trial's row
-    holds that value and the study's rules allow it against its baseline row (`recorded_decision.listed_choice`, what every view shows); else (None, the lowest
-    value), which the list labels as such: the list reads one trial row per study (one aggregate
-    for a team database of any size), and only `show STUDY` replays a choice from the trials."""
-    from compileiq.results.recorded_decision import listed_choice
-
-    choice = listed_choice(summary)
-    return choice if choice is not None else (None, summary.best)
 
 
 def _matches_rows(summary: StudySummary) -> bool:
