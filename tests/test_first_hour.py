@@ -226,6 +226,30 @@ def test_help_shows_the_choices_and_no_value_for_switches(tmp_path: Path) -> Non
     assert switches and not any("<bool>" in line for line in switches), switches
 
 
+def _help(tmp_path: Path, *command: str) -> str:
+    """A command's --help as one line of words (the table's borders and wrapping taken out)."""
+    result = run_cli([*command, "--help"], cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    return " ".join(result.stdout.replace("│", " ").split())
+
+
+def test_help_says_what_the_reference_says(tmp_path: Path) -> None:
+    """doc51: --only said "others stay default" (a kernel's macros are searched, a shipped build's
+    settings held at their shipped value), --seed had no caveat, --pick named --pareto alone,
+    flags --all named nvcc_flags alone."""
+    tune = _help(tmp_path, "tune")
+    assert "a kernel's macros are searched too unless one is named; the others stay at the baseline (the default, " \
+           "or the shipped build's value)" in tune, tune
+    assert "names to keep at the baseline (the default, or the shipped build's value)" in tune, tune
+    assert "others stay default" not in tune and "leave at default" not in tune, tune
+    assert "reproduces a run in the same database" in tune and "--no-warm-start the seed alone" in tune, tune
+    for command in ("show", "report"):
+        assert "With --pareto, or for a study of several objectives: knee" in _help(tmp_path, command), command
+    assert "nvcc_flags and include_dirs, or the compile command's" in _help(tmp_path, "flags")
+    assert "(one ACF only)" in _help(tmp_path, "gate")
+    assert "[default: 10]" in _help(tmp_path, "show")
+
+
 def test_space_and_tune_say_when_a_tuned_macro_cannot_take_effect(tmp_path: Path) -> None:
     """A tuned macro the kernel never names was searched and written into the ACF without a word
     (then a note said its values likely build the same code; the preprocessor now says they do);

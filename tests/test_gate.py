@@ -117,6 +117,21 @@ def test_a_fresh_acf_passes(tuned):
     assert "No findings" in (tuned / "gate.md").read_text()
 
 
+def test_a_report_refused_up_front_stops_the_gate_and_missing_folders_are_created(tuned, tmp_path):
+    """What reference.md says of the reports (doc51: it said only "exits 2 after writing the
+    others"): a path refused before the rebuild (here under a file) stops the gate, writing none;
+    a report's missing folders are created."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "afile").write_text("x\n")
+    refused = _gate(workspace, ACF, "--static", "--markdown", "afile/g.md", "--junit", "ok.xml")
+    _one_line_usage_error(refused, "--markdown cannot write afile/g.md")
+    assert not (workspace / "ok.xml").exists()
+    made = _gate(workspace, ACF, "--static", "--markdown", "new/dir/g.md", "--junit", "other/g.xml")
+    assert made.returncode == 0, made.describe()
+    assert (workspace / "new" / "dir" / "g.md").is_file() and (workspace / "other" / "g.xml").is_file()
+
+
 def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
     """The ACF records its tune.toml settings' sha256 (issue 24, item 4): a launch fact changed since
     (the source untouched) scores occupancy for another launch, so the gate says so."""

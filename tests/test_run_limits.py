@@ -84,7 +84,7 @@ def test_the_python_api_takes_both_limits(tmp_path: Path) -> None:
     result = compileiq.tune(tmp_path / "k.cu", objective="spills", budget=40, patience=1, time_budget=600,
                             batch_size=2, workers="local", only=ONLY, arch="sm_90", db=f"sqlite:///{tmp_path}/t.db",
                             out=tmp_path / "k.acf.toml")  # fmt: skip
-    assert result.stopped == "no improvement in 1 batches" and result.search_trials == 3
+    assert result.stopped == "no improvement in 1 batch" and result.search_trials == 3
     store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
     try:
         (run,) = store.runs(store.find_study(result.study).id)

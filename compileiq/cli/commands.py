@@ -67,7 +67,7 @@ def tune(
     time_budget: Annotated[str | None, typer.Option(metavar="DURATION", help="Start no search trial after this long, e.g. 90s, 10m, 1h; running ones finish and the ACF is written.")] = None,
     patience: Annotated[int | None, typer.Option(metavar="BATCHES", help="Stop after this many batches in a row without a better best.")] = None,
     strategy: Annotated[str, typer.Option(metavar="[bayes|random|exhaustive]", help="bayes | random | exhaustive")] = "bayes",
-    seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed reproduces a run in the same database (the warm start reads its other studies; with --no-warm-start the seed alone).")] = 0,
     surrogate: Annotated[str, typer.Option(metavar="[ET|RF|GP]", help="skopt surrogate for bayes: ET | RF | GP")] = "ET",
     batch_size: Annotated[int, typer.Option(help="Variants compiled in parallel per batch.")] = 8,
     stream: Annotated[bool, typer.Option("--stream", metavar="", help="Keep --batch-size variants compiling, starting one as each finishes (a cluster's workers never wait for a batch's slowest; not reproducible by --seed).")] = False,
@@ -82,8 +82,8 @@ def tune(
     compile_commands: Annotated[Path | None, typer.Option(help="A compile_commands.json (CMake, Bear): the kernel file's own -I/-D/-std/arch become the base flags; its tuned flags (fast math, -Xptxas, -maxrregcount) are the baseline.")] = None,
     allow_numerics: Annotated[bool, typer.Option(metavar="", help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(metavar="", help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
-    only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search (others stay default).")] = None,
-    exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to leave at default.")] = None,
+    only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search; a kernel's macros are searched too unless one is named; the others stay at the baseline (the default, or the shipped build's value).")] = None,
+    exclude: Annotated[str | None, typer.Option(help="Comma-separated parameter names to keep at the baseline (the default, or the shipped build's value).")] = None,
     program: Annotated[bool, typer.Option(metavar="", help="--objective time: the kernel file is a program with its own main that prints its time.")] = False,
     metric_regex: Annotated[str | None, typer.Option(help="Program mode: a regex whose first group is the time in ms (default: a JSON line with time_ms).")] = None,
     finalists: Annotated[int, typer.Option(help="--objective time: how many of the fastest screened variants are confirmed against the baseline (each 20 to 60 runs of the measuring program, after 20 for the baseline's A/A); fewer where a run is slow to start.")] = 4,
@@ -127,7 +127,7 @@ def show(
     as_json: JsonOption = False,
     why: Annotated[bool, typer.Option("--why", metavar="", help="Each setting's contribution (ablation path) and the surrogate importance.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="The Pareto front of the recorded trials for these objectives, e.g. registers,instructions (a study of several objectives shows its own front by default).")] = None,
-    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
+    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto, or for a study of several objectives: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
 ) -> None:
     """List studies, or the best trials of one study."""
     from compileiq.store import Store
@@ -172,7 +172,7 @@ def flags(
     stage: Annotated[str, typer.Option(metavar="[all|frontend|ptxas]", help="all (one-step nvcc) | frontend | ptxas (direct ptxas call)")] = "all",
     arch: Annotated[bool, typer.Option(metavar="", help="Include -arch=.")] = True,
     fmt: Annotated[str, typer.Option("--format", metavar="[args|optf|cmake|bazel|json]", help="args (shell words) | optf (nvcc --options-file) | cmake | bazel | json")] = "args",
-    with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags): what a rebuild needs.")] = False,
+    with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags and include_dirs, or the compile command's): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq.gating.macro_settings import flags_problem
@@ -319,7 +319,7 @@ def report(
     fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
-    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
+    pick: Annotated[str | None, typer.Option("--pick", help="With --pareto, or for a study of several objectives: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
     db: DbOption = None,
 ) -> None:
     """Write a report of a study: convergence, the chosen settings and why, trials, failures, provenance."""

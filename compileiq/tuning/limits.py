@@ -59,7 +59,7 @@ class RunLimits:
         if self.time_budget_s is not None:
             parts.append(f"time budget {format_duration(self.time_budget_s)}")
         if self.patience is not None:
-            parts.append(f"patience {self.patience} batches")
+            parts.append(f"patience {_batches(self.patience)}")
         return ", ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
@@ -97,7 +97,7 @@ class RunClock:
             assert limits.time_budget_s is not None
             return f"time budget {format_duration(limits.time_budget_s)}"
         if limits.patience is not None and self.stale_batches >= limits.patience:
-            return f"no improvement in {self.stale_batches} batches"
+            return f"no improvement in {_batches(self.stale_batches)}"
         return None
 
     def batch_done(self, best: float | None) -> None:
@@ -106,3 +106,8 @@ class RunClock:
             self.best, self.stale_batches = best, 0
         else:
             self.stale_batches += 1
+
+
+def _batches(count: int) -> str:
+    """The count as the stop line and the limits line say it: "1 batch", "3 batches"."""
+    return f"{count} batch" if count == 1 else f"{count} batches"
