@@ -37,10 +37,11 @@ from common import ROOT, machine, scratch
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.toolchain import find_toolchain
+from compileiq.results.explain import explain
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
-from compileiq.store.schema import builds, studies, trials_table
+from compileiq.store.schema import builds, runs, studies, trials_table
 from compileiq.tuning.progress import SilentProgress
 from compileiq.tuning.request import TuneRequest, study_key
 from compileiq.tuning.tuner import Tuner
@@ -135,12 +136,36 @@ def fill(url: str, kernel: Path = KERNEL, studies_count: int = 200, trials: int 
                 rows = list(_trial_rows(study_id, per_study, space, spec, rng, now))
                 conn.execute(trials_table.insert(), [row for row, _ in rows])
                 conn.execute(builds.insert(), [build for _, build in rows if build is not None])
+        _record_decisions(url, engine, now)
         if engine.dialect.name == "postgresql":  # as autovacuum leaves a table within a minute of
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # the inserts
                 conn.exec_driver_sql("VACUUM ANALYZE")
     finally:
         engine.dispose()
     return Filled(studies_count, per_study * studies_count, target, time.perf_counter() - start)
+
+
+def _record_decisions(url: str, engine: sa.Engine, now: datetime) -> None:
+    """A run row per study with the choice a tuner records (`runs.decision`), as every study a tune
+    made has: the study list follows it and reads no study's trials (it replays a study without
+    one, an imported one, from its trials)."""
+    store = Store.open(url)
+    try:
+        rows = []
+        for study in store.list_studies():
+            trials = store.trials(study.id)
+            chosen = explain(study, trials).chosen
+            if chosen is None:
+                continue
+            rows.append({"study_id": study.id, "search_trials": len(trials), "extra_trials": 0, "worker": "db_scale",
+                         "stopped": f"budget {len(trials)}", "limits": {"budget": len(trials)},
+                         "decision": {"chosen": chosen.number, "value": chosen.value, "by": "rules", "verified": []},
+                         "started_at": now, "finished_at": now})  # fmt: skip
+    finally:
+        store.close()
+    if rows:
+        with engine.begin() as conn:
+            conn.execute(runs.insert(), rows)
 
 
 def _request(spec: KernelSpec, space: SearchSpace, budget: int, study: str | None = None) -> TuneRequest:

@@ -278,13 +278,15 @@ def test_show_lists_studies_without_reading_their_trials(store_url: str, tmp_pat
     from typer.testing import CliRunner
 
     from compileiq.cli import cli
+    from compileiq.results.explain import explain
 
-    _filled(store_url, studies=8, trials=400)
+    _filled(store_url, studies=8, trials=400)  # each study with the run row a tune records
     store = Store.open(store_url)
     try:
         study = store.find_study("sgemm-static-v0")
-        expected = {"trials": len(store.trials(study.id)),
-                    "best": min(t.value for t in store.trials(study.id) if t.state is TrialState.COMPLETE)}
+        chosen = explain(study, store.trials(study.id), None, store.runs(study.id)).chosen
+        assert chosen is not None
+        expected = {"trials": len(store.trials(study.id)), "chosen": chosen.number, "best": chosen.value}
     finally:
         store.close()
     seen, stop = _statements()
@@ -299,7 +301,7 @@ def test_show_lists_studies_without_reading_their_trials(store_url: str, tmp_pat
     assert len(listed) == 8
     assert {k: listed["sgemm-static-v0"][k] for k in expected} == expected
     reads = [s for s in seen if s.split()[0].upper() == "SELECT" and re.search(r"\b(FROM|JOIN) trials\b", s)]
-    assert len(reads) == 1, reads  # one aggregate, not a read per study
+    assert len(reads) == 4, reads  # the aggregate and the rows the decisions cite (three reads), not one per study
 
 
 # The store's queries that must find a study's rows by index, not by reading the whole table.
@@ -368,10 +370,13 @@ def test_listing_studies_counts_trials_from_an_index_without_reading_their_rows(
     listed: list[int] = []
     captured = _reads_of_trials(store_url, lambda store: listed.append(len(store.study_summaries())))
     assert listed == [40]
-    [(statement, plan)] = _plans(store_url, captured)
+    (statement, plan), *cited = _plans(store_url, captured)  # the aggregate, then the rows the decisions cite
     index_only = re.search(r"Index Only Scan using ix_trials_study_state_value on trials"
                            r"|SCAN trials USING COVERING INDEX ix_trials_study_state_value", plan)
     assert index_only, f"{statement}\n{plan}"
+    assert len(cited) == 3, cited
+    for statement, plan in cited:
+        assert not re.search(r"\bSCAN trials\b(?! USING (COVERING )?INDEX)|Seq Scan on trials\b", plan), f"{statement}\n{plan}"
 
 
 def test_tune_stream_runs_the_budget_with_real_compiles(tmp_path: Path) -> None:

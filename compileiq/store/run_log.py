@@ -64,8 +64,8 @@ def _rows_named(conn: Connection, pairs: list[tuple[int, int]]) -> dict[int, Tri
     """Study id -> the row (study, number) names, when it is a usable trial (a damaged row is none)."""
     t = trials_table.c
     found: dict[int, Trial] = {}
-    for chunk in chunks(pairs, 2_000):
-        query = sa.select(trials_table).where(sa.tuple_(t.study_id, t.number).in_(list(chunk)))
+    for chunk in chunks(pairs, 500):  # (study_id = ? AND number = ?) OR ...: SQLite scanned every trial for a row-value IN
+        query = sa.select(trials_table).where(sa.or_(*(sa.and_(t.study_id == s, t.number == n) for s, n in chunk)))
         for row in conn.execute(query).mappings():
             if isinstance(checked := checked_trial(row, None), Trial):
                 found[row["study_id"]] = checked
