@@ -20,7 +20,7 @@ from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
 from compileiq.core.records import first_line
-from compileiq.core.space import SearchSpace
+from compileiq.core.space import SearchSpace, same
 from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
@@ -180,10 +180,13 @@ def shipped_code_note(spec: KernelSpec) -> list[str]:
 
 def shipped_notes(spec: KernelSpec) -> list[str]:
     """What `space --compile-commands` says of each setting the shipped build sets: its baseline
-    is the shipped value, and --only/--exclude that leave it out hold it there (`space_choice`)."""
+    is the shipped value, and --only/--exclude that leave it out hold it there (`space_choice`); none
+    for one at its default (a tuned macro's -D at tune.toml's first value: `flags` of an ACF adds it)."""
     settings = spec.shipped.settings if spec.shipped is not None else ()
+    defaults = load_space(find_toolchain().nvcc_version).default_config().as_dict() | spec.default_values()
     return [f"{s.name} starts from your build's {value_text(s.value)} ({s.flag}), not the default; --only or "
-            "--exclude that leave it out hold it at that value in every build" for s in settings]
+            "--exclude that leave it out hold it at that value in every build" for s in settings
+            if s.name not in defaults or not same(s.value, defaults[s.name])]  # at the default: nothing to say
 
 
 def default_acf_path(kernel: str, objective: str) -> Path:

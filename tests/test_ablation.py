@@ -138,5 +138,54 @@ def test_an_incomplete_path_names_what_a_rerun_cannot_build(tmp_path):
     store.close()
     shown = run_cli(["show", "unit", "--db", f"sqlite:///{tmp_path}/t.db", "--why"], cwd=tmp_path)
     assert shown.returncode == 0, shown.describe()
-    assert ("2 configuration(s) on the path have no recorded result: a rerun of compileiq tune builds them, "
-            "except those [tune] restrictions forbid, which are never built") in shown.stdout, shown.describe()
+    # no run recorded which are forbidden: the step moves a and b together, and the note says what a rerun does
+    assert re.search(r"│ 1 +│ a \+ b +│ 1, 1 +│ 100 +│ 40 +│ 60", shown.stdout), shown.stdout
+    assert ("2 configuration(s) the path tried have no recorded result: a rerun of compileiq tune builds those "
+            "tune.toml's [tune] restrictions allow, and records the others as forbidden") in shown.stdout, shown.describe()
+
+
+COUPLED_KERNEL = """\
+#ifndef BC
+#define BC 32
+#endif
+#ifndef BR
+#define BR 32
+#endif
+__global__ void __launch_bounds__(BR) k(float* y, const float* x, int n) {
+  __shared__ float s[BC * BR * 8];
+  int i = blockIdx.x * BR + threadIdx.x;
+  for (int j = threadIdx.x; j < BC * BR * 8; j += BR) s[j] = x[(i + j) % n];
+  __syncthreads();
+  float a = 0.f;
+  for (int j = 0; j < BC * 8; ++j) a += s[j * BR + threadIdx.x];
+  if (i < n) y[i] = a;
+}
+"""
+
+
+def test_macros_a_restriction_couples_are_one_step_of_the_path(tmp_path):
+    """user51: with `BC == BR`, the path flipped BC alone (forbidden, never built), credited the
+    whole gain to BR, and told the user a rerun would build the missing ones; a rerun changed
+    nothing. The path steps through allowed configurations: BC and BR move together, as one step,
+    in the ACF, `show --why` and its --json alike, and no rerun advice is printed."""
+    (tmp_path / "k.cu").write_text(COUPLED_KERNEL)
+    (tmp_path / "tune.toml").write_text('entries = ["k"]\nblock_size = "BR"\n\n[tune]\nrestrictions = ["BC == BR"]\n\n'
+                                        "[tune.defines]\nBC = [32, 16]\nBR = [32, 16]\n")
+    db = f"sqlite:///{tmp_path}/t.db"
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", db, "--budget", "2", "--only", "define.BC,define.BR",
+                    "--out", "k.acf.toml"], tmp_path)
+    assert done.returncode == 0, done.describe()
+    acf = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert acf["controls"]["define.BC"] == acf["controls"]["define.BR"] == 16, acf["controls"]
+    rows = acf["evidence"]["contribution"]
+    assert [(r["setting"], r["value"]) for r in rows] == [("define.BC + define.BR", [16, 16])], rows
+
+    study = acf["provenance"]["study"]
+    why = run_cli(["show", study, "--db", db, "--why", "--json"], tmp_path)
+    assert why.returncode == 0, why.describe()
+    data = json.loads(why.stdout)
+    assert data["contribution"] == rows and data["path_complete"] is True, data
+    assert rows[0]["contribution"] == data["total_gain"] > 0, (rows, data)
+    shown = run_cli(["show", study, "--db", db, "--why"], tmp_path)
+    assert re.search(r"│ 1 +│ define\.BC \+ define\.BR +│ 16, 16 +│", shown.stdout), shown.stdout
+    assert "rerun" not in shown.stdout and "no recorded result" not in shown.stdout, shown.stdout

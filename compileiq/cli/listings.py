@@ -27,6 +27,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
+from compileiq.core.space import same
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -199,7 +200,9 @@ def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, An
         table.add_column(heading, overflow="fold")
     for p in _listed(space):
         values = ", ".join(str(v) for v in p.values)
-        start = f"{shipped[p.name]} (your build; default {p.default})" if p.name in shipped else str(p.default)
+        start = str(p.default) if p.name not in shipped else (
+            f"{shipped[p.name]} (your build; the default)" if same(shipped[p.name], p.default)
+            else f"{shipped[p.name]} (your build; default {p.default})")
         table.add_row(escape(p.name), escape(values), escape(start), p.risk, escape(p.help))
     if space.restriction is not None:
         table.caption = restriction_line(space)

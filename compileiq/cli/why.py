@@ -56,7 +56,7 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
         for column in ("step", "setting", "value", "before", "after", "contribution"):
             table.add_column(column)
         for i, s in enumerate(ablation.steps, 1):
-            table.add_row(*(Text(c) for c in (str(i), s.setting, str(s.value), shown.text(s.before), shown.text(s.after),
+            table.add_row(*(Text(c) for c in (str(i), s.setting, s.shown, shown.text(s.before), shown.text(s.after),
                                                 gain_text(shown.objective, s.contribution))))
         out.print(table)
         out.print(f"total gain {gain_text(shown.objective, ablation.total_gain)}: baseline "

@@ -99,11 +99,14 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
             or set(now.system_dirs) != set(tuned.system_dirs)):
         return False
     defaults = load_space(acf.nvcc_version).default_config().as_dict()
+    first = tuned.default_values()  # a tuned macro no -D sets builds at tune.toml's first value
 
     def searched(values: Mapping[str, Value]) -> dict[str, object]:  # as built: `--use_fast_math -ftz=true` is `--use_fast_math`
-        return {k: implied.effective(values, defaults, k) for k in defaults if not k.startswith("define.")}
+        flags = {k: v for k, v in values.items() if not k.startswith("define.")}
+        macros = first | {k: v for k, v in values.items() if k in first}
+        return {**{k: implied.effective(flags, defaults, k) for k in defaults if not k.startswith("define.")}, **macros}
 
-    chosen = searched({k: v for k, v in acf.controls.items() if not k.startswith("define.")})
+    chosen = searched(acf.controls)
     ships = searched(shipped.values() if shipped is not None else {})
     return ships == chosen and ships != searched(acf.shipped.values())
 
@@ -136,7 +139,7 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
     value its build has (`implied.effective`: `-ftz=false` dropped beside `--use_fast_math` is ftz
     false -> true, implied by it, not false -> false); one whose build has the same value is no
     change (`-ftz=true` added beside `--use_fast_math`, which implies it, or `-ftz=false` alone)."""
-    defaults = space.default_config().as_dict()
+    defaults = space.default_config().as_dict() | tuned.default_values()  # a macro's: tune.toml's first value
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
     if added := [f for f in after if f not in before]:
@@ -145,8 +148,7 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
         changes.append(f"drops {' '.join(dropped)}")
     if not added and not dropped and before != after:
         changes.append("gives its flags in another order")
-    old = tuned.shipped.values() if tuned.shipped is not None else {}
-    new = now.shipped.values() if now.shipped is not None else {}
+    old, new = tuned.shipped_values(), now.shipped_values()  # a -D at tune.toml's first value is no change
     for name in dict.fromkeys([*old, *new]):  # `-ftz=true` added beside `--use_fast_math` builds the same code
         if old.get(name) != new.get(name) and implied.effective(old, defaults, name) != implied.effective(new, defaults, name):
             changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}")
@@ -162,4 +164,7 @@ def _value(values: Mapping[str, Value], space: SearchSpace, defaults: Mapping[st
         return shown
     if (by := implied.implied_by(values, name)) is not None:
         return f"{shown} (implied by {' '.join(space.parameter(by).argv(values[by]))})"
-    return f"{shown} (the default)"
+    if value is None:  # a macro tune.toml no longer tunes: the command gives it no value
+        return "not set"
+    origin = "tune.toml's first value" if name.startswith("define.") else "the default"
+    return f"{shown} ({origin})"

@@ -46,9 +46,15 @@ def convergence_svg(trials: Sequence[Trial], value_label: str, read: Reading) ->
 
 
 def contributions_svg(ablation: Ablation, value_label: str) -> str:
-    bars = [(f"{short_name(s.setting)}={s.value}", s.contribution) for s in ablation.steps if s.contribution is not None]
+    bars = [(_step_label(s.setting, s.value), s.contribution) for s in ablation.steps if s.contribution is not None]
     return report_svg.bar_chart("each setting's contribution (gain along the ablation path)", bars,
                                 f"gain in {value_label}")
+
+
+def _step_label(setting: str, value: object) -> str:
+    """BLOCK=64; a step of several settings (`ablation`): BC=16 + BR=16."""
+    values = value if isinstance(value, list) else [value]
+    return " + ".join(f"{short_name(name)}={v}" for name, v in zip(setting.split(" + "), values, strict=False))
 
 
 def pareto_svg(trade_offs: Front) -> str:

@@ -275,7 +275,7 @@ def contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[st
     rows: list[tuple[Any, ...]] = []
     for i, s in enumerate(ablation.steps, 1):
         share = f"{s.contribution / total:.0%}" if s.contribution is not None and total else "-"
-        rows.append((i, s.setting, s.value, value(s.before), value(s.after), gain(s.contribution), share,
+        rows.append((i, s.setting, s.shown, value(s.before), value(s.after), gain(s.contribution), share,
                      f"#{s.trial}" if s.trial is not None else "-"))
     rows.append(("", "total", "", value(ablation.baseline_value), value(ablation.chosen_value), gain(total),
                  "100%" if total else "-", ""))

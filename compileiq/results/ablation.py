@@ -5,27 +5,56 @@ chosen value one at a time; each step takes the flip with the best (lowest) obje
 ends at the chosen config, so the steps' contributions telescope: they sum to the total gain.
 A step whose build failed has no value of its own; the gain across it is credited to the next
 step that lands on a value, which keeps the sum exact.
+
+The path steps through configurations that may be built: one that tune.toml's `[tune]
+restrictions` forbid (`BC == BR`: flipping BC alone) is never tried, nor counted as missing. Where
+no single flip has a result (each is forbidden, or unrecorded), the step moves the fewest settings
+together that land on one, and is named as one step ("define.BC + define.BR"): the gain belongs
+to the group. The tuner knows which configurations are forbidden (its space); it records those
+the path met in its run's decision (`forbidden`), which the views read (a study's rows do not
+hold its restrictions).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any
 
 from compileiq.core.records import Trial, TrialState
-from compileiq.core.space import Config
+from compileiq.core.space import Config, canonical_key
 
 Evaluate = Callable[[Sequence[Config]], list[Trial]]
 RULE = ("greedy path from the baseline to the chosen config: each step flips the one remaining setting "
-        "whose change gives the lowest objective; a step's contribution is the objective before minus after")
+        "whose change gives the lowest objective (the fewest settings together where no single flip may be "
+        "built or has a result); a step's contribution is the objective before minus after")
+MAX_GROUPS = 32  # the configurations one step may try for a group size; past it, the rest in one step
+MAX_FORBIDDEN = 64  # the forbidden macro settings a run records for the views
 
 
 def missing_note(missing: int) -> str:
-    """What the views say of configurations on the path with no result: a rerun builds them, unless
-    tune.toml's [tune] restrictions forbid them (those are never built; a rerun cannot help)."""
-    return (f"{missing} configuration(s) on the path have no recorded result: a rerun of compileiq tune builds "
-            "them, except those [tune] restrictions forbid, which are never built")
+    """What the views say of configurations the path tried with no result: a rerun builds those
+    tune.toml's [tune] restrictions allow. Those a run found forbidden are never counted; a study
+    whose runs recorded none (older ones) may count some: a rerun records them."""
+    return (f"{missing} configuration(s) the path tried have no recorded result: a rerun of compileiq tune builds "
+            "those tune.toml's [tune] restrictions allow, and records the others as forbidden")
+
+
+def never(config: Config) -> bool:
+    """No configuration is forbidden (a kernel without restrictions)."""
+    return False
+
+
+def macro_key(config: Config) -> str:
+    """What of a configuration tune.toml's restrictions read: its macros (`define.X`), as JSON text."""
+    return canonical_key({k: v for k, v in config.as_dict().items() if k.startswith("define.")})
+
+
+def forbidden_keys(keys: Collection[str]) -> Callable[[Config], bool]:
+    """Forbidden: a configuration whose macros a run recorded as ones its restrictions forbid."""
+    found = frozenset(keys)
+    return lambda config: bool(found) and macro_key(config) in found
 
 
 @dataclass(frozen=True)
@@ -37,13 +66,19 @@ class Step:
     contribution: float | None  # gain credited to this step (lower objective is better)
     trial: int | None  # the trial number that recorded the config after this step
 
+    @property
+    def shown(self) -> str:
+        """The value as the views print it: a step of several settings, each one's ("16, 16")."""
+        return ", ".join(map(str, self.value)) if isinstance(self.value, list) else str(self.value)
+
 
 @dataclass(frozen=True)
 class Ablation:
     baseline_value: float
     chosen_value: float
     steps: tuple[Step, ...]
-    missing: int  # configs on the path with no recorded result (0: the path is complete)
+    missing: int  # configs the path tried with no recorded result (0: the path is complete)
+    forbidden: tuple[str, ...] = ()  # the macros (`macro_key`) of the configs it met that the restrictions forbid
 
     @property
     def complete(self) -> bool:
@@ -58,8 +93,10 @@ def differing(baseline: dict[str, Any], chosen: dict[str, Any]) -> list[str]:
     return sorted(name for name, value in chosen.items() if baseline.get(name) != value)
 
 
-def ablation_path(baseline: Trial, chosen: Trial, evaluate: Evaluate) -> Ablation | None:
-    """The path, or None when either end has no value (a failed baseline or chosen trial)."""
+def ablation_path(baseline: Trial, chosen: Trial, evaluate: Evaluate,
+                  forbidden: Callable[[Config], bool] = never) -> Ablation | None:
+    """The path, or None when either end has no value (a failed baseline or chosen trial).
+    `forbidden`: the configurations tune.toml's restrictions forbid (never tried)."""
     if _value(baseline) is None or _value(chosen) is None:
         return None
     assert baseline.value is not None and chosen.value is not None
@@ -68,24 +105,46 @@ def ablation_path(baseline: Trial, chosen: Trial, evaluate: Evaluate) -> Ablatio
     remaining = differing(baseline.config, chosen.config)
     steps: list[Step] = []
     last_known, missing = baseline.value, 0
+    refused: dict[str, None] = {}
     before: float | None = baseline.value
     while remaining:
-        options = {name: current.with_values({name: target[name]}) for name in remaining}
-        found = {t.config_key: t for t in evaluate(list(options.values()))}
-        missing += sum(1 for c in options.values() if c.key not in found)
-        name = min(remaining, key=lambda n: (_rank(found.get(options[n].key)), n))
-        trial = found.get(options[name].key)
+        group, trial, tried_missing = _step(current, target, remaining, evaluate, forbidden, refused)
+        missing += tried_missing
         after = _value(trial) if trial is not None else None
-        if len(remaining) == 1 and after is None:  # the last step lands on the chosen config itself
+        if len(group) == len(remaining) and after is None:  # the last step lands on the chosen config itself
             after, trial = chosen.value, chosen
         gain = last_known - after if after is not None else None
-        steps.append(Step(name, target[name], before, after, gain, trial.number if trial else None))
+        value = target[group[0]] if len(group) == 1 else [target[n] for n in group]
+        steps.append(Step(" + ".join(group), value, before, after, gain, trial.number if trial else None))
         if after is not None:
             last_known = after
         before = after
-        current = options[name]
-        remaining.remove(name)
-    return Ablation(baseline.value, chosen.value, tuple(steps), missing)
+        current = current.with_values({n: target[n] for n in group})
+        remaining = [n for n in remaining if n not in group]
+    return Ablation(baseline.value, chosen.value, tuple(steps), missing, tuple(refused)[:MAX_FORBIDDEN])
+
+
+def _step(current: Config, target: Config, remaining: list[str], evaluate: Evaluate,
+          forbidden: Callable[[Config], bool], refused: dict[str, None]) -> tuple[tuple[str, ...], Trial | None, int]:
+    """One step: the best of the fewest remaining settings flipped together that land on a result
+    (one setting where any single flip does), the trial it lands on (None: none), and how many
+    configurations it tried that have no result. Forbidden ones are noted in `refused`, never tried."""
+    missing = 0
+    for size in range(1, len(remaining) + 1):
+        groups = list(combinations(remaining, size)) if size < len(remaining) else [tuple(remaining)]
+        if len(groups) > MAX_GROUPS:
+            continue  # too many to try: a larger group (at the end, every remaining setting) takes the step
+        options = {g: current.with_values({n: target[n] for n in g}) for g in groups}
+        for config in options.values():
+            if forbidden(config):
+                refused[macro_key(config)] = None
+        allowed = {g: c for g, c in options.items() if not forbidden(c)}
+        found = {t.config_key: t for t in evaluate(list(allowed.values()))} if allowed else {}
+        missing += sum(1 for c in allowed.values() if c.key not in found)
+        if any(c.key in found for c in allowed.values()) or size == len(remaining):
+            best = min(options, key=lambda g: (_rank(found.get(options[g].key)), g))
+            return best, found.get(options[best].key), missing
+    raise AssertionError("the last size holds every remaining setting")  # pragma: no cover
 
 
 def recorded(trials: Sequence[Trial]) -> Evaluate:

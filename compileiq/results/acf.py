@@ -40,6 +40,7 @@ from compileiq.source.base_flags import (
     BaseFlags,
     parse_base_flags,
     ptxas_cap_args,
+    ptxas_forwarded_args,
 )
 from compileiq.source.launch import ExpressionError, evaluate
 from compileiq.source.spec import ShippedBuild
@@ -83,7 +84,9 @@ class Acf:
         base = self.base_args(absolute) if with_base else ()
         if stage == "ptxas":  # ptxas needs the arch too: its default is older than any PTX target here
             compile_only = ("--compile-only",) if with_base and self.base.relocatable else ()
-            return compile_only + (f"-arch={self.arch}",) * with_arch + self.ptxas_args + (ptxas_cap_args(self.base.flags) if with_base else ())
+            # with the base flags: what nvcc hands ptxas of them (-lineinfo: --generate-line-info), its cap last
+            base = ptxas_forwarded_args(self.base.flags) + ptxas_cap_args(self.base.flags) if with_base else ()
+            return compile_only + (f"-arch={self.arch}",) * with_arch + self.ptxas_args + base
         if stage == "frontend":
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv

@@ -13,19 +13,24 @@ so (`Explanation.notes`) instead of switching silently.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line
-from compileiq.core.space import SearchSpace, SpaceError
+from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective, shipped_origin
-from compileiq.results.ablation import Ablation, ablation_path, recorded
+from compileiq.results.ablation import Ablation, ablation_path, forbidden_keys, never, recorded
 from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
-from compileiq.results.recorded_decision import latest_decision, recorded_pick, sound_choice
+from compileiq.results.recorded_decision import (
+    latest_decision,
+    recorded_forbidden,
+    recorded_pick,
+    sound_choice,
+)
 from compileiq.results.simplify import baseline_space, simplify
 from compileiq.source.base_flags import CAPPED
 from compileiq.source.spec import ShippedBuild
@@ -182,8 +187,9 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     trials, foreign = _of_the_study(trials)
     asked = pick if pick is not None and multi_objective.is_multi(study.key.objective) else None
     rule = asked if asked is not None else recorded_pick(study, runs)
-    replayed = replace(_explain(study, trials, rule), runs=runs, decided_by=REPLAYED)
     run = latest_decision(runs)
+    forbidden = forbidden_keys(recorded_forbidden(run))  # what the run's restrictions forbid: the path skips it
+    replayed = replace(_explain(study, trials, rule, forbidden), runs=runs, decided_by=REPLAYED)
     followed = sound_choice(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
     chosen = followed if isinstance(followed, Trial) else None
     if asked is not None:
@@ -201,7 +207,7 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
         by = f"run {run.id} ({first_line(run.worker, 80)}), whose ACF holds it"
     # a runtime choice rests on its confirmation's measurements, which no row holds: not replayed
     notes = _differs(replayed, chosen, run, "the rows now give") if study.key.evaluator == "static" else ()
-    return replace(_following(trials, replayed, chosen), decided_by=by, notes=(*foreign, *notes))
+    return replace(_following(trials, replayed, chosen, forbidden), decided_by=by, notes=(*foreign, *notes))
 
 
 def _of_the_study(trials: tuple[Trial, ...]) -> tuple[tuple[Trial, ...], tuple[str, ...]]:
@@ -228,7 +234,8 @@ def _differs(replayed: Explanation, chosen: Trial | None, run: RunRecord | None,
     return (f"{gives} #{replayed.chosen.number}: {changed}run {run.id} chose #{chosen.number}, its ACF's choice",)
 
 
-def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial) -> Explanation:
+def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial,
+               forbidden: Callable[[Config], bool]) -> Explanation:
     """The replay with `chosen` (a run's recorded choice) as the choice: its ablation path, or its
     point picked on the replayed front."""
     if replayed.chosen is not None and replayed.chosen.number == chosen.number:
@@ -237,7 +244,7 @@ def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial) 
         return replace(replayed, chosen=chosen, front=with_pick(replayed.front, chosen))
     if multi_objective.is_multi(replayed.study.key.objective) or replayed.baseline is None:
         return replace(replayed, chosen=chosen)
-    return replace(replayed, chosen=chosen, ablation=ablation_path(replayed.baseline, chosen, recorded(trials)))
+    return replace(replayed, chosen=chosen, ablation=ablation_path(replayed.baseline, chosen, recorded(trials), forbidden))
 
 
 def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> str:
@@ -255,7 +262,7 @@ def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> st
             "rule): not followed; replayed from its trials")
 
 
-def _explain(study: Study, trials: tuple[Trial, ...], pick: str) -> Explanation:
+def _explain(study: Study, trials: tuple[Trial, ...], pick: str, forbidden: Callable[[Config], bool] = never) -> Explanation:
     baseline = trials[0] if trials else None
     if multi_objective.is_multi(study.key.objective) and baseline is not None:
         return _explain_front(study, trials, baseline, pick)
@@ -268,7 +275,7 @@ def _explain(study: Study, trials: tuple[Trial, ...], pick: str) -> Explanation:
         refuse = eligibility.study_refusal(baseline, study.key.objective, not exact)
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact,
                           allowed=lambda t: refuse(t) is None).chosen
-    return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials)))
+    return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials), forbidden))
 
 
 def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str) -> Explanation:

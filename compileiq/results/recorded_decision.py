@@ -18,6 +18,7 @@ from compileiq.core.metric_ranges import MAX_PICK_RULE
 from compileiq.core.records import RunRecord, Study, StudySummary, Trial, TrialState, chosen_number
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
+from compileiq.results.ablation import MAX_FORBIDDEN
 from compileiq.results.pareto import check_rule
 
 
@@ -30,8 +31,21 @@ def decision(result: Any) -> dict[str, Any]:
     static = result.study.key.evaluator == "static"
     by = "confirmation" if result.confirmation is not None else "rules"
     picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
+    # the configurations the ablation path met that tune.toml's restrictions forbid: the views' path skips them too
+    forbidden = getattr(getattr(result, "ablation", None), "forbidden", ())
     return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
-            "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked}
+            "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked,
+            **({"forbidden": list(forbidden)} if forbidden else {})}
+
+
+def recorded_forbidden(run: RunRecord | None) -> tuple[str, ...]:
+    """The macro settings (`ablation.macro_key`) a run recorded as forbidden by tune.toml's
+    restrictions (`decision`); a row is untrusted: anything but a short list of strings is none
+    (a forged one can only leave a configuration out of the views' ablation path)."""
+    found = run.decision.get("forbidden") if run is not None and isinstance(run.decision, dict) else None
+    if not isinstance(found, list) or len(found) > MAX_FORBIDDEN:
+        return ()
+    return tuple(k for k in found if isinstance(k, str) and len(k) <= 4096)
 
 
 def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:

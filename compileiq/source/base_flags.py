@@ -87,6 +87,20 @@ def ptxas_cap_args(flags: Iterable[str]) -> tuple[str, ...]:
     return tuple(f"--maxrregcount={flag.partition('=')[2]}" for flag in flags if flag.startswith("-maxrregcount="))
 
 
+# What nvcc hands ptxas of the allowed base flags (`nvcc -dryrun`, 13.0) -> ptxas's spelling. The
+# others reach no ptxas option, but -rdc=true (--compile-only) and -maxrregcount (`ptxas_cap_args`);
+# -G (--device-debug and more) is refused; a searched setting's own is its `ptxas_render`.
+_FORWARDED = {"-w": "-w", "-lineinfo": "--generate-line-info"}
+
+
+def ptxas_forwarded_args(flags: Iterable[str]) -> tuple[str, ...]:
+    """What nvcc hands ptxas of the base flags `flags` besides its register cap (`ptxas_cap_args`):
+    -lineinfo is ptxas's --generate-line-info, -w its -w, so that a build in two stages (nvcc -ptx,
+    then ptxas with `flags --stage ptxas --all`) makes the cubin nvcc makes. Not handed to the
+    tuning's own ptxas runs: neither changes the code they score."""
+    return tuple(dict.fromkeys(_FORWARDED[flag] for flag in flags if flag in _FORWARDED))
+
+
 CAPPED = "ptxas.maxrregcount"  # what nvcc's -maxrregcount among the base flags takes out of the search
 
 

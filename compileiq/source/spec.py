@@ -171,9 +171,18 @@ class KernelSpec:
 
     def _shipped_settings(self) -> dict[str, Any]:
         """The shipped build's settings change the baseline, hence the study (absent without them:
-        older studies keep their identity)."""
-        values = self.shipped.values() if self.shipped is not None else {}
+        older studies keep their identity). A tuned macro's -D at tune.toml's first value is the
+        baseline every build without it has: no change (`shipped_values`)."""
+        values = self.shipped_values()
         return {"shipped": dict(sorted(values.items()))} if values else {}
+
+    def shipped_values(self) -> dict[str, Value]:
+        """The shipped build's searched settings that make its baseline other than the one without
+        a compile command's word for them: each but a tuned macro's -D at tune.toml's first value
+        (which every build without it has; `flags` of an ACF that kept it adds it)."""
+        values = self.shipped.values() if self.shipped is not None else {}
+        first = self.default_values()
+        return {k: v for k, v in values.items() if k not in first or first[k] != v}
 
     def settings_sha256(self) -> str:
         text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))

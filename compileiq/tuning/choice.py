@@ -68,7 +68,8 @@ def _choice(run: FinishedSearch, study: Study, exhausted: bool, verifier: Verifi
                       baseline_space(run.held.config.as_dict()), lambda configs, purpose: run.evaluate(study, configs, purpose),
                       lambda: tuple(run.store.trials(study.id)), run.refusal,
                       verifier.check if verifier is not None else None, run.note, run.confirm,
-                      verifier.check_results if verifier is not None else None)
+                      verifier.check_results if verifier is not None else None,
+                      lambda config: not request.space.allows(config))
     decision = decider.decide(base, trials)
     wall = time.perf_counter() - run.runner.counters.started
     return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,

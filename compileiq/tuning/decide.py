@@ -20,7 +20,7 @@ from compileiq.evaluate import eligibility
 from compileiq.evaluate.confirm import Confirmation
 from compileiq.evaluate.timed_key import trial_timed_key
 from compileiq.results import multi_objective
-from compileiq.results.ablation import Ablation, ablation_path
+from compileiq.results.ablation import Ablation, ablation_path, never
 from compileiq.results.ablation import recorded as ablation_recorded
 from compileiq.results.explain import explain
 from compileiq.results.pareto import Front, with_chosen
@@ -65,6 +65,7 @@ class Decider:
     confirm: Confirm | None  # a runtime evaluator's confirmation against the baseline
     # check the rows a decision reads in one batch (static), or replace them: those it may read
     verify_result: Callable[[Sequence[Trial]], list[Trial]] | None = None
+    forbidden: Callable[[Config], bool] = never  # what tune.toml's restrictions forbid: the ablation never tries it
 
     def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         decision = self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
@@ -110,7 +111,8 @@ class Decider:
                       "(its machine code, or its settings at the default level, allowed): deciding again from it")
             winner, replayed_choice = replayed_winner, chosen
         # Passes ran out: the choice is the one every view replays, its ablation from what is recorded.
-        ablation = ablation_path(baseline, replayed_choice, ablation_recorded(decision.trials)) if self.ablate else None
+        ablation = (ablation_path(baseline, replayed_choice, ablation_recorded(decision.trials), self.forbidden)
+                    if self.ablate else None)
         return replace(decision, chosen=replayed_choice, ablation=ablation)
 
     def _single_pass(self, baseline: Trial, winner: Trial) -> Decision:
@@ -134,7 +136,7 @@ class Decider:
         ablation = None
         if self.ablate and chosen is not baseline:
             ablation = ablation_path(baseline, chosen, ablation_recorded(final) if self.out_of_time
-                                     else partial(self._checked, "ablation"))
+                                     else partial(self._checked, "ablation"), self.forbidden)
             final = self.recorded()
         if self._shrinks_candidates:  # those the first pass did not reach (already shrunk: recorded, not built)
             self._shrink_candidates(final, chosen, baseline)

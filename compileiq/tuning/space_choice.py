@@ -67,8 +67,9 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
         parameter = full.parameter(setting.name)
         if setting.name in options.exclude or (options.only and setting.name not in options.only):
             # rendered as the whole parameter renders it: nothing at the compiler's default, else the flag
+            # (a macro's -D always: its default is tune.toml's, not the compiler's)
             parameter = replace(parameter, values=(setting.value,), default=setting.value,
-                                render_default=not same(setting.value, parameter.default))
+                                render_default=parameter.render_default or not same(setting.value, parameter.default))
         added.append(parameter)
     return replace(space, parameters=space.parameters + tuple(added)) if added else space
 
