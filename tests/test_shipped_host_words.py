@@ -98,7 +98,7 @@ def test_the_gate_sees_a_macro_behind_a_space_in_the_command_that_ships(tmp_path
                    cwd=tmp_path)
     assert gate.returncode in (0, 1), gate.describe()
     stale = [f["message"] for f in json.loads(gate.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-settings"]
-    assert any("define.TM None (the default) -> 16" in m for m in stale), gate.stdout
+    assert any("define.TM 2 (tune.toml's first value) -> 16" in m for m in stale), gate.stdout
 
 
 @pytest.mark.parametrize("option, named", [
