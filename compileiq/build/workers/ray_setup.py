@@ -35,6 +35,15 @@ LOOPBACK_ENV = {
     "NO_PROXY": "127.0.0.1,localhost",
 }
 
+# The driver (this process), whichever Ray it joins. Without Ray's C++ failure-signal handler,
+# which took SIGTERM from cli.signals, printed a stack dump and aborted the process 3 s later
+# (rc -6, mid-shutdown: no one line, no exit 143). Its shutdown not waiting 5 s to flush task
+# events (for a dashboard it has not) to a GCS that a SIGTERM to the group has killed already.
+DRIVER_ENV = {
+    "RAY_DISABLE_FAILURE_SIGNAL_HANDLER": "1",
+    "RAY_task_events_shutdown_flush_timeout_ms": "200",
+}
+
 RAY_MISSING = "Ray is not installed: install it (pip install ray) or use --workers local"
 
 
@@ -50,7 +59,7 @@ def import_ray() -> Any:
 def connect(address: str | None, num_cpus: int | None = None) -> Any:
     """The ray module, initialised once per process: embedded (loopback, offline) or joined."""
     env = ray_environment(address)
-    os.environ.update(env)  # read by Ray at import time (node IP, usage stats)
+    os.environ.update({**env, **DRIVER_ENV})  # read by Ray at import time (node IP, usage stats, signals)
     ray = import_ray()
     if address is not None and not address.strip():
         raise UsageError("--ray-address is empty: give HOST:PORT or auto (without it, an embedded local Ray)")
