@@ -131,7 +131,7 @@ def test_ctrl_c_while_the_embedded_ray_starts_stops_it_at_once(
     started = time.monotonic()
     _, stderr = victim.communicate(timeout=120)
     took = time.monotonic() - started
-    assert took < (10 if late else 5), f"{took:.1f} s from the signal to the exit:\n{stderr}"  # late: Ray may be up
+    assert took < (15 if late else 8), f"{took:.1f} s from the signal to the exit:\n{stderr}"  # late: Ray may be up
     assert victim.returncode == code and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith(said), stderr
     time.sleep(1)  # a process Ray's own start spawned after the kill dies with the run (fate-shared)
@@ -177,7 +177,7 @@ def test_a_signal_once_the_embedded_ray_compiles_stops_the_run_in_order(
     assert victim.returncode == code, f"rc={victim.returncode}:\n{stderr}"
     assert "Traceback" not in stderr and "SIGTERM received" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith(f"{said}: "), stderr
-    assert took < 8, f"{took:.1f} s from the signal to the exit:\n{stderr}"
+    assert took < 20, f"{took:.1f} s from the signal to the exit:\n{stderr}"
     time.sleep(1)
     assert _ray_processes(victim.pid) == [], "Ray's processes outlived the run"
     store = Store.open(db)
