@@ -187,3 +187,41 @@ def test_a_signal_once_the_embedded_ray_compiles_stops_the_run_in_order(
         store.close()
     states = {(t.state, t.retryable) for t in trials if t.state != TrialState.COMPLETE}
     assert states == {(TrialState.FAILED, True)}, [(t.number, t.state, t.retryable) for t in trials]  # handed back
+
+
+_INTERRUPTED_IMPORT = """\
+import sys
+class Interrupt:  # a Ctrl-C landing while the commands load
+    def find_spec(self, name, path=None, target=None):
+        if name == "compileiq.cli.commands":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+@pytest.mark.parametrize("how", ["main", "import"])
+def test_a_ctrl_c_while_the_commands_load_ends_the_command_but_not_an_importer(how: str) -> None:
+    """The command says one line and exits 130; a library or notebook that imports `compileiq.cli`
+    gets its KeyboardInterrupt back (the load guard called os._exit(130) for every importer)."""
+    then = ("from compileiq.cli import main; main()" if how == "main" else
+            "try:\n    from compileiq.cli import cli\nexcept KeyboardInterrupt:\n    print('still here')\n")
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT + then], check=False, capture_output=True, text=True,
+                          env=clean_env(), timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    if how == "main":
+        assert (done.returncode, done.stderr.strip()) == (130, "interrupted"), (done.returncode, done.stderr)
+    else:
+        assert (done.returncode, done.stdout.strip()) == (0, "still here"), (done.returncode, done.stdout, done.stderr)
+
+
+def test_a_ctrl_c_that_stops_import_ray_half_way_is_still_one_line() -> None:
+    """The reviewer's cold run: Ctrl-C while `import ray` had created `ray._private.worker` but not
+    yet its `shutdown`: `kill_started` raised AttributeError (a traceback, rc 1) instead of the
+    run's one line and 130. Here in a child, with the half-made module Ray leaves behind."""
+    code = ("import sys, types\n"
+            "sys.modules['ray._private.worker'] = types.ModuleType('ray._private.worker')  # no shutdown yet\n"
+            "from compileiq.build.workers.ray_setup import kill_started\n"
+            "print(kill_started())\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                          env=clean_env(), timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "0"), (done.returncode, done.stdout, done.stderr)

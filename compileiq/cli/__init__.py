@@ -3,14 +3,29 @@
 
 The top of the layers with `app` (wiring) and `api` (the Python API): it may import any stage.
 The only importer of typer and rich. Loading it (typer, rich, the stages) takes a few tenths of a
-second, before `main` takes SIGINT and SIGTERM over: a Ctrl-C meanwhile says the one line
-`main` would say and exits 130 (`signals.loading`), with no KeyboardInterrupt traceback."""
+second, before `main` takes SIGINT and SIGTERM over: run as the command (`main`), a Ctrl-C meanwhile
+says the one line `main` would say and exits 130 (`signals.loading`), with no KeyboardInterrupt
+traceback; imported, it loads as any module."""
 
 from __future__ import annotations
 
 from compileiq.cli.signals import loading
 
-with loading():
-    from compileiq.cli.commands import cli, main
-
 __all__ = ["cli", "main"]
+
+
+def main() -> None:
+    """The console script and `python -m compileiq`: the commands loaded under `loading` (a Ctrl-C
+    meanwhile ends this process alone, with the one line), then run."""
+    with loading():
+        from compileiq.cli.commands import main as run
+    run()
+
+
+def __getattr__(name: str) -> object:
+    """`cli` (the typer app) for an importer (tests, docs): loaded plainly, so a Ctrl-C while a
+    library or notebook imports it is its own KeyboardInterrupt, not the end of its process."""
+    if name == "cli":
+        from compileiq.cli.commands import cli
+        return cli
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

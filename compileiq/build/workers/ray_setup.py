@@ -168,8 +168,9 @@ def kill_started() -> int:
         except OSError:
             continue  # gone already
     worker = sys.modules.get("ray._private.worker")
-    if worker is not None:  # Ray's shutdown at exit would wait 60 s for the GCS killed here, then abort
-        atexit.unregister(worker.shutdown)
+    shutdown = getattr(worker, "shutdown", None)  # None while a Ctrl-C stops `import ray` half-way
+    if shutdown is not None:  # Ray's shutdown at exit would wait 60 s for the GCS killed here, then abort
+        atexit.unregister(shutdown)
     return killed
 
 
