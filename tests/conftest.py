@@ -8,6 +8,8 @@ where they fail so that CI can never skip them silently.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from helpers import TINY_KERNEL, in_session
 
 POSTGRES_ENV = "COMPILEIQ_TEST_POSTGRES_URL"
 
@@ -72,3 +75,25 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store' / 'compileiq.db'}"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """TINY_KERNEL as tmp_path/scale.cu."""
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    return tmp_path / "scale.cu"
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """The `compileiq` processes a test starts: killed, with what their session left, if a test
+    fails with them still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+        for pid, _ in in_session(process.pid):  # nothing a failed test left behind outlives it
+            os.kill(pid, signal.SIGKILL)
+

@@ -50,6 +50,7 @@ __global__ void k(float* y, const float* x, int n) {
 
 if TYPE_CHECKING:
     from compileiq.build.workers.ray_tasks import RayWorkers
+    from compileiq.core.records import Trial
 
 
 @contextmanager
@@ -290,3 +291,28 @@ def resealed(document: dict) -> str:
     """An export document with its checksum recomputed after an edit (as anyone can), as JSON text."""
     canonical = json.dumps(document["payload"], sort_keys=True, separators=(",", ":"))
     return json.dumps(dict(document, sha256=hashlib.sha256(canonical.encode()).hexdigest()))
+
+
+def in_session(session: int) -> list[tuple[int, str]]:
+    """The processes of that session still alive (pid, command line): what a run left behind."""
+    found = []
+    for name in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+            if fields[0] != "Z" and int(fields[3]) == session:
+                found.append((int(name), Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode()))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def recorded_trials(db: str) -> list[Trial]:
+    """Every trial of every study in the database at URL `db`, study by study."""
+    from compileiq.store import Store
+
+    store = Store.open(db)
+    try:
+        return [t for s in store.list_studies() for t in store.trials(s.id)]
+    finally:
+        store.close()
+

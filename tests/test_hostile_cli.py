@@ -521,24 +521,6 @@ def test_bidi_and_zero_width_characters_are_escaped_on_the_terminal_in_markdown_
 # -- crashes, Ctrl-C and closed pipes: nothing left RUNNING, no broken ACF ---------------------
 
 
-
-
-@pytest.fixture
-def tiny(tmp_path: Path) -> Path:
-    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
-    return tmp_path / "scale.cu"
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=30)
-
-
 def _start(processes: list[subprocess.Popen[str]], kernel: Path, db: str, *extra: str,
            env: dict[str, str] | None = None, json_out: bool = True) -> subprocess.Popen[str]:
     args = [compileiq_command(), "tune", str(kernel), "--db", db, "--workers", "local", "--study", "S",
