@@ -371,8 +371,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    command = typer.main.get_command(cli)
     try:
+        command = typer.main.get_command(cli)  # tenths of a second of typer's own work: a Ctrl-C there too
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)
     except CompileIQError as error:
         err.print(f"error: {safe(first_line(str(error)))}", markup=False)
