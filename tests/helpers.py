@@ -316,3 +316,26 @@ def recorded_trials(db: str) -> list[Trial]:
     finally:
         store.close()
 
+
+def tile_kernel(other: str, guard: str) -> str:
+    """A kernel `k` whose register tile is the tuned macro TM (2 unless a -D sets it) and which adds
+    the macro `other` in its loop; `guard` is the preprocessor text that handles `other` unset
+    (a default, or an #error that proves the device pass saw the command's -D)."""
+    return f"""\
+#ifndef TM
+#define TM 2
+#endif
+{guard}
+__global__ void k(const float* __restrict__ a, float* __restrict__ out) {{
+    float acc[TM];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) acc[t] = a[threadIdx.x * TM + t];
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+#pragma unroll
+        for (int t = 0; t < TM; ++t) acc[t] = acc[t] * acc[(t + 1) % TM] + {other};
+#pragma unroll
+    for (int t = 0; t < TM; ++t) out[threadIdx.x * TM + t] = acc[t];
+}}
+"""
+

@@ -13,29 +13,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, tile_kernel
 
 from compileiq.results import acf
 
-KERNEL = """\
-#ifndef TM
-#define TM 2
-#endif
-#ifndef BK
-#define BK 1
-#endif
-__global__ void k(const float* __restrict__ a, float* __restrict__ out) {
-    float acc[TM];
-#pragma unroll
-    for (int t = 0; t < TM; ++t) acc[t] = a[threadIdx.x * TM + t];
-#pragma unroll
-    for (int s = 0; s < 8; ++s)
-#pragma unroll
-        for (int t = 0; t < TM; ++t) acc[t] = acc[t] * acc[(t + 1) % TM] + BK;
-#pragma unroll
-    for (int t = 0; t < TM; ++t) out[threadIdx.x * TM + t] = acc[t];
-}
-"""
+KERNEL = tile_kernel("BK", '#ifndef BK\n#define BK 1\n#endif')
 TUNE_TOML = 'arch = "sm_90"\nentries = ["k"]\nblock_size = 256\n\n[defines]\nBK = 1\n\n[tune.defines]\nTM = [2, 16]\n'
 
 
