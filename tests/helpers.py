@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -338,4 +339,13 @@ __global__ void k(const float* __restrict__ a, float* __restrict__ out) {{
     for (int t = 0; t < TM; ++t) out[threadIdx.x * TM + t] = acc[t];
 }}
 """
+
+
+def shipped_registers(folder: Path, command: str) -> int:
+    """The registers nvcc's own build of the compile `command` (run in `folder`) gives its kernel."""
+    argv = [*shlex.split(command), "-o", "/dev/null", "-Xptxas", "-v"]
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, check=True)
+    found = re.search(r"Used (\d+) registers", done.stderr)
+    assert found, done.stderr
+    return int(found[1])
 

@@ -26,7 +26,15 @@ from typing import Any
 
 import pytest
 import tomli_w
-from helpers import TINY_KERNEL, CliResult, clean_env, compileiq_command, run_cli, slow_toolchain
+from helpers import (
+    TINY_KERNEL,
+    CliResult,
+    clean_env,
+    compileiq_command,
+    recorded_trials,
+    run_cli,
+    slow_toolchain,
+)
 
 from compileiq import app
 from compileiq.core.records import Trial, TrialState
@@ -532,19 +540,11 @@ def _start(processes: list[subprocess.Popen[str]], kernel: Path, db: str, *extra
     return process
 
 
-def _trials(db: str) -> list[Trial]:
-    store = Store.open(db)
-    try:
-        return [t for s in store.list_studies() for t in store.trials(s.id)]
-    finally:
-        store.close()
-
-
 def _wait_for_running(db: str, process: subprocess.Popen[str], timeout: float = 60) -> list[Trial]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         if Path(db.removeprefix("sqlite:///")).exists():
-            running = [t for t in _trials(db) if t.state is TrialState.RUNNING]
+            running = [t for t in recorded_trials(db) if t.state is TrialState.RUNNING]
             if running:
                 return running
         time.sleep(0.2)
@@ -575,7 +575,7 @@ def test_a_plain_rerun_after_a_crash_in_the_baseline_writes_a_valid_acf(tiny: Pa
     for name in ("baseline", "best"):
         assert evidence[name]["code_hash"], evidence
     assert evidence["baseline"]["trial"] == 0
-    assert all(t.state is TrialState.COMPLETE for t in _trials(db))
+    assert all(t.state is TrialState.COMPLETE for t in recorded_trials(db))
 
 
 @pytest.mark.slow
@@ -630,7 +630,7 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
     while len(_sleeping(slow)) < 2 and time.monotonic() < deadline and victim.poll() is None:
         time.sleep(0.1)
     assert len(_sleeping(slow)) == 2, "two variants never compiled at once"
-    held = [t for t in _trials(db) if t.state is TrialState.RUNNING]
+    held = [t for t in recorded_trials(db) if t.state is TrialState.RUNNING]
     os.killpg(victim.pid, sent)  # what a terminal's Ctrl-C does (compilers have their own group); CI's cancel
     started = time.monotonic()
     _, stderr = victim.communicate(timeout=90)
@@ -641,7 +641,7 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
     line = f"{said}: {len(held)} unfinished trial(s) handed back to retry; finished trials are saved; rerun with --resume"
     assert lines == [f"{line} to continue"], stderr  # one line
     assert _sleeping(slow) == []  # no compiler outlives the run
-    after = {t.config_key: t for t in _trials(db)}
+    after = {t.config_key: t for t in recorded_trials(db)}
     for trial in held:
         released = after[trial.config_key]
         assert released.state is TrialState.FAILED and released.retryable
@@ -671,7 +671,7 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list) -> No
     assert victim.returncode == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted again: stopped at once"), stderr
     assert _wait_until_none(lambda: _sleeping(slow), 10)  # the guard kills the compilers as the run dies
-    (baseline,) = _trials(db)  # handed back by the first stop, or, if the second came first, still
+    (baseline,) = recorded_trials(db)  # handed back by the first stop, or, if the second came first, still
     # claimed by this dead tuner: the next run on this host hands it back (as the line says)
     assert (baseline.state is TrialState.FAILED and baseline.retryable) or baseline.state is TrialState.RUNNING, baseline
 
@@ -719,7 +719,7 @@ def test_a_closed_output_pipe_hands_the_claimed_trials_back(tiny: Path, processe
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("study S") and lines[-2].startswith("limits:"), done.stdout + done.stderr
     assert lines[-1] == "exit 1", done.stdout + done.stderr  # click's answer to EPIPE, and no traceback
-    trials = _trials(db)
+    trials = recorded_trials(db)
     assert trials and [t for t in trials if t.state is TrialState.RUNNING] == []
     reasons = [t.reason or "" for t in trials if t.state is TrialState.FAILED]
     assert all("output was closed" in reason for reason in reasons), reasons
@@ -739,7 +739,7 @@ def test_resume_leaves_a_live_tuners_trials_to_it(tiny: Path, processes: list) -
     assert resumed.returncode == 0, stderr
     assert live.returncode == 0, live_err
     assert f"another tuner ({_worker(live)}) is working on this study; its trials are left to it" in stderr
-    trials = _trials(db)
+    trials = recorded_trials(db)
     assert len(trials) == 4 and all(t.state is TrialState.COMPLETE for t in trials)
     assert {t.worker for t in trials if t.config_key in {h.config_key for h in held}} == {_worker(live)}
     # nothing was compiled twice: the two tuners' new trials add up to the study

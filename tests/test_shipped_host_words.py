@@ -7,15 +7,12 @@ unchanged", the baseline was built with TM's default and the gate passed a comma
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CliResult, run_cli, tile_kernel
+from helpers import CliResult, run_cli, shipped_registers, tile_kernel
 
 from compileiq.results import acf
 
@@ -37,14 +34,6 @@ def _tune(folder: Path) -> CliResult:
                     "--budget", "2", "--db", f"sqlite:///{folder}/t.db", "--out", "k.acf.toml"], cwd=folder)
 
 
-def _registers(folder: Path, command: str) -> int:
-    argv = [*shlex.split(command), "-o", "/dev/null", "-Xptxas", "-v"]
-    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, check=True)
-    found = re.search(r"Used (\d+) registers", done.stderr)
-    assert found, done.stderr
-    return int(found[1])
-
-
 def test_each_word_of_an_xcompiler_value_is_the_option_the_device_pass_sees(tmp_path: Path) -> None:
     command = "nvcc -Xcompiler '-Wall -DTM=16 -DSCALE=2.0f' -arch=sm_90 -c k.cu"
     _kernel(tmp_path, command)
@@ -52,8 +41,8 @@ def test_each_word_of_an_xcompiler_value_is_the_option_the_device_pass_sees(tmp_
     assert result.returncode == 0, result.describe()
     assert "define.TM=16 (-Xcompiler -DTM=16)" in result.stdout + result.stderr, result.describe()
     found = acf.read(tmp_path / "k.acf.toml")
-    shipped = _registers(tmp_path, command)  # nvcc's own build: the shell split the value
-    assert found.evidence["baseline"]["registers"] == shipped != _registers(
+    shipped = shipped_registers(tmp_path, command)  # nvcc's own build: the shell split the value
+    assert found.evidence["baseline"]["registers"] == shipped != shipped_registers(
         tmp_path, "nvcc -Xcompiler -DSCALE=2.0f -arch=sm_90 -c k.cu")
     fixed: list[dict[str, Any]] = tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["fixed"]
     assert {(f["flag"], f["applied"]) for f in fixed} >= {("-DSCALE=2.0f", True), ("-Xcompiler -Wall", False)}, fixed

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import CliResult, run_cli, tile_kernel
+from helpers import CliResult, run_cli, shipped_registers, tile_kernel
 
 from compileiq.results import acf
 
@@ -33,14 +32,6 @@ def _tune(folder: Path, budget: int = 2) -> CliResult:
                     "--budget", str(budget), "--db", f"sqlite:///{folder}/t.db", "--out", "k.acf.toml"], cwd=folder)
 
 
-def _registers(folder: Path, command: str) -> int:
-    argv = [*shlex.split(command), "-o", "/dev/null", "-Xptxas", "-v"]
-    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, check=True)
-    found = re.search(r"Used (\d+) registers", done.stderr)
-    assert found, done.stderr
-    return int(found[1])
-
-
 def test_a_shipped_define_of_a_tuned_macro_is_the_baseline_value(tmp_path: Path) -> None:
     command = "nvcc -DTM=16 -arch=sm_90 -c k.cu"
     _kernel(tmp_path, command)
@@ -48,8 +39,8 @@ def test_a_shipped_define_of_a_tuned_macro_is_the_baseline_value(tmp_path: Path)
     assert result.returncode == 0, result.describe()
     assert "define.TM=16 (-DTM=16)" in result.stdout + result.stderr  # searched from its shipped value
     found = acf.read(tmp_path / "k.acf.toml")
-    shipped = _registers(tmp_path, command)
-    assert found.evidence["baseline"]["registers"] == shipped != _registers(tmp_path, "nvcc -arch=sm_90 -c k.cu")
+    shipped = shipped_registers(tmp_path, command)
+    assert found.evidence["baseline"]["registers"] == shipped != shipped_registers(tmp_path, "nvcc -arch=sm_90 -c k.cu")
     flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
     assert flags.returncode == 0, flags.describe()
     assert len(re.findall(r"-DTM=", flags.stdout)) == 1 and len(re.findall(r"-DBK=", flags.stdout)) == 1, flags.stdout
