@@ -361,8 +361,9 @@ def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf:
     ("90-real", "90-real", "(sm_90)"),
     ("all-major", "all-major", "tuned and checked on sm_90 only; CUDA_ARCHITECTURES all-major kept"),
     ("75", "90", "CUDA_ARCHITECTURES 75 replaced by 90, the arch the ACF was tuned for"),
-    ("90-virtual 75-real", "90;75-real", "CUDA_ARCHITECTURES 90-virtual;75-real made 90;75-real: sm_90 machine code "
-     "added for the ACF's ptxas settings, compute_90 PTX kept, the other archs kept"),
+    ("90-virtual 75-real", "90;75-real", ("CUDA_ARCHITECTURES 90-virtual;75-real made 90;75-real: sm_90 machine "
+                                          "code added for the ACF's ptxas settings, compute_90 PTX kept, the other "
+                                          "archs kept")),
     ("90-virtual", "90", "CUDA_ARCHITECTURES 90-virtual made 90: sm_90 machine code added"),
     ("90-virtual 90-real", "90-virtual;90-real", "(sm_90)"),
 ])
