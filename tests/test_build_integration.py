@@ -361,6 +361,11 @@ def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf:
     ("90-real", "90-real", "(sm_90)"),
     ("all-major", "all-major", "tuned and checked on sm_90 only; CUDA_ARCHITECTURES all-major kept"),
     ("75", "90", "CUDA_ARCHITECTURES 75 replaced by 90, the arch the ACF was tuned for"),
+    ("90-virtual 75-real", "90;75-real", ("CUDA_ARCHITECTURES 90-virtual;75-real made 90;75-real: sm_90 machine "
+                                          "code added for the ACF's ptxas settings, compute_90 PTX kept, the other "
+                                          "archs kept")),
+    ("90-virtual", "90", "CUDA_ARCHITECTURES 90-virtual made 90: sm_90 machine code added"),
+    ("90-virtual 90-real", "90-virtual;90-real", "(sm_90)"),
 ])
 def test_compileiq_apply_keeps_a_targets_other_archs(tmp_path: Path, archs: str, after: str, says: str) -> None:
     """A user's CMake target built for 75 and 90: `compileiq_apply(TARGET ...)` set its
@@ -383,6 +388,29 @@ def test_compileiq_apply_keeps_a_targets_other_archs(tmp_path: Path, archs: str,
         'get_property(_after TARGET t PROPERTY CUDA_ARCHITECTURES)\nmessage(STATUS "after: ${_after}")\n')
     done = _run([cmake_command(), "-S", ".", "-B", "build", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], tmp_path)
     assert f"-- after: {after}\n" in done.stdout and says in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_compileiq_apply_adds_machine_code_to_a_ptx_only_entry_and_keeps_the_other_archs(tmp_path: Path) -> None:
+    """rev51 2: shipped as compute_80 PTX next to sm_90 machine code and tuned with ptxas settings
+    for sm_80, `compileiq_apply` set the target's `80-virtual;90-real` to `80`: the product lost its
+    sm_90 machine code. Only the 80-virtual entry becomes 80 (the ptxas settings need sm_80 machine
+    code; the PTX is kept), and 90-real stays."""
+    tuned_from_command(tmp_path, "nvcc -gencode arch=compute_80,code=compute_80 -gencode arch=compute_90,code=sm_90 "
+                       "-Xptxas -O2 -c k.cu", "--arch", "sm_80", "--only", "ptxas.opt_level",
+                       "--objective", "instructions", source=LOOP_KERNEL, budget=1)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(demo LANGUAGES CUDA)\n"
+        f'find_package(compileiq CONFIG REQUIRED PATHS "{flag_formats.cmake_dir()}" NO_DEFAULT_PATH)\n'
+        "add_library(t OBJECT k.cu)\nset_property(TARGET t PROPERTY CUDA_ARCHITECTURES 80-virtual 90-real)\n"
+        "compileiq_apply(TARGET t ACF k.acf.toml)\n"
+        'get_property(_after TARGET t PROPERTY CUDA_ARCHITECTURES)\nmessage(STATUS "after: ${_after}")\n')
+    done = _run([cmake_command(), "-S", ".", "-B", "build", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+                 f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"], tmp_path)
+    assert "-- after: 80;90-real\n" in done.stdout, done.stdout
+    assert "CUDA_ARCHITECTURES 80-virtual;90-real made 80;90-real" in done.stdout, done.stdout
+    (command,) = [entry["command"] for entry in json.loads((tmp_path / "build" / "compile_commands.json").read_text())]
+    assert "sm_90" in command and "sm_80" in command and "compute_80" in command, command
 
 
 def test_the_wheel_ships_the_cmake_package(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The two-stage compile against the real nvcc/ptxas 13.0."""
 
+import shutil
 import stat
 import struct
 import textwrap
@@ -24,6 +25,7 @@ from compileiq.core.processes import run_tool
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.source.harness import harness_include_dir
 from compileiq.source.kernel import bundle_sources, load_spec
 from tests.helpers import CAPPED_KERNEL
 
@@ -209,3 +211,24 @@ def test_the_measuring_build_times_the_device_code_the_static_build_records(tmp_
     assert built.ok, built.message
     timed = {code_hash(sections) for sections in map(text_sections, _embedded_cubins(built.executable)) if sections}
     assert timed == {recorded.code_hash}
+
+
+def test_the_measuring_build_pre_includes_compileiqs_own_header_not_a_kernels_file_of_that_name(tmp_path):
+    """rev51: the measuring build pre-included `compileiq/host_optimisation.h` by its relative name, and
+    GCC looks for that in the working directory first, where the kernel's bundle is written: a kernel
+    holding a file of that name had it pre-included in place of compileiq's."""
+    (tmp_path / "compileiq").mkdir()
+    (tmp_path / "compileiq" / "host_optimisation.h").write_text(
+        "#ifndef KERNEL_INCLUDES_IT\n#error the kernel's own compileiq/host_optimisation.h was pre-included\n#endif\n")
+    source = tmp_path / "k.cu"
+    source.write_text('#define KERNEL_INCLUDES_IT 1\n#include "compileiq/host_optimisation.h"\n' + READS_HOST_LEVEL)
+    tools = find_toolchain()
+    bundle = bundle_sources(load_spec(source))
+    assert "compileiq/host_optimisation.h" in dict(bundle.files), bundle.files
+    built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), (), 240))
+    assert built.ok, built.message
+    # the absolute path goes through nvcc's shell: a folder with a space is one word still
+    spaced = tmp_path / "with space" / "include"
+    shutil.copytree(harness_include_dir(), spaced)
+    built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), (), 240, str(spaced)))
+    assert built.ok, built.message

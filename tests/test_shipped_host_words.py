@@ -82,7 +82,12 @@ def test_the_gate_sees_a_macro_behind_a_space_in_the_command_that_ships(tmp_path
     ("-Xcompiler '-Wall -DTM=\"16\"'", "holds '\"' beside a space"),
     ("-Xcompiler '-Wall \\-DTM=16'", "beside a space"),
     ("-Xcompiler '-Wall -D$TM'", "holds '$'"),
-    ("-Xcompiler '-Wall${IFS}-DTM=16'", "holds '$'")])
+    ("-Xcompiler '-Wall${IFS}-DTM=16'", "holds '$'"),
+    ("-Xcompiler '-W$X'", "holds '$'"),  # X=p,-DTM=16 makes -Wp,-DTM=16
+    ("-Xcompiler '$X'", "holds '$'"),
+    ("-Xcompiler '-ffile-prefix-map=$(pwd)=.'", "holds '$'"),
+    ("-Xcompiler -isystem,/opt$X", "holds '$'"),
+    ("-Xcompiler '-D$TM'", "holds '$'")])
 def test_an_option_the_shell_would_hand_on_unseen_is_refused_in_one_line(tmp_path: Path, option: str,
                                                                          named: str) -> None:
     _kernel(tmp_path, f"nvcc -DSCALE=1.0f {option} -arch=sm_90 -c k.cu")
@@ -90,3 +95,27 @@ def test_an_option_the_shell_would_hand_on_unseen_is_refused_in_one_line(tmp_pat
     assert listed.returncode == 2, listed.describe()
     [line] = listed.stderr.strip().splitlines()
     assert named in line, line
+
+
+def test_a_refused_expansion_names_the_way_out(tmp_path: Path) -> None:
+    _kernel(tmp_path, "nvcc -DSCALE=1.0f -Xcompiler '-Wall${IFS}-DTM=16' -arch=sm_90 -c k.cu")
+    listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert listed.returncode == 2 and "drop the host option from a copy of the command given to --compile-commands" \
+        in listed.stderr, listed.describe()
+
+
+@pytest.mark.parametrize("option", ["-Xcompiler -fdebug-prefix-map=$PWD=.", "-Xcompiler '-fmacro-prefix-map=${PWD}=.'",
+                                    "-forward-unknown-to-host-compiler -ffile-prefix-map=$PWD/=",
+                                    "-Xcompiler -Wall,-fdebug-prefix-map=$PWD=."])
+def test_a_variable_inside_a_host_only_option_is_set_aside(tmp_path: Path, option: str) -> None:
+    """rev51 7: `-Xcompiler -fdebug-prefix-map=$PWD=.` stopped `tune` ("holds '$'"). nvcc's shell expands
+    it in the host and device preprocessing commands (`nvcc -dryrun`), but into the rest of a host-only
+    option, never a -D of its own: it is set aside as given, as before the refusal."""
+    _kernel(tmp_path, f"nvcc -DSCALE=1.0f {option} -arch=sm_90 -c k.cu")
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    fixed = {f["flag"]: f["applied"] for f in tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]["fixed"]}
+    given = shlex.split(option)
+    assert fixed.get(" ".join(given)) is False or fixed.get(given[-1]) is False, fixed
+    gate = run_cli(["gate", "k.acf.toml", "--static", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gate.returncode == 0, gate.describe()

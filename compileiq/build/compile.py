@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -293,7 +294,20 @@ class ExecutableBuild:
 # and a kernel that reads them was timed as other code than the cubin the static builds (no host -O)
 # record. compileiq/host_optimisation.h, pre-included before anything else, gives the device pass
 # back the default level's macros: the timed device code is the recorded one.
-HOST_OPTIMISATION = "-Xcompiler=-O2,-include,compileiq/host_optimisation.h"
+HOST_HEADER = "compileiq/host_optimisation.h"
+
+
+def host_optimisation(include: str) -> str:
+    """The -Xcompiler option that builds the host code at -O2 and pre-includes the bundled header
+    by its absolute path: GCC looks for an -include's relative name in the working directory first
+    (the kernel's bundle is written there), then along -I, so a compileiq/host_optimisation.h of the
+    kernel's own would be used instead. nvcc splits the value at commas and hands it to /bin/sh:
+    the path is quoted for the shell (a folder with a space), and one holding a comma is refused."""
+    header = f"{include}/{HOST_HEADER}"
+    if "," in header:
+        raise ValueError(f"the measuring build pre-includes {header} through -Xcompiler, which nvcc splits at "
+                         "commas: install compileiq in a folder whose path holds no comma")
+    return f"-Xcompiler=-O2,-include,{shlex.quote(header)}"
 
 
 def unsafe_nvcc_args(nvcc_args: tuple[str, ...], ptxas_args: tuple[str, ...] = ()) -> str | None:
@@ -315,7 +329,7 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
     base = job.bundle.base_args
     std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
-    return [job.nvcc, f"-arch={job.arch}", HOST_OPTIMISATION, *base, *job.frontend_args, *ptxas, *std,
+    return [job.nvcc, f"-arch={job.arch}", host_optimisation(include), *base, *job.frontend_args, *ptxas, *std,
             f"-I{include}", *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 
@@ -331,4 +345,6 @@ def build_executable(job: ExecutableJob, attempts: int = ATTEMPTS) -> Executable
             made = _produce(call, _executable_problem, attempts)
     except OSError as error:
         return ExecutableBuild(BuildStatus.CRASHED, b"", 0.0, _unprepared("nvcc", error))
+    except ValueError as error:  # `host_optimisation`: compileiq's own folder cannot be named to nvcc
+        return ExecutableBuild(BuildStatus.CRASHED, b"", 0.0, str(error))
     return ExecutableBuild(made.status, made.data, made.seconds, made.message)

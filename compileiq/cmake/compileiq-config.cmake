@@ -8,7 +8,8 @@
 # the ACF (only flags its search space can produce), so nothing of the file reaches a shell or is
 # evaluated as CMake code. TARGET keeps a target's CUDA_ARCHITECTURES that build the ACF's arch
 # among others (the flags reach every arch, checked on the ACF's alone: configure says so), and
-# sets it to the ACF's arch where they do not (configure names what it replaced): 90-real where the
+# sets it to the ACF's arch where they do not (configure names what it replaced; a 90-virtual entry,
+# PTX alone, becomes 90 where the ACF holds ptxas settings, the other entries kept): 90-real where the
 # ACF builds machine code alone (a shipped -gencode arch=compute_90,code=sm_90), else 90; with SOURCE,
 # build the target for that architecture yourself. Editing the ACF re-runs configure.
 # COMPILEIQ_EXECUTABLE names the command (default: `compileiq` on PATH or in $VIRTUAL_ENV/bin).
@@ -81,14 +82,16 @@ function(compileiq_apply)
 
   if(_ciq_TARGET)
     # A target that builds the ACF's arch among others keeps them all (narrowing it would drop archs
-    # from the product); one that does not build it is set to it, and configure says what it replaced.
+    # from the product); where it builds PTX alone for it (NN-virtual), that entry becomes NN; one
+    # that does not build it is set to it, and configure says what it replaced or changed.
     get_property(_archs TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES)
     set(_builds_it FALSE)
     set(_others FALSE)
+    set(_ptx_only FALSE)  # the ACF's arch as NN-virtual, and no entry that builds its machine code
     foreach(_entry IN LISTS _archs)
       string(REGEX REPLACE "-(real|virtual)$" "" _entry_number "${_entry}")
       if(_entry_number STREQUAL _number AND _entry MATCHES "-virtual$" AND NOT _arch MATCHES "-virtual$")
-        set(_others TRUE)  # PTX alone: the ACF's ptxas settings need machine code (its cmake_note)
+        set(_ptx_only TRUE)  # PTX alone: the ACF's ptxas settings need machine code (its cmake_note)
       elseif(_entry_number STREQUAL _number)
         set(_builds_it TRUE)
       elseif(_entry MATCHES "^(all|all-major|native)$")
@@ -99,7 +102,16 @@ function(compileiq_apply)
       endif()
     endforeach()
     set(_how "sm_${_number}")
-    if(_builds_it AND _others)
+    if(_ptx_only AND NOT _builds_it)
+      # that entry alone becomes NN (its PTX kept, sm_NN machine code added); every other entry stays
+      set(_before "${_archs}")
+      list(TRANSFORM _archs REPLACE "^${_number}-virtual$" "${_number}")
+      set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_archs}")
+      set(_how "sm_${_number}; CUDA_ARCHITECTURES ${_before} made ${_archs}: sm_${_number} machine code added for the ACF's ptxas settings, compute_${_number} PTX kept")
+      if(_others)
+        string(APPEND _how ", the other archs kept: they get these flags unchecked")
+      endif()
+    elseif(_builds_it AND _others)
       set(_how "tuned and checked on sm_${_number} only; CUDA_ARCHITECTURES ${_archs} kept: the others get these flags unchecked")
     elseif(NOT _builds_it)
       set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES "${_arch}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import product
+from math import prod
 
 from compileiq.core.space import SearchSpace, Value, canonical_key, same
 
@@ -112,4 +113,7 @@ def distinct_size(space: SearchSpace) -> int:
     names = [p.name for p in params]
     combinations = [dict(zip(names, values)) for values in product(*(p.values for p in params))]
     kept = sum(1 for values in combinations if canonical(space, values) == values)
+    # the twins' parameters vary independently of the others only while size() is the plain product
+    # (no restriction or cross-parameter rule counted in): else this count would be silently wrong
+    assert space.size() == prod(len(p.values) for p in space.parameters), "size() is no longer a plain product"
     return space.size() // len(combinations) * kept

@@ -260,7 +260,8 @@ class SearchSpace:
         return Config.of({p.name: p.default for p in self.parameters})
 
     def size(self) -> int:
-        """Number of distinct configs."""
+        """Number of configs: the plain product of the parameters' value counts, a restriction not
+        applied (`implied.distinct_size` divides it by the twins' combinations and relies on that)."""
         return prod(len(p.values) for p in self.parameters)
 
     def validate(self, config: Config) -> None:

@@ -184,7 +184,8 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
     """Write atomically (temporary file + rename): a reader never sees half a file; an existing
     ACF is replaced only by one that reads back valid and, unless ``force``, holds at least as
     much evidence, and never one of the run's `inputs` or a database (`acf_replace`: ReplaceError
-    otherwise). A symlink stays a link to the rewritten file; anything but a regular file is refused (OutputFileError)."""
+    otherwise). A path that is a symbolic link, or anything but a regular file, is refused (OutputFileError,
+    `write_atomically`); links among its folders are followed."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too

@@ -13,11 +13,13 @@
 - nvcc hands such a value (and an option -forward-unknown-to-host-compiler forwards) to the host
   compiler through /bin/sh, unquoted: the shell splits it at its spaces, and each word is read as
   an option of its own (`shell_words`). A value the shell would read more into (quotes, escapes,
-  expansions, globs) is refused.
+  expansions, globs) is refused, but for a variable inside a host-only option
+  (``-fdebug-prefix-map=$PWD=.``), which no expansion can turn into a preprocessor option.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +79,9 @@ HOST_LINKER = "host linker or assembler option (-Wl, -Wa,): device code is uncha
 # redirections, comments. `$` and '`' anywhere: an expansion is split too (-Wall${IFS}-DX=1).
 _SHELL_SYNTAX = "'\"\\$`;&|<>()*?[]{}~#!"
 _EXPANSIONS = "$`"
+# A variable the shell expands inside a host-only word: $NAME or ${NAME}, nothing else ($(...),
+# ${NAME:-...}, $1, `...`); IFS is the shell's word separator, `-Wall${IFS}-DX=1` two words.
+_VARIABLE = re.compile(r"\$(?:(?!IFS\b)[A-Za-z_]\w*|\{(?!IFS\})[A-Za-z_]\w*\})")
 
 
 class MacroError(UsageError):
@@ -131,19 +136,35 @@ def shipped_macro(flag: str, value: str, given: str, macros: Macros, where: str)
                      "as tune.toml gives it")
 
 
-def shell_words(value: str, given: str, where: str) -> list[str]:
+def shell_words(value: str, given: str, where: str, variables: bool = False) -> list[str]:
     """The words /bin/sh splits one value into that nvcc hands the host compiler unquoted (an
     -Xcompiler item, an option -forward-unknown-to-host-compiler forwards): `nvcc -Xcompiler "-Wall
     -DX=1"` gives the host compiler, which preprocesses the device code too, -Wall and -DX=1.
-    MacroError for a value the shell would read more into than its spaces."""
+    MacroError for a value the shell would read more into than its spaces; with `variables` (the
+    caller sets such a word aside, as a host-only option), but for a one-word value holding $NAME
+    or ${NAME} after a start no preprocessor option begins with (`_host_variables`)."""
     words = [word for word in value.split(" ") if word]
     shell = [c for c in value if c in _EXPANSIONS or (len(words) > 1 and c in _SHELL_SYNTAX)]
-    if shell:
+    if shell and not (variables and len(words) == 1 and _host_variables(words[0])):
         raise MacroError(f"{where}: {shown(given)} holds {shell[0]!r}" + (" beside a space" if len(words) > 1 else "")
                          + ": nvcc hands the value to the host compiler (which preprocesses the device code too) "
                          "through a shell, which reads it there, and compileiq does not; give each host option on its "
-                         "own, unquoted (-Xcompiler -Wall -Xcompiler -DX=1), or tune without --compile-commands")
+                         "own, unquoted (-Xcompiler -Wall -Xcompiler -DX=1), or drop the host option from a copy of "
+                         "the command given to --compile-commands")
     return words
+
+
+def _host_variables(word: str) -> bool:
+    """Whether every expansion in `word` is a variable ($NAME, ${NAME}) after a start that no
+    preprocessor option begins with (-fdebug-prefix-map=$PWD=.): what it expands to is the rest of
+    a host-only option, never a -D, -U, -include or -Wp, of its own (`-W$X` could be `-Wp,-DX`: refused).
+    A variable's value is taken to hold no space (the shell would split it there), as a path does."""
+    start = word.partition("$")[0]
+    if "`" in word or not start or _preprocessor(word) is not None:
+        return False
+    if any(spelling.startswith(start) for spelling in (*_OPTIONS, *_LONG)):
+        return False
+    return "$" not in _VARIABLE.sub("", word)
 
 
 def host_why(value: str) -> str:
@@ -180,7 +201,7 @@ def forwarded_problem(given: str, forward: str, where: str) -> None:
     (-forward-unknown-to-host-compiler), as GCC spells it (--include-directory=DIR, -imacros, -Wp,):
     the host compiler preprocesses the device code with it too, and nvcc's own spelling is the one
     compileiq reads. Each word of an option with a space (`shell_words`) is one the host compiler reads."""
-    words = shell_words(given, given, where)
+    words = shell_words(given, given, where, variables=True)
     if len(words) > 1 and (hidden := next((w for w in words if _preprocessor(w) is not None), None)):
         raise MacroError(f"{where}: {shown(given)} hides {shown(hidden)} behind a space: {forward} hands it to the host "
                          "compiler through a shell, which splits it there, and the host compiler preprocesses the "
@@ -200,10 +221,12 @@ def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tupl
     nvcc's device pass sees as its own flag (`APPLIED`, GCC's long spellings too); any other as
     (`flag`, the option, as given). MacroError for a preprocessor option no base flag gives."""
     words = [(word, "," if n == 0 else " ") for item in value.split(",")
-             for n, word in enumerate(shell_words(item, given, where) or [""])]
+             for n, word in enumerate(shell_words(item, given, where, variables=True) or [""])]
     if not any(_preprocessor(word) for word, _ in words):
         yield flag, value, given  # the host compiler's alone (-Xcompiler=-Wl,-z,now): set aside as given
         return
+    for item in value.split(","):  # beside a preprocessor option, no expansion at all
+        shell_words(item, given, where)
     items = iter(words)
     several = len(words) > 1
     spaced = f" (behind a space in {shown(given)}: the shell nvcc hands it to splits it there)" if " " in value else ""
