@@ -7,6 +7,7 @@ unchanged", the baseline was built with TM's default and the gate passed a comma
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
