@@ -100,7 +100,8 @@ def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
     never silently; or, in a build file, machine code from an older arch's PTX, which CMake cannot say."""
     applied = (f.flag for f in acf.shipped.fixed if f.applied) if acf.shipped is not None else ()
     found = shipped_code(applied, acf.arch)
-    n, v = acf.arch.removeprefix("sm_"), acf.ptx_arch().removeprefix("compute_")
+    n, older = acf.arch.removeprefix("sm_"), acf.ptx_arch() != acf.arch
+    v = acf.ptx_arch().removeprefix("compute_")
     build_file = fmt in ("cmake", "bazel")  # the build system sets the arch
     if stage == "ptxas":  # ptxas itself always makes machine code
         return None
@@ -116,7 +117,7 @@ def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
         return (f"your build as shipped embeds compute_{n} PTX only, kept so ({kept}): the driver compiles it when "
                 f"it loads, with its own settings; the tuning scored sm_{n} machine code that ptxas built here"
                 + ("" if not build_file else f", and the build system sets the arch: keep {kept}"))
-    if v != n and build_file:  # the args themselves build what the tuning scored: no note
+    if older and build_file:  # the args themselves build what the tuning scored: no note
         # the pair alone, or -arch=compute_80 with a -code list that builds sm_80 too (left out)
         kept = f"-arch=compute_{v} -code=sm_{n}" if found is not None else f"-arch=compute_{v} and its -code list"
         how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, other code than the "
