@@ -172,10 +172,10 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
 def shipped_code_note(spec: KernelSpec) -> list[str]:
     """The line on what the shipped flags for the arch tuned embed where -arch=sm_XY would embed
     other code (PTX alone, or machine code from an older arch's PTX): `arch_code.code_note`."""
-    from compileiq.source.arch_code import code_note
+    from compileiq.source.arch_code import code_note, older_ptx_note
 
     applied = [f.flag for f in spec.shipped.fixed if f.applied] if spec.shipped is not None else []
-    return [note] if (note := code_note(applied, spec.arch)) else []
+    return [note] if (note := code_note(applied, spec.arch) or older_ptx_note(spec.arch, spec.ptx_arch)) else []
 
 
 def shipped_notes(spec: KernelSpec) -> list[str]:
@@ -384,7 +384,7 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
         nvcc=toolchain.nvcc, bundle=bundle, arch=spec.arch, space=space,
         fixed_defines=spec.fixed_define_args(), timeout_s=spec.compile_timeout_s, run_args=spec.run_args,
         rtol=spec.rtol, atol=spec.atol, program_regex=spec.metric_regex, program=spec.mode == "program",
-        static=StaticEvaluator("static", spec, bundle),
+        static=StaticEvaluator("static", spec, bundle), ptx_arch=spec.ptx_arch,
     )  # fmt: skip
     pool = MeasurerPool(measurers)
     return TimeEvaluator(target, store, workers, pool, confirm_on=pool.first, finalists=options.finalists)

@@ -232,3 +232,31 @@ def test_the_measuring_build_pre_includes_compileiqs_own_header_not_a_kernels_fi
     shutil.copytree(harness_include_dir(), spaced)
     built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), (), 240, str(spaced)))
     assert built.ok, built.message
+
+
+READS_CUDA_ARCH = """
+__global__ void k(float* y) {
+#if __CUDA_ARCH__ >= 860
+  y[threadIdx.x] = 3.0f;
+#else
+  y[threadIdx.x] = 5.0f;
+#endif
+}
+int main() { return 0; }
+"""
+
+
+def test_the_measuring_build_makes_sm_86_code_from_the_older_ptx_the_trials_do(tmp_path):
+    """A shipped -arch=compute_80 -code=sm_86 (rev51 #1): the trials compile compute_80 PTX, then ptxas
+    for sm_86; the timed executable embeds that code alone, not sm_86 code from compute_86 PTX."""
+    source = tmp_path / "k.cu"
+    source.write_text(READS_CUDA_ARCH)
+    tools = find_toolchain()
+    bundle = bundle_sources(load_spec(source))
+    ptx = emit_ptx(FrontendJob(tools.nvcc, bundle, "compute_80", (), 60))
+    recorded = assemble(AssembleJob(tools.ptxas, "sm_86", (), 60), ptx)
+    assert recorded.ok, recorded.message
+    built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_86", (), (), 240, ptx_arch="compute_80"))
+    assert built.ok, built.message
+    timed = {code_hash(sections) for sections in map(text_sections, _embedded_cubins(built.executable)) if sections}
+    assert timed == {recorded.code_hash}

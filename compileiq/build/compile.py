@@ -54,7 +54,7 @@ class BuildStatus(str, Enum):
 class FrontendJob:
     nvcc: str
     bundle: SourceBundle
-    arch: str
+    arch: str  # the PTX's (-arch=ARCH -ptx): the arch tuned, or the older compute_80 its machine code is made from
     args: tuple[str, ...]
     timeout_s: float
 
@@ -272,6 +272,7 @@ class ExecutableJob:
     ptxas_args: tuple[str, ...]  # passed through as -Xptxas=ARG
     timeout_s: float
     harness_include: str | None = None  # default: this installation's include directory
+    ptx_arch: str | None = None  # compute_80 for sm_86 machine code made from it (`arch_code.ptx_arch`)
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,9 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     ptxas = [f"-Xptxas={arg}" for arg in job.ptxas_args]
     base = job.bundle.base_args
     std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
-    return [job.nvcc, f"-arch={job.arch}", host_optimisation(include), *base, *job.frontend_args, *ptxas, *std,
+    # sm_86 machine code from compute_80 PTX, as the trials' PTX (`FrontendJob.arch`)
+    arch = (f"-arch={job.ptx_arch}", f"-code={job.arch}") if job.ptx_arch not in (None, job.arch) else (f"-arch={job.arch}",)
+    return [job.nvcc, *arch, host_optimisation(include), *base, *job.frontend_args, *ptxas, *std,
             f"-I{include}", *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 

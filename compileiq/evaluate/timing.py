@@ -58,6 +58,7 @@ class TimingTarget:
     program_regex: str | None  # program mode: the metric's regex (None: a JSON line with time_ms)
     program: bool
     static: StaticEvaluator  # spills, registers... are recorded beside each runtime
+    ptx_arch: str | None = None  # `KernelSpec.ptx_arch`: the machine code's PTX is compiled for it
 
 
 class TimeEvaluator:
@@ -230,7 +231,7 @@ class TimeEvaluator:
     def _job(self, config: Config) -> ExecutableJob:
         target, space = self._target, self._target.space
         return ExecutableJob(target.nvcc, target.bundle, target.arch, (*space.frontend_args(config), *target.fixed_defines),
-                             space.ptxas_args(config), target.timeout_s)
+                             space.ptxas_args(config), target.timeout_s, ptx_arch=target.ptx_arch)
 
     def _args_hash(self) -> str:
         args = [*self._target.run_args, *([] if self._target.program else SCREEN_ARGS)]
@@ -287,9 +288,9 @@ class HarnessTiming:
         acf_bundle = bundle if target.built_spec is spec else bundle_sources(target.built_spec)
         jobs = {
             "acf": ExecutableJob(tools.nvcc, acf_bundle, acf.arch, (*acf.frontend_args, *spec.fixed_define_args()),
-                                 acf.ptxas_args, spec.compile_timeout_s),
+                                 acf.ptxas_args, spec.compile_timeout_s, ptx_arch=acf.ptx_arch()),
             "default": ExecutableJob(tools.nvcc, bundle, acf.arch, (*baseline.frontend_args, *spec.fixed_define_args()),
-                                     baseline.ptxas_args, spec.compile_timeout_s),
+                                     baseline.ptxas_args, spec.compile_timeout_s, ptx_arch=acf.ptx_arch()),
         }
         with ThreadPoolExecutor(len(jobs)) as pool:  # both at once
             built = dict(zip(jobs, pool.map(build_executable, jobs.values()), strict=True))

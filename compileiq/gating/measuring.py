@@ -118,7 +118,7 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
     acf, settings = target.acf, target.spec.settings_sha256()
     # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
-    frontend = FrontendJob(toolchain.nvcc, bundle, acf.arch, (*frontend_args, *spec.fixed_define_args()),
+    frontend = FrontendJob(toolchain.nvcc, bundle, acf.ptx_arch(), (*frontend_args, *spec.fixed_define_args()),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))

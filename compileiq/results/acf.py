@@ -32,7 +32,7 @@ from compileiq.results import acf_checks, acf_replace
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
-from compileiq.source.arch_code import arch_args
+from compileiq.source.arch_code import arch_args, ptx_arch
 from compileiq.source.base_flags import (
     CAPPED,
     SYSTEM,
@@ -87,7 +87,8 @@ class Acf:
             # with the base flags: what nvcc hands ptxas of them (-lineinfo: --generate-line-info), its cap last
             base = ptxas_forwarded_args(self.base.flags) + ptxas_cap_args(self.base.flags) if with_base else ()
             return compile_only + (f"-arch={self.arch}",) * with_arch + self.ptxas_args + base
-        if stage == "frontend":
+        if stage == "frontend":  # the PTX's arch: compute_80 where the shipped build makes sm_86 code from it
+            arch = (f"-arch={self.ptx_arch()}",) if with_arch and self.ptx_arch() != self.arch else arch
             return arch + base + self.frontend_args + self.fixed_defines
         return arch + base + self.argv
 
@@ -99,7 +100,17 @@ class Acf:
         stays so unless the choice holds ptxas settings, which need machine code to take effect:
         then -arch=compute_80 -code=sm_80 -code=compute_80 (`flag_formats.code_note` says so)."""
         applied = (f.flag for f in self.shipped.fixed if f.applied) if self.shipped is not None else ()
-        return arch_args(applied, self.arch, machine_code=bool(self.ptxas_args)) or (f"-arch={self.arch}",)
+        if found := arch_args(applied, self.arch, machine_code=bool(self.ptxas_args)):
+            return found
+        # -arch=compute_80 -code=sm_80,sm_86 (sm_80 left out): sm_86 from compute_80 PTX, as the trials were
+        older = self.ptx_arch()
+        return (f"-arch={older}", f"-code={self.arch}") if older != self.arch else (f"-arch={self.arch}",)
+
+    def ptx_arch(self) -> str:
+        """The arch its PTX was compiled for, and a rebuild compiles it for (`arch_code.ptx_arch`):
+        the shipped build's compute_80 where it makes sm_86 machine code from it (from flags that
+        also build archs left out, `-code=sm_80,sm_86`, too), else the arch."""
+        return ptx_arch((f.flag for f in self.shipped.fixed) if self.shipped is not None else (), self.arch)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder (an ACF records it relative to its

@@ -97,32 +97,33 @@ def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
     """One line where the shipped build's flags for the arch tuned embed other than -arch=sm_XY
     would (`arch_code`): PTX alone, which ptxas settings cannot reach (the driver compiles it when
     it loads, with its own settings), so a choice that holds any gets sm_XY machine code added,
-    never silently; or machine code from an older arch's PTX, which the trials were not."""
+    never silently; or, in a build file, machine code from an older arch's PTX, which CMake cannot say."""
     applied = (f.flag for f in acf.shipped.fixed if f.applied) if acf.shipped is not None else ()
     found = shipped_code(applied, acf.arch)
-    if found is None or stage == "ptxas":  # ptxas itself always makes machine code
-        return None
-    n, v = found.number, found.source
+    n, older = acf.arch.removeprefix("sm_"), acf.ptx_arch() != acf.arch
+    v = acf.ptx_arch().removeprefix("compute_")
     build_file = fmt in ("cmake", "bazel")  # the build system sets the arch
-    if found.ptx_only and acf.ptxas_args:
+    if stage == "ptxas":  # ptxas itself always makes machine code
+        return None
+    if found is not None and found.ptx_only and acf.ptxas_args:
         how = (f"CUDA_ARCHITECTURES {n}, not {n}-virtual" if fmt == "cmake" else f"sm_{n} in the build's archs"
                if fmt == "bazel" else f"-arch=compute_{n} -code=sm_{n} -code=compute_{n}, the PTX kept")
         return (f"your build as shipped embeds compute_{n} PTX only, no sm_{n} machine code; the driver compiles it "
                 "when it loads, with its own settings: the tuned ptxas settings "
                 f"({' '.join(acf.ptxas_args)}) take effect only where sm_{n} machine code is embedded, so these "
                 f"flags add it ({how}); a build that keeps compute_{n} PTX alone gets nothing from them")
-    if found.ptx_only:
+    if found is not None and found.ptx_only:
         kept = f"CUDA_ARCHITECTURES {n}-virtual" if fmt == "cmake" else f"-arch=compute_{n}"
         return (f"your build as shipped embeds compute_{n} PTX only, kept so ({kept}): the driver compiles it when "
                 f"it loads, with its own settings; the tuning scored sm_{n} machine code that ptxas built here"
                 + ("" if not build_file else f", and the build system sets the arch: keep {kept}"))
-    if found.from_older_ptx:
-        kept = f"-arch=compute_{v} -code=sm_{n}"
-        how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, as the trials "
-               f"were; for the shipped build set CUDA_ARCHITECTURES OFF and keep {kept}" if fmt == "cmake"
-               else f"keep {kept} in the build" if build_file else f"these flags keep it so ({kept})")
-        return (f"your build as shipped makes sm_{n} machine code from compute_{v} PTX, nothing for sm_{v}; the "
-                f"tuning compiled its trials from compute_{n} PTX: {how}")
+    if older and build_file:  # the args themselves build what the tuning scored: no note
+        # the pair alone, or -arch=compute_80 with a -code list that builds sm_80 too (left out)
+        kept = f"-arch=compute_{v} -code=sm_{n}" if found is not None else f"-arch=compute_{v} and its -code list"
+        how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, other code than the "
+               f"tuning scored; set CUDA_ARCHITECTURES OFF and keep {kept}" if fmt == "cmake" else f"keep {kept} in the build")
+        return (f"your build as shipped makes sm_{n} machine code from compute_{v} PTX"
+                f"{f', nothing for sm_{v}' if found is not None else ''}, and the tuning compiled its trials so: {how}")
     return None
 
 
@@ -138,7 +139,7 @@ def cuda_architectures(acf: Acf) -> str:
     `-gencode arch=compute_90,code=sm_90`) is 90-real: a plain 90 would embed PTX the shipped
     build has not (and a newer GPU would JIT-compile it); `-arch=compute_90` (PTX alone) is
     90-virtual. sm_90a -> 90a, 90a-real. CMake cannot say `-arch=compute_80 -code=sm_86`: 86-real
-    builds sm_86 from compute_86 PTX, as the trials were (`code_note` says so)."""
+    builds sm_86 from compute_86 PTX, not as the trials were (`code_note` says so)."""
     number = acf.arch.removeprefix("sm_")
     args = acf.arch_args()
     codes = [c for token in args if token.startswith("-code=") for c in token.removeprefix("-code=").split(",")]

@@ -88,6 +88,31 @@ def shipped_code(flags: Iterable[str], arch: str) -> ShippedCode | None:
     return ShippedCode(number, source, machine, ptx)
 
 
+def ptx_arch(flags: Iterable[str], arch: str) -> str:
+    """The arch the front end compiles PTX for, for `arch`'s machine code: the compute_XY the
+    command's arch flags make it from where that is older (`-arch=compute_80 -code=sm_86`, or
+    `-code=sm_80,sm_86` beside it: compute_80, its __CUDA_ARCH__ 800), else `arch` itself
+    (-arch=sm_86 -ptx: compute_86). Trials, the baseline and the gate's rebuild all compile so;
+    ptxas still targets `arch`. Read from the numbers the flags name, never echoed."""
+    number = arch.removeprefix("sm_")
+    sources: set[str] = set()
+    virtual: set[str] = set()
+    listed: set[str] = set()
+    for given in flags:
+        text = given.strip()
+        if (gencode := _GENCODE.fullmatch(text)) is not None and f"sm_{number}" in gencode[2].split(","):
+            sources.add(gencode[1])
+        elif (named := _VIRTUAL.fullmatch(text)) is not None:
+            virtual.add(named[1])
+        elif (code := _CODES.fullmatch(text)) is not None:
+            listed.update(code[1].split(","))
+    if len(virtual) == 1 and f"sm_{number}" in listed and (value := next(iter(virtual))).startswith("compute_"):
+        sources.add(value.removeprefix("compute_"))
+    if len(sources) != 1 or (source := next(iter(sources))) == number:
+        return arch  # none, its own, or more than one (nvcc refuses two sources for one arch)
+    return f"compute_{source}"
+
+
 def arch_args(flags: Iterable[str], arch: str, machine_code: bool = False) -> tuple[str, ...] | None:
     """`shipped_code(flags, arch).args(machine_code)`: the arguments that build `arch` as the
     shipped command does where -arch=`arch` would not (None: it builds it alike, or they are not
@@ -114,7 +139,7 @@ def paired(arch_flags: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str,
 def code_note(flags: Iterable[str], arch: str) -> str | None:
     """The line `tune` and `space` print where the command's flags for the arch tuned build other
     than -arch=sm_XY: PTX only (ptxas settings cannot apply to it), or machine code from an older
-    arch's PTX (the trials are compiled from the arch's own)."""
+    arch's PTX (the trials are compiled from that PTX too, as the shipped build is)."""
     found = shipped_code(flags, arch)
     if found is None:
         return None
@@ -126,6 +151,15 @@ def code_note(flags: Iterable[str], arch: str) -> str | None:
                 f"-arch=compute_{n} -code=sm_{n} -code=compute_{n} for a choice that holds any, else -arch=compute_{n}")
     if found.from_older_ptx:
         return (f"the compile command builds sm_{n} machine code from compute_{v} PTX (and nothing for sm_{v}): tuned "
-                f"for sm_{n}, its trials compiled from compute_{n} PTX (its __CUDA_ARCH__, not compute_{v}'s); `compileiq "
+                f"for sm_{n}, its trials compiled as it does, from compute_{v} PTX (its __CUDA_ARCH__); `compileiq "
                 f"flags` keeps -arch=compute_{v} -code=sm_{n}")
     return None
+
+
+def older_ptx_note(arch: str, ptx: str) -> str | None:
+    """The line for machine code made from older PTX by flags that build other archs too
+    (`-arch=compute_80 -code=sm_80,sm_86`, sm_80 left out: `shipped.arch_note` says so)."""
+    if ptx == arch:
+        return None
+    return (f"the compile command builds {arch} machine code from {ptx} PTX: its trials compiled so; "
+            f"`compileiq flags` gives -arch={ptx} -code={arch}")

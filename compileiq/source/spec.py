@@ -16,6 +16,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Value
+from compileiq.source.arch_code import ptx_arch
 from compileiq.source.base_flags import SYSTEM, BaseFlags, path_problem, ptxas_cap_args
 
 TUNE_FILE = "tune.toml"
@@ -167,7 +168,15 @@ class KernelSpec:
             "rtol": self.rtol, "atol": self.atol, "mode": self.mode,
             "metric_regex": self.metric_regex, "run_args": list(self.run_args),
             **({"restrictions": list(self.restrictions)} if self.restrictions else {}),  # older studies keep their identity
+            **({"ptx_arch": self.ptx_arch} if self.ptx_arch != self.arch else {}),  # likewise
         } | self._shipped_settings()  # fmt: skip
+
+    @property
+    def ptx_arch(self) -> str:
+        """The arch the front end compiles PTX for (`arch_code.ptx_arch`): the shipped build's
+        compute_80 where it makes sm_86 machine code from it (its -code list may name other archs,
+        left out), else the arch tuned."""
+        return ptx_arch((f.flag for f in self.shipped.fixed) if self.shipped is not None else (), self.arch)
 
     def _shipped_settings(self) -> dict[str, Any]:
         """The shipped build's settings change the baseline, hence the study (absent without them:

@@ -46,18 +46,19 @@ class Jobs:
         frontend_args = (*space.frontend_args(config), *self._fixed_defines)
         return VariantJob(
             tag=tag,
-            frontend=FrontendJob(tools.nvcc, target.bundle, spec.arch, frontend_args, spec.compile_timeout_s),
+            frontend=FrontendJob(tools.nvcc, target.bundle, spec.ptx_arch, frontend_args, spec.compile_timeout_s),
             assemble=AssembleJob(tools.ptxas, spec.arch, space.ptxas_args(config), spec.compile_timeout_s),
         )
 
     def build_key(self, config: Config) -> str:
-        """Identity of a build: sources, toolchain, arch and the rendered arguments of both stages."""
+        """Identity of a build: sources, toolchain, arch (and the PTX's, where older) and the rendered arguments of both stages."""
         target = self._target
         space, spec = target.space, target.kernel
         identity = [
             target.bundle.sha256,
             target.toolchain.nvcc_build,
             spec.arch,
+            *([spec.ptx_arch] if spec.ptx_arch != spec.arch else []),  # keys of -arch=sm_XY PTX stay as they were
             [*space.frontend_args(config), *self._fixed_defines, *target.bundle.include_args],
             list(space.ptxas_args(config)),
             RESOURCE_REPORT_VERSION,
