@@ -118,7 +118,7 @@ compileiq_apply(TARGET k ACF k.acf.toml)
 
 @pytest.mark.parametrize(("ptxas", "target", "replaced", "code"), [
     ("-O3", "75", "75 replaced by 80-virtual", "code=[compute_80]"),  # PTX only, kept so
-    ("-O2", "80-virtual", "80-virtual replaced by 80", "code=[compute_80,sm_80]"),  # -O2 needs machine code
+    ("-O2", "80-virtual", "80-virtual made 80", "code=[compute_80,sm_80]"),  # -O2 needs machine code
 ])
 def test_compileiq_apply_builds_a_ptx_only_build_as_flags_does(tmp_path: Path, ptxas: str, target: str, replaced: str,
                                                                code: str) -> None:
