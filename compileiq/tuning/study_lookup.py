@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from compileiq.core.records import Study, StudyKey
 from compileiq.core.space import SearchSpace
@@ -67,7 +67,7 @@ def on_recorded_space(store: Store, request: TuneRequest, bundle: SourceBundle, 
     """A static run's request, searcher (None: the tuner starts one for the request) and space: on
     the space older releases searched (`TuneRequest.legacy_space`: with a shipped fast-math twin in
     it) where the study recorded there is the one this run continues, else as they are."""
-    older: Any = request.legacy_space
+    older = request.legacy_space
     if older is None or older.sha256 == request.space.sha256:
         return request, search, request.space
     key, _ = keys(request, bundle, toolchain, StaticEvaluator.kind)
