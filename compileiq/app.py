@@ -32,7 +32,7 @@ from compileiq.source.shipped import arch_note, value_text
 from compileiq.source.spec import TUNE_FILE, KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.database_url import database_url, sqlite_file
-from compileiq.tuning import option_checks, space_choice
+from compileiq.tuning import option_checks, space_choice, study_lookup
 from compileiq.tuning.limits import check_patience, parse_duration
 from compileiq.tuning.progress import Progress
 from compileiq.tuning.startup import EarlyWorkers, PhaseProgress
@@ -126,10 +126,10 @@ def narrowed(options: TuneOptions) -> dict[str, Any]:
     return {key: value for key, value in given.items() if value}
 
 
-def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions) -> SearchSpace:
+def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions, legacy: bool = False) -> SearchSpace:
     """The installed compiler's space as the options narrow it for this kernel (`space_choice`)."""
     choice = space_choice.Selection(options.only, options.exclude, options.allow_numerics, options.allow_semantics)
-    return space_choice.searched_space(spec, load_space(toolchain.nvcc_version), choice)
+    return space_choice.searched_space(spec, load_space(toolchain.nvcc_version), choice, legacy)
 
 
 def full_space(kernel: Path | None, arch: str | None = None,
@@ -269,7 +269,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         search=SearchSettings(options.strategy, options.seed, options.surrogate),
         batch_size=options.batch_size, study_name=options.study, resume=options.resume,
         simplify=options.simplify, stale_after_s=options.stale_after, time_budget_s=time_budget_s,
-        warm_start=options.warm_start,
+        warm_start=options.warm_start, legacy_space=tuning_space(spec, toolchain, options, legacy=True),
         patience=options.patience, pick=options.pick or "knee", stream=options.stream,
         screening=ScreeningPolicy() if options.objective == "time" else None,  # compile 3x, measure 1x
     )  # fmt: skip
@@ -292,7 +292,7 @@ def _inputs(options: TuneOptions, spec: KernelSpec) -> tuple[tuple[str, Path], .
 
 def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolchain: Toolchain,
          out: tuple[Path, tuple[tuple[str, Path], ...]], phases: PhaseProgress, measurers: Sequence[Any] | None,
-         search: SearchLoad[Any]) -> TuneReport:
+         search: SearchLoad[Any] | None) -> TuneReport:
     """Bundle the sources, open the store, check the ACF may be replaced, run, write the ACF at
     `out` (its path, and the run's inputs it must not replace)."""
     from compileiq.tuning.tuner import Tuner
@@ -309,7 +309,9 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
         try:
             evaluator = (_time_evaluator(options, spec, space, toolchain, store, workers, bundle, measurers)
                          if _timed(options.objective) else None)
-            planned = _planned(options, request, bundle, toolchain, evaluator is None)
+            if evaluator is None:  # a study recorded on the space older releases searched: continued on it
+                request, search, space = study_lookup.on_recorded_space(store, request, bundle, toolchain, search)
+            planned = _planned(options, request, bundle, toolchain, store if evaluator is None else None)
             acf_replace.check(path, planned, options.force, inputs=inputs)  # again at write time, with the run's evidence
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
@@ -323,13 +325,15 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
 
 
 def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain: Toolchain,
-             static: bool) -> acf_replace.Held:
+             static: Store | None) -> acf_replace.Held:
     """What the run's ACF will hold, as far as it is known before the run: its study (a runtime
-    objective's default name holds the GPU, known once measured) and whether it simplifies."""
-    from compileiq.store import default_study_name
-    from compileiq.tuning.request import study_key
+    objective's default name holds the GPU, known once measured: `static` is the store of a static
+    run) and whether it simplifies."""
+    from compileiq.evaluate.metrics import StaticEvaluator
+    from compileiq.tuning.study_lookup import planned_name
 
-    name = options.study or (default_study_name(study_key(request, bundle, toolchain)) if static else None)
+    name = options.study or (planned_name(static, request, bundle, toolchain, StaticEvaluator.kind)
+                             if static is not None else None)
     kernel = (bundle.sha256, request.kernel.settings_sha256())
     return acf_replace.Held(study=name, dropped=None if options.simplify else 0, kernel=kernel,
                             source=acf_replace.kernel_file(request.kernel.source))

@@ -33,6 +33,14 @@ def implied(values: Mapping[str, Value]) -> dict[str, Value]:
             for name, value in implies.items()}
 
 
+def without_implied(values: Mapping[str, Value]) -> dict[str, Value]:
+    """``values`` without each setting at the value another of them that is on implies
+    (`--use_fast_math --ftz=true`: `--use_fast_math`, the same build): what a study's identity
+    names of a shipped build, so that twins are one study, as the gate calls them one build."""
+    implies = implied(values)
+    return {name: value for name, value in values.items() if name not in implies or not same(value, implies[name])}
+
+
 def overridden(values: Mapping[str, Value]) -> frozenset[str]:
     """The settings in ``values`` whose value differs from what another of them implies
     (`--use_fast_math --prec-div=true`): a build of them must spell these out."""

@@ -19,10 +19,11 @@ DEPENDENCY_TIMEOUT_S = 120.0
 CUDA_SUFFIXES = (".cu", ".cuh")
 
 
-def study_identity(spec: KernelSpec, bundle: SourceBundle) -> str:
+def study_identity(spec: KernelSpec, bundle: SourceBundle, legacy: bool = False) -> str:
     """sha256 of the sources (with their build arguments) and the build- and score-relevant
-    tune.toml settings: two runs with the same identity are the same study."""
-    text = json.dumps({"sources": bundle.sha256, "settings": spec.settings()}, sort_keys=True)
+    tune.toml settings: two runs with the same identity are the same study. `legacy`: the identity
+    releases before 2026-12-06 gave (`KernelSpec.settings`)."""
+    text = json.dumps({"sources": bundle.sha256, "settings": spec.settings(legacy)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

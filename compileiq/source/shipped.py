@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
@@ -267,7 +268,9 @@ def value_text(value: Value) -> str:
 def describe(build: ShippedBuild) -> list[str]:
     """The start of a run: which flags of the shipped command are searched (from their shipped
     values), which are fixed and applied, which are not applied and why (two lines at most)."""
-    searched = ", ".join(f"{s.name}={value_text(s.value)} ({s.flag})" for s in build.settings)
+    twins = set(build.values()) - set(implied.without_implied(build.values()))  # the build its twin is: not searched
+    searched = ", ".join(f"{s.name}={value_text(s.value)} ({s.flag}{', implied by the others' if s.name in twins else ''})"
+                         for s in build.settings)
     applied = [f.flag for f in build.fixed if f.applied]
     start = (f"searched from its values: {searched}" if searched
              else "it sets no searched setting, so the compiler defaults")

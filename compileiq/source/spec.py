@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import Value
 from compileiq.source.arch_code import ptx_arch
@@ -157,8 +158,11 @@ class KernelSpec:
         """Each tuned define's default (first listed) value, keyed ``define.NAME``."""
         return {f"define.{name}": values[0] for name, values in self.tuned_defines}
 
-    def settings(self) -> dict[str, Any]:
-        """Every tune.toml setting that changes a build or a score, as plain JSON data."""
+    def settings(self, legacy: bool = False) -> dict[str, Any]:
+        """Every tune.toml setting that changes a build or a score, as plain JSON data. `legacy`: as
+        releases before 2026-12-06 gave them, with the shipped values as the command spells them
+        (a -D at tune.toml's first value, a fast-math twin: `legacy_shipped`), so that the studies and
+        ACFs recorded under that identity are still found (`tuning.request.study_keys`, the gate)."""
         return {
             "entries": list(self.entries), "block_size": [self.block_size, self.block_size_given],
             "dynamic_smem": self.dynamic_smem, "defines": [list(d) for d in self.defines],
@@ -169,7 +173,7 @@ class KernelSpec:
             "metric_regex": self.metric_regex, "run_args": list(self.run_args),
             **({"restrictions": list(self.restrictions)} if self.restrictions else {}),  # older studies keep their identity
             **({"ptx_arch": self.ptx_arch} if self.ptx_arch != self.arch else {}),  # likewise
-        } | self._shipped_settings()  # fmt: skip
+        } | self._shipped_settings(legacy)  # fmt: skip
 
     @property
     def ptx_arch(self) -> str:
@@ -178,23 +182,31 @@ class KernelSpec:
         left out), else the arch tuned."""
         return ptx_arch((f.flag for f in self.shipped.fixed) if self.shipped is not None else (), self.arch)
 
-    def _shipped_settings(self) -> dict[str, Any]:
+    def _shipped_settings(self, legacy: bool = False) -> dict[str, Any]:
         """The shipped build's settings change the baseline, hence the study (absent without them:
         older studies keep their identity). A tuned macro's -D at tune.toml's first value is the
-        baseline every build without it has: no change (`shipped_values`)."""
-        values = self.shipped_values()
+        baseline every build without it has, and a fast-math twin the build its twin is: no change
+        (`shipped_values`)."""
+        values = self.legacy_shipped() if legacy else self.shipped_values()
         return {"shipped": dict(sorted(values.items()))} if values else {}
+
+    def legacy_shipped(self) -> dict[str, Value]:
+        """The shipped build's searched settings as the study identity named them before 2026-12-06:
+        every one the command gives, as it spells it."""
+        return self.shipped.values() if self.shipped is not None else {}
 
     def shipped_values(self) -> dict[str, Value]:
         """The shipped build's searched settings that make its baseline other than the one without
         a compile command's word for them: each but a tuned macro's -D at tune.toml's first value
-        (which every build without it has; `flags` of an ACF that kept it adds it)."""
-        values = self.shipped.values() if self.shipped is not None else {}
+        (which every build without it has; `flags` of an ACF that kept it adds it), and each at the
+        value another of them implies (`--use_fast_math --ftz=true` builds what `--use_fast_math`
+        does: `implied.without_implied`)."""
+        values = implied.without_implied(self.legacy_shipped())
         first = self.default_values()
         return {k: v for k, v in values.items() if k not in first or first[k] != v}
 
-    def settings_sha256(self) -> str:
-        text = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+    def settings_sha256(self, legacy: bool = False) -> str:
+        text = json.dumps(self.settings(legacy), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def timed_as(self) -> tuple[str, str | None]:

@@ -117,6 +117,10 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         check_same_key(study, key)
         return study
 
+    def study_named(self, name: str) -> Study | None:
+        """The study named ``name`` (never read as an id), or None."""
+        return self._study_where(studies.c.name == name)
+
     def find_study(self, name_or_id: str) -> Study:
         """The study named ``name_or_id``, or whose id it is (ASCII digits within SQL's BIGINT). A
         study *named* "1" beside study id 1 is refused as ambiguous (anyone who can write to a team

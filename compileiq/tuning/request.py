@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from compileiq.core import implied
 from compileiq.core.records import Study, StudyKey, Trial
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.toolchain import Toolchain
@@ -48,6 +49,7 @@ class TuneRequest:
     search_process: bool | None = None  # the searcher in a child process (None: when streaming a
     # batch of at least SEARCH_PROCESS_FROM_BATCH, one objective, bayes; see `search_process`)
     warm_start: bool = True  # bayes: start from earlier studies of this kernel and other kernels' lessons
+    legacy_space: SearchSpace | None = None  # the space releases before 2026-12-06 searched, where another (`study_lookup`)
 
     @property
     def searches_in_a_process(self) -> bool:
@@ -101,21 +103,26 @@ class TuneResult:
 
 def baseline_config(space: SearchSpace, kernel: KernelSpec) -> Config:
     """The study's first trial: the compiler defaults overridden by the build the project ships
-    (`KernelSpec.shipped`, from --compile-commands); SpaceError if the space lacks one of them."""
+    (`KernelSpec.shipped`, from --compile-commands); SpaceError if the space lacks one of them. A
+    setting at the value another implies (`--ftz=true` beside `--use_fast_math`) is left to it
+    where the space does not search it (`space_choice.searched_space`): the same build."""
     shipped = kernel.shipped.values() if kernel.shipped is not None else {}
-    config = space.default_config().with_values(shipped)
+    have, kept = {p.name for p in space.parameters}, implied.without_implied(shipped)
+    config = space.default_config().with_values({k: v for k, v in shipped.items() if k in kept or k in have})
     space.validate(config)
     return config
 
 
 def study_key(
-    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind
+    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind,
+    legacy: bool = False,
 ) -> StudyKey:
     """The study's identity; `source_sha256` holds the sources, headers and base flags together
-    with every tune.toml setting that changes a build or a score (`kernel.study_identity`)."""
+    with every tune.toml setting that changes a build or a score (`kernel.study_identity`).
+    `legacy`: the identity releases before 2026-12-06 gave the same run (`study_lookup`)."""
     return StudyKey(
         kernel=request.kernel.name,
-        source_sha256=study_identity(request.kernel, bundle),
+        source_sha256=study_identity(request.kernel, bundle, legacy),
         space_id=request.space.id,
         space_sha256=request.space.sha256,
         toolchain=toolchain.nvcc_build,

@@ -24,11 +24,13 @@ class Selection:
     allow_semantics: bool = False
 
 
-def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> SearchSpace:
+def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection, legacy: bool = False) -> SearchSpace:
     """The compiler's `space` narrowed by the options. The kernel's macros (``define.NAME``) are all
     searched unless --only or --exclude names one: then they go through --only/--exclude like any
     setting, and one not searched is held at tune.toml's first value. (So `--only ptxas.maxrregcount`
-    searches the cap and every macro; `--only ptxas.maxrregcount,define.TM` holds the other macros.)"""
+    searches the cap and every macro; `--only ptxas.maxrregcount,define.TM` holds the other macros.)
+    `legacy`: as releases before 2026-12-06 made it, with a shipped fast-math twin (`--ftz=true`
+    beside `--use_fast_math`) searched (`study_lookup`); now it is the build its twin is."""
     tuned = {name: list(values) for name, values in spec.tuned_defines}
     names = [*options.only, *options.exclude]
     macros_named = any(name.startswith("define.") for name in names)
@@ -42,7 +44,7 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
         only=list(options.only) or None,
         exclude=list(options.exclude),
     )
-    space = without_capped(_with_shipped(space, full, spec, options), spec, options)
+    space = without_capped(_with_shipped(space, full, spec, options, legacy), spec, options)
     have = {p.name for p in space.parameters}
     # every macro, or (named) those left out: held at tune.toml's first value (the baseline's), as -D in every build
     macros = tuned if not named else {name: [values[0]] for name, values in tuned.items() if f"define.{name}" not in have}
@@ -51,14 +53,16 @@ def searched_space(spec: KernelSpec, space: SearchSpace, options: Selection) -> 
     return space.restricted(restrictions.of_spec(spec))
 
 
-def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: Selection) -> SearchSpace:
+def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, options: Selection,
+                  legacy: bool = False) -> SearchSpace:
     """Every setting the shipped build sets is searched from its shipped value (the baseline), even
     where its risk class is not (`--allow-numerics`): it is the project's own choice. One that
     --only or --exclude leaves out is held at its shipped value, in every build, as a macro left
     out is held at tune.toml's first value: the search never tunes a build nobody ships. (It was
     refused: `--only define.X` on a build with `-Xptxas -O3`, the compiler's default, had to
-    search every -O level, 108 builds for 27 block sizes.)"""
-    have = {p.name for p in space.parameters}
+    search every -O level, 108 builds for 27 block sizes.) A setting at the value another shipped
+    one implies (`--ftz=true` beside `--use_fast_math`) is not one: the build is its twin's."""
+    have = {p.name for p in space.parameters} | (set() if legacy else _twins(spec))
     in_full = {p.name for p in full.parameters}
     added = []
     for setting in (s for s in (spec.shipped.settings if spec.shipped else ()) if s.name not in have):
@@ -72,6 +76,12 @@ def _with_shipped(space: SearchSpace, full: SearchSpace, spec: KernelSpec, optio
                                 render_default=parameter.render_default or not same(setting.value, parameter.default))
         added.append(parameter)
     return replace(space, parameters=space.parameters + tuple(added)) if added else space
+
+
+def _twins(spec: KernelSpec) -> set[str]:
+    """The shipped settings at the value another shipped one implies (`implied.without_implied`)."""
+    shipped = spec.shipped.values() if spec.shipped is not None else {}
+    return set(shipped) - set(implied.without_implied(shipped))
 
 
 def without_capped(space: SearchSpace, spec: KernelSpec, options: Selection = Selection()) -> SearchSpace:

@@ -34,7 +34,7 @@ from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
-from compileiq.tuning import choice, claims
+from compileiq.tuning import choice, claims, study_lookup
 from compileiq.tuning.baseline_reference import RunBaseline, baseline_reference
 from compileiq.tuning.jobs import Target
 from compileiq.tuning.limits import RunClock
@@ -45,7 +45,6 @@ from compileiq.tuning.request import (
     TuneResult,
     baseline_config,
     searched,
-    study_key,
 )
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
@@ -133,8 +132,8 @@ class Tuner:
         if prepare is not None:  # a runtime evaluator measures the baseline first: reference, device
             self._progress.note("measuring the baseline (the reference for every variant's outputs)")
             prepare(self._baseline)
-        key = study_key(request, self._bundle, self._toolchain, self._evaluator.kind)
-        study = self._store.get_or_create_study(key, request.study_name)
+        study = study_lookup.open_study(self._store, request, self._bundle, self._toolchain, self._evaluator.kind,
+                                        self._progress.note)
         self._take_over(study, announce=True)
         self._runner.reopen_transient(self._store.trials(study.id))
         run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
