@@ -14,12 +14,13 @@ from compileiq.cli.signals import loading
 __all__ = ["cli", "main"]
 
 
-def main() -> None:
-    """The console script and `python -m compileiq`: the commands loaded under `loading` (a Ctrl-C
-    meanwhile ends this process alone, with the one line), then run."""
+def main(argv: list[str] | None = None) -> None:
+    """The console script and `python -m compileiq` (`argv`: the arguments, default sys.argv's):
+    the commands loaded under `loading` (a Ctrl-C meanwhile ends this process alone, with the one
+    line), then run."""
     with loading():
         from compileiq.cli.commands import main as run
-    run()
+    run(argv)
 
 
 def __getattr__(name: str) -> object:
