@@ -186,3 +186,87 @@ def test_a_ctrl_c_that_stops_import_ray_half_way_is_still_one_line() -> None:
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
                           env=clean_env(), timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, "0"), (done.returncode, done.stdout, done.stderr)
+
+
+_SWALLOWED = """\
+import os, signal
+from compileiq.cli.signals import installed
+
+class Dropped:
+    def __del__(self):  # a Ctrl-C landing in a weakref callback or a __del__: Python only prints it
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+
+with installed():
+    try:
+        Dropped()
+        for _ in range(10**8):
+            pass
+        print("went on")
+    except KeyboardInterrupt:
+        print("stopped")
+"""
+
+
+def test_a_ctrl_c_python_swallows_is_raised_again() -> None:
+    """Seen in CI: a Ctrl-C whose KeyboardInterrupt was raised inside importlib's module-lock
+    callback was printed as "Exception ignored" and dropped: the run went on compiling as if no
+    Ctrl-C had come. It is raised again in the main thread, and not printed."""
+    done = subprocess.run([sys.executable, "-c", _SWALLOWED], check=False, capture_output=True, text=True,
+                          env=clean_env(), timeout=120)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "stopped", ""), (done.stdout, done.stderr)
+
+
+_CAUGHT_IN_EVAL = """\
+import os, signal, sys
+from compileiq.cli.signals import installed
+
+def interrupted():
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(10**8):
+        pass
+
+with installed():
+    try:
+        eval("interrupted()")  # typer evaluates string annotations: a Ctrl-C lands there now and then
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_caught_inside_an_eval_still_exits_with_the_code_given(tmp_path: Path) -> None:
+    """Seen in CI: `python -m compileiq`, a Ctrl-C landing while typer evaluated an annotation, the
+    one line said and SystemExit(130) raised, yet the process died by SIGINT (rc -2): CPython
+    remembers the KeyboardInterrupt that left the eval even once caught."""
+    (tmp_path / "stopped_in_eval.py").write_text(_CAUGHT_IN_EVAL)
+    done = subprocess.run([sys.executable, "-m", "stopped_in_eval"], cwd=tmp_path, check=False, capture_output=True,
+                          text=True, env=clean_env({"PYTHONPATH": str(Path(__file__).parents[1])}), timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+
+
+_DURING_AN_IMPORT = """\
+import os, signal, sys
+from compileiq.cli.signals import installed
+
+with installed():
+    try:
+        import interrupted_module
+        for _ in range(10**8):
+            pass
+        print("went on")
+    except KeyboardInterrupt:
+        print("stopped", sys.modules["interrupted_module"].done)
+"""
+
+
+def test_a_ctrl_c_during_an_import_is_raised_once_the_import_is_done(tmp_path: Path) -> None:
+    """Seen in the Ctrl-C tests: raised into `import ssl` (a tune command's lazy import of
+    SQLAlchemy), the KeyboardInterrupt turned a caught ImportError into "TypeError: expected a
+    message argument": a traceback and rc 1. It now waits for the import to finish."""
+    (tmp_path / "interrupted_module.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nfor _ in range(10**6):\n    pass\n"
+        "try:\n    from os import no_such_name\nexcept ImportError:\n    pass\ndone = True\n")
+    done = subprocess.run([sys.executable, "-c", _DURING_AN_IMPORT], cwd=tmp_path, check=False, capture_output=True,
+                          text=True, env=clean_env({"PYTHONPATH": str(tmp_path)}), timeout=120)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "stopped True", ""), (done.stdout, done.stderr)

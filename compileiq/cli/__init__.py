@@ -3,24 +3,25 @@
 
 The top of the layers with `app` (wiring) and `api` (the Python API): it may import any stage.
 The only importer of typer and rich. Loading it (typer, rich, the stages) takes a few tenths of a
-second, before `main` takes SIGINT and SIGTERM over: run as the command (`main`), a Ctrl-C meanwhile
-says the one line `main` would say and exits 130 (`signals.loading`), with no KeyboardInterrupt
-traceback; imported, it loads as any module."""
+second: run as the command (`main`), SIGINT and SIGTERM are taken over first and a Ctrl-C meanwhile
+says the one line and exits 130 (`signals.loading`), with no KeyboardInterrupt traceback;
+imported, it loads as any module."""
 
 from __future__ import annotations
 
-from compileiq.cli.signals import loading
+from compileiq.cli.signals import installed, loading
 
 __all__ = ["cli", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
     """The console script and `python -m compileiq` (`argv`: the arguments, default sys.argv's):
-    the commands loaded under `loading` (a Ctrl-C meanwhile ends this process alone, with the one
-    line), then run."""
-    with loading():
-        from compileiq.cli.commands import main as run
-    run(argv)
+    SIGINT and SIGTERM taken over first, the commands loaded under `loading` (a Ctrl-C meanwhile
+    ends this process alone, with the one line), then run."""
+    with installed():
+        with loading():
+            from compileiq.cli.commands import main as run
+        run(argv)
 
 
 def __getattr__(name: str) -> object:

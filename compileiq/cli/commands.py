@@ -365,12 +365,7 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: domain errors become one line on stderr and a non-zero exit."""
-    heap.quick_exit()
-    with signals.installed():
-        _main(argv)
-
-
-def _main(argv: list[str] | None) -> None:
+    heap.quick_exit()  # under `compileiq.cli.main`: its signals already taken over (`signals.installed`)
     try:
         command = typer.main.get_command(cli)  # tenths of a second of typer's own work: a Ctrl-C there too
         code = command.main(args=argv, prog_name="compileiq", standalone_mode=False)

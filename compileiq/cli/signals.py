@@ -9,58 +9,131 @@ its compilers as it dies, and trials still claimed are handed back by the next r
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, NoReturn
 
 _received: list[int] = []  # the signals that stopped this command, first first
 _details: list[str] = []  # what the stopped run said it did ("3 unfinished trial(s) handed back")
 _runs: list[bool] = []  # a tune run was stopped (noted): its finished trials are saved, --resume goes on
-
-
-@contextmanager
-def loading() -> Iterator[None]:
-    """The CLI's own imports (typer, rich, the stages), before `installed` takes the signals over: a
-    Ctrl-C in them (a command's first few tenths of a second) says the one line and exits 130, no
-    KeyboardInterrupt traceback. Nothing has started yet (no run, no database, no child): the
-    process ends at once (a SystemExit raised here still ended it by SIGINT now and then: rc -2,
-    3 times in 30 Ctrl-Cs measured)."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        os.write(2, f"{_name(signal.SIGINT)}\n".encode())
-        os._exit(128 + signal.SIGINT)
+_loading: list[bool] = []  # the CLI loads (or its handlers go in): a signal ends the process at once
+_raised: list[KeyboardInterrupt] = []  # the first signal's KeyboardInterrupt, as raised last
+_owed: list[bool] = []  # it came during an import, or was swallowed: raised again a moment later
+_hooks: list[Callable[[Any], object]] = []  # sys.unraisablehook before `installed`
 
 
 @contextmanager
 def installed() -> Iterator[None]:
     """SIGINT and SIGTERM taken over while inside (the main thread alone may), then given back
-    unless one came."""
+    unless one came. Inside `loading` (and as the handlers go in) a signal ends the process at
+    once; after, the first raises KeyboardInterrupt in the main thread, and one that Python
+    swallowed (raised inside a weakref callback or a `__del__`: "Exception ignored in", the run
+    went on as if no Ctrl-C had come, seen in importlib's module-lock callback) is raised again,
+    as is one that came during an import, once out of it."""
     _received.clear()
     _details.clear()
     _runs.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _loading.append(True)  # until the handlers are all in: nothing has started
     before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    _hooks[:] = [sys.unraisablehook]
+    sys.unraisablehook = _swallowed
+    _loading.clear()
     try:
         yield
     finally:
+        sys.unraisablehook = _hooks.pop()
+        _raised.clear()
+        _owed.clear()
         if not _received:  # once stopped, a second signal still ends the process at once, to its last atexit
             for number, handler in before.items():
                 signal.signal(number, handler)
+        # CPython (3.11-3.13) remembers a KeyboardInterrupt that left an eval() of a string (typer
+        # evaluates annotations) even once caught, and under `python -m` ends the process by SIGINT
+        # at exit (rc -2, no line of ours counts): an eval of its own forgets it.
+        eval("None")
+
+
+@contextmanager
+def loading() -> Iterator[None]:
+    """The CLI's own imports (typer, rich, the stages), inside `installed`: a Ctrl-C or SIGTERM in
+    them (a command's first few tenths of a second) says the one line and exits 130 (143), no
+    KeyboardInterrupt traceback. Nothing has started yet (no run, no database, no child): the
+    process ends at once, from the handler itself (a KeyboardInterrupt raised into an import can
+    be swallowed by importlib's callbacks)."""
+    _loading.append(True)
+    try:
+        yield
+    except KeyboardInterrupt:  # outside `installed`, or raised by the import itself
+        _end_now(signal.SIGINT)
+    finally:
+        _loading.clear()
 
 
 def _stop(number: int, frame: FrameType | None) -> None:
-    _received.append(number)
-    if len(_received) == 1:
-        raise KeyboardInterrupt
-    os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the next run\n"
-             .encode())
-    os._exit(exit_code())
+    if _loading:
+        _end_now(number)
+    if _owed:  # the first again: it came during an import, or Python swallowed it
+        _owed.clear()
+    else:
+        _received.append(number)
+        if len(_received) > 1:
+            os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the "
+                        "next run\n".encode())
+            os._exit(exit_code())
+    if _importing(frame):
+        _later()
+        return
+    _raised[:] = [KeyboardInterrupt()]
+    raise _raised[0]
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """The main thread is inside an import: a KeyboardInterrupt raised there can be swallowed by
+    importlib's callbacks, or turn a missing name's ImportError into a TypeError ("expected a
+    message argument", from `import ssl`, seen) that escapes every handler."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _swallowed(unraisable: Any) -> None:
+    """sys.unraisablehook while `installed`: the first signal's KeyboardInterrupt, raised where
+    Python can only print it (a weakref callback, a `__del__`), is raised again in the main thread
+    once it has left that code; anything else is printed as before."""
+    if _raised and unraisable.exc_value is _raised[0]:
+        _raised.clear()
+        _later()
+        return
+    _hooks[0](unraisable)
+
+
+def _later() -> None:
+    """The first signal raised again a moment later, from another thread (raised now, in this
+    hook or this import, it would meet the same fate)."""
+    _owed.append(True)
+    threading.Thread(target=_interrupt_main, args=(_received[0],), daemon=True).start()
+
+
+def _interrupt_main(number: int) -> None:
+    time.sleep(0.01)
+    _thread.interrupt_main(signal.Signals(number))
+
+
+def _end_now(number: int) -> NoReturn:
+    os.write(2, f"{_name(number)}\n".encode())
+    os._exit(128 + number)
 
 
 def noted(error: BaseException) -> None:
