@@ -19,16 +19,14 @@ from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
-from compileiq.core.records import first_line
-from compileiq.core.space import SearchSpace, same
+from compileiq.core.space import SearchSpace
 from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
 from compileiq.results import acf, acf_replace, evidence
-from compileiq.source import restrictions
+from compileiq.source import notes, restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
-from compileiq.source.shipped import arch_note, value_text
 from compileiq.source.spec import TUNE_FILE, KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.database_url import database_url, sqlite_file
@@ -145,50 +143,6 @@ def full_space(kernel: Path | None, arch: str | None = None,
     return space_choice.without_capped(space, spec).restricted(restrictions.of_spec(spec)), spec
 
 
-def kernel_notes(spec: KernelSpec) -> list[str]:
-    """What `compileiq space KERNEL` says beside the table, one line each: a kernel without tuned
-    macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
-    tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
-    from compileiq.source.dependencies import DependencyError
-    from compileiq.source.launch import LaunchModel
-    from compileiq.source.macro_effect import check_macros_change_code
-    from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
-
-    untuned = f"{spec.source.name}: no tuned macros ([tune.defines] in tune.toml adds them to the search)"
-    notes = ([] if spec.tuned_defines else [untuned]) + arch_note(spec.arch, spec.archs_left_out) + shipped_code_note(spec)
-    try:
-        bundle = bundle_sources(spec, find_toolchain().nvcc)
-    except DependencyError as error:  # the run would stop here: say so now, in one line
-        return [*notes, first_line(str(error), 400)]
-    LaunchModel(spec, bundle)  # tune's check of the [launch] facts at the defaults: refused here as there
-    try:
-        check_macros_take_effect(spec, bundle)
-        check_macros_change_code(spec, find_toolchain().nvcc)
-    except MacroError as error:  # `tune` stops on it: say so now
-        notes.append(first_line(str(error), 400))
-    return notes + source_notes(spec, bundle) + shipped_notes(spec)
-
-
-def shipped_code_note(spec: KernelSpec) -> list[str]:
-    """The line on what the shipped flags for the arch tuned embed where -arch=sm_XY would embed
-    other code (PTX alone, or machine code from an older arch's PTX): `arch_code.code_note`."""
-    from compileiq.source.arch_code import code_note, older_ptx_note
-
-    applied = [f.flag for f in spec.shipped.fixed if f.applied] if spec.shipped is not None else []
-    return [note] if (note := code_note(applied, spec.arch) or older_ptx_note(spec.arch, spec.ptx_arch)) else []
-
-
-def shipped_notes(spec: KernelSpec) -> list[str]:
-    """What `space --compile-commands` says of each setting the shipped build sets: its baseline
-    is the shipped value, and --only/--exclude that leave it out hold it there (`space_choice`); none
-    for one at its default (a tuned macro's -D at tune.toml's first value: `flags` of an ACF adds it)."""
-    settings = spec.shipped.settings if spec.shipped is not None else ()
-    defaults = load_space(find_toolchain().nvcc_version).default_config().as_dict() | spec.default_values()
-    return [f"{s.name} starts from your build's {value_text(s.value)} ({s.flag}), not the default; --only or "
-            "--exclude that leave it out hold it at that value in every build" for s in settings
-            if s.name not in defaults or not same(s.value, defaults[s.name])]  # at the default: nothing to say
-
-
 def default_acf_path(kernel: str, objective: str) -> Path:
     """store/<kernel>.<objective>.acf.toml: tuning one kernel for two objectives keeps two ACFs
     (several objectives joined by "+": store/k.registers+instructions.acf.toml)."""
@@ -251,7 +205,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
         progress.note(note)
     if spec.arch_overridden is not None:
         progress.note(f"note: --arch {spec.arch} overrides the arch {spec.arch_overridden}")
-    for line in arch_note(spec.arch, spec.archs_left_out) + shipped_code_note(spec):
+    for line in notes.arch_notes(spec):
         progress.note(f"note: {line}")
     if spec.shipped is not None:
         from compileiq.source.shipped import describe

@@ -287,12 +287,13 @@ def space(
 ) -> None:
     """List every parameter that --only/--exclude take: values, default, risk and what it does."""
     from compileiq import app
+    from compileiq.source.notes import kernel_notes
 
     if compile_commands is not None and kernel is None:
         raise UsageError("--compile-commands names the command of a kernel: give the KERNEL.cu too")
     found, spec = app.full_space(kernel, compile_commands=compile_commands)
     shipped = spec.shipped.values() if spec is not None and spec.shipped is not None else {}
-    notes = app.kernel_notes(spec) if spec else []  # before the table: a kernel that cannot bundle prints none
+    notes = kernel_notes(spec) if spec else []  # before the table: a kernel that cannot bundle prints none
     emit(as_json, space_json(found, shipped), lambda: space_table(found, spec.source.name if spec else None, shipped))
     for note in notes:
         err.print(f"note: {safe(note)}", markup=False, highlight=False)  # stderr: stdout stays the table
