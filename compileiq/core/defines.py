@@ -35,8 +35,10 @@ def define_arg_problem(token: str) -> str | None:
 def number_problem(value: object) -> str | None:
     """Why a TOML number may not be a macro's value, or None: an integer past 64 bits is no C
     integer constant (the compiler warns, or truncates it), and nan or inf no number at all in C
-    (`-DX=nan` names an identifier). A finite float is written as Python writes it, 1e+16 in
-    exponent form: a C floating constant of the same value."""
+    (`-DX=nan` names an identifier). Within 64 bits, -2**63 and 2**63 and above are kept, as C
+    source would write them: the compiler takes their digits as unsigned (GCC warns "so large that
+    it is unsigned"). A finite float is written as Python writes it, 1e+16 in exponent form: a C
+    floating constant of the same value."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int) and not -(1 << 63) <= value < 1 << 64:

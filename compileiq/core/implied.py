@@ -123,5 +123,6 @@ def distinct_size(space: SearchSpace) -> int:
     kept = sum(1 for values in combinations if canonical(space, values) == values)
     # the twins' parameters vary independently of the others only while size() is the plain product
     # (no restriction or cross-parameter rule counted in): else this count would be silently wrong
-    assert space.size() == prod(len(p.values) for p in space.parameters), "size() is no longer a plain product"
+    if space.size() != prod(len(p.values) for p in space.parameters):  # a programming error, under -O too
+        raise RuntimeError("SearchSpace.size() is no longer a plain product: distinct_size needs updating")
     return space.size() // len(combinations) * kept
