@@ -270,3 +270,14 @@ def test_a_ctrl_c_during_an_import_is_raised_once_the_import_is_done(tmp_path: P
     done = subprocess.run([sys.executable, "-c", _DURING_AN_IMPORT], cwd=tmp_path, check=False, capture_output=True,
                           text=True, env=clean_env({"PYTHONPATH": str(tmp_path)}), timeout=120)
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "stopped True", ""), (done.stdout, done.stderr)
+
+
+def test_a_signal_ignored_by_the_parent_stays_ignored() -> None:
+    """Red team: a command started with SIGINT ignored (`compileiq tune … &` in a script, where a
+    terminal's Ctrl-C must not reach background jobs) was stopped by a Ctrl-C all the same: the CLI
+    put its handler over the inherited SIG_IGN. Python itself keeps it ignored; so does compileiq."""
+    code = ("import os, signal\nfrom compileiq.cli.signals import installed\nwith installed():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n    for _ in range(10**6):\n        pass\n    print('went on')\n")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=clean_env(),
+                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "went on", ""), (done.returncode, done.stderr)

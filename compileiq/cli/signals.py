@@ -44,7 +44,8 @@ def installed() -> Iterator[None]:
         yield
         return
     _loading.append(True)  # until the handlers are all in: nothing has started
-    before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)}
+    before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(number) is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _swallowed
     _loading.clear()
