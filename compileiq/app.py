@@ -257,6 +257,7 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
     bundling = phases.starting("bundling sources (nvcc -M)")
     bundle = bundle_sources(spec, toolchain.nvcc)  # `nvcc -M`: once per run
     bundling.done("sources bundled")
+    inputs += tuple(("source (a file nvcc -M lists)", Path(origin)) for origin in bundle.origins)  # whatever its name
     store = Store.open(database_url(options.db))
     try:
         workers = _workers(options, phases)  # with Ray: it starts now, in the background

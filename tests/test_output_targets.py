@@ -121,8 +121,10 @@ def test_the_python_api_refuses_a_database_even_with_force(workspace) -> None:
 ])
 def test_a_report_through_a_hard_link_leaves_the_other_link_alone(workspace, args: list[str]) -> None:
     """The report is written as a new file (temporary file and rename): the name's other link,
-    tune.toml here, keeps its text; a report replaced keeps its mode."""
-    toml = workspace / "k" / "tune.toml"
+    a notes file here, keeps its text; a report replaced keeps its mode. (A link to one of the
+    gate's inputs, tune.toml, is refused: test_output_sniff.)"""
+    toml = workspace / "notes.txt"
+    toml.write_text("mine\n")
     before = toml.read_bytes()
     output = workspace / args[3]
     os.link(toml, output)

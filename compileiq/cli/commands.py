@@ -214,8 +214,9 @@ def gate(
                                    program=program, metric_regex=metric_regex, compile_commands=compile_commands)
     from compileiq.evaluate.timing import HarnessTiming
 
-    report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True))  # stdout: the report
-    problems = gate_reports.write_reports(report, markdown, junit, tuple(acf_files))
+    report = gate_lib.run(options, HarnessTiming(), progress=lambda line: typer.echo(line, err=True),  # stdout: the report
+                          before_builds=lambda inputs: gate_reports.check_targets(markdown, junit, inputs))  # its headers too
+    problems = gate_reports.write_reports(report, markdown, junit, (*acf_files, *report.inputs))
     if as_json:
         print(json.dumps(gate_report.as_json(report), indent=2))
     else:

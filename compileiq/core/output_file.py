@@ -11,6 +11,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from compileiq.core import file_sniff
 from compileiq.core.errors import UsageError
 
 
@@ -55,8 +56,7 @@ def check_target(path: Path) -> Path:
     return target
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".db", ".sqlite")
+INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".json.gz", ".db", ".sqlite")
 
 
 def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> Path:
@@ -72,23 +72,26 @@ def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: 
 
 
 def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> str | None:
-    """What an existing `target` is that no output may replace (one of `inputs`, a database, an
-    ACF, a source, a .toml...), None when it may be replaced or does not exist: the one rule that
-    `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an ACF) share."""
+    """What an existing `target` is that no output may replace (one of `inputs`, however spelled or
+    linked; a database, an ACF, a compileiq export, gzip or not, or a source, by its first few KiB
+    (`file_sniff`) or its name; a .toml...), None when it may be replaced or does not exist: the one
+    rule that `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an
+    ACF) share. `may_replace` never lets a database or a source be replaced."""
     if not target.exists():
         return None
-    if any(Path(os.path.realpath(p)) == target for p in inputs):
+    if any(same_file(target, p) for p in inputs):
         return "one of this command's inputs"
-    try:
-        with target.open("rb") as stream:
-            head = stream.read(len(SQLITE_HEADER))
-    except OSError:
+    data = file_sniff.head(target)
+    if data is None:
         return None
-    if head == SQLITE_HEADER:
-        return "an SQLite database"
+    kind = file_sniff.content_kind(data)
+    if kind in ("an SQLite database", "a C/C++/CUDA source"):
+        return kind
     name = target.name.lower()
     if name.endswith(may_replace):
         return None
+    if kind is not None:
+        return kind
     if name.endswith(".acf.toml"):
         return "an ACF"
     suffix = next((s for s in INPUT_SUFFIXES if name.endswith(s)), None)

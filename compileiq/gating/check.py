@@ -53,7 +53,7 @@ from compileiq.gating.rules import (
     timing_hits,
 )
 from compileiq.gating.shipped_command import shipped_command_hits
-from compileiq.source.spec import metric_regex_problem
+from compileiq.source.spec import TUNE_FILE, metric_regex_problem
 
 __all__ = [  # what callers reach through this module: the orchestration, and what it gates with
     "BAD_INPUT", "AcfResult", "GateOptions", "GateReport", "Measured", "Target", "TimingSource", "evaluate",
@@ -107,6 +107,7 @@ class GateReport:
     note: str
     severities: tuple[tuple[str, Severity], ...]
     results: tuple[AcfResult, ...]
+    inputs: tuple[Path, ...] = ()  # every file the gate read (ACFs, kernels, their headers...): no report replaces one
 
     @property
     def passed(self) -> bool:
@@ -203,10 +204,13 @@ def resolve_mode(requested: bool | None, visible: Callable[[], bool], timing: Ti
 
 
 def run(options: GateOptions, timing: TimingSource | None = None,
-        visible: Callable[[], bool] = measure.gpu_visible, progress: Callable[[str], None] | None = None) -> GateReport:
+        visible: Callable[[], bool] = measure.gpu_visible, progress: Callable[[str], None] | None = None,
+        before_builds: Callable[[tuple[Path, ...]], None] | None = None) -> GateReport:
     """Check every ACF; all inputs (the ACFs, their kernels' settings and sources) are validated
     before anything is built. An ACF that cannot be checked, whether found so then or while it is
-    built, is a bad-input result naming it, beside the other ACFs' verdicts."""
+    built, is a bad-input result naming it, beside the other ACFs' verdicts. `before_builds` hears
+    every file the gate reads (its sources as `nvcc -M` lists them) once they are known, before
+    any build: the CLI refuses a report path that names one there."""
     if not options.acfs:
         raise UsageError("give at least one ACF file")
     if options.kernel is not None and len(options.acfs) > 1:
@@ -226,10 +230,25 @@ def run(options: GateOptions, timing: TimingSource | None = None,
     toolchain = find_toolchain()
     ready = [found if isinstance(found, AcfResult) else _unless_bad(found, partial(_with_sources, found, toolchain))
              for found in checked]  # every kernel's sources before any build
+    inputs = _inputs(options, ready)
+    if before_builds is not None:
+        before_builds(inputs)
     source = timing if mode == "timing" else None
     results = [done if isinstance(done, AcfResult) else _unless_bad(done[0], partial(
         evaluate, *done, table, toolchain, source, options.seed, progress)) for done in ready]
-    return GateReport(mode, note, tuple(table.items()), tuple(results))
+    return GateReport(mode, note, tuple(table.items()), tuple(results), inputs)
+
+
+def _inputs(options: GateOptions, ready: list[tuple[Target, Sources] | AcfResult]) -> tuple[Path, ...]:
+    """The files the gate reads: the ACFs, the compilation database, each kernel, its tune.toml
+    and every file its builds' `nvcc -M` listed, whatever their names."""
+    found = [*options.acfs, *((options.compile_commands,) if options.compile_commands else ())]
+    for done in ready:
+        if not isinstance(done, AcfResult):
+            target, sources = done
+            found += [target.spec.source, target.spec.source.parent / TUNE_FILE]
+            found += [Path(origin) for origin in (*sources.own.origins, *sources.built.origins)]
+    return tuple(dict.fromkeys(found))
 
 
 def _with_sources(target: Target, toolchain: Toolchain) -> tuple[Target, Sources]:

@@ -80,10 +80,12 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
     top, carried = _above_included(top, root, spec.include_dirs, toolchain_dirs, found, read)
     dirs = [(d, _bundle_dir(d, top, i)) for i, d in enumerate(spec.include_dirs)]
     files: dict[str, bytes] = {}
+    origins: list[str] = []
     for path in found:
         rel = _bundle_path(path, root, top, dirs, toolchain_dirs, carried)
         if rel is not None:
             files[rel] = read(path)
+            origins.append(str(root / path))  # nvcc -M ran in `root`
     include_args = tuple(spec.include_flag(d, rel) for d, rel in dirs)
     main = spec.source.relative_to(top).as_posix()
     if problem := path_problem(main):
@@ -94,7 +96,7 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
         digest.update(content)
     named = enumerators.wanted([*spec.entries, *(f.entry for f in spec.launch)])
     return SourceBundle(main, tuple(files.items()), include_args, digest.hexdigest(), base_args,
-                        enumerators.resolve(named, found))
+                        enumerators.resolve(named, found), tuple(origins))
 
 
 def preprocessor_args(spec: KernelSpec, macros: Mapping[str, int | str] | None = None) -> tuple[str, ...]:

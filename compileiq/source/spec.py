@@ -233,6 +233,7 @@ class SourceBundle:
     sha256: str  # the files, their paths and the arguments below
     base_args: tuple[str, ...] = ()  # the kernel's base flags (and -x cu for a header), no -I
     enumerators: tuple[tuple[str, str], ...] = ()  # tune.toml's enumerator arguments, as mangled names decode them (`enumerators`)
+    origins: tuple[str, ...] = ()  # where `files` were read on this machine: inputs no output may replace
 
     @property
     def relocatable(self) -> bool:

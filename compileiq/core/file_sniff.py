@@ -1,0 +1,57 @@
+"""What a file is, from its first few KiB rather than its name: an output must not replace a
+database, an ACF, a compileiq export (gzip or not) or a C/C++/CUDA source, whatever it is called
+(`params.inc`, `x.json.gz`, a header with no suffix). Reads at most `HEAD_BYTES`, and inflates at
+most as much of a gzip file: a bounded look, never a parse."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+
+HEAD_BYTES = 4096
+SQLITE_HEADER = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+ACF_HEADER = b"# compileiq advanced-control file"
+EXPORT_FORMAT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"compileiq-study"')
+# a preprocessor directive at a line's start (markdown's "# Heading" is a space then a capital or
+# another word), or CUDA's kernel keywords: a source or header, whatever its name
+_SOURCE = re.compile(
+    rb"^[ \t]*#[ \t]*(?:include|define|undef|ifndef|ifdef|if|elif|else|endif|pragma)\b|"
+    rb"\b__(?:global|device|host|shared|constant)__\b",
+    re.MULTILINE,
+)
+
+
+def head(path: Path) -> bytes | None:
+    """The file's first `HEAD_BYTES`; None when it cannot be read."""
+    try:
+        with path.open("rb") as stream:
+            return stream.read(HEAD_BYTES)
+    except OSError:
+        return None
+
+
+def inflated(data: bytes) -> bytes | None:
+    """At most `HEAD_BYTES` of what gzip data starts with; None when it is no gzip data."""
+    try:
+        return zlib.decompressobj(wbits=31).decompress(data, HEAD_BYTES)
+    except zlib.error:
+        return None
+
+
+def content_kind(data: bytes) -> str | None:
+    """What a file starting with `data` is, when no output may replace it: "an SQLite database",
+    "a compileiq export" (gzip or not), "a gzip file", "an ACF", "a C/C++/CUDA source"; None otherwise."""
+    if data.startswith(SQLITE_HEADER):
+        return "an SQLite database"
+    if data.startswith(GZIP_MAGIC):
+        inner = inflated(data)
+        return "a compileiq export (gzip)" if inner is not None and EXPORT_FORMAT.match(inner) else "a gzip file"
+    if EXPORT_FORMAT.match(data):
+        return "a compileiq export"
+    if data.lstrip(b"\xef\xbb\xbf").startswith(ACF_HEADER):
+        return "an ACF"
+    if b"\0" not in data and _SOURCE.search(data):
+        return "a C/C++/CUDA source"
+    return None
