@@ -187,6 +187,9 @@ def test_an_acf_of_the_kernel_as_it_no_longer_is_may_be_replaced() -> None:
     the kernel as it is, whatever its study or trials."""
     from compileiq.results.acf_replace import Held, less_evidence
 
-    old = Held(study="fir-static-1", search_trials=40, dropped=3, kernel=("a" * 64, "b" * 64))
-    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=("a" * 64, "c" * 64))) is None
-    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=("a" * 64, "b" * 64)))
+    old = Held(study="fir-static-1", search_trials=40, dropped=3, kernel=(("a" * 64, "b" * 64),))
+    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=(("a" * 64, "c" * 64),))) is None
+    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=(("a" * 64, "b" * 64),)))
+    # a run's kernel under each identity (this release's, the older one): an ACF under either is its
+    both = (("a" * 64, "c" * 64), ("a" * 64, "b" * 64))
+    assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=both))

@@ -162,3 +162,29 @@ def test_the_gate_reads_an_older_acf_s_settings_as_unchanged(tmp_path: Path) -> 
     [(_, name)] = _studies(folder)
     resumed = _tune(folder, 3, "--resume")
     assert f"study {name} (#1): 2/3 trials already recorded" in resumed.output, resumed.describe()
+
+
+def test_an_older_acf_is_not_replaced_by_a_smaller_run_without_force(tmp_path: Path) -> None:
+    """The older release's ACF describes this kernel (its settings_sha256 is the identity that
+    release gave it): another study's run into the same --out is refused as for any ACF, not taken
+    for an ACF of the kernel as it no longer is (review 52, finding 1)."""
+    folder = _tuned_by_the_older_release(tmp_path, "nvcc -O3 -arch=sm_90 -DTM=2 -c k.cu -o k.o")
+    before = (folder / "k.acf.toml").read_text()
+    other = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                     "--budget", "1", "--db", f"sqlite:///{folder}/t.db", "--out", "k.acf.toml", "--study", "other"],
+                    cwd=folder)
+    assert other.returncode == 2, other.describe()
+    assert "not replacing the ACF" in other.output and "records study" in other.output, other.describe()
+    assert (folder / "k.acf.toml").read_text() == before
+
+
+def test_a_new_study_starts_warm_from_the_older_release_s_study(tmp_path: Path) -> None:
+    """A study the older release recorded for this build is an earlier study of this kernel: a run
+    of another objective starts from its results, and does not learn from it as another kernel's
+    (review 52, finding 2)."""
+    folder = _tuned_by_the_older_release(tmp_path, "nvcc -O3 -arch=sm_90 -DTM=2 -c k.cu -o k.o")
+    spills = _tune(folder, 2, "--objective", "spills")
+    assert "warm start: 2 results from 1 earlier studies" in spills.output, spills.describe()
+    assert "other sources" not in spills.output, spills.describe()
+    assert CONTINUED not in spills.output  # another objective: a study of its own
+    assert len(_studies(folder)) == 2

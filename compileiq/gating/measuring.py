@@ -116,9 +116,8 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
              frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
     """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
     the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
-    acf, settings = target.acf, target.spec.settings_sha256()
-    if str(acf.data["kernel"].get("settings_sha256", "")) == target.spec.settings_sha256(legacy=True):
-        settings = target.spec.settings_sha256(legacy=True)  # an ACF of before 2026-12-06: the same settings
+    acf = target.acf  # an ACF of before 2026-12-06 records the older identity of the same settings
+    settings = target.spec.settings_sha256_as(acf.data["kernel"].get("settings_sha256"))
     # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.ptx_arch(), (*frontend_args, *spec.fixed_define_args()),
                            spec.compile_timeout_s)

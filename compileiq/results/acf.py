@@ -150,6 +150,7 @@ class AcfContent:
     provenance: dict[str, Any]
     base_flags: tuple[str, ...] = ()  # validated nvcc_flags, canonical spelling
     settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
+    settings_identities: tuple[str, ...] = ()  # each identity of them (`KernelSpec.settings_sha256s`), for `acf_replace`
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions
     baseline: dict[str, Any] | None = None  # [baseline]: the shipped build (--compile-commands)
     mode: str = "harness"  # how a timed run reports its time (tune.toml's mode, or --program)
@@ -206,7 +207,7 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
         parse(path, text)
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
-    acf_replace.check(path, acf_replace.held(document, path), force, after_run=True, inputs=inputs)
+    acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force, after_run=True, inputs=inputs)
     write_atomically(path, text.encode("utf-8"))
     return path
 

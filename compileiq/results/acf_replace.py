@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,10 @@ class Held:
     search_trials: int | None = None
     dropped: int | None = None  # settings its simplification dropped
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
-    kernel: tuple[str, str] | None = None  # (source_sha256, settings_sha256): the kernel it describes
+    # the kernel it describes, (source_sha256, settings_sha256) under each of its identities: an ACF
+    # records one; a run's kernel has this release's and the one releases before 2026-12-06 gave it
+    # (`KernelSpec.identities`), so that an ACF those releases wrote is this kernel's, not stale
+    kernel: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # the kernel's file (absolute, links resolved): which kernel it describes
 
     def describe(self) -> str:
@@ -54,20 +57,22 @@ class Held:
         return ", ".join(parts) or "no other evidence"
 
 
-def held(document: Mapping[str, Any], path: Path | None = None) -> Held:
+def held(document: Mapping[str, Any], path: Path | None = None, settings: Sequence[str] = ()) -> Held:
     """What an ACF document (parsed from a file, or about to be written) holds; a value of the
     wrong type (an edited or foreign file) reads as not recorded. `path`: the ACF's own, from which
-    its kernel's recorded path is read."""
+    its kernel's recorded path is read; `settings`: every identity of its kernel's settings (one
+    about to be written: `KernelSpec.settings_sha256s`), else the one it records."""
     provenance = _table(document, "provenance")
     evidence, objective = _table(document, "evidence"), _table(document, "objective")
     trials = provenance.get("search_trials", provenance.get("trials_in_study"))
     dropped = _table(evidence, "simplified").get("dropped", [])
     kernel = _table(document, "kernel")
-    source, settings = _text(kernel.get("source_sha256")), _text(kernel.get("settings_sha256"))
+    source, recorded = _text(kernel.get("source_sha256")), _text(kernel.get("settings_sha256"))
+    identities = tuple(settings) or ((recorded,) if recorded else ())
     return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
                 dropped=len(dropped) if isinstance(dropped, list) else 0,
                 confirmed=is_finite(objective.get("confirmation_delta")),
-                kernel=(source, settings) if source and settings else None,
+                kernel=tuple((source, s) for s in identities) if source else (),
                 source=_kernel_file(path, kernel.get("path")))
 
 
@@ -91,7 +96,7 @@ def less_evidence(existing: Held, new: Held) -> str | None:
     the gate calls it stale) holds no evidence about the kernel as it is, so it is replaced."""
     if existing.source is not None and new.source is not None and existing.source != new.source:
         return f"it describes another kernel, {existing.source}"
-    if existing.kernel is not None and new.kernel is not None and existing.kernel != new.kernel:
+    if existing.kernel and new.kernel and not set(existing.kernel) & set(new.kernel):
         return None
     if existing.study and new.study and existing.study != new.study:
         return f"it records study {existing.study}, this run study {new.study}"

@@ -68,6 +68,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     **({"searched": dict(narrowed)} if narrowed else {}),
                     ALLOWED_RISKS: allowed_risks(spec, narrowed or {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
+        settings_identities=spec.settings_sha256s(),
         baseline=baseline_table(spec.shipped, chosen.config, acf_path) if spec.shipped is not None else None,
         mode=mode, metric_regex=metric_regex,
     )  # fmt: skip

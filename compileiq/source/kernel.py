@@ -19,12 +19,18 @@ DEPENDENCY_TIMEOUT_S = 120.0
 CUDA_SUFFIXES = (".cu", ".cuh")
 
 
-def study_identity(spec: KernelSpec, bundle: SourceBundle, legacy: bool = False) -> str:
+def study_identities(spec: KernelSpec, bundle: SourceBundle) -> tuple[str, ...]:
     """sha256 of the sources (with their build arguments) and the build- and score-relevant
-    tune.toml settings: two runs with the same identity are the same study. `legacy`: the identity
-    releases before 2026-12-06 gave (`KernelSpec.settings`)."""
-    text = json.dumps({"sources": bundle.sha256, "settings": spec.settings(legacy)}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    tune.toml settings, once per identity of the settings (`KernelSpec.identities`: this release's
+    first, then the one releases before 2026-12-06 gave, where other): two runs with the same
+    identity are the same study, and a study under any of them is one of this kernel's."""
+    return tuple(hashlib.sha256(json.dumps({"sources": bundle.sha256, "settings": s}, sort_keys=True).encode()).hexdigest()
+                 for s in spec.identities())
+
+
+def study_identity(spec: KernelSpec, bundle: SourceBundle) -> str:
+    """This release's study identity (`study_identities`)."""
+    return study_identities(spec, bundle)[0]
 
 
 def load_spec(cu_path: Path, *, arch: str | None = None) -> KernelSpec:

@@ -162,7 +162,7 @@ class KernelSpec:
         """Every tune.toml setting that changes a build or a score, as plain JSON data. `legacy`: as
         releases before 2026-12-06 gave them, with the shipped values as the command spells them
         (a -D at tune.toml's first value, a fast-math twin: `legacy_shipped`), so that the studies and
-        ACFs recorded under that identity are still found (`tuning.request.study_keys`, the gate)."""
+        ACFs recorded under that identity are still found (`identities`)."""
         return {
             "entries": list(self.entries), "block_size": [self.block_size, self.block_size_given],
             "dynamic_smem": self.dynamic_smem, "defines": [list(d) for d in self.defines],
@@ -205,9 +205,30 @@ class KernelSpec:
         first = self.default_values()
         return {k: v for k, v in values.items() if k not in first or first[k] != v}
 
-    def settings_sha256(self, legacy: bool = False) -> str:
-        text = json.dumps(self.settings(legacy), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+    def identities(self) -> tuple[dict[str, Any], ...]:
+        """The kernel's settings (`settings`) under each identity it has: this release's first,
+        then, where other, the one releases before 2026-12-06 gave it. Studies and ACFs recorded
+        under any of them describe this kernel: every comparison of an identity (the study a run
+        continues, the warm start, the ACF replace guard, the gate) reads them here. The older one
+        still holds `ptx_arch`: a compute_80 -> sm_86 build was other code then, not continued."""
+        now, older = self.settings(), self.settings(legacy=True)
+        return (now,) if older == now else (now, older)
+
+    def settings_sha256(self) -> str:
+        """This release's identity of the settings (what an ACF records)."""
+        return self.settings_sha256s()[0]
+
+    def settings_sha256s(self) -> tuple[str, ...]:
+        """Each identity of the settings (`identities`), this release's first."""
+        return tuple(hashlib.sha256(json.dumps(s, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+                     for s in self.identities())
+
+    def settings_sha256_as(self, recorded: object) -> str:
+        """The identity of these settings an ACF records as `recorded` (its settings_sha256): that
+        one where it is one of them (an ACF written before 2026-12-06 records the older one: the
+        same settings, `identities`), else this release's."""
+        identities = self.settings_sha256s()
+        return recorded if isinstance(recorded, str) and recorded in identities else identities[0]
 
     def timed_as(self) -> tuple[str, str | None]:
         """How a timed run reports its time: the mode and, in program mode, the metric regex (what

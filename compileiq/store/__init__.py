@@ -257,14 +257,16 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
                     known[row["id"]] = (tuple(row[c.name] for c in _MARKER), usable[0] if usable else None)
         return [trial for row in markers if (found := known.get(row[0])) and (trial := found[1]) is not None]
 
-    def related_trials(self, key: StudyKey, exclude_study_id: int | None = None) -> list[Trial]:
+    def related_trials(self, key: StudyKey, exclude_study_id: int | None = None,
+                       sources: Collection[str] = ()) -> list[Trial]:
         """Finished trials of the studies that share ``key``'s kernel source, toolchain, arch and
-        search space (any objective), except study ``exclude_study_id``: a warm start's evidence."""
+        search space (any objective), except study ``exclude_study_id``: a warm start's evidence.
+        `sources`: every identity of the kernel (`kernel.study_identities`; default: ``key``'s)."""
         s, t = studies.c, trials_table.c
         query = (
             sa.select(trials_table, s.space_sha256)
             .join(studies, s.id == t.study_id)
-            .where(s.source_sha256 == key.source_sha256, s.toolchain == key.toolchain)
+            .where(s.source_sha256.in_(_sources(key, sources)), s.toolchain == key.toolchain)
             .where(s.arch == key.arch, s.space_id == key.space_id)
             .where(sa.or_(t.state == TrialState.COMPLETE.value, final_failure(t)))
         )
@@ -274,16 +276,17 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
             rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
         return self._usable(rows)
 
-    def other_kernels_trials(self, key: StudyKey, max_studies: int = 32,
-                             max_rows: int = 4096) -> list[tuple[Study, list[Trial]]]:
+    def other_kernels_trials(self, key: StudyKey, max_studies: int = 32, max_rows: int = 4096,
+                             sources: Collection[str] = ()) -> list[tuple[Study, list[Trial]]]:
         """Finished trials of the latest ``max_studies`` static studies of *other* sources on
         ``key``'s toolchain, arch and search space (any macros, any objective), ``max_rows`` at
         most, oldest trials of each study first: what a cross-kernel warm start learns from
-        (`compileiq.search.transfer`). Rows are untrusted: each is checked as any trial read."""
+        (`compileiq.search.transfer`). Rows are untrusted: each is checked as any trial read.
+        `sources`: every identity of this kernel (as `related_trials`), none of them another's."""
         s, t = studies.c, trials_table.c
         latest = (
             sa.select(s.id)
-            .where(s.source_sha256 != key.source_sha256, s.toolchain == key.toolchain)
+            .where(s.source_sha256.not_in(_sources(key, sources)), s.toolchain == key.toolchain)
             .where(s.arch == key.arch, s.space_id == key.space_id, s.evaluator == "static")
             .order_by(s.id.desc())
             .limit(max_studies)
@@ -374,3 +377,6 @@ def _finite_or_none(value: Any) -> float | None:
 _MARKER = tuple(c for c in trials_table.c if c.name not in ("config", "metrics", "heartbeat_at"))
 
 
+def _sources(key: StudyKey, sources: Collection[str]) -> list[str]:
+    """The source identities of `key`'s kernel: `sources` with `key`'s own."""
+    return sorted({key.source_sha256, *sources})

@@ -6,6 +6,7 @@ rows cannot be explained is skipped, and nothing read here is recorded or told a
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import StudyKey, TrialState
@@ -18,10 +19,12 @@ MAX_STUDIES = 32  # the latest other studies read
 MAX_ROWS = 4096  # their trials read at most, in one query
 
 
-def other_kernels_prior(store: Store, key: StudyKey, space: SearchSpace, baseline: Config, limit: int) -> transfer.Prior:
-    """What the other kernels' studies of this toolchain space suggest for a study of `key`."""
+def other_kernels_prior(store: Store, key: StudyKey, space: SearchSpace, baseline: Config, limit: int,
+                        kernel: Collection[str] = ()) -> transfer.Prior:
+    """What the other kernels' studies of this toolchain space suggest for a study of `key`
+    (`kernel`: every identity of its kernel, none of them another's)."""
     lessons = []
-    for study, trials in store.other_kernels_trials(key, MAX_STUDIES, MAX_ROWS):
+    for study, trials in store.other_kernels_trials(key, MAX_STUDIES, MAX_ROWS, kernel):
         try:
             explained = explain(study, trials)
             base, chosen = explained.baseline, explained.chosen

@@ -19,7 +19,7 @@ from compileiq.results.ablation import Ablation
 from compileiq.results.pareto import Front
 from compileiq.results.simplify import Simplification
 from compileiq.search.settings import SearchSettings
-from compileiq.source.kernel import study_identity
+from compileiq.source.kernel import study_identities
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.tuning.limits import RunLimits
 from compileiq.tuning.progress import RunCounters
@@ -113,23 +113,28 @@ def baseline_config(space: SearchSpace, kernel: KernelSpec) -> Config:
     return config
 
 
-def study_key(
-    request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain, evaluator: str = StaticEvaluator.kind,
-    legacy: bool = False,
-) -> StudyKey:
+def study_key(request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain,
+              evaluator: str = StaticEvaluator.kind) -> StudyKey:
     """The study's identity; `source_sha256` holds the sources, headers and base flags together
-    with every tune.toml setting that changes a build or a score (`kernel.study_identity`).
-    `legacy`: the identity releases before 2026-12-06 gave the same run (`study_lookup`)."""
-    return StudyKey(
+    with every tune.toml setting that changes a build or a score (`kernel.study_identities`)."""
+    return study_keys(request, bundle, toolchain, evaluator)[0]
+
+
+def study_keys(request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain,
+               evaluator: str = StaticEvaluator.kind) -> tuple[StudyKey, ...]:
+    """The run's study identity under each identity of its kernel (`KernelSpec.identities`):
+    this release's first, then, where other, the one releases before 2026-12-06 gave the same
+    run (`study_lookup`)."""
+    return tuple(StudyKey(
         kernel=request.kernel.name,
-        source_sha256=study_identity(request.kernel, bundle, legacy),
+        source_sha256=identity,
         space_id=request.space.id,
         space_sha256=request.space.sha256,
         toolchain=toolchain.nvcc_build,
         arch=request.kernel.arch,
         evaluator=evaluator,
         objective=request.objective,
-    )
+    ) for identity in study_identities(request.kernel, bundle))
 
 
 def searched(trials: Sequence[Trial]) -> int:

@@ -15,15 +15,14 @@ from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store, default_study_name
-from compileiq.tuning.request import TuneRequest, study_key
+from compileiq.tuning.request import TuneRequest, study_keys
 
 
 def keys(request: TuneRequest, bundle: SourceBundle, toolchain: Toolchain,
          evaluator: str) -> tuple[StudyKey, StudyKey | None]:
     """The run's study identity, and the one older releases gave it (None where the same)."""
-    key = study_key(request, bundle, toolchain, evaluator)
-    legacy = study_key(request, bundle, toolchain, evaluator, legacy=True)
-    return key, None if legacy == key else legacy
+    key, *older = study_keys(request, bundle, toolchain, evaluator)
+    return key, older[0] if older else None
 
 
 def legacy_study(store: Store, key: StudyKey, legacy: StudyKey | None, name: str | None) -> Study | None:
@@ -72,7 +71,7 @@ def on_recorded_space(store: Store, request: TuneRequest, bundle: SourceBundle, 
         return request, search, request.space
     key, _ = keys(request, bundle, toolchain, StaticEvaluator.kind)
     moved = replace(request, space=older)
-    found = legacy_study(store, key, study_key(moved, bundle, toolchain, legacy=True), request.study_name)
+    found = legacy_study(store, key, study_keys(moved, bundle, toolchain)[-1], request.study_name)
     if found is None:
         return request, search, request.space
     return replace(moved, study_name=found.name), None, older

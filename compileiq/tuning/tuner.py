@@ -29,7 +29,7 @@ from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
-from compileiq.source.kernel import bundle_sources
+from compileiq.source.kernel import bundle_sources, study_identities
 from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
@@ -154,7 +154,7 @@ class Tuner:
                 rescore = (Rescoring(request.space, request.kernel, request.objective, self._objectives, self._refusal)
                            if self._static else None)  # runtimes are not carried between studies
                 warm = warm_start(self._search_load, self._store, study, request, self._baseline, rescore,
-                                  self._progress.note)
+                                  self._progress.note, study_identities(request.kernel, self._bundle))
                 self._warm_first, self._baseline_built, self._warm_note = list(warm.first), warm.baseline_built, warm.note
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")

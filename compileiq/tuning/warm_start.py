@@ -41,10 +41,11 @@ class EarlierResults:
 
 
 def earlier_results(store: Store, study: Study, observe: Callable[[Trial], Observation | None],
-                    baseline: Config, batch_size: int) -> EarlierResults | None:
-    """The results of earlier studies of this kernel (`Store.related_trials`), each as `observe`
-    scores it for this run (None: it does not fit); None when there is none."""
-    related = store.related_trials(study.key, exclude_study_id=study.id)
+                    baseline: Config, batch_size: int, kernel: Sequence[str] = ()) -> EarlierResults | None:
+    """The results of earlier studies of this kernel (`Store.related_trials`; `kernel`: its every
+    identity, `kernel.study_identities`), each as `observe` scores it for this run (None: it does
+    not fit); None when there is none."""
+    related = store.related_trials(study.key, exclude_study_id=study.id, sources=kernel)
     found = {o.config.key: (o, t.study_id) for t in related if (o := observe(t))}
     if not found:
         return None
@@ -96,21 +97,24 @@ class WarmStart:
 
 
 def warm_start(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study, request: TuneRequest,
-               baseline: Config, rescore: Rescoring | None, note: Callable[[str], None]) -> WarmStart:
+               baseline: Config, rescore: Rescoring | None, note: Callable[[str], None],
+               kernel: Sequence[str] = ()) -> WarmStart:
     """Tell the searcher what earlier studies of this kernel found, as `rescore` scores them (None:
     runtimes are not carried between studies), their best few tried first (cache hits); then
-    propose first what other kernels' studies of this toolchain space chose. The searcher is waited
-    for only when there is something to tell it."""
+    propose first what other kernels' studies of this toolchain space chose. `kernel`: every
+    identity of this kernel (`kernel.study_identities`: a study the releases before 2026-12-06
+    recorded for this build is one of its, not another kernel's). The searcher is waited for only
+    when there is something to tell it."""
     start = WarmStart()
     if rescore is not None:
-        start = _from_earlier_studies(search, store, study, request, baseline, rescore, note)
-    return _from_other_kernels(search, store, study, request, baseline, start, note)
+        start = _from_earlier_studies(search, store, study, request, baseline, rescore, note, kernel)
+    return _from_other_kernels(search, store, study, request, baseline, start, note, kernel)
 
 
 def _from_earlier_studies(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study,
                           request: TuneRequest, baseline: Config, rescore: Rescoring,
-                          note: Callable[[str], None]) -> WarmStart:
-    found = earlier_results(store, study, rescore, baseline, request.batch_size)
+                          note: Callable[[str], None], kernel: Sequence[str]) -> WarmStart:
+    found = earlier_results(store, study, rescore, baseline, request.batch_size, kernel)
     if found is None:
         return WarmStart()
     search.get().tell(list(found.observations))
@@ -120,11 +124,11 @@ def _from_earlier_studies(search: SearchLoad[Searcher | RemoteSearcher], store: 
 
 def _from_other_kernels(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study,
                         request: TuneRequest, baseline: Config, start: WarmStart,
-                        note: Callable[[str], None]) -> WarmStart:
+                        note: Callable[[str], None], kernel: Sequence[str]) -> WarmStart:
     """Propose first what other kernels' studies of this toolchain space chose, and later what
     their rules refused (`cross_kernel`): an order, never a result."""
     limit = max(request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
-    prior = other_kernels_prior(store, study.key, request.space, baseline, limit)
+    prior = other_kernels_prior(store, study.key, request.space, baseline, limit, kernel)
     if prior.empty:
         return start
     first = tuple({c.key: c for c in [*start.first, *prior.first]}.values())  # ours first
