@@ -102,7 +102,8 @@ def test_machine_code_from_older_ptx_is_tuned_and_printed_as_it_builds(tmp_path:
     assert _dryrun(tmp_path, words)[0] == _dryrun(tmp_path, shlex.split(shipped))[0] == [("elf", "86")]
     assert "note:" not in output.replace("note: --all leaves out", ""), output  # the flags build what was scored
     _, snippet = _flags(tmp_path, "--format", "cmake")
-    assert "CUDA_ARCHITECTURES 86-real\n" in snippet and "CUDA_ARCHITECTURES cannot say so" in snippet, snippet
+    assert "CUDA_ARCHITECTURES OFF, the options carrying -arch=compute_80 -code=sm_86\n" in snippet, snippet
+    assert "CUDA_ARCHITECTURES cannot say so" in snippet and "86-real\n" not in snippet, snippet
     assert "other archs" not in snippet, snippet
 
 

@@ -185,7 +185,7 @@ def flags(
     print(text, end="" if text.endswith("\n") else "\n")
     for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),
                  flag_formats.set_aside_note(found, fmt, stage, with_base),
-                 f"note: {code}" if (code := flag_formats.code_note(found, fmt, stage)) else None):
+                 f"note: {code}" if (code := flag_formats.code_note(found, fmt, stage, arch)) else None):
         if note:
             err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
     if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only

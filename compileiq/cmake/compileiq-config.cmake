@@ -11,7 +11,11 @@
 # sets it to the ACF's arch where they do not (configure names what it replaced; a 90-virtual entry,
 # PTX alone, becomes 90 where the ACF holds ptxas settings, the other entries kept): 90-real where the
 # ACF builds machine code alone (a shipped -gencode arch=compute_90,code=sm_90), else 90; with SOURCE,
-# build the target for that architecture yourself. Editing the ACF re-runs configure.
+# build the target for that architecture yourself. An ACF whose build makes sm_86 machine code from
+# compute_80 PTX (-arch=compute_80 -code=sm_86) has no CUDA_ARCHITECTURES value (86-real builds it
+# from compute_86 PTX, other code): the options carry those arch words and the target is set OFF
+# (configure stops where the target builds sm_86 among other archs, which OFF would drop; with
+# SOURCE, set the target OFF yourself). Editing the ACF re-runs configure.
 # COMPILEIQ_EXECUTABLE names the command (default: `compileiq` on PATH or in $VIRTUAL_ENV/bin).
 #
 # An ACF tuned from a compile command (--compile-commands) may name shipped flags its settings turn
@@ -59,8 +63,10 @@ function(compileiq_apply)
   # as compileiq gives it: 90-real where the ACF builds machine code only (its shipped
   # -gencode arch=compute_90,code=sm_90; a plain 90 would embed PTX too), 90-virtual for PTX
   # only (its shipped -arch=compute_90, kept so where the ACF holds no ptxas setting), else 90
+  # OFF where no CUDA_ARCHITECTURES builds what the ACF records (sm_86 machine code from compute_80
+  # PTX: 86-real makes it from compute_86 PTX, other code): the arch words then go in the options
   string(JSON _arch GET "${_json}" cuda_architectures)
-  if(NOT _arch MATCHES "^[0-9]+[a-z]?(-real|-virtual)?$")
+  if(NOT _arch MATCHES "^([0-9]+[a-z]?(-real|-virtual)?|OFF)$")
     message(FATAL_ERROR "compileiq_apply(${_ciq_ACF}): unexpected cuda_architectures '${_arch}'")
   endif()
   string(REGEX REPLACE "-(real|virtual)$" "" _number "${_arch}")
@@ -71,6 +77,15 @@ function(compileiq_apply)
   endif()
   # one token each (ptxas options as -Xptxas=OPTION)
   _compileiq_strings("${_json}" flags "^[-A-Za-z0-9_=.+:/]+$" "${_ciq_ACF}" _options)
+  set(_arch_words "")
+  if(_arch STREQUAL "OFF")
+    _compileiq_strings("${_json}" arch_flags "^-(arch|code)=(sm|compute)_[0-9]+[a-z]?$" "${_ciq_ACF}" _arch_words)
+    if(NOT _arch_words)
+      message(FATAL_ERROR "compileiq_apply(${_ciq_ACF}): cuda_architectures OFF without arch_flags")
+    endif()
+    list(JOIN _arch_words " " _arch_text)
+    list(PREPEND _options ${_arch_words})
+  endif()
 
   if(_ciq_TARGET)
     _compileiq_remove("${_json}" "${_ciq_ACF}" "${_ciq_TARGET}" "")
@@ -80,7 +95,42 @@ function(compileiq_apply)
     endforeach()
   endif()
 
-  if(_ciq_TARGET)
+  if(_ciq_TARGET AND _arch STREQUAL "OFF")
+    # CMake cannot say the ACF's build: the target builds it from the options alone (OFF), as one
+    # that does not build the ACF's arch is set to it. One that builds it among other archs would
+    # lose them: configure stops and says so, never narrowing it silently.
+    get_property(_archs TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES)
+    string(JSON _tuned GET "${_json}" arch)
+    string(REGEX REPLACE "^sm_" "" _tuned "${_tuned}")
+    set(_builds_it FALSE)
+    set(_others FALSE)
+    foreach(_entry IN LISTS _archs)
+      string(REGEX REPLACE "-(real|virtual)$" "" _entry_number "${_entry}")
+      if(_entry_number STREQUAL _tuned)
+        set(_builds_it TRUE)
+      elseif(_entry MATCHES "^(all|all-major|native)$")
+        set(_builds_it TRUE)
+        set(_others TRUE)
+      elseif(NOT _entry STREQUAL "OFF")
+        set(_others TRUE)
+      endif()
+    endforeach()
+    if(_builds_it AND _others)
+      message(FATAL_ERROR "compileiq_apply(${_ciq_ACF}): the ACF records a build CUDA_ARCHITECTURES cannot say "
+              "(${_arch_text}: sm_${_tuned} from older PTX); ${_ciq_TARGET}'s CUDA_ARCHITECTURES ${_archs} builds "
+              "other archs too, which setting it OFF would drop: set it OFF and give each arch's flags in its "
+              "options yourself")
+    endif()
+    set_property(TARGET "${_ciq_TARGET}" PROPERTY CUDA_ARCHITECTURES OFF)
+    set(_how "${_arch_text} in its options, CUDA_ARCHITECTURES OFF")
+    if(_archs AND NOT _archs STREQUAL "OFF")
+      string(APPEND _how "; CUDA_ARCHITECTURES ${_archs} replaced: CMake cannot build sm_${_tuned} from older PTX")
+    endif()
+    foreach(_option IN LISTS _options)  # SHELL: keeps CMake from de-duplicating a target's options
+      target_compile_options("${_ciq_TARGET}" PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:${_option}>")
+    endforeach()
+    message(STATUS "compileiq: ${_ciq_TARGET}: flags of ${_ciq_ACF} (${_how})")
+  elseif(_ciq_TARGET)
     # A target that builds the ACF's arch among others keeps them all (narrowing it would drop archs
     # from the product); where it builds PTX alone for it (NN-virtual), that entry becomes NN; one
     # that does not build it is set to it, and configure says what it replaced or changed.
@@ -126,7 +176,12 @@ function(compileiq_apply)
   else()
     # a source's COMPILE_OPTIONS are used as they are (no SHELL:, no de-duplication)
     set_property(SOURCE ${_ciq_SOURCE} APPEND PROPERTY COMPILE_OPTIONS ${_options})
-    message(STATUS "compileiq: ${_ciq_SOURCE}: flags of ${_ciq_ACF}; build for CUDA architecture ${_arch}")
+    if(_arch STREQUAL "OFF")
+      message(STATUS "compileiq: ${_ciq_SOURCE}: flags of ${_ciq_ACF}, ${_arch_text} among them; set the target's "
+              "CUDA_ARCHITECTURES OFF (any other value adds the arch built from its own PTX)")
+    else()
+      message(STATUS "compileiq: ${_ciq_SOURCE}: flags of ${_ciq_ACF}; build for CUDA architecture ${_arch}")
+    endif()
   endif()
 endfunction()
 

@@ -93,11 +93,12 @@ def _note_comment(acf: Acf, fmt: str) -> str:
     return "".join(f"# compileiq: {note}\n" for note in (removal_note(acf), code_note(acf, fmt)) if note)
 
 
-def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
+def code_note(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True) -> str | None:
     """One line where the shipped build's flags for the arch tuned embed other than -arch=sm_XY
     would (`arch_code`): PTX alone, which ptxas settings cannot reach (the driver compiles it when
     it loads, with its own settings), so a choice that holds any gets sm_XY machine code added,
-    never silently; or, in a build file, machine code from an older arch's PTX, which CMake cannot say."""
+    never silently; or machine code from an older arch's PTX, which CMake and rules_cuda's archs
+    cannot say, and which flags without the arch (`with_arch` False) leave to the user."""
     applied = (f.flag for f in acf.shipped.fixed if f.applied) if acf.shipped is not None else ()
     found = shipped_code(applied, acf.arch)
     n, older = acf.arch.removeprefix("sm_"), acf.ptx_arch() != acf.arch
@@ -117,11 +118,20 @@ def code_note(acf: Acf, fmt: str = "args", stage: str = "all") -> str | None:
         return (f"your build as shipped embeds compute_{n} PTX only, kept so ({kept}): the driver compiles it when "
                 f"it loads, with its own settings; the tuning scored sm_{n} machine code that ptxas built here"
                 + ("" if not build_file else f", and the build system sets the arch: keep {kept}"))
-    if older and build_file:  # the args themselves build what the tuning scored: no note
+    if older and (build_file or not with_arch):  # with the arch, the args themselves build what was scored
         # the pair alone, or -arch=compute_80 with a -code list that builds sm_80 too (left out)
-        kept = f"-arch=compute_{v} -code=sm_{n}" if found is not None else f"-arch=compute_{v} and its -code list"
-        how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, other code than the "
-               f"tuning scored; set CUDA_ARCHITECTURES OFF and keep {kept}" if fmt == "cmake" else f"keep {kept} in the build")
+        kept = (f"-arch=compute_{v}" if stage == "frontend" else f"-arch=compute_{v} -code=sm_{n}"
+                if found is not None else f"-arch=compute_{v} and its -code list")
+        other = (f"-arch=compute_{n} (or sm_{n}) compiles compute_{n} PTX" if stage == "frontend" else
+                 f"-arch=sm_{n} builds sm_{n} from compute_{n} PTX")
+        if fmt == "cmake":
+            how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, other code than "
+                   f"the tuning scored; set CUDA_ARCHITECTURES OFF: the options carry {' '.join(arch_words(acf, stage))}")
+        elif fmt == "bazel":
+            how = (f"keep {kept} in the build; no --@rules_cuda//cuda:archs line is given: archs=sm_{n} builds "
+                   f"sm_{n} from compute_{n} PTX, other code than the tuning scored")
+        else:  # --no-arch: the user supplies the arch
+            how = f"these flags leave the arch out: keep {kept}; {other}, other code than the tuning scored"
         return (f"your build as shipped makes sm_{n} machine code from compute_{v} PTX"
                 f"{f', nothing for sm_{v}' if found is not None else ''}, and the tuning compiled its trials so: {how}")
     return None
@@ -139,13 +149,22 @@ def cuda_architectures(acf: Acf) -> str:
     `-gencode arch=compute_90,code=sm_90`) is 90-real: a plain 90 would embed PTX the shipped
     build has not (and a newer GPU would JIT-compile it); `-arch=compute_90` (PTX alone) is
     90-virtual. sm_90a -> 90a, 90a-real. CMake cannot say `-arch=compute_80 -code=sm_86`: 86-real
-    builds sm_86 from compute_86 PTX, not as the trials were (`code_note` says so)."""
+    builds sm_86 from compute_86 PTX, not as the trials were: OFF, the arch words going in the
+    options (`arch_words`; `code_note` says so)."""
+    if acf.ptx_arch() != acf.arch:
+        return "OFF"
     number = acf.arch.removeprefix("sm_")
     args = acf.arch_args()
     codes = [c for token in args if token.startswith("-code=") for c in token.removeprefix("-code=").split(",")]
     if not codes and args == (f"-arch=compute_{number}",):  # PTX alone, as shipped (`code_note`)
         return f"{number}-virtual"
     return f"{number}-real" if codes and f"compute_{number}" not in codes else number
+
+
+def arch_words(acf: Acf, stage: str = "all") -> tuple[str, ...]:
+    """The arch flags `acf.flags(stage)` holds (what --no-arch leaves out)."""
+    with_arch, without = acf.flags(stage), set(acf.flags(stage, with_arch=False))
+    return tuple(token for token in with_arch if token not in without)
 
 
 def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
@@ -156,6 +175,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "source": acf.source_path,
         "arch": acf.arch,
         "cuda_architectures": cuda_architectures(acf),
+        "arch_flags": list(arch_words(acf, stage)),  # what --no-arch leaves out (the CMake package: OFF)
         "stage": stage,
         "flags": list(unique(acf.flags(stage, with_arch=with_arch, with_base=with_base))),
         "base": list(acf.base_args()),
@@ -165,7 +185,7 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "recorded": {k: v for k, v in dict(acf.evidence.get("best", {})).items()
                      if isinstance(v, int | float | str | bool)},
         "remove": list(acf.remove),
-        "note": code_note(acf, "json", stage) or "",  # of "flags" (with the arch)
+        "note": code_note(acf, "json", stage, with_arch) or "",  # of "flags" (with the arch, or without)
         "cmake_note": code_note(acf, "cmake", stage) or "",  # the CMake package prints it
     }
 
@@ -176,14 +196,22 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
     # absolute paths (the source, include folders): CMake runs the compiler in its build folder and
     # reads a relative source from whichever CMakeLists.txt includes the snippet
-    flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
-    options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf)
+    # OFF (sm_86 from compute_80 PTX): CMake passes no arch, so the options carry the shipped build's
+    flags = acf.flags(stage, with_arch=arch == "OFF", with_base=with_base, absolute=True)
+    options = ";".join(_plain(acf, token) for token in unique(flags))
     return _note_comment(acf, "cmake") + (
-        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, _cmake_setting(acf, arch, stage))}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
+
+
+def _cmake_setting(acf: Acf, arch: str, stage: str) -> str:
+    """How the snippet's target builds the arch: CUDA_ARCHITECTURES, or OFF and the arch in the options."""
+    if arch != "OFF":
+        return f"CUDA_ARCHITECTURES {arch}"
+    return f"CUDA_ARCHITECTURES OFF, the options carrying {' '.join(arch_words(acf, stage))}"
 
 
 def checked_on(acf: Acf, setting: str) -> str:
@@ -213,11 +241,14 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
     source = os.path.basename(acf.source_path)
+    # sm_86 from compute_80 PTX: rules_cuda's archs for it is unchecked here, so no archs line (`code_note`)
+    setting = (f"--@rules_cuda//cuda:archs={acf.arch}" if acf.ptx_arch() == acf.arch else
+               f"{' '.join(acf.arch_args())} (no --@rules_cuda//cuda:archs line: archs={acf.arch} is other code)")
     lists = "".join(f"    {attribute} = [\n" + "".join(f"        {json.dumps(_plain(acf, t))},\n" for t in tokens) + "    ],\n"
                     for attribute, tokens in (("copts", copts), ("includes", includes), ("ptxasopts", ptxasopts))
                     if tokens)
     return _note_comment(acf, "bazel") + (
-        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'--@rules_cuda//cuda:archs={acf.arch}')}\n"
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, setting)}\n"
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
     )
