@@ -69,6 +69,40 @@ def test_ctrl_c_while_the_cli_loads_says_one_line(tiny: Path, processes: list, e
         assert stderr.strip().splitlines()[-1].startswith("interrupted"), said
 
 
+# -- before the study is open ----------------------------------------------------------------------
+
+
+def _slow_dependencies(folder: Path) -> dict[str, str]:
+    """CUDA_HOME whose nvcc, asked for the kernel's dependencies (`nvcc -M`, the run's bundling of
+    its sources, before any database is opened), touches `folder/bundling` and sleeps."""
+    env = slow_toolchain(folder, 0)
+    nvcc = folder / "bin" / "nvcc"
+    nvcc.write_text(nvcc.read_text().replace(
+        "exec ", f'case "$*" in "-M -MT deps "*) touch "{folder / "bundling"}"; sleep 60 ;; esac\nexec ', 1))
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_signal_before_the_study_is_open_sends_nobody_to_resume(
+        tiny: Path, processes: list, sent: int, code: int, said: str) -> None:
+    """user52 #4: a Ctrl-C while the sources were bundled said "finished trials are saved; rerun
+    with --resume to continue", with nothing recorded (no study, no database). Now only the signal."""
+    db, slow = tiny.parent / "t.db", tiny.parent / "slow"
+    args = ["tune", str(tiny), "--db", f"sqlite:///{db}", "--workers", "local", "--budget", "1", "--resume"]
+    victim = _start(processes, [compileiq_command(), *args], tiny.parent, _slow_dependencies(slow))
+    deadline = time.monotonic() + 60
+    while not (slow / "bundling").exists() and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.05)
+    assert (slow / "bundling").exists(), "the sources were never bundled"
+    os.killpg(victim.pid, sent)
+    _, stderr = victim.communicate(timeout=60)
+    assert victim.returncode == code and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == said, stderr
+    assert not db.exists()  # nothing recorded: nothing to resume
+
+
 # -- while the embedded Ray starts -----------------------------------------------------------------
 
 

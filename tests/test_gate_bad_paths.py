@@ -88,3 +88,27 @@ def test_a_too_long_compile_commands_path_is_one_line(tuned, tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.output, result.describe()
     assert result.stderr_lines == [f"error: --compile-commands {LONG}/compile_commands.json: file not found"], \
         result.describe()
+
+
+@pytest.mark.parametrize("where", [".", "k"])
+def test_an_acf_is_never_gated_against_a_kernel_found_from_the_folder_the_gate_runs_in(tuned, tmp_path, where):
+    """user52 #3: an ACF whose `[kernel] path` ("k/fir.cu") is not beside it, gated from a folder
+    where that path leads to a file (another checkout, an older copy), was checked against that
+    file and passed, while its compilation database was read from the ACF's folder; from any other
+    folder it was bad input. Now the kernel is found only from the ACF's folder (file-formats.md),
+    wherever the gate runs: else the one line, and --kernel names it."""
+    workspace = _copy(tuned, tmp_path)
+    (workspace / "moved").mkdir()
+    text = (workspace / "k" / "fir.acf.toml").read_text()
+    assert 'path = "fir.cu"' in text
+    (workspace / "moved" / "fir.acf.toml").write_text(text.replace('path = "fir.cu"', 'path = "k/fir.cu"'))
+    acf = str(Path("..") / "moved" / "fir.acf.toml") if where == "k" else "moved/fir.acf.toml"
+    result = run_cli(["gate", acf, "--static"], cwd=workspace / where, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.output, result.describe()
+    last = result.stderr.strip().splitlines()[-1]
+    assert "kernel source not found" in last and last.endswith("pass --kernel PATH"), result.describe()
+    folder = Path(acf).parent
+    assert f"(tried {folder / 'k' / 'fir.cu'}, {folder / 'fir.cu'});" in last, result.describe()  # from its folder only
+    kernel = "fir.cu" if where == "k" else "k/fir.cu"
+    named = run_cli(["gate", acf, "--static", "--kernel", kernel], cwd=workspace / where, timeout=120)
+    assert named.returncode == 0, named.describe()

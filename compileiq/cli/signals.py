@@ -21,8 +21,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 _received: list[int] = []  # the signals that stopped this command, first first
-_details: list[str] = []  # what the stopped run said it did ("3 unfinished trial(s) handed back")
-_runs: list[bool] = []  # a tune run was stopped (noted): its finished trials are saved, --resume goes on
+_details: list[str] = []  # what the stopped run said it did and kept ("3 unfinished trial(s) handed back")
 _loading: list[bool] = []  # the CLI loads (or its handlers go in): a signal ends the process at once
 _raised: list[KeyboardInterrupt] = []  # the first signal's KeyboardInterrupt, as raised last
 _owed: list[bool] = []  # it came during an import, or was swallowed: raised again a moment later
@@ -39,7 +38,6 @@ def installed() -> Iterator[None]:
     as is one that came during an import, once out of it."""
     _received.clear()
     _details.clear()
-    _runs.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -138,9 +136,11 @@ def _end_now(number: int) -> NoReturn:
 
 
 def noted(error: BaseException) -> None:
-    """Keep what a stopped tune run attached to its KeyboardInterrupt (`add_note`), for `line`."""
-    _runs.append(True)
-    _details.extend(getattr(error, "__notes__", ()))
+    """Keep what a stopped tune run attached to its KeyboardInterrupt (`add_note`), for `line`:
+    the trials it handed back and, once its study was open, that its finished trials are saved
+    (`tuning.claims.release_on_stop`). A run stopped before (bundling its sources, opening the
+    database) attached nothing: it kept nothing to go on with."""
+    _details.extend(str(note) for note in getattr(error, "__notes__", ()))
 
 
 def exit_code() -> int:
@@ -148,13 +148,13 @@ def exit_code() -> int:
 
 
 def line() -> str:
-    """The one line a stopped command says (a stopped tune run: what it kept and how to go on;
-    another command, gate or show, has no trials and no --resume to speak of)."""
+    """The one line a stopped command says (a stopped tune run: what it kept and how to go on, as
+    its notes say; a run stopped before its study was open, or another command, gate or show, has
+    no trials and no --resume to speak of)."""
     first = _received[0] if _received else signal.SIGINT
-    if not _runs:
+    if not _details:
         return _name(first)
-    said = "; ".join([*_details[:1], "finished trials are saved; rerun with --resume to continue"])
-    return f"{_name(first)}: {said}"
+    return f"{_name(first)}: {'; '.join(_details)}"
 
 
 def _name(number: int) -> str:

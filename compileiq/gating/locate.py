@@ -104,8 +104,12 @@ def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSetti
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
+    """The kernel as file-formats.md says: `[kernel] path` from the ACF's folder, else the recorded
+    `source` beside the ACF. Never from the folder the gate runs in: the same ACF would be checked
+    against another file (a vendored or older copy at that path) depending on where CI runs it,
+    while its compilation database is read from the ACF's folder."""
     given = Path(acf.source_path)
-    tried = [given] if given.is_absolute() else [acf.path.parent / given, given]  # relative to the ACF
+    tried = [given if given.is_absolute() else acf.path.parent / given]
     tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
     for candidate in dict.fromkeys(tried):
         if is_file(candidate):

@@ -71,6 +71,9 @@ def take_over_noted(store: Store, study_id: int, me: str, stale_after_s: float, 
     return bool(done.released or done.stale)
 
 
+STUDY_KEPT = "finished trials are saved; rerun with --resume to continue"  # a stopped run's study, in its notes
+
+
 def release_on_stop(store: Store, study_id: int, me: str, error: BaseException, note: Callable[[str], None]) -> None:
     """A run that stops early (`error`) hands its unfinished claims back (retryable), so that
     nobody waits for them."""
@@ -83,6 +86,8 @@ def release_on_stop(store: Store, study_id: int, me: str, error: BaseException, 
     except CompileIQError:  # the database itself went away or is full: nothing can be written
         note("this run's unfinished trials stay claimed (the database refused the write): the "
              "next `compileiq tune` of this study hands them back, at once on this host")
-        return
-    if released and isinstance(error, KeyboardInterrupt):  # said in the CLI's one line; its compilers are killed
-        error.add_note(f"{released} unfinished trial(s) handed back to retry")
+        released = 0
+    if isinstance(error, KeyboardInterrupt):  # said in the CLI's one line; its compilers are killed
+        if released:
+            error.add_note(f"{released} unfinished trial(s) handed back to retry")
+        error.add_note(STUDY_KEPT)  # a study is open: what it finished stays, --resume goes on

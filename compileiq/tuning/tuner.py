@@ -134,10 +134,10 @@ class Tuner:
             prepare(self._baseline)
         study = study_lookup.open_study(self._store, request, self._bundle, self._toolchain, self._evaluator.kind,
                                         self._progress.note)
-        self._take_over(study, announce=True)
-        self._runner.reopen_transient(self._store.trials(study.id))
-        run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
-        try:
+        try:  # from here on a stopped run has a study to go on with (`claims.release_on_stop`)
+            self._take_over(study, announce=True)
+            self._runner.reopen_transient(self._store.trials(study.id))
+            run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
             self._progress.started(study, request.budget, searched(self._store.trials(study.id)))
             self._progress.note(f"limits: {request.limits.describe()}")
             if self._remote:
