@@ -36,9 +36,11 @@ MAX_FORBIDDEN = 64  # the forbidden macro settings a run records for the views
 def missing_note(missing: int) -> str:
     """What the views say of configurations the path tried with no result: a rerun builds those
     tune.toml's [tune] restrictions allow. Those a run found forbidden are never counted; a study
-    whose runs recorded none (older ones) may count some: a rerun records them."""
+    whose runs recorded none (older ones) may count some: a rerun records them. A --no-simplify run
+    builds none (its path reads the recorded results alone)."""
     return (f"{missing} configuration(s) the path tried have no recorded result: a rerun of compileiq tune builds "
-            "those tune.toml's [tune] restrictions allow, and records the others as forbidden")
+            "those tune.toml's [tune] restrictions allow, and records the others as forbidden "
+            "(not with --no-simplify: it keeps the search's winner and builds no path)")
 
 
 def never(config: Config) -> bool:

@@ -29,6 +29,7 @@ from compileiq.results.recorded_decision import (
     latest_decision,
     recorded_forbidden,
     recorded_pick,
+    recorded_simplify,
     sound_choice,
 )
 from compileiq.results.simplify import baseline_space, simplify
@@ -177,19 +178,23 @@ class Explanation:
 REPLAYED = "the study's rules, replayed over its trials"
 
 
-def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = ()) -> Explanation:
+def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = (),
+            simplify: bool | None = None) -> Explanation:
     """The study's choice as its ACF holds it. `runs`: the study's runs (`Store.runs`); the latest
     that recorded a decision names the chosen trial when `followed_choice` accepts it (else the
     choice is replayed from the trials, as the tuner makes it: `runs` empty, the tuner's own call).
     `pick`: a user's rule for the front of a study of several objectives (`--pick`), replayed with
-    it; None: the rule the latest run recorded (`recorded_pick`)."""
+    it; None: the rule the latest run recorded (`recorded_pick`). `simplify`: whether the replay
+    simplifies the winner over the recorded results (the tuner's own call says; None: as the latest
+    deciding run did, `recorded_simplify`: a `--no-simplify` run's choice is the search's winner)."""
     trials, runs = tuple(trials), tuple(runs)
     trials, foreign = _of_the_study(trials)
     asked = pick if pick is not None and multi_objective.is_multi(study.key.objective) else None
     rule = asked if asked is not None else recorded_pick(study, runs)
     run = latest_decision(runs)
     forbidden = forbidden_keys(recorded_forbidden(run))  # what the run's restrictions forbid: the path skips it
-    replayed = replace(_explain(study, trials, rule, forbidden), runs=runs, decided_by=REPLAYED)
+    simplified = recorded_simplify(run) if simplify is None else simplify
+    replayed = replace(_explain(study, trials, rule, forbidden, simplified), runs=runs, decided_by=REPLAYED)
     followed = sound_choice(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
     chosen = followed if isinstance(followed, Trial) else None
     if asked is not None:
@@ -262,15 +267,16 @@ def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> st
             "rule): not followed; replayed from its trials")
 
 
-def _explain(study: Study, trials: tuple[Trial, ...], pick: str, forbidden: Callable[[Config], bool] = never) -> Explanation:
+def _explain(study: Study, trials: tuple[Trial, ...], pick: str, forbidden: Callable[[Config], bool] = never,
+             simplified: bool = True) -> Explanation:
     baseline = trials[0] if trials else None
     if multi_objective.is_multi(study.key.objective) and baseline is not None:
-        return _explain_front(study, trials, baseline, pick)
+        return _explain_front(study, trials, baseline, pick, simplified)
     winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
         return Explanation(study, trials, baseline, winner, None, None)
     chosen = winner
-    if winner.config_key != baseline.config_key:
+    if simplified and winner.config_key != baseline.config_key:
         exact = study.key.evaluator != "static"
         refuse = eligibility.study_refusal(baseline, study.key.objective, not exact)
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact,
@@ -278,9 +284,11 @@ def _explain(study: Study, trials: tuple[Trial, ...], pick: str, forbidden: Call
     return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials), forbidden))
 
 
-def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str) -> Explanation:
+def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str,
+                   simplified: bool = True) -> Explanation:
     """The tuner's choice for several objectives: the pick on the front of the trials that may win,
-    simplified (static: to no objective worse; with `time`: to the same machine code); no ablation
+    simplified (static: to no objective worse; with `time`: to the same machine code; not where
+    `simplified` is False, as a --no-simplify run keeps it); no ablation
     path (a trade-off has no single gain)."""
     if baseline.state is not TrialState.COMPLETE:
         return Explanation(study, trials, baseline, None, None, None)
@@ -289,7 +297,7 @@ def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pic
     choice = multi_objective.choose(eligibility.search_results(trials, refuse, baseline.config), baseline, objectives, pick, refuse,
                                     "time" in objectives)
     winner = chosen = choice.chosen
-    if winner.config_key != baseline.config_key:
+    if simplified and winner.config_key != baseline.config_key:
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), "time" in objectives,
                           allowed=lambda t: refuse(t) is None, no_worse=multi_objective.no_worse(objectives)).chosen
     return Explanation(study, trials, baseline, winner, chosen, None, with_chosen(choice.front, chosen))

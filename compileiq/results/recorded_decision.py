@@ -48,6 +48,20 @@ def recorded_forbidden(run: RunRecord | None) -> tuple[str, ...]:
     return tuple(k for k in found if isinstance(k, str) and len(k) <= 4096)
 
 
+def unsimplified(simplify: bool) -> dict[str, Any]:
+    """What a run records when it was told not to simplify (`--no-simplify`): its choice is the
+    search's winner as searched, and every view replays it so (`recorded_simplify`)."""
+    return {} if simplify else {"simplify": False}
+
+
+def recorded_simplify(run: RunRecord | None) -> bool:
+    """Whether the choice a run recorded was simplified (`unsimplified`): a replay of its rules
+    simplifies the winner over the recorded results only then. A run row is untrusted: anything but
+    `false` is the default (a forged one can only make the replay keep the search's winner as it is)."""
+    found = run.decision.get("simplify") if run is not None and isinstance(run.decision, dict) else None
+    return found is not False
+
+
 def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
     """The latest run that recorded a decision (a JSON object; what the study list reads too)."""
     return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)

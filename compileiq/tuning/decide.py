@@ -5,7 +5,9 @@ the baseline's value), replayed through `explain` for a static objective (so a v
 can never differ), confirmed against the baseline for a runtime one, then ablated (each setting's
 share of the gain). Several objectives: the pick on the front of the trials that may win,
 simplified (static: a setting goes when no objective gets worse; with `time`: when the machine
-code stays the same); neither confirmation nor ablation applies to a trade-off.
+code stays the same); neither confirmation nor ablation applies to a trade-off. With
+--no-simplify the search's winner stays as searched (the replay too), and the ablation builds
+nothing: it reads the recorded results, as out of time.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class Decider:
             return self._single_pass(baseline, winner)
         for _ in range(MAX_PASSES):
             decision = self._single_pass(baseline, winner)
-            replayed = explain(self.study, decision.trials, self.pick)
+            replayed = explain(self.study, decision.trials, self.pick, simplify=self.simplify)
             chosen, replayed_winner = replayed.chosen, replayed.winner
             if chosen is None or replayed_winner is None or chosen.number == decision.chosen.number:
                 return decision
@@ -134,14 +136,23 @@ class Decider:
             confirmation = self.confirm(final, baseline, self.seed, self.note)
             chosen = confirmed_choice(confirmation, final, baseline, chosen)
         ablation = None
-        if self.ablate and chosen is not baseline:
-            ablation = ablation_path(baseline, chosen, ablation_recorded(final) if self.out_of_time
-                                     else partial(self._checked, "ablation"), self.forbidden)
+        if self.ablate and chosen is not baseline:  # without simplification, built by nothing: see `_ablation_builds`
+            ablation = ablation_path(baseline, chosen, partial(self._checked, "ablation") if self._ablation_builds
+                                     else ablation_recorded(final), self.forbidden)
             final = self.recorded()
         if self._shrinks_candidates:  # those the first pass did not reach (already shrunk: recorded, not built)
             self._shrink_candidates(final, chosen, baseline)
             final = self.recorded()
         return Decision(winner, chosen, simplification, final, confirmation, ablation)
+
+    @property
+    def _ablation_builds(self) -> bool:
+        """Whether the ablation builds the path's missing steps: not out of time, and not under
+        --no-simplify, whose choice is the search's winner as searched: a path over its many changed
+        settings costs builds quadratic in their number (27 for 7, after a budget of 4), more than
+        the simplification it turned off, and its results never change the choice (each view replays
+        the run without simplification); it reads the recorded results alone, as every view does."""
+        return self.simplify and not self.out_of_time
 
     @property
     def _shrinks_candidates(self) -> bool:
@@ -192,7 +203,7 @@ class Decider:
         differ. A runtime objective's choice also rests on its confirmation, which is not replayed."""
         if not self.static:
             return chosen
-        decided = explain(self.study, trials, self.pick).chosen
+        decided = explain(self.study, trials, self.pick, simplify=self.simplify).chosen
         return decided if decided is not None else chosen
 
 

@@ -23,7 +23,7 @@ from compileiq.evaluate.metrics import (
 )
 from compileiq.results import multi_objective, recorded_sources
 from compileiq.results.pareto import values_of
-from compileiq.results.recorded_decision import decision
+from compileiq.results.recorded_decision import decision, unsimplified
 from compileiq.results.shipped_origin import decision_entry
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
@@ -161,7 +161,7 @@ class Tuner:
             result = choice.result(self._finished_search(), study, exhausted)
             recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
-                                   decision(result) | recorded)
+                                   decision(result) | unsimplified(request.simplify) | recorded)
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
             raise
