@@ -42,8 +42,8 @@ def retune_command(target: Target, measured: Measured) -> str:
     `--db "$COMPILEIQ_DB"`, so that the pasted command reads it from the environment), and `--force`, since the
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
-    default `<kernel>-<objective>-<8 hex>`) keeps its name with the kernel's state now as a
-    suffix (`retune_study`): the old name belongs to the old key and cannot be reused."""
+    default `<kernel>-<objective>-<8 hex>`, nor its longer-hash fallback) keeps its name with the
+    kernel's state now as a suffix (`retune_study`): the old name belongs to the old key."""
     acf = target.acf
     objective = str(acf.objective.get("name", "static"))
     database = str(acf.provenance.get("database", ""))
@@ -115,10 +115,11 @@ def recorded_program_options(acf: acf_file.Acf) -> tuple[str, ...]:
 
 
 def retune_study(recorded: str, kernel: str, objective: str, measured: Measured) -> str | None:
-    """The study a re-tune records into: None (the default name) when the ACF's study had the
-    default name, else the recorded name (less an earlier re-tune's suffix) and 8 hex digits of
+    """The study a re-tune records into: None (the default name) when the ACF's study had a
+    derived name, else the recorded name (less an earlier re-tune's suffix) and 8 hex digits of
     the kernel's source, settings and toolchain now, so that the same re-tune run twice shares one study."""
-    if not recorded or re.fullmatch(rf"{re.escape(kernel)}-{re.escape(objective)}-[0-9a-f]{{8}}", recorded):
+    derived = r"[0-9a-f]{8}|[0-9a-f]{16}|[0-9a-f]{64}"  # `derived_study_names`: a longer hash where a study held the name
+    if not recorded or re.fullmatch(rf"{re.escape(kernel)}-{re.escape(objective)}-(?:{derived})", recorded):
         return None
     state = f"{measured.source_sha256}\0{measured.settings_sha256}\0{measured.toolchain_build}"
     return f"{re.sub(r'-[0-9a-f]{8}$', '', recorded)}-{hashlib.sha256(state.encode()).hexdigest()[:8]}"

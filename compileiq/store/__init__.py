@@ -79,10 +79,16 @@ __all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialO
 
 def default_study_name(key: StudyKey) -> str:
     """``<kernel>-<objective>-<8 hex digits of the key's hash>``."""
+    return derived_study_names(key)[0]
+
+
+def derived_study_names(key: StudyKey) -> tuple[str, str, str]:
+    """The names a study of ``key`` may take without --study: the default name, then the same with
+    16 and 64 hex digits, for where a study of another key holds the shorter (a team database's
+    rows are untrusted: anyone who can write to it can take a name; `study_lookup.derived_name`)."""
     digest = hashlib.sha256(json.dumps(asdict(key), sort_keys=True).encode()).hexdigest()
-    return f"{key.kernel}-{key.objective}-{digest[:8]}"
-
-
+    short, longer, full = (f"{key.kernel}-{key.objective}-{digest[:n]}" for n in (8, 16, 64))
+    return short, longer, full
 
 
 class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
