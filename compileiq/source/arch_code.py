@@ -3,6 +3,8 @@ builds the same: machine code alone (`-gencode arch=compute_80,code=sm_80`), PTX
 (`-arch=compute_80`: the driver compiles it when it loads, with its own settings, so ptxas settings
 cannot apply to it), or machine code made from an older arch's PTX (`-arch=compute_80 -code=sm_86`:
 sm_86 code and nothing for sm_80). nvcc -dryrun shows each (its fatbinary's image3=kind=elf/ptx).
+A `-gencode` is read as nvcc 13.0 reads it (`gencode`): `code="sm_90,compute_80"` is the list
+`code=[sm_90,compute_80]`, and flags nvcc refuses (`-arch=compute_100 -code=sm_90`) are named (`incompatible`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,83 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-_GENCODE = re.compile(r"(?:-gencode|--generate-code)[= ]arch=compute_(\d+[a-z]?),code=\[?((?:sm|compute)_\d+[a-z]?"
-                      r"(?:,(?:sm|compute)_\d+[a-z]?)*)\]?")
+_GENCODE_OPTIONS = ("-gencode", "--generate-code")
+_SOURCE = re.compile(r"compute_(\d+[a-z]?)")
+_CODE = re.compile(r"(?:sm|compute|lto)_\d+[a-z]?")
+_NUMBER = re.compile(r"\d+")
 _VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_\d+[a-z]?)")  # -arch=compute_80
 _CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_\d+[a-z]?(?:,(?:sm|compute)_\d+[a-z]?)*)")
 _ARCH_OPTIONS = ("-arch", "--gpu-architecture")
 _CODE_OPTIONS = ("-code", "--gpu-code")
+
+
+def gencode(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """(XY of arch=compute_XY, the code= list) of a -gencode value, or of the flag as given
+    (`-gencode=V`, `--generate-code V`), read as nvcc 13.0 reads it (checked with nvcc -dryrun):
+    items split at commas outside double quotes and an unquoted [...], the quotes then dropped, so
+    `code="sm_90,compute_80"`, `code=["sm_90",compute_80]` and `"code=sm_90,compute_80"` are all
+    `code=[sm_90,compute_80]`; `arch=` and `code=` once each, in either order. None for anything
+    else: another flag, or one nvcc refuses (a stray quote, `code=sm_90,compute_80` unbracketed,
+    `code="[sm_90]"`, `code=" sm_90"`)."""
+    text = text.strip()
+    option = next((o for o in _GENCODE_OPTIONS if text.startswith((f"{o}=", f"{o} "))), None)
+    value = text[len(option) + 1:] if option is not None else text
+    items: list[list[tuple[str, bool]]] = [[]]  # each item's characters, and whether each was quoted
+    quoted, depth = False, 0
+    for c in value:
+        if c == '"':
+            quoted = not quoted
+        elif c == "," and not quoted and depth == 0:
+            items.append([])
+        else:
+            depth += (c == "[") - (c == "]") if not quoted else 0
+            items[-1].append((c, quoted))
+    if quoted or depth:
+        return None
+    read: dict[str, list[str]] = {}
+    for item in items:
+        keyword = "".join(c for c, _ in item).partition("=")[0]
+        listed = item[len(keyword) + 1:]
+        if keyword in read or keyword not in ("arch", "code") or len(listed) == len(item) - len(keyword):
+            return None
+        if len(listed) > 1 and listed[0] == ("[", False) and listed[-1] == ("]", False):
+            listed = listed[1:-1]
+        read[keyword] = "".join(c for c, _ in listed).split(",")
+    codes, arch = read.get("code", []), read.get("arch", [])
+    if len(arch) != 1 or not (source := _SOURCE.fullmatch(arch[0])) or not codes:
+        return None
+    return (source[1], tuple(codes)) if all(_CODE.fullmatch(code) for code in codes) else None
+
+
+def canonical(text: str) -> str:
+    """A -gencode value (or flag as given) as `arch=compute_XY,code=[...]` where `gencode` reads
+    it, so that a quoted code list is read as its plain spelling; any other text as it is."""
+    found = gencode(text)
+    return f"arch=compute_{found[0]},code=[{','.join(found[1])}]" if found is not None else text
+
+
+def incompatible(flags: Iterable[str]) -> tuple[str, str] | None:
+    """(arch, code) of a pair nvcc refuses ("Incompatible code generation requested"): machine code
+    older than the PTX it would be made from (`-arch=compute_100 -code=sm_90`), or PTX of another
+    arch (`-gencode arch=compute_90,code=compute_80`); None where there is none. Read as nvcc
+    reads them: a -gencode's own pair, and -arch=compute_XY with every -code."""
+    pairs: list[tuple[str, str]] = []
+    virtual: list[str] = []
+    listed: list[str] = []
+    for given in flags:
+        text = given.strip()
+        if (found := gencode(text)) is not None:
+            pairs += [(found[0], code) for code in found[1]]
+        elif (named := _VIRTUAL.fullmatch(text)) is not None and named[1].startswith("compute_"):
+            virtual.append(named[1].removeprefix("compute_"))
+        elif (codes := _CODES.fullmatch(text)) is not None:
+            listed += codes[1].split(",")
+    pairs += [(source, code) for source in virtual for code in listed]
+    for source, made in pairs:
+        number, wanted = int(_NUMBER.findall(made)[0]), int(_NUMBER.findall(source)[0])
+        if number < wanted or (made.startswith("compute_") and number != wanted):
+            return f"compute_{source}", made
+    return None
 
 
 @dataclass(frozen=True)
@@ -64,9 +137,9 @@ def shipped_code(flags: Iterable[str], arch: str) -> ShippedCode | None:
     listed: set[str] = set()  # the -code/--gpu-code values
     for given in flags:
         text = given.strip()
-        if (gencode := _GENCODE.fullmatch(text)) is not None:
-            sources.add(gencode[1])
-            codes.update(gencode[2].split(","))
+        if (found := gencode(text)) is not None:
+            sources.add(found[0])
+            codes.update(found[1])
         elif (named := _VIRTUAL.fullmatch(text)) is not None:
             virtual.add(named[1])
         elif (code := _CODES.fullmatch(text)) is not None:
@@ -100,8 +173,9 @@ def ptx_arch(flags: Iterable[str], arch: str) -> str:
     listed: set[str] = set()
     for given in flags:
         text = given.strip()
-        if (gencode := _GENCODE.fullmatch(text)) is not None and f"sm_{number}" in gencode[2].split(","):
-            sources.add(gencode[1])
+        if (found := gencode(text)) is not None:
+            if f"sm_{number}" in found[1]:
+                sources.add(found[0])
         elif (named := _VIRTUAL.fullmatch(text)) is not None:
             virtual.add(named[1])
         elif (code := _CODES.fullmatch(text)) is not None:

@@ -24,8 +24,9 @@ from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
+from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
-from compileiq.source.arch_code import paired
+from compileiq.source.arch_code import gencode, incompatible, paired
 from compileiq.source.base_flags import SYSTEM
 from compileiq.source.preprocessor import Macros
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
@@ -196,7 +197,15 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
-    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where)
+    # $PWD in a host option is the folder the build runs the command in, as given or as resolved:
+    # read only where both are one plain word (a space would split it, `preprocessor.shell_words`)
+    given_folder = database.parent / Path(str(entry.get("directory", "."))).expanduser()
+    pwd = all(PLAIN_WORD.fullmatch(str(folder)) for folder in (directory, given_folder))
+    kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where, pwd)
+    if pair := incompatible(given for given, _ in arch_flags):  # nvcc: "Incompatible code generation requested"
+        raise CompileDbError(f"{where}: its arch flags pair arch={pair[0]} with code={pair[1]}, which nvcc refuses "
+                             "(\"Incompatible code generation requested\": machine code is made from PTX of its own arch "
+                             "or an older one, PTX for that arch alone): the command builds nothing; fix its arch flags")
     arch_flags = paired(arch_flags)  # -arch=compute_80 -code=sm_86 builds sm_86 alone
     # a multi-arch command is tuned for its newest arch (--arch names another), in whatever order it lists them
     arch = shipped.newest(found for given, archs in arch_flags if archs and (found := shipped.arch_of(given)))
@@ -246,8 +255,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
     return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
 
 
-def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str
-           ) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
+def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str,
+           pwd: bool) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
     """The kept base flags, the stripped (flag, value, as given), and each arch flag as given with
     the archs it builds for (an -arch=all, all-major or native: that word)."""
     kept: list[str] = []
@@ -262,18 +271,22 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
         if flag in ("-arch", "--gpu-architecture") and value in shipped.ARCH_SETS:
             arch_flags.append((given, (value,)))
         elif flag in shipped.ARCH_FLAGS:
+            if flag in ("-gencode", "--generate-code") and gencode(value) is None:
+                raise CompileDbError(f"{where}: {shipped.shown(given)} is no -gencode nvcc 13.0 builds from (it takes "
+                                     "arch=compute_XY,code=LIST, a list of several in [...] or \"...\"): fix the "
+                                     "command's arch flags")
             arch_flags.append((given, shipped.archs_named(value)))
         elif flag in _BUILD_MECHANICS or flag in nvcc_argv.FORWARD_UNKNOWN:
             continue
         elif flag in _HOST_COMPILER_OPTIONS:  # nvcc preprocesses the device code with these too
             try:
-                for option in preprocessor.host_options(flag, value, given, where):
+                for option in preprocessor.host_options(flag, value, given, where, pwd):
                     _one(option, directory, tuned, macros, where, kept, stripped)
             except preprocessor.MacroError as error:
                 raise CompileDbError(str(error)) from None
         elif forward is not None and nvcc_argv.host_compilers(flag) and not _known(flag, value, tuned):
             try:
-                preprocessor.forwarded_problem(given, forward, where)
+                preprocessor.forwarded_problem(given, forward, where, pwd)
             except preprocessor.MacroError as error:
                 raise CompileDbError(str(error)) from None
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why

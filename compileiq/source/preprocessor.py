@@ -13,8 +13,10 @@
 - nvcc hands such a value (and an option -forward-unknown-to-host-compiler forwards) to the host
   compiler through /bin/sh, unquoted: the shell splits it at its spaces, and each word is read as
   an option of its own (`shell_words`). A value the shell would read more into (quotes, escapes,
-  expansions, globs) is refused, but for a variable inside a host-only option
+  expansions, globs) is refused, but for ``$PWD`` inside a host-only option
   (``-fdebug-prefix-map=$PWD=.``), which no expansion can turn into a preprocessor option.
+- A GCC response file (``-Xcompiler @FILE``) or spec file (``-specs=FILE``) hands the host compiler
+  options compileiq cannot see (a spec file's ``*cpp:`` adds -D to the device pass): refused.
 """
 
 from __future__ import annotations
@@ -79,9 +81,18 @@ HOST_LINKER = "host linker or assembler option (-Wl, -Wa,): device code is uncha
 # redirections, comments. `$` and '`' anywhere: an expansion is split too (-Wall${IFS}-DX=1).
 _SHELL_SYNTAX = "'\"\\$`;&|<>()*?[]{}~#!"
 _EXPANSIONS = "$`"
-# A variable the shell expands inside a host-only word: $NAME or ${NAME}, nothing else ($(...),
-# ${NAME:-...}, $1, `...`); IFS is the shell's word separator, `-Wall${IFS}-DX=1` two words.
-_VARIABLE = re.compile(r"\$(?:(?!IFS\b)[A-Za-z_]\w*|\{(?!IFS\})[A-Za-z_]\w*\})")
+# The one variable the shell may expand inside a host-only word: $PWD or ${PWD}, nothing else. The
+# shell splits an expansion's value at its spaces, each piece an option of its own, and only PWD's
+# value is known: the command's folder, where the build runs it (held to one plain word by the
+# caller: `pwd`). Any other may hold a space: dash's PS2 is "> " and PS4 "+ " by default, so
+# `-fdebug-prefix-map=a=b${PS4}-DX=1` hands the host compiler -DX=1, as ${IFS} would; HOME is the
+# building user's (CI's, another machine's), which the command does not say. Not $(...),
+# ${NAME:-...}, $1, `...`.
+_VARIABLE = re.compile(r"\$(?:PWD\b|\{PWD\})")
+_NAMED = re.compile(r"\$(?:([A-Za-z_]\w*)|\{([A-Za-z_]\w*)\})")
+# Host compiler options that read more options from a file compileiq does not read: GCC's @FILE
+# and -specs=FILE (--specs), whose `*cpp:` section adds -D/-include to the device pass.
+_FILE_OPTIONS = ("@", "-specs", "--specs")
 
 
 class MacroError(UsageError):
@@ -136,16 +147,25 @@ def shipped_macro(flag: str, value: str, given: str, macros: Macros, where: str)
                      "as tune.toml gives it")
 
 
-def shell_words(value: str, given: str, where: str, variables: bool = False) -> list[str]:
+def shell_words(value: str, given: str, where: str, variables: bool = False, pwd: bool = False) -> list[str]:
     """The words /bin/sh splits one value into that nvcc hands the host compiler unquoted (an
     -Xcompiler item, an option -forward-unknown-to-host-compiler forwards): `nvcc -Xcompiler "-Wall
     -DX=1"` gives the host compiler, which preprocesses the device code too, -Wall and -DX=1.
     MacroError for a value the shell would read more into than its spaces; with `variables` (the
-    caller sets such a word aside, as a host-only option), but for a one-word value holding $NAME
-    or ${NAME} after a start no preprocessor option begins with (`_host_variables`)."""
+    caller sets such a word aside, as a host-only option), but for a one-word value holding $PWD
+    after a start no preprocessor option begins with (`_host_variables`), where `pwd`: the command's
+    folder is one plain word (a space in $PWD's value would split it too). Any other variable is
+    refused naming it: its value may hold a space (dash's PS4 is "+ ")."""
     words = [word for word in value.split(" ") if word]
     shell = [c for c in value if c in _EXPANSIONS or (len(words) > 1 and c in _SHELL_SYNTAX)]
-    if shell and not (variables and len(words) == 1 and _host_variables(words[0])):
+    if shell and not (variables and len(words) == 1 and _host_variables(words[0], pwd)):
+        named = [a or b for a, b in _NAMED.findall(value) if (a or b) != "PWD" or not pwd]
+        if variables and len(words) == 1 and named and _host_variables(_NAMED.sub("$PWD", words[0]), True):
+            what = ("the command's folder, no plain path" if named[0] == "PWD" else
+                    "whose value may hold a space: dash's PS2, PS4 do")
+            raise MacroError(f"{where}: {shown(given)} holds '$' (${named[0]}, {what}): nvcc's shell splits it there, "
+                             "and the host compiler preprocesses the device code with each piece (a -D?); only $PWD "
+                             "is read; drop the host option from a copy of the command given to --compile-commands")
         raise MacroError(f"{where}: {shown(given)} holds {shell[0]!r}" + (" beside a space" if len(words) > 1 else "")
                          + ": nvcc hands the value to the host compiler (which preprocesses the device code too) "
                          "through a shell, which reads it there, and compileiq does not; give each host option on its "
@@ -154,17 +174,26 @@ def shell_words(value: str, given: str, where: str, variables: bool = False) -> 
     return words
 
 
-def _host_variables(word: str) -> bool:
-    """Whether every expansion in `word` is a variable ($NAME, ${NAME}) after a start that no
-    preprocessor option begins with (-fdebug-prefix-map=$PWD=.): what it expands to is the rest of
-    a host-only option, never a -D, -U, -include or -Wp, of its own (`-W$X` could be `-Wp,-DX`: refused).
-    A variable's value is taken to hold no space (the shell would split it there), as a path does."""
+def _host_variables(word: str, pwd: bool) -> bool:
+    """Whether every expansion in `word` is $PWD (`pwd`: the command's folder is one plain word,
+    which the shell neither splits nor globs) after a start that no preprocessor or file option
+    begins with (-fdebug-prefix-map=$PWD=.): what it expands to is the rest of a host-only option,
+    never a -D, -U, -include, -Wp, or -specs= of its own (`-W$PWD` could start `-Wp,`: refused)."""
     start = word.partition("$")[0]
-    if "`" in word or not start or _preprocessor(word) is not None:
+    if not pwd or "`" in word or not start or _preprocessor(word) is not None:
         return False
-    if any(spelling.startswith(start) for spelling in (*_OPTIONS, *_LONG)):
+    if any(spelling.startswith(start) for spelling in (*_OPTIONS, *_LONG, *_FILE_OPTIONS)):
         return False
     return "$" not in _VARIABLE.sub("", word)
+
+
+def _file_options(words: list[str], given: str, where: str) -> None:
+    """MacroError for a word the host compiler reads more options from (@FILE, -specs=FILE)."""
+    if found := next((w for w in words if w.startswith(_FILE_OPTIONS)), None):
+        raise MacroError(f"{where}: {shown(given)}: {shown(found)} reads more host compiler options from a file "
+                         "(GCC's @FILE, -specs=), and nvcc preprocesses the device code with them too: what the file "
+                         "adds (-D, -include) compileiq cannot know; give those to nvcc itself, or tune from a copy "
+                         "of the command without it")
 
 
 def host_why(value: str) -> str:
@@ -196,12 +225,13 @@ def _preprocessor(item: str) -> tuple[str, str] | None:
     return (item, "") if item in _OPTIONS else None
 
 
-def forwarded_problem(given: str, forward: str, where: str) -> None:
+def forwarded_problem(given: str, forward: str, where: str, pwd: bool = False) -> None:
     """MacroError for a preprocessor option nvcc hands the host compiler under `forward`
     (-forward-unknown-to-host-compiler), as GCC spells it (--include-directory=DIR, -imacros, -Wp,):
     the host compiler preprocesses the device code with it too, and nvcc's own spelling is the one
     compileiq reads. Each word of an option with a space (`shell_words`) is one the host compiler reads."""
-    words = shell_words(given, given, where, variables=True)
+    words = shell_words(given, given, where, variables=True, pwd=pwd)
+    _file_options(words, given, where)
     if len(words) > 1 and (hidden := next((w for w in words if _preprocessor(w) is not None), None)):
         raise MacroError(f"{where}: {shown(given)} hides {shown(hidden)} behind a space: {forward} hands it to the host "
                          "compiler through a shell, which splits it there, and the host compiler preprocesses the "
@@ -214,14 +244,16 @@ def forwarded_problem(given: str, forward: str, where: str) -> None:
                          "command without it")
 
 
-def host_options(flag: str, value: str, given: str, where: str) -> Iterator[tuple[str, str, str]]:
+def host_options(flag: str, value: str, given: str, where: str, pwd: bool = False
+                 ) -> Iterator[tuple[str, str, str]]:
     """Each option of one -Xcompiler value (nvcc splits it at commas, the shell each item at its
     spaces: `shell_words`; an option's value may be the next item or word, as in `-Xcompiler
     -isystem,DIR` or `-Xcompiler "-isystem DIR"`) as (flag, value, as given): a preprocessor option
     nvcc's device pass sees as its own flag (`APPLIED`, GCC's long spellings too); any other as
     (`flag`, the option, as given). MacroError for a preprocessor option no base flag gives."""
     words = [(word, "," if n == 0 else " ") for item in value.split(",")
-             for n, word in enumerate(shell_words(item, given, where, variables=True) or [""])]
+             for n, word in enumerate(shell_words(item, given, where, variables=True, pwd=pwd) or [""])]
+    _file_options([word for word, _ in words], given, where)
     if not any(_preprocessor(word) for word, _ in words):
         yield flag, value, given  # the host compiler's alone (-Xcompiler=-Wl,-z,now): set aside as given
         return

@@ -19,7 +19,7 @@ from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
-from compileiq.source.arch_code import shipped_code
+from compileiq.source.arch_code import canonical, shipped_code
 from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
@@ -156,7 +156,9 @@ _MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
 
 def archs_named(value: str) -> tuple[str, ...]:
     """Each arch an arch flag's value builds for, as sm_XY, in order: a -gencode's code= list alone
-    (arch=compute_80,code=sm_86 builds sm_86 machine code, nothing for sm_80)."""
+    (arch=compute_80,code=sm_86 builds sm_86 machine code, nothing for sm_80; code="sm_90,compute_80"
+    is code=[sm_90,compute_80], as nvcc reads it: `arch_code.gencode`)."""
+    value = canonical(value)
     code = _CODE_LIST.search(value)
     return tuple(dict.fromkeys(f"sm_{n}" for n in _ARCH_IN_CODE.findall(code[1] if code else value)))
 
@@ -174,6 +176,7 @@ def arch_of(value: str) -> str | None:
     """sm_XY from -arch=sm_90, --generate-code=arch=compute_90,code=[compute_90,sm_90], ...: the
     newest machine code a code= list names (code=[sm_80,sm_90] is tuned for sm_90), else the last
     arch named."""
+    value = canonical(value)
     code = _CODE_LIST.search(value)
     if code is not None and (machine := _MACHINE_CODE.findall(code[1])):
         return newest(f"sm_{m}" for m in machine)
