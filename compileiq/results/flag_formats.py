@@ -179,11 +179,24 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     flags = acf.flags(stage, with_arch=False, with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
     arch = cuda_architectures(acf)
-    return _note_comment(acf, "cmake") + (
+    return _note_comment(acf, "cmake") + _other_targets(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, f'CUDA_ARCHITECTURES {arch}')}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
+
+
+def _other_targets(acf: Acf) -> str:
+    """A comment where the ACF's build compiled the file in other commands too (one .cu in several
+    targets): a source property reaches every target that compiles the file, tuned or not."""
+    shipped = acf.shipped
+    if shipped is None or not shipped.others:
+        return ""
+    more = " ..." if len(shipped.others) > 4 else ""
+    tuned = f" ({shipped.output})" if shipped.output else ""
+    return (f"# compileiq: {shipped.origin} also compiles this file as {', '.join(shipped.others[:4])}{more}; "
+            "this source property reaches those targets too, untuned and unchecked there: to set the flags "
+            f"for the tuned target{tuned} alone, use compileiq_apply(TARGET ...) instead\n")
 
 
 def checked_on(acf: Acf, setting: str) -> str:
