@@ -181,7 +181,9 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
                                  "to tune (an ACF tuned so records it for the gate)")
         first = _command(found[0][1], found[0][2], wanted, space, database, macros)
     others = tuple(n for n in names if n != found[0][0])
-    recorded = found[0][0] if _output_of(found[0][1]) or output else ""  # "entry 2" only where the user chose it so
+    # recorded only where there was a choice (a CI build folder names its one command's output otherwise);
+    # "entry 2" only where the user chose it so
+    recorded = found[0][0] if others and (_output_of(found[0][1]) or output) else ""
     shipped = None if first.shipped is None else replace(first.shipped, output=recorded, others=others)
     return replace(first, shipped=shipped)
 
