@@ -118,6 +118,7 @@ def tune(
     force: bool = False,
     finalists: int = _DEFAULTS.finalists,
     compile_commands: PathLike | None = None,
+    compile_output: str | None = None,
     on_trial: Callable[[TrialRow], None] | None = None,
 ) -> TuneResult:
     """Tune KERNEL (a .cu file; a tune.toml beside it is read) and write its ACF, exactly as
@@ -131,7 +132,7 @@ def tune(
     _integers(budget=budget, seed=seed, batch_size=batch_size, finalists=finalists, patience=patience)
     _texts(objective=objective, strategy=strategy, surrogate=surrogate, workers=workers)
     _texts(optional=True, db=db, study=study, ray_address=ray_address, arch=arch, metric_regex=metric_regex,
-           pick=pick)
+           pick=pick, compile_output=compile_output)
     _booleans(resume=resume, allow_numerics=allow_numerics, allow_semantics=allow_semantics, simplify=simplify,
               warm_start=warm_start, program=program, stream=stream, force=force)
     if on_trial is not None and not callable(on_trial):
@@ -146,6 +147,7 @@ def tune(
         exclude=_names(exclude), simplify=simplify, warm_start=warm_start, program=program, metric_regex=metric_regex,
         time_budget=_duration(time_budget), patience=patience, pick=pick, stream=stream, force=force,
         finalists=finalists, compile_commands=None if compile_commands is None else _path("compile_commands", compile_commands),
+        compile_output=compile_output,
     )  # fmt: skip
     try:
         report = app.tune(options, _CallbackProgress(on_trial))

@@ -67,6 +67,7 @@ class TuneOptions:
     stale_after: float = 300.0  # seconds without a heartbeat before another tuner retries a trial
     program: bool = False  # time a program with its own main (overrides tune.toml's mode)
     compile_commands: Path | None = None  # a compilation database: the file's own flags become the base
+    compile_output: str | None = None  # of several commands there for the file, the one whose `output` this is
     metric_regex: str | None = None  # program mode: the time in ms is the first group
     time_budget: str | None = None  # "90s", "10m", "1h": no search trial starts after it
     patience: int | None = None  # stop after this many batches in a row without a better best
@@ -131,10 +132,11 @@ def tuning_space(spec: KernelSpec, toolchain: Toolchain, options: TuneOptions, l
 
 
 def full_space(kernel: Path | None, arch: str | None = None,
-               compile_commands: Path | None = None) -> tuple[SearchSpace, KernelSpec | None]:
+               compile_commands: Path | None = None, compile_output: str | None = None
+               ) -> tuple[SearchSpace, KernelSpec | None]:
     """Every parameter of the installed compiler's space, plus the kernel's macros when given (with
     the base flags and include folders of its compile command, as `tune --compile-commands` reads it)."""
-    spec = kernel_spec(kernel, arch, compile_commands) if kernel is not None else None
+    spec = kernel_spec(kernel, arch, compile_commands, compile_output) if kernel is not None else None
     space = load_space(find_toolchain().nvcc_version)
     tuned = {name: list(values) for name, values in spec.tuned_defines} if spec else {}
     space = space.with_defines(tuned) if tuned else space
@@ -153,17 +155,20 @@ def _timed(objective: str) -> bool:
     return "time" in objective.replace(" ", "").split(",")
 
 
-def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None) -> KernelSpec:
+def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None,
+                compile_output: str | None = None) -> KernelSpec:
     """The kernel's spec; with a compilation database, the file's real compile command adds its
     -I/-D/-std/device switches to the base flags and names the arch (unless --arch does)."""
     spec = load_spec(kernel, arch=arch)
     if compile_commands is None:
+        if compile_output is not None:
+            raise UsageError("--compile-output chooses a command of --compile-commands: give the database too")
         return spec
     from compileiq.source.compile_db import read_command
     from compileiq.source.kernel import with_base_flags
     from compileiq.source.shipped import other_archs, under_register_cap
 
-    command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version), spec)
+    command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version), spec, compile_output)
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
     overridden = (f"{command.arch} that the compile command gives"
                   if arch and command.arch is not None and arch not in command.archs else spec.arch_overridden)
@@ -192,7 +197,7 @@ def tune(options: TuneOptions, progress: Progress, *, measurers: Sequence[Any] |
     options = with_ray_address(options)
     options = replace(options, objective=multi_objective.parse(options.objective))
     _check(options, measured=measurers is not None)
-    spec = kernel_spec(options.kernel, options.arch, options.compile_commands)
+    spec = kernel_spec(options.kernel, options.arch, options.compile_commands, options.compile_output)
     path = options.out or default_acf_path(spec.name, options.objective)
     check_target(path)  # before the run: a bad --out must not cost a whole run
     inputs = _inputs(options, spec)

@@ -55,6 +55,7 @@ def _root(
 cli.add_typer(db_cli, name="db")
 
 DbOption = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $COMPILEIQ_DB or sqlite:///store/compileiq.db")]
+CompileOutputOption = Annotated[str | None, typer.Option(metavar="OUTPUT", help="With several commands for the kernel in --compile-commands (one .cu in two targets): the one whose output (e.g. CMakeFiles/app.dir/k.cu.o) to tune; the ACF records it for the gate.")]
 JsonOption = Annotated[bool, typer.Option("--json", metavar="", help="Print one JSON document for scripts.")]
 
 
@@ -80,6 +81,7 @@ def tune(
     resume: Annotated[bool, typer.Option(metavar="", help="Take over an interrupted study: retry the trials of tuners silent for 30 s now (a live tuner's are left to it).")] = False,
     arch: Annotated[str | None, typer.Option(help="Override the target, e.g. sm_90.")] = None,
     compile_commands: Annotated[Path | None, typer.Option(help="A compile_commands.json (CMake, Bear): the kernel file's own -I/-D/-std/arch become the base flags; its tuned flags (fast math, -Xptxas, -maxrregcount) are the baseline.")] = None,
+    compile_output: CompileOutputOption = None,
     allow_numerics: Annotated[bool, typer.Option(metavar="", help="Search numerics-changing flags (fast math, ftz...).")] = False,
     allow_semantics: Annotated[bool, typer.Option(metavar="", help="Search flags that assume things about the code (-restrict, maxntid).")] = False,
     only: Annotated[str | None, typer.Option(help="Comma-separated parameter names to search; a kernel's macros are searched too unless one is named; the others stay at the baseline (the default, or the shipped build's value).")] = None,
@@ -102,8 +104,8 @@ def tune(
         allow_numerics=allow_numerics, allow_semantics=allow_semantics,
         only=_names(only, "--only"), exclude=_names(exclude, "--exclude"), simplify=simplify, stale_after=stale_after,
         warm_start=warm_start, program=program, metric_regex=metric_regex, compile_commands=compile_commands,
-        time_budget=time_budget, patience=patience, pick=pick, stream=stream, force=force, finalists=finalists,
-        ends_on_interrupt=True,
+        compile_output=compile_output, time_budget=time_budget, patience=patience, pick=pick, stream=stream,
+        force=force, finalists=finalists, ends_on_interrupt=True,
     )  # fmt: skip
     progress = LineProgress(live=False, hold=True) if as_json else LineProgress()  # stdout: one document
     try:
@@ -284,6 +286,7 @@ def db_import(
 def space(
     kernel: Annotated[Path | None, typer.Argument(metavar="[KERNEL.cu]", help="A .cu file: add the macros its tune.toml tunes.")] = None,
     compile_commands: Annotated[Path | None, typer.Option(help="The kernel's compile_commands.json, as tune takes it: its -I/-D find the headers the notes check.")] = None,
+    compile_output: CompileOutputOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List every parameter that --only/--exclude take: values, default, risk and what it does."""
@@ -292,7 +295,7 @@ def space(
 
     if compile_commands is not None and kernel is None:
         raise UsageError("--compile-commands names the command of a kernel: give the KERNEL.cu too")
-    found, spec = app.full_space(kernel, compile_commands=compile_commands)
+    found, spec = app.full_space(kernel, compile_commands=compile_commands, compile_output=compile_output)
     shipped = spec.shipped.values() if spec is not None and spec.shipped is not None else {}
     notes = kernel_notes(spec) if spec else []  # before the table: a kernel that cannot bundle prints none
     emit(as_json, space_json(found, shipped), lambda: space_table(found, spec.source.name if spec else None, shipped))

@@ -89,13 +89,14 @@ def retune_space(searched: object) -> list[str]:
 def shipped_from(target: Target) -> tuple[str, ...]:
     """`--compile-commands` as the gate's own names it, else as the ACF's [baseline] records it
     (relative to the ACF's folder): a re-tune starts from the build that ships, with its -I/-D."""
-    if target.compile_commands is not None:
-        return ("--compile-commands", path_from_here(str(target.compile_commands)))
     shipped = target.acf.shipped
+    chosen = ("--compile-output", shipped.output) if shipped is not None and shipped.output and shipped.others else ()
+    if target.compile_commands is not None:
+        return ("--compile-commands", path_from_here(str(target.compile_commands)), *chosen)
     if shipped is None or not shipped.path:
         return ()
     where = os.path.join(os.path.dirname(target.acf_label), shipped.path)
-    return ("--compile-commands", path_from_here(where))
+    return ("--compile-commands", path_from_here(where), *chosen)
 
 
 def retune_measuring(target: Target) -> tuple[str, ...]:

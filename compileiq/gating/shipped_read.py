@@ -73,7 +73,8 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
     if not is_file(shown):
         return ShippedRead(database, given, problem="gone", detail="is gone")
     try:
-        command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml)
+        output = acf.shipped.output or None if acf.shipped is not None else None  # the command tuned, of several
+        command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml, output)
     except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
         return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
     except UsageError as error:  # no command for the kernel, or not one compileiq reads

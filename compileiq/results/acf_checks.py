@@ -193,7 +193,7 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
         words = shlex.split(shown) if isinstance(shown, str) and shown.isprintable() and len(shown) < 4096 else []
         kernel = words[2] if len(words) > 2 and words[2] and not words[2].startswith("-") else None
         database = words[4] if words[3:4] == ["--compile-commands"] and len(words) > 4 else None
-        from_shipped = ("--compile-commands", database) if database else ()
+        from_shipped = ("--compile-commands", database, *to_time.chosen_output(shipped)) if database else ()
         budget = int(words[-1]) if words and words[-1].isascii() and words[-1].isdigit() else 0
         if not 0 < budget <= to_time.EXHAUSTIVE_LIMIT:  # the search's form, whose budget is tune's own
             budget = to_time.EXHAUSTIVE_LIMIT + 1  # (the count is not recomputed: an ACF keeps one value per macro)
@@ -227,7 +227,7 @@ def _names_the_same_file(shown: str, recorded: str, acf: Path) -> bool:
 
 MAX_SHIPPED_FLAGS = 512
 MAX_FLAG_CHARS = 4096
-_BASELINE_KEYS = {"source", "database", "path", "shipped_flags", "searched", "fixed", "remove"}
+_BASELINE_KEYS = {"source", "database", "path", "output", "other_outputs", "shipped_flags", "searched", "fixed", "remove"}
 
 
 def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild | None:
@@ -246,13 +246,17 @@ def shipped_baseline(path: Path, table: Any, space: SearchSpace) -> ShippedBuild
     located = table.get("path", "")
     if not isinstance(located, str) or (located and quoted_path_problem(located) is not None):
         raise AcfError(f"{where}.path must be the compilation database's path (printable text, no part starting with '-')")
+    output, others = table.get("output", ""), table.get("other_outputs", [])
+    if not (output == "" or _text(output, MAX_FLAG_CHARS)) or not isinstance(others, list) or len(others) > MAX_SHIPPED_FLAGS \
+            or not all(_text(o, MAX_FLAG_CHARS) for o in others):
+        raise AcfError(f"{where}.output and other_outputs must be the outputs of the database's commands (printable text)")
     flags = table.get("shipped_flags", [])
     if not isinstance(flags, list) or len(flags) > MAX_SHIPPED_FLAGS or not all(_text(f, MAX_FLAG_CHARS) for f in flags):
         raise AcfError(f"{where}.shipped_flags must be a list of at most {MAX_SHIPPED_FLAGS} flags (printable text)")
     settings = tuple(_searched(f"{where}.searched[{i}]", entry, space, flags)
                      for i, entry in enumerate(_list(where, table, "searched")))
     fixed = tuple(_fixed(f"{where}.fixed[{i}]", entry, flags) for i, entry in enumerate(_list(where, table, "fixed")))
-    return ShippedBuild(str(origin), settings, fixed, path=located)
+    return ShippedBuild(str(origin), settings, fixed, path=located, output=output, others=tuple(others))
 
 
 def _list(where: str, table: dict[str, Any], key: str) -> list[Any]:

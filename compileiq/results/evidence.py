@@ -87,7 +87,8 @@ def allowed_risks(spec: KernelSpec, narrowed: Mapping[str, Any]) -> list[str]:
 
 def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any], acf_path: Path) -> dict[str, Any]:
     """`[baseline]`: the build the tuning started from (the shipped compile command, and where its
-    database lies from the ACF's folder, for a re-tune), which of its flags were searched (from which
+    database lies from the ACF's folder, for a re-tune; which of the database's commands for the
+    file it is, and the others', where it has several), which of its flags were searched (from which
     value), which were fixed (applied or not, and why), and which the chosen settings need removed
     from the command (appending flags cannot turn one off)."""
     flags = [*(s.flag for s in build.settings), *(f.flag for f in build.fixed)]
@@ -95,6 +96,8 @@ def baseline_table(build: ShippedBuild, chosen: Mapping[str, Any], acf_path: Pat
     where = Path(os.path.relpath(build.path, folder)).as_posix() if build.path else ""
     return {"source": build.source, "database": build.origin,
             **({"path": where} if where and quoted_path_problem(where) is None else {}),
+            **({"output": build.output} if build.output else {}),
+            **({"other_outputs": list(build.others)} if build.others else {}),
             "shipped_flags": list(dict.fromkeys(flags)),
             "searched": [{"setting": s.name, "value": s.value, "flag": s.flag} for s in build.settings],
             "fixed": [{"flag": f.flag, "applied": f.applied, "why": f.why} for f in build.fixed],

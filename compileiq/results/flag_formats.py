@@ -200,7 +200,7 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     # OFF (sm_86 from compute_80 PTX): CMake passes no arch, so the options carry the shipped build's
     flags = acf.flags(stage, with_arch=arch == "OFF", with_base=with_base, absolute=True)
     options = ";".join(_plain(acf, token) for token in unique(flags))
-    return _note_comment(acf, "cmake") + (
+    return _note_comment(acf, "cmake") + _other_targets(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, _cmake_setting(acf, arch, stage))}\n"
         f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
@@ -212,6 +212,19 @@ def _cmake_setting(acf: Acf, arch: str, stage: str) -> str:
     if arch != "OFF":
         return f"CUDA_ARCHITECTURES {arch}"
     return f"CUDA_ARCHITECTURES OFF, the options carrying {' '.join(arch_words(acf, stage))}"
+
+
+def _other_targets(acf: Acf) -> str:
+    """A comment where the ACF's build compiled the file in other commands too (one .cu in several
+    targets): a source property reaches every target that compiles the file, tuned or not."""
+    shipped = acf.shipped
+    if shipped is None or not shipped.others:
+        return ""
+    more = " ..." if len(shipped.others) > 4 else ""
+    tuned = f" ({shipped.output})" if shipped.output else ""
+    return (f"# compileiq: {shipped.origin} also compiles this file as {', '.join(shipped.others[:4])}{more}; "
+            "this source property reaches those targets too, untuned and unchecked there: to set the flags "
+            f"for the tuned target{tuned} alone, use compileiq_apply(TARGET ...) instead\n")
 
 
 def checked_on(acf: Acf, setting: str) -> str:

@@ -37,7 +37,7 @@ def command(kernel: str, names: list[str], combinations: int, shipped: tuple[str
     confirmed against the defaults: every combination of them (the candidate and the defaults
     among them) when they span at most EXHAUSTIVE_LIMIT, else the search over them at its default
     budget (an exhaustive budget past that is no run anyone would start, nor one `tune` accepts).
-    ``shipped``: `--compile-commands DB` of a study of the build a project ships (`shipped_arguments`)."""
+    ``shipped``: `--compile-commands DB` (and its `--compile-output`) of a study of the build a project ships (`shipped_arguments`)."""
     start = " ".join(shlex.quote(word) for word in (kernel, *shipped))
     searched = f"compileiq tune {start} --objective time --only {','.join(names)}"
     if combinations > EXHAUSTIVE_LIMIT:
@@ -48,7 +48,14 @@ def command(kernel: str, names: list[str], combinations: int, shipped: tuple[str
 def shipped_arguments(shipped: ShippedBuild | None) -> tuple[str, ...]:
     """`--compile-commands DB` for a study of the shipped build: its candidates are timed against
     that build, as they were compared with it (without it, against the compiler defaults)."""
-    return ("--compile-commands", kernel_argument(Path(shipped.path))) if shipped is not None and shipped.path else ()
+    if shipped is None or not shipped.path:
+        return ()
+    return ("--compile-commands", kernel_argument(Path(shipped.path)), *chosen_output(shipped))
+
+
+def chosen_output(shipped: ShippedBuild | None) -> tuple[str, ...]:
+    """`--compile-output OUTPUT` where the database had several commands for the file: the one tuned."""
+    return ("--compile-output", shipped.output) if shipped is not None and shipped.output and shipped.others else ()
 
 
 def timed_names(names: list[str], shipped: ShippedBuild | None, macros: Sequence[str] = ()) -> list[str]:

@@ -15,7 +15,8 @@ import json
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -133,23 +134,76 @@ class CompileCommand:
     shipped: ShippedBuild | None = None  # the searched settings and fixed flags of the command
     arch_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each -arch/-gencode/... as given, with its sm_XY
 
+    def read_as(self) -> tuple[object, ...]:
+        """What compileiq reads of the command (flags, arch, shipped settings): two commands for
+        one file that agree on it are one build to tune."""
+        shipped = None if self.shipped is None else (self.shipped.settings, self.shipped.fixed)
+        return self.base_flags, self.arch_flags, shipped
+
     @property
     def archs(self) -> tuple[str, ...]:
         """Every arch the command builds for, in order (a multi-arch build has several)."""
         return tuple(dict.fromkeys(a for _, archs in self.arch_flags for a in archs))
 
 
-def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelSpec | None = None) -> CompileCommand:
+def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelSpec | None = None,
+                 output: str | None = None) -> CompileCommand:
     """The command that compiles `source` in `database`, as base flags; CompileDbError otherwise.
-    `spec` (tune.toml's kernel): its macros, which the command's -D/-U of them must agree with."""
-    entries = _entries(database)
+    `spec` (tune.toml's kernel): its macros, which the command's -D/-U of them must agree with.
+    Several commands for the file (one .cu in two targets): `output` (an entry's `output`, as
+    `--compile-output` names it) chooses one; without it they must read the same, else refused."""
     wanted = source.expanduser().resolve()
-    for entry in entries:
+    found = []
+    for index, entry in enumerate(_entries(database), 1):
         directory = database.parent / Path(str(entry.get("directory", "."))).expanduser()
-        file = entry.get("file")
-        if isinstance(file, str) and (directory / file).resolve() == wanted:
-            return _command(entry, directory.resolve(), wanted, space, database, Macros.of(spec))
-    raise CompileDbError(f"{database}: no compile command for {source}")
+        if (directory / entry["file"]).resolve() == wanted:
+            found.append((printable(_output_of(entry) or f"entry {index}"), entry, directory.resolve()))
+    if not found:
+        raise CompileDbError(f"{database}: no compile command for {source}")
+    names = [name for name, _, _ in found]
+    if output is not None:
+        chosen = [f for f in found if f[0] == output or (f[2] / f[0]).resolve() == Path(output).expanduser().resolve()]
+        if not chosen:
+            raise CompileDbError(f"{database}: no command for {source.name} with output {output!r} "
+                                 f"(its commands' outputs: {', '.join(names)})")
+        found = chosen[:1]
+    macros = Macros.of(spec)
+    first = _command(found[0][1], found[0][2], wanted, space, database, macros) if len(found) == 1 else None
+    if first is None:
+        commands: list[tuple[object, ...] | None] = []  # None: a command compileiq does not read
+        for _, entry, directory in found:
+            try:
+                commands.append(_command(entry, directory, wanted, space, database, macros).read_as())
+            except CompileDbError:
+                commands.append(None)
+        if len(set(commands)) > 1:  # all alike, even all unread: the first's reading (or its error)
+            raise CompileDbError(f"{database}: {len(found)} commands for {source.name} build it differently "
+                                 f"(outputs: {', '.join(names)}): pass --compile-output OUTPUT to choose the one "
+                                 "to tune (an ACF tuned so records it for the gate)")
+        first = _command(found[0][1], found[0][2], wanted, space, database, macros)
+    others = tuple(n for n in names if n != found[0][0])
+    # recorded only where there was a choice (a CI build folder names its one command's output otherwise);
+    # "entry 2" only where the user chose it so
+    recorded = found[0][0] if others and (_output_of(found[0][1]) or output) else ""
+    shipped = None if first.shipped is None else replace(first.shipped, output=recorded, others=others)
+    return replace(first, shipped=shipped)
+
+
+def _output_of(entry: dict[str, Any]) -> str | None:
+    """What names an entry: its `output` (CMake 3.20+, Bear), else its -o; None: neither (its place does)."""
+    if isinstance(output := entry.get("output"), str) and output:
+        return output
+    argv = entry.get("arguments") if isinstance(entry.get("arguments"), list) else None
+    if argv is None and isinstance(entry.get("command"), str):
+        try:
+            argv = shlex.split(entry["command"])
+        except ValueError:
+            argv = []
+    words = [str(a) for a in argv or ()]
+    for flag, following in pairwise(words):
+        if flag in ("-o", "--output-file"):
+            return following
+    return None
 
 
 def _entries(database: Path) -> list[dict[str, Any]]:

@@ -87,6 +87,8 @@ class ShippedBuild:
     fixed: tuple[FixedFlag, ...] = ()
     source: str = "compile_commands"
     path: str = ""  # the compilation database (tune: as found; an ACF: relative to the ACF's folder, "" if not recorded)
+    output: str = ""  # the command's `output` in the database (what --compile-output names); "" if not recorded
+    others: tuple[str, ...] = ()  # the outputs of the database's other commands for the same file
 
     @property
     def name(self) -> str:
