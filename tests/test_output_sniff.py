@@ -124,3 +124,22 @@ def test_a_report_still_replaces_an_older_report(workspace, fmt: str) -> None:
     for _ in range(2):
         done = run_cli(["report", "s", "--db", "sqlite:///t.db", "--format", fmt, "-o", f"r.{fmt}"], cwd=workspace)
         assert done.returncode == 0, done.describe()
+
+
+_FAILED_JUNIT = ('<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="compileiq gate"><testsuite>'
+                 "<failure>error: a __device__ function call cannot be configured</failure></testsuite></testsuites>\n")
+
+
+@pytest.mark.parametrize(("option", "name", "text"), [
+    ("--junit", "gate.xml", _FAILED_JUNIT),  # a failed gate's report quotes nvcc's error
+    ("--markdown", "gate.md", "# if the runner is slow, rerun\n## compileiq gate\n"),  # a shell-style comment line
+])  # fmt: skip
+def test_the_gate_replaces_its_own_earlier_report_whatever_it_quotes(workspace, option: str, name: str,
+                                                                     text: str) -> None:
+    """Reviewer: after a failed gate, the next gate refused its own JUnit report ("it is a C/C++/CUDA
+    source", rc 2): the report quoted nvcc's "a __device__ function call ...". A report is markup,
+    and a comment line "# if ..." is no preprocessor directive: the fix-and-rerun loop works again."""
+    (workspace / name).write_text(text)
+    done = run_cli(["gate", "k.acf.toml", "--static", option, name], cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert (workspace / name).read_text() != text

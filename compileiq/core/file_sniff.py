@@ -14,13 +14,17 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 ACF_HEADER = b"# compileiq advanced-control file"
 EXPORT_FORMAT = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"compileiq-study"')
-# a preprocessor directive at a line's start (markdown's "# Heading" is a space then a capital or
-# another word), or CUDA's kernel keywords: a source or header, whatever its name
+# a preprocessor directive in C's shape at a line's start (`#include <`/`"`, `#define NAME`, `#ifdef`,
+# `#pragma NAME`, `#if defined`/`!`/`(`...: a shell, YAML or TOML comment "# if the runner..." or
+# "# include this" is none), or CUDA's kernel keywords in text that is no markup (a JUnit or HTML
+# report quotes nvcc's "a __device__ function call cannot be configured")
 _SOURCE = re.compile(
-    rb"^[ \t]*#[ \t]*(?:include|define|undef|ifndef|ifdef|if|elif|else|endif|pragma)\b|"
+    rb"^[ \t]*#[ \t]*(?:include[ \t]*[<\"]|(?:define|undef|ifdef|ifndef)[ \t]+[A-Za-z_]\w*[ \t(\r\n]|"
+    rb"(?:if|elif)[ \t]+(?:defined\b|[!(]|\d|[A-Z_][A-Z0-9_]*[ \t\r\n])|endif\b[ \t]*(?:$|//|/\*)|pragma[ \t]+\w+)|"
     rb"\b__(?:global|device|host|shared|constant)__\b",
     re.MULTILINE,
 )
+_MARKUP = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<")  # XML, HTML: a source never starts with '<'
 
 
 def head(path: Path) -> bytes | None:
@@ -52,6 +56,6 @@ def content_kind(data: bytes) -> str | None:
         return "a compileiq export"
     if data.lstrip(b"\xef\xbb\xbf").startswith(ACF_HEADER):
         return "an ACF"
-    if b"\0" not in data and _SOURCE.search(data):
+    if b"\0" not in data and not _MARKUP.match(data) and _SOURCE.search(data):
         return "a C/C++/CUDA source"
     return None
