@@ -65,3 +65,33 @@ def test_the_chosen_command_is_recorded_gated_and_the_cmake_snippet_names_the_ot
     # the gate reads the command the ACF records (the second), not the first: no stale-settings
     gated = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert gated.returncode == 0 and "stale-settings" not in gated.stdout + gated.stderr, gated.describe()
+
+
+def test_commands_that_read_the_same_record_no_choice(tmp_path: Path) -> None:
+    """Reviewer: with two identical commands and --compile-output, the ACF pinned the first's output
+    and the cmake snippet called the other target's identical build "untuned and unchecked"; a
+    renamed target then left the gate unable to read the build. One build: nothing to record."""
+    _project(tmp_path, precise=FAST_FLAGS)
+    tuned = tune_in(tmp_path, "--compile-commands", "compile_commands.json", "--compile-output", PRECISE)
+    assert tuned.returncode == 0, tuned.describe()
+    baseline = tomllib.loads((tmp_path / "k.acf.toml").read_text())["baseline"]
+    assert "output" not in baseline and "other_outputs" not in baseline, baseline
+    cmake = run_cli(["flags", "k.acf.toml", "--format", "cmake"], cwd=tmp_path)
+    assert cmake.returncode == 0 and FAST not in cmake.stdout and "also compiles" not in cmake.stdout, cmake.describe()
+
+
+def test_a_second_target_added_after_tuning_is_named_as_the_gate_s_reason(tmp_path: Path) -> None:
+    """Reviewer: an ACF tuned from a database with one command for the file; the project then adds
+    a second target compiling it otherwise. The gate cannot know which command ships: its warning
+    said "no command … that compileiq reads", sending the user to `space`, which found nothing
+    wrong. It names the cause now."""
+    _project(tmp_path)
+    entries = json.loads((tmp_path / "compile_commands.json").read_text())
+    (tmp_path / "compile_commands.json").write_text(json.dumps(entries[:1]))
+    tuned = tune_in(tmp_path, "--compile-commands", "compile_commands.json")
+    assert tuned.returncode == 0, tuned.describe()
+    (tmp_path / "compile_commands.json").write_text(json.dumps(entries))
+    gated = run_cli(["gate", "k.acf.toml", "--static"], cwd=tmp_path)
+    said = gated.stdout + gated.stderr
+    assert "several commands for k.cu build it differently and the ACF records none" in said, gated.describe()
+    assert "--compile-output" in said and "that compileiq reads" not in said, gated.describe()

@@ -22,7 +22,13 @@ from compileiq.core.records import first_line
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.results import acf as acf_file
-from compileiq.source.compile_db import CompileCommand, NotADatabase, read_command
+from compileiq.source.compile_db import (
+    CompileCommand,
+    NotADatabase,
+    OutputGone,
+    SeveralCommands,
+    read_command,
+)
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.spec import KernelSpec
 
@@ -74,7 +80,10 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
         return ShippedRead(database, given, problem="gone", detail="is gone")
     try:
         output = acf.shipped.output or None if acf.shipped is not None else None  # the command tuned, of several
-        command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml, output)
+        try:
+            command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml, output)
+        except OutputGone:  # that target renamed or gone: the commands left, if they read alike
+            command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml)
     except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
         return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
     except UsageError as error:  # no command for the kernel, or not one compileiq reads
@@ -91,6 +100,9 @@ def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:
     a database the (untrusted) ACF named, none of them, as they may quote a token of that file."""
     if given:
         return first_line(str(error))
+    if isinstance(error, SeveralCommands):
+        return (f"{shown}: several commands for {found.name} build it differently and the ACF records none "
+                "of them: re-tune with --compile-output OUTPUT to choose the one that ships")
     return (f"{shown}: no command for {found.name} that compileiq reads (`compileiq space KERNEL "
             f"--compile-commands {shown}` says why)")
 

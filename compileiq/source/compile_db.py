@@ -116,6 +116,14 @@ class CompileDbError(UsageError):
     tuned flags compileiq cannot reproduce."""
 
 
+class SeveralCommands(CompileDbError):
+    """Several commands for the file that build it differently, and none chosen."""
+
+
+class OutputGone(CompileDbError):
+    """No command for the file has the output chosen (`--compile-output`, an ACF's `[baseline] output`)."""
+
+
 class NotADatabase(CompileDbError):
     """The file is not a compilation database compileiq reads (not JSON, not a list of entries,
     an entry whose `directory` or `file` is not a string, not a regular file, gone): unlike a
@@ -161,30 +169,31 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
     if not found:
         raise CompileDbError(f"{database}: no compile command for {source}")
     names = [name for name, _, _ in found]
-    if output is not None:
-        chosen = [f for f in found if f[0] == output or (f[2] / f[0]).resolve() == Path(output).expanduser().resolve()]
-        if not chosen:
-            raise CompileDbError(f"{database}: no command for {source.name} with output {output!r} "
-                                 f"(its commands' outputs: {', '.join(names)})")
-        found = chosen[:1]
     macros = Macros.of(spec)
-    first = _command(found[0][1], found[0][2], wanted, space, database, macros) if len(found) == 1 else None
-    if first is None:
-        commands: list[tuple[object, ...] | None] = []  # None: a command compileiq does not read
-        for _, entry, directory in found:
-            try:
-                commands.append(_command(entry, directory, wanted, space, database, macros).read_as())
-            except CompileDbError:
-                commands.append(None)
-        if len(set(commands)) > 1:  # all alike, even all unread: the first's reading (or its error)
-            raise CompileDbError(f"{database}: {len(found)} commands for {source.name} build it differently "
-                                 f"(outputs: {', '.join(names)}): pass --compile-output OUTPUT to choose the one "
-                                 "to tune (an ACF tuned so records it for the gate)")
-        first = _command(found[0][1], found[0][2], wanted, space, database, macros)
-    others = tuple(n for n in names if n != found[0][0])
-    # recorded only where there was a choice (a CI build folder names its one command's output otherwise);
-    # "entry 2" only where the user chose it so
-    recorded = found[0][0] if others and (_output_of(found[0][1]) or output) else ""
+    readings: list[tuple[object, ...] | None] = []  # None: a command compileiq does not read
+    for _, entry, directory in found if len(found) > 1 else ():
+        try:
+            readings.append(_command(entry, directory, wanted, space, database, macros).read_as())
+        except CompileDbError:
+            readings.append(None)
+    differ = len(set(readings)) > 1  # commands that read alike are one build, whichever is taken
+    index = 0
+    if output is not None:
+        index = next((i for i, (name, _, folder) in enumerate(found)
+                      if name == output or (folder / name).resolve() == Path(output).expanduser().resolve()), -1)
+        if index < 0:
+            raise OutputGone(f"{database}: no command for {source.name} with output {output!r} "
+                             f"(its commands' outputs: {', '.join(names)})")
+    elif differ:
+        raise SeveralCommands(f"{database}: {len(found)} commands for {source.name} build it differently "
+                              f"(outputs: {', '.join(names)}): pass --compile-output OUTPUT to choose the one "
+                              "to tune (an ACF tuned so records it for the gate)")
+    name, entry, directory = found[index]
+    first = _command(entry, directory, wanted, space, database, macros)
+    # recorded only where the commands differ (the gate must take the same one); "entry 2" only where
+    # the user chose it so; the others named are those that build it otherwise (flags --format cmake)
+    others = tuple(n for i, n in enumerate(names) if readings[i] != readings[index]) if differ else ()
+    recorded = name if others and (_output_of(entry) or output) else ""
     shipped = None if first.shipped is None else replace(first.shipped, output=recorded, others=others)
     return replace(first, shipped=shipped)
 
