@@ -13,7 +13,7 @@ import pytest
 from helpers import compile_commands_file, run_cli, space_from_database
 
 from compileiq.results.acf import MAX_BYTES as ACF_BYTES
-from compileiq.source.compile_db import MAX_DATABASE_BYTES
+from compileiq.source.compile_db_file import MAX_DATABASE_BYTES
 from compileiq.source.nvcc_argv import MAX_OPTIONS_FILE_BYTES
 
 KINDS = ("fifo", "directory", "oversize", "not-utf8")

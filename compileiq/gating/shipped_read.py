@@ -22,13 +22,8 @@ from compileiq.core.records import first_line
 from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.results import acf as acf_file
-from compileiq.source.compile_db import (
-    CompileCommand,
-    NotADatabase,
-    OutputGone,
-    SeveralCommands,
-    read_command,
-)
+from compileiq.source.compile_db import CompileCommand, read_command
+from compileiq.source.compile_db_file import NotADatabase, OutputGone, SeveralCommands
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.spec import KernelSpec
 

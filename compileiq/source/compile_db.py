@@ -11,28 +11,30 @@ still passes the base-flag allow-list before anything runs.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from compileiq.core import bounded_read
 from compileiq.core.defines import define_arg_problem, macro_problem
-from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
 from compileiq.source.arch_code import gencode, incompatible, paired
 from compileiq.source.base_flags import SYSTEM
+from compileiq.source.compile_db_file import (
+    CompileDbError,
+    OutputGone,
+    SeveralCommands,
+    entries,
+    output_of,
+)
 from compileiq.source.preprocessor import Macros
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
 
-MAX_DATABASE_BYTES = 64 * 2**20
 _BUILD_MECHANICS = {"-c", "--compile", "-o", "--output-file", "-x", "--x", "-MD", "-MMD", "-MF", "-MT",
                     "-MQ", "-M", "-MM", "--generate-dependencies", "-odir", "--output-directory"}
 _FORWARDED = "{why}; not an nvcc 13.0 option: {flag} forwards it"
@@ -111,25 +113,6 @@ def _no_device_effect(flag: str, value: str) -> str | None:
     return why
 
 
-class CompileDbError(UsageError):
-    """A compilation database that cannot be read, has no command for the file, or a command whose
-    tuned flags compileiq cannot reproduce."""
-
-
-class SeveralCommands(CompileDbError):
-    """Several commands for the file that build it differently, and none chosen."""
-
-
-class OutputGone(CompileDbError):
-    """No command for the file has the output chosen (`--compile-output`, an ACF's `[baseline] output`)."""
-
-
-class NotADatabase(CompileDbError):
-    """The file is not a compilation database compileiq reads (not JSON, not a list of entries,
-    an entry whose `directory` or `file` is not a string, not a regular file, gone): unlike a
-    database with no command for the file, it says nothing about the file."""
-
-
 @dataclass(frozen=True)
 class CompileCommand:
     """The parts of one file's compile command that tuning needs."""
@@ -162,10 +145,10 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
     `--compile-output` names it) chooses one; without it they must read the same, else refused."""
     wanted = source.expanduser().resolve()
     found = []
-    for index, entry in enumerate(_entries(database), 1):
+    for index, entry in enumerate(entries(database), 1):
         directory = database.parent / Path(str(entry.get("directory", "."))).expanduser()
         if (directory / entry["file"]).resolve() == wanted:
-            found.append((printable(_output_of(entry) or f"entry {index}"), entry, directory.resolve()))
+            found.append((printable(output_of(entry) or f"entry {index}"), entry, directory.resolve()))
     if not found:
         raise CompileDbError(f"{database}: no compile command for {source}")
     names = [name for name, _, _ in found]
@@ -193,51 +176,9 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
     # recorded only where the commands differ (the gate must take the same one); "entry 2" only where
     # the user chose it so; the others named are those that build it otherwise (flags --format cmake)
     others = tuple(n for i, n in enumerate(names) if readings[i] != readings[index]) if differ else ()
-    recorded = name if others and (_output_of(entry) or output) else ""
+    recorded = name if others and (output_of(entry) or output) else ""
     shipped = None if first.shipped is None else replace(first.shipped, output=recorded, others=others)
     return replace(first, shipped=shipped)
-
-
-def _output_of(entry: dict[str, Any]) -> str | None:
-    """What names an entry: its `output` (CMake 3.20+, Bear), else its -o; None: neither (its place does)."""
-    if isinstance(output := entry.get("output"), str) and output:
-        return output
-    argv = entry.get("arguments") if isinstance(entry.get("arguments"), list) else None
-    if argv is None and isinstance(entry.get("command"), str):
-        try:
-            argv = shlex.split(entry["command"])
-        except ValueError:
-            argv = []
-    words = [str(a) for a in argv or ()]
-    for flag, following in pairwise(words):
-        if flag in ("-o", "--output-file"):
-            return following
-    return None
-
-
-def _entries(database: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(bounded_read.read_text(database.expanduser(), MAX_DATABASE_BYTES))
-    except bounded_read.FileReadError as error:
-        if error.problem == "missing":
-            raise NotADatabase(f"compilation database not found: {database}") from None
-        if error.problem == "not-regular":  # never opened: a named pipe would block the reader
-            raise NotADatabase(f"{database}: it is {error.kind}, not a compilation database") from None
-        if error.problem == "too-large":
-            raise NotADatabase(f"{database}: larger than {MAX_DATABASE_BYTES // 2**20} MiB ({error.size} bytes)") from None
-        if error.problem == "unreadable":
-            raise NotADatabase(f"{database}: {error.detail}") from None
-        raise NotADatabase(f"{database}: not a compilation database: it {error.detail}") from None
-    except (ValueError, RecursionError) as error:
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise NotADatabase(f"{database}: not a compilation database: {reason}") from None
-    if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
-        raise NotADatabase(f"{database}: not a compilation database: expected a JSON list of objects")
-    for entry in data:  # each entry names its file in its folder (clang's JSON Compilation Database)
-        if not isinstance(entry.get("file"), str) or not isinstance(entry.get("directory", "."), str):
-            raise NotADatabase(f"{database}: not a compilation database: an entry's \"directory\" or \"file\" "
-                               "is missing or not a string")
-    return data
 
 
 def _command(entry: dict[str, Any], directory: Path, source: Path, space: SearchSpace,
