@@ -89,19 +89,20 @@ def _stop(number: int, frame: FrameType | None) -> None:
             os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the "
                         "next run\n".encode())
             os._exit(exit_code())
-    if _importing(frame):
+    if _not_here(frame):
         _later()
         return
     _raised[:] = [KeyboardInterrupt()]
     raise _raised[0]
 
 
-def _importing(frame: FrameType | None) -> bool:
-    """The main thread is inside an import: a KeyboardInterrupt raised there can be swallowed by
-    importlib's callbacks, or turn a missing name's ImportError into a TypeError ("expected a
-    message argument", from `import ssl`, seen) that escapes every handler."""
+def _not_here(frame: FrameType | None) -> bool:
+    """The main thread is inside an import, or inside `_swallowed` itself (a loaded machine may
+    run the redelivery before the hook has returned): a KeyboardInterrupt raised there can be
+    swallowed (importlib's callbacks, the hook) or turn a missing name's ImportError into a
+    TypeError ("expected a message argument", from `import ssl`, seen) that escapes every handler."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        if frame.f_code.co_filename.startswith("<frozen importlib") or frame.f_code is _swallowed.__code__:
             return True
         frame = frame.f_back
     return False
