@@ -349,3 +349,44 @@ def shipped_registers(folder: Path, command: str) -> int:
     assert found, done.stderr
     return int(found[1])
 
+
+def switched_kernel(big_unless: str) -> str:
+    """A kernel `k` that keeps 4 floats unless `big_unless` (a preprocessor condition) is false,
+    then 64 in a stack frame: 21 registers against 32 and 256 bytes on sm_90, so a -D or a PTX
+    arch that reaches its device pass shows in the build."""
+    return f"""\
+#if {big_unless}
+#define N 4
+#else
+#define N 64
+#endif
+__global__ void k(float* a, int n) {{
+  float v[N];
+  #pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = a[i * n + threadIdx.x];
+  float s = 0;
+  for (int j = 0; j < n; ++j) {{ s += v[j % N] * v[(j * 7) % N]; }}
+  a[threadIdx.x] = s;
+}}
+"""
+
+
+# a CMake project applying an ACF to a target k (format with cmake_dir: the package's folder, archs)
+APPLY_PROJECT = """\
+cmake_minimum_required(VERSION 3.24)
+project(demo LANGUAGES CUDA)
+find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+add_library(k OBJECT k.cu)
+set_property(TARGET k PROPERTY CUDA_ARCHITECTURES {archs})
+compileiq_apply(TARGET k ACF k.acf.toml)
+"""
+
+
+def workspace_copy(tuned: Path, tmp_path: Path) -> Path:
+    """A copy of a module's tuned workspace for one test to change."""
+    import shutil
+
+    copy = tmp_path / "ws"
+    shutil.copytree(tuned, copy)
+    return copy
+

@@ -19,7 +19,7 @@ import pytest
 
 from compileiq.build.compile import code_hash
 from compileiq.build.cubin import text_sections
-from tests.helpers import compile_commands_file, run_cli, tune_in
+from tests.helpers import APPLY_PROJECT, compile_commands_file, run_cli, tune_in
 
 # a big register tile where __CUDA_ARCH__ >= 860 (compute_86 PTX), a trivial body from compute_80
 ARCH_KERNEL = """\
@@ -136,14 +136,6 @@ def test_build_files_and_flags_without_the_arch_keep_the_older_ptx(tmp_path: Pat
     assert json.loads(run_cli(["flags", "k.acf.toml", "--format", "json"], cwd=tmp_path).stdout)["note"] == ""
 
 
-CMAKE_PROJECT = """\
-cmake_minimum_required(VERSION 3.24)
-project(demo LANGUAGES CUDA)
-find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
-add_library(k OBJECT k.cu)
-set_property(TARGET k PROPERTY CUDA_ARCHITECTURES {archs})
-compileiq_apply(TARGET k ACF k.acf.toml)
-"""
 
 
 def test_compileiq_apply_builds_the_older_ptx_as_the_evidence(tmp_path: Path) -> None:
@@ -158,7 +150,7 @@ def test_compileiq_apply_builds_the_older_ptx_as_the_evidence(tmp_path: Path) ->
     cmake_dir = run_cli(["cmake-dir"], cwd=tmp_path).stdout.strip()
 
     def configure(archs: str) -> subprocess.CompletedProcess[str]:
-        (tmp_path / "CMakeLists.txt").write_text(CMAKE_PROJECT.format(cmake_dir=cmake_dir, archs=archs))
+        (tmp_path / "CMakeLists.txt").write_text(APPLY_PROJECT.format(cmake_dir=cmake_dir, archs=archs))
         return subprocess.run([cmake, "-S", ".", "-B", f"build-{archs.replace(' ', '-')}",
                                "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"],
                               cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=600, check=False)

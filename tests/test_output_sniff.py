@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, workspace_copy
 
 KERNEL = """\
 #include "defs.inc"
@@ -54,9 +54,7 @@ def tuned(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def workspace(tuned, tmp_path) -> Path:
-    copy = tmp_path / "ws"
-    shutil.copytree(tuned, copy)
-    return copy
+    return workspace_copy(tuned, tmp_path)
 
 
 def _snapshot(workspace: Path) -> dict[str, bytes]:

@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL, CliResult, run_cli
+from helpers import TINY_KERNEL, CliResult, run_cli, workspace_copy
 
 import compileiq
 from compileiq.core.errors import UsageError
@@ -43,9 +43,7 @@ def tuned(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def workspace(tuned, tmp_path) -> Path:
-    copy = tmp_path / "ws"
-    shutil.copytree(tuned, copy)
-    return copy
+    return workspace_copy(tuned, tmp_path)
 
 
 def _trials(database: Path) -> int:

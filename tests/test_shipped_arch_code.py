@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import LOOP_KERNEL, run_cli
+from tests.helpers import APPLY_PROJECT, LOOP_KERNEL, run_cli
 
 
 def _tune(tmp_path: Path, arch_flags: str, ptxas: str) -> str:
@@ -107,14 +107,6 @@ def test_machine_code_from_older_ptx_is_tuned_and_printed_as_it_builds(tmp_path:
     assert "other archs" not in snippet, snippet
 
 
-PROJECT = """\
-cmake_minimum_required(VERSION 3.24)
-project(demo LANGUAGES CUDA)
-find_package(compileiq CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
-add_library(k OBJECT k.cu)
-set_property(TARGET k PROPERTY CUDA_ARCHITECTURES {archs})
-compileiq_apply(TARGET k ACF k.acf.toml)
-"""
 
 
 @pytest.mark.parametrize(("ptxas", "target", "replaced", "code"), [
@@ -129,7 +121,7 @@ def test_compileiq_apply_builds_a_ptx_only_build_as_flags_does(tmp_path: Path, p
 
     _tune(tmp_path, "-arch=compute_80", ptxas)
     cmake_dir = run_cli(["cmake-dir"], cwd=tmp_path).stdout.strip()
-    (tmp_path / "CMakeLists.txt").write_text(PROJECT.format(cmake_dir=cmake_dir, archs=target))
+    (tmp_path / "CMakeLists.txt").write_text(APPLY_PROJECT.format(cmake_dir=cmake_dir, archs=target))
     configured = subprocess.run(
         [venv_tool("cmake", "pip install -e '.[test]' installs it"), "-S", ".", "-B", "build",
          "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}"],

@@ -19,26 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, switched_kernel
 
 from compileiq.results import acf
 
 # Its code depends on __CUDA_ARCH__: compute_80 PTX keeps 4 floats, compute_90 PTX 64 in a stack frame.
-KERNEL = """\
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900
-#define N 4
-#else
-#define N 64
-#endif
-__global__ void k(float* a, int n) {
-  float v[N];
-  #pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = a[i * n + threadIdx.x];
-  float s = 0;
-  for (int j = 0; j < n; ++j) { s += v[j % N] * v[(j * 7) % N]; }
-  a[threadIdx.x] = s;
-}
-"""
+KERNEL = switched_kernel("!defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900")
 QUOTED = '-gencode=arch=compute_80,code="sm_90,compute_80"'
 
 

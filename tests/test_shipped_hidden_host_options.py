@@ -19,23 +19,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, switched_kernel
 
-KERNEL = """\
-#ifndef X
-#define N 4
-#else
-#define N 64
-#endif
-__global__ void k(float* a, int n) {
-  float v[N];
-  #pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = a[i * n + threadIdx.x];
-  float s = 0;
-  for (int j = 0; j < n; ++j) { s += v[j % N] * v[(j * 7) % N]; }
-  a[threadIdx.x] = s;
-}
-"""
+KERNEL = switched_kernel("!defined(X)")
 
 
 def _kernel(folder: Path, *options: str) -> list[str]:
