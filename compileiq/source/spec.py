@@ -217,13 +217,12 @@ class KernelSpec:
         return (now,) if older == now else (now, older)
 
     def settings_sha256(self) -> str:
-        """This release's identity of the settings (what an ACF records)."""
-        return self.settings_sha256s()[0]
+        """This release's identity of the settings (what an ACF records): the older one not built."""
+        return _sha256(self.settings())
 
     def settings_sha256s(self) -> tuple[str, ...]:
         """Each identity of the settings (`identities`), this release's first."""
-        return tuple(hashlib.sha256(json.dumps(s, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-                     for s in self.identities())
+        return tuple(_sha256(s) for s in self.identities())
 
     def settings_sha256_as(self, recorded: object) -> str:
         """The identity of these settings an ACF records as `recorded` (its settings_sha256): that
@@ -285,3 +284,8 @@ def resolved(path: Path, what: str) -> Path:
         return path.expanduser().resolve()
     except (OSError, RuntimeError):  # RuntimeError: Python < 3.13's "Symlink loop"
         raise KernelError(f"{what} {path} is a symlink loop") from None
+
+
+def _sha256(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
