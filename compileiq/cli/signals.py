@@ -5,6 +5,10 @@ main thread: the run kills its compilers, hands its unfinished trials back (retr
 every finished one, and the CLI says one line and exits 130 (SIGINT) or 143 (SIGTERM). Another
 signal while that stop is under way ends the process at once: the guard of `core.processes` kills
 its compilers as it dies, and trials still claimed are handed back by the next run on this host.
+Python runs a signal's handler only between two bytecodes of the main thread, so while that stop
+waits inside C code (a database write a busy SQLite holds up to its 30 s timeout) no handler runs:
+a watcher thread reads every signal from the wakeup pipe as it comes and ends the process on the
+second.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ _loading: list[bool] = []  # the CLI loads (or its handlers go in): a signal end
 _raised: list[KeyboardInterrupt] = []  # the first signal's KeyboardInterrupt, as raised last
 _owed: list[bool] = []  # it came during an import, or was swallowed: raised again a moment later
 _hooks: list[Callable[[Any], object]] = []  # sys.unraisablehook before `installed`
+_pipe: list[int] = []  # the wakeup pipe the watcher reads (read end, write end), while it watches
+_delivered: list[int] = []  # every SIGINT/SIGTERM the process got, as the watcher read them
+_echoes: list[int] = [0]  # our own redeliveries (`_later`) still to come through the pipe
+_counting = threading.Lock()  # the watcher's counts against `_interrupt_main`'s
+_ending = threading.Lock()  # one "again" line, from the watcher or the handler
 
 
 @contextmanager
@@ -41,9 +50,12 @@ def installed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _unwatched()  # a command stopped earlier in this process (tests run several)
+    _delivered.clear()
     _loading.append(True)  # until the handlers are all in: nothing has started
     before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)
               if signal.getsignal(number) is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
+    _watched()
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _swallowed
     _loading.clear()
@@ -53,7 +65,8 @@ def installed() -> Iterator[None]:
         sys.unraisablehook = _hooks.pop()
         _raised.clear()
         _owed.clear()
-        if not _received:  # once stopped, a second signal still ends the process at once, to its last atexit
+        if not _received and not _delivered:  # once stopped, a second signal still ends the process at once,
+            _unwatched()  # to its last atexit
             for number, handler in before.items():
                 signal.signal(number, handler)
         # CPython (3.11-3.13) remembers a KeyboardInterrupt that left an eval() of a string (typer
@@ -86,9 +99,7 @@ def _stop(number: int, frame: FrameType | None) -> None:
     else:
         _received.append(number)
         if len(_received) > 1:
-            os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the "
-                        "next run\n".encode())
-            os._exit(exit_code())
+            _again(number)
     if _not_here(frame):
         _later()
         return
@@ -128,7 +139,61 @@ def _later() -> None:
 
 def _interrupt_main(number: int) -> None:
     time.sleep(0.01)
+    with _counting:
+        if _pipe:  # it comes through the wakeup pipe too: not a signal the user sent
+            _echoes[0] += 1
     _thread.interrupt_main(signal.Signals(number))
+
+
+def _watched() -> None:
+    """Every SIGINT/SIGTERM, as CPython's own C handler writes it to the wakeup pipe, read by a
+    thread that ends the process on the second, whatever the main thread is doing. Not where
+    another part of the process already set a wakeup fd (the handler alone counts then)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    if signal.set_wakeup_fd(write, warn_on_full_buffer=False) != -1:  # not ours to take
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
+        return
+    _pipe[:] = [read, write]
+    _echoes[0] = 0
+    threading.Thread(target=_watch, args=(read,), name="compileiq-signals", daemon=True).start()
+
+
+def _unwatched() -> None:
+    if _pipe:
+        signal.set_wakeup_fd(-1)
+        os.close(_pipe.pop())  # the watcher reads the end of the pipe and closes its own end
+        _pipe.clear()
+
+
+def _watch(read: int) -> None:
+    try:
+        while data := os.read(read, 64):
+            for number in data:
+                if number not in (signal.SIGINT, signal.SIGTERM) or _loading:
+                    continue  # while loading the handler itself ends the process
+                with _counting:
+                    if _echoes[0]:
+                        _echoes[0] -= 1
+                        continue
+                    _delivered.append(number)
+                if len(_delivered) > 1:
+                    _again(number)
+    finally:
+        os.close(read)
+
+
+def _again(number: int) -> NoReturn:
+    """A second signal: the process ends now, with one line, from whichever of the handler and the
+    watcher sees it first."""
+    if _ending.acquire(blocking=False):
+        os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the "
+                    "next run\n".encode())
+        os._exit(exit_code())
+    time.sleep(5)  # the other is writing the line and ends the process
+    os._exit(exit_code())
 
 
 def _end_now(number: int) -> NoReturn:
@@ -145,7 +210,8 @@ def noted(error: BaseException) -> None:
 
 
 def exit_code() -> int:
-    return 128 + (_received[0] if _received else signal.SIGINT)
+    first = _received or _delivered  # the watcher may read it before the main thread can handle it
+    return 128 + (first[0] if first else signal.SIGINT)
 
 
 def line() -> str:
