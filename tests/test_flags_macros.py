@@ -71,3 +71,36 @@ def test_flags_refuses_macros_that_break_tune_tomls_restrictions_now(tmp_path: P
     assert listed.returncode == 2 and listed.stdout == "", listed.describe()
     [line] = listed.stderr.strip().splitlines()
     assert "a restriction of the kernel's tune.toml" in line and "TA * TB != 4" in line, line
+
+
+def test_flags_never_holds_an_acf_to_a_kernel_found_from_the_current_folder(tmp_path: Path) -> None:
+    """stop 52's reviewer (left open): the gate finds an ACF's kernel only beside the ACF, but
+    `flags` (and the cmake snippet's source path, the include folders of `--all`) fell back to the
+    recorded path from the current folder: an ACF copied alone into a build folder was held to
+    whatever `k.cu` and tune.toml sat there, another project's, and refused (or, in cmake, set the
+    tuned options on that other file)."""
+    (tmp_path / "proj").mkdir()
+    out, chosen = _tuned(tmp_path / "proj")
+    build = tmp_path / "build"
+    build.mkdir()
+    alone = build / "k.acf.toml"
+    alone.write_text(out.read_text())  # the kernel is not beside it: nothing to hold it to
+    other = tmp_path / "other"  # another project, its own k.cu whose tune.toml offers none of these values
+    other.mkdir()
+    (other / "k.cu").write_text(KERNEL)
+    (other / "tune.toml").write_text("[tune.defines]\nTA = [16]\nTB = [16]\n")
+    listed = run_cli(["flags", str(alone)], cwd=other)
+    assert listed.returncode == 0, listed.describe()
+    assert f"-DTA={chosen['TA']}" in listed.stdout.split() and f"-DTB={chosen['TB']}" in listed.stdout.split()
+    snippet = run_cli(["flags", str(alone), "--format", "cmake"], cwd=other)
+    assert snippet.returncode == 0, snippet.describe()
+    assert str(other / "k.cu") not in snippet.stdout, snippet.stdout  # the tuned options on another file
+    assert str(build / "k.cu") in snippet.stdout, snippet.stdout  # where the ACF says its kernel is
+    linked = other / "linked.acf.toml"  # a symlink to the ACF: its kernel is beside the file it leads to
+    linked.symlink_to(out)
+    snippet = run_cli(["flags", str(linked), "--format", "cmake"], cwd=other)
+    assert snippet.returncode == 0 and str(tmp_path / "proj" / "k.cu") in snippet.stdout, snippet.describe()
+    edited = _edited(out, {"TA": 3})  # held to proj's tune.toml through the link
+    linked.unlink()
+    linked.symlink_to(edited)
+    assert run_cli(["flags", str(linked)], cwd=other).returncode == 2

@@ -104,17 +104,13 @@ def _held_notes(found: Path, acf: acf_file.Acf, own: kernel_settings.KernelSetti
 
 
 def _find_source(acf: acf_file.Acf) -> Path:
-    """The kernel as file-formats.md says: `[kernel] path` from the ACF's folder, else the recorded
-    `source` beside the ACF. Never from the folder the gate runs in: the same ACF would be checked
-    against another file (a vendored or older copy at that path) depending on where CI runs it,
-    while its compilation database is read from the ACF's folder."""
-    given = Path(acf.source_path)
-    tried = [given if given.is_absolute() else acf.path.parent / given]
-    tried.append(acf.path.parent / str(acf.data["kernel"].get("source", given.name)))
-    for candidate in dict.fromkeys(tried):
-        if is_file(candidate):
-            return candidate
-    names = ", ".join(str(c) for c in dict.fromkeys(tried))
+    """The kernel as file-formats.md says (`Acf.source_candidates`): never from the folder the gate
+    runs in, where the same ACF would be checked against another file (a vendored or older copy at
+    that path) depending on where CI runs it, while its compilation database is read from the
+    ACF's folder."""
+    if (found := acf.source_file()) is not None:
+        return found
+    names = ", ".join(str(c) for c in acf.source_candidates())
     raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
 
 

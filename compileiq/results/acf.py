@@ -112,11 +112,28 @@ class Acf:
         also build archs left out, `-code=sm_80,sm_86`, too), else the arch."""
         return ptx_arch((f.flag for f in self.shipped.fixed) if self.shipped is not None else (), self.arch)
 
+    def source_candidates(self) -> tuple[Path, ...]:
+        """Where the kernel may be, as file-formats.md says, first first: `[kernel] path` from the
+        ACF's folder (of the file a symlink to it leads to, where tune wrote it beside its kernel,
+        then of the link), else the recorded `source` file name beside the ACF. Never from the current folder: the same ACF would be
+        held to another file (a vendored copy, another project's kernel at that path) depending on
+        where a command runs."""
+        given = Path(self.source_path)
+        named = Path(str(self.data.get("kernel", {}).get("source", given.name))).name
+        linked = Path(os.path.realpath(self.path)).parent  # an ACF that is a symlink: its target's folder too
+        folders = ((linked,) if linked != Path(os.path.realpath(self.path.parent)) else ()) + (self.path.parent,)
+        tried = [given if given.is_absolute() else folder / given for folder in folders]
+        return tuple(dict.fromkeys([*tried, *(folder / named for folder in folders if named)]))
+
+    def source_file(self) -> Path | None:
+        """The kernel source where `source_candidates` finds it; None where it is not beside the
+        ACF (a build folder holding the ACF alone)."""
+        return next((c for c in self.source_candidates() if bounded_read.is_file(c)), None)
+
     def source_from_here(self) -> str:
-        """The kernel source as a path from the current folder (an ACF records it relative to its
-        own folder; an older ACF relative to where `tune` ran, used as it is)."""
-        beside = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(self.path)), self.source_path))
-        return os.path.relpath(beside) if os.path.isfile(beside) else self.source_path
+        """The kernel source as a path from the current folder: where it was found beside the ACF,
+        else where the ACF says it is (relative to the ACF's folder)."""
+        return os.path.relpath(os.path.normpath(self.source_file() or self.source_candidates()[0]))
 
     def base_args(self, absolute: bool = False) -> tuple[str, ...]:
         """The base flags for a build run from the current folder: a relative include folder is
