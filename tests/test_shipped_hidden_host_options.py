@@ -90,3 +90,19 @@ def test_a_file_of_host_compiler_options_is_refused_in_one_line(tmp_path: Path, 
     assert listed.returncode == 2, listed.describe()
     [line] = listed.stderr_lines
     assert "reads more host compiler options from a file" in line and line.endswith("without it"), line
+
+
+@pytest.mark.parametrize("options", [("-ccbin", "clang++", "-Xcompiler", "--config=opts.cfg"),
+                                     ("-ccbin", "clang++", "-Xcompiler", "--config,opts.cfg"),
+                                     ("-ccbin", "clang++", "-Xcompiler", "--config-user-dir=.")])
+def test_clangs_config_file_is_refused_as_a_file_of_host_compiler_options(tmp_path: Path,
+                                                                         options: tuple[str, ...]) -> None:
+    """clang, nvcc's host compiler with -ccbin clang++, reads more options from --config=FILE (or a
+    config file from the folder --config-user-dir names): a -DX=1 there reaches the device pass as
+    an @FILE's does. There is no clang here to show it build; the refusal is what is checked."""
+    _kernel(tmp_path, *options)
+    (tmp_path / "opts.cfg").write_text("-DX=1\n")
+    listed = _space(tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr_lines
+    assert "reads more host compiler options from a file" in line and "--config" in line, line

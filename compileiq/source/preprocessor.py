@@ -91,8 +91,10 @@ _EXPANSIONS = "$`"
 _VARIABLE = re.compile(r"\$(?:PWD\b|\{PWD\})")
 _NAMED = re.compile(r"\$(?:([A-Za-z_]\w*)|\{([A-Za-z_]\w*)\})")
 # Host compiler options that read more options from a file compileiq does not read: GCC's @FILE
-# and -specs=FILE (--specs), whose `*cpp:` section adds -D/-include to the device pass.
-_FILE_OPTIONS = ("@", "-specs", "--specs")
+# and -specs=FILE (--specs), whose `*cpp:` section adds -D/-include to the device pass; clang's
+# --config=FILE (and --config-system-dir/--config-user-dir, where it looks for one), as nvcc's
+# host compiler with -ccbin clang++.
+_FILE_OPTIONS = ("@", "-specs", "--specs", "--config")
 
 
 class MacroError(UsageError):
@@ -188,10 +190,11 @@ def _host_variables(word: str, pwd: bool) -> bool:
 
 
 def _file_options(words: list[str], given: str, where: str) -> None:
-    """MacroError for a word the host compiler reads more options from (@FILE, -specs=FILE)."""
+    """MacroError for a word the host compiler reads more options from (@FILE, -specs=FILE,
+    --config=FILE)."""
     if found := next((w for w in words if w.startswith(_FILE_OPTIONS)), None):
         raise MacroError(f"{where}: {shown(given)}: {shown(found)} reads more host compiler options from a file "
-                         "(GCC's @FILE, -specs=), and nvcc preprocesses the device code with them too: what the file "
+                         "(GCC's @FILE, -specs=, clang's --config), and nvcc preprocesses the device code with them too: what the file "
                          "adds (-D, -include) compileiq cannot know; give those to nvcc itself, or tune from a copy "
                          "of the command without it")
 
