@@ -141,15 +141,18 @@ def _trials_now(url: str) -> list[Trial]:
 
 
 def test_a_killed_tuners_trials_are_retried_after_the_stale_timeout(store_url: str, tiny: Path) -> None:
-    # The whole space (4 configs) is the victim's first batch, and its ptxas sleeps 20 s: it is
+    # The whole space (4 configs) is the victim's first batch, and its ptxas sleeps 30 s: it is
     # mid-compile throughout. A second tuner (exhaustive: it cannot finish without those 4)
     # starts while the victim is alive and must leave its trials alone (heartbeats), then take
-    # them over once the victim is SIGKILLed and their heartbeat is 3 s old.
-    space = ("--study", "K", "--only", "ptxas.opt_level", "--batch-size", "4", "--stale-after", "3")
-    victim = _tune(tiny, store_url, *space, "--budget", "4", env=slow_toolchain(tiny.parent / "slow", 20))
+    # them over once the victim is SIGKILLed and their heartbeat is 6 s old. The victim beats
+    # every second (a third of its --stale-after 3): 5 s of margin for a victim stalled on a
+    # loaded machine (with 3 s, a 2 s stall let the rescuer take a live tuner's trials).
+    space = ("--study", "K", "--only", "ptxas.opt_level", "--batch-size", "4")
+    victim = _tune(tiny, store_url, *space, "--stale-after", "3", "--budget", "4",
+                   env=slow_toolchain(tiny.parent / "slow", 30))  # fmt: skip
     held = _running_keys(store_url, time.monotonic() + 60)
-    rescuer = _tune(tiny, store_url, *space, "--budget", "10", "--strategy", "exhaustive")
-    time.sleep(8)  # the rescuer starts (~4 s) and waits for the victim's trials
+    rescuer = _tune(tiny, store_url, *space, "--stale-after", "6", "--budget", "10", "--strategy", "exhaustive")
+    time.sleep(10)  # the rescuer starts (~4 s) and waits for the victim's trials, stale by now without beats
     alive = {t.config_key: t.worker for t in _trials_now(store_url) if t.state is TrialState.RUNNING}
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=30)

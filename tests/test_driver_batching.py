@@ -356,7 +356,16 @@ def test_a_failed_background_refit_surfaces_in_the_driver_and_stops_its_thread()
     refresh.start(lambda: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         refresh.wait()
-    refresh.start(lambda: time.sleep(0.2) or ["late"])
+    release, finished = threading.Event(), threading.Event()
+
+    def slow_refit() -> list[str]:
+        release.wait(60)  # held until the driver has looked: a loaded machine cannot finish it first
+        time.sleep(0.2)
+        finished.set()
+        return ["late"]
+
+    refresh.start(slow_refit)
     assert refresh.done() is None and refresh.running  # not ready: the driver goes on
+    release.set()
     refresh.close()  # waits for it: the searcher is the driver's again
-    assert not refresh.running and refresh.done() is None
+    assert finished.is_set() and not refresh.running and refresh.done() is None

@@ -586,8 +586,12 @@ def test_a_baseline_held_by_a_live_tuner_never_replaces_a_good_acf(tiny: Path, p
     holder = _start(processes, tiny, db, "--budget", "1", "--batch-size", "1", "--stale-after", "3",
                     "--out", str(tiny.parent / "holder.acf.toml"), env=slow_toolchain(tiny.parent / "slow", 60))
     (baseline,) = _wait_for_running(db, holder)
+    # The holder beats every second (a third of its --stale-after); the other holds a claim stale
+    # after 6 s and starts once the baseline was claimed 6 s ago: without those beats it would
+    # take the baseline, and a holder stalled 1-3 s on a loaded machine still keeps it.
+    time.sleep(6)
     # --force: the file is no ACF, which tune would otherwise refuse to replace before the run
-    other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "3", "--out", str(out), "--force")
+    other = _start(processes, tiny, db, "--budget", "3", "--stale-after", "6", "--out", str(out), "--force")
     _, stderr = other.communicate(timeout=120)
     line = stderr.strip().splitlines()[-1]
     assert other.returncode == 1 and "Traceback" not in stderr, stderr

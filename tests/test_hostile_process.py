@@ -616,11 +616,17 @@ def test_a_compile_task_that_raises_hands_its_claims_back(tmp_path: Path) -> Non
 def test_a_compiler_past_its_memory_cap_fails_and_its_children_inherit_the_cap(tmp_path: Path) -> None:
     # The cap is set on the child once it runs; a process it starts afterwards (as nvcc starts
     # cc1plus and cicc) inherits it. 512 MiB under a 256 MiB cap: out of memory, not the machine's.
+    # The child starts the grabber once its cap is there (argv[1]; 0: none to wait for): a fixed
+    # 0.2 s was not enough where run_tool's thread was held between the start and the cap.
     grab = "b = bytearray(512 << 20); print('held', len(b))"
-    child = f"import subprocess, sys, time; time.sleep(0.2); sys.exit(subprocess.call([sys.executable, '-c', {grab!r}]))"
-    capped = run_tool([sys.executable, "-c", child], 60, memory_bytes=256 << 20)
+    child = ("import resource, subprocess, sys, time\n"
+             "cap, deadline = int(sys.argv[1]), time.monotonic() + 30\n"
+             "while cap and resource.getrlimit(resource.RLIMIT_DATA)[0] != cap and time.monotonic() < deadline:\n"
+             "    time.sleep(0.01)\n"
+             f"sys.exit(subprocess.call([sys.executable, '-c', {grab!r}]))\n")
+    capped = run_tool([sys.executable, "-c", child, str(256 << 20)], 60, memory_bytes=256 << 20)
     assert capped.returncode != 0 and "MemoryError" in capped.output, capped
-    free = run_tool([sys.executable, "-c", child], 60)
+    free = run_tool([sys.executable, "-c", child, "0"], 60)
     assert free.returncode == 0 and "held 536870912" in free.output, free
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,9 +175,11 @@ def test_a_tune_that_fails_before_its_run_leaves_no_searchers_process(tmp_path: 
 def test_a_search_load_closed_while_it_loads_closes_what_it_loads() -> None:
     # the run may fail within the child's start: the load closes it when it ends
     before = _children_now()
-    load = SearchLoad(lambda: (time.sleep(0.5), RemoteSearcher(_space(), SearchSettings()))[1])
+    closed = threading.Event()  # the load goes on once closed: a loaded machine cannot finish it first
+    load = SearchLoad(lambda: (closed.wait(60), RemoteSearcher(_space(), SearchSettings()))[1])
     load.close()
     assert not load.loaded
+    closed.set()
     searcher = load.get()
     assert _none_left(before) == []
     with pytest.raises(SearchProcessError, match="was closed"):

@@ -113,12 +113,12 @@ def test_a_build_claim_of_a_tuner_elsewhere_is_waited_for_then_taken_over_once_s
         store.close()
     assert len(keys) == OPT_LEVELS and None not in keys
     url = f"sqlite:///{tiny.parent / 'second.db'}"
+    started = time.monotonic()  # before the claim: a stall after it would shorten the wait measured
     store = Store.open(url)
     try:
         assert store.claim_builds(keys, "elsewhere.example:1", 300).mine == keys
     finally:
         store.close()
-    started = time.monotonic()
     counters = _report(_tune(tiny, url, *space, "--stale-after", "3"), timeout=90)["counters"]
     assert time.monotonic() - started > 3  # it waited for the claims to go stale
     assert counters["ptxas_calls"] - counters["verify_ptxas_calls"] == OPT_LEVELS
