@@ -167,6 +167,8 @@ def test_ray_address_auto_without_a_cluster_is_one_line(tmp_path: Path) -> None:
         time.sleep(2)
     result = run_cli(["tune", str(_tiny(tmp_path)), "--budget", "2", "--ray-address", "auto",
                       "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"], cwd=tmp_path, timeout=120)
+    if "cannot start Ray at auto" not in result.stderr and _ray_gcs_running():  # another worker's Ray test
+        pytest.skip("a Ray cluster started on this host during the run: `auto` found it")  # began meanwhile
     assert result.returncode != 0 and "Traceback" not in result.output
     assert "cannot start Ray at auto" in result.stderr_lines[-1], result.describe()
 
