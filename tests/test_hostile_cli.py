@@ -650,7 +650,7 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
     for trial in held:
         released = after[trial.config_key]
         assert released.state is TrialState.FAILED and released.retryable
-        assert "interrupted" in (released.reason or "")
+        assert (released.reason or "").endswith(f"({said})"), released.reason  # SIGTERM said "(interrupted)" (red53)
     assert [t.number for t in after.values() if t.state is TrialState.COMPLETE] == [0]  # the baseline is kept
 
 

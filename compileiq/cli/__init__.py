@@ -9,7 +9,7 @@ imported, it loads as any module."""
 
 from __future__ import annotations
 
-from compileiq.cli.signals import installed, loading
+from compileiq.cli.signals import installed, late, loading
 
 __all__ = ["cli", "main"]
 
@@ -18,10 +18,13 @@ def main(argv: list[str] | None = None) -> None:
     """The console script and `python -m compileiq` (`argv`: the arguments, default sys.argv's):
     SIGINT and SIGTERM taken over first, the commands loaded under `loading` (a Ctrl-C meanwhile
     ends this process alone, with the one line), then run."""
-    with installed():
-        with loading():
-            from compileiq.cli.commands import main as run
-        run(argv)
+    try:
+        with installed():
+            with loading():
+                from compileiq.cli.commands import main as run
+            run(argv)
+    except KeyboardInterrupt:  # one that came as the command returned, outside its own handling
+        late()
 
 
 def __getattr__(name: str) -> object:

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
 
+from compileiq.core.errors import Terminated
+
 _received: list[int] = []  # the signals that stopped this command, first first
 _details: list[str] = []  # what the stopped run said it did and kept ("3 unfinished trial(s) handed back")
 _loading: list[bool] = []  # the CLI loads (or its handlers go in): a signal ends the process at once
@@ -34,6 +36,12 @@ _pipe: list[int] = []  # the wakeup pipe the watcher reads (read end, write end)
 _delivered: list[int] = []  # every SIGINT/SIGTERM the process got, as the watcher read them
 _echoes: list[int] = [0]  # our own redeliveries (`_later`) still to come through the pipe
 _counting = threading.Lock()  # the watcher's counts against `_interrupt_main`'s
+_first_at: list[float] = []  # when the first signal came (time.monotonic)
+_closing: list[bool] = []  # the command has returned: a signal no longer stops anything
+# One stop, sent twice: GNU `timeout` signals the command, then its whole process group (the command
+# in it), and a CI runner may signal the process and its group alike; a person's second Ctrl-C
+# comes later than this.
+SAME_STOP_S = 0.5
 _ending = threading.Lock()  # one "again" line, from the watcher or the handler
 
 
@@ -52,6 +60,8 @@ def installed() -> Iterator[None]:
         return
     _unwatched()  # a command stopped earlier in this process (tests run several)
     _delivered.clear()
+    _first_at.clear()
+    _closing.clear()
     _loading.append(True)  # until the handlers are all in: nothing has started
     before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)
               if signal.getsignal(number) is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
@@ -62,6 +72,7 @@ def installed() -> Iterator[None]:
     try:
         yield
     finally:
+        _closing.append(True)  # a signal from here on finds the command's work done: never raised here
         sys.unraisablehook = _hooks.pop()
         _raised.clear()
         _owed.clear()
@@ -94,16 +105,21 @@ def loading() -> Iterator[None]:
 def _stop(number: int, frame: FrameType | None) -> None:
     if _loading:
         _end_now(number)
+    if _closing:  # the command returned (its result said, its exit code set): nothing left to stop
+        return
     if _owed:  # the first again: it came during an import, or Python swallowed it
         _owed.clear()
+    elif _received:  # another while the first stop is under way
+        if _pipe or time.monotonic() - _first_at[0] < SAME_STOP_S:  # the watcher counts (or one stop sent twice)
+            return
+        _again(number)
     else:
         _received.append(number)
-        if len(_received) > 1:
-            _again(number)
+        _first_at[:] = _first_at or [time.monotonic()]
     if _not_here(frame):
         _later()
         return
-    _raised[:] = [KeyboardInterrupt()]
+    _raised[:] = [Terminated() if _received[0] == signal.SIGTERM else KeyboardInterrupt()]
     raise _raised[0]
 
 
@@ -178,7 +194,11 @@ def _watch(read: int) -> None:
                     if _echoes[0]:
                         _echoes[0] -= 1
                         continue
+                    now = time.monotonic()
+                    if _delivered and now - _first_at[0] < SAME_STOP_S:
+                        continue  # one stop sent twice (the process, then its group)
                     _delivered.append(number)
+                    _first_at[:] = _first_at or [now]
                 if len(_delivered) > 1:
                     _again(number)
     finally:
@@ -199,6 +219,20 @@ def _again(number: int) -> NoReturn:
 def _end_now(number: int) -> NoReturn:
     os.write(2, f"{_name(number)}\n".encode())
     os._exit(128 + number)
+
+
+def finished(detail: str) -> None:
+    """The command's work is done and recorded (`detail`: what it kept, "the run had finished …"):
+    a signal while it still prints its summary says so, not that nothing was recorded."""
+    _details[:] = [detail]
+
+
+def late() -> NoReturn:
+    """A KeyboardInterrupt that came as the command returned, past its own handling: the one line
+    and the signal's exit code (never a traceback, nor the stale flag's death by SIGINT)."""
+    eval("None")  # see `installed`
+    os.write(2, f"{line()}\n".encode())
+    raise SystemExit(exit_code())
 
 
 def noted(error: BaseException) -> None:

@@ -11,3 +11,8 @@ class UsageError(CompileIQError):
     """Bad input from the user: a missing file, a malformed spec, an unknown option value."""
 
     exit_code = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, `kill`), raised in the main thread as Ctrl-C's KeyboardInterrupt
+    is (`cli.signals`): every stop that handles one handles the other; what is recorded names it."""

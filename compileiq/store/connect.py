@@ -4,6 +4,7 @@ show a password."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,12 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.store.trust import lenient_json
+
+# SQLAlchemy logs what it catches and goes on from (a connection's reset interrupted by Ctrl-C:
+# "Exception during reset or similar" and a traceback, re-raised to the stop that prints its one
+# line): with no logging configured, Python's last-resort handler printed it to stderr. A handler
+# that drops it, as a library is meant to add; an application's own logging still sees it.
+logging.getLogger("sqlalchemy").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

@@ -1,0 +1,135 @@
+"""One stop request that arrives twice, and a signal once the run has finished (red53, user53).
+
+Real `compileiq` processes in a session of their own, real SQLite, real nvcc; ptxas sleeps first
+where the run must still be compiling when the signal comes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from helpers import clean_env, compileiq_command, recorded_trials, slow_toolchain
+
+from compileiq.core.records import TrialState
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process groups and pipes as Linux has them")
+
+
+def _tune(tiny: Path, *extra: str) -> list[str]:
+    return [compileiq_command(), "tune", str(tiny), "--db", f"sqlite:///{tiny.parent / 't.db'}", "--workers", "local",
+            "--study", "S", "--only", "ptxas.opt_level", *extra]
+
+
+def _compiling(folder: Path) -> bool:
+    """Whether a compile of the toolchain in `folder` is sleeping (its ptxas wrapper)."""
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if str(folder).encode() in Path(f"/proc/{pid}/environ").read_bytes() and \
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+def test_a_sigterm_sent_to_the_process_then_its_group_is_one_orderly_stop(tiny: Path, processes: list) -> None:
+    """red53 #1: GNU `timeout` sends SIGTERM to the command, then to its whole process group: the
+    command gets it twice, a few milliseconds apart. The watcher counted both and ended the run at
+    once ("terminated (SIGTERM) again"), its trials left claimed, in 8 of 45 runs under `timeout`.
+    One stop sent twice is one orderly stop; what it hands back says it was terminated."""
+    slow = tiny.parent / "slow"
+    victim = subprocess.Popen(_tune(tiny, "--budget", "4"), cwd=tiny.parent, env=clean_env(slow_toolchain(slow, 60)),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    processes.append(victim)
+    deadline = time.monotonic() + 60
+    while not _compiling(slow) and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.1)
+    assert _compiling(slow), "the baseline never compiled"
+    os.kill(victim.pid, signal.SIGTERM)  # timeout.c: send_sig(monitored_pid, sig), then send_sig(0, sig)
+    time.sleep(0.05)  # the first delivered before the second is sent (else the kernel merges them)
+    os.killpg(victim.pid, signal.SIGTERM)
+    _, stderr = victim.communicate(timeout=60)
+    assert victim.returncode == 143 and "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("terminated (SIGTERM): 1 unfinished trial(s) handed back to retry"), stderr
+    (baseline,) = recorded_trials(f"sqlite:///{tiny.parent / 't.db'}")
+    assert baseline.state is TrialState.FAILED and baseline.retryable, baseline
+    assert baseline.reason == "released: the tuner stopped early (terminated (SIGTERM))", baseline.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_a_signal_while_the_finished_run_prints_its_summary_says_what_was_kept(
+        tiny: Path, processes: list, sent: int, code: int, said: str) -> None:
+    """user53 #1: a Ctrl-C (or a CI job's SIGTERM) while the summary printed said only
+    "interrupted", the line kept for a run stopped before anything was recorded, though its
+    choice was recorded and its ACF written. Its stdout here is a full pipe: the run blocks on the
+    summary's first line, past its end, whatever the machine's speed."""
+    out = tiny.parent / "s.acf.toml"
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETFL, os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(write, b"x" * 4096)
+    except BlockingIOError:
+        pass  # full: the run's first write to stdout waits
+    fcntl.fcntl(write, fcntl.F_SETFL, 0)
+    victim = subprocess.Popen(_tune(tiny, "--budget", "2", "--out", str(out)), cwd=tiny.parent, env=clean_env(),
+                              stdin=subprocess.DEVNULL, stdout=write, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    processes.append(victim)
+    os.close(write)
+    drained = threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")], daemon=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _finished(tiny.parent / "t.db") and time.monotonic() < deadline and victim.poll() is None:
+            time.sleep(0.2)
+        assert _finished(tiny.parent / "t.db"), "the run never recorded its end"
+        time.sleep(0.5)  # on to its summary: blocked there until the pipe is read
+        assert victim.poll() is None
+        os.killpg(victim.pid, sent)
+        time.sleep(0.5)
+        drained.start()
+        _, stderr = victim.communicate(timeout=60)
+    finally:
+        drained.join(timeout=10)
+        os.close(read)
+    assert victim.returncode == code and "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"{said}: the run had finished, its choice recorded in its study and written to {out} "
+                    "(its summary cut short)"), stderr
+    assert out.is_file() and "[controls]" in out.read_text()
+
+
+def _finished(db: Path) -> bool:
+    if not db.exists():
+        return False
+    with sqlite3.connect(db) as connection:
+        try:
+            return bool(connection.execute("select count(*) from runs where finished_at is not null").fetchone()[0])
+        except sqlite3.OperationalError:  # the schema not there yet
+            return False
+
+
+def test_what_sqlalchemy_logs_and_goes_on_from_is_not_printed() -> None:
+    """red53 #3: a SIGTERM while SQLAlchemy's pool reset a connection printed "Exception during
+    reset or similar" and a KeyboardInterrupt traceback above the one line: the pool logs what it
+    catches, and with no logging configured Python's last-resort handler wrote it to stderr."""
+    code = ("import logging, compileiq.store.connect\n"
+            "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt:\n"
+            "    logging.getLogger('sqlalchemy.pool.impl.QueuePool').error('Exception during reset or similar', "
+            "exc_info=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stderr == "", done.stderr
