@@ -35,6 +35,8 @@ def test_flags_never_sets_options_on_a_file_of_another_name(tuned: Path, forged:
     cmake = run_cli(["flags", "--format", "cmake", str(tuned / "build" / "s.acf.toml")], cwd=tuned)
     assert "other.cu" not in cmake.output, cmake.describe()
     assert cmake.returncode == 0 and "scale.cu" in cmake.stdout, cmake.describe()
+    gate = run_cli(["gate", str(tuned / "build" / "s.acf.toml"), "--static"], cwd=tuned)  # refused, as it was
+    assert gate.returncode == 2 and "is the ACF of kernel 'scale', not of" in gate.output, gate.describe()
 
 
 def test_a_path_that_climbs_to_the_kernel_itself_is_still_found(tuned: Path) -> None:
