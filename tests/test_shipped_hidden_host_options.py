@@ -106,3 +106,20 @@ def test_clangs_config_file_is_refused_as_a_file_of_host_compiler_options(tmp_pa
     assert listed.returncode == 2, listed.describe()
     [line] = listed.stderr_lines
     assert "reads more host compiler options from a file" in line and "--config" in line, line
+
+
+@pytest.mark.parametrize("option", ["-[D]X=1", "-D?=1", "-D*"])
+def test_a_one_word_host_option_holding_a_glob_is_refused_in_one_line(tmp_path: Path, option: str) -> None:
+    """red53 #6: a one-word `-Xcompiler -[D]X=1` was set aside as a host option, but nvcc's /bin/sh
+    globs it where a file of that name lies in the build's folder: the device pass had -DX=1."""
+    arguments = _kernel(tmp_path, "-Xcompiler", option)
+    (tmp_path / "-DX=1").touch()
+    assert _defines_x(tmp_path, arguments)  # the shell globbed the value: the build as shipped has X
+    listed = _space(tmp_path)
+    assert listed.returncode == 2, listed.describe()
+    [line] = listed.stderr_lines
+    assert f"holds {option[2] if option != '-[D]X=1' else '['!r}" in line and "through a shell" in line, line
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local", "--budget",
+                     "1", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 2 and len(tuned.stderr_lines) == 1, tuned.describe()
+    assert not (tmp_path / "k.acf.toml").exists()

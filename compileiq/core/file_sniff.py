@@ -1,5 +1,5 @@
 """What a file is, from its first few KiB rather than its name: an output must not replace a
-database, an ACF, a compileiq export (gzip or not) or a C/C++/CUDA source, whatever it is called
+database, an ACF, a compileiq export (gzip or not), a C/C++/CUDA source or PTX, whatever it is called
 (`params.inc`, `x.json.gz`, a header with no suffix). Reads at most `HEAD_BYTES`, and inflates at
 most as much of a gzip file: a bounded look, never a parse."""
 
@@ -24,6 +24,9 @@ _SOURCE = re.compile(
     rb"\b__(?:global|device|host|shared|constant)__\b",
     re.MULTILINE,
 )
+# PTX: its `.version` and `.target` directives, each at a line's start (what ptxas reads first)
+_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d", re.MULTILINE)
+_PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+(?:sm|compute)_\d", re.MULTILINE)
 _MARKUP = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<")  # XML, HTML: a source never starts with '<'
 
 
@@ -46,7 +49,8 @@ def inflated(data: bytes) -> bytes | None:
 
 def content_kind(data: bytes) -> str | None:
     """What a file starting with `data` is, when no output may replace it: "an SQLite database",
-    "a compileiq export" (gzip or not), "a gzip file", "an ACF", "a C/C++/CUDA source"; None otherwise."""
+    "a compileiq export" (gzip or not), "a gzip file", "an ACF", "a C/C++/CUDA source", "a PTX file"
+    (`.version` and `.target` directives); None otherwise."""
     if data.startswith(SQLITE_HEADER):
         return "an SQLite database"
     if data.startswith(GZIP_MAGIC):
@@ -58,4 +62,6 @@ def content_kind(data: bytes) -> str | None:
         return "an ACF"
     if b"\0" not in data and not _MARKUP.match(data) and _SOURCE.search(data):
         return "a C/C++/CUDA source"
+    if b"\0" not in data and _PTX_VERSION.search(data) and _PTX_TARGET.search(data):
+        return "a PTX file"
     return None

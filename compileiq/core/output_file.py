@@ -56,6 +56,11 @@ def check_target(path: Path) -> Path:
     return target
 
 
+# Build files, by name (lower case): the CMake, Make, Bazel and Meson files that `flags`'s snippets
+# are pasted into, and PTX by its suffix (its text is `file_sniff`'s): never a report's or an ACF's place.
+BUILD_FILE_NAMES = ("cmakelists.txt", "makefile", "gnumakefile", "build", "build.bazel", "workspace",
+                    "workspace.bazel", "module.bazel", "meson.build")
+BUILD_FILE_SUFFIXES = (".cmake", ".bzl", ".mk")
 INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".json.gz", ".db", ".sqlite")
 
 
@@ -73,10 +78,11 @@ def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: 
 
 def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> str | None:
     """What an existing `target` is that no output may replace (one of `inputs`, however spelled or
-    linked; a database, an ACF, a compileiq export, gzip or not, or a source, by its first few KiB
-    (`file_sniff`) or its name; a .toml...), None when it may be replaced or does not exist: the one
+    linked; a database, an ACF, a compileiq export, gzip or not, a source or PTX, by its first few KiB
+    (`file_sniff`) or its name; a build file (CMakeLists.txt, Makefile, BUILD, *.cmake...) by its name;
+    a .toml...), None when it may be replaced or does not exist: the one
     rule that `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an
-    ACF) share. `may_replace` never lets a database or a source be replaced."""
+    ACF) share. `may_replace` never lets a database, a source, PTX or a build file be replaced."""
     if not target.exists():
         return None
     if any(same_file(target, p) for p in inputs):
@@ -85,9 +91,13 @@ def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tup
     if data is None:
         return None
     kind = file_sniff.content_kind(data)
-    if kind in ("an SQLite database", "a C/C++/CUDA source"):
+    if kind in ("an SQLite database", "a C/C++/CUDA source", "a PTX file"):
         return kind
     name = target.name.lower()
+    if name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
+        return "a build file"
+    if name.endswith(".ptx"):
+        return "a PTX file"
     if name.endswith(may_replace):
         return None
     if kind is not None:

@@ -110,6 +110,8 @@ def _find_source(acf: acf_file.Acf) -> Path:
     ACF's folder."""
     if (found := acf.source_file()) is not None:
         return found
+    if (other := next((c for c in acf.source_candidates() if is_file(c)), None)) is not None:
+        return other  # a file of another name: `locate` refuses it naming both, before reading it
     names = ", ".join(str(c) for c in acf.source_candidates())
     raise UsageError(f"{acf.path}: kernel source not found (tried {names}); pass --kernel PATH")
 

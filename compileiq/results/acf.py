@@ -125,15 +125,23 @@ class Acf:
         tried = [given if given.is_absolute() else folder / given for folder in folders]
         return tuple(dict.fromkeys([*tried, *(folder / named for folder in folders if named)]))
 
+    def named_for_kernel(self, candidate: Path) -> bool:
+        """Whether a file's name is the kernel's (`transpose.cu` for kernel "transpose"), as the gate
+        holds the file it found to: `[kernel] path` may climb out with `..` (store/ ACFs point at
+        ../kernels/x/x.cu) or be absolute, but never lead to a file of another name (../victim/other.cu)."""
+        return candidate.stem == self.kernel
+
     def source_file(self) -> Path | None:
-        """The kernel source where `source_candidates` finds it; None where it is not beside the
-        ACF (a build folder holding the ACF alone)."""
-        return next((c for c in self.source_candidates() if bounded_read.is_file(c)), None)
+        """The kernel source where `source_candidates` finds it, named for the kernel; None where it
+        is not beside the ACF (a build folder holding the ACF alone)."""
+        return next((c for c in self.source_candidates() if self.named_for_kernel(c) and bounded_read.is_file(c)), None)
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder: where it was found beside the ACF,
-        else where the ACF says it is (relative to the ACF's folder)."""
-        return os.path.relpath(os.path.normpath(self.source_file() or self.source_candidates()[0]))
+        else where the ACF says it is (relative to the ACF's folder), named for the kernel."""
+        named = [c for c in self.source_candidates() if self.named_for_kernel(c)]
+        fallback = named[0] if named else self.path.parent / f"{Path(self.kernel).name}.cu"
+        return os.path.relpath(os.path.normpath(self.source_file() or fallback))
 
     def base_args(self, absolute: bool = False) -> tuple[str, ...]:
         """The base flags for a build run from the current folder: a relative include folder is

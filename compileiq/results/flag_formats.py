@@ -16,7 +16,7 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
-from compileiq.source.arch_code import paired, shipped_code
+from compileiq.source.arch_code import PTX_ONLY, paired, ptx_names, ptx_only_archs, shipped_code
 from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
@@ -231,14 +231,18 @@ def checked_on(acf: Acf, setting: str) -> str:
     """Which arch the flags were tuned and checked on, for a build file's comment: never an order to
     build for that arch alone where the shipped build has others (narrowing CUDA_ARCHITECTURES to
     it would drop them from the product); `setting` is the build system's way to name the arch."""
-    set_aside = paired([(f.flag, a) for f in (acf.shipped.fixed if acf.shipped is not None else ())
-                   if not f.applied and (a := arch_flag_archs(f.flag))])
-    others = [a for _, archs in set_aside for a in archs if a != acf.arch]
+    fixed = acf.shipped.fixed if acf.shipped is not None else ()
+    set_aside = paired([(f.flag, a) for f in fixed if not f.applied and (a := arch_flag_archs(f.flag))])
+    ptx = ptx_only_archs(f.flag for f in fixed if arch_flag_archs(f.flag) is not None)  # ptxas never runs for it
+    virtual = list(dict.fromkeys(a for _, archs in set_aside for a in archs if a != acf.arch and a in ptx))
+    others = [a for _, archs in set_aside for a in archs if a != acf.arch and a not in ptx]
+    also = (f"your build's {PTX_ONLY.format(ptx=ptx_names(virtual))} gets the front-end flags unchecked; "
+            "keep it in the build") if virtual else ""
     if not others:
-        return f"tuned and checked on {acf.arch} only: {setting}"
+        return f"tuned and checked on {acf.arch} only; {also}" if also else f"tuned and checked on {acf.arch} only: {setting}"
     left = ", ".join(dict.fromkeys(others))
     return (f"tuned and checked on {acf.arch} only: your build's other archs ({left}) get these flags unchecked; "
-            f"keep them in the build (compileiq tune --arch {others[0]} checks {others[0]})")
+            f"keep them in the build (compileiq tune --arch {others[0]} checks {others[0]})" + (f"; {also}" if also else ""))
 
 
 def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:

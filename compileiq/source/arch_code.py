@@ -237,3 +237,38 @@ def older_ptx_note(arch: str, ptx: str) -> str | None:
         return None
     return (f"the compile command builds {arch} machine code from {ptx} PTX: its trials compiled so; "
             f"`compileiq flags` gives -arch={ptx} -code={arch}")
+
+
+PTX_ONLY = ("PTX for {ptx} (JIT-compiled by the driver on GPUs without their own code: ptxas settings do not "
+            "reach it)")
+
+
+def ptx_only_archs(flags: Iterable[str]) -> tuple[str, ...]:
+    """sm_XY of each arch the arch flags, read together, embed PTX for and no machine code (CMake's
+    `80-virtual`: `-gencode arch=compute_80,code=[compute_80]`, or `-arch=compute_80` alone): ptxas
+    never runs for it at build time; the driver JIT-compiles the PTX on GPUs without code of their
+    own. Read from the numbers the flags name, never echoed; in the order first named."""
+    codes: list[str] = []
+    virtual: list[str] = []
+    listed: list[str] = []
+    for given in flags:
+        text = given.strip()
+        if (found := gencode(text)) is not None:
+            codes += found[1]
+        elif (named := _VIRTUAL.fullmatch(text)) is not None:
+            virtual.append(named[1])
+        elif (code := _CODES.fullmatch(text)) is not None:
+            listed += code[1].split(",")
+    if listed:
+        codes += listed  # beside -code, -arch=compute_XY names only the PTX the machine code is made from
+    else:
+        codes += [c for v in virtual for c in (
+            (v,) if v.startswith("compute_") else (v, f"compute_{v.removeprefix('sm_')}"))]
+    machine = {c.removeprefix("sm_") for c in codes if c.startswith("sm_")}
+    ptx = [c.removeprefix("compute_") for c in codes if c.startswith("compute_")]
+    return tuple(dict.fromkeys(f"sm_{n}" for n in ptx if n not in machine))
+
+
+def ptx_names(archs: Iterable[str]) -> str:
+    """compute_80, compute_75 for sm_80, sm_75."""
+    return ", ".join(f"compute_{a.removeprefix('sm_')}" for a in archs)

@@ -7,9 +7,9 @@ from compileiq.core.records import first_line
 from compileiq.core.space import same
 from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
-from compileiq.source.arch_code import code_note, older_ptx_note
+from compileiq.source.arch_code import code_note, older_ptx_note, ptx_only_archs
 from compileiq.source.kernel import bundle_sources
-from compileiq.source.shipped import arch_note, value_text
+from compileiq.source.shipped import arch_flag_archs, arch_note, value_text
 from compileiq.source.spec import KernelSpec
 
 
@@ -41,9 +41,11 @@ def arch_notes(spec: KernelSpec) -> list[str]:
     """What `space` and `tune` say of the arch: the shipped build's other archs, left out, and what
     the shipped flags for the arch tuned embed where -arch=sm_XY would embed other code (PTX alone,
     or machine code from an older arch's PTX: `arch_code.code_note`)."""
-    applied = [f.flag for f in spec.shipped.fixed if f.applied] if spec.shipped is not None else []
+    fixed = spec.shipped.fixed if spec.shipped is not None else ()
+    applied = [f.flag for f in fixed if f.applied]
     code = code_note(applied, spec.arch) or older_ptx_note(spec.arch, spec.ptx_arch)
-    return arch_note(spec.arch, spec.archs_left_out) + ([code] if code else [])
+    ptx = ptx_only_archs(f.flag for f in fixed if arch_flag_archs(f.flag) is not None)
+    return arch_note(spec.arch, spec.archs_left_out, ptx) + ([code] if code else [])
 
 
 def shipped_notes(spec: KernelSpec) -> list[str]:

@@ -81,6 +81,9 @@ HOST_LINKER = "host linker or assembler option (-Wl, -Wa,): device code is uncha
 # redirections, comments. `$` and '`' anywhere: an expansion is split too (-Wall${IFS}-DX=1).
 _SHELL_SYNTAX = "'\"\\$`;&|<>()*?[]{}~#!"
 _EXPANSIONS = "$`"
+# What /bin/sh reads in one word too: quotes, escapes, separators, redirections and globs (`-[D]X=1`
+# is -DX=1 where a file of that name lies in the build's folder).
+_ONE_WORD_SYNTAX = "'\"\\;&|<>()*?["
 # The one variable the shell may expand inside a host-only word: $PWD or ${PWD}, nothing else. The
 # shell splits an expansion's value at its spaces, each piece an option of its own, and only PWD's
 # value is known: the command's folder, where the build runs it (held to one plain word by the
@@ -153,16 +156,19 @@ def shell_words(value: str, given: str, where: str, variables: bool = False, pwd
     """The words /bin/sh splits one value into that nvcc hands the host compiler unquoted (an
     -Xcompiler item, an option -forward-unknown-to-host-compiler forwards): `nvcc -Xcompiler "-Wall
     -DX=1"` gives the host compiler, which preprocesses the device code too, -Wall and -DX=1.
-    MacroError for a value the shell would read more into than its spaces; with `variables` (the
+    MacroError for a value the shell would read more into than its spaces (in one word too: quotes,
+    escapes, separators, redirections, globs `* ? [`); with `variables` (the
     caller sets such a word aside, as a host-only option), but for a one-word value holding $PWD
     after a start no preprocessor option begins with (`_host_variables`), where `pwd`: the command's
     folder is one plain word (a space in $PWD's value would split it too). Any other variable is
     refused naming it: its value may hold a space (dash's PS4 is "+ ")."""
     words = [word for word in value.split(" ") if word]
-    shell = [c for c in value if c in _EXPANSIONS or (len(words) > 1 and c in _SHELL_SYNTAX)]
-    if shell and not (variables and len(words) == 1 and _host_variables(words[0], pwd)):
+    syntax = [c for c in value if c in _ONE_WORD_SYNTAX]  # read even in one word: never set aside
+    shell = [c for c in value if c in _EXPANSIONS or c in (_SHELL_SYNTAX if len(words) > 1 else _ONE_WORD_SYNTAX)]
+    one_word = variables and len(words) == 1 and not syntax
+    if shell and not (one_word and _host_variables(words[0], pwd)):
         named = [a or b for a, b in _NAMED.findall(value) if (a or b) != "PWD" or not pwd]
-        if variables and len(words) == 1 and named and _host_variables(_NAMED.sub("$PWD", words[0]), True):
+        if one_word and named and _host_variables(_NAMED.sub("$PWD", words[0]), True):
             what = ("the command's folder, no plain path" if named[0] == "PWD" else
                     "whose value may hold a space: dash's PS2, PS4 do")
             raise MacroError(f"{where}: {shown(given)} holds '$' (${named[0]}, {what}): nvcc's shell splits it there, "

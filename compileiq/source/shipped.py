@@ -19,7 +19,7 @@ from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
-from compileiq.source.arch_code import canonical, shipped_code
+from compileiq.source.arch_code import PTX_ONLY, canonical, ptx_names, ptx_only_archs, shipped_code
 from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
@@ -205,14 +205,19 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     `tuned` alone (`arch_note`). An -arch=all, all-major or native builds for more than the one
     arch tuned (native: for whichever GPU compiles it), so it is recorded so too."""
     fixed = []
+    arch_flags = list(arch_flags)
+    ptx = ptx_only_archs(given for given, _ in arch_flags)  # PTX alone: ptxas settings never reach it
     for given, archs in arch_flags:
-        others = [a for a in archs if a != tuned]
+        others = [a for a in archs if a != tuned and a not in ptx]
+        virtual = [a for a in archs if a != tuned and a in ptx]
         if sets := [ARCH_SETS[a] for a in archs if a in ARCH_SETS]:
             fixed.append(FixedFlag(given, False, f"builds for {', '.join(sets)}, not tuned: the settings are chosen "
                                    f"on {tuned} alone; --arch sm_XY tunes for another"))
-        elif others:
-            fixed.append(FixedFlag(given, False, f"builds for {', '.join(others)}, not tuned: the settings are chosen "
-                                   f"on {tuned} alone; --arch {others[0]} tunes for {others[0]}"))
+        elif others or virtual:
+            said = [f"builds for {', '.join(others)}, not tuned"] if others else []
+            said += [PTX_ONLY.format(ptx=ptx_names(virtual))] if virtual else []
+            fixed.append(FixedFlag(given, False, f"{'; '.join(said)}: the settings are chosen on {tuned} alone"
+                                   + (f"; --arch {others[0]} tunes for {others[0]}" if others else "")))
         elif archs == (tuned,):  # the command's own flags for the arch tuned: `flags` builds it alike
             fixed.append(FixedFlag(given, True, TUNED_ARCH))
     code = shipped_code((f.flag for f in fixed if f.why == TUNED_ARCH), tuned)
@@ -225,9 +230,10 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))
 
 
-def arch_note(tuned: str, left_out: Iterable[str]) -> list[str]:
+def arch_note(tuned: str, left_out: Iterable[str], ptx_only: Iterable[str] = ()) -> list[str]:
     """The lines `space` and `tune` print for a multi-arch compile command: which arch is tuned,
-    which are left out (the chosen settings are not checked there), and how to tune another."""
+    which are left out (the chosen settings are not checked there), and how to tune another;
+    `ptx_only`: those it embeds PTX alone for (`arch_code.ptx_only_archs`), which no --arch tunes."""
     from compileiq.source.arch import detect_arch
 
     archs = list(left_out)
@@ -243,11 +249,15 @@ def arch_note(tuned: str, left_out: Iterable[str]) -> list[str]:
         else:
             notes.append(f"the compile command builds for {ARCH_SETS[word]}, {gpu} here: tuned for {tuned}; another "
                          "machine's GPU is left out unless it is that one: --arch sm_XY tunes for another")
-    others = [a for a in archs if a not in ARCH_SETS]
+    virtual = [a for a in archs if a in set(ptx_only) and a not in ARCH_SETS]
+    others = [a for a in archs if a not in ARCH_SETS and a not in virtual]
+    ptx = f"{PTX_ONLY.format(ptx=ptx_names(virtual))}, which the front-end settings reach unchecked" if virtual else ""
     if others:
         notes.append(f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
                      f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
-                     f"{others[0]} tunes for {others[0]}")
+                     f"{others[0]} tunes for {others[0]}" + (f"; it also embeds {ptx}" if ptx else ""))
+    elif ptx:
+        notes.append(f"the compile command builds for {tuned}, tuned for it, and embeds {ptx}")
     return notes
 
 
