@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,23 @@ def test_a_one_word_host_option_holding_a_glob_is_refused_in_one_line(tmp_path: 
                      "1", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
     assert tuned.returncode == 2 and len(tuned.stderr_lines) == 1, tuned.describe()
     assert not (tmp_path / "k.acf.toml").exists()
+
+
+def test_a_quoted_one_word_host_option_is_read_as_the_shell_hands_it_on(tmp_path: Path) -> None:
+    """rev53 #4: `--compiler-options "'-fPIC'"` (PyTorch's cpp_extension writes it so, and many
+    setup.py files copy it) was refused once one-word values with shell syntax were; before that,
+    a quoted `"-DX=1"` was set aside as a host option while the shell handed the device pass -DX=1.
+    Quotes in one word add no option: they are removed, as the shell removes them."""
+    _kernel(tmp_path / "pic", "--compiler-options", "'-fPIC'")
+    assert (listed := _space(tmp_path / "pic")).returncode == 0, listed.describe()
+    fixed = {}
+    for name, option in (("plain", "-DX=1"), ("double", '"-DX=1"'), ("single", "-D'X=1'")):
+        arguments = _kernel(tmp_path / name, "--compiler-options", option)
+        assert _defines_x(tmp_path / name, arguments)  # nvcc's own build: X defined in every spelling
+        done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "1", "--workers",
+                        "local", "--db", f"sqlite:///{tmp_path / name / 't.db'}", "--out", "k.acf.toml"],
+                       cwd=tmp_path / name)
+        assert done.returncode == 0, done.describe()
+        document = tomllib.loads((tmp_path / name / "k.acf.toml").read_text())
+        fixed[name] = sorted(f["flag"] for f in document["baseline"]["fixed"])
+    assert "-DX=1" in fixed["plain"] and fixed["double"] == fixed["single"] == fixed["plain"], fixed

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -163,6 +164,8 @@ def shell_words(value: str, given: str, where: str, variables: bool = False, pwd
     folder is one plain word (a space in $PWD's value would split it too). Any other variable is
     refused naming it: its value may hold a space (dash's PS4 is "+ ")."""
     words = [word for word in value.split(" ") if word]
+    if len(words) == 1 and (plain := _unquoted(words[0])) is not None:  # '-fPIC' (PyTorch's cpp_extension)
+        value, words = plain, [plain]  # as the shell hands it on: '-DX=1' is -DX=1
     syntax = [c for c in value if c in _ONE_WORD_SYNTAX]  # read even in one word: never set aside
     shell = [c for c in value if c in _EXPANSIONS or c in (_SHELL_SYNTAX if len(words) > 1 else _ONE_WORD_SYNTAX)]
     one_word = variables and len(words) == 1 and not syntax
@@ -180,6 +183,21 @@ def shell_words(value: str, given: str, where: str, variables: bool = False, pwd
                          "own, unquoted (-Xcompiler -Wall -Xcompiler -DX=1), or drop the host option from a copy of "
                          "the command given to --compile-commands")
     return words
+
+
+def _unquoted(word: str) -> str | None:
+    """A one-word value whose only shell syntax is quoting and escapes, as /bin/sh hands it on
+    (`'-fPIC'` is -fPIC, `"-DX=1"` is -DX=1); None where it holds more (an expansion, a glob, a
+    separator: refused by the caller) or the quotes do not close."""
+    if not any(c in "'\"\\" for c in word) or any(c in _EXPANSIONS for c in word):
+        return None
+    try:
+        split = shlex.split(word)
+    except ValueError:
+        return None
+    if len(split) != 1 or not split[0] or any(c in _ONE_WORD_SYNTAX or c.isspace() for c in split[0]):
+        return None
+    return split[0]
 
 
 def _host_variables(word: str, pwd: bool) -> bool:
