@@ -45,3 +45,21 @@ def test_a_path_that_climbs_to_the_kernel_itself_is_still_found(tuned: Path) -> 
     cmake = run_cli(["flags", "--format", "cmake", str(tuned / "build" / "up.acf.toml")], cwd=tuned)
     assert cmake.returncode == 0, cmake.describe()
     assert f'set_source_files_properties("{tuned / "proj" / "scale.cu"}"' in cmake.stdout, cmake.stdout
+
+
+def test_through_a_symlinked_folder_flags_names_the_file_the_gate_checks(tuned: Path) -> None:
+    """rev53 #5: with store/ a symlink (proj2/store -> ../real/store) and the ACF's path
+    ../kernels/scale.cu, the gate read real/kernels/scale.cu (the OS follows `store/..` through the
+    link) while `flags` (and the gate's macro reading) took `store/..` as text and named
+    proj2/kernels/scale.cu, another copy."""
+    real, proj = tuned / "real", tuned / "proj2"
+    for folder in (real / "store", real / "kernels", proj / "kernels"):
+        folder.mkdir(parents=True)
+    (real / "kernels" / "scale.cu").write_text(TINY_KERNEL)
+    (proj / "kernels" / "scale.cu").write_text(TINY_KERNEL + "// a copy\n")
+    (proj / "store").symlink_to(Path("..") / "real" / "store")
+    text = (tuned / "proj" / "s.acf.toml").read_text()
+    (real / "store" / "s.acf.toml").write_text(text.replace('path = "scale.cu"', 'path = "../kernels/scale.cu"', 1))
+    cmake = run_cli(["flags", "--format", "cmake", "store/s.acf.toml"], cwd=proj)
+    assert cmake.returncode == 0, cmake.describe()
+    assert f'set_source_files_properties("{real / "kernels" / "scale.cu"}"' in cmake.stdout, cmake.stdout

@@ -191,6 +191,8 @@ def test_a_signal_once_the_embedded_ray_compiles_stops_the_run_in_order(
     trials = recorded_trials(db)
     states = {(t.state, t.retryable) for t in trials if t.state != TrialState.COMPLETE}
     assert states == {(TrialState.FAILED, True)}, [(t.number, t.state, t.retryable) for t in trials]  # handed back
+    reasons = {t.reason for t in trials if t.state is TrialState.FAILED}  # rev53: SIGTERM through Ray said "interrupted"
+    assert reasons == {f"released: the tuner stopped early ({said})"}, reasons
 
 
 _INTERRUPTED_IMPORT = """\

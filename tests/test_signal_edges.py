@@ -133,3 +133,39 @@ def test_what_sqlalchemy_logs_and_goes_on_from_is_not_printed() -> None:
             "exc_info=True)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stderr == "", done.stderr
+
+
+_IN_PROCESS = """\
+import os, signal, sys, threading, time
+from compileiq.cli import main
+
+read, write = os.pipe()
+os.set_blocking(write, False)
+signal.set_wakeup_fd(write)  # the host's own (an asyncio loop's add_signal_handler sets one)
+threading.Timer(4, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # the first command, compiling
+try:
+    main(["tune", sys.argv[1], "--db", sys.argv[2], "--workers", "local", "--budget", "4", "--only", "ptxas.opt_level"])
+except SystemExit as error:
+    print("first", error.code, flush=True)
+main(["show", "--db", sys.argv[2]])  # a command that is not stopped
+print("wakeup fd kept", signal.set_wakeup_fd(-1) == write, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("host: Ctrl-C ignored", flush=True)
+except KeyboardInterrupt:
+    print("host: KeyboardInterrupt", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_program_that_runs_commands_in_process_gets_its_handlers_and_wakeup_fd_back(tiny: Path) -> None:
+    """rev53 #2, #3: `compileiq.cli.main` called in a program of its own (a notebook, a test): once a
+    command was stopped by Ctrl-C, the next took our handler for the program's and, once done, left
+    it in place, so the program's Ctrl-C did nothing from then on; and the signal watcher replaced
+    a wakeup fd the program had set (-1 after `main`)."""
+    done = subprocess.run([sys.executable, "-c", _IN_PROCESS, str(tiny), f"sqlite:///{tiny.parent / 't.db'}"],
+                          cwd=tiny.parent, env=clean_env(slow_toolchain(tiny.parent / "slow", 60)),
+                          capture_output=True, text=True, timeout=180, check=False)
+    said = [line for line in done.stdout.splitlines() if line.startswith(("first", "second", "wakeup", "host"))]
+    assert said == ["first 130", "wakeup fd kept True", "host: KeyboardInterrupt"], done.stdout + done.stderr  # `show`

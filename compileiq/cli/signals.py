@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
 
+from compileiq.core import stop_signal
 from compileiq.core.errors import Terminated
 
 _received: list[int] = []  # the signals that stopped this command, first first
@@ -38,6 +39,7 @@ _echoes: list[int] = [0]  # our own redeliveries (`_later`) still to come throug
 _counting = threading.Lock()  # the watcher's counts against `_interrupt_main`'s
 _first_at: list[float] = []  # when the first signal came (time.monotonic)
 _closing: list[bool] = []  # the command has returned: a signal no longer stops anything
+_originals: dict[int, Any] = {}  # the handlers before the first `installed` (a stopped command keeps ours)
 # One stop, sent twice: GNU `timeout` signals the command, then its whole process group (the command
 # in it), and a CI runner may signal the process and its group alike; a person's second Ctrl-C
 # comes later than this.
@@ -62,9 +64,15 @@ def installed() -> Iterator[None]:
     _delivered.clear()
     _first_at.clear()
     _closing.clear()
+    stop_signal.clear()
     _loading.append(True)  # until the handlers are all in: nothing has started
-    before = {number: signal.signal(number, _stop) for number in (signal.SIGINT, signal.SIGTERM)
-              if signal.getsignal(number) is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
+    for number in (signal.SIGINT, signal.SIGTERM):  # an earlier command of this process, stopped, kept ours
+        if (handler := signal.getsignal(number)) is not _stop:
+            _originals[number] = handler
+    before = {number: _originals[number] for number in (signal.SIGINT, signal.SIGTERM)
+              if _originals[number] is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
+    for number in before:
+        signal.signal(number, _stop)
     _watched()
     _hooks[:] = [sys.unraisablehook]
     sys.unraisablehook = _swallowed
@@ -115,6 +123,7 @@ def _stop(number: int, frame: FrameType | None) -> None:
         _again(number)
     else:
         _received.append(number)
+        stop_signal.received(number)
         _first_at[:] = _first_at or [time.monotonic()]
     if _not_here(frame):
         _later()
@@ -167,8 +176,8 @@ def _watched() -> None:
     another part of the process already set a wakeup fd (the handler alone counts then)."""
     read, write = os.pipe()
     os.set_blocking(write, False)
-    if signal.set_wakeup_fd(write, warn_on_full_buffer=False) != -1:  # not ours to take
-        signal.set_wakeup_fd(-1)
+    if (theirs := signal.set_wakeup_fd(write, warn_on_full_buffer=False)) != -1:  # not ours to take: given back
+        signal.set_wakeup_fd(theirs)
         os.close(read)
         os.close(write)
         return

@@ -141,7 +141,8 @@ class Acf:
         else where the ACF says it is (relative to the ACF's folder), named for the kernel."""
         named = [c for c in self.source_candidates() if self.named_for_kernel(c)]
         fallback = named[0] if named else self.path.parent / f"{Path(self.kernel).name}.cu"
-        return os.path.relpath(os.path.normpath(self.source_file() or fallback))
+        found = self.source_file() or fallback  # its folder's symlinks followed: `link/..` is not where `link` is
+        return os.path.relpath(Path(os.path.realpath(found.parent)) / found.name)
 
     def base_args(self, absolute: bool = False) -> tuple[str, ...]:
         """The base flags for a build run from the current folder: a relative include folder is

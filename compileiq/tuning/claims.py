@@ -11,6 +11,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from compileiq.core import stop_signal
 from compileiq.core.errors import CompileIQError, Terminated
 from compileiq.store import Store
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S
@@ -80,6 +81,8 @@ def release_on_stop(store: Store, study_id: int, me: str, error: BaseException, 
     closed = "its output was closed"  # rich turns a broken pipe into SystemExit
     why = {KeyboardInterrupt: "interrupted", Terminated: "terminated (SIGTERM)", BrokenPipeError: closed,
            SystemExit: closed}.get(type(error), f"failed: {type(error).__name__}")  # SIGTERM: a KeyboardInterrupt too
+    if isinstance(error, KeyboardInterrupt) and stop_signal.terminated():  # through Ray: a plain KeyboardInterrupt
+        why = "terminated (SIGTERM)"
     try:
         released = store.release_trials(study_id, me, f"released: the tuner stopped early ({why})")
     except CompileIQError:  # the database itself went away or is full: nothing can be written
