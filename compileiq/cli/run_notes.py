@@ -69,6 +69,9 @@ def trials_summary(result: Any) -> str:
     screened = sum(1 for t in result.trials if t.purpose == SCREEN and t.state is not TrialState.RUNNING)
     text = (f"{result.search_trials} search trials (budget {result.budget}) + {result.extra_trials - screened} "
             "for simplification/ablation")
+    shrunk = getattr(result, "shrink_builds", 0)
+    if shrunk:  # the candidates to time, shrunk to what their code needs: at most half the budget
+        text += f" ({shrunk} of those asked to shrink the candidates to time, at most half the budget)"
     return text + (f" + {screened} screened out before measuring" if screened else "")
 
 

@@ -15,7 +15,7 @@ from compileiq.results.simplify import baseline_space
 from compileiq.store import Store
 from compileiq.tuning import baseline
 from compileiq.tuning.baseline_reference import RunBaseline
-from compileiq.tuning.decide import Confirm, Decider
+from compileiq.tuning.decide import Allowance, Confirm, Decider, shrink_allowance
 from compileiq.tuning.limits import RunClock
 from compileiq.tuning.request import TuneRequest, TuneResult
 from compileiq.tuning.runner import TrialRunner
@@ -69,10 +69,10 @@ def _choice(run: FinishedSearch, study: Study, exhausted: bool, verifier: Verifi
                       lambda: tuple(run.store.trials(study.id)), run.refusal,
                       verifier.check if verifier is not None else None, run.note, run.confirm,
                       verifier.check_results if verifier is not None else None,
-                      lambda config: not request.space.allows(config))
+                      lambda config: not request.space.allows(config), Allowance(shrink_allowance(request.budget)))
     decision = decider.decide(base, trials)
     wall = time.perf_counter() - run.runner.counters.started
     return TuneResult(study, base, decision.winner, decision.chosen, decision.simplification, decision.trials,
                       run.runner.counters, wall, exhausted, decision.confirmation, decision.ablation,
                       dict(run.runner.origins), run.worker, request.budget, run.stopped,
-                      decision.front, run.warm_note)
+                      decision.front, run.warm_note, decision.shrink_builds)

@@ -13,10 +13,10 @@ nothing: it reads the recorded results, as out of time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
-from compileiq.core.records import Study, Trial, TrialState
+from compileiq.core.records import SCREEN, SEARCH, Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.confirm import Confirmation
@@ -33,6 +33,31 @@ Confirm = Callable[[Sequence[Trial], Trial, int, Callable[[str], None]], Confirm
 MAX_PASSES = 3  # a static decision is made again when its own builds change the replayed winner
 
 
+def shrink_allowance(budget: int) -> int:
+    """The most configs shrinking the candidates to time may ask for in one decision: half the
+    budget. They are refused by the objective, so no view offers them as the choice; a budget-8 run
+    that kept its baseline built 40 of them (5x what the user set) to list three shorter commands."""
+    return max(budget, 0) // 2
+
+
+class Allowance:
+    """The configs one decision's shrinking of the candidates to time may ask for (`shrink_allowance`):
+    each distinct one counts once, built now or read where recorded (a resumed run counts alike)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.keys, self.noted = limit, set[str](), False
+
+    def take(self, configs: Sequence[Config]) -> list[Config]:
+        """Those of `configs` within the allowance, in order (each counted)."""
+        taken = []
+        for config in configs:
+            if config.key not in self.keys and len(self.keys) >= self.limit:
+                continue
+            self.keys.add(config.key)
+            taken.append(config)
+        return taken
+
+
 @dataclass(frozen=True)
 class Decision:
     winner: Trial  # the search's best trial
@@ -42,6 +67,7 @@ class Decision:
     confirmation: Confirmation | None = None
     ablation: Ablation | None = None
     front: Front | None = None
+    shrink_builds: int = 0  # the configs shrinking the candidates to time asked for (at most `shrink_allowance`)
 
 
 @dataclass(frozen=True)
@@ -68,9 +94,11 @@ class Decider:
     # check the rows a decision reads in one batch (static), or replace them: those it may read
     verify_result: Callable[[Sequence[Trial]], list[Trial]] | None = None
     forbidden: Callable[[Config], bool] = never  # what tune.toml's restrictions forbid: the ablation never tries it
+    shrinking: Allowance = field(default_factory=lambda: Allowance(0))  # shrinking the candidates to time
 
     def decide(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         decision = self._front(baseline, trials) if len(self.objectives) > 1 else self._single(baseline, trials)
+        decision = replace(decision, shrink_builds=len(self.shrinking.keys))
         if self.verify is not None and self.static:  # the ACF lists them with their numbers: rebuilt first
             # a forged row is quarantined, and the choice made again
             self.verify(eligibility.candidates_to_time(decision.trials, decision.chosen, baseline, self.objective))
@@ -161,9 +189,23 @@ class Decider:
     def _shrink_candidates(self, trials: Sequence[Trial], choice: Trial, baseline: Trial) -> None:
         """Each candidate to time better than `choice`, shrunk to the settings its machine code
         needs (same code only): what a GPU would be asked to time, and where that needs no refused
-        setting, a result that may win as it is (`eligibility.stand_ins`)."""
-        for candidate in eligibility.candidates_to_time(trials, choice, baseline, self.objective):
-            simplify(candidate, self.toward_baseline, lambda cs: self.evaluate(cs, "simplify"), True)
+        setting, a result that may win as it is (`eligibility.stand_ins`). Each starts from the search's
+        result, so a rerun asks for the same configs in the same order (recorded: nothing built) and
+        spends the allowance (`shrinking`) alike; past it nothing more is built, and a candidate is
+        listed as far as it was shrunk (every view lists its code's recorded trial with the fewest
+        changed settings)."""
+        searched = [t for t in trials if t.purpose in (SEARCH, SCREEN)]
+        for candidate in eligibility.candidates_to_time(searched, choice, baseline, self.objective):
+            simplify(candidate, self.toward_baseline, self._shrink_builds, True)
+
+    def _shrink_builds(self, configs: Sequence[Config]) -> list[Trial]:
+        """`configs` built (or read where recorded) for a candidate's shrinking, those within its allowance."""
+        asked = self.shrinking.take(configs)
+        if len(asked) < len(configs) and not self.shrinking.noted:
+            self.shrinking.noted = True
+            self.note(f"the candidates to time are shrunk with at most {self.shrinking.limit} builds (half the "
+                      "budget): those listed may keep settings their machine code does not need")
+        return self.evaluate(asked, "simplify") if asked else []
 
     def _front(self, baseline: Trial, trials: Sequence[Trial]) -> Decision:
         runtime = not self.static

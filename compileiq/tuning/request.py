@@ -82,6 +82,7 @@ class TuneResult:
     stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
     warm_start: str = ""  # what other kernels' studies proposed (`cross_kernel`); "" when nothing
+    shrink_builds: int = 0  # configs asked for to shrink the candidates to time (at most half the budget)
 
     @property
     def search_trials(self) -> int:
