@@ -56,9 +56,16 @@ def test_a_sigterm_sent_to_the_process_then_its_group_is_one_orderly_stop(tiny: 
     while not _compiling(slow) and time.monotonic() < deadline and victim.poll() is None:
         time.sleep(0.1)
     assert _compiling(slow), "the baseline never compiled"
-    os.kill(victim.pid, signal.SIGTERM)  # timeout.c: send_sig(monitored_pid, sig), then send_sig(0, sig)
-    time.sleep(0.05)  # the first delivered before the second is sent (else the kernel merges them)
-    os.killpg(victim.pid, signal.SIGTERM)
+    busy = sqlite3.connect(tiny.parent / "t.db", isolation_level=None)
+    try:
+        busy.execute("BEGIN IMMEDIATE")  # the first stop's hand-back waits for it: under way when the second comes
+        os.kill(victim.pid, signal.SIGTERM)  # timeout.c: send_sig(monitored_pid, sig), then send_sig(0, sig)
+        time.sleep(0.05)  # the first delivered before the second is sent (else the kernel merges them)
+        os.killpg(victim.pid, signal.SIGTERM)
+        time.sleep(1)
+    finally:
+        busy.rollback()
+        busy.close()
     _, stderr = victim.communicate(timeout=60)
     assert victim.returncode == 143 and "Traceback" not in stderr, stderr
     last = stderr.strip().splitlines()[-1]

@@ -14,6 +14,7 @@ second.
 from __future__ import annotations
 
 import _thread
+import atexit
 import os
 import signal
 import sys
@@ -60,6 +61,8 @@ def installed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if not _originals:  # once per process, before Ray's and the database's: run after them
+        atexit.register(_at_exit)
     _unwatched()  # a command stopped earlier in this process (tests run several)
     _delivered.clear()
     _first_at.clear()
@@ -130,6 +133,16 @@ def _stop(number: int, frame: FrameType | None) -> None:
         return
     _raised[:] = [Terminated() if _received[0] == signal.SIGTERM else KeyboardInterrupt()]
     raise _raised[0]
+
+
+def _at_exit() -> None:
+    """The last of the process's atexit work, once its command has returned: a signal from here on
+    is ignored. Python's finalisation gives a signal it handles back to the default action, which
+    would end the process by that signal (rc -15 or -2, no line) after its one line and exit code
+    (GNU `timeout`'s second SIGTERM, a late Ctrl-C)."""
+    if _closing:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
 
 
 def _not_here(frame: FrameType | None) -> bool:
@@ -218,8 +231,8 @@ def _again(number: int) -> NoReturn:
     """A second signal: the process ends now, with one line, from whichever of the handler and the
     watcher sees it first."""
     if _ending.acquire(blocking=False):
-        os.write(2, f"{_name(number)} again: stopped at once; trials still claimed are handed back by the "
-                    "next run\n".encode())
+        claimed = "" if _closing else "; trials still claimed are handed back by the next run"  # once returned: none
+        os.write(2, f"{_name(number)} again: stopped at once{claimed}\n".encode())
         os._exit(exit_code())
     time.sleep(5)  # the other is writing the line and ends the process
     os._exit(exit_code())
