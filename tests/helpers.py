@@ -116,6 +116,35 @@ def slow_toolchain(folder: Path, seconds: float) -> dict[str, str]:
     return {"CUDA_HOME": str(folder)}
 
 
+def sleeping_compiles(folder: Path) -> list[int]:
+    """The compiles still running from the slow toolchain in `folder` (`slow_toolchain`): the pids
+    of their ptxas wrapper's `sleep`."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if str(folder).encode() in Path(f"/proc/{pid}/environ").read_bytes() and \
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+@contextmanager
+def write_locked(database: Path) -> Iterator[None]:
+    """SQLite's write lock held by another connection while inside: a write of a run waits for it
+    (up to its 30 s busy timeout), as behind another tuner's transaction."""
+    import sqlite3
+
+    busy = sqlite3.connect(database, isolation_level=None)
+    try:
+        busy.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        busy.rollback()
+        busy.close()
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without compileiq/colour settings, plus NO_COLOR and TERM=dumb."""
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}

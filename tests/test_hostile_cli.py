@@ -15,7 +15,6 @@ import re
 import shlex
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 import tomllib
@@ -34,7 +33,9 @@ from helpers import (
     compileiq_command,
     recorded_trials,
     run_cli,
+    sleeping_compiles,
     slow_toolchain,
+    write_locked,
 )
 
 from compileiq import app
@@ -610,19 +611,6 @@ def _variants_compile_slowly(folder: Path, seconds: int) -> dict[str, str]:
     return env
 
 
-def _sleeping(folder: Path) -> list[int]:
-    """The compiles (their sleeps) still running from the toolchain in `folder`."""
-    found = []
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            if str(folder).encode() in Path(f"/proc/{pid}/environ").read_bytes() and \
-                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("sent", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
                                                    (signal.SIGTERM, 143, "terminated (SIGTERM)")])
@@ -632,9 +620,9 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4",
                     env=_variants_compile_slowly(slow, 60), json_out=False)
     deadline = time.monotonic() + 60
-    while len(_sleeping(slow)) < 2 and time.monotonic() < deadline and victim.poll() is None:
+    while len(sleeping_compiles(slow)) < 2 and time.monotonic() < deadline and victim.poll() is None:
         time.sleep(0.1)
-    assert len(_sleeping(slow)) == 2, "two variants never compiled at once"
+    assert len(sleeping_compiles(slow)) == 2, "two variants never compiled at once"
     held = [t for t in recorded_trials(db) if t.state is TrialState.RUNNING]
     os.killpg(victim.pid, sent)  # what a terminal's Ctrl-C does (compilers have their own group); CI's cancel
     started = time.monotonic()
@@ -645,7 +633,7 @@ def test_ctrl_c_or_sigterm_stops_at_once_and_hands_the_claimed_trials_back(
     lines = [line for line in stderr.splitlines() if said in line]
     line = f"{said}: {len(held)} unfinished trial(s) handed back to retry; finished trials are saved; rerun with --resume"
     assert lines == [f"{line} to continue"], stderr  # one line
-    assert _sleeping(slow) == []  # no compiler outlives the run
+    assert sleeping_compiles(slow) == []  # no compiler outlives the run
     after = {t.config_key: t for t in recorded_trials(db)}
     for trial in held:
         released = after[trial.config_key]
@@ -670,12 +658,10 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list, worke
     victim = _start(processes, tiny, db, "--budget", "4", "--batch-size", "4", "--workers", workers,
                     env=slow_toolchain(slow, 60), json_out=False)
     deadline = time.monotonic() + 60
-    while not _sleeping(slow) and time.monotonic() < deadline and victim.poll() is None:
+    while not sleeping_compiles(slow) and time.monotonic() < deadline and victim.poll() is None:
         time.sleep(0.1)
-    assert _sleeping(slow), "the baseline never compiled"
-    busy = sqlite3.connect(tiny.parent / "t.db", isolation_level=None)
-    try:
-        busy.execute("BEGIN IMMEDIATE")  # the hand-back waits for this write lock
+    assert sleeping_compiles(slow), "the baseline never compiled"
+    with write_locked(tiny.parent / "t.db"):  # the hand-back waits for this write lock
         os.killpg(victim.pid, signal.SIGINT)
         time.sleep(1.5)  # the first stop waits for the database (30 s at most)
         assert victim.poll() is None, "the first stop did not wait for the busy database"
@@ -683,13 +669,10 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tiny: Path, processes: list, worke
         started = time.monotonic()
         _, stderr = victim.communicate(timeout=90)
         took = time.monotonic() - started
-    finally:
-        busy.rollback()
-        busy.close()
     assert took < 5, f"{took:.1f} s: {stderr}"
     assert victim.returncode == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("interrupted again: stopped at once"), stderr
-    assert _wait_until_none(lambda: _sleeping(slow), 10)  # the guard kills the compilers as the run dies
+    assert _wait_until_none(lambda: sleeping_compiles(slow), 10)  # the guard kills the compilers as the run dies
     (baseline,) = recorded_trials(db)  # still claimed by this dead tuner: the next run on this host
     assert baseline.state is TrialState.RUNNING, baseline  # hands it back (as the line says)
 
@@ -707,14 +690,14 @@ def test_sigterm_on_the_gate_says_only_that_it_was_terminated(tiny: Path, proces
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     processes.append(gate)
     deadline = time.monotonic() + 60
-    while not _sleeping(slow) and time.monotonic() < deadline and gate.poll() is None:
+    while not sleeping_compiles(slow) and time.monotonic() < deadline and gate.poll() is None:
         time.sleep(0.1)
-    assert _sleeping(slow), "the gate's rebuild never started"
+    assert sleeping_compiles(slow), "the gate's rebuild never started"
     os.killpg(gate.pid, signal.SIGTERM)
     _, stderr = gate.communicate(timeout=90)
     assert gate.returncode == 143 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "terminated (SIGTERM)", stderr
-    assert _wait_until_none(lambda: _sleeping(slow), 10)
+    assert _wait_until_none(lambda: sleeping_compiles(slow), 10)
 
 
 def _wait_until_none(found: Callable[[], list[int]], seconds: float) -> bool:

@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clean_env, compileiq_command, recorded_trials, slow_toolchain
+from helpers import (
+    clean_env,
+    compileiq_command,
+    recorded_trials,
+    sleeping_compiles,
+    slow_toolchain,
+    write_locked,
+)
 
 from compileiq.core.records import TrialState
 
@@ -27,18 +34,6 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process groups 
 def _tune(tiny: Path, *extra: str) -> list[str]:
     return [compileiq_command(), "tune", str(tiny), "--db", f"sqlite:///{tiny.parent / 't.db'}", "--workers", "local",
             "--study", "S", "--only", "ptxas.opt_level", *extra]
-
-
-def _compiling(folder: Path) -> bool:
-    """Whether a compile of the toolchain in `folder` is sleeping (its ptxas wrapper)."""
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            if str(folder).encode() in Path(f"/proc/{pid}/environ").read_bytes() and \
-                    Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
-                return True
-        except OSError:
-            continue
-    return False
 
 
 @pytest.mark.slow
@@ -53,19 +48,14 @@ def test_a_sigterm_sent_to_the_process_then_its_group_is_one_orderly_stop(tiny: 
                               start_new_session=True)
     processes.append(victim)
     deadline = time.monotonic() + 60
-    while not _compiling(slow) and time.monotonic() < deadline and victim.poll() is None:
+    while not sleeping_compiles(slow) and time.monotonic() < deadline and victim.poll() is None:
         time.sleep(0.1)
-    assert _compiling(slow), "the baseline never compiled"
-    busy = sqlite3.connect(tiny.parent / "t.db", isolation_level=None)
-    try:
-        busy.execute("BEGIN IMMEDIATE")  # the first stop's hand-back waits for it: under way when the second comes
+    assert sleeping_compiles(slow), "the baseline never compiled"
+    with write_locked(tiny.parent / "t.db"):  # the first stop's hand-back waits: under way when the second comes
         os.kill(victim.pid, signal.SIGTERM)  # timeout.c: send_sig(monitored_pid, sig), then send_sig(0, sig)
         time.sleep(0.05)  # the first delivered before the second is sent (else the kernel merges them)
         os.killpg(victim.pid, signal.SIGTERM)
         time.sleep(1)
-    finally:
-        busy.rollback()
-        busy.close()
     _, stderr = victim.communicate(timeout=60)
     assert victim.returncode == 143 and "Traceback" not in stderr, stderr
     last = stderr.strip().splitlines()[-1]
