@@ -87,8 +87,8 @@ def installed() -> Iterator[None]:
         sys.unraisablehook = _hooks.pop()
         _raised.clear()
         _owed.clear()
-        if not _received and not _delivered:  # once stopped, a second signal still ends the process at once,
-            _unwatched()  # to its last atexit
+        if not (_received or _delivered) or not _the_process():  # the command stopped, ending its process: a
+            _unwatched()  # second signal still ends it at once, to its last atexit; a program that ran it goes on
             for number, handler in before.items():
                 signal.signal(number, handler)
         # CPython (3.11-3.13) remembers a KeyboardInterrupt that left an eval() of a string (typer
@@ -133,6 +133,13 @@ def _stop(number: int, frame: FrameType | None) -> None:
         return
     _raised[:] = [Terminated() if _received[0] == signal.SIGTERM else KeyboardInterrupt()]
     raise _raised[0]
+
+
+def _the_process() -> bool:
+    """Whether the command is this process (the console script, `python -m compileiq`), not one a
+    program runs in process (`compileiq.cli.main` from a notebook, a test), which goes on after it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "compileiq.__main__" or os.path.basename(sys.argv[0]) == "compileiq"
 
 
 def _at_exit() -> None:

@@ -138,10 +138,14 @@ class Acf:
 
     def source_from_here(self) -> str:
         """The kernel source as a path from the current folder: where it was found beside the ACF,
-        else where the ACF says it is (relative to the ACF's folder), named for the kernel."""
-        named = [c for c in self.source_candidates() if self.named_for_kernel(c)]
-        fallback = named[0] if named else self.path.parent / f"{Path(self.kernel).name}.cu"
-        found = self.source_file() or fallback  # its folder's symlinks followed: `link/..` is not where `link` is
+        else where the ACF says it is (relative to the ACF's folder), never a file there of another
+        name (`[kernel] path` forged to ../victim/other.cu): AcfError where every place it names is one."""
+        candidates = self.source_candidates()
+        elsewhere = next((c for c in candidates if self.named_for_kernel(c) or not bounded_read.is_file(c)), None)
+        found = self.source_file() or elsewhere  # its folder's symlinks followed: `link/..` is not where `link` is
+        if found is None:
+            raise AcfError(f"{self.path}: its kernel {printable(self.kernel)!r} is not at the files it names "
+                           f"({', '.join(printable(str(c)) for c in candidates)}: each another file)")
         return os.path.relpath(Path(os.path.realpath(found.parent)) / found.name)
 
     def base_args(self, absolute: bool = False) -> tuple[str, ...]:
