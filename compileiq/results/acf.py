@@ -113,11 +113,9 @@ class Acf:
         return ptx_arch((f.flag for f in self.shipped.fixed) if self.shipped is not None else (), self.arch)
 
     def source_candidates(self) -> tuple[Path, ...]:
-        """Where the kernel may be, as file-formats.md says, first first: `[kernel] path` from the
-        ACF's folder (of the file a symlink to it leads to, where tune wrote it beside its kernel,
-        then of the link), else the recorded `source` file name beside the ACF. Never from the current folder: the same ACF would be
-        held to another file (a vendored copy, another project's kernel at that path) depending on
-        where a command runs."""
+        """Where the kernel may be (file-formats.md), first first: `[kernel] path` from the ACF's
+        folder (of a symlinked ACF's target first), else the `source` name beside it. Never from the
+        current folder: the ACF would be held to another file depending on where a command runs."""
         given = Path(self.source_path)
         named = Path(str(self.data.get("kernel", {}).get("source", given.name))).name
         linked = Path(os.path.realpath(self.path)).parent  # an ACF that is a symlink: its target's folder too
