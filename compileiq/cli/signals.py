@@ -28,7 +28,6 @@ from typing import Any, NoReturn
 from compileiq.core import stop_signal
 from compileiq.core.errors import Terminated
 
-_received: list[int] = []  # the signals that stopped this command, first first
 _details: list[str] = []  # what the stopped run said it did and kept ("3 unfinished trial(s) handed back")
 _loading: list[bool] = []  # the CLI loads (or its handlers go in): a signal ends the process at once
 _raised: list[KeyboardInterrupt] = []  # the first signal's KeyboardInterrupt, as raised last
@@ -56,7 +55,7 @@ def installed() -> Iterator[None]:
     swallowed (raised inside a weakref callback or a `__del__`: "Exception ignored in", the run
     went on as if no Ctrl-C had come, seen in importlib's module-lock callback) is raised again,
     as is one that came during an import, once out of it."""
-    _received.clear()
+    stop_signal.clear()  # the signal that stopped this command, first first
     _details.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -67,7 +66,6 @@ def installed() -> Iterator[None]:
     _delivered.clear()
     _first_at.clear()
     _closing.clear()
-    stop_signal.clear()
     _loading.append(True)  # until the handlers are all in: nothing has started
     for number in (signal.SIGINT, signal.SIGTERM):  # an earlier command of this process, stopped, kept ours
         if (handler := signal.getsignal(number)) is not _stop:
@@ -87,7 +85,7 @@ def installed() -> Iterator[None]:
         sys.unraisablehook = _hooks.pop()
         _raised.clear()
         _owed.clear()
-        if not (_received or _delivered) or not _the_process():  # the command stopped, ending its process: a
+        if (stop_signal.first() is None and not _delivered) or not _the_process():  # the command stopped, ending its process: a
             _unwatched()  # second signal still ends it at once, to its last atexit; a program that ran it goes on
             for number, handler in before.items():
                 signal.signal(number, handler)
@@ -120,18 +118,17 @@ def _stop(number: int, frame: FrameType | None) -> None:
         return
     if _owed:  # the first again: it came during an import, or Python swallowed it
         _owed.clear()
-    elif _received:  # another while the first stop is under way
+    elif stop_signal.first() is not None:  # another while the first stop is under way
         if _pipe or time.monotonic() - _first_at[0] < SAME_STOP_S:  # the watcher counts (or one stop sent twice)
             return
         _again(number)
     else:
-        _received.append(number)
         stop_signal.received(number)
         _first_at[:] = _first_at or [time.monotonic()]
     if _not_here(frame):
         _later()
         return
-    _raised[:] = [Terminated() if _received[0] == signal.SIGTERM else KeyboardInterrupt()]
+    _raised[:] = [Terminated() if stop_signal.terminated() else KeyboardInterrupt()]
     raise _raised[0]
 
 
@@ -179,7 +176,7 @@ def _later() -> None:
     """The first signal raised again a moment later, from another thread (raised now, in this
     hook or this import, it would meet the same fate)."""
     _owed.append(True)
-    threading.Thread(target=_interrupt_main, args=(_received[0],), daemon=True).start()
+    threading.Thread(target=_interrupt_main, args=(stop_signal.first(),), daemon=True).start()
 
 
 def _interrupt_main(number: int) -> None:
@@ -273,15 +270,15 @@ def noted(error: BaseException) -> None:
 
 
 def exit_code() -> int:
-    first = _received or _delivered  # the watcher may read it before the main thread can handle it
-    return 128 + (first[0] if first else signal.SIGINT)
+    first = stop_signal.first() or (_delivered[0] if _delivered else None)  # the watcher may read it first
+    return 128 + (first or signal.SIGINT)
 
 
 def line() -> str:
     """The one line a stopped command says (a stopped tune run: what it kept and how to go on, as
     its notes say; a run stopped before its study was open, or another command, gate or show, has
     no trials and no --resume to speak of)."""
-    first = _received[0] if _received else signal.SIGINT
+    first = stop_signal.first() or signal.SIGINT
     if not _details:
         return _name(first)
     return f"{_name(first)}: {'; '.join(_details)}"

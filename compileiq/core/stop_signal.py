@@ -18,6 +18,11 @@ def clear() -> None:
     _first.clear()
 
 
+def first() -> int | None:
+    """The signal that stopped the command; None while none has."""
+    return _first[0] if _first else None
+
+
 def terminated() -> bool:
     """Whether SIGTERM stopped it (a CI job cancelled, `kill`), not Ctrl-C."""
     return _first[:1] == [signal.SIGTERM]
