@@ -366,6 +366,12 @@ def test_compileiq_apply_refuses_a_tampered_acf_with_compileiqs_reason(made_acf:
                                           "archs kept")),
     ("90-virtual", "90", "CUDA_ARCHITECTURES 90-virtual made 90: sm_90 machine code added"),
     ("90-virtual 90-real", "90-virtual;90-real", "(sm_90)"),
+    # stop 53's still weak: a PTX-only entry was said to "get these flags unchecked", ptxas settings included
+    ("80-virtual 90-real 75", "80-virtual;90-real;75",
+     ("CUDA_ARCHITECTURES 80-virtual;90-real;75 kept: these flags reach 75 unchecked; 80-virtual: PTX alone "
+      "(JIT-compiled by the driver), which the ptxas settings do not reach")),
+    ("86-virtual 90-virtual", "86-virtual;90", ("compute_90 PTX kept, the other archs kept: 86-virtual: PTX alone "
+                                                "(JIT-compiled by the driver)")),
 ])
 def test_compileiq_apply_keeps_a_targets_other_archs(tmp_path: Path, archs: str, after: str, says: str) -> None:
     """A user's CMake target built for 75 and 90: `compileiq_apply(TARGET ...)` set its
