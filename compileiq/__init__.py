@@ -1,5 +1,10 @@
 """compileiq: an open autotuner for nvcc/ptxas compiler settings of CUDA kernels."""
 
+from compileiq.core import early_stop as _early_stop
+
+if _early_stop.the_command():  # run as the command: a Ctrl-C from here on says one line (`early_stop`)
+    _early_stop.take_over()
+
 import os
 from typing import Any
 

@@ -139,7 +139,17 @@ from compileiq.cli import main
 read, write = os.pipe()
 os.set_blocking(write, False)
 signal.set_wakeup_fd(write)  # the host's own (an asyncio loop's add_signal_handler sets one)
-threading.Timer(4, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # the first command, compiling
+def _sleeping(pid):  # a ptxas wrapper's sleep from the slow toolchain (argv[3])
+    try:
+        with open(f"/proc/{pid}/comm") as comm, open(f"/proc/{pid}/environ", "rb") as environ:
+            return comm.read().strip() == "sleep" and sys.argv[3].encode() in environ.read()
+    except OSError:
+        return False
+def _once_compiling():  # the first command compiling (its ptxas asleep): then its Ctrl-C
+    while not any(_sleeping(pid) for pid in os.listdir("/proc") if pid.isdigit()):
+        time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=_once_compiling, daemon=True).start()
 try:
     main(["tune", sys.argv[1], "--db", sys.argv[2], "--workers", "local", "--budget", "4", "--only", "ptxas.opt_level"])
 except SystemExit as error:
@@ -167,7 +177,8 @@ def test_a_program_that_runs_commands_in_process_gets_its_handlers_and_wakeup_fd
     command was stopped by Ctrl-C, our handler stayed (as it does where the command is the process,
     for a second Ctrl-C while it exits) and the program's Ctrl-C did nothing from then on, even after
     another command; and the signal watcher replaced a wakeup fd the program had set."""
-    done = subprocess.run([sys.executable, "-c", _IN_PROCESS, str(tiny), f"sqlite:///{tiny.parent / 't.db'}"],
+    done = subprocess.run([sys.executable, "-c", _IN_PROCESS, str(tiny), f"sqlite:///{tiny.parent / 't.db'}",
+                           str(tiny.parent / "slow")],
                           cwd=tiny.parent, env=clean_env(slow_toolchain(tiny.parent / "slow", 60)),
                           capture_output=True, text=True, timeout=180, check=False)
     said = [line for line in done.stdout.splitlines() if line.startswith(("first", "second", "wakeup", "host"))]

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
 
-from compileiq.core import stop_signal
+from compileiq.core import early_stop, stop_signal
 from compileiq.core.errors import Terminated
 
 _details: list[str] = []  # what the stopped run said it did and kept ("3 unfinished trial(s) handed back")
@@ -68,8 +68,8 @@ def installed() -> Iterator[None]:
     _closing.clear()
     _loading.append(True)  # until the handlers are all in: nothing has started
     for number in (signal.SIGINT, signal.SIGTERM):  # an earlier command of this process, stopped, kept ours
-        if (handler := signal.getsignal(number)) is not _stop:
-            _originals[number] = handler
+        if (handler := signal.getsignal(number)) is not _stop:  # the package's first one: what it replaced
+            _originals[number] = early_stop.originals.get(number, handler) if handler is early_stop.stop_at_once else handler
     before = {number: _originals[number] for number in (signal.SIGINT, signal.SIGTERM)
               if _originals[number] is not signal.SIG_IGN}  # ignored as inherited (`cmd &` in a script): kept so
     for number in before:
@@ -136,7 +136,7 @@ def _the_process() -> bool:
     """Whether the command is this process (the console script, `python -m compileiq`), not one a
     program runs in process (`compileiq.cli.main` from a notebook, a test), which goes on after it."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", None) == "compileiq.__main__" or os.path.basename(sys.argv[0]) == "compileiq"
+    return getattr(spec, "name", None) == "compileiq.__main__" or early_stop.the_command()
 
 
 def _at_exit() -> None:
@@ -242,9 +242,7 @@ def _again(number: int) -> NoReturn:
     os._exit(exit_code())
 
 
-def _end_now(number: int) -> NoReturn:
-    os.write(2, f"{_name(number)}\n".encode())
-    os._exit(128 + number)
+_end_now = early_stop.end_now
 
 
 def finished(detail: str) -> None:
@@ -284,5 +282,4 @@ def line() -> str:
     return f"{_name(first)}: {'; '.join(_details)}"
 
 
-def _name(number: int) -> str:
-    return "interrupted" if number == signal.SIGINT else "terminated (SIGTERM)"
+_name = early_stop.name
