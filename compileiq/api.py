@@ -69,6 +69,7 @@ class TuneResult:
     search_trials: int = 0  # the study's search trials: what the budget counts
     extra_trials: int = 0  # built to simplify or ablate the winner: free of the budget
     stopped: str = ""  # which limit ended the search: "budget 40", "time budget 10m", ...
+    acf_unchanged: bool = False  # the ACF held this choice already and was left as it was, byte for byte
 
     @property
     def best_config(self) -> Mapping[str, Any]:
@@ -160,6 +161,7 @@ def tune(
         best=trial_row(result.chosen), baseline=trial_row(result.baseline),
         trials=tuple(trial_row(t) for t in result.trials),
         search_trials=result.search_trials, extra_trials=result.extra_trials, stopped=result.stopped,
+        acf_unchanged=report.acf_unchanged,
     )  # fmt: skip
 
 

@@ -114,7 +114,8 @@ def tune(
         progress.close(failed=True)  # an error stays one line: progress held back is dropped
         signals.noted(error)  # Ctrl-C: what the run handed back, for the line `main` says
         raise
-    signals.finished(f"the run had finished, its choice recorded in its study and written to {safe(str(report.acf_path))} "
+    held = "left unchanged in" if report.acf_unchanged else "written to"
+    signals.finished(f"the run had finished, its choice recorded in its study and {held} {safe(str(report.acf_path))} "
                      "(its summary cut short)")  # a Ctrl-C while it prints says so
     progress.close()
     if as_json:

@@ -25,6 +25,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "best": trial_json(result.chosen, objective),
         "best_args": list(report.space.nvcc_args(config_of(result.chosen))),
         "acf": str(report.acf_path),
+        "acf_unchanged": report.acf_unchanged,  # it held this choice already: left byte for byte
         "counters": {"compiler_calls": counters.compiler_calls, "verify_calls": counters.verify_calls,
                      "verify_ptxas_calls": counters.verify_ptxas_calls, "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,

@@ -120,7 +120,8 @@ def print_report(report: app.TuneReport) -> None:
         out.print(node_spread(counters.nodes), markup=False)
     if counters.transfers.tasks:
         out.print(transfers_line(counters.transfers, counters.new_trials), markup=False)
-    out.print(f"wrote {safe(report.acf_path)}", markup=False)
+    out.print(f"{safe(report.acf_path)} already holds this choice: unchanged" if report.acf_unchanged
+              else f"wrote {safe(report.acf_path)}", markup=False)
 
 
 def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:

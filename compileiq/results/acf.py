@@ -28,7 +28,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.text import printable
 from compileiq.core.version import __version__
 from compileiq.core.words import word_problem
-from compileiq.results import acf_checks, acf_replace
+from compileiq.results import acf_checks, acf_replace, acf_rerun
 from compileiq.results.acf_checks import AcfError, one_line
 from compileiq.source import restrictions
 from compileiq.source.arch import ARCH
@@ -221,11 +221,10 @@ def render(content: AcfContent) -> dict[str, Any]:
 
 
 def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Path:
-    """Write atomically (temporary file + rename): a reader never sees half a file; an existing
-    ACF is replaced only by one that reads back valid and, unless ``force``, holds at least as
-    much evidence, and never one of the run's `inputs` or a database (`acf_replace`: ReplaceError
-    otherwise). A path that is a symbolic link, or anything but a regular file, is refused (OutputFileError,
-    `write_atomically`); links among its folders are followed."""
+    """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
+    back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
+    (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).
+    A symbolic link, or anything but a regular file, is refused (OutputFileError); folder links are followed."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
@@ -236,7 +235,8 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
     acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force, after_run=True, inputs=inputs)
-    write_atomically(path, text.encode("utf-8"))
+    if not acf_rerun.unchanged(path, document, text):
+        write_atomically(path, text.encode("utf-8"))
     return path
 
 

@@ -1,0 +1,73 @@
+"""A rerun that decides what the ACF already holds leaves it as it is, byte for byte.
+
+`compileiq tune` run again with nothing new to search (a CI job that re-tunes and checks
+`git diff --exit-code`) would otherwise rewrite the committed ACF only for its `written_at` and
+for the wording of where its evidence came from ("compiled by this run" the first time, "recorded
+in DB by WORKER; compiled again by this run, ..." after). Those two are all it may differ in: any
+other difference (kernel and source hashes, toolchain and space, controls, args, objective,
+evidence numbers, code hashes and workers, [baseline], the rest of [provenance]) rewrites it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+MAX_BYTES = 1 << 20  # as `acf.MAX_BYTES`: a larger file is no ACF this writes
+EVIDENCE_SOURCES = ("baseline", "best")  # the evidence tables whose `source` says where they came from
+
+
+def held(path: Path) -> bytes | None:
+    """The bytes of the regular file `path` (never through a symbolic link: the writer refuses
+    one), or None where there is none to keep."""
+    try:
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+            return None
+        with open(path, "rb") as stream:
+            return stream.read(MAX_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+
+
+def unchanged(path: Path, document: Mapping[str, Any], text: str) -> bool:
+    """Whether the ACF at `path` is `text` (the rendering of `document`) but for its
+    `provenance.written_at` and its evidence's `source` wording: then it already holds this choice."""
+    found = held(path)
+    if found is None:
+        return False
+    try:
+        old = found.decode("utf-8")
+        recorded = tomllib.loads(old)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    header = text.removesuffix(tomli_w.dumps(dict(document)))
+    kept = _with_recorded_wording(document, recorded)
+    return kept is not None and header + tomli_w.dumps(kept) == old
+
+
+def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`document` with the recorded file's `written_at` and evidence `source` strings; None where
+    the file lacks one of them (then it is not this choice as this release writes it)."""
+    kept = copy.deepcopy(dict(document))
+    try:
+        written = recorded["provenance"]["written_at"]
+        if not isinstance(written, str) or "written_at" not in kept.get("provenance", {}):
+            return None
+        kept["provenance"]["written_at"] = written
+        for name in EVIDENCE_SOURCES:
+            table, old = kept.get("evidence", {}).get(name), recorded["evidence"][name]
+            if isinstance(table, dict) and "source" in table:
+                if not isinstance(old, dict) or not isinstance(old.get("source"), str):
+                    return None
+                table["source"] = old["source"]
+    except (KeyError, TypeError):
+        return None
+    return kept

@@ -1,0 +1,89 @@
+"""A rerun of the same `tune` that decides what the ACF already holds leaves the file byte for byte
+(ci54 finding 5: it rewrote `written_at` and the evidence's "compiled by this run" wording, so a CI
+job re-tuning and checking `git diff --exit-code` always failed); anything that matters differing
+(a better config found with a bigger budget, a hand-edited number) still rewrites it.
+
+Real nvcc/ptxas and SQLite: SPILLING_KERNEL tuned for spills on two ptxas settings, budget 1 (the
+defaults, which spill) first; each test works on a copy of that workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers import SPILLING_KERNEL, CliResult, run_cli
+
+import compileiq
+
+OPTIONS = ("--objective", "spills", "--only", "ptxas.override_directive_values,ptxas.maxrregcount")
+UNCHANGED = "k.acf.toml already holds this choice: unchanged"
+
+
+def tune_in(folder: Path, *options: str, budget: int) -> CliResult:
+    """`tune k.cu` in `folder`, its study in t.db and its ACF k.acf.toml, both named from there: the
+    ACF records its database as given, and each test's copy of the workspace is in another folder."""
+    return run_cli(["tune", "k.cu", "--budget", str(budget), "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml", *options], cwd=folder)
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("rerun")
+    (folder / "k.cu").write_text(SPILLING_KERNEL)
+    done = tune_in(folder, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout, done.describe()
+    return folder
+
+
+@pytest.fixture()
+def workspace(first, tmp_path) -> Path:
+    copy = tmp_path / "ws"
+    shutil.copytree(first, copy)
+    return copy
+
+
+def test_rerun_deciding_the_same_leaves_the_acf_byte_for_byte(workspace):
+    before = (workspace / "k.acf.toml").read_bytes()
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0, done.describe()
+    assert (workspace / "k.acf.toml").read_bytes() == before
+    assert UNCHANGED in done.stdout.splitlines() and "wrote" not in done.output, done.describe()
+    as_json = tune_in(workspace, *OPTIONS, "--json", budget=1)
+    assert as_json.returncode == 0, as_json.describe()
+    document = json.loads(as_json.stdout)
+    assert document["acf"] == "k.acf.toml" and document["acf_unchanged"] is True
+    assert (workspace / "k.acf.toml").read_bytes() == before
+
+
+def test_python_api_says_unchanged(workspace, monkeypatch):
+    before = (workspace / "k.acf.toml").read_bytes()
+    monkeypatch.chdir(workspace)
+    result = compileiq.tune("k.cu", objective="spills", budget=1, workers="local", only=OPTIONS[3].split(","),
+                            db="sqlite:///t.db", out="k.acf.toml")
+    assert result.acf_unchanged is True
+    assert (workspace / "k.acf.toml").read_bytes() == before
+
+
+def test_bigger_budget_finding_a_better_config_rewrites_it(workspace):
+    before = tomllib.loads((workspace / "k.acf.toml").read_text())
+    assert before["controls"] == {} and before["objective"]["best"] > 0, "the fixture's ACF holds the spilling defaults"
+    done = tune_in(workspace, *OPTIONS, budget=6)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines() and UNCHANGED not in done.output, done.describe()
+    after = tomllib.loads((workspace / "k.acf.toml").read_text())
+    assert after["controls"] and after["objective"]["best"] < before["objective"]["best"]
+    assert after["provenance"]["written_at"] >= before["provenance"]["written_at"]
+
+
+def test_an_acf_differing_in_a_number_is_rewritten(workspace):
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    edited = held.replace("registers = 128\n", "registers = 127\n", 1)
+    assert edited != held, held
+    acf.write_text(edited)
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert "registers = 128\n" in acf.read_text() and "registers = 127\n" not in acf.read_text()
