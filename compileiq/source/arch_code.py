@@ -14,11 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _GENCODE_OPTIONS = ("-gencode", "--generate-code")
-_SOURCE = re.compile(r"compute_(\d+[a-z]?)")
-_CODE = re.compile(r"(?:sm|compute|lto)_\d+[a-z]?")
-_NUMBER = re.compile(r"\d+")
-_VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_\d+[a-z]?)")  # -arch=compute_80
-_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_\d+[a-z]?(?:,(?:sm|compute)_\d+[a-z]?)*)")
+# [0-9], never \d: Python's \d takes any Unicode digit (compute_９０), which nvcc refuses
+_SOURCE = re.compile(r"compute_([0-9]+[a-z]?)")
+_CODE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?")
+_NUMBER = re.compile(r"[0-9]+")
+_VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_[0-9]+[a-z]?)")  # -arch=compute_80
+_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_[0-9]+[a-z]?(?:,(?:sm|compute)_[0-9]+[a-z]?)*)")
+_ARCH_VALUE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?|all|all-major|native")  # one arch per -arch
 _ARCH_OPTIONS = ("-arch", "--gpu-architecture")
 _CODE_OPTIONS = ("-code", "--gpu-code")
 
@@ -89,6 +91,29 @@ def incompatible(flags: Iterable[str]) -> tuple[str, str] | None:
         number, wanted = int(_NUMBER.findall(made)[0]), int(_NUMBER.findall(source)[0])
         if number < wanted or (made.startswith("compute_") and number != wanted):
             return f"compute_{source}", made
+    return None
+
+
+def refused(flags: Iterable[str]) -> str | None:
+    """Why nvcc 13.0 refuses the arch flags as given (checked with nvcc -dryrun), or None: an -arch
+    value that is no one arch (`-arch sm_90,sm_80`: "Unsupported gpu architecture"), a -code beside
+    a last -arch that names machine code or a set (`-arch=sm_90 -code=sm_90`: "must be a virtual code
+    architecture"), or a -code without any -arch ("-arch option not specified"). Never echoes them."""
+    archs: list[str] = []
+    code = False
+    for given in flags:
+        option = next((o for o in (*_ARCH_OPTIONS, *_CODE_OPTIONS) if given.startswith((f"{o}=", f"{o} "))), None)
+        if option in _ARCH_OPTIONS:
+            archs.append(given[len(option) + 1:])
+        code = code or option in _CODE_OPTIONS
+    if any(not _ARCH_VALUE.fullmatch(value) for value in archs):
+        return ("an -arch value that is no gpu architecture nvcc takes (nvcc: \"Unsupported gpu architecture\"): one "
+                "arch per -arch (sm_XY, compute_XY, all, all-major or native); several by -gencode or -code")
+    if code and not archs:
+        return "a -code without -arch (nvcc: \"-arch option not specified\")"
+    if code and (archs[-1].startswith("sm_") or archs[-1] in ("all", "all-major", "native")):  # lto_XY: taken
+        return ("a -code beside -arch=sm_XY or a set of archs (nvcc: \"Value of -arch option must be a virtual code "
+                "architecture\"): -code takes -arch=compute_XY, the PTX its machine code is made from")
     return None
 
 

@@ -23,8 +23,8 @@ from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
-from compileiq.source.arch_code import gencode, incompatible, paired
-from compileiq.source.base_flags import SYSTEM
+from compileiq.source.arch_code import gencode, incompatible, paired, refused
+from compileiq.source.base_flags import SYSTEM, BaseFlagError, parse_base_flags
 from compileiq.source.compile_db_file import (
     CompileDbError,
     OutputGone,
@@ -195,9 +195,17 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(f"{database}: the entry for {source.name} has no command or arguments")
     where = f"{database}: the command for {source.name}"
     try:
-        args = nvcc_argv.expand_options_files(argv[1:], directory, where)
+        args, hidden = nvcc_argv.expand_options_files(argv[1:], directory, where)
     except nvcc_argv.OptionsFileError as error:
         raise CompileDbError(str(error)) from None
+    try:
+        return _read(args, entry, directory, source, space, database, macros, where)
+    except (CompileDbError, BaseFlagError) as error:  # an options file may be any file: its words are not shown
+        raise type(error)(nvcc_argv.unshown(str(error), hidden)) from None
+
+
+def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path, space: SearchSpace,
+          database: Path, macros: Macros, where: str) -> CompileCommand:
     if unprintable := next((a for a in args if printable(a) != a), None):  # an ACF records every flag as text
         raise CompileDbError(f"{where}: argument {printable(unprintable)!r} holds a control character "
                              "(a newline, an escape): no compiler option does")
@@ -206,6 +214,10 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
     given_folder = database.parent / Path(str(entry.get("directory", "."))).expanduser()
     pwd = all(PLAIN_WORD.fullmatch(str(folder)) for folder in (directory, given_folder))
     kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where, pwd)
+    # the allow-list, checked here too so that an options file's words are not shown (its folders: where they are read)
+    parse_base_flags([flag for flag in kept if not flag.startswith(("-I", SYSTEM))], where)
+    if why := refused(given for given, _ in arch_flags):
+        raise CompileDbError(f"{where}: its arch flags hold {why}: the command builds nothing; fix its arch flags")
     if pair := incompatible(given for given, _ in arch_flags):  # nvcc: "Incompatible code generation requested"
         raise CompileDbError(f"{where}: its arch flags pair arch={pair[0]} with code={pair[1]}, which nvcc refuses "
                              "(\"Incompatible code generation requested\": machine code is made from PTX of its own arch "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from compileiq.core import bounded_read
 from compileiq.core.errors import UsageError
+from compileiq.core.text import printable
 from compileiq.source.nvcc_options import NVCC_OPTIONS
 
 # Options whose value is the next argument when not joined with "=" (or, for short ones, attached).
@@ -44,17 +45,21 @@ _NO_VALUE_DASHES = {"-MD", "-MMD"}  # gcc spells these without a value; nvcc's -
 
 _OPTIONS_FILE = {"--options-file", "-optf"}
 MAX_OPTIONS_FILE_BYTES = 2**20
+MAX_SHOWN_WORD = 80  # shipped.MAX_SHOWN: how long a word an error quotes before it cuts it
 
 
 class OptionsFileError(UsageError):
     """An options file of the command that cannot be read, or holds more than nvcc options."""
 
 
-def expand_options_files(args: Sequence[str], directory: Path, where: str) -> list[str]:
+def expand_options_files(args: Sequence[str], directory: Path,
+                         where: str) -> tuple[list[str], dict[str, str]]:
     """The arguments with each ``--options-file FILE[,FILE]`` (``-optf``) replaced by the file's
     arguments: CMake 3.29.5+ puts a CUDA target's -I folders in ``includes_CUDA.rsp`` this way.
-    One level: an options file that names another is left to the allow-list to refuse."""
+    One level: an options file that names another is left to the allow-list to refuse. With each
+    word taken from a file, how an error names it instead of showing it (`unshown`)."""
     out: list[str] = []
+    hidden: dict[str, str] = {}
     it = iter(args)
     for arg in it:
         flag, eq, value = arg.partition("=")
@@ -62,8 +67,27 @@ def expand_options_files(args: Sequence[str], directory: Path, where: str) -> li
             out.append(arg)
             continue
         for name in (value if eq else next(it, "")).split(","):
-            out.extend(_options_file(directory / name, where))
-    return out
+            tokens = _options_file(directory / name, where)
+            for n, token in enumerate(tokens, 1):
+                hidden.setdefault(token, f"argument {n} of --options-file {directory / name}")
+            out.extend(tokens)
+    return out, hidden
+
+
+def unshown(message: str, hidden: dict[str, str]) -> str:
+    """An error message with each word of an options file in it named by where it is (`argument 3
+    of --options-file FILE`), not shown: the file may be any file the command names; quoted (as
+    repr and `shipped.shown` cut them) or bare."""
+    named: dict[str, str] = {}
+    for token, name in hidden.items():
+        cut = printable(token)
+        for form in (repr(token), repr(cut), repr(cut[:MAX_SHOWN_WORD] + "..."), token, cut):
+            if len(form.strip("'\"")) >= 2:
+                named.setdefault(form, name)
+    if not named:
+        return message
+    forms = sorted(named, key=len, reverse=True)  # one pass, longest first: nothing is replaced twice
+    return re.sub("|".join(map(re.escape, forms)), lambda m: named[m[0]], message)
 
 
 def _options_file(path: Path, where: str) -> list[str]:

@@ -149,9 +149,9 @@ ARCH_SETS = {"all": "every arch nvcc supports (-arch=all)",
 
 # The flags that name the archs a command builds for, and an arch as they spell it (sm_90, compute_90).
 ARCH_FLAGS = {"-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code"}
-_ARCH_IN_CODE = re.compile(r"(?:sm|compute)_(\d+[a-z]?)")
+_ARCH_IN_CODE = re.compile(r"(?:sm|compute)_([0-9]+[a-z]?)")  # ASCII digits: \d takes any
 _CODE_LIST = re.compile(r"code=\[?([^\]\s]*)")  # -gencode's machine code list
-_MACHINE_CODE = re.compile(r"sm_(\d+[a-z]?)")
+_MACHINE_CODE = re.compile(r"sm_([0-9]+[a-z]?)")
 
 
 def archs_named(value: str) -> tuple[str, ...]:
@@ -189,7 +189,7 @@ def newest(archs: Iterable[str]) -> str | None:
     CUDA_ARCHITECTURES oldest first): the one a multi-arch build is tuned for, the one its newest
     GPUs run. None for none."""
     def key(arch: str) -> tuple[int, str]:
-        number = re.match(r"sm_(\d+)(.*)", arch)
+        number = re.match(r"sm_([0-9]+)(.*)", arch)
         return (int(number[1]), number[2]) if number else (-1, arch)
 
     return max(archs, key=key, default=None)
