@@ -38,13 +38,20 @@ def available_versions(directory: Path | None = None) -> list[str]:
     return sorted(versions, key=lambda v: [int(x) if x.isdigit() else x for x in v.split(".")])
 
 
+def space_version(compiler_version: str, directory: Path | None = None) -> str | None:
+    """The search space `load_space` loads for this compiler version ("13.0.88" falls back to
+    "13.0"), or None where this compileiq has none for it (a newer toolkit)."""
+    versions = available_versions(directory or _default_directory())
+    v = compiler_version if compiler_version in versions else ".".join(compiler_version.split(".")[:2])
+    return v if v in versions else None
+
+
 def load_space(compiler_version: str, directory: Path | None = None) -> SearchSpace:
     """Load and merge nvcc-V.toml and ptxas-V.toml; "13.0.88" falls back to "13.0"."""
     d = directory or _default_directory()
     versions = available_versions(d)
-    v = compiler_version
-    v = v if v in versions else ".".join(v.split(".")[:2])
-    if v not in versions:
+    v = space_version(compiler_version, d)
+    if v is None:
         have = ", ".join(versions) or "none"
         raise SpaceError(f"no search space for nvcc {compiler_version}; available: {have} ({d}/)")
     params = _load_file(d / f"nvcc-{v}.toml", "nvcc", v) + _load_file(

@@ -139,13 +139,14 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     recorded = recorded_of(target.acf)
     own = found.own
     measured = rebuild(target, toolchain, found.built)
-    retune = retune_command(target, measured)
+    retune = retune_command(target, measured, toolchain.nvcc_version)
     hits = static_hits(recorded, measured, retune, found.flags_only)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
     named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
-    if shipped or named:  # they say which settings: the settings hash alone says less
-        hits = [hit for hit in hits if hit.rule != "stale-settings"]
+    if any(hit.command for hit in shipped + named):  # they say which settings changed (each with the re-tune):
+        hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says
+    # a compile command was not checked (gone, unreadable) says nothing of tune.toml: its change is still said
     hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune)
     defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))

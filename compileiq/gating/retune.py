@@ -12,7 +12,9 @@ import shlex
 from pathlib import Path
 from typing import Protocol
 
+from compileiq.core.bounded_read import is_file
 from compileiq.core.metric_ranges import MAX_BUDGET
+from compileiq.core.space_files import available_versions, space_version
 from compileiq.gating.rules import Measured
 from compileiq.results import acf as acf_file
 from compileiq.source.spec import KernelSpec
@@ -35,7 +37,7 @@ class Target(Protocol):
     def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands
 
 
-def retune_command(target: Target, measured: Measured) -> str:
+def retune_command(target: Target, measured: Measured, nvcc_version: str | None = None) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
     the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
     (`retune_measuring`), and database (a URL whose password the ACF shows as *** is left to
@@ -43,12 +45,14 @@ def retune_command(target: Target, measured: Measured) -> str:
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
     default `<kernel>-<objective>-<8 hex>`, nor its longer-hash fallback) keeps its name with the
-    kernel's state now as a suffix (`retune_study`): the old name belongs to the old key."""
+    kernel's state now as a suffix (`retune_study`): the old name belongs to the old key. What
+    the command needs first is said before it (`retune_needs`): a search space for this machine's
+    nvcc (`nvcc_version`), the compilation database it names where that is gone."""
     acf = target.acf
     objective = str(acf.objective.get("name", "static"))
     database = str(acf.provenance.get("database", ""))
     masked = "***" in database  # a password the ACF never holds: the command reads it from COMPILEIQ_DB
-    db = ["--db", database] if database and not masked else []
+    db = ["--db", database] if database and not masked and portable_database(database) else []
     pick = acf.evidence.get("pick", {}).get("rule") if "objectives" in acf.objective else None
     picked = ["--pick", str(pick)] if pick else []
     study = retune_study(str(acf.provenance.get("study", "")), acf.kernel, objective, measured)
@@ -59,7 +63,36 @@ def retune_command(target: Target, measured: Measured) -> str:
                        *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
                        *retune_space(acf.provenance.get("searched")), *db])
     tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
-    return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
+    command = f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
+    needs = retune_needs(target, nvcc_version)
+    return f"{'; '.join(needs)}; then: {command}" if needs else command
+
+
+def retune_needs(target: Target, nvcc_version: str | None) -> list[str]:
+    """What the re-tune command cannot run without, as a reader fixes it: a compileiq with a search
+    space for the nvcc of this machine (after a CUDA upgrade, `tune` refuses one it has none for),
+    and the compilation database the command names where it is gone (a CI clone without the build
+    folder): `tune` would refuse it as not found."""
+    needs = []
+    if nvcc_version and space_version(nvcc_version) is None:
+        have = ", ".join(available_versions()) or "none"
+        needs.append(f"re-tuning needs a compileiq with a search space for nvcc {nvcc_version} (this one has {have})")
+    shipped = shipped_from(target)
+    if shipped and not is_file(Path(shipped[1])):
+        needs.append(f"regenerate {shipped[1]} first (it is gone)")
+    return needs
+
+
+def portable_database(database: str) -> bool:
+    """Whether the database the ACF records can be named in a command pasted here: a server URL or a
+    relative SQLite path (the default store/compileiq.db, from the checkout), or an absolute SQLite
+    path whose file is on this machine. The tuner's absolute local file elsewhere (a CI runner
+    gating a developer's ACF) is not: the command then uses the default ($COMPILEIQ_DB, else
+    store/compileiq.db)."""
+    if not database.startswith("sqlite:///"):
+        return True
+    path = database.removeprefix("sqlite:///").split("?", 1)[0]
+    return not os.path.isabs(path) or is_file(Path(path))
 
 
 _PARAMETER_NAME = re.compile(r"(?:nvcc|ptxas|define)\.[A-Za-z_][A-Za-z0-9_]*")

@@ -55,7 +55,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     tuned without one and gated without --compile-commands."""
     acf, read = target.acf, target.read
     given = read.database if read.given else None
-    recorded = target.spec.settings_sha256_as(acf.data["kernel"].get("settings_sha256"))[:12]
+    recorded = str(acf.data["kernel"].get("settings_sha256") or "none")[:12]  # the ACF's, never today's tune.toml's
     if acf.shipped is None:
         return _untuned_from(target, read, recorded, retune) if given is not None else []
     named = None if not acf.shipped.path else Path(path_from_here(str(acf.path.parent / acf.shipped.path)))
