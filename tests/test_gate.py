@@ -728,3 +728,30 @@ def test_gate_compile_commands_that_is_not_a_database_is_bad_input_for_an_acf_tu
         assert "stale-settings" not in gated.output, gated.describe()
     held = _gate(tmp_path, "k.acf.toml", "--static", "--compile-commands", "compile_commands.json")
     assert held.returncode == 0 and "gate PASS: 1/1 ACF(s) pass" in held.output, held.describe()
+
+
+def test_gate_compile_commands_whose_command_for_the_kernel_cannot_be_read_is_bad_input(tmp_path):
+    """user54 2: the CMake build that ships, after a careless paste of the cmake snippet, set the tuned
+    macro twice (`-DN=4` and `-DN=2`): the gate handed that database (--compile-commands) could not
+    read the kernel's command, warned "cannot be read now" and passed (exit 0), having checked
+    nothing of the build that ships. The user named it: bad input, one line."""
+    (tmp_path / "k.cu").write_text("#ifndef N\n#define N 1\n#endif\n"
+                                   "__global__ void k(float* x) { for (int i = 0; i < N; ++i) x[i] += 1.0f; }\n")
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nN = [1, 2, 4]\n")
+
+    def database(name: str, flags: str) -> None:
+        (tmp_path / name).write_text(json.dumps(
+            [{"directory": str(tmp_path), "command": f"nvcc -O3 -arch=sm_90 {flags} -c k.cu -o k.o", "file": "k.cu"}]))
+
+    database("compile_commands.json", "-DN=4")
+    tuned = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                     "local", "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    database("ships.json", "-DN=4 -DN=2")
+    gated = _gate(tmp_path, "k.acf.toml", "--static", "--compile-commands", "ships.json")
+    assert gated.returncode == 2, gated.describe()
+    [error] = [line for line in gated.stderr_lines if line.startswith("error: ")]
+    assert "both set define.N" in error and "--compile-commands: the gate cannot check the build that ships" in error, \
+        gated.describe()
+    named = _gate(tmp_path, "k.acf.toml", "--static")  # the ACF's own database, as it was: no change
+    assert named.returncode == 0, named.describe()

@@ -68,6 +68,9 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
     read = read_shipped(found, acf, compile_commands, tune_toml, kernel is not None)  # once: baseline and finding
     if read.given and read.problem == "not-a-database":  # the user named it: bad input, as `space` says it,
         raise UsageError(read.detail)  # never "no command for this kernel", nor a warning the gate passes with
+    if read.given and read.problem == "unreadable" and acf.shipped is not None:  # handed the build that ships
+        raise UsageError(f"{read.detail} (--compile-commands: the gate cannot check the build that ships "
+                         "against the ACF)")  # for an ACF tuned from its command: never a pass it checked nothing for
     own = kernel_settings.current(acf, tune_toml, read)  # the base flags are the kernel's, never the ACF's word
     if problem := macro_settings.restriction_problem(own.tune_toml, acf):  # tune.toml's, not the ACF's copy
         raise UsageError(problem)
