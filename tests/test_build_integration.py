@@ -211,14 +211,18 @@ def test_optf_lists_each_flag_once_per_line(made_acf: Path) -> None:
 
 def test_cmake_snippet_keeps_each_flag_one_token_and_cannot_be_injected(made_acf: Path) -> None:
     text = _flags(made_acf, "--format", "cmake")
-    comment, call = text.splitlines()
+    comment, check, fail, end, call = text.splitlines()
     assert comment.startswith("# compileiq: kernel ") and "CUDA_ARCHITECTURES 90a" in comment
-    assert call == (f'set_source_files_properties("{made_acf.parent}/src/my k;\\$x.cu" PROPERTIES COMPILE_OPTIONS '
+    here = '"${CMAKE_CURRENT_SOURCE_DIR}/src/my k;\\$x.cu"'  # from the folder flags ran in, not this checkout's path
+    assert (check, end) == (f"if(NOT EXISTS {here})", "endif()") and "FATAL_ERROR" in fail
+    assert call == (f'set_source_files_properties({here} PROPERTIES COMPILE_OPTIONS '
                     '"--extra-device-vectorization;-DBK=16;-Xptxas=--maxrregcount=64;-DN=4096")')
 
 
 def test_cmake_snippet_parses_in_cmake_to_the_acf_flags(made_acf: Path) -> None:
     snippet = _flags(made_acf, "--format", "cmake")
+    (made_acf.parent / "src").mkdir()
+    (made_acf.parent / "src" / "my k;$x.cu").write_text("")  # the snippet fails configure where it is not
     script = made_acf.parent / "check.cmake"
     script.write_text(
         "function(set_source_files_properties file _properties _name options)\n"
@@ -230,6 +234,53 @@ def test_cmake_snippet_parses_in_cmake_to_the_acf_flags(made_acf: Path) -> None:
         f"-- file={made_acf.parent}/src/my k;$x.cu", "-- option=--extra-device-vectorization", "-- option=-DBK=16",
         "-- option=-Xptxas=--maxrregcount=64", "-- option=-DN=4096"]
     assert not (made_acf.parent / "pwned").exists()
+
+
+def _configure(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([cmake_command(), "-S", ".", "-B", "build", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"], cwd=root,
+                          env=clean_env(), capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_cmake_snippet_works_in_every_checkout_and_fails_configure_where_it_cannot(tmp_path: Path) -> None:
+    """Issue ci54 #1: the snippet named the source by this checkout's absolute path, so pasted into a
+    committed CMakeLists.txt every other checkout (a CI runner's, a teammate's) built untuned code, and
+    configure said nothing (CMake ignores a property on a file that is no source)."""
+    here = tmp_path / "here"
+    (here / "src").mkdir(parents=True)
+    (here / "src" / "k.cu").write_text(LOOP_KERNEL)
+    space = load_space("13.0")
+    content = acf.AcfContent(
+        kernel="k", source_name="k.cu", source_path="src/k.cu", source_sha256="ab" * 32, arch="sm_90",
+        nvcc_version="13.0", ptxas_version="13.0", toolchain_build="cuda_13.0", space=space,
+        config=space.default_config().with_values({"ptxas.maxrregcount": 64}), fixed_defines=(),
+        objective={"name": "spills"}, evidence={"best": {"spill_bytes": 0, "registers": 64}}, provenance={},
+    )  # fmt: skip
+    acf.write(here / "k.acf.toml", content)
+    (here / "compileiq-flags.cmake").write_text(_flags(here / "k.acf.toml", "--format", "cmake"))
+    (here / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(demo LANGUAGES CUDA)\n"
+        "add_library(k OBJECT src/k.cu)\nset_property(TARGET k PROPERTY CUDA_ARCHITECTURES 90)\n"
+        "include(compileiq-flags.cmake)\n")
+    elsewhere = tmp_path / "ci runner" / "checkout"  # the same commit, cloned at another path
+    shutil.copytree(here, elsewhere)
+    shutil.rmtree(here)
+    configured = _configure(elsewhere)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    commands = json.loads((elsewhere / "build" / "compile_commands.json").read_text())
+    (command,) = [c["command"] for c in commands if c["file"].endswith("k.cu")]
+    assert "-Xptxas=--maxrregcount=64" in command, command
+
+    wrong = tmp_path / "wrong"  # pasted into a CMakeLists.txt of another folder: no silent untuned build
+    shutil.copytree(elsewhere, wrong, ignore=shutil.ignore_patterns("build"))
+    (wrong / "sub").mkdir()
+    (wrong / "sub" / "CMakeLists.txt").write_text("include(../compileiq-flags.cmake)\n")
+    lists = (wrong / "CMakeLists.txt").read_text().replace("include(compileiq-flags.cmake)", "add_subdirectory(sub)")
+    (wrong / "CMakeLists.txt").write_text(lists)
+    failed = _configure(wrong)
+    assert failed.returncode != 0
+    assert "compileiq: src/k.cu not found: this snippet names the kernel relative to the folder compileiq flags ran" \
+        in " ".join(failed.stderr.split()), failed.stderr
 
 
 def test_bazel_is_a_rules_cuda_library_and_json_lists_every_flag(made_acf: Path) -> None:

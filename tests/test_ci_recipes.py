@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -238,6 +239,100 @@ def test_the_gitlab_job_runs_its_script_as_written(project: Path) -> None:
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert all((project / name).is_file() for name in job["artifacts"]["paths"])
+
+
+def _empty_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "no acf yet"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def _run_gate_script(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd, env=_env_with_compileiq(),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _gitlab_script() -> str:
+    (block,) = blocks("yaml", [DOCS / "ci-gitlab.md"])
+    return "\n".join(block.data["perf-gate"]["script"])
+
+
+def _github_gate_steps() -> list[str]:
+    """The `run:` of each workflow step that runs `compileiq gate`."""
+    return [step["run"] for b in blocks("yaml", [DOCS / "ci-github-actions.md"]) for job in b.data["jobs"].values()
+            for step in job["steps"] if "compileiq gate" in step.get("run", "")]
+
+
+def test_the_gate_steps_pass_with_no_acf_committed_and_say_so(tmp_path: Path) -> None:
+    """Issue ci54 #3: `compileiq gate $(git ls-files '*.acf.toml')` with no ACF committed exited 2
+    ("Missing argument 'ACF'") and wrote no gate.md, so the summary step failed too."""
+    root = _empty_repo(tmp_path)
+    steps = _github_gate_steps()
+    assert len(steps) == 2
+    for script in [*steps, _gitlab_script()]:
+        for name in ("gate.md", "gate-gpu.md"):
+            (root / name).unlink(missing_ok=True)
+        done = _run_gate_script(script, root)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "nothing to check" in done.stdout
+        assert any("nothing to check" in (root / n).read_text() for n in ("gate.md", "gate-gpu.md") if (root / n).exists())
+
+
+def test_the_github_gate_step_gates_every_committed_acf_whatever_its_name(project: Path, tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(project / "kernels", root / "my kernels")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "."], cwd=root, check=True)
+    done = _run_gate_script(_github_gate_steps()[0], root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "my kernels/scale.acf.toml" in done.stdout and "PASS" in done.stdout
+    assert (root / "gate.xml").is_file() and (root / "gate.md").is_file()
+
+
+# --- compileiq flags in Make and in a shell (docs/ci.md) -------------------------------------------
+
+
+def _ci_block(language: str) -> str:
+    (found,) = [b.text for b in blocks(language, [DOCS / "ci.md"]) if "compileiq flags" in b.text]
+    return found
+
+
+def _build_folder(project: Path, tmp_path: Path, acf_text: str) -> Path:
+    """The doc's k.cu and k.acf.toml: the tuned kernel (its ACF names scale.cu beside it)."""
+    folder = tmp_path / "build"
+    folder.mkdir(parents=True)
+    shutil.copy(project / "kernels" / "scale.cu", folder / "scale.cu")
+    shutil.copy(project / "kernels" / "scale.cu", folder / "k.cu")
+    (folder / "k.acf.toml").write_text(acf_text)
+    return folder
+
+
+@pytest.mark.parametrize("language", ["bash", "make"])
+def test_the_documented_build_lines_pass_the_tuned_flags_and_stop_on_a_broken_acf(
+        project: Path, tmp_path: Path, language: str) -> None:
+    """Issue ci54 #2: `nvcc $(compileiq flags k.acf.toml) -c k.cu` built the untuned defaults with
+    exit 0 when flags failed (a shell ignores it), and in a Makefile `$(...)` is an empty variable."""
+    text = _ci_block(language)
+    acf_text = (project / "kernels" / "scale.acf.toml").read_text()
+    tuned = run_cli(["flags", "kernels/scale.acf.toml"], cwd=project)
+    assert tuned.returncode == 0 and tuned.stdout.strip(), tuned.describe()
+    for good in (True, False):
+        folder = _build_folder(project, tmp_path / str(good), acf_text if good else "junk = [")
+        if language == "make":
+            (folder / "Makefile").write_text(text)
+            command = ["make", "--no-print-directory"]
+        else:
+            command = ["bash", "-x", "-c", text]
+        done = subprocess.run(command, cwd=folder, env=_env_with_compileiq(), capture_output=True, text=True,
+                              timeout=300, check=False)
+        if good:
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert f"nvcc {tuned.stdout.strip()} -c k.cu -o k.o" in done.stdout + done.stderr
+            assert (folder / "k.o").is_file()
+        else:
+            assert done.returncode != 0, done.stdout + done.stderr
+            assert "not a readable ACF" in done.stderr and not (folder / "k.o").exists()
 
 
 # --- pre-commit -----------------------------------------------------------------------------------------

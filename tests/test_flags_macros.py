@@ -4,6 +4,7 @@ configuration, and printing it would hand the build settings no tuning chose."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -94,12 +95,14 @@ def test_flags_never_holds_an_acf_to_a_kernel_found_from_the_current_folder(tmp_
     assert f"-DTA={chosen['TA']}" in listed.stdout.split() and f"-DTB={chosen['TB']}" in listed.stdout.split()
     snippet = run_cli(["flags", str(alone), "--format", "cmake"], cwd=other)
     assert snippet.returncode == 0, snippet.describe()
-    assert str(other / "k.cu") not in snippet.stdout, snippet.stdout  # the tuned options on another file
-    assert str(build / "k.cu") in snippet.stdout, snippet.stdout  # where the ACF says its kernel is
+    here = "${CMAKE_CURRENT_SOURCE_DIR}/"  # the snippet names files from the folder flags ran in
+    assert f'"{here}k.cu"' not in snippet.stdout, snippet.stdout  # the tuned options on another file
+    assert f'"{here}{os.path.relpath(build / "k.cu", other)}"' in snippet.stdout, snippet.stdout  # where the ACF says
     linked = other / "linked.acf.toml"  # a symlink to the ACF: its kernel is beside the file it leads to
     linked.symlink_to(out)
     snippet = run_cli(["flags", str(linked), "--format", "cmake"], cwd=other)
-    assert snippet.returncode == 0 and str(tmp_path / "proj" / "k.cu") in snippet.stdout, snippet.describe()
+    assert snippet.returncode == 0 and f'"{here}{os.path.relpath(tmp_path / "proj" / "k.cu", other)}"' in snippet.stdout, (
+        snippet.describe())
     edited = _edited(out, {"TA": 3})  # held to proj's tune.toml through the link
     linked.unlink()
     linked.symlink_to(edited)

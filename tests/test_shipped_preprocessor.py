@@ -151,7 +151,7 @@ def test_isystem_stays_a_system_folder_searched_after_the_include_folders(tmp_pa
                                   text=True, check=True)
     assert "x[i] *= 3.0f" in preprocessed.stdout
     cmake = run_cli(["flags", "k.acf.toml", "--all", "--format", "cmake"], cwd=tmp_path)
-    assert f"-isystem={tmp_path / 'sysinc'}" in cmake.stdout, cmake.stdout
+    assert "-isystem=${CMAKE_CURRENT_SOURCE_DIR}/sysinc" in cmake.stdout, cmake.stdout  # any checkout's
     bazel = run_cli(["flags", "k.acf.toml", "--all", "--format", "bazel"], cwd=tmp_path)
     assert "sysinc" not in bazel.stdout and "system include folder(s) (-isystem) left out (sysinc)" in bazel.stderr
     gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)

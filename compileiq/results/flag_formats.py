@@ -193,18 +193,51 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
 def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     """set_source_files_properties(...) giving the kernel source the ACF's flags. Each flag is one
     token (ptxas options as -Xptxas=OPTION, never split from their -Xptxas); a source's
-    COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:)."""
-    # absolute paths (the source, include folders): CMake runs the compiler in its build folder and
-    # reads a relative source from whichever CMakeLists.txt includes the snippet
+    COMPILE_OPTIONS are passed as they are (CMake neither de-duplicates them nor reads SHELL:).
+    Paths (the source, include folders) are named from the folder `flags` runs in, as
+    ${CMAKE_CURRENT_SOURCE_DIR}/PATH: the snippet is committed, and an absolute path would name this
+    checkout alone (CMake ignores a property on a file that is no source: every other checkout built
+    untuned, silently), so configure fails where the source is not there."""
     arch = cuda_architectures(acf)
     # OFF (sm_86 from compute_80 PTX): CMake passes no arch, so the options carry the shipped build's
-    flags = acf.flags(stage, with_arch=arch == "OFF", with_base=with_base, absolute=True)
-    options = ";".join(_plain(acf, token) for token in unique(flags))
+    flags = acf.flags(stage, with_arch=arch == "OFF", with_base=with_base)
+    folders = {f"{prefix}{d}" for prefix, d in _base_folders(acf)} if with_base else set()
+    options = ";".join(_cmake_folder(token) if token in folders else _plain(acf, token) for token in unique(flags))
+    source = acf.source_from_here()
+    where = _cmake_here(source)
+    shown = _cmake_quoted(f"compileiq: {source} not found: this snippet names the kernel relative to the folder "
+                          "compileiq flags ran in; include it from that folder's CMakeLists.txt, run compileiq flags "
+                          "again in the folder that includes it, or use compileiq_apply(TARGET ...)")
     return _note_comment(acf, "cmake") + _other_targets(acf) + (
         f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, _cmake_setting(acf, arch, stage))}\n"
-        f"set_source_files_properties({_cmake_quoted(os.path.abspath(acf.source_from_here()))} PROPERTIES COMPILE_OPTIONS "
+        f"if(NOT EXISTS {where})\n  message(FATAL_ERROR {shown})\nendif()\n"
+        f"set_source_files_properties({where} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'
     )
+
+
+def _base_folders(acf: Acf) -> tuple[tuple[str, str], ...]:
+    """The include folders of `acf.base_args()` as (flag, path from the current folder)."""
+    folder = os.path.dirname(acf.source_from_here())
+    return tuple((prefix, os.path.normpath(os.path.join(folder, d)))
+                 for prefix, dirs in (("-I", acf.base.include_dirs), (SYSTEM, acf.base.system_dirs)) for d in dirs)
+
+
+def _cmake_here(path: str) -> str:
+    """A quoted CMake argument naming `path` (from the folder `flags` runs in) from the folder of the
+    CMakeLists.txt that includes the snippet; an absolute path (tune.toml's) as it is."""
+    quoted = _cmake_quoted(path)
+    return quoted if os.path.isabs(path) else '"${CMAKE_CURRENT_SOURCE_DIR}/' + quoted[1:]
+
+
+def _cmake_folder(token: str) -> str:
+    """An include flag (-I, -isystem) inside the COMPILE_OPTIONS list: its folder from the including
+    CMakeLists.txt's; no `;` (a list would split it there) and nothing CMake would expand."""
+    prefix = SYSTEM if token.startswith(SYSTEM) else "-I"
+    path = token.removeprefix(prefix)
+    if ";" in path:
+        raise AcfError(f"include folder {path!r} holds ';', which a CMake list splits: --format json lists it")
+    return prefix + _cmake_here(path)[1:-1]
 
 
 def _cmake_setting(acf: Acf, arch: str, stage: str) -> str:
