@@ -143,10 +143,9 @@ def show(
     store = Store.open(database_url(db), create=False)  # only reads: a mistyped path is an error, not a new file
     try:
         if study is None:
-            from compileiq.results.study_list import study_choice
+            from compileiq.cli.listings import listed_studies
 
-            summaries = store.study_summaries()  # one aggregate and the runs' recorded choices
-            choices = [study_choice(s, lambda i: (store.trials(i), store.runs(i))) for s in summaries]  # replayed
+            summaries, choices = listed_studies(store)  # one aggregate, the runs' recorded choices, replays
             emit(as_json, [summary_json(s, c) for s, c in zip(summaries, choices, strict=True)],
                  lambda: studies_table(summaries, choices))  # only where no recorded choice is followed
         else:

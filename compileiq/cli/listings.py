@@ -5,6 +5,7 @@ or JSON documents.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,23 @@ if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
     from compileiq.results.explain import Explanation
     from compileiq.results.study_list import ListedChoice
+    from compileiq.store import Store
+
+
+def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice]]:
+    """Each study the list shows, with its choice (`study_choice`: replayed where no recorded choice is
+    followed); a study whose row does not describe its trials (`InconsistentStudyError`) is left out
+    with its one-line reason, the others still listed."""
+    from compileiq.results.study_list import study_choice
+    from compileiq.store.connect import InconsistentStudyError
+
+    listed = []
+    for summary in store.study_summaries():
+        try:
+            listed.append((summary, study_choice(summary, lambda i: (store.trials(i), store.runs(i)))))
+        except InconsistentStudyError as error:
+            print(f"warning: skipped {error}", file=sys.stderr)
+    return [summary for summary, _ in listed], [choice for _, choice in listed]
 
 
 def summary_json(summary: StudySummary, choice: ListedChoice) -> dict[str, Any]:

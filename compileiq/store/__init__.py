@@ -54,6 +54,7 @@ from compileiq.store.measurement_cache import MeasurementCache
 from compileiq.store.rows import (
     check_same_key,
     checked_trial,
+    of_its_kind,
     study_record,
 )
 from compileiq.store.run_log import RunLog, cited_rows
@@ -68,6 +69,7 @@ from compileiq.store.schema import (
     with_space,
 )
 from compileiq.store.trial_lifecycle import TrialLifecycle
+from compileiq.store.trust import kind_problem
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -190,9 +192,10 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         found = []
         for row in rows:
             try:
-                named, baseline = cited.get(row["id"], (None, None))
+                study, (named, baseline) = study_record(row), cited.get(row["id"], (None, None))
+                named = None if named is None or kind_problem(named, study.key) else named  # replayed: one check
                 returned = int(row["to_retry"])
-                found.append(StudySummary(study_record(row), int(row["trial_count"]) - returned,
+                found.append(StudySummary(study, int(row["trial_count"]) - returned,
                                           _finite_or_none(row["best_value"]),
                                           decisions.get(row["id"]), named.state if named else None,
                                           named.value if named else None,
@@ -261,7 +264,9 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
                 for row in rows:
                     usable = self._usable([row])
                     known[row["id"]] = (tuple(row[c.name] for c in _MARKER), usable[0] if usable else None)
-        return [trial for row in markers if (found := known.get(row[0])) and (trial := found[1]) is not None]
+        read = [trial for row in markers if (found := known.get(row[0])) and (trial := found[1]) is not None]
+        study = self._study_where(studies.c.id == study_id)  # its row says which kind each trial must be
+        return read if study is None else of_its_kind(study, read, self._skip)
 
     def related_trials(self, key: StudyKey, exclude_study_id: int | None = None,
                        sources: Collection[str] = ()) -> list[Trial]:

@@ -35,6 +35,11 @@ class StoreError(CompileIQError):
     """The database cannot be reached, is too new, or holds something that contradicts a request."""
 
 
+class InconsistentStudyError(StoreError):
+    """A study row whose evaluator and objective do not describe its trials (relabelled in a shared
+    database): every view of it refuses (`rows.of_its_kind`); the study list leaves it out, warned."""
+
+
 class DatabaseUrlError(StoreError, UsageError):
     """The URL given is not one of a database compileiq can keep a study in: bad input (exit 2)."""
 

@@ -3,6 +3,7 @@ the key a request asks for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -21,9 +22,10 @@ from compileiq.core.records import (
     TrialState,
 )
 from compileiq.core.space import SearchSpace
-from compileiq.store.connect import StoreError
+from compileiq.core.text import printable
+from compileiq.store.connect import InconsistentStudyError, StoreError
 from compileiq.store.schema import db_now
-from compileiq.store.trust import build_problem, measurement_problem, trial_problem
+from compileiq.store.trust import build_problem, kind_problem, measurement_problem, trial_problem
 
 _KEY_WORDS = {"source_sha256": "kernel source or tune.toml settings", "space_id": "search space"}
 _KEY_WORDS.update(space_sha256="version of the search space", arch="architecture")
@@ -69,6 +71,26 @@ def checked_trial(row: sa.RowMapping, space: SearchSpace | None) -> Trial | str:
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as error:
         return f"unreadable: {error}"
     return trial_problem(trial, space) or trial
+
+
+def of_its_kind(study: Study, trials: list[Trial], skip: Callable[[tuple[str, Any], str, str], None]) -> list[Trial]:
+    """The trials whose result is of the kind the study's row says (`trust.kind_problem`, as `db
+    import` holds them: shared rows are untrusted), each other one skipped with its reason. When no
+    complete trial is (a static study relabelled "time", or a timed one relabelled static), the row
+    is what is wrong: InconsistentStudyError (one line), so no view renders its values under that label."""
+    wrong = {trial.id: problem for trial in trials if (problem := kind_problem(trial, study.key))}
+    complete = [trial for trial in trials if trial.state is TrialState.COMPLETE]
+    if wrong and len(wrong) == len(complete):
+        key = study.key
+        raise InconsistentStudyError(
+            f"study {study.id} '{printable(study.name)}' is inconsistent: its row says evaluator "
+            f"'{printable(key.evaluator)[:40]}', objective '{printable(key.objective)[:80]}', but none of its "
+            f"{len(complete)} complete trials is such a result ({next(iter(wrong.values()))}); edited in the "
+            "database? Nothing was changed: set the row's evaluator and objective back to what its trials are")
+    for trial in trials:
+        if trial.id in wrong:
+            skip(("trial", trial.id), f"trial #{trial.number} of study {study.id}", wrong[trial.id])
+    return [trial for trial in trials if trial.id not in wrong]
 
 
 def checked_build(row: sa.RowMapping) -> BuildRecord | str:
