@@ -51,12 +51,13 @@ def test_flags_refuses_a_macro_value_tune_toml_does_not_offer(tmp_path: Path) ->
 
 
 def _edited(out: Path, values: dict[str, int]) -> Path:
-    """The ACF with its macros set to `values`, controls and argv alike: it reads back valid."""
+    """The ACF with its macros set to `values`, controls and [args] alike: it reads back valid."""
     document = tomllib.loads(out.read_text())
     for name, value in values.items():
         document["controls"][f"define.{name}"] = value
-        document["args"]["argv"] = [f"-D{name}={value}" if a.startswith(f"-D{name}=") else a
-                                    for a in document["args"]["argv"]]
+        for key in ("argv", "frontend"):
+            document["args"][key] = [f"-D{name}={value}" if a.startswith(f"-D{name}=") else a
+                                     for a in document["args"][key]]
     edited = out.with_name("edited.acf.toml")
     edited.write_text(tomli_w.dumps(document))
     return edited

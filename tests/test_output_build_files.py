@@ -2,7 +2,9 @@
 `gate --markdown CMakeLists.txt` (and Makefile, k.ptx) exited 0 and the file then began
 `## compileiq gate: PASS`. A build file is known by its name (CMakeLists.txt, *.cmake, Makefile,
 BUILD/BUILD.bazel, WORKSPACE, MODULE.bazel, *.bzl, meson.build), PTX by its `.version`/`.target`
-directives or its suffix; each refused in one line like a source, the file unchanged."""
+directives or its suffix; each refused in one line like a source, the file unchanged.
+red54 F4: `report --out` still replaced build files outside that exact list (Makefile.in, build.ninja,
+BUILD.gn, SConstruct, configure.ac, .bazelrc, CMakePresets.json.in, Makefile.linux...)."""
 
 from __future__ import annotations
 
@@ -69,3 +71,24 @@ def test_report_and_tune_never_replace_a_build_file_or_ptx(workspace, out: str) 
                      "--study", "s2", "--out", out, "--force"], cwd=workspace)
     _refused(again, "it is a")
     assert (workspace / out).read_bytes() == before
+
+
+MORE_BUILD_FILES = ("Makefile.in", "Makefile.am", "GNUmakefile.in", "Makefile.linux", "makefile-cuda", "build.ninja",
+                    "rules.ninja", "BUILD.gn", "cuda.gni", "SConstruct", "SConscript", "configure.ac", "configure.in",
+                    ".bazelrc", "CMakePresets.json", "CMakePresets.json.in", "CMakeUserPresets.json",
+                    "CMakeLists.txt.in", "cuda.cmake.in", "meson_options.txt", "WORKSPACE.bzlmod")
+
+
+@pytest.mark.parametrize("out", MORE_BUILD_FILES)
+def test_report_never_replaces_a_build_file_by_a_broader_name(workspace, out: str) -> None:
+    (workspace / out).write_text("all:\n\tnvcc -c k.cu\n")
+    _refused(run_cli(["report", "s", "--db", "sqlite:///t.db", "-o", out], cwd=workspace), "it is a build file")
+    assert (workspace / out).read_text() == "all:\n\tnvcc -c k.cu\n"
+
+
+@pytest.mark.parametrize("out", ["report.md", "build.md", "workspace.html", "configure.log", "notes.in"])
+def test_report_still_replaces_an_ordinary_output(workspace, out: str) -> None:
+    (workspace / out).write_text("an older report\n")
+    done = run_cli(["report", "s", "--db", "sqlite:///t.db", "--format", "md", "-o", out], cwd=workspace)
+    assert done.returncode == 0, done.describe()
+    assert "an older report" not in (workspace / out).read_text()

@@ -56,11 +56,35 @@ def check_target(path: Path) -> Path:
     return target
 
 
-# Build files, by name (lower case): the CMake, Make, Bazel and Meson files that `flags`'s snippets
-# are pasted into, and PTX by its suffix (its text is `file_sniff`'s): never a report's or an ACF's place.
-BUILD_FILE_NAMES = ("cmakelists.txt", "makefile", "gnumakefile", "build", "build.bazel", "workspace",
-                    "workspace.bazel", "module.bazel", "meson.build")
-BUILD_FILE_SUFFIXES = (".cmake", ".bzl", ".mk")
+# Build files, by name (lower case): the CMake, Make, Bazel, Meson, Ninja, GN, SCons and Autotools
+# files that `flags`'s snippets are pasted into or that generate them, and PTX by its suffix (its text
+# is `file_sniff`'s): never a report's or an ACF's place (`is_build_file`).
+BUILD_FILE_NAMES = ("cmakelists.txt", "cmakepresets.json", "cmakeuserpresets.json", "build", "build.bazel",
+                    "workspace", "workspace.bazel", "module.bazel", ".bazelrc", ".bazelversion", "meson.build",
+                    "meson_options.txt", "meson.options", "sconstruct", "sconscript", "configure")
+# any name that starts so (Makefile.in, Makefile.linux, GNUmakefile.in, makefile-cuda)
+MAKEFILE_PREFIXES = ("makefile", "gnumakefile", "bsdmakefile")
+# a protected name with more after it (CMakeLists.txt.in, CMakePresets.json.in, SConstruct.py), and
+# Bazel's and GN's in their own case (BUILD.gn, WORKSPACE.bzlmod: a report build.md is no build file)
+BUILD_FILE_STEMS = ("cmakelists.txt.", "cmakepresets.json.", "cmakeuserpresets.json.", "meson.build.",
+                    "meson_options.txt.", "sconstruct.", "sconscript.")
+BUILD_FILE_PREFIXES = ("BUILD.", "WORKSPACE.")
+BUILD_FILE_SUFFIXES = (".cmake", ".bzl", ".bazel", ".bazelrc", ".mk", ".mak", ".am", ".ac", ".ninja", ".gn", ".gni",
+                       ".vcxproj")
+
+
+def is_build_file(name: str) -> bool:
+    """Whether a file called `name` is a build file (`BUILD_FILE_NAMES`, `MAKEFILE_PREFIXES`,
+    `BUILD_FILE_STEMS`, `BUILD_FILE_PREFIXES`, `BUILD_FILE_SUFFIXES`) or a template of one
+    (configure.in, defs.bzl.in: `.in` after a build file's name)."""
+    lower = name.lower()
+    if lower in BUILD_FILE_NAMES or lower.startswith(MAKEFILE_PREFIXES) or name.startswith(BUILD_FILE_PREFIXES):
+        return True
+    if lower.endswith(BUILD_FILE_SUFFIXES) or lower.startswith(BUILD_FILE_STEMS):
+        return True
+    return lower.endswith(".in") and is_build_file(name[:-3])
+
+
 INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".json.gz", ".db", ".sqlite")
 
 
@@ -79,7 +103,7 @@ def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: 
 def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> str | None:
     """What an existing `target` is that no output may replace (one of `inputs`, however spelled or
     linked; a database, an ACF, a compileiq export, gzip or not, a source or PTX, by its first few KiB
-    (`file_sniff`) or its name; a build file (CMakeLists.txt, Makefile, BUILD, *.cmake...) by its name;
+    (`file_sniff`) or its name; a build file (CMakeLists.txt, Makefile*, BUILD, *.cmake, build.ninja...) by its name (`is_build_file`);
     a .toml...), None when it may be replaced or does not exist: the one
     rule that `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an
     ACF) share. `may_replace` never lets a database, a source, PTX or a build file be replaced."""
@@ -93,9 +117,9 @@ def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tup
     kind = file_sniff.content_kind(data)
     if kind in ("an SQLite database", "a C/C++/CUDA source", "a PTX file"):
         return kind
-    name = target.name.lower()
-    if name in BUILD_FILE_NAMES or name.endswith(BUILD_FILE_SUFFIXES):
+    if is_build_file(target.name):
         return "a build file"
+    name = target.name.lower()
     if name.endswith(".ptx"):
         return "a PTX file"
     if name.endswith(may_replace):

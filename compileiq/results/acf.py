@@ -9,7 +9,6 @@ candidates to time and the shipped baseline are checked the same way (`acf_check
 from __future__ import annotations
 
 import os
-import shlex
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -300,9 +299,7 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
     _check_tokens(path, base, argv, fixed)
     controls = dict(data["controls"])
     config, full_space = settled(base, controls, [t[2:].partition("=")[0] for t in argv if t.startswith("-D")])
-    expected = argv_of(full_space, config, fixed)
-    if argv != expected:
-        raise AcfError(f"{path}: args.argv does not match its controls (edited by hand?); expected: {shlex.join(expected)}")
+    acf_checks.check_args(path, args, argv_of(full_space, config, fixed), full_space, config)
     arch = kernel["arch"]
     if not isinstance(arch, str) or not ARCH.fullmatch(arch):
         raise AcfError(f"{path}: bad arch: kernel.arch = {str(arch)[:40]!r} is not an arch like 'sm_90'")

@@ -45,6 +45,19 @@ _OBJECTIVE_NUMBERS = ("baseline", "best", "baseline_shown", "best_shown", "speed
                       "confirmed_finalists", "confirmed_median")  # one objective's values
 
 
+def check_args(path: Path, args: dict[str, Any], argv: tuple[str, ...], space: SearchSpace, config: Config) -> None:
+    """[args]: argv (`argv`: what the controls and defines give), frontend (nvcc -ptx) and ptxas (a
+    direct ptxas call) exactly what the controls give, as compileiq wrote them: a reviewer reads
+    them, and a build may use them as documented, though compileiq rebuilds them from the controls."""
+    for key, expected in (("argv", argv), ("frontend", space.frontend_args(config)), ("ptxas", space.ptxas_args(config))):
+        given = args.get(key)
+        if not isinstance(given, list) or not all(isinstance(word, str) for word in given):
+            raise AcfError(f"{path} is not a valid ACF: missing or malformed args.{key} (a list of strings)")
+        if tuple(given) != expected:
+            raise AcfError(f"{path}: args.{key} does not match its controls (edited by hand?); "
+                           f"expected: {shlex.join(expected) if expected else 'an empty list'}")
+
+
 def check_numbers(path: Path, objective: dict[str, Any], evidence: dict[str, Any]) -> None:
     """Every recorded number a finite value of its type and range; one line naming the first that is not."""
     for name in _OBJECTIVE_NUMBERS if "objectives" not in objective else ():  # several: _check_front
