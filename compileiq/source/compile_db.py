@@ -24,7 +24,7 @@ from compileiq.core.text import printable
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
 from compileiq.source.arch_code import gencode, incompatible, paired
-from compileiq.source.base_flags import SYSTEM
+from compileiq.source.base_flags import SYSTEM, parse_base_flags
 from compileiq.source.compile_db_file import (
     CompileDbError,
     OutputGone,
@@ -219,11 +219,22 @@ def _command(entry: dict[str, Any], directory: Path, source: Path, space: Search
         raise CompileDbError(str(error)) from None
     # every token of the command is accounted for: its -D/-U/-I are base flags too (an ACF reads a
     # fixed flag back with shlex, so a folder with a space is quoted)
+    _each_allowed(kept, where)
     applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build") for flag in kept]
     forward = [FixedFlag(a, False, _FORWARDS) for a in dict.fromkeys(args) if a in nvcc_argv.FORWARD_UNKNOWN]
     build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()))
     return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build,
                           tuple(arch_flags))
+
+
+def _each_allowed(kept: Sequence[str], where: str) -> None:
+    """Each kept flag passes the base-flag allow-list alone, as the ACF's check reads it back
+    (`acf_checks`): refused here, before any build, never when the ACF is written after the search.
+    Folders are held to the path allow-list with the rest of the base flags (`kernel.with_base_flags`)."""
+    for flag in kept:
+        if flag.startswith(("-I", SYSTEM)):
+            continue
+        parse_base_flags([flag], where)  # BaseFlagError: "{where}: '-x' is not an allowed base flag ..."
 
 
 def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macros: Macros,
@@ -256,7 +267,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded, why=preprocessor.host_why(given))))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
-    return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
+    once, overridden = shipped.check_once(settings, where)
+    return once, tuple(dict.fromkeys((*fixed, *overridden)))
 
 
 def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str,
@@ -326,6 +338,8 @@ def _one(option: tuple[str, str, str], directory: Path, tuned: set[str], macros:
         kept.append(f"-std={value}")
     elif flag in _REGISTER_CAP:
         kept.append(f"-maxrregcount={value}")
+    elif given == f"{flag} {value}":  # `-rdc true`: nvcc takes it as -rdc=true, one word, as an ACF records it
+        kept.append(f"{flag}={value}")
     else:
         kept.append(given)
 
