@@ -41,7 +41,7 @@ _VALUED = {
     "-I": "-I", "--include-path": "-I", "-isystem": "-isystem=", "--system-include": "-isystem=",
     "-D": "-D", "--define-macro": "-D",
     "-U": "-U", "--undefine-macro": "-U", "--diag-suppress": "--diag-suppress=",
-    "-diag-suppress": "--diag-suppress=", "--default-stream": "--default-stream=",
+    "-diag-suppress": "--diag-suppress=", "--default-stream": "--default-stream=", "-default-stream": "--default-stream=",
     "-maxrregcount": "-maxrregcount=", "--maxrregcount": "-maxrregcount=",
 }
 ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "

@@ -214,8 +214,7 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
     given_folder = database.parent / Path(str(entry.get("directory", "."))).expanduser()
     pwd = all(PLAIN_WORD.fullmatch(str(folder)) for folder in (directory, given_folder))
     kept, stripped, arch_flags = _split(args, directory, source, _tuned_flags(space), macros, where, pwd)
-    # the allow-list, checked here too so that an options file's words are not shown (its folders: where they are read)
-    parse_base_flags([flag for flag in kept if not flag.startswith(("-I", SYSTEM))], where)
+    _each_allowed(kept, where)  # here, so that an options file's words are not shown (its folders: where they are read)
     if why := refused(given for given, _ in arch_flags):
         raise CompileDbError(f"{where}: its arch flags hold {why}: the command builds nothing; fix its arch flags")
     if pair := incompatible(given for given, _ in arch_flags):  # nvcc: "Incompatible code generation requested"
@@ -236,6 +235,16 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
     build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()))
     return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build,
                           tuple(arch_flags))
+
+
+def _each_allowed(kept: Sequence[str], where: str) -> None:
+    """Each kept flag passes the base-flag allow-list alone, as the ACF's check reads it back
+    (`acf_checks`): refused here, before any build, never when the ACF is written after the search.
+    Folders are held to the path allow-list with the rest of the base flags (`kernel.with_base_flags`)."""
+    for flag in kept:
+        if flag.startswith(("-I", SYSTEM)):
+            continue
+        parse_base_flags([flag], where)  # BaseFlagError: "{where}: '-x' is not an allowed base flag ..."
 
 
 def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macros: Macros,
@@ -268,7 +277,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             fixed.append(FixedFlag(given, False, _FORWARDED.format(flag=forwarded, why=preprocessor.host_why(given))))
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
-    return shipped.check_once(settings, where), tuple(dict.fromkeys(fixed))
+    once, overridden = shipped.check_once(settings, where)
+    return once, tuple(dict.fromkeys((*fixed, *overridden)))
 
 
 def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str,
@@ -338,6 +348,8 @@ def _one(option: tuple[str, str, str], directory: Path, tuned: set[str], macros:
         kept.append(f"-std={value}")
     elif flag in _REGISTER_CAP:
         kept.append(f"-maxrregcount={value}")
+    elif given == f"{flag} {value}":  # `-rdc true`: nvcc takes it as -rdc=true, one word, as an ACF records it
+        kept.append(f"{flag}={value}")
     else:
         kept.append(given)
 

@@ -30,7 +30,20 @@ _WITH_VALUE = {"-o", "-x", "-MF", "-MT", "-MQ", "-ccbin", "--compiler-bindir", "
                "--machine", "-m", "--diag-error", "-diag-error", "--diag-warn", "-diag-warn", "--dopt", "-dopt",
                # nvcc's pass-throughs to its own tools that `nvcc --help` does not list: their value is theirs
                "-Xcicc", "--cicc-options", "-Xcudafe", "--cudafe-options", "-Xfatbin", "--fatbin-options",
-               "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options"}
+               "-Xnvasm", "--nvasm-options", "-Xnvdisasm", "--nvdisasm-options",
+               # the rest of `nvcc --help`'s options with a value: nvcc 13.0 takes each in two words too
+               "--output-file", "--dependency-output", "--archiver-binary", "-arbin", "--cudart", "-cudart",
+               "--cudadevrt", "-cudadevrt", "--libdevice-directory", "-ldir", "--target-directory", "-target-dir",
+               "--optimization-info", "-opt-info", "-O", "--Ofast-compile", "-Ofc", "--ftemplate-backtrace-limit",
+               "-ftemplate-backtrace-limit", "--ftemplate-depth", "-ftemplate-depth", "--x",
+               "--static-global-template-stub", "-static-global-template-stub", "--device-entity-has-hidden-visibility",
+               "-device-entity-has-hidden-visibility", "--split-compile-extended", "-split-compile-extended",
+               "--fdevice-time-trace", "-fdevice-time-trace", "--time", "-time", "--run-args", "-run-args",
+               "--input-drive-prefix", "-idp", "--dependency-drive-prefix", "-ddp", "--drive-prefix", "-dp",
+               "--dependency-target-name", "--relocatable-device-code", "-rdc", "--entries", "-e",
+               "--default-stream", "-default-stream", "--diag-suppress", "-diag-suppress", "--host-linker-script",
+               "-hls", "--brief-diagnostics", "-brief-diag", "--device-stack-protector", "-device-stack-protector",
+               "--compress-mode", "-compress-mode", "--frandom-seed", "-frandom-seed", "--sanitize", "-sanitize"}
 # nvcc hands the options it does not know to the host compiler (or linker) under these, as CMake's
 # commands say: such an option is a host option, set aside like -Xcompiler's.
 FORWARD_UNKNOWN = {"-forward-unknown-to-host-compiler", "--forward-unknown-to-host-compiler",

@@ -261,17 +261,32 @@ def arch_note(tuned: str, left_out: Iterable[str], ptx_only: Iterable[str] = ())
     return notes
 
 
-def check_once(settings: Iterable[ShippedSetting], where: str) -> tuple[ShippedSetting, ...]:
-    """One value per setting: a command that sets one twice is refused (which one nvcc keeps is
-    its own rule)."""
+# Settings ptxas takes the last of when a command sets them twice, checked with ptxas 13.0: the cubin
+# of `-Xptxas -O1 -Xptxas -O3` is that of `-Xptxas -O3` (and the other order's that of -O1), joined
+# with a comma or not, spelled -O or --opt-level; likewise two -Xptxas --maxrregcount. Any other
+# setting given two values is refused: which one the compiler keeps is not checked.
+LAST_WINS = frozenset({"ptxas.opt_level", "ptxas.maxrregcount"})
+
+
+def check_once(settings: Iterable[ShippedSetting],
+               where: str) -> tuple[tuple[ShippedSetting, ...], tuple[FixedFlag, ...]]:
+    """One value per setting, and the flags of the command overridden by a later one (recorded as
+    fixed and not applied, with why): a setting of `LAST_WINS` given twice takes the last value, as
+    ptxas does; any other given two values is refused."""
     found: dict[str, ShippedSetting] = {}
+    overridden: list[FixedFlag] = []
     for setting in settings:
         earlier = found.get(setting.name)
         if earlier is not None and earlier.value != setting.value:
-            raise ShippedFlagError(f"{where}: {shown(earlier.flag)} and {shown(setting.flag)} both set "
-                                   f"{setting.name}: keep one")
+            if setting.name not in LAST_WINS:
+                raise ShippedFlagError(f"{where}: {shown(earlier.flag)} and {shown(setting.flag)} both set "
+                                       f"{setting.name}: keep one")
+            later = setting.part or setting.flag
+            overridden.append(FixedFlag(earlier.part or earlier.flag, False,
+                                        f"overridden by the later {later}: ptxas takes the last {setting.name}"))
+            found[setting.name] = setting
         found.setdefault(setting.name, setting)
-    return tuple(found.values())
+    return tuple(found.values()), tuple(overridden)
 
 
 def value_text(value: Value) -> str:
