@@ -55,9 +55,11 @@ def test_a_signal_while_the_package_loads_says_one_line(hook: Path, number: sign
     assert (done.returncode, done.stderr, done.stdout) == (128 + number, f"{said}\n", ""), done
 
 
-def test_a_program_importing_the_package_keeps_its_own_ctrl_c(hook: Path) -> None:
-    """Not the command: its KeyboardInterrupt is its own to catch, the package's load notwithstanding."""
+@pytest.mark.parametrize("arguments", [[], ["-m", "compileiq"], ["--engine", "-m", "compileiq"]])
+def test_a_program_importing_the_package_keeps_its_own_ctrl_c(hook: Path, arguments: list[str]) -> None:
+    """Not the command: its KeyboardInterrupt is its own to catch, the package's load notwithstanding,
+    whatever its own arguments say (rev54 3: `prog -m compileiq` was taken for `python -m compileiq`)."""
     program = "try:\n    import compileiq\nexcept KeyboardInterrupt:\n    print('caught')\n"
-    done = subprocess.run([sys.executable, "-c", program], env=_env(hook, signal.SIGINT), capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", program, *arguments], env=_env(hook, signal.SIGINT),
+                          capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stdout) == (0, "caught\n"), done

@@ -20,11 +20,17 @@ originals: dict[int, Any] = {}  # the handlers `take_over` replaced, for the CLI
 
 def the_command() -> bool:
     """Whether this process is the `compileiq` command: the console script, or `python -m
-    compileiq` (while the package is found, argv[0] is "-m"; `orig_argv` names it either way)."""
+    compileiq` while the interpreter finds the package (argv[0] is "-m" then, and `orig_argv` names
+    the module: `-m compileiq`, `-Im compileiq`, `-mcompileiq`), never a program's own arguments
+    (`python prog.py -m compileiq`: argv[0] is prog.py)."""
     if os.path.basename(sys.argv[0]) == "compileiq":
         return True
-    words = list(getattr(sys, "orig_argv", ()))
-    return "-m" in words and words[words.index("-m") + 1:][:1] == ["compileiq"]
+    if sys.argv[0] != "-m":
+        return False
+    words = list(getattr(sys, "orig_argv", ()))[1:]
+    return any(word.startswith("-") and not word.startswith("--") and (
+        word.endswith("m") and words[index + 1:index + 2] == ["compileiq"] or word.endswith("mcompileiq"))
+        for index, word in enumerate(words))
 
 
 def take_over() -> None:
