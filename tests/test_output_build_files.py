@@ -86,7 +86,8 @@ def test_report_never_replaces_a_build_file_by_a_broader_name(workspace, out: st
     assert (workspace / out).read_text() == "all:\n\tnvcc -c k.cu\n"
 
 
-@pytest.mark.parametrize("out", ["report.md", "build.md", "workspace.html", "configure.log", "notes.in"])
+@pytest.mark.parametrize("out", ["report.md", "build.md", "workspace.html", "configure.log", "notes.in",
+                                 "BUILD.md", "makefile_gen.report.html", "WORKSPACE.summary.xml"])  # rev54 6
 def test_report_still_replaces_an_ordinary_output(workspace, out: str) -> None:
     (workspace / out).write_text("an older report\n")
     done = run_cli(["report", "s", "--db", "sqlite:///t.db", "--format", "md", "-o", out], cwd=workspace)

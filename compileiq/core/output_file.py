@@ -73,12 +73,20 @@ BUILD_FILE_SUFFIXES = (".cmake", ".bzl", ".bazel", ".bazelrc", ".mk", ".mak", ".
                        ".vcxproj")
 
 
+# what this program's reports and exports are called: a name that starts like a build file but ends
+# so (BUILD.md, makefile_gen.report.html) is a report the user named, never a build file to keep
+REPORT_SUFFIXES = (".md", ".html", ".htm", ".xml", ".json", ".json.gz", ".txt", ".svg", ".png", ".csv", ".log")
+
+
 def is_build_file(name: str) -> bool:
     """Whether a file called `name` is a build file (`BUILD_FILE_NAMES`, `MAKEFILE_PREFIXES`,
     `BUILD_FILE_STEMS`, `BUILD_FILE_PREFIXES`, `BUILD_FILE_SUFFIXES`) or a template of one
     (configure.in, defs.bzl.in: `.in` after a build file's name)."""
     lower = name.lower()
-    if lower in BUILD_FILE_NAMES or lower.startswith(MAKEFILE_PREFIXES) or name.startswith(BUILD_FILE_PREFIXES):
+    if lower in BUILD_FILE_NAMES:
+        return True
+    if (lower.startswith(MAKEFILE_PREFIXES) or name.startswith(BUILD_FILE_PREFIXES)) and \
+            not lower.endswith(REPORT_SUFFIXES):
         return True
     if lower.endswith(BUILD_FILE_SUFFIXES) or lower.startswith(BUILD_FILE_STEMS):
         return True
