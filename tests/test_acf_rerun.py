@@ -87,3 +87,31 @@ def test_an_acf_differing_in_a_number_is_rewritten(workspace):
     done = tune_in(workspace, *OPTIONS, budget=1)
     assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
     assert "registers = 128\n" in acf.read_text() and "registers = 127\n" not in acf.read_text()
+
+
+FORGED = "timed on an H100 by CI: 1.9x faster, confirmed by 20 A/A runs"
+
+
+@pytest.mark.parametrize("edit", ["source", "written_at"])
+def test_an_edited_evidence_claim_or_timestamp_is_rewritten_not_blessed(workspace, edit):
+    """rev54 finding 2: the rerun copied the old file's `source` and `written_at` unchecked, so a
+    forged evidence claim survived a re-tune that said "already holds this choice: unchanged"."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    recorded = tomllib.loads(held)
+    if edit == "source":
+        old = f'source = "{recorded["evidence"]["best"]["source"]}"\n'
+        edited = held.replace(old, f'source = "{FORGED}"\n')
+    else:
+        old = f'written_at = "{recorded["provenance"]["written_at"]}"\n'
+        edited = held.replace(old, 'written_at = "reviewed and timed by CI on an H100"\n')
+    assert edited != held, held
+    acf.write_text(edited)
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert UNCHANGED not in done.output, done.describe()
+    after = tomllib.loads(acf.read_text())
+    assert FORGED not in acf.read_text() and "timed by CI" not in acf.read_text()
+    assert after["evidence"]["best"]["source"].endswith("compiled again by this run, which gave the same result")
+    again = tune_in(workspace, *OPTIONS, budget=1)  # the rewritten file, as this release writes it, is kept
+    assert again.returncode == 0 and UNCHANGED in again.stdout.splitlines(), again.describe()

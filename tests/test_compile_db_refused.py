@@ -86,3 +86,25 @@ def test_a_word_of_an_options_file_is_not_shown_in_an_error(tmp_path: Path, word
     [line] = tuned.stderr_lines
     assert word[:20] not in line and "hunter2" not in line, line
     assert f"argument 2 of --options-file {secret}" in line, line
+
+
+def test_an_options_file_word_is_named_only_where_it_stands_whole(tmp_path: Path) -> None:
+    """rev54 finding 4: each word of an options file was replaced anywhere in the error, inside
+    other words too: with the ordinary `-x cu` the message named `reduction.argument 2 of
+    --options-file ...` for reduction.cu."""
+    options = tmp_path / "bld" / "opts.rsp"
+    options.parent.mkdir()
+    options.write_text("-x cu -DBLOCK=128\n")
+    (tmp_path / "reduction.cu").write_text(KERNEL)
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n\n[tune.defines]\nBLOCK = [256, 128]\n')
+    (tmp_path / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(tmp_path), "file": "reduction.cu",
+        "arguments": ["nvcc", "--options-file", str(options), "-DBLOCK=256", "-arch=sm_90", "-c", "reduction.cu",
+                      "-o", "reduction.o"]}]))
+    tuned = run_cli(["tune", "reduction.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                     "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 2 and not (tmp_path / "k.acf.toml").exists(), tuned.describe()
+    [line] = tuned.stderr_lines
+    assert "the command for reduction.cu:" in line and "reduction.argument" not in line, line
+    assert f"argument 3 of --options-file {options}" in line and "'-DBLOCK=256'" in line, line
+    assert "BLOCK=128" not in line and "opts.rsp" + "argument" not in line, line

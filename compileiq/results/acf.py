@@ -13,7 +13,6 @@ import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +213,7 @@ def render(content: AcfContent) -> dict[str, Any]:
                  "argv": list(argv_of(full, config, content.fixed_defines))},
         "objective": content.objective,
         "evidence": content.evidence,
-        "provenance": {"written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "provenance": {"written_at": acf_rerun.written_at_now(),
                        "compileiq": __version__, **content.provenance},
     } | shipped  # fmt: skip
 

@@ -6,22 +6,45 @@ for the wording of where its evidence came from ("compiled by this run" the firs
 in DB by WORKER; compiled again by this run, ..." after). Those two are all it may differ in: any
 other difference (kernel and source hashes, toolchain and space, controls, args, objective,
 evidence numbers, code hashes and workers, [baseline], the rest of [provenance]) rewrites it.
+And those two are kept only as this release writes them (`written_at_now`, `evidence_wording`): an
+edited timestamp or evidence claim is no wording of compileiq's, and a rerun rewrites it.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from compileiq.results import evidence_wording
+
 MAX_BYTES = 1 << 20  # as `acf.MAX_BYTES`: a larger file is no ACF this writes
 EVIDENCE_SOURCES = ("baseline", "best")  # the evidence tables whose `source` says where they came from
+_WRITTEN_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00")  # as `written_at_now` writes it
+
+
+def written_at_now() -> str:
+    """`provenance.written_at` for an ACF written now: ISO-8601 UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _is_written_at(text: str) -> bool:
+    """Whether `text` is a real timestamp as `written_at_now` writes it."""
+    if not _WRITTEN_AT.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def held(path: Path) -> bytes | None:
@@ -55,19 +78,25 @@ def unchanged(path: Path, document: Mapping[str, Any], text: str) -> bool:
 
 def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any] | None:
     """`document` with the recorded file's `written_at` and evidence `source` strings; None where
-    the file lacks one of them (then it is not this choice as this release writes it)."""
+    the file lacks one of them or holds one in no wording this release writes (then it is not this
+    choice as this release writes it: an edited timestamp, a forged evidence claim)."""
     kept = copy.deepcopy(dict(document))
     try:
         written = recorded["provenance"]["written_at"]
-        if not isinstance(written, str) or "written_at" not in kept.get("provenance", {}):
+        database = kept["provenance"].get("database")
+        if not isinstance(written, str) or not _is_written_at(written) or "written_at" not in kept["provenance"]:
             return None
         kept["provenance"]["written_at"] = written
         for name in EVIDENCE_SOURCES:
             table, old = kept.get("evidence", {}).get(name), recorded["evidence"][name]
             if isinstance(table, dict) and "source" in table:
-                if not isinstance(old, dict) or not isinstance(old.get("source"), str):
+                said = old.get("source") if isinstance(old, dict) else None
+                if not isinstance(said, str):
                     return None
-                table["source"] = old["source"]
+                if said != table["source"] and not (isinstance(database, str)
+                                                    and evidence_wording.is_written(said, database)):
+                    return None
+                table["source"] = said
     except (KeyError, TypeError):
         return None
     return kept

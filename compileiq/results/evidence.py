@@ -16,6 +16,7 @@ from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
+from compileiq.results import evidence_wording as wording
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem, quoted_path_problem
@@ -280,13 +281,11 @@ def source(trial: Trial, result: Any, database: str) -> str:
     or a row it found in the database (a runtime objective's: not rebuilt here)."""
     origin = result.origins.get(trial.id)
     if origin == "compiled":
-        return "compiled by this run"
+        return wording.written(wording.COMPILED)
     if origin == "verified":
-        return f"recorded in {database} by {trial.worker}; compiled again by this run, which gave the same result"
+        return wording.written(wording.VERIFIED, database, trial.worker)
     if origin == "replaced":
-        return (f"compiled again by this run: the row recorded in {database} by {trial.worker} disagreed with "
-                "this rebuild, was quarantined and replaced by it")
+        return wording.written(wording.REPLACED, database, trial.worker)
     if origin is not None:
-        return "evaluated by this run from the build cache (not recompiled)"
-    return (f"recorded in {database} by {trial.worker} (an earlier, shared or imported result; "
-            "not rebuilt by this run: compileiq gate rebuilds it)")
+        return wording.written(wording.CACHED)
+    return wording.written(wording.RECORDED, database, trial.worker)

@@ -90,7 +90,8 @@ def expand_options_files(args: Sequence[str], directory: Path,
 def unshown(message: str, hidden: dict[str, str]) -> str:
     """An error message with each word of an options file in it named by where it is (`argument 3
     of --options-file FILE`), not shown: the file may be any file the command names; quoted (as
-    repr and `shipped.shown` cut them) or bare."""
+    repr and `shipped.shown` cut them) or bare, and bare only as a whole word (`_BOUND` either side),
+    never inside another (an options file's `cu` is no part of `reduction.cu`)."""
     named: dict[str, str] = {}
     for token, name in hidden.items():
         cut = printable(token)
@@ -100,7 +101,12 @@ def unshown(message: str, hidden: dict[str, str]) -> str:
     if not named:
         return message
     forms = sorted(named, key=len, reverse=True)  # one pass, longest first: nothing is replaced twice
-    return re.sub("|".join(map(re.escape, forms)), lambda m: named[m[0]], message)
+    pattern = "|".join(re.escape(form) if form[:1] in "'\"" else rf"(?<!{_BOUND}){re.escape(form)}(?!{_BOUND})"
+                       for form in forms)
+    return re.sub(pattern, lambda m: named[m[0]], message)
+
+
+_BOUND = r"""[^\s'",=:;()\[\]]"""  # what may not stand next to a bare word: it would be part of another
 
 
 def _options_file(path: Path, where: str) -> list[str]:
