@@ -755,3 +755,12 @@ def test_gate_compile_commands_whose_command_for_the_kernel_cannot_be_read_is_ba
         gated.describe()
     named = _gate(tmp_path, "k.acf.toml", "--static")  # the ACF's own database, as it was: no change
     assert named.returncode == 0, named.describe()
+    # review rev54 5: a database with no command for the kernel at all (a monorepo configuration that
+    # does not build it) is no unreadable command: it warns stale-settings, as before
+    (tmp_path / "other.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -O3 -arch=sm_90 -c other.cu -o other.o", "file": "other.cu"}]))
+    elsewhere = _gate(tmp_path, "k.acf.toml", "--static", "--json", "--compile-commands", "other.json")
+    assert elsewhere.returncode == 0, elsewhere.describe()
+    [row] = json.loads(elsewhere.stdout)["acfs"]
+    [finding] = [f for f in row["findings"] if "no compile command for k.cu" in f["message"]]
+    assert (finding["rule"], finding["severity"], row["verdict"]) == ("stale-settings", "warn", "PASS"), row

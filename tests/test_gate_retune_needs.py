@@ -61,16 +61,23 @@ def test_the_retune_line_after_a_cuda_upgrade_says_it_needs_a_search_space_and_t
     findings = _gate(project, env=env)
     stale = next(f for f in findings if f["rule"] == "stale-toolchain")
     command = stale["command"]
-    assert command.startswith("re-tuning needs a compileiq with a search space for nvcc 13.1 (this one has 13.0)"), command
+    space = "re-tuning needs a compileiq with a search space for nvcc 13.1 (this one has 13.0)"
+    assert stale["needs"] == [space], stale  # said beside the command, never in it
+    assert shlex.split(command)[:2] == ["compileiq", "tune"], command
     assert f"--db sqlite:///{tuned}" in command, command  # the database is on this machine: named
     # in a clone on another machine: no build folder, no tuner's database
     shutil.rmtree(project / "build")
     tuned.unlink()
-    command = next(f for f in _gate(project, env=env) if f["rule"] == "stale-toolchain")["command"]
-    needs, _, pasted = command.partition("; then: ")
-    assert "regenerate build/compile_commands.json first (it is gone)" in needs, command
-    argv = shlex.split(pasted)
-    assert "--db" not in argv and argv[:2] == ["compileiq", "tune"], command  # the default: $COMPILEIQ_DB or store/
+    stale = next(f for f in _gate(project, env=env) if f["rule"] == "stale-toolchain")
+    assert "regenerate build/compile_commands.json first (it is gone)" in stale["needs"], stale
+    argv = shlex.split(stale["command"])
+    assert "--db" not in argv and argv[:2] == ["compileiq", "tune"], stale  # the default: $COMPILEIQ_DB or store/
+    # the text line: the needs in the message, and what follows "re-tune: " pasteable into a shell
+    text = run_cli(["gate", "k.acf.toml", "--static"], cwd=project, env=env).stdout
+    line = next(line for line in text.splitlines() if line.startswith("k.acf.toml: warn stale-toolchain"))
+    said, _, pasted = line.partition("; re-tune: ")
+    assert space in said and "regenerate build/compile_commands.json first (it is gone)" in said, line
+    assert shlex.split(pasted)[:2] == ["compileiq", "tune"], line
     # with this machine's own nvcc, the line is the command alone once the database is regenerated
     (project / "build").mkdir()
     compile_commands_file(project / "build", f"nvcc -Xptxas -O3 -arch=sm_90 -c {project / 'k.cu'} -o k.o",

@@ -34,7 +34,7 @@ from compileiq.gating.measuring import (
     recorded_of,
     sources,
 )
-from compileiq.gating.retune import recorded_program_options, retune_command
+from compileiq.gating.retune import recorded_program_options, retune_command, retune_needs
 from compileiq.gating.rules import (
     Defaults,
     Finding,
@@ -139,7 +139,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     recorded = recorded_of(target.acf)
     own = found.own
     measured = rebuild(target, toolchain, found.built)
-    retune = retune_command(target, measured, toolchain.nvcc_version)
+    retune = retune_command(target, measured)
     hits = static_hits(recorded, measured, retune, found.flags_only)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
     named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
@@ -148,6 +148,8 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
         hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says
     # a compile command was not checked (gone, unreadable) says nothing of tune.toml: its change is still said
     hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune)
+    needs = retune_needs(target, toolchain.nvcc_version)  # said in each finding, the command kept bare
+    hits = [replace(hit, needs=needs) if hit.command else hit for hit in hits]
     defaults = rebuild_defaults(target, toolchain, own, measured)
     hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
     hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)

@@ -39,7 +39,7 @@ def finding_line(finding: Finding) -> str:
     if finding.rule == BAD_INPUT:
         return f"{finding.severity.value} {finding.rule}: {finding.message}"
     command = f"; re-tune: {finding.command}" if finding.command else ""
-    return (f"{finding.severity.value} {finding.rule}: {finding.message} "
+    return (f"{finding.severity.value} {finding.rule}: {finding.said} "
             f"(recorded {finding.recorded}, measured {finding.measured}){command}")
 
 
@@ -150,7 +150,8 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
         "verdict": result.verdict,
         "findings": [{"rule": f.rule, "severity": f.severity.value, "recorded": f.recorded,
                       "measured": f.measured, "message": f.message,
-                      **({"command": f.command} if f.command else {})} for f in result.findings],
+                      **({"command": f.command} if f.command else {}),
+                      **({"needs": list(f.needs)} if f.needs else {})} for f in result.findings],
         "recorded": {**_metrics_json(r), "code_hash": r.code_hash},
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
                      "toolchain_build": m.toolchain_build, **_metrics_json(m)},

@@ -37,7 +37,7 @@ class Target(Protocol):
     def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands
 
 
-def retune_command(target: Target, measured: Measured, nvcc_version: str | None = None) -> str:
+def retune_command(target: Target, measured: Measured) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
     the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
     (`retune_measuring`), and database (a URL whose password the ACF shows as *** is left to
@@ -45,9 +45,8 @@ def retune_command(target: Target, measured: Measured, nvcc_version: str | None 
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
     and an ACF of another study is otherwise not replaced. A study the user named (not the
     default `<kernel>-<objective>-<8 hex>`, nor its longer-hash fallback) keeps its name with the
-    kernel's state now as a suffix (`retune_study`): the old name belongs to the old key. What
-    the command needs first is said before it (`retune_needs`): a search space for this machine's
-    nvcc (`nvcc_version`), the compilation database it names where that is gone."""
+    kernel's state now as a suffix (`retune_study`): the old name belongs to the old key. Only the
+    command: what it needs first (`retune_needs`) is said in the finding, never pasted with it."""
     acf = target.acf
     objective = str(acf.objective.get("name", "static"))
     database = str(acf.provenance.get("database", ""))
@@ -63,12 +62,10 @@ def retune_command(target: Target, measured: Measured, nvcc_version: str | None 
                        *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
                        *retune_space(acf.provenance.get("searched")), *db])
     tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
-    command = f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
-    needs = retune_needs(target, nvcc_version)
-    return f"{'; '.join(needs)}; then: {command}" if needs else command
+    return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
 
 
-def retune_needs(target: Target, nvcc_version: str | None) -> list[str]:
+def retune_needs(target: Target, nvcc_version: str | None) -> tuple[str, ...]:
     """What the re-tune command cannot run without, as a reader fixes it: a compileiq with a search
     space for the nvcc of this machine (after a CUDA upgrade, `tune` refuses one it has none for),
     and the compilation database the command names where it is gone (a CI clone without the build
@@ -80,7 +77,7 @@ def retune_needs(target: Target, nvcc_version: str | None) -> list[str]:
     shipped = shipped_from(target)
     if shipped and not is_file(Path(shipped[1])):
         needs.append(f"regenerate {shipped[1]} first (it is gone)")
-    return needs
+    return tuple(needs)
 
 
 def portable_database(database: str) -> bool:

@@ -148,6 +148,7 @@ class Hit:
     measured: str
     message: str
     command: str = ""  # what re-tunes the ACF (stale rules): printed last, so that it can be pasted
+    needs: tuple[str, ...] = ()  # what the command cannot run without (`retune_needs`): said before it
 
 
 @dataclass(frozen=True)
@@ -159,18 +160,24 @@ class Finding:
     recorded: str
     measured: str
     message: str
-    command: str = ""  # what re-tunes the ACF (stale rules)
+    command: str = ""  # what re-tunes the ACF (stale rules): a bare `compileiq tune ...`, pasteable
+    needs: tuple[str, ...] = ()  # what that command cannot run without, said before it
+
+    @property
+    def said(self) -> str:
+        """The message, and what the re-tune needs first (never part of the command)."""
+        return "; ".join((self.message, *self.needs))
 
     @property
     def text(self) -> str:
         """The message, and the command that fixes it when there is one."""
-        return f"{self.message}; re-tune: {self.command}" if self.command else self.message
+        return f"{self.said}; re-tune: {self.command}" if self.command else self.said
 
 
 def findings(hits: Iterable[Hit], table: Mapping[str, Severity]) -> tuple[Finding, ...]:
     """Apply severities (dropping rules that are off), in the fixed rule order."""
     ordered = sorted(hits, key=lambda hit: RULE_NAMES.index(hit.rule))
-    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message, h.command) for h in ordered
+    return tuple(Finding(h.rule, table[h.rule], h.recorded, h.measured, h.message, h.command, h.needs) for h in ordered
                  if table[h.rule] is not Severity.OFF)
 
 

@@ -68,6 +68,9 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
         f"database that ships is {database} (--compile-commands): the ACF is held to {database}", retune)]
     if read.problem in ("outside", "not-regular", "gone"):
         return [*other, _unchecked(recorded, read.detail, database)]
+    if read.problem == "no-command":  # the kernel is not built there (a configuration that leaves it out)
+        return [*other, Hit(RULE, recorded, "no command", f"{read.detail}: the kernel is not built by that "
+                            "database, and the gate cannot tell whether the ACF's baseline is still the build that ships")]
     command, spec = read.command, read.with_command
     if command is None or spec is None:
         return [*other, Hit(RULE, recorded, "unreadable", f"the compile command the ACF {'is held to' if given else 'was tuned from'} cannot be read "

@@ -23,11 +23,11 @@ from compileiq.core.space_files import load_space
 from compileiq.gating.retune import path_from_here
 from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import CompileCommand, read_command
-from compileiq.source.compile_db_file import NotADatabase, OutputGone, SeveralCommands
+from compileiq.source.compile_db_file import NoCommand, NotADatabase, OutputGone, SeveralCommands
 from compileiq.source.kernel import with_base_flags
 from compileiq.source.spec import KernelSpec
 
-Problem = Literal["outside", "not-regular", "gone", "not-a-database", "unreadable"]
+Problem = Literal["outside", "not-regular", "gone", "not-a-database", "no-command", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
             command = read_command(shown, found, load_space(acf.nvcc_version), tune_toml)
     except NotADatabase as error:  # not JSON, not a list of entries: it says nothing about the kernel
         return ShippedRead(database, given, problem="not-a-database", detail=first_line(str(error)))
-    except UsageError as error:  # no command for the kernel, or not one compileiq reads
+    except NoCommand as error:  # the kernel is not built in that database (another configuration's)
+        return ShippedRead(database, given, problem="no-command", detail=_said(error, given, shown, found))
+    except UsageError as error:  # a command for the kernel that compileiq does not read
         return ShippedRead(database, given, problem="unreadable", detail=_said(error, given, shown, found))
     try:
         with_command = with_base_flags(tune_toml, command.base_flags, f"{shown}: the command for {found.name}")
@@ -95,6 +97,8 @@ def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:
     a database the (untrusted) ACF named, none of them, as they may quote a token of that file."""
     if given:
         return first_line(str(error))
+    if isinstance(error, NoCommand):
+        return f"{shown}: no compile command for {found.name}"
     if isinstance(error, SeveralCommands):
         return (f"{shown}: several commands for {found.name} build it differently and the ACF records none "
                 "of them: re-tune with --compile-output OUTPUT to choose the one that ships")

@@ -27,6 +27,7 @@ from compileiq.source.arch_code import gencode, incompatible, paired, refused
 from compileiq.source.base_flags import SYSTEM, BaseFlagError, parse_base_flags
 from compileiq.source.compile_db_file import (
     CompileDbError,
+    NoCommand,
     OutputGone,
     SeveralCommands,
     entries,
@@ -150,7 +151,7 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
         if (directory / entry["file"]).resolve() == wanted:
             found.append((printable(output_of(entry) or f"entry {index}"), entry, directory.resolve()))
     if not found:
-        raise CompileDbError(f"{database}: no compile command for {source}")
+        raise NoCommand(f"{database}: no compile command for {source}")
     names = [name for name, _, _ in found]
     macros = Macros.of(spec)
     readings: list[tuple[object, ...] | None] = []  # None: a command compileiq does not read

@@ -20,6 +20,10 @@ class CompileDbError(UsageError):
     tuned flags compileiq cannot reproduce."""
 
 
+class NoCommand(CompileDbError):
+    """A database with no command for the file at all (a kernel built only in another configuration)."""
+
+
 class SeveralCommands(CompileDbError):
     """Several commands for the file that build it differently, and none chosen."""
 
