@@ -247,18 +247,20 @@ def scored_problem(trial: Trial, key: StudyKey) -> str | None:
         if value is None or not _finite(value) or abs(value - expected) > 1e-9 * max(1.0, abs(expected)):
             return (f"its value {metric_ranges.shown(trial.value)} is not what its metrics give for "
                     f"{names[0]} ({expected:.12g})")
-    return kind_problem(trial, key)
+    return kind_problem(trial, key, with_median=True)
 
 
-def kind_problem(trial: Trial, key: StudyKey) -> str | None:
+def kind_problem(trial: Trial, key: StudyKey, with_median: bool = False) -> str | None:
     """Why a complete trial is not of the kind its study's row says (a runtime study's a timing, as
     `evaluate.timing` records one; a static study's no timing), else None: a study row relabelled in
-    a shared database would show static scores as milliseconds on a GPU, or timings as scores."""
+    a shared database would show static scores as milliseconds on a GPU, or timings as scores.
+    `with_median`: a timing must hold its median_ms too (an import); a program's run that an earlier
+    compileiq recorded without one is still a timing its own database reads back."""
     if trial.state is not TrialState.COMPLETE or not isinstance(trial.metrics, dict):
         return None
     timing = trial.metrics.get("kind") == RUNTIME_KIND
     if key.evaluator != STATIC_EVALUATOR or "time" in key.objective.split(","):
-        if not (timing and _finite(trial.metrics.get("median_ms"))):
+        if not timing or with_median and not _finite(trial.metrics.get("median_ms")):
             return "a trial of a GPU runtime study that is no timing (its metrics hold no runtime kind and median_ms)"
     elif timing:
         return "a trial of a static study that is a GPU timing (its metrics hold the runtime kind)"
