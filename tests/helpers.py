@@ -228,6 +228,19 @@ def tuned_from_command(folder: Path, command: str, *options: str, source: str, b
     return folder / "k.acf.toml"
 
 
+def tuned_quickly(folder: Path, source: str, only: str, budget: int, tune_toml: str | None = None) -> Path:
+    """`source` (and `tune_toml`) written in `folder` as k.cu and tuned on `only` for instructions on
+    sm_90, study "s" in folder/t.db, no simplification; it must succeed: the folder."""
+    (folder / "k.cu").write_text(source)
+    if tune_toml is not None:
+        (folder / "tune.toml").write_text(tune_toml)
+    done = run_cli(["tune", "k.cu", "--budget", str(budget), "--workers", "local", "--no-simplify", "--objective",
+                    "instructions", "--only", only, "--arch", "sm_90", "--db", "sqlite:///t.db",
+                    "--study", "s", "--out", "k.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return folder
+
+
 # A kernel no test has tuned before: 128 live floats per thread under a 2-blocks-of-256 bound.
 # ptxas 13.0 spills 424 + 628 bytes at its defaults; overriding the bound removes the spills, so a
 # search's winner has non-default settings.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import run_cli, workspace_copy
+from helpers import run_cli, tuned_quickly, workspace_copy
 
 EDITS = {
     "frontend": lambda args: args["frontend"].extend(["-Xcompiler=-include,/etc/passwd", "--run"]),
@@ -22,15 +22,9 @@ EDITS = {
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> Path:
-    workspace = tmp_path_factory.mktemp("stageargs")
-    (workspace / "k.cu").write_text("#ifndef BLOCK\n#define BLOCK 1\n#endif\n"
-                                    "__global__ void k(float* p) { p[threadIdx.x] = BLOCK; }\n")
-    (workspace / "tune.toml").write_text("[tune.defines]\nBLOCK = [1, 2]\n")
-    done = run_cli(["tune", "k.cu", "--budget", "2", "--workers", "local", "--no-simplify", "--objective",
-                    "instructions", "--only", "define.BLOCK", "--arch", "sm_90", "--db", "sqlite:///t.db",
-                    "--study", "s", "--out", "k.acf.toml"], cwd=workspace)
-    assert done.returncode == 0, done.describe()
-    return workspace
+    return tuned_quickly(tmp_path_factory.mktemp("stageargs"), "#ifndef BLOCK\n#define BLOCK 1\n#endif\n"
+                         "__global__ void k(float* p) { p[threadIdx.x] = BLOCK; }\n", "define.BLOCK", 2,
+                         "[tune.defines]\nBLOCK = [1, 2]\n")
 
 
 def test_an_acf_as_tune_wrote_it_still_reads(tuned) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import CliResult, run_cli, workspace_copy
+from helpers import CliResult, run_cli, tuned_quickly, workspace_copy
 
 BUILD_FILES = {
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.24)\nproject(x LANGUAGES CUDA)\nadd_library(k k.cu)\n",
@@ -30,13 +30,8 @@ PTX = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory) -> Path:
-    workspace = tmp_path_factory.mktemp("buildfiles")
-    (workspace / "k.cu").write_text("__global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n")
-    done = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--no-simplify", "--objective",
-                    "instructions", "--only", "ptxas.opt_level", "--arch", "sm_90", "--db", "sqlite:///t.db",
-                    "--study", "s", "--out", "k.acf.toml"], cwd=workspace)
-    assert done.returncode == 0, done.describe()
-    return workspace
+    return tuned_quickly(tmp_path_factory.mktemp("buildfiles"),
+                         "__global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n", "ptxas.opt_level", 1)
 
 
 @pytest.fixture()
