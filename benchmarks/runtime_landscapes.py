@@ -15,8 +15,8 @@ Tuner's 1e20 is a failure). The same rules for every strategy:
 - Simulated time = the sum, over the configurations charged, of their recorded `compile_time +
   benchmark_time` (serial, one GPU, whole batches too), in seconds.
 - A run ends when it reaches the 1% target (so also 5%), when it has `--cap` evaluations, or when
-  the strategy stops by itself. A target it did not reach is charged what the run spent (at
-  least the cap's evaluations): the cap only flatters whoever needs more than it. The table
+  the strategy stops by itself. A target it did not reach is charged the cap + 1,
+  every such run alike, whatever it spent: the cap only flatters whoever needs more than it. The table
   says how many runs reached each target.
 
 How each strategy is driven:
