@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from compileiq.core.records import StudyKey, TrialState
+from compileiq.core.records import RUNTIME_KIND, StudyKey, TrialState
 from compileiq.core.space_files import load_space
 from compileiq.results import acf
 from compileiq.store import Store
@@ -116,7 +116,8 @@ def _runtime_study(url: str, decisions: list[dict | None]) -> None:
         for number, (level, ms) in enumerate(((3, 1.0), (2, 0.8), (1, 0.9))):
             trial = store.claim_trial(study.id, f"k{number}", {"ptxas.opt_level": level}, "w1")
             store.finish_trial(trial.id, state=TrialState.COMPLETE, value=ms, reason=None,
-                               metrics={"spill_bytes": 0, "occupancy": 1.0}, code_hash=str(number) * 64,
+                               metrics={"spill_bytes": 0, "occupancy": 1.0, "kind": RUNTIME_KIND, "median_ms": ms},
+                               code_hash=str(number) * 64,
                                compile_seconds=0.1)
         for decision in decisions:
             run = store.start_run(study.id, "w1", {"budget": 3})
