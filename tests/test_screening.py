@@ -21,7 +21,7 @@ import pytest
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.build.compile import Build, BuildStatus, EntryResources, PtxResult
 from compileiq.build.workers import VariantJob, VariantResult
-from compileiq.core.records import Trial, TrialState
+from compileiq.core.records import RUNTIME_KIND, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate import eligibility, screening
@@ -77,6 +77,15 @@ class FakePtxas:
         pass
 
 
+def timed(evaluation: Evaluation) -> Evaluation:
+    """The evaluation as the GPU evaluator records a timing (`evaluate.timing`: the runtime kind and
+    its median), which a runtime study's every view holds its trials to."""
+    if evaluation.value is None:
+        return evaluation
+    return Evaluation(evaluation.value, evaluation.reason,
+                      {**evaluation.metrics, "kind": RUNTIME_KIND, "median_ms": evaluation.value})
+
+
 class FakeGpu:
     """A runtime evaluator: static facts from the build, the time from `runtime_ms`; each
     machine code is measured once (as the measurement cache does)."""
@@ -95,7 +104,7 @@ class FakeGpu:
             level, _, spills, cache = facts(_ptxas_args(config))
             self._times[code] = runtime_ms(level, spills, cache)
             self.measured.append((config, static, self._times[code]))
-        return Evaluation(self._times[code], None, {**static, "kind": "runtime"})
+        return timed(Evaluation(self._times[code], None, static))
 
     def measurements_to_best(self) -> int | None:
         return next((i + 1 for i, (_, _, ms) in enumerate(self.measured) if ms <= BEST_MS + 1e-9), None)
@@ -254,7 +263,7 @@ def test_screening_with_the_real_compiler_measures_only_what_the_rules_allow(tmp
         def evaluate(self, build: Build, config: Config) -> Evaluation:
             static = self._static.evaluate(build, config)
             self.measured.append((config, static.metrics, 0.0))
-            return static
+            return timed(static)
 
     gpu = StaticGpu(spec)
     request = TuneRequest(spec, space, "time", budget=9, search=SearchSettings("bayes", 0), simplify=False,
@@ -300,7 +309,7 @@ class StaticStandIn(FakeGpu):
     def evaluate(self, build: Build, config: Config) -> Evaluation:
         static = self._static.evaluate(build, config)
         self.measured.append((config, static.metrics, static.value or 0.0))
-        return static
+        return timed(static)
 
 
 @pytest.mark.parametrize("policy", [screening.ScreeningPolicy(), screening.ScreeningPolicy(tilings=False, repair=False)],
