@@ -24,7 +24,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
-from compileiq.results import acf, acf_replace, acf_rerun, evidence
+from compileiq.results import acf, acf_replace, evidence
 from compileiq.source import notes, restrictions
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import TUNE_FILE, KernelSpec, SourceBundle
@@ -279,9 +279,7 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                        narrowed(options))
-        before = acf_rerun.held(path)
-        acf.write(path, content, options.force, inputs)
-        unchanged = before is not None and acf_rerun.held(path) == before
+        unchanged = acf.write(path, content, options.force, inputs).unchanged
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display, unchanged)

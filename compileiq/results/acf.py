@@ -218,7 +218,16 @@ def render(content: AcfContent) -> dict[str, Any]:
     } | shipped  # fmt: skip
 
 
-def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Path:
+@dataclass(frozen=True)
+class Written:
+    """Where `write` put an ACF, and whether the file there held this choice already (then it was
+    left byte for byte: what `tune` reports as "unchanged")."""
+
+    path: Path
+    unchanged: bool
+
+
+def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Written:
     """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
     back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
     (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).
@@ -233,9 +242,10 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
     acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force, after_run=True, inputs=inputs)
-    if not acf_rerun.unchanged(path, document, text):
+    unchanged = acf_rerun.unchanged(path, document, text)
+    if not unchanged:
         write_atomically(path, text.encode("utf-8"))
-    return path
+    return Written(path, unchanged)
 
 
 def check_writable(path: Path) -> None:

@@ -88,8 +88,9 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
             return None
         kept["provenance"]["written_at"] = written
         for name in EVIDENCE_SOURCES:
-            table, old = kept.get("evidence", {}).get(name), recorded["evidence"][name]
+            table = kept.get("evidence", {}).get(name)
             if isinstance(table, dict) and "source" in table:
+                old = recorded["evidence"][name]
                 said = old.get("source") if isinstance(old, dict) else None
                 if not isinstance(said, str):
                     return None
