@@ -115,3 +115,39 @@ def test_an_edited_evidence_claim_or_timestamp_is_rewritten_not_blessed(workspac
     assert after["evidence"]["best"]["source"].endswith("compiled again by this run, which gave the same result")
     again = tune_in(workspace, *OPTIONS, budget=1)  # the rewritten file, as this release writes it, is kept
     assert again.returncode == 0 and UNCHANGED in again.stdout.splitlines(), again.describe()
+
+
+def _claims(database: str) -> dict[str, str]:
+    """compileiq's own evidence wordings, filled in by a forger: a quarantine that never happened,
+    a verifying worker that does not exist, a cache hit, a row not rebuilt."""
+    return {
+        "replaced": (f"compiled again by this run: the row recorded in {database} by alice-workstation:4242 "
+                     "disagreed with this rebuild, was quarantined and replaced by it"),
+        "other-worker": f"recorded in {database} by ci-h100-trusted:1; compiled again by this run, which gave the same result",
+        "cached": "evaluated by this run from the build cache (not recompiled)",
+        "recorded": (f"recorded in {database} by ci-h100-trusted:1 (an earlier, shared or imported result; "
+                     "not rebuilt by this run: compileiq gate rebuilds it)"),
+    }
+
+
+@pytest.mark.parametrize("claim", ["replaced", "other-worker", "cached", "recorded"])
+@pytest.mark.parametrize("table", ["baseline", "best"])
+def test_a_forged_claim_in_compileiqs_own_wording_is_rewritten(workspace, claim, table):
+    """red55 finding 1: the rerun kept any of compileiq's five wordings with any host:pid, so a
+    hand-edited ACF accusing a made-up worker of a quarantined row, or naming a verifier that never
+    ran, was called "already holds this choice: unchanged" and kept byte for byte. Only the wording
+    this run writes, or the first run's "compiled by this run" for the row this run verified, stands."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    recorded = tomllib.loads(held)
+    source = recorded["evidence"][table]["source"]
+    forged = _claims(recorded["provenance"]["database"])[claim]
+    edited = held.replace(f'source = "{source}"\n', f'source = "{forged}"\n', 1)
+    assert edited != held, held
+    acf.write_text(edited)
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert forged not in acf.read_text() and "alice-workstation" not in acf.read_text()
+    written = tomllib.loads(acf.read_text())["evidence"][table]
+    assert written["source"].endswith("compiled again by this run, which gave the same result")
+    assert f"by {written['worker']};" in written["source"]

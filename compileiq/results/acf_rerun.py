@@ -94,8 +94,9 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
                 said = old.get("source") if isinstance(old, dict) else None
                 if not isinstance(said, str):
                     return None
-                if said != table["source"] and not (isinstance(database, str)
-                                                    and evidence_wording.is_written(said, database)):
+                worker = table.get("worker")
+                if not (isinstance(database, str) and isinstance(worker, str)
+                        and evidence_wording.stands_for(said, table["source"], database, worker)):
                     return None
                 table["source"] = said
     except (KeyError, TypeError):

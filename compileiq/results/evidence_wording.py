@@ -1,14 +1,13 @@
-"""The wordings an ACF's evidence `source` is written in, and the strict matcher for them.
+"""The wordings an ACF's evidence `source` is written in, and which older claim may stand for a new one.
 
-`evidence.source` writes them; `acf_rerun` masks an older file's `source` only where it is one of
-them, word for word (its database the one the new file names, its worker a `host:pid`): an edited
-claim ("timed on an H100 by CI") is no wording of this module's, so a rerun rewrites it. Both use
-the templates below, so the writer and the matcher cannot drift apart.
+`evidence.source` writes them; `acf_rerun` masks an older file's `source` only where it is the
+claim this run makes of that row, or the first run's "compiled by this run" of the row this run
+read back and verified (`stands_for`): an edited claim ("timed on an H100 by CI", or one of these
+wordings naming another worker or a quarantine) is rewritten. Both use the templates below, so the
+writer and the matcher cannot drift apart.
 """
 
 from __future__ import annotations
-
-import re
 
 COMPILED = "compiled by this run"
 VERIFIED = "recorded in {database} by {worker}; compiled again by this run, which gave the same result"
@@ -17,22 +16,19 @@ REPLACED = ("compiled again by this run: the row recorded in {database} by {work
 CACHED = "evaluated by this run from the build cache (not recompiled)"
 RECORDED = ("recorded in {database} by {worker} (an earlier, shared or imported result; "
             "not rebuilt by this run: compileiq gate rebuilds it)")
-WORDINGS = (COMPILED, VERIFIED, REPLACED, CACHED, RECORDED)
-
-_WORKER = r"[A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+"  # `claims.worker_name()`: host:pid
 
 
 def written(template: str, database: str = "", worker: str = "") -> str:
-    """`template` (one of WORDINGS) as `evidence.source` writes it."""
+    """`template` (one of the wordings above) as `evidence.source` writes it."""
     return template.format(database=database, worker=worker)
 
 
-def is_written(text: str, database: str) -> bool:
-    """Whether `text` is, word for word, one of WORDINGS naming `database` (and a host:pid worker)."""
-    return any(re.fullmatch(_pattern(template, database), text) for template in WORDINGS)
-
-
-def _pattern(template: str, database: str) -> str:
-    parts = re.split(r"(\{database\}|\{worker\})", template)
-    held = {"{database}": re.escape(database), "{worker}": _WORKER}
-    return "".join(held.get(part, re.escape(part)) for part in parts)
+def stands_for(old: str, new: str, database: str, worker: str) -> bool:
+    """Whether an older file's `old` claim may stand in for this run's `new` one: the same words,
+    or the first run's "compiled by this run" where this run read that row back from `database`
+    (recorded by `worker`, as the table says) and verified it by a rebuild, or did not rebuild a
+    runtime. Any other wording, even one of WORDINGS (a quarantine that never happened, a verifier
+    that never ran, a cache hit), is a claim this run cannot make: the file is rewritten."""
+    if old == new:
+        return True
+    return old == COMPILED and new in (written(VERIFIED, database, worker), written(RECORDED, database, worker))
