@@ -148,3 +148,26 @@ def test_settings_other_studies_refused_are_proposed_later_never_forbidden():
     searcher.discourage(prior.discouraged)
     levels = {c.as_dict()["ptxas.opt_level"] for c in searcher.ask(space.size())}
     assert {0, 1} <= levels  # later, not never
+
+
+def test_a_rerun_with_its_budget_spent_keeps_the_acf_and_its_warm_start_line(tmp_path, kernels):
+    """user55 finding 2: the rerun of a finished study has no warm start (nothing is left to try
+    first), so its ACF lost the first run's `warm_start` line and was rewritten: the documented CI
+    check (re-tune, `git diff --exit-code`) failed on an unchanged tree. The warm start is the
+    study's: the run that had it records it, and a later run of the study writes it again."""
+    a, b = kernels
+    app.tune(_options(tmp_path, a), SilentProgress())
+    first = app.tune(_options(tmp_path, b), SilentProgress())
+    held = first.acf_path.read_bytes()
+    assert acf.read(first.acf_path).provenance["warm_start"].startswith("1 configuration from 1 study")
+    again = app.tune(_options(tmp_path, b), SilentProgress())
+    assert again.acf_unchanged and first.acf_path.read_bytes() == held
+
+
+@pytest.mark.parametrize("forged", ["timed on an H100 by CI", "1 configuration from 1 study of other sources "
+                                    "(other kernels, or this one as it was) tried first, 4 settings they refused "
+                                    "proposed later; verified on 8 GPUs", 7, None, ["1 configuration"]])
+def test_a_run_rows_warm_start_is_read_only_in_the_wording_compileiq_writes(forged):
+    # a run row is untrusted: only `Prior.note`'s own words become the ACF's provenance line
+    real = transfer.Prior((), frozenset({("ptxas.opt_level", 1)}), 2).note
+    assert transfer.is_note(real) and not transfer.is_note(forged)
