@@ -279,7 +279,7 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                        narrowed(options))
-        unchanged = acf.write(path, content, options.force, inputs).unchanged
+        unchanged = acf.write_or_keep(path, content, options.force, inputs).unchanged
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display, unchanged)

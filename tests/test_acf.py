@@ -27,7 +27,7 @@ def tuned_space():
 
 def _written(tmp_path: Path, space, values) -> Path:
     config = space.default_config().with_values(values)
-    return acf.write(tmp_path / "k.acf.toml", _content(space, config)).path
+    return acf.write(tmp_path / "k.acf.toml", _content(space, config))
 
 
 def test_round_trip_keeps_controls_and_flags(tmp_path, tuned_space):
@@ -93,7 +93,7 @@ def _built_for(tmp_path: Path, space, arch: str, baseline: dict | None = None) -
     evidence = {"best": {"spill_bytes": 0, "arch": arch}, "baseline": {"spill_bytes": 0, "arch": arch}}
     from dataclasses import replace
 
-    return acf.write(tmp_path / "k.acf.toml", replace(content, evidence=evidence, baseline=baseline)).path
+    return acf.write(tmp_path / "k.acf.toml", replace(content, evidence=evidence, baseline=baseline))
 
 
 def test_an_acf_whose_kernel_arch_was_edited_away_from_its_evidence_is_refused(tmp_path, tuned_space):
@@ -127,10 +127,10 @@ def test_an_acf_whose_kernel_arch_is_a_left_out_arch_of_its_compile_command_is_r
 def test_write_says_whether_the_file_held_this_choice_already(tmp_path, tuned_space):
     # `tune` reports "unchanged" from this one answer (it used to compare the file's bytes itself)
     config = tuned_space.default_config().with_values({"ptxas.maxrregcount": 64})
-    first = acf.write(tmp_path / "k.acf.toml", _content(tuned_space, config))
+    first = acf.write_or_keep(tmp_path / "k.acf.toml", _content(tuned_space, config))
     held = first.path.read_bytes()
     assert not first.unchanged
-    again = acf.write(first.path, _content(tuned_space, config))
+    again = acf.write_or_keep(first.path, _content(tuned_space, config))
     assert again.unchanged and again.path.read_bytes() == held
-    other = acf.write(first.path, _content(tuned_space, config.with_values({"ptxas.maxrregcount": 32})))
+    other = acf.write_or_keep(first.path, _content(tuned_space, config.with_values({"ptxas.maxrregcount": 32})))
     assert not other.unchanged and other.path.read_bytes() != held

@@ -535,3 +535,26 @@ def test_bazel_output_names_the_shipped_flags_to_remove_as_the_cmake_output_does
         assert shown.returncode == 0 and shown.stdout.splitlines()[0] == note, shown.describe()
     bazel = run_cli(["flags", "k.acf.toml", "--format", "bazel"], cwd=tmp_path).stdout
     assert bazel.splitlines()[1].startswith("# compileiq: kernel ") and "cuda_library(" in bazel, bazel
+
+
+def test_json_names_the_source_from_where_flags_ran_as_its_include_folders(tmp_path: Path) -> None:
+    """user55 finding 4: `source` was the ACF's own path (relative to the ACF's folder) beside `-I`
+    folders named from where `flags` ran, so a build from the two keys failed: No such file. Both
+    are from here now; the ACF's own path is `source_in_acf`."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "include").mkdir()
+    (tmp_path / "src" / "include" / "scale.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "src" / "k.cu").write_text('#include "scale.h"\n'
+                                          "__global__ void k(float *x) { x[threadIdx.x] *= SCALE; }\n")
+    (tmp_path / "src" / "tune.toml").write_text('include_dirs = ["include"]\n')
+    done = run_cli(["tune", "src/k.cu", "--budget", "1", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "store/k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = run_cli(["flags", "store/k.acf.toml", "--format", "json"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    document = json.loads(shown.stdout)
+    assert document["source"] == "src/k.cu" and document["source_in_acf"] == "../src/k.cu"
+    assert document["base"] == ["-Isrc/include"]
+    built = subprocess.run(["nvcc", *document["flags"], *document["base"], "-c", document["source"],
+                            "-o", "k.o"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr

@@ -164,9 +164,9 @@ def test_a_rerun_with_its_budget_spent_keeps_the_acf_and_its_warm_start_line(tmp
     assert again.acf_unchanged and first.acf_path.read_bytes() == held
 
 
-@pytest.mark.parametrize("forged", ["timed on an H100 by CI", "1 configuration from 1 study of other sources "
+@pytest.mark.parametrize("forged", ["timed on an H100 by CI", ("1 configuration from 1 study of other sources "
                                     "(other kernels, or this one as it was) tried first, 4 settings they refused "
-                                    "proposed later; verified on 8 GPUs", 7, None, ["1 configuration"]])
+                                    "proposed later; verified on 8 GPUs"), 7, None, ["1 configuration"]])
 def test_a_run_rows_warm_start_is_read_only_in_the_wording_compileiq_writes(forged):
     # a run row is untrusted: only `Prior.note`'s own words become the ACF's provenance line
     real = transfer.Prior((), frozenset({("ptxas.opt_level", 1)}), 2).note

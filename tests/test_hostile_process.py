@@ -508,7 +508,7 @@ def test_out_refuses_what_is_not_a_regular_file_before_tuning(name: str, tmp_pat
 def test_an_acf_is_never_written_through_a_symlink(tmp_path: Path) -> None:
     # A link's target may lie outside the folder named; a dangling one had the write create it,
     # folders and all. The link's own folder may be a link.
-    real = acf.write(tmp_path / "real.acf.toml", _content()).path
+    real = acf.write(tmp_path / "real.acf.toml", _content())
     before = real.read_bytes()
     link = _link(tmp_path / "k.acf.toml", Path("real.acf.toml"))
     with pytest.raises(OutputFileError, match=f"cannot write {link}: it is a symbolic link"):
@@ -522,7 +522,7 @@ def test_an_acf_is_never_written_through_a_symlink(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o664, 0o600])
 def test_a_rewritten_acf_keeps_its_mode(mode: int, tmp_path: Path) -> None:
-    path = acf.write(tmp_path / "k.acf.toml", _content()).path
+    path = acf.write(tmp_path / "k.acf.toml", _content())
     path.chmod(mode)
     acf.write(path, _content({"ptxas.opt_level": 2}))
     assert stat.S_IMODE(path.stat().st_mode) == mode
@@ -531,7 +531,7 @@ def test_a_rewritten_acf_keeps_its_mode(mode: int, tmp_path: Path) -> None:
 def test_a_new_acf_follows_the_umask(tmp_path: Path) -> None:
     previous = os.umask(0o027)
     try:
-        path = acf.write(tmp_path / "k.acf.toml", _content()).path
+        path = acf.write(tmp_path / "k.acf.toml", _content())
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
@@ -563,7 +563,7 @@ FULL_DISK = textwrap.dedent(
 
 
 def test_a_failed_write_leaves_the_old_acf_and_no_temporary_file(tmp_path: Path) -> None:
-    path = acf.write(tmp_path / "k.acf.toml", _content()).path
+    path = acf.write(tmp_path / "k.acf.toml", _content())
     before = path.read_bytes()
     done = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), str(Path(__file__).parent)],
                           capture_output=True, text=True, timeout=60, check=False,

@@ -227,7 +227,13 @@ class Written:
     unchanged: bool
 
 
-def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Written:
+def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Path:
+    """Write the ACF (`write_or_keep`); its path."""
+    return write_or_keep(path, content, force, inputs).path
+
+
+def write_or_keep(path: Path, content: AcfContent, force: bool = False,
+                  inputs: tuple[tuple[str, Path], ...] = ()) -> Written:
     """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
     back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
     (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).

@@ -172,7 +172,8 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
     return {
         "acf": str(acf.path),
         "kernel": acf.kernel,
-        "source": acf.source_path,
+        "source": acf.source_from_here(),  # from the folder `flags` runs in, as the -I folders of "base"
+        "source_in_acf": acf.source_path,  # as the ACF records it: relative to the ACF's folder
         "arch": acf.arch,
         "cuda_architectures": cuda_architectures(acf),
         "arch_flags": list(arch_words(acf, stage)),  # what --no-arch leaves out (the CMake package: OFF)
