@@ -10,6 +10,10 @@
    order) and accepted them all into one study: a study's parameters are its first trial's.
 4. One unfinished trial beside rejected ones made `db import` create an empty study and add builds.
 5. A trial whose config is not of the study's parameters crashed `show STUDY` (a KeyError).
+6. The row of the trial the last run chose and verified, edited to no spills and a value of 0: every
+   view said the run's choice "names no complete trial with its recorded value", replayed, and showed
+   the edited row as chosen with its forged numbers. That row is now skipped by every view, which
+   says why (the run, both values, re-tune), and nothing in the database changes.
 """
 
 from __future__ import annotations
@@ -119,6 +123,36 @@ def test_a_decision_past_any_number_is_no_decision_not_a_crash(tuned: tuple[Path
     shown = json.loads(_cli(folder, db, "show", "st", "--json"))
     assert shown["study"]["chosen"] == chosen and "run 2's recorded choice names no complete trial" in shown["notes"][0]
     _cli(folder, db, "report", "st", "--format", "md", "-o", "r2.md")
+
+
+def test_an_edited_chosen_row_is_never_shown_as_the_choices_evidence(tuned: tuple[Path, int, int]) -> None:
+    folder, chosen, _ = tuned
+    db = _copy(folder, "c1.db")
+    recorded = _value(db, chosen)
+    connection = sqlite3.connect(db)
+    connection.execute("update trials set value = 0.0, metrics = json_set(metrics, '$.spill_bytes', 0, "
+                       "'$.entries[0].spill_store_bytes', 0, '$.entries[0].spill_load_bytes', 0) where number = ?",
+                       (chosen,))
+    connection.commit()
+    connection.close()
+    note = (f"skipped trial #{chosen}, run 1's recorded choice: its row holds 0, not the {recorded:g} run 1 recorded "
+            "of its choice and verified by a rebuild (the row changed since that run); replayed from its trials "
+            "without it; re-tune to rebuild it")
+    (listed,) = json.loads(_cli(folder, db, "show", "--json"))
+    assert listed["chosen"] != chosen and "recorded choice's row changed since that run" in listed["best_is"], listed
+    shown = json.loads(_cli(folder, db, "show", "st", "--json", "--top", "100"))
+    assert shown["study"]["chosen"] != chosen and note in shown["notes"], shown["notes"]
+    assert chosen not in [t["number"] for t in shown["trials"]], shown["trials"][:2]
+    assert shown["decided_by"] == "the study's rules, replayed over its trials", shown["decided_by"]
+    why = json.loads(_cli(folder, db, "show", "st", "--why", "--json"))
+    assert why["chosen"] == shown["study"]["chosen"] and note in why["notes"], why
+    assert note in " ".join(_cli(folder, db, "show", "st").split())
+    for form, name in (("md", "c1.md"), ("html", "c1.html")):
+        _cli(folder, db, "report", "st", "--format", form, "-o", name)
+        report = (folder / name).read_text()
+        assert f"chosen (trial #{chosen})" not in report and f"chosen (trial #{shown['study']['chosen']})" in report
+        assert "re-tune to rebuild it" in report
+    assert _value(db, chosen) == 0.0  # a view changes nothing
 
 
 def test_a_row_of_other_parameters_is_skipped_never_the_choice(tuned: tuple[Path, int, int]) -> None:

@@ -111,17 +111,19 @@ def test_a_single_objective_studys_views_show_the_acfs_choice_after_a_row_is_edi
     forged = _forge(tmp_path / "m.db", chosen, "instructions")
     note = f"the rows now give #{forged}: changed since run 1 chose #{chosen}, its ACF's choice"
     _views_agree(tmp_path, tmp_path / "m.db", chosen, note)
-    # the chosen row itself edited (its value no longer the recorded one): no view follows the run row
+    # the chosen row itself edited (its value no longer the recorded one): no view follows the run row,
+    # and none shows that row (it is skipped, said so: test_forged_decisions)
     connection = sqlite3.connect(tmp_path / "m.db")
     connection.execute("update trials set value = value + 1 where number = ?", (chosen,))
     connection.commit()
     connection.close()
     (listed,) = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "--json"))
-    assert listed["chosen"] == forged and "does not match the rows" in listed["best_is"], listed
+    assert listed["chosen"] == forged and "recorded choice's row changed since that run" in listed["best_is"], listed
     why = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "st", "--why", "--json"))
     assert why["chosen"] == forged and why["decided_by"] == "the study's rules, replayed over its trials", why
-    assert why["notes"] == [("run 1's recorded choice names no complete trial with its recorded value (or no valid "
-                             "pick rule): not followed; replayed from its trials")], why
+    (note,) = why["notes"]
+    assert note.startswith(f"skipped trial #{chosen}, run 1's recorded choice: its row holds "), why
+    assert note.endswith("re-tune to rebuild it"), why
     assert f"(#{forged}, replayed: its latest run's" in " ".join(_cli(tmp_path, tmp_path / "m.db", "show").split())
 
 

@@ -78,6 +78,8 @@ def _unchosen(summary: StudySummary) -> str:
         return "pick rule from an imported export, no run here chose"
     if decision and _matches_rows(summary):
         return "no valid recorded choice: held against its baseline row, the trial its latest run names could never be chosen"
+    if decision and _row_changed(summary):
+        return "its latest run's recorded choice's row changed since that run: re-tune to rebuild it"
     if decision:
         return "its latest run's recorded choice does not match the rows"
     return "no run here chose"
@@ -163,6 +165,16 @@ def _matches_rows(summary: StudySummary) -> bool:
     from compileiq.results.recorded_decision import followed_choice
 
     return followed_choice(summary.study, summary.decision, summary.named_state, summary.named_value) is not None
+
+
+def _row_changed(summary: StudySummary) -> bool:
+    """The recorded choice names a complete row that holds another value than it recorded (what
+    `recorded_decision.changed_choice` skips in every view)."""
+    from compileiq.results.recorded_decision import recorded_choice
+
+    choice = recorded_choice(summary.decision)
+    return (choice is not None and summary.named_state is TrialState.COMPLETE and summary.named_value is not None
+            and summary.named_value != choice[1])
 
 
 def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:

@@ -8,7 +8,8 @@ complete trial with the value it recorded (`recorded_decision.followed_choice`);
 study, an older database, a run row that names no such trial) the tuner's rules replayed over the
 recorded results.
 Where the replay now gives another trial than the run chose (a row changed since), every view says
-so (`Explanation.notes`) instead of switching silently.
+so (`Explanation.notes`) instead of switching silently; where the chosen row itself holds another
+value than the run recorded, that row is left out of the replay, said so (`changed_choice`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from compileiq.results import multi_objective, shipped_origin
 from compileiq.results.ablation import Ablation, ablation_path, forbidden_keys, never, recorded
 from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
 from compileiq.results.recorded_decision import (
+    changed_choice,
     latest_decision,
     recorded_forbidden,
     recorded_pick,
@@ -188,10 +190,12 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     simplifies the winner over the recorded results (the tuner's own call says; None: as the latest
     deciding run did, `recorded_simplify`: a `--no-simplify` run's choice is the search's winner)."""
     trials, runs = tuple(trials), tuple(runs)
+    run = latest_decision(runs)
     trials, foreign = _of_the_study(trials)
+    trials, changed = changed_choice(run, trials)  # a recorded choice's row edited since: never its evidence
+    foreign = (*foreign, *changed)
     asked = pick if pick is not None and multi_objective.is_multi(study.key.objective) else None
     rule = asked if asked is not None else recorded_pick(study, runs)
-    run = latest_decision(runs)
     forbidden = forbidden_keys(recorded_forbidden(run))  # what the run's restrictions forbid: the path skips it
     simplified = recorded_simplify(run) if simplify is None else simplify
     replayed = replace(_explain(study, trials, rule, forbidden, simplified), runs=runs, decided_by=REPLAYED)
@@ -205,7 +209,8 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
         return replace(replayed, notes=(*foreign, *notes))
     if chosen is None:
         why = _unfollowed(run, rule, followed)
-        return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED, notes=(*foreign, why))
+        return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED,
+                       notes=(*foreign, *(() if changed else (why,))))
     if study.key.evaluator != "static" and run.decision is not None and run.decision.get("by") == "confirmation":
         by = f"the confirmation of run {run.id} ({first_line(run.worker, 80)})"
     else:

@@ -93,6 +93,37 @@ def recorded_choice(decision: Any) -> tuple[int, float] | None:
     return (number, value) if math.isfinite(value) else None
 
 
+def changed_choice(run: RunRecord | None, trials: Sequence[Trial]) -> tuple[tuple[Trial, ...], tuple[str, ...]]:
+    """The trials the views replay from, less the row of the run's recorded choice where that row
+    now holds another value than the run recorded of it (for a static objective, one its rebuild
+    verified), and the line every view prints for it. A forged chosen row is never shown as the
+    choice's evidence: it is skipped like any untrusted row (nothing in the database changes; the
+    next `tune` rebuilds and quarantines it). The study's first row is its baseline and is kept,
+    said so."""
+    choice = recorded_choice(run.decision) if run is not None else None
+    found = next((t for t in trials if choice is not None and t.number == choice[0]), None)
+    if (run is None or choice is None or found is None or found.state is not TrialState.COMPLETE
+            or found.value is None or found.value == choice[1]):
+        return tuple(trials), ()
+    numbers = run.decision.get("verified") if isinstance(run.decision, dict) else None
+    verified = isinstance(numbers, list) and any(type(n) is int and n == found.number for n in numbers)
+    said = (f"its row holds {_number(found.value)}, not the {_number(choice[1])} run {run.id} recorded of its "
+            f"choice{' and verified by a rebuild' if verified else ''} (the row changed since that run)")
+    if found is trials[0]:
+        kept = (f"trial #{found.number}, the study's baseline and run {run.id}'s recorded choice: {said}; kept as the "
+                "baseline, replayed from its trials; re-tune to rebuild it")
+        return tuple(trials), (kept,)
+    skipped = (f"skipped trial #{found.number}, run {run.id}'s recorded choice: {said}; replayed from its trials "
+               "without it; re-tune to rebuild it")
+    return tuple(t for t in trials if t is not found), (skipped,)
+
+
+def _number(value: float) -> str:
+    """A value as short as it reads back the same (two values that differ never print alike)."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
 def followed_choice(study: Study, decision: Any, state: TrialState | None, value: float | None) -> tuple[int, float] | None:
     """(trial number, value) of a run's recorded choice that every view shows as chosen: the trial
     it names is complete with the value the run recorded (`state`, `value`: that row now), and for
