@@ -296,7 +296,8 @@ def _planned(options: TuneOptions, request: Any, bundle: SourceBundle, toolchain
     name = options.study or (planned_name(static, request, bundle, toolchain, StaticEvaluator.kind)
                              if static is not None else None)
     kernel = tuple((bundle.sha256, settings) for settings in request.kernel.settings_sha256s())  # each identity
-    return acf_replace.Held(study=name, dropped=None if options.simplify else 0, kernel=kernel,
+    return acf_replace.Held(study=name, dropped=None if options.simplify else 0,
+                            simplified=None if options.simplify else False, kernel=kernel,
                             source=acf_replace.kernel_file(request.kernel.source))
 
 

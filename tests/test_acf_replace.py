@@ -179,7 +179,7 @@ def test_what_counts_as_less_evidence(workspace):
     confirmed = acf_replace.Held(study=existing.study, search_trials=8, confirmed=True)
     assert "runtime confirmation would be lost" in (acf_replace.less_evidence(confirmed, existing) or "")
     forged = acf_replace.held({"format": 1, "provenance": {"study": ["x"], "search_trials": -3}})
-    assert forged == acf_replace.Held(dropped=0, confirmed=False)  # wrong types read as not recorded
+    assert forged == acf_replace.Held(dropped=0, simplified=False, confirmed=False)  # wrong types: not recorded
 
 
 def test_an_acf_of_the_kernel_as_it_no_longer_is_may_be_replaced() -> None:
@@ -193,3 +193,19 @@ def test_an_acf_of_the_kernel_as_it_no_longer_is_may_be_replaced() -> None:
     # a run's kernel under each identity (this release's, the older one): an ACF under either is its
     both = (("a" * 64, "c" * 64), ("a" * 64, "b" * 64))
     assert less_evidence(old, Held(study="fir-static-2", search_trials=2, dropped=0, kernel=both))
+
+
+def test_a_rerun_whose_winner_needs_nothing_dropped_replaces_it(workspace):
+    """docs55 finding 1: a larger-budget rerun of the same study whose new winner already held only
+    the settings it needs (its simplification ran and dropped none) was refused as "its
+    simplification would be lost" (exit 2); only a run with no simplification at all loses one."""
+    document = _acf(workspace)
+    existing = acf_replace.held(document)
+    assert existing.dropped
+    evidence = {**document["evidence"], "simplified": {**document["evidence"]["simplified"], "dropped": []}}
+    ran = acf_replace.held({**document, "evidence": evidence,
+                            "provenance": {**document["provenance"], "search_trials": 20}})
+    assert ran.dropped == 0 and acf_replace.less_evidence(existing, ran) is None
+    none = {k: v for k, v in document["evidence"].items() if k != "simplified"}
+    skipped = acf_replace.held({**document, "evidence": none, "provenance": {**document["provenance"], "search_trials": 20}})
+    assert "simplification would be lost" in (acf_replace.less_evidence(existing, skipped) or "")

@@ -5,8 +5,8 @@ study or one without simplification must not quietly overwrite it (the Python AP
 rewrote the README command's ACF: its simplification gone, "budget 8" beside 40 trials). The
 existing file holds *more evidence* than the new one when it describes another kernel (two
 `k.cu` in different folders share the default path), records another study, more
-search trials, a simplification that dropped settings where the new one drops
-none, or a runtime confirmation where the new one has none. Anything else (the same command run
+search trials, a simplification that dropped settings where the new one did not
+simplify, or a runtime confirmation where the new one has none. Anything else (the same command run
 again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
 not an ACF is never replaced without `force`, and never at all when it is one of the run's inputs,
 a database, a source or another input's kind (`check`).
@@ -40,6 +40,7 @@ class Held:
     study: str | None = None  # a study moved to another database (db export/import) is the same study
     search_trials: int | None = None
     dropped: int | None = None  # settings its simplification dropped
+    simplified: bool | None = None  # its simplification ran (and dropped `dropped`, maybe none)
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
     # the kernel it describes, (source_sha256, settings_sha256) under each of its identities: an ACF
     # records one; a run's kernel has this release's and the one releases before 2026-12-06 gave it
@@ -65,12 +66,13 @@ def held(document: Mapping[str, Any], path: Path | None = None, settings: Sequen
     provenance = _table(document, "provenance")
     evidence, objective = _table(document, "evidence"), _table(document, "objective")
     trials = provenance.get("search_trials", provenance.get("trials_in_study"))
-    dropped = _table(evidence, "simplified").get("dropped", [])
+    simplification = _table(evidence, "simplified")
+    dropped = simplification.get("dropped", [])
     kernel = _table(document, "kernel")
     source, recorded = _text(kernel.get("source_sha256")), _text(kernel.get("settings_sha256"))
     identities = tuple(settings) or ((recorded,) if recorded else ())
     return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
-                dropped=len(dropped) if isinstance(dropped, list) else 0,
+                dropped=len(dropped) if isinstance(dropped, list) else 0, simplified=bool(simplification),
                 confirmed=is_finite(objective.get("confirmation_delta")),
                 kernel=tuple((source, s) for s in identities) if source else (),
                 source=_kernel_file(path, kernel.get("path")))
@@ -102,8 +104,8 @@ def less_evidence(existing: Held, new: Held) -> str | None:
         return f"it records study {existing.study}, this run study {new.study}"
     if existing.search_trials is not None and new.search_trials is not None and new.search_trials < existing.search_trials:
         return f"it holds more search trials (this run: {new.search_trials})"
-    if existing.dropped and new.dropped == 0:
-        return "its simplification would be lost (this run drops no setting)"
+    if existing.dropped and new.simplified is False:  # a winner that needed nothing dropped lost nothing
+        return "its simplification would be lost (this run did not simplify its winner)"
     if existing.confirmed and new.confirmed is False:
         return "its runtime confirmation would be lost (this run has none)"
     return None
