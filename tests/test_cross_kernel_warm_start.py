@@ -10,6 +10,7 @@ import pytest
 from helpers import SPILLING_KERNEL
 
 from compileiq import app
+from compileiq.core import warm_note
 from compileiq.core.records import TrialState
 from compileiq.core.space_files import load_space
 from compileiq.results import acf
@@ -170,4 +171,20 @@ def test_a_rerun_with_its_budget_spent_keeps_the_acf_and_its_warm_start_line(tmp
 def test_a_run_rows_warm_start_is_read_only_in_the_wording_compileiq_writes(forged):
     # a run row is untrusted: only `Prior.note`'s own words become the ACF's provenance line
     real = transfer.Prior((), frozenset({("ptxas.opt_level", 1)}), 2).note
-    assert transfer.is_note(real) and not transfer.is_note(forged)
+    assert warm_note.is_note(real) and not warm_note.is_note(forged)
+
+
+def test_a_forged_run_row_never_gives_the_acf_a_warm_start(tmp_path, kernels):
+    """red55 finding 3: a `runs` row inserted with a warm start in compileiq's own words was copied
+    into the ACF by a later run of the study. A run's warm start is said only by the run that had
+    it, and kept on a rerun only from the ACF file itself."""
+    a, _ = kernels
+    first = app.tune(_options(tmp_path, a), SilentProgress())
+    assert "warm_start" not in acf.read(first.acf_path).provenance  # nothing else in the database
+    note = transfer.Prior((), frozenset({("ptxas.opt_level", 1)}), 42).note
+    with sqlite3.connect(tmp_path / "team.db") as conn:
+        conn.execute("insert into runs(study_id, worker, limits, stopped, search_trials, extra_trials, decision) "
+                     "values (?, 'forger:1', '{}', 'budget 12', 12, 0, ?)",
+                     (first.result.study.id, json.dumps({"warm_start": note})))
+    again = app.tune(_options(tmp_path, a), SilentProgress())
+    assert "warm_start" not in acf.read(again.acf_path).provenance and again.acf_unchanged

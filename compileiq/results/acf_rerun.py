@@ -3,7 +3,8 @@
 `compileiq tune` run again with nothing new to search (a CI job that re-tunes and checks
 `git diff --exit-code`) would otherwise rewrite the committed ACF only for its `written_at` and
 for the wording of where its evidence came from ("compiled by this run" the first time, "recorded
-in DB by WORKER; compiled again by this run, ..." after). Those two are all it may differ in: any
+in DB by WORKER; compiled again by this run, ..." after), and, where the rerun had no warm start of
+its own (its budget spent), for the first run's `warm_start` line. Those are all it may differ in: any
 other difference (kernel and source hashes, toolchain and space, controls, args, objective,
 evidence numbers, code hashes and workers, [baseline], the rest of [provenance]) rewrites it.
 And those two are kept only as this release writes them (`written_at_now`, `evidence_wording`): an
@@ -24,9 +25,11 @@ from typing import Any
 
 import tomli_w
 
+from compileiq.core import warm_note
 from compileiq.results import evidence_wording
 
 MAX_BYTES = 1 << 20  # as `acf.MAX_BYTES`: a larger file is no ACF this writes
+WARM_START = "warm_start"  # [provenance]: what other kernels' studies proposed (`evidence.acf_content`)
 EVIDENCE_SOURCES = ("baseline", "best")  # the evidence tables whose `source` says where they came from
 _WRITTEN_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00")  # as `written_at_now` writes it
 
@@ -87,6 +90,7 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
         if not isinstance(written, str) or not _is_written_at(written) or "written_at" not in kept["provenance"]:
             return None
         kept["provenance"]["written_at"] = written
+        _keep_warm_start(kept["provenance"], recorded["provenance"])
         for name in EVIDENCE_SOURCES:
             table = kept.get("evidence", {}).get(name)
             if isinstance(table, dict) and "source" in table:
@@ -102,3 +106,18 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
     except (KeyError, TypeError):
         return None
     return kept
+
+
+def _keep_warm_start(provenance: dict[str, Any], recorded: Mapping[str, Any]) -> None:
+    """The recorded file's `warm_start` line where this run had none: a rerun of a study whose budget
+    is spent tries nothing first, yet the study's trials came from the warm start the file names.
+    Only in the words a warm start is told in (`warm_note`), and in the file's own key order."""
+    note = recorded.get(WARM_START)
+    if WARM_START in provenance or not warm_note.is_note(note):
+        return
+    provenance[WARM_START] = note
+    order = [key for key in recorded if key in provenance]
+    if set(order) == set(provenance):
+        ordered = {key: provenance[key] for key in order}
+        provenance.clear()
+        provenance.update(ordered)

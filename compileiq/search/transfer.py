@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from compileiq.core import warm_note
 from compileiq.core.space import Config, SearchSpace, SpaceError, Value
 
 MACRO_PREFIX = "define."
@@ -59,24 +59,7 @@ class Prior:
 
     @property
     def note(self) -> str:
-        return (f"{_count(len(self.first), 'configuration')} from {_count(self.studies, 'study', 'studies')} of "
-                "other sources (other kernels, or this one as it was) tried first, "
-                f"{_count(len(self.discouraged), 'setting')} they refused proposed later")
-
-
-# `Prior.note` as it reads: what a run row may hold of its warm start (`is_note`)
-_NOTE = re.compile(r"[0-9]{1,9} configurations? from [0-9]{1,9} stud(y|ies) of other sources \(other kernels, or "
-                   r"this one as it was\) tried first, [0-9]{1,9} settings? they refused proposed later")
-
-
-def is_note(text: object) -> bool:
-    """Whether `text` is a warm start's note as `Prior.note` writes it (a run row is untrusted:
-    anything else is no warm start of the study)."""
-    return isinstance(text, str) and _NOTE.fullmatch(text) is not None
-
-
-def _count(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
+        return warm_note.written(len(self.first), self.studies, len(self.discouraged))
 
 
 def lesson(

@@ -50,7 +50,7 @@ from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
-from compileiq.tuning.warm_start import Rescoring, recorded_note, warm_entry, warm_start
+from compileiq.tuning.warm_start import Rescoring, warm_start
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
@@ -156,12 +156,10 @@ class Tuner:
                 warm = warm_start(self._search_load, self._store, study, request, self._baseline, rescore,
                                   self._progress.note, study_identities(request.kernel, self._bundle))
                 self._warm_first, self._baseline_built, self._warm_note = list(warm.first), warm.baseline_built, warm.note
-            self._warm_note = self._warm_note or recorded_note(self._store.runs(study.id))
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = choice.result(self._finished_search(), study, exhausted)
-            recorded = (decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
-                        | warm_entry(self._warm_note))
+            recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
                                    decision(result) | unsimplified(request.simplify) | recorded)
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back

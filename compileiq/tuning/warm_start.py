@@ -9,12 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compileiq.core.records import RunRecord, Study, Trial, TrialState
+from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import objective_value
 from compileiq.results.pareto import values_of
-from compileiq.search import transfer
 from compileiq.search.loading import SearchLoad
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
@@ -22,8 +21,6 @@ from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.tuning.cross_kernel import other_kernels_prior
 from compileiq.tuning.request import TuneRequest
-
-WARM_START = "warm_start"  # the key a run's decision records its warm start under
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
     from compileiq.search.searcher import Searcher
@@ -139,19 +136,3 @@ def _from_other_kernels(search: SearchLoad[Searcher | RemoteSearcher], store: St
         discourage(prior.discouraged)
     note(f"warm start: {prior.note}")
     return WarmStart(first, start.baseline_built, prior.note)
-
-
-def recorded_note(runs: Sequence[RunRecord]) -> str:
-    """The warm start an earlier run of the study recorded (`warm_entry`; the latest): a study
-    whose budget is spent has none of its own, yet its trials came from that one, and its ACF says
-    so as the first run's did (a rerun deciding the same leaves the file as it is). "" when none."""
-    for run in sorted(runs, key=lambda r: r.id, reverse=True):
-        note = run.decision.get(WARM_START) if isinstance(run.decision, dict) else None
-        if transfer.is_note(note):
-            return str(note)
-    return ""
-
-
-def warm_entry(note: str) -> dict[str, str]:
-    """What a run records of its warm start with its decision (`recorded_note` reads it)."""
-    return {WARM_START: note} if note else {}
