@@ -372,3 +372,24 @@ def test_a_row_forged_only_in_its_stack_bytes_is_quarantined(kernel: Path, tmp_p
     assert f"stack_bytes {honest + 4096}" in output and f"recorded by {MALLORY}" in output
     assert acf.read(kernel / "k.acf.toml").evidence["baseline"]["stack_bytes"] == honest
     assert _trials(url)[0].metrics["stack_bytes"] == honest
+
+
+def test_thousands_of_unusable_rows_do_not_bury_the_output(tmp_path: Path) -> None:
+    """red55 finding 4: each unusable row of a shared database printed its own warning (5,000 forged
+    rows: 5,001 lines around the command's own). The first 20 are named, then one line says more
+    follow, and one line at the end counts them."""
+    (tmp_path / "k.cu").write_text(SPILLING_KERNEL)
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    _tune(tmp_path, url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        damaged = conn.execute(trials_table.update().where(trials_table.c.number > 0).values(metrics=[1])).rowcount
+    engine.dispose()
+    assert damaged > 20
+    shown = run_cli(["show", "1", "--db", url], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    named = [line for line in shown.stderr_lines if line.startswith("warning: skipped trial #")]
+    assert len(named) == 20, shown.describe()
+    assert shown.stderr_lines[-1] == (f"warning: skipped {damaged - 20} more unusable row(s) of the database, "
+                                      "after the 20 named above"), shown.describe()
+    assert len(shown.stderr_lines) == 22, shown.describe()

@@ -12,6 +12,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from compileiq.store.connect import display, open_engine, transaction, upgrade_schema
 
+MAX_REPORTED = 20  # unusable rows named a line each; the rest counted (`StoreBase._skip`)
+
 
 class StoreBase:
     """The engine and its transactions; `Store` is this with studies, trials, builds, runs and measurements."""
@@ -36,6 +38,9 @@ class StoreBase:
         return store
 
     def close(self) -> None:
+        if (more := len(self._reported) - MAX_REPORTED) > 0:
+            self._warn(f"skipped {more} more unusable row(s) of the database, after the {MAX_REPORTED} named above")
+            self._reported.clear()
         self._engine.dispose()
 
     @property
@@ -48,9 +53,16 @@ class StoreBase:
             return upgrade_schema(conn)
 
     def _skip(self, identity: tuple[str, Any], what: str, problem: str) -> None:
-        if identity not in self._reported:
-            self._reported.add(identity)
+        """Report an unusable row once: the first MAX_REPORTED each in a line, the rest counted and
+        told in one line when the store closes (a shared database of thousands of forged rows
+        would bury the command's own output in CI logs)."""
+        if identity in self._reported:
+            return
+        self._reported.add(identity)
+        if len(self._reported) <= MAX_REPORTED:
             self._warn(f"skipped {what}: {problem}")
+        elif len(self._reported) == MAX_REPORTED + 1:
+            self._warn("more unusable rows are skipped; how many is said at the end")
 
     @contextmanager
     def _tx(self, readonly: bool = False) -> Iterator[Connection]:
