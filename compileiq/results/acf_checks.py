@@ -218,6 +218,9 @@ def check_to_time(path: Path, evidence: dict[str, Any], space: SearchSpace, ship
         if shown not in written:
             raise AcfError(f"{where}.command is not the command compileiq writes for these settings")
         if kernel is not None and not _names_the_same_file(kernel, kernel_path, path):
+            if ".." in PurePosixPath(kernel).parts:  # the same text as the ACF's own path (from its folder)
+                raise AcfError(f"{where}.command tunes {kernel[:80]!r}: a path with '..', which names no kernel of "
+                               "an ACF (tune names it from the folder it ran in, or whole)")
             raise AcfError(f"{where}.command tunes {kernel[:80]!r}, not the ACF's kernel ({kernel_path[:80]!r})")
         if database and not (shipped is not None and shipped.path and _names_the_same_file(database, shipped.path, path)):
             raise AcfError(f"{where}.command reads {database[:80]!r}, not the ACF's compilation database "
