@@ -19,6 +19,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
+from compileiq.core.records import first_line
 from compileiq.core.space import SearchSpace
 from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
@@ -107,7 +108,8 @@ def _check(options: TuneOptions, measured: bool = False) -> None:
         raise UsageError("--finalists applies to --objective time (static objectives confirm nothing)")
     option_checks.check_range("--seed", options.seed, 0, option_checks.SEED_LIMIT - 1)
     if not 0 < options.stale_after <= option_checks.MAX_STALE_AFTER_S:  # also refuses nan
-        raise UsageError(f"--stale-after must be between 0 and {option_checks.MAX_STALE_AFTER_S:g} seconds, got {options.stale_after}")
+        raise UsageError(f"--stale-after must be greater than 0 and at most {option_checks.MAX_STALE_AFTER_S:g} seconds, "
+                         f"got {options.stale_after:g}")
     check_options(options.workers, options.ray_address)  # before the study gets a trial claimed
     if problem := compiler_memory_problem():  # a bad value would otherwise be the default, unsaid
         raise UsageError(problem)
@@ -279,7 +281,13 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             workers.close()  # the run closed them already unless it failed before compiling
         content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                        narrowed(options))
-        unchanged = acf.write_or_keep(path, content, options.force, inputs).unchanged
+        try:
+            unchanged = acf.write_or_keep(path, content, options.force, inputs).unchanged
+        except (UsageError, OSError) as error:  # the run's decision is recorded: its row says no ACF holds it
+            if result.run_id is not None:
+                how = "refused" if isinstance(error, UsageError) else "failed"
+                store.acf_not_written(result.run_id, f"{how}: {first_line(str(error))}")
+            raise
     finally:
         store.close()
     return TuneReport(result, path, space, spec, store.url_for_display, unchanged)

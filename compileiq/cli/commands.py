@@ -135,6 +135,7 @@ def show(
     pick: Annotated[str | None, typer.Option("--pick", help="With --pareto, or for a study of several objectives: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
 ) -> None:
     """List studies, or the best trials of one study."""
+    from compileiq.results import multi_objective
     from compileiq.store import Store
     from compileiq.store.database_url import database_url
 
@@ -150,6 +151,7 @@ def show(
                  lambda: studies_table(summaries, choices))  # only where no recorded choice is followed
         else:
             found = store.find_study(study)
+            multi_objective.check_view_pick(found.name, found.key.objective, pareto, pick)  # as tune refuses it
             trials = store.trials(found.id)
             runs = store.runs(found.id)
             if not why and pareto is None and "," in found.key.objective:

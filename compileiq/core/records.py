@@ -225,6 +225,10 @@ def first_line(text: str | None, limit: int | None = 400, empty: str = "unknown"
     return lines[0][:limit] if lines else empty
 
 
+# the key a run's decision gets when its ACF was not written after it (`Store.acf_not_written`): why
+ACF_NOT_WRITTEN = "acf_not_written"
+
+
 def chosen_number(decision: Any) -> int | None:
     """The trial number a run's recorded decision (`runs.decision`) names as its choice, when it is
     one a trial can have; else None (a damaged or forged row: a 10**23 would overflow every query

@@ -41,7 +41,7 @@ from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
-from compileiq.results.pareto import Front, parse_objectives, values_by_objective
+from compileiq.results.pareto import Front, values_by_objective
 from compileiq.results.recorded_sources import recorded_bundle
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
@@ -137,8 +137,8 @@ def values_text(objective: str, trial: Trial | None) -> str:
 
 
 def build(store: Store, study: str, pareto: str | None = None, pick: str | None = None) -> StudyReport:
-    objectives = parse_objectives(pareto) if pareto else None
     found = store.find_study(study)
+    objectives = multi_objective.view_objectives(found.name, found.key.objective, pareto, pick)
     trials = store.trials(found.id)
     if not trials:
         raise UsageError(f"study {found.name} has no trials yet: nothing to report")

@@ -33,6 +33,7 @@ from compileiq.results.recorded_decision import (
     recorded_pick,
     recorded_simplify,
     sound_choice,
+    unwritten,
 )
 from compileiq.results.simplify import baseline_space, simplify
 from compileiq.source.base_flags import CAPPED
@@ -211,10 +212,12 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
         why = _unfollowed(run, rule, followed)
         return replace(replayed, decided_by=why if why.startswith("pick rule") else REPLAYED,
                        notes=(*foreign, *(() if changed else (why,))))
-    if study.key.evaluator != "static" and run.decision is not None and run.decision.get("by") == "confirmation":
-        by = f"the confirmation of run {run.id} ({first_line(run.worker, 80)})"
-    else:
-        by = f"run {run.id} ({first_line(run.worker, 80)}), whose ACF holds it"
+    confirmed = study.key.evaluator != "static" and run.decision is not None and run.decision.get("by") == "confirmation"
+    by = f"{'the confirmation of ' if confirmed else ''}run {run.id} ({first_line(run.worker, 80)})"
+    if (not_written := unwritten(run)) is not None:  # its decision stands, recorded; no ACF holds it
+        by += f"; its ACF was not written ({not_written})"
+    elif not confirmed:
+        by += ", whose ACF holds it"
     # a runtime choice rests on its confirmation's measurements, which no row holds: not replayed
     notes = _differs(replayed, chosen, run, "the rows now give") if study.key.evaluator == "static" else ()
     return replace(_following(trials, replayed, chosen, forbidden), decided_by=by, notes=(*foreign, *notes))
@@ -241,7 +244,8 @@ def _differs(replayed: Explanation, chosen: Trial | None, run: RunRecord | None,
     if run is None or chosen is None or replayed.chosen is None or replayed.chosen.number == chosen.number:
         return ()
     changed = "changed since " if gives.startswith("the rows") else ""
-    return (f"{gives} #{replayed.chosen.number}: {changed}run {run.id} chose #{chosen.number}, its ACF's choice",)
+    acf = ", its ACF's choice" if unwritten(run) is None else " (its ACF was not written)"
+    return (f"{gives} #{replayed.chosen.number}: {changed}run {run.id} chose #{chosen.number}{acf}",)
 
 
 def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial,

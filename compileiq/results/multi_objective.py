@@ -7,9 +7,10 @@ nothing else is stored.
 
 The choice obeys the same no-harm rules as a single static objective (`eligibility`): a trial
 that adds spills, lowers occupancy without a spill gain, or lowers ptxas's optimisation without
-a spill or occupancy gain is left off the front it is chosen from; the defaults always stay on
-it. Pick rules (`pareto`): `knee` is the front point nearest the ideal point (each objective at
-its best on the front) after scaling every objective to [0, 1] over the front; `first` is the
+a spill or occupancy gain is left off the front it is chosen from; the defaults are always
+eligible (on the front unless a trial dominates them). Pick rules (`pareto`): `knee` is the
+front point nearest the ideal point (each objective at its best on the front) after scaling
+every objective to [0, 1] over the front; `first` is the
 best on the first objective (ties broken by the next); `weights=a:0.7,b:0.3` the smallest
 weighted sum of those scaled values. Among trials with the picked values, the one with the
 fewest settings changed from the defaults is chosen (the defaults first).
@@ -22,7 +23,14 @@ from dataclasses import dataclass
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial
-from compileiq.results.pareto import OBJECTIVES, Front, check_rule, front, values_of
+from compileiq.results.pareto import (
+    OBJECTIVES,
+    Front,
+    check_rule,
+    front,
+    parse_objectives,
+    values_of,
+)
 
 MAX_OBJECTIVES = 3
 PICK_RULES = ("knee: the front point nearest the ideal point (each objective at its best on the front) after scaling "
@@ -56,6 +64,21 @@ def check_pick(rule: str, objective: str) -> None:
     if not is_multi(objective):
         raise UsageError("--pick applies to several objectives, e.g. --objective registers,instructions")
     check_rule(rule, objectives_of(objective))
+
+
+def check_view_pick(study: str, objective: str, pareto: str | None, pick: str | None) -> None:
+    """A view's `--pick` (show, report) applies to a front: `--pareto`'s, or a study of several
+    objectives' own. Refused otherwise, as `tune` refuses it: ignored, any rule (even a misspelt
+    one) read as accepted."""
+    if pick is not None and pareto is None and not is_multi(objective):
+        raise UsageError(f"--pick applies to several objectives: study {study} has one ({objective}); "
+                         "or pick on the front of --pareto's, e.g. --pareto registers,instructions")
+
+
+def view_objectives(study: str, objective: str, pareto: str | None, pick: str | None) -> tuple[str, ...] | None:
+    """`--pareto`'s objectives (None without it), once the view's `--pick` is checked (`check_view_pick`)."""
+    check_view_pick(study, objective, pareto, pick)
+    return parse_objectives(pareto) if pareto else None
 
 
 @dataclass(frozen=True)

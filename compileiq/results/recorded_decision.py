@@ -15,7 +15,16 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import RunRecord, Study, StudySummary, Trial, TrialState, chosen_number
+from compileiq.core.records import (
+    ACF_NOT_WRITTEN,
+    RunRecord,
+    Study,
+    StudySummary,
+    Trial,
+    TrialState,
+    chosen_number,
+    first_line,
+)
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import MAX_FORBIDDEN
@@ -60,6 +69,14 @@ def recorded_simplify(run: RunRecord | None) -> bool:
     `false` is the default (a forged one can only make the replay keep the search's winner as it is)."""
     found = run.decision.get("simplify") if run is not None and isinstance(run.decision, dict) else None
     return found is not False
+
+
+def unwritten(run: RunRecord) -> str | None:
+    """Why the run's ACF was not written (`Store.acf_not_written`: its write was refused after the
+    run), else None. A run row is untrusted: only a string marks it, shown as one short line (a
+    forged one can only make the views say the run's ACF was not written)."""
+    found = run.decision.get(ACF_NOT_WRITTEN) if isinstance(run.decision, dict) else None
+    return first_line(found, 300) if isinstance(found, str) else None
 
 
 def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:

@@ -6,7 +6,6 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,11 @@ from compileiq.source.spec import (
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LAUNCH_BOUNDS_RE = re.compile(r"__launch_bounds__\s*\(\s*(\d+|[A-Za-z_]\w*)\s*[,)]")
 _LAUNCH_KEYS = {"block_size", "dynamic_smem"}
-# tune.toml's top-level keys: the spec's own fields, with [tune.defines] under "tune".
-_TOP_KEYS = {f.name for f in fields(KernelSpec)} - {"name", "source", "tuned_defines", "block_size_given",
-                                                   "restrictions"} | {"tune"}
+# tune.toml's top-level keys, as docs/file-formats.md lists them ([tune.defines] and restrictions
+# under "tune"); a KernelSpec field the run sets itself (shipped, system_dirs, ...) is no key: unknown.
+_TOP_KEYS = frozenset({"arch", "entries", "block_size", "dynamic_smem", "include_dirs", "nvcc_flags", "compile_timeout_s",
+                       "allow_numerics", "allow_semantics", "rtol", "atol", "mode", "metric_regex", "run_args",
+                       "defines", "launch", "tune"})
 _TUNE_KEYS = {"defines", "restrictions"}
 
 

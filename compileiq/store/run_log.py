@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compileiq.core.records import RunRecord, Trial, chosen_number
+from compileiq.core.records import ACF_NOT_WRITTEN, RunRecord, Trial, chosen_number
 from compileiq.store.base import StoreBase
 from compileiq.store.rows import checked_trial, run_record
 from compileiq.store.schema import chunks, db_now, runs, trials_table
@@ -30,6 +30,15 @@ class RunLog(StoreBase):
         with self._tx() as conn:
             conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
                                        decision=decision, finished_at=db_now()))
+
+    def acf_not_written(self, run_id: int, why: str) -> None:
+        """Say on the run's row that its ACF was not written (refused after the run, or failed): its
+        decision stays recorded, and no view says an ACF holds it (`recorded_decision.ACF_NOT_WRITTEN`)."""
+        query = sa.select(runs.c.decision).where(runs.c.id == run_id)
+        with self._tx() as conn:
+            found = conn.execute(query).scalar_one_or_none()
+            if isinstance(found, dict):  # nothing recorded is lost: one key added
+                conn.execute(runs.update().where(runs.c.id == run_id).values(decision={**found, ACF_NOT_WRITTEN: why}))
 
     def runs(self, study_id: int) -> list[RunRecord]:
         """The study's runs, oldest first."""

@@ -83,6 +83,7 @@ class TuneResult:
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
     warm_start: str = ""  # what other kernels' studies proposed (`cross_kernel`); "" when nothing
     shrink_builds: int = 0  # configs asked for to shrink the candidates to time (at most half the budget)
+    run_id: int | None = None  # this run's row (`runs`), where its decision is recorded
 
     @property
     def search_trials(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -162,6 +163,7 @@ class Tuner:
             recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
                                    decision(result) | unsimplified(request.simplify) | recorded)
+            result = replace(result, run_id=run_id)  # an ACF refused after the run is said on this row
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
             raise
