@@ -178,7 +178,10 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None,
     tuned = arch or command.arch or spec.arch
     shipped = other_archs(under_register_cap(command.shipped, spec.nvcc_flags), command.arch_flags, tuned)
     left_out = tuple(a for a in command.archs if a != tuned)
-    return replace(spec, arch=tuned, shipped=shipped, arch_overridden=overridden, archs_left_out=left_out)
+    spec = replace(spec, arch=tuned, shipped=shipped, arch_overridden=overridden, archs_left_out=left_out)
+    from compileiq.build.host_check import checked
+
+    return checked(spec, find_toolchain().nvcc)  # its set-aside host -O: checked against the device code
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:

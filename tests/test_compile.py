@@ -213,6 +213,26 @@ def test_the_measuring_build_times_the_device_code_the_static_build_records(tmp_
     assert timed == {recorded.code_hash}
 
 
+def test_a_host_level_among_the_base_flags_keeps_its_macros_in_the_measuring_build(tmp_path):
+    """A shipped -O3 applied because the kernel reads __OPTIMIZE__ (`host_check`): the static builds
+    compile the device code with it, so the measuring build must not pre-include the header that
+    undoes it, or the timed code would be the one the shipped build never makes."""
+    source = tmp_path / "k.cu"
+    source.write_text(READS_HOST_LEVEL)
+    (tmp_path / "tune.toml").write_text('nvcc_flags = ["-O3"]\n')
+    tools = find_toolchain()
+    bundle = bundle_sources(load_spec(source))
+    recorded = _assemble(emit_ptx(FrontendJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), 60)))
+    assert recorded.ok, recorded.message
+    built = build_executable(ExecutableJob(tools.nvcc, bundle, "sm_90", ("-DSCALE=2.0f",), (), 240))
+    assert built.ok, built.message
+    timed = {code_hash(sections) for sections in map(text_sections, _embedded_cubins(built.executable)) if sections}
+    assert timed == {recorded.code_hash}
+    (tmp_path / "tune.toml").unlink()  # without it: the other branch, so the comparison above means something
+    plain = _assemble(emit_ptx(FrontendJob(tools.nvcc, bundle_sources(load_spec(source)), "sm_90", ("-DSCALE=2.0f",), 60)))
+    assert plain.ok and plain.code_hash != recorded.code_hash, plain.message
+
+
 def test_the_measuring_build_pre_includes_compileiqs_own_header_not_a_kernels_file_of_that_name(tmp_path):
     """rev51: the measuring build pre-included `compileiq/host_optimisation.h` by its relative name, and
     GCC looks for that in the working directory first, where the kernel's bundle is written: a kernel

@@ -171,7 +171,7 @@ def test_real_base_flags_pass_in_canonical_spelling() -> None:
     assert flags.include_dirs == ("include", "third_party/lib") and flags.relocatable
 
 
-@pytest.mark.parametrize("flag", ["--use_fast_math", "-O3", "-G", "-arch=sm_80", "-gencode", "--keep",
+@pytest.mark.parametrize("flag", ["--use_fast_math", "-O4", "-G", "-arch=sm_80", "-gencode", "--keep",
                                   "-Xptxas=-v", "-Xcudafe", "--dlink-time-opt", "-std=gnu++17"])
 def test_other_flags_are_refused_with_one_line(flag: str) -> None:
     with pytest.raises(BaseFlagError) as info:

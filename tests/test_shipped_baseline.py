@@ -179,14 +179,16 @@ def test_a_choice_that_changes_a_shipped_setting_names_the_flags_to_remove(tmp_p
 
 @pytest.mark.parametrize("edit, message", [
     ('value = true, flag = "--use_fast_math"', r"settings: 'nvcc.use_fast_math' = '57' is not in the search space"),
-    ('flag = "-O3"\napplied = false', r"baseline.fixed\[0\]: '-O3' is applied but not an allowed base flag"),
+    # -O3 is a base flag where it changes the device code (`host_check`); a host compiler option never
+    ('flag = "-Xcompiler=-fPIC"\napplied = false',
+     r"baseline.fixed\[1\]: '-Xcompiler=-fPIC' is applied but not an allowed base flag"),
     ('source = "compile_commands"', r"baseline must be a table with source = \"compile_commands\""),
 ])
 def test_an_acf_baseline_table_is_untrusted_input(tmp_path: Path, edit: str, message: str) -> None:
     path = tmp_path / "k.acf.toml"
     text = _written_acf(tmp_path)
     replacement = {'value = true, flag = "--use_fast_math"': 'value = "57", flag = "--use_fast_math"',
-                   'flag = "-O3"\napplied = false': 'flag = "-O3"\napplied = true',
+                   'flag = "-Xcompiler=-fPIC"\napplied = false': 'flag = "-Xcompiler=-fPIC"\napplied = true',
                    'source = "compile_commands"': 'source = "$(id)"'}[edit]
     assert edit in text
     path.write_text(text.replace(edit, replacement))
@@ -209,7 +211,7 @@ _WRITTEN: dict[str, str] = {}
 def _written_acf(tmp_path: Path) -> str:
     """One real ACF of a shipped fast-math build (tuned once per test session)."""
     if "text" not in _WRITTEN:
-        _project(tmp_path, "nvcc --use_fast_math -O3 -arch=sm_90 -c k.cu")
+        _project(tmp_path, "nvcc --use_fast_math -O3 -Xcompiler=-fPIC -arch=sm_90 -c k.cu")
         _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2", "--allow-numerics",
               "--out", str(tmp_path / "written.acf.toml"))
         _WRITTEN["text"] = (tmp_path / "written.acf.toml").read_text()

@@ -28,6 +28,7 @@ from compileiq.core.processes import (
 )
 from compileiq.core.text import printable
 from compileiq.core.words import nvcc_arg_problem, word_problem
+from compileiq.source.base_flags import host_level
 from compileiq.source.harness import harness_include_dir
 
 if TYPE_CHECKING:
@@ -332,7 +333,10 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     std = () if any(arg.startswith("-std=") for arg in base) else ("-std=c++17",)
     # sm_86 machine code from compute_80 PTX, as the trials' PTX (`FrontendJob.arch`)
     arch = (f"-arch={job.ptx_arch}", f"-code={job.arch}") if job.ptx_arch not in (None, job.arch) else (f"-arch={job.arch}",)
-    return [job.nvcc, *arch, host_optimisation(include), *base, *job.frontend_args, *ptxas, *std,
+    # a host -O among the base flags is the shipped build's, applied because its device code reads the
+    # macros it defines (`host_check`): the device pass keeps them, and the host code is optimised already
+    host = () if any(host_level(arg) and arg != "-O0" for arg in base) else (host_optimisation(include),)
+    return [job.nvcc, *arch, *host, *base, *job.frontend_args, *ptxas, *std,
             f"-I{include}", *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 
 

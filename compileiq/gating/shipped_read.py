@@ -11,10 +11,11 @@ from another, and what counts as gone, not a file or unreadable is decided here 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from compileiq.build.host_check import checked
 from compileiq.core.bounded_read import is_file
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
@@ -87,9 +88,21 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
         return ShippedRead(database, given, problem="unreadable", detail=_said(error, given, shown, found))
     try:
         with_command = with_base_flags(tune_toml, command.base_flags, f"{shown}: the command for {found.name}")
+        command, with_command = _host_checked(command, with_command)
     except UsageError as error:  # a base flag compileiq cannot take (an include folder gone)
         return ShippedRead(database, given, command, problem="unreadable", detail=_said(error, given, shown, found))
     return ShippedRead(database, given, command, with_command)
+
+
+def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
+    """The command and its base flags as `tune` reads them: its set-aside host -O checked against
+    the device code (`host_check`), so that an ACF whose build applies it is not called stale."""
+    from compileiq.core.toolchain import find_toolchain
+
+    found = checked(replace(spec, shipped=command.shipped), find_toolchain().nvcc)
+    added = tuple(f for f in found.nvcc_flags.flags if f not in spec.nvcc_flags.flags)
+    return replace(command, base_flags=(*command.base_flags, *added), shipped=found.shipped), \
+        replace(found, shipped=spec.shipped)
 
 
 def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:

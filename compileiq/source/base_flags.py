@@ -2,8 +2,9 @@
 
 Nothing here trusts its input: every flag passes an allow-list of known-safe nvcc options, every
 ``-D`` the macro allow-list of the search space and every path the path allow-list, before any
-process starts (nvcc runs its sub-tools through /bin/sh). Tuned settings (fast math, -O, ...)
-are the search's to choose, so they are not base flags.
+process starts (nvcc runs its sub-tools through /bin/sh). Tuned settings (fast math, ptxas -O, ...)
+are the search's to choose, so they are not base flags. nvcc's host -O level is one where it
+changes the device code (it defines __OPTIMIZE__ in the device pass: `build.host_check`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ _PLAIN = {
     "-Wno-deprecated-declarations": "-Wno-deprecated-declarations",
     "--default-stream=per-thread": "--default-stream=per-thread",
     "--default-stream=legacy": "--default-stream=legacy",
+    # nvcc's host optimisation level: a base flag only where it changes the device code (`host_check`)
+    "-O0": "-O0", "-O1": "-O1", "-O2": "-O2", "-O3": "-O3",
 }  # fmt: skip
 # Options whose value may also be the next argument: spelling -> canonical prefix.
 _VALUED = {
@@ -46,8 +49,14 @@ _VALUED = {
 }
 ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "
            "--diag-suppress=N, --default-stream=..., -maxrregcount=N, -I DIR, -isystem DIR, -D NAME[=VALUE], "
-           "-U NAME")
+           "-U NAME, -O0..-O3")
 SYSTEM = "-isystem="  # a system include folder's one-word spelling (nvcc takes it; searched after every -I)
+
+
+def host_level(flag: str) -> bool:
+    """Whether `flag` is nvcc's host optimisation level (-O0..-O3): it reaches the device code only
+    through the macros the host compiler predefines in the device pass (__OPTIMIZE__)."""
+    return flag in ("-O0", "-O1", "-O2", "-O3")
 
 
 class BaseFlagError(UsageError):

@@ -46,6 +46,7 @@ _PTXAS_REPORTS = {"-v", "--verbose", "-warn-spills", "--warn-on-spills", "-warn-
 LINKER_OPTION = "linker option: device code is unchanged"
 HOST_OPTIMISATION = ("host optimisation level (nvcc -O): may change the macros the device pass predefines "
                      "(__OPTIMIZE__); compileiq builds without it")
+APPLIED_HOST = ": applied: "  # how `build.host_check` says why a host option of the command is applied
 REPORT_ONLY = "ptxas report or warning only: the code is the same without it"
 MAX_SHOWN = 80
 _OPTION_WORD = re.compile(r"-[A-Za-z0-9_=.,\-]+")  # a ptxas option (and its value), nothing a shell acts on
@@ -304,6 +305,8 @@ def describe(build: ShippedBuild) -> list[str]:
              else "it sets no searched setting, so the compiler defaults")
     lines = [printable(f"baseline: your build ({build.origin}); {start}"
                        + (f"; fixed, applied to every build: {' '.join(applied)}" if applied else ""))]
+    for flag in (f for f in build.fixed if f.applied and APPLIED_HOST in f.why):  # `host_check`: why it is applied
+        lines.append(printable(f"applied: {flag.flag} {f'{flag.why}'.partition(APPLIED_HOST)[2]}"))
     skipped = [f for f in build.fixed if not f.applied]
     if skipped:
         reasons = dict.fromkeys(f.why for f in skipped)
