@@ -393,3 +393,54 @@ def test_thousands_of_unusable_rows_do_not_bury_the_output(tmp_path: Path) -> No
     assert shown.stderr_lines[-1] == (f"warning: skipped {damaged - 20} more unusable row(s) of the database, "
                                       "after the 20 named above"), shown.describe()
     assert len(shown.stderr_lines) == 22, shown.describe()
+
+
+def test_many_forged_rows_are_quarantined_in_one_batch_not_one_decision_each(kernel: Path, tmp_path: Path) -> None:
+    """Red team 2, finding 1: a study holding many rows that claim better results than their configs
+    give was checked one row a pass (rebuild the winner, quarantine it, decide again, rebuild the next),
+    so 40 of them took a run from 20 s to 2 min 18 s and MAX_QUARANTINED of them most of an hour. Once
+    one disagrees, every other row that could still be chosen is rebuilt in one batch now: twelve
+    forgeries cost one more rebuild batch than an honest rerun, not twelve, and the ACF cites none."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    only = f"{ONLY},ptxas.def_load_cache"  # machine code of more kinds than ONLY's: twelve rows to forge
+    tune = ["tune", "k.cu", "--objective", "registers", "--only", only, "--strategy", "exhaustive", "--budget", "24",
+            "--workers", "local"]
+    assert run_cli([*tune, "--db", url, "--out", "k.acf.toml"], cwd=kernel).returncode == 0
+    first = acf.read(kernel / "k.acf.toml")
+    trials = _trials(url)
+    chosen = next(t for t in trials if t.number == first.provenance["trial"])
+    victims = [t for t in trials[1:] if t.state is TrialState.COMPLETE and t.code_hash != chosen.code_hash][:12]
+    assert len(victims) == 12, "the fixture needs twelve rows to forge"
+    honest = f"sqlite:///{tmp_path / 'honest.db'}"
+    (tmp_path / "honest.db").write_bytes((tmp_path / "team.db").read_bytes())
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # each claims fewer registers than anything real, and no spills
+        for index, victim in enumerate(victims):
+            conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+                value=1.0 + index, metrics={**victim.metrics, "registers": 1 + index, "spill_bytes": 0},
+                worker=MALLORY))
+    engine.dispose()
+
+    def rerun(database: str, out: str) -> tuple[dict[str, int], str]:
+        result = run_cli([*tune, "--db", database, "--out", out, "--json"], cwd=kernel)
+        assert result.returncode == 0, result.describe()
+        return json.loads(result.stdout)["counters"], result.stderr
+
+    clean, _ = rerun(honest, "honest.acf.toml")
+    counters, output = rerun(url, "k.acf.toml")
+    for victim in victims:
+        assert f"trial #{victim.number} quarantined: its row says value" in output, output
+        row = next(t for t in _trials(url) if t.number == victim.number)
+        assert row.state is TrialState.FAILED and row.reason is not None and row.reason.startswith("quarantined")
+    assert output.count("quarantined: its row says") == len(victims), output
+    assert output.count("rebuilding in one batch") == 1, output
+    # the winner's check found the first forgery, one batch found the other eleven
+    assert counters["verify_batches"] <= clean["verify_batches"] + 2, (counters, clean)
+    assert counters["verify_ptxas_calls"] <= clean["verify_ptxas_calls"] + len(trials), (counters, clean)
+    found = acf.read(kernel / "k.acf.toml")
+    assert found.controls == first.controls
+    forged = {victim.number for victim in victims}
+    assert found.provenance["trial"] not in forged
+    assert found.evidence["best"]["source"].startswith(("compiled by this run", "recorded in")), found.evidence
+    for entry in found.evidence.get("to_time", []):
+        assert entry["trial"] not in forged, entry

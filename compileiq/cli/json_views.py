@@ -27,7 +27,8 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
         "acf": str(report.acf_path),
         "acf_unchanged": report.acf_unchanged,  # it held this choice already: left byte for byte
         "counters": {"compiler_calls": counters.compiler_calls, "verify_calls": counters.verify_calls,
-                     "verify_ptxas_calls": counters.verify_ptxas_calls, "frontend_calls": counters.frontend_calls,
+                     "verify_ptxas_calls": counters.verify_ptxas_calls, "verify_batches": counters.verify_batches,
+                     "frontend_calls": counters.frontend_calls,
                      "ptxas_calls": counters.ptxas_calls, "build_cache_hits": counters.build_cache_hits,
                      "shared_builds": counters.shared_builds,
                      "same_code_reuses": counters.same_code_reuses, "new_trials": counters.new_trials,

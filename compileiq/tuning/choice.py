@@ -1,6 +1,7 @@
 """The end of a run: the choice over the study's trials (`decide`) as the run's `TuneResult`. For
 a static objective the rows the choice cites are checked against rebuilds first (`verify`), and a
-quarantined row makes the choice again."""
+quarantined row makes the choice again, after a batch rebuild of every other row it could make
+(`Verifier.sweep`): one batch for a database of forgeries, not one decision per forged row."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def _choice(run: FinishedSearch, study: Study, exhausted: bool, verifier: Verifi
     if verifier is not None:
         verifier.check([base])
     run.hold_to(eligibility.Reference.of(base, run.request.objective, run.held.against) if run.static else None)
+    if verifier is not None and verifier.sweep(trials, run.refusal, run.objectives):  # after a forged row: the rest
+        trials = run.store.trials(study.id)
     request = run.request
     decider = Decider(study, request.objective, run.objectives, request.pick, run.static,
                       request.simplify, request.ablate, request.search.seed, run.clock.out_of_time,

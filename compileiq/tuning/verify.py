@@ -9,6 +9,15 @@ and the ACF then say of it). The build cache then holds the rebuild, so a poison
 replaced, not served to the next study. A row recorded before names of internal linkage were the
 same on every build (build/linkage.py) differs from its rebuild in those names and the code hash
 over them alone: it is brought up to date from the rebuild, not quarantined.
+
+A database can hold many forged rows, each claiming a better result than its config gives. Checked
+one per pass (rebuild the winner, quarantine it, decide again, rebuild the next winner), 40 of them
+cost a run two minutes and MAX_QUARANTINED of them most of an hour. So once a row has disagreed, the
+next decision first rebuilds in one batch (`sweep`) every complete row this run did not build that
+could still be chosen or cited (`contenders`: no row this run built or checked that may win beats it
+on every objective) and quarantines all that disagree: a database full of forgeries costs one batch
+of compiles on all workers (as parallel as they are) and one more decision, each further round only
+while new disagreements appear, at most MAX_SWEEPS rounds (then one row a pass, as before).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from compileiq.core.errors import CompileIQError
 from compileiq.core.records import QUARANTINED, Trial, TrialState
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import Evaluation
+from compileiq.results.pareto import dominates, values_of
 from compileiq.tuning.runner import TRANSIENT_KEY
 
 _THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run built or checked
@@ -30,6 +40,7 @@ _THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run bu
 # which no score reads (a row forged only there would put a false stack frame in the ACF's evidence)
 COMPARED = StaticMetrics.FIELDS
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
+MAX_SWEEPS = 3  # batches of every row that could still be chosen, one after each decision that found a forgery
 
 Rebuild = Callable[[Sequence[Trial]], list[tuple[Build, Evaluation]]]  # in one batch, in order
 
@@ -58,7 +69,35 @@ class Verifier:
                  note: Callable[[str], None]) -> None:
         self._store, self._rebuild, self._origins = store, rebuild, origins
         self._baseline_key, self._note = baseline_key, note
-        self.quarantined = 0
+        self.quarantined = self.sweeps = 0
+        self._suspect = False  # a row disagreed with its rebuild since the last sweep
+
+    def sweep(self, trials: Sequence[Trial], refuse: Callable[[Trial], str | None], objectives: Sequence[str]) -> bool:
+        """After a row disagreed with its rebuild, before the choice is made again: rebuild in one batch
+        every complete row of `trials` that this run did not build and that could still be chosen or cited
+        (`contenders`, the best MAX_QUARANTINED of them), and judge each as `check` does (one that agrees is
+        verified, one that disagrees quarantined: all of them in this one round). A rebuild that timed out
+        or crashed leaves its row as recorded (`check` tries again if the ACF would cite it). Returns
+        whether a row was rewritten (the caller reads the study again)."""
+        if not self._suspect or self.sweeps >= MAX_SWEEPS:
+            return False
+        self._suspect = False
+        checked = {t.id for t in trials if self._origins.get(t.id) in _THIS_RUNS}
+        pending = contenders(trials, checked, refuse, objectives)[:MAX_QUARANTINED]
+        if not pending:
+            return False
+        self.sweeps += 1
+        self._note(f"a row disagreed with its rebuild: rebuilding in one batch the {len(pending)} other row(s) this run "
+                   "did not build that could still be chosen, to check them before deciding again")
+        rewritten = False
+        for trial, (build, fresh) in zip(pending, self._rebuild(pending), strict=True):
+            if build.status.deterministic:
+                try:
+                    self._judge(trial, build, fresh, trial.config_key == self._baseline_key, failed_too=False)
+                except Quarantined:
+                    rewritten = True
+        self._suspect = False  # what this round quarantined needs no round of its own
+        return rewritten
 
     def check(self, trials: Sequence[Trial]) -> None:
         """Return when this run built each of ``trials`` or a rebuild agrees with its row; else
@@ -124,6 +163,7 @@ class Verifier:
         said = (f"its row says {described(trial.value, trial.metrics, trial.code_hash)}, a rebuild here gives "
                 f"{described(fresh.value, fresh.metrics, build.code_hash)} (recorded by {trial.worker or 'nobody'})")
         self.quarantined += 1
+        self._suspect = True
         if self.quarantined > MAX_QUARANTINED:
             raise CompileIQError(f"more than {MAX_QUARANTINED} rows disagree with their rebuilds; no ACF was written")
         if replace:
@@ -138,6 +178,26 @@ class Verifier:
                                      code_hash=trial.code_hash, compile_seconds=trial.compile_seconds)
         self._note(f"trial #{trial.number} {QUARANTINED}: {said}")
         raise Quarantined(f"trial #{trial.number}: {said}")
+
+
+def contenders(trials: Sequence[Trial], checked: set[int], refuse: Callable[[Trial], str | None],
+               objectives: Sequence[str]) -> list[Trial]:
+    """The complete rows not `checked` (by id) that no checked row that may win beats on every objective,
+    best first: the search's winner, a candidate to time (better than the choice) or a point of a front
+    can only be one of them or a checked row. One objective: each row whose value is no worse than the
+    best checked one's (no bound where none may win)."""
+    def vector(trial: Trial) -> tuple[float, ...] | None:
+        if len(objectives) > 1:
+            return values_of(trial, objectives)
+        return (trial.value,) if trial.state is TrialState.COMPLETE and trial.value is not None else None
+
+    scored = [(values, t) for t in trials if (values := vector(t)) is not None]
+    bounds = [values for values, t in scored if t.id in checked and refuse(t) is None]
+    if len(objectives) == 1 and bounds:
+        bounds = [min(bounds)]
+    open_ = [(values, t) for values, t in scored if t.id not in checked
+             and not any(dominates(bound, values) for bound in bounds)]
+    return [t for _, t in sorted(open_, key=lambda pair: (pair[0], pair[1].number))]
 
 
 def lost_to_chance(trial: Trial) -> bool:
