@@ -84,13 +84,14 @@ def test_tune_never_replaces_a_header_of_its_bundle_even_with_force(workspace, o
 @pytest.mark.parametrize("out", ["k/params", "k/../k/params", "params-link", "k/tune-link"])
 def test_gate_never_writes_a_report_over_a_file_it_read(workspace, option: str, out: str) -> None:
     """Refused before any build: the kernel's headers whatever their names, and a second hard
-    link to one of them."""
+    link to one of them (since red2 #2 already as files that are no earlier gate report; the
+    bundle's files are still inputs, refused even when empty, before the builds)."""
     os.link(workspace / "k" / "params", workspace / "params-link")
     (workspace / "k" / "tune.toml").write_text('arch = "sm_90"\n')
     os.link(workspace / "k" / "tune.toml", workspace / "k" / "tune-link")
     before = _snapshot(workspace)
     done = run_cli(["gate", "k.acf.toml", "--static", option, out], cwd=workspace)
-    _refused(done, "one of this command's inputs")
+    _refused(done, "not a compileiq gate report; choose another name or delete it first")
     assert "rebuild" not in done.output.lower() and _snapshot(workspace) == before
 
 
@@ -124,19 +125,20 @@ def test_a_report_still_replaces_an_older_report(workspace, fmt: str) -> None:
         assert done.returncode == 0, done.describe()
 
 
-_FAILED_JUNIT = ('<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="compileiq gate"><testsuite>'
+_FAILED_JUNIT = ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"compileiq-gate\" tests=\"1\"><testsuite>"
                  "<failure>error: a __device__ function call cannot be configured</failure></testsuite></testsuites>\n")
 
 
 @pytest.mark.parametrize(("option", "name", "text"), [
     ("--junit", "gate.xml", _FAILED_JUNIT),  # a failed gate's report quotes nvcc's error
-    ("--markdown", "gate.md", "# if the runner is slow, rerun\n## compileiq gate\n"),  # a shell-style comment line
+    ("--markdown", "gate.md", "## compileiq gate: FAIL\n\n# if the runner is slow, rerun\n"),  # a comment line
 ])  # fmt: skip
 def test_the_gate_replaces_its_own_earlier_report_whatever_it_quotes(workspace, option: str, name: str,
                                                                      text: str) -> None:
     """Reviewer: after a failed gate, the next gate refused its own JUnit report ("it is a C/C++/CUDA
     source", rc 2): the report quoted nvcc's "a __device__ function call ...". A report is markup,
-    and a comment line "# if ..." is no preprocessor directive: the fix-and-rerun loop works again."""
+    and a comment line "# if ..." is no preprocessor directive: the fix-and-rerun loop works again.
+    (Since red2 #2 an earlier gate report is known by its first bytes, whatever it quotes.)"""
     (workspace / name).write_text(text)
     done = run_cli(["gate", "k.acf.toml", "--static", option, name], cwd=workspace)
     assert done.returncode == 0, done.describe()

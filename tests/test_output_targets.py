@@ -119,16 +119,17 @@ def test_the_python_api_refuses_a_database_even_with_force(workspace) -> None:
 ])
 def test_a_report_through_a_hard_link_leaves_the_other_link_alone(workspace, args: list[str]) -> None:
     """The report is written as a new file (temporary file and rename): the name's other link,
-    a notes file here, keeps its text; a report replaced keeps its mode. (A link to one of the
-    gate's inputs, tune.toml, is refused: test_output_sniff.)"""
-    toml = workspace / "notes.txt"
-    toml.write_text("mine\n")
+    an earlier report kept as notes.txt here, keeps its text; a report replaced keeps its mode. (A
+    link to one of the gate's inputs, tune.toml, is refused: test_output_sniff.)"""
+    command = [*args, "--db", "sqlite:///t.db"] if args[0] == "report" else args
+    toml, output = workspace / "notes.txt", workspace / args[3]
+    assert run_cli(command, cwd=workspace).returncode == 0
+    output.rename(toml)  # an earlier report: only an output of its own kind is replaced
     before = toml.read_bytes()
-    output = workspace / args[3]
     os.link(toml, output)
     output.chmod(0o640)
-    done = run_cli([*args, "--db", "sqlite:///t.db"] if args[0] == "report" else args, cwd=workspace)
+    done = run_cli(command, cwd=workspace)
     assert done.returncode == 0, done.describe()
     assert toml.read_bytes() == before and toml.stat().st_nlink == 1
-    assert output.read_bytes() != before and output.stat().st_mode & 0o777 == 0o640
+    assert not os.path.samefile(output, toml) and output.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in workspace.iterdir() if p.name.startswith(".")] == []  # no temporary file left

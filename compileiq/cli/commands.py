@@ -30,6 +30,7 @@ from compileiq.cli.progress import LineProgress
 from compileiq.cli.render import emit, print_gate, print_report
 from compileiq.core import heap
 from compileiq.core.errors import CompileIQError, UsageError
+from compileiq.core.file_sniff import REPORT
 from compileiq.core.output_file import check_report_target
 from compileiq.core.records import first_line
 from compileiq.core.version import __version__
@@ -342,7 +343,7 @@ def report(
                          "give one study (or --compare STUDY_A STUDY_B)")
     target = out_file or Path(f"report.{fmt}")
     if not report_lib.to_stdout(target):  # `-o -`: standard output
-        check_report_target(target)  # before the database is opened: a named pipe would block the write
+        check_report_target(target, REPORT)  # before the database is opened: a named pipe would block the write
     store = Store.open(database_url(db), create=False)
     try:
         if compare:

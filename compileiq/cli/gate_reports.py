@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compileiq.core.errors import UsageError
+from compileiq.core.file_sniff import GATE_REPORT
 from compileiq.core.output_file import OutputFileError, check_report_target, same_file
 
 if TYPE_CHECKING:
@@ -14,11 +15,11 @@ if TYPE_CHECKING:
 
 
 def check_targets(markdown: Path | None, junit: Path | None, inputs: tuple[Path, ...]) -> None:
-    """UsageError (one line) for a report that may not be written (over an input, a database, a
-    pipe) or two reports naming one file: before any rebuild."""
+    """UsageError (one line) for a report that may not be written (over an input, a pipe, any file
+    that is no earlier gate report) or two reports naming one file: before any rebuild."""
     for option, path in (("--markdown", markdown), ("--junit", junit)):
         try:
-            path is None or check_report_target(path, inputs)
+            path is None or check_report_target(path, GATE_REPORT, inputs)
         except OutputFileError as error:
             raise UsageError(f"{option} {error}") from None
     if markdown is not None and junit is not None and same_file(markdown, junit):

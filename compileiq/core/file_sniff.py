@@ -1,7 +1,8 @@
 """What a file is, from its first few KiB rather than its name: an output must not replace a
 database, an ACF, a compileiq export (gzip or not), a C/C++/CUDA source or PTX, whatever it is called
-(`params.inc`, `x.json.gz`, a header with no suffix). Reads at most `HEAD_BYTES`, and inflates at
-most as much of a gzip file: a bounded look, never a parse."""
+(`params.inc`, `x.json.gz`, a header with no suffix), and may replace only an earlier output of its
+own kind (`output_kind`: a report, a figure, a gate report, an export). Reads at most `HEAD_BYTES`,
+and inflates at most as much of a gzip file: a bounded look, never a parse."""
 
 from __future__ import annotations
 
@@ -28,6 +29,23 @@ _SOURCE = re.compile(
 _PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]+\d", re.MULTILINE)
 _PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+(?:sm|compute)_\d", re.MULTILINE)
 _MARKUP = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<")  # XML, HTML: a source never starts with '<'
+
+# compileiq's own outputs, by the first bytes each writer gives them (report/markdown.py, page.py,
+# compare.py, svg.py `_open`, gating/ci_reports.py): what an output command may replace
+REPORT = "a compileiq report"
+FIGURE = "a compileiq report figure"
+GATE_REPORT = "a compileiq gate report"
+EXPORT = "a compileiq export"
+_OUTPUTS = (
+    (REPORT, re.compile(rb"\A# compileiq (?:report|comparison): ")),
+    (REPORT, re.compile(rb'\A<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">(?:<meta [^>]*>)*'
+                        rb"<title>compileiq (?:report|comparison): ")),
+    (FIGURE, re.compile(rb'\A<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 \d+ \d+" width="\d+" height="\d+" '
+                        rb'font-family="sans-serif" font-size="11" role="img"><title>')),
+    (GATE_REPORT, re.compile(rb"\A## compileiq gate: (?:PASS|FAIL|ERROR)\r?\n")),
+    (GATE_REPORT, re.compile(rb"\A<\?xml version=['\"]1\.0['\"] encoding=['\"]utf-8['\"]\?>\s*"
+                             rb'<testsuites name="compileiq-gate" ')),
+)
 
 
 def head(path: Path) -> bytes | None:
@@ -65,3 +83,13 @@ def content_kind(data: bytes) -> str | None:
     if b"\0" not in data and _PTX_VERSION.search(data) and _PTX_TARGET.search(data):
         return "a PTX file"
     return None
+
+
+def output_kind(data: bytes) -> str | None:
+    """Which of compileiq's outputs a file starting with `data` is (`REPORT`, `FIGURE`,
+    `GATE_REPORT`, `EXPORT`, gzip or not), from the first bytes its writer gives it; None for
+    anything else, whatever its name."""
+    inner = inflated(data) if data.startswith(GZIP_MAGIC) else data
+    if inner is not None and EXPORT_FORMAT.match(inner):
+        return EXPORT
+    return next((kind for kind, start in _OUTPUTS if start.match(data)), None)

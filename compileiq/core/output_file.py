@@ -96,25 +96,54 @@ def is_build_file(name: str) -> bool:
 INPUT_SUFFIXES = (".toml", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".py", ".json", ".json.gz", ".db", ".sqlite")
 
 
-def check_report_target(path: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> Path:
-    """`check_target` for a report, a CI summary or an export: also never over one of the
-    command's own `inputs` (a gate's ACF, an exported database), a database, an ACF, tune.toml or
-    a source, which a mistyped option would destroy (`protected_kind`). `may_replace`:
-    suffixes this output may replace after all (an export its older export)."""
+# an empty file of these names is an older output's place after all (`mktemp --suffix=.json`)
+OWN_SUFFIXES = {file_sniff.EXPORT: (".json", ".json.gz")}
+
+
+def check_report_target(path: Path, output: str, inputs: tuple[Path, ...] = ()) -> Path:
+    """`check_target` for a report, a report's figure, a CI summary or an export (`output`, its
+    `file_sniff` kind): an existing file is replaced only when it is an earlier output of that kind
+    (its first bytes, `file_sniff.output_kind`) or empty, and never one of the command's `inputs`
+    (a gate's ACF, however spelled or linked). Lists of names and suffixes can never hold every
+    file a user keeps (build.sh, Dockerfile, ci.yml, compile_commands.json...): a mistyped option
+    would destroy it, so anything else is refused (`replace_problem`)."""
     target = check_target(path)
-    kind = protected_kind(target, inputs, may_replace)
-    if kind is not None:
-        raise OutputFileError(f"not replacing {path}: it is {kind}, not an output of this command; choose another path")
+    problem = replace_problem(target, output, inputs)
+    if problem is not None:
+        raise OutputFileError(f"not replacing {path}: {problem}; choose another name or delete it first")
     return target
+
+
+def replace_problem(target: Path, output: str, inputs: tuple[Path, ...] = ()) -> str | None:
+    """Why an existing `target` may not take this `output` ("it is a build file, not a compileiq
+    report"), None when it may: it does not exist, is an earlier output of this kind, or is empty
+    and its name says no build file, source, PTX or input (`protected_kind`: an empty tune.toml
+    or CMakeLists.txt is kept). What it is comes from `protected_kind` (its text or its name), or
+    from the output it is, for the clearer message."""
+    if not target.exists():
+        return None
+    if any(same_file(target, p) for p in inputs):
+        return "it is one of this command's inputs"
+    data = file_sniff.head(target)
+    if data is None:
+        return f"it cannot be read to tell whether it is {output}"
+    found = file_sniff.output_kind(data)
+    if found == output:
+        return None
+    kind = protected_kind(target, may_replace=OWN_SUFFIXES.get(output, ()))
+    if not data and kind is None:
+        return None
+    what = found if found not in (None, file_sniff.EXPORT) else kind or found
+    return f"it is {what}, not {output}" if what else f"it is not {output}"
 
 
 def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tuple[str, ...] = ()) -> str | None:
     """What an existing `target` is that no output may replace (one of `inputs`, however spelled or
     linked; a database, an ACF, a compileiq export, gzip or not, a source or PTX, by its first few KiB
     (`file_sniff`) or its name; a build file (CMakeLists.txt, Makefile*, BUILD, *.cmake, build.ninja...) by its name (`is_build_file`);
-    a .toml...), None when it may be replaced or does not exist: the one
-    rule that `check_report_target` and `tune --out` (`acf_replace`, which lets an ACF replace an
-    ACF) share. `may_replace` never lets a database, a source, PTX or a build file be replaced."""
+    a .toml...), None when it may be replaced or does not exist: `tune --out`'s rule (`acf_replace`,
+    which lets an ACF replace an ACF), and what `replace_problem` names a file it refuses.
+    `may_replace` never lets a database, a source, PTX or a build file be replaced."""
     if not target.exists():
         return None
     if any(same_file(target, p) for p in inputs):

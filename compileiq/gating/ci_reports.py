@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from compileiq.core.file_sniff import GATE_REPORT
 from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import markdown_cell, printable
@@ -183,9 +184,9 @@ def _timing_json(timing: Timing) -> dict[str, Any]:
 
 def write(path: Path, text: str, inputs: tuple[Path, ...] = ()) -> None:
     """OSError, or OutputFileError for a path that is no regular file (a named pipe would block),
-    or that holds one of the gate's `inputs` (its ACFs), a database or a source. Every control
+    or that holds one of the gate's `inputs` (its ACFs) or anything but an earlier gate report. Every control
     character but the line breaks is written as an escape: an ACF's text (a hand-edited toolchain
     build holding ESC or NUL) would make the JUnit file unreadable XML."""
-    check_report_target(path, inputs)
+    check_report_target(path, GATE_REPORT, inputs)
     text = "\n".join(printable(line) for line in text.split("\n"))
     write_atomically(path, text.encode("utf-8"))  # a new file: never through a hard link, never half a report

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from compileiq.core.errors import UsageError
+from compileiq.core.file_sniff import FIGURE, REPORT
 from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.report.markdown import markdown
 from compileiq.report.page import build, html_page
@@ -32,9 +33,10 @@ def write(store: Store, study: str, out: Path, fmt: str, pareto: str | None = No
     if fmt == "html":
         return written(write_file(out, html_page(report)))
     document, figures = markdown(report, None if to_stdout(out) else out.stem)
-    for path in ((out, *(out.with_name(name) for name in figures)) if figures else ()):
-        check_report_target(path)  # every file before the first is written: no report without its figures
-    return written(write_file(out, document), *(write_file(out.with_name(name), svg) for name, svg in figures.items()))
+    for path, kind in (((out, REPORT), *((out.with_name(name), FIGURE) for name in figures)) if figures else ()):
+        check_report_target(path, kind)  # every file before the first is written: no report without its figures
+    return written(write_file(out, document),
+                   *(write_file(out.with_name(name), svg, FIGURE) for name, svg in figures.items()))
 
 
 def written(*paths: Path | None) -> list[Path]:
@@ -42,12 +44,13 @@ def written(*paths: Path | None) -> list[Path]:
     return [path for path in paths if path is not None]
 
 
-def write_file(path: Path, content: str) -> Path | None:
-    """Write one report file (None: `-`, written to standard output)."""
+def write_file(path: Path, content: str, kind: str = REPORT) -> Path | None:
+    """Write one report file (None: `-`, written to standard output); it replaces only an earlier
+    file of its `kind` (a report, a figure: `check_report_target`)."""
     if to_stdout(path):
         sys.stdout.write(content)
         sys.stdout.flush()
         return None
-    check_report_target(path)  # a named pipe would block the write, a device swallow it; never an ACF or a database
+    check_report_target(path, kind)  # a named pipe would block the write, a device swallow it; never an ACF or a database
     write_atomically(path, content.encode("utf-8"))  # a new file: never through a hard link, never half a report
     return path

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from compileiq.core.errors import UsageError
+from compileiq.core.file_sniff import EXPORT
 from compileiq.core.metric_ranges import MAX_PICK_RULE
 from compileiq.core.output_file import check_report_target, not_regular, write_atomically
 from compileiq.core.records import (
@@ -61,7 +62,7 @@ class ExportSummary:
 def export_to_file(url: str, study: str, path: Path) -> ExportSummary:
     """Write study ``study`` (name or id) of the database at ``url`` to ``path``."""
     if path != STDOUT:  # a path that may not be written stops before the database is opened
-        check_report_target(path, may_replace=EXPORT_SUFFIXES)
+        check_report_target(path, EXPORT)
     store = Store.open(url, create=False)
     try:
         export = store.export_study(study)
@@ -84,7 +85,6 @@ def import_from_file(url: str, path: Path) -> ImportSummary:
 
 
 STDOUT = Path("-")
-EXPORT_SUFFIXES = (".json", ".json.gz")  # what an export may replace: an older export
 
 
 def write(path: Path, export: StudyExport) -> None:
@@ -96,7 +96,7 @@ def write(path: Path, export: StudyExport) -> None:
         sys.stdout.buffer.write(data + b"\n")
         sys.stdout.flush()
         return
-    check_report_target(path, may_replace=EXPORT_SUFFIXES)  # an older export, never the database itself
+    check_report_target(path, EXPORT)  # only an older export (or an empty file), never the database itself
     write_atomically(path, gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
 
 
