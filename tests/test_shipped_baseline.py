@@ -374,10 +374,11 @@ def test_the_gate_says_when_the_compile_command_that_ships_changed(tmp_path: Pat
     # linker, host and report options change no study: nothing to say
     assert gate("nvcc --use_fast_math -std=c++17 -arch=sm_90 -lcublas -Xptxas -v -Xcompiler -fPIC -c k.cu") == (0, [])
     code, found = gate("nvcc --use_fast_math -std=c++17 -Xptxas -O1 -DSOMETHING=1 -arch=sm_90 -c k.cu -o k.o")
-    assert code == 0 and [(f["rule"], f["severity"]) for f in found] == [("stale-settings", "warn")], found
+    rules = [(f["rule"], f["severity"]) for f in found]  # the lower level ships other code than the evidence's: fails
+    assert code == 1 and rules == [("lowered-optimisation", "error"), ("stale-settings", "warn")], found
     assert ("the compile command in compile_commands.json changed since the ACF was tuned (adds -DSOMETHING=1; "
-            "ptxas.opt_level 3 (the default) -> 1): the ACF's baseline is no longer the build that ships") in found[0]["message"]
-    assert "--compile-commands compile_commands.json" in found[0]["command"], found
+            "ptxas.opt_level 3 (the default) -> 1): the ACF's baseline is no longer the build that ships") in found[1]["message"]
+    assert "--compile-commands compile_commands.json" in found[1]["command"], found
     code, found = gate("nvcc -std=c++17 -arch=sm_80 -c k.cu -o k.o")
     stale = next(f for f in found if f["rule"] == "stale-settings")
     assert "nvcc.use_fast_math true -> false (the default); builds for sm_80, not the ACF's sm_90" in stale["message"]
@@ -714,8 +715,8 @@ def test_the_gate_judges_an_acf_by_one_reading_of_its_compile_command(tmp_path: 
     [result] = rewritten.results
     assert [f.rule for f in clean.results[0].findings] == [] and rewritten.results == clean.results, result.findings
     # the next gate reads the database as it is now (and, where the ACF kept the fast math the
-    # rewritten command dropped, also finds it unasked: risk-not-allowed)
+    # rewritten command dropped, also finds it unasked: risk-not-allowed; and its -O1 below the ACF's level)
     findings = later.results[0].findings
     [finding] = [f for f in findings if f.rule == "stale-settings"]
     assert "adds -DSOMETHING=1" in finding.message, finding
-    assert {f.rule for f in findings} <= {"stale-settings", "risk-not-allowed"}, findings
+    assert {f.rule for f in findings} <= {"stale-settings", "risk-not-allowed", "lowered-optimisation"}, findings

@@ -26,6 +26,7 @@ from compileiq.evaluate import measure
 from compileiq.evaluate.stats import TimingSamplers, interleaved_runs
 from compileiq.gating import macro_settings, risk_settings
 from compileiq.gating.locate import Target, locate
+from compileiq.gating.lowered_settings import lowered_hits
 from compileiq.gating.measuring import (
     Sources,
     rebuild,
@@ -147,7 +148,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     if any(hit.command for hit in shipped + named):  # they say which settings changed (each with the re-tune):
         hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says
     # a compile command was not checked (gone, unreadable) says nothing of tune.toml: its change is still said
-    hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune)
+    hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune) + lowered_hits(target)
     needs = retune_needs(target, toolchain.nvcc_version)  # said in each finding, the command kept bare
     hits = [replace(hit, needs=needs) if hit.command else hit for hit in hits]
     defaults = rebuild_defaults(target, toolchain, own, measured)

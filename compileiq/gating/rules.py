@@ -44,6 +44,8 @@ RULES = (
     Rule("risk-not-allowed", Severity.ERROR, "the ACF turns on a numerics-changing or semantics-assuming setting "
          "(fast math, ftz, prec-div, prec-sqrt, fmad, restrict...) that the build that ships does not set and its "
          "tuning was not allowed to search (--allow-numerics/--allow-semantics, tune.toml's allow_*)"),
+    Rule("lowered-optimisation", Severity.ERROR, "the compile command that ships lowers ptxas's optimisation (-O, "
+         "expensive optimisations, optimizer constants) below both the ACF's choice and the build it was tuned from"),
     Rule("registers", Severity.WARN, "registers per thread rose above the recorded value"),
     Rule("instructions", Severity.WARN, "the static instruction count rose above the recorded value (ACFs whose "
          "objectives include instructions)"),
@@ -324,8 +326,7 @@ def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str) -> list
                 "against the kernel's own defaults", retune)]
 
 
-def _pct(value: float) -> str:
-    return f"{value:.1%}"
+def _pct(value: float) -> str: return f"{value:.1%}"
 
 
 # --- timing (GPU) -------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
     moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
-    changes = _changes(target.spec, now, space, acf.arch, moved)
+    changes = _changes(target.spec, now, space, acf.arch, moved, acf.controls)
     if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
         return []  # what the command builds is what the ACF was tuned from, whichever database holds it
     return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
@@ -137,11 +137,15 @@ def _other_arch(flag: FixedFlag) -> bool:
     return not flag.applied and flag.why.startswith("builds for ")
 
 
-def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, moved: str | None) -> list[str]:
+def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, moved: str | None,
+             chosen: Mapping[str, Value]) -> list[str]:
     """What of the study's identity the command changes, as people read it: each setting at the
     value its build has (`implied.effective`: `-ftz=false` dropped beside `--use_fast_math` is ftz
     false -> true, implied by it, not false -> false); one whose build has the same value is no
-    change (`-ftz=true` added beside `--use_fast_math`, which implies it, or `-ftz=false` alone)."""
+    change (`-ftz=true` added beside `--use_fast_math`, which implies it, or `-ftz=false` alone).
+    A setting now at the ACF's `chosen` value is the ACF applied, not drift: left out (a command
+    that applies the ACF and adds `-Xptxas -O1` changed the level, not the choice it applied); one
+    that applies only some of the choice says which of it is not shipped."""
     defaults = space.default_config().as_dict() | tuned.default_values()  # a macro's: tune.toml's first value
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
@@ -152,9 +156,17 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
     if not added and not dropped and before != after:
         changes.append("gives its flags in another order")
     old, new = tuned.shipped_values(), now.shipped_values()  # a -D at tune.toml's first value is no change
+    applied = False
     for name in dict.fromkeys([*old, *new]):  # `-ftz=true` added beside `--use_fast_math` builds the same code
         if old.get(name) != new.get(name) and implied.effective(old, defaults, name) != implied.effective(new, defaults, name):
+            if implied.effective(new, defaults, name) == implied.effective(chosen, defaults, name):
+                applied = True  # the ACF's own choice, as `flags` gives it
+                continue
             changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}")
+    if applied and not changes and (unshipped := [
+            f"{name} {_value(chosen, space, defaults, name)}" for name in dict.fromkeys([*chosen, *new])
+            if implied.effective(new, defaults, name) != implied.effective(chosen, defaults, name)]):
+        changes.append(f"applies only part of the ACF's choice, not {', '.join(unshipped)}")
     if moved is not None:
         changes.append(f"builds for {moved}, not the ACF's {arch}")
     return changes
