@@ -7,44 +7,16 @@ Real nvcc/ptxas, real SQLite."""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from tests.helpers import run_cli
-
-KERNEL = """\
-#ifndef BLOCK
-#define BLOCK 128
-#endif
-__global__ void __launch_bounds__(BLOCK) k(float* y, const float* x, int n) {
-  __shared__ float s[12288];
-  int i = blockIdx.x * BLOCK + threadIdx.x;
-  for (int j = threadIdx.x; j < 12288; j += BLOCK) s[j] = x[(i + j) % n];
-  __syncthreads();
-  float a = 0.f;
-  for (int j = 0; j < 12288; j += 97) a += s[(j + threadIdx.x) % 12288];
-  if (i < n) y[i] = a;
-}
-"""  # 48 KB of shared memory a block: the static objective prefers BLOCK 512 (full occupancy) to 128
+from tests.test_applied_acf_baseline import KERNEL, _database, _tune  # BLOCK 512 preferred to 128
 
 
 def _project(folder: Path) -> None:
     (folder / "k.cu").write_text(KERNEL)
     (folder / "tune.toml").write_text('entries = ["k"]\nblock_size = "BLOCK"\n\n[tune.defines]\nBLOCK = [128, 512]\n')
-
-
-def _database(folder: Path, name: str, flags: str = "") -> str:
-    command = f"nvcc -arch=sm_90 {flags} -c k.cu -o k.o".replace("  ", " ")
-    (folder / name).write_text(json.dumps([{"directory": str(folder), "command": command, "file": "k.cu"}]))
-    return name
-
-
-def _tune(folder: Path, database: str, out: str) -> dict[str, Any]:
-    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{folder / 't.db'}", "--budget", "2",
-                    "--only", "define.BLOCK", "--compile-commands", database, "--out", out, "--force"], cwd=folder)
-    assert done.returncode == 0, done.describe()
-    return tomllib.loads((folder / out).read_text())
 
 
 def _gate(folder: Path, acf: str, database: str, *rules: str) -> tuple[int, dict[str, dict[str, Any]], str]:
