@@ -69,3 +69,19 @@ def test_a_shipped_O3_that_leaves_the_device_code_as_it_is_stays_set_aside(tmp_p
     assert ("not applied: -O3 (host optimisation level (nvcc -O): the device code is the same without it "
             "(checked))") in done.stderr
     assert acf["base"]["nvcc_flags"] == []  # no base flag: the study keeps its identity
+
+
+def test_a_host_compiler_option_of_the_command_is_never_run_by_the_check(tmp_path: Path) -> None:
+    """review55 finding 1: the check handed the command's -Xcompiler options to nvcc, and a host
+    compiler option runs programs (`-wrapper,PROG`: gcc runs PROG in place of cc1plus). An untrusted
+    compile database made `tune` run its program. Only nvcc's own -O level is checked; a host
+    compiler option stays set aside on the command's reading."""
+    marker = tmp_path / "ran"
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f'#!/bin/sh\ntouch "{marker}"\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    _project(tmp_path, READS_OPTIMIZE, f"nvcc -O3 -arch=sm_90 -Xcompiler -wrapper,{wrapper} -c k.cu -o k.o")
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective", "registers",
+                    "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)
+    assert not marker.exists(), done.describe()
+    assert "Traceback" not in done.output, done.describe()

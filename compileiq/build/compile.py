@@ -335,7 +335,7 @@ def executable_argv(job: ExecutableJob, main: Path, out: Path) -> list[str]:
     arch = (f"-arch={job.ptx_arch}", f"-code={job.arch}") if job.ptx_arch not in (None, job.arch) else (f"-arch={job.arch}",)
     # a host -O among the base flags is the shipped build's, applied because its device code reads the
     # macros it defines (`host_check`): the device pass keeps them, and the host code is optimised already
-    host = () if any(host_level(arg) and arg != "-O0" for arg in base) else (host_optimisation(include),)
+    host = () if any(host_level(arg) for arg in base) else (host_optimisation(include),)
     return [job.nvcc, *arch, *host, *base, *job.frontend_args, *ptxas, *std,
             f"-I{include}", *job.bundle.include_args, str(main), "-o", str(out), "-ldl"]
 

@@ -35,8 +35,9 @@ _PLAIN = {
     "-Wno-deprecated-declarations": "-Wno-deprecated-declarations",
     "--default-stream=per-thread": "--default-stream=per-thread",
     "--default-stream=legacy": "--default-stream=legacy",
-    # nvcc's host optimisation level: a base flag only where it changes the device code (`host_check`)
-    "-O0": "-O0", "-O1": "-O1", "-O2": "-O2", "-O3": "-O3",
+    # nvcc's host optimisation level: a base flag only where it changes the device code (`host_check`);
+    # never -O0, which would lower the level of the build it is pasted into
+    "-O1": "-O1", "-O2": "-O2", "-O3": "-O3",
 }  # fmt: skip
 # Options whose value may also be the next argument: spelling -> canonical prefix.
 _VALUED = {
@@ -49,14 +50,15 @@ _VALUED = {
 }
 ALLOWED = ("-std=c++NN, -rdc=true, --extended-lambda, --expt-relaxed-constexpr, -lineinfo, -w, "
            "--diag-suppress=N, --default-stream=..., -maxrregcount=N, -I DIR, -isystem DIR, -D NAME[=VALUE], "
-           "-U NAME, -O0..-O3")
+           "-U NAME, -O1..-O3")
 SYSTEM = "-isystem="  # a system include folder's one-word spelling (nvcc takes it; searched after every -I)
 
 
 def host_level(flag: str) -> bool:
-    """Whether `flag` is nvcc's host optimisation level (-O0..-O3): it reaches the device code only
-    through the macros the host compiler predefines in the device pass (__OPTIMIZE__)."""
-    return flag in ("-O0", "-O1", "-O2", "-O3")
+    """Whether `flag` is a host optimisation level a build may be given (-O1..-O3; never -O0, which
+    lowers it): it reaches the device code only through the macros the host compiler predefines in
+    the device pass (__OPTIMIZE__)."""
+    return flag in ("-O1", "-O2", "-O3")
 
 
 class BaseFlagError(UsageError):
