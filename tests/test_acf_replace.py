@@ -209,3 +209,15 @@ def test_a_rerun_whose_winner_needs_nothing_dropped_replaces_it(workspace):
     none = {k: v for k, v in document["evidence"].items() if k != "simplified"}
     skipped = acf_replace.held({**document, "evidence": none, "provenance": {**document["provenance"], "search_trials": 20}})
     assert "simplification would be lost" in (acf_replace.less_evidence(existing, skipped) or "")
+
+
+def test_a_rerun_that_keeps_the_baseline_lost_no_simplification(workspace):
+    """review55 finding 3: a rerun whose choice is the baseline writes no simplification table (there
+    is nothing to simplify), and was refused as "its simplification would be lost"."""
+    document = _acf(workspace)
+    existing = acf_replace.held(document)
+    evidence = {k: v for k, v in document["evidence"].items() if k != "simplified"}
+    evidence["best"] = {**evidence["best"], "trial": evidence["baseline"]["trial"]}
+    kept = acf_replace.held({**document, "evidence": evidence,
+                             "provenance": {**document["provenance"], "search_trials": 20}})
+    assert kept.simplified is None and acf_replace.less_evidence(existing, kept) is None

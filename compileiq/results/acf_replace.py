@@ -40,7 +40,7 @@ class Held:
     study: str | None = None  # a study moved to another database (db export/import) is the same study
     search_trials: int | None = None
     dropped: int | None = None  # settings its simplification dropped
-    simplified: bool | None = None  # its simplification ran (and dropped `dropped`, maybe none)
+    simplified: bool | None = None  # its simplification ran (and dropped `dropped`, maybe none); None: not known, or its choice is the baseline
     confirmed: bool | None = None  # the winner confirmed against the baseline on a GPU
     # the kernel it describes, (source_sha256, settings_sha256) under each of its identities: an ACF
     # records one; a run's kernel has this release's and the one releases before 2026-12-06 gave it
@@ -72,10 +72,17 @@ def held(document: Mapping[str, Any], path: Path | None = None, settings: Sequen
     source, recorded = _text(kernel.get("source_sha256")), _text(kernel.get("settings_sha256"))
     identities = tuple(settings) or ((recorded,) if recorded else ())
     return Held(study=_text(provenance.get("study")), search_trials=trials if is_count(trials) else None,
-                dropped=len(dropped) if isinstance(dropped, list) else 0, simplified=bool(simplification),
+                dropped=len(dropped) if isinstance(dropped, list) else 0,
+                simplified=True if simplification else None if _keeps_baseline(evidence) else False,
                 confirmed=is_finite(objective.get("confirmation_delta")),
                 kernel=tuple((source, s) for s in identities) if source else (),
                 source=_kernel_file(path, kernel.get("path")))
+
+
+def _keeps_baseline(evidence: Mapping[str, Any]) -> bool:
+    """Whether the evidence's choice is its baseline: nothing to simplify, so none was lost."""
+    best, baseline = _table(evidence, "best").get("trial"), _table(evidence, "baseline").get("trial")
+    return is_count(best) and best == baseline
 
 
 def kernel_file(path: Path) -> str:
