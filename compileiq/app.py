@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from compileiq.build.workers import Workers
 from compileiq.build.workers.backends import check_options, open_workers
 from compileiq.build.workers.ray_setup import kill_started
-from compileiq.core.errors import UsageError
+from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.output_file import check_target
 from compileiq.core.processes import compiler_memory_problem
@@ -282,11 +282,11 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             result = Tuner(request, store, toolchain, workers, phases, evaluator, bundle, search).run()
         finally:
             workers.close()  # the run closed them already unless it failed before compiling
-        content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
-                                       narrowed(options))
-        try:
+        try:  # the run's decision is recorded: where no ACF is written, its row says so
+            content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
+                                           narrowed(options))
             unchanged = acf.write_or_keep(path, content, options.force, inputs).unchanged
-        except (UsageError, OSError) as error:  # the run's decision is recorded: its row says no ACF holds it
+        except (CompileIQError, OSError) as error:
             if result.run_id is not None:
                 how = "refused" if isinstance(error, UsageError) else "failed"
                 store.acf_not_written(result.run_id, f"{how}: {first_line(str(error))}")

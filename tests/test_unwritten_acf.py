@@ -49,3 +49,33 @@ def test_a_refused_acf_is_never_called_the_choices_acf(tmp_path):
     # the first database's run wrote its ACF: its views say so, as before
     other = json.loads(run_cli(["show", "s", "--db", "sqlite:///a.db", "--json"], cwd=tmp_path).stdout)
     assert other["decided_by"].endswith("whose ACF holds it"), other["decided_by"]
+
+
+def test_an_acf_whose_evidence_cannot_be_made_is_never_called_the_choices_acf(tmp_path, monkeypatch):
+    """review55 finding 4: the ACF's content was made outside the guard, so a run whose evidence
+    could not be made (EvidenceError: no ACF written) left its row saying its ACF holds the choice.
+    The failure is faked at that one call; the run, its store and the views are real."""
+    import pytest
+
+    from compileiq import app
+    from compileiq.results import evidence
+    from compileiq.store import Store
+    from compileiq.tuning.progress import SilentProgress
+
+    (tmp_path / "k.cu").write_text(TINY_KERNEL)
+
+    def fail(*_args, **_kwargs):
+        raise evidence.EvidenceError("trial #1 is failed without machine code; no ACF was written")
+
+    monkeypatch.setattr(evidence, "acf_content", fail)
+    options = app.TuneOptions(kernel=tmp_path / "k.cu", objective="registers", budget=2, workers="local",
+                              db=f"sqlite:///{tmp_path / 't.db'}", out=tmp_path / "k.acf.toml")
+    with pytest.raises(evidence.EvidenceError):
+        app.tune(options, SilentProgress())
+    assert not (tmp_path / "k.acf.toml").exists()
+    store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        (run,) = store.runs(store.find_study("1").id)
+    finally:
+        store.close()
+    assert run.decision["acf_not_written"].startswith("failed: trial #1 is failed"), run.decision
