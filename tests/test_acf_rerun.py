@@ -151,3 +151,17 @@ def test_a_forged_claim_in_compileiqs_own_wording_is_rewritten(workspace, claim,
     written = tomllib.loads(acf.read_text())["evidence"][table]
     assert written["source"].endswith("compiled again by this run, which gave the same result")
     assert f"by {written['worker']};" in written["source"]
+
+
+def test_only_a_rebuild_lets_the_first_runs_claim_stand():
+    """review55 finding 5: "compiled by this run" stood in for "recorded ... not rebuilt by this run"
+    too, so a hand-edited claim on a runtime row no run here rebuilt was kept byte for byte."""
+    from compileiq.results import evidence_wording as wording
+
+    database, worker = "sqlite:///t.db", "host:1"
+    verified = wording.written(wording.VERIFIED, database, worker)
+    recorded = wording.written(wording.RECORDED, database, worker)
+    assert wording.stands_for(wording.COMPILED, verified, database, worker)
+    assert not wording.stands_for(wording.COMPILED, recorded, database, worker)
+    assert not wording.stands_for(wording.COMPILED, wording.written(wording.VERIFIED, database, "other:2"),
+                                  database, worker)

@@ -26,9 +26,9 @@ def written(template: str, database: str = "", worker: str = "") -> str:
 def stands_for(old: str, new: str, database: str, worker: str) -> bool:
     """Whether an older file's `old` claim may stand in for this run's `new` one: the same words,
     or the first run's "compiled by this run" where this run read that row back from `database`
-    (recorded by `worker`, as the table says) and verified it by a rebuild, or did not rebuild a
-    runtime. Any other wording, even one of WORDINGS (a quarantine that never happened, a verifier
+    (recorded by `worker`, as the table says) and verified it by a rebuild (a runtime row this run
+    did not rebuild: no rebuild says the older claim still holds). Any other wording, even one of WORDINGS (a quarantine that never happened, a verifier
     that never ran, a cache hit), is a claim this run cannot make: the file is rewritten."""
     if old == new:
         return True
-    return old == COMPILED and new in (written(VERIFIED, database, worker), written(RECORDED, database, worker))
+    return old == COMPILED and new == written(VERIFIED, database, worker)
