@@ -168,3 +168,14 @@ def test_a_report_replaces_its_earlier_figures_never_a_foreign_svg(workspace) ->
     _refused(run_cli(args, cwd=workspace), f"{figure.name}: it is not a compileiq report figure")
     assert figure.read_text().startswith('<svg xmlns="http://www.w3.org/2000/svg"><title>logo')
     assert (workspace / "r.md").read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["tune.toml", "CMakeLists.txt", "k.acf.toml"])
+def test_a_protected_file_that_starts_like_a_report_is_never_replaced(workspace, name: str) -> None:
+    """review55 finding 6: a file was replaced when its first bytes were a compileiq report's, before
+    its name was asked: a tune.toml, CMakeLists.txt or ACF starting with `# compileiq report:`."""
+    text = "# compileiq report: s\n[tune]\n"
+    (workspace / name).write_text(text)
+    done = run_cli([*OUTPUT_COMMANDS["report-md"], name], cwd=workspace)
+    _refused(done, "choose another name or delete it first")
+    assert (workspace / name).read_text() == text

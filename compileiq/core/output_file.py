@@ -128,9 +128,9 @@ def replace_problem(target: Path, output: str, inputs: tuple[Path, ...] = ()) ->
     if data is None:
         return f"it cannot be read to tell whether it is {output}"
     found = file_sniff.output_kind(data)
-    if found == output:
-        return None
     kind = protected_kind(target, may_replace=OWN_SUFFIXES.get(output, ()))
+    if found == output and kind in (None, found):  # a tune.toml or CMakeLists.txt is none, whatever its first line
+        return None
     if not data and kind is None:
         return None
     what = found if found not in (None, file_sniff.EXPORT) else kind or found
