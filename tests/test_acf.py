@@ -127,10 +127,9 @@ def test_an_acf_whose_kernel_arch_is_a_left_out_arch_of_its_compile_command_is_r
 def test_write_says_whether_the_file_held_this_choice_already(tmp_path, tuned_space):
     # `tune` reports "unchanged" from this one answer (it used to compare the file's bytes itself)
     config = tuned_space.default_config().with_values({"ptxas.maxrregcount": 64})
-    first = acf.write_or_keep(tmp_path / "k.acf.toml", _content(tuned_space, config))
-    held = first.path.read_bytes()
-    assert not first.unchanged
-    again = acf.write_or_keep(first.path, _content(tuned_space, config))
-    assert again.unchanged and again.path.read_bytes() == held
-    other = acf.write_or_keep(first.path, _content(tuned_space, config.with_values({"ptxas.maxrregcount": 32})))
-    assert not other.unchanged and other.path.read_bytes() != held
+    path = tmp_path / "k.acf.toml"
+    assert not acf.write_or_keep(path, _content(tuned_space, config))
+    held = path.read_bytes()
+    assert acf.write_or_keep(path, _content(tuned_space, config)) and path.read_bytes() == held
+    other = _content(tuned_space, config.with_values({"ptxas.maxrregcount": 32}))
+    assert not acf.write_or_keep(path, other) and path.read_bytes() != held

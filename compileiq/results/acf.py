@@ -218,26 +218,19 @@ def render(content: AcfContent) -> dict[str, Any]:
     } | shipped  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Written:
-    """Where `write` put an ACF, and whether the file there held this choice already (then it was
-    left byte for byte: what `tune` reports as "unchanged")."""
-
-    path: Path
-    unchanged: bool
-
-
 def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tuple[str, Path], ...] = ()) -> Path:
     """Write the ACF (`write_or_keep`); its path."""
-    return write_or_keep(path, content, force, inputs).path
+    write_or_keep(path, content, force, inputs)
+    return path
 
 
 def write_or_keep(path: Path, content: AcfContent, force: bool = False,
-                  inputs: tuple[tuple[str, Path], ...] = ()) -> Written:
+                  inputs: tuple[tuple[str, Path], ...] = ()) -> bool:
     """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
     back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
     (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).
-    A symbolic link, or anything but a regular file, is refused (OutputFileError); folder links are followed."""
+    A symbolic link, or anything but a regular file, is refused (OutputFileError); folder links are followed.
+    True where the file held this choice already and was kept (what `tune` reports as "unchanged")."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
@@ -248,10 +241,10 @@ def write_or_keep(path: Path, content: AcfContent, force: bool = False,
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
     acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force, after_run=True, inputs=inputs)
-    unchanged = acf_rerun.unchanged(path, document, text)
-    if not unchanged:
-        write_atomically(path, text.encode("utf-8"))
-    return Written(path, unchanged)
+    if acf_rerun.unchanged(path, document, text):
+        return True
+    write_atomically(path, text.encode("utf-8"))
+    return False
 
 
 def check_writable(path: Path) -> None:
