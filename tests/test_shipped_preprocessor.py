@@ -116,8 +116,12 @@ def test_gcc_long_spellings_in_xcompiler_are_their_short_forms(tmp_path: Path) -
     flags = run_cli(["flags", "k.acf.toml", "--all"], cwd=tmp_path)
     assert "-DSCALE=7.0f" in flags.stdout.split() and "-Iinc" in flags.stdout.split(), flags.stdout
     skipped = next(line for line in (result.stdout + result.stderr).splitlines() if line.startswith("not applied:"))
-    for option in ("-O3 (host optimisation level (nvcc -O): ", "-Xcompiler -fopenmp (host compiler option: "):
-        assert f"{option}may change the macros the device pass predefines" in skipped, skipped
+    # -O3 predefines __OPTIMIZE__ in the device pass: tune compiles the PTX both ways and, as this kernel
+    # never reads it, sets -O3 aside as checked; -fopenmp is not checked and says what it may change
+    assert "-O3 (host optimisation level (nvcc -O): the device code is the same without it (checked))" in skipped, \
+        skipped
+    assert "-Xcompiler -fopenmp (host compiler option: may change the macros the device pass predefines" in skipped, \
+        skipped
     assert "-Xcompiler -Wall (host compiler warning option: device code is unchanged)" in skipped, skipped
 
 
