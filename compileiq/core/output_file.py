@@ -128,7 +128,7 @@ def replace_problem(target: Path, output: str, inputs: tuple[Path, ...] = ()) ->
     if data is None:
         return f"it cannot be read to tell whether it is {output}"
     found = file_sniff.output_kind(data)
-    kind = protected_kind(target, may_replace=OWN_SUFFIXES.get(output, ()))
+    kind = _protected(target.name, data, OWN_SUFFIXES.get(output, ()))
     if found == output and kind in (None, found):  # a tune.toml or CMakeLists.txt is none, whatever its first line
         return None
     if not data and kind is None:
@@ -149,14 +149,17 @@ def protected_kind(target: Path, inputs: tuple[Path, ...] = (), may_replace: tup
     if any(same_file(target, p) for p in inputs):
         return "one of this command's inputs"
     data = file_sniff.head(target)
-    if data is None:
-        return None
+    return None if data is None else _protected(target.name, data, may_replace)
+
+
+def _protected(filename: str, data: bytes, may_replace: tuple[str, ...]) -> str | None:
+    """`protected_kind` of a file named `filename` whose first bytes are `data`."""
     kind = file_sniff.content_kind(data)
     if kind in ("an SQLite database", "a C/C++/CUDA source", "a PTX file"):
         return kind
-    if is_build_file(target.name):
+    if is_build_file(filename):
         return "a build file"
-    name = target.name.lower()
+    name = filename.lower()
     if name.endswith(".ptx"):
         return "a PTX file"
     if name.endswith(may_replace):
