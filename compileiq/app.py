@@ -285,7 +285,7 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
         try:  # the run's decision is recorded: where no ACF is written, its row says so
             content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                            narrowed(options))
-            unchanged = acf.write_or_keep(path, content, options.force, inputs)
+            unchanged = acf.write_or_keep(path, content, options.force, inputs, phases.note)
         except (CompileIQError, OSError) as error:
             if result.run_id is not None:
                 how = "refused" if isinstance(error, UsageError) else "failed"

@@ -165,3 +165,29 @@ def test_only_a_rebuild_lets_the_first_runs_claim_stand():
     assert not wording.stands_for(wording.COMPILED, recorded, database, worker)
     assert not wording.stands_for(wording.COMPILED, wording.written(wording.VERIFIED, database, "other:2"),
                                   database, worker)
+
+
+def test_a_hand_edited_count_of_this_studys_trials_blocks_no_rewrite(workspace):
+    """Fix-rerun fault 3: an ACF naming this run's study in this run's database, its counts edited to
+    500 search trials, made the rerun refuse ("it holds 500 search trials ... not replacing without
+    --force", rc 2) though the database holds one. Its count is false: the run says so and rewrites it.
+    The same file beside another database (a copy: the study may hold more trials elsewhere) is still
+    refused."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    edited = held
+    for key, value in (("search_trials", 500), ("budget", 500), ("trials_in_study", 509)):
+        line = next(line for line in held.splitlines() if line.startswith(f"{key} = "))
+        edited = edited.replace(f"{line}\n", f"{key} = {value}\n", 1)
+    assert edited != held
+    acf.write_text(edited)
+    shutil.copy(workspace / "t.db", workspace / "copy.db")
+    elsewhere = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", "sqlite:///copy.db",
+                         "--out", "k.acf.toml", *OPTIONS], cwd=workspace)
+    assert elsewhere.returncode == 2 and "holds 500 search trials" in elsewhere.output, elsewhere.describe()
+    assert acf.read_text() == edited
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert "claims 500 search trials of study" in done.output and "a false count" in done.output, done.describe()
+    provenance = tomllib.loads(acf.read_text())["provenance"]
+    assert provenance["search_trials"] == 1 and provenance["budget"] == 1, provenance
