@@ -191,3 +191,18 @@ def test_a_hand_edited_count_of_this_studys_trials_blocks_no_rewrite(workspace):
     assert "claims 500 search trials of study" in done.output and "a false count" in done.output, done.describe()
     provenance = tomllib.loads(acf.read_text())["provenance"]
     assert provenance["search_trials"] == 1 and provenance["budget"] == 1, provenance
+
+
+@pytest.mark.parametrize("when", ["2019-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"])
+def test_a_back_dated_or_future_written_at_is_rewritten(workspace, when):
+    """Fix-rerun fault 2: a `written_at` in the wording compileiq writes, but before the study's first
+    trial (a back-dated file) or in the future, survived a rerun byte for byte."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    old = tomllib.loads(held)["provenance"]["written_at"]
+    acf.write_text(held.replace(f'written_at = "{old}"\n', f'written_at = "{when}"\n'))
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert when not in acf.read_text()
+    again = tune_in(workspace, *OPTIONS, budget=1)  # the rewritten file's own timestamp stands
+    assert again.returncode == 0 and UNCHANGED in again.stdout.splitlines(), again.describe()

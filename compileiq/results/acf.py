@@ -225,13 +225,15 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
 
 
 def write_or_keep(path: Path, content: AcfContent, force: bool = False,
-                  inputs: tuple[tuple[str, Path], ...] = (), note: Callable[[str], None] | None = None) -> bool:
+                  inputs: tuple[tuple[str, Path], ...] = (), note: Callable[[str], None] | None = None,
+                  facts: acf_rerun.StudyFacts | None = None) -> bool:
     """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
     back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
     (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).
     A symbolic link, or anything but a regular file, is refused (OutputFileError); folder links are followed.
     True where the file held this choice already and was kept (what `tune` reports as "unchanged").
-    `note`: told where the file there claims what is false (`acf_replace.false_count`)."""
+    `note`: told where the file there claims what is false (`acf_replace.false_count`); `facts`: what the
+    database says of the study, which what the file keeps must agree with (`acf_rerun.StudyFacts`)."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
@@ -245,7 +247,7 @@ def write_or_keep(path: Path, content: AcfContent, force: bool = False,
                               after_run=True, inputs=inputs)
     if false is not None and note is not None:
         note(f"the ACF {path}: {false}")
-    if acf_rerun.unchanged(path, document, text):
+    if acf_rerun.unchanged(path, document, text, facts):
         return True
     write_atomically(path, text.encode("utf-8"))
     return False
