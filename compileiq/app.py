@@ -25,9 +25,9 @@ from compileiq.core.space_files import load_space
 from compileiq.core.tool_environment import ignored_note
 from compileiq.core.toolchain import Toolchain, find_toolchain
 from compileiq.evaluate.stats import FINALISTS, MAX_FINALISTS
-from compileiq.results import acf, acf_replace, evidence
+from compileiq.results import acf, acf_replace, acf_rerun, evidence
 from compileiq.source import notes, restrictions
-from compileiq.source.kernel import bundle_sources, load_spec
+from compileiq.source.kernel import bundle_sources, load_spec, study_identities
 from compileiq.source.spec import TUNE_FILE, KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.store.database_url import database_url, sqlite_file
@@ -285,7 +285,12 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
         try:  # the run's decision is recorded: where no ACF is written, its row says so
             content = evidence.acf_content(result, spec, space, toolchain, store.url_for_display, path, bundle,
                                            narrowed(options))
-            unchanged = acf.write_or_keep(path, content, options.force, inputs)
+            facts = acf_rerun.StudyFacts(
+                first_trial_at=min((t.started_at for t in result.trials), default=None),
+                search_trials=result.search_trials,
+                other_studies=store.other_kernels_studies_before(result.study.key, result.study.id,
+                                                                 study_identities(request.kernel, bundle)))
+            unchanged = acf.write_or_keep(path, content, options.force, inputs, phases.note, facts)
         except (CompileIQError, OSError) as error:
             if result.run_id is not None:
                 how = "refused" if isinstance(error, UsageError) else "failed"

@@ -175,7 +175,12 @@ def test_what_counts_as_less_evidence(workspace):
 
     assert acf_replace.less_evidence(existing, new()) is None
     assert acf_replace.less_evidence(existing, new(search_trials=20)) is None
-    assert "more search trials" in (acf_replace.less_evidence(existing, new(search_trials=5)) or "")
+    elsewhere = new(search_trials=5, database="sqlite:///elsewhere.db")  # the study moved: may hold fewer there
+    assert "more search trials" in (acf_replace.less_evidence(existing, elsewhere) or "")
+    # the same study in the same database, which holds all of its trials: the file's count is false
+    assert existing.database is not None and acf_replace.less_evidence(existing, new(search_trials=5)) is None
+    assert "a false count" in (acf_replace.false_count(existing, new(search_trials=5)) or "")
+    assert acf_replace.false_count(existing, elsewhere) is None
     confirmed = acf_replace.Held(study=existing.study, search_trials=8, confirmed=True)
     assert "runtime confirmation would be lost" in (acf_replace.less_evidence(confirmed, existing) or "")
     forged = acf_replace.held({"format": 1, "provenance": {"study": ["x"], "search_trials": -3}})

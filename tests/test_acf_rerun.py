@@ -165,3 +165,44 @@ def test_only_a_rebuild_lets_the_first_runs_claim_stand():
     assert not wording.stands_for(wording.COMPILED, recorded, database, worker)
     assert not wording.stands_for(wording.COMPILED, wording.written(wording.VERIFIED, database, "other:2"),
                                   database, worker)
+
+
+def test_a_hand_edited_count_of_this_studys_trials_blocks_no_rewrite(workspace):
+    """Fix-rerun fault 3: an ACF naming this run's study in this run's database, its counts edited to
+    500 search trials, made the rerun refuse ("it holds 500 search trials ... not replacing without
+    --force", rc 2) though the database holds one. Its count is false: the run says so and rewrites it.
+    The same file beside another database (a copy: the study may hold more trials elsewhere) is still
+    refused."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    edited = held
+    for key, value in (("search_trials", 500), ("budget", 500), ("trials_in_study", 509)):
+        line = next(line for line in held.splitlines() if line.startswith(f"{key} = "))
+        edited = edited.replace(f"{line}\n", f"{key} = {value}\n", 1)
+    assert edited != held
+    acf.write_text(edited)
+    shutil.copy(workspace / "t.db", workspace / "copy.db")
+    elsewhere = run_cli(["tune", "k.cu", "--budget", "1", "--workers", "local", "--db", "sqlite:///copy.db",
+                         "--out", "k.acf.toml", *OPTIONS], cwd=workspace)
+    assert elsewhere.returncode == 2 and "holds 500 search trials" in elsewhere.output, elsewhere.describe()
+    assert acf.read_text() == edited
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert "claims 500 search trials of study" in done.output and "a false count" in done.output, done.describe()
+    provenance = tomllib.loads(acf.read_text())["provenance"]
+    assert provenance["search_trials"] == 1 and provenance["budget"] == 1, provenance
+
+
+@pytest.mark.parametrize("when", ["2019-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"])
+def test_a_back_dated_or_future_written_at_is_rewritten(workspace, when):
+    """Fix-rerun fault 2: a `written_at` in the wording compileiq writes, but before the study's first
+    trial (a back-dated file) or in the future, survived a rerun byte for byte."""
+    acf = workspace / "k.acf.toml"
+    held = acf.read_text()
+    old = tomllib.loads(held)["provenance"]["written_at"]
+    acf.write_text(held.replace(f'written_at = "{old}"\n', f'written_at = "{when}"\n'))
+    done = tune_in(workspace, *OPTIONS, budget=1)
+    assert done.returncode == 0 and "wrote k.acf.toml" in done.stdout.splitlines(), done.describe()
+    assert when not in acf.read_text()
+    again = tune_in(workspace, *OPTIONS, budget=1)  # the rewritten file's own timestamp stands
+    assert again.returncode == 0 and UNCHANGED in again.stdout.splitlines(), again.describe()

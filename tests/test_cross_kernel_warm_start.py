@@ -188,3 +188,38 @@ def test_a_forged_run_row_never_gives_the_acf_a_warm_start(tmp_path, kernels):
                      (first.result.study.id, json.dumps({"warm_start": note})))
     again = app.tune(_options(tmp_path, a), SilentProgress())
     assert "warm_start" not in acf.read(again.acf_path).provenance and again.acf_unchanged
+
+
+FORGED_WARM = ("40 configurations from 3 studies of other sources (other kernels, or this one as it was) tried "
+               "first, 2 settings they refused proposed later")
+
+
+@pytest.mark.parametrize("warm", [FORGED_WARM, FORGED_WARM.replace("40 configurations", "1 configuration")])
+def test_a_warm_start_line_added_to_an_acf_of_a_cold_study_is_dropped_on_a_rerun(tmp_path, kernels, warm):
+    """Fix-rerun fault 2: a `warm_start` line in compileiq's own words, added to the ACF of a study
+    that never had a warm start (nothing else in the database), survived a rerun byte for byte
+    ("already holds this choice"). The line is kept only where the study could have had it: no more
+    configurations tried first than its search trials, from no more of other kernels' studies than
+    the database held before it."""
+    a, _ = kernels
+    first = app.tune(_options(tmp_path, a), SilentProgress())
+    held = first.acf_path.read_text()
+    assert "warm_start" not in acf.read(first.acf_path).provenance
+    edited = held.replace("\ndatabase = ", f'\nwarm_start = "{warm}"\ndatabase = ', 1)
+    assert edited != held and warm_note.is_note(warm)
+    first.acf_path.write_text(edited)
+    again = app.tune(_options(tmp_path, a), SilentProgress())
+    assert not again.acf_unchanged and "warm_start" not in acf.read(again.acf_path).provenance
+
+
+def test_a_warm_start_line_claiming_more_studies_than_came_before_is_dropped(tmp_path, kernels):
+    """The genuine line of a warm-started study, edited to claim three studies of other kernels where
+    the database held one before it, is rewritten with the study's own (none, its budget spent)."""
+    a, b = kernels
+    app.tune(_options(tmp_path, a), SilentProgress())
+    first = app.tune(_options(tmp_path, b), SilentProgress())
+    held = first.acf_path.read_text()
+    assert "from 1 study of other sources" in held
+    first.acf_path.write_text(held.replace("from 1 study of other sources", "from 3 studies of other sources"))
+    again = app.tune(_options(tmp_path, b), SilentProgress())
+    assert not again.acf_unchanged and "warm_start" not in acf.read(again.acf_path).provenance

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import SPILLING_KERNEL, run_cli
+from helpers import SPILLING_KERNEL, compile_commands_file, run_cli
 
 from compileiq.core.records import Trial, TrialState
 from compileiq.results import acf
@@ -444,3 +444,47 @@ def test_many_forged_rows_are_quarantined_in_one_batch_not_one_decision_each(ker
     assert found.evidence["best"]["source"].startswith(("compiled by this run", "recorded in")), found.evidence
     for entry in found.evidence.get("to_time", []):
         assert entry["trial"] not in forged, entry
+
+
+OPTIMIZE_KERNEL = """\
+__global__ void k(float *x) {
+#ifdef __OPTIMIZE__
+  float s = 0; for (int i = 0; i < 64; i++) s += x[i * threadIdx.x] * x[i]; x[threadIdx.x] = s;
+#else
+  x[threadIdx.x] = 1.0f;
+#endif
+}
+"""
+
+
+def test_a_forged_simplification_row_is_quarantined_once_and_its_recorder_named(tmp_path: Path) -> None:
+    """Fix-rerun fault 1: a forged row of the simplification was quarantined (failed) by the winner's
+    check, then judged again by the simplification's check as if "a failed build" were its claim: a
+    second quarantine overwrote the first reason, blaming its recorder for a failed build. It is judged
+    once now; the decision reads its rebuild, and its reason keeps the forged claim and its recorder."""
+    (tmp_path / "k.cu").write_text(OPTIMIZE_KERNEL)
+    compile_commands_file(tmp_path, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+
+    def tune(budget: int) -> str:
+        done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective", "registers",
+                        "--budget", str(budget), "--workers", "local", "--db", url], cwd=tmp_path)
+        assert done.returncode == 0, done.describe()
+        return done.output
+
+    tune(6)
+    drops = [t for t in _trials(url) if t.purpose == "simplify" and t.state is TrialState.COMPLETE]
+    victim = max(drops, key=lambda t: (t.value or 0, t.number))  # a drop that loses the gain: forged as the best
+    engine = sa.create_engine(url)
+    entries = [{**victim.metrics["entries"][0], "registers": 7}, *victim.metrics["entries"][1:]]
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == victim.id).values(
+            value=7.0, metrics={**victim.metrics, "registers": 7, "entries": entries}, worker=MALLORY))
+    engine.dispose()
+    output = tune(8)
+    assert f"trial #{victim.number} quarantined: its row says value 7" in output, output
+    assert "its row says a failed build" not in output, output
+    assert output.count(f"trial #{victim.number} quarantined:") == 1, output
+    row = next(t for t in _trials(url) if t.number == victim.number)
+    assert row.reason is not None and "its row says value 7" in row.reason and f"recorded by {MALLORY}" in row.reason
+    assert row.value == victim.value  # the decision read the rebuild, recorded in its place

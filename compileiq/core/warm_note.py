@@ -1,6 +1,7 @@
 """How a warm start from other kernels' studies is told (`search.transfer.Prior.note`), and the
 strict reader of those words: an ACF's `[provenance] warm_start` line is kept on a rerun
-(`results.acf_rerun`) only where it reads exactly so."""
+(`results.acf_rerun`) only where it reads exactly so, and where the database says the study could have
+had it."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,12 +225,15 @@ def write(path: Path, content: AcfContent, force: bool = False, inputs: tuple[tu
 
 
 def write_or_keep(path: Path, content: AcfContent, force: bool = False,
-                  inputs: tuple[tuple[str, Path], ...] = ()) -> bool:
+                  inputs: tuple[tuple[str, Path], ...] = (), note: Callable[[str], None] | None = None,
+                  facts: acf_rerun.StudyFacts | None = None) -> bool:
     """Write atomically (temporary file + rename); an existing ACF is replaced only by one that reads
     back valid and, unless ``force``, holds as much evidence, never one of the run's `inputs` or a database
     (`acf_replace`: ReplaceError), and left byte for byte where it holds this choice already (`acf_rerun`).
     A symbolic link, or anything but a regular file, is refused (OutputFileError); folder links are followed.
-    True where the file held this choice already and was kept (what `tune` reports as "unchanged")."""
+    True where the file held this choice already and was kept (what `tune` reports as "unchanged").
+    `note`: told where the file there claims what is false (`acf_replace.false_count`); `facts`: what the
+    database says of the study, which what the file keeps must agree with (`acf_rerun.StudyFacts`)."""
     try:
         document = render(content)
     except SpaceError as error:  # settings the compiler's space does not hold: a reader would refuse them too
@@ -240,8 +243,11 @@ def write_or_keep(path: Path, content: AcfContent, force: bool = False,
         parse(path, text)
     except AcfError as error:
         raise AcfError(f"not writing {path}: the new ACF does not validate: {error}") from None
-    acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force, after_run=True, inputs=inputs)
-    if acf_rerun.unchanged(path, document, text):
+    false = acf_replace.check(path, acf_replace.held(document, path, content.settings_identities), force,
+                              after_run=True, inputs=inputs)
+    if false is not None and note is not None:
+        note(f"the ACF {path}: {false}")
+    if acf_rerun.unchanged(path, document, text, facts):
         return True
     write_atomically(path, text.encode("utf-8"))
     return False

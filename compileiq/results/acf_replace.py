@@ -7,7 +7,10 @@ existing file holds *more evidence* than the new one when it describes another k
 `k.cu` in different folders share the default path), records another study, more
 search trials, a simplification that dropped settings where the new one did not
 simplify, or a runtime confirmation where the new one has none. Anything else (the same command run
-again, a larger budget) replaces it; `force` replaces it regardless. A file at the path that is
+again, a larger budget) replaces it; `force` replaces it regardless. An ACF is untrusted: one that
+names this run's study in this run's database yet claims more search trials than the database holds
+of it (a hand-edited count) claims what is false, and its count blocks nothing (`false_count`: the
+run says so). A file at the path that is
 not an ACF is never replaced without `force`, and never at all when it is one of the run's inputs,
 a database, a source or another input's kind (`check`).
 """
@@ -47,6 +50,7 @@ class Held:
     # (`KernelSpec.identities`), so that an ACF those releases wrote is this kernel's, not stale
     kernel: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # the kernel's file (absolute, links resolved): which kernel it describes
+    database: str | None = None  # where its study is recorded (as `provenance.database` names it)
 
     def describe(self) -> str:
         """What it holds besides its study: its search trials, simplification and confirmation."""
@@ -76,7 +80,7 @@ def held(document: Mapping[str, Any], path: Path | None = None, settings: Sequen
                 simplified=True if simplification else None if _keeps_baseline(evidence) else False,
                 confirmed=is_finite(objective.get("confirmation_delta")),
                 kernel=tuple((source, s) for s in identities) if source else (),
-                source=_kernel_file(path, kernel.get("path")))
+                source=_kernel_file(path, kernel.get("path")), database=_text(provenance.get("database")))
 
 
 def _keeps_baseline(evidence: Mapping[str, Any]) -> bool:
@@ -109,7 +113,8 @@ def less_evidence(existing: Held, new: Held) -> str | None:
         return None
     if existing.study and new.study and existing.study != new.study:
         return f"it records study {existing.study}, this run study {new.study}"
-    if existing.search_trials is not None and new.search_trials is not None and new.search_trials < existing.search_trials:
+    if existing.search_trials is not None and new.search_trials is not None and \
+            new.search_trials < existing.search_trials and false_count(existing, new) is None:
         return f"it holds more search trials (this run: {new.search_trials})"
     if existing.dropped and new.simplified is False:  # a winner that needed nothing dropped lost nothing
         return "its simplification would be lost (this run did not simplify its winner)"
@@ -118,30 +123,44 @@ def less_evidence(existing: Held, new: Held) -> str | None:
     return None
 
 
+def false_count(existing: Held, new: Held) -> str | None:
+    """Why `existing`'s count of search trials is false (one clause), or None: it names `new`'s study
+    in `new`'s database, which holds every trial of that study, and claims more than `new` counts."""
+    if existing.study is None or existing.study != new.study or existing.database is None or \
+            existing.database != new.database or existing.search_trials is None or new.search_trials is None:
+        return None
+    if new.search_trials >= existing.search_trials:
+        return None
+    return (f"it claims {existing.search_trials} search trials of study {existing.study}, whose database "
+            f"{existing.database} holds {new.search_trials}: a false count, replaced")
+
+
 def check(path: Path, new: Held, force: bool = False, after_run: bool = False,
-          inputs: tuple[tuple[str, Path], ...] = ()) -> None:
+          inputs: tuple[tuple[str, Path], ...] = ()) -> str | None:
     """ReplaceError (one line) unless an ACF holding `new` may be written at `path`. `force`
     replaces evidence, never data: not even it writes over one of the run's `inputs` ((what, path):
     its kernel, tune.toml, compile commands, database file), a database, a source or a .toml
-    that is no ACF (`output_file.protected_kind`)."""
+    that is no ACF (`output_file.protected_kind`). Returns a note where the existing ACF's claim is
+    false (`false_count`), None otherwise."""
     for what, given in inputs:
         if same_file(path, given):
             raise ReplaceError(f"not replacing {path}: it is this run's {what}; write this ACF elsewhere with --out")
     if not path.exists():
-        return
+        return None
     existing = _existing(path)
     if existing is None:
         kind = protected_kind(Path(os.path.realpath(path)), may_replace=(".acf.toml",))
         if kind is not None:
             raise ReplaceError(f"not replacing {path}: it is {kind}, not an ACF; write this ACF elsewhere with --out")
         if force:
-            return
+            return None
         raise ReplaceError(f"not replacing {path} {HOW}: it is not an ACF written by compileiq tune")
+    false = false_count(existing, new)
     if force:
-        return
+        return false
     problem = less_evidence(existing, new)
     if problem is None:
-        return
+        return false
     kept = "; this run's trials stay in the database: the same command with --out NEW writes them" if after_run else ""
     raise ReplaceError(f"not replacing the ACF {path} {HOW}: {problem}; it holds {existing.describe()}{kept}")
 

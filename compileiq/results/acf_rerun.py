@@ -9,6 +9,13 @@ other difference (kernel and source hashes, toolchain and space, controls, args,
 evidence numbers, code hashes and workers, [baseline], the rest of [provenance]) rewrites it.
 And those two are kept only as this release writes them (`written_at_now`, `evidence_wording`): an
 edited timestamp or evidence claim is no wording of compileiq's, and a rerun rewrites it.
+
+Wording alone proves nothing (a forger writes compileiq's words), so what is kept must also agree
+with the database (`StudyFacts`, never the `runs` row, which is as easily forged): a `written_at` only
+where it is not before the study's first trial nor in the future (a back-dated file claims a review it
+never had), a `warm_start` line only where the study could have had it: no more configurations tried
+first than it holds search trials, drawn from no more studies of other kernels on its toolchain space
+than the database held before it. Else the file is rewritten, without the line.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import re
 import stat
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +40,18 @@ MAX_BYTES = 1 << 20  # as `acf.MAX_BYTES`: a larger file is no ACF this writes
 WARM_START = "warm_start"  # [provenance]: what other kernels' studies proposed (`evidence.acf_content`)
 EVIDENCE_SOURCES = ("baseline", "best")  # the evidence tables whose `source` says where they came from
 _WRITTEN_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00")  # as `written_at_now` writes it
+
+
+@dataclass(frozen=True)
+class StudyFacts:
+    """What the database says of the study an ACF is written for: what a kept line must agree with."""
+
+    first_trial_at: datetime | None  # when its first trial started (None: it has none)
+    search_trials: int  # its search trials, the baseline among them
+    other_studies: int  # static studies of other kernels on its toolchain space started before it
+
+
+_NUMBERS = re.compile(r"[0-9]+")
 
 
 def written_at_now() -> str:
@@ -63,9 +83,11 @@ def held(path: Path) -> bytes | None:
         return None
 
 
-def unchanged(path: Path, document: Mapping[str, Any], text: str) -> bool:
+def unchanged(path: Path, document: Mapping[str, Any], text: str, facts: StudyFacts | None = None) -> bool:
     """Whether the ACF at `path` is `text` (the rendering of `document`) but for its
-    `provenance.written_at` and its evidence's `source` wording: then it already holds this choice."""
+    `provenance.written_at` and its evidence's `source` wording: then it already holds this choice.
+    `facts`: what the database says of the study (None: nothing known, so no `warm_start` line is kept
+    that this run did not write)."""
     found = held(path)
     if found is None:
         return False
@@ -75,11 +97,12 @@ def unchanged(path: Path, document: Mapping[str, Any], text: str) -> bool:
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
     header = text.removesuffix(tomli_w.dumps(dict(document)))
-    kept = _with_recorded_wording(document, recorded)
+    kept = _with_recorded_wording(document, recorded, facts)
     return kept is not None and header + tomli_w.dumps(kept) == old
 
 
-def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any] | None:
+def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, Any],
+                           facts: StudyFacts | None) -> dict[str, Any] | None:
     """`document` with the recorded file's `written_at` and evidence `source` strings; None where
     the file lacks one of them or holds one in no wording this release writes (then it is not this
     choice as this release writes it: an edited timestamp, a forged evidence claim)."""
@@ -87,10 +110,11 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
     try:
         written = recorded["provenance"]["written_at"]
         database = kept["provenance"].get("database")
-        if not isinstance(written, str) or not _is_written_at(written) or "written_at" not in kept["provenance"]:
+        if not isinstance(written, str) or not _is_written_at(written) or "written_at" not in kept["provenance"] \
+                or not _written_in_time(written, facts):
             return None
         kept["provenance"]["written_at"] = written
-        _keep_warm_start(kept["provenance"], recorded["provenance"])
+        _keep_warm_start(kept["provenance"], recorded["provenance"], facts)
         for name in EVIDENCE_SOURCES:
             table = kept.get("evidence", {}).get(name)
             if isinstance(table, dict) and "source" in table:
@@ -108,12 +132,36 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
     return kept
 
 
-def _keep_warm_start(provenance: dict[str, Any], recorded: Mapping[str, Any]) -> None:
+def _written_in_time(written: str, facts: StudyFacts | None) -> bool:
+    """Whether `written` (a `_is_written_at` timestamp) is not in the future, nor before the study's
+    first trial (to the second, as it is written)."""
+    at = datetime.fromisoformat(written)
+    if at > datetime.now(UTC):
+        return False
+    first = facts.first_trial_at if facts is not None else None
+    if first is None:
+        return True
+    first = first if first.tzinfo is not None else first.replace(tzinfo=UTC)
+    return at >= first.replace(microsecond=0)
+
+
+def _could_have(note: str, facts: StudyFacts | None) -> bool:
+    """Whether the study `facts` describes could have had the warm start `note` tells of: no more
+    configurations tried first than its search trials, drawn from no more of other kernels' studies than
+    the database held before it (a warm start draws from one at least)."""
+    if facts is None:
+        return False
+    first, studies, _ = (int(n) for n in _NUMBERS.findall(note))
+    return first <= facts.search_trials and 1 <= studies <= facts.other_studies
+
+
+def _keep_warm_start(provenance: dict[str, Any], recorded: Mapping[str, Any], facts: StudyFacts | None) -> None:
     """The recorded file's `warm_start` line where this run had none: a rerun of a study whose budget
     is spent tries nothing first, yet the study's trials came from the warm start the file names.
-    Only in the words a warm start is told in (`warm_note`), and in the file's own key order."""
+    Only in the words a warm start is told in (`warm_note`), only where the study could have had it
+    (`_could_have`), and in the file's own key order."""
     note = recorded.get(WARM_START)
-    if WARM_START in provenance or not warm_note.is_note(note):
+    if WARM_START in provenance or not warm_note.is_note(note) or not _could_have(str(note), facts):
         return
     provenance[WARM_START] = note
     order = [key for key in recorded if key in provenance]

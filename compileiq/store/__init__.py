@@ -287,6 +287,19 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
             rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
         return self._usable(rows)
 
+    def other_kernels_studies_before(self, key: StudyKey, study_id: int, sources: Collection[str] = ()) -> int:
+        """How many static studies of *other* sources on ``key``'s toolchain, arch and search space
+        were started before study ``study_id`` (as `other_kernels_trials` picks them): at most how
+        many a warm start of that study drew from."""
+        s = studies.c
+        query = (
+            sa.select(sa.func.count()).select_from(studies)
+            .where(s.source_sha256.not_in(_sources(key, sources)), s.toolchain == key.toolchain)
+            .where(s.arch == key.arch, s.space_id == key.space_id, s.evaluator == "static", s.id < study_id)
+        )
+        with self._tx(readonly=True) as conn:
+            return int(conn.execute(query).scalar_one())
+
     def other_kernels_trials(self, key: StudyKey, max_studies: int = 32, max_rows: int = 4096,
                              sources: Collection[str] = ()) -> list[tuple[Study, list[Trial]]]:
         """Finished trials of the latest ``max_studies`` static studies of *other* sources on

@@ -18,6 +18,11 @@ could still be chosen or cited (`contenders`: no row this run built or checked t
 on every objective) and quarantines all that disagree: a database full of forgeries costs one batch
 of compiles on all workers (as parallel as they are) and one more decision, each further round only
 while new disagreements appear, at most MAX_SWEEPS rounds (then one row a pass, as before).
+
+A row is judged against its rebuild once a run: one this run quarantined is never judged again as if its
+quarantine (a failed row) were what its recorder claimed. Where a later decision reads it (a
+simplification's drop), it is replaced by the rebuild made when it was quarantined, and its reason keeps
+the first judgment: the forged claim and who recorded it.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class Verifier:
         self._store, self._rebuild, self._origins = store, rebuild, origins
         self._baseline_key, self._note = baseline_key, note
         self.quarantined = self.sweeps = 0
+        # rows this run quarantined and failed: what their row said and the rebuild that disagreed
+        self._set_aside: dict[int, tuple[str, Build, Evaluation]] = {}
         self._suspect = False  # a row disagreed with its rebuild since the last sweep
 
     def sweep(self, trials: Sequence[Trial], refuse: Callable[[Trial], str | None], objectives: Sequence[str]) -> bool:
@@ -83,7 +90,8 @@ class Verifier:
             return False
         self._suspect = False
         checked = {t.id for t in trials if self._origins.get(t.id) in _THIS_RUNS}
-        pending = contenders(trials, checked, refuse, objectives)[:MAX_QUARANTINED]
+        pending = [t for t in contenders(trials, checked, refuse, objectives)
+                   if t.id not in self._set_aside][:MAX_QUARANTINED]
         if not pending:
             return False
         self.sweeps += 1
@@ -128,6 +136,10 @@ class Verifier:
         pending = list({t.id: t for t in trials if self._origins.get(t.id) not in _THIS_RUNS}.values())
         raised: Quarantined | None = None
         unchecked: list[tuple[Trial, Build]] = []
+        for trial in [t for t in pending if t.id in self._set_aside]:  # judged already: not again
+            pending.remove(trial)
+            if replace_all or trial.config_key == self._baseline_key:
+                raised = raised or self._replace_set_aside(trial)
         for trial, (build, fresh) in zip(pending, self._rebuild(pending), strict=True):
             if not build.status.deterministic:
                 unchecked.append((trial, build))
@@ -176,8 +188,21 @@ class Verifier:
             self._store.finish_trial(trial.id, state=TrialState.FAILED, value=None,
                                      reason=f"{QUARANTINED}: {said}"[:4000], metrics=trial.metrics,
                                      code_hash=trial.code_hash, compile_seconds=trial.compile_seconds)
+            self._set_aside[trial.id] = (said, build, fresh)
         self._note(f"trial #{trial.number} {QUARANTINED}: {said}")
         raise Quarantined(f"trial #{trial.number}: {said}")
+
+    def _replace_set_aside(self, trial: Trial) -> Quarantined:
+        """A row this run quarantined that a decision reads: replaced by the rebuild that disagreed with
+        it, its reason still what the row claimed and who recorded it (the decision is made again)."""
+        said, build, fresh = self._set_aside.pop(trial.id)
+        self._store.finish_trial(
+            trial.id, state=TrialState.COMPLETE if fresh.value is not None else TrialState.FAILED,
+            value=fresh.value, reason=f"{QUARANTINED} row replaced by a rebuild: {said}"[:4000],
+            metrics=fresh.metrics, code_hash=build.code_hash, compile_seconds=build.seconds)
+        self._origins[trial.id] = "replaced"
+        self._note(f"trial #{trial.number}, {QUARANTINED} above, is read as its rebuild")
+        return Quarantined(f"trial #{trial.number}: replaced by its rebuild")
 
 
 def contenders(trials: Sequence[Trial], checked: set[int], refuse: Callable[[Trial], str | None],
