@@ -33,3 +33,12 @@ def test_a_tune_toml_launch_fact_with_unsigned_int(tmp_path: Path) -> None:
     (tmp_path / "tune.toml").write_text('[launch.k]\nblock_size = 128\ndynamic_smem = "128*sizeof(unsigned int)"\n')
     done = run_cli(["space", "k.cu"], cwd=tmp_path)
     assert done.returncode == 0, done.describe()
+
+
+def test_the_docs_list_every_type_sizeof_takes() -> None:
+    from compileiq.source import launch
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "file-formats.md").read_text()
+    flat = " ".join(docs.split())
+    for name in (*launch.TYPE_NAMES, *launch._WORD_TYPES):
+        assert f"`{name}`" in flat, name

@@ -54,8 +54,8 @@ def command_arch_note(spec: KernelSpec) -> list[str]:
     given = spec.toml_arch
     if spec.shipped is None or given is None or given == spec.arch or spec.arch_overridden is not None:
         return []
-    return [f"tuning {spec.arch}, the arch the compile command builds ({spec.shipped.origin}), not tune.toml's "
-            f"arch = \"{given}\": with --compile-commands the command's arch is tuned; --arch {given} tunes that one"]
+    return [(f"tuning {spec.arch}, the arch the compile command builds ({spec.shipped.origin}), not tune.toml's "
+             f"arch = \"{given}\": with --compile-commands the command's arch is tuned; --arch {given} tunes that one")]
 
 
 def shipped_notes(spec: KernelSpec) -> list[str]:
