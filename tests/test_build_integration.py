@@ -558,3 +558,48 @@ def test_json_names_the_source_from_where_flags_ran_as_its_include_folders(tmp_p
     built = subprocess.run(["nvcc", *document["flags"], *document["base"], "-c", document["source"],
                             "-o", "k.o"], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
+
+
+def _header_acf(folder: Path) -> Path:
+    """An ACF of a kernel tuned in a header (`compileiq tune bp_kernels.cuh`, main.cu includes it)."""
+    space = load_space("13.0")
+    content = acf.AcfContent(
+        kernel="bp_kernels", source_name="bp_kernels.cuh", source_path="bp_kernels.cuh", source_sha256="ab" * 32,
+        arch="sm_90", nvcc_version="13.0", ptxas_version="13.0", toolchain_build="cuda_13.0", space=space,
+        config=space.default_config().with_values({"ptxas.maxrregcount": 24}), fixed_defines=(),
+        objective={"name": "registers"}, evidence={"best": {"spill_bytes": 0, "registers": 24}}, provenance={},
+    )  # fmt: skip
+    return acf.write(folder / "bp_kernels.acf.toml", content)
+
+
+@pytest.mark.parametrize(("fmt", "says"), [
+    ("cmake", "CMake never compiles a header: a source property on it gives these flags to nothing"),
+    ("bazel", "rules_cuda never compiles a header"),
+])
+def test_a_build_file_for_a_kernel_in_a_header_is_refused_not_silently_untuned(
+        tmp_path: Path, fmt: str, says: str) -> None:
+    """userfix 1: for a kernel tuned in a .cuh, `flags --format cmake` set COMPILE_OPTIONS on the header,
+    which CMake never compiles: main.cu, which includes it, built with none of the flags (30 registers,
+    not the evidence's 24), and configure said nothing. The same for a cuda_library of the header alone."""
+    made = _header_acf(tmp_path)
+    done = run_cli(["flags", made.name, "--format", fmt], cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.describe()
+    [line] = done.stderr_lines
+    assert says in line and "bp_kernels.cuh is a header" in line, line
+    assert "compileiq_apply(TARGET" in line if fmt == "cmake" else "the .cu that includes it" in line, line
+    assert _flags(made, "--format", "args") == "-arch=sm_90 -Xptxas=--maxrregcount=24\n"  # flags for the includer
+
+
+def test_compileiq_apply_refuses_a_header_source(tmp_path: Path) -> None:
+    """userfix 1: `compileiq_apply(SOURCE bp_kernels.cuh ...)` appended the flags to the header's
+    COMPILE_OPTIONS, which reach nothing: configure stops and says to use TARGET or the .cu."""
+    made = _header_acf(tmp_path)
+    script = tmp_path / "apply.cmake"
+    script.write_text(f'include("{flag_formats.cmake_dir()}/compileiq-config.cmake")\n'
+                      f'compileiq_apply(SOURCE main.cu bp_kernels.cuh ACF "{made.name}")\n')
+    done = subprocess.run([cmake_command(), f"-DCOMPILEIQ_EXECUTABLE={compileiq_command()}", "-P", str(script)],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, check=False)
+    said = " ".join(done.stderr.split())
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "SOURCE bp_kernels.cuh is a header, which CMake never compiles" in said, said
+    assert "compileiq_apply(TARGET <target> ACF bp_kernels.acf.toml)" in said, said

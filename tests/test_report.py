@@ -166,6 +166,15 @@ def test_markdown_report_writes_svg_figures_beside_it(tmp_path):
     assert f"compileiq report 'md\\|study' --db sqlite:///{tmp_path}/t.db)" in text
 
 
+def test_format_markdown_is_md(tmp_path):
+    """userfix 4: the README says `report` writes "HTML (or markdown)", but `--format markdown` was
+    refused ("must be one of html, md"): it is md, its default file report.md."""
+    synthetic_study(f"sqlite:///{tmp_path}/t.db", 10, name="s")
+    result = run_cli(["report", "s", "--db", f"sqlite:///{tmp_path}/t.db", "--format", "markdown"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert (tmp_path / "report.md").read_text().startswith("#") and not (tmp_path / "report.markdown").exists()
+
+
 def test_markdown_keeps_an_arrow_readable_and_opens_no_blockquote(tmp_path):
     """A user read `lowers occupancy (100.0% -&gt; 75.0%)` in a raw markdown report: `>` was written
     as an entity although only `<` and `&` can open HTML. A `>` at a cell's start opens no quote."""

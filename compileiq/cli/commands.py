@@ -326,7 +326,7 @@ def include_dir() -> None:
 def report(
     studies: Annotated[list[str], typer.Argument(metavar="STUDY", help="Study name or id (two with --compare).")],
     out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write, - for standard output (md: without figures); default report.html (report.md with --format md).")] = None,
-    fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md (markdown, SVG figures beside it)")] = "html",
+    fmt: Annotated[str, typer.Option("--format", metavar="[html|md]", help="html (one self-contained file) | md or markdown (SVG figures beside it)")] = "html",
     compare: Annotated[bool, typer.Option("--compare", metavar="", help="Compare two studies: STUDY_A STUDY_B.")] = False,
     pareto: Annotated[str | None, typer.Option("--pareto", help="Add the Pareto front of these objectives, e.g. registers,instructions.")] = None,
     pick: Annotated[str | None, typer.Option("--pick", help="With --pareto, or for a study of several objectives: knee | first | weights=W1,W2,... (default: the rule the study's latest run chose by, else knee)")] = None,
@@ -341,6 +341,7 @@ def report(
     if len(studies) != (2 if compare else 1):
         raise UsageError("--compare takes two studies: STUDY_A STUDY_B" if compare else
                          "give one study (or --compare STUDY_A STUDY_B)")
+    fmt = report_lib.format_name(fmt)  # `markdown` is `md`
     target = out_file or Path(f"report.{fmt}")
     if not report_lib.to_stdout(target):  # `-o -`: standard output
         check_report_target(target, REPORT)  # before the database is opened: a named pipe would block the write

@@ -4,6 +4,9 @@
 #   compileiq_apply(TARGET kernels ACF kernels/sgemm.acf.toml)      # every CUDA source of a target
 #   compileiq_apply(SOURCE sgemm.cu ACF kernels/sgemm.acf.toml)     # one source (or several)
 #
+# SOURCE names a file CMake compiles: a kernel tuned in a header (.cuh) gets its flags through the
+# .cu that includes it, or TARGET; a header given to SOURCE stops configure (a property on it does nothing).
+#
 # The flags come from `compileiq flags ACF --format json` at configure time: compileiq validates
 # the ACF (only flags its search space can produce), so nothing of the file reaches a shell or is
 # evaluated as CMake code. TARGET keeps a target's CUDA_ARCHITECTURES that build the ACF's arch
@@ -43,6 +46,15 @@ function(compileiq_apply)
   if((_ciq_TARGET AND _ciq_SOURCE) OR (NOT _ciq_TARGET AND NOT _ciq_SOURCE))
     message(FATAL_ERROR "compileiq_apply: give either TARGET <target> or SOURCE <file.cu>...")
   endif()
+  # a header is never compiled: a source property on it would give the flags to nothing, silently
+  foreach(_source IN LISTS _ciq_SOURCE)
+    if(_source MATCHES "\\.([cC][uU][hH]|[hH]|[hH][hH]|[hH][pP][pP]|[hH][xX][xX]|[iI][nN][lL]|[iI][nN][cC])$")
+      message(FATAL_ERROR "compileiq_apply: SOURCE ${_source} is a header, which CMake never compiles: its flags "
+              "would reach nothing and the .cu files that #include it would build untuned; use "
+              "compileiq_apply(TARGET <target> ACF ${_ciq_ACF}) for the target that builds them, or give SOURCE "
+              "the .cu that includes it")
+    endif()
+  endforeach()
   if(_ciq_TARGET AND NOT TARGET "${_ciq_TARGET}")
     message(FATAL_ERROR "compileiq_apply: no target named ${_ciq_TARGET}")
   endif()

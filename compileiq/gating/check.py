@@ -143,7 +143,10 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     retune = retune_command(target, measured)
     hits = static_hits(recorded, measured, retune, found.flags_only)
     shipped = shipped_command_hits(replace(target, spec=target.recorded_spec or target.spec), retune)  # vs the ACF's
-    named = [] if shipped else base_flag_hits(target.base_difference, target.settings_origin, retune)
+    # one that says a compile command differs names the base flags itself; one that found none for an ACF
+    # tuned from the defaults (`_untuned_from`) says nothing of tune.toml's
+    says_command = any(hit.command for hit in shipped) or (shipped and target.acf.shipped is not None)
+    named = [] if says_command else base_flag_hits(target.base_difference, target.settings_origin, retune)
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
     if any(hit.command for hit in shipped + named):  # they say which settings changed (each with the re-tune):
         hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says

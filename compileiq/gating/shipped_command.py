@@ -116,9 +116,17 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
 
 def _untuned_from(target: Target, read: ShippedRead, recorded: str, retune: str) -> list[Hit]:
     """An ACF tuned without a compile command, gated with a database that has one for its kernel:
-    its baseline (the compiler defaults) is not the build that ships."""
-    if read.command is None or read.shown is None:  # no command for this kernel (a database that is not one is
-        return []  # bad input, `locate`): it is not built from that database
+    its baseline (the compiler defaults) is not the build that ships. A database with no usable command
+    for the kernel (none names it: a file the build compiles #includes it, or another configuration's
+    database) is a finding too: the gate checked nothing of the build that ships, and a note on stderr
+    alone reached no report (a database that is not one is bad input, `locate`)."""
+    if read.shown is None:
+        return []
+    if read.command is None:
+        return [Hit(RULE, recorded, "no command" if read.problem == "no-command" else "unreadable",
+                    f"{read.detail}: the ACF was tuned from the compiler defaults, and the gate cannot tell "
+                    f"whether they are the build that ships ({read.shown} gave no usable compile command for "
+                    f"{Path(target.kernel_label).name})")]
     settings = read.command.shipped.settings if read.command.shipped is not None else ()
     ships = f"ships {' '.join(dict.fromkeys(s.flag for s in settings))}" if settings else "with its own flags"
     return [Hit(RULE, recorded, "compile command", f"the ACF was tuned without a compile command, but "

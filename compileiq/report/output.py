@@ -14,11 +14,19 @@ from compileiq.report.page import build, html_page
 from compileiq.store import Store
 
 FORMATS = ("html", "md")
+ALIASES = {"markdown": "md"}  # the README calls it markdown
+
+
+def format_name(fmt: str) -> str:
+    """The format `fmt` names (`markdown` is `md`); UsageError for any other."""
+    fmt = ALIASES.get(fmt, fmt)
+    check_format(fmt)
+    return fmt
 
 
 def check_format(fmt: str) -> None:
     if fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)} (markdown: md), got {fmt!r}")
 
 
 def to_stdout(out: Path) -> bool:

@@ -21,6 +21,8 @@ from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
 FORMATS = ("args", "optf", "cmake", "bazel", "json")
+# a kernel in a header: build systems compile the .cu files that include it, never the header itself
+HEADER_SUFFIXES = (".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc")
 STAGES = ("all", "frontend", "ptxas")
 _PLAIN_TOKEN = PLAIN_WORD  # one rule for what a shell may read as one word (core/words)
 
@@ -34,6 +36,8 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
         raise UsageError(f"{option}format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if stage not in STAGES:
         raise UsageError(f"{option}stage must be all, frontend or ptxas, got {stage!r}")
+    if fmt in ("cmake", "bazel") and (problem := header_problem(acf, fmt, option)):
+        raise UsageError(problem)
     if fmt == "cmake":  # CMake sets the architecture itself (CUDA_ARCHITECTURES)
         if stage == "ptxas":
             raise UsageError(f"{option}format cmake gives nvcc options: use {option}stage all or frontend")
@@ -46,6 +50,27 @@ def render(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = Tr
     if fmt == "optf":
         return "".join(f"{_plain(acf, token)}\n" for token in flags)
     return json.dumps(document(acf, stage, with_arch, with_base), indent=2) + "\n"
+
+
+def header_problem(acf: Acf, fmt: str, option: str = "--") -> str | None:
+    """Why a build file for the kernel's own source would give its flags to nothing: the kernel is in
+    a header, which CMake and rules_cuda never compile (a source property on it, or a cuda_library
+    whose srcs hold it alone, builds no object: the .cu files that #include it build untuned, and
+    nothing says so). None for a source file."""
+    source = acf.source_from_here()
+    if os.path.splitext(source)[1].lower() not in HEADER_SUFFIXES:
+        return None
+    if fmt == "cmake":
+        how = ("CMake never compiles a header: a source property on it gives these flags to nothing, and the .cu "
+               "files that #include it build untuned; use find_package(compileiq) and compileiq_apply(TARGET "
+               f"<target> ACF {acf.path}) for the target that builds them, or compileiq_apply(SOURCE <the .cu that "
+               "includes it> ...)")
+    else:
+        how = ("rules_cuda never compiles a header: a cuda_library whose srcs hold it alone builds nothing, and the "
+               "libraries whose .cu files #include it build untuned; give these flags (--format json lists copts "
+               "as \"frontend\" and ptxasopts as \"ptxas\") to the cuda_library whose srcs hold the .cu that "
+               "includes it")
+    return f"{option}format {fmt}: the kernel's source {source} is a header: {how}"
 
 
 def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:

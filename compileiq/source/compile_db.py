@@ -33,6 +33,7 @@ from compileiq.source.compile_db_file import (
     entries,
     output_of,
 )
+from compileiq.source.includers import includers
 from compileiq.source.preprocessor import Macros
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
 
@@ -146,12 +147,14 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
     `--compile-output` names it) chooses one; without it they must read the same, else refused."""
     wanted = source.expanduser().resolve()
     found = []
+    every = []
     for index, entry in enumerate(entries(database), 1):
         directory = database.parent / Path(str(entry.get("directory", "."))).expanduser()
+        every.append((entry, directory, output_of(entry) or f"entry {index}"))
         if (directory / entry["file"]).resolve() == wanted:
             found.append((printable(output_of(entry) or f"entry {index}"), entry, directory.resolve()))
     if not found:
-        raise NoCommand(f"{database}: no compile command for {source}")
+        raise NoCommand(f"{database}: no compile command for {source}{_included_by(every, wanted, source)}")
     names = [name for name, _, _ in found]
     macros = Macros.of(spec)
     readings: list[tuple[object, ...] | None] = []  # None: a command compileiq does not read
@@ -180,6 +183,19 @@ def read_command(database: Path, source: Path, space: SearchSpace, spec: KernelS
     recorded = name if others and (output_of(entry) or output) else ""
     shipped = None if first.shipped is None else replace(first.shipped, output=recorded, others=others)
     return replace(first, shipped=shipped)
+
+
+def _included_by(every: list[tuple[dict[str, Any], Path, str]], wanted: Path, source: Path) -> str:
+    """What the error adds where an entry's file #includes the kernel (the build compiles the includer)."""
+    found = includers(every, wanted)
+    if not found:
+        return ""
+    first = found[0]
+    more = f" (and {len(found) - 1} other file(s))" if len(found) > 1 else ""
+    return (f"; {first.file.name} ({first.entry}) #includes it{more}: the build compiles {first.file.name}, so tune "
+            f"{first.file.name} with --compile-commands, or tune {source.name} from a database entry of your own "
+            f"whose \"file\" is {source.name} and whose command is {first.file.name}'s with {source.name} in its place "
+            "(docs/ci.md, \"A compile command by hand\")")
 
 
 def _command(entry: dict[str, Any], directory: Path, source: Path, space: SearchSpace,

@@ -108,6 +108,7 @@ class _Parser:
             restrictions=self.restriction_texts(dict(defines), dict(tuned)),
             arch_overridden=f"{given} that tune.toml gives" if arch and (given := self.raw.get("arch")) not in (None, arch)
             else None,
+            toml_arch=str(self.raw["arch"]) if isinstance(self.raw.get("arch"), str) else None,
         )
 
     def tolerance(self, key: str, default: float) -> float:

@@ -29,7 +29,18 @@ if TYPE_CHECKING:
 
 SIZEOF = {"char": 1, "bool": 1, "short": 2, "half": 2, "__half": 2, "__nv_bfloat16": 2, "int": 4,
           "unsigned": 4, "float": 4, "int32_t": 4, "uint32_t": 4, "double": 8, "long": 8,
-          "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16}
+          "int64_t": 8, "uint64_t": 8, "size_t": 8, "float2": 8, "float4": 16, "double2": 16, "signed": 4}
+# C's types of several words (LP64, as nvcc's device code): read as one reserved name (`_parse`)
+_WORD_TYPES = {"unsigned int": 4, "signed int": 4, "unsigned char": 1, "signed char": 1, "short int": 2,
+               "unsigned short": 2, "unsigned short int": 2, "signed short": 2, "signed short int": 2,
+               "long int": 8, "signed long": 8, "signed long int": 8, "unsigned long": 8, "unsigned long int": 8,
+               "long long": 8, "long long int": 8, "signed long long": 8, "signed long long int": 8,
+               "unsigned long long": 8, "unsigned long long int": 8}
+_RESERVED = "__ciq_"  # a C name with two leading underscores is the implementation's: no macro of the code
+SIZEOF.update({_RESERVED + name.replace(" ", "_"): size for name, size in _WORD_TYPES.items()})
+TYPE_NAMES = tuple(name for name in SIZEOF if not name.startswith(_RESERVED))  # one word; the docs list all
+_WORDS_SIZEOF = re.compile(r"\bsizeof\s*\(\s*((?:unsigned|signed|short|long|int|char)"
+                           r"(?:\s+(?:unsigned|signed|short|long|int|char))+)\s*\)")
 _MAX_DEPTH = 8  # macros whose values are expressions naming macros
 MAX_TEXT = 1000  # characters of one expression
 _MAX_NESTING = 32  # operators within operators (a chain of one precedence level, a + b + c, is one)
@@ -115,12 +126,19 @@ def _parse(text: str) -> ast.expr:
         raise ExpressionError(f"{printable(text)[:60]!r} holds {foreign!r} (U+{ord(foreign):04X}), not ASCII: macro "
                               "names are ASCII letters, digits and _")
     cleaned = re.sub(r"\b(\d+)[uUlL]+\b", r"\1", str(text).strip())
+    cleaned = _WORDS_SIZEOF.sub(_one_word, cleaned)  # sizeof(unsigned int): one name Python's parser reads
     try:
         return ast.parse(cleaned, mode="eval").body
     except SyntaxError:
         raise ExpressionError(f"{text!r} is not an arithmetic expression") from None
     except (RecursionError, MemoryError):  # the parser's own stack: nested too deeply
         raise ExpressionError(f"{str(text)[:40]!r}...: nested too deeply") from None
+
+
+def _one_word(match: re.Match[str]) -> str:
+    """`sizeof(unsigned  int)` as `sizeof(__ciq_unsigned_int)`; a spelling C has not, as it was."""
+    name = " ".join(match.group(1).split())
+    return f"sizeof({_RESERVED}{name.replace(' ', '_')})" if name in _WORD_TYPES else match.group(0)
 
 
 class _Walk:
@@ -154,6 +172,9 @@ class _Walk:
             return SIZEOF[node.args[0].id]  # type: ignore[attr-defined]
         if isinstance(node, ast.Name):
             return self._macro(node.id, depth)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sizeof":
+            raise ExpressionError(f"{_shown(node)!r}: sizeof takes a scalar type ({', '.join(TYPE_NAMES[:20])}, "
+                                  "or C's spellings of several words: unsigned int, long long, unsigned char...)")
         if self.condition:
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
                 return int(not self.value(node.operand, depth, nesting))
@@ -241,8 +262,9 @@ class _Walk:
 
 def _shown(node: ast.AST) -> str:
     """The start of a node's text for a message (a long chain is too deep for ast.unparse)."""
-    try:
-        return ast.unparse(node)[:60]
+    try:  # a type of several words as written (`_one_word`)
+        text = ast.unparse(node)
+        return re.sub(rf"{_RESERVED}(\w+)", lambda m: m.group(1).replace("_", " "), text)[:60]
     except RecursionError:
         return "an expression"
 

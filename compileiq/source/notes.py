@@ -45,7 +45,17 @@ def arch_notes(spec: KernelSpec) -> list[str]:
     applied = [f.flag for f in fixed if f.applied]
     code = code_note(applied, spec.arch) or older_ptx_note(spec.arch, spec.ptx_arch)
     ptx = ptx_only_archs(f.flag for f in fixed if arch_flag_archs(f.flag) is not None)
-    return arch_note(spec.arch, spec.archs_left_out, ptx) + ([code] if code else [])
+    return [*command_arch_note(spec), *arch_note(spec.arch, spec.archs_left_out, ptx), *([code] if code else [])]
+
+
+def command_arch_note(spec: KernelSpec) -> list[str]:
+    """Where the compile command (--compile-commands) chose the arch over tune.toml's `arch`, no
+    --arch given (that one says it overrides): which arch is tuned, and why."""
+    given = spec.toml_arch
+    if spec.shipped is None or given is None or given == spec.arch or spec.arch_overridden is not None:
+        return []
+    return [(f"tuning {spec.arch}, the arch the compile command builds ({spec.shipped.origin}), not tune.toml's "
+             f"arch = \"{given}\": with --compile-commands the command's arch is tuned; --arch {given} tunes that one")]
 
 
 def shipped_notes(spec: KernelSpec) -> list[str]:

@@ -130,6 +130,7 @@ class KernelSpec:
     restrictions: tuple[str, ...] = ()  # [tune] restrictions: conditions over macros (`restrictions`)
     shipped: ShippedBuild | None = None  # --compile-commands: the build the baseline reproduces
     arch_overridden: str | None = None  # where --arch chose another: "sm_80 that tune.toml gives"
+    toml_arch: str | None = None  # tune.toml's `arch` as given (None: it gives none), which a compile command may replace
     archs_left_out: tuple[str, ...] = ()  # a multi-arch compile command's archs other than `arch` (not tuned)
     system_dirs: tuple[Path, ...] = ()  # those of `include_dirs` given as -isystem (searched after every -I)
 

@@ -1,0 +1,48 @@
+"""Which compile commands of a database build a file by #including it (Rodinia's layout: the build
+compiles backprop_cuda.cu, which is `#include "backprop_cuda_kernel.cu"`): read only when no entry
+names the file itself, to say which command does build it and how to tune from it.
+
+A cheap reading, never a preprocessor run: an `#include` line of the entry's own file whose name ends
+with the file's name. Each file is read bounded (a named pipe is never opened), and a file that
+cannot be read is skipped: the finding is a hint in an error, never a verdict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compileiq.core import bounded_read
+from compileiq.core.text import printable
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^">\n]+)[">]', re.MULTILINE)
+_MAX_BYTES = 2**20  # per file: an #include of a kernel sits near the top
+_MAX_FILES = 2000  # a huge database costs at most this many reads, on an error path only
+
+
+@dataclass(frozen=True)
+class Includer:
+    """An entry whose file #includes the kernel's file."""
+
+    file: Path  # the entry's file, resolved
+    entry: str  # how the entry is named: its output, else "entry N"
+
+
+def includers(found: list[tuple[dict[str, Any], Path, str]], wanted: Path) -> tuple[Includer, ...]:
+    """The entries (entry, its folder, its name) whose file has an `#include` naming `wanted`'s file
+    name (`"kernel.cu"`, `"dir/kernel.cu"`, `<kernel.cu>`)."""
+    name = wanted.name
+    hits: list[Includer] = []
+    for entry, directory, label in found[:_MAX_FILES]:
+        try:
+            file = (directory / str(entry["file"])).resolve()
+            if file == wanted:
+                continue
+            text = bounded_read.read_text(file, _MAX_BYTES, encoding="latin-1")  # any bytes: only ASCII is matched
+        except (bounded_read.FileReadError, OSError, ValueError):  # ValueError: a NUL in the name
+            continue
+        if any(Path(included.strip()).name == name for included in _INCLUDE.findall(text)):
+            hits.append(Includer(file, printable(label)))
+    return tuple(hits)
