@@ -40,7 +40,7 @@ IN_BASE = "the base flags (tune.toml's nvcc_flags) give it too"
 UNCHECKED_TUNED = "not checked: the tuned macros ({names}) may change what reads __OPTIMIZE__"
 TIMED_OUT = "not checked: its front end ran past {seconds:.0f} s; compileiq builds without it"
 NEITHER = "not checked: {source} compiles neither with nor without it; compileiq builds without it"
-OVERRIDDEN = "overridden by {flag}: the host compiler gets nvcc's last -O1..-O3, else the last -Xcompiler -O"
+OVERRIDDEN = "overridden by {flag}: the host compiler gets nvcc's last -O1..-O3, else -Xcompiler's last"
 NO_ZERO = "nvcc hands the host compiler no -O0, so no level to apply: compileiq builds without one too"
 NO_LEVEL = "overridden: no -O1..-O3 reaches the host compiler (nvcc takes its last -O and hands on no -O0)"
 
@@ -77,7 +77,7 @@ def _front(spec: KernelSpec, nvcc: str, extra: tuple[str, ...]) -> _Front:
 
 def _what(level: HostLevel) -> str:
     """How the why of a level's flag starts: which option gives it, as given where not canonical."""
-    given = printable(level.flag.flag)[:40]
+    given = printable(level.flag.flag)[:30]
     if level.host:
         return f"host optimisation level ({given}, as nvcc's {level.canonical})"
     return "host optimisation level (nvcc -O)" + (f", given as {given}" if given != level.canonical else "")
@@ -134,5 +134,5 @@ def _overridden(level: HostLevel, found: CommandLevel) -> FixedFlag:
     effective = found.effective
     if not level.level:
         return replace(level.flag, why=f"{_what(level)}: {NO_ZERO}")
-    why = NO_LEVEL if effective is None else OVERRIDDEN.format(flag=printable(effective.flag.flag)[:40])
+    why = NO_LEVEL if effective is None else OVERRIDDEN.format(flag=printable(effective.flag.flag)[:30])
     return replace(level.flag, why=f"{_what(level)}: {why}")
