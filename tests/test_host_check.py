@@ -11,6 +11,9 @@ import re
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from compileiq.core.toolchain import find_toolchain
 from tests.helpers import run_cli
@@ -59,7 +62,10 @@ def test_a_shipped_O3_the_kernel_reads_is_applied_and_the_gate_agrees(tmp_path: 
     assert "-O3" in flags.stdout.split(), flags.describe()
     assert "stale-settings" not in _gate(tmp_path, "compile_commands.json")  # the gate reads the command alike
     _project(tmp_path, READS_OPTIMIZE, "nvcc -arch=sm_90 -c k.cu -o k.o", "without.json")
-    assert "(drops -O3)" in _gate(tmp_path, "without.json")  # a build without it is other code: drift
+    dropped = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "without.json"],
+                      cwd=tmp_path)  # a build without it is other code: it fails, as a lowered ptxas level does
+    assert dropped.returncode == 1 and "(drops -O3)" in dropped.output, dropped.describe()
+    assert "error lowered-optimisation" in dropped.output, dropped.describe()
 
 
 def test_a_shipped_O3_that_leaves_the_device_code_as_it_is_stays_set_aside(tmp_path: Path) -> None:
@@ -85,3 +91,101 @@ def test_a_host_compiler_option_of_the_command_is_never_run_by_the_check(tmp_pat
                     "--budget", "2", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}"], cwd=tmp_path)
     assert not marker.exists(), done.describe()
     assert "Traceback" not in done.output, done.describe()
+
+
+# Faults found by testers (hostcheck): what compileiq builds is held to what the shipped command
+# builds, the level read as nvcc and the host compiler read it (nvcc 13.0 -dryrun: -Xcompiler
+# options first, then nvcc's own -O1..-O3, never -O0; each takes its last).
+
+
+def _tune_or_not(folder: Path, budget: int = 2) -> tuple[Any, dict[str, Any] | None]:
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective", "registers",
+                    "--budget", str(budget), "--workers", "local", "--db", f"sqlite:///{folder / 't.db'}"], cwd=folder)
+    path = folder / "store" / "k.registers.acf.toml"
+    return done, tomllib.loads(path.read_text()) if path.is_file() else None
+
+
+def test_a_level_tune_toml_gives_too_is_applied_and_said_so_never_checked_against_itself(tmp_path: Path) -> None:
+    """Fault 1: tune.toml's -O3 was in both front ends, so the command's -O3 was 'the same without
+    it (checked)' while the ACF's [base] held -O3: the views contradicted each other."""
+    (tmp_path / "tune.toml").write_text('nvcc_flags = ["-O3", "-std=c++17"]\n')
+    _project(tmp_path, READS_OPTIMIZE, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "(checked)" not in done.stderr, done.stderr
+    assert "applied: -O3 the base flags (tune.toml's nvcc_flags) give it too" in done.stderr
+    assert "-O3" in acf["base"]["nvcc_flags"]
+    fixed = [f for f in acf["baseline"]["fixed"] if f["flag"] == "-O3"]
+    assert [f["applied"] for f in fixed] == [True], fixed
+    flags = run_cli(["flags", "store/k.registers.acf.toml", "--all"], cwd=tmp_path)
+    assert "-O3" in flags.stdout.split() and "-O3" not in flags.stderr, flags.describe()
+
+
+READS_TM_AND_OPTIMIZE = """__global__ void k(float *x) {
+#if TM == 1 || defined(__OPTIMIZE__)
+  float s = 0; for (int i = 0; i < 64; i++) s += x[i * threadIdx.x] * x[i]; x[threadIdx.x] = s + TM;
+#else
+  x[threadIdx.x] = 1.0f * TM;
+#endif
+}
+"""
+
+
+def test_a_level_with_tuned_macros_is_applied_without_a_claimed_check(tmp_path: Path) -> None:
+    """Fault 2: only TM's first value was checked (the same PTX at TM=1), so -O3 was set aside
+    '(checked)' though TM=2 builds other code with it: the ACF's gain never shipped."""
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [1, 2]\n")
+    _project(tmp_path, READS_TM_AND_OPTIMIZE, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "(checked)" not in done.stderr, done.stderr
+    assert "applied: -O3 not checked: the tuned macros (TM) may change what reads __OPTIMIZE__" in (
+        done.stderr), done.stderr
+    assert acf["base"]["nvcc_flags"] == ["-O3"]
+    assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, "-O3", "-arch=sm_90", "-DTM=1")
+    assert "stale-settings" not in _gate(tmp_path, "compile_commands.json")
+
+
+@pytest.mark.parametrize(("flags", "base"), [
+    ("-O3 -O0", []), ("-O3 --optimize 0", []),  # fault 3: nvcc takes the last -O
+    ("--optimize 3", ["-O3"]), ("--optimize=2", ["-O2"]), ("-O 3", ["-O3"]),  # fault 4: recorded as -O3
+    ("-Xcompiler -O3", ["-O3"]), ("-Xcompiler=-O2", ["-O2"]), ("--compiler-options -O1", ["-O1"]),  # fault 6
+    ("-O0 -Xcompiler -O3", ["-O3"]), ("-O3 -Xcompiler -O0", ["-O3"]), ("-Xcompiler -O3,-O0", []),
+])
+def test_the_baseline_is_the_build_the_command_ships_whatever_its_host_level_spelling(
+        tmp_path: Path, flags: str, base: list[str]) -> None:
+    """Faults 3, 4, 6: `-O3 -O0` applied -O3 (nvcc builds at -O0); `--optimize 3` ran and then
+    wrote no ACF ('applied but not an allowed base flag'); `-Xcompiler -O3` stayed set aside
+    unchecked. The baseline's registers are those of the command's own build (real nvcc)."""
+    _project(tmp_path, READS_OPTIMIZE, f"nvcc {flags} -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune_or_not(tmp_path)
+    assert acf is not None, done.describe()
+    assert acf["base"]["nvcc_flags"] == base
+    shipped = _registers(tmp_path, *flags.split(), "-arch=sm_90")
+    assert acf["evidence"]["baseline"]["registers"] == shipped
+    assert "stale-settings" not in _gate(tmp_path, "compile_commands.json")  # the gate reads it alike
+
+
+def test_a_kernel_that_does_not_compile_at_the_shipped_level_is_one_error(tmp_path: Path) -> None:
+    """Fault 5: the check's failed compile was silent, and the ACF called a build 'your build'
+    that the shipped command cannot compile."""
+    _project(tmp_path, "__global__ void k(float *x) {\n#ifdef __OPTIMIZE__\n#error no optimised builds\n#endif\n"
+             "  x[threadIdx.x] = 1.0f;\n}\n", "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune_or_not(tmp_path)
+    assert done.returncode == 2 and acf is None, done.describe()
+    assert "k.cu does not compile with the command's -O3" in done.stderr, done.describe()
+    assert "no optimised builds" in done.stderr and "Traceback" not in done.output
+
+
+@pytest.mark.parametrize("shipped", ["nvcc -arch=sm_90 -c k.cu -o k.o", "nvcc -O3 -O0 -arch=sm_90 -c k.cu -o k.o"])
+def test_a_command_that_drops_the_applied_host_level_fails_the_gate(tmp_path: Path, shipped: str) -> None:
+    """Fault 7: a command without the host -O3 the ACF applied (it changes the device code) got
+    only a stale-settings warning and exit 0, where a lowered ptxas level fails."""
+    _project(tmp_path, READS_OPTIMIZE, "nvcc -Xcompiler -O3 -arch=sm_90 -c k.cu -o k.o")
+    _tune(tmp_path)
+    (tmp_path / "without.json").write_text(json.dumps([{"directory": str(tmp_path), "command": shipped,
+                                                         "file": "k.cu"}]))
+    done = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--json", "--compile-commands",
+                    "without.json"], cwd=tmp_path)
+    assert done.returncode == 1, done.describe()
+    found = {f["rule"]: f for f in json.loads(done.stdout)["acfs"][0]["findings"]}
+    assert found["lowered-optimisation"]["severity"] == "error", found
+    assert "no host optimisation level, where the ACF applied -O3" in found["lowered-optimisation"]["message"]

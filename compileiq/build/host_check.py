@@ -1,87 +1,138 @@
-"""The shipped command's host options that may change the device code, checked instead of guessed.
+"""The shipped command's host optimisation level, checked against the device code instead of guessed.
 
 nvcc preprocesses the device pass with the host compiler and its options, so a host optimisation
-level (`nvcc -O3`) defines __OPTIMIZE__ there, and -Xcompiler -O2/-fopenmp may define theirs: a
-kernel (or a header's inline code) that reads them compiles to other device code in the shipped
-build than in one without them. Reading the command cannot tell (`compile_db` sets them aside as
-"may change"); one front end with and without nvcc's own -O level can. Where the PTX is the same it
-stays set aside, said as checked (the study keeps its identity); where it differs, it is applied as
-a base flag of every build (the baseline, each variant, the ACF's `[base]`: the device code the
-shipped build compiles). A host compiler option (-Xcompiler) is never handed to a check: a compile
-database is untrusted, and a host compiler option can run a program (gcc's `-wrapper,PROG`,
-`-fplugin=`, `-B`); those stay set aside on the command's reading. `tune` and the gate check
-alike, so they read one command as the same base flags.
+level (`nvcc -O3`, `-Xcompiler -O3`) defines __OPTIMIZE__ there: a kernel (or a header's inline
+code) that reads it compiles to other device code in the shipped build than in one without it.
+Reading the command cannot tell (`compile_db` sets the level aside as "may change"); compiling the
+kernel's front end as compileiq builds it and as the shipped command builds it can. The level is
+the one the build has (`source.host_levels`: nvcc's last -O, else the last -Xcompiler one; the
+others said overridden), given as nvcc's own -O1..-O3. Where the PTX is the same it stays set aside,
+said as checked (the study keeps its identity); where it differs, or where the base flags give that
+level already, it is applied as a base flag of every build (the baseline, each variant, the ACF's
+`[base]`), recorded as the canonical -O level. Where the space tunes macros, one front end per
+value cannot be afforded, so the level is applied without a check, and said so. A kernel that does
+not compile with the level (and does without it) is an error: the shipped command builds nothing.
+No other host compiler option is ever handed to a check: a compile database is untrusted, and a
+host compiler option can run a program (gcc's `-wrapper,PROG`, `-fplugin=`, `-B`). `tune` and the
+gate check alike, so they read one command as the same base flags.
 """
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from compileiq.build.linkage import stable_ptx
+from compileiq.core.errors import UsageError
 from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
-from compileiq.source import nvcc_argv
-from compileiq.source.base_flags import host_level
+from compileiq.core.records import first_line
+from compileiq.core.text import printable
+from compileiq.source.host_levels import CommandLevel, HostLevel, command_level
 from compileiq.source.kernel import preprocessor_args, with_base_flags
-from compileiq.source.shipped import APPLIED_HOST, HOST_OPTIMISATION
+from compileiq.source.shipped import APPLIED_HOST
 from compileiq.source.spec import FixedFlag, KernelSpec
 
 CHECK_TIMEOUT_S = 120.0
 SAME = "the device code is the same without it (checked)"
 DIFFERS = "changes {source}'s device code ({macro}): its PTX differs without it"
+COMPILES_ONLY_WITH = "{source} compiles only with it ({macro})"
+IN_BASE = "the base flags (tune.toml's nvcc_flags) give it too"
+UNCHECKED_TUNED = "not checked: the tuned macros ({names}) may change what reads __OPTIMIZE__"
+TIMED_OUT = "not checked: its front end ran past {seconds:.0f} s; compileiq builds without it"
+NEITHER = "not checked: {source} compiles neither with nor without it; compileiq builds without it"
+OVERRIDDEN = "overridden by {flag}: the host compiler gets nvcc's last -O1..-O3, else -Xcompiler's last"
+NO_ZERO = "nvcc hands the host compiler no -O0, so no level to apply: compileiq builds without one too"
+NO_LEVEL = "overridden: no -O1..-O3 reaches the host compiler (nvcc takes its last -O and hands on no -O0)"
 
 
-def _level(flag: FixedFlag) -> str | None:
-    """The nvcc -O level a set-aside flag of the command is (`-O3`), or None for any other flag."""
-    if flag.applied or flag.why != HOST_OPTIMISATION:
-        return None
-    try:
-        words = shlex.split(flag.flag)
-    except ValueError:
-        return None
-    level = next((value for name, value, _ in nvcc_argv.options(words) if name in ("-O", "--optimize")), None)
-    return f"-O{level}" if level is not None and host_level(f"-O{level}") else None
+class HostLevelError(UsageError):
+    """The shipped command's host -O level makes its kernel fail to compile."""
 
 
-def _ptx(spec: KernelSpec, nvcc: str, extra: tuple[str, ...]) -> bytes | None:
-    """The kernel's default build's PTX with `extra`, its comment lines (they name the command and
-    files) left out; None where it did not compile."""
+@dataclass(frozen=True)
+class _Front:
+    """One front end of the kernel: its PTX (comment lines left out), or why there is none."""
+
+    ptx: bytes | None
+    timed_out: bool = False
+    error: str = ""
+
+
+def _front(spec: KernelSpec, nvcc: str, extra: tuple[str, ...]) -> _Front:
+    """The kernel's default build's PTX with `extra` (comment lines name the command and files)."""
     cuh = ("-x", "cu") if spec.source.suffix == ".cuh" else ()
+    timeout = max(spec.compile_timeout_s, CHECK_TIMEOUT_S)
     with scratch_dir("host-check") as workdir:
         out = Path(workdir) / "k.ptx"
         argv = [nvcc, "-ptx", *preprocessor_args(spec), *cuh, *extra, spec.source.name, "-o", str(out)]
-        run = run_tool(argv, max(spec.compile_timeout_s, CHECK_TIMEOUT_S), cwd=str(spec.source.parent),
-                       memory_bytes=COMPILER_MEMORY)
-        if run.timed_out or run.returncode != 0 or not out.is_file():
-            return None
+        run = run_tool(argv, timeout, cwd=str(spec.source.parent), memory_bytes=COMPILER_MEMORY)
+        if run.timed_out:
+            return _Front(None, timed_out=True)
+        if run.returncode != 0 or not out.is_file():
+            error = next((line for line in run.output.splitlines() if "error" in line), run.output)
+            return _Front(None, error=first_line(printable(error), 200))
         lines = stable_ptx(out.read_bytes()).splitlines()
-    return b"\n".join(line for line in lines if not line.lstrip().startswith(b"//"))
+    return _Front(b"\n".join(line for line in lines if not line.lstrip().startswith(b"//")))
+
+
+def _what(level: HostLevel) -> str:
+    """How the why of a level's flag starts: which option gives it, as given where not canonical."""
+    given = printable(level.flag.flag)[:30]
+    if level.host:
+        return f"host optimisation level ({given}, as nvcc's {level.canonical})"
+    return "host optimisation level (nvcc -O)" + (f", given as {given}" if given != level.canonical else "")
+
+
+def _verdict(spec: KernelSpec, nvcc: str, level: HostLevel) -> tuple[bool, str]:
+    """Whether the level is applied, and why (the text after APPLIED_HOST where applied)."""
+    name = spec.source.name
+    if level.canonical in spec.nvcc_flags.flags:
+        return True, IN_BASE
+    if spec.tuned_defines:
+        names = ", ".join(n for n, _ in spec.tuned_defines)
+        return True, UNCHECKED_TUNED.format(names=names if len(names) <= 40 else names[:37] + "...")
+    without, with_level = _front(spec, nvcc, ()), _front(spec, nvcc, (level.canonical,))
+    if without.timed_out or with_level.timed_out:
+        return False, TIMED_OUT.format(seconds=max(spec.compile_timeout_s, CHECK_TIMEOUT_S))
+    if with_level.ptx is None and without.ptx is not None:  # the shipped command builds nothing
+        where = spec.shipped.origin if spec.shipped is not None else "the compile command"
+        raise HostLevelError(f"{where}: {name} does not compile with the command's {printable(level.flag.flag)[:40]} "
+                             f"(it defines __OPTIMIZE__ in the device pass, and the kernel reads it): {with_level.error}")
+    if with_level.ptx is None or without.ptx is None:
+        return (True, COMPILES_ONLY_WITH.format(source=name, macro="__OPTIMIZE__")) if with_level.ptx is not None \
+            else (False, NEITHER.format(source=name))
+    if with_level.ptx != without.ptx:
+        return True, DIFFERS.format(source=name, macro="__OPTIMIZE__")
+    return False, SAME
 
 
 def checked(spec: KernelSpec, nvcc: str) -> KernelSpec:
-    """`spec` (with its shipped build) after its front end with and without the command's nvcc -O
-    level: the same PTX keeps it set aside (said as checked); another applies it as a base flag.
-    Unchecked (a compile failed) leaves it as the command's reading said."""
+    """`spec` (with its shipped build) with the command's host -O level checked against the device
+    code as compileiq builds it: applied as a base flag where it changes it (or the base flags or
+    tuned macros say so), else set aside with why; its overridden level flags said so."""
     shipped = spec.shipped
     if shipped is None:
         return spec
-    found = {f: level for f in shipped.fixed if (level := _level(f)) is not None}
-    if not found:
+    found = command_level(shipped.fixed)
+    relabelled = {level.flag: _overridden(level, found) for level in found.overridden if level.level or not level.host}
+    level = found.effective
+    applied = False
+    if level is not None:
+        applied, why = _verdict(spec, nvcc, level)
+        relabelled[level.flag] = (FixedFlag(level.canonical, True, f"{_what(level)}{APPLIED_HOST}{why}") if applied
+                                  else replace(level.flag, why=f"{_what(level)}: {why}"))
+    if not relabelled:
         return spec
-    level = list(found.values())[-1]  # nvcc takes the last -O
-    without, with_level = _ptx(spec, nvcc, ()), _ptx(spec, nvcc, (level,))
-    if without is None or with_level is None:
+    fixed = tuple(dict.fromkeys(relabelled.get(f, f) for f in shipped.fixed))
+    spec = replace(spec, shipped=replace(shipped, fixed=fixed))
+    if not applied or level is None:
         return spec
-    name, changes = spec.source.name, without != with_level
-    what = HOST_OPTIMISATION.partition(": may change")[0]
+    return with_base_flags(spec, (level.canonical,), f"{shipped.origin}: the command for {spec.source.name}")
 
-    def relabel(flag: FixedFlag) -> FixedFlag:
-        if flag not in found:
-            return flag
-        if not changes:
-            return replace(flag, why=flag.why.replace(HOST_OPTIMISATION, f"{what}: {SAME}"))
-        return FixedFlag(flag.flag, True, f"{what}{APPLIED_HOST}{DIFFERS.format(source=name, macro='__OPTIMIZE__')}")
 
-    spec = replace(spec, shipped=replace(shipped, fixed=tuple(relabel(f) for f in shipped.fixed)))
-    return with_base_flags(spec, (level,), f"{shipped.origin}: the command for {name}") if changes else spec
+def _overridden(level: HostLevel, found: CommandLevel) -> FixedFlag:
+    effective = found.effective
+    if not level.level:
+        return replace(level.flag, why=f"{_what(level)}: {NO_ZERO}")
+    why = NO_LEVEL if effective is None else OVERRIDDEN.format(flag=printable(effective.flag.flag)[:30])
+    return replace(level.flag, why=f"{_what(level)}: {why}")

@@ -1,0 +1,100 @@
+"""The host optimisation level a compile command's build has, read from its set-aside flags.
+
+nvcc hands the host compiler (which also preprocesses the device pass: -O1..-O3 define
+__OPTIMIZE__ there) the -Xcompiler options first and its own -O level after them, and no -O0 at
+all (nvcc 13.0 -dryrun): `nvcc -O0 -Xcompiler -O3` preprocesses at -O3, `nvcc -O3 -Xcompiler -O0`
+at -O3 too. nvcc takes its last -O (`-O3 -O0` is -O0, with a warning), the host compiler its last.
+So the build's level is nvcc's last -O where it is -O1..-O3, else the last -Xcompiler one. Only an
+exact -O0..-O3 is read (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; a -Xcompiler value
+of -O levels alone): the level's effect on the device pass is the macro nvcc's own -O gives. Any
+other host option (-Os, -Ofast, -fopenmp, -wrapper) stays set aside as the command's reading says.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from compileiq.source import nvcc_argv
+from compileiq.source.preprocessor import MAY_CHANGE_MACROS
+from compileiq.source.shipped import HOST_OPTIMISATION
+from compileiq.source.spec import FixedFlag
+
+_LEVEL = re.compile(r"-O([0-3])")
+_HOST_COMPILER = ("-Xcompiler", "--compiler-options")
+
+
+@dataclass(frozen=True)
+class HostLevel:
+    """One flag of the command that sets the host optimisation level."""
+
+    flag: FixedFlag  # as the command's reading recorded it (set aside)
+    level: int  # 0..3
+    host: bool  # a -Xcompiler value (the host compiler's own), not nvcc's -O
+
+    @property
+    def canonical(self) -> str:
+        """nvcc's own spelling of the level (-O3): what a build is given where it is applied."""
+        return f"-O{self.level}"
+
+
+@dataclass(frozen=True)
+class CommandLevel:
+    """The command's host level: the flag that gives it (None: no -O1..-O3 reaches the host
+    compiler) and every other level flag, which it overrides."""
+
+    effective: HostLevel | None
+    overridden: tuple[HostLevel, ...]
+
+
+def _parse(given: str) -> tuple[int, bool] | None:
+    """(the level, whether the host compiler's) of one option of a command as given, or None."""
+    try:
+        words = shlex.split(given)
+    except ValueError:
+        return None
+    found = list(nvcc_argv.options(words))
+    if len(found) != 1:
+        return None
+    name, value, _ = found[0]
+    if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
+        return int(value), False
+    items = value.split(",")
+    if name in _HOST_COMPILER and all(_LEVEL.fullmatch(i) for i in items):
+        return int(items[-1][2]), True  # the host compiler takes its last
+    return None
+
+
+def _read(flag: FixedFlag) -> HostLevel | None:
+    if flag.applied or flag.why not in (HOST_OPTIMISATION, MAY_CHANGE_MACROS):
+        return None
+    found = _parse(flag.flag)
+    if found is None or found[1] != (flag.why == MAY_CHANGE_MACROS):
+        return None
+    return HostLevel(flag, found[0], host=found[1])
+
+
+def _effective(levels: list[HostLevel]) -> HostLevel | None:
+    nvcc = [level for level in levels if not level.host]
+    host = [level for level in levels if level.host]
+    if nvcc and nvcc[-1].level:
+        return nvcc[-1]
+    return host[-1] if host and host[-1].level else None
+
+
+def level_of(stripped: tuple[str, ...]) -> int:
+    """The host level (0: none) a command's build has, from the options its reading set aside, as
+    given and in its order (`CompileCommand.stripped`): what the gate holds an ACF's applied level to."""
+    levels = [HostLevel(FixedFlag(given, False, ""), *found) for given in stripped
+              if (found := _parse(given)) is not None]
+    effective = _effective(levels)
+    return 0 if effective is None else effective.level
+
+
+def command_level(fixed: tuple[FixedFlag, ...]) -> CommandLevel:
+    """The host level the command's build has (see the module's text), from its set-aside flags
+    in the command's order."""
+    levels = [level for flag in fixed if (level := _read(flag)) is not None]
+    effective = _effective(levels)
+    return CommandLevel(effective, tuple(level for level in levels if level != effective))
