@@ -146,6 +146,7 @@ def test_a_level_with_tuned_macros_is_applied_without_a_claimed_check(tmp_path: 
 
 @pytest.mark.parametrize(("flags", "base"), [
     ("-O3 -O0", []), ("-O3 --optimize 0", []),  # fault 3: nvcc takes the last -O
+    ("-O3 -O0 -O3", ["-O3"]),  # a flag given twice was kept at its first place: read as -O0
     ("--optimize 3", ["-O3"]), ("--optimize=2", ["-O2"]), ("-O 3", ["-O3"]),  # fault 4: recorded as -O3
     ("-Xcompiler -O3", ["-O3"]), ("-Xcompiler=-O2", ["-O2"]), ("--compiler-options -O1", ["-O1"]),  # fault 6
     ("-O0 -Xcompiler -O3", ["-O3"]), ("-O3 -Xcompiler -O0", ["-O3"]), ("-Xcompiler -O3,-O0", []),

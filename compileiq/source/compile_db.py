@@ -295,7 +295,8 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
         else:
             settings.append(shipped.frontend_setting(flag, value, given, space, where))
     once, overridden = shipped.check_once(settings, where)
-    return once, tuple(dict.fromkeys((*fixed, *overridden)))
+    # a flag given twice counts once, at its last place: nvcc takes its last -O (`-O3 -O0 -O3` is -O3)
+    return once, tuple(reversed(dict.fromkeys(reversed((*fixed, *overridden)))))
 
 
 def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str,
