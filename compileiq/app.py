@@ -288,8 +288,7 @@ def _run(options: TuneOptions, request: TuneRequest, space: SearchSpace, toolcha
             facts = acf_rerun.StudyFacts(
                 first_trial_at=min((t.started_at for t in result.trials), default=None),
                 search_trials=result.search_trials,
-                other_studies=store.other_kernels_studies_before(result.study.key, result.study.id,
-                                                                 study_identities(request.kernel, bundle)))
+                other_studies=store.other_kernels_studies(result.study.key, study_identities(request.kernel, bundle)))
             unchanged = acf.write_or_keep(path, content, options.force, inputs, phases.note, facts)
         except (CompileIQError, OSError) as error:
             if result.run_id is not None:

@@ -223,3 +223,18 @@ def test_a_warm_start_line_claiming_more_studies_than_came_before_is_dropped(tmp
     first.acf_path.write_text(held.replace("from 1 study of other sources", "from 3 studies of other sources"))
     again = app.tune(_options(tmp_path, b), SilentProgress())
     assert not again.acf_unchanged and "warm_start" not in acf.read(again.acf_path).provenance
+
+
+def test_a_warm_start_from_a_study_begun_after_the_first_run_is_kept_on_a_rerun(tmp_path, kernels):
+    """review56 finding 1: the bound on a kept `warm_start` line counted only other kernels' studies
+    begun before this study, yet every run of a study warm-starts from the latest: a study begun
+    first, run again after another kernel's, had its true line dropped by its next rerun, and the
+    ACF was rewritten on an unchanged tree."""
+    a, b = kernels
+    app.tune(_options(tmp_path, b, budget=4), SilentProgress())  # no other kernel's study yet
+    app.tune(_options(tmp_path, a), SilentProgress())
+    second = app.tune(_options(tmp_path, b), SilentProgress())  # a larger budget: it goes on from a's study
+    assert "from 1 study of other sources" in acf.read(second.acf_path).provenance["warm_start"]
+    held = second.acf_path.read_bytes()
+    again = app.tune(_options(tmp_path, b), SilentProgress())
+    assert again.acf_unchanged and second.acf_path.read_bytes() == held

@@ -190,3 +190,18 @@ def test_a_command_that_drops_the_applied_host_level_fails_the_gate(tmp_path: Pa
     found = {f["rule"]: f for f in json.loads(done.stdout)["acfs"][0]["findings"]}
     assert found["lowered-optimisation"]["severity"] == "error", found
     assert "no host optimisation level, where the ACF applied -O3" in found["lowered-optimisation"]["message"]
+
+
+def test_a_level_inside_a_host_compiler_list_keeps_the_gate_passing(tmp_path: Path) -> None:
+    """review56 finding 4: `-Xcompiler -fPIC,-O3` hands the host compiler -O3 (__OPTIMIZE__ in the
+    device pass), yet the gate read the list as no level and failed `lowered-optimisation` on a
+    build that keeps the ACF's applied -O3."""
+    _project(tmp_path, READS_OPTIMIZE, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    _tune(tmp_path)
+    (tmp_path / "listed.json").write_text(json.dumps([{"directory": str(tmp_path), "file": "k.cu",
+                                                        "command": "nvcc -Xcompiler -fPIC,-O3 -arch=sm_90 -c k.cu -o k.o"}]))
+    done = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--json", "--compile-commands",
+                    "listed.json"], cwd=tmp_path)
+    found = {f["rule"]: f for f in json.loads(done.stdout)["acfs"][0]["findings"]}
+    assert "lowered-optimisation" not in found, found
+    assert done.returncode == 0, done.describe()

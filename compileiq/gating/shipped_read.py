@@ -96,13 +96,14 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
 
 def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
     """The command and its base flags as `tune` reads them: its set-aside host -O checked against
-    the device code (`host_check`), so that an ACF whose build applies it is not called stale."""
+    the device code (`host_check`), so that an ACF whose build applies it is not called stale; at the
+    arch the command builds, as `tune` checks it (a kernel may read __OPTIMIZE__ under one arch only)."""
     from compileiq.core.toolchain import find_toolchain
 
-    found = checked(replace(spec, shipped=command.shipped), find_toolchain().nvcc)
+    found = checked(replace(spec, shipped=command.shipped, arch=command.arch or spec.arch), find_toolchain().nvcc)
     added = tuple(f for f in found.nvcc_flags.flags if f not in spec.nvcc_flags.flags)
     return replace(command, base_flags=(*command.base_flags, *added), shipped=found.shipped), \
-        replace(found, shipped=spec.shipped)
+        replace(found, shipped=spec.shipped, arch=spec.arch)
 
 
 def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:

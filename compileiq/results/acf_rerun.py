@@ -27,7 +27,7 @@ import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,11 @@ class StudyFacts:
 
     first_trial_at: datetime | None  # when its first trial started (None: it has none)
     search_trials: int  # its search trials, the baseline among them
-    other_studies: int  # static studies of other kernels on its toolchain space started before it
+    other_studies: int  # static studies of other kernels on its toolchain, arch and space (`Store.other_kernels_studies`)
 
 
 _NUMBERS = re.compile(r"[0-9]+")
+CLOCK_SKEW = timedelta(minutes=10)  # between the database's clock and the ACF writer's
 
 
 def written_at_now() -> str:
@@ -134,21 +135,23 @@ def _with_recorded_wording(document: Mapping[str, Any], recorded: Mapping[str, A
 
 def _written_in_time(written: str, facts: StudyFacts | None) -> bool:
     """Whether `written` (a `_is_written_at` timestamp) is not in the future, nor before the study's
-    first trial (to the second, as it is written)."""
+    first trial, give or take CLOCK_SKEW: the trial's time is the database's clock (a PostgreSQL
+    server's), `written_at` the clock of the machine that wrote the file. A sanity bound against a
+    hand-edited date, not a proof: a trial's time is a row like any other."""
     at = datetime.fromisoformat(written)
-    if at > datetime.now(UTC):
+    if at > datetime.now(UTC) + CLOCK_SKEW:
         return False
     first = facts.first_trial_at if facts is not None else None
     if first is None:
         return True
     first = first if first.tzinfo is not None else first.replace(tzinfo=UTC)
-    return at >= first.replace(microsecond=0)
+    return at >= first.replace(microsecond=0) - CLOCK_SKEW
 
 
 def _could_have(note: str, facts: StudyFacts | None) -> bool:
     """Whether the study `facts` describes could have had the warm start `note` tells of: no more
     configurations tried first than its search trials, drawn from no more of other kernels' studies than
-    the database held before it (a warm start draws from one at least)."""
+    the database holds (a warm start draws from one at least)."""
     if facts is None:
         return False
     first, studies, _ = (int(n) for n in _NUMBERS.findall(note))

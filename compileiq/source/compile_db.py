@@ -190,11 +190,11 @@ def _included_by(every: list[tuple[dict[str, Any], Path, str]], wanted: Path, so
     found = includers(every, wanted)
     if not found:
         return ""
-    first = found[0]
+    first, includer = found[0], printable(found[0].file.name)  # a name the (untrusted) database gave
     more = f" (and {len(found) - 1} other file(s))" if len(found) > 1 else ""
-    return (f"; {first.file.name} ({first.entry}) #includes it{more}: the build compiles {first.file.name}, so tune "
-            f"{first.file.name} with --compile-commands, or tune {source.name} from a database entry of your own "
-            f"whose \"file\" is {source.name} and whose command is {first.file.name}'s with {source.name} in its place "
+    return (f"; {includer} ({first.entry}) #includes it{more}: the build compiles {includer}, so tune "
+            f"{includer} with --compile-commands, or tune {source.name} from a database entry of your own "
+            f"whose \"file\" is {source.name} and whose command is {includer}'s with {source.name} in its place "
             "(docs/ci.md, \"A compile command by hand\")")
 
 

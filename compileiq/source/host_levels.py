@@ -48,8 +48,10 @@ class CommandLevel:
     overridden: tuple[HostLevel, ...]
 
 
-def _parse(given: str) -> tuple[int, bool] | None:
-    """(the level, whether the host compiler's) of one option of a command as given, or None."""
+def _parse(given: str, mixed: bool = False) -> tuple[int, bool] | None:
+    """(the level, whether the host compiler's) of one option of a command as given, or None.
+    A -Xcompiler list gives one only when it is made of levels alone, unless `mixed`: then its last
+    level item (`-Xcompiler -fPIC,-O3` hands the host compiler -O3)."""
     try:
         words = shlex.split(given)
     except ValueError:
@@ -61,8 +63,9 @@ def _parse(given: str) -> tuple[int, bool] | None:
     if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
         return int(value), False
     items = value.split(",")
-    if name in _HOST_COMPILER and all(_LEVEL.fullmatch(i) for i in items):
-        return int(items[-1][2]), True  # the host compiler takes its last
+    levels = [item for item in items if _LEVEL.fullmatch(item)]
+    if name in _HOST_COMPILER and levels and (mixed or len(levels) == len(items)):
+        return int(levels[-1][2]), True  # the host compiler takes its last
     return None
 
 
@@ -87,7 +90,7 @@ def level_of(stripped: tuple[str, ...]) -> int:
     """The host level (0: none) a command's build has, from the options its reading set aside, as
     given and in its order (`CompileCommand.stripped`): what the gate holds an ACF's applied level to."""
     levels = [HostLevel(FixedFlag(given, False, ""), *found) for given in stripped
-              if (found := _parse(given)) is not None]
+              if (found := _parse(given, mixed=True)) is not None]
     effective = _effective(levels)
     return 0 if effective is None else effective.level
 

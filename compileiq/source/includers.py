@@ -18,7 +18,7 @@ from compileiq.core import bounded_read
 from compileiq.core.text import printable
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^">\n]+)[">]', re.MULTILINE)
-_MAX_BYTES = 2**20  # per file: an #include of a kernel sits near the top
+_MAX_BYTES = 2**20  # per file: a larger one is skipped (a source that big is rarely an includer)
 _MAX_FILES = 2000  # a huge database costs at most this many reads, on an error path only
 
 

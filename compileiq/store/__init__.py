@@ -287,15 +287,16 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
             rows = conn.execute(query.order_by(t.study_id, t.number)).mappings().all()
         return self._usable(rows)
 
-    def other_kernels_studies_before(self, key: StudyKey, study_id: int, sources: Collection[str] = ()) -> int:
+    def other_kernels_studies(self, key: StudyKey, sources: Collection[str] = ()) -> int:
         """How many static studies of *other* sources on ``key``'s toolchain, arch and search space
-        were started before study ``study_id`` (as `other_kernels_trials` picks them): at most how
-        many a warm start of that study drew from."""
+        the database holds (as `other_kernels_trials` picks them): at most how many a warm start of a
+        study of ``key`` drew from. Not only those started before it: every run of a study warm-starts
+        from the latest, and an imported study is numbered anew."""
         s = studies.c
         query = (
             sa.select(sa.func.count()).select_from(studies)
             .where(s.source_sha256.not_in(_sources(key, sources)), s.toolchain == key.toolchain)
-            .where(s.arch == key.arch, s.space_id == key.space_id, s.evaluator == "static", s.id < study_id)
+            .where(s.arch == key.arch, s.space_id == key.space_id, s.evaluator == "static")
         )
         with self._tx(readonly=True) as conn:
             return int(conn.execute(query).scalar_one())

@@ -139,7 +139,10 @@ class Verifier:
         for trial in [t for t in pending if t.id in self._set_aside]:  # judged already: not again
             pending.remove(trial)
             if replace_all or trial.config_key == self._baseline_key:
-                raised = raised or self._replace_set_aside(trial)
+                replaced = self._replace_set_aside(trial)  # each of them, not only the first
+                raised = raised or replaced
+            else:  # a row an ACF would cite that this run quarantined: choose again, never cite it
+                raised = raised or Quarantined(f"trial #{trial.number}: {QUARANTINED} above")
         for trial, (build, fresh) in zip(pending, self._rebuild(pending), strict=True):
             if not build.status.deterministic:
                 unchecked.append((trial, build))
