@@ -205,3 +205,20 @@ def test_a_level_inside_a_host_compiler_list_keeps_the_gate_passing(tmp_path: Pa
     found = {f["rule"]: f for f in json.loads(done.stdout)["acfs"][0]["findings"]}
     assert "lowered-optimisation" not in found, found
     assert done.returncode == 0, done.describe()
+
+
+READS_OPTIMIZE_ON_SM90 = READS_OPTIMIZE.replace("#ifdef __OPTIMIZE__",
+                                                "#if defined(__OPTIMIZE__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900")
+
+
+def test_the_gate_checks_the_host_level_at_the_arch_the_command_builds(tmp_path: Path) -> None:
+    """review56 finding 5 (a guard: it passed before the gate's check was given the command's arch
+    explicitly): tune checks a command's -O3 at the arch the command builds (sm_90), not tune.toml's
+    (sm_80), where this kernel never reads __OPTIMIZE__; the gate must read the command alike and
+    not call the ACF's applied -O3 dropped."""
+    _project(tmp_path, READS_OPTIMIZE_ON_SM90, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    (tmp_path / "tune.toml").write_text('arch = "sm_80"\n')
+    _, acf = _tune(tmp_path)
+    assert acf["base"]["nvcc_flags"] == ["-O3"]  # it changes the sm_90 device code
+    said = _gate(tmp_path, "compile_commands.json")
+    assert "stale-settings" not in said, said
