@@ -130,15 +130,16 @@ READS_TM_AND_OPTIMIZE = """__global__ void k(float *x) {
 """
 
 
-def test_a_level_with_tuned_macros_is_applied_without_a_claimed_check(tmp_path: Path) -> None:
+def test_a_level_with_tuned_macros_is_checked_at_each_of_their_values(tmp_path: Path) -> None:
     """Fault 2: only TM's first value was checked (the same PTX at TM=1), so -O3 was set aside
-    '(checked)' though TM=2 builds other code with it: the ACF's gain never shipped."""
+    '(checked)' though TM=2 builds other code with it: the ACF's gain never shipped. Each tuned
+    value is checked now (stop 56's first answer, applying it unchecked wherever macros are tuned,
+    moved every such study of an older release to a new identity)."""
     (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [1, 2]\n")
     _project(tmp_path, READS_TM_AND_OPTIMIZE, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
     done, acf = _tune(tmp_path)
     assert "(checked)" not in done.stderr, done.stderr
-    assert "applied: -O3 not checked: the tuned macros (TM) may change what reads __OPTIMIZE__" in (
-        done.stderr), done.stderr
+    assert "applied: -O3 changes k.cu's device code at TM=2 (__OPTIMIZE__)" in done.stderr, done.stderr
     assert acf["base"]["nvcc_flags"] == ["-O3"]
     assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, "-O3", "-arch=sm_90", "-DTM=1")
     assert "stale-settings" not in _gate(tmp_path, "compile_commands.json")
@@ -222,3 +223,16 @@ def test_the_gate_checks_the_host_level_at_the_arch_the_command_builds(tmp_path:
     assert acf["base"]["nvcc_flags"] == ["-O3"]  # it changes the sm_90 device code
     said = _gate(tmp_path, "compile_commands.json")
     assert "stale-settings" not in said, said
+
+
+def test_a_level_no_tuned_value_reads_stays_set_aside_and_keeps_the_study(tmp_path: Path) -> None:
+    """stop 56: a shipped -O3 was applied, unchecked, to every kernel with tuned macros, so a study
+    of one that never reads __OPTIMIZE__ got a new identity (an older release's study and ACF were
+    no longer its own). Checked at each tuned value, it stays set aside."""
+    (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [1, 2]\n")
+    _project(tmp_path, READS_OPTIMIZE.replace("#ifdef __OPTIMIZE__", "#if TM > 5").replace("1.0f;", "1.0f * TM;"),
+             "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "-O3 (host optimisation level (nvcc -O): the device code is the same without it at each tuned " \
+        "macro value (checked))" in done.stderr, done.stderr
+    assert acf["base"].get("nvcc_flags", []) == []

@@ -19,6 +19,7 @@ gate check alike, so they read one command as the same base flags.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +39,9 @@ DIFFERS = "changes {source}'s device code ({macro}): its PTX differs without it"
 COMPILES_ONLY_WITH = "{source} compiles only with it ({macro})"
 IN_BASE = "the base flags (tune.toml's nvcc_flags) give it too"
 UNCHECKED_TUNED = "not checked: the tuned macros ({names}) may change what reads __OPTIMIZE__"
+MAX_TUNED_VALUES = 8  # tuned macros' other values a check compiles both ways (each one at a time)
+SAME_TUNED = "the device code is the same without it at each tuned macro value (checked)"
+DIFFERS_AT = "changes {source}'s device code at {macro} (__OPTIMIZE__): its PTX differs without it"
 TIMED_OUT = "not checked: its front end ran past {seconds:.0f} s; compileiq builds without it"
 NEITHER = "not checked: {source} compiles neither with nor without it; compileiq builds without it"
 OVERRIDDEN = "overridden by {flag}: the host compiler gets nvcc's last -O1..-O3, else -Xcompiler's last"
@@ -58,13 +62,14 @@ class _Front:
     error: str = ""
 
 
-def _front(spec: KernelSpec, nvcc: str, extra: tuple[str, ...]) -> _Front:
-    """The kernel's default build's PTX with `extra` (comment lines name the command and files)."""
+def _front(spec: KernelSpec, nvcc: str, extra: tuple[str, ...], macros: Mapping[str, int | str] | None = None) -> _Front:
+    """The kernel's default build's PTX with `extra` and `macros` (tuned macros' values other than
+    their first; comment lines name the command and files)."""
     cuh = ("-x", "cu") if spec.source.suffix == ".cuh" else ()
     timeout = max(spec.compile_timeout_s, CHECK_TIMEOUT_S)
     with scratch_dir("host-check") as workdir:
         out = Path(workdir) / "k.ptx"
-        argv = [nvcc, "-ptx", *preprocessor_args(spec), *cuh, *extra, spec.source.name, "-o", str(out)]
+        argv = [nvcc, "-ptx", *preprocessor_args(spec, macros), *cuh, *extra, spec.source.name, "-o", str(out)]
         run = run_tool(argv, timeout, cwd=str(spec.source.parent), memory_bytes=COMPILER_MEMORY)
         if run.timed_out:
             return _Front(None, timed_out=True)
@@ -84,14 +89,34 @@ def _what(level: HostLevel) -> str:
 
 
 def _verdict(spec: KernelSpec, nvcc: str, level: HostLevel) -> tuple[bool, str]:
-    """Whether the level is applied, and why (the text after APPLIED_HOST where applied)."""
-    name = spec.source.name
+    """Whether the level is applied, and why (the text after APPLIED_HOST where applied). Where
+    macros are tuned, at their first values and at each other value in turn (MAX_TUNED_VALUES at
+    most; beyond, applied unchecked): a kernel may read __OPTIMIZE__ under one value only."""
     if level.canonical in spec.nvcc_flags.flags:
         return True, IN_BASE
-    if spec.tuned_defines:
+    others = [{name: value} for name, values in spec.tuned_defines for value in values[1:]]
+    if len(others) > MAX_TUNED_VALUES:
         names = ", ".join(n for n, _ in spec.tuned_defines)
         return True, UNCHECKED_TUNED.format(names=names if len(names) <= 40 else names[:37] + "...")
-    without, with_level = _front(spec, nvcc, ()), _front(spec, nvcc, (level.canonical,))
+    first = _compare(spec, nvcc, level, None)
+    if first != (False, SAME):
+        return first
+    for macros in others:  # each tuned macro's other values, the rest at their first (as a search starts)
+        try:
+            same = _compare(spec, nvcc, level, macros) == (False, SAME)
+        except HostLevelError:  # that value does not compile with the level: not the same code
+            same = False
+        if not same:
+            (name, value), = macros.items()
+            return True, DIFFERS_AT.format(source=spec.source.name, macro=f"{name}={value}"[:30])
+    return False, SAME if not others else SAME_TUNED
+
+
+def _compare(spec: KernelSpec, nvcc: str, level: HostLevel,
+             macros: Mapping[str, int | str] | None) -> tuple[bool, str]:
+    """The verdict of one front end with and without the level (at `macros`)."""
+    name = spec.source.name
+    without, with_level = _front(spec, nvcc, (), macros), _front(spec, nvcc, (level.canonical,), macros)
     if without.timed_out or with_level.timed_out:
         return False, TIMED_OUT.format(seconds=max(spec.compile_timeout_s, CHECK_TIMEOUT_S))
     if with_level.ptx is None and without.ptx is not None:  # the shipped command builds nothing
