@@ -78,9 +78,9 @@ class LineProgress:
         trial = outcome.trial
         self._done += trial.searched
         objective = self._reading.objective
-        shown = value_text(trial, objective) if trial.value is not None else f"FAILED ({safe(first_line(trial.reason, 120))})"
+        shown = value_text(trial, objective) if trial.value is not None else f"FAILED ({safe(_cut(first_line(trial.reason, None), 120))})"
         if outcome.refused:
-            shown += f" (refused: {safe(first_line(outcome.refused, 300))})"
+            shown += f" (refused: {safe(_cut(first_line(outcome.refused, None), 300))})"
         if "," in objective:  # no one best of a trade-off: the front of the results that may win so far
             best_text = self._front.add(trial, objective) if not outcome.refused else self._front.text()
         else:
@@ -126,3 +126,12 @@ def _best_text(value: str | None, number: int, baseline_pending: bool) -> str:
     if not baseline_pending:
         return f"best {value} (#{number})" if value is not None else "best -"
     return f"best so far {value} (#{number}; baseline pending)" if value is not None else "best - (baseline pending)"
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text`, cut at a word boundary and marked "..." where it is longer than `limit` (the full
+    reason is in the note at the end, `show` and `--json`)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 3]
+    return (head.rsplit(" ", 1)[0] if " " in head[limit // 2:] else head) + "..."

@@ -361,8 +361,13 @@ def _alive(pid: int) -> bool:
 
 
 def first_error_line(output: str) -> str:
-    """The compiler's first line that names an error or a fatal one (ptxas: "ptxas fatal : ..."; not
-    "In file included from ..." nor a warning printed before it), else its first line."""
+    """The compiler's first line that names an error or a fatal one (ptxas: "ptxas fatal : ...";
+    nvcc: "k.cu(6): error: ..."; not "In file included from ..." nor a warning printed before it,
+    nor a line of source a warning quotes, such as `fatal("bad input");`), else its first line."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    said = [line for line in lines if _SAYS_ERROR.search(line)]
     named = [line for line in lines if re.search(r"\b(error|fatal)\b", line, re.IGNORECASE)]
-    return (named or lines or [""])[0]
+    return (said or named or lines or [""])[0]
+
+
+_SAYS_ERROR = re.compile(r"\b(error|fatal)\s*:|\bcatastrophic error\b", re.IGNORECASE)

@@ -321,11 +321,12 @@ class LaunchModel:
         if table is not None and table.dynamic_smem is not None:
             smem = self._fact(table.entry, "dynamic_smem", table.dynamic_smem, config, "in this variant")
         if table is not None and table.block_size is not None:
-            return self._fact(table.entry, "block_size", table.block_size, config, "in this variant"), smem
+            threads = self._fact(table.entry, "block_size", table.block_size, config, "in this variant")
+            return _launchable(f"launch.{table.entry}.block_size", threads, compiled_bound, config), smem
         if compiled_bound and not spec.block_size_given:
             return compiled_bound, smem
         if spec.block_size_given:
-            return spec.block_size_for(config), smem
+            return _launchable("block_size", spec.block_size_for(config), compiled_bound, config), smem
         bound = next((b for name, b in self._bounds.items() if entry_matches(entry, name)), None)
         if bound is None:  # never another kernel's bounds: the file's first is the spec's default
             return DEFAULT_BLOCK_SIZE, smem
@@ -344,3 +345,20 @@ class LaunchModel:
             return evaluate(text, macros)
         except ExpressionError as error:
             raise ExpressionError(f"{self._spec.source.parent / 'tune.toml'}: {where}: {error}") from None
+
+
+def _launchable(what: str, threads: int, compiled_bound: int, config: Mapping[str, Any]) -> int:
+    """`threads`, where a block of them can be launched: not above the bound the compiled entry
+    declares (PTX .maxntid: its __launch_bounds__) nor ptxas's --maxntid of this variant (where no
+    directive holds, or --override-directive-values lets it win). Above it every launch fails, yet
+    its occupancy would be scored as if it ran: ExpressionError, the variant's failure."""
+    ptxas = config.get("ptxas.maxntid")
+    ptxas = ptxas if isinstance(ptxas, int) and not isinstance(ptxas, bool) and ptxas > 0 else 0
+    overridden = config.get("ptxas.override_directive_values") is True
+    bound, how = compiled_bound, "its __launch_bounds__ (PTX .maxntid)"
+    if ptxas and (not bound or overridden):
+        bound, how = ptxas, f"-Xptxas --maxntid={ptxas}"
+    if bound and threads > bound:
+        raise ExpressionError(f"{what} is {threads} in this variant, above the {bound} threads per block "
+                              f"{how} allows: every launch of it would fail")
+    return threads
