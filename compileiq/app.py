@@ -180,7 +180,9 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None,
     left_out = tuple(a for a in command.archs if a != tuned)
     spec = replace(spec, arch=tuned, shipped=shipped, arch_overridden=overridden, archs_left_out=left_out)
     from compileiq.build.host_check import checked
+    from compileiq.source.shipped_macros import check_shipped_macro_defaults
 
+    check_shipped_macro_defaults(spec, find_toolchain().nvcc)  # a macro it gives no -D: the kernel's own value
     return checked(spec, find_toolchain().nvcc)  # its set-aside host -O: checked against the device code
 
 

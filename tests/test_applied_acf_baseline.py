@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(BLOCK) k(float* y, const float* x, int n) {
 """
 
 
-def _project(folder: Path, values: str) -> None:
-    (folder / "k.cu").write_text(KERNEL)
+def _project(folder: Path, values: str, default: int = 128) -> None:
+    """The kernel's own BLOCK is `default`: a command without -DBLOCK ships it, so tune.toml lists it first."""
+    (folder / "k.cu").write_text(KERNEL.replace("#define BLOCK 128", f"#define BLOCK {default}"))
     (folder / "tune.toml").write_text(f'entries = ["k"]\nblock_size = "BLOCK"\n\n[tune.defines]\nBLOCK = {values}\n')
 
 
@@ -68,7 +69,7 @@ def _gate(folder: Path, acf: str, database: str) -> tuple[dict[str, dict[str, An
 def test_the_acfs_macro_at_tune_tomls_first_value_pasted_in_is_the_same_baseline(tmp_path: Path) -> None:
     """The tuning keeps BLOCK=512, tune.toml's first value; `flags` gives -DBLOCK=512: the build it
     makes is the ACF's baseline (no warning), the same study, and `space` calls it the default."""
-    _project(tmp_path, "[512, 128]")
+    _project(tmp_path, "[512, 128]", default=512)
     acf = _tune(tmp_path, _database(tmp_path, "compile_commands.json"), "k.acf.toml")
     assert acf["controls"]["define.BLOCK"] == 512, acf["controls"]
     applied = _applied(tmp_path, "k.acf.toml", "applied.json")
@@ -111,15 +112,16 @@ def test_the_acfs_macro_at_another_value_pasted_in_is_the_acf_applied(tmp_path: 
 
 def test_a_macro_held_at_its_shipped_first_value_is_built_with_its_define(tmp_path: Path) -> None:
     """--exclude holds BLOCK at the build's -DBLOCK=512 (tune.toml's first value): every build gets
-    the -D, as without the compile command's word for it, never the kernel's own #define (128:
-    a quarter of the occupancy, cited as 512's)."""
+    the -D, never the kernel's own #define (128: a quarter of the occupancy, cited as 512's). A
+    command without the -D ships that 128: it was tuned as if it shipped 512; now it is refused."""
     _project(tmp_path, "[512, 128]")
     runs = {}
     for database in (_database(tmp_path, "plain.json"), _database(tmp_path, "applied.json", "-DBLOCK=512")):
         done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget",
                         "1", "--exclude", "define.BLOCK", "--compile-commands", database, "--out", f"{database}.acf.toml"],
                        cwd=tmp_path)
-        assert done.returncode == 0, done.describe()
-        runs[database] = tomllib.loads((tmp_path / f"{database}.acf.toml").read_text())["evidence"]["baseline"]
-    assert runs["applied.json"]["occupancy"] == runs["plain.json"]["occupancy"] == 1.0, runs
-    assert runs["applied.json"]["code_hash"] == runs["plain.json"]["code_hash"], runs
+        runs[database] = done
+    plain, applied = runs["plain.json"], runs["applied.json"]
+    assert plain.returncode == 2 and "your build has the kernel's own BLOCK=128" in plain.stderr, plain.describe()
+    assert applied.returncode == 0, applied.describe()
+    assert tomllib.loads((tmp_path / "applied.json.acf.toml").read_text())["evidence"]["baseline"]["occupancy"] == 1.0

@@ -120,7 +120,8 @@ def test_a_level_tune_toml_gives_too_is_applied_and_said_so_never_checked_agains
     assert "-O3" in flags.stdout.split() and "-O3" not in flags.stderr, flags.describe()
 
 
-READS_TM_AND_OPTIMIZE = """__global__ void k(float *x) {
+TM_DEFAULT = "#ifndef TM\n#define TM 1\n#endif\n"  # the shipped command gives no -DTM: the kernel's own is tune.toml's first
+READS_TM_AND_OPTIMIZE = TM_DEFAULT + """__global__ void k(float *x) {
 #if TM == 1 || defined(__OPTIMIZE__)
   float s = 0; for (int i = 0; i < 64; i++) s += x[i * threadIdx.x] * x[i]; x[threadIdx.x] = s + TM;
 #else
@@ -230,7 +231,7 @@ def test_a_level_no_tuned_value_reads_stays_set_aside_and_keeps_the_study(tmp_pa
     of one that never reads __OPTIMIZE__ got a new identity (an older release's study and ACF were
     no longer its own). Checked at each tuned value, it stays set aside."""
     (tmp_path / "tune.toml").write_text("[tune.defines]\nTM = [1, 2]\n")
-    _project(tmp_path, READS_OPTIMIZE.replace("#ifdef __OPTIMIZE__", "#if TM > 5").replace("1.0f;", "1.0f * TM;"),
+    _project(tmp_path, TM_DEFAULT + READS_OPTIMIZE.replace("#ifdef __OPTIMIZE__", "#if TM > 5").replace("1.0f;", "1.0f * TM;"),
              "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
     done, acf = _tune(tmp_path)
     assert "-O3 (host optimisation level (nvcc -O): the device code is the same without it at each tuned " \

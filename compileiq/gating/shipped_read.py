@@ -26,6 +26,7 @@ from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import CompileCommand, read_command
 from compileiq.source.compile_db_file import NoCommand, NotADatabase, OutputGone, SeveralCommands
 from compileiq.source.kernel import with_base_flags
+from compileiq.source.shipped_macros import check_shipped_macro_defaults
 from compileiq.source.spec import KernelSpec
 
 Problem = Literal["outside", "not-regular", "gone", "not-a-database", "no-command", "unreadable"]
@@ -95,12 +96,16 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
 
 
 def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
-    """The command and its base flags as `tune` reads them: its set-aside host -O checked against
-    the device code (`host_check`), so that an ACF whose build applies it is not called stale; at the
-    arch the command builds, as `tune` checks it (a kernel may read __OPTIMIZE__ under one arch only)."""
+    """The command and its base flags as `tune` reads them: MacroError where it gives no -D for a
+    tuned macro whose kernel default is not tune.toml's first value (`tune` refuses such a command:
+    the ACF's baseline is not what it builds); its set-aside host -O checked against the device code
+    (`host_check`), so that an ACF whose build applies it is not called stale; at the arch the
+    command builds, as `tune` checks it (a kernel may read __OPTIMIZE__ under one arch only)."""
     from compileiq.core.toolchain import find_toolchain
 
-    found = checked(replace(spec, shipped=command.shipped, arch=command.arch or spec.arch), find_toolchain().nvcc)
+    as_built = replace(spec, shipped=command.shipped, arch=command.arch or spec.arch)
+    check_shipped_macro_defaults(as_built, find_toolchain().nvcc)  # a tuned macro it gives no -D: the kernel's own
+    found = checked(as_built, find_toolchain().nvcc)
     added = tuple(f for f in found.nvcc_flags.flags if f not in spec.nvcc_flags.flags)
     return replace(command, base_flags=(*command.base_flags, *added), shipped=found.shipped), \
         replace(found, shipped=spec.shipped, arch=spec.arch)

@@ -105,14 +105,14 @@ def bundle_sources(spec: KernelSpec, nvcc: str | None = None) -> SourceBundle:
                         enumerators.resolve(named, found), tuple(origins))
 
 
-def preprocessor_args(spec: KernelSpec, macros: Mapping[str, int | str] | None = None) -> tuple[str, ...]:
+def preprocessor_args(spec: KernelSpec, macros: Mapping[str, int | str | None] | None = None) -> tuple[str, ...]:
     """The arguments that preprocess the kernel (run in its folder) as its default build does:
-    the arch, base flags, fixed macros, each tuned macro at its first value (or `macros`' value)
-    and the include folders, relative to the kernel's folder."""
+    the arch, base flags, fixed macros, each tuned macro at its first value (or `macros`' value;
+    None: no -D for it) and the include folders, relative to the kernel's folder."""
     from compileiq.source.harness import harness_include_dir
 
     values = {name: values[0] for name, values in spec.tuned_defines} | dict(macros or {})
-    defaults = tuple(f"-D{name}={value}" for name, value in values.items())
+    defaults = tuple(f"-D{name}={value}" for name, value in values.items() if value is not None)
     root = spec.source.parent
     includes = tuple(spec.include_flag(d, _relative(d, root)) for d in spec.include_dirs) + (f"-I{harness_include_dir()}",)
     return (f"-arch={spec.arch}", *spec.nvcc_flags.flags, *spec.fixed_define_args(), *defaults, *includes)

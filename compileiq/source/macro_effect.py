@@ -23,7 +23,7 @@ from compileiq.source.kernel import DEPENDENCY_TIMEOUT_S, preprocessor_args
 from compileiq.source.macros import MacroError
 from compileiq.source.spec import KernelSpec
 
-_SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E preprocesses for the device
+SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E preprocesses for the device
 
 
 def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
@@ -33,17 +33,17 @@ def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
     if not tuned:
         return
     with scratch_dir("macros") as scratch:
-        texts = _Preprocessed(spec, nvcc, Path(scratch))
+        texts = Preprocessed(spec, nvcc, Path(scratch))
         # the runs every check needs, side by side: the defaults and each macro's second value
         texts.prefetch([("device", {})] + [("device", {name: values[1]}) for name, values in tuned])
         if texts.digest("device", {}) is None:  # the build's own problem: its first build says it
             return
         for name, values in tuned:
-            if not any(_changes(texts, side, name, values) for side in _SIDES):
+            if not any(_changes(texts, side, name, values) for side in SIDES):
                 raise MacroError(_refusal(spec, name, values))
 
 
-def _changes(texts: _Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
+def _changes(texts: Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
     """Whether one of the macro's other values preprocesses to other code for `side` (a side the
     preprocessor fails at the defaults cannot say no)."""
     first = texts.digest(side, {})
@@ -60,21 +60,24 @@ def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
             "of [tune.defines]")
 
 
-class _Preprocessed:
+Macros = Mapping[str, int | str | None]  # tuned macros at other values than their first; None: no -D at all
+
+
+class Preprocessed:
     """sha256 of the kernel preprocessed for one side with some macros changed, each run once;
     None where the preprocessor fails (a value the code rejects: not the same code)."""
 
     def __init__(self, spec: KernelSpec, nvcc: str, scratch: Path) -> None:
         self._spec, self._nvcc, self._scratch = spec, nvcc, scratch
-        self._seen: dict[tuple[str, tuple[tuple[str, str], ...]], str | None] = {}
+        self._seen: dict[tuple[str, tuple[tuple[str, str | None], ...]], str | None] = {}
 
-    def digest(self, side: str, macros: Mapping[str, int | str]) -> str | None:
+    def digest(self, side: str, macros: Macros) -> str | None:
         key = self._key(side, macros)
         if key not in self._seen:
             self._seen[key] = self._run(side, macros, len(self._seen))
         return self._seen[key]
 
-    def prefetch(self, wanted: list[tuple[str, Mapping[str, int | str]]]) -> None:
+    def prefetch(self, wanted: list[tuple[str, Macros]]) -> None:
         """Run these at once, as many at a time as there are CPUs (each run is one process)."""
         todo = {self._key(side, macros): (side, macros) for side, macros in wanted}
         todo = {key: job for key, job in todo.items() if key not in self._seen}
@@ -85,13 +88,13 @@ class _Preprocessed:
         self._seen.update({key: run.result() for key, run in runs.items()})
 
     @staticmethod
-    def _key(side: str, macros: Mapping[str, int | str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-        return side, tuple(sorted((n, str(v)) for n, v in macros.items()))
+    def _key(side: str, macros: Macros) -> tuple[str, tuple[tuple[str, str | None], ...]]:
+        return side, tuple(sorted(((n, None if v is None else str(v)) for n, v in macros.items()), key=str))
 
-    def _run(self, side: str, macros: Mapping[str, int | str], number: int) -> str | None:
+    def _run(self, side: str, macros: Macros, number: int) -> str | None:
         spec = self._spec
         out = self._scratch / f"{number}.ii"
-        argv = [self._nvcc, "-E", "-x", "cu", *_SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
+        argv = [self._nvcc, "-E", "-x", "cu", *SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
                 spec.source.name]
         run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
                        memory_bytes=COMPILER_MEMORY)

@@ -1,0 +1,109 @@
+"""The value a tuned macro has in the build a project ships when its compile command gives no -D
+for it: the kernel's own default (`#ifndef TILE` / `#define TILE 16`). The baseline holds a macro
+the command leaves out at tune.toml's first value, so where the kernel's own default is another
+value, "your build" would be a build nobody ships and every speedup over it false: the run stops
+in one line saying which value the build has and how to make the two agree.
+
+Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) without the -D and
+at tune.toml's first value: the same text is the same build. Where the text differs, a probe
+appended to the kernel reads what the macro expands to after the kernel's own #defines
+(`(16)` is 16), so a default spelled differently from tune.toml's value is not refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
+from compileiq.source.kernel import DEPENDENCY_TIMEOUT_S, preprocessor_args
+from compileiq.source.macro_effect import SIDES, Preprocessed
+from compileiq.source.macros import MacroError
+from compileiq.source.spec import KernelSpec
+
+_PROBE = "__compileiq_macro_probe__"
+_INTEGER = re.compile(r"([+-]?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*")
+
+
+@dataclass(frozen=True)
+class _Default:
+    """What one tuned macro is in the shipped build, where its command gives no -D."""
+
+    name: str
+    values: tuple[int | str, ...]
+    value: int | str | None  # the listed value the kernel's own default is; None: none of them
+    expansion: str | None  # what the macro expands to there; None: the kernel does not preprocess without it
+
+
+def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
+    """MacroError for the first tuned macro the shipped command (--compile-commands) gives no -D
+    for whose kernel default is not tune.toml's first value."""
+    if spec.shipped is None:
+        return
+    given = {s.name for s in spec.shipped.settings}
+    left = [(name, values) for name, values in spec.tuned_defines if f"define.{name}" not in given]
+    if not left:
+        return
+    with scratch_dir("shipped-macros") as scratch:
+        texts = Preprocessed(spec, nvcc, Path(scratch))
+        texts.prefetch([(side, {}) for side in SIDES] + [(side, {name: None}) for name, _ in left for side in SIDES])
+        if any(texts.digest(side, {}) is None for side in SIDES):  # the build's own problem: its first build says it
+            return
+        for name, values in left:
+            if all(texts.digest(side, {name: None}) == texts.digest(side, {}) for side in SIDES):
+                continue
+            found = _kernel_default(spec, nvcc, Path(scratch), name, values)
+            if found.value is not None and found.value == values[0]:
+                continue  # the same value, spelled otherwise (`(16)`)
+            raise MacroError(_refusal(spec, found))
+
+
+def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
+                    values: tuple[int | str, ...]) -> _Default:
+    """What `name` expands to after the kernel's own #defines, without a -D for it, read on the
+    device side (the side the search builds)."""
+    probe = scratch / "probe.cu"
+    probe.write_text(f'#include "{spec.source.resolve()}"\n{_PROBE} {name}\n', encoding="utf-8")
+    out = scratch / "probe.ii"
+    argv = [nvcc, "-E", "-x", "cu", *preprocessor_args(spec, {name: None}), "-o", str(out), str(probe)]
+    run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
+                   memory_bytes=COMPILER_MEMORY)
+    if run.returncode != 0 or run.timed_out or not out.is_file():
+        return _Default(name, values, None, None)
+    lines = [line for line in out.read_text(encoding="utf-8", errors="replace").splitlines() if _PROBE in line]
+    expansion = " ".join(lines[-1].split(_PROBE, 1)[1].split()) if lines else ""
+    return _Default(name, values, _listed(expansion, values), expansion)
+
+
+def _listed(expansion: str, values: tuple[int | str, ...]) -> int | str | None:
+    """The listed value `expansion` is: the same text, or the same integer (`(16)`, `16u`, `0x10`)."""
+    text = expansion
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    number = int(match.group(1), 0) if (match := _INTEGER.fullmatch(text)) else None
+    for value in values:
+        if str(value) in (expansion, text) or (number is not None and isinstance(value, int) and value == number):
+            return value
+    return None
+
+
+def _refusal(spec: KernelSpec, found: _Default) -> str:
+    assert spec.shipped is not None
+    name, values = found.name, found.values
+    listed = ", ".join(str(v) for v in values)
+    where = f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D{name}"
+    fix = f"add -D{name}=VALUE to the command, or list your build's value first in tune.toml's [tune.defines] {name}"
+    if found.expansion is None:
+        return (f"{where}, and the kernel does not preprocess without it (nvcc -E fails): the build you ship cannot "
+                f"be the baseline; {fix}")
+    if found.value is None:
+        own = f"expands to {found.expansion!r}" if found.expansion and found.expansion != name else "is not defined"
+        return (f"{where}, so your build has the kernel's own {name}, which {own[:80]} there: none of tune.toml's "
+                f"values {listed}, and the baseline (tune.toml's first value, {values[0]}) would not be the build "
+                f"you ship; {fix}")
+    order = ", ".join(f'"{v}"' if isinstance(v, str) else str(v)
+                      for v in (found.value, *(v for v in values if v != found.value)))
+    return (f"{where}, so your build has the kernel's own {name}={found.value}, and the baseline would be tune.toml's "
+            f"first value, {name}={values[0]}, a build you do not ship: list {found.value} first "
+            f"({name} = [{order}]), or add -D{name}={values[0]} to the command if that is what ships")

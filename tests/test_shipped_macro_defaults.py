@@ -1,0 +1,105 @@
+"""A tuned macro the shipped compile command gives no -D for has the kernel's own default in the
+build that ships. The baseline holds such a macro at tune.toml's first value, so where the
+kernel's default is another value, "your build" was a build nobody ships and every speedup over
+it was false (a kernel defaulting to TILE=16, tuned over [8, 16, 32]: the baseline built TILE=8).
+Now the run stops in one line naming the value the build has; real nvcc, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+KERNEL = """\
+{default}
+__global__ void scale(float *x) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = x[i];
+    for (int k = 0; k < TILE; ++k) v = v * 1.0001f + k;
+    x[i] = v;
+}}
+"""
+IFNDEF = "#ifndef TILE\n#define TILE {value}\n#endif"
+
+
+def _project(tmp_path: Path, default: str, values: str, command: str = "nvcc -arch=sm_90 -c k.cu") -> None:
+    (tmp_path / "k.cu").write_text(KERNEL.format(default=default))
+    (tmp_path / "tune.toml").write_text(f'arch = "sm_90"\n[tune.defines]\nTILE = {values}\n')
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+
+
+def _tune(tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
+    return run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "3", "--objective", "instructions",
+                    "--out", str(tmp_path / "k.acf.toml"), *args], cwd=tmp_path)
+
+
+def test_a_kernel_default_other_than_the_first_value_stops_the_run_naming_it(tmp_path: Path) -> None:
+    _project(tmp_path, IFNDEF.format(value=16), "[8, 16, 32]")
+    done = _tune(tmp_path)
+    assert done.returncode == 2, done.describe()
+    assert len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    assert "gives no -DTILE, so your build has the kernel's own TILE=16" in done.stderr, done.stderr
+    assert "list 16 first (TILE = [16, 8, 32])" in done.stderr, done.stderr
+    assert not (tmp_path / "k.acf.toml").exists()
+    space = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert space.returncode == 2 and "the kernel's own TILE=16" in space.stderr, space.describe()
+
+
+@pytest.mark.parametrize("spelled", ["16", "(16)", "16u"])
+def test_the_kernel_default_listed_first_is_the_baseline_however_it_is_spelled(tmp_path: Path, spelled: str) -> None:
+    _project(tmp_path, IFNDEF.format(value=spelled), "[16, 8, 32]")
+    done = _tune(tmp_path, "--json")
+    assert done.returncode == 0, done.describe()
+    assert json.loads(done.stdout)["baseline"]["config"]["define.TILE"] == 16
+
+
+def test_a_command_that_gives_the_macro_is_not_second_guessed(tmp_path: Path) -> None:
+    _project(tmp_path, IFNDEF.format(value=16), "[8, 16, 32]", "nvcc -arch=sm_90 -DTILE=32 -c k.cu")
+    done = _tune(tmp_path, "--json")
+    assert done.returncode == 0, done.describe()
+    assert json.loads(done.stdout)["baseline"]["config"]["define.TILE"] == 32
+
+
+@pytest.mark.parametrize("default, said", [
+    (IFNDEF.format(value=64), "which expands to '64' there: none of tune.toml's values 8, 16, 32"),
+    ("", "which is not defined there: none of tune.toml's values 8, 16, 32"),
+    ("#ifndef TILE\n#error TILE must be given\n#endif", "the kernel does not preprocess without it (nvcc -E fails)"),
+])
+def test_a_kernel_default_that_is_no_listed_value_stops_the_run(tmp_path: Path, default: str, said: str) -> None:
+    _project(tmp_path, default, "[8, 16, 32]")
+    done = _tune(tmp_path)
+    assert done.returncode == 2, done.describe()
+    assert len(done.stderr_lines) == 1 and said in done.stderr, done.describe()
+    assert "add -DTILE=VALUE to the command" in done.stderr
+
+
+def test_without_a_compile_command_the_first_value_is_the_baseline_as_before(tmp_path: Path) -> None:
+    _project(tmp_path, IFNDEF.format(value=16), "[8, 16, 32]")
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "3",
+                    "--objective", "instructions", "--json", "--out", str(tmp_path / "k.acf.toml")], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert json.loads(done.stdout)["baseline"]["config"]["define.TILE"] == 8
+
+
+def test_the_gate_does_not_pass_a_command_that_dropped_the_macro_for_another_default(tmp_path: Path) -> None:
+    """Tuned from a command with -DTILE=32, then the command drops it: the build now ships the
+    kernel's own TILE=16, not the ACF's baseline. The gate said PASS with nothing to say; now the
+    user's --compile-commands is bad input naming the macro, and the database the ACF names is a
+    stale-settings warning that points at `space`, which says why."""
+    _project(tmp_path, IFNDEF.format(value=16), "[32, 16, 8]", "nvcc -arch=sm_90 -DTILE=32 -c k.cu")
+    assert _tune(tmp_path).returncode == 0
+    acf_path = str(tmp_path / "k.acf.toml")
+    clean = run_cli(["gate", acf_path, "--static"], cwd=tmp_path)
+    assert clean.returncode == 0 and "0 warning(s)" in clean.stdout, clean.describe()
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    given = run_cli(["gate", acf_path, "--static", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert given.returncode == 2, given.describe()
+    assert "gives no -DTILE, so your build has the kernel's own TILE=16" in given.stdout, given.describe()
+    named = run_cli(["gate", acf_path, "--static"], cwd=tmp_path)
+    assert "warn stale-settings" in named.stdout and "cannot be read now" in named.stdout, named.describe()
