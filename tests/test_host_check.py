@@ -237,3 +237,85 @@ def test_a_level_no_tuned_value_reads_stays_set_aside_and_keeps_the_study(tmp_pa
     assert "-O3 (host optimisation level (nvcc -O): the device code is the same without it at each tuned " \
         "macro value (checked))" in done.stderr, done.stderr
     assert acf["base"].get("nvcc_flags", []) == []
+
+
+# The front ends of one check run at once (one per CPU), read in a fixed order: the verdict and
+# its words are those of the check run one front end after another, whichever finishes first.
+
+READS_OPTIMIZE_AT = """__global__ void k(float *x) {
+#if (%s) && defined(__OPTIMIZE__)
+  float s = 0; for (int i = 0; i < 64; i++) s += x[i * threadIdx.x] * x[i]; x[threadIdx.x] = s + TM + TN;
+#else
+  x[threadIdx.x] = 1.0f * TM * TN;
+#endif
+}
+"""
+SEVERAL_VALUES = "[tune.defines]\nTM = [1, 2, 3, 4]\nTN = [1, 2, 3]\n"
+
+
+def _unchecked(folder: Path, condition: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The kernel's spec as `tune` reads the command, before its host level is checked."""
+    from compileiq import app
+    from compileiq.build import host_check
+
+    (folder / "tune.toml").write_text(SEVERAL_VALUES)
+    _project(folder, READS_OPTIMIZE_AT % condition, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    with monkeypatch.context() as patched:
+        patched.setattr(host_check, "checked", lambda spec, nvcc: spec)
+        return app.kernel_spec(folder / "k.cu", None, folder / "compile_commands.json")
+
+
+@pytest.mark.parametrize(("condition", "why"), [
+    ("TM >= 3 || TN == 3", "applied: changes k.cu's device code at TM=3 (__OPTIMIZE__): its PTX differs without it"),
+    ("TN == 3", "applied: changes k.cu's device code at TN=3 (__OPTIMIZE__): its PTX differs without it"),
+    ("TM == 9", ": the device code is the same without it at each tuned macro value (checked)"),
+])
+def test_the_check_at_several_tuned_values_says_what_one_run_after_another_says(
+        tmp_path: Path, condition: str, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five other values, twelve front ends run at once: the first value in order that differs
+    names the verdict (TM=3, not TM=4 or TN=3, whichever finished first), as one front end after
+    another says it; the spec is the same with one worker as with one per CPU."""
+    from compileiq.build.host_check import checked
+
+    unchecked = _unchecked(tmp_path, condition, monkeypatch)
+    spec = checked(unchecked, find_toolchain().nvcc)
+    level = [f for f in spec.shipped.fixed if f.flag == "-O3"]
+    assert len(level) == 1 and level[0].why.endswith(why), level
+    assert ("-O3" in spec.nvcc_flags.flags) == why.startswith("applied"), spec.nvcc_flags
+    assert checked(unchecked, find_toolchain().nvcc, workers=1) == spec  # one front end at a time: the same
+
+
+def test_a_tuned_value_that_differs_says_so_through_tune(tmp_path: Path) -> None:
+    (tmp_path / "tune.toml").write_text(SEVERAL_VALUES)
+    _project(tmp_path, READS_OPTIMIZE_AT % "TM == 4 || TN >= 2", "nvcc -O3 -arch=sm_90 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "applied: -O3 changes k.cu's device code at TM=4 (__OPTIMIZE__): its PTX differs without it" \
+        in done.stderr, done.stderr
+    assert acf["base"]["nvcc_flags"] == ["-O3"]
+    assert "stale-settings" not in _gate(tmp_path, "compile_commands.json")
+
+
+def test_the_front_ends_of_one_check_run_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check at tuned macro values ran its (up to 18) front ends one after another: seconds
+    each on a large kernel, before the search starts and again in the gate. An nvcc that logs
+    when it starts and ends shows them overlap (as many as there are CPUs)."""
+    import os
+
+    from compileiq.build.host_check import checked
+
+    unchecked = _unchecked(tmp_path, "TM == 9", monkeypatch)  # the same at every value: all twelve run
+    log = tmp_path / "runs.log"
+    wrapper = tmp_path / "nvcc-logged"
+    wrapper.write_text(f'#!/bin/sh\necho "+ $(date +%s.%N)" >> "{log}"\nsleep 1\n'
+                       f'"{find_toolchain().nvcc}" "$@"\nstatus=$?\necho "- $(date +%s.%N)" >> "{log}"\n'
+                       'exit $status\n')
+    wrapper.chmod(0o755)
+    spec = checked(unchecked, str(wrapper))
+    assert "at each tuned macro value (checked)" in next(f.why for f in spec.shipped.fixed if f.flag == "-O3")
+    events = sorted((float(t), s) for s, t in (line.split() for line in log.read_text().splitlines()))
+    assert sum(1 for _, s in events if s == "+") == 12, events
+    running = most = 0
+    for _, sign in events:
+        running += 1 if sign == "+" else -1
+        most = max(most, running)
+    assert min(2, os.cpu_count() or 1) <= most <= (os.cpu_count() or 1), events

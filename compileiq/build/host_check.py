@@ -9,9 +9,11 @@ the one the build has (`source.host_levels`: nvcc's last -O, else the last -Xcom
 others said overridden), given as nvcc's own -O1..-O3. Where the PTX is the same it stays set aside,
 said as checked (the study keeps its identity); where it differs, or where the base flags give that
 level already, it is applied as a base flag of every build (the baseline, each variant, the ACF's
-`[base]`), recorded as the canonical -O level. Where the space tunes macros, one front end per
-value cannot be afforded, so the level is applied without a check, and said so. A kernel that does
-not compile with the level (and does without it) is an error: the shipped command builds nothing.
+`[base]`), recorded as the canonical -O level. Where the space tunes macros, it is checked at
+each of their values (beyond MAX_TUNED_VALUES, applied without a check, and said so). The front
+ends of one check run at once, one per CPU, and are read in a fixed order: the verdict and its
+words are those of a check run one front end after another, only sooner. A kernel that does not
+compile with the level (and does without it) is an error: the shipped command builds nothing.
 No other host compiler option is ever handed to a check: a compile database is untrusted, and a
 host compiler option can run a program (gcc's `-wrapper,PROG`, `-fplugin=`, `-B`). `tune` and the
 gate check alike, so they read one command as the same base flags.
@@ -19,13 +21,15 @@ gate check alike, so they read one command as the same base flags.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from compileiq.build.linkage import stable_ptx
 from compileiq.core.errors import UsageError
-from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
+from compileiq.core.processes import COMPILER_MEMORY, Runs, run_tool, scratch_dir
 from compileiq.core.records import first_line
 from compileiq.core.text import printable
 from compileiq.source.host_levels import CommandLevel, HostLevel, command_level
@@ -88,22 +92,49 @@ def _what(level: HostLevel) -> str:
     return "host optimisation level (nvcc -O)" + (f", given as {given}" if given != level.canonical else "")
 
 
-def _verdict(spec: KernelSpec, nvcc: str, level: HostLevel) -> tuple[bool, str]:
+def _verdict(spec: KernelSpec, nvcc: str, level: HostLevel, workers: int | None) -> tuple[bool, str]:
     """Whether the level is applied, and why (the text after APPLIED_HOST where applied). Where
     macros are tuned, at their first values and at each other value in turn (MAX_TUNED_VALUES at
-    most; beyond, applied unchecked): a kernel may read __OPTIMIZE__ under one value only."""
+    most; beyond, applied unchecked): a kernel may read __OPTIMIZE__ under one value only. The
+    front ends run at once (`workers` at a time, one per CPU by default), in that order; the
+    verdict reads them in that order, so it and its words are those of one after another."""
     if level.canonical in spec.nvcc_flags.flags:
         return True, IN_BASE
     others = [{name: value} for name, values in spec.tuned_defines for value in values[1:]]
     if len(others) > MAX_TUNED_VALUES:
         names = ", ".join(n for n, _ in spec.tuned_defines)
         return True, UNCHECKED_TUNED.format(names=names if len(names) <= 40 else names[:37] + "...")
-    first = _compare(spec, nvcc, level, None)
+    points: list[Mapping[str, int | str] | None] = [None, *others]
+    runs = Runs()  # the front ends still running once the verdict is known (or on an error): killed
+    with ThreadPoolExecutor(_workers(2 * len(points), workers), thread_name_prefix="compileiq-host-check") as pool:
+        pairs = [tuple(pool.submit(runs.within, _front, spec, nvcc, extra, macros)
+                       for extra in ((), (level.canonical,))) for macros in points]
+        try:
+            return _in_order(spec, level, others, [(without.result, with_level.result)
+                                                   for without, with_level in pairs])
+        finally:
+            for pair in pairs:
+                for future in pair:
+                    future.cancel()
+            runs.stop()
+
+
+def _workers(jobs: int, workers: int | None) -> int:
+    """How many front ends of one check run at once: `workers`, else one per CPU (each is one
+    nvcc); at most `jobs`."""
+    return max(1, min(jobs, workers or os.cpu_count() or 1))
+
+
+def _in_order(spec: KernelSpec, level: HostLevel, others: list[dict[str, int | str]],
+              pairs: list[tuple[Callable[[], _Front], Callable[[], _Front]]]) -> tuple[bool, str]:
+    """The verdict from each point's front ends (the first values', then each other value's),
+    read in that order as a serial check reads them, so that the first difference decides."""
+    first = _compare(spec, level, pairs[0][0](), pairs[0][1]())
     if first != (False, SAME):
         return first
-    for macros in others:  # each tuned macro's other values, the rest at their first (as a search starts)
-        try:
-            same = _compare(spec, nvcc, level, macros) == (False, SAME)
+    for macros, (without, with_level) in zip(others, pairs[1:]):  # each tuned macro's other values, the
+        try:  # rest at their first (as a search starts)
+            same = _compare(spec, level, without(), with_level()) == (False, SAME)
         except HostLevelError:  # that value does not compile with the level: not the same code
             same = False
         if not same:
@@ -112,11 +143,9 @@ def _verdict(spec: KernelSpec, nvcc: str, level: HostLevel) -> tuple[bool, str]:
     return False, SAME if not others else SAME_TUNED
 
 
-def _compare(spec: KernelSpec, nvcc: str, level: HostLevel,
-             macros: Mapping[str, int | str] | None) -> tuple[bool, str]:
-    """The verdict of one front end with and without the level (at `macros`)."""
+def _compare(spec: KernelSpec, level: HostLevel, without: _Front, with_level: _Front) -> tuple[bool, str]:
+    """The verdict of one front end without and with the level (at one point's macros)."""
     name = spec.source.name
-    without, with_level = _front(spec, nvcc, (), macros), _front(spec, nvcc, (level.canonical,), macros)
     if without.timed_out or with_level.timed_out:
         return False, TIMED_OUT.format(seconds=max(spec.compile_timeout_s, CHECK_TIMEOUT_S))
     if with_level.ptx is None and without.ptx is not None:  # the shipped command builds nothing
@@ -131,10 +160,11 @@ def _compare(spec: KernelSpec, nvcc: str, level: HostLevel,
     return False, SAME
 
 
-def checked(spec: KernelSpec, nvcc: str) -> KernelSpec:
+def checked(spec: KernelSpec, nvcc: str, *, workers: int | None = None) -> KernelSpec:
     """`spec` (with its shipped build) with the command's host -O level checked against the device
     code as compileiq builds it: applied as a base flag where it changes it (or the base flags or
-    tuned macros say so), else set aside with why; its overridden level flags said so."""
+    tuned macros say so), else set aside with why; its overridden level flags said so. `workers`:
+    how many front ends run at once (one per CPU when None; 1 runs them one after another)."""
     shipped = spec.shipped
     if shipped is None:
         return spec
@@ -143,7 +173,7 @@ def checked(spec: KernelSpec, nvcc: str) -> KernelSpec:
     level = found.effective
     applied = False
     if level is not None:
-        applied, why = _verdict(spec, nvcc, level)
+        applied, why = _verdict(spec, nvcc, level, workers)
         relabelled[level.flag] = (FixedFlag(level.canonical, True, f"{_what(level)}{APPLIED_HOST}{why}") if applied
                                   else replace(level.flag, why=f"{_what(level)}: {why}"))
     if not relabelled:
