@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compileiq.core.records import Trial
+from compileiq.core.records import Trial, TrialState
 from compileiq.store import Store
 from compileiq.tuning.progress import RunCounters
 from compileiq.tuning.request import TuneRequest
@@ -47,8 +47,8 @@ def replayed(store: Store, study_id: int, request: TuneRequest, trials: Sequence
     if not rows:
         return None if not trials else "this study's search was not recorded for a replay (an older compileiq, or --stream)"
     run_ids = [run_id for run_id, _ in rows]
-    if run_ids != sorted(run_ids):
-        return "its search was recorded by tuners working at once"
+    if run_ids != sorted(run_ids) or any(t.state is TrialState.RUNNING for t in trials):
+        return "its search was recorded by tuners working at once, or another is working on it"
     try:
         claims = [[int(number) for number in entry["claimed"]] for _, entry in rows]
         calls = [call for _, entry in rows for call in entry["calls"]]
