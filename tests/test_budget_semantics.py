@@ -77,7 +77,7 @@ def test_a_database_at_0003_upgrades_in_place_and_its_trials_are_search_trials(
     url = f"sqlite:///{tmp_path}/old.db" if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
     _at_0003(url)
     result = run_cli(["db", "upgrade", "--db", url], cwd=tmp_path)
-    assert result.returncode == 0 and "schema at revision 0008" in result.stdout, result.describe()
+    assert result.returncode == 0 and "schema at revision 0009" in result.stdout, result.describe()
     store = Store.open(url)
     try:
         old = store.find_study("old")

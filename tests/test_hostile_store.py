@@ -120,7 +120,7 @@ def test_db_upgrade_output_hides_a_password_in_the_query(postgres_url: str, tmp_
     in_query = url.set(password=None, query={"password": password, "application_name": SECRET})
     result = run_cli(["db", "upgrade", "--db", in_query.render_as_string(hide_password=False)], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
-    assert "schema at revision 0008" in result.stdout
+    assert "schema at revision 0009" in result.stdout
     assert password not in result.output and SECRET not in result.output, result.describe()
 
 
@@ -190,16 +190,16 @@ def test_a_version_table_with_two_revisions_is_one_line_and_changes_nothing(tune
     db = tmp_path / "two-heads.db"
     shutil.copy(tuned / "tuned.db", db)
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO alembic_version VALUES ('0009')")
+        conn.execute("INSERT INTO alembic_version VALUES ('0010')")
     conn.close()
     url = f"sqlite:///{db}"
     before = counts(url)
     shutil.copy(tuned / "scale.cu", tmp_path / "scale.cu")
     line = one_line_error(run_cli([*args, "--db", url], cwd=tmp_path), 1)
-    assert "alembic_version" in line and "'0008', '0009'" in line and str(db) in line
+    assert "alembic_version" in line and "'0009', '0010'" in line and str(db) in line
     assert counts(url) == before
     with sqlite3.connect(db) as conn:
-        assert sorted(conn.execute("SELECT version_num FROM alembic_version")) == [("0008",), ("0009",)]
+        assert sorted(conn.execute("SELECT version_num FROM alembic_version")) == [("0009",), ("0010",)]
     conn.close()
     assert not (tmp_path / "never.html").exists()
 
@@ -750,7 +750,7 @@ def test_a_database_at_the_previous_head_upgrades_in_place(backend: str, request
     url = f"sqlite:///{tmp_path}/old.db" if backend == "sqlite" else str(request.getfixturevalue("postgres_url"))
     _at_previous_head(url)
     result = run_cli(["db", "upgrade", "--db", url], cwd=tmp_path)
-    assert result.returncode == 0 and "schema at revision 0008" in result.stdout, result.describe()
+    assert result.returncode == 0 and "schema at revision 0009" in result.stdout, result.describe()
     store = Store.open(url)
     try:
         old = store.find_study("old")

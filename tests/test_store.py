@@ -48,9 +48,9 @@ def _finish(store: Store, trial_id: int, value: float = 1.0) -> None:
 
 
 def test_open_creates_schema_and_is_idempotent(store: Store, store_url: str) -> None:
-    assert store.upgrade() == "0008"
+    assert store.upgrade() == "0009"
     again = Store.open(store_url)
-    assert again.upgrade() == "0008"
+    assert again.upgrade() == "0009"
     again.close()
 
 

@@ -47,6 +47,10 @@ class SearchLoad(Generic[T]):
     def loaded(self) -> bool:
         return self._done.is_set()
 
+    def ready(self) -> T | None:
+        """The value if it has loaded (None while loading, or if the load failed), without waiting."""
+        return self._value if self._done.is_set() and self._error is None else None
+
     def get(self) -> T:
         """The searcher, waited for; the error that stopped it from loading, re-raised."""
         self._done.wait()

@@ -1,7 +1,8 @@
 """Which configurations to try next: Bayesian (a surrogate fitted per batch, `surrogate`), random, or exhaustive.
 
 The searcher is passive: the tuning loop asks it for a batch, evaluates, and tells it the results.
-It keeps no state the database does not also hold, so it is rebuilt from a study's history.
+It keeps no state the database does not also hold, so it is rebuilt from a study's history: its
+trials, or (`tune --resume`) the record of the calls it was given, replayed (`journal`).
 
 Its first batches (the initial design) need numpy alone: the surrogate's module (scikit-optimize,
 scikit-learn, scipy: a second to import on an idle machine) loads on a thread of its own from

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from compileiq.core.records import ACF_NOT_WRITTEN, RunRecord, Trial, chosen_number
 from compileiq.store.base import StoreBase
 from compileiq.store.rows import checked_trial, run_record
-from compileiq.store.schema import chunks, db_now, runs, trials_table
+from compileiq.store.schema import chunks, db_now, runs, search_journal, trials_table
 
 
 class RunLog(StoreBase):
@@ -30,6 +30,18 @@ class RunLog(StoreBase):
         with self._tx() as conn:
             conn.execute(update.values(stopped=stopped, search_trials=search_trials, extra_trials=extra_trials,
                                        decision=decision, finished_at=db_now()))
+
+    def journal_search(self, study_id: int, run_id: int, entry: dict[str, Any]) -> None:
+        """Record what a run's searcher was asked and told since its previous claim (`resume_replay`)."""
+        with self._tx() as conn:
+            conn.execute(search_journal.insert().values(study_id=study_id, run_id=run_id, entry=entry))
+
+    def search_journal(self, study_id: int) -> list[tuple[int, Any]]:
+        """The study's journal rows, oldest first: (run id, entry as recorded: unchecked)."""
+        query = sa.select(search_journal.c.run_id, search_journal.c.entry).where(
+            search_journal.c.study_id == study_id).order_by(search_journal.c.id)
+        with self._tx(readonly=True) as conn:
+            return [(run_id, entry) for run_id, entry in conn.execute(query).all()]
 
     def acf_not_written(self, run_id: int, why: str) -> None:
         """Say on the run's row that its ACF was not written (refused after the run, or failed): its

@@ -70,6 +70,7 @@ runs = _table(
 builds = _table(
     "builds", str="key code_hash ptx_key", text="message", bool="ok", json="metrics", float="seconds"
 )
+search_journal = _table("search_journal", int="id study_id run_id", json="entry")  # `tuning.resume_replay`
 build_claims = _table("build_claims", str="ptx_key worker", time="heartbeat_at")
 measurements = _table(
     "measurements",

@@ -32,9 +32,13 @@ def _new_searcher(request: TuneRequest) -> Searcher | RemoteSearcher:
     if objectives == 1:
         if request.searches_in_a_process:
             return RemoteSearcher(request.space, request.search)
-        from compileiq.search.searcher import Searcher
+        if request.stream:  # not reproducible by seed: nothing to replay (`resume_replay`)
+            from compileiq.search.searcher import Searcher
 
-        return Searcher(request.space, request.search)
+            return Searcher(request.space, request.search)
+        from compileiq.search.journal import JournaledSearcher
+
+        return JournaledSearcher(request.space, request.search)
     from compileiq.search.front_search import FrontSearcher
 
     return FrontSearcher(request.space, request.search, objectives)

@@ -35,7 +35,7 @@ from compileiq.source.macro_effect import check_macros_change_code
 from compileiq.source.macros import check_macros_take_effect, source_notes
 from compileiq.source.spec import SourceBundle
 from compileiq.store import Store
-from compileiq.tuning import choice, claims, study_lookup
+from compileiq.tuning import choice, claims, resume_replay, study_lookup
 from compileiq.tuning.baseline_reference import RunBaseline, baseline_reference
 from compileiq.tuning.jobs import Target
 from compileiq.tuning.limits import RunClock
@@ -103,6 +103,11 @@ class Tuner:
         self._baseline = baseline_config(request.space, request.kernel)
         self._held = RunBaseline(self._baseline, request.kernel, self._bundle, request.objective)
         self._told: set[int] = set()  # ids of the finished trials the searcher knows
+        self._journaling = not request.stream and not self._multi  # each claim records the searcher's calls
+        self._run_id: int | None = None
+        self._resumed_batch: tuple[int, ...] = ()  # --resume: the stopped batch's unfinished trials (`resume_replay`)
+        self._held_back: tuple[Trial, ...] = ()  # its finished ones, told with them
+        self._cost_base = resume_replay.NO_COUNTERS  # --resume: the compile counters the stopped run recorded
         self._baseline_built = False  # an earlier study of the same sources built the baseline
         self._reference = None  # the defaults' build, for static objectives
         self._runner.refusal = self._refusal
@@ -138,7 +143,7 @@ class Tuner:
         try:  # from here on a stopped run has a study to go on with (`claims.release_on_stop`)
             self._take_over(study, announce=True)
             self._runner.reopen_transient(self._store.trials(study.id))
-            run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
+            run_id = self._run_id = self._store.start_run(study.id, self._worker_name, request.limits.as_json())
             self._progress.started(study, request.budget, searched(self._store.trials(study.id)))
             self._progress.note(f"limits: {request.limits.describe()}")
             if self._remote:
@@ -146,6 +151,8 @@ class Tuner:
                                     f"{request.batch_size}: the driver's time goes to the workers)")
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = baseline_reference(self._store, study, self._held, self.evaluate)
+            if request.resume and self._journaling and self._screening is None:  # before any call of this run's
+                self._replay(study)
             if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
                 self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
             # random and exhaustive are yardsticks: no memory; a study whose budget is spent tries
@@ -214,9 +221,10 @@ class Tuner:
                 finally:
                     self._refresh.close()  # the searcher is this thread's again
                 self._held.check(finished)
-                self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+                self._searcher.set_frontend_cost(resume_replay.cost_ratio(self._cost_base, self._runner.counters))
                 # in the order claimed, not the order finished (timing): what the searcher learns
                 # in another order changes its proposals, and a seed must reproduce a run
+                finished, self._held_back = [*self._held_back, *finished], ()
                 observations = [self._observation(t) for t in sorted(finished, key=lambda t: t.id) if t.final]
                 if refill is not None and not self._multi:  # it refitted on its own schedule: catch up
                     self._searcher.tell(observations, fit=False)
@@ -241,7 +249,7 @@ class Tuner:
 
     def _tell(self, trials: Sequence[Trial], fit: bool = True) -> None:
         self._told.update(t.id for t in trials)
-        self._searcher.set_frontend_cost(self._runner.counters.frontend_cost_ratio)
+        self._searcher.set_frontend_cost(resume_replay.cost_ratio(self._cost_base, self._runner.counters))
         self._searcher.tell([self._observation(t) for t in trials], fit)
 
     def _sync(self, study: Study) -> tuple[int, list[Trial]]:
@@ -254,8 +262,9 @@ class Tuner:
             self._reference = self._held.reference(finished)
         fresh = [t for t in finished if t.id not in self._told]  # a final trial never changes
         self._told.update(t.id for t in fresh)
-        if fresh:  # nothing to tell yet (a new study's baseline): the searcher may still be loading
-            self._searcher.tell([self._observation(t) for t in fresh])
+        held = {t.id for t in self._held_back}  # --resume: told with the stopped batch's retried trials
+        if told := [t for t in fresh if t.id not in held]:  # none yet (a new study's baseline): the searcher may still be loading
+            self._searcher.tell([self._observation(t) for t in told])
         self._runner.remember(fresh)
         self._held.check(fresh)
         if self._screening is not None:
@@ -263,7 +272,11 @@ class Tuner:
         return counted, trials
 
     def _candidates(self, trials: Sequence[Trial], count: int) -> list[Config]:
-        """The baseline, trials to retry, the warm start's best, then the searcher's proposals."""
+        """The baseline, trials to retry, the warm start's best, then the searcher's proposals (after a
+        replayed --resume, first the stopped batch's unfinished trials alone, as its run would have)."""
+        resumed, self._resumed_batch = self._resumed_batch, ()
+        if retried := [Config.of(t.config) for t in trials if t.id in resumed and t.to_retry]:
+            return retried[:count]
         taken = {t.config_key for t in trials if not t.to_retry}
         retry = [Config.of(t.config) for t in trials if t.to_retry]
         screened = self._screening.repairs if self._screening is not None else []
@@ -302,7 +315,28 @@ class Tuner:
     def _claim(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
         self._runner.flush()  # the results this run knows are recorded before it claims more
         pairs = [(c.key, c.as_dict()) for c in configs]
-        return self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
+        claimed = self._store.claim_trials(study.id, pairs, self._worker_name, purpose=purpose)
+        if self._journaling and self._run_id is not None:  # what `resume_replay` replays
+            searcher = self._search_load.ready()  # not loaded yet: not asked nor told anything yet
+            take = getattr(searcher, "take_journal", None)
+            calls = take() if take is not None else []
+            if calls or claimed:
+                self._store.journal_search(study.id, self._run_id, resume_replay.entry(
+                    calls, claimed, self._cost_base, self._runner.counters))
+        return claimed
+
+    def _replay(self, study: Study) -> None:
+        """--resume: the searcher replayed from its record, to go on as the stopped run would have
+        (`resume_replay`); where it cannot be, rebuilt from the trials as before, and said."""
+        found = resume_replay.replayed(self._store, study.id, self._request, self._store.trials(study.id))
+        if isinstance(found, str):
+            self._progress.note(f"--resume: {found}; the searcher is rebuilt from the recorded trials instead, so "
+                                "its proposals are not those the uninterrupted run would have made")
+        elif found is not None:
+            self._search_load = SearchLoad(lambda: found.searcher)
+            self._resumed_batch, self._held_back, self._cost_base = found.retry, found.held, found.counters
+            self._progress.note(f"--resume: the search replayed from its record ({found.batches} batches asked): "
+                                "it goes on with the proposals the uninterrupted run would have made")
 
     def evaluate(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
         """Finished trials for these configs: recorded ones as they are, the rest evaluated now.

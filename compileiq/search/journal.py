@@ -1,0 +1,150 @@
+"""A searcher that records its calls, and their replay: what `tune --resume` rebuilds a seeded
+search from, so that it goes on with the proposals the uninterrupted run would have made.
+
+The searcher's state is the sequence of calls it was given (its initial design and its random
+draws go on from one ask to the next; each tell adds results; the front-end cost weighs a new
+front end). `JournaledSearcher` keeps each call as JSON until the tuner stores it with its next
+claim (`take_journal`); `replay` gives a fresh searcher of the same space and settings the same
+calls and checks that every ask proposes what was recorded (anything else: `ReplayMismatch`).
+A tell keeps only the results the searcher did not know (the others change nothing), an ask's
+exclusions only keys it was not told (it skips those anyway), so the record grows with the study.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from compileiq.core.space import Config, SearchSpace
+from compileiq.search.searcher import Searcher
+from compileiq.search.settings import Observation, SearchSettings
+
+
+class ReplayMismatch(ValueError):
+    """The recorded calls cannot be replayed: unreadable, or a proposal other than the recorded one."""
+
+
+class JournaledSearcher(Searcher):
+    """A `Searcher` (one objective) that records each call that changes its state."""
+
+    def __init__(self, space: SearchSpace, settings: SearchSettings) -> None:
+        super().__init__(space, settings)
+        self._calls: list[list[Any]] = []
+        self._told: set[str] = set()  # config keys of every observation told
+        self.asks = 0  # asks made (replayed ones included)
+
+    def take_journal(self) -> list[list[Any]]:
+        """The calls since the previous take, oldest first (JSON)."""
+        calls, self._calls = self._calls, []
+        return calls
+
+    @property
+    def told(self) -> frozenset[str]:
+        return frozenset(self._told)
+
+    def tell(self, observations: Sequence[Observation], fit: bool = True) -> None:
+        fresh: list[list[Any]] = []
+        for observation in observations:
+            if (key := observation.config.key) not in self._told:
+                self._told.add(key)
+                fresh.append(_observation_json(observation))
+        if fresh:  # else the searcher learns nothing and does not refit
+            self._calls.append(["tell", fresh, fit])
+        super().tell(observations, fit)
+
+    def fit(self) -> None:
+        self._calls.append(["fit"])
+        super().fit()
+
+    def refit(self, values: Sequence[float | None]) -> None:
+        self._calls.append(["refit", [_number_json(v) for v in values]])
+        super().refit(values)
+
+    def ask(self, count: int, exclude: Sequence[str] = ()) -> list[Config]:
+        configs = super().ask(count, exclude)
+        self.asks += 1
+        self._calls.append(["ask", count, sorted(set(exclude) - self._told), [c.key for c in configs]])
+        return configs
+
+    def set_frontend_cost(self, ratio: float) -> None:
+        if math.isfinite(ratio) and ratio > 0:  # else nothing changes
+            self._calls.append(["cost", ratio])
+        super().set_frontend_cost(ratio)
+
+    def discourage(self, settings: Iterable[tuple[str, Any]]) -> None:
+        listed = [(name, value) for name, value in settings]
+        self._calls.append(["discourage", [list(pair) for pair in listed]])
+        super().discourage(listed)
+
+    def avoid(self, settings: Iterable[tuple[str, Any]]) -> None:
+        listed = [(name, value) for name, value in settings]
+        self._calls.append(["avoid", [list(pair) for pair in listed]])
+        super().avoid(listed)
+
+
+def replay(searcher: JournaledSearcher, calls: Iterable[Any]) -> None:
+    """Give `searcher` (fresh) the recorded `calls`; raises ReplayMismatch where an ask proposes
+    other configurations than recorded, or a call is unreadable. Nothing replayed is recorded again."""
+    for call in calls:
+        try:
+            _apply(searcher, call)
+        except ReplayMismatch:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+            raise ReplayMismatch(f"an unreadable record ({type(error).__name__}: {error})") from None
+    searcher.take_journal()
+
+
+def _apply(searcher: JournaledSearcher, call: Any) -> None:
+    name, args = call[0], call[1:]
+    if name == "tell":
+        searcher.tell([_observation_of(item) for item in args[0]], bool(args[1]))
+    elif name == "ask":
+        count, exclude, recorded = int(args[0]), [str(k) for k in args[1]], [str(k) for k in args[2]]
+        proposed = [c.key for c in searcher.ask(count, exclude)]
+        if proposed != recorded:
+            raise ReplayMismatch(f"its batch {searcher.asks} proposed other configurations than the ones recorded")
+    elif name == "cost":
+        searcher.set_frontend_cost(float(args[0]))
+    elif name == "fit":
+        searcher.fit()
+    elif name == "refit":
+        searcher.refit([_number_of(v) for v in args[0]])
+    elif name in ("avoid", "discourage"):
+        getattr(searcher, name)([(str(n), v) for n, v in args[0]])
+    else:
+        raise ReplayMismatch(f"an unknown call {name!r}")
+
+
+def _observation_json(observation: Observation) -> list[Any]:
+    return [observation.config.as_dict(), _number_json(observation.value),
+            [_number_json(v) for v in observation.values], _number_json(observation.refused)]
+
+
+def _observation_of(item: Any) -> Observation:
+    config, value, values, refused = item
+    if not isinstance(config, dict):
+        raise TypeError("a configuration is not a table")
+    return Observation(Config.of(config), _number_of(value), tuple(_float_of(v) for v in values), _number_of(refused))
+
+
+def _number_json(value: float | None) -> float | str | None:
+    """A float as JSON holds it everywhere (PostgreSQL's json refuses NaN and infinities: text)."""
+    if value is None or math.isfinite(value):
+        return value
+    return repr(float(value))  # 'inf', '-inf', 'nan'
+
+
+def _float_of(value: Any) -> float:
+    if (number := _number_of(value)) is None:
+        raise TypeError("a missing value")
+    return number
+
+
+def _number_of(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)

@@ -1,0 +1,108 @@
+"""`tune --resume` of a seeded study stopped mid-batch goes on with the proposals the uninterrupted
+run made with the same `--seed`: the same trials in the same order, the same choice. Real
+nvcc/ptxas, tuner, searcher, local compile threads and SQLite on the bundled sgemm's ptxas settings, its macros held
+(one front end: a new front end's weight is the nvcc/ptxas time ratio each run measures, which
+differs between two runs on a busy machine, resumed or not; see `--seed`); the stop is a Ctrl-C
+(KeyboardInterrupt) raised while the third batch's results come in."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from compileiq import app
+from compileiq.core.records import SEARCH, TrialState
+from compileiq.store import Store
+from compileiq.tuning.progress import SilentProgress
+
+SGEMM = Path(__file__).resolve().parent.parent / "kernels" / "sgemm" / "sgemm.cu"
+PTXAS = tuple(f"ptxas.{name}" for name in (
+    "allow_expensive_optimizations", "def_load_cache", "def_store_cache", "disable_optimizer_constants", "maxrregcount",
+    "minnctapersm", "opt_level", "override_directive_values", "register_usage_level"))
+STOP_AT = 11  # the baseline, two batches of 4, then two results of the third: the stop falls in it
+
+
+class Notes(SilentProgress):
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.notes: list[str] = []
+        self._left = stop_at
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def trial(self, outcome, best) -> None:
+        if self._left is not None:
+            self._left -= 1
+            if self._left == 0:
+                raise KeyboardInterrupt  # what Ctrl-C raises in the tuner's thread
+
+
+def _options(folder: Path, **overrides) -> app.TuneOptions:
+    base = {"kernel": SGEMM, "objective": "static", "budget": 20, "batch_size": 4, "seed": 7, "workers": "local",
+            "warm_start": False, "simplify": False, "only": PTXAS, "exclude": ("define.TM", "define.TN"), "db": f"sqlite:///{folder}/t.db", "out": folder / "sgemm.acf.toml"}
+    return app.TuneOptions(**{**base, **overrides})
+
+
+def _search(folder: Path) -> list[str]:
+    """The study's search trials' configurations, in the order claimed (trial numbers)."""
+    store = Store.open(f"sqlite:///{folder}/t.db")
+    try:
+        (study,) = store.list_studies()
+        trials = store.trials(study.id)
+        assert all(t.state is not TrialState.RUNNING and not t.to_retry for t in trials)
+        return [t.config_key for t in trials if t.purpose == SEARCH]
+    finally:
+        store.close()
+
+
+def _stopped(folder: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        app.tune(_options(folder), Notes(stop_at=STOP_AT))
+    store = Store.open(f"sqlite:///{folder}/t.db")
+    try:
+        (study,) = store.list_studies()
+        assert any(t.to_retry for t in store.trials(study.id)), "the stop handed no trial back"
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str]:
+    folder = tmp_path_factory.mktemp("whole")
+    report = app.tune(_options(folder), SilentProgress())
+    return _search(folder), report.result.chosen.config_key
+
+
+def test_a_resumed_study_makes_the_uninterrupted_runs_proposals_and_choice(
+        tmp_path: Path, whole: tuple[list[str], str]) -> None:
+    """Before, the resumed searcher was rebuilt from the trials: its initial design and random draws
+    started over and the retried batch was filled with new proposals; the trials after the stop,
+    and here the choice, were another run's."""
+    _stopped(tmp_path)
+    notes = Notes()
+    resumed = app.tune(_options(tmp_path, resume=True), notes)
+    assert any("the search replayed from its record" in note for note in notes.notes), notes.notes
+    trials, chosen = whole
+    assert len(trials) == 20
+    assert _search(tmp_path) == trials
+    assert resumed.result.chosen.config_key == chosen
+
+
+def test_a_record_that_does_not_replay_resumes_as_before_with_one_note(
+        tmp_path: Path, whole: tuple[list[str], str]) -> None:
+    """An edited record (here: one proposal recorded as another) does not replay: the searcher is
+    rebuilt from the trials as before, the run says so in one note and finishes the budget."""
+    _stopped(tmp_path)
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
+        edited = next((i, e) for i, e in rows if '"ask"' in e)
+        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?",
+                     (edited[1].replace('"ask", 4', '"ask", 3', 1), edited[0]))
+    conn.close()
+    notes = Notes()
+    app.tune(_options(tmp_path, resume=True), notes)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "did not replay" in said[0] and "\n" not in said[0], notes.notes
+    assert len(_search(tmp_path)) == 20
