@@ -3,7 +3,9 @@
 the same code at every value, while launch facts that read it score an occupancy the program
 never launches. Found before any build by preprocessing the kernel (`nvcc -E`) at the macro's first
 value and at its others: the device side first (it holds the host code too, bar what
-`#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro that changes
+`#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro of one value
+has no other to compare with: it is compared with the macro left undefined (a misplaced
+`entries = ["nope"]` under [tune.defines] names a macro no file reads). A macro that changes
 the host code alone (a launch size) changes the program and stays tuned.
 
 One preprocessor run at the defaults, then typically one per tuned macro, as many at a time as
@@ -28,14 +30,14 @@ _SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E pr
 
 def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
     """MacroError naming the first tuned macro whose values all preprocess to the same device and
-    host code."""
-    tuned = [(name, values) for name, values in spec.tuned_defines if len(values) > 1]
+    host code (one value: the same code as the macro left undefined)."""
+    tuned = list(spec.tuned_defines)
     if not tuned:
         return
     with scratch_dir("macros") as scratch:
         texts = _Preprocessed(spec, nvcc, Path(scratch))
-        # the runs every check needs, side by side: the defaults and each macro's second value
-        texts.prefetch([("device", {})] + [("device", {name: values[1]}) for name, values in tuned])
+        # the runs every check needs, side by side: the defaults and each macro's second value (or none)
+        texts.prefetch([("device", {})] + [("device", {name: _other(values)}) for name, values in tuned])
         if texts.digest("device", {}) is None:  # the build's own problem: its first build says it
             return
         for name, values in tuned:
@@ -43,11 +45,17 @@ def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
                 raise MacroError(_refusal(spec, name, values))
 
 
+def _other(values: tuple[int | str, ...]) -> int | str | None:
+    """The value a check compares the first with: the second, or None (undefined) for one value."""
+    return values[1] if len(values) > 1 else None
+
+
 def _changes(texts: _Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
-    """Whether one of the macro's other values preprocesses to other code for `side` (a side the
-    preprocessor fails at the defaults cannot say no)."""
+    """Whether one of the macro's other values (none: the macro undefined) preprocesses to other
+    code for `side` (a side the preprocessor fails at the defaults cannot say no)."""
     first = texts.digest(side, {})
-    return first is None or any(texts.digest(side, {name: value}) != first for value in values[1:])
+    others: tuple[int | str | None, ...] = values[1:] or (None,)
+    return first is None or any(texts.digest(side, {name: value}) != first for value in others)
 
 
 def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
@@ -55,9 +63,10 @@ def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
     defined = [f for f in spec.nvcc_flags.flags if f.startswith("-D") and name in f.partition("=")[0]]
     defined += [f"-D{n}={v}" for n, v in spec.defines if name in n]
     hint = f" (the build's {', '.join(defined)} may take precedence)" if defined else ""
-    return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: its values {shown} preprocess to the same "
-            f"device and host code, so -D{name} has no effect{hint}: tune a macro the code reads, or take it out "
-            "of [tune.defines]")
+    said = (f"its values {shown} preprocess to the same device and host code" if len(values) > 1 else
+            f"its one value {shown} preprocesses to the same device and host code as {name} left undefined")
+    return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: {said}, so -D{name} has no effect{hint}: "
+            "tune a macro the code reads, or take it out of [tune.defines]")
 
 
 class _Preprocessed:
@@ -68,13 +77,13 @@ class _Preprocessed:
         self._spec, self._nvcc, self._scratch = spec, nvcc, scratch
         self._seen: dict[tuple[str, tuple[tuple[str, str], ...]], str | None] = {}
 
-    def digest(self, side: str, macros: Mapping[str, int | str]) -> str | None:
+    def digest(self, side: str, macros: Mapping[str, int | str | None]) -> str | None:
         key = self._key(side, macros)
         if key not in self._seen:
             self._seen[key] = self._run(side, macros, len(self._seen))
         return self._seen[key]
 
-    def prefetch(self, wanted: list[tuple[str, Mapping[str, int | str]]]) -> None:
+    def prefetch(self, wanted: list[tuple[str, Mapping[str, int | str | None]]]) -> None:
         """Run these at once, as many at a time as there are CPUs (each run is one process)."""
         todo = {self._key(side, macros): (side, macros) for side, macros in wanted}
         todo = {key: job for key, job in todo.items() if key not in self._seen}
@@ -85,13 +94,16 @@ class _Preprocessed:
         self._seen.update({key: run.result() for key, run in runs.items()})
 
     @staticmethod
-    def _key(side: str, macros: Mapping[str, int | str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-        return side, tuple(sorted((n, str(v)) for n, v in macros.items()))
+    def _key(side: str, macros: Mapping[str, int | str | None]) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return side, tuple(sorted((n, "undefined" if v is None else f"={v}") for n, v in macros.items()))
 
-    def _run(self, side: str, macros: Mapping[str, int | str], number: int) -> str | None:
+    def _run(self, side: str, macros: Mapping[str, int | str | None], number: int) -> str | None:
+        """One preprocessor run; a macro at None is undefined (-U after the -D that defines it)."""
         spec = self._spec
         out = self._scratch / f"{number}.ii"
-        argv = [self._nvcc, "-E", "-x", "cu", *_SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
+        values = {n: v for n, v in macros.items() if v is not None}
+        unset = tuple(f"-U{n}" for n, v in macros.items() if v is None)
+        argv = [self._nvcc, "-E", "-x", "cu", *_SIDES[side], *preprocessor_args(spec, values), *unset, "-o", str(out),
                 spec.source.name]
         run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
                        memory_bytes=COMPILER_MEMORY)
