@@ -40,6 +40,9 @@ def test_a_linked_include_folder_is_recorded_and_printed_as_the_command_names_it
     printed = run_cli(["flags", str(next((tmp_path / "store").glob("*.acf.toml"))), "--all"], cwd=tmp_path)
     assert printed.returncode == 0, printed.describe()
     assert "-Itoolkit/include" in printed.stdout.split() and "toolkit-13.0" not in printed.stdout, printed.describe()
+    gate = run_cli(["gate", str(next((tmp_path / "store").glob("*.acf.toml"))), "--static", "--compile-commands",
+                    "compile_commands.json"], cwd=tmp_path)  # the gate reads the command alike
+    assert gate.returncode == 0 and "stale-settings" not in gate.output, gate.describe()
 
 
 def test_a_dotdot_after_a_link_keeps_naming_the_folder_the_compiler_reads(tmp_path: Path) -> None:
