@@ -319,3 +319,52 @@ def test_the_front_ends_of_one_check_run_at_once(tmp_path: Path, monkeypatch: py
         running += 1 if sign == "+" else -1
         most = max(most, running)
     assert min(2, os.cpu_count() or 1) <= most <= (os.cpu_count() or 1), events
+
+
+# fix-misc fault 1: a host -O level inside a mixed -Xcompiler list (nvcc 13.0 -dryrun hands the host
+# compiler `-fPIC -O3` for each spelling below) was recorded as not applied and never checked by
+# tune, while the gate read it: the shipped build defines __OPTIMIZE__, compileiq's did not.
+
+@pytest.mark.parametrize("listed", ["-Xcompiler -fPIC,-O3", "-Xcompiler=-fPIC,-O3", "-Xcompiler -O3,-fPIC",
+                                    "-Xcompiler '-fPIC -O3'"])
+def test_a_level_inside_a_host_compiler_list_is_checked_and_applied_as_a_plain_one(tmp_path: Path, listed: str) -> None:
+    _project(tmp_path, READS_OPTIMIZE, f"nvcc -arch=sm_90 {listed} -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "applied: -O3 changes k.cu's device code (__OPTIMIZE__): its PTX differs without it" in done.stderr, \
+        done.stderr
+    assert acf["base"]["nvcc_flags"] == ["-O3"]
+    fixed = {f["flag"]: f["applied"] for f in acf["baseline"]["fixed"]}
+    assert fixed["-O3"] is True and False in fixed.values(), fixed  # the list itself stays set aside (-fPIC)
+    assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, "-arch=sm_90", "-Xcompiler", "-fPIC,-O3")
+    flags = run_cli(["flags", "store/k.registers.acf.toml", "--all"], cwd=tmp_path)
+    assert "-O3" in flags.stdout.split() and "-fPIC" not in flags.stdout, flags.describe()
+    said = _gate(tmp_path, "compile_commands.json")
+    assert "stale-settings" not in said and "lowered-optimisation" not in said, said
+
+
+def test_a_listed_level_the_kernel_does_not_read_stays_set_aside_as_checked(tmp_path: Path) -> None:
+    _project(tmp_path, "__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n",
+             "nvcc -arch=sm_90 -Xcompiler -fPIC,-O2 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "the device code is the same without it (checked)" in done.stderr, done.stderr
+    assert acf["base"]["nvcc_flags"] == []
+    assert [f["applied"] for f in acf["baseline"]["fixed"] if f["flag"] == "-O2"] == [False], acf["baseline"]
+
+
+def test_a_listed_level_is_overridden_by_nvccs_own(tmp_path: Path) -> None:
+    """nvcc puts its own -O1..-O3 after the -Xcompiler options (-dryrun: `-fPIC -O3 -O1`)."""
+    _project(tmp_path, READS_OPTIMIZE, "nvcc -O1 -arch=sm_90 -Xcompiler -fPIC,-O3 -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert acf["base"]["nvcc_flags"] == ["-O1"], done.stderr
+    assert "overridden by -O1" in done.stderr, done.stderr
+
+
+def test_a_listed_level_check_runs_no_other_host_option(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f'#!/bin/sh\ntouch "{marker}"\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    _project(tmp_path, READS_OPTIMIZE, f"nvcc -arch=sm_90 -Xcompiler -wrapper,{wrapper},-O3 -c k.cu -o k.o")
+    done, _ = _tune_or_not(tmp_path)
+    assert not marker.exists(), done.describe()
+    assert "Traceback" not in done.output, done.describe()

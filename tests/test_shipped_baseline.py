@@ -720,3 +720,25 @@ def test_the_gate_judges_an_acf_by_one_reading_of_its_compile_command(tmp_path: 
     [finding] = [f for f in findings if f.rule == "stale-settings"]
     assert "adds -DSOMETHING=1" in finding.message, finding
     assert {f.rule for f in findings} <= {"stale-settings", "risk-not-allowed", "lowered-optimisation"}, findings
+
+
+def test_a_build_file_for_an_acf_with_nothing_tuned_sets_no_options_and_asks_for_no_base_flags(tmp_path: Path) -> None:
+    """User (mergeSort): `flags ACF --format cmake` with nothing tuned wrote `COMPILE_OPTIONS ""`,
+    which overwrites the options the build already set on that source; and its stderr said the
+    build also needs the base flags, which the CMake target tuned from (--compile-commands) gives."""
+    (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n")
+    (tmp_path / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(tmp_path), "file": "k.cu",
+        "command": "nvcc -arch=sm_90 -std=c++17 -DNDEBUG -Xptxas -O3 -c k.cu -o k.o"}]))
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level",
+          "--objective", "registers", "--budget", "2", "--out", str(out))
+    assert run_cli(["flags", str(out)], cwd=tmp_path).stdout.split() == ["-arch=sm_90"]  # nothing tuned
+    cmake = run_cli(["flags", str(out), "--format", "cmake"], cwd=tmp_path)
+    assert cmake.returncode == 0, cmake.describe()
+    assert "COMPILE_OPTIONS" not in cmake.stdout and "# compileiq: nothing to apply" in cmake.stdout, cmake.describe()
+    for fmt in ("cmake", "bazel"):
+        said = run_cli(["flags", str(out), "--format", fmt], cwd=tmp_path)
+        assert "base flag" not in said.stderr, said.describe()
+    plain = run_cli(["flags", str(out)], cwd=tmp_path)
+    assert "needs" not in plain.stderr and "your build's command (compile_commands.json) gives already" in plain.stderr

@@ -32,7 +32,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.processes import COMPILER_MEMORY, Runs, run_tool, scratch_dir
 from compileiq.core.records import first_line
 from compileiq.core.text import printable
-from compileiq.source.host_levels import CommandLevel, HostLevel, command_level
+from compileiq.source.host_levels import CommandLevel, HostLevel, command_level, relabelled
 from compileiq.source.kernel import preprocessor_args, with_base_flags
 from compileiq.source.shipped import APPLIED_HOST
 from compileiq.source.spec import FixedFlag, KernelSpec
@@ -169,16 +169,16 @@ def checked(spec: KernelSpec, nvcc: str, *, workers: int | None = None) -> Kerne
     if shipped is None:
         return spec
     found = command_level(shipped.fixed)
-    relabelled = {level.flag: _overridden(level, found) for level in found.overridden if level.level or not level.host}
+    new = {level.flag: _overridden(level, found) for level in found.overridden if level.level or not level.host}
     level = found.effective
     applied = False
     if level is not None:
         applied, why = _verdict(spec, nvcc, level, workers)
-        relabelled[level.flag] = (FixedFlag(level.canonical, True, f"{_what(level)}{APPLIED_HOST}{why}") if applied
+        new[level.flag] = (FixedFlag(level.canonical, True, f"{_what(level)}{APPLIED_HOST}{why}") if applied
                                   else replace(level.flag, why=f"{_what(level)}: {why}"))
-    if not relabelled:
+    if not new:
         return spec
-    fixed = tuple(dict.fromkeys(relabelled.get(f, f) for f in shipped.fixed))
+    fixed = relabelled(shipped.fixed, new)
     spec = replace(spec, shipped=replace(shipped, fixed=fixed))
     if not applied or level is None:
         return spec

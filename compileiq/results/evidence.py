@@ -109,13 +109,33 @@ def base_flags(spec: KernelSpec) -> tuple[str, ...]:
     """What a rebuild needs besides the tuned settings: the nvcc_flags, then every include folder
     the build used (tune.toml's include_dirs too), relative to the kernel's folder as tune.toml
     gives them; a folder with nothing but the root in common with it stays absolute. A folder
-    whose resolved path the ACF could not hold (a link to a name with a space) is left out."""
+    whose resolved path the ACF could not hold (a link to a name with a space) is left out. A
+    folder the flags name through a symlink is recorded as they name it (`/usr/local/cuda/include`,
+    not the `cuda-13.0` it links to today: after an upgrade the link names the new headers)."""
     folder = spec.source.parent
+    named = _as_named(spec)
     includes: list[str] = []
     for d in spec.include_dirs:
-        relative = os.path.relpath(d, folder) if os.path.commonpath([d, folder]) != d.anchor else None
-        includes += [spec.include_flag(d, p) for p in (relative, d.as_posix()) if p is not None and path_problem(p) is None][:1]
+        n = named.get(d, d)
+        relative = os.path.relpath(n, folder) if os.path.commonpath([n, folder]) != n.anchor else None
+        includes += [spec.include_flag(d, p) for p in (relative, n.as_posix(), d.as_posix())
+                     if p is not None and path_problem(p) is None][:1]
     return spec.nvcc_flags.flags + tuple(includes)
+
+
+def _as_named(spec: KernelSpec) -> dict[Path, Path]:
+    """Each include folder of the base flags (resolved, as `spec.include_dirs` holds it) to the
+    folder as the flags name it, normalised with its links kept (where that names the same folder)."""
+    named: dict[Path, Path] = {}
+    for name in (*spec.nvcc_flags.include_dirs, *spec.nvcc_flags.system_dirs):
+        given = spec.source.parent / name
+        plain = Path(os.path.normpath(given))
+        try:
+            if plain.resolve() == given.resolve():
+                named.setdefault(given.resolve(), plain)
+        except (OSError, RuntimeError):  # a symlink loop: refused where the folder is read
+            continue
+    return named
 
 
 def objective_table(result: Any) -> dict[str, Any]:

@@ -82,6 +82,12 @@ def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
     if not needed:
         return None
     shown = " ".join(needed[:4]) + (" …" if len(needed) > 4 else "")
+    if acf.shipped is not None:  # tuned from a compile command: that build's own command gives them
+        if fmt in ("cmake", "bazel"):  # the target that builds the source supplies them already
+            return None
+        return (f"note: the tuned flags leave out {len(needed)} base flag(s) your build's command "
+                f"({acf.shipped.origin}) gives already ({shown}): append these to that command; --all adds them "
+                "only for a build without it")
     return (f"note: the build also needs {len(needed)} base flag(s) the tuned ones leave out ({shown}): "
             "--all adds them")
 
@@ -234,8 +240,11 @@ def cmake_snippet(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     shown = _cmake_quoted(f"compileiq: {source} not found: this snippet names the kernel relative to the folder "
                           "compileiq flags ran in; include it from that folder's CMakeLists.txt, run compileiq flags "
                           "again in the folder that includes it, or use compileiq_apply(TARGET ...)")
-    return _note_comment(acf, "cmake") + _other_targets(acf) + (
-        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, _cmake_setting(acf, arch, stage))}\n"
+    head = _note_comment(acf, "cmake") + _other_targets(acf) + (
+        f"# compileiq: kernel {json.dumps(acf.kernel)}, {checked_on(acf, _cmake_setting(acf, arch, stage))}\n")
+    if not options:  # COMPILE_OPTIONS "" would overwrite the options the build set on the source
+        return head + f"# compileiq: nothing to apply to {source}: the ACF's choice is the build's own\n"
+    return head + (
         f"if(NOT EXISTS {where})\n  message(FATAL_ERROR {shown})\nendif()\n"
         f"set_source_files_properties({where} PROPERTIES COMPILE_OPTIONS "
         f'"{options}")\n'

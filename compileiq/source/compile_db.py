@@ -11,6 +11,7 @@ still passes the base-flag allow-list before anything runs.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -351,9 +352,9 @@ def _one(option: tuple[str, str, str], directory: Path, tuned: set[str], macros:
     if _known(flag, value, tuned):
         stripped.append(option)
     elif flag in ("-I", "--include-path"):
-        kept.append(f"-I{(directory / value).resolve()}")
+        kept.append(f"-I{_folder(directory / value)}")
     elif flag in ("-isystem", "--system-include"):  # searched after every -I: never made one
-        kept.append(f"{SYSTEM}{(directory / value).resolve()}")
+        kept.append(f"{SYSTEM}{_folder(directory / value)}")
     elif flag in ("-D", "--define-macro", "-U", "--undefine-macro") and macros.names(value):
         stripped.append(option)  # tune.toml's macro: _shipped makes it define.NAME's value, or tune.toml's -D
     elif flag in ("-D", "--define-macro"):
@@ -370,6 +371,13 @@ def _one(option: tuple[str, str, str], directory: Path, tuned: set[str], macros:
         kept.append(f"{flag}={value}")
     else:
         kept.append(given)
+
+
+def _folder(path: Path) -> str:
+    """An include folder as the command names it (/usr/local/cuda/include, not cuda-13.0): absolute,
+    normalised, links kept where that names the same folder; checks resolve it (`kernel`)."""
+    plain = os.path.normpath(path)
+    return plain if Path(plain).resolve() == path.resolve() else str(path.resolve())
 
 
 def _define_way_out(value: str, problem: str) -> str:

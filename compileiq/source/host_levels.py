@@ -5,16 +5,20 @@ __OPTIMIZE__ there) the -Xcompiler options first and its own -O level after them
 all (nvcc 13.0 -dryrun): `nvcc -O0 -Xcompiler -O3` preprocesses at -O3, `nvcc -O3 -Xcompiler -O0`
 at -O3 too. nvcc takes its last -O (`-O3 -O0` is -O0, with a warning), the host compiler its last.
 So the build's level is nvcc's last -O where it is -O1..-O3, else the last -Xcompiler one. Only an
-exact -O0..-O3 is read (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; a -Xcompiler value
-of -O levels alone): the level's effect on the device pass is the macro nvcc's own -O gives. Any
-other host option (-Os, -Ofast, -fopenmp, -wrapper) stays set aside as the command's reading says.
+exact -O0..-O3 is read (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; a -Xcompiler value's
+last -O item, its other items alongside or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"`
+hand the host compiler -O3 as `-Xcompiler -O3` does): the level's effect on the device pass is the
+macro nvcc's own -O gives. Any other host option (-fPIC, -Os, -Ofast, -fopenmp, -wrapper) stays set
+aside as the command's reading says; where a list holds one, the level is recorded apart from it
+(`relabelled`), and only the level is ever handed to a check (`build.host_check`).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from compileiq.source import nvcc_argv
 from compileiq.source.preprocessor import MAY_CHANGE_MACROS
@@ -32,6 +36,7 @@ class HostLevel:
     flag: FixedFlag  # as the command's reading recorded it (set aside)
     level: int  # 0..3
     host: bool  # a -Xcompiler value (the host compiler's own), not nvcc's -O
+    mixed: bool = False  # a -Xcompiler list that holds other host options too (-fPIC,-O3)
 
     @property
     def canonical(self) -> str:
@@ -48,24 +53,27 @@ class CommandLevel:
     overridden: tuple[HostLevel, ...]
 
 
-def _parse(given: str, mixed: bool = False) -> tuple[int, bool] | None:
-    """(the level, whether the host compiler's) of one option of a command as given, or None.
-    A -Xcompiler list gives one only when it is made of levels alone, unless `mixed`: then its last
-    level item (`-Xcompiler -fPIC,-O3` hands the host compiler -O3)."""
-    try:
-        words = shlex.split(given)
-    except ValueError:
-        return None
-    found = list(nvcc_argv.options(words))
-    if len(found) != 1:
-        return None
-    name, value, _ = found[0]
+def _parse(given: str) -> tuple[int, bool, bool] | None:
+    """(the level, whether the host compiler's, whether a list with other host options) of one
+    option of a command as given, or None. A -Xcompiler list gives its last level item, whatever
+    else it holds (nvcc 13.0 -dryrun: `-Xcompiler -fPIC,-O3` and `-Xcompiler "-fPIC -O3"` hand the
+    host compiler `-fPIC -O3`, which takes its last -O)."""
+    name, _, value = given.partition(" ")  # `-Xcompiler VALUE` as given: VALUE is one word of the command
+    if name not in _HOST_COMPILER or not value:
+        try:
+            words = shlex.split(given)
+        except ValueError:
+            return None
+        found = list(nvcc_argv.options(words))
+        if len(found) != 1:
+            return None
+        name, value, _ = found[0]
     if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
-        return int(value), False
-    items = value.split(",")
+        return int(value), False, False
+    items = [item for item in re.split(r"[,\s]+", value) if item]  # nvcc splits at commas, the host at spaces
     levels = [item for item in items if _LEVEL.fullmatch(item)]
-    if name in _HOST_COMPILER and levels and (mixed or len(levels) == len(items)):
-        return int(levels[-1][2]), True  # the host compiler takes its last
+    if name in _HOST_COMPILER and levels:
+        return int(levels[-1][2]), True, len(levels) != len(items)  # the host compiler takes its last
     return None
 
 
@@ -75,7 +83,7 @@ def _read(flag: FixedFlag) -> HostLevel | None:
     found = _parse(flag.flag)
     if found is None or found[1] != (flag.why == MAY_CHANGE_MACROS):
         return None
-    return HostLevel(flag, found[0], host=found[1])
+    return HostLevel(flag, *found)
 
 
 def _effective(levels: list[HostLevel]) -> HostLevel | None:
@@ -90,7 +98,7 @@ def level_of(stripped: tuple[str, ...]) -> int:
     """The host level (0: none) a command's build has, from the options its reading set aside, as
     given and in its order (`CompileCommand.stripped`): what the gate holds an ACF's applied level to."""
     levels = [HostLevel(FixedFlag(given, False, ""), *found) for given in stripped
-              if (found := _parse(given, mixed=True)) is not None]
+              if (found := _parse(given)) is not None]
     effective = _effective(levels)
     return 0 if effective is None else effective.level
 
@@ -101,3 +109,18 @@ def command_level(fixed: tuple[FixedFlag, ...]) -> CommandLevel:
     levels = [level for flag in fixed if (level := _read(flag)) is not None]
     effective = _effective(levels)
     return CommandLevel(effective, tuple(level for level in levels if level != effective))
+
+
+def relabelled(fixed: tuple[FixedFlag, ...], new: Mapping[FixedFlag, FixedFlag]) -> tuple[FixedFlag, ...]:
+    """`fixed` with each level flag's `new` record: in its place where the flag gives the level
+    alone; after it where the flag is a list with other host options (`-Xcompiler -fPIC,-O3`: the
+    list stays set aside as read, for -fPIC, and the level is recorded as nvcc's -O3, applied or
+    not as its check says)."""
+    out: list[FixedFlag] = []
+    for flag in fixed:
+        found = _parse(flag.flag) if flag in new else None
+        if found is None or not found[2]:
+            out.append(new.get(flag, flag))
+        else:
+            out.extend((flag, replace(new[flag], flag=f"-O{found[0]}")))
+    return tuple(dict.fromkeys(out))

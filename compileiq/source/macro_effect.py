@@ -3,7 +3,9 @@
 the same code at every value, while launch facts that read it score an occupancy the program
 never launches. Found before any build by preprocessing the kernel (`nvcc -E`) at the macro's first
 value and at its others: the device side first (it holds the host code too, bar what
-`#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro that changes
+`#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro of one value
+has no other to compare with: it is compared with the macro left undefined (a misplaced
+`entries = ["nope"]` under [tune.defines] names a macro no file reads). A macro that changes
 the host code alone (a launch size) changes the program and stays tuned.
 
 One preprocessor run at the defaults, then typically one per tuned macro, as many at a time as
@@ -28,14 +30,14 @@ SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E pre
 
 def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
     """MacroError naming the first tuned macro whose values all preprocess to the same device and
-    host code."""
-    tuned = [(name, values) for name, values in spec.tuned_defines if len(values) > 1]
+    host code (one value: the same code as the macro left undefined)."""
+    tuned = list(spec.tuned_defines)
     if not tuned:
         return
     with scratch_dir("macros") as scratch:
         texts = Preprocessed(spec, nvcc, Path(scratch))
-        # the runs every check needs, side by side: the defaults and each macro's second value
-        texts.prefetch([("device", {})] + [("device", {name: values[1]}) for name, values in tuned])
+        # the runs every check needs, side by side: the defaults and each macro's second value (or none)
+        texts.prefetch([("device", {})] + [("device", {name: _other(values)}) for name, values in tuned])
         if texts.digest("device", {}) is None:  # the build's own problem: its first build says it
             return
         for name, values in tuned:
@@ -43,11 +45,17 @@ def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
                 raise MacroError(_refusal(spec, name, values))
 
 
+def _other(values: tuple[int | str, ...]) -> int | str | None:
+    """The value a check compares the first with: the second, or None (undefined) for one value."""
+    return values[1] if len(values) > 1 else None
+
+
 def _changes(texts: Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
-    """Whether one of the macro's other values preprocesses to other code for `side` (a side the
-    preprocessor fails at the defaults cannot say no)."""
+    """Whether one of the macro's other values (none: the macro undefined) preprocesses to other
+    code for `side` (a side the preprocessor fails at the defaults cannot say no)."""
     first = texts.digest(side, {})
-    return first is None or any(texts.digest(side, {name: value}) != first for value in values[1:])
+    others: tuple[int | str | None, ...] = values[1:] or (None,)
+    return first is None or any(texts.digest(side, {name: value}) != first for value in others)
 
 
 def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
@@ -55,9 +63,10 @@ def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
     defined = [f for f in spec.nvcc_flags.flags if f.startswith("-D") and name in f.partition("=")[0]]
     defined += [f"-D{n}={v}" for n, v in spec.defines if name in n]
     hint = f" (the build's {', '.join(defined)} may take precedence)" if defined else ""
-    return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: its values {shown} preprocess to the same "
-            f"device and host code, so -D{name} has no effect{hint}: tune a macro the code reads, or take it out "
-            "of [tune.defines]")
+    said = (f"its values {shown} preprocess to the same device and host code" if len(values) > 1 else
+            f"its one value {shown} preprocesses to the same device and host code as {name} left undefined")
+    return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: {said}, so -D{name} has no effect{hint}: "
+            "tune a macro the code reads, or take it out of [tune.defines]")
 
 
 Macros = Mapping[str, int | str | None]  # tuned macros at other values than their first; None: no -D at all
