@@ -67,9 +67,7 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
         return ShippedRead()
     shown = Path(path_from_here(str(database)))
     if not given and not _inside_tree(database, acf, found if kernel_given else None):  # the ACF is untrusted
-        return ShippedRead(database, given, problem="outside", detail="is outside the ACF's checkout"
-                           + " and the kernel's folder" * kernel_given
-                           + ", and was not read; pass --compile-commands to name the one that ships")
+        return ShippedRead(database, given, problem="outside", detail=_outside(acf, kernel_given, shown))
     if kind := not_regular(shown):  # never opened: a named pipe would block the reader
         return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
     if not is_file(shown):
@@ -92,6 +90,17 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
     except UsageError as error:  # a base flag compileiq cannot take (an include folder gone)
         return ShippedRead(database, given, command, problem="unreadable", detail=_said(error, given, shown, found))
     return ShippedRead(database, given, command, with_command)
+
+
+def _outside(acf: acf_file.Acf, kernel_given: bool, shown: Path) -> str:
+    """Why a database the ACF names was not read, and what to pass: outside a git checkout the ACF's
+    own folder is all it may name (`tune` writes store/, its database in build/ beside it)."""
+    root, in_git = checkout(acf)
+    where = ("is outside the ACF's checkout" if in_git else
+             f"is outside the ACF's folder, {path_from_here(str(root))}, which is in no git checkout (an ACF's "
+             "database is read only inside its checkout, else its own folder)")
+    return (where + " and the kernel's folder" * kernel_given + ", and was not read; pass --compile-commands "
+            + (f"{shown} to read it, or the database that ships" if in_git is False else "to name the one that ships"))
 
 
 def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
