@@ -11,6 +11,21 @@ from typing import Any
 
 from tests.helpers import LOOP_KERNEL, run_cli
 
+# a stencil whose registers ptxas -O1 keeps at 32 (full occupancy at 256 threads) and -O3 takes to 40 (75%)
+STENCIL = """\
+__global__ void k(const float* p, const float* a, float* b, int nx, int ny, int nz, float c0, float c1, float c2,
+                   float c3, float c4, float c5, float c6, float c7) {
+  int i = blockDim.x * blockIdx.x + threadIdx.x, j = blockDim.y * blockIdx.y + threadIdx.y;
+  int c = i + j * nx, xy = nx * ny;
+  int w = i == 0 ? c : c - 1, e = i == nx - 1 ? c : c + 1, n = j == 0 ? c : c - nx, s = j == ny - 1 ? c : c + nx;
+  float t1 = a[c], t2 = a[c], t3 = a[c + xy];
+  for (int k = 1; k < nz - 1; ++k) {
+    t1 = t2; t2 = t3; t3 = a[c + xy];
+    b[c] = c0 * t2 + c1 * a[w] + c2 * a[e] + c3 * a[s] + c4 * a[n] + c5 * t1 + c6 * t3 + c6 * 80.0f;
+    c += xy; w += xy; e += xy; n += xy; s += xy;
+  }
+}
+"""
 BASE = "nvcc -DNDEBUG --extended-lambda -std=c++17 -rdc=true -Ia -Ib -arch=sm_90"
 
 
@@ -86,6 +101,27 @@ def test_a_database_an_acf_outside_any_checkout_names_says_why_it_was_not_read(t
     code, result, _ = _gate(tmp_path, acf)
     [message] = [f["message"] for f in result["findings"] if f["rule"] == "stale-settings"]
     assert "is outside the ACF's folder, store, which is in no git checkout" in message, message
-    assert "pass --compile-commands build/compile_commands.json to read it" in message, message
+    assert "pass --compile-commands with the database that ships (build/compile_commands.json, if that is it)" \
+        in message, message
     code, result, _ = _gate(tmp_path, acf, "--compile-commands", "build/compile_commands.json")
     assert (code, result["findings"]) == (0, []), result
+
+
+def test_a_worse_than_default_finding_names_each_number_for_what_it_is(tmp_path: Path) -> None:
+    """The build that ships gained -Xptxas -O1: the finding said "(recorded as shipped 100.0%,
+    measured 75.0%)", where the ACF records 75.0% for the shipped build and both numbers were
+    measured now (the shipped build's and the ACF's)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "k.cu").write_text(STENCIL)
+    _database(tmp_path, "nvcc -arch=sm_90 -c k.cu -o k.o")
+    acf = _tune(tmp_path, "--compile-commands", "compile_commands.json", "--only", "nvcc.jump_table_density",
+                "--objective", "static")
+    assert tomllib.loads(acf.read_text())["evidence"]["baseline"]["occupancy"] == 0.75
+    _database(tmp_path, "nvcc -Xptxas -O1 -arch=sm_90 -c k.cu -o k.o")
+    code, result, _ = _gate(tmp_path, acf)
+    found = {(f["rule"], f["recorded"]): f for f in result["findings"]}
+    worse = found[("worse-than-default", "as shipped 75.0%")]
+    assert (code, worse["measured"]) == (1, "as shipped 100.0%, ACF 75.0%"), result
+    assert "(100.0% -> 75.0%)" in worse["message"], worse
+    lowered = next(f for f in result["findings"] if f["rule"] == "lowered-optimisation")
+    assert lowered["measured"] == "ptxas.opt_level 1", lowered  # the build that ships, now

@@ -96,11 +96,14 @@ def _outside(acf: acf_file.Acf, kernel_given: bool, shown: Path) -> str:
     """Why a database the ACF names was not read, and what to pass: outside a git checkout the ACF's
     own folder is all it may name (`tune` writes store/, its database in build/ beside it)."""
     root, in_git = checkout(acf)
-    where = ("is outside the ACF's checkout" if in_git else
-             f"is outside the ACF's folder, {path_from_here(str(root))}, which is in no git checkout (an ACF's "
-             "database is read only inside its checkout, else its own folder)")
-    return (where + " and the kernel's folder" * kernel_given + ", and was not read; pass --compile-commands "
-            + (f"{shown} to read it, or the database that ships" if in_git is False else "to name the one that ships"))
+    also = " and the kernel's folder" if kernel_given else ""
+    if in_git:
+        return (f"is outside the ACF's checkout{also}, "
+                "and was not read; pass --compile-commands to name the one that ships")
+    folder = "" if (here := path_from_here(str(root))) == "." else f", {here}"
+    return (f"is outside the ACF's folder{folder}{also}, "
+            "which is in no git checkout (there an ACF's database is read only in its own folder), and was not read; "
+            f"pass --compile-commands with the database that ships ({shown}, if that is it)")
 
 
 def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
