@@ -319,7 +319,8 @@ def test_the_gate_fails_an_acf_that_spills_more_than_the_defaults(tmp_path):
     result = run_cli(["gate", path.name, "--static"], cwd=tmp_path)
     assert result.returncode == 1, result.describe()
     assert (f"error worse-than-default: spills more than the compiler defaults (0 -> {spills} B) with no recorded "
-            f"runtime gain (recorded defaults 0 B, measured {spills} B)") in result.stdout
+            "runtime gain (recorded defaults ") in result.stdout  # the ACF's word; both builds measured now:
+    assert f"measured defaults 0 B, ACF {spills} B)" in result.stdout
     assert "lower occupancy" not in result.stdout  # 24 registers raise occupancy: spills alone fail it
     assert "error spills" not in result.stdout  # the ACF's own evidence is honest
 

@@ -155,8 +155,10 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     needs = retune_needs(target, toolchain.nvcc_version)  # said in each finding, the command kept bare
     hits = [replace(hit, needs=needs) if hit.command else hit for hit in hits]
     defaults = rebuild_defaults(target, toolchain, own, measured)
-    hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")))
-    hits += baseline_evidence_hits(recorded_baseline_of(target.acf), defaults)
+    baseline = recorded_baseline_of(target.acf)
+    hits += default_hits(measured, defaults, timed=timing is not None, objective=str(target.acf.objective.get("name", "")),
+                         baseline=baseline)
+    hits += baseline_evidence_hits(baseline, defaults)
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
         tell = progress or (lambda _: None)

@@ -25,6 +25,7 @@ from compileiq.core import implied
 from compileiq.core.output_file import same_file
 from compileiq.core.space import SearchSpace, Value
 from compileiq.core.space_files import load_space
+from compileiq.gating.flag_order import reordered, same_code_order, same_folder_order
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
 from compileiq.gating.shipped_read import ShippedRead
@@ -98,8 +99,9 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     the ACF applied as `flags` says, not a changed build."""
     if acf.shipped is None or arch not in (None, acf.arch) and not any(_other_arch(f) for f in acf.shipped.fixed):
         return False
-    if (now.nvcc_flags.flags != tuned.nvcc_flags.flags or set(now.include_dirs) != set(tuned.include_dirs)
-            or set(now.system_dirs) != set(tuned.system_dirs)):
+    if (not same_code_order(tuned.nvcc_flags.flags, now.nvcc_flags.flags)  # `compileiq_apply` appends its flags
+            or not same_folder_order(tuned.include_dirs, now.include_dirs)
+            or not same_folder_order(tuned.system_dirs, now.system_dirs)):
         return False
     defaults = load_space(acf.nvcc_version).default_config().as_dict()
     first = tuned.default_values()  # a tuned macro no -D sets builds at tune.toml's first value
@@ -161,8 +163,12 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
         changes.append(f"adds {' '.join(added)}")
     if dropped := [f for f in before if f not in after]:
         changes.append(f"drops {' '.join(dropped)}")
-    if not added and not dropped and before != after:
-        changes.append("gives its flags in another order")
+    if not added and not dropped and (moved_flags := reordered(before, after)):  # a move that changes no code is none
+        changes.append(f"gives {'; '.join(moved_flags)} in another order, where the order changes the build")
+    if (set(tuned.include_dirs) == set(now.include_dirs)
+            and not (same_folder_order(tuned.include_dirs, now.include_dirs)
+                     and same_folder_order(tuned.system_dirs, now.system_dirs))):
+        changes.append("searches its include folders in another order (a header in two of them is read from the first)")
     old, new = tuned.shipped_values(), now.shipped_values()  # a -D at tune.toml's first value is no change
     applied = False
     for name in dict.fromkeys([*old, *new]):  # `-ftz=true` added beside `--use_fast_math` builds the same code

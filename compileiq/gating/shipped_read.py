@@ -68,9 +68,7 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
         return ShippedRead()
     shown = Path(path_from_here(str(database)))
     if not given and not _inside_tree(database, acf, found if kernel_given else None):  # the ACF is untrusted
-        return ShippedRead(database, given, problem="outside", detail="is outside the ACF's checkout"
-                           + " and the kernel's folder" * kernel_given
-                           + ", and was not read; pass --compile-commands to name the one that ships")
+        return ShippedRead(database, given, problem="outside", detail=_outside(acf, kernel_given, shown))
     if kind := not_regular(shown):  # never opened: a named pipe would block the reader
         return ShippedRead(database, given, problem="not-regular", detail=f"is {kind}, not a compilation database")
     if not is_file(shown):
@@ -93,6 +91,20 @@ def read_shipped(found: Path, acf: acf_file.Acf, compile_commands: Path | None, 
     except UsageError as error:  # a base flag compileiq cannot take (an include folder gone)
         return ShippedRead(database, given, command, problem="unreadable", detail=_said(error, given, shown, found))
     return ShippedRead(database, given, command, with_command)
+
+
+def _outside(acf: acf_file.Acf, kernel_given: bool, shown: Path) -> str:
+    """Why a database the ACF names was not read, and what to pass: outside a git checkout the ACF's
+    own folder is all it may name (`tune` writes store/, its database in build/ beside it)."""
+    root, in_git = checkout(acf)
+    also = " and the kernel's folder" if kernel_given else ""
+    if in_git:
+        return (f"is outside the ACF's checkout{also}, "
+                "and was not read; pass --compile-commands to name the one that ships")
+    folder = "" if (here := path_from_here(str(root))) == "." else f", {here}"
+    return (f"is outside the ACF's folder{folder}{also}, "
+            "which is in no git checkout (there an ACF's database is read only in its own folder), and was not read; "
+            f"pass --compile-commands with the database that ships ({shown}, if that is it)")
 
 
 def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCommand, KernelSpec]:
