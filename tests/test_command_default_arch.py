@@ -42,10 +42,12 @@ def test_a_command_with_no_arch_is_tuned_for_nvccs_default_arch(tmp_path: Path) 
     assert acf["kernel"]["arch"] == default, acf["kernel"]
     [fixed] = [f for f in acf["baseline"]["fixed"] if "-arch" in f["flag"]]
     assert fixed["flag"] == f"-arch={default}" and fixed["applied"] is True, fixed
-    assert fixed["why"].startswith(f"the command names no arch: nvcc's default, {default}"), fixed
+    assert fixed["why"].endswith(f"the command names no arch: nvcc's default, {default}, as -arch={default} builds it")
     flags = run_cli(["flags", "k.acf.toml"], cwd=tmp_path)
     assert flags.returncode == 0, flags.describe()
     assert flags.stdout.split()[0] == f"-arch={default}" and "sm_90" not in flags.stdout, flags.describe()
+    gated = run_cli(["gate", "k.acf.toml", "--static", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gated.returncode == 0 and "stale-settings" not in gated.stdout, gated.describe()  # the build it ships
 
 
 def test_an_explicit_arch_still_overrides_nvccs_default(tmp_path: Path) -> None:
@@ -57,3 +59,5 @@ def test_an_explicit_arch_still_overrides_nvccs_default(tmp_path: Path) -> None:
     assert not any("names no arch, so" in line for line in tuned.stderr_lines), tuned.describe()
     flags = run_cli(["flags", "k.acf.toml"], cwd=tmp_path)
     assert flags.returncode == 0 and flags.stdout.split()[0] == "-arch=sm_80", flags.describe()
+    gated = run_cli(["gate", "k.acf.toml", "--static", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gated.returncode == 0 and "stale-settings" not in gated.stdout, gated.describe()  # --arch's, as tuned
