@@ -50,3 +50,37 @@ def test_the_gate_reports_a_database_with_no_command_for_the_kernel_as_a_finding
     assert f"no compile command for {KERNEL}" in (tmp_path / "gate.xml").read_text()
     table = run_cli(["gate", "k.acf.toml", "--static", "--compile-commands", "ships.json"], cwd=tmp_path)
     assert "stale-settings" in table.stdout, table.describe()
+
+
+HOTSPOT_FRAGMENT = """\
+double now() { struct timeval tv; gettimeofday(&tv, NULL); return tv.tv_sec; }
+__global__ void hot(float* y) { y[threadIdx.x] += 1.f; }
+"""
+
+
+def _hotspot(folder: Path) -> None:
+    """Rodinia hotspot3D's layout: opt1.cu uses gettimeofday, which 3D.cu's <sys/time.h> declares
+    before it is `#include "opt1.cu"`: the fragment does not build alone."""
+    (folder / "opt1.cu").write_text(HOTSPOT_FRAGMENT)
+    (folder / "3D.cu").write_text('#include <sys/time.h>\n#include "opt1.cu"\nint main() { return 0; }\n')
+
+
+def test_a_fragment_that_builds_only_in_its_includer_names_the_includer(tmp_path: Path) -> None:
+    """userfix: `tune opt1.cu` failed "does not build with default settings: ... gettimeofday is
+    undefined" with no hint that 3D.cu includes it; from a hand-written entry for opt1.cu (docs/ci.md's
+    recipe) it also said "default settings" where the baseline was that command."""
+    _hotspot(tmp_path)
+    done = tune_in(tmp_path, kernel="opt1.cu")
+    assert done.returncode != 0 and "Traceback" not in done.output, done.describe()
+    [line] = [x for x in done.stderr_lines if x.startswith("error:")]
+    assert "opt1.cu does not build with default settings" in line and "gettimeofday" in line, line
+    assert "; 3D.cu #includes opt1.cu" in line and "tune 3D.cu" in line and "docs/ci.md" in line, line
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc opt1.cu -o 3D", "file": "opt1.cu"}]))
+    (tmp_path / "t.db").unlink()
+    by_hand = tune_in(tmp_path, "--compile-commands", "compile_commands.json", kernel="opt1.cu")
+    [line] = [x for x in by_hand.stderr_lines if x.startswith("error:")]
+    assert "opt1.cu does not build with your build (compile_commands.json)" in line, line
+    assert "; 3D.cu #includes opt1.cu" in line, line
+    tuned = tune_in(tmp_path, kernel="3D.cu")  # the hint's way works
+    assert tuned.returncode == 0, tuned.describe()

@@ -34,6 +34,7 @@ class Toolchain:
 _RELEASE = re.compile(r"release (\d+\.\d+)")
 _TOP = re.compile(r"^#\$ TOP=(.+)$", re.MULTILINE)
 _BUILD = re.compile(r"Build (\S+)")
+_PTXAS_ARCH = re.compile(r"^#\$ .*\bptxas\b.*?-arch=(sm_[0-9]+[a-z]?)\b", re.MULTILINE)
 
 
 def _find(tool: str) -> str:
@@ -83,15 +84,30 @@ def find_toolchain() -> Toolchain:
 
 
 @lru_cache(maxsize=8)
+def _dryrun(nvcc: str) -> str | None:
+    """What `nvcc --dryrun` prints for a device build of an empty file with no arch flag: read once
+    per nvcc (its toolkit folder, its default arch); None where nvcc cannot be run."""
+    argv = [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=for_tools(os.environ),
+                              errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout + done.stderr
+
+
 def cuda_root(nvcc: str) -> Path:
     """The toolkit's own folder as nvcc reports it (`nvcc --dryrun`'s TOP), not the folder above the
     `nvcc` on PATH: that may be a wrapper script (ccache, conda, spack, a module system, ~/bin/nvcc)
     in a folder that also holds the user's project. Falls back to that guess if nvcc says nothing."""
-    argv = [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, env=for_tools(os.environ))
-        found = _TOP.search(done.stdout + done.stderr)
-    except (OSError, subprocess.SubprocessError):
-        found = None
+    found = _TOP.search(_dryrun(nvcc) or "")
     top = Path(found.group(1).strip()) if found else Path(nvcc).resolve().parent.parent
     return Path(os.path.normpath(top))
+
+
+def default_arch(nvcc: str) -> str | None:
+    """The arch nvcc builds machine code for when a command names none (nvcc 13.0: sm_75, with
+    compute_75 PTX beside it), as its `--dryrun` hands ptxas `-arch=sm_XY`: measured from the
+    installed nvcc, never assumed. None where nvcc does not say."""
+    found = _PTXAS_ARCH.search(_dryrun(nvcc) or "")
+    return found.group(1) if found else None

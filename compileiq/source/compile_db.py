@@ -22,6 +22,7 @@ from typing import Any
 from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
+from compileiq.core.toolchain import default_arch, find_toolchain
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
 from compileiq.source.arch_code import gencode, incompatible, paired, refused
@@ -240,6 +241,10 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
                              "(\"Incompatible code generation requested\": machine code is made from PTX of its own arch "
                              "or an older one, PTX for that arch alone): the command builds nothing; fix its arch flags")
     arch_flags = paired(arch_flags)  # -arch=compute_80 -code=sm_86 builds sm_86 alone
+    # no arch flag: nvcc builds its own default arch (13.0: sm_75 machine code and compute_75 PTX, as
+    # -arch=sm_75 does), read from the installed nvcc, and that is the arch the command builds
+    default = "" if arch_flags else (default_arch(find_toolchain().nvcc) or "")
+    arch_flags = arch_flags or ([(f"-arch={default}", (default,))] if default else [])
     # a multi-arch command is tuned for its newest arch (--arch names another), in whatever order it lists them
     arch = shipped.newest(found for given, archs in arch_flags if archs and (found := shipped.arch_of(given)))
     try:
@@ -250,7 +255,8 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
     # fixed flag back with shlex, so a folder with a space is quoted)
     applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build") for flag in kept]
     forward = [FixedFlag(a, False, _FORWARDS) for a in dict.fromkeys(args) if a in nvcc_argv.FORWARD_UNKNOWN]
-    build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()))
+    build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()),
+                         default_arch=default)
     return CompileCommand(source, directory, tuple(kept), arch, tuple(g for _, _, g in stripped), build,
                           tuple(arch_flags))
 

@@ -50,8 +50,13 @@ def arch_notes(spec: KernelSpec) -> list[str]:
 
 def command_arch_note(spec: KernelSpec) -> list[str]:
     """Where the compile command (--compile-commands) chose the arch over tune.toml's `arch`, no
-    --arch given (that one says it overrides): which arch is tuned, and why."""
+    --arch given (that one says it overrides): which arch is tuned, and why. A command that names
+    no arch builds nvcc's default arch, which is tuned: said always, tune.toml's arch or not."""
     given = spec.toml_arch
+    if spec.shipped is not None and spec.shipped.default_arch and spec.arch_overridden is None:
+        instead = f", not tune.toml's arch = \"{given}\"" if given not in (None, spec.arch) else ""
+        return [(f"tuning {spec.arch}: the compile command names no arch, so nvcc's default {spec.arch} is tuned, "
+                 f"the arch it builds{instead} (--arch sm_XY tunes another)")]
     if spec.shipped is None or given is None or given == spec.arch or spec.arch_overridden is not None:
         return []
     return [(f"tuning {spec.arch}, the arch the compile command builds ({spec.shipped.origin}), not tune.toml's "

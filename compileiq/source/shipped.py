@@ -197,6 +197,9 @@ def newest(archs: Iterable[str]) -> str | None:
 
 
 TUNED_ARCH = "builds for the arch tuned"  # how [baseline] says so of the command's flag for it (`other_archs`)
+# what [baseline] adds to the why of the -arch=sm_XY that stands for a command naming no arch (`compile_db`);
+# after it, so that a why still starts "builds for " where --arch tuned another (the gate reads it so)
+NVCC_DEFAULT_ARCH = "the command names no arch: nvcc's default, {arch}, as -arch={arch} builds it"  # 200 chars in all
 
 
 def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tuple[str, ...]]],
@@ -226,6 +229,8 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     if code is not None and code.ptx_only:  # ptxas settings need machine code: `code_note`
         form += f" (PTX only), or {' '.join(code.args(machine_code=True) or ())} with ptxas settings"
     fixed = [replace(f, why=f"{TUNED_ARCH}: flags gives it as {form}") if f.why == TUNED_ARCH else f for f in fixed]
+    if build is not None and build.default_arch:  # not the command's flag: say so wherever [baseline] shows it
+        fixed = [replace(f, why=f"{f.why}; {NVCC_DEFAULT_ARCH.format(arch=build.default_arch)}") for f in fixed]
     if build is None or not fixed:
         return build
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))

@@ -89,6 +89,7 @@ class ShippedBuild:
     path: str = ""  # the compilation database (tune: as found; an ACF: relative to the ACF's folder, "" if not recorded)
     output: str = ""  # the command's `output` in the database (what --compile-output names); "" if not recorded
     others: tuple[str, ...] = ()  # the outputs of the database's other commands for the same file
+    default_arch: str = ""  # the command names no arch: nvcc's default, which it builds (tune only; "" otherwise)
 
     @property
     def name(self) -> str:

@@ -38,7 +38,8 @@ def check_baseline(trials: Sequence[Trial], key: str, kernel: KernelSpec, bundle
             if NO_LAUNCHED_KERNEL in reason or NO_ENTRY in reason:  # it built: tune.toml is at fault
                 raise NamingError(f"{name}: tune.toml entries: {reason}" if NO_ENTRY in reason else f"{name}: {reason}")
             shipped = kernel.shipped
-            which = f"your build's settings ({shipped.origin})" if shipped and shipped.settings else "default settings"
+            which = ("default settings" if shipped is None else f"your build's settings ({shipped.origin})"
+                     if shipped.settings else f"your build ({shipped.origin})")
             raise BaselineError(f"{name} does not build with {which}: {reason}{hint}")
 
 

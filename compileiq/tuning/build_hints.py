@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from compileiq.build.compile import BuildStatus
+from compileiq.core.text import printable
 from compileiq.evaluate.metrics import NO_KERNEL
+from compileiq.source.includers import in_folder
 from compileiq.source.spec import KernelSpec, SourceBundle
 
 # ptxas's words for a call into (or the address of) a __device__ function defined in another file
@@ -38,7 +41,23 @@ def build_hint(reason: str, bundle: SourceBundle, kernel: KernelSpec) -> str:
     if NO_KERNEL in reason and any(KERNEL_TEMPLATE.search(content) for _, content in bundle.files):
         return (": its kernels are templates that nothing instantiates; tune the .cu that launches them, or a"
                 " file that includes this one and instantiates them (template __global__ void NAME<...>(...);)")
+    if reason.startswith(f"{BuildStatus.COMPILE_ERROR.value}:"):
+        return included_hint(kernel.source)
     return ""
+
+
+def included_hint(source: Path) -> str:
+    """Where a file beside the kernel #includes it (a fragment such as Rodinia hotspot3D's opt1.cu,
+    built inside 3D.cu after the headers 3D.cu includes first): which one, and what to do ("" if none)."""
+    found = in_folder(source)
+    if not found:
+        return ""
+    includer = printable(found[0].file.name)
+    more = f" (and {len(found) - 1} other file(s))" if len(found) > 1 else ""
+    return (f"; {includer}{more} #includes {printable(source.name)}, which may build only there, after what "
+            f"{includer} includes first: tune {includer}, which holds its kernels (with --compile-commands, "
+            f"{includer}'s command), or make {printable(source.name)} include what it uses "
+            "(docs/ci.md, \"A compile command by hand\")")
 
 
 def arch_hint(instruction: str, target: str) -> str:
