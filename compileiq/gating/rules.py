@@ -272,10 +272,8 @@ def default_hits(m: Measured, d: Defaults, timed: bool = False, objective: str =
         lowered = ", ".join(d.lowered)
         found.append(Hit(rule, "defaults' optimisation" if base == "defaults" else "shipped optimisation", lowered,
                          f"lowers ptxas optimisation vs {d.name} ({lowered}) {unjustified}"))
-    if d.runtime_gain is None or not found:
-        return found
-    if timed:  # the timing rules check the gain itself
-        return []
+    if d.runtime_gain is None or not found or timed:  # timed: the timing rules check the gain itself
+        return found if d.runtime_gain is None or not found else []
     departures = "; ".join(hit.message.removesuffix(f" {unjustified}").split(" with no ")[0] for hit in found)
     return [Hit("runtime-claim", d.runtime_gain, "not timed here",
                 f"{departures}: justified only by the ACF's recorded {d.runtime_gain}, which a gate without a GPU "
