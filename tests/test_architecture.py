@@ -150,3 +150,24 @@ def test_each_heavy_dependency_is_imported_by_its_stage_alone() -> None:
                     if top in HOMES and _layer(name) != HOMES[top]:
                         strays.append(f"{name} imports {top} (its home is compileiq/{HOMES[top]}/)")
     assert not strays, "\n".join(strays)
+
+
+# The house's size hint for a module: past it, split the module along a seam into modules of one job
+# each (re-exporting what other code imports from it), rather than let it grow.
+MAX_LINES = 400
+
+
+def _over_the_hint(paths: list[Path]) -> list[tuple[Path, int]]:
+    """Each file of ``paths`` longer than MAX_LINES, with its length in lines."""
+    return [(path, n) for path in sorted(paths) if (n := len(path.read_text().splitlines())) > MAX_LINES]
+
+
+def test_no_module_is_over_the_size_hint() -> None:
+    over = [f"{path.relative_to(PACKAGE.parent)}: {n} lines" for path, n in _over_the_hint(list(PACKAGE.rglob("*.py")))]
+    assert not over, f"modules over {MAX_LINES} lines (split each along a seam):\n" + "\n".join(over)
+
+
+def test_the_size_check_finds_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    assert _over_the_hint(list(tmp_path.glob("*.py"))) == [(tmp_path / "long.py", MAX_LINES + 1)]

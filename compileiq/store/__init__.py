@@ -1,5 +1,6 @@
-"""The database (SQLite or PostgreSQL): `Store`, with studies, trial claims and reads here and a
-trial's life after its claim (`trial_lifecycle`: heartbeats, outcomes, stale and released claims),
+"""The database (SQLite or PostgreSQL): `Store`, with trial claims and reads here, the studies
+(`study_catalog`: creating, finding, listing and summing them up), a trial's life after its claim
+(`trial_lifecycle`: heartbeats, outcomes, stale and released claims),
 the build cache (`build_cache`), the runs (`run_log`) and the measurement cache
 (`measurement_cache`) in parts of their own over one engine (`base`).
 
@@ -13,17 +14,13 @@ May import: core, build. The only importer of sqlalchemy and alembic (build: a c
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from compileiq.core.errors import UsageError
-from compileiq.core.metric_ranges import is_finite
 from compileiq.core.records import (
     KEY_FIELDS,
     PURPOSES,
@@ -46,54 +43,34 @@ from compileiq.store.build_cache import BuildCache
 from compileiq.store.build_claims import BuildClaims
 from compileiq.store.claiming import claim_batch
 from compileiq.store.connect import MIGRATIONS as MIGRATIONS  # re-exported
-from compileiq.store.connect import (
-    NoStudyError,
-    StoreError,
-)
+from compileiq.store.connect import StoreError
 from compileiq.store.measurement_cache import MeasurementCache
 from compileiq.store.rows import (
-    check_same_key,
     checked_trial,
     of_its_kind,
     study_record,
 )
-from compileiq.store.run_log import RunLog, cited_rows
+from compileiq.store.run_log import RunLog
 from compileiq.store.schema import (
     among,
     chunks,
     final_failure,
-    runs,
     studies,
-    to_retry,
     trials_table,
     with_space,
 )
+from compileiq.store.study_catalog import StudyCatalog, default_study_name, derived_study_names
 from compileiq.store.trial_lifecycle import TrialLifecycle
-from compileiq.store.trust import kind_problem
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
 
 __all__ = ["KEY_FIELDS", "BuildClaims", "BuildRecord", "ImportSummary", "Measurement", "RunRecord", "Store"]
-__all__ += ["StoreError"]
+__all__ += ["StoreError", "default_study_name", "derived_study_names"]
 __all__ += ["Study", "StudyExport", "StudyKey", "StudySummary", "Trial", "TrialOutcome", "TrialState"]
 
 
-def default_study_name(key: StudyKey) -> str:
-    """``<kernel>-<objective>-<8 hex digits of the key's hash>``."""
-    return derived_study_names(key)[0]
-
-
-def derived_study_names(key: StudyKey) -> tuple[str, str, str]:
-    """The names a study of ``key`` may take without --study: the default name, then the same with
-    16 and 64 hex digits, for where a study of another key holds the shorter (a team database's
-    rows are untrusted: anyone who can write to it can take a name; `study_lookup.derived_name`)."""
-    digest = hashlib.sha256(json.dumps(asdict(key), sort_keys=True).encode()).hexdigest()
-    short, longer, full = (f"{key.kernel}-{key.objective}-{digest[:n]}" for n in (8, 16, 64))
-    return short, longer, full
-
-
-class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
+class Store(StudyCatalog, TrialLifecycle, BuildCache, RunLog, MeasurementCache):
     """A study/trial/build database. Open with :meth:`Store.open`; every call is one transaction."""
 
     def __init__(self, engine: Engine, warn: Callable[[str], None] | None = None) -> None:
@@ -106,108 +83,6 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         skipped when read (shared and imported rows are untrusted), and taken over by a claim."""
         self._spaces[space.sha256] = space
         self._read.clear()  # rows read before are checked again, against the space
-
-    # -- studies -------------------------------------------------------------------------
-
-    def get_or_create_study(self, key: StudyKey, name: str | None = None) -> Study:
-        """The study named ``name`` (default: derived from ``key``), created if missing."""
-        name = name or default_study_name(key)
-        study = self._study_where(studies.c.name == name)
-        if study is None:
-            try:
-                with self._tx() as conn:
-                    conn.execute(studies.insert().values(name=name, next_number=0, **asdict(key)))
-            except sa.exc.IntegrityError:
-                pass  # created by a concurrent process: read theirs
-            study = self._study_where(studies.c.name == name)
-        if study is None:
-            raise StoreError(f"study '{name}' could not be created")
-        check_same_key(study, key)
-        return study
-
-    def study_named(self, name: str) -> Study | None:
-        """The study named ``name`` (never read as an id), or None."""
-        return self._study_where(studies.c.name == name)
-
-    def find_study(self, name_or_id: str) -> Study:
-        """The study named ``name_or_id``, or whose id it is (ASCII digits within SQL's BIGINT). A
-        study *named* "1" beside study id 1 is refused as ambiguous (anyone who can write to a team
-        database can name one so), naming how to open each of the two."""
-        study = self._study_where(studies.c.name == name_or_id)
-        numbered = None
-        if name_or_id.isascii() and name_or_id.isdigit() and int(name_or_id) < 2**63:
-            numbered = self._study_where(studies.c.id == int(name_or_id))
-        if study is not None and numbered is not None and study.id != numbered.id:
-            raise NoStudyError(f"'{printable(name_or_id)}' in {self.url_for_display} is both study id {numbered.id} "
-                               f"(named '{printable(numbered.name)}') and the name of study id {study.id}: "
-                               f"give '{printable(numbered.name)}' or {study.id} to say which")
-        study = study or numbered
-        if study is None:
-            raise NoStudyError(f"no study named '{printable(name_or_id)}' in {self.url_for_display}")
-        return study
-
-    def list_studies(self) -> list[Study]:
-        with self._tx(readonly=True) as conn:
-            rows = conn.execute(sa.select(studies).order_by(studies.c.id)).mappings().all()
-        found = []
-        for row in rows:
-            try:
-                found.append(study_record(row))
-            except StoreError as error:
-                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
-        return found
-
-    def study_summaries(self) -> list[StudySummary]:
-        """Every study with its trial count and best complete value, in one aggregate query: the
-        database counts, so listing a team database of 100,000 trials reads 200 rows."""
-        t = trials_table.c
-        finite = sa.and_(t.state == TrialState.COMPLETE.value, t.value.between(-1e308, 1e308))
-        per_study = (
-            sa.select(t.study_id, sa.func.count().label("trial_count"),
-                      sa.func.min(sa.case((finite, t.value))).label("best_value"))
-            .group_by(t.study_id)
-            .subquery()
-        )  # fmt: skip  (study_id, state, value) is one index: the trial rows themselves are not read
-        # rows to retry (`TrialCounts`: handed back, or reopened): named beside the count, not counted
-        # as trials (a Ctrl-C'd run listed "9" for 1 built); only failed rows are read for it
-        retry = (
-            sa.select(t.study_id, sa.func.count().label("to_retry"))
-            .where(to_retry(t))
-            .group_by(t.study_id)
-            .subquery()
-        )  # fmt: skip
-        query = (
-            sa.select(studies, sa.func.coalesce(per_study.c.trial_count, 0).label("trial_count"), per_study.c.best_value,
-                      sa.func.coalesce(retry.c.to_retry, 0).label("to_retry"))
-            .select_from(studies.outerjoin(per_study, per_study.c.study_id == studies.c.id)
-                         .outerjoin(retry, retry.c.study_id == studies.c.id))
-            .order_by(studies.c.id)
-        )  # fmt: skip
-        decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
-        with self._tx(readonly=True) as conn:
-            rows = conn.execute(query).mappings().all()
-            decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()
-                         if isinstance(row["decision"], dict)}  # the latest that decided, as `explain` reads it
-            cited = cited_rows(conn, decisions)  # the row each names and its baseline: two per study at most
-        found = []
-        for row in rows:
-            try:
-                study, (named, baseline) = study_record(row), cited.get(row["id"], (None, None))
-                named = None if named is None or kind_problem(named, study.key) else named  # replayed: one check
-                returned = int(row["to_retry"])
-                found.append(StudySummary(study, int(row["trial_count"]) - returned,
-                                          _finite_or_none(row["best_value"]),
-                                          decisions.get(row["id"]), named.state if named else None,
-                                          named.value if named else None,
-                                          named, baseline, to_retry=returned))
-            except StoreError as error:
-                self._skip(("study", row["id"]), f"study {row['id']}", str(error))
-        return found
-
-    def _study_where(self, condition: sa.ColumnElement[bool]) -> Study | None:
-        with self._tx(readonly=True) as conn:
-            row = conn.execute(sa.select(studies).where(condition)).mappings().one_or_none()
-        return None if row is None else study_record(row)
 
     # -- trials --------------------------------------------------------------------------
 
@@ -390,11 +265,6 @@ class Store(TrialLifecycle, BuildCache, RunLog, MeasurementCache):
                 "nothing was imported: run it again"
             ) from None
         return ImportSummary(study, created, added, kept, skipped, builds_added, timed)
-
-
-def _finite_or_none(value: Any) -> float | None:
-    """A best value read back: a finite float, else None (SQLite stores whatever it was given)."""
-    return float(value) if is_finite(value) else None
 
 
 # A trial row's columns but its JSON (config, metrics) and heartbeat: what `Store.trials` compares
