@@ -50,9 +50,9 @@ def test_a_kernel_default_other_than_the_first_value_stops_the_run_naming_it(tmp
     assert space.returncode == 2 and "the kernel's own TILE=16" in space.stderr, space.describe()
 
 
-@pytest.mark.parametrize("spelled", ["16", "(16)", "16u"])
+@pytest.mark.parametrize("spelled", ["16", "(16)", "16u", "(BASE / 8)"])  # BASE is 128 (review: refused)
 def test_the_kernel_default_listed_first_is_the_baseline_however_it_is_spelled(tmp_path: Path, spelled: str) -> None:
-    _project(tmp_path, IFNDEF.format(value=spelled), "[16, 8, 32]")
+    _project(tmp_path, "#define BASE 128\n" + IFNDEF.format(value=spelled), "[16, 8, 32]")
     done = _tune(tmp_path, "--json")
     assert done.returncode == 0, done.describe()
     assert json.loads(done.stdout)["baseline"]["config"]["define.TILE"] == 16
@@ -103,3 +103,4 @@ def test_the_gate_does_not_pass_a_command_that_dropped_the_macro_for_another_def
     assert "gives no -DTILE, so your build has the kernel's own TILE=16" in given.stdout, given.describe()
     named = run_cli(["gate", acf_path, "--static"], cwd=tmp_path)
     assert "warn stale-settings" in named.stdout and "cannot be read now" in named.stdout, named.describe()
+    assert "gives no -DTILE, so your build has the kernel's own TILE=16" in named.stdout, named.describe()

@@ -26,7 +26,7 @@ from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import CompileCommand, read_command
 from compileiq.source.compile_db_file import NoCommand, NotADatabase, OutputGone, SeveralCommands
 from compileiq.source.kernel import with_base_flags
-from compileiq.source.shipped_macros import check_shipped_macro_defaults
+from compileiq.source.shipped_macros import KernelDefaultError, check_shipped_macro_defaults
 from compileiq.source.spec import KernelSpec
 
 Problem = Literal["outside", "not-regular", "gone", "not-a-database", "no-command", "unreadable"]
@@ -126,7 +126,7 @@ def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCom
 def _said(error: UsageError, given: bool, shown: Path, found: Path) -> str:
     """Why a command was not usable: the reader's words for the user's own --compile-commands; for
     a database the (untrusted) ACF named, none of them, as they may quote a token of that file."""
-    if given:
+    if given or isinstance(error, KernelDefaultError):  # the latter: the kernel's words, no token of the file
         return first_line(str(error))
     if isinstance(error, NoCommand):
         return f"{shown}: no compile command for {found.name}"

@@ -7,7 +7,8 @@ in one line saying which value the build has and how to make the two agree.
 Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) without the -D and
 at tune.toml's first value: the same text is the same build. Where the text differs, a probe
 appended to the kernel reads what the macro expands to after the kernel's own #defines
-(`(16)` is 16), so a default spelled differently from tune.toml's value is not refused.
+(`(16)` is 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own `#if`), so a
+default spelled differently from tune.toml's value is not refused.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from compileiq.source.macros import MacroError
 from compileiq.source.spec import KernelSpec
 
 _PROBE = "__compileiq_macro_probe__"
+
+
+class KernelDefaultError(MacroError):
+    """A tuned macro the command gives no -D whose kernel default is not tune.toml's first value;
+    its words are the kernel's and tune.toml's, never the command's (the gate may quote it for a
+    database an untrusted ACF names)."""
 _INTEGER = re.compile(r"([+-]?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*")
 
 
@@ -37,7 +44,7 @@ class _Default:
 
 
 def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
-    """MacroError for the first tuned macro the shipped command (--compile-commands) gives no -D
+    """KernelDefaultError for the first tuned macro the shipped command (--compile-commands) gives no -D
     for whose kernel default is not tune.toml's first value."""
     if spec.shipped is None:
         return
@@ -56,24 +63,40 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
             found = _kernel_default(spec, nvcc, Path(scratch), name, values)
             if found.value is not None and found.value == values[0]:
                 continue  # the same value, spelled otherwise (`(16)`)
-            raise MacroError(_refusal(spec, found))
+            raise KernelDefaultError(_refusal(spec, found))
 
 
 def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
                     values: tuple[int | str, ...]) -> _Default:
     """What `name` expands to after the kernel's own #defines, without a -D for it, read on the
     device side (the side the search builds)."""
+    said = _probe(spec, nvcc, scratch, name, f"{_PROBE} {name}\n")
+    if said is None:
+        return _Default(name, values, None, None)
+    expansion = said[-1] if said else ""
+    if (value := _listed(expansion, values)) is None and (numbers := [v for v in values if isinstance(v, int)]):
+        # an expression (`(BLOCK / 8)`): the preprocessor's own arithmetic says which value it is; a
+        # default #if cannot evaluate (a float, a string) fails this probe alone
+        tests = "".join(f"#if ({name}) == ({v})\n{_PROBE} {v}\n#endif\n" for v in numbers)
+        found = _probe(spec, nvcc, scratch, name, tests)
+        value = next((v for v in numbers if found and str(v) in found), None)
+    return _Default(name, values, value, expansion)
+
+
+def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str) -> list[str] | None:
+    """What follows the probe's marker on each line of the kernel preprocessed (device side, `name`
+    without its -D) with `lines` after it; None where the preprocessor fails."""
     probe = scratch / "probe.cu"
-    probe.write_text(f'#include "{spec.source.resolve()}"\n{_PROBE} {name}\n', encoding="utf-8")
+    probe.write_text(f'#include "{spec.source.resolve()}"\n{lines}', encoding="utf-8")
     out = scratch / "probe.ii"
+    out.unlink(missing_ok=True)
     argv = [nvcc, "-E", "-x", "cu", *preprocessor_args(spec, {name: None}), "-o", str(out), str(probe)]
     run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
                    memory_bytes=COMPILER_MEMORY)
     if run.returncode != 0 or run.timed_out or not out.is_file():
-        return _Default(name, values, None, None)
-    lines = [line for line in out.read_text(encoding="utf-8", errors="replace").splitlines() if _PROBE in line]
-    expansion = " ".join(lines[-1].split(_PROBE, 1)[1].split()) if lines else ""
-    return _Default(name, values, _listed(expansion, values), expansion)
+        return None
+    text = out.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [" ".join(line.split(_PROBE, 1)[1].split()) for line in text if _PROBE in line]
 
 
 def _listed(expansion: str, values: tuple[int | str, ...]) -> int | str | None:
