@@ -242,7 +242,7 @@ def test_a_level_no_tuned_value_reads_stays_set_aside_and_keeps_the_study(tmp_pa
 # The front ends of one check run at once (one per CPU), read in a fixed order: the verdict and
 # its words are those of the check run one front end after another, whichever finishes first.
 
-READS_OPTIMIZE_AT = """__global__ void k(float *x) {
+READS_OPTIMIZE_AT = TM_DEFAULT + "#ifndef TN\n#define TN 1\n#endif\n" + """__global__ void k(float *x) {
 #if (%s) && defined(__OPTIMIZE__)
   float s = 0; for (int i = 0; i < 64; i++) s += x[i * threadIdx.x] * x[i]; x[threadIdx.x] = s + TM + TN;
 #else
