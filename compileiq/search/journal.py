@@ -39,7 +39,8 @@ class ReplayRules:
     """What this run would itself tell, avoid, discourage and ask: a record that says otherwise
     (a forged or foreign row) does not replay."""
 
-    observed: Callable[[str], Observation | None]  # config key -> the study's finished trial as told, if any
+    observed: Callable[[str], Sequence[Observation]]  # config key -> what this run may tell of it: its
+    # study's finished trial as this run judges it, an earlier study's (the warm start's); none: nothing
     most_asked: int  # the most configurations one ask of this run takes
     held: frozenset[str] = frozenset()  # config keys an ask may exclude: the study's trials and its baseline
     avoid: frozenset[Setting] | None = None  # the settings this run avoids (None: it calls no `avoid`)
@@ -147,11 +148,12 @@ def _apply(searcher: JournaledSearcher, call: Any, rules: ReplayRules) -> None:
 def _checked(observation: Observation, rules: ReplayRules) -> Observation:
     """The told `observation`, where it is the one the study's own finished trial of its config gives."""
     found = rules.observed(observation.config.key)
-    if found is None:
+    if not found:
         raise ReplayMismatch("it tells a result that is no finished trial of the study")
-    if _observation_json(found) != _observation_json(observation):
+    told = _observation_json(observation)
+    if (same := next((o for o in found if _observation_json(o) == told), None)) is None:
         raise ReplayMismatch("it tells a result other than the study's trial of that configuration")
-    return found
+    return same
 
 
 def _observation_json(observation: Observation) -> list[Any]:

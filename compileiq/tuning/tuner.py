@@ -51,7 +51,7 @@ from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
-from compileiq.tuning.warm_start import Rescoring, warm_start
+from compileiq.tuning.warm_start import Rescoring, earlier_results, warm_start
 from compileiq.tuning.warm_start import discouraged as warm_discouraged
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
@@ -347,14 +347,19 @@ class Tuner:
         """What a replayed record may tell, avoid, discourage and ask: what this run would itself
         (a shared row is untrusted: a forged one must not steer the search)."""
         from compileiq.search.journal import ReplayRules  # with the searcher: numpy
-
         request, trials = self._request, self._store.trials(study.id)
         final = {t.config_key: t for t in trials if t.final}
         avoid = (frozenset(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
                  if request.search.strategy == "bayes" and self._static else None)
-        discourage = warm_discouraged(self._store, study, request, self._baseline,
-                                      study_identities(request.kernel, self._bundle))
-        return ReplayRules(lambda key: self._observation(t) if (t := final.get(key)) is not None else None,
+        kernel = study_identities(request.kernel, self._bundle)
+        discourage = warm_discouraged(self._store, study, request, self._baseline, kernel)
+        warm: dict[str, Observation] = {}  # what the warm start tells of earlier studies (static: rescored)
+        if request.search.strategy == "bayes" and request.warm_start and self._static:
+            rescore = Rescoring(request.space, request.kernel, request.objective, self._objectives, self._refusal)
+            found = earlier_results(self._store, study, rescore, self._baseline, request.batch_size, kernel)
+            warm = {o.config.key: o for o in found.observations} if found is not None else {}
+        return ReplayRules(lambda key: [*([self._observation(t)] if (t := final.get(key)) else []),
+                                        *([o] if (o := warm.get(key)) else [])],
                            request.batch_size, frozenset({self._baseline.key, *(t.config_key for t in trials)}),
                            avoid, discourage)
 
