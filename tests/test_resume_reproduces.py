@@ -7,6 +7,7 @@ differs between two runs on a busy machine, resumed or not; see `--seed`); the s
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -106,3 +107,94 @@ def test_a_record_that_does_not_replay_resumes_as_before_with_one_note(
     said = [note for note in notes.notes if note.startswith("--resume:")]
     assert len(said) == 1 and "did not replay" in said[0] and "\n" not in said[0], notes.notes
     assert len(_search(tmp_path)) == 20
+
+
+def _trials_of(folder: Path) -> list:
+    store = Store.open(f"sqlite:///{folder}/t.db")
+    try:
+        (study,) = store.list_studies()
+        return store.trials(study.id)
+    finally:
+        store.close()
+
+
+def _run_of(folder: Path, budget: int, resume: bool = False) -> Notes:
+    notes = Notes()
+    app.tune(_options(folder, budget=budget, resume=resume), notes)
+    return notes
+
+
+def test_a_forged_journal_row_does_not_steer_a_resumed_run(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A journal row is a shared row: one added to a real database that tells the searcher the
+    configurations an honest resume tries next were tried (and awful) does not replay: the run says
+    so and goes on as a resume without a record does, trying what it would have. Before, it said it
+    followed the uninterrupted run and never tried them."""
+    _run_of(tmp_path, 4)
+    honest, unrecorded = tmp_path_factory.mktemp("honest"), tmp_path_factory.mktemp("unrecorded")
+    for folder in (honest, unrecorded):
+        shutil.copy(tmp_path / "t.db", folder / "t.db")
+    with sqlite3.connect(unrecorded / "t.db") as conn:
+        conn.execute("DELETE FROM search_journal")
+    conn.close()
+    _run_of(honest, 8, resume=True)
+    hidden = _search(honest)[4:]  # what an honest resume of the 4-trial study tries next
+    assert len(hidden) == 4
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        (study,) = store.list_studies()
+        configs = {t.config_key: t.config for t in _trials_of(honest)}
+        counters = store.search_journal(study.id)[-1][1]["counters"]
+        forged = [[configs[key], 1e9, [1e9], None] for key in hidden]
+        store.journal_search(study.id, store.runs(study.id)[-1].id,
+                             {"calls": [["tell", forged, True]], "claimed": [], "counters": counters})
+    finally:
+        store.close()
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "did not replay" in said[0] and "no finished trial" in said[0], notes.notes
+    _run_of(unrecorded, 8, resume=True)
+    assert _search(tmp_path) == _search(unrecorded), "the forged row steered the resumed search"
+
+
+def test_a_forged_avoid_or_ask_does_not_replay(tmp_path: Path) -> None:
+    """An avoid this run would not make, or an ask larger than its batch, is refused like a forged tell."""
+    _run_of(tmp_path, 4)
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
+        edited = next((i, e) for i, e in rows if '"avoid"' in e)
+        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?",
+                     (edited[1].replace('["avoid", [', '["avoid", [["ptxas.opt_level", 3], ', 1), edited[0]))
+    conn.close()
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "avoid call this run would not make" in said[0], notes.notes
+
+
+def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Path) -> None:
+    """Each journal row says its claim's purpose, and only a search claim is the batch a stop fell
+    in. Here the last row of a run stopped mid-batch is marked as a simplification's claim: the
+    resumed run asks a whole batch first (its retried trials and new proposals). Before, any last
+    claim was taken for the stopped batch: its unfinished trials alone were the first batch."""
+    _stopped(tmp_path)
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        (study,) = store.list_studies()
+        assert {entry.get("purpose") for _, entry in store.search_journal(study.id)} == {SEARCH}
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        conn.execute("UPDATE search_journal SET entry = json_set(entry, '$.purpose', 'simplify') "
+                     "WHERE id = (SELECT max(id) FROM search_journal)")
+    conn.close()
+    notes = _run_of(tmp_path, 20, resume=True)
+    assert any("the search replayed from its record" in note for note in notes.notes), notes.notes
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        (study,) = store.list_studies()
+        last_run = store.runs(study.id)[-1].id
+        rows = [entry for run_id, entry in store.search_journal(study.id) if run_id == last_run]
+    finally:
+        store.close()
+    first = next(entry for entry in rows if entry["claimed"])
+    assert first["purpose"] == SEARCH and len(first["claimed"]) == 4, rows

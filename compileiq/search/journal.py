@@ -8,12 +8,18 @@ claim (`take_journal`); `replay` gives a fresh searcher of the same space and se
 calls and checks that every ask proposes what was recorded (anything else: `ReplayMismatch`).
 A tell keeps only the results the searcher did not know (the others change nothing), an ask's
 exclusions only keys it was not told (it skips those anyway), so the record grows with the study.
+
+A record is a shared row, as untrusted as any (`ReplayRules`): a replay tells only the results
+the study's own finished trials give, avoids and discourages only what this run would itself, asks
+no more than this run could, excludes only configurations the study holds; anything else is a
+`ReplayMismatch`, never a steer.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from compileiq.core.space import Config, SearchSpace
@@ -23,6 +29,22 @@ from compileiq.search.settings import Observation, SearchSettings
 
 class ReplayMismatch(ValueError):
     """The recorded calls cannot be replayed: unreadable, or a proposal other than the recorded one."""
+
+
+Setting = tuple[str, Any]  # (parameter, value), as `avoid` and `discourage` take them
+
+
+@dataclass(frozen=True)
+class ReplayRules:
+    """What this run would itself tell, avoid, discourage and ask: a record that says otherwise
+    (a forged or foreign row) does not replay."""
+
+    observed: Callable[[str], Sequence[Observation]]  # config key -> what this run may tell of it: its
+    # study's finished trial as this run judges it, an earlier study's (the warm start's); none: nothing
+    most_asked: int  # the most configurations one ask of this run takes
+    held: frozenset[str] = frozenset()  # config keys an ask may exclude: the study's trials and its baseline
+    avoid: frozenset[Setting] | None = None  # the settings this run avoids (None: it calls no `avoid`)
+    discourage: frozenset[Setting] | None = None  # those its warm start discourages (None: none)
 
 
 class JournaledSearcher(Searcher):
@@ -83,12 +105,13 @@ class JournaledSearcher(Searcher):
         super().avoid(listed)
 
 
-def replay(searcher: JournaledSearcher, calls: Iterable[Any]) -> None:
+def replay(searcher: JournaledSearcher, calls: Iterable[Any], rules: ReplayRules) -> None:
     """Give `searcher` (fresh) the recorded `calls`; raises ReplayMismatch where an ask proposes
-    other configurations than recorded, or a call is unreadable. Nothing replayed is recorded again."""
+    other configurations than recorded, a call is unreadable, or one is not what this run would
+    make (`rules`). Nothing replayed is recorded again."""
     for call in calls:
         try:
-            _apply(searcher, call)
+            _apply(searcher, call, rules)
         except ReplayMismatch:
             raise
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
@@ -96,12 +119,16 @@ def replay(searcher: JournaledSearcher, calls: Iterable[Any]) -> None:
     searcher.take_journal()
 
 
-def _apply(searcher: JournaledSearcher, call: Any) -> None:
+def _apply(searcher: JournaledSearcher, call: Any, rules: ReplayRules) -> None:
     name, args = call[0], call[1:]
     if name == "tell":
-        searcher.tell([_observation_of(item) for item in args[0]], bool(args[1]))
+        searcher.tell([_checked(_observation_of(item), rules) for item in args[0]], bool(args[1]))
     elif name == "ask":
         count, exclude, recorded = int(args[0]), [str(k) for k in args[1]], [str(k) for k in args[2]]
+        if not 0 < count <= rules.most_asked:
+            raise ReplayMismatch(f"an ask of {count} configurations (this run asks {rules.most_asked} at most)")
+        if any(key not in rules.held for key in exclude):
+            raise ReplayMismatch("an ask that excludes a configuration the study does not hold")
         proposed = [c.key for c in searcher.ask(count, exclude)]
         if proposed != recorded:
             raise ReplayMismatch(f"its batch {searcher.asks} proposed other configurations than the ones recorded")
@@ -109,12 +136,24 @@ def _apply(searcher: JournaledSearcher, call: Any) -> None:
         searcher.set_frontend_cost(float(args[0]))
     elif name == "fit":
         searcher.fit()
-    elif name == "refit":
-        searcher.refit([_number_of(v) for v in args[0]])
     elif name in ("avoid", "discourage"):
-        getattr(searcher, name)([(str(n), v) for n, v in args[0]])
-    else:
+        settings = [(str(n), v) for n, v in args[0]]
+        if set(settings) != getattr(rules, name):  # None: this run makes no such call
+            raise ReplayMismatch(f"{'an' if name == 'avoid' else 'a'} {name} call this run would not make")
+        getattr(searcher, name)(settings)
+    else:  # a refit is a multi-objective search's: never journaled
         raise ReplayMismatch(f"an unknown call {name!r}")
+
+
+def _checked(observation: Observation, rules: ReplayRules) -> Observation:
+    """The told `observation`, where it is the one the study's own finished trial of its config gives."""
+    found = rules.observed(observation.config.key)
+    if not found:
+        raise ReplayMismatch("it tells a result that is no finished trial of the study")
+    told = _observation_json(observation)
+    if (same := next((o for o in found if _observation_json(o) == told), None)) is None:
+        raise ReplayMismatch("it tells a result other than the study's trial of that configuration")
+    return same
 
 
 def _observation_json(observation: Observation) -> list[Any]:

@@ -1,17 +1,19 @@
 """`tune --resume` of a stopped study: its searcher rebuilt by replaying what it was asked and told.
 
 Each claim of a run (one objective, not `--stream`, no screening) stores the searcher's calls
-since the previous claim (`search.journal`), the trial numbers it took, and the run's compile
-counters (`store.search_journal`). A resumed run gives a fresh searcher of the same space and
+since the previous claim (`search.journal`), the trial numbers it took, its purpose, and the run's
+compile counters (`store.search_journal`). A resumed run gives a fresh searcher of the same space and
 settings the same calls: the same initial design, the same random draws, the same results in the
 same order, the same measured front-end/ptxas cost ratio; each ask must propose what it proposed
 then. The searcher is then as the stopped run's was at its last claim, so the run goes on as the
-uninterrupted one would have: the batch the stop fell in is finished first, its unfinished trials
+uninterrupted one would have: the search batch the stop fell in (none where the last claim was
+a simplification's, an ablation's or a confirmation's) is finished first, its unfinished trials
 alone (on their rows), and its results are told together, in the order claimed; the cost ratio
 goes on from the counters recorded at that claim, the resumed run's compiles added.
 
 Where the record is missing (a study of an older compileiq, a `--stream` run), was written by
-tuners working at once, or does not replay (an edited database, another compileiq), the caller
+tuners working at once, or does not replay (an edited or forged row, another compileiq: a replay
+tells only the results the study's own trials give, `search.journal.ReplayRules`), the caller
 rebuilds the searcher from the trials, as before, and says so.
 """
 
@@ -22,8 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compileiq.core.records import Trial, TrialState
-from compileiq.store import Store
+from compileiq.core.records import SEARCH, Trial, TrialState
 from compileiq.tuning.progress import RunCounters
 from compileiq.tuning.request import TuneRequest
 
@@ -40,10 +41,11 @@ class Replayed:
     counters: Counters  # the compile counters at the last claim (the cost ratio goes on from them)
 
 
-def replayed(store: Store, study_id: int, request: TuneRequest, trials: Sequence[Trial]) -> Replayed | str | None:
-    """The study's searcher replayed; None where nothing was recorded nor tried; else why it
-    cannot be (one clause)."""
-    rows = store.search_journal(study_id)
+def replayed(rows: Sequence[tuple[int, Any]], request: TuneRequest, trials: Sequence[Trial],
+             rules: Any) -> Replayed | str | None:
+    """The study's searcher replayed from its journal `rows` (`store.search_journal`, read with
+    `trials` before this run claimed anything), each call held to `rules` (a `ReplayRules`); None
+    where nothing was recorded nor tried; else why it cannot be (one clause)."""
     if not rows:
         return None if not trials else "this study's search was not recorded for a replay (an older compileiq, or --stream)"
     run_ids = [run_id for run_id, _ in rows]
@@ -53,7 +55,8 @@ def replayed(store: Store, study_id: int, request: TuneRequest, trials: Sequence
         claims = [[int(number) for number in entry["claimed"]] for _, entry in rows]
         calls = [call for _, entry in rows for call in entry["calls"]]
         counters = _counters(rows[-1][1]["counters"])
-    except (TypeError, ValueError, KeyError) as error:
+        searching = str(rows[-1][1].get("purpose", SEARCH)) == SEARCH  # a stop outside the search: no batch to finish
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
         return f"its record of the search is unreadable ({type(error).__name__})"
     recorded = {number for claim in claims for number in claim}
     if missing := sum(t.number not in recorded for t in trials):
@@ -62,22 +65,25 @@ def replayed(store: Store, study_id: int, request: TuneRequest, trials: Sequence
 
     searcher = JournaledSearcher(request.space, request.search)
     try:
-        replay(searcher, calls)
+        replay(searcher, calls, rules)
     except ReplayMismatch as error:
         return f"its search did not replay: {error}"
     except Exception as error:  # noqa: BLE001 - a record this compileiq cannot replay: the run goes on as before
         return f"its search did not replay ({type(error).__name__}: {error})"
-    last = set(claims[-1])
+    last = set(claims[-1]) if searching else set()
     stopped_in = [t for t in trials if t.number in last]
     retry = tuple(t.id for t in stopped_in if t.to_retry)
     held = tuple(t for t in stopped_in if t.final and t.config_key not in searcher.told) if retry else ()
     return Replayed(searcher, searcher.asks, retry, held, counters)
 
 
-def entry(calls: list[Any], claimed: Sequence[Trial], base: Counters, counters: RunCounters) -> dict[str, Any]:
+def entry(calls: list[Any], claimed: Sequence[Trial], purpose: str, base: Counters,
+          counters: RunCounters) -> dict[str, Any]:
     """A claim's journal row: the searcher's calls since the previous one, the trial numbers it took,
-    the compile counters (`base`: a resumed study's, at its last claim before this run)."""
-    return {"calls": calls, "claimed": [t.number for t in claimed], "counters": list(total(base, counters))}
+    its purpose (`records.PURPOSES`), the compile counters (`base`: a resumed study's, at its last
+    claim before this run)."""
+    return {"calls": calls, "claimed": [t.number for t in claimed], "purpose": purpose,
+            "counters": list(total(base, counters))}
 
 
 def total(base: Counters, counters: RunCounters) -> Counters:

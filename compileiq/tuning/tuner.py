@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compileiq.build.workers import Workers
 from compileiq.core import implied
@@ -51,9 +51,11 @@ from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
 from compileiq.tuning.streaming import StreamingFeed
-from compileiq.tuning.warm_start import Rescoring, warm_start
+from compileiq.tuning.warm_start import Rescoring, earlier_results, warm_start
+from compileiq.tuning.warm_start import discouraged as warm_discouraged
 
 if TYPE_CHECKING:  # loaded on a thread of its own (`search_start`): scikit-optimize is slow to import
+    from compileiq.search.journal import ReplayRules
     from compileiq.search.searcher import Searcher
 
 WAIT_FOR_OTHERS_S = 1.0
@@ -149,10 +151,13 @@ class Tuner:
             if self._remote:
                 self._progress.note("the searcher runs in a process of its own (streaming a batch of "
                                     f"{request.batch_size}: the driver's time goes to the workers)")
+            replaying = request.resume and self._journaling and self._screening is None
+            # the stopped run's record as it left it: read before this run claims (the baseline below)
+            journal = (self._store.search_journal(study.id), self._store.trials(study.id)) if replaying else None
             if self._static:  # the defaults first: every result the searcher learns is held to them
                 self._reference = baseline_reference(self._store, study, self._held, self.evaluate)
-            if request.resume and self._journaling and self._screening is None:  # before any call of this run's
-                self._replay(study)
+            if journal is not None:  # before any call of this run's searcher; told results held to the reference
+                self._replay(study, *journal)
             if request.search.strategy == "bayes" and self._static:  # what it can never choose: not proposed
                 self._searcher.avoid(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
             # random and exhaustive are yardsticks: no memory; a study whose budget is spent tries
@@ -322,13 +327,13 @@ class Tuner:
             calls = take() if take is not None else []
             if calls or claimed:
                 self._store.journal_search(study.id, self._run_id, resume_replay.entry(
-                    calls, claimed, self._cost_base, self._runner.counters))
+                    calls, claimed, purpose, self._cost_base, self._runner.counters))
         return claimed
 
-    def _replay(self, study: Study) -> None:
+    def _replay(self, study: Study, rows: Sequence[tuple[int, Any]], before: Sequence[Trial]) -> None:
         """--resume: the searcher replayed from its record, to go on as the stopped run would have
         (`resume_replay`); where it cannot be, rebuilt from the trials as before, and said."""
-        found = resume_replay.replayed(self._store, study.id, self._request, self._store.trials(study.id))
+        found = resume_replay.replayed(rows, self._request, before, self._replay_rules(study))
         if isinstance(found, str):
             self._progress.note(f"--resume: {found}; the searcher is rebuilt from the recorded trials instead, so "
                                 "its proposals are not those the uninterrupted run would have made")
@@ -337,6 +342,26 @@ class Tuner:
             self._resumed_batch, self._held_back, self._cost_base = found.retry, found.held, found.counters
             self._progress.note(f"--resume: the search replayed from its record ({found.batches} batches asked): "
                                 "it goes on with the proposals the uninterrupted run would have made")
+
+    def _replay_rules(self, study: Study) -> ReplayRules:
+        """What a replayed record may tell, avoid, discourage and ask: what this run would itself
+        (a shared row is untrusted: a forged one must not steer the search)."""
+        from compileiq.search.journal import ReplayRules  # with the searcher: numpy
+        request, trials = self._request, self._store.trials(study.id)
+        final = {t.config_key: t for t in trials if t.final}
+        avoid = (frozenset(eligibility.lowering_settings(request.space, self._baseline.as_dict()))
+                 if request.search.strategy == "bayes" and self._static else None)
+        kernel = study_identities(request.kernel, self._bundle)
+        discourage = warm_discouraged(self._store, study, request, self._baseline, kernel)
+        warm: dict[str, Observation] = {}  # what the warm start tells of earlier studies (static: rescored)
+        if request.search.strategy == "bayes" and request.warm_start and self._static:
+            rescore = Rescoring(request.space, request.kernel, request.objective, self._objectives, self._refusal)
+            found = earlier_results(self._store, study, rescore, self._baseline, request.batch_size, kernel)
+            warm = {o.config.key: o for o in found.observations} if found is not None else {}
+        return ReplayRules(lambda key: [*([self._observation(t)] if (t := final.get(key)) else []),
+                                        *([o] if (o := warm.get(key)) else [])],
+                           request.batch_size, frozenset({self._baseline.key, *(t.config_key for t in trials)}),
+                           avoid, discourage)
 
     def evaluate(self, study: Study, configs: Sequence[Config], purpose: str = SEARCH) -> list[Trial]:
         """Finished trials for these configs: recorded ones as they are, the rest evaluated now.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace, SpaceError
@@ -17,6 +17,7 @@ from compileiq.results.pareto import values_of
 from compileiq.search.loading import SearchLoad
 from compileiq.search.search_process import RemoteSearcher
 from compileiq.search.settings import Observation
+from compileiq.search.transfer import Prior
 from compileiq.source.spec import KernelSpec
 from compileiq.store import Store
 from compileiq.tuning.cross_kernel import other_kernels_prior
@@ -111,6 +112,21 @@ def warm_start(search: SearchLoad[Searcher | RemoteSearcher], store: Store, stud
     return _from_other_kernels(search, store, study, request, baseline, start, note, kernel)
 
 
+def discouraged(store: Store, study: Study, request: TuneRequest, baseline: Config,
+                kernel: Sequence[str] = ()) -> frozenset[tuple[str, Any]] | None:
+    """What this run's warm start discourages (None: it calls no `discourage`): what a replayed
+    record of a stopped run's search may discourage (`search.journal.ReplayRules`)."""
+    if request.search.strategy != "bayes" or not request.warm_start:
+        return None
+    prior = _prior(store, study, request, baseline, kernel)
+    return None if prior.empty else frozenset(prior.discouraged)
+
+
+def _prior(store: Store, study: Study, request: TuneRequest, baseline: Config, kernel: Sequence[str]) -> Prior:
+    limit = max(request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
+    return other_kernels_prior(store, study.key, request.space, baseline, limit, kernel)
+
+
 def _from_earlier_studies(search: SearchLoad[Searcher | RemoteSearcher], store: Store, study: Study,
                           request: TuneRequest, baseline: Config, rescore: Rescoring,
                           note: Callable[[str], None], kernel: Sequence[str]) -> WarmStart:
@@ -127,8 +143,7 @@ def _from_other_kernels(search: SearchLoad[Searcher | RemoteSearcher], store: St
                         note: Callable[[str], None], kernel: Sequence[str]) -> WarmStart:
     """Propose first what other kernels' studies of this toolchain space chose, and later what
     their rules refused (`cross_kernel`): an order, never a result."""
-    limit = max(request.batch_size // 2, 1)  # half a batch: the rest spreads over the space
-    prior = other_kernels_prior(store, study.key, request.space, baseline, limit, kernel)
+    prior = _prior(store, study, request, baseline, kernel)
     if prior.empty:
         return start
     first = tuple({c.key: c for c in [*start.first, *prior.first]}.values())  # ours first
