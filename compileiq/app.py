@@ -173,7 +173,10 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None,
 
     command = read_command(compile_commands, kernel, load_space(find_toolchain().nvcc_version), spec, compile_output)
     spec = with_base_flags(spec, command.base_flags, f"{compile_commands}: the command for {kernel.name}")
-    overridden = (f"{command.arch} that the compile command gives"
+    default = command.shipped.default_arch if command.shipped is not None else ""
+    overridden = ((f"{command.arch} that the compile command gives" if not default else
+                   f"{default}, nvcc's default, which the compile command builds as it names no arch: `flags` then "
+                   f"gives -arch={arch}, which replaces the command's default arch ({arch} code alone)")
                   if arch and command.arch is not None and arch not in command.archs else spec.arch_overridden)
     tuned = arch or command.arch or spec.arch
     shipped = other_archs(under_register_cap(command.shipped, spec.nvcc_flags), command.arch_flags, tuned)

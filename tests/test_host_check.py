@@ -368,3 +368,23 @@ def test_a_listed_level_check_runs_no_other_host_option(tmp_path: Path) -> None:
     done, _ = _tune_or_not(tmp_path)
     assert not marker.exists(), done.describe()
     assert "Traceback" not in done.output, done.describe()
+
+
+# fix-arch2 fault 2: the host compiler takes its last -O item, so `-Xcompiler -O3,-Os` builds at -Os
+# (__OPTIMIZE_SIZE__ in the device pass), `-O3,-O` at -O1, `-O2,-Ofast` at -Ofast (__FAST_MATH__): the
+# list's -O3 was read and applied as the build's level. No level is read where the last -O item is not
+# exactly -O0..-O3: the list stays set aside as a plain `-Xcompiler -Os` does.
+
+@pytest.mark.parametrize("listed", ["-Xcompiler -O3,-Os", "-Xcompiler -O3,-O", "-Xcompiler -O2,-Ofast",
+                                    "-Xcompiler '-O3 -Os'"])
+def test_a_host_compiler_list_whose_last_O_item_is_no_level_reads_none(tmp_path: Path, listed: str) -> None:
+    _project(tmp_path, READS_OPTIMIZE, f"nvcc -arch=sm_90 {listed} -c k.cu -o k.o")
+    done, acf = _tune(tmp_path)
+    assert "applied: -O" not in done.stderr, done.stderr
+    assert acf["base"]["nvcc_flags"] == []
+    fixed = {f["flag"]: f for f in acf["baseline"]["fixed"]}
+    assert not any(re.fullmatch(r"-O[0-3]", flag) for flag in fixed), fixed  # no level recorded apart
+    [given] = [f for flag, f in fixed.items() if flag.startswith("-Xcompiler")]
+    assert given["applied"] is False and given["why"].startswith("host compiler option: may change the macros"), given
+    said = _gate(tmp_path, "compile_commands.json")  # the gate reads no level either
+    assert "stale-settings" not in said and "lowered-optimisation" not in said, said

@@ -44,6 +44,12 @@ class Target:
         return self.acf_spec if self.acf_spec is not None else self.spec
 
     @property
+    def default_arch(self) -> str:
+        """nvcc's default arch where the compile command the ACF is held to names no arch, else ""."""
+        command = self.read.command
+        return command.shipped.default_arch if command is not None and command.shipped is not None else ""
+
+    @property
     def compile_commands(self) -> Path | None:
         """The gate's --compile-commands: the database that ships."""
         return self.read.database if self.read.given else None

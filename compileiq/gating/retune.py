@@ -35,11 +35,13 @@ class Target(Protocol):
     def measuring_args(self) -> tuple[str, ...]: ...
     @property
     def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands
+    @property
+    def default_arch(self) -> str: ...  # nvcc's, where the compile command held to names no arch; else ""
 
 
 def retune_command(target: Target, measured: Measured) -> str:
     """The command that re-tunes a stale ACF in place, pasteable from this folder: the kernel and
-    the ACF as paths from here, the ACF's objective, pick rule, arch, how to time it
+    the ACF as paths from here, the ACF's objective, pick rule, arch (`retune_arch`), how to time it
     (`retune_measuring`), and database (a URL whose password the ACF shows as *** is left to
     `--db "$COMPILEIQ_DB"`, so that the pasted command reads it from the environment), and `--force`, since the
     re-tune is a new study (the source, settings or toolchain the old one was made for changed)
@@ -59,10 +61,22 @@ def retune_command(target: Target, measured: Measured) -> str:
     budget = acf.provenance.get("budget")
     budgeted = ["--budget", str(budget)] if type(budget) is int and 0 < budget <= MAX_BUDGET else []
     head = shlex.join(["compileiq", "tune", path_from_here(target.kernel_label), "--objective", objective,
-                       *picked, "--arch", acf.arch, *retune_measuring(target), *shipped_from(target), *budgeted,
+                       *picked, *retune_arch(target), *retune_measuring(target), *shipped_from(target), *budgeted,
                        *retune_space(acf.provenance.get("searched")), *db])
     tail = shlex.join([*named, "--out", path_from_here(target.acf_label), "--force"])
     return f'{head} --db "$COMPILEIQ_DB" {tail}' if masked else f"{head} {tail}"
+
+
+def retune_arch(target: Target) -> tuple[str, ...]:
+    """`--arch` as the ACF records it, unless the re-tune reads a compile command that names no arch
+    and the ACF set none of its arch aside (no --arch chose another): `tune` then tunes the arch that
+    command builds, nvcc's default, and `--arch` would make `flags` give -arch=sm_XY in its place, an
+    sm_XY-only build (an ACF of an earlier release was tuned for tune.toml's arch from such a command)."""
+    acf = target.acf
+    chose = acf.shipped is not None and any(not f.applied and f.why.startswith("builds for ") for f in acf.shipped.fixed)
+    if target.default_arch and shipped_from(target) and not chose:
+        return ()
+    return ("--arch", acf.arch)
 
 
 def retune_needs(target: Target, nvcc_version: str | None) -> tuple[str, ...]:

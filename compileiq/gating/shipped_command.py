@@ -82,14 +82,24 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
     moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
-    changes = _changes(target.spec, now, space, acf.arch, moved, acf.controls)
-    if not changes or applies_choice(acf, target.spec, spec, shipped, command.arch):
+    # a command that names no arch builds nvcc's default: an ACF of an earlier release was tuned for
+    # tune.toml's arch from it, the command unchanged; said as it is, not as a change
+    default = moved is not None and command.shipped is not None and command.shipped.default_arch == moved
+    changes = _changes(target.spec, now, space, acf.arch, None if default else moved, acf.controls)
+    if not (changes or default) or applies_choice(acf, target.spec, spec, shipped, command.arch):
         return []  # what the command builds is what the ACF was tuned from, whichever database holds it
-    return [*other, Hit(RULE, recorded, now.settings_sha256()[:12],
-                        f"the compile command in {database} "
-                        f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
-                        f"({'; '.join(changes)}): "
-                        "the ACF's baseline is no longer the build that ships", retune)]
+    said = [(f"the compile command in {database} "
+             f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
+             f"({'; '.join(changes)})")] if changes else []
+    if default:
+        said.append(f"{'it' if said else f'the compile command in {database}'} names no arch, so it builds nvcc's "
+                    f"default {moved}, but the ACF was tuned for {acf.arch} (`flags` gives -arch={acf.arch}, "
+                    f"which builds {acf.arch} alone)")
+    measured = now.settings_sha256()[:12]
+    if moved is not None and measured == recorded:  # the arch is no setting: the hashes would say nothing
+        recorded, measured = acf.arch, f"{moved} (nvcc's default)" if default else moved
+    return [*other, Hit(RULE, recorded, measured, f"{'; '.join(said)}: the ACF's baseline is "
+                        f"{'no longer' if changes else 'not'} the build that ships", retune)]
 
 
 def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shipped: ShippedBuild | None,

@@ -7,8 +7,9 @@ at -O3 too. nvcc takes its last -O (`-O3 -O0` is -O0, with a warning), the host 
 So the build's level is nvcc's last -O where it is -O1..-O3, else the last -Xcompiler one. Only an
 exact -O0..-O3 is read (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; a -Xcompiler value's
 last -O item, its other items alongside or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"`
-hand the host compiler -O3 as `-Xcompiler -O3` does): the level's effect on the device pass is the
-macro nvcc's own -O gives. Any other host option (-fPIC, -Os, -Ofast, -fopenmp, -wrapper) stays set
+hand the host compiler -O3 as `-Xcompiler -O3` does; `-Xcompiler -O3,-Os` gives none: the host
+compiler takes its last -O, -Os, which is no level, as -O, -Ofast and -Og are not): the level's
+effect on the device pass is the macro nvcc's own -O gives. Any other host option (-fPIC, -Os, -Ofast, -fopenmp, -wrapper) stays set
 aside as the command's reading says; where a list holds one, the level is recorded apart from it
 (`relabelled`), and only the level is ever handed to a check (`build.host_check`).
 """
@@ -55,9 +56,10 @@ class CommandLevel:
 
 def _parse(given: str) -> tuple[int, bool, bool] | None:
     """(the level, whether the host compiler's, whether a list with other host options) of one
-    option of a command as given, or None. A -Xcompiler list gives its last level item, whatever
-    else it holds (nvcc 13.0 -dryrun: `-Xcompiler -fPIC,-O3` and `-Xcompiler "-fPIC -O3"` hand the
-    host compiler `-fPIC -O3`, which takes its last -O)."""
+    option of a command as given, or None. A -Xcompiler list gives its last -O item where that is
+    -O0..-O3, whatever else it holds (nvcc 13.0 -dryrun: `-Xcompiler -fPIC,-O3` and `-Xcompiler
+    "-fPIC -O3"` hand the host compiler `-fPIC -O3`, which takes its last -O); none where its last is
+    another (`-Xcompiler -O3,-Os` builds at -Os, which defines __OPTIMIZE_SIZE__ in the device pass)."""
     name, _, value = given.partition(" ")  # `-Xcompiler VALUE` as given: VALUE is one word of the command
     if name not in _HOST_COMPILER or not value:
         try:
@@ -71,9 +73,9 @@ def _parse(given: str) -> tuple[int, bool, bool] | None:
     if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
         return int(value), False, False
     items = [item for item in re.split(r"[,\s]+", value) if item]  # nvcc splits at commas, the host at spaces
-    levels = [item for item in items if _LEVEL.fullmatch(item)]
-    if name in _HOST_COMPILER and levels:
-        return int(levels[-1][2]), True, len(levels) != len(items)  # the host compiler takes its last
+    last = [item for item in items if item.startswith("-O")][-1:]  # the host compiler takes its last -O item
+    if name in _HOST_COMPILER and last and (level := _LEVEL.fullmatch(last[0])):  # -Os, -O, -Ofast, -Og: none
+        return int(level[1]), True, not all(_LEVEL.fullmatch(item) for item in items)
     return None
 
 

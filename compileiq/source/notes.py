@@ -9,7 +9,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.toolchain import find_toolchain
 from compileiq.source.arch_code import code_note, older_ptx_note, ptx_only_archs
 from compileiq.source.kernel import bundle_sources
-from compileiq.source.shipped import arch_flag_archs, arch_note, value_text
+from compileiq.source.shipped import ARCH_SETS, arch_flag_archs, arch_note, value_text
 from compileiq.source.spec import KernelSpec
 
 
@@ -45,7 +45,10 @@ def arch_notes(spec: KernelSpec) -> list[str]:
     applied = [f.flag for f in fixed if f.applied]
     code = code_note(applied, spec.arch) or older_ptx_note(spec.arch, spec.ptx_arch)
     ptx = ptx_only_archs(f.flag for f in fixed if arch_flag_archs(f.flag) is not None)
-    return [*command_arch_note(spec), *arch_note(spec.arch, spec.archs_left_out, ptx), *([code] if code else [])]
+    built = [archs for f in fixed if (archs := arch_flag_archs(f.flag)) is not None]
+    tuned = not built or any(spec.arch in archs or any(a in ARCH_SETS for a in archs) for archs in built)
+    return [*command_arch_note(spec), *arch_note(spec.arch, spec.archs_left_out, ptx, builds_tuned=tuned),
+            *([code] if code else [])]
 
 
 def command_arch_note(spec: KernelSpec) -> list[str]:

@@ -236,10 +236,13 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     return replace(build, fixed=tuple(dict.fromkeys((*build.fixed, *fixed))))
 
 
-def arch_note(tuned: str, left_out: Iterable[str], ptx_only: Iterable[str] = ()) -> list[str]:
+def arch_note(tuned: str, left_out: Iterable[str], ptx_only: Iterable[str] = (), *,
+              builds_tuned: bool = True) -> list[str]:
     """The lines `space` and `tune` print for a multi-arch compile command: which arch is tuned,
     which are left out (the chosen settings are not checked there), and how to tune another;
-    `ptx_only`: those it embeds PTX alone for (`arch_code.ptx_only_archs`), which no --arch tunes."""
+    `ptx_only`: those it embeds PTX alone for (`arch_code.ptx_only_archs`), which no --arch tunes;
+    `builds_tuned`: false where --arch tunes an arch the command does not build (never listed as one
+    it builds: `flags` gives -arch=TUNED in place of its arch flags, or of nvcc's default arch)."""
     from compileiq.source.arch import detect_arch
 
     archs = list(left_out)
@@ -258,7 +261,11 @@ def arch_note(tuned: str, left_out: Iterable[str], ptx_only: Iterable[str] = ())
     virtual = [a for a in archs if a in set(ptx_only) and a not in ARCH_SETS]
     others = [a for a in archs if a not in ARCH_SETS and a not in virtual]
     ptx = f"{PTX_ONLY.format(ptx=ptx_names(virtual))}, which the front-end settings reach unchecked" if virtual else ""
-    if others:
+    if others and not builds_tuned:
+        notes.append(f"the compile command builds for {', '.join(others)}, not {tuned}: tuned for {tuned} (--arch), "
+                     f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
+                     f"{others[0]} tunes for {others[0]}" + (f"; it also embeds {ptx}" if ptx else ""))
+    elif others:
         notes.append(f"the compile command builds for {', '.join([tuned, *others])}: tuned for {tuned} only; "
                      f"{', '.join(others)} left out (the chosen settings are not checked there): --arch "
                      f"{others[0]} tunes for {others[0]}" + (f"; it also embeds {ptx}" if ptx else ""))
