@@ -127,14 +127,16 @@ void run(float* x) { k<<<1, HOST_THREADS>>>(x); }
 def test_a_one_value_macro_no_file_reads_is_refused_as_one_of_several_values_is(tmp_path: Path) -> None:
     """A misplaced `entries = ["nope"]` under [tune.defines] was tuned and printed by `flags`
     (-Dentries=nope): a one-value macro skipped the check, having no other value to compare with.
-    It is compared with the macro left undefined now; one the code reads stays tuned."""
+    It is compared with a value no code spells now; one the code reads stays tuned, at its own
+    default too (UNROLL = [1] over #define UNROLL 1: a review run refused it as 'no effect')."""
     (tmp_path / "k.cu").write_text("#ifndef TM\n#define TM 2\n#endif\n"
                                    "__global__ void k(float *x) { x[threadIdx.x] *= TM; }\n")
     (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[tune.defines]\nTM = [4]\nentries = ["nope"]\n')
     tuned = run_cli(["tune", "k.cu", "--objective", "registers", "--budget", "2", "--workers", "local",
                      "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "x.acf.toml"], cwd=tmp_path)
-    said = ("tune.defines.entries: its one value nope preprocesses to the same device and host code as entries left "
-            "undefined, so -Dentries has no effect: tune a macro the code reads, or take it out of [tune.defines]")
+    said = ("tune.defines.entries: its one value nope preprocesses to the same device and host code as any other "
+            "value would: no code reads entries, so -Dentries has no effect: tune a macro the code reads, or take it "
+            "out of [tune.defines]")
     assert tuned.returncode == 2 and said in tuned.stderr, tuned.describe()
     assert "Traceback" not in tuned.output and not (tmp_path / "x.acf.toml").exists()
     listed = run_cli(["space", "k.cu"], cwd=tmp_path)
@@ -144,3 +146,7 @@ def test_a_one_value_macro_no_file_reads_is_refused_as_one_of_several_values_is(
                      "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "x.acf.toml"], cwd=tmp_path)
     assert tuned.returncode == 0 and "-DTM=4" in run_cli(["flags", "x.acf.toml"], cwd=tmp_path).stdout.split(), \
         tuned.describe()
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[tune.defines]\nTM = [2]\n')  # read, at its own default
+    tuned = run_cli(["tune", "k.cu", "--objective", "registers", "--budget", "2", "--workers", "local",
+                     "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "y.acf.toml"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()

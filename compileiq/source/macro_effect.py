@@ -4,8 +4,9 @@ the same code at every value, while launch facts that read it score an occupancy
 never launches. Found before any build by preprocessing the kernel (`nvcc -E`) at the macro's first
 value and at its others: the device side first (it holds the host code too, bar what
 `#ifndef __CUDA_ARCH__` hides), the host side only when that is the same. A macro of one value
-has no other to compare with: it is compared with the macro left undefined (a misplaced
-`entries = ["nope"]` under [tune.defines] names a macro no file reads). A macro that changes
+has no other to compare with: it is compared with a value no code spells (`_UNSPELLED`), so one no
+file reads (a misplaced `entries = ["nope"]` under [tune.defines]) is refused, and one read at
+the kernel's own default (`UNROLL = [1]` over `#define UNROLL 1`) is not. A macro that changes
 the host code alone (a launch size) changes the program and stays tuned.
 
 One preprocessor run at the defaults, then typically one per tuned macro, as many at a time as
@@ -30,7 +31,7 @@ SIDES = {"device": (), "host": ("-Xcompiler", "-U__CUDA_ARCH__")}  # nvcc -E pre
 
 def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
     """MacroError naming the first tuned macro whose values all preprocess to the same device and
-    host code (one value: the same code as the macro left undefined)."""
+    host code (one value: the same code as at a value no code spells)."""
     tuned = list(spec.tuned_defines)
     if not tuned:
         return
@@ -45,16 +46,19 @@ def check_macros_change_code(spec: KernelSpec, nvcc: str) -> None:
                 raise MacroError(_refusal(spec, name, values))
 
 
-def _other(values: tuple[int | str, ...]) -> int | str | None:
-    """The value a check compares the first with: the second, or None (undefined) for one value."""
-    return values[1] if len(values) > 1 else None
+_UNSPELLED = "__compileiq_unspelled_value__"  # a one-value macro's other value: none reads it alike
+
+
+def _other(values: tuple[int | str, ...]) -> int | str:
+    """The value a check compares the first with: the second, or one no code spells."""
+    return values[1] if len(values) > 1 else _UNSPELLED
 
 
 def _changes(texts: Preprocessed, side: str, name: str, values: tuple[int | str, ...]) -> bool:
-    """Whether one of the macro's other values (none: the macro undefined) preprocesses to other
-    code for `side` (a side the preprocessor fails at the defaults cannot say no)."""
+    """Whether one of the macro's other values (one value: one no code spells) preprocesses to
+    other code for `side` (a side the preprocessor fails at the defaults cannot say no)."""
     first = texts.digest(side, {})
-    others: tuple[int | str | None, ...] = values[1:] or (None,)
+    others: tuple[int | str, ...] = values[1:] or (_UNSPELLED,)
     return first is None or any(texts.digest(side, {name: value}) != first for value in others)
 
 
@@ -64,7 +68,8 @@ def _refusal(spec: KernelSpec, name: str, values: tuple[int | str, ...]) -> str:
     defined += [f"-D{n}={v}" for n, v in spec.defines if name in n]
     hint = f" (the build's {', '.join(defined)} may take precedence)" if defined else ""
     said = (f"its values {shown} preprocess to the same device and host code" if len(values) > 1 else
-            f"its one value {shown} preprocesses to the same device and host code as {name} left undefined")
+            f"its one value {shown} preprocesses to the same device and host code as any other value would: "
+             f"no code reads {name}")
     return (f"{spec.source.parent / 'tune.toml'}: tune.defines.{name}: {said}, so -D{name} has no effect{hint}: "
             "tune a macro the code reads, or take it out of [tune.defines]")
 
