@@ -96,12 +96,7 @@ def test_a_record_that_does_not_replay_resumes_as_before_with_one_note(
     """An edited record (here: one proposal recorded as another) does not replay: the searcher is
     rebuilt from the trials as before, the run says so in one note and finishes the budget."""
     _stopped(tmp_path)
-    with sqlite3.connect(tmp_path / "t.db") as conn:
-        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
-        edited = next((i, e) for i, e in rows if '"ask"' in e)
-        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?",
-                     (edited[1].replace('"ask", 4', '"ask", 3', 1), edited[0]))
-    conn.close()
+    _edit_journal(tmp_path, '"ask"', '"ask", 4', '"ask", 3')
     notes = Notes()
     app.tune(_options(tmp_path, resume=True), notes)
     said = [note for note in notes.notes if note.startswith("--resume:")]
@@ -160,12 +155,7 @@ def test_a_forged_journal_row_does_not_steer_a_resumed_run(
 def test_a_forged_avoid_or_ask_does_not_replay(tmp_path: Path) -> None:
     """An avoid this run would not make, or an ask larger than its batch, is refused like a forged tell."""
     _run_of(tmp_path, 4)
-    with sqlite3.connect(tmp_path / "t.db") as conn:
-        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
-        edited = next((i, e) for i, e in rows if '"avoid"' in e)
-        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?",
-                     (edited[1].replace('["avoid", [', '["avoid", [["ptxas.opt_level", 3], ', 1), edited[0]))
-    conn.close()
+    _edit_journal(tmp_path, '"avoid"', '["avoid", [', '["avoid", [["ptxas.opt_level", 3], ')
     notes = _run_of(tmp_path, 8, resume=True)
     said = [note for note in notes.notes if note.startswith("--resume:")]
     assert len(said) == 1 and "avoid call this run would not make" in said[0], notes.notes
@@ -198,3 +188,12 @@ def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Pat
         store.close()
     first = next(entry for entry in rows if entry["claimed"])
     assert first["purpose"] == SEARCH and len(first["claimed"]) == 4, rows
+
+
+def _edit_journal(tmp_path: Path, holding: str, old: str, new: str) -> None:
+    """Edit the first journal row holding `holding`, as a forger with write access would."""
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
+        edited = next((i, e) for i, e in rows if holding in e)
+        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?", (edited[1].replace(old, new, 1), edited[0]))
+    conn.close()
