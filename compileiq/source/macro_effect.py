@@ -106,13 +106,8 @@ class Preprocessed:
         return side, tuple(sorted(((n, None if v is None else str(v)) for n, v in macros.items()), key=str))
 
     def _run(self, side: str, macros: Macros, number: int) -> str | None:
-        spec = self._spec
         out = self._scratch / f"{number}.ii"
-        argv = [self._nvcc, "-E", "-x", "cu", *SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
-                spec.source.name]
-        run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
-                       memory_bytes=COMPILER_MEMORY)
-        if run.returncode != 0 or run.timed_out or not out.is_file():
+        if not preprocess(self._spec, self._nvcc, macros, out, side=side):
             return None
         digest = hashlib.sha256()
         with out.open("rb") as text:
@@ -120,3 +115,14 @@ class Preprocessed:
                 digest.update(block)
         out.unlink()
         return digest.hexdigest()
+
+
+def preprocess(spec: KernelSpec, nvcc: str, macros: Macros, out: Path, source: str = "", side: str = "device") -> bool:
+    """`nvcc -E` of the kernel (or `source`, a file that includes it) as its default build
+    preprocesses it, for `side`, with `macros` changed (None: no -D), into `out`, run in the
+    kernel's folder; whether it gave `out`."""
+    argv = [nvcc, "-E", "-x", "cu", *SIDES[side], *preprocessor_args(spec, macros), "-o", str(out),
+            source or spec.source.name]
+    run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
+                   memory_bytes=COMPILER_MEMORY)
+    return run.returncode == 0 and not run.timed_out and out.is_file()

@@ -17,9 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from compileiq.core.processes import COMPILER_MEMORY, run_tool, scratch_dir
-from compileiq.source.kernel import DEPENDENCY_TIMEOUT_S, preprocessor_args
-from compileiq.source.macro_effect import SIDES, Preprocessed
+from compileiq.core.processes import scratch_dir
+from compileiq.source.macro_effect import SIDES, Preprocessed, preprocess
 from compileiq.source.macros import MacroError
 from compileiq.source.spec import KernelSpec
 
@@ -90,10 +89,7 @@ def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str) ->
     probe.write_text(f'#include "{spec.source.resolve()}"\n{lines}', encoding="utf-8")
     out = scratch / "probe.ii"
     out.unlink(missing_ok=True)
-    argv = [nvcc, "-E", "-x", "cu", *preprocessor_args(spec, {name: None}), "-o", str(out), str(probe)]
-    run = run_tool(argv, max(spec.compile_timeout_s, DEPENDENCY_TIMEOUT_S), cwd=str(spec.source.parent),
-                   memory_bytes=COMPILER_MEMORY)
-    if run.returncode != 0 or run.timed_out or not out.is_file():
+    if not preprocess(spec, nvcc, {name: None}, out, source=str(probe)):
         return None
     text = out.read_text(encoding="utf-8", errors="replace").splitlines()
     return [" ".join(line.split(_PROBE, 1)[1].split()) for line in text if _PROBE in line]
