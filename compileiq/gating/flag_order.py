@@ -14,32 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-# Options whose flags, where a command gives two, nvcc reads as the last one.
-_LAST_WINS = ("-std=", "-rdc=", "-maxrregcount=", "--default-stream=")
-_HOST_LEVELS = ("-O1", "-O2", "-O3")  # nvcc's host -O: the last one given
-# Flags that only switch something on (or add a warning number): order-free among all others.
-_SWITCHES = ("--extended-lambda", "--expt-relaxed-constexpr", "-lineinfo", "-w", "-Wno-deprecated-gpu-targets",
-             "-Wno-deprecated-declarations")
-_UNKNOWN = "?"  # the group of flags not known to be order-free: their order among themselves is kept
-
-
-def _group(flag: str) -> str:
-    """The flags whose relative order is kept: those of one group."""
-    if flag.startswith(("-D", "-U")):
-        return "macro " + flag[2:].partition("=")[0]
-    if flag in _HOST_LEVELS:
-        return "-O"
-    if prefix := next((p for p in _LAST_WINS if flag.startswith(p)), None):
-        return prefix
-    if flag in _SWITCHES or flag.startswith("--diag-suppress="):
-        return flag
-    return _UNKNOWN
+from compileiq.source.flag_groups import order_group
 
 
 def _ordered(flags: Sequence[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for flag in flags:
-        groups.setdefault(_group(flag), []).append(flag)
+        groups.setdefault(order_group(flag), []).append(flag)
     return groups
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from compileiq.core.defines import define_arg_problem, macro_problem
 from compileiq.core.errors import UsageError
+from compileiq.source.flag_groups import order_group
 
 # Characters a path handed to nvcc may hold: no shell text, no list separator (comma), no space.
 _PATH = re.compile(r"[A-Za-z0-9_.+\-/@]+")
@@ -166,11 +167,26 @@ def parse_base_flags(args: Sequence[str], where: str) -> BaseFlags:
             includes.append(check_path(token[2:], where))
         elif token.startswith(SYSTEM):
             system.append(check_path(token[len(SYSTEM):], where))
-        elif token not in flags:
-            flags.append(token)
+        else:
+            _keep_effective(flags, token)
     if "-rdc=true" in flags and "-rdc=false" in flags:
         raise BaseFlagError(f"{where}: both -rdc=true and -rdc=false")
     return BaseFlags(tuple(flags), tuple(includes), tuple(dict.fromkeys(system)))
+
+
+def _keep_effective(flags: list[str], token: str) -> None:
+    """Add `token` to `flags` once, so that the kept flags build what nvcc builds from every copy: a
+    repeat stays at its first place unless another flag of its group came between (`-std=c++14
+    -std=c++17 -std=c++14` is C++14 to nvcc, the last of its group: kept at the end, where keeping the
+    first copy built C++17). A repeat that changes nothing keeps its first place, and so the study
+    identity it had."""
+    if token not in flags:
+        flags.append(token)
+        return
+    group = order_group(token)
+    if any(order_group(other) == group and other != token for other in flags[flags.index(token) + 1:]):
+        flags.remove(token)
+        flags.append(token)
 
 
 def _canonical(args: Sequence[str], where: str) -> Iterator[str]:
