@@ -7,6 +7,7 @@ differs between two runs on a busy machine, resumed or not; see `--seed`); the s
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -159,6 +160,24 @@ def test_a_forged_avoid_or_ask_does_not_replay(tmp_path: Path) -> None:
     notes = _run_of(tmp_path, 8, resume=True)
     said = [note for note in notes.notes if note.startswith("--resume:")]
     assert len(said) == 1 and "avoid call this run would not make" in said[0], notes.notes
+
+
+def test_a_forged_front_end_cost_does_not_replay(tmp_path: Path) -> None:
+    """The front-end/ptxas cost ratio a journal row tells the searcher weighs new front ends in every
+    ask after it; it must be the ratio the row's own compile counters measured. Before, a forged one
+    was replayed as given."""
+    _run_of(tmp_path, 8)
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        rows = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchall()
+        row_id, entry = next((i, json.loads(e)) for i, e in reversed(rows) if '"cost"' in e)
+        for call in entry["calls"]:
+            if call[0] == "cost":
+                call[1] *= 1000
+        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?", (json.dumps(entry), row_id))
+    conn.close()
+    notes = _run_of(tmp_path, 12, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "front-end cost other than its compile counters measured" in said[0], notes.notes
 
 
 def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Path) -> None:

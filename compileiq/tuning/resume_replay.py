@@ -54,10 +54,14 @@ def replayed(rows: Sequence[tuple[int, Any]], request: TuneRequest, trials: Sequ
     try:
         claims = [[int(number) for number in entry["claimed"]] for _, entry in rows]
         calls = [call for _, entry in rows for call in entry["calls"]]
-        counters = _counters(rows[-1][1]["counters"])
+        each = [_counters(entry["counters"]) for _, entry in rows]
+        counters = each[-1]
         searching = str(rows[-1][1].get("purpose", SEARCH)) == SEARCH  # a stop outside the search: no batch to finish
+        unmeasured = _unmeasured(each, [entry["calls"] for _, entry in rows])
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         return f"its record of the search is unreadable ({type(error).__name__})"
+    if unmeasured:
+        return f"its search did not replay: {unmeasured}"
     recorded = {number for claim in claims for number in claim}
     if missing := sum(t.number not in recorded for t in trials):
         return f"{missing} of its trials were not recorded for a replay (an older compileiq's, or --stream's)"
@@ -93,7 +97,28 @@ def total(base: Counters, counters: RunCounters) -> Counters:
 
 def cost_ratio(base: Counters, counters: RunCounters) -> float:
     """Mean front-end time over mean ptxas time, the stopped run's compiles included (nan if unknown)."""
-    frontend_calls, frontend_seconds, ptxas_calls, ptxas_seconds = total(base, counters)
+    return _ratio(total(base, counters))
+
+
+def _unmeasured(counters: Sequence[Counters], calls: Sequence[Any]) -> str | None:
+    """Why the recorded front-end/ptxas cost ratios are not the run's own measurement (None: they
+    are): the counters of the claims must grow, and each cost a row tells the searcher must be the
+    ratio its row's counters give (no compile runs between that call and the claim). A forged ratio
+    would weigh new front ends other than measured in every ask after it."""
+    for before, after in zip(counters, counters[1:], strict=False):
+        if any(b > a for b, a in zip(before, after, strict=True)):
+            return "its compile counters do not grow from one claim to the next"
+    for row, (made, row_calls) in enumerate(zip(counters, calls, strict=True)):
+        for call in row_calls:
+            if isinstance(call, list) and call[:1] == ["cost"]:
+                measured = _ratio(made)
+                if len(call) != 2 or not math.isclose(float(call[1]), measured, rel_tol=1e-9):
+                    return f"claim {row + 1} tells a front-end cost other than its compile counters measured"
+    return None
+
+
+def _ratio(counters: Counters) -> float:
+    frontend_calls, frontend_seconds, ptxas_calls, ptxas_seconds = counters
     if not frontend_calls or not ptxas_calls or not ptxas_seconds:
         return math.nan
     return (frontend_seconds / frontend_calls) / (ptxas_seconds / ptxas_calls)
