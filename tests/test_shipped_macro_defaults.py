@@ -104,3 +104,30 @@ def test_the_gate_does_not_pass_a_command_that_dropped_the_macro_for_another_def
     named = run_cli(["gate", acf_path, "--static"], cwd=tmp_path)
     assert "warn stale-settings" in named.stdout and "cannot be read now" in named.stdout, named.describe()
     assert "gives no -DTILE, so your build has the kernel's own TILE=16" in named.stdout, named.describe()
+
+
+@pytest.mark.parametrize("spelled", ["020", "0x10", "0b1'0000", "1'6u"])
+def test_a_default_spelled_as_any_c_integer_literal_is_read_as_nvcc_reads_it(tmp_path: Path, spelled: str) -> None:
+    """`#define TILE 010` crashed space, tune and gate with a traceback (Python's int() refuses a
+    leading 0); C reads it as octal 8. Now each literal is read as nvcc reads it: the first value
+    passes, another is refused in one line naming its value."""
+    _project(tmp_path, IFNDEF.format(value=spelled), "[16, 8, 32]")
+    space = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert space.returncode == 0, space.describe()
+    _project(tmp_path, IFNDEF.format(value=spelled), "[8, 16, 32]")
+    space = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert space.returncode == 2 and len(space.stderr_lines) == 1, space.describe()
+    assert "the kernel's own TILE=16" in space.stderr, space.describe()
+
+
+def test_the_gate_reads_an_octal_default_without_a_traceback(tmp_path: Path) -> None:
+    """The gate crashed on `#define TILE 010` and exited 1, a regression's code, not bad input's."""
+    _project(tmp_path, IFNDEF.format(value="010"), "[16, 8, 32]", "nvcc -arch=sm_90 -DTILE=16 -c k.cu")
+    assert _tune(tmp_path).returncode == 0
+    (tmp_path / "dropped.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    gate = run_cli(["gate", str(tmp_path / "k.acf.toml"), "--static", "--compile-commands", "dropped.json"],
+                   cwd=tmp_path)
+    assert gate.returncode == 2 and "Traceback" not in gate.stdout + gate.stderr, gate.describe()
+    assert "your build has the kernel's own TILE=8" in gate.stdout, gate.describe()
+

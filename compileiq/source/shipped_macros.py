@@ -7,7 +7,7 @@ in one line saying which value the build has and how to make the two agree.
 Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) without the -D and
 at tune.toml's first value: the same text is the same build. Where the text differs, a probe
 appended to the kernel reads what the macro expands to after the kernel's own #defines
-(`(16)` is 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own `#if`), so a
+(`(16)`, `0x10`, `020` are 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own `#if`), so a
 default spelled differently from tune.toml's value is not refused.
 """
 
@@ -29,7 +29,11 @@ class KernelDefaultError(MacroError):
     """A tuned macro the command gives no -D whose kernel default is not tune.toml's first value;
     its words are the kernel's and tune.toml's, never the command's (the gate may quote it for a
     database an untrusted ACF names)."""
-_INTEGER = re.compile(r"([+-]?(?:0[xX][0-9a-fA-F]+|\d+))[uUlL]*")
+# a C/C++14 integer literal: hex, binary, octal (a leading 0) or decimal, ' between digits, a suffix
+_INTEGER = re.compile(r"(?P<sign>[+-]?)(?:0[xX](?P<hex>[0-9a-fA-F](?:'?[0-9a-fA-F])*)|0[bB](?P<bin>[01](?:'?[01])*)"
+                      r"|(?P<oct>0(?:'?[0-7])*)|(?P<dec>[1-9](?:'?[0-9])*))"
+                      r"(?:[uU](?:ll|LL|[lLzZ])?|(?:ll|LL|[lLzZ])[uU]?)?")
+_BASES = {"hex": 16, "bin": 2, "oct": 8, "dec": 10}
 
 
 @dataclass(frozen=True)
@@ -96,15 +100,25 @@ def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str) ->
 
 
 def _listed(expansion: str, values: tuple[int | str, ...]) -> int | str | None:
-    """The listed value `expansion` is: the same text, or the same integer (`(16)`, `16u`, `0x10`)."""
+    """The listed value `expansion` is: the same text, or the same integer (`(16)`, `16u`, `0x10`,
+    `020`, `0b1'0000`); None for any other text (the `#if` probe may still say)."""
     text = expansion
     while text.startswith("(") and text.endswith(")"):
         text = text[1:-1].strip()
-    number = int(match.group(1), 0) if (match := _INTEGER.fullmatch(text)) else None
+    number = _c_integer(text)
     for value in values:
         if str(value) in (expansion, text) or (number is not None and isinstance(value, int) and value == number):
             return value
     return None
+
+
+def _c_integer(text: str) -> int | None:
+    """The value of a C/C++14 integer literal as nvcc reads it (`010` is 8); None for other text."""
+    if (match := _INTEGER.fullmatch(text)) is None:
+        return None
+    base = next(kind for kind in _BASES if match.group(kind) is not None)
+    number = int(match.group(base).replace("'", ""), _BASES[base])
+    return -number if match.group("sign") == "-" else number
 
 
 def _refusal(spec: KernelSpec, found: _Default) -> str:
