@@ -106,6 +106,31 @@ def test_the_gate_does_not_pass_a_command_that_dropped_the_macro_for_another_def
     assert "gives no -DTILE, so your build has the kernel's own TILE=16" in named.stdout, named.describe()
 
 
+SIDED = "#ifndef TILE\n#ifdef __CUDA_ARCH__\n#define TILE {device}\n#else\n#define TILE {host}\n#endif\n#endif"
+
+
+def test_a_default_the_device_and_host_code_see_differently_stops_the_run_naming_both(tmp_path: Path) -> None:
+    """The kernel's own TILE is 16 in device code and 32 in host code (`#ifdef __CUDA_ARCH__`): the
+    probe read the device side alone, said 16, tune.toml's first, and the run went on, its baseline
+    -DTILE=16 a host build nobody ships. Now it stops naming both; the gate says it too."""
+    _project(tmp_path, SIDED.format(device=16, host=32), "[16, 8, 32]")
+    done = _tune(tmp_path)
+    assert done.returncode == 2, done.describe()
+    assert len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    assert "the kernel's own TILE, which is 16 in device code and 32 in host code" in done.stderr, done.stderr
+    assert "give the command -DTILE=VALUE" in done.stderr, done.stderr
+    assert not (tmp_path / "k.acf.toml").exists()
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -DTILE=16 -c k.cu", "file": "k.cu"}]))
+    assert _tune(tmp_path).returncode == 0
+    (tmp_path / "dropped.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+    gate = run_cli(["gate", str(tmp_path / "k.acf.toml"), "--static", "--compile-commands", "dropped.json"],
+                   cwd=tmp_path)
+    assert gate.returncode == 2, gate.describe()
+    assert "which is 16 in device code and 32 in host code" in gate.stdout, gate.describe()
+
+
 @pytest.mark.parametrize("spelled", ["020", "0x10", "0b1'0000", "1'6u"])
 def test_a_default_spelled_as_any_c_integer_literal_is_read_as_nvcc_reads_it(tmp_path: Path, spelled: str) -> None:
     """`#define TILE 010` crashed space, tune and gate with a traceback (Python's int() refuses a
@@ -131,3 +156,13 @@ def test_the_gate_reads_an_octal_default_without_a_traceback(tmp_path: Path) -> 
     assert gate.returncode == 2 and "Traceback" not in gate.stdout + gate.stderr, gate.describe()
     assert "your build has the kernel's own TILE=8" in gate.stdout, gate.describe()
 
+
+def test_a_default_redefined_after_the_code_that_reads_it_is_not_taken_for_the_first_value(tmp_path: Path) -> None:
+    """The probe reads the macro at the end of the file: a kernel built with its own TILE=32 and then
+    `#undef TILE` / `#define TILE 16` read as 16, tune.toml's first, and passed. Now a default read as
+    the first value is confirmed by preprocessing with -D at it, and this one is refused."""
+    _project(tmp_path, IFNDEF.format(value=32), "[16, 8, 32]")
+    (tmp_path / "k.cu").write_text((tmp_path / "k.cu").read_text() + "#undef TILE\n#define TILE 16\n")
+    done = _tune(tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
+    assert "could not be confirmed that your build is the baseline; add -DTILE=VALUE" in done.stderr, done.stderr

@@ -7,8 +7,12 @@ in one line saying which value the build has and how to make the two agree.
 Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) without the -D and
 at tune.toml's first value: the same text is the same build. Where the text differs, a probe
 appended to the kernel reads what the macro expands to after the kernel's own #defines
-(`(16)`, `0x10`, `020` are 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own `#if`), so a
-default spelled differently from tune.toml's value is not refused.
+(`(16)`, `0x10`, `020` are 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own
+`#if`), so a default spelled differently from tune.toml's value is not refused. The probe reads
+both sides: a default the device and the host code see differently (`#ifdef __CUDA_ARCH__`) is
+no one value a -D tunes, and is refused naming both. A default the probe calls the first value
+is confirmed: the kernel preprocessed with -D at what the probe read must be the build without
+the -D, else a later `#undef`/`#define` (after the code that reads it) fooled the probe.
 """
 
 from __future__ import annotations
@@ -61,19 +65,43 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
         if any(texts.digest(side, {}) is None for side in SIDES):  # the build's own problem: its first build says it
             return
         for name, values in left:
-            if all(texts.digest(side, {name: None}) == texts.digest(side, {}) for side in SIDES):
-                continue
-            found = _kernel_default(spec, nvcc, Path(scratch), name, values)
-            if found.value is not None and found.value == values[0]:
-                continue  # the same value, spelled otherwise (`(16)`)
-            raise KernelDefaultError(_refusal(spec, found))
+            changed = [side for side in SIDES if texts.digest(side, {name: None}) != texts.digest(side, {})]
+            if not changed:
+                continue  # the same build either way
+            found = {side: _kernel_default(spec, nvcc, Path(scratch), name, values, side) for side in SIDES}
+            if problem := _problem(spec, texts, found, changed):
+                raise KernelDefaultError(problem)
+
+
+def _problem(spec: KernelSpec, texts: Preprocessed, found: dict[str, _Default], changed: list[str]) -> str | None:
+    """Why the build without the -D is not the baseline, for the sides whose code it changes: a
+    default the two sides see differently, or one that is not tune.toml's first value, or one the
+    probe calls the first value but that does not build as -D at it (a later #undef/#define)."""
+    device, host = found["device"], found["host"]
+    if not (wrong := [found[side] for side in changed if found[side].value != device.values[0]]):
+        for side in changed:  # the same value, spelled otherwise (`(16)`): confirmed by building it so
+            expansion = found[side].expansion
+            assert expansion is not None  # a side that does not preprocess has no value
+            if texts.digest(side, {device.name: expansion}) != texts.digest(side, {device.name: None}):
+                return _unconfirmed(spec, found[side], side)
+        return None
+    if _defined(device) and _defined(host) and _reading(device) != _reading(host):
+        return _two_sides(spec, device, host)
+    return _refusal(spec, wrong[0])
+
+
+def _defined(found: _Default) -> bool:
+    return found.expansion is not None and found.expansion not in ("", found.name)
+
+
+def _reading(found: _Default) -> str:
+    return str(found.value) if found.value is not None else str(found.expansion)
 
 
 def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
-                    values: tuple[int | str, ...]) -> _Default:
-    """What `name` expands to after the kernel's own #defines, without a -D for it, read on the
-    device side (the side the search builds)."""
-    said = _probe(spec, nvcc, scratch, name, f"{_PROBE} {name}\n")
+                    values: tuple[int | str, ...], side: str) -> _Default:
+    """What `name` expands to after the kernel's own #defines, without a -D for it, read on `side`."""
+    said = _probe(spec, nvcc, scratch, name, f"{_PROBE} {name}\n", side)
     if said is None:
         return _Default(name, values, None, None)
     expansion = said[-1] if said else ""
@@ -81,19 +109,19 @@ def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
         # an expression (`(BLOCK / 8)`): the preprocessor's own arithmetic says which value it is; a
         # default #if cannot evaluate (a float, a string) fails this probe alone
         tests = "".join(f"#if ({name}) == ({v})\n{_PROBE} {v}\n#endif\n" for v in numbers)
-        found = _probe(spec, nvcc, scratch, name, tests)
+        found = _probe(spec, nvcc, scratch, name, tests, side)
         value = next((v for v in numbers if found and str(v) in found), None)
     return _Default(name, values, value, expansion)
 
 
-def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str) -> list[str] | None:
-    """What follows the probe's marker on each line of the kernel preprocessed (device side, `name`
+def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str, side: str) -> list[str] | None:
+    """What follows the probe's marker on each line of the kernel preprocessed (for `side`, `name`
     without its -D) with `lines` after it; None where the preprocessor fails."""
     probe = scratch / "probe.cu"
     probe.write_text(f'#include "{spec.source.resolve()}"\n{lines}', encoding="utf-8")
     out = scratch / "probe.ii"
     out.unlink(missing_ok=True)
-    if not preprocess(spec, nvcc, {name: None}, out, source=str(probe)):
+    if not preprocess(spec, nvcc, {name: None}, out, source=str(probe), side=side):
         return None
     text = out.read_text(encoding="utf-8", errors="replace").splitlines()
     return [" ".join(line.split(_PROBE, 1)[1].split()) for line in text if _PROBE in line]
@@ -121,11 +149,30 @@ def _c_integer(text: str) -> int | None:
     return -number if match.group("sign") == "-" else number
 
 
-def _refusal(spec: KernelSpec, found: _Default) -> str:
+def _where(spec: KernelSpec, name: str) -> str:
     assert spec.shipped is not None
+    return f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D{name}"
+
+
+def _two_sides(spec: KernelSpec, device: _Default, host: _Default) -> str:
+    name = device.name
+    return (f"{_where(spec, name)}, so your build has the kernel's own {name}, which is {_reading(device)[:40]} in "
+            f"device code and {_reading(host)[:40]} in host code: no one value of tune.toml's [tune.defines] {name} "
+            f"is that build; give the command -D{name}=VALUE")
+
+
+def _unconfirmed(spec: KernelSpec, found: _Default, side: str) -> str:
+    name = found.name
+    return (f"{_where(spec, name)}, and the kernel's own {name} reads as tune.toml's first value, {found.values[0]}, "
+            f"only at the end of the {side} code: built with -D{name} at what it reads there, the {side} code "
+            f"differs (redefined after the code that reads it?), so it could not be confirmed that your build is the "
+            f"baseline; add -D{name}=VALUE to the command")
+
+
+def _refusal(spec: KernelSpec, found: _Default) -> str:
     name, values = found.name, found.values
     listed = ", ".join(str(v) for v in values)
-    where = f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D{name}"
+    where = _where(spec, name)
     fix = f"add -D{name}=VALUE to the command, or list your build's value first in tune.toml's [tune.defines] {name}"
     if found.expansion is None:
         return (f"{where}, and the kernel does not preprocess without it (nvcc -E fails): the build you ship cannot "
