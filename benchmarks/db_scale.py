@@ -36,6 +36,7 @@ from common import ROOT, machine, scratch
 
 from compileiq.app import TuneOptions, tuning_space
 from compileiq.core.space import Config, SearchSpace, SpaceError
+from compileiq.core.static_score import StaticMetrics, score
 from compileiq.core.toolchain import find_toolchain
 from compileiq.results.explain import explain
 from compileiq.source.kernel import bundle_sources, load_spec
@@ -85,9 +86,17 @@ def _metrics(rng: random.Random, block_size: int) -> dict[str, Any]:
             "entries": [entry]}  # fmt: skip
 
 
+def _value(objective: str, metrics: dict[str, Any]) -> float:
+    scored = StaticMetrics.of(metrics)
+    value = score(objective, scored) if scored is not None else None
+    assert value is not None, (objective, metrics)
+    return value
+
+
 def _trial_rows(study_id: int, count: int, space: SearchSpace, spec: KernelSpec, rng: random.Random,
-                now: datetime) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(trial row, build row or None); the first trial is the compiler defaults, complete."""
+                now: datetime, objective: str) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """(trial row, build row or None); the first trial is the compiler defaults, complete; each
+    complete one's value what its metrics give for `objective` (else every read sets it aside)."""
     configs: dict[str, Config] = {space.default_config().key: space.default_config()}
     while len(configs) < count:
         config = _config(space, rng)
@@ -98,7 +107,7 @@ def _trial_rows(study_id: int, count: int, space: SearchSpace, spec: KernelSpec,
         code_hash = None if failed else _hex(rng)
         started = now - timedelta(seconds=rng.randint(60, 10**6))
         row = {"study_id": study_id, "number": number, "config_key": config.key, "config": config.as_dict(),
-                   "state": "failed" if failed else "complete", "value": None if failed else float(metrics["registers"]),
+                   "state": "failed" if failed else "complete", "value": None if failed else _value(objective, metrics),
                    "reason": "compile_error: ptxas fatal   : Unresolved extern function 'helper'" if failed else None,
                    "retryable": False, "metrics": {} if failed else metrics, "code_hash": code_hash,
                    "compile_seconds": rng.uniform(0.05, 2.0), "worker": f"host-{rng.randint(1, 8)}:{rng.randint(100, 99999)}",
@@ -133,7 +142,7 @@ def fill(url: str, kernel: Path = KERNEL, studies_count: int = 200, trials: int 
             with engine.begin() as conn:
                 study_id = conn.execute(studies.insert().values(name=study_name, next_number=per_study,
                                                                 created_at=now, **key).returning(studies.c.id)).scalar_one()
-                rows = list(_trial_rows(study_id, per_study, space, spec, rng, now))
+                rows = list(_trial_rows(study_id, per_study, space, spec, rng, now, str(key["objective"])))
                 conn.execute(trials_table.insert(), [row for row, _ in rows])
                 conn.execute(builds.insert(), [build for _, build in rows if build is not None])
         _record_decisions(url, engine, now)

@@ -506,6 +506,8 @@ def _forged_row(how: str, index: int) -> dict[str, object]:
         values["value"] = None
     elif how == "time-garbage":
         values["started_at"] = "last tuesday"
+    elif how == "value-not-its-metrics":  # every metric in range, a value they do not give: `show` listed it
+        values["metrics"] = '{"spill_bytes": 3052, "registers": 64, "occupancy": 0.5, "instructions": 900}'
     elif how == "baseline-damaged":  # the default config's row, unreadable: it is evaluated again
         default = {"ptxas.opt_level": 3, "ptxas.register_usage_level": 5}
         values.update(config=json.dumps(default), config_key=_key(default), metrics="{oops")
@@ -534,7 +536,7 @@ def _insert_forged(db: Path, hows: tuple[str, ...]) -> dict[str, int]:
 
 FORGED_IN_DB = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch", "config-not-json",
                 "config-a-list", "config-deeply-nested", "metrics-not-json", "metrics-out-of-range", "state-unknown", "value-text",
-                "value-missing", "time-garbage")  # fmt: skip
+                "value-missing", "time-garbage", "value-not-its-metrics")  # fmt: skip
 SPACE_LEVEL = ("config-outside-space", "config-unknown-parameter", "config-key-mismatch")
 SHARED = {"many": FORGED_IN_DB, "baseline": ("baseline-damaged",)}
 

@@ -549,7 +549,8 @@ def test_a_setting_one_study_does_not_search_is_its_compiler_default_in_a_compar
         study = store.get_or_create_study(key, name)
         for number, (config, value) in enumerate(rows):
             trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
-            metrics = {"spill_bytes": 0, "registers": 32, "occupancy": 1.0, "instructions": 10, "stack_bytes": 0}
+            metrics = {"spill_bytes": int(value), "registers": 32, "occupancy": 1.0, "instructions": 10,
+                       "stack_bytes": 0}  # objective spills: the value its metrics give (else set aside on read)
             store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None, metrics=metrics,
                                code_hash=f"{number + 10 * len(name):064d}", compile_seconds=0.1)
     try:

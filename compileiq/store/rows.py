@@ -25,7 +25,13 @@ from compileiq.core.space import SearchSpace
 from compileiq.core.text import printable
 from compileiq.store.connect import InconsistentStudyError, StoreError
 from compileiq.store.schema import db_now
-from compileiq.store.trust import build_problem, kind_problem, measurement_problem, trial_problem
+from compileiq.store.trust import (
+    build_problem,
+    kind_problem,
+    measurement_problem,
+    static_value_problem,
+    trial_problem,
+)
 
 _KEY_WORDS = {"source_sha256": "kernel source or tune.toml settings", "space_id": "search space"}
 _KEY_WORDS.update(space_sha256="version of the search space", arch="architecture")
@@ -87,6 +93,9 @@ def of_its_kind(study: Study, trials: list[Trial], skip: Callable[[tuple[str, An
             f"'{printable(key.evaluator)[:40]}', objective '{printable(key.objective)[:80]}', but none of its "
             f"{len(complete)} complete trials is such a result ({next(iter(wrong.values()))}); edited in the "
             "database? Nothing was changed: set the row's evaluator and objective back to what its trials are")
+    # a value its own metrics do not give (a forged -5 on a row that spills): set aside like a row of another kind
+    wrong |= {trial.id: problem for trial in trials if trial.id not in wrong
+              and (problem := static_value_problem(trial, study.key, lenient=True))}
     for trial in trials:
         if trial.id in wrong:
             skip(("trial", trial.id), f"trial #{trial.number} of study {study.id}", wrong[trial.id])

@@ -234,20 +234,29 @@ def scored_problem(trial: Trial, key: StudyKey) -> str | None:
     evaluator records one (`evaluate.timing`: its metrics say kind runtime and hold median_ms).
     Else a forged value (-5 with 3052 spill bytes) would steer the search and the study list, and a
     static study relabelled "time" would show its static scores as milliseconds on a GPU."""
+    return static_value_problem(trial, key) or kind_problem(trial, key, with_median=True)
+
+
+def static_value_problem(trial: Trial, key: StudyKey, lenient: bool = False) -> str | None:
+    """Why a complete trial of a static study does not hold the value its own metrics give for the
+    study's first objective (`scored_problem`'s static half), else None. `lenient` (every read of a
+    study, `rows.of_its_kind`): a row without the metrics is let through (a tune rebuilds what it
+    cites, `tuning.verify`); one whose metrics give another value is not (`show` listed a forged -1
+    beside 3052 spill bytes)."""
     if trial.state is not TrialState.COMPLETE or not isinstance(trial.metrics, dict):
         return None
-    names, metrics = key.objective.split(","), trial.metrics
-    if key.evaluator == STATIC_EVALUATOR:
-        if (scored := StaticMetrics.of(metrics)) is None:  # in range: `trial_problem` first
-            return f"a complete static trial without its metrics ({', '.join(StaticMetrics.SCORED)})"
-        expected = static_score.score(names[0], scored)
-        if expected is None:
-            return None  # no static objective: the study's key is refused (`key_problem`)
-        value = trial.value
-        if value is None or not _finite(value) or abs(value - expected) > 1e-9 * max(1.0, abs(expected)):
-            return (f"its value {metric_ranges.shown(trial.value)} is not what its metrics give for "
-                    f"{names[0]} ({expected:.12g})")
-    return kind_problem(trial, key, with_median=True)
+    if key.evaluator != STATIC_EVALUATOR:
+        return None
+    if (scored := StaticMetrics.of(trial.metrics)) is None:  # in range: `trial_problem` first
+        return None if lenient else f"a complete static trial without its metrics ({', '.join(StaticMetrics.SCORED)})"
+    name = key.objective.split(",")[0]
+    expected = static_score.score(name, scored)
+    if expected is None:
+        return None  # no static objective: the study's key is refused (`key_problem`)
+    value = trial.value
+    if value is None or not _finite(value) or abs(value - expected) > 1e-9 * max(1.0, abs(expected)):
+        return f"its value {metric_ranges.shown(trial.value)} is not what its metrics give for {name} ({expected:.12g})"
+    return None
 
 
 def kind_problem(trial: Trial, key: StudyKey, with_median: bool = False) -> str | None:
