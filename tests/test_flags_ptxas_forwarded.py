@@ -28,6 +28,17 @@ def _flags(folder: Path, *args: str) -> list[str]:
     return done.stdout.split()
 
 
+def _tuned(folder: Path, command: str) -> None:
+    """KERNEL tuned (ptxas -O only, 2 trials) from a compilation database holding `command`: k.acf.toml."""
+    (folder / "k.cu").write_text(KERNEL)
+    (folder / "compile_commands.json").write_text(json.dumps([{"directory": str(folder), "command": command,
+                                                               "file": "k.cu"}]))
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{folder / 't.db'}", "--budget", "2",
+                     "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level", "--out", "k.acf.toml"],
+                    cwd=folder)
+    assert tuned.returncode == 0, tuned.describe()
+
+
 def _ptxas_options(cubin: Path) -> set[str]:
     """The options ptxas records in the cubin it wrote (the words after the toolchain's build line)."""
     parts = cubin.read_bytes().split(b"\x00")
@@ -36,14 +47,7 @@ def _ptxas_options(cubin: Path) -> set[str]:
 
 
 def test_a_split_build_from_the_stages_flags_gives_ptxas_what_nvcc_does(tmp_path: Path) -> None:
-    (tmp_path / "k.cu").write_text(KERNEL)
-    command = "nvcc -arch=sm_90 --fmad=false -lineinfo -w -c k.cu -o k.o"
-    (tmp_path / "compile_commands.json").write_text(json.dumps([{"directory": str(tmp_path), "command": command,
-                                                                 "file": "k.cu"}]))
-    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
-                     "--compile-commands", "compile_commands.json", "--only", "ptxas.opt_level", "--out", "k.acf.toml"],
-                    cwd=tmp_path)
-    assert tuned.returncode == 0, tuned.describe()
+    _tuned(tmp_path, "nvcc -arch=sm_90 --fmad=false -lineinfo -w -c k.cu -o k.o")
 
     ptxas = _flags(tmp_path, "--stage", "ptxas", "--all")
     assert {"--generate-line-info", "-w", "--fmad=false"} <= set(ptxas), ptxas
@@ -59,3 +63,16 @@ def test_a_split_build_from_the_stages_flags_gives_ptxas_what_nvcc_does(tmp_path
     split, whole = _ptxas_options(tmp_path / "split.cubin"), _ptxas_options(tmp_path / "nvcc.cubin")
     assert "-lineinfo" in whole, whole
     assert split == whole - {"-m", "64"}, (split, whole)  # nvcc's -m64 is ptxas's default on a 64-bit host
+
+
+def test_the_ptxas_stage_says_what_only_all_adds(tmp_path: Path) -> None:
+    """User report (this round): `flags --stage ptxas` of a build shipped with -maxrregcount=64 printed no
+    cap and no note, where the other stages name the base flags --all adds: a build driving ptxas
+    itself shipped uncapped."""
+    _tuned(tmp_path, "nvcc -arch=sm_90 -maxrregcount=64 -lineinfo -c k.cu -o k.o")
+    bare = run_cli(["flags", "k.acf.toml", "--stage", "ptxas"], cwd=tmp_path)
+    assert bare.returncode == 0 and "--maxrregcount=64" not in bare.stdout, bare.describe()
+    assert "--all adds them" in bare.stderr and "--maxrregcount=64" in bare.stderr, bare.describe()
+    assert "--generate-line-info" in bare.stderr, bare.describe()
+    full = run_cli(["flags", "k.acf.toml", "--stage", "ptxas", "--all"], cwd=tmp_path)
+    assert "--maxrregcount=64" in full.stdout.split() and "note:" not in full.stderr, full.describe()

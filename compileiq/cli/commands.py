@@ -189,7 +189,7 @@ def flags(
     if problem := flags_problem(found):  # the tuned macros held to tune.toml, as the gate holds them
         raise UsageError(problem)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
-    print(text, end="" if text.endswith("\n") else "\n")
+    print(text, end="" if text.endswith("\n") else "\n", flush=True)  # before the notes: never mid-line on a terminal
     for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),
                  flag_formats.set_aside_note(found, fmt, stage, with_base),
                  f"note: {code}" if (code := flag_formats.code_note(found, fmt, stage, arch)) else None):

@@ -76,8 +76,13 @@ def header_problem(acf: Acf, fmt: str, option: str = "--") -> str | None:
 def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
     """One line for stderr when the build also needs what only --all prints: the include folders
     and base flags the code needs (tune.toml nvcc_flags/include_dirs, compile_commands.json)."""
-    if with_base or fmt == "json" or stage == "ptxas":  # JSON lists them under "base"
+    if with_base or fmt == "json":  # JSON lists them under "base"
         return None
+    if stage == "ptxas":  # what nvcc hands ptxas of the base flags: its register cap, --generate-line-info
+        bare = acf.flags("ptxas")
+        added = [token for token in acf.flags("ptxas", with_base=True) if token not in bare]
+        return (f"note: ptxas run on its own also needs {len(added)} flag(s) nvcc hands it of the build's base flags "
+                f"({' '.join(added)}): --all adds them") if added else None
     needed = acf.base_args()  # as --all prints them: include folders from the current folder
     if not needed:
         return None
