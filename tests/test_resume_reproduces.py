@@ -180,6 +180,16 @@ def test_a_forged_front_end_cost_does_not_replay(tmp_path: Path) -> None:
     assert len(said) == 1 and "front-end cost other than its compile counters measured" in said[0], notes.notes
 
 
+def test_a_journal_naming_trials_the_study_lacks_says_so(tmp_path: Path) -> None:
+    """Red team (this round): claimed numbers the study never had were reported as trials "not recorded
+    for a replay (an older compileiq's, or --stream's)", blaming the wrong cause."""
+    _run_of(tmp_path, 4)
+    _edit_journal(tmp_path, '"claimed": [', '"claimed": [', '"claimed": [100000000000000000000, -5, ')
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "names trials the study does not hold" in said[0], notes.notes
+
+
 def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Path) -> None:
     """Each journal row says its claim's purpose, and only a search claim is the batch a stop fell
     in. Here the last row of a run stopped mid-batch is marked as a simplification's claim: the

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from compileiq.core.records import SEARCH, Trial, TrialState
@@ -63,6 +64,8 @@ def replayed(rows: Sequence[tuple[int, Any]], request: TuneRequest, trials: Sequ
     if unmeasured:
         return f"its search did not replay: {unmeasured}"
     recorded = {number for claim in claims for number in claim}
+    if recorded - {t.number for t in trials}:  # no trial is ever deleted: an edited or forged row
+        return "its record names trials the study does not hold (an edited or forged row)"
     if missing := sum(t.number not in recorded for t in trials):
         return f"{missing} of its trials were not recorded for a replay (an older compileiq's, or --stream's)"
     from compileiq.search.journal import JournaledSearcher, ReplayMismatch, replay
@@ -105,7 +108,7 @@ def _unmeasured(counters: Sequence[Counters], calls: Sequence[Any]) -> str | Non
     are): the counters of the claims must grow, and each cost a row tells the searcher must be the
     ratio its row's counters give (no compile runs between that call and the claim). A forged ratio
     would weigh new front ends other than measured in every ask after it."""
-    for before, after in zip(counters, counters[1:], strict=False):
+    for before, after in pairwise(counters):
         if any(b > a for b, a in zip(before, after, strict=True)):
             return "its compile counters do not grow from one claim to the next"
     for row, (made, row_calls) in enumerate(zip(counters, calls, strict=True)):
