@@ -25,7 +25,7 @@ from compileiq.core.toolchain import default_arch, find_toolchain
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
 from compileiq.source.arch_code import gencode, incompatible, paired, refused
-from compileiq.source.base_flags import SYSTEM, BaseFlagError, parse_base_flags
+from compileiq.source.base_flags import SYSTEM, BaseFlagError, as_built, parse_base_flags
 from compileiq.source.compile_db_file import (
     CompileDbError,
     NoCommand,
@@ -193,7 +193,9 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
         raise CompileDbError(str(error)) from None
     # every token of the command is accounted for: its -D/-U/-I are base flags too (an ACF reads a
     # fixed flag back with shlex, so a folder with a space is quoted)
-    applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build") for flag in kept]
+    # each once, where nvcc reads it (`as_built`: -std=c++14 -std=c++17 -std=c++14 is C++14, as [base] says)
+    applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build")
+               for flag in as_built(kept)]
     forward = [FixedFlag(a, False, _FORWARDS) for a in dict.fromkeys(args) if a in nvcc_argv.FORWARD_UNKNOWN]
     build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()),
                          default_arch=default)
