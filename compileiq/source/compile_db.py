@@ -54,6 +54,8 @@ _CCBIN = ("picks the host compiler, which also preprocesses the device code (its
           "headers): compileiq builds with the one nvcc finds by default (first on PATH), which may differ")
 _PTXAS = {"-Xptxas", "--ptxas-options"}
 _STRIPPED = {*_HOST_OR_LINK, *_HOST_COMPILER, *_PTXAS, "-O", "--optimize"}
+_MACRO_FLAGS = ("-D", "--define-macro", "-U", "--undefine-macro")
+_MACRO_OVERRIDDEN = "overridden by the later {later}: nvcc's preprocessor takes a macro's last -D or -U"
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 
 
@@ -218,8 +220,13 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
     """The command's tuned flags as settings of the space; the rest as fixed flags, not applied."""
     settings: list[ShippedSetting] = []
     fixed: list[FixedFlag] = []
-    for flag, value, given in stripped:
-        if flag in ("-Xptxas", "--ptxas-options"):
+    # the preprocessor takes a macro's last -D or -U (`-DN=8 -UN -DN=2` builds N=2): that one alone is
+    # held to tune.toml's macros, and the earlier ones are recorded as overridden by it
+    last = {value.partition("=")[0]: index for index, (flag, value, _) in enumerate(stripped) if flag in _MACRO_FLAGS}
+    for index, (flag, value, given) in enumerate(stripped):
+        if flag in _MACRO_FLAGS and index != (later := last[value.partition("=")[0]]):
+            fixed.append(FixedFlag(given, False, _MACRO_OVERRIDDEN.format(later=stripped[later][2])))
+        elif flag in ("-Xptxas", "--ptxas-options"):
             found, reports = shipped.ptxas_settings(value, given, space, where)
             settings += found
             fixed += reports
@@ -231,7 +238,7 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             fixed.append(FixedFlag(given, False, preprocessor.host_why(value if flag in _HOST_COMPILER_OPTIONS else flag)))
         elif flag in _HOST_COMPILER:
             fixed.append(FixedFlag(given, False, _CCBIN))
-        elif flag in ("-D", "--define-macro", "-U", "--undefine-macro"):  # a macro of tune.toml (`_one`)
+        elif flag in _MACRO_FLAGS:  # a macro of tune.toml (`_one`)
             macro = preprocessor.shipped_macro(flag, value, given, macros, where)
             if isinstance(macro, FixedFlag):
                 fixed.append(macro)
