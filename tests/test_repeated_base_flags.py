@@ -7,6 +7,8 @@ as C++14: every variant of such a command was scored on code the shipped build n
 
 from __future__ import annotations
 
+import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from compileiq.core.processes import run_tool
 from compileiq.core.toolchain import find_toolchain
 from compileiq.source.base_flags import parse_base_flags
 from compileiq.source.kernel import bundle_sources, load_spec
+from tests.helpers import run_cli
 
 NOT_CXX17 = """
 static_assert(__cplusplus < 201703L, "built as C++17");
@@ -58,3 +61,23 @@ def test_the_front_end_builds_a_repeated_standard_as_nvcc_does(tmp_path: Path) -
 def test_every_last_wins_option_keeps_the_last_repeat(flags: list[str]) -> None:
     kept = parse_base_flags(flags, "test").flags
     assert kept[-1] == flags[-1] and len(kept) == 2
+
+
+def test_every_view_of_a_shipped_command_reads_its_repeats_as_base_does(tmp_path: Path) -> None:
+    """fix-hostlv fault 2: [baseline] shipped_flags, [[baseline.fixed]] and tune's "fixed, applied to
+    every build" kept a repeat's first copy (`-std=c++14 -std=c++17`, which reads as C++17) while
+    [base] said `-std=c++17 -std=c++14`: one ACF gave two standards."""
+    (tmp_path / "k.cu").write_text(NOT_CXX17)
+    command = f"nvcc {' '.join(REPEATED)} -arch=sm_90 -c k.cu -o k.o"
+    (tmp_path / "cc.json").write_text(json.dumps([{"directory": str(tmp_path), "file": "k.cu", "command": command}]))
+    done = run_cli(["tune", "k.cu", "--compile-commands", "cc.json", "--objective", "registers", "--budget", "2",
+                    "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    found = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    base = found["base"]["nvcc_flags"]
+    assert base == ["-std=c++17", "-std=c++14", "-UFLAG", "-DFLAG=1"], base
+    banner = next(line for line in done.stderr.splitlines() if "fixed, applied to every build:" in line)
+    views = {"shipped_flags": [f for f in found["baseline"]["shipped_flags"] if f != "-arch=sm_90"],
+             "fixed": [f["flag"] for f in found["baseline"]["fixed"] if f["applied"] and f["flag"] != "-arch=sm_90"],
+             "banner": [f for f in banner.partition("every build: ")[2].split() if f != "-arch=sm_90"]}
+    assert all(view == base for view in views.values()), views

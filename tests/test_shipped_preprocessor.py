@@ -160,3 +160,32 @@ def test_isystem_stays_a_system_folder_searched_after_the_include_folders(tmp_pa
     assert "sysinc" not in bazel.stdout and "system include folder(s) (-isystem) left out (sysinc)" in bazel.stderr
     gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert gate.returncode == 0, gate.describe()
+
+
+def test_only_a_macros_last_define_or_undefine_is_held_to_tune_toml(tmp_path: Path) -> None:
+    """fix-hostlv fault 3: `-DBK=8 -UBK -DBK=1` builds BK=1 (the preprocessor takes a macro's last
+    -D/-U), yet it was refused as "-DBK=8 gives BK=8, and tune.toml's [defines] gives BK=1: one build
+    cannot have both"; a tuned macro's earlier -D was refused as a value tune.toml does not tune."""
+    command = "nvcc -DBK=8 -UBK -DBK=1 -DTM=8 -DTM=16 -arch=sm_90 -c k.cu"
+    _kernel(tmp_path, command)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "define.TM=16 (-DTM=16)" in result.stderr, result.describe()
+    found = acf.read(tmp_path / "k.acf.toml")
+    assert found.evidence["baseline"]["registers"] == shipped_registers(tmp_path, command)
+    overridden = {f.flag: f.why for f in found.shipped.fixed if not f.applied} if found.shipped else {}
+    assert set(overridden) >= {"-DBK=8", "-UBK", "-DTM=8"}, overridden
+    assert overridden["-UBK"].startswith("overridden by the later -DBK=1"), overridden
+    gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert gate.returncode == 0, gate.describe()
+
+
+@pytest.mark.parametrize(("command", "named"), [("nvcc -DBK=1 -UBK -arch=sm_90 -c k.cu", "-UBK undefines it"),
+                                                ("nvcc -DBK=1 -DBK=2 -arch=sm_90 -c k.cu", "-DBK=2 gives BK=2"),
+                                                ("nvcc -DTM=16 -UTM -arch=sm_90 -c k.cu", "-UTM undefines TM")])
+def test_a_macros_last_word_that_disagrees_with_tune_toml_is_still_refused(tmp_path: Path, command: str,
+                                                                          named: str) -> None:
+    _kernel(tmp_path, command)
+    result = _tune(tmp_path)
+    assert result.returncode == 2 and len(result.stderr_lines) == 1, result.describe()
+    assert named in result.stderr, result.describe()

@@ -5,8 +5,9 @@ level (`nvcc -O3`, `-Xcompiler -O3`) defines __OPTIMIZE__ there: a kernel (or a 
 code) that reads it compiles to other device code in the shipped build than in one without it.
 Reading the command cannot tell (`compile_db` sets the level aside as "may change"); compiling the
 kernel's front end as compileiq builds it and as the shipped command builds it can. The level is
-the one the build has (`source.host_levels`: nvcc's last -O, else the last -Xcompiler one; the
-others said overridden), given as nvcc's own -O1..-O3. Where the PTX is the same it stays set aside,
+the one the build has (`source.host_levels`: nvcc's last -O1..-O3, else the last -Xcompiler -O
+item of all, which may be none: -Os; the others said overridden), given as nvcc's own -O1..-O3.
+Where the PTX is the same it stays set aside,
 said as checked (the study keeps its identity); where it differs, or where the base flags give that
 level already, it is applied as a base flag of every build (the baseline, each variant, the ACF's
 `[base]`), recorded as the canonical -O level. Where the space tunes macros, it is checked at
@@ -186,8 +187,10 @@ def checked(spec: KernelSpec, nvcc: str, *, workers: int | None = None) -> Kerne
 
 
 def _overridden(level: HostLevel, found: CommandLevel) -> FixedFlag:
-    effective = found.effective
+    """An overridden level flag's record: the flag whose -O the host compiler takes instead, named
+    (a later `-Xcompiler -Os` too, which leaves the build no level), else why none reaches it."""
+    deciding = found.decided_by
     if not level.level:
         return replace(level.flag, why=f"{_what(level)}: {NO_ZERO}")
-    why = NO_LEVEL if effective is None else OVERRIDDEN.format(flag=printable(effective.flag.flag)[:30])
+    why = NO_LEVEL if deciding is None else OVERRIDDEN.format(flag=printable(deciding.flag.flag)[:30])
     return replace(level.flag, why=f"{_what(level)}: {why}")

@@ -174,6 +174,21 @@ def parse_base_flags(args: Sequence[str], where: str) -> BaseFlags:
     return BaseFlags(tuple(flags), tuple(includes), tuple(dict.fromkeys(system)))
 
 
+def as_built(flags: Iterable[str]) -> tuple[str, ...]:
+    """A command's base flags (`compile_db`'s kept ones, as canonical tokens) each once, in an order
+    that builds what nvcc builds from every copy, as `parse_base_flags` reads them: a repeat kept last
+    where another flag of its group came between (`_keep_effective`), an include folder at its first
+    place (the compiler searches the first). What every view of the shipped build records and prints
+    (`[baseline]`, tune's "fixed, applied to every build"), so that it reads as `[base]` does."""
+    out: list[str] = []
+    for flag in flags:
+        if flag.startswith(("-I", SYSTEM)):
+            out += [flag] if flag not in out else []
+        else:
+            _keep_effective(out, flag)
+    return tuple(out)
+
+
 def _keep_effective(flags: list[str], token: str) -> None:
     """Add `token` to `flags` once, so that the kept flags build what nvcc builds from every copy: a
     repeat stays at its first place unless another flag of its group came between (`-std=c++14

@@ -25,7 +25,7 @@ from compileiq.core.toolchain import default_arch, find_toolchain
 from compileiq.core.words import PLAIN_WORD
 from compileiq.source import nvcc_argv, preprocessor, shipped
 from compileiq.source.arch_code import gencode, incompatible, paired, refused
-from compileiq.source.base_flags import SYSTEM, BaseFlagError, parse_base_flags
+from compileiq.source.base_flags import SYSTEM, BaseFlagError, as_built, parse_base_flags
 from compileiq.source.compile_db_file import (
     CompileDbError,
     NoCommand,
@@ -54,6 +54,8 @@ _CCBIN = ("picks the host compiler, which also preprocesses the device code (its
           "headers): compileiq builds with the one nvcc finds by default (first on PATH), which may differ")
 _PTXAS = {"-Xptxas", "--ptxas-options"}
 _STRIPPED = {*_HOST_OR_LINK, *_HOST_COMPILER, *_PTXAS, "-O", "--optimize"}
+_MACRO_FLAGS = ("-D", "--define-macro", "-U", "--undefine-macro")
+_MACRO_OVERRIDDEN = "overridden by the later {later}: nvcc's preprocessor takes a macro's last -D or -U"
 _REGISTER_CAP = {"-maxrregcount", "--maxrregcount"}  # nvcc's: caps cicc too, so a base flag, not ptxas.maxrregcount
 
 
@@ -193,7 +195,9 @@ def _read(args: list[str], entry: dict[str, Any], directory: Path, source: Path,
         raise CompileDbError(str(error)) from None
     # every token of the command is accounted for: its -D/-U/-I are base flags too (an ACF reads a
     # fixed flag back with shlex, so a folder with a space is quoted)
-    applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build") for flag in kept]
+    # each once, where nvcc reads it (`as_built`: -std=c++14 -std=c++17 -std=c++14 is C++14, as [base] says)
+    applied = [FixedFlag(shlex.quote(flag), True, "allow-listed base flag: applied to every build")
+               for flag in as_built(kept)]
     forward = [FixedFlag(a, False, _FORWARDS) for a in dict.fromkeys(args) if a in nvcc_argv.FORWARD_UNKNOWN]
     build = ShippedBuild(database.name, settings, (*applied, *forward, *fixed), path=str(database.resolve()),
                          default_arch=default)
@@ -216,8 +220,13 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
     """The command's tuned flags as settings of the space; the rest as fixed flags, not applied."""
     settings: list[ShippedSetting] = []
     fixed: list[FixedFlag] = []
-    for flag, value, given in stripped:
-        if flag in ("-Xptxas", "--ptxas-options"):
+    # the preprocessor takes a macro's last -D or -U (`-DN=8 -UN -DN=2` builds N=2): that one alone is
+    # held to tune.toml's macros, and the earlier ones are recorded as overridden by it
+    last = {value.partition("=")[0]: index for index, (flag, value, _) in enumerate(stripped) if flag in _MACRO_FLAGS}
+    for index, (flag, value, given) in enumerate(stripped):
+        if flag in _MACRO_FLAGS and index != (later := last[value.partition("=")[0]]):
+            fixed.append(FixedFlag(given, False, _MACRO_OVERRIDDEN.format(later=stripped[later][2])))
+        elif flag in ("-Xptxas", "--ptxas-options"):
             found, reports = shipped.ptxas_settings(value, given, space, where)
             settings += found
             fixed += reports
@@ -229,7 +238,7 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             fixed.append(FixedFlag(given, False, preprocessor.host_why(value if flag in _HOST_COMPILER_OPTIONS else flag)))
         elif flag in _HOST_COMPILER:
             fixed.append(FixedFlag(given, False, _CCBIN))
-        elif flag in ("-D", "--define-macro", "-U", "--undefine-macro"):  # a macro of tune.toml (`_one`)
+        elif flag in _MACRO_FLAGS:  # a macro of tune.toml (`_one`)
             macro = preprocessor.shipped_macro(flag, value, given, macros, where)
             if isinstance(macro, FixedFlag):
                 fixed.append(macro)

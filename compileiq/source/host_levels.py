@@ -1,17 +1,20 @@
 """The host optimisation level a compile command's build has, read from its set-aside flags.
 
 nvcc hands the host compiler (which also preprocesses the device pass: -O1..-O3 define
-__OPTIMIZE__ there) the -Xcompiler options first and its own -O level after them, and no -O0 at
-all (nvcc 13.0 -dryrun): `nvcc -O0 -Xcompiler -O3` preprocesses at -O3, `nvcc -O3 -Xcompiler -O0`
-at -O3 too. nvcc takes its last -O (`-O3 -O0` is -O0, with a warning), the host compiler its last.
-So the build's level is nvcc's last -O where it is -O1..-O3, else the last -Xcompiler one. Only an
-exact -O0..-O3 is read (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; a -Xcompiler value's
-last -O item, its other items alongside or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"`
-hand the host compiler -O3 as `-Xcompiler -O3` does; `-Xcompiler -O3,-Os` gives none: the host
-compiler takes its last -O, -Os, which is no level, as -O, -Ofast and -Og are not): the level's
-effect on the device pass is the macro nvcc's own -O gives. Any other host option (-fPIC, -Os, -Ofast, -fopenmp, -wrapper) stays set
-aside as the command's reading says; where a list holds one, the level is recorded apart from it
-(`relabelled`), and only the level is ever handed to a check (`build.host_check`).
+__OPTIMIZE__ there) every -Xcompiler item first, in the command's order, and its own last -O after
+them where that is -O1..-O3, never an -O0 (nvcc 13.0 -dryrun: `nvcc -O1 -Xcompiler -O3 -Xcompiler
+-Os` hands it `-O3 -Os -O1`; `nvcc -O0 -Xcompiler -O3` preprocesses at -O3, `nvcc -O3 -Xcompiler -O0`
+at -O3 too). The host compiler takes its last -O item. So the build's level is nvcc's last -O where
+it is -O1..-O3, else the last -O item of all the command's -Xcompiler values together, whichever
+option holds it: `-Xcompiler -O3 -Xcompiler -Os` builds at -Os as `-Xcompiler -O3,-Os` does. Only
+an exact -O0..-O3 is a level (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; an -Xcompiler
+item, other items beside it or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"` hand the host
+compiler -O3 as `-Xcompiler -O3` does); where the host compiler's last -O item is another (-Os, -O,
+-Ofast, -Og), the build has no level: the level's effect on the device pass is the macro nvcc's own
+-O gives, and -Os gives another (__OPTIMIZE_SIZE__). Any other host option (-fPIC, -Os, -Ofast,
+-fopenmp, -wrapper) stays set aside as the command's reading says; where a list holds one, the
+level is recorded apart from it (`relabelled`), and only the level is ever handed to a check
+(`build.host_check`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class HostLevel:
     """One flag of the command that sets the host optimisation level."""
 
     flag: FixedFlag  # as the command's reading recorded it (set aside)
-    level: int  # 0..3
+    level: int | None  # 0..3; None: a host -O item that is no level (-Os, -O, -Ofast, -Og)
     host: bool  # a -Xcompiler value (the host compiler's own), not nvcc's -O
     mixed: bool = False  # a -Xcompiler list that holds other host options too (-fPIC,-O3)
 
@@ -48,18 +51,20 @@ class HostLevel:
 @dataclass(frozen=True)
 class CommandLevel:
     """The command's host level: the flag that gives it (None: no -O1..-O3 reaches the host
-    compiler) and every other level flag, which it overrides."""
+    compiler), every other level flag, which it overrides, and the flag whose -O the host compiler
+    takes (`decided_by`: the effective one, or an -Xcompiler -O0, -Os... that leaves no level)."""
 
     effective: HostLevel | None
     overridden: tuple[HostLevel, ...]
+    decided_by: HostLevel | None = None
 
 
-def _parse(given: str) -> tuple[int, bool, bool] | None:
+def _parse(given: str) -> tuple[int | None, bool, bool] | None:
     """(the level, whether the host compiler's, whether a list with other host options) of one
-    option of a command as given, or None. A -Xcompiler list gives its last -O item where that is
-    -O0..-O3, whatever else it holds (nvcc 13.0 -dryrun: `-Xcompiler -fPIC,-O3` and `-Xcompiler
-    "-fPIC -O3"` hand the host compiler `-fPIC -O3`, which takes its last -O); none where its last is
-    another (`-Xcompiler -O3,-Os` builds at -Os, which defines __OPTIMIZE_SIZE__ in the device pass)."""
+    option of a command as given, or None where it holds no -O. A -Xcompiler value gives its last -O
+    item: a level where that is -O0..-O3, whatever else it holds (nvcc 13.0 -dryrun: `-Xcompiler
+    -fPIC,-O3` and `-Xcompiler "-fPIC -O3"` hand the host compiler `-fPIC -O3`), else None for the
+    level (-Os, -Ofast: the host compiler takes it over any earlier -O3, of this option or another)."""
     name, _, value = given.partition(" ")  # `-Xcompiler VALUE` as given: VALUE is one word of the command
     if name not in _HOST_COMPILER or not value:
         try:
@@ -72,11 +77,14 @@ def _parse(given: str) -> tuple[int, bool, bool] | None:
         name, value, _ = found[0]
     if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
         return int(value), False, False
+    if name not in _HOST_COMPILER:
+        return None
     items = [item for item in re.split(r"[,\s]+", value) if item]  # nvcc splits at commas, the host at spaces
     last = [item for item in items if item.startswith("-O")][-1:]  # the host compiler takes its last -O item
-    if name in _HOST_COMPILER and last and (level := _LEVEL.fullmatch(last[0])):  # -Os, -O, -Ofast, -Og: none
-        return int(level[1]), True, not all(_LEVEL.fullmatch(item) for item in items)
-    return None
+    if not last:
+        return None
+    level = _LEVEL.fullmatch(last[0])  # -Os, -O, -Ofast, -Og: no level
+    return (int(level[1]) if level else None), True, not all(_LEVEL.fullmatch(item) for item in items)
 
 
 def _read(flag: FixedFlag) -> HostLevel | None:
@@ -88,12 +96,19 @@ def _read(flag: FixedFlag) -> HostLevel | None:
     return HostLevel(flag, *found)
 
 
-def _effective(levels: list[HostLevel]) -> HostLevel | None:
+def _deciding(levels: list[HostLevel]) -> HostLevel | None:
+    """The flag whose -O the host compiler takes: nvcc's last -O where it is -O1..-O3 (nvcc hands it
+    on after every -Xcompiler item), else the last -Xcompiler one, whatever its -O (-O0, -Os: no level)."""
     nvcc = [level for level in levels if not level.host]
     host = [level for level in levels if level.host]
     if nvcc and nvcc[-1].level:
         return nvcc[-1]
-    return host[-1] if host and host[-1].level else None
+    return host[-1] if host else None
+
+
+def _effective(levels: list[HostLevel]) -> HostLevel | None:
+    deciding = _deciding(levels)
+    return deciding if deciding is not None and deciding.level else None
 
 
 def level_of(stripped: tuple[str, ...]) -> int:
@@ -102,15 +117,15 @@ def level_of(stripped: tuple[str, ...]) -> int:
     levels = [HostLevel(FixedFlag(given, False, ""), *found) for given in stripped
               if (found := _parse(given)) is not None]
     effective = _effective(levels)
-    return 0 if effective is None else effective.level
+    return 0 if effective is None or effective.level is None else effective.level
 
 
 def command_level(fixed: tuple[FixedFlag, ...]) -> CommandLevel:
     """The host level the command's build has (see the module's text), from its set-aside flags
     in the command's order."""
     levels = [level for flag in fixed if (level := _read(flag)) is not None]
-    effective = _effective(levels)
-    return CommandLevel(effective, tuple(level for level in levels if level != effective))
+    deciding = _deciding(levels)
+    return CommandLevel(_effective(levels), tuple(level for level in levels if level != deciding), deciding)
 
 
 def relabelled(fixed: tuple[FixedFlag, ...], new: Mapping[FixedFlag, FixedFlag]) -> tuple[FixedFlag, ...]:

@@ -1,0 +1,121 @@
+"""The host -O level of a command whose -Xcompiler options are given apart (fix-hostlv fault 1).
+
+nvcc hands the host compiler every -Xcompiler item in the command's order, then its own last
+-O1..-O3 (nvcc 13.0 -dryrun: `nvcc -O1 -Xcompiler -O3 -Xcompiler -Os` hands gcc `-O3 -Os -O1`), and
+the host compiler takes its last -O. `-Xcompiler -O3 -Xcompiler -Os` builds at -Os (no __OPTIMIZE__
+without __OPTIMIZE_SIZE__), as `-Xcompiler -O3,-Os` does; compileiq read each option alone, dropped
+the later -Os (no level) and applied -O3: a 72-register build called "your build" where the command
+builds 10, and a gate that took such a command for one at -O3."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from compileiq.core.toolchain import find_toolchain
+from compileiq.source.host_levels import command_level, level_of
+from compileiq.source.preprocessor import MAY_CHANGE_MACROS
+from compileiq.source.spec import FixedFlag
+from tests.helpers import run_cli
+
+# -O1..-O3 take the local-array path (many registers); -Os, -Og... none, or another path: a plain copy
+READS_OPTIMIZE_NOT_SIZE = """extern "C" __global__ void k(float* y, const float* x, int n) {
+#if defined(__OPTIMIZE__) && !defined(__OPTIMIZE_SIZE__)
+  float buf[64];
+  for (int i = 0; i < 64; i++) buf[i] = x[i * n + threadIdx.x];
+  y[threadIdx.x] = buf[n & 63];
+#else
+  y[threadIdx.x] = x[threadIdx.x];
+#endif
+}
+"""
+
+LATER_NO_LEVEL = ["-Xcompiler -O3 -Xcompiler -Os", "-Xcompiler -O3 -Xcompiler=-Os", "-Xcompiler -O3 --compiler-options -Os",
+                  "-Xcompiler -O3 -Xcompiler -O0", "-Xcompiler -O3 -Xcompiler -Og", "-Xcompiler -O3 -Xcompiler -Ofast",
+                  "-Xcompiler -O3 -Xcompiler -Oz", "-Xcompiler -fPIC,-O3 -Xcompiler -Os", "-O0 -Xcompiler -O3 -Xcompiler -Os"]
+
+
+def _given(flags: str) -> tuple[str, ...]:
+    """The options as a command's reading sets them aside (`CompileCommand.stripped`): one each."""
+    words = flags.split()
+    out: list[str] = []
+    while words:
+        word = words.pop(0)
+        out.append(f"{word} {words.pop(0)}" if word in ("-Xcompiler", "--compiler-options") else word)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("flags", LATER_NO_LEVEL)
+def test_a_later_host_O_item_of_another_option_leaves_no_level(flags: str) -> None:
+    assert level_of(_given(flags)) == 0
+    fixed = tuple(FixedFlag(given, False, MAY_CHANGE_MACROS) for given in _given(flags) if given != "-O0")
+    found = command_level(fixed)
+    assert found.effective is None
+    assert found.decided_by is not None and found.decided_by.flag.flag == fixed[-1].flag  # the last -O item
+
+
+@pytest.mark.parametrize(("flags", "level"), [
+    ("-Xcompiler -Os -Xcompiler -O3", 3), ("-Xcompiler -O3 -Xcompiler -O2", 2), ("-Xcompiler=-Os --compiler-options -O1", 1),
+    ("-O1 -Xcompiler -O3 -Xcompiler -Os", 1),  # nvcc's own -O1 comes after every -Xcompiler item
+    ("-O0 -Xcompiler -Os -Xcompiler -O2", 2), ("-Xcompiler -O3,-Os -Xcompiler -O2", 2),
+])
+def test_the_last_host_O_item_of_the_whole_command_decides(flags: str, level: int) -> None:
+    assert level_of(_given(flags)) == level
+
+
+def _project(folder: Path, command: str, name: str = "compile_commands.json") -> None:
+    (folder / "k.cu").write_text(READS_OPTIMIZE_NOT_SIZE)
+    (folder / name).write_text(json.dumps([{"directory": str(folder), "command": command, "file": "k.cu"}]))
+
+
+def _registers(folder: Path, flags: str) -> int:
+    built = subprocess.run([find_toolchain().nvcc, *flags.split(), "-arch=sm_90", "-c", "k.cu", "-o", "k.o",
+                            "-Xptxas", "-v"], cwd=folder, capture_output=True, text=True, check=True)
+    return int(re.findall(r"Used (\d+) registers", built.stderr)[-1])
+
+
+def _tune(folder: Path) -> tuple[str, dict[str, object]]:
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--objective", "registers",
+                    "--budget", "2", "--workers", "local", "--db", f"sqlite:///{folder / 't.db'}"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return done.stderr, tomllib.loads((folder / "store" / "k.registers.acf.toml").read_text())
+
+
+@pytest.mark.parametrize("flags", ["-Xcompiler -O3 -Xcompiler -Os", "-Xcompiler -O3 -Xcompiler=-Os",
+                                   "-Xcompiler -O3 --compiler-options -Os"])
+def test_a_later_Os_in_another_option_is_the_build_tune_baselines(tmp_path: Path, flags: str) -> None:
+    _project(tmp_path, f"nvcc {flags} -arch=sm_90 -c k.cu -o k.o")
+    said, acf = _tune(tmp_path)
+    assert "applied: -O" not in said, said
+    assert acf["base"]["nvcc_flags"] == []  # type: ignore[index]
+    assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, flags)  # type: ignore[index]
+    overridden = [f for f in acf["baseline"]["fixed"] if f["flag"] == "-Xcompiler -O3"]  # type: ignore[index]
+    assert [f["applied"] for f in overridden] == [False] and "overridden by " in overridden[0]["why"], overridden
+    assert not any(re.fullmatch(r"-O[0-3]", f["flag"]) for f in acf["baseline"]["fixed"])  # type: ignore[index]
+    flags_out = run_cli(["flags", "store/k.registers.acf.toml", "--all"], cwd=tmp_path)
+    assert "-O3" not in flags_out.stdout.split(), flags_out.describe()
+    gate = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "compile_commands.json"],
+                   cwd=tmp_path)
+    assert gate.returncode == 0 and "lowered-optimisation" not in gate.output, gate.describe()
+
+
+def test_nvccs_own_level_still_overrides_a_later_host_Os(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -O1 -Xcompiler -O3 -Xcompiler -Os -arch=sm_90 -c k.cu -o k.o")
+    said, acf = _tune(tmp_path)
+    assert acf["base"]["nvcc_flags"] == ["-O1"], said  # type: ignore[index]
+    assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, "-O1 -Xcompiler -O3 -Xcompiler -Os")  # type: ignore[index]
+
+
+def test_the_gate_reads_a_later_host_Os_as_dropping_an_applied_level(tmp_path: Path) -> None:
+    _project(tmp_path, "nvcc -Xcompiler -O3 -arch=sm_90 -c k.cu -o k.o")
+    said, acf = _tune(tmp_path)
+    assert acf["base"]["nvcc_flags"] == ["-O3"], said  # type: ignore[index]
+    _project(tmp_path, "nvcc -Xcompiler -O3 -Xcompiler -Os -arch=sm_90 -c k.cu -o k.o", "sized.json")
+    gate = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "sized.json"], cwd=tmp_path)
+    assert gate.returncode == 1 and "lowered-optimisation" in gate.output, gate.describe()
+    assert "no host optimisation level, where the ACF applied -O3" in gate.output, gate.describe()
