@@ -36,7 +36,7 @@ READS_OPTIMIZE_NOT_SIZE = """extern "C" __global__ void k(float* y, const float*
 """
 
 LATER_NO_LEVEL = ["-Xcompiler -O3 -Xcompiler -Os", "-Xcompiler -O3 -Xcompiler=-Os", "-Xcompiler -O3 --compiler-options -Os",
-                  "-Xcompiler -O3 -Xcompiler -O0", "-Xcompiler -O3 -Xcompiler -Og", "-Xcompiler -O3 -Xcompiler -Ofast",
+                  "-Xcompiler -O3 -Xcompiler -O0", "-Xcompiler -O3 -Xcompiler -Ofast",
                   "-Xcompiler -O3 -Xcompiler -Oz", "-Xcompiler -fPIC,-O3 -Xcompiler -Os", "-O0 -Xcompiler -O3 -Xcompiler -Os"]
 
 
@@ -63,6 +63,9 @@ def test_a_later_host_O_item_of_another_option_leaves_no_level(flags: str) -> No
     ("-Xcompiler -Os -Xcompiler -O3", 3), ("-Xcompiler -O3 -Xcompiler -O2", 2), ("-Xcompiler=-Os --compiler-options -O1", 1),
     ("-O1 -Xcompiler -O3 -Xcompiler -Os", 1),  # nvcc's own -O1 comes after every -Xcompiler item
     ("-O0 -Xcompiler -Os -Xcompiler -O2", 2), ("-Xcompiler -O3,-Os -Xcompiler -O2", 2),
+    # review (this round): gcc's -O and -Og predefine what -O1 does (__OPTIMIZE__): read as no level,
+    # the baseline lacked the __OPTIMIZE__ the shipped build has
+    ("-Xcompiler -O3 -Xcompiler -Og", 1), ("-Xcompiler -O3,-O", 1), ("-Xcompiler -Os -Xcompiler -O", 1),
 ])
 def test_the_last_host_O_item_of_the_whole_command_decides(flags: str, level: int) -> None:
     assert level_of(_given(flags)) == level

@@ -180,6 +180,21 @@ def test_only_a_macros_last_define_or_undefine_is_held_to_tune_toml(tmp_path: Pa
     assert gate.returncode == 0, gate.describe()
 
 
+def test_the_commands_own_define_wins_over_an_xcompiler_one_wherever_it_stands(tmp_path: Path) -> None:
+    """Review (this round): nvcc hands the preprocessor every -Xcompiler item first and its own -D
+    after them (`nvcc -dryrun`), so `-DTM=16 -Xcompiler -DTM=2` builds TM=16. Read in command order,
+    the -Xcompiler one was taken for the last word: "your build" was TM=2, a build nobody ships."""
+    command = "nvcc -DTM=16 -arch=sm_90 -Xcompiler -DTM=2 -c k.cu"
+    _kernel(tmp_path, command)
+    result = _tune(tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "define.TM=16 (-DTM=16)" in result.stderr, result.describe()
+    found = acf.read(tmp_path / "k.acf.toml")
+    assert found.evidence["baseline"]["registers"] == shipped_registers(tmp_path, command)
+    overridden = {f.flag: f.why for f in found.shipped.fixed if not f.applied} if found.shipped else {}
+    assert overridden.get("-Xcompiler -DTM=2", "").startswith("overridden by the later -DTM=16"), overridden
+
+
 @pytest.mark.parametrize(("command", "named"), [("nvcc -DBK=1 -UBK -arch=sm_90 -c k.cu", "-UBK undefines it"),
                                                 ("nvcc -DBK=1 -DBK=2 -arch=sm_90 -c k.cu", "-DBK=2 gives BK=2"),
                                                 ("nvcc -DTM=16 -UTM -arch=sm_90 -c k.cu", "-UTM undefines TM")])

@@ -258,9 +258,13 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
 def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], macros: Macros, where: str,
            pwd: bool) -> tuple[list[str], list[tuple[str, str, str]], list[tuple[str, tuple[str, ...]]]]:
     """The kept base flags, the stripped (flag, value, as given), and each arch flag as given with
-    the archs it builds for (an -arch=all, all-major or native: that word)."""
+    the archs it builds for (an -arch=all, all-major or native: that word). Each in the order the
+    preprocessor reads them: nvcc hands it every -Xcompiler item first, then its own -I, -D and -U
+    (`nvcc -dryrun`: `-DN=8 -Xcompiler -DN=2` builds N=8, its own -D the later one)."""
     kept: list[str] = []
     stripped: list[tuple[str, str, str]] = []
+    host_kept: list[str] = []  # from -Xcompiler: read before the command's own
+    host_stripped: list[tuple[str, str, str]] = []
     arch_flags: list[tuple[str, tuple[str, ...]]] = []
     forward = next((a for a in args if a in nvcc_argv.FORWARD_UNKNOWN), None)
     for flag, value, given in nvcc_argv.options(args):
@@ -281,7 +285,7 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
         elif flag in _HOST_COMPILER_OPTIONS:  # nvcc preprocesses the device code with these too
             try:
                 for option in preprocessor.host_options(flag, value, given, where, pwd):
-                    _one(option, directory, tuned, macros, where, kept, stripped)
+                    _one(option, directory, tuned, macros, where, host_kept, host_stripped)
             except preprocessor.MacroError as error:
                 raise CompileDbError(str(error)) from None
         elif forward is not None and nvcc_argv.host_compilers(flag) and not _known(flag, value, tuned):
@@ -292,7 +296,7 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             stripped.append((forward, value, given))  # the host compiler's: _shipped names why
         else:
             _one((flag, value, given), directory, tuned, macros, where, kept, stripped)
-    return kept, stripped, arch_flags
+    return host_kept + kept, host_stripped + stripped, arch_flags
 
 
 def _known(flag: str, value: str, tuned: set[str]) -> bool:

@@ -9,9 +9,10 @@ it is -O1..-O3, else the last -O item of all the command's -Xcompiler values tog
 option holds it: `-Xcompiler -O3 -Xcompiler -Os` builds at -Os as `-Xcompiler -O3,-Os` does. Only
 an exact -O0..-O3 is a level (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; an -Xcompiler
 item, other items beside it or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"` hand the host
-compiler -O3 as `-Xcompiler -O3` does); where the host compiler's last -O item is another (-Os, -O,
--Ofast, -Og), the build has no level: the level's effect on the device pass is the macro nvcc's own
--O gives, and -Os gives another (__OPTIMIZE_SIZE__). Any other host option (-fPIC, -Os, -Ofast,
+compiler -O3 as `-Xcompiler -O3` does; gcc's -O and -Og are -O1: they predefine the same macros);
+where the host compiler's last -O item is another (-Os, -Oz, -Ofast), the build has no level: the
+level's effect on the device pass is the macro nvcc's own -O gives, and -Os gives another
+(__OPTIMIZE_SIZE__). Any other host option (-fPIC, -Os, -Ofast,
 -fopenmp, -wrapper) stays set aside as the command's reading says; where a list holds one, the
 level is recorded apart from it (`relabelled`), and only the level is ever handed to a check
 (`build.host_check`).
@@ -38,7 +39,7 @@ class HostLevel:
     """One flag of the command that sets the host optimisation level."""
 
     flag: FixedFlag  # as the command's reading recorded it (set aside)
-    level: int | None  # 0..3; None: a host -O item that is no level (-Os, -O, -Ofast, -Og)
+    level: int | None  # 0..3 (gcc's -O and -Og: 1); None: a host -O item that is no level (-Os, -Oz, -Ofast)
     host: bool  # a -Xcompiler value (the host compiler's own), not nvcc's -O
     mixed: bool = False  # a -Xcompiler list that holds other host options too (-fPIC,-O3)
 
@@ -64,7 +65,8 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
     option of a command as given, or None where it holds no -O. A -Xcompiler value gives its last -O
     item: a level where that is -O0..-O3, whatever else it holds (nvcc 13.0 -dryrun: `-Xcompiler
     -fPIC,-O3` and `-Xcompiler "-fPIC -O3"` hand the host compiler `-fPIC -O3`), else None for the
-    level (-Os, -Ofast: the host compiler takes it over any earlier -O3, of this option or another)."""
+    level (-Os, -Ofast: the host compiler takes it over any earlier -O3, of this option or another;
+    gcc's -O and -Og are -O1, `_level_of`)."""
     name, _, value = given.partition(" ")  # `-Xcompiler VALUE` as given: VALUE is one word of the command
     if name not in _HOST_COMPILER or not value:
         try:
@@ -83,8 +85,16 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
     last = [item for item in items if item.startswith("-O")][-1:]  # the host compiler takes its last -O item
     if not last:
         return None
-    level = _LEVEL.fullmatch(last[0])  # -Os, -O, -Ofast, -Og: no level
-    return (int(level[1]) if level else None), True, not all(_LEVEL.fullmatch(item) for item in items)
+    return _level_of(last[0]), True, not all(_level_of(item) is not None for item in items)
+
+
+def _level_of(item: str) -> int | None:
+    """The level a host -O item gives the device pass: -O0..-O3, and gcc's -O and -Og as -O1 (the same
+    predefined macros: __OPTIMIZE__ alone, `gcc -dM -E`); None for -Os, -Oz, -Ofast (__OPTIMIZE_SIZE__,
+    __FAST_MATH__: macros no nvcc -O gives)."""
+    if level := _LEVEL.fullmatch(item):
+        return int(level[1])
+    return 1 if item in ("-O", "-Og") else None
 
 
 def _read(flag: FixedFlag) -> HostLevel | None:

@@ -18,6 +18,8 @@ the -D, else a later `#undef`/`#define` (after the code that reads it) fooled th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,23 +70,36 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
             changed = [side for side in SIDES if texts.digest(side, {name: None}) != texts.digest(side, {})]
             if not changed:
                 continue  # the same build either way
-            found = {side: _kernel_default(spec, nvcc, Path(scratch), name, values, side) for side in SIDES}
-            if problem := _problem(spec, texts, found, changed):
+            def read(sides: list[str], name: str = name, values: tuple[int | str, ...] = values) -> dict[str, _Default]:
+                with ThreadPoolExecutor(max(1, len(sides))) as pool:  # the sides at once
+                    jobs = {side: pool.submit(_kernel_default, spec, nvcc, Path(scratch), name, values, side)
+                            for side in sides}
+                return {side: job.result() for side, job in jobs.items()}
+
+            # each side whose code the -D changes; the other only to say a refusal's reason
+            if problem := _problem(spec, texts, read(changed), read):
                 raise KernelDefaultError(problem)
 
 
-def _problem(spec: KernelSpec, texts: Preprocessed, found: dict[str, _Default], changed: list[str]) -> str | None:
-    """Why the build without the -D is not the baseline, for the sides whose code it changes: a
-    default the two sides see differently, or one that is not tune.toml's first value, or one the
-    probe calls the first value but that does not build as -D at it (a later #undef/#define)."""
-    device, host = found["device"], found["host"]
-    if not (wrong := [found[side] for side in changed if found[side].value != device.values[0]]):
-        for side in changed:  # the same value, spelled otherwise (`(16)`): confirmed by building it so
-            expansion = found[side].expansion
-            assert expansion is not None  # a side that does not preprocess has no value
-            if texts.digest(side, {device.name: expansion}) != texts.digest(side, {device.name: None}):
+def _problem(spec: KernelSpec, texts: Preprocessed, found: dict[str, _Default],
+             read: Callable[[list[str]], dict[str, _Default]]) -> str | None:
+    """Why the build without the -D is not the baseline, for the sides whose code it changes (`found`,
+    read on each): a default the two sides see differently, or one that is not tune.toml's first
+    value, or one the probe calls the first value but that does not build as -D at it (a later
+    #undef/#define). `read` reads the other side where a refusal needs it (a default the device
+    code has at the first value and the host code not is the two sides' disagreement)."""
+    first = next(iter(found.values()))
+    name = first.name
+    if not (wrong := [default for default in found.values() if default.value != first.values[0]]):
+        # the same value, spelled otherwise (`(16)`): confirmed by building it so, each side at once
+        built = {side: {name: default.expansion} for side, default in found.items()}
+        texts.prefetch([(side, macros) for side, macros in built.items()])
+        for side, macros in built.items():
+            if texts.digest(side, macros) != texts.digest(side, {name: None}):
                 return _unconfirmed(spec, found[side], side)
         return None
+    found = found | read([side for side in SIDES if side not in found])
+    device, host = found["device"], found["host"]
     if _defined(device) and _defined(host) and _reading(device) != _reading(host):
         return _two_sides(spec, device, host)
     return _refusal(spec, wrong[0])
@@ -117,9 +132,9 @@ def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
 def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str, side: str) -> list[str] | None:
     """What follows the probe's marker on each line of the kernel preprocessed (for `side`, `name`
     without its -D) with `lines` after it; None where the preprocessor fails."""
-    probe = scratch / "probe.cu"
+    probe = scratch / f"probe-{side}.cu"  # one per side: the sides are read at once
     probe.write_text(f'#include "{spec.source.resolve()}"\n{lines}', encoding="utf-8")
-    out = scratch / "probe.ii"
+    out = scratch / f"probe-{side}.ii"
     out.unlink(missing_ok=True)
     if not preprocess(spec, nvcc, {name: None}, out, source=str(probe), side=side):
         return None
