@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import CliResult, run_cli
 
 KERNEL = """\
 {default}
@@ -38,11 +38,17 @@ def _tune(tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
                     "--out", str(tmp_path / "k.acf.toml"), *args], cwd=tmp_path)
 
 
-def test_a_kernel_default_other_than_the_first_value_stops_the_run_naming_it(tmp_path: Path) -> None:
-    _project(tmp_path, IFNDEF.format(value=16), "[8, 16, 32]")
-    done = _tune(tmp_path)
+def _stopped(folder: Path) -> CliResult:
+    """`tune` refused in one line (exit 2, no traceback)."""
+    done = _tune(folder)
     assert done.returncode == 2, done.describe()
     assert len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    return done
+
+
+def test_a_kernel_default_other_than_the_first_value_stops_the_run_naming_it(tmp_path: Path) -> None:
+    _project(tmp_path, IFNDEF.format(value=16), "[8, 16, 32]")
+    done = _stopped(tmp_path)
     assert "gives no -DTILE, so your build has the kernel's own TILE=16" in done.stderr, done.stderr
     assert "list 16 first (TILE = [16, 8, 32])" in done.stderr, done.stderr
     assert not (tmp_path / "k.acf.toml").exists()
@@ -114,9 +120,7 @@ def test_a_default_the_device_and_host_code_see_differently_stops_the_run_naming
     probe read the device side alone, said 16, tune.toml's first, and the run went on, its baseline
     -DTILE=16 a host build nobody ships. Now it stops naming both; the gate says it too."""
     _project(tmp_path, SIDED.format(device=16, host=32), "[16, 8, 32]")
-    done = _tune(tmp_path)
-    assert done.returncode == 2, done.describe()
-    assert len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    done = _stopped(tmp_path)
     assert "the kernel's own TILE, which is 16 in device code and 32 in host code" in done.stderr, done.stderr
     assert "give the command -DTILE=VALUE" in done.stderr, done.stderr
     assert not (tmp_path / "k.acf.toml").exists()

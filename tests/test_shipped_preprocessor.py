@@ -162,18 +162,23 @@ def test_isystem_stays_a_system_folder_searched_after_the_include_folders(tmp_pa
     assert gate.returncode == 0, gate.describe()
 
 
+def _tuned_at_tm_16(folder: Path, command: str) -> dict[str, str]:
+    """Tune from `command`, which ships TM=16: its baseline is that build (searched from TM=16, nvcc's
+    own register count); the flags set aside as not applied, with why."""
+    _kernel(folder, command)
+    result = _tune(folder)
+    assert result.returncode == 0, result.describe()
+    assert "define.TM=16 (-DTM=16)" in result.stderr, result.describe()
+    found = acf.read(folder / "k.acf.toml")
+    assert found.evidence["baseline"]["registers"] == shipped_registers(folder, command)
+    return {f.flag: f.why for f in found.shipped.fixed if not f.applied} if found.shipped else {}
+
+
 def test_only_a_macros_last_define_or_undefine_is_held_to_tune_toml(tmp_path: Path) -> None:
     """fix-hostlv fault 3: `-DBK=8 -UBK -DBK=1` builds BK=1 (the preprocessor takes a macro's last
     -D/-U), yet it was refused as "-DBK=8 gives BK=8, and tune.toml's [defines] gives BK=1: one build
     cannot have both"; a tuned macro's earlier -D was refused as a value tune.toml does not tune."""
-    command = "nvcc -DBK=8 -UBK -DBK=1 -DTM=8 -DTM=16 -arch=sm_90 -c k.cu"
-    _kernel(tmp_path, command)
-    result = _tune(tmp_path)
-    assert result.returncode == 0, result.describe()
-    assert "define.TM=16 (-DTM=16)" in result.stderr, result.describe()
-    found = acf.read(tmp_path / "k.acf.toml")
-    assert found.evidence["baseline"]["registers"] == shipped_registers(tmp_path, command)
-    overridden = {f.flag: f.why for f in found.shipped.fixed if not f.applied} if found.shipped else {}
+    overridden = _tuned_at_tm_16(tmp_path, "nvcc -DBK=8 -UBK -DBK=1 -DTM=8 -DTM=16 -arch=sm_90 -c k.cu")
     assert set(overridden) >= {"-DBK=8", "-UBK", "-DTM=8"}, overridden
     assert overridden["-UBK"].startswith("overridden by the later -DBK=1"), overridden
     gate = run_cli(["gate", "k.acf.toml", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
@@ -184,14 +189,7 @@ def test_the_commands_own_define_wins_over_an_xcompiler_one_wherever_it_stands(t
     """Review (this round): nvcc hands the preprocessor every -Xcompiler item first and its own -D
     after them (`nvcc -dryrun`), so `-DTM=16 -Xcompiler -DTM=2` builds TM=16. Read in command order,
     the -Xcompiler one was taken for the last word: "your build" was TM=2, a build nobody ships."""
-    command = "nvcc -DTM=16 -arch=sm_90 -Xcompiler -DTM=2 -c k.cu"
-    _kernel(tmp_path, command)
-    result = _tune(tmp_path)
-    assert result.returncode == 0, result.describe()
-    assert "define.TM=16 (-DTM=16)" in result.stderr, result.describe()
-    found = acf.read(tmp_path / "k.acf.toml")
-    assert found.evidence["baseline"]["registers"] == shipped_registers(tmp_path, command)
-    overridden = {f.flag: f.why for f in found.shipped.fixed if not f.applied} if found.shipped else {}
+    overridden = _tuned_at_tm_16(tmp_path, "nvcc -DTM=16 -arch=sm_90 -Xcompiler -DTM=2 -c k.cu")
     assert overridden.get("-Xcompiler -DTM=2", "").startswith("overridden by the later -DTM=16"), overridden
 
 
