@@ -66,6 +66,8 @@ def test_a_later_host_O_item_of_another_option_leaves_no_level(flags: str) -> No
     # review (this round): gcc's -O and -Og predefine what -O1 does (__OPTIMIZE__): read as no level,
     # the baseline lacked the __OPTIMIZE__ the shipped build has
     ("-Xcompiler -O3 -Xcompiler -Og", 1), ("-Xcompiler -O3,-O", 1), ("-Xcompiler -Os -Xcompiler -O", 1),
+    # red team (this round): gcc reads any number, -O4 and -O03 as -O3 (the same macros); read as no level
+    ("-Xcompiler -O4", 3), ("-Xcompiler -O3 -Xcompiler -O03", 3), ("-Xcompiler -Os,-O02", 2),
 ])
 def test_the_last_host_O_item_of_the_whole_command_decides(flags: str, level: int) -> None:
     assert level_of(_given(flags)) == level

@@ -56,7 +56,7 @@ def test_a_kernel_default_other_than_the_first_value_stops_the_run_naming_it(tmp
     assert space.returncode == 2 and "the kernel's own TILE=16" in space.stderr, space.describe()
 
 
-@pytest.mark.parametrize("spelled", ["16", "(16)", "16u", "(BASE / 8)"])  # BASE is 128 (review: refused)
+@pytest.mark.parametrize("spelled", ["16", "(16)", "0x10", "(BASE / 8)"])  # BASE is 128 (review: refused)
 def test_the_kernel_default_listed_first_is_the_baseline_however_it_is_spelled(tmp_path: Path, spelled: str) -> None:
     _project(tmp_path, "#define BASE 128\n" + IFNDEF.format(value=spelled), "[16, 8, 32]")
     done = _tune(tmp_path, "--json")
@@ -135,7 +135,7 @@ def test_a_default_the_device_and_host_code_see_differently_stops_the_run_naming
     assert "which is 16 in device code and 32 in host code" in gate.stdout, gate.describe()
 
 
-@pytest.mark.parametrize("spelled", ["020", "0x10", "0b1'0000", "1'6u"])
+@pytest.mark.parametrize("spelled", ["020", "0x10", "0b1'0000", "1'6"])
 def test_a_default_spelled_as_any_c_integer_literal_is_read_as_nvcc_reads_it(tmp_path: Path, spelled: str) -> None:
     """`#define TILE 010` crashed space, tune and gate with a traceback (Python's int() refuses a
     leading 0); C reads it as octal 8. Now each literal is read as nvcc reads it: the first value
@@ -147,6 +147,18 @@ def test_a_default_spelled_as_any_c_integer_literal_is_read_as_nvcc_reads_it(tmp
     space = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
     assert space.returncode == 2 and len(space.stderr_lines) == 1, space.describe()
     assert "the kernel's own TILE=16" in space.stderr, space.describe()
+
+
+@pytest.mark.parametrize("spelled", ["16u", "0x10u", "16ull", "16L", "(BASE / 8u)"])
+def test_a_default_of_another_integer_type_is_not_the_plain_first_value(tmp_path: Path, spelled: str) -> None:
+    """Red team (this round): `#define TILE 16u` was read as 16, tune.toml's first value, so the
+    baseline (-DTILE=16, a signed int) was called "your build" and `flags` gave -DTILE=16, which
+    changes what unsigned arithmetic on TILE does (`n - TILE < 0`). A suffixed literal is another
+    build: refused in one line naming what it expands to."""
+    _project(tmp_path, "#define BASE 128\n" + IFNDEF.format(value=spelled), "[16, 8, 32]")
+    done = _stopped(tmp_path)
+    shown = spelled.replace("BASE", "128")  # as the preprocessor expands it
+    assert f"expands to '{shown}' there: none of tune.toml's values 16, 8, 32" in done.stderr, done.stderr
 
 
 def test_the_gate_reads_an_octal_default_without_a_traceback(tmp_path: Path) -> None:

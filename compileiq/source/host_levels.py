@@ -30,7 +30,7 @@ from compileiq.source.preprocessor import MAY_CHANGE_MACROS
 from compileiq.source.shipped import HOST_OPTIMISATION
 from compileiq.source.spec import FixedFlag
 
-_LEVEL = re.compile(r"-O([0-3])")
+_LEVEL = re.compile(r"-O([0-9]+)")
 _HOST_COMPILER = ("-Xcompiler", "--compiler-options")
 
 
@@ -89,11 +89,11 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
 
 
 def _level_of(item: str) -> int | None:
-    """The level a host -O item gives the device pass: -O0..-O3, and gcc's -O and -Og as -O1 (the same
-    predefined macros: __OPTIMIZE__ alone, `gcc -dM -E`); None for -Os, -Oz, -Ofast (__OPTIMIZE_SIZE__,
-    __FAST_MATH__: macros no nvcc -O gives)."""
+    """The level a host -O item gives the device pass: -O0..-O3 (gcc reads any number: -O4 and -O03
+    are -O3), and gcc's -O and -Og as -O1 (the same predefined macros: __OPTIMIZE__ alone, `gcc -dM
+    -E`); None for -Os, -Oz, -Ofast (__OPTIMIZE_SIZE__, __FAST_MATH__: macros no nvcc -O gives)."""
     if level := _LEVEL.fullmatch(item):
-        return int(level[1])
+        return min(int(level[1]), 3)  # gcc: -O4, -O03 are -O3 (the same macros); -O00 is -O0
     return 1 if item in ("-O", "-Og") else None
 
 

@@ -35,10 +35,12 @@ class KernelDefaultError(MacroError):
     """A tuned macro the command gives no -D whose kernel default is not tune.toml's first value;
     its words are the kernel's and tune.toml's, never the command's (the gate may quote it for a
     database an untrusted ACF names)."""
-# a C/C++14 integer literal: hex, binary, octal (a leading 0) or decimal, ' between digits, a suffix
+# a C/C++14 integer literal of type int: hex, binary, octal (a leading 0) or decimal, ' between digits,
+# no suffix (8u, 8l, 8ull are another type than the -D8 the baseline builds: `(8u - 9) < 0` is false)
 _INTEGER = re.compile(r"(?P<sign>[+-]?)(?:0[xX](?P<hex>[0-9a-fA-F](?:'?[0-9a-fA-F])*)|0[bB](?P<bin>[01](?:'?[01])*)"
-                      r"|(?P<oct>0(?:'?[0-7])*)|(?P<dec>[1-9](?:'?[0-9])*))"
-                      r"(?:[uU](?:ll|LL|[lLzZ])?|(?:ll|LL|[lLzZ])[uU]?)?")
+                      r"|(?P<oct>0(?:'?[0-7])*)|(?P<dec>[1-9](?:'?[0-9])*))")
+# a literal with a type suffix anywhere in an expansion: never the same build as a plain number
+_TYPED = re.compile(r"(?<![\w.])(?:0[xX][0-9a-fA-F']+|0[bB][01']+|[0-9][0-9']*)(?:[uU][lLzZ]*|[lLzZ]+[uU]?)(?!\w)")
 _BASES = {"hex": 16, "bin": 2, "oct": 8, "dec": 10}
 
 
@@ -120,7 +122,8 @@ def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
     if said is None:
         return _Default(name, values, None, None)
     expansion = said[-1] if said else ""
-    if (value := _listed(expansion, values)) is None and (numbers := [v for v in values if isinstance(v, int)]):
+    if ((value := _listed(expansion, values)) is None and not _TYPED.search(expansion)
+            and (numbers := [v for v in values if isinstance(v, int)])):
         # an expression (`(BLOCK / 8)`): the preprocessor's own arithmetic says which value it is; a
         # default #if cannot evaluate (a float, a string) fails this probe alone
         tests = "".join(f"#if ({name}) == ({v})\n{_PROBE} {v}\n#endif\n" for v in numbers)
@@ -143,7 +146,7 @@ def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str, si
 
 
 def _listed(expansion: str, values: tuple[int | str, ...]) -> int | str | None:
-    """The listed value `expansion` is: the same text, or the same integer (`(16)`, `16u`, `0x10`,
+    """The listed value `expansion` is: the same text, or the same int (`(16)`, `0x10`,
     `020`, `0b1'0000`); None for any other text (the `#if` probe may still say)."""
     text = expansion
     while text.startswith("(") and text.endswith(")"):
