@@ -226,6 +226,28 @@ def test_a_quarantined_baseline_is_said_to_be_replaced_by_the_rebuild_in_every_v
     assert listed["provenance"] == "quarantined and replaced by run 2's rebuild", listed
 
 
+def test_a_row_edited_after_its_run_verified_it_is_no_longer_said_verified(kernel: Path, tmp_path: Path) -> None:
+    """Red team (this round): a row's metrics no objective reads (instructions) edited in the shared
+    database after the run that verified it: `show` still said "verified by run 1" beside the
+    forged numbers, which the ACF citing the row contradicts. The run records what it checked."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    shown = json.loads(run_cli(["show", "1", "--db", url, "--json"], cwd=kernel).stdout)
+    chosen = next(t for t in shown["trials"] if t["status"] == "chosen")
+    assert chosen["provenance"] == "verified by run 1", chosen
+    row = next(t for t in _trials(url) if t.number == chosen["number"])
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the value still what its metrics give for the objective (registers)
+        conn.execute(trials_table.update().where(trials_table.c.id == row.id).values(
+            metrics={**row.metrics, "instructions": 20}))
+    engine.dispose()
+    shown = json.loads(run_cli(["show", "1", "--db", url, "--json"], cwd=kernel).stdout)
+    listed = next(t for t in shown["trials"] if t["number"] == chosen["number"])
+    assert listed["provenance"] == "edited since run 1 checked it: not vouched for", listed
+    table = run_cli(["show", "1", "--db", url], cwd=kernel)
+    assert "verified by run 1" not in table.output and "edited since run 1" in table.output, table.describe()
+
+
 MACRO_KERNEL = """\
 extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
     float taps[TAPS];

@@ -29,15 +29,24 @@ from compileiq.results.pareto import Front, dominates, front, values_of, with_ch
 from compileiq.results.recorded_decision import (
     changed_choice,
     latest_decision,
+    recorded_digest,
     recorded_forbidden,
     recorded_pick,
     recorded_simplify,
+    row_digest,
     sound_choice,
     unwritten,
 )
 from compileiq.results.simplify import baseline_space, simplify
 from compileiq.source.base_flags import CAPPED
 from compileiq.source.spec import ShippedBuild
+
+
+def _held(run: RunRecord, trial: Trial, how: str) -> str:
+    """How `run` checked the row ("verified", "replaced"), or "edited" where the row no longer holds
+    what the run recorded of it (`recorded_decision.row_digest`: a forged metric under its label)."""
+    recorded = recorded_digest(run, trial.number)
+    return "edited" if recorded is not None and recorded != row_digest(trial) else how
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class Explanation:
         checked_by, first_run_of = self._vouched
         if trial.number in checked_by:
             run, how = checked_by[trial.number]
+            if how == "edited":
+                return f"edited since run {run} checked it: not vouched for"
             return f"verified by run {run}" if how == "verified" else f"quarantined and replaced by run {run}'s rebuild"
         if trial.worker and trial.worker in first_run_of:
             return f"recorded by run {first_run_of[trial.worker]}"
@@ -81,7 +92,8 @@ class Explanation:
             for how in ("verified", "replaced"):
                 numbers = run.decision.get(how) if isinstance(run.decision, dict) else None
                 if isinstance(numbers, list):
-                    checked_by.update((n, (run.id, how)) for n in numbers if type(n) is int and n in cited)
+                    checked_by.update((n, (run.id, _held(run, by_number[n], how)))
+                                      for n in numbers if type(n) is int and n in cited)
             first_run_of.setdefault(run.worker, run.id)
         return checked_by, first_run_of
 

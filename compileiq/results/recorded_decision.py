@@ -9,6 +9,8 @@ study's rules otherwise. The study list checks the same record against the two r
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,9 +44,26 @@ def decision(result: Any) -> dict[str, Any]:
     picked = {"pick": result.front.rule} if getattr(result, "front", None) is not None else {}
     # the configurations the ablation path met that tune.toml's restrictions forbid: the views' path skips them too
     forbidden = getattr(getattr(result, "ablation", None), "forbidden", ())
+    # what each row held when this run checked it: a later edit of the row is no longer vouched for
+    digests = {str(t.number): row_digest(t) for t in cited if t.number in (*checked, *replaced)} if static else {}
     return {"chosen": result.chosen.number, "value": result.chosen.value, "by": by,
             "verified": checked if static else [], **({"replaced": replaced} if static and replaced else {}), **picked,
-            **({"forbidden": list(forbidden)} if forbidden else {})}
+            **({"forbidden": list(forbidden)} if forbidden else {}), **({"digests": digests} if digests else {})}
+
+
+def row_digest(trial: Trial) -> str:
+    """What a run records of a row it checked (`decision`): a digest of its result, metrics and code,
+    which `explain` holds the row to before it says the run verified it."""
+    held = [trial.config_key, trial.value, trial.metrics, trial.code_hash]
+    return hashlib.sha256(json.dumps(held, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+
+
+def recorded_digest(run: RunRecord, number: int) -> str | None:
+    """The digest `run` recorded of row `number` when it checked it; None where it recorded none (a
+    run of a release before digests were recorded: its word is taken as before)."""
+    digests = run.decision.get("digests") if isinstance(run.decision, dict) else None
+    found = digests.get(str(number)) if isinstance(digests, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def recorded_forbidden(run: RunRecord | None) -> tuple[str, ...]:
