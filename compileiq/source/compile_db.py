@@ -263,8 +263,8 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
     (`nvcc -dryrun`: `-DN=8 -Xcompiler -DN=2` builds N=8, its own -D the later one)."""
     kept: list[str] = []
     stripped: list[tuple[str, str, str]] = []
-    host_kept: list[str] = []  # from -Xcompiler: read before the command's own
-    host_stripped: list[tuple[str, str, str]] = []
+    host_kept: list[str] = []  # -Xcompiler's -I, -isystem, -D, -U: read before the command's own
+    host_stripped: list[tuple[str, str, str]] = []  # -Xcompiler's -D/-U of a tune.toml macro, likewise
     arch_flags: list[tuple[str, tuple[str, ...]]] = []
     forward = next((a for a in args if a in nvcc_argv.FORWARD_UNKNOWN), None)
     for flag, value, given in nvcc_argv.options(args):
@@ -285,7 +285,10 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
         elif flag in _HOST_COMPILER_OPTIONS:  # nvcc preprocesses the device code with these too
             try:
                 for option in preprocessor.host_options(flag, value, given, where, pwd):
-                    _one(option, directory, tuned, macros, where, host_kept, host_stripped)
+                    taken: list[tuple[str, str, str]] = []
+                    _one(option, directory, tuned, macros, where, host_kept, taken)
+                    # a tune.toml macro's -D/-U: read before the command's own; any other stays in its place
+                    (host_stripped if option[0] in _MACRO_FLAGS else stripped).extend(taken)
             except preprocessor.MacroError as error:
                 raise CompileDbError(str(error)) from None
         elif forward is not None and nvcc_argv.host_compilers(flag) and not _known(flag, value, tuned):
