@@ -114,7 +114,8 @@ def test_a_single_objective_studys_views_show_the_acfs_choice_after_a_row_is_edi
     # the chosen row itself edited (its value no longer the recorded one): no view follows the run row,
     # and none shows that row (it is skipped, said so: test_forged_decisions)
     connection = sqlite3.connect(tmp_path / "m.db")
-    connection.execute("update trials set value = value + 1 where number = ?", (chosen,))
+    connection.execute("update trials set value = value + 1, metrics = json_set(metrics, '$.instructions', "
+                       "json_extract(metrics, '$.instructions') + 1) where number = ?", (chosen,))  # as its metrics give
     connection.commit()
     connection.close()
     (listed,) = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "--json"))
