@@ -6,10 +6,11 @@ them where that is -O1..-O3, never an -O0 (nvcc 13.0 -dryrun: `nvcc -O1 -Xcompil
 -Os` hands it `-O3 -Os -O1`; `nvcc -O0 -Xcompiler -O3` preprocesses at -O3, `nvcc -O3 -Xcompiler -O0`
 at -O3 too). The host compiler takes its last -O item. So the build's level is nvcc's last -O where
 it is -O1..-O3, else the last -O item of all the command's -Xcompiler values together, whichever
-option holds it: `-Xcompiler -O3 -Xcompiler -Os` builds at -Os as `-Xcompiler -O3,-Os` does. Only
-an exact -O0..-O3 is a level (nvcc's `-O3`, `-O 3`, `--optimize 3`, `--optimize=3`; an -Xcompiler
-item, other items beside it or not: `-Xcompiler -fPIC,-O3`, `-Xcompiler "-fPIC -O3"` hand the host
-compiler -O3 as `-Xcompiler -O3` does; gcc's -O and -Og are -O1: they predefine the same macros);
+option holds it: `-Xcompiler -O3 -Xcompiler -Os` builds at -Os as `-Xcompiler -O3,-Os` does. A
+level is nvcc's exact -O0..-O3 (`-O3`, `-O 3`, `--optimize 3`, `--optimize=3`), or a host -O<n> in an
+-Xcompiler item, other items beside it or not (`-Xcompiler -fPIC,-O3` and `-Xcompiler "-fPIC -O3"`
+hand the host compiler -O3 as `-Xcompiler -O3` does; gcc reads any number, -O4 and -O03 are -O3;
+gcc's -O and -Og are -O1: they predefine the same macros);
 where the host compiler's last -O item is another (-Os, -Oz, -Ofast), the build has no level: the
 level's effect on the device pass is the macro nvcc's own -O gives, and -Os gives another
 (__OPTIMIZE_SIZE__). Any other host option (-fPIC, -Os, -Ofast,
