@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from compileiq.core.processes import scratch_dir
@@ -72,15 +73,18 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
             changed = [side for side in SIDES if texts.digest(side, {name: None}) != texts.digest(side, {})]
             if not changed:
                 continue  # the same build either way
-            def read(sides: list[str], name: str = name, values: tuple[int | str, ...] = values) -> dict[str, _Default]:
-                with ThreadPoolExecutor(max(1, len(sides))) as pool:  # the sides at once
-                    jobs = {side: pool.submit(_kernel_default, spec, nvcc, Path(scratch), name, values, side)
-                            for side in sides}
-                return {side: job.result() for side, job in jobs.items()}
-
             # each side whose code the -D changes; the other only to say a refusal's reason
+            read = partial(_read_sides, spec, nvcc, Path(scratch), name, values)
             if problem := _problem(spec, texts, read(changed), read):
                 raise KernelDefaultError(problem)
+
+
+def _read_sides(spec: KernelSpec, nvcc: str, scratch: Path, name: str, values: tuple[int | str, ...],
+                sides: list[str]) -> dict[str, _Default]:
+    """`_kernel_default` of `name` on each of `sides`, read at once."""
+    with ThreadPoolExecutor(max(1, len(sides))) as pool:
+        jobs = {side: pool.submit(_kernel_default, spec, nvcc, scratch, name, values, side) for side in sides}
+    return {side: job.result() for side, job in jobs.items()}
 
 
 def _problem(spec: KernelSpec, texts: Preprocessed, found: dict[str, _Default],
