@@ -58,7 +58,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {tree: [] for tree in args.tree}
     with tempfile.TemporaryDirectory(prefix="driver-cpu-") as scratch:
         for round_ in range(args.rounds):
-            for index, tree in enumerate(args.tree):
+            for index, tree in sorted(enumerate(args.tree), key=lambda it: (it[0] - round_) % len(args.tree)):  # the order rotates
                 report = Path(scratch) / f"r{round_}-{index}.json"
                 tune = ["tune", args.kernel, "--objective", "static", "--budget", str(args.budget), "--workers", "local",
                         "--db", f"sqlite:///{scratch}/r{round_}-{index}.db", "--out", f"{scratch}/r{round_}-{index}.acf.toml",
@@ -74,8 +74,9 @@ def main() -> None:
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     for tree, found in runs.items():
         own, kids = statistics.median(r["own"] for r in found), statistics.median(r["children"] for r in found)
+        wall = statistics.median(r["wall"] for r in found)
         print(f"{tree}: median own CPU {own:.2f} s, compilers {kids:.2f} s: at most {kids / (kids + own):.1%} "
-              "of the compilers' limit on cores they share with the tuner")
+              f"of the compilers' limit on cores they share with the tuner; median wall {wall:.1f} s")
 
 
 if __name__ == "__main__":
