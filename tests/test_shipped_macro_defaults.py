@@ -182,3 +182,54 @@ def test_a_default_redefined_after_the_code_that_reads_it_is_not_taken_for_the_f
     done = _tune(tmp_path)
     assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
     assert "could not be confirmed that your build is the baseline; add -DTILE=VALUE" in done.stderr, done.stderr
+
+
+SGEMM = Path(__file__).resolve().parents[1] / "kernels" / "sgemm"
+
+
+def _sgemm(tmp_path: Path, before: str, default: str, command: list[str]) -> None:
+    """The bundled sgemm with `default` before its own `#ifndef {before}`, built by `command`."""
+    source = (SGEMM / "sgemm.cu").read_text()
+    own = f"#ifndef {before}\n"
+    assert source.count(own) == 1
+    (tmp_path / "sgemm.cu").write_text(source.replace(own, default + "\n" + own))
+    include = SGEMM.parents[1] / "compileiq" / "include"
+    toml = (SGEMM / "tune.toml").read_text()
+    (tmp_path / "tune.toml").write_text(toml.replace('"../../compileiq/include"', json.dumps(str(include))))
+    assert json.dumps(str(include)) in (tmp_path / "tune.toml").read_text()
+    arguments = ["nvcc", "-arch=sm_90", f"-I{include}", "-DBK=8", *command, "-c", "sgemm.cu", "-o", "sgemm.o"]
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "file": "sgemm.cu", "arguments": arguments}]))
+
+
+def _space(tmp_path: Path) -> CliResult:
+    return run_cli(["space", "sgemm.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+
+
+def test_an_unparenthesised_expression_equal_to_the_first_value_is_not_the_baseline(tmp_path: Path) -> None:
+    """Red team: sgemm's own `#define TM 2+2`, tune.toml's TM = [4, 8], no -DTM: the `#if (TM) == (4)`
+    probe said 4, and the confirming build (-DTM=2+2 against no -D: the same by construction) passed,
+    so the baseline "your build" was -DTM=4 (58 registers) while the command ships `ty*2+2+m` (60).
+    Now the build without the -D is compared with the baseline's -DTM=4, and the run stops in one line."""
+    _sgemm(tmp_path, "TM", "#ifndef TM\n#define TM 2+2\n#endif", ["-DTN=4"])
+    done = _space(tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
+    assert "Traceback" not in done.stderr, done.describe()
+    assert "the kernel's own TM, which expands to '2+2'" in done.stderr, done.stderr
+    assert "-DTM=4" in done.stderr, done.stderr
+    # parenthesised, it is one value wherever it is read: the first, as before
+    _sgemm(tmp_path, "TM", "#ifndef TM\n#define TM (2+2)\n#endif", ["-DTN=4"])
+    assert _space(tmp_path).returncode == 0, _space(tmp_path).describe()
+
+
+def test_a_default_read_from_another_tuned_macro_is_read_at_the_commands_value(tmp_path: Path) -> None:
+    """Red team: sgemm's own `#define TN TM`, the command's -DTM=8 and no -DTN: the kernel's TN was
+    read with TM at tune.toml's first value, 4, and passed, so the baseline was TM=8,TN=4 (66
+    registers) where the command ships TN=TM=8 (120). Now it is read with the command's macros."""
+    _sgemm(tmp_path, "TN", "#ifndef TN\n#define TN TM\n#endif", ["-DTM=8"])
+    done = _space(tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
+    assert "gives no -DTN, so your build has the kernel's own TN=8" in done.stderr, done.stderr
+    assert "TN=4, a build you do not ship" in done.stderr, done.stderr
+    _sgemm(tmp_path, "TN", "#ifndef TN\n#define TN TM\n#endif", ["-DTM=4"])  # TN is 4, the first value
+    assert _space(tmp_path).returncode == 0, _space(tmp_path).describe()

@@ -4,15 +4,18 @@ the command leaves out at tune.toml's first value, so where the kernel's own def
 value, "your build" would be a build nobody ships and every speedup over it false: the run stops
 in one line saying which value the build has and how to make the two agree.
 
-Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) without the -D and
-at tune.toml's first value: the same text is the same build. Where the text differs, a probe
-appended to the kernel reads what the macro expands to after the kernel's own #defines
-(`(16)`, `0x10`, `020` are 16; an expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own
-`#if`), so a default spelled differently from tune.toml's value is not refused. The probe reads
-both sides: a default the device and the host code see differently (`#ifdef __CUDA_ARCH__`) is
-no one value a -D tunes, and is refused naming both. A default the probe calls the first value
-is confirmed: the kernel preprocessed with -D at what the probe read must be the build without
-the -D, else a later `#undef`/`#define` (after the code that reads it) fooled the probe.
+Found by preprocessing (`nvcc -E`, device and host side as `macro_effect` does) as the command builds
+it (its own -D, nothing added) and as the baseline does (each macro it leaves out at tune.toml's
+first value): the same text is the same build. Where the text differs, a probe appended to the
+kernel reads what each such macro expands to after the kernel's own #defines, the other macros as
+the command has them (`#define TN TM` under -DTM=8 is 8): `(16)`, `0x10`, `020` are 16; an
+expression, `(BLOCK / 8)`, is evaluated by the preprocessor's own `#if`. A default of the first
+value spelled otherwise is the baseline only where it is one value wherever the code reads it (a
+literal, or a whole in parentheses: `2+2` is not, `ty * TILE` reads `ty*2+2`), and is confirmed:
+the kernel preprocessed with -D at what the probe read must be the build without the -D, else a
+later `#undef`/`#define` (after the code that reads it) fooled the probe; the build with every such
+spelling must then be the command's. The probe reads both sides: a default the device and the host
+code see differently (`#ifdef __CUDA_ARCH__`) is no one value a -D tunes, and is refused naming both.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from functools import partial
 from pathlib import Path
 
 from compileiq.core.processes import scratch_dir
-from compileiq.source.macro_effect import SIDES, Preprocessed, preprocess
+from compileiq.source.macro_effect import SIDES, Macros, Preprocessed, preprocess
 from compileiq.source.macros import MacroError
 from compileiq.source.spec import KernelSpec
 
@@ -57,58 +60,90 @@ class _Default:
 
 def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
     """KernelDefaultError for the first tuned macro the shipped command (--compile-commands) gives no -D
-    for whose kernel default is not tune.toml's first value."""
+    for whose kernel default does not build as the baseline does (at tune.toml's first value)."""
     if spec.shipped is None:
         return
-    given = {s.name for s in spec.shipped.settings}
-    left = [(name, values) for name, values in spec.tuned_defines if f"define.{name}" not in given]
+    given = {s.name.removeprefix("define."): s.value for s in spec.shipped.settings if s.name.startswith("define.")}
+    left = [(name, values) for name, values in spec.tuned_defines if name not in given]
     if not left:
         return
+    shipped: Macros = given | {name: None for name, _ in left}  # the command's macros: nothing added
+    baseline: Macros = given | {name: values[0] for name, values in left}  # what compileiq builds as "your build"
     with scratch_dir("shipped-macros") as scratch:
         texts = Preprocessed(spec, nvcc, Path(scratch))
-        texts.prefetch([(side, {}) for side in SIDES] + [(side, {name: None}) for name, _ in left for side in SIDES])
-        if any(texts.digest(side, {}) is None for side in SIDES):  # the build's own problem: its first build says it
+        texts.prefetch([(side, macros) for side in SIDES for macros in (shipped, baseline)])
+        if any(texts.digest(side, baseline) is None for side in SIDES):  # the build's own problem: its first build says it
             return
+        if all(texts.digest(side, shipped) == texts.digest(side, baseline) for side in SIDES):
+            return  # the same code: the baseline is the build you ship
+        read = partial(_read_sides, spec, nvcc, Path(scratch), shipped)
+        spelled = {side: dict(baseline) for side in SIDES}  # each macro as the shipped code spells it
         for name, values in left:
-            changed = [side for side in SIDES if texts.digest(side, {name: None}) != texts.digest(side, {})]
-            if not changed:
-                continue  # the same build either way
-            # each side whose code the -D changes; the other only to say a refusal's reason
-            read = partial(_read_sides, spec, nvcc, Path(scratch), name, values)
-            if problem := _problem(spec, texts, read(changed), read):
+            if problem := _problem(spec, texts, shipped, name, values, read, spelled):
                 raise KernelDefaultError(problem)
+        texts.prefetch([(side, macros) for side, macros in spelled.items()])
+        if any(texts.digest(side, macros) != texts.digest(side, shipped) for side, macros in spelled.items()):
+            raise KernelDefaultError(_together(spec, left))
 
 
-def _read_sides(spec: KernelSpec, nvcc: str, scratch: Path, name: str, values: tuple[int | str, ...],
-                sides: list[str]) -> dict[str, _Default]:
-    """`_kernel_default` of `name` on each of `sides`, read at once."""
+def _read_sides(spec: KernelSpec, nvcc: str, scratch: Path, shipped: Macros, name: str,
+                values: tuple[int | str, ...], sides: list[str]) -> dict[str, _Default]:
+    """`_kernel_default` of `name` on each of `sides`, read at once, the other macros as the command has them."""
     with ThreadPoolExecutor(max(1, len(sides))) as pool:
-        jobs = {side: pool.submit(_kernel_default, spec, nvcc, scratch, name, values, side) for side in sides}
+        jobs = {side: pool.submit(_kernel_default, spec, nvcc, scratch, shipped, name, values, side) for side in sides}
     return {side: job.result() for side, job in jobs.items()}
 
 
-def _problem(spec: KernelSpec, texts: Preprocessed, found: dict[str, _Default],
-             read: Callable[[list[str]], dict[str, _Default]]) -> str | None:
-    """Why the build without the -D is not the baseline, for the sides whose code it changes (`found`,
-    read on each): a default the two sides see differently, or one that is not tune.toml's first
-    value, or one the probe calls the first value but that does not build as -D at it (a later
-    #undef/#define). `read` reads the other side where a refusal needs it (a default the device
-    code has at the first value and the host code not is the two sides' disagreement)."""
-    first = next(iter(found.values()))
-    name = first.name
-    if not (wrong := [default for default in found.values() if default.value != first.values[0]]):
+Reader = Callable[[str, tuple[int | str, ...], list[str]], dict[str, _Default]]
+
+
+def _problem(spec: KernelSpec, texts: Preprocessed, shipped: Macros, name: str, values: tuple[int | str, ...],
+             read: Reader, spelled: dict[str, dict[str, int | str | None]]) -> str | None:
+    """Why the shipped build's `name` (no -D, the other macros as the command has them) is not the
+    baseline's -D at the first value, on a side whose code that -D changes: a default the two sides
+    see differently, one that is not tune.toml's first value, or one that is it but is no one value
+    wherever it is read (`2+2`: `ty*2+2`), or one that does not build as -D at what the probe read
+    (a later #undef/#define). A default the first value spelled otherwise (`(16)`, `0x10`) is the
+    baseline: `spelled` takes it as the code spells it, for the check of all the macros together."""
+    at_first = {side: shipped | {name: values[0]} for side in SIDES}
+    texts.prefetch(list(at_first.items()))
+    changed = [side for side in SIDES if texts.digest(side, at_first[side]) != texts.digest(side, shipped)]
+    if not changed:
+        return None  # the same build either way
+    found = read(name, values, changed)  # each side whose code the -D changes; the other only to say a refusal's reason
+    if not (wrong := [default for default in found.values() if default.value != values[0]]):
+        if odd := next((default for default in found.values() if not _one_value(default)), None):
+            return _expression(spec, odd)
         # the same value, spelled otherwise (`(16)`): confirmed by building it so, each side at once
-        built = {side: {name: default.expansion} for side, default in found.items()}
-        texts.prefetch([(side, macros) for side, macros in built.items()])
+        built = {side: shipped | {name: default.expansion} for side, default in found.items()}
+        texts.prefetch(list(built.items()))
         for side, macros in built.items():
-            if texts.digest(side, macros) != texts.digest(side, {name: None}):
+            if texts.digest(side, macros) != texts.digest(side, shipped):
                 return _unconfirmed(spec, found[side], side)
+            spelled[side][name] = found[side].expansion
         return None
-    found = found | read([side for side in SIDES if side not in found])
+    found = found | read(name, values, [side for side in SIDES if side not in found])
     device, host = found["device"], found["host"]
     if _defined(device) and _defined(host) and _reading(device) != _reading(host):
         return _two_sides(spec, device, host)
     return _refusal(spec, wrong[0])
+
+
+def _one_value(default: _Default) -> bool:
+    """Whether `expansion` reads as one value wherever the code puts it, as the baseline's -D does:
+    an integer literal, or a whole in parentheses (`(BASE / 8)`); not `2+2`, which `ty * TILE` reads
+    as `ty*2+2`."""
+    expansion = str(default.expansion)
+    if expansion == str(default.value) or _c_integer(expansion) is not None:
+        return True
+    if not (expansion.startswith("(") and expansion.endswith(")")):
+        return False
+    depth = 0
+    for place, char in enumerate(expansion):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return place == len(expansion) - 1  # the first parenthesis closes at the end: one whole
+    return False
 
 
 def _defined(found: _Default) -> bool:
@@ -119,10 +154,12 @@ def _reading(found: _Default) -> str:
     return str(found.value) if found.value is not None else str(found.expansion)
 
 
-def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
+def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, shipped: Macros, name: str,
                     values: tuple[int | str, ...], side: str) -> _Default:
-    """What `name` expands to after the kernel's own #defines, without a -D for it, read on `side`."""
-    said = _probe(spec, nvcc, scratch, name, f"{_PROBE} {name}\n", side)
+    """What `name` expands to after the kernel's own #defines, without a -D for it, read on `side`
+    with the other tuned macros as the command has them (`shipped`: a default `TN` of `TM` is the
+    command's -DTM, not tune.toml's first TM)."""
+    said = _probe(spec, nvcc, scratch, shipped, f"{_PROBE} {name}\n", side)
     if said is None:
         return _Default(name, values, None, None)
     expansion = said[-1] if said else ""
@@ -131,19 +168,19 @@ def _kernel_default(spec: KernelSpec, nvcc: str, scratch: Path, name: str,
         # an expression (`(BLOCK / 8)`): the preprocessor's own arithmetic says which value it is; a
         # default #if cannot evaluate (a float, a string) fails this probe alone
         tests = "".join(f"#if ({name}) == ({v})\n{_PROBE} {v}\n#endif\n" for v in numbers)
-        found = _probe(spec, nvcc, scratch, name, tests, side)
+        found = _probe(spec, nvcc, scratch, shipped, tests, side)
         value = next((v for v in numbers if found and str(v) in found), None)
     return _Default(name, values, value, expansion)
 
 
-def _probe(spec: KernelSpec, nvcc: str, scratch: Path, name: str, lines: str, side: str) -> list[str] | None:
-    """What follows the probe's marker on each line of the kernel preprocessed (for `side`, `name`
-    without its -D) with `lines` after it; None where the preprocessor fails."""
+def _probe(spec: KernelSpec, nvcc: str, scratch: Path, shipped: Macros, lines: str, side: str) -> list[str] | None:
+    """What follows the probe's marker on each line of the kernel preprocessed (for `side`, with the
+    command's macros) with `lines` after it; None where the preprocessor fails."""
     probe = scratch / f"probe-{side}.cu"  # one per side: the sides are read at once
     probe.write_text(f'#include "{spec.source.resolve()}"\n{lines}', encoding="utf-8")
     out = scratch / f"probe-{side}.ii"
     out.unlink(missing_ok=True)
-    if not preprocess(spec, nvcc, {name: None}, out, source=str(probe), side=side):
+    if not preprocess(spec, nvcc, shipped, out, source=str(probe), side=side):
         return None
     text = out.read_text(encoding="utf-8", errors="replace").splitlines()
     return [" ".join(line.split(_PROBE, 1)[1].split()) for line in text if _PROBE in line]
@@ -189,6 +226,23 @@ def _unconfirmed(spec: KernelSpec, found: _Default, side: str) -> str:
             f"only at the end of the {side} code: built with -D{name} at what it reads there, the {side} code "
             f"differs (redefined after the code that reads it?), so it could not be confirmed that your build is the "
             f"baseline; add -D{name}=VALUE to the command")
+
+
+def _expression(spec: KernelSpec, found: _Default) -> str:
+    name, first = found.name, found.values[0]
+    return (f"{_where(spec, name)}, so your build has the kernel's own {name}, which expands to "
+            f"{str(found.expansion)[:80]!r}: it equals tune.toml's first value, {first}, but not wherever the code reads "
+            f"it (`x * {name}` is `x * {str(found.expansion)[:40]}`), so the baseline's -D{name}={first} is other code "
+            f"than the build you ship; add -D{name}={first} to the command, or parenthesise the kernel's default")
+
+
+def _together(spec: KernelSpec, left: list[tuple[str, tuple[int | str, ...]]]) -> str:
+    names = ", ".join(name for name, _ in left)
+    assert spec.shipped is not None
+    return (f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D for {names}: each of the kernel's "
+            f"own defaults is tune.toml's first value, but together they preprocess to other code than the baseline's "
+            f"{' '.join(f'-D{name}={values[0]}' for name, values in left)}, so the baseline would not be the build "
+            f"you ship; add those -D to the command")
 
 
 def _refusal(spec: KernelSpec, found: _Default) -> str:
