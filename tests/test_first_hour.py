@@ -32,6 +32,20 @@ def test_space_of_a_kernel_adds_its_macros(tmp_path: Path) -> None:
     assert "define.BLOCK" in result.stdout and "ptxas.maxrregcount" in result.stdout
 
 
+def test_a_tuned_macro_is_never_called_safe(tmp_path: Path) -> None:
+    """A user's first hour (HeCBench stencil1d): `space` called the stencil's RADIUS "safe", and
+    --objective instructions chose a smaller radius, another result. compileiq cannot tell what a
+    macro changes: its risk is the word of tune.toml, which lists the values as interchangeable."""
+    listed = run_cli(["space", str(ROOT / "kernels/reduction/reduction.cu"), "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["define.BLOCK"]["risk"] == "yours (tune.toml)"
+    assert rows["ptxas.opt_level"]["risk"] == "safe"
+    table = run_cli(["space", str(ROOT / "kernels/reduction/reduction.cu")], cwd=tmp_path)
+    line = next(line for line in table.stdout.splitlines() if "define.BLOCK" in line)
+    assert "yours" in line and "safe" not in line
+
+
 def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_missing(tmp_path: Path) -> None:
     """Issue 25.6: `space KERNEL` shows the macros the kernel tunes (values, default) before the
     compiler's options, and one stderr line names a header the preprocessor cannot find (the run

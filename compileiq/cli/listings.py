@@ -28,7 +28,7 @@ from compileiq.core.records import (
     TrialState,
     first_line,
 )
-from compileiq.core.space import same
+from compileiq.core.space import Parameter, same
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -210,12 +210,22 @@ def _listed(space: SearchSpace) -> list[Any]:
     return sorted(space.parameters, key=lambda p: not p.name.startswith("define."))
 
 
+MACRO_RISK = "yours (tune.toml)"
+
+
+def risk_label(parameter: Parameter) -> str:
+    """A compiler option's risk class; a tuned macro's is its owner's word: tune.toml lists its
+    values as interchangeable, and compileiq cannot tell what a macro changes (a tile size, or a
+    stencil's radius: another result), so it never calls one "safe"."""
+    return MACRO_RISK if parameter.name.startswith("define.") else parameter.risk
+
+
 def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Each parameter; with a shipped build (--compile-commands), `baseline` is the value the
     search starts from: the shipped one where the build sets it, else the default."""
     shipped = shipped or {}
     return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default,
-             **({"baseline": shipped.get(p.name, p.default)} if shipped else {}), "risk": p.risk,
+             **({"baseline": shipped.get(p.name, p.default)} if shipped else {}), "risk": risk_label(p),
              "help": p.help} for p in _listed(space)]
 
 
@@ -233,7 +243,7 @@ def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, An
         start = str(p.default) if p.name not in shipped else (
             f"{shipped[p.name]} (your build; the default)" if same(shipped[p.name], p.default)
             else f"{shipped[p.name]} (your build; default {p.default})")
-        table.add_row(escape(p.name), escape(values), escape(start), p.risk, escape(p.help))
+        table.add_row(escape(p.name), escape(values), escape(start), risk_label(p), escape(p.help))
     if space.restriction is not None:
         table.caption = restriction_line(space)
     return table
