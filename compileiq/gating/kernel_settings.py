@@ -76,6 +76,19 @@ def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
     return with_base_flags(spec, acf.base.as_args(), f"{acf.path}: base.nvcc_flags")
 
 
+def as_applied(own: KernelSpec, recorded: KernelSpec) -> KernelSpec | None:
+    """The ACF's build where its recorded base flags (`recorded`, `as_recorded`) are not the kernel's
+    (`own`), as applying its flags to the kernel's build gives it: with the kernel's nvcc -maxrregcount
+    where the ACF records none. nvcc hands ptxas its own cap after any -Xptxas one (13.0 `-dryrun`:
+    `ptxas --maxrregcount=40 -maxrregcount=32`) and cicc it alone, so the ACF's ptxas.maxrregcount
+    never ships beside it. None where that build's base flags are the kernel's own."""
+    cap = own.nvcc_flags.register_cap
+    if cap is None or recorded.nvcc_flags.register_cap is not None:
+        return recorded
+    flags = replace(recorded.nvcc_flags, flags=(*recorded.nvcc_flags.flags, cap))
+    return None if not difference(own, flags) else replace(recorded, nvcc_flags=flags)
+
+
 def as_tuned(recorded: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
     """`recorded` (`as_recorded`) with exactly the ACF's base flags, none of tune.toml's since: the
     build whose sources its `[kernel] source_sha256` hashes (the bundle's hash holds its base flags and

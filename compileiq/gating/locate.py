@@ -30,7 +30,7 @@ class Target:
     kernel_label: str  # the kernel path as found (relative when it was given relative)
     spec: KernelSpec  # the kernel's own settings (tune.toml, its compile command): the baseline's build
     measuring_args: tuple[str, ...] = ()  # the gate's --program/--metric-regex, for a re-tune command
-    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them
+    acf_spec: KernelSpec | None = None  # the ACF's build where its base flags are not the kernel's: tune.toml and them (`as_applied`)
     base_difference: BaseFlagDifference = field(default_factory=lambda: BaseFlagDifference((), ()))  # the ACF's base flags against the kernel's
     settings_origin: str = "tune.toml"  # where the kernel's base flags were read
     recorded_spec: KernelSpec | None = None  # tune.toml and the ACF's base flags: the settings it records
@@ -87,7 +87,8 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
     differ = kernel_settings.difference(spec, acf.base)
-    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), recorded if differ else None,
+    built = kernel_settings.as_applied(spec, recorded) if differ else None  # nvcc's -maxrregcount kept: it ships
+    return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), built,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
                   (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own), own.applied)
 

@@ -30,6 +30,7 @@ from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
+from compileiq.source.base_flags import CAPPED, overridden_cap
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
@@ -169,8 +170,10 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
     defaults = space.default_config().as_dict() | tuned.default_values()  # a macro's: tune.toml's first value
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
+    # nvcc's -maxrregcount added: it overrides the ACF's ptxas cap (said once, never as the cap's "-> default")
+    capped = overridden_cap(now.nvcc_flags, chosen) if tuned.nvcc_flags.register_cap is None else ""
     if added := [f for f in after if f not in before]:
-        changes.append(f"adds {' '.join(added)}")
+        changes.append(f"adds {' '.join(added)}" + (f", {capped}" if capped else ""))
     if dropped := [f for f in before if f not in after]:
         changes.append(f"drops {' '.join(dropped)}")
     if not added and not dropped and (moved_flags := reordered(before, after)):  # a move that changes no code is none
@@ -182,6 +185,8 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
     old, new = tuned.shipped_values(), now.shipped_values()  # a -D at tune.toml's first value is no change
     applied = False
     for name in dict.fromkeys([*old, *new]):  # `-ftz=true` added beside `--use_fast_math` builds the same code
+        if capped and name == CAPPED:
+            continue
         if old.get(name) != new.get(name) and implied.effective(old, defaults, name) != implied.effective(new, defaults, name):
             if implied.effective(new, defaults, name) == implied.effective(chosen, defaults, name):
                 applied = True  # the ACF's own choice, as `flags` gives it

@@ -10,7 +10,7 @@ changes the device code (it defines __OPTIMIZE__ in the device pass: `build.host
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from compileiq.core.defines import define_arg_problem, macro_problem
@@ -126,6 +126,18 @@ def cap_note(flags: BaseFlags) -> list[str]:
     note = (f"{CAPPED} is not searched: the base flags hold nvcc's {cap}, which caps registers for the front end "
             "(cicc) and ptxas alike and overrides any -Xptxas cap; to tune the cap, take it out of the build")
     return [note]
+
+
+def overridden_cap(flags: BaseFlags, controls: Mapping[str, object]) -> str:
+    """Where the base flags hold nvcc's -maxrregcount=N and `controls` (an ACF's) set ptxas.maxrregcount:
+    the clause that says the ACF's cap is overridden (nvcc 13.0 `-dryrun`: `ptxas --maxrregcount=40
+    -maxrregcount=32`, nvcc's own last), so a build of the command with the ACF's flags gets N; else ""."""
+    cap, chosen = flags.register_cap, controls.get(CAPPED, "default")
+    if cap is None or chosen == "default":
+        return ""
+    return (f"which overrides the ACF's {CAPPED} = {chosen} (-Xptxas=--maxrregcount={chosen}): nvcc hands ptxas its "
+            f"own cap after any -Xptxas one, so the ACF's flags applied to this build cap it at {cap.partition('=')[2]} "
+            "registers, the build the gate measured")
 
 
 def path_problem(path: str) -> str | None:

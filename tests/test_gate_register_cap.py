@@ -1,0 +1,42 @@
+"""The gate and a compile command that gained nvcc's own -maxrregcount after the ACF was tuned with
+an -Xptxas cap: nvcc hands ptxas its own cap after the -Xptxas one (13.0 `-dryrun`: `ptxas
+--maxrregcount=40 -maxrregcount=32`), so the ACF applied to that command builds at the command's cap."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from tests.helpers import run_cli
+from tests.test_gate_command_order import STENCIL
+
+
+def _database(folder: Path, command: str, name: str) -> None:
+    (folder / name).write_text(json.dumps([{"directory": str(folder), "command": command, "file": "k.cu"}]))
+
+
+def test_the_commands_register_cap_overrides_the_acfs_in_its_measured_build(tmp_path: Path) -> None:
+    """A first-time user's `sed s/-std=c++17/-std=c++17 -maxrregcount=32/`: the gate failed
+    worse-than-default "as shipped 100.0%, ACF 75.0%", the ACF built at its own 40-register cap,
+    a build that never ships (nvcc builds the command with the ACF's flags at 32 registers), and
+    the stale-settings finding said the ACF's cap went "-> default"."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "k.cu").write_text(STENCIL)  # 40 registers (75% at 256 threads) unless capped lower
+    _database(tmp_path, "nvcc -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o", "compile_commands.json")
+    out = tmp_path / "store" / "k.acf.toml"
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
+                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only",
+                    "nvcc.jump_table_density", "--objective", "static"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert tomllib.loads(out.read_text())["controls"]["ptxas.maxrregcount"] == 40
+    _database(tmp_path, "nvcc -maxrregcount=32 -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o", "cc_drift.json")
+    done = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    result = json.loads(done.stdout)["acfs"][0]
+    assert (result["measured"]["registers"], result["measured"]["occupancy"]) == (32, 1.0), result
+    assert not [f for f in result["findings"] if f["rule"] == "worse-than-default"], result
+    [stale] = [f["message"] for f in result["findings"] if f["message"].startswith("the compile command in")]
+    assert ("adds -maxrregcount=32, which overrides the ACF's ptxas.maxrregcount = 40 (-Xptxas=--maxrregcount=40): "
+            "nvcc hands ptxas its own cap after any -Xptxas one") in stale, stale
+    assert "-> default" not in stale, stale
