@@ -219,6 +219,16 @@ def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Pat
     assert first["purpose"] == SEARCH and len(first["claimed"]) == 4, rows
 
 
+def test_an_ask_past_any_number_is_an_unreadable_record(tmp_path: Path) -> None:
+    """A recorded ask of 1e999 configurations (infinity, as Python's json reads it) escaped the
+    replay's check of unreadable calls as an OverflowError; it is one, said so."""
+    _run_of(tmp_path, 4)
+    _edit_journal(tmp_path, '"ask"', '["ask", ', '["ask", 1e999, ')
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "did not replay: an unreadable record (OverflowError" in said[0], notes.notes
+
+
 def _edit_journal(tmp_path: Path, holding: str, old: str, new: str) -> None:
     """Edit the first journal row holding `holding`, as a forger with write access would."""
     with sqlite3.connect(tmp_path / "t.db") as conn:
