@@ -248,6 +248,41 @@ def test_a_row_edited_after_its_run_verified_it_is_no_longer_said_verified(kerne
     assert "verified by run 1" not in table.output and "edited since run 1" in table.output, table.describe()
 
 
+def test_a_row_whose_run_recorded_no_digest_is_never_said_verified(kernel: Path, tmp_path: Path) -> None:
+    """Red team (this round): the run's `digests` deleted beside the edit of a row it verified (or a
+    run of an older release, which recorded none): every view took the run at its word again and
+    said "chosen (verified by run 1)" beside forged numbers its ACF contradicts. No digest, no vouch."""
+    url = f"sqlite:///{tmp_path / 'team.db'}"
+    _tune(kernel, url)
+    chosen = acf.read(kernel / "k.acf.toml").provenance["trial"]
+    row = next(t for t in _trials(url) if t.number == chosen)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(trials_table.update().where(trials_table.c.id == row.id).values(
+            metrics={**row.metrics, "instructions": 20}))
+        (decision,) = conn.execute(sa.text("select decision from runs where id = 1")).one()
+        decision = json.loads(decision) if isinstance(decision, str) else decision
+        assert decision.pop("digests", None), decision
+        conn.execute(sa.text("update runs set decision = :d where id = 1"), {"d": json.dumps(decision)})
+    engine.dispose()
+    said = "checked by run 1, which recorded no digest: not vouched for"
+    shown = json.loads(run_cli(["show", "1", "--db", url, "--json", "--top", "100"], cwd=kernel).stdout)
+    assert all("verified by run" not in t["provenance"] for t in shown["trials"]), shown["trials"]
+    listed = next(t for t in shown["trials"] if t["number"] == chosen)
+    assert listed["status"] == "chosen" and listed["provenance"] == said, listed
+    baseline = next(t for t in shown["trials"] if t["number"] == 0)
+    assert baseline["provenance"] == said, baseline
+    for args in (["show", "1"], ["show", "1", "--why"], ["show", "1", "--why", "--json"]):
+        out = run_cli([*args, "--db", url], cwd=kernel)
+        assert out.returncode == 0 and "verified by run" not in out.output, out.describe()
+    assert "chosen (checked by run 1, which recorded no" in run_cli(["show", "1", "--db", url], cwd=kernel).output
+    for form in ("md", "html"):
+        made = run_cli(["report", "1", "--format", form, "-o", f"r.{form}", "--db", url], cwd=kernel)
+        assert made.returncode == 0, made.describe()
+        assert "verified by run" not in (kernel / f"r.{form}").read_text()
+    assert said in (kernel / "r.html").read_text()
+
+
 MACRO_KERNEL = """\
 extern "C" __global__ void __launch_bounds__(256, 2) fir(const float* in, float* out, int n) {
     float taps[TAPS];

@@ -219,6 +219,16 @@ def test_a_stop_outside_the_search_leaves_no_batch_to_finish_first(tmp_path: Pat
     assert first["purpose"] == SEARCH and len(first["claimed"]) == 4, rows
 
 
+def test_an_ask_past_any_number_is_an_unreadable_record(tmp_path: Path) -> None:
+    """A recorded ask of 1e999 configurations (infinity, as Python's json reads it) escaped the
+    replay's check of unreadable calls as an OverflowError; it is one, said so."""
+    _run_of(tmp_path, 4)
+    _edit_journal(tmp_path, '"ask"', '["ask", ', '["ask", 1e999, ')
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "did not replay: an unreadable record (OverflowError" in said[0], notes.notes
+
+
 def _edit_journal(tmp_path: Path, holding: str, old: str, new: str) -> None:
     """Edit the first journal row holding `holding`, as a forger with write access would."""
     with sqlite3.connect(tmp_path / "t.db") as conn:
@@ -226,3 +236,24 @@ def _edit_journal(tmp_path: Path, holding: str, old: str, new: str) -> None:
         edited = next((i, e) for i, e in rows if holding in e)
         conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?", (edited[1].replace(old, new, 1), edited[0]))
     conn.close()
+
+
+@pytest.mark.parametrize("field, forged", [("counters", "[1e999, 0.0, 0, 0.0]"), ("counters", "[1, 0.0, 1, 1" + "0" * 400 + "]"),
+                                           ("claimed", "[1e999]"), ("claimed", "[NaN]"), ("counters", "[NaN, 0.0, 0, 0.0]")])
+def test_a_journal_number_past_any_number_is_an_unreadable_record_not_a_crash(
+        tmp_path: Path, field: str, forged: str) -> None:
+    """Red team (this round): a journal row's counter or claimed number of 1e999 (infinity, as Python's
+    json reads it) or an integer past a float's range made `tune --resume` end in an OverflowError
+    traceback; it is an unreadable record, and the searcher is rebuilt from the trials as before."""
+    _run_of(tmp_path, 4)
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        row_id, text = conn.execute("SELECT id, entry FROM search_journal ORDER BY id").fetchone()
+        entry = json.loads(text)
+        entry[field] = "FORGED"
+        conn.execute("UPDATE search_journal SET entry = ? WHERE id = ?",
+                     (json.dumps(entry).replace('"FORGED"', forged), row_id))
+    conn.close()
+    notes = _run_of(tmp_path, 8, resume=True)
+    said = [note for note in notes.notes if note.startswith("--resume:")]
+    assert len(said) == 1 and "its record of the search is unreadable" in said[0] and "\n" not in said[0], notes.notes
+    assert len(_search(tmp_path)) == 8

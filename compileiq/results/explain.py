@@ -43,10 +43,11 @@ from compileiq.source.spec import ShippedBuild
 
 
 def _held(run: RunRecord, trial: Trial, how: str) -> str:
-    """How `run` checked the row ("verified", "replaced"), or "edited" where the row no longer holds
-    what the run recorded of it (`recorded_decision.row_digest`: a forged metric under its label)."""
+    """How `run` checked the row ("verified", "replaced"), "edited" where the row no longer holds what
+    the run recorded of it (`recorded_decision.row_digest`: a forged metric under its label), or
+    "undigested" where the run recorded no digest of it (an older release's run, or digests deleted)."""
     recorded = recorded_digest(run, trial.number)
-    return "edited" if recorded is not None and recorded != row_digest(trial) else how
+    return "undigested" if recorded is None else "edited" if recorded != row_digest(trial) else how
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,15 @@ class Explanation:
         replaced by run N's rebuild" (the row disagreed with that run's rebuild, was quarantined and now holds the
         rebuild: the baseline), "recorded by run N" (its worker ran a tune here), else "not
         recorded by a run of this database" (`db import`, or written by something that never tuned
-        here). Run rows are this database's own record; the latest run that checked a row says."""
+        here). Run rows are this database's own record; the latest run that checked a row says, only
+        while the row matches the digest it recorded of it (else: "... not vouched for")."""
         checked_by, first_run_of = self._vouched
         if trial.number in checked_by:
             run, how = checked_by[trial.number]
             if how == "edited":
                 return f"edited since run {run} checked it: not vouched for"
+            if how == "undigested":
+                return f"checked by run {run}, which recorded no digest: not vouched for"
             return f"verified by run {run}" if how == "verified" else f"quarantined and replaced by run {run}'s rebuild"
         if trial.worker and trial.worker in first_run_of:
             return f"recorded by run {first_run_of[trial.worker]}"

@@ -60,7 +60,8 @@ def row_digest(trial: Trial) -> str:
 
 def recorded_digest(run: RunRecord, number: int) -> str | None:
     """The digest `run` recorded of row `number` when it checked it; None where it recorded none (a
-    run of a release before digests were recorded: its word is taken as before)."""
+    run of a release before digests were recorded, or its digests removed since): the views then
+    vouch for nothing on that run's word (`explain.Explanation.provenance`)."""
     digests = run.decision.get("digests") if isinstance(run.decision, dict) else None
     found = digests.get(str(number)) if isinstance(digests, dict) else None
     return found if isinstance(found, str) else None

@@ -114,7 +114,7 @@ def replay(searcher: JournaledSearcher, calls: Iterable[Any], rules: ReplayRules
             _apply(searcher, call, rules)
         except ReplayMismatch:
             raise
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as error:  # int(1e999)
             raise ReplayMismatch(f"an unreadable record ({type(error).__name__}: {error})") from None
     searcher.take_journal()
 

@@ -59,7 +59,7 @@ def replayed(rows: Sequence[tuple[int, Any]], request: TuneRequest, trials: Sequ
         counters = each[-1]
         searching = str(rows[-1][1].get("purpose", SEARCH)) == SEARCH  # a stop outside the search: no batch to finish
         unmeasured = _unmeasured(each, [entry["calls"] for _, entry in rows])
-    except (TypeError, ValueError, KeyError, AttributeError) as error:
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:  # int(1e999): OverflowError
         return f"its record of the search is unreadable ({type(error).__name__})"
     if unmeasured:
         return f"its search did not replay: {unmeasured}"
