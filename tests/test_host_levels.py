@@ -124,3 +124,34 @@ def test_the_gate_reads_a_later_host_Os_as_dropping_an_applied_level(tmp_path: P
     gate = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "sized.json"], cwd=tmp_path)
     assert gate.returncode == 1 and "lowered-optimisation" in gate.output, gate.describe()
     assert "no host optimisation level, where the ACF applied -O3" in gate.output, gate.describe()
+
+
+# red team (this round): spellings of the host level that gcc takes inside -Xcompiler, read as none:
+# the baseline lacked the __OPTIMIZE__ the shipped build's device pass has (nvcc 13.0 -E, gcc 12)
+@pytest.mark.parametrize(("given", "level"), [
+    (("-Xcompiler --optimize=3",), 3), (("-Xcompiler --optimize",), 1),  # gcc: --optimize=N is -ON, --optimize -O
+    (("-Xcompiler=--optimize=2",), 2), (("--compiler-options -fPIC,--optimize=03",), 3),
+    (("-Xcompiler -O3", "-Xcompiler --optimize=s"), 0), (("-Xcompiler -O3", "-Xcompiler --optimize=0"), 0),
+    (("-Xcompiler=-O3 -fPIC",), 3), (("--compiler-options=-fPIC -O2",), 2),  # one word of the command, with a space
+    (("-Xcompiler=-O3 -Os",), 0), (("-Xcompiler '-O3'",), 3),  # the shell takes the quotes off: -O3
+    (("-O4",), 3), (("-O03",), 3), (("--optimize=03",), 3),  # nvcc hands the host compiler -O4, -O3
+])
+def test_gcc_and_nvcc_spellings_of_the_level_are_read(given: tuple[str, ...], level: int) -> None:
+    assert level_of(given) == level
+
+
+def _project_arguments(folder: Path, arguments: list[str]) -> None:
+    (folder / "k.cu").write_text(READS_OPTIMIZE_NOT_SIZE)
+    (folder / "compile_commands.json").write_text(json.dumps([{"directory": str(folder), "file": "k.cu",
+                                                               "arguments": arguments}]))
+
+
+@pytest.mark.parametrize("host", [["-Xcompiler", "--optimize=3"], ["-Xcompiler=-O3 -fPIC"], ["-Xcompiler", "'-O3'"]])
+def test_a_host_level_spelled_as_gcc_takes_it_is_the_build_tune_baselines(tmp_path: Path, host: list[str]) -> None:
+    _project_arguments(tmp_path, ["nvcc", *host, "-arch=sm_90", "-c", "k.cu", "-o", "k.o"])
+    said, acf = _tune(tmp_path)
+    assert acf["base"]["nvcc_flags"] == ["-O3"], said  # type: ignore[index]
+    assert acf["evidence"]["baseline"]["registers"] == _registers(tmp_path, "-Xcompiler -O3")  # type: ignore[index]
+    gate = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "compile_commands.json"],
+                   cwd=tmp_path)
+    assert gate.returncode == 0 and "lowered-optimisation" not in gate.output, gate.describe()

@@ -7,10 +7,12 @@ them where that is -O1..-O3, never an -O0 (nvcc 13.0 -dryrun: `nvcc -O1 -Xcompil
 at -O3 too). The host compiler takes its last -O item. So the build's level is nvcc's last -O where
 it is -O1..-O3, else the last -O item of all the command's -Xcompiler values together, whichever
 option holds it: `-Xcompiler -O3 -Xcompiler -Os` builds at -Os as `-Xcompiler -O3,-Os` does. A
-level is nvcc's exact -O0..-O3 (`-O3`, `-O 3`, `--optimize 3`, `--optimize=3`), or a host -O<n> in an
+level is nvcc's -O<n> (`-O3`, `-O 3`, `--optimize 3`, `--optimize=3`), or a host -O<n> in an
 -Xcompiler item, other items beside it or not (`-Xcompiler -fPIC,-O3` and `-Xcompiler "-fPIC -O3"`
 hand the host compiler -O3 as `-Xcompiler -O3` does; gcc reads any number, -O4 and -O03 are -O3;
-gcc's -O and -Og are -O1: they predefine the same macros);
+gcc's -O and -Og are -O1: they predefine the same macros; gcc's --optimize=3 is -O3, --optimize -O;
+the value of one word `"-Xcompiler=-fPIC -O3"` is read as `-Xcompiler "-fPIC -O3"`'s, a quoted '-O3' as
+-O3, as the shell nvcc hands it to reads them; nvcc's own -O4, -O03 hand the host compiler -O4, -O3);
 where the host compiler's last -O item is another (-Os, -Oz, -Ofast), the build has no level: the
 level's effect on the device pass is the macro nvcc's own -O gives, and -Os gives another
 (__OPTIMIZE_SIZE__). Any other host option (-fPIC, -Os, -Ofast,
@@ -27,12 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from compileiq.source import nvcc_argv
-from compileiq.source.preprocessor import MAY_CHANGE_MACROS
+from compileiq.source.preprocessor import MAY_CHANGE_MACROS, unquoted
 from compileiq.source.shipped import HOST_OPTIMISATION
 from compileiq.source.spec import FixedFlag
 
 _LEVEL = re.compile(r"-O([0-9]+)")
 _HOST_COMPILER = ("-Xcompiler", "--compiler-options")
+_GCC_LONG = re.compile(r"--optimize(=.*)?")  # gcc's long spelling of -O: --optimize is -O, --optimize=3 is -O3
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,10 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
     item: a level where that is -O0..-O3, whatever else it holds (nvcc 13.0 -dryrun: `-Xcompiler
     -fPIC,-O3` and `-Xcompiler "-fPIC -O3"` hand the host compiler `-fPIC -O3`), else None for the
     level (-Os, -Ofast: the host compiler takes it over any earlier -O3, of this option or another;
-    gcc's -O and -Og are -O1, `_level_of`)."""
-    name, _, value = given.partition(" ")  # `-Xcompiler VALUE` as given: VALUE is one word of the command
-    if name not in _HOST_COMPILER or not value:
+    gcc's -O and -Og are -O1, `_level_of`). nvcc's own -O<n> is a level of any number as the host
+    compiler's is (nvcc 13.0 hands it -O4 for -O4, -O3 for -O03: __OPTIMIZE__ in the device pass)."""
+    host = _host_option(given)
+    if host is None:
         try:
             words = shlex.split(given)
         except ValueError:
@@ -78,15 +82,39 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
         if len(found) != 1:
             return None
         name, value, _ = found[0]
-    if name in ("-O", "--optimize") and value in ("0", "1", "2", "3"):
-        return int(value), False, False
-    if name not in _HOST_COMPILER:
-        return None
-    items = [item for item in re.split(r"[,\s]+", value) if item]  # nvcc splits at commas, the host at spaces
+        if name in _HOST_COMPILER:
+            host = value
+        elif name in ("-O", "--optimize") and value.isdigit():
+            return min(int(value), 3), False, False
+        else:
+            return None
+    items = _host_items(host)
     last = [item for item in items if item.startswith("-O")][-1:]  # the host compiler takes its last -O item
     if not last:
         return None
     return _level_of(last[0]), True, not all(_level_of(item) is not None for item in items)
+
+
+def _host_option(given: str) -> str | None:
+    """The value of an -Xcompiler (--compiler-options) option as a command's reading gives it: two
+    words joined with a space (`-Xcompiler VALUE`), or one (`-Xcompiler=VALUE`); VALUE may hold
+    spaces either way (`"-Xcompiler=-O3 -fPIC"`, one word of the command). None for any other."""
+    for joint in (" ", "="):
+        name, found, value = given.partition(joint)
+        if found and name in _HOST_COMPILER:
+            return value
+    return None
+
+
+def _host_items(value: str) -> list[str]:
+    """The options the host compiler gets from one -Xcompiler value: nvcc splits it at commas, the
+    shell each item at its blanks and takes a quoted word's quotes off ('-O3' is -O3; a value the
+    shell would read more into is refused as the command is read, `preprocessor.shell_words`);
+    gcc's (and clang's) --optimize as its -O, --optimize=N as -ON (`gcc --optimize=3` predefines what
+    -O3 does; --optimize=s is -Os)."""
+    words = [unquoted(word) or word for word in re.split(r"[,\s]+", value) if word]
+    return ["-O" + word.removeprefix("--optimize").removeprefix("=") if _GCC_LONG.fullmatch(word) else word
+            for word in words]
 
 
 def _level_of(item: str) -> int | None:

@@ -164,7 +164,7 @@ def shell_words(value: str, given: str, where: str, variables: bool = False, pwd
     folder is one plain word (a space in $PWD's value would split it too). Any other variable is
     refused naming it: its value may hold a space (dash's PS4 is "+ ")."""
     words = [word for word in value.split(" ") if word]
-    if len(words) == 1 and (plain := _unquoted(words[0])) is not None:  # '-fPIC' (PyTorch's cpp_extension)
+    if len(words) == 1 and (plain := unquoted(words[0])) is not None:  # '-fPIC' (PyTorch's cpp_extension)
         value, words = plain, [plain]  # as the shell hands it on: '-DX=1' is -DX=1
     syntax = [c for c in value if c in _ONE_WORD_SYNTAX]  # read even in one word: never set aside
     shell = [c for c in value if c in _EXPANSIONS or c in (_SHELL_SYNTAX if len(words) > 1 else _ONE_WORD_SYNTAX)]
@@ -185,7 +185,7 @@ def shell_words(value: str, given: str, where: str, variables: bool = False, pwd
     return words
 
 
-def _unquoted(word: str) -> str | None:
+def unquoted(word: str) -> str | None:
     """A one-word value whose only shell syntax is quoting and escapes, as /bin/sh hands it on
     (`'-fPIC'` is -fPIC, `"-DX=1"` is -DX=1); None where it holds more (an expansion, a glob, a
     separator: refused by the caller) or the quotes do not close."""
