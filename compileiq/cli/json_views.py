@@ -3,12 +3,14 @@ objective. One module for every JSON shape, so that each is built once."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from compileiq.cli.console import kind_label
 from compileiq.cli.render import baseline_label_of, config_of, launch_note, to_time_entries
 from compileiq.core.readings import reading
 from compileiq.core.records import Study, Trial
+from compileiq.evaluate import unscored
 
 if TYPE_CHECKING:
     from compileiq import app
@@ -19,7 +21,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
     objective = result.study.key.objective
     return {
         "study": study_json(result.study, result.chosen, len(result.trials)),
-        "objective": objective_json(objective),
+        "objective": objective_json(objective, result.baseline.metrics),
         "baseline": trial_json(result.baseline, objective),
         "baseline_label": baseline_label_of(report),
         "best": trial_json(result.chosen, objective),
@@ -56,13 +58,17 @@ def _confirmation_json(confirmation: Any) -> dict[str, Any] | None:
     return None if confirmation is None else confirmation_table(confirmation)
 
 
-def objective_json(objective: str) -> dict[str, Any]:
+def objective_json(objective: str, baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The objective with its kind, unit and direction (`core.readings`): how its values read.
-    Several objectives have no one unit or direction: each is given in `objectives`, in order."""
+    Several objectives have no one unit or direction: each is given in `objectives`, in order. Where
+    tune.toml's entries left kernels unscored (the `baseline` trial's metrics say so), `scored` names
+    the kernels it scored (`unscored.scored`)."""
+    found = unscored.scored(baseline) if baseline is not None else None
+    scored = {"scored": found} if found is not None else {}
     if "," in objective:
         each = [_reading_json(name) for name in objective.split(",")]
-        return {"name": objective, "kind": kind_label(objective), "objectives": each}
-    return {"name": objective, "kind": kind_label(objective)} | _reading_json(objective)
+        return {"name": objective, "kind": kind_label(objective), "objectives": each} | scored
+    return {"name": objective, "kind": kind_label(objective)} | _reading_json(objective) | scored
 
 
 def _reading_json(objective: str) -> dict[str, Any]:

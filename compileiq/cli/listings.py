@@ -29,6 +29,7 @@ from compileiq.core.records import (
     first_line,
 )
 from compileiq.core.space import Parameter, same
+from compileiq.evaluate import unscored
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -102,7 +103,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, counts.trials),
-            "objective": objective_json(objective), "to_retry": counts.to_retry,
+            "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None),
+            "to_retry": counts.to_retry,
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
             "trials": [trial_json(t, objective, explanation.refusal(t))
@@ -181,7 +183,9 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
     chosen, then the refused ones, each with its status."""
     objective = study.key.objective
-    title = f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading})"
+    scoring = unscored.scoring_text(explanation.baseline.metrics) if explanation.baseline is not None else None
+    title = (f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
+             f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))
     for column in ("#", "value", *METRIC_COLUMNS, "status",
                    "settings that differ from the baseline"):

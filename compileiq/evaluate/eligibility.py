@@ -13,6 +13,8 @@ GPU must be safe to apply blind, so every static objective is bound by these rul
 - `static` (the default) changes a setting only when no static metric gets worse: no lower
   occupancy either. `spills`, `registers`, `occupancy` and `instructions` may trade occupancy for
   fewer spill bytes (that trade is what they are asked for), never for anything else;
+- the kernels tune.toml's `entries` leave unscored are held to the same spill and occupancy rules
+  (`unscored`): -Xptxas flags build every kernel of the file, whatever the objective scores;
 - a candidate replaces the defaults only if it is strictly better on the objective; among equals
   the one with the fewest changed settings wins, the defaults first.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
+from compileiq.evaluate.unscored import Unscored, unscored_refusal
 from compileiq.source.spec import SHIPPED, ShippedBuild
 
 Refusal = Callable[[Trial], str | None]  # why a trial may not win, or None when it may
@@ -111,6 +114,7 @@ class Reference:
     config: Mapping[str, Any]
     objective: str = "static"  # the study's objective(s), comma-separated
     against: str = DEFAULTS  # what the baseline is, for refusals: "your build as shipped (...)" where it is
+    unscored: Unscored | None = None  # the kernels tune.toml's `entries` leave unscored (None: it names none)
 
     @classmethod
     def of(cls, baseline: Trial, objective: str = "static", against: str = DEFAULTS) -> Reference | None:
@@ -119,7 +123,7 @@ class Reference:
         if baseline.state is not TrialState.COMPLETE or missing_metrics(metrics) is not None:
             return None
         return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective,
-                   against)
+                   against, Unscored.of(metrics))
 
     @property
     def measured(self) -> bool:
@@ -173,6 +177,8 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
             return f"{lower} with no fewer spill bytes"
         if reference.pareto_safe:
             return f"{lower} for fewer spill bytes: a trade-off `static` never makes without a GPU"
+    if unscored := unscored_refusal(metrics, reference.unscored, reference.against, reference.pareto_safe):
+        return unscored
     lowered = lowered_optimisation(config, reference.config)
     if lowered and not reference.measured:
         return f"lowers optimisation ({', '.join(lowered)}): only a measured runtime can justify it"

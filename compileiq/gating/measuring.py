@@ -16,6 +16,7 @@ from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
 from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.evaluate.unscored import Unscored
 from compileiq.gating import kernel_settings
 from compileiq.gating.flag_order import same_code_order
 from compileiq.gating.locate import Target
@@ -140,4 +141,5 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
         return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
     return Measured(bundle.sha256, toolchain.nvcc_build, None, metrics.spill_bytes, metrics.registers,
-                    metrics.occupancy, build.code_hash or "", metrics.instructions, settings)
+                    metrics.occupancy, build.code_hash or "", metrics.instructions, settings,
+                    Unscored.of(evaluation.metrics))

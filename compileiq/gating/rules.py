@@ -20,6 +20,7 @@ from compileiq.evaluate.stats import (
     Verdict,
     interleaved,
 )
+from compileiq.evaluate.unscored import Unscored
 
 
 class Severity(str, Enum):
@@ -112,6 +113,7 @@ class Measured:
     code_hash: str = ""
     instructions: int = 0
     settings_sha256: str = ""
+    unscored: Unscored | None = None  # the kernels tune.toml's entries leave unscored (`gating.scored_kernels`)
 
 
 @dataclass(frozen=True)
@@ -328,11 +330,8 @@ def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str, capped:
 def _pct(value: float) -> str: return f"{value:.1%}"
 
 
-# --- timing (GPU) -------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class Timing:
+class Timing:  # the timing (GPU) rules from here
     vs_default: Comparison  # ratio = ACF / the baseline tune started from (Defaults)
     vs_recorded: Comparison | None  # ratio = ACF / recorded median
     against: str = "the compiler defaults"  # that baseline's name (Defaults.name)

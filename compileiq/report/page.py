@@ -38,7 +38,7 @@ from compileiq.report.figures import (
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.results import multi_objective
 from compileiq.results.ablation import RULE, Ablation, missing_note
-from compileiq.results.evidence import SHOWN_KEYS, shown_metrics
+from compileiq.results.evidence import SHOWN_KEYS, scoring_text, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, values_by_objective
@@ -89,10 +89,9 @@ class StudyReport:
 
     @property
     def heading(self) -> str:
-        """The unit and direction of the objective, or of each objective by name."""
-        if len(self.objectives) == 1:
-            return self.reading.heading
-        return "; ".join(f"{r.objective}: {r.heading}" for r in self.readings)
+        """The objective's unit and direction (each's by name), then what it scored (`evidence.scoring_text`)."""
+        heading = "; ".join(f"{r.objective}: {r.heading}" if len(self.readings) > 1 else r.heading for r in self.readings)
+        return f"{heading}; {s}" if (b := self.explanation.baseline) and (s := scoring_text(b.metrics)) else heading
 
     def values(self, trial: Trial) -> tuple[float | None, ...]:
         """The trial's recorded (minimised) value of each objective; None where it has none."""

@@ -70,6 +70,7 @@ class Acf:
     remove: tuple[str, ...] = ()  # shipped flags the chosen settings turn off: remove them from the command
     mode: str | None = None  # how a timed run reported its time ("harness", "program"); None: not recorded
     metric_regex: str | None = None  # program mode: the pattern its time was read with (recorded, never used)
+    entries: tuple[str, ...] | None = None  # tune.toml's entries it was scored by (None: none recorded)
 
     def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
               absolute: bool = False) -> tuple[str, ...]:
@@ -231,8 +232,14 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
         ptxas_args=full_space.ptxas_args(config), argv=argv, objective=dict(data.get("objective", {})),
         evidence=dict(data.get("evidence", {})), provenance=dict(data.get("provenance", {})), data=data,
         base=base_flags, restrictions=restrictions, shipped=shipped, remove=remove, mode=mode,
-        metric_regex=metric_regex,
+        metric_regex=metric_regex, entries=_entries(kernel),
     )  # fmt: skip
+
+
+def _entries(kernel: dict[str, Any]) -> tuple[str, ...] | None:
+    """kernel.entries: the kernels its objective scored (tune.toml's entries); None where it records
+    none: every kernel was scored, or (an ACF written before they were recorded) nobody can tell."""
+    return tuple(_strings(kernel["entries"], "kernel.entries")) if "entries" in kernel else None
 
 
 def _restrictions(path: Path, texts: Any, config: Config, fixed: tuple[str, ...]) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
-from compileiq.evaluate import eligibility
+from compileiq.evaluate import eligibility, unscored
 from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results import evidence_wording as wording
@@ -69,7 +69,7 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
                     **({"searched": dict(narrowed)} if narrowed else {}),
                     ALLOWED_RISKS: allowed_risks(spec, narrowed or {})},
         base_flags=base_flags(spec), settings_sha256=spec.settings_sha256(), restrictions=spec.restrictions,
-        settings_identities=spec.settings_sha256s(),
+        settings_identities=spec.settings_sha256s(), entries=spec.entries,
         baseline=baseline_table(spec.shipped, chosen.config, acf_path) if spec.shipped is not None else None,
         mode=mode, metric_regex=metric_regex,
     )  # fmt: skip
@@ -268,6 +268,12 @@ def evidence(trial: Trial, origin: str) -> dict[str, Any]:
     shown = shown_metrics(trial.metrics)
     found = {name: shown[name] for name in SHOWN_KEYS if shown.get(name) is not None}
     return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
+
+
+def scoring_text(metrics: Mapping[str, Any]) -> str | None:
+    """What the objective scored where tune.toml's entries left kernels out (`unscored.scoring_text`),
+    for the views that may not read `evaluate` (the report)."""
+    return unscored.scoring_text(metrics)
 
 
 def shown_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:

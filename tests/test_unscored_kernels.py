@@ -1,0 +1,101 @@
+"""tune.toml's `entries` narrow what the objective scores, but -Xptxas flags build every kernel of
+the file: a choice may not make the kernels left unscored spill (or lose occupancy the rules
+refuse), the gate holds an ACF to that, and where the entries changed since the tuning the gate
+says the evidence was scored under other settings instead of accusing an edit (a user's HeCBench
+scan: a register cap that helped `scan<int, 1024>` made 20 of its 40 kernels spill, gate passed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from tests.helpers import run_cli
+
+# `scored`: 32 registers at the defaults, 24 without a spill under a cap of 24; `other`: 116
+# registers at the defaults, spilling under any cap of 96 or less.
+KERNELS = """\
+__global__ void scored(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc = 0.f;
+#pragma unroll
+  for (int t = 0; t < 32; ++t) acc += x[i + t * n] * x[i + t * n + 1];
+  y[i] = acc;
+}
+__global__ void other(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float a[20];
+#pragma unroll
+  for (int t = 0; t < 20; ++t) a[t] = x[(i + t * 7) % n];
+  float acc = 0.f;
+#pragma unroll
+  for (int t = 0; t < 20; ++t)
+#pragma unroll
+    for (int u = 0; u < 20; ++u) acc += a[t] * a[u] * (t ^ u);
+  y[i] = acc;
+}
+"""
+TUNE_TOML = 'entries = ["scored"]\nblock_size = 256\n'
+
+
+@pytest.fixture(scope="module")
+def tuned_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two kernels tuned once for registers on the cap alone, `entries` naming `scored`."""
+    folder = tmp_path_factory.mktemp("unscored")
+    (folder / "k.cu").write_text(KERNELS)
+    (folder / "tune.toml").write_text(TUNE_TOML)
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                    "--budget", "11", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return folder
+
+
+def _tuned(tuned_once: Path, tmp_path: Path) -> Path:
+    """A copy of the tuned folder (a test edits it): its ACF."""
+    shutil.copytree(tuned_once, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "k.acf.toml"
+
+
+def test_a_choice_never_makes_the_kernels_entries_leave_unscored_spill(tuned_once: Path, tmp_path: Path) -> None:
+    acf = tomllib.loads(_tuned(tuned_once, tmp_path).read_text())
+    # the cap of 24 scores better (32 -> 24 registers, no spill in `scored`) but makes `other` spill
+    assert acf["controls"].get("ptxas.maxrregcount", "default") in ("default", 128, 168, 255), acf["controls"]
+    assert acf["kernel"]["entries"] == ["scored"], acf["kernel"]  # the kernel settings it was scored by
+    shown = run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    document = json.loads(shown.stdout)
+    assert document["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 1}, document["objective"]
+    capped = [t for t in document["trials"] if t["config"].get("ptxas.maxrregcount") == 24]
+    assert capped and "leave unscored" in capped[0]["refused"] and "other" in capped[0]["refused"], capped
+    table = run_cli(["show", "1", "--db", "sqlite:///t.db"], cwd=tmp_path)
+    assert "scored only scored (tune.toml's entries)" in " ".join(table.stdout.split()), table.stdout
+
+
+def test_the_gate_refuses_flags_that_make_unscored_kernels_spill(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    document["controls"]["ptxas.maxrregcount"] = 24  # what the tuning chose before it held unscored kernels
+    document["args"]["ptxas"] = ["--maxrregcount=24"]
+    kept = [arg for arg in document["args"]["argv"] if "maxrregcount" not in arg]
+    document["args"]["argv"] = [*kept, "-Xptxas=--maxrregcount=24"]
+    capped = tmp_path / "capped.acf.toml"
+    capped.write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "capped.acf.toml"], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    lines = [line for line in gated.stdout.splitlines() if "worse-than-default" in line and "leave unscored" in line]
+    assert lines and "other" in lines[0], gated.stdout
+
+
+def test_changed_entries_are_stale_settings_not_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    (tmp_path / "tune.toml").write_text("block_size = 256\n")  # `entries` removed: every kernel scored now
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert "error evidence" not in gated.stdout and "was edited" not in gated.stdout, gated.stdout
+    said = " ".join(gated.stdout.split())
+    assert "warn stale-settings: the ACF's evidence was scored under other kernel settings" in said, gated.stdout
+    assert "entries: [scored] when tuned, every kernel now" in said, gated.stdout
