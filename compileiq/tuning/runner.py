@@ -26,7 +26,6 @@ from compileiq.evaluate.metrics import NAMING_FAILURES, Evaluation
 from compileiq.store import Store
 from compileiq.store.group_commit import GroupCommit
 from compileiq.tuning.build_records import build_from_record, build_record, deterministic
-from compileiq.tuning.compile_order import LongestFirst
 from compileiq.tuning.jobs import Jobs, Target
 from compileiq.tuning.progress import Evaluator, Outcome, Progress, RunCounters
 from compileiq.tuning.shared_builds import Heartbeat, SharedBuilds
@@ -80,7 +79,6 @@ class TrialRunner:
         self._best_known = True  # False: the rule changed, recompute on the next `best()`
         self._commit: GroupCommit | None = None  # during `run`: results wait here (group commit)
         self._configs: dict[str, Config] = {}
-        self._order = LongestFirst()  # a batch's compiles start longest predicted first
 
     @property
     def refusal(self) -> Callable[[Trial], str | None]:
@@ -101,7 +99,6 @@ class TrialRunner:
         for trial in trials:
             if trial.state is not TrialState.COMPLETE or trial.value is None or trial.id in self._seen:
                 continue
-            self._order.learn(trial.config, trial.compile_seconds)
             if trial.code_hash and trial.code_hash not in self._by_code:
                 self._by_code[trial.code_hash] = trial
             self._seen.add(trial.id)
@@ -140,15 +137,14 @@ class TrialRunner:
             return jobs
         keys = {trial.id: self._jobs.build_key(self.config_of(trial)) for trial in batch}
         cache = self._store.get_builds(set(keys.values()))
-        hits, compile = [], []
+        hits = []
         for trial in batch:
             cached = cache.get(keys[trial.id])
             if cached is None or not deterministic(cached):
                 self._claimed[trial.id] = (trial, keys[trial.id])
-                compile.append(trial)
+                jobs.append(self._job(trial))
             else:
                 hits.append((trial, cached))
-        jobs = [self._job(trial) for trial in self._order.order(compile, lambda trial: trial.config)]
         if jobs and self._workers is None:  # where this batch compiles is said before any of its trial lines
             self._start_workers()
         for trial, cached in hits:
