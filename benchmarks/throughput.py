@@ -212,9 +212,11 @@ def full_nvcc(plan: Recipe, configs: Sequence[Config], threads: int) -> Timed:
     load = os.getloadavg()[0]
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(_variant, [plan.full_nvcc_argv(c, folder / f"{i}.cubin") for i, c in enumerate(configs)]))
+        built = list(pool.map(_variant, [plan.full_nvcc_argv(c, folder / f"{i}.cubin") for i, c in enumerate(configs)]))
+    failed = built.count(False)
     return Timed(f"extra: full nvcc -cubin per variant ({threads} at a time)", len(configs),
-                 time.perf_counter() - start, load, "the front end rebuilt for every variant")
+                 time.perf_counter() - start, load,
+                 "the front end rebuilt for every variant" + (f" ({failed} failed)" if failed else ""))
 
 
 def main() -> None:
