@@ -99,3 +99,47 @@ def test_changed_entries_are_stale_settings_not_edited_evidence(tuned_once: Path
     said = " ".join(gated.stdout.split())
     assert "warn stale-settings: the ACF's evidence was scored under other kernel settings" in said, gated.stdout
     assert "entries: [scored] when tuned, every kernel now" in said, gated.stdout
+
+
+def test_a_forged_acf_cannot_claim_other_entries_to_hide_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    document["evidence"]["best"]["registers"] = 7  # edited evidence
+    document["evidence"]["baseline"]["registers"] = 99
+    document["objective"].update(baseline=99.0, best=7.0, improved=True)
+    document["kernel"]["entries"] = ["nothing"]  # and the ACF's own word that the entries changed
+    document["kernel"]["settings_sha256"] = "0" * 64
+    out.write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    assert "error evidence" in gated.stdout, gated.stdout
+
+
+def test_an_older_acf_without_entries_never_hides_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    del document["kernel"]["entries"]  # as an ACF written before entries were recorded
+    document["evidence"]["best"]["registers"] = 7
+    document["objective"].update(best=7.0, improved=True)
+    out.write_text(tomli_w.dumps(document))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML + "rtol = 0.01\n")  # another setting changed since
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert gated.returncode == 1 and "error evidence" in gated.stdout, gated.describe()
+    assert "every kernel when tuned" not in " ".join(gated.stdout.split()), gated.stdout
+
+
+def test_the_unscored_finding_says_what_was_measured_in_the_unit_of_its_reason(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    document["controls"]["ptxas.maxrregcount"] = 24
+    document["args"]["ptxas"] = ["--maxrregcount=24"]
+    kept = [arg for arg in document["args"]["argv"] if "maxrregcount" not in arg]
+    document["args"]["argv"] = [*kept, "-Xptxas=--maxrregcount=24"]
+    (tmp_path / "capped.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "capped.acf.toml", "--json"], cwd=tmp_path)
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"]
+                if f["rule"] == "worse-than-default" and "leave unscored" in f["message"]]
+    assert findings, gated.stdout
+    # the ACF's [evidence.baseline] holds no number for them: `recorded` says so, never a number measured now
+    assert "not recorded" in findings[0]["recorded"], findings
+    assert "ACF" in findings[0]["measured"] and "B" in findings[0]["measured"], findings
