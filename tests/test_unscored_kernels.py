@@ -143,3 +143,52 @@ def test_the_unscored_finding_says_what_was_measured_in_the_unit_of_its_reason(t
     # the ACF's [evidence.baseline] holds no number for them: `recorded` says so, never a number measured now
     assert "not recorded" in findings[0]["recorded"], findings
     assert "ACF" in findings[0]["measured"] and "B" in findings[0]["measured"], findings
+
+
+HELPER = """
+#if HELPER
+__global__ void __launch_bounds__(128) helper(float* y) { y[threadIdx.x] = 0.f; }
+#endif
+"""
+
+
+def test_an_unscored_kernel_with_smaller_launch_bounds_never_fails_the_study(tmp_path: Path) -> None:
+    # tune.toml's block_size = 256 is the entries'; a helper bounded at 128 threads is no launch of it
+    (tmp_path / "k.cu").write_text(KERNELS + HELPER.replace("#if HELPER\n", "").replace("#endif\n", ""))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML)
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                    "--budget", "3", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 2}, shown["objective"]
+
+
+def test_a_variant_without_unscored_kernels_is_not_refused_for_want_of_their_metrics(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(KERNELS.split("__global__ void other")[0] + HELPER.replace("__launch_bounds__(128) ", ""))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML + "[tune.defines]\nHELPER = [1, 0]\n")
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "define.HELPER",
+                    "--budget", "2", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    without = [t for t in shown["trials"] if t["config"].get("define.HELPER") == 0]
+    assert without and "no static metrics" not in str(without[0].get("refused")), without
+
+
+@pytest.mark.parametrize("table", [
+    {"spill_bytes": 1e999, "occupancy": 1.0, "spilling": [], "kernels": 1},
+    {"spill_bytes": -1, "occupancy": 1.0, "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": float("nan"), "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.5, "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": "abc", "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": True},
+    "damaged",
+])
+def test_a_damaged_unscored_table_is_a_damaged_row(table: object) -> None:
+    from compileiq.core import metric_ranges
+    from compileiq.evaluate.unscored import Unscored
+
+    metrics = {"spill_bytes": 0, "occupancy": 1.0, "unscored": table}
+    assert (problem := metric_ranges.problem(metrics)) and problem.startswith("unscored"), problem
+    assert Unscored.of(metrics) is None  # never raises (OverflowError on 1e999 crashed show, report, tune)
