@@ -192,3 +192,20 @@ def test_a_damaged_unscored_table_is_a_damaged_row(table: object) -> None:
     metrics = {"spill_bytes": 0, "occupancy": 1.0, "unscored": table}
     assert (problem := metric_ranges.problem(metrics)) and problem.startswith("unscored"), problem
     assert Unscored.of(metrics) is None  # never raises (OverflowError on 1e999 crashed show, report, tune)
+
+
+def test_a_study_recorded_before_unscored_kernels_were_held_scores_its_baseline_again(
+        tuned_once: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    _tuned(tuned_once, tmp_path)
+    with sqlite3.connect(tmp_path / "t.db") as db:  # as an older compileiq recorded the study
+        db.execute("UPDATE trials SET metrics = json_remove(metrics, '$.unscored')")
+    again = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                     "--budget", "11", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                     "--out", "k.acf.toml"], cwd=tmp_path)
+    assert again.returncode == 0, again.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 1}, shown["objective"]
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()
