@@ -160,6 +160,8 @@ def test_an_unscored_kernel_with_smaller_launch_bounds_never_fails_the_study(tmp
                     "--budget", "3", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
                     "--out", "k.acf.toml"], cwd=tmp_path)
     assert done.returncode == 0, done.describe()
+    # tune's own summary says what was scored, as show, report and --json do
+    assert "scored only scored (tune.toml's entries)" in " ".join(done.stdout.split()), done.stdout
     shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
     assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 2}, shown["objective"]
 
