@@ -99,3 +99,115 @@ def test_changed_entries_are_stale_settings_not_edited_evidence(tuned_once: Path
     said = " ".join(gated.stdout.split())
     assert "warn stale-settings: the ACF's evidence was scored under other kernel settings" in said, gated.stdout
     assert "entries: [scored] when tuned, every kernel now" in said, gated.stdout
+
+
+def test_a_forged_acf_cannot_claim_other_entries_to_hide_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    document["evidence"]["best"]["registers"] = 7  # edited evidence
+    document["evidence"]["baseline"]["registers"] = 99
+    document["objective"].update(baseline=99.0, best=7.0, improved=True)
+    document["kernel"]["entries"] = ["nothing"]  # and the ACF's own word that the entries changed
+    document["kernel"]["settings_sha256"] = "0" * 64
+    out.write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    assert "error evidence" in gated.stdout, gated.stdout
+
+
+def test_an_older_acf_without_entries_never_hides_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    del document["kernel"]["entries"]  # as an ACF written before entries were recorded
+    document["evidence"]["best"]["registers"] = 7
+    document["objective"].update(best=7.0, improved=True)
+    out.write_text(tomli_w.dumps(document))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML + "rtol = 0.01\n")  # another setting changed since
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert gated.returncode == 1 and "error evidence" in gated.stdout, gated.describe()
+    assert "every kernel when tuned" not in " ".join(gated.stdout.split()), gated.stdout
+
+
+def test_the_unscored_finding_says_what_was_measured_in_the_unit_of_its_reason(tuned_once: Path, tmp_path: Path) -> None:
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    document["controls"]["ptxas.maxrregcount"] = 24
+    document["args"]["ptxas"] = ["--maxrregcount=24"]
+    kept = [arg for arg in document["args"]["argv"] if "maxrregcount" not in arg]
+    document["args"]["argv"] = [*kept, "-Xptxas=--maxrregcount=24"]
+    (tmp_path / "capped.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "capped.acf.toml", "--json"], cwd=tmp_path)
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"]
+                if f["rule"] == "worse-than-default" and "leave unscored" in f["message"]]
+    assert findings, gated.stdout
+    # the ACF's [evidence.baseline] holds no number for them: `recorded` says so, never a number measured now
+    assert "not recorded" in findings[0]["recorded"], findings
+    assert "ACF" in findings[0]["measured"] and "B" in findings[0]["measured"], findings
+
+
+HELPER = """
+#if HELPER
+__global__ void __launch_bounds__(128) helper(float* y) { y[threadIdx.x] = 0.f; }
+#endif
+"""
+
+
+def test_an_unscored_kernel_with_smaller_launch_bounds_never_fails_the_study(tmp_path: Path) -> None:
+    # tune.toml's block_size = 256 is the entries'; a helper bounded at 128 threads is no launch of it
+    (tmp_path / "k.cu").write_text(KERNELS + HELPER.replace("#if HELPER\n", "").replace("#endif\n", ""))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML)
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                    "--budget", "3", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    # tune's own summary says what was scored, as show, report and --json do
+    assert "scored only scored (tune.toml's entries)" in " ".join(done.stdout.split()), done.stdout
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 2}, shown["objective"]
+
+
+def test_a_variant_without_unscored_kernels_is_not_refused_for_want_of_their_metrics(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(KERNELS.split("__global__ void other")[0] + HELPER.replace("__launch_bounds__(128) ", ""))
+    (tmp_path / "tune.toml").write_text(TUNE_TOML + "[tune.defines]\nHELPER = [1, 0]\n")
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "define.HELPER",
+                    "--budget", "2", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    without = [t for t in shown["trials"] if t["config"].get("define.HELPER") == 0]
+    assert without and "no static metrics" not in str(without[0].get("refused")), without
+
+
+@pytest.mark.parametrize("table", [
+    {"spill_bytes": 1e999, "occupancy": 1.0, "spilling": [], "kernels": 1},
+    {"spill_bytes": -1, "occupancy": 1.0, "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": float("nan"), "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.5, "spilling": [], "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": "abc", "kernels": 1},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": True},
+    "damaged",
+])
+def test_a_damaged_unscored_table_is_a_damaged_row(table: object) -> None:
+    from compileiq.core import metric_ranges
+    from compileiq.evaluate.unscored import Unscored
+
+    metrics = {"spill_bytes": 0, "occupancy": 1.0, "unscored": table}
+    assert (problem := metric_ranges.problem(metrics)) and problem.startswith("unscored"), problem
+    assert Unscored.of(metrics) is None  # never raises (OverflowError on 1e999 crashed show, report, tune)
+
+
+def test_a_study_recorded_before_unscored_kernels_were_held_scores_its_baseline_again(
+        tuned_once: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    _tuned(tuned_once, tmp_path)
+    with sqlite3.connect(tmp_path / "t.db") as db:  # as an older compileiq recorded the study
+        db.execute("UPDATE trials SET metrics = json_remove(metrics, '$.unscored')")
+    again = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                     "--budget", "11", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                     "--out", "k.acf.toml"], cwd=tmp_path)
+    assert again.returncode == 0, again.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 1}, shown["objective"]
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
+    assert gated.returncode == 0, gated.describe()

@@ -26,6 +26,7 @@ from compileiq.core.readings import reading
 from compileiq.core.records import Trial
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import db_option
+from compileiq.evaluate.unscored import scoring_text
 from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
@@ -61,7 +62,9 @@ def print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
     objective = result.study.key.objective
-    title = f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading})"
+    scoring = scoring_text(result.baseline.metrics)  # what it scored, as show, report and --json say it
+    title = (f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading}"
+             f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))
     for column in ("", "value", *METRIC_COLUMNS):
         table.add_column(column, justify="right" if column else "left")

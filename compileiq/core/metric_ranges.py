@@ -33,6 +33,25 @@ def problem(values: Mapping[str, Any]) -> str | None:
             what = "an integer" if kind is int else "a number"
             bounds = f"from {low:g} to {high:g}" if high < math.inf else f">= {low:g}"
             return f"{key} = {shown(value)!r} must be {what} {bounds}"
+    if "unscored" in values and (nested := unscored_problem(values["unscored"])):
+        return f"unscored.{nested}"
+    return None
+
+
+def unscored_problem(table: Any) -> str | None:
+    """``NAME = VALUE must be ...`` for a damaged `unscored` table (the kernels tune.toml's entries
+    leave unscored: `evaluate.unscored`), else None: counts are integers, occupancy in [0, 1],
+    spilling a list of kernel names. A damaged one is a damaged row, never "no entries"."""
+    if not isinstance(table, Mapping):
+        return f" = {shown(table)!r} must be a table"
+    for key in ("spill_bytes", "kernels"):
+        if not is_count(table.get(key)):
+            return f"{key} = {shown(table.get(key))!r} must be an integer from 0 to {MAX_COUNT}"
+    if not (is_finite(occupancy := table.get("occupancy")) and 0 <= occupancy <= 1):
+        return f"occupancy = {shown(occupancy)!r} must be a number from 0 to 1"
+    names = table.get("spilling")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return f"spilling = {shown(names)!r} must be a list of kernel names"
     return None
 
 

@@ -214,12 +214,10 @@ class StaticEvaluator:
         details = {**metrics.as_dict(), "block_size": threads, "entries": [plain_fields(e) for e in scored.entries]}
         if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
             details["launch"] = {name: list(facts) for name, facts in launch.items()}
-        if wanted and (others := tuple(e for e in kernels if e not in entries)):
-            try:
-                details["unscored"] = unscored_facts(others, self._kernel.arch, {
-                    e.name: self._launch.facts(e.name, values, e.max_threads) for e in others})
-            except ExpressionError as error:
-                return Evaluation(None, f"launch: {error}", {})
+        if wanted:  # recorded whenever entries are given: none unscored is 0 kernels, never "not recorded"
+            others = tuple(e for e in kernels if e not in entries)  # their launch facts never fail the variant
+            details["unscored"] = unscored_facts(others, self._kernel.arch, {
+                e.name: self._launch.unscored_facts(e.name, values, e.max_threads) for e in others})
         if problem := metric_ranges.problem(details):  # never a row that reads back as damaged (and is redone)
             return Evaluation(None, f"compiler report out of range: {problem}", {})
         return Evaluation(objective_value(self._objective, metrics), None, details)
@@ -228,11 +226,12 @@ class StaticEvaluator:
 def unscored_facts(kernels: tuple[EntryResources, ...], arch: str,
                    launch: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
     """The kernels of the build that tune.toml's `entries` leave unscored: their spill bytes, their
-    lowest occupancy (at the launch tune.toml gives them, else its default) and those that spill.
+    lowest occupancy (at the launch a [launch] table gives them, else tune.toml's block_size capped at
+    their __launch_bounds__: `LaunchModel.unscored_facts`) and those that spill; none: 0 B, 1.0, 0 kernels.
     A -Xptxas flag applies to every kernel of the file, so the no-harm rules hold the choice to
     these too (`eligibility.refusal`), while the objective scores the entries alone."""
     return {"spill_bytes": sum(e.spill_bytes for e in kernels),
-            "occupancy": min(_entry_occupancy(e, arch, *launch[e.name]) for e in kernels),
+            "occupancy": min((_entry_occupancy(e, arch, *launch[e.name]) for e in kernels), default=1.0),
             "spilling": sorted(readable(e.name) for e in kernels if e.spill_bytes), "kernels": len(kernels)}
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compileiq.core import metric_ranges
 from compileiq.source.entry_names import readable
 
 
@@ -25,7 +26,7 @@ class Unscored:
     spill_bytes: int
     occupancy: float
     spilling: tuple[str, ...] = ()
-    kernels: int = 0  # how many kernels are unscored (0: not recorded)
+    kernels: int = 0  # how many kernels are unscored (0: none, the table still recorded)
 
     def as_metric(self) -> dict[str, Any]:
         """As a trial's `unscored` metric records it."""
@@ -34,15 +35,15 @@ class Unscored:
 
     @classmethod
     def of(cls, metrics: Mapping[str, Any]) -> Unscored | None:
-        """None where the metrics hold none (no `entries`, every kernel scored) or hold them damaged."""
+        """None where the metrics hold none (no `entries`: every kernel scored) or hold them damaged
+        (`metric_ranges.unscored_problem`: a row with one is a damaged row, never read as none)."""
         table = metrics.get("unscored")
-        if not isinstance(table, Mapping):
+        if not isinstance(table, Mapping) or metric_ranges.unscored_problem(table) is not None:
             return None
         try:
-            names = table.get("spilling", [])
-            return cls(int(table["spill_bytes"]), float(table["occupancy"]), tuple(str(n) for n in names),
-                       int(table.get("kernels", 0)))
-        except (KeyError, TypeError, ValueError):
+            return cls(int(table["spill_bytes"]), float(table["occupancy"]), tuple(table["spilling"]),
+                       int(table["kernels"]))
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
 
 
@@ -82,7 +83,8 @@ def scoring_text(metrics: Mapping[str, Any]) -> str | None:
     """`scored`, as one phrase: what the objective scored, and what the others were held to."""
     if (found := scored(metrics)) is None:
         return None
-    others = found["unscored_kernels"] or "the"
-    return (f"scored only {', '.join(found['entries'])} (tune.toml's entries); {others} other kernel(s) of the "
-            "file held to the baseline's spills and occupancy")
+    others = found["unscored_kernels"]
+    held = f"{others} other kernel(s) of the file held to the baseline's spills and occupancy" if others else \
+        "the baseline's build has no other kernel"
+    return f"scored only {', '.join(found['entries'])} (tune.toml's entries); {held}"
 

@@ -29,6 +29,7 @@ from compileiq.gating.locate import Target, locate
 from compileiq.gating.lowered_settings import lowered_hits
 from compileiq.gating.measuring import (
     Sources,
+    in_recorded_order,
     rebuild,
     rebuild_defaults,
     recorded_baseline_of,
@@ -154,7 +155,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
         hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says
     # a compile command was not checked (gone, unreadable) says nothing of tune.toml: its change is still said
     hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune) + lowered_hits(target)
-    rescored = scored_kernels.scoring_changed(target.acf, target.spec, recorded, measured)
+    rescored = scored_kernels.scoring_changed(target.acf, in_recorded_order(target), recorded, measured)
     accused = [hit for hit in hits if hit.rule == "evidence"] if rescored else []  # another scoring's numbers
     hits = [hit for hit in hits if hit not in accused]
     needs = retune_needs(target, toolchain.nvcc_version)  # said in each finding, the command kept bare

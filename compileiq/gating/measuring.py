@@ -69,7 +69,7 @@ def sources(target: Target, toolchain: Toolchain) -> Sources:
     it records, whether only the build flags changed: the hash holds the base flags and include
     folders with the files, so the sources are read again with the base flags it records."""
     # `nvcc -M`: once for both builds, where their base flags agree; in the ACF's order where only moved
-    own = bundle_sources(_in_recorded_order(target), toolchain.nvcc)
+    own = bundle_sources(in_recorded_order(target), toolchain.nvcc)
     built = own if target.built_spec is target.spec else bundle_sources(target.built_spec, toolchain.nvcc)
     if built.sha256 == target.acf.source_sha256:
         return Sources(own, built)
@@ -115,7 +115,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
 
 
-def _in_recorded_order(target: Target) -> KernelSpec:
+def in_recorded_order(target: Target) -> KernelSpec:
     """The kernel's settings with its base flags in the order the ACF records them, where the
     command only moved them (`flag_order`): a move that builds the same code is the same settings."""
     own, recorded = target.spec, target.recorded_spec
@@ -129,7 +129,7 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
     the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
     acf = target.acf  # an ACF of before 2026-12-06 records the older identity of the same settings
-    settings = _in_recorded_order(target).settings_sha256_as(acf.data["kernel"].get("settings_sha256"))
+    settings = in_recorded_order(target).settings_sha256_as(acf.data["kernel"].get("settings_sha256"))
     # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.ptx_arch(), (*frontend_args, *spec.fixed_define_args()),
                            spec.compile_timeout_s)

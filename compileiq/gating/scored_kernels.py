@@ -10,6 +10,8 @@ setting (`stale-settings`), never an edited evidence.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from compileiq.evaluate.unscored import unscored_refusal
 from compileiq.gating.rules import Defaults, Hit, Measured, Recorded
 from compileiq.results import acf as acf_file
@@ -18,7 +20,9 @@ from compileiq.source.spec import KernelSpec
 
 def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
     """`worse-than-default` where the ACF's build makes the kernels tune.toml's entries leave unscored
-    spill more (or lose occupancy the rules refuse) than the baseline's build of them does."""
+    spill more (or lose occupancy the rules refuse) than the baseline's build of them does. Both builds
+    are measured now: `recorded` says the ACF's [evidence.baseline] holds no number for them, and
+    `measured` gives the two, in the unit of the reason (spill bytes, or occupancy)."""
     base = d.build
     if m.failure is not None or base is None or base.failure is not None or base.unscored is None:
         return []
@@ -26,28 +30,42 @@ def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
                            objective == "static")
     if why is None:
         return []
-    now = m.unscored
-    return [Hit("worse-than-default", f"unscored kernels {base.unscored.spill_bytes} B",
-                f"unscored kernels {now.spill_bytes} B" if now else "not read", f"the ACF's build {why}")]
+    word = "defaults" if d.name == Defaults.name else "as shipped"  # as `rules.default_hits` names the baseline
+    recorded = f"{word} unscored kernels: not recorded"
+    now, was = m.unscored, base.unscored
+    if now is None:
+        measured = f"{word} unscored kernels read, ACF's not read"
+    elif now.spill_bytes > was.spill_bytes:
+        measured = f"{word} {was.spill_bytes} B, ACF {now.spill_bytes} B (unscored kernels)"
+    else:
+        measured = f"{word} {was.occupancy:.1%}, ACF {now.occupancy:.1%} (unscored kernels)"
+    return [Hit("worse-than-default", recorded, measured, f"the ACF's build {why}")]
 
 
 def scoring_changed(acf: acf_file.Acf, spec: KernelSpec, recorded: Recorded, measured: Measured) -> bool:
-    """The kernel's settings differ from the ACF's in what decides which kernels are scored: its
-    recorded entries (none: every kernel, or an ACF written before they were recorded) are not
-    tune.toml's now. Its evidence then scored other kernels than a rebuild does."""
+    """The kernel's settings differ from the ACF's in `entries` alone, what decides which kernels are
+    scored: its evidence then scored other kernels than a rebuild does. The ACF's own word (its entries,
+    its settings_sha256) is untrusted, so the recorded identity must be this kernel's settings (`spec`,
+    as the rebuild orders them) with the ACF's entries in place of tune.toml's: any other change, or a
+    forged identity, leaves the `evidence` findings as they are. Never for an ACF that records no
+    entries (`acf.entries` None: written before they were recorded): nobody can tell what it scored."""
+    if acf.entries is None or acf.entries == spec.entries:
+        return False
     if not recorded.settings_sha256 or recorded.settings_sha256 == measured.settings_sha256:
         return False
-    return (acf.entries or ()) != spec.entries
+    return recorded.settings_sha256 in replace(spec, entries=acf.entries).settings_sha256s()
 
 
 def stale_scoring_hit(acf: acf_file.Acf, spec: KernelSpec, retune: str) -> Hit:
     """`stale-settings`: the evidence was scored under other kernel settings, said instead of `evidence`."""
-    was = _named(acf.entries or ())
+    was = _named(acf.entries)
     now = _named(spec.entries)
     return Hit("stale-settings", f"entries {was}", f"entries {now}",
                f"the ACF's evidence was scored under other kernel settings (tune.toml's entries: {was} when tuned, "
                f"{now} now): the same machine code scores other numbers; its evidence is not this build's", retune)
 
 
-def _named(entries: tuple[str, ...]) -> str:
+def _named(entries: tuple[str, ...] | None) -> str:
+    if entries is None:
+        return "not recorded (an ACF written before entries were recorded)"
     return "[" + ", ".join(entries) + "]" if entries else "every kernel"

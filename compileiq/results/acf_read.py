@@ -70,7 +70,7 @@ class Acf:
     remove: tuple[str, ...] = ()  # shipped flags the chosen settings turn off: remove them from the command
     mode: str | None = None  # how a timed run reported its time ("harness", "program"); None: not recorded
     metric_regex: str | None = None  # program mode: the pattern its time was read with (recorded, never used)
-    entries: tuple[str, ...] | None = None  # tune.toml's entries it was scored by (None: none recorded)
+    entries: tuple[str, ...] | None = None  # tune.toml's entries it was scored by (() every kernel; None: not recorded)
 
     def flags(self, stage: str = "all", with_arch: bool = True, with_base: bool = False,
               absolute: bool = False) -> tuple[str, ...]:
@@ -237,8 +237,8 @@ def _validated(path: Path, data: dict[str, Any], space: SearchSpace | None) -> A
 
 
 def _entries(kernel: dict[str, Any]) -> tuple[str, ...] | None:
-    """kernel.entries: the kernels its objective scored (tune.toml's entries); None where it records
-    none: every kernel was scored, or (an ACF written before they were recorded) nobody can tell."""
+    """kernel.entries: the kernels its objective scored (tune.toml's entries; [] every kernel); None
+    where it records none (an ACF written before they were recorded): nobody can tell."""
     return tuple(_strings(kernel["entries"], "kernel.entries")) if "entries" in kernel else None
 
 

@@ -45,7 +45,7 @@ class AcfContent:
     settings_sha256: str = ""  # the build- and score-relevant tune.toml settings
     settings_identities: tuple[str, ...] = ()  # each identity of them (`KernelSpec.settings_sha256s`), for `acf_replace`
     restrictions: tuple[str, ...] = ()  # tune.toml's [tune] restrictions
-    entries: tuple[str, ...] = ()  # tune.toml's entries: the kernels the objective scored (none: every kernel)
+    entries: tuple[str, ...] = ()  # tune.toml's entries: the kernels the objective scored (none: every kernel; recorded as [])
     baseline: dict[str, Any] | None = None  # [baseline]: the shipped build (--compile-commands)
     mode: str = "harness"  # how a timed run reports its time (tune.toml's mode, or --program)
     metric_regex: str | None = None  # program mode: the time's pattern
@@ -69,7 +69,7 @@ def render(content: AcfContent) -> dict[str, Any]:
         "kernel": {"name": content.kernel, "source": content.source_name, "path": content.source_path,
                    "source_sha256": content.source_sha256, "settings_sha256": content.settings_sha256,
                    "arch": content.arch, **({"restrictions": list(content.restrictions)} if content.restrictions else {}),
-                   **({"entries": list(content.entries)} if content.entries else {}),
+                   "entries": list(content.entries),  # [] every kernel; absent only in older ACFs
                    "mode": content.mode, **({"metric_regex": content.metric_regex} if content.metric_regex else {})},
         "base": {"nvcc_flags": list(content.base_flags)},
         "toolchain": {"nvcc": content.nvcc_version, "ptxas": content.ptxas_version,

@@ -337,6 +337,18 @@ class LaunchModel:
         low, high = RANGES["block_size"]  # a bound above 1024 (nvcc only warns) bounds nothing a block can have
         return (threads if low <= threads <= high else DEFAULT_BLOCK_SIZE), smem
 
+    def unscored_facts(self, entry: str, config: Mapping[str, Any], compiled_bound: int = 0) -> tuple[int, int]:
+        """`facts` of a kernel tune.toml's `entries` leave unscored (`metrics.unscored_facts`): only a
+        [launch] table naming it binds it; tune.toml's block_size, meant for the entries, is capped at
+        its compiled bound (a helper's __launch_bounds__(128) under block_size = 256 runs at 128). Never
+        raises: an unscored kernel's launch facts never fail the variant."""
+        try:
+            return self.facts(entry, config, compiled_bound)
+        except ExpressionError:
+            threads = self._spec.block_size_for(config) if self._spec.block_size_given else DEFAULT_BLOCK_SIZE
+            bound, _ = _bound(compiled_bound, config)
+            return (min(threads, bound) if bound else threads), self._spec.dynamic_smem
+
     def _evaluate(self, text: str, config: Mapping[str, Any], where: str) -> int:
         values = {**self._spec.default_values(), **config}
         macros: dict[str, int | str] = {**self._defines, **dict(self._spec.defines)}
@@ -352,13 +364,17 @@ def _launchable(what: str, threads: int, compiled_bound: int, config: Mapping[st
     declares (PTX .maxntid: its __launch_bounds__) nor ptxas's --maxntid of this variant (where no
     directive holds, or --override-directive-values lets it win). Above it every launch fails, yet
     its occupancy would be scored as if it ran: ExpressionError, the variant's failure."""
-    ptxas = config.get("ptxas.maxntid")
-    ptxas = ptxas if isinstance(ptxas, int) and not isinstance(ptxas, bool) and ptxas > 0 else 0
-    overridden = config.get("ptxas.override_directive_values") is True
-    bound, how = compiled_bound, "its __launch_bounds__ (PTX .maxntid)"
-    if ptxas and (not bound or overridden):
-        bound, how = ptxas, f"-Xptxas --maxntid={ptxas}"
+    bound, how = _bound(compiled_bound, config)
     if bound and threads > bound:
         raise ExpressionError(f"{what} is {threads} in this variant, above the {bound} threads per block "
                               f"{how} allows: every launch of it would fail")
     return threads
+
+
+def _bound(compiled_bound: int, config: Mapping[str, Any]) -> tuple[int, str]:
+    """The most threads per block a launch of the entry may have (0: no bound), and what sets it."""
+    ptxas = config.get("ptxas.maxntid")
+    ptxas = ptxas if isinstance(ptxas, int) and not isinstance(ptxas, bool) and ptxas > 0 else 0
+    if ptxas and (not compiled_bound or config.get("ptxas.override_directive_values") is True):
+        return ptxas, f"-Xptxas --maxntid={ptxas}"
+    return compiled_bound, "its __launch_bounds__ (PTX .maxntid)"

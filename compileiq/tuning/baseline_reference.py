@@ -43,8 +43,28 @@ def baseline_reference(store: Store, study: Study, held: RunBaseline,
     """The defaults' result, evaluated now unless another live tuner is evaluating it (then it
     is picked up when it is recorded: concurrent tuners never queue behind one baseline)."""
     trials = store.trials(study.id)
+    if rescore_before_unscored(store, trials, held):
+        trials = store.trials(study.id)
     if any(t.config_key == held.config.key and t.state is TrialState.RUNNING for t in trials):
         return held.reference(trials)
     found = evaluate(study, [held.config])
     held.check(found)
     return held.reference(found)
+
+
+def rescore_before_unscored(store: Store, trials: Sequence[Trial], held: RunBaseline) -> bool:
+    """Hand the baseline back to be scored again where tune.toml names `entries` and its recorded
+    result has no `unscored` table (recorded before the kernels the entries leave unscored were held to
+    the rules): it is what the rules hold every choice to, and read as none it would switch them off
+    while the ACF records the entries. True where it did."""
+    if not held.kernel.entries:
+        return False
+    old = [t for t in trials if t.config_key == held.config.key and t.state is TrialState.COMPLETE
+           and "unscored" not in t.metrics]
+    for trial in old:
+        store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason=RESCORED, metrics=trial.metrics,
+                           code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True)
+    return bool(old)
+
+
+RESCORED = "recorded before the kernels tune.toml's entries leave unscored were held to the rules: scored again"
