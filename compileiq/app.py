@@ -183,10 +183,12 @@ def kernel_spec(kernel: Path, arch: str | None, compile_commands: Path | None,
     left_out = tuple(a for a in command.archs if a != tuned)
     spec = replace(spec, arch=tuned, shipped=shipped, arch_overridden=overridden, archs_left_out=left_out)
     from compileiq.build.host_check import checked
-    from compileiq.source.shipped_macros import check_shipped_macro_defaults
+    from compileiq.source.shipped_macros import check_shipped_macro_defaults, shipped_host_level
 
-    check_shipped_macro_defaults(spec, find_toolchain().nvcc)  # a macro it gives no -D: the kernel's own value
-    return checked(spec, find_toolchain().nvcc)  # its set-aside host -O: checked against the device code
+    level = shipped_host_level(spec)  # the command's, as the shipped build has it
+    spec = checked(spec, find_toolchain().nvcc)  # its set-aside host -O: checked against the device code
+    check_shipped_macro_defaults(spec, find_toolchain().nvcc, level)  # a macro it gives no -D: the kernel's own value
+    return spec  # (after the host check: the baseline's flags hold the level where it is applied)
 
 
 def with_ray_address(options: TuneOptions) -> TuneOptions:

@@ -233,3 +233,72 @@ def test_a_default_read_from_another_tuned_macro_is_read_at_the_commands_value(t
     assert "TN=4, a build you do not ship" in done.stderr, done.stderr
     _sgemm(tmp_path, "TN", "#ifndef TN\n#define TN TM\n#endif", ["-DTM=4"])  # TN is 4, the first value
     assert _space(tmp_path).returncode == 0, _space(tmp_path).describe()
+
+
+OPTIMIZED = """\
+#ifndef BLOCK
+#ifdef __OPTIMIZE__
+#define BLOCK 256
+#else
+#define BLOCK 128
+#endif
+#endif
+__global__ void k(float *x) {
+  __shared__ float s[BLOCK];
+  s[threadIdx.x % BLOCK] = x[threadIdx.x];
+  __syncthreads();
+  x[threadIdx.x] = s[(threadIdx.x + 1) % BLOCK];
+}
+"""
+
+
+def _block(tmp_path: Path, kernel: str, values: str, command: str) -> CliResult:
+    (tmp_path / "k.cu").write_text(kernel)
+    (tmp_path / "tune.toml").write_text(f'arch = "sm_90"\n[tune.defines]\nBLOCK = {values}\n')
+    (tmp_path / "cc.json").write_text(json.dumps([{"directory": str(tmp_path), "command": command, "file": "k.cu"}]))
+    return run_cli(["space", "k.cu", "--compile-commands", "cc.json"], cwd=tmp_path)
+
+
+@pytest.mark.parametrize("level", ["-O3", "-Xcompiler -O2", "--optimize=2", '-Xcompiler="-fPIC -O2"', "-Xcompiler -Og"])
+def test_the_default_is_read_at_the_commands_host_level(tmp_path: Path, level: str) -> None:
+    """Red team (m4): a default under `#ifdef __OPTIMIZE__` was read without the command's host -O3
+    (which defines it in the device pass): BLOCK=[128, 256] passed with a baseline of 512 bytes of
+    shared memory where the shipped build has 1024, and [256, 128] was refused as BLOCK=128."""
+    done = _block(tmp_path, OPTIMIZED, "[128, 256]", f"nvcc -arch=sm_90 {level} -c k.cu")
+    assert done.returncode == 2 and len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    assert "the kernel's own BLOCK=256" in done.stderr and "list 256 first (BLOCK = [256, 128])" in done.stderr, \
+        done.stderr
+    assert _block(tmp_path, OPTIMIZED, "[256, 128]", f"nvcc -arch=sm_90 {level} -c k.cu").returncode == 0
+    assert _block(tmp_path, OPTIMIZED, "[128, 256]", "nvcc -arch=sm_90 -c k.cu").returncode == 0  # no level: 128
+
+
+PASTED = """\
+#include <cstdio>
+#ifndef BLOCK
+#define BLOCK {default}
+#endif
+#define XCAT(a,b) a##b
+#define CAT(a,b) XCAT(a,b)
+#define XSTR(a) #a
+#define STR(a) XSTR(a)
+__global__ void CAT(kern_, BLOCK)(float *x) {{
+  __shared__ float s[BLOCK];
+  s[threadIdx.x % BLOCK] = x[threadIdx.x];
+  __syncthreads();
+  x[threadIdx.x] = s[(threadIdx.x + 1) % BLOCK];
+  if (threadIdx.x == 0) printf("block " STR(BLOCK) "\\n");
+}}
+"""
+
+
+@pytest.mark.parametrize("spelled", ["0x100", "0400"])
+def test_a_default_spelled_otherwise_that_code_pastes_or_stringifies_is_not_the_baseline(
+        tmp_path: Path, spelled: str) -> None:
+    """Red team (m3): `#define BLOCK 0x100` with BLOCK = [256, 128] passed, but the baseline's
+    -DBLOCK=256 builds a kernel named kern_256 that prints "block 256" where the shipped build has
+    kern_0x100 and "block 0x100". Now the two builds' device code (PTX) decides."""
+    done = _block(tmp_path, PASTED.format(default=spelled), "[256, 128]", "nvcc -arch=sm_90 -c k.cu")
+    assert done.returncode == 2 and len(done.stderr_lines) == 1 and "Traceback" not in done.stderr, done.describe()
+    assert f"the kernel's own BLOCK, spelled '{spelled}'" in done.stderr, done.stderr
+    assert "tune.toml's first value, 256" in done.stderr and "add -DBLOCK=256 to the command" in done.stderr
+    assert _block(tmp_path, PASTED.format(default="256"), "[256, 128]", "nvcc -arch=sm_90 -c k.cu").returncode == 0

@@ -26,7 +26,11 @@ from compileiq.results import acf as acf_file
 from compileiq.source.compile_db import CompileCommand, read_command
 from compileiq.source.compile_db_file import NoCommand, NotADatabase, OutputGone, SeveralCommands
 from compileiq.source.kernel import with_base_flags
-from compileiq.source.shipped_macros import KernelDefaultError, check_shipped_macro_defaults
+from compileiq.source.shipped_macros import (
+    KernelDefaultError,
+    check_shipped_macro_defaults,
+    shipped_host_level,
+)
 from compileiq.source.spec import KernelSpec
 
 Problem = Literal["outside", "not-regular", "gone", "not-a-database", "no-command", "unreadable"]
@@ -116,8 +120,9 @@ def _host_checked(command: CompileCommand, spec: KernelSpec) -> tuple[CompileCom
     from compileiq.core.toolchain import find_toolchain
 
     as_built = replace(spec, shipped=command.shipped, arch=command.arch or spec.arch)
-    check_shipped_macro_defaults(as_built, find_toolchain().nvcc)  # a tuned macro it gives no -D: the kernel's own
-    found = checked(as_built, find_toolchain().nvcc)
+    level = shipped_host_level(as_built)  # the command's, as the shipped build has it
+    found = checked(as_built, find_toolchain().nvcc)  # first: the baseline's flags hold the level where applied
+    check_shipped_macro_defaults(found, find_toolchain().nvcc, level)  # a tuned macro it gives no -D: the kernel's own
     added = tuple(f for f in found.nvcc_flags.flags if f not in spec.nvcc_flags.flags)
     return replace(command, base_flags=(*command.base_flags, *added), shipped=found.shipped), \
         replace(found, shipped=spec.shipped, arch=spec.arch)

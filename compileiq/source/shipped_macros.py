@@ -28,6 +28,9 @@ from functools import partial
 from pathlib import Path
 
 from compileiq.core.processes import scratch_dir
+from compileiq.source.device_ptx import device_ptx
+from compileiq.source.host_levels import command_level
+from compileiq.source.kernel import with_base_flags
 from compileiq.source.macro_effect import SIDES, Macros, Preprocessed, preprocess
 from compileiq.source.macros import MacroError
 from compileiq.source.spec import KernelSpec
@@ -58,9 +61,11 @@ class _Default:
     expansion: str | None  # what the macro expands to there; None: the kernel does not preprocess without it
 
 
-def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
+def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str, host_level: str | None = None) -> None:
     """KernelDefaultError for the first tuned macro the shipped command (--compile-commands) gives no -D
-    for whose kernel default does not build as the baseline does (at tune.toml's first value)."""
+    for whose kernel default does not build as the baseline does (at tune.toml's first value).
+    `spec`: as `host_check` left it (its base flags the baseline's); `host_level`: the command's
+    (`shipped_host_level`, read before that check relabels it), which the shipped build has."""
     if spec.shipped is None:
         return
     given = {s.name.removeprefix("define."): s.value for s in spec.shipped.settings if s.name.startswith("define.")}
@@ -69,6 +74,7 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
         return
     shipped: Macros = given | {name: None for name, _ in left}  # the command's macros: nothing added
     baseline: Macros = given | {name: values[0] for name, values in left}  # what compileiq builds as "your build"
+    own, spec = spec, _with_host_level(spec, host_level)  # the baseline's flags; the command's, its host level as nvcc hands it
     with scratch_dir("shipped-macros") as scratch:
         texts = Preprocessed(spec, nvcc, Path(scratch))
         texts.prefetch([(side, macros) for side in SIDES for macros in (shipped, baseline)])
@@ -84,6 +90,28 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str) -> None:
         texts.prefetch([(side, macros) for side, macros in spelled.items()])
         if any(texts.digest(side, macros) != texts.digest(side, shipped) for side, macros in spelled.items()):
             raise KernelDefaultError(_together(spec, left))
+        # only the spelling differs: the same build where the device code is (`#BLOCK`, `kern_##BLOCK` differ)
+        if device_ptx(own, nvcc, baseline, Path(scratch) / "baseline.ptx") != \
+                device_ptx(spec, nvcc, shipped, Path(scratch) / "shipped.ptx"):
+            raise KernelDefaultError(_respelled(spec, left, spelled["device"]))
+
+
+def shipped_host_level(spec: KernelSpec) -> str | None:
+    """The shipped command's host level as nvcc hands it to the host compiler (-O1..-O3, nvcc's
+    spelling), which preprocesses the device pass too: -O3 defines __OPTIMIZE__ there, and a
+    kernel's default may read it; None: no level (none given, -O0, -Os). Read from its set-aside
+    flags before `host_check` relabels them."""
+    level = command_level(spec.shipped.fixed).effective if spec.shipped is not None else None
+    return level.canonical if level is not None and level.level else None
+
+
+def _with_host_level(spec: KernelSpec, level: str | None) -> KernelSpec:
+    """`spec` with the shipped build's host level where its base flags (the baseline's: `host_check`
+    applies it where it changes the baseline's device code) do not give it already."""
+    if level is None or level in spec.nvcc_flags.flags:
+        return spec
+    assert spec.shipped is not None
+    return with_base_flags(spec, (level,), f"{spec.shipped.origin}: the command for {spec.source.name}")
 
 
 def _read_sides(spec: KernelSpec, nvcc: str, scratch: Path, shipped: Macros, name: str,
@@ -243,6 +271,15 @@ def _together(spec: KernelSpec, left: list[tuple[str, tuple[int | str, ...]]]) -
             f"own defaults is tune.toml's first value, but together they preprocess to other code than the baseline's "
             f"{' '.join(f'-D{name}={values[0]}' for name, values in left)}, so the baseline would not be the build "
             f"you ship; add those -D to the command")
+
+
+def _respelled(spec: KernelSpec, left: list[tuple[str, tuple[int | str, ...]]], spelled: Macros) -> str:
+    name, values = next(((n, v) for n, v in left if str(spelled[n]) != str(v[0])), left[0])
+    first, own = values[0], str(spelled[name])[:40]
+    return (f"{_where(spec, name)}, so your build has the kernel's own {name}, spelled {own!r}: it is tune.toml's "
+            f"first value, {first}, but the device code built with it differs from the baseline's -D{name}={first} "
+            f"(code that stringifies or pastes {name}: #{name}, x##{name}); add -D{name}={first} to the command, "
+            f"or write the kernel's default as {first}, as tune.toml lists it")
 
 
 def _refusal(spec: KernelSpec, found: _Default) -> str:
