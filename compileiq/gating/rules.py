@@ -317,11 +317,12 @@ def _stale_hits(r: Recorded, m: Measured, retune: str, flags_only: bool) -> list
 
 def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str, capped: str = "") -> list[Hit]:
     """`stale-settings` for an ACF whose recorded base flags are not the kernel's own (`origin`
-    says where those were read; `capped`: how the kernel's nvcc -maxrregcount overrides the ACF's cap)."""
+    says where those were read; `capped`: a clause of its own, how the kernel's nvcc -maxrregcount
+    overrides or replaces the ACF's cap)."""
     if not differ:
         return []
     parts = [f"records {' '.join(differ.extra)}, which the kernel's settings do not give"] * bool(differ.extra)
-    parts += [f"lacks {' '.join(differ.missing)}, which they give{', ' * bool(capped)}{capped}"] * bool(differ.missing)
+    parts += [f"lacks {' '.join(differ.missing)}, which they give{'; ' * bool(capped)}{capped}"] * bool(differ.missing)
     return [Hit("stale-settings", " ".join(differ.extra) or "-", " ".join(differ.missing) or "-",
                 f"the ACF's base flags are not the kernel's ({origin}): it {' and '.join(parts)}; it is judged "
                 "against the kernel's own defaults", retune)]
