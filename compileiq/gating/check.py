@@ -42,18 +42,15 @@ from compileiq.gating.rules import (
     Measured,
     Recorded,
     Severity,
-    Timing,
     base_flag_hits,
     baseline_evidence_hits,
-    compare_timing,
     default_hits,
-    describe,
     findings,
     severities,
     static_hits,
-    timing_hits,
 )
 from compileiq.gating.shipped_command import shipped_command_hits
+from compileiq.gating.timing_rules import Timing, compare_timing, describe, timing_hits
 from compileiq.source.base_flags import overridden_cap, replaced_cap
 from compileiq.source.spec import TUNE_FILE, metric_regex_problem
 
