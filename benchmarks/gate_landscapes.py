@@ -63,7 +63,7 @@ from runtime_landscapes import (
 from compileiq.evaluate.confirm import executable_sampler
 from compileiq.evaluate.replay import QUICK_SAMPLES, Landscape, ReplayMeasurer
 from compileiq.evaluate.stats import MIN_DELTA, TimingSamplers, Verdict
-from compileiq.gating.rules import compare_timing
+from compileiq.gating.timing_rules import compare_timing
 
 SLOWDOWNS = (0.01, 0.02, 0.03, 0.05, 0.10, 0.20)
 

@@ -29,7 +29,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.stats import Verdict
 from compileiq.gating import check as gating
-from compileiq.gating import ci_reports
+from compileiq.gating import ci_reports, timing_rules
 from compileiq.gating import rules as gate_rules
 
 FIR = textwrap.dedent(
@@ -306,20 +306,20 @@ def _sampler(mean: float, seed: int, noise: float = 0.005):
 
 @pytest.mark.parametrize(("acf_mean", "verdict"), [(0.85, Verdict.FASTER), (1.0, Verdict.SAME), (1.15, Verdict.SLOWER)])
 def test_timing_verdict_against_the_defaults(acf_mean, verdict):
-    timing = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(acf_mean, 1), _sampler(1.0, 2)))
+    timing = timing_rules.compare_timing(timing_rules.TimingSamplers(_sampler(acf_mean, 1), _sampler(1.0, 2)))
     assert timing.vs_default.verdict is verdict
     assert timing.vs_recorded is None
-    rules = [hit.rule for hit in gate_rules.timing_hits(timing)]
+    rules = [hit.rule for hit in timing_rules.timing_hits(timing)]
     assert rules == (["slower-than-default"] if verdict is Verdict.SLOWER else [])
 
 
 def test_timing_against_the_recorded_value():
-    same = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.0, 1), _sampler(1.0, 2), recorded_median=1.0))
+    same = timing_rules.compare_timing(timing_rules.TimingSamplers(_sampler(1.0, 1), _sampler(1.0, 2), recorded_median=1.0))
     assert same.vs_recorded is not None and same.vs_recorded.verdict is Verdict.SAME
-    slower = gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.2, 2), recorded_median=1.0,
+    slower = timing_rules.compare_timing(timing_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.2, 2), recorded_median=1.0,
                                                                  recorded_is="objective.confirmed_median"))
     assert slower.vs_default.verdict is Verdict.SAME
-    (hit,) = gate_rules.timing_hits(slower)
+    (hit,) = timing_rules.timing_hits(slower)
     # the finding names the time it was held to and where the ACF records it
     assert hit.rule == "slower-than-recorded" and "the recorded 1 ms (objective.confirmed_median)" in hit.message
 
@@ -334,20 +334,20 @@ def test_the_recorded_comparison_reads_the_acf_runs_of_the_first_again():
         runs.append(k)
         return acf(k)
 
-    timing = gate_rules.compare_timing(gate_rules.TimingSamplers(counted, _sampler(1.0, 2), recorded_median=1.0))
+    timing = timing_rules.compare_timing(timing_rules.TimingSamplers(counted, _sampler(1.0, 2), recorded_median=1.0))
     assert timing.vs_recorded is not None and timing.vs_recorded.verdict is Verdict.SAME
     assert len(runs) == max(timing.vs_default.rounds, timing.vs_recorded.rounds) == 10
 
 
 def test_timing_is_deterministic_for_a_seed():
-    runs = [gate_rules.compare_timing(gate_rules.TimingSamplers(_sampler(1.01, 1, 0.03), _sampler(1.0, 2, 0.03)), seed=7)
+    runs = [timing_rules.compare_timing(timing_rules.TimingSamplers(_sampler(1.01, 1, 0.03), _sampler(1.0, 2, 0.03)), seed=7)
             for _ in range(2)]
     assert runs[0] == runs[1]
 
 
 class SlowerOnGpu:
-    def samplers(self, target: gating.Target, baseline: gate_rules.Defaults) -> gate_rules.TimingSamplers:
-        return gate_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0,
+    def samplers(self, target: gating.Target, baseline: gate_rules.Defaults) -> timing_rules.TimingSamplers:
+        return timing_rules.TimingSamplers(_sampler(1.2, 1), _sampler(1.0, 2), recorded_median=1.0,
                                          recorded_is="objective.confirmed_median")
 
 

@@ -40,3 +40,39 @@ def test_the_commands_register_cap_overrides_the_acfs_in_its_measured_build(tmp_
     assert ("adds -maxrregcount=32, which overrides the ACF's ptxas.maxrregcount = 40 (-Xptxas=--maxrregcount=40): "
             "nvcc hands ptxas its own cap after any -Xptxas one") in stale, stale
     assert "-> default" not in stale, stale
+
+
+def test_the_commands_register_cap_replaces_the_acfs_own_nvcc_cap(tmp_path: Path) -> None:
+    """An ACF tuned from a command with nvcc's -maxrregcount=40, gated against that command now at
+    -maxrregcount=32: the gate built the ACF at its recorded 40 registers, a build that never ships
+    (nvcc builds the command with the ACF's flags at the command's cap, the last -maxrregcount given)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "k.cu").write_text(STENCIL)  # 40 registers (75% at 256 threads) unless capped lower
+    _database(tmp_path, "nvcc -maxrregcount=40 -arch=sm_90 -c k.cu -o k.o", "compile_commands.json")
+    out = tmp_path / "store" / "k.acf.toml"
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
+                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only",
+                    "nvcc.jump_table_density", "--objective", "static"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert "-maxrregcount=40" in tomllib.loads(out.read_text())["base"]["nvcc_flags"]
+    _database(tmp_path, "nvcc -maxrregcount=32 -arch=sm_90 -c k.cu -o k.o", "cc_drift.json")
+    done = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
+    result = json.loads(done.stdout)["acfs"][0]
+    assert (result["measured"]["registers"], result["measured"]["occupancy"]) == (32, 1.0), result
+    assert not [f for f in result["findings"] if f["rule"] == "worse-than-default"], result
+    stale = " ".join(f["message"] for f in result["findings"] if f["rule"] == "stale-settings")
+    assert "adds -maxrregcount=32, which replaces the ACF's -maxrregcount=40: " in stale, stale
+
+
+def test_the_kernels_cap_is_a_clause_of_its_own_beside_other_missing_flags() -> None:
+    """`lacks -O3 -maxrregcount=32, which they give, which overrides the ACF's ...`: the second
+    "which" had no clear subject (the flags? -O3?); the cap now says so itself."""
+    from compileiq.gating.rules import BaseFlagDifference, base_flag_hits
+    from compileiq.source.base_flags import BaseFlags, overridden_cap
+
+    own = BaseFlags(flags=("-O3", "-maxrregcount=32"))
+    capped = overridden_cap(own, {"ptxas.maxrregcount": 40}, f"the kernel's {own.register_cap}")
+    [hit] = base_flag_hits(BaseFlagDifference((), own.flags), "tune.toml", "re-tune", capped)
+    assert ("it lacks -O3 -maxrregcount=32, which they give; the kernel's -maxrregcount=32 overrides the ACF's "
+            "ptxas.maxrregcount = 40 (-Xptxas=--maxrregcount=40): ") in hit.message, hit.message
+    assert "which they give, which" not in hit.message, hit.message

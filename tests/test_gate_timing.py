@@ -18,7 +18,7 @@ from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate.measure import FakeMeasurer, RunResult, synthetic_result
 from compileiq.evaluate.timing import HarnessTiming
 from compileiq.gating import check as gating
-from compileiq.gating.rules import compare_timing
+from compileiq.gating.timing_rules import compare_timing
 from compileiq.source.kernel import bundle_sources
 from compileiq.tuning.progress import SilentProgress
 

@@ -155,3 +155,28 @@ def test_a_host_level_spelled_as_gcc_takes_it_is_the_build_tune_baselines(tmp_pa
     gate = run_cli(["gate", "store/k.registers.acf.toml", "--static", "--compile-commands", "compile_commands.json"],
                    cwd=tmp_path)
     assert gate.returncode == 0 and "lowered-optimisation" not in gate.output, gate.describe()
+
+
+LONG = "9" * 5000  # over the 4,300 digits int() reads
+
+
+@pytest.mark.parametrize(("given", "level"), [
+    (("-O²",), 0), (("--optimize=²",), 0),  # "²" is a digit to str.isdigit, no number to nvcc or int()
+    ((f"-O{LONG}",), 3), ((f"-Xcompiler -O{LONG}",), 3), ((f"-O000{LONG}",), 3),
+    (("-O0000",), 0), (("-Xcompiler -O0000",), 0), (("-O0003",), 3), (("-O0002",), 2),
+])
+def test_a_level_of_unicode_or_thousands_of_digits_is_read_without_a_traceback(given: tuple[str, ...],
+                                                                               level: int) -> None:
+    assert level_of(given) == level
+
+
+@pytest.mark.parametrize("flag", ["-O²", f"-O{LONG}", f"-Xcompiler -O{LONG}"])
+def test_space_reads_a_command_with_such_a_level_in_one_piece(tmp_path: Path, flag: str) -> None:
+    """`space --compile-commands` printed a ValueError traceback for a command with -O² or an -O of
+    5,000 digits: both pass the compile command's reading, set aside as a host level."""
+    (tmp_path / "k.cu").write_text(READS_OPTIMIZE_NOT_SIZE)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "file": "k.cu", "command": f"nvcc -arch=sm_90 {flag} -c k.cu -o k.o"}]))
+    done = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert "Traceback" not in done.output and "ValueError" not in done.output, done.describe()
+    assert done.returncode == 0, done.describe()

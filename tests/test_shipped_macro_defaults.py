@@ -302,3 +302,58 @@ def test_a_default_spelled_otherwise_that_code_pastes_or_stringifies_is_not_the_
     assert f"the kernel's own BLOCK, spelled '{spelled}'" in done.stderr, done.stderr
     assert "tune.toml's first value, 256" in done.stderr and "add -DBLOCK=256 to the command" in done.stderr
     assert _block(tmp_path, PASTED.format(default="256"), "[256, 128]", "nvcc -arch=sm_90 -c k.cu").returncode == 0
+
+
+TOGETHER = """\
+__global__ void scale(float *x) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+#if defined(A) && defined(B)
+    x[i] = x[i] * A + B;
+#else
+    x[i] = x[i] * 2.0f;
+#endif
+}
+"""
+
+
+def _together(tmp_path: Path) -> None:
+    """Two tuned macros the kernel never defines, whose -D change the code only together."""
+    (tmp_path / "k.cu").write_text(TOGETHER)
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\n[tune.defines]\nA = [1, 3]\nB = [2, 4]\n')
+    (tmp_path / "compile_commands.json").write_text(
+        json.dumps([{"directory": str(tmp_path), "command": "nvcc -arch=sm_90 -c k.cu", "file": "k.cu"}]))
+
+
+def test_macros_that_change_the_code_only_together_are_refused_in_true_words(tmp_path: Path) -> None:
+    """The refusal said "each of the kernel's own defaults is tune.toml's first value" of macros the
+    kernel gives no default at all, never read (alone, their -D changes no code)."""
+    _together(tmp_path)
+    done = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
+    assert "each of the kernel's own defaults is tune.toml's first value" not in done.stderr, done.stderr
+    assert ("gives no -D for A, B: none of them alone builds other code than the baseline's -D at tune.toml's first "
+            "value (the kernel's own default reads as that value, or the -D changes no code on its own), but together "
+            "they preprocess to other code than the baseline's -DA=1 -DB=2") in done.stderr, done.stderr
+
+
+def test_each_left_out_macro_at_its_first_value_is_preprocessed_in_the_first_batch(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each macro's build at its first value was preprocessed in a round of its own, one macro after
+    another (one `nvcc -E` wait per macro); they run in the first concurrent batch again."""
+    from compileiq import app
+    from compileiq.source import macro_effect
+    from compileiq.source.shipped_macros import KernelDefaultError
+
+    _together(tmp_path)
+    batches: list[list[tuple[str, dict[str, object]]]] = []
+    real = macro_effect.Preprocessed.prefetch
+
+    def recorded(self, wanted):  # type: ignore[no-untyped-def]
+        batches.append([(side, dict(macros)) for side, macros in wanted])
+        return real(self, wanted)
+
+    monkeypatch.setattr(macro_effect.Preprocessed, "prefetch", recorded)
+    with pytest.raises(KernelDefaultError):
+        app.kernel_spec(tmp_path / "k.cu", None, tmp_path / "compile_commands.json")
+    for side in macro_effect.SIDES:
+        for alone in ({"A": 1, "B": None}, {"A": None, "B": 2}):
+            assert (side, alone) in batches[0], batches

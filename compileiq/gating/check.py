@@ -43,19 +43,16 @@ from compileiq.gating.rules import (
     Measured,
     Recorded,
     Severity,
-    Timing,
     base_flag_hits,
     baseline_evidence_hits,
-    compare_timing,
     default_hits,
-    describe,
     findings,
     severities,
     static_hits,
-    timing_hits,
 )
 from compileiq.gating.shipped_command import shipped_command_hits
-from compileiq.source.base_flags import overridden_cap
+from compileiq.gating.timing_rules import Timing, compare_timing, describe, timing_hits
+from compileiq.source.base_flags import overridden_cap, replaced_cap
 from compileiq.source.spec import TUNE_FILE, metric_regex_problem
 
 __all__ = [  # what callers reach through this module: the orchestration, and what it gates with
@@ -148,7 +145,9 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     # one that says a compile command differs names the base flags itself; one that found none for an ACF
     # tuned from the defaults (`_untuned_from`) says nothing of tune.toml's
     says_command = any(hit.command for hit in shipped) or (shipped and target.acf.shipped is not None)
-    capped = "" if target.acf.base.register_cap else overridden_cap(target.spec.nvcc_flags, target.acf.controls)
+    own_flags, subject = target.spec.nvcc_flags, f"the kernel's {target.spec.nvcc_flags.register_cap}"
+    capped = (replaced_cap(own_flags, target.acf.base, subject) if target.acf.base.register_cap
+              else overridden_cap(own_flags, target.acf.controls, subject))
     named = [] if says_command else base_flag_hits(target.base_difference, target.settings_origin, retune, capped)
     named += macro_settings.macro_hits(target.spec, target.acf, retune)
     if any(hit.command for hit in shipped + named):  # they say which settings changed (each with the re-tune):

@@ -15,7 +15,8 @@ from compileiq.core.output_file import check_report_target, write_atomically
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import markdown_cell, printable
 from compileiq.gating.check import BAD_INPUT, AcfResult, GateReport
-from compileiq.gating.rules import Finding, Measured, Recorded, Severity, Timing, describe
+from compileiq.gating.rules import Finding, Measured, Recorded, Severity
+from compileiq.gating.timing_rules import Timing, describe
 
 SUITE = "compileiq-gate"
 

@@ -30,7 +30,7 @@ from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.base_flags import CAPPED, overridden_cap
+from compileiq.source.base_flags import CAPPED, overridden_cap, replaced_cap
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
@@ -170,10 +170,15 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
     defaults = space.default_config().as_dict() | tuned.default_values()  # a macro's: tune.toml's first value
     changes: list[str] = []
     before, after = tuned.nvcc_flags.flags, now.nvcc_flags.flags
-    # nvcc's -maxrregcount added: it overrides the ACF's ptxas cap (said once, never as the cap's "-> default")
-    capped = overridden_cap(now.nvcc_flags, chosen) if tuned.nvcc_flags.register_cap is None else ""
-    if added := [f for f in after if f not in before]:
-        changes.append(f"adds {' '.join(added)}" + (f", {capped}" if capped else ""))
+    # nvcc's -maxrregcount added: it overrides the ACF's ptxas cap (said once, never as the cap's "-> default");
+    # one in place of the ACF's own: the command's replaces it, the build the gate measures (`as_applied`)
+    added = [f for f in after if f not in before]
+    cap = now.nvcc_flags.register_cap
+    subject = "which" if added == [cap] else f"the command's {cap}"
+    capped = (overridden_cap(now.nvcc_flags, chosen, subject) if tuned.nvcc_flags.register_cap is None
+              else replaced_cap(now.nvcc_flags, tuned.nvcc_flags, subject))
+    if added:
+        changes.append(f"adds {' '.join(added)}" + ((", " if subject == "which" else "; ") + capped if capped else ""))
     if dropped := [f for f in before if f not in after]:
         changes.append(f"drops {' '.join(dropped)}")
     if not added and not dropped and (moved_flags := reordered(before, after)):  # a move that changes no code is none

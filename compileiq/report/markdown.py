@@ -10,6 +10,7 @@ from typing import Any
 from compileiq.core.key_labels import key_label
 from compileiq.core.records import TrialCounts
 from compileiq.core.text import db_option, markdown_cell
+from compileiq.report.contributions import contribution_note, contribution_rows
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -21,8 +22,6 @@ from compileiq.report.page import (
     TO_TIME_NOTE,
     StudyReport,
     changes_text,
-    contribution_note,
-    contribution_rows,
     pareto_note,
     pareto_rows,
     provenance_rows,
@@ -69,7 +68,7 @@ def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]
     ablation = e.ablation
     if ablation is not None and ablation.steps:
         lines += ["## Each setting's contribution", "", *figure("contributions", contributions_svg(ablation, report.value_label))]
-        lines += md_table(*contribution_rows(report, ablation))
+        lines += md_table(*contribution_rows(report.explanation.study.key.objective, ablation))
         lines += ["", md_text(contribution_note(ablation)), ""]
     if report.importance.items:
         lines += ["## Surrogate importance", "", *figure("importance", importance_svg(report.importance)),

@@ -16,7 +16,7 @@ from typing import Any
 
 from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import SOURCE_BUNDLE, key_label
-from compileiq.core.readings import Reading, gain_text, reading
+from compileiq.core.readings import Reading, reading
 from compileiq.core.records import (
     RUNTIME_KIND,
     STATIC_KIND,
@@ -28,6 +28,7 @@ from compileiq.core.records import (
 )
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import html_text
+from compileiq.report.contributions import contribution_note, contribution_rows
 from compileiq.report.figures import (
     contributions_svg,
     convergence_svg,
@@ -37,7 +38,6 @@ from compileiq.report.figures import (
 )
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.results import multi_objective
-from compileiq.results.ablation import RULE, Ablation, missing_note
 from compileiq.results.evidence import SHOWN_KEYS, scoring_text, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
@@ -90,8 +90,13 @@ class StudyReport:
     @property
     def heading(self) -> str:
         """The objective's unit and direction (each's by name), then what it scored (`evidence.scoring_text`)."""
-        heading = "; ".join(f"{r.objective}: {r.heading}" if len(self.readings) > 1 else r.heading for r in self.readings)
-        return f"{heading}; {s}" if (b := self.explanation.baseline) and (s := scoring_text(b.metrics)) else heading
+        if len(self.readings) == 1:
+            heading = self.reading.heading
+        else:
+            heading = "; ".join(f"{r.objective}: {r.heading}" for r in self.readings)
+        baseline = self.explanation.baseline
+        scoring = scoring_text(baseline.metrics) if baseline is not None else ""
+        return f"{heading}; {scoring}" if scoring else heading
 
     def values(self, trial: Trial) -> tuple[float | None, ...]:
         """The trial's recorded (minimised) value of each objective; None where it has none."""
@@ -254,40 +259,10 @@ def _contributions(report: StudyReport) -> str:
         why = "the chosen configuration is the baseline: no setting to credit" if ablation else \
             "no ablation path: the baseline or the chosen trial has no value"
         return html_section("contributions", "Each setting's contribution", html_note(why))
+    rows = contribution_rows(report.explanation.study.key.objective, ablation)
     return html_section("contributions", "Each setting's contribution",
-                    contributions_svg(ablation, report.value_label) + html_table(*contribution_rows(report, ablation))
-                    + html_note(contribution_note(ablation)))
-
-
-def contribution_rows(report: StudyReport, ablation: Ablation) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    header = ("step", "setting", "value", "before", "after", "contribution", "share of gain", "trial")
-    total = ablation.total_gain
-    objective = report.explanation.study.key.objective
-    occupancy = objective == "occupancy"  # read as occupancy, as every view reads it; others as numbers (sortable)
-
-    def value(v: float | None) -> Any:
-        return reading(objective).text(v) if occupancy else v
-
-    def gain(v: float | None) -> Any:
-        return gain_text(objective, v) if occupancy else v
-
-    rows: list[tuple[Any, ...]] = []
-    for i, s in enumerate(ablation.steps, 1):
-        share = f"{s.contribution / total:.0%}" if s.contribution is not None and total else "-"
-        rows.append((i, s.setting, s.shown, value(s.before), value(s.after), gain(s.contribution), share,
-                     f"#{s.trial}" if s.trial is not None else "-"))
-    rows.append(("", "total", "", value(ablation.baseline_value), value(ablation.chosen_value), gain(total),
-                 "100%" if total else "-", ""))
-    return header, rows
-
-
-def contribution_note(ablation: Ablation) -> str:
-    note = (f"Ablation path: {RULE}. The contributions sum to the total gain (baseline minus chosen). "
-            "A setting that only helps together with one flipped after it is credited 0 here; the surrogate "
-            "importance below also sees such interactions.")
-    if not ablation.complete:
-        note += f" {missing_note(ablation.missing)}."
-    return note
+                        contributions_svg(ablation, report.value_label) + html_table(*rows)
+                        + html_note(contribution_note(ablation)))
 
 
 def _importance(report: StudyReport) -> str:

@@ -128,16 +128,29 @@ def cap_note(flags: BaseFlags) -> list[str]:
     return [note]
 
 
-def overridden_cap(flags: BaseFlags, controls: Mapping[str, object]) -> str:
+def overridden_cap(flags: BaseFlags, controls: Mapping[str, object], subject: str = "which") -> str:
     """Where the base flags hold nvcc's -maxrregcount=N and `controls` (an ACF's) set ptxas.maxrregcount:
     the clause that says the ACF's cap is overridden (nvcc 13.0 `-dryrun`: `ptxas --maxrregcount=40
-    -maxrregcount=32`, nvcc's own last), so a build of the command with the ACF's flags gets N; else ""."""
+    -maxrregcount=32`, nvcc's own last), so a build of the command with the ACF's flags gets N; else "".
+    `subject` begins it ("which" after the cap itself, "the kernel's -maxrregcount=N" as a clause of its own)."""
     cap, chosen = flags.register_cap, controls.get(CAPPED, "default")
     if cap is None or chosen == "default":
         return ""
-    return (f"which overrides the ACF's {CAPPED} = {chosen} (-Xptxas=--maxrregcount={chosen}): nvcc hands ptxas its "
+    return (f"{subject} overrides the ACF's {CAPPED} = {chosen} (-Xptxas=--maxrregcount={chosen}): nvcc hands ptxas its "
             f"own cap after any -Xptxas one, so the ACF's flags applied to this build cap it at {cap.partition('=')[2]} "
             "registers, the build the gate measured")
+
+
+def replaced_cap(flags: BaseFlags, recorded: BaseFlags, subject: str = "which") -> str:
+    """Where the kernel's base flags (`flags`) and an ACF's recorded ones both hold nvcc's
+    -maxrregcount, at different caps: the clause that says the kernel's replaces the ACF's (the build
+    that ships has the kernel's own; the ACF's [base] is a record, `as_applied`), begun by `subject`
+    as `overridden_cap`'s; else ""."""
+    cap, theirs = flags.register_cap, recorded.register_cap
+    if cap is None or theirs is None or cap == theirs:
+        return ""
+    return (f"{subject} replaces the ACF's {theirs}: the ACF's flags applied to this build cap it at "
+            f"{cap.partition('=')[2]} registers, the build the gate measured")
 
 
 def path_problem(path: str) -> str | None:

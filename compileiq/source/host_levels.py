@@ -84,8 +84,8 @@ def _parse(given: str) -> tuple[int | None, bool, bool] | None:
         name, value, _ = found[0]
         if name in _HOST_COMPILER:
             host = value
-        elif name in ("-O", "--optimize") and value.isdigit():
-            return min(int(value), 3), False, False
+        elif name in ("-O", "--optimize") and re.fullmatch(r"[0-9]+", value):  # not "²": no number nvcc reads
+            return _capped(value), False, False
         else:
             return None
     items = _host_items(host)
@@ -122,8 +122,15 @@ def _level_of(item: str) -> int | None:
     are -O3), and gcc's -O and -Og as -O1 (the same predefined macros: __OPTIMIZE__ alone, `gcc -dM
     -E`); None for -Os, -Oz, -Ofast (__OPTIMIZE_SIZE__, __FAST_MATH__: macros no nvcc -O gives)."""
     if level := _LEVEL.fullmatch(item):
-        return min(int(level[1]), 3)  # gcc: -O4, -O03 are -O3 (the same macros); -O00 is -O0
+        return _capped(level[1])  # gcc: -O4, -O03 are -O3 (the same macros); -O00 is -O0
     return 1 if item in ("-O", "-Og") else None
+
+
+def _capped(digits: str) -> int:
+    """min(N, 3) for the ASCII digits of -ON, of any length: read without int(), which refuses
+    over 4,300 digits (`-O0000` is 0, `-O03` 3, `-O` and five thousand 9s 3)."""
+    significant = digits.lstrip("0")
+    return 3 if len(significant) > 1 else min(int(significant or "0"), 3)
 
 
 def _read(flag: FixedFlag) -> HostLevel | None:

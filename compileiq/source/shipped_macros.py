@@ -77,7 +77,9 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str, host_level: str | 
     own, spec = spec, _with_host_level(spec, host_level)  # the baseline's flags; the command's, its host level as nvcc hands it
     with scratch_dir("shipped-macros") as scratch:
         texts = Preprocessed(spec, nvcc, Path(scratch))
-        texts.prefetch([(side, macros) for side in SIDES for macros in (shipped, baseline)])
+        # and each left-out macro alone at the first value (`_problem`'s `at_first`): one batch, run at once
+        at_first = [shipped | {name: values[0]} for name, values in left]
+        texts.prefetch([(side, macros) for side in SIDES for macros in (shipped, baseline, *at_first)])
         if any(texts.digest(side, baseline) is None for side in SIDES):  # the build's own problem: its first build says it
             return
         if all(texts.digest(side, shipped) == texts.digest(side, baseline) for side in SIDES):
@@ -133,9 +135,8 @@ def _problem(spec: KernelSpec, texts: Preprocessed, shipped: Macros, name: str, 
     wherever it is read (`2+2`: `ty*2+2`), or one that does not build as -D at what the probe read
     (a later #undef/#define). A default the first value spelled otherwise (`(16)`, `0x10`) is the
     baseline: `spelled` takes it as the code spells it, for the check of all the macros together."""
-    at_first = {side: shipped | {name: values[0]} for side in SIDES}
-    texts.prefetch(list(at_first.items()))
-    changed = [side for side in SIDES if texts.digest(side, at_first[side]) != texts.digest(side, shipped)]
+    at_first = shipped | {name: values[0]}  # preprocessed with the others (`check_shipped_macro_defaults`)
+    changed = [side for side in SIDES if texts.digest(side, at_first) != texts.digest(side, shipped)]
     if not changed:
         return None  # the same build either way
     found = read(name, values, changed)  # each side whose code the -D changes; the other only to say a refusal's reason
@@ -267,8 +268,9 @@ def _expression(spec: KernelSpec, found: _Default) -> str:
 def _together(spec: KernelSpec, left: list[tuple[str, tuple[int | str, ...]]]) -> str:
     names = ", ".join(name for name, _ in left)
     assert spec.shipped is not None
-    return (f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D for {names}: each of the kernel's "
-            f"own defaults is tune.toml's first value, but together they preprocess to other code than the baseline's "
+    return (f"{spec.shipped.origin}: the command for {spec.source.name} gives no -D for {names}: none of them alone "
+            f"builds other code than the baseline's -D at tune.toml's first value (the kernel's own default reads as "
+            f"that value, or the -D changes no code on its own), but together they preprocess to other code than the baseline's "
             f"{' '.join(f'-D{name}={values[0]}' for name, values in left)}, so the baseline would not be the build "
             f"you ship; add those -D to the command")
 
