@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import run_cli
 from tests.test_gate_command_order import STENCIL
@@ -16,24 +17,30 @@ def _database(folder: Path, command: str, name: str) -> None:
     (folder / name).write_text(json.dumps([{"directory": str(folder), "command": command, "file": "k.cu"}]))
 
 
+def _tuned_then_gated(folder: Path, tuned: str, shipped: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """STENCIL tuned from the command `tuned`, then gated against `shipped`: (the ACF, the gate's result)."""
+    (folder / ".git").mkdir()
+    (folder / "k.cu").write_text(STENCIL)  # 40 registers (75% at 256 threads) unless capped lower
+    _database(folder, tuned, "compile_commands.json")
+    out = folder / "store" / "k.acf.toml"
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{folder / 't.db'}", "--budget", "2",
+                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only",
+                    "nvcc.jump_table_density", "--objective", "static"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    _database(folder, shipped, "cc_drift.json")
+    gated = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=folder)
+    assert gated.returncode == 0, gated.describe()
+    return tomllib.loads(out.read_text()), json.loads(gated.stdout)["acfs"][0]
+
+
 def test_the_commands_register_cap_overrides_the_acfs_in_its_measured_build(tmp_path: Path) -> None:
     """A first-time user's `sed s/-std=c++17/-std=c++17 -maxrregcount=32/`: the gate failed
     worse-than-default "as shipped 100.0%, ACF 75.0%", the ACF built at its own 40-register cap,
     a build that never ships (nvcc builds the command with the ACF's flags at 32 registers), and
     the stale-settings finding said the ACF's cap went "-> default"."""
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "k.cu").write_text(STENCIL)  # 40 registers (75% at 256 threads) unless capped lower
-    _database(tmp_path, "nvcc -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o", "compile_commands.json")
-    out = tmp_path / "store" / "k.acf.toml"
-    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
-                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only",
-                    "nvcc.jump_table_density", "--objective", "static"], cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
-    assert tomllib.loads(out.read_text())["controls"]["ptxas.maxrregcount"] == 40
-    _database(tmp_path, "nvcc -maxrregcount=32 -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o", "cc_drift.json")
-    done = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
-    result = json.loads(done.stdout)["acfs"][0]
+    acf, result = _tuned_then_gated(tmp_path, "nvcc -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o",
+                                    "nvcc -maxrregcount=32 -arch=sm_90 -Xptxas --maxrregcount=40 -c k.cu -o k.o")
+    assert acf["controls"]["ptxas.maxrregcount"] == 40
     assert (result["measured"]["registers"], result["measured"]["occupancy"]) == (32, 1.0), result
     assert not [f for f in result["findings"] if f["rule"] == "worse-than-default"], result
     [stale] = [f["message"] for f in result["findings"] if f["message"].startswith("the compile command in")]
@@ -46,18 +53,9 @@ def test_the_commands_register_cap_replaces_the_acfs_own_nvcc_cap(tmp_path: Path
     """An ACF tuned from a command with nvcc's -maxrregcount=40, gated against that command now at
     -maxrregcount=32: the gate built the ACF at its recorded 40 registers, a build that never ships
     (nvcc builds the command with the ACF's flags at the command's cap, the last -maxrregcount given)."""
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "k.cu").write_text(STENCIL)  # 40 registers (75% at 256 threads) unless capped lower
-    _database(tmp_path, "nvcc -maxrregcount=40 -arch=sm_90 -c k.cu -o k.o", "compile_commands.json")
-    out = tmp_path / "store" / "k.acf.toml"
-    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
-                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only",
-                    "nvcc.jump_table_density", "--objective", "static"], cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
-    assert "-maxrregcount=40" in tomllib.loads(out.read_text())["base"]["nvcc_flags"]
-    _database(tmp_path, "nvcc -maxrregcount=32 -arch=sm_90 -c k.cu -o k.o", "cc_drift.json")
-    done = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
-    result = json.loads(done.stdout)["acfs"][0]
+    acf, result = _tuned_then_gated(tmp_path, "nvcc -maxrregcount=40 -arch=sm_90 -c k.cu -o k.o",
+                                    "nvcc -maxrregcount=32 -arch=sm_90 -c k.cu -o k.o")
+    assert "-maxrregcount=40" in acf["base"]["nvcc_flags"]
     assert (result["measured"]["registers"], result["measured"]["occupancy"]) == (32, 1.0), result
     assert not [f for f in result["findings"] if f["rule"] == "worse-than-default"], result
     stale = " ".join(f["message"] for f in result["findings"] if f["rule"] == "stale-settings")
