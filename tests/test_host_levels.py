@@ -21,7 +21,7 @@ from compileiq.core.toolchain import find_toolchain
 from compileiq.source.host_levels import command_level, level_of
 from compileiq.source.preprocessor import MAY_CHANGE_MACROS
 from compileiq.source.spec import FixedFlag
-from tests.helpers import run_cli
+from tests.helpers import CliResult, run_cli
 
 # -O1..-O3 take the local-array path (many registers); -Os, -Og... none, or another path: a plain copy
 READS_OPTIMIZE_NOT_SIZE = """extern "C" __global__ void k(float* y, const float* x, int n) {
@@ -170,13 +170,26 @@ def test_a_level_of_unicode_or_thousands_of_digits_is_read_without_a_traceback(g
     assert level_of(given) == level
 
 
-@pytest.mark.parametrize("flag", ["-O²", f"-O{LONG}", f"-Xcompiler -O{LONG}"])
+@pytest.mark.parametrize("flag", [f"-O{LONG}", f"-Xcompiler -O{LONG}"])
 def test_space_reads_a_command_with_such_a_level_in_one_piece(tmp_path: Path, flag: str) -> None:
     """`space --compile-commands` printed a ValueError traceback for a command with -O² or an -O of
     5,000 digits: both pass the compile command's reading, set aside as a host level."""
-    (tmp_path / "k.cu").write_text(READS_OPTIMIZE_NOT_SIZE)
-    (tmp_path / "compile_commands.json").write_text(json.dumps(
-        [{"directory": str(tmp_path), "file": "k.cu", "command": f"nvcc -arch=sm_90 {flag} -c k.cu -o k.o"}]))
-    done = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    done = _space_of(tmp_path, flag)
     assert "Traceback" not in done.output and "ValueError" not in done.output, done.describe()
     assert done.returncode == 0, done.describe()
+
+
+def _space_of(folder: Path, flag: str) -> CliResult:
+    (folder / "k.cu").write_text(READS_OPTIMIZE_NOT_SIZE)
+    (folder / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(folder), "file": "k.cu", "command": f"nvcc -arch=sm_90 {flag} -c k.cu -o k.o"}]))
+    return run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=folder)
+
+
+@pytest.mark.parametrize("flag", ["-Os", "-Ofast", "--optimize=s", "-O²", "--optimize fast"])
+def test_nvccs_own_O_without_a_number_is_a_command_that_builds_nothing(tmp_path: Path, flag: str) -> None:
+    """nvcc 13.0 stops on `-Os` ("nvcc fatal: 's': expected a number"): the command builds nothing,
+    and compileiq set the flag aside as a host level and tuned a build no one ships."""
+    done = _space_of(tmp_path, flag)
+    assert done.returncode == 2 and len(done.stderr_lines) == 1, done.describe()
+    assert "takes a number (0-3)" in done.stderr and "builds nothing" in done.stderr, done.stderr

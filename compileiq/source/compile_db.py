@@ -231,6 +231,10 @@ def _shipped(stripped: Sequence[tuple[str, str, str]], space: SearchSpace, macro
             settings += found
             fixed += reports
         elif flag in ("-O", "--optimize"):
+            if not value.isascii() or not value.isdigit():  # nvcc 13.0: "nvcc fatal: 's': expected a number"
+                raise CompileDbError(f"{where}: {given}: nvcc's {flag} takes a number (0-3) and stops on "
+                                     f"{value!r} ('expected a number'), so the command builds nothing; give "
+                                     "-O0..-O3, or a host level as -Xcompiler -Os")
             fixed.append(FixedFlag(given, False, shipped.HOST_OPTIMISATION))
         elif flag in _LINK:
             fixed.append(FixedFlag(given, False, shipped.LINKER_OPTION))
