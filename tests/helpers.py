@@ -197,6 +197,13 @@ def run_cli(
     return CliResult(tuple(args), done.returncode, strip_ansi(done.stdout), strip_ansi(done.stderr))
 
 
+def with_kernel_arch(acf_text: str, arch: str) -> str:
+    """An ACF's text with its `[kernel]` table's arch edited to `arch` (the rest as it was)."""
+    edited, count = re.subn(r'(\[kernel\]\n(?:(?!\[)[^\n]*\n)*?arch = )"[^"]*"', rf'\g<1>"{arch}"', acf_text, count=1)
+    assert count == 1, acf_text
+    return edited
+
+
 def compile_commands_file(folder: Path, command: str, file: str = "k.cu") -> Path:
     """folder/compile_commands.json: a compilation database of the one `command`, compiling `file` in `folder`."""
     database = folder / "compile_commands.json"

@@ -14,7 +14,7 @@ import pytest
 
 from compileiq.core.space_files import load_space
 from compileiq.source.compile_db import CompileDbError, read_command
-from tests.helpers import CAPPED_KERNEL, LOOP_KERNEL, run_cli
+from tests.helpers import CAPPED_KERNEL, LOOP_KERNEL, run_cli, with_kernel_arch
 
 SPACE = load_space("13.0")
 SPILLING_KERNEL = Path(__file__).resolve().parent.parent / "kernels" / "spill_heavy" / "spill_heavy.cu"
@@ -102,7 +102,7 @@ def test_a_multi_arch_command_names_the_arch_tuned_and_the_ones_left_out(tmp_pat
     assert "build it with CUDA_ARCHITECTURES" not in cmake.stdout, cmake.stdout
     # kernel.arch edited to the arch left out: `flags` would print -arch=sm_80 for settings chosen on sm_90
     edited = tmp_path / "edited.acf.toml"
-    edited.write_text((tmp_path / "a.acf.toml").read_text().replace('arch = "sm_90"\nmode', 'arch = "sm_80"\nmode', 1))
+    edited.write_text(with_kernel_arch((tmp_path / "a.acf.toml").read_text(), "sm_80"))
     refused = run_cli(["flags", str(edited)], cwd=tmp_path)
     assert refused.returncode == 2 and "kernel.arch = 'sm_80', but evidence.best was built for 'sm_90'" in refused.stderr
     assert "-arch" not in refused.stdout and "Traceback" not in refused.output, refused.describe()

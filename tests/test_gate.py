@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import typer
-from helpers import CliResult, run_cli
+from helpers import CliResult, run_cli, with_kernel_arch
 
 from compileiq import app
 from compileiq.cli import cli
@@ -444,7 +444,7 @@ def test_a_hand_edited_kernel_arch_is_bad_input_for_the_gate_and_flags(tuned, tm
     shutil.copytree(tuned, workspace)
     document = tomllib.loads((workspace / ACF).read_text())
     assert document["evidence"]["best"]["arch"] == document["evidence"]["baseline"]["arch"] == "sm_90"
-    (workspace / ACF).write_text((workspace / ACF).read_text().replace('\narch = "sm_90"\nmode', '\narch = "sm_80"\nmode'))
+    (workspace / ACF).write_text(with_kernel_arch((workspace / ACF).read_text(), "sm_80"))
     assert tomllib.loads((workspace / ACF).read_text())["kernel"]["arch"] == "sm_80"
     said = "kernel.arch = 'sm_80', but evidence.best was built for 'sm_90'"
     gated = _gate(workspace, ACF, "--static", "--json")
