@@ -741,4 +741,6 @@ def test_a_build_file_for_an_acf_with_nothing_tuned_sets_no_options_and_asks_for
         said = run_cli(["flags", str(out), "--format", fmt], cwd=tmp_path)
         assert "base flag" not in said.stderr, said.describe()
     plain = run_cli(["flags", str(out)], cwd=tmp_path)
-    assert "needs" not in plain.stderr and "your build's command (compile_commands.json) gives already" in plain.stderr
+    assert "needs" not in plain.stderr and "your build's command (compile_commands.json) gave when tuned" in plain.stderr
+    # a user read "append these" as the base flags: the note names what to append (user, HeCBench layernorm)
+    assert "append the tuned flags to that command" in plain.stderr, plain.stderr

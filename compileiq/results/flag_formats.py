@@ -91,8 +91,8 @@ def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
         if fmt in ("cmake", "bazel"):  # the target that builds the source supplies them already
             return None
         return (f"note: the tuned flags leave out {len(needed)} base flag(s) your build's command "
-                f"({acf.shipped.origin}) gives already ({shown}): append these to that command; --all adds them "
-                "only for a build without it")
+                f"({acf.shipped.origin}) gave when tuned ({shown}): append the tuned flags to that command; --all "
+                "adds the base flags too, for a build without it")
     return (f"note: the build also needs {len(needed)} base flag(s) the tuned ones leave out ({shown}): "
             "--all adds them")
 
