@@ -30,7 +30,7 @@ from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.base_flags import CAPPED, overridden_cap, replaced_cap
+from compileiq.source.base_flags import CAPPED, dropped_cap, overridden_cap, replaced_cap
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
@@ -179,8 +179,9 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
               else replaced_cap(now.nvcc_flags, tuned.nvcc_flags, subject))
     if added:
         changes.append(f"adds {' '.join(added)}" + ((", " if subject == "which" else "; ") + capped if capped else ""))
-    if dropped := [f for f in before if f not in after]:
-        changes.append(f"drops {' '.join(dropped)}")
+    if dropped := [f for f in before if f not in after]:  # the ACF's cap dropped with it: measured without (`as_applied`)
+        uncapped = dropped_cap(now.nvcc_flags, tuned.nvcc_flags)
+        changes.append(f"drops {' '.join(dropped)}" + (f", {uncapped}" if uncapped else ""))
     if not added and not dropped and (moved_flags := reordered(before, after)):  # a move that changes no code is none
         changes.append(f"gives {'; '.join(moved_flags)} in another order, where the order changes the build")
     if (set(tuned.include_dirs) == set(now.include_dirs)
