@@ -25,6 +25,7 @@ from compileiq.core import implied
 from compileiq.core.output_file import same_file
 from compileiq.core.space import SearchSpace, Value
 from compileiq.core.space_files import load_space
+from compileiq.gating import arch_coverage
 from compileiq.gating.flag_order import reordered, same_code_order, same_folder_order
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
@@ -87,8 +88,10 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     # tune.toml's arch from it, the command unchanged; said as it is, not as a change
     default = moved is not None and command.shipped is not None and command.shipped.default_arch == moved
     changes = _changes(target.spec, now, space, acf.arch, None if default else moved, acf.controls)
+    # an arch it now builds beside the one tuned, never checked (`arch_coverage`); a moved arch is said below
+    archs = arch_coverage.new_arch_hits(acf, command, database, retune) if moved is None else []
     if not (changes or default) or applies_choice(acf, target.spec, spec, shipped, command.arch):
-        return []  # what the command builds is what the ACF was tuned from, whichever database holds it
+        return archs  # what the command builds is what the ACF was tuned from, whichever database holds it
     said = [(f"the compile command in {database} "
              f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
              f"({'; '.join(changes)})")] if changes else []
@@ -100,7 +103,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     if moved is not None and measured == recorded:  # the arch is no setting: the hashes would say nothing
         recorded, measured = acf.arch, f"{moved} (nvcc's default)" if default else moved
     return [*other, Hit(RULE, recorded, measured, f"{'; '.join(said)}: the ACF's baseline is "
-                        f"{'no longer' if changes else 'not'} the build that ships", retune)]
+                        f"{'no longer' if changes else 'not'} the build that ships", retune), *archs]
 
 
 def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shipped: ShippedBuild | None,
