@@ -79,16 +79,17 @@ def as_recorded(spec: KernelSpec, acf: acf_file.Acf) -> KernelSpec:
 def as_applied(own: KernelSpec, recorded: KernelSpec) -> KernelSpec | None:
     """The ACF's build where its recorded base flags (`recorded`, `as_recorded`) are not the kernel's
     (`own`), as applying its flags to the kernel's build gives it: with the kernel's nvcc -maxrregcount
-    where the ACF records none or another. nvcc hands ptxas its own cap after any -Xptxas one (13.0
-    `-dryrun`: `ptxas --maxrregcount=40 -maxrregcount=32`) and cicc it alone, so the ACF's
-    ptxas.maxrregcount never ships beside it; and the build has the kernel's own -maxrregcount, not
-    the one the ACF records (`base_flags.replaced_cap`). None where that build's base flags are the
-    kernel's own."""
+    where the ACF records none or another, and none where the kernel gives none. nvcc hands ptxas its
+    own cap after any -Xptxas one (13.0 `-dryrun`: `ptxas --maxrregcount=40 -maxrregcount=32`) and
+    cicc it alone, so the ACF's ptxas.maxrregcount never ships beside it; and the build has the
+    kernel's own -maxrregcount (or none), not the one the ACF records (`base_flags.replaced_cap`,
+    `base_flags.dropped_cap`: `flags` never gives the ACF's base flags). None where that build's base
+    flags are the kernel's own."""
     cap, theirs = own.nvcc_flags.register_cap, recorded.nvcc_flags.register_cap
-    if cap is None or theirs == cap:
+    if theirs == cap:
         return recorded
     kept = tuple(flag for flag in recorded.nvcc_flags.flags if not flag.startswith("-maxrregcount="))
-    flags = replace(recorded.nvcc_flags, flags=(*kept, cap))
+    flags = replace(recorded.nvcc_flags, flags=(*kept, *([cap] if cap is not None else [])))
     return None if not difference(own, flags) else replace(recorded, nvcc_flags=flags)
 
 

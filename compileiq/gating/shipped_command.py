@@ -25,12 +25,13 @@ from compileiq.core import implied
 from compileiq.core.output_file import same_file
 from compileiq.core.space import SearchSpace, Value
 from compileiq.core.space_files import load_space
+from compileiq.gating import arch_coverage
 from compileiq.gating.flag_order import reordered, same_code_order, same_folder_order
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import Hit
 from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
-from compileiq.source.base_flags import CAPPED, overridden_cap, replaced_cap
+from compileiq.source.base_flags import CAPPED, dropped_cap, overridden_cap, replaced_cap
 from compileiq.source.shipped import under_register_cap
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
 
@@ -87,8 +88,10 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     # tune.toml's arch from it, the command unchanged; said as it is, not as a change
     default = moved is not None and command.shipped is not None and command.shipped.default_arch == moved
     changes = _changes(target.spec, now, space, acf.arch, None if default else moved, acf.controls)
+    # an arch it now builds beside the one tuned, never checked (`arch_coverage`); a moved arch is said below
+    archs = arch_coverage.new_arch_hits(acf, command, database, retune) if moved is None else []
     if not (changes or default) or applies_choice(acf, target.spec, spec, shipped, command.arch):
-        return []  # what the command builds is what the ACF was tuned from, whichever database holds it
+        return archs  # what the command builds is what the ACF was tuned from, whichever database holds it
     said = [(f"the compile command in {database} "
              f"{'differs from the one the ACF was tuned from' if other else 'changed since the ACF was tuned'} "
              f"({'; '.join(changes)})")] if changes else []
@@ -100,7 +103,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     if moved is not None and measured == recorded:  # the arch is no setting: the hashes would say nothing
         recorded, measured = acf.arch, f"{moved} (nvcc's default)" if default else moved
     return [*other, Hit(RULE, recorded, measured, f"{'; '.join(said)}: the ACF's baseline is "
-                        f"{'no longer' if changes else 'not'} the build that ships", retune)]
+                        f"{'no longer' if changes else 'not'} the build that ships", retune), *archs]
 
 
 def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shipped: ShippedBuild | None,
@@ -179,8 +182,9 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
               else replaced_cap(now.nvcc_flags, tuned.nvcc_flags, subject))
     if added:
         changes.append(f"adds {' '.join(added)}" + ((", " if subject == "which" else "; ") + capped if capped else ""))
-    if dropped := [f for f in before if f not in after]:
-        changes.append(f"drops {' '.join(dropped)}")
+    if dropped := [f for f in before if f not in after]:  # the ACF's cap dropped with it: measured without (`as_applied`)
+        uncapped = dropped_cap(now.nvcc_flags, tuned.nvcc_flags)
+        changes.append(f"drops {' '.join(dropped)}" + (f", {uncapped}" if uncapped else ""))
     if not added and not dropped and (moved_flags := reordered(before, after)):  # a move that changes no code is none
         changes.append(f"gives {'; '.join(moved_flags)} in another order, where the order changes the build")
     if (set(tuned.include_dirs) == set(now.include_dirs)

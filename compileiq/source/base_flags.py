@@ -153,6 +153,17 @@ def replaced_cap(flags: BaseFlags, recorded: BaseFlags, subject: str = "which") 
             f"{cap.partition('=')[2]} registers, the build the gate measured")
 
 
+def dropped_cap(flags: BaseFlags, recorded: BaseFlags, subject: str = "so") -> str:
+    """Where an ACF's recorded base flags hold nvcc's -maxrregcount and the kernel's (`flags`) hold
+    none: the clause that says the ACF's build was measured without it (the build that ships is the
+    kernel's with the ACF's flags, `as_applied`), begun by `subject`; else ""."""
+    theirs = recorded.register_cap
+    if theirs is None or flags.register_cap is not None:
+        return ""
+    return (f"{subject} the ACF's build was measured without it: the ACF's flags applied to this build give no "
+            f"register cap, not the ACF's recorded {theirs}")
+
+
 def path_problem(path: str) -> str | None:
     """Why ``path`` may not be handed to nvcc (None: it may)."""
     if not _PATH.fullmatch(path):

@@ -1,0 +1,47 @@
+"""`stale-settings` for a compile command that now builds for an arch the ACF's settings were never
+checked on: a CMake CUDA_ARCHITECTURES "90" grown to "80;90" adds `-gencode arch=compute_80,code=sm_80`
+beside the arch tuned. `tune` chooses the settings on one arch (`shipped.other_archs`) and its
+[baseline] records the command's other archs as left out; the newest arch, the one tuned, is
+unchanged, so no base flag, setting or arch the other stale checks compare moves. An arch the
+[baseline] already records as left out was known at tuning time: no new finding."""
+
+from __future__ import annotations
+
+from compileiq.gating.rules import Hit
+from compileiq.results import acf as acf_file
+from compileiq.source.arch_code import ptx_only_archs
+from compileiq.source.compile_db import CompileCommand
+from compileiq.source.shipped import arch_flag_archs
+
+RULE = "stale-settings"
+
+
+def left_out(acf: acf_file.Acf) -> tuple[str, ...]:
+    """The archs the ACF's [baseline] records its command building beside the one tuned."""
+    if acf.shipped is None:
+        return ()
+    return tuple(dict.fromkeys(arch for fixed in acf.shipped.fixed
+                               if not fixed.applied and fixed.why.startswith("builds for ")
+                               for arch in arch_flag_archs(fixed.flag) or ()))
+
+
+def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:
+    """The archs `command` builds machine code for that are neither the ACF's arch nor recorded as left
+    out when it was tuned (PTX alone: no ptxas setting reaches it)."""
+    known = {acf.arch, *left_out(acf)}
+    ptx = set(ptx_only_archs(given for given, _ in command.arch_flags))
+    return tuple(arch for arch in command.archs if arch not in known and arch not in ptx)
+
+
+def new_arch_hits(acf: acf_file.Acf, command: CompileCommand, database: object, retune: str) -> list[Hit]:
+    """A hit naming the archs the command in `database` now builds that the ACF's settings were not
+    checked on; none where it builds no new one."""
+    if not (new := unchecked_archs(acf, command)):
+        return []
+    was = ", ".join((acf.arch, *left_out(acf)))
+    recorded = (f"tuned for {acf.arch} only; its [baseline] left out {', '.join(left_out(acf))}" if left_out(acf)
+                else f"tuned for {acf.arch} only")
+    return [Hit(RULE, was, ", ".join(command.archs),
+                f"the compile command in {database} now also builds for {', '.join(new)}, which the ACF's settings "
+                f"were never checked on ({recorded}): they ship there unchecked; re-tune with --arch {new[0]} to "
+                f"check them there, or re-tune to record {', '.join(new)} as left out", retune)]
