@@ -7,6 +7,8 @@ unchanged, so no base flag, setting or arch the other stale checks compare moves
 
 from __future__ import annotations
 
+import re
+
 from compileiq.gating.rules import Hit
 from compileiq.results import acf as acf_file
 from compileiq.source.arch_code import ptx_only_archs
@@ -16,13 +18,24 @@ from compileiq.source.shipped import arch_flag_archs
 RULE = "stale-settings"
 
 
+_EVERY = ("all", "all-major", "native")  # -arch words that name no arch: `command.archs` holds the word
+
+
 def left_out(acf: acf_file.Acf) -> tuple[str, ...]:
-    """The archs the ACF's [baseline] records its command building beside the one tuned."""
+    """The archs the ACF's [baseline] records its command building beside the one tuned (an
+    `-arch=all` as the word `all`, as the command's archs name it)."""
     if acf.shipped is None:
         return ()
     return tuple(dict.fromkeys(arch for fixed in acf.shipped.fixed
                                if not fixed.applied and fixed.why.startswith("builds for ")
-                               for arch in arch_flag_archs(fixed.flag) or ()))
+                               for arch in _named(fixed.flag)))
+
+
+def _named(flag: str) -> tuple[str, ...]:
+    if archs := arch_flag_archs(flag):
+        return archs
+    word = re.split(r"[= ]", flag.strip(), maxsplit=1)[-1].strip()
+    return (word,) if word in _EVERY else ()
 
 
 def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:

@@ -87,7 +87,9 @@ def locate(path: Path, kernel: Path | None = None, program: bool = False, metric
         recorded = replace(recorded, shipped=under_register_cap(acf.shipped, recorded.nvcc_flags))
     measuring = ["--program"] * program + (["--metric-regex", metric_regex] if metric_regex is not None else [])
     differ = kernel_settings.difference(spec, acf.base)
-    built = kernel_settings.as_applied(spec, recorded) if differ else None  # nvcc's -maxrregcount kept: it ships
+    # what ships: a compile command's build with the ACF's tuned flags (`flags`), nvcc's -maxrregcount
+    # the command's; without a command, the ACF's own base flags (`flags --all`), its cap among them
+    built = (kernel_settings.as_applied(spec, recorded) if own.command_read else recorded) if differ else None
     return Target(acf, str(path), os.path.normpath(found), spec, tuple(measuring), built,
                   differ, own.origin, recorded,  # store/../k.cu reads k.cu
                   (own.shipped,) if own.command_read else None, read, _held_notes(found, acf, own), own.applied)
