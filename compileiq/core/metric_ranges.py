@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 MAX_BUDGET = 100_000  # the search trials one tune may be given (--budget), so also what a provenance records
 MAX_PICK_RULE = 200  # characters of a pick rule a run row, an export or an ACF may hold: more than any valid one
@@ -47,7 +47,7 @@ def unscored_problem(table: Any) -> str | None:
     for key in ("spill_bytes", "kernels"):
         if not is_count(table.get(key)):
             return f"{key} = {shown(table.get(key))!r} must be an integer from 0 to {MAX_COUNT}"
-    if not (is_finite(occupancy := table.get("occupancy")) and 0 <= occupancy <= 1):
+    if not (is_finite(occupancy := table.get("occupancy")) and 0 <= cast(float, occupancy) <= 1):
         return f"occupancy = {shown(occupancy)!r} must be a number from 0 to 1"
     names = table.get("spilling")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):

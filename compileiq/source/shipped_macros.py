@@ -78,7 +78,7 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str, host_level: str | 
     with scratch_dir("shipped-macros") as scratch:
         texts = Preprocessed(spec, nvcc, Path(scratch))
         # and each left-out macro alone at the first value (`_problem`'s `at_first`): one batch, run at once
-        at_first = [shipped | {name: values[0]} for name, values in left]
+        at_first = [{**shipped, name: values[0]} for name, values in left]
         texts.prefetch([(side, macros) for side in SIDES for macros in (shipped, baseline, *at_first)])
         if any(texts.digest(side, baseline) is None for side in SIDES):  # the build's own problem: its first build says it
             return
@@ -93,8 +93,10 @@ def check_shipped_macro_defaults(spec: KernelSpec, nvcc: str, host_level: str | 
         if any(texts.digest(side, macros) != texts.digest(side, shipped) for side, macros in spelled.items()):
             raise KernelDefaultError(_together(spec, left))
         # only the spelling differs: the same build where the device code is (`#BLOCK`, `kern_##BLOCK` differ)
-        if device_ptx(own, nvcc, baseline, Path(scratch) / "baseline.ptx") != \
-                device_ptx(spec, nvcc, shipped, Path(scratch) / "shipped.ptx"):
+        with ThreadPoolExecutor(2) as pool:  # the two front ends at once
+            built = [pool.submit(device_ptx, kernel, nvcc, macros, Path(scratch) / f"{side}.ptx")
+                     for kernel, macros, side in ((own, baseline, "baseline"), (spec, shipped, "shipped"))]
+        if built[0].result() != built[1].result():
             raise KernelDefaultError(_respelled(spec, left, spelled["device"]))
 
 
@@ -135,7 +137,7 @@ def _problem(spec: KernelSpec, texts: Preprocessed, shipped: Macros, name: str, 
     wherever it is read (`2+2`: `ty*2+2`), or one that does not build as -D at what the probe read
     (a later #undef/#define). A default the first value spelled otherwise (`(16)`, `0x10`) is the
     baseline: `spelled` takes it as the code spells it, for the check of all the macros together."""
-    at_first = shipped | {name: values[0]}  # preprocessed with the others (`check_shipped_macro_defaults`)
+    at_first = {**shipped, name: values[0]}  # preprocessed with the others (`check_shipped_macro_defaults`)
     changed = [side for side in SIDES if texts.digest(side, at_first) != texts.digest(side, shipped)]
     if not changed:
         return None  # the same build either way
@@ -144,7 +146,7 @@ def _problem(spec: KernelSpec, texts: Preprocessed, shipped: Macros, name: str, 
         if odd := next((default for default in found.values() if not _one_value(default)), None):
             return _expression(spec, odd)
         # the same value, spelled otherwise (`(16)`): confirmed by building it so, each side at once
-        built = {side: shipped | {name: default.expansion} for side, default in found.items()}
+        built = {side: {**shipped, name: default.expansion} for side, default in found.items()}
         texts.prefetch(list(built.items()))
         for side, macros in built.items():
             if texts.digest(side, macros) != texts.digest(side, shipped):
