@@ -76,6 +76,12 @@ class TrialLifecycle(StoreBase):
             raise StoreError(f"no trial with id {trial_id}")
         return trial_record(row)
 
+    def hand_back(self, trial: Trial, reason: str | None) -> Trial:
+        """Mark a final trial FAILED and retryable with `reason`, its metrics and build facts kept, so
+        that the next run evaluates it again (once: that run records its own outcome as final)."""
+        return self.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason=reason, metrics=trial.metrics,
+                                 code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True)
+
     def finish_trials(self, outcomes: Sequence[TrialOutcome]) -> None:
         """Record several outcomes, and cache their builds, in ONE transaction of a few
         statements whatever their number (group commit: a driver feeding a hundred workers

@@ -62,8 +62,7 @@ def rescore_before_unscored(store: Store, trials: Sequence[Trial], held: RunBase
     old = [t for t in trials if t.config_key == held.config.key and t.state is TrialState.COMPLETE
            and "unscored" not in t.metrics]
     for trial in old:
-        store.finish_trial(trial.id, state=TrialState.FAILED, value=None, reason=RESCORED, metrics=trial.metrics,
-                           code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True)
+        store.hand_back(trial, RESCORED)
     return bool(old)
 
 

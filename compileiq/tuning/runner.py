@@ -280,10 +280,7 @@ class TrialRunner:
         lost = [t for t in trials if t.state is TrialState.FAILED and not t.retryable
                 and (TRANSIENT_KEY in t.metrics or any(words in (t.reason or "") for words in NAMING_FAILURES))]
         for trial in lost:
-            self._store.finish_trial(
-                trial.id, state=TrialState.FAILED, value=None, reason=trial.reason, metrics=trial.metrics,
-                code_hash=trial.code_hash, compile_seconds=trial.compile_seconds, retryable=True,
-            )  # fmt: skip
+            self._store.hand_back(trial, trial.reason)
         return len(lost)
 
     @property
