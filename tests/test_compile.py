@@ -73,6 +73,30 @@ def test_ptxas_report_gives_resources_per_entry(ptx):
     assert set(text_sections(build.cubin)) == set(by_name)
 
 
+def test_shared_memory_is_read_where_ptxas_reports_a_stack_frame_beside_it(tmp_path):
+    """ptxas 13.0 puts "N bytes cumulative stack size" between the barriers and the shared memory
+    of its resource line; the shared memory was read as 0 there, and the occupancy shown as 100%
+    where 48,000 bytes of it allow 4 blocks of 256 threads (50%)."""
+    (tmp_path / "k.cu").write_text(textwrap.dedent(
+        """
+        __global__ void k(float* o, int n) {
+            __shared__ float sm[12000];
+            float loc[64];
+            for (int i = 0; i < 64; ++i) loc[(i * n) & 63] = o[i * n];
+            sm[threadIdx.x] = loc[n & 63];
+            __syncthreads();
+            o[threadIdx.x] = sm[(threadIdx.x + n) % 12000];
+        }
+        """))
+    tools = find_toolchain()
+    front = emit_ptx(FrontendJob(tools.nvcc, bundle_sources(load_spec(tmp_path / "k.cu")), "sm_90", (), 60))
+    build = _assemble(front)
+    assert build.ok, build.message
+    (entry,) = build.entries
+    assert (entry.shared_bytes, entry.barriers) == (48000, 1)
+    assert entry.stack_bytes > 0
+
+
 def test_code_hash_ignores_debug_info_but_not_code(ptx):
     plain, lined, low = _assemble(ptx), _assemble(ptx, "-lineinfo"), _assemble(ptx, "-O0")
     assert plain.code_hash == lined.code_hash

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 ATTEMPTS = 2  # a compiler that timed out or crashed gets one more try before it counts
-RESOURCE_REPORT_VERSION = 2  # 2: device functions' spills are counted; part of every build-cache key
+RESOURCE_REPORT_VERSION = 3  # 2: device functions' spills are counted; 3: shared memory read beside a stack clause; part of every build-cache key
 
 
 class BuildStatus(str, Enum):

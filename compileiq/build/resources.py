@@ -33,7 +33,11 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
-_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(r"Used (\d+) registers")
+# the clauses after it, each looked for on its own: ptxas 13.0 puts others between them ("used 1
+# barriers, 256 bytes cumulative stack size, 48000 bytes smem, 380 bytes cmem[0]")
+_BARRIERS = re.compile(r", used (\d+) barriers")
+_SMEM = re.compile(r", (\d+) bytes smem")
 
 
 _PTX_ENTRY = re.compile(rb"\.entry\s+([\w$.]+)\s*\([^)]*\)([^{]*)\{")
@@ -72,22 +76,23 @@ def parse_resources(report: str, instructions: dict[str, int]) -> tuple[EntryRes
         elif (match := _FRAME.search(line)) and described is not None:
             frames[described] = {"stack": int(match[1]), "stores": int(match[2]), "loads": int(match[3])}
         elif (match := _USED.search(line)) and current is not None:
-            entries.append(_entry(current, frames.get(current, {}), match, instructions))
+            entries.append(_entry(current, frames.get(current, {}), int(match[1]), line, instructions))
             current = None
     names = {entry.name for entry in entries}
     functions = [_function(name, frame, instructions) for name, frame in frames.items() if name not in names]
     return (*entries, *functions)
 
 
-def _entry(name: str, frame: dict[str, int], used: re.Match[str], counts: dict[str, int]) -> EntryResources:
+def _entry(name: str, frame: dict[str, int], registers: int, used: str, counts: dict[str, int]) -> EntryResources:
+    barriers, smem = _BARRIERS.search(used), _SMEM.search(used)
     return EntryResources(
         name=name,
-        registers=int(used[1]),
+        registers=registers,
         spill_store_bytes=frame.get("stores", 0),
         spill_load_bytes=frame.get("loads", 0),
         stack_bytes=frame.get("stack", 0),
-        shared_bytes=int(used[3] or 0),
-        barriers=int(used[2] or 0),
+        shared_bytes=int(smem[1]) if smem else 0,
+        barriers=int(barriers[1]) if barriers else 0,
         instructions=counts.get(name, 0),
     )
 
