@@ -1,7 +1,8 @@
 """`compileiq report --compare A B`: what differs between two studies of a kernel.
 
 Which parts of the study key differ (toolchain, arch, the study key's hash, space, objective: each
-under its label of `core.key_labels`), where the
+under its label of `core.key_labels`; where the hash differs, which base flags and whether the
+sources do, as each study's run recorded them: `compare_inputs`), where the
 baselines differ (two builds the project ships: the settings each study's first trial builds, a
 setting it does not search at the compiler's default), how the
 baseline and chosen values moved, which chosen settings changed, and whether each study's choice
@@ -20,6 +21,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import key_label
 from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialCounts, TrialState, first_line
+from compileiq.report.compare_inputs import KeyInputs
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
@@ -54,6 +56,15 @@ class Comparison:
     baseline_changes: tuple[tuple[str, Any, Any], ...]  # ("baseline SETTING" or "baseline", a, b)
     setting_changes: tuple[tuple[str, Any, Any], ...]  # (setting, chosen in a, chosen in b)
     holds: tuple[Holds, ...]
+    inputs: KeyInputs | None = None  # where the study key's hash differs: the base flags and sources behind it
+
+    @property
+    def differ(self) -> tuple[tuple[str, Any, Any], ...]:
+        """The key table's rows: the key's parts, what its hash holds, then the baselines."""
+        return (*self.key_changes, *(self.inputs.rows() if self.inputs else ()), *self.baseline_changes)
+
+    def inputs_note(self) -> str:
+        return self.inputs.note() if self.inputs else ""
 
     @property
     def same_objective(self) -> bool:
@@ -70,8 +81,9 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
                      for n in sorted(set(chosen_a) | set(chosen_b)))
     built_a, built_b = (_Built.of(e, same_flags=ka["source_sha256"] == kb["source_sha256"]) for e in (a, b))
+    inputs = KeyInputs.of(a.runs, b.runs) if ka["source_sha256"] != kb["source_sha256"] else None
     return Comparison(a, b, keys, _baseline_changes(a, b, built_a, built_b), settings,
-                      (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)))
+                      (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)), inputs)
 
 
 @dataclass(frozen=True)
@@ -230,8 +242,9 @@ def _holds_rows(c: Comparison) -> list[tuple[Any, ...]]:
 
 
 def html_page(c: Comparison) -> str:
-    differ = (*c.key_changes, *c.baseline_changes)
+    differ = c.differ
     keys = html_table(("key", "A", "B"), differ) if differ else html_note("the study keys are equal")
+    keys += html_note(c.inputs_note()) if c.inputs else ""
     settings = (html_table(("setting", "A chose", "B chose"), c.setting_changes) if c.setting_changes
                 else "") + html_note(kept_note(c))
     note = html_note(kinds_note(c)) + ("" if c.same_objective else
@@ -247,8 +260,9 @@ def html_page(c: Comparison) -> str:
 def markdown(c: Comparison) -> str:
     lines = [f"# compileiq comparison: {md_text(c.a.study.name)} vs {md_text(c.b.study.name)}", "",
              "## What differs between the studies", ""]
-    differ = (*c.key_changes, *c.baseline_changes)
+    differ = c.differ
     lines += md_table(("key", "A", "B"), differ) if differ else ["The study keys are equal."]
+    lines += ["", md_text(c.inputs_note())] if c.inputs else []
     lines += ["", f"## {VALUES_TITLE}", "", *md_table(VALUE_HEADER, _value_rows(c)), "",
               md_text(kinds_note(c)), "", "## Chosen settings", ""]
     lines += [*md_table(("setting", "A chose", "B chose"), c.setting_changes), ""] if c.setting_changes else []

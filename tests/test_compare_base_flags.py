@@ -1,0 +1,108 @@
+"""`report --compare` of two studies of one kernel built with other base flags named only two
+hashes of the study key ("study key (sources + flags + tune.toml + shipped settings)"): the user
+could not tell what differs. It names the base flags only in each study and whether the sources
+are the same, as each study's run recorded them, and says "not recorded" of a run that recorded
+none or a damaged record (a shared database's rows are untrusted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import TINY_KERNEL, forge_run, run_cli
+
+from compileiq.core.records import StudyKey, TrialState
+from compileiq.report.compare import compare
+from compileiq.store import Store
+
+
+def _tuned(tmp_path: Path, name: str, flags: list[str]) -> None:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "k.cu").write_text(TINY_KERNEL)
+    (folder / "tune.toml").write_text(f"nvcc_flags = {json.dumps(flags)}\n")
+    done = run_cli(["tune", "k.cu", "--budget", "4", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                    "--study", name, "--out", "k.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+
+
+def test_a_comparison_of_two_tunes_with_other_base_flags_names_the_flags(tmp_path: Path) -> None:
+    _tuned(tmp_path, "fast", ["-O3", "-std=c++17", "-lineinfo"])
+    _tuned(tmp_path, "plain", ["-std=c++17", "-O2"])
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    result = run_cli(["report", "--compare", "fast", "plain", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = result.stdout
+    assert "| base flags only in this study | -O3 -lineinfo | -O2 |" in text, text
+    assert "| sources (files and paths, flags aside) | the same | the same |" in text, text
+    assert "base flags: only in A: -O3 -lineinfo; only in B: -O2; same sources." in text, text
+    page = run_cli(["report", "--compare", "fast", "plain", "--db", url, "-o", "c.html"], tmp_path)
+    assert page.returncode == 0, page.describe()
+    html = (tmp_path / "c.html").read_text()
+    assert "<td>base flags only in this study</td><td>-O3 -lineinfo</td><td>-O2</td>" in html
+    assert "base flags: only in A: -O3 -lineinfo; only in B: -O2; same sources." in html
+
+
+def _study(store: Store, name: str, key: str) -> int:
+    study = store.get_or_create_study(StudyKey(
+        kernel="k", source_sha256=key * 32, space_id="nvcc-13.0+ptxas-13.0", space_sha256="cd" * 32,
+        toolchain="cuda_13.0.r13.0", arch="sm_90", evaluator="static", objective="spills"), name)
+    config = {"ptxas.opt_level": "default"}
+    trial = store.claim_trials(study.id, [(json.dumps(config), config)], "test")[0]
+    store.finish_trial(trial.id, state=TrialState.COMPLETE, value=0.0, reason=None,
+                       metrics={"spill_bytes": 0, "registers": 8, "occupancy": 1.0, "instructions": 10, "stack_bytes": 0},
+                       code_hash="0" * 64, compile_seconds=0.1)
+    return study.id
+
+
+@pytest.mark.parametrize(("recorded_a", "recorded_b", "row", "sentence"), [
+    (["-O3", "-std=c++17"], ["-std=c++17", "-O3"], ("base flags", "-O3 -std=c++17", "-std=c++17 -O3"),
+     "the same base flags in another order: A -O3 -std=c++17; B -std=c++17 -O3"),
+    (["-O3"], ["-O3"], ("base flags", "the same", "the same"), "the same base flags"),
+    (["-O3"], None, ("base flags", "-O3", "not recorded"), "base flags: B not recorded"),
+    (["-O3"], ["-O3\x1b[2J"], ("base flags", "-O3", "not recorded"), "base flags: B not recorded"),
+    (["-O3"], "-O3", ("base flags", "-O3", "not recorded"), "base flags: B not recorded"),
+    (["-O3"], ["x" * 201], ("base flags", "-O3", "not recorded"), "base flags: B not recorded"),
+    (["-O3"], ["-O3"] * 300, ("base flags", "-O3", "not recorded"), "base flags: B not recorded"),
+    (["-O3"], [], ("base flags only in this study", "-O3", "(none)"), "base flags: only in A: -O3; only in B: (none)"),
+])
+def test_recorded_base_flags_are_read_back_defensively(tmp_path: Path, recorded_a: object, recorded_b: object,
+                                                         row: tuple[str, str, str], sentence: str) -> None:
+    db = tmp_path / "t.db"
+    store = Store.open(f"sqlite:///{db}")
+    try:
+        ids = _study(store, "a", "ab"), _study(store, "b", "ef")
+    finally:
+        store.close()
+    files = {"a": "1" * 64, "b": "not a hash"}
+    for study_id, name, flags in zip(ids, "ab", (recorded_a, recorded_b), strict=True):
+        forge_run(db, {"source_files_sha256": files[name], **({} if flags is None else {"base_flags": flags})},
+                  study_id=study_id)
+    store = Store.open(f"sqlite:///{db}", create=False)
+    try:
+        c = compare(store, "a", "b")
+    finally:
+        store.close()
+    assert c.inputs is not None
+    assert row in c.differ, c.differ
+    assert ("sources (files and paths, flags aside)", "sha256 111111111111…", "not recorded") in c.differ
+    assert f"{sentence}; sources: B not recorded." in c.inputs_note(), c.inputs_note()
+
+
+def test_studies_with_equal_keys_name_no_flags(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        _study(store, "a", "ab")
+        other = store.get_or_create_study(StudyKey(
+            kernel="k", source_sha256="ab" * 32, space_id="nvcc-13.0+ptxas-13.0", space_sha256="cd" * 32,
+            toolchain="cuda_13.1", arch="sm_90", evaluator="static", objective="spills"), "b")
+        config = {"ptxas.opt_level": "default"}
+        trial = store.claim_trials(other.id, [(json.dumps(config), config)], "test")[0]
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=0.0, reason=None, metrics={"spill_bytes": 0},
+                           code_hash="0" * 64, compile_seconds=0.1)
+        c = compare(store, "a", "b")
+    finally:
+        store.close()
+    assert c.inputs is None and c.inputs_note() == ""
+    assert not any(r[0].startswith(("base flags", "sources")) for r in c.differ)
