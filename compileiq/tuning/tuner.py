@@ -172,7 +172,7 @@ class Tuner:
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = choice.result(self._finished_search(), study, exhausted)
-            recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle)
+            recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle, request.kernel.source)
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
                                    decision(result) | unsimplified(request.simplify) | recorded)
             result = replace(result, run_id=run_id)  # an ACF refused after the run is said on this row
