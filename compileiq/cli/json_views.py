@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 
 
 def report_json(report: app.TuneReport) -> dict[str, Any]:
+    from compileiq.results.recorded_sources import kernel_path  # the path the run recorded
+
     result, counters = report.result, report.result.counters
     objective = result.study.key.objective
     return {
-        "study": study_json(result.study, result.chosen, len(result.trials)),
+        "study": study_json(result.study, result.chosen, len(result.trials), kernel_path(report.kernel.source)),
         "objective": objective_json(objective, result.baseline.metrics),
         "baseline": trial_json(result.baseline, objective),
         "baseline_label": baseline_label_of(report),
@@ -77,13 +79,17 @@ def _reading_json(objective: str) -> dict[str, Any]:
     return data | ({"value_is": read.minimised_as} if read.minimised_as else {})
 
 
-def study_json(study: Study, chosen: Trial | None, trials: int | None = None) -> dict[str, Any]:
+def study_json(study: Study, chosen: Trial | None, trials: int | None = None, path: str | None = None) -> dict[str, Any]:
     """The study with its chosen trial (`results.explain`: the ACF's), not merely its lowest value."""
-    return study_fields(study, trials, *((chosen.number, chosen.value) if chosen is not None else (None, None)))
+    number, value = (chosen.number, chosen.value) if chosen is not None else (None, None)
+    return study_fields(study, trials, number, value, path)
 
 
-def study_fields(study: Study, trials: int | None, number: int | None, value: float | None) -> dict[str, Any]:
-    data: dict[str, Any] = {"id": study.id, "name": study.name, "kernel": study.key.kernel,
+def study_fields(study: Study, trials: int | None, number: int | None, value: float | None,
+                 path: str | None = None) -> dict[str, Any]:
+    """The study's fields; `path`: its kernel's path as its latest deciding run recorded it
+    (`recorded_sources`; None where none did)."""
+    data: dict[str, Any] = {"id": study.id, "name": study.name, "kernel": study.key.kernel, "kernel_path": path,
                             "objective": study.key.objective, "arch": study.key.arch, "evaluator": study.key.evaluator}
     if trials is not None:
         data["trials"] = trials

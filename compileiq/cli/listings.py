@@ -38,10 +38,11 @@ if TYPE_CHECKING:
     from compileiq.store import Store
 
 
-def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice]]:
+def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice], list[str]]:
     """Each study the list shows, with its choice (`study_choice`: replayed where no recorded choice is
-    followed); a study whose row does not describe its trials (`InconsistentStudyError`) is left out
-    with its one-line reason, the others still listed."""
+    followed) and its kernel as the list names it (`listed_kernels`); a study whose row does not
+    describe its trials (`InconsistentStudyError`) is left out with its one-line reason, the others
+    still listed."""
     from compileiq.results.study_list import study_choice
     from compileiq.store.connect import InconsistentStudyError
 
@@ -51,16 +52,28 @@ def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice]
             listed.append((summary, study_choice(summary, lambda i: (store.trials(i), store.runs(i)))))
         except InconsistentStudyError as error:
             print(f"warning: skipped {error}", file=sys.stderr)
-    return [summary for summary, _ in listed], [choice for _, choice in listed]
+    summaries = [summary for summary, _ in listed]
+    return summaries, [choice for _, choice in listed], listed_kernels(summaries)
 
 
-def summary_json(summary: StudySummary, choice: ListedChoice) -> dict[str, Any]:
+def listed_kernels(summaries: list[StudySummary]) -> list[str]:
+    """Each listed study's kernel as the list names it: studies of different files of one name told
+    apart by the shortest end of the path their latest runs recorded (`results.study_labels`)."""
+    from compileiq.results.recorded_sources import decided_path
+    from compileiq.results.study_labels import kernel_labels
+
+    return kernel_labels([(s.study.key.kernel, decided_path(s.decision)) for s in summaries])
+
+
+def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else the choice replayed from
     its trials as `show STUDY` replays it (a study imported, or made by a run that did not finish),
-    said so (`results.study_list`)."""
+    said so (`results.study_list`); `kernel`: its kernel as the list names it (`listed_kernels`)."""
+    from compileiq.results.recorded_sources import decided_path
+
     best_is = f"the chosen trial, replayed from its trials ({_unchosen(summary)})" if choice.replayed else "the chosen trial"
-    return study_fields(summary.study, summary.trials, choice.number, choice.value) | {
-        "best_is": best_is, "baseline": _baseline(summary), "to_retry": summary.to_retry}
+    return study_fields(summary.study, summary.trials, choice.number, choice.value, decided_path(summary.decision)) | {
+        "kernel_shown": kernel, "best_is": best_is, "baseline": _baseline(summary), "to_retry": summary.to_retry}
 
 
 def _baseline(summary: StudySummary) -> str:
@@ -93,6 +106,7 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     only: its table is the front, `why.print_tuned_front`): each trial's value of every objective,
     and the front with its pick (by `pick`, else the rule its latest run chose by)."""
     from compileiq.results.explain import baseline_label, explain
+    from compileiq.results.recorded_sources import recorded_path
     from compileiq.results.shipped_origin import recorded_origin
 
     explanation = explain(study, trials, pick, runs)
@@ -102,7 +116,7 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     running = [t for t in trials if t.state is TrialState.RUNNING]
     counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
-    data = {"study": study_json(study, explanation.chosen, counts.trials),
+    data = {"study": study_json(study, explanation.chosen, counts.trials, recorded_path(runs)),
             "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None),
             "to_retry": counts.to_retry,
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
@@ -139,20 +153,21 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         out.print(line, markup=False)
 
 
-def studies_table(summaries: list[StudySummary], choices: list[ListedChoice]) -> Table:
-    """The studies, each with the trial every view names as its choice (`results.study_list`)."""
+def studies_table(summaries: list[StudySummary], choices: list[ListedChoice], kernels: list[str]) -> Table:
+    """The studies, each with the trial every view names as its choice (`results.study_list`) and its
+    kernel as the list names it (`listed_kernels`)."""
     table = Table(title=Text("studies"))
     baselines = [_baseline(summary) for summary in summaries]
     shipped = any(b != "defaults" for b in baselines)  # a column of "defaults" alone would tell nothing apart
     for column in ("id", "name", "kernel", "objective", "arch", *(("baseline",) if shipped else ()), "trials", "chosen"):
         table.add_column(column)
-    for summary, baseline, choice in zip(summaries, baselines, choices, strict=True):
+    for summary, baseline, choice, kernel in zip(summaries, baselines, choices, kernels, strict=True):
         study, number = summary.study, choice.number
         replayed = f", replayed: {_unchosen(summary)}" if choice.replayed else ""
         shown = "-" if number is None else f"{reading(study.key.objective).text(choice.value)} (#{number}{replayed})"
         if "," in study.key.objective and number is not None:  # its value is the first objective's alone
             shown = f"#{number} on the front (show {study.id}{replayed})"
-        table.add_row(*cells(study.id, study.name, study.key.kernel, study.key.objective, study.key.arch,
+        table.add_row(*cells(study.id, study.name, kernel, study.key.objective, study.key.arch,
                              *((baseline,) if shipped else ()), _trials_cell(summary), shown))
     return table
 
@@ -182,9 +197,11 @@ def _row_changed(summary: StudySummary) -> bool:
 def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) -> Table:
     """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
     chosen, then the refused ones, each with its status."""
-    objective = study.key.objective
+    from compileiq.results.recorded_sources import recorded_path
+
+    objective, path = study.key.objective, recorded_path(explanation.runs)
     scoring = unscored.scoring_text(explanation.baseline.metrics) if explanation.baseline is not None else None
-    title = (f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
+    title = (f"{study.name}{f' ({path})' if path else ''}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))
     for column in ("#", "value", *METRIC_COLUMNS, "status",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 STUDY_KEY = "study key (sources + flags + tune.toml + shipped settings)"
 SOURCE_BUNDLE = "source bundle sha256"  # the ACF's [kernel] source_sha256
+KERNEL_PATH = "kernel path (as its run recorded it)"  # the study key's kernel is the file's name alone
 
 KEY_LABELS = {
     "kernel": "kernel", "source_sha256": STUDY_KEY, "space_id": "search space", "space_sha256": "search space sha256",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.core.errors import UsageError
-from compileiq.core.key_labels import SOURCE_BUNDLE, key_label
+from compileiq.core.key_labels import KERNEL_PATH, SOURCE_BUNDLE, key_label
 from compileiq.core.readings import Reading, reading
 from compileiq.core.records import (
     RUNTIME_KIND,
@@ -42,7 +42,7 @@ from compileiq.results.evidence import SHOWN_KEYS, scoring_text, shown_metrics
 from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, values_by_objective
-from compileiq.results.recorded_sources import recorded_bundle
+from compileiq.results.recorded_sources import recorded_bundle, recorded_path
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD, Importances, surrogate_importance
 from compileiq.store import Store
@@ -180,7 +180,8 @@ def html_page(report: StudyReport) -> str:
 def _summary(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
-    lines = [("kernel", key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
+    path = recorded_path(e.runs)
+    lines = [("kernel", f"{key.kernel} ({path})" if path else key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
              ("trials", TrialCounts.of(e.trials).text())]
     if e.baseline is not None and e.chosen is not None:
         lines += [(baseline_label(e.study, e.baseline, recorded_origin(e.runs)), report.value_text(e.baseline)),
@@ -351,13 +352,14 @@ def _provenance(report: StudyReport) -> str:
 
 
 def provenance_rows(e: Explanation) -> list[tuple[str, str]]:
-    """The toolchain, arch, study key and (where its run recorded it) the source bundle's hash, each
-    under its one label (`core.key_labels`): what the HTML and the markdown report show alike."""
+    """The toolchain, arch, study key and (where its run recorded them) the kernel's path and the
+    source bundle's hash, each under its one label (`core.key_labels`): what the HTML and the
+    markdown report show alike."""
     key = e.study.key
     rows = [(key_label("toolchain"), key.toolchain), (key_label("arch"), key.arch),
             (key_label("source_sha256"), key.source_sha256)]
-    bundle = recorded_bundle(e.runs)
-    return rows + ([(SOURCE_BUNDLE, bundle)] if bundle is not None else [])
+    path, bundle = recorded_path(e.runs), recorded_bundle(e.runs)
+    return rows + ([(KERNEL_PATH, path)] if path is not None else []) + ([(SOURCE_BUNDLE, bundle)] if bundle is not None else [])
 
 
 def _space_rows(trials: Sequence[Trial]) -> list[tuple[str, str]]:
