@@ -103,7 +103,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, counts.trials),
-            "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None),
+            "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None,
+                                        explanation.chosen.metrics if explanation.chosen else None),
             "to_retry": counts.to_retry,
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
@@ -183,7 +184,8 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     """The trials as `explain` ranks them: the chosen one (the ACF's) first, then those that may be
     chosen, then the refused ones, each with its status."""
     objective = study.key.objective
-    scoring = unscored.scoring_text(explanation.baseline.metrics) if explanation.baseline is not None else None
+    scoring = unscored.scoring_text(explanation.baseline.metrics, explanation.chosen.metrics if explanation.chosen
+                                    else None) if explanation.baseline is not None else None
     title = (f"{study.name}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))
