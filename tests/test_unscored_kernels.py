@@ -69,7 +69,8 @@ def test_a_choice_never_makes_the_kernels_entries_leave_unscored_spill(tuned_onc
     shown = run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path)
     assert shown.returncode == 0, shown.describe()
     document = json.loads(shown.stdout)
-    assert document["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 1}, document["objective"]
+    assert document["objective"]["scored"]["entries"] == ["scored"], document["objective"]
+    assert document["objective"]["scored"]["unscored_kernels"] == 1, document["objective"]
     capped = [t for t in document["trials"] if t["config"].get("ptxas.maxrregcount") == 24]
     assert capped and "leave unscored" in capped[0]["refused"] and "other" in capped[0]["refused"], capped
     table = run_cli(["show", "1", "--db", "sqlite:///t.db"], cwd=tmp_path)
@@ -163,7 +164,8 @@ def test_an_unscored_kernel_with_smaller_launch_bounds_never_fails_the_study(tmp
     # tune's own summary says what was scored, as show, report and --json do
     assert "scored only scored (tune.toml's entries)" in " ".join(done.stdout.split()), done.stdout
     shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
-    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 2}, shown["objective"]
+    assert shown["objective"]["scored"]["entries"] == ["scored"], shown["objective"]
+    assert shown["objective"]["scored"]["unscored_kernels"] == 2, shown["objective"]
 
 
 def test_a_variant_without_unscored_kernels_is_not_refused_for_want_of_their_metrics(tmp_path: Path) -> None:
@@ -186,6 +188,12 @@ def test_a_variant_without_unscored_kernels_is_not_refused_for_want_of_their_met
     {"spill_bytes": 0, "occupancy": 1.0, "spilling": "abc", "kernels": 1},
     {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": True},
     "damaged",
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": {"k": 256}},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": {"k": True}},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": {"k\x1b[2J": 3}},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": {"k" * 201: 3}},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": {f"k{i}": 3 for i in range(1001)}},
+    {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1, "registers": [32]},
 ])
 def test_a_damaged_unscored_table_is_a_damaged_row(table: object) -> None:
     from compileiq.core import metric_ranges
@@ -208,6 +216,65 @@ def test_a_study_recorded_before_unscored_kernels_were_held_scores_its_baseline_
                      "--out", "k.acf.toml"], cwd=tmp_path)
     assert again.returncode == 0, again.describe()
     shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
-    assert shown["objective"]["scored"] == {"entries": ["scored"], "unscored_kernels": 1}, shown["objective"]
+    assert shown["objective"]["scored"]["entries"] == ["scored"], shown["objective"]
+    assert shown["objective"]["scored"]["unscored_kernels"] == 1, shown["objective"]
     gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)
     assert gated.returncode == 0, gated.describe()
+
+
+# `scored` as above; `mid`: 32 registers at the defaults, 24 without a spill (nor lost occupancy) under
+# a cap of 24; `tiny`: 10 registers under any cap
+REGISTER_KERNELS = KERNELS.split("__global__ void other")[0] + """\
+__global__ void mid(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc = 0.f;
+#pragma unroll
+  for (int t = 0; t < 24; ++t) acc += x[i + t * n] * x[i + t * n + 2];
+  y[i] = acc;
+}
+__global__ void tiny(float* y) { y[threadIdx.x] = 1.f; }
+"""
+
+
+def test_every_view_says_what_the_chosen_flags_did_to_unscored_kernels_registers(tmp_path: Path) -> None:
+    # a layernorm user: a cap that helps the scored kernel moves another's registers, no spill, no
+    # occupancy lost, and no view said so
+    (tmp_path / "k.cu").write_text(REGISTER_KERNELS)
+    (tmp_path / "tune.toml").write_text(TUNE_TOML)
+    done = run_cli(["tune", "k.cu", "--arch", "sm_90", "--objective", "registers", "--only", "ptxas.maxrregcount",
+                    "--budget", "11", "--no-simplify", "--workers", "local", "--db", "sqlite:///t.db",
+                    "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    scored = shown["objective"]["scored"]
+    changed = {c["kernel"]: (c["baseline"], c["chosen"]) for c in scored["registers_changed"]}
+    assert set(changed) == {"mid"} and changed["mid"][0] == 32 and changed["mid"][1] < 32, scored
+    said = f"other kernels' registers: mid 32 -> {changed['mid'][1]}"
+    assert scored["registers"] == said, scored
+    assert said in " ".join(done.stdout.split()), done.stdout  # tune's summary
+    table = run_cli(["show", "1", "--db", "sqlite:///t.db"], cwd=tmp_path)
+    assert said in " ".join(table.stdout.split()), table.stdout
+    report = run_cli(["report", "1", "--db", "sqlite:///t.db", "--format", "md", "-o", "-"], cwd=tmp_path)
+    assert said in " ".join(report.stdout.split()), report.stdout
+    acf = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert acf["evidence"]["vs_defaults"]["unscored_registers"] == said, acf["evidence"]["vs_defaults"]
+    gated = run_cli(["gate", "k.acf.toml"], cwd=tmp_path)  # information, never a refusal
+    assert gated.returncode == 0, gated.describe()
+
+
+def test_register_changes_name_a_few_then_how_many_more_and_read_older_rows() -> None:
+    from compileiq.evaluate.unscored import registers_text, scored
+
+    def metrics(registers: dict[str, int] | None) -> dict[str, object]:
+        table = {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 5}
+        return {"entries": [{"name": "k", "entry": True}],
+                "unscored": table if registers is None else {**table, "registers": registers}}
+
+    before = {"a": 10, "b": 20, "c": 30, "d": 40, "e": 50}
+    after = {"a": 12, "b": 20, "c": 24, "d": 48, "e": 49}
+    assert registers_text(metrics(before), metrics(after)) == \
+        "other kernels' registers: d 40 -> 48, c 30 -> 24, a 10 -> 12, and 1 more"
+    assert registers_text(metrics(before), metrics(before)) == "other kernels' registers: unchanged"
+    older = registers_text(metrics(None), metrics(after))  # a row recorded before registers were
+    assert older is not None and "not recorded" in older
+    assert scored(metrics(None)) == {"entries": ["k"], "unscored_kernels": 5}  # no chosen: as before

@@ -23,7 +23,7 @@ def report_json(report: app.TuneReport) -> dict[str, Any]:
     objective = result.study.key.objective
     return {
         "study": study_json(result.study, result.chosen, len(result.trials), kernel_path(report.kernel.source)),
-        "objective": objective_json(objective, result.baseline.metrics),
+        "objective": objective_json(objective, result.baseline.metrics, result.chosen.metrics),
         "baseline": trial_json(result.baseline, objective),
         "baseline_label": baseline_label_of(report),
         "best": trial_json(result.chosen, objective),
@@ -60,12 +60,14 @@ def _confirmation_json(confirmation: Any) -> dict[str, Any] | None:
     return None if confirmation is None else confirmation_table(confirmation)
 
 
-def objective_json(objective: str, baseline: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def objective_json(objective: str, baseline: Mapping[str, Any] | None = None,
+                   chosen: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The objective with its kind, unit and direction (`core.readings`): how its values read.
     Several objectives have no one unit or direction: each is given in `objectives`, in order. Where
     tune.toml's entries left kernels unscored (the `baseline` trial's metrics say so), `scored` names
-    the kernels it scored (`unscored.scored`)."""
-    found = unscored.scored(baseline) if baseline is not None else None
+    the kernels it scored and, with the `chosen` trial's metrics, what its settings did to the others'
+    registers (`unscored.scored`)."""
+    found = unscored.scored(baseline, chosen) if baseline is not None else None
     scored = {"scored": found} if found is not None else {}
     if "," in objective:
         each = [_reading_json(name) for name in objective.split(",")]

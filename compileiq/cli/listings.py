@@ -117,7 +117,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
     data = {"study": study_json(study, explanation.chosen, counts.trials, recorded_path(runs)),
-            "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None),
+            "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None,
+                                        explanation.chosen.metrics if explanation.chosen else None),
             "to_retry": counts.to_retry,
             "baseline_label": baseline_label(study, explanation.baseline, recorded_origin(runs)),
             "running": [{"number": t.number, "worker": t.worker} for t in running],
@@ -200,7 +201,8 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     from compileiq.results.recorded_sources import recorded_path
 
     objective, path = study.key.objective, recorded_path(explanation.runs)
-    scoring = unscored.scoring_text(explanation.baseline.metrics) if explanation.baseline is not None else None
+    scoring = unscored.scoring_text(explanation.baseline.metrics, explanation.chosen.metrics if explanation.chosen
+                                    else None) if explanation.baseline is not None else None
     title = (f"{study.name}{f' ({path})' if path else ''}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))

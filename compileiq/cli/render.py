@@ -62,7 +62,7 @@ def print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
     objective = result.study.key.objective
-    scoring = scoring_text(result.baseline.metrics)  # what it scored, as show, report and --json say it
+    scoring = scoring_text(result.baseline.metrics, result.chosen.metrics)  # as show, report and --json say it
     title = (f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))

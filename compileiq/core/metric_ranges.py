@@ -14,6 +14,10 @@ MAX_PICK_RULE = 200  # characters of a pick rule a run row, an export or an ACF 
 # kernel, and a float holds it exactly; a larger one (10**400: valid JSON) is a forged row, which would
 # pass ``value <= inf`` and then crash the scoring that turns it into a float
 MAX_COUNT = 2**40
+# the unscored kernels whose registers a result records by name (`evaluate.unscored`), and how long a
+# name may be: far past a real file's, a bound on what a forged row makes every view read
+MAX_NAMED_KERNELS = 1000
+MAX_KERNEL_NAME = 200
 
 RANGES: dict[str, tuple[type, float, float]] = {
     "spill_bytes": (int, 0, MAX_COUNT), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
@@ -52,7 +56,28 @@ def unscored_problem(table: Any) -> str | None:
     names = table.get("spilling")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return f"spilling = {shown(names)!r} must be a list of kernel names"
+    return registers_problem(table.get("registers"))
+
+
+def registers_problem(registers: Any) -> str | None:
+    """For an `unscored` table's optional `registers` (each unscored kernel's, by readable name;
+    absent in rows recorded before them): at most MAX_NAMED_KERNELS kernels, each a printable name
+    of 1 to MAX_KERNEL_NAME characters with 0 to 255 registers."""
+    if registers is None:
+        return None
+    if not isinstance(registers, Mapping) or len(registers) > MAX_NAMED_KERNELS:
+        return f"registers = {shown(registers)!r} must be a table of at most {MAX_NAMED_KERNELS} kernels"
+    for name, count in registers.items():
+        if not is_kernel_name(name):
+            return f"registers: {shown(name)!r} must be a kernel name of 1 to {MAX_KERNEL_NAME} printable characters"
+        if not (is_count(count) and count <= 255):
+            return f"registers.{shown(name)} = {shown(count)!r} must be an integer from 0 to 255"
     return None
+
+
+def is_kernel_name(name: Any) -> bool:
+    """A kernel's name as a result may record it: printable text of 1 to MAX_KERNEL_NAME characters."""
+    return isinstance(name, str) and 0 < len(name) <= MAX_KERNEL_NAME and name.isprintable()
 
 
 def is_count(value: Any) -> bool:

@@ -95,7 +95,9 @@ class StudyReport:
         else:
             heading = "; ".join(f"{r.objective}: {r.heading}" for r in self.readings)
         baseline = self.explanation.baseline
-        scoring = scoring_text(baseline.metrics) if baseline is not None else ""
+        chosen = self.explanation.chosen
+        scoring = scoring_text(baseline.metrics, chosen.metrics if chosen is not None else None) \
+            if baseline is not None else ""
         return f"{heading}; {scoring}" if scoring else heading
 
     def values(self, trial: Trial) -> tuple[float | None, ...]:

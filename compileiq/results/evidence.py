@@ -48,6 +48,8 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     against = eligibility.against(spec.shipped)
     vs_defaults = {"against": against,
                    **eligibility.justification(chosen, result.baseline, result.baseline.config, first, against)}
+    if registers := unscored.registers_text(result.baseline.metrics, chosen.metrics):
+        vs_defaults["unscored_registers"] = registers  # information, as every view says it: no rule holds them
     evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
     if note := assumed_launch(spec, chosen):
         evidence["launch"] = {"assumed": True, "note": note}
@@ -270,10 +272,11 @@ def evidence(trial: Trial, origin: str) -> dict[str, Any]:
     return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
 
 
-def scoring_text(metrics: Mapping[str, Any]) -> str | None:
-    """What the objective scored where tune.toml's entries left kernels out (`unscored.scoring_text`),
-    for the views that may not read `evaluate` (the report)."""
-    return unscored.scoring_text(metrics)
+def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> str | None:
+    """What the objective scored where tune.toml's entries left kernels out, and what the `chosen`
+    trial's settings did to the others' registers (`unscored.scoring_text`), for the views that may
+    not read `evaluate` (the report)."""
+    return unscored.scoring_text(metrics, chosen)
 
 
 def shown_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
