@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import tomli_w
 
+from compileiq.source.kernel import load_spec
 from tests.helpers import run_cli
 
 # `scored`: 32 registers at the defaults, 24 without a spill under a cap of 24; `other`: 116
@@ -114,6 +116,38 @@ def test_a_forged_acf_cannot_claim_other_entries_to_hide_edited_evidence(tuned_o
     gated = run_cli(["gate", out.name], cwd=tmp_path)
     assert gated.returncode == 1, gated.describe()
     assert "error evidence" in gated.stdout, gated.stdout
+
+
+def test_an_acf_claiming_other_entries_with_their_public_settings_hash_cannot_hide_edited_evidence(
+        tuned_once: Path, tmp_path: Path) -> None:
+    """The settings hash of the kernel with other entries is public: an ACF that claims entries ["other"]
+    with that hash, and edited evidence, passed with a stale-settings warning. Its numbers are held to
+    the rebuild scored under the entries it claims: they match neither scoring, so its evidence was edited."""
+    out = _tuned(tuned_once, tmp_path)
+    document = tomllib.loads(out.read_text())
+    claimed = replace(load_spec(tmp_path / "k.cu", arch=document["kernel"]["arch"]), entries=("other",))
+    document["kernel"]["entries"] = ["other"]
+    document["kernel"]["settings_sha256"] = claimed.settings_sha256s()[0]  # anyone can compute it
+    forged = 200  # a baseline made worse (32 registers for `scored`, 116 for `other`), to forge the gain
+    document["evidence"]["baseline"]["registers"] = forged
+    document["objective"].update(baseline=float(forged), improved=True)
+    out.write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", out.name], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    said = " ".join(gated.stdout.split())
+    assert "error evidence" in said and "for the baseline's machine code" in said, gated.stdout
+
+
+def test_entries_changed_in_tune_toml_after_tuning_are_stale_settings(tuned_once: Path, tmp_path: Path) -> None:
+    """The honest change: tune.toml's entries name the other kernel now; the ACF's evidence is what
+    its build gives scored under the entries it records, so the gate says stale-settings, not an edit."""
+    out = _tuned(tuned_once, tmp_path)
+    (tmp_path / "tune.toml").write_text(TUNE_TOML.replace('"scored"', '"other"'))
+    gated = run_cli(["gate", out.name], cwd=tmp_path)  # `other` scores 116 registers: the rules still say so
+    assert gated.returncode in (0, 1), gated.describe()
+    said = " ".join(gated.stdout.split())
+    assert "error evidence" not in said and "was edited" not in said, gated.stdout
+    assert "entries: [scored] when tuned, [other] now" in said, gated.stdout
 
 
 def test_an_older_acf_without_entries_never_hides_edited_evidence(tuned_once: Path, tmp_path: Path) -> None:

@@ -154,9 +154,8 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
         hits = [hit for hit in hits if hit.rule != "stale-settings"]  # the hash alone says less; one that says
     # a compile command was not checked (gone, unreadable) says nothing of tune.toml: its change is still said
     hits += shipped + named + risk_settings.risk_hits(target, target.applied, retune) + lowered_hits(target)
-    rescored = scored_kernels.scoring_changed(target.acf, in_recorded_order(target), recorded, measured)
-    accused = [hit for hit in hits if hit.rule == "evidence"] if rescored else []  # another scoring's numbers
-    hits = [hit for hit in hits if hit not in accused]
+    evidence = [hit for hit in hits if hit.rule == "evidence"]  # said below, unless another scoring's numbers
+    hits = [hit for hit in hits if hit.rule != "evidence"]
     needs = retune_needs(target, toolchain.nvcc_version)  # said in each finding, the command kept bare
     hits = [replace(hit, needs=needs) if hit.command else hit for hit in hits]
     defaults = rebuild_defaults(target, toolchain, own, measured)
@@ -164,10 +163,12 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     objective = str(target.acf.objective.get("name", ""))
     hits += default_hits(measured, defaults, timed=timing is not None, objective=objective, baseline=baseline)
     hits += scored_kernels.unscored_hits(measured, defaults, objective)
-    evidence = baseline_evidence_hits(baseline, defaults)
-    accused, hits = (accused + evidence, hits) if rescored else (accused, hits + evidence)
-    stale = scored_kernels.stale_scoring_hit(target.acf, target.spec, retune)  # said instead: not an edit
-    hits += [replace(stale, needs=needs)] if accused else []
+    evidence += baseline_evidence_hits(baseline, defaults)
+    if evidence and scored_kernels.scoring_changed(target.acf, in_recorded_order(target), recorded, measured,
+                                                   baseline, defaults):  # the rebuilds give them under its entries
+        stale = scored_kernels.stale_scoring_hit(target.acf, target.spec, retune)  # said instead: not an edit
+        evidence = [replace(stale, needs=needs)]
+    hits += evidence
     measured_timing = None
     if timing is not None and measured.failure is None:  # timed against the same baseline as the rules
         tell = progress or (lambda _: None)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compileiq.build.compile import AssembleJob, FrontendJob, assemble, emit_ptx
+from compileiq.build.compile import AssembleJob, Build, FrontendJob, assemble, emit_ptx
 from compileiq.core import implied
 from compileiq.core.errors import CompileIQError, UsageError
 from compileiq.core.space import Config
@@ -127,19 +127,33 @@ def in_recorded_order(target: Target) -> KernelSpec:
 def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: SourceBundle,
              frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
     """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
-    the kernel's own (`target.spec`), what the ACF's recorded settings are held to."""
+    the kernel's own (`target.spec`), what the ACF's recorded settings are held to. Where the ACF
+    records other entries than tune.toml's, the same build is also scored under those (`claimed`):
+    the gate holds its evidence to that scoring before it calls a change of entries stale settings."""
     acf = target.acf  # an ACF of before 2026-12-06 records the older identity of the same settings
-    settings = in_recorded_order(target).settings_sha256_as(acf.data["kernel"].get("settings_sha256"))
+    recorded = acf.data["kernel"].get("settings_sha256")
+    own = in_recorded_order(target)
     # the kernel's own fixed macros (tune.toml's [defines]), never the ACF's word (`macro_settings`)
     frontend = FrontendJob(toolchain.nvcc, bundle, acf.ptx_arch(), (*frontend_args, *spec.fixed_define_args()),
                            spec.compile_timeout_s)
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
-    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, Config.of(controls))
+    config, facts = Config.of(controls), (bundle, toolchain.nvcc_build)
+    measured = _scored(spec, build, config, facts, own.settings_sha256_as(recorded))
+    if acf.entries is None or acf.entries == spec.entries:
+        return measured
+    claimed = replace(own, entries=acf.entries).settings_sha256_as(recorded)
+    return replace(measured, claimed=_scored(replace(spec, entries=acf.entries), build, config, facts, claimed))
+
+
+def _scored(spec: KernelSpec, build: Build, config: Config, facts: tuple[SourceBundle, str], settings: str) -> Measured:
+    """One build's static metrics as `spec` scores them (its entries), reported with `settings`."""
+    bundle, toolchain_build = facts
+    evaluation = StaticEvaluator("spills", spec, bundle).evaluate(build, config)
     metrics = StaticMetrics.of(evaluation.metrics)
     if evaluation.value is None or metrics is None:
         reason = (evaluation.reason or "unknown").strip().splitlines()[0]
-        return Measured(bundle.sha256, toolchain.nvcc_build, failure=reason, settings_sha256=settings)
-    return Measured(bundle.sha256, toolchain.nvcc_build, None, metrics.spill_bytes, metrics.registers,
+        return Measured(bundle.sha256, toolchain_build, failure=reason, settings_sha256=settings)
+    return Measured(bundle.sha256, toolchain_build, None, metrics.spill_bytes, metrics.registers,
                     metrics.occupancy, build.code_hash or "", metrics.instructions, settings,
                     Unscored.of(evaluation.metrics))

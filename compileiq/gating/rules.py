@@ -107,6 +107,8 @@ class Measured:
     instructions: int = 0
     settings_sha256: str = ""
     unscored: Unscored | None = None  # the kernels tune.toml's entries leave unscored (`gating.scored_kernels`)
+    claimed: Measured | None = None  # the same build scored under the entries the ACF records, where they are not
+    # tune.toml's (its settings those with the ACF's entries): what its evidence must match to be another scoring's
 
 
 @dataclass(frozen=True)

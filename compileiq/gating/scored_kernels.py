@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from compileiq.evaluate.unscored import unscored_refusal
-from compileiq.gating.rules import Defaults, Hit, Measured, Recorded
+from compileiq.gating.rules import (
+    Defaults,
+    Hit,
+    Measured,
+    Recorded,
+    baseline_evidence_hits,
+    static_hits,
+)
 from compileiq.results import acf as acf_file
 from compileiq.source.spec import KernelSpec
 
@@ -42,18 +49,31 @@ def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
     return [Hit("worse-than-default", recorded, measured, f"the ACF's build {why}")]
 
 
-def scoring_changed(acf: acf_file.Acf, spec: KernelSpec, recorded: Recorded, measured: Measured) -> bool:
+def scoring_changed(acf: acf_file.Acf, spec: KernelSpec, recorded: Recorded, measured: Measured,
+                    baseline: Recorded | None, defaults: Defaults) -> bool:
     """The kernel's settings differ from the ACF's in `entries` alone, what decides which kernels are
-    scored: its evidence then scored other kernels than a rebuild does. The ACF's own word (its entries,
-    its settings_sha256) is untrusted, so the recorded identity must be this kernel's settings (`spec`,
-    as the rebuild orders them) with the ACF's entries in place of tune.toml's: any other change, or a
-    forged identity, leaves the `evidence` findings as they are. Never for an ACF that records no
-    entries (`acf.entries` None: written before they were recorded): nobody can tell what it scored."""
+    scored, and its evidence is what the rebuilds give scored under the entries it records: it then
+    scored other kernels than a rebuild does (`stale-settings`), and was not edited. The ACF's own word
+    (its entries, its settings_sha256, a hash anyone can compute) is untrusted: the recorded identity
+    must be this kernel's settings (`spec`, as the rebuild orders them) with the ACF's entries in place
+    of tune.toml's, and every recorded number ([evidence.best], [evidence.baseline]) must match the
+    rebuilds scored under those entries (`Measured.claimed`); numbers that match neither scoring were
+    edited, and the `evidence` findings stand. Never for an ACF that records no entries (`acf.entries`
+    None: written before they were recorded): nobody can tell what it scored."""
     if acf.entries is None or acf.entries == spec.entries:
         return False
     if not recorded.settings_sha256 or recorded.settings_sha256 == measured.settings_sha256:
         return False
-    return recorded.settings_sha256 in replace(spec, entries=acf.entries).settings_sha256s()
+    if recorded.settings_sha256 not in replace(spec, entries=acf.entries).settings_sha256s():
+        return False
+    claimed, base = measured.claimed, defaults.build
+    if claimed is None or claimed.failure is not None:  # no kernel its entries name: its numbers are nobody's
+        return False
+    if any(hit.rule == "evidence" for hit in static_hits(recorded, claimed, "")):
+        return False
+    # the baseline's build scored likewise (itself where it is the ACF's build, or did not build: no finding)
+    scored_base = replace(defaults, build=base.claimed) if base is not None and base.claimed is not None else defaults
+    return not baseline_evidence_hits(baseline, scored_base)
 
 
 def stale_scoring_hit(acf: acf_file.Acf, spec: KernelSpec, retune: str) -> Hit:
