@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
+from compileiq.core.readings import exact
 from compileiq.core.records import StudyKey, TrialState
+from compileiq.report.contributions import contribution_note, contribution_rows
 from compileiq.results.ablation import ablation_path, recorded
 from compileiq.results.explain import explain
 from compileiq.store import Store
@@ -69,7 +71,8 @@ def test_the_report_shows_the_contributions(tuned):
     for row in acf["evidence"]["contribution"]:
         assert f"<td>{row['setting']}</td>" in section
     total = acf["objective"]["baseline"] - acf["objective"]["best"]
-    assert "<td>total</td>" in section and f'data-v="{float(total)!r}"' in section
+    # the total as `show --why` prints it (one formatter: `core.readings`), never 1.552e+06
+    assert "<td>total</td>" in section and f"<td>{exact(total)}</td>" in section, section
 
 
 def test_a_failed_step_keeps_the_sum_exact(tmp_path):
@@ -189,3 +192,64 @@ def test_macros_a_restriction_couples_are_one_step_of_the_path(tmp_path):
     shown = run_cli(["show", study, "--db", db, "--why"], tmp_path)
     assert re.search(r"│ 1 +│ define\.BC \+ define\.BR +│ 16, 16 +│", shown.stdout), shown.stdout
     assert "rerun" not in shown.stdout and "no recorded result" not in shown.stdout, shown.stdout
+
+
+def _record(tmp_path, objective, results):
+    """A study of `objective` whose trials hold `results` (config, value, spill bytes), in order."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    study = store.get_or_create_study(StudyKey("k", "0" * 64, "s", "0" * 64, "t", "sm_90", "static", objective), "unit")
+    for config, value, spills in results:
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True, separators=(",", ":")), config)], "t")[0]
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None,
+                           metrics={"spill_bytes": spills, "occupancy": 0.5}, code_hash=None, compile_seconds=0.0)
+    trials = store.trials(study.id)
+    store.close()
+    return study, trials
+
+
+def test_the_path_steps_through_builds_the_rules_allow(tmp_path):
+    """A user's SGEMM_CUDA (static): --override-directive-values alone spills (refused), TM+TN
+    alone is allowed (#2), both together win (#3). The path flipped the flag first, through the refused
+    build: `show --why` read "override_directive_values True: 1234375 -> 2786375 (-1552000)", the
+    report printed shares of -126% / 226% and the same number as 1.234e+06 there. The path now takes
+    the allowed pair first; show and the report format each number alike, and shares sum to 100%."""
+    flag = "ptxas.override_directive_values"
+    base = {"define.TM": 8, "define.TN": 8, flag: False}
+    study, trials = _record(tmp_path, "static", [
+        (base, 1234375.0, 1234), ({**base, flag: True}, 2786375.0, 2786),  # the flag alone: adds spill bytes
+        ({**base, "define.TM": 4, "define.TN": 4}, 600250.0, 600), ({"define.TM": 4, "define.TN": 4, flag: True}, 500.0, 0)])
+    ablation = explain(study, trials).ablation
+    assert ablation is not None and explain(study, trials).chosen.number == trials[-1].number
+    assert [(s.setting, s.before, s.after) for s in ablation.steps] == [
+        ("define.TM + define.TN", 1234375.0, 600250.0), (flag, 600250.0, 500.0)]
+    db = f"sqlite:///{tmp_path}/t.db"
+    shown = run_cli(["show", "unit", "--db", db, "--why"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.describe()
+    assert re.search(r"│ 1 +│ define\.TM \+ define\.TN +│ 4, 4 +│ 1234375 +│ 600250 +│ 634125 ", shown.stdout), shown.stdout
+    assert re.search(rf"│ 2 +│ {flag} +│ True +│ 600250 +│ 500 +│ 599750 ", shown.stdout), shown.stdout
+    md = run_cli(["report", "unit", "--db", db, "--format", "md", "-o", "-"], cwd=tmp_path)
+    assert md.returncode == 0, md.describe()
+    section = md.stdout.split("## Each setting's contribution")[1].split("##")[0]
+    assert "| 1 | define.TM + define.TN | 4, 4 | 1234375 | 600250 | 634125 | 51% | #2 |" in section, section
+    assert f"| 2 | {flag} | True | 600250 | 500 | 599750 | 49% | #3 |" in section, section
+    assert "e+0" not in section and "No share" not in section, section
+    assert not any(s.refused for s in ablation.steps)
+    assert ablation.shares == pytest.approx((634125 / 1233875, 599750 / 1233875))
+
+
+def test_a_step_through_a_refused_build_says_so_and_gives_no_shares(tmp_path):
+    """Where the only step lands on a build the rules refuse, the row says so and no share is
+    given: shares past 100% (-620650%) read as nonsense; so too on a path that loses ground."""
+    _, trials = _record(tmp_path, "spills", [({"a": 0, "b": 0}, 100.0, 100), ({"a": 1, "b": 0}, 300.0, 300),
+                                             ({"a": 1, "b": 1}, 40.0, 40)])
+    refused = ablation_path(trials[0], trials[-1], recorded(trials),
+                            refusal=lambda t: "adds spill bytes (1 -> 2)" if t.number == trials[-1].number else None)
+    assert refused is not None and refused.steps[-1].refused == "adds spill bytes (1 -> 2)"
+    assert refused.steps[-1].through == " (through a build the rules refuse: adds spill bytes (1 -> 2))"
+    assert refused.shares is None and refused.shares_withheld == f"step {len(refused.steps)} passes through a build the rules refuse"
+    ablation = ablation_path(trials[0], trials[-1], recorded(trials))  # no rules: a, then b (300 on the way)
+    assert ablation is not None and [s.contribution for s in ablation.steps] == [-200.0, 260.0]
+    assert ablation.shares is None and ablation.shares_withheld == "step 1 loses ground (the path is not monotone)"
+    header, rows = contribution_rows("spills", ablation)
+    assert [r[header.index("share of gain")] for r in rows] == ["-", "-", "-"]
+    assert "No share of the gain is given: step 1 loses ground" in contribution_note(ablation)

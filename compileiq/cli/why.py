@@ -56,7 +56,8 @@ def print_why(study: Study, trials: Sequence[Trial], as_json: bool, runs: Sequen
         for column in ("step", "setting", "value", "before", "after", "contribution"):
             table.add_column(column)
         for i, s in enumerate(ablation.steps, 1):
-            table.add_row(*(Text(c) for c in (str(i), s.setting, s.shown, shown.text(s.before), shown.text(s.after),
+            after = shown.text(s.after) + s.through  # a step through a refused build says so
+            table.add_row(*(Text(c) for c in (str(i), s.setting, s.shown, shown.text(s.before), after,
                                                 gain_text(shown.objective, s.contribution))))
         out.print(table)
         out.print(f"total gain {gain_text(shown.objective, ablation.total_gain)}: baseline "

@@ -215,7 +215,7 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     rule = asked if asked is not None else recorded_pick(study, runs)
     forbidden = forbidden_keys(recorded_forbidden(run))  # what the run's restrictions forbid: the path skips it
     simplified = recorded_simplify(run) if simplify is None else simplify
-    replayed = replace(_explain(study, trials, rule, forbidden, simplified), runs=runs, decided_by=REPLAYED)
+    replayed = replace(_explain(study, trials, rule, forbidden, simplified, runs), decided_by=REPLAYED)
     followed = sound_choice(study, {t.number: t for t in trials}, replayed.baseline, replayed.refusal, run) if run else None
     chosen = followed if isinstance(followed, Trial) else None
     if asked is not None:
@@ -274,7 +274,8 @@ def _following(trials: tuple[Trial, ...], replayed: Explanation, chosen: Trial,
         return replace(replayed, chosen=chosen, front=with_pick(replayed.front, chosen))
     if multi_objective.is_multi(replayed.study.key.objective) or replayed.baseline is None:
         return replace(replayed, chosen=chosen)
-    return replace(replayed, chosen=chosen, ablation=ablation_path(replayed.baseline, chosen, recorded(trials), forbidden))
+    return replace(replayed, chosen=chosen,
+                   ablation=ablation_path(replayed.baseline, chosen, recorded(trials), forbidden, replayed.refusal))
 
 
 def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> str:
@@ -293,28 +294,28 @@ def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> st
 
 
 def _explain(study: Study, trials: tuple[Trial, ...], pick: str, forbidden: Callable[[Config], bool] = never,
-             simplified: bool = True) -> Explanation:
+             simplified: bool = True, runs: tuple[RunRecord, ...] = ()) -> Explanation:
     baseline = trials[0] if trials else None
     if multi_objective.is_multi(study.key.objective) and baseline is not None:
-        return _explain_front(study, trials, baseline, pick, simplified)
+        return replace(_explain_front(study, trials, baseline, pick, simplified), runs=runs)
     winner = _search_winner(study, trials, baseline)
     if baseline is None or winner is None:
-        return Explanation(study, trials, baseline, winner, None, None)
+        return Explanation(study, trials, baseline, winner, None, None, runs=runs)
     chosen = winner
     if simplified and winner.config_key != baseline.config_key:
         exact = study.key.evaluator != "static"
         refuse = eligibility.study_refusal(baseline, study.key.objective, not exact)
         chosen = simplify(winner, recorded_space(baseline), recorded(trials), exact,
                           allowed=lambda t: refuse(t) is None).chosen
-    return Explanation(study, trials, baseline, winner, chosen, ablation_path(baseline, chosen, recorded(trials), forbidden))
+    found = Explanation(study, trials, baseline, winner, chosen, None, runs=runs)  # its refusals name the baseline
+    return replace(found, ablation=ablation_path(baseline, chosen, recorded(trials), forbidden, found.refusal))
 
 
 def _explain_front(study: Study, trials: tuple[Trial, ...], baseline: Trial, pick: str,
                    simplified: bool = True) -> Explanation:
     """The tuner's choice for several objectives: the pick on the front of the trials that may win,
     simplified (static: to no objective worse; with `time`: to the same machine code; not where
-    `simplified` is False, as a --no-simplify run keeps it); no ablation
-    path (a trade-off has no single gain)."""
+    `simplified` is False, as a --no-simplify run keeps it); no ablation path (no single gain)."""
     if baseline.state is not TrialState.COMPLETE:
         return Explanation(study, trials, baseline, None, None, None)
     objectives = multi_objective.objectives_of(study.key.objective)

@@ -141,7 +141,8 @@ class Decider:
                       "(its machine code, or its settings at the default level, allowed): deciding again from it")
             winner, replayed_choice = replayed_winner, chosen
         # Passes ran out: the choice is the one every view replays, its ablation from what is recorded.
-        ablation = (ablation_path(baseline, replayed_choice, ablation_recorded(decision.trials), self.forbidden)
+        ablation = (ablation_path(baseline, replayed_choice, ablation_recorded(decision.trials), self.forbidden,
+                                  self.refusal)
                     if self.ablate else None)
         return replace(decision, chosen=replayed_choice, ablation=ablation)
 
@@ -166,7 +167,7 @@ class Decider:
         ablation = None
         if self.ablate and chosen is not baseline:  # without simplification, built by nothing: see `_ablation_builds`
             ablation = ablation_path(baseline, chosen, partial(self._checked, "ablation") if self._ablation_builds
-                                     else ablation_recorded(final), self.forbidden)
+                                     else ablation_recorded(final), self.forbidden, self.refusal)
             final = self.recorded()
         if self._shrinks_candidates:  # those the first pass did not reach (already shrunk: recorded, not built)
             self._shrink_candidates(final, chosen, baseline)
