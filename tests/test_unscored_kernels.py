@@ -312,3 +312,116 @@ def test_register_changes_name_a_few_then_how_many_more_and_read_older_rows() ->
     older = registers_text(metrics(None), metrics(after))  # a row recorded before registers were
     assert older is not None and "not recorded" in older
     assert scored(metrics(None)) == {"entries": ["k"], "unscored_kernels": 5}  # no chosen: as before
+
+
+# A red team's file: `scored_k` and `bounded_k` the same __launch_bounds__(1024, 2) kernel, spilling
+# at its 32 registers; `heavy_k` needs 64 registers (HN = 48) and spills under a cap of 48. The cap
+# with --override-directive-values helps `scored_k` (and `bounded_k`: 1316 -> 216 B) more than it
+# makes `heavy_k` spill (0 -> 588 B): held as one group (spill bytes summed) the unscored kernels
+# looked better, the tuning chose it and the gate passed it.
+BOUNDED = """\
+__global__ void __launch_bounds__(1024, 2) NAME(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float a[48];
+#pragma unroll
+  for (int t = 0; t < 48; ++t) a[t] = x[(i + t * 7) % n];
+  float acc = 0.f;
+#pragma unroll
+  for (int t = 0; t < 48; ++t)
+#pragma unroll
+    for (int u = 0; u < 48; u += 3) acc += a[t] * a[u] * (float)(t ^ u);
+  y[i] = acc;
+}
+"""
+PER_KERNEL = BOUNDED.replace("NAME", "scored_k") + BOUNDED.replace("NAME", "bounded_k") + """\
+__global__ void heavy_k(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc[HN];
+  for (int t = 0; t < HN; ++t) acc[t] = x[(i + t * 3) % n];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < HN; ++t) acc[t] = acc[t] * acc[(t + r + 1) % HN] + x[(i + t + r) % n];
+  float s = 0.f;
+  for (int t = 0; t < HN; ++t) s += acc[t];
+  y[i] = s;
+}
+"""
+PER_KERNEL_TOML = """\
+arch = "sm_90"
+entries = ["scored_k"]
+block_size = 256
+[defines]
+HN = 48
+[launch.scored_k]
+block_size = 256
+dynamic_smem = 49152
+"""
+CAPPED = {"ptxas.maxrregcount": 48, "ptxas.override_directive_values": True}
+
+
+def _per_kernel_tune(folder: Path, budget: str = "12") -> None:
+    done = run_cli(["tune", "k.cu", "--db", "sqlite:///x.db", "--out", "k.acf.toml", "--workers", "local",
+                    "--budget", budget, "--only", "ptxas.override_directive_values,ptxas.maxrregcount"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+
+
+def test_each_unscored_kernel_is_held_to_its_own_spills_in_tune_and_the_gate(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(PER_KERNEL)
+    (tmp_path / "tune.toml").write_text(PER_KERNEL_TOML)
+    _per_kernel_tune(tmp_path)
+    acf = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert acf["controls"].get("ptxas.maxrregcount") != 48, acf["controls"]
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///x.db", "--json"], cwd=tmp_path).stdout)
+    capped = [t for t in shown["trials"] if all(t["config"].get(k) == v for k, v in CAPPED.items())]
+    assert capped and "(heavy_k 0 -> 588 B)" in str(capped[0]["refused"]), capped
+    table = run_cli(["show", "1", "--db", "sqlite:///x.db"], cwd=tmp_path)
+    assert "each held to its own spills and occupancy" in " ".join(table.stdout.split()), table.stdout
+    # the gate rebuilds the ACF and the defaults and compares them kernel by kernel
+    document = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    document["controls"] = dict(CAPPED)
+    document["args"]["ptxas"] = ["--maxrregcount=48", "--override-directive-values"]
+    document["args"]["argv"] = ["-Xptxas=--maxrregcount=48", "-Xptxas=--override-directive-values",
+                                *document["args"]["argv"]]
+    (tmp_path / "capped.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "capped.acf.toml", "--json"], cwd=tmp_path)
+    assert gated.returncode == 1, gated.describe()
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"]
+                if f["rule"] == "worse-than-default" and "leave unscored" in f["message"]]
+    assert findings and "heavy_k 0 -> 588 B" in findings[0]["message"], gated.stdout
+    assert findings[0]["measured"] == "heavy_k: defaults 0 B, ACF 588 B (unscored kernels)", findings
+
+
+def test_an_unscored_row_recorded_before_each_kernels_facts_holds_the_group_and_says_so() -> None:
+    from compileiq.evaluate.unscored import Unscored, scoring_text, unscored_refusal
+
+    def metrics(spills: int, per_kernel: bool) -> dict[str, object]:
+        table: dict[str, object] = {"spill_bytes": spills, "occupancy": 0.5, "spilling": ["a"], "kernels": 2}
+        if per_kernel:
+            table |= {"kernel_spill_bytes": {"a": spills, "b": 0}, "kernel_occupancy": {"a": 0.5, "b": 1.0}}
+        return {"entries": [{"name": "k", "entry": True}], "unscored": table}
+
+    older = Unscored.of(metrics(100, False))
+    assert older is not None and not older.per_kernel
+    why = unscored_refusal(metrics(200, True), older, "the compiler defaults", True)
+    assert why is not None and "(0 -> 200 B: " not in why and "100 -> 200 B" in why and "as one group" in why, why
+    text = scoring_text(metrics(100, False))
+    assert text is not None and "held as one group" in text, text
+    # per kernel: `b` loses occupancy with no fewer spill bytes of its own, though `a` spills less
+    now = metrics(50, True)
+    now["unscored"]["kernel_occupancy"] = {"a": 0.5, "b": 0.25}  # type: ignore[index]
+    now["unscored"]["occupancy"] = 0.25  # type: ignore[index]
+    why = unscored_refusal(now, Unscored.of(metrics(100, True)), "the compiler defaults", False)
+    assert why is not None and "b 100.0% -> 25.0%" in why, why
+
+
+@pytest.mark.parametrize("per_kernel", [
+    {"kernel_spill_bytes": {"k": -1}}, {"kernel_spill_bytes": {"k": 1.5}}, {"kernel_spill_bytes": [3]},
+    {"kernel_occupancy": {"k": 1.5}}, {"kernel_occupancy": {"k": float("nan")}}, {"kernel_occupancy": {"k\x1b": 0.5}},
+])
+def test_a_damaged_per_kernel_unscored_table_is_a_damaged_row(per_kernel: dict[str, object]) -> None:
+    from compileiq.core import metric_ranges
+    from compileiq.evaluate.unscored import Unscored
+
+    metrics = {"spill_bytes": 0, "occupancy": 1.0,
+               "unscored": {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1} | per_kernel}
+    assert (problem := metric_ranges.problem(metrics)) and problem.startswith("unscored.kernel_"), problem
+    assert Unscored.of(metrics) is None

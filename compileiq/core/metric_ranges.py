@@ -56,22 +56,32 @@ def unscored_problem(table: Any) -> str | None:
     names = table.get("spilling")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return f"spilling = {shown(names)!r} must be a list of kernel names"
-    return registers_problem(table.get("registers"))
+    for key in PER_KERNEL:
+        if problem := per_kernel_problem(key, table.get(key)):
+            return problem
+    return None
 
 
-def registers_problem(registers: Any) -> str | None:
-    """For an `unscored` table's optional `registers` (each unscored kernel's, by readable name;
-    absent in rows recorded before them): at most MAX_NAMED_KERNELS kernels, each a printable name
-    of 1 to MAX_KERNEL_NAME characters with 0 to 255 registers."""
-    if registers is None:
+# an `unscored` table's optional tables of each unscored kernel's facts, by readable name (absent in
+# rows recorded before them): its registers (shown), its spill bytes and occupancy (each held to its own)
+PER_KERNEL: dict[str, tuple[type, float, float]] = {
+    "registers": (int, 0, 255), "kernel_spill_bytes": (int, 0, MAX_COUNT), "kernel_occupancy": (float, 0, 1)}
+
+
+def per_kernel_problem(key: str, named: Any) -> str | None:
+    """For one of an `unscored` table's optional PER_KERNEL tables: at most MAX_NAMED_KERNELS kernels,
+    each a printable name of 1 to MAX_KERNEL_NAME characters with a value in the key's range."""
+    if named is None:
         return None
-    if not isinstance(registers, Mapping) or len(registers) > MAX_NAMED_KERNELS:
-        return f"registers = {shown(registers)!r} must be a table of at most {MAX_NAMED_KERNELS} kernels"
-    for name, count in registers.items():
+    if not isinstance(named, Mapping) or len(named) > MAX_NAMED_KERNELS:
+        return f"{key} = {shown(named)!r} must be a table of at most {MAX_NAMED_KERNELS} kernels"
+    kind, low, high = PER_KERNEL[key]
+    for name, value in named.items():
         if not is_kernel_name(name):
-            return f"registers: {shown(name)!r} must be a kernel name of 1 to {MAX_KERNEL_NAME} printable characters"
-        if not (is_count(count) and count <= 255):
-            return f"registers.{shown(name)} = {shown(count)!r} must be an integer from 0 to 255"
+            return f"{key}: {shown(name)!r} must be a kernel name of 1 to {MAX_KERNEL_NAME} printable characters"
+        if not ((is_count(value) if kind is int else is_finite(value)) and low <= value <= high):
+            return f"{key}.{shown(name)} = {shown(value)!r} must be {'an integer' if kind is int else 'a number'} " \
+                   f"from {low:g} to {high:g}"
     return None
 
 

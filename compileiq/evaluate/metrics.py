@@ -19,7 +19,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
 from compileiq.core.static_score import StaticMetrics
-from compileiq.evaluate.unscored import registers_by_name
+from compileiq.evaluate.unscored import by_name
 from compileiq.source.entry_names import (
     entry_matches,
     linkage_free,
@@ -228,14 +228,17 @@ def unscored_facts(kernels: tuple[EntryResources, ...], arch: str,
                    launch: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
     """The kernels of the build that tune.toml's `entries` leave unscored: their spill bytes, their
     lowest occupancy (at the launch a [launch] table gives them, else tune.toml's block_size capped at
-    their __launch_bounds__: `LaunchModel.unscored_facts`), those that spill and each one's registers
-    (`unscored.registers_by_name`: shown, never held to a rule); none: 0 B, 1.0, 0 kernels.
+    their __launch_bounds__: `LaunchModel.unscored_facts`), those that spill, and each one's registers
+    (shown, never held to a rule), spill bytes and occupancy (each held to its own baseline's), by
+    name (`unscored.by_name`); none: 0 B, 1.0, 0 kernels.
     A -Xptxas flag applies to every kernel of the file, so the no-harm rules hold the choice to
     these too (`eligibility.refusal`), while the objective scores the entries alone."""
-    return {"spill_bytes": sum(e.spill_bytes for e in kernels),
-            "occupancy": min((_entry_occupancy(e, arch, *launch[e.name]) for e in kernels), default=1.0),
+    occupancy = [(e.name, _entry_occupancy(e, arch, *launch[e.name])) for e in kernels]
+    return {"spill_bytes": sum(e.spill_bytes for e in kernels), "occupancy": min((o for _, o in occupancy), default=1.0),
             "spilling": sorted(readable(e.name) for e in kernels if e.spill_bytes), "kernels": len(kernels),
-            "registers": registers_by_name((e.name, e.registers) for e in kernels)}
+            "registers": by_name("registers", ((e.name, e.registers) for e in kernels)),
+            "kernel_spill_bytes": by_name("kernel_spill_bytes", ((e.name, e.spill_bytes) for e in kernels)),
+            "kernel_occupancy": by_name("kernel_occupancy", occupancy)}
 
 
 def plain_fields(record: Any) -> dict[str, Any]:

@@ -4,10 +4,13 @@
 `entries` narrows what the objective scores, but a -Xptxas flag (a register cap) applies to every
 kernel of the translation unit: a cap that helps the scored kernel and makes twenty others spill is
 no safe choice. The compiler reports every kernel's resources, so every trial records the unscored
-ones' spill bytes and lowest occupancy (`metrics.unscored_facts`), and a choice may make neither
-worse than the baseline's, whatever the objective. Each one's registers are recorded too: no rule
-holds them (more registers without a spill or lost occupancy is no harm), but every view says what
-the chosen flags did to them (`registers_text`), for whoever applies the flags to the whole file.
+ones' spill bytes and occupancy, each kernel's (`metrics.unscored_facts`), and a choice may make
+neither worse for any one of them than the baseline made it, whatever the objective
+(`unscored_refusal`): one kernel's spills removed never hide another's new ones. Rows recorded
+before each kernel's were hold the group (spill bytes summed, the lowest occupancy) and say so.
+Each one's registers are recorded too: no rule holds them (more registers without a spill or lost
+occupancy is no harm), but every view says what the chosen flags did to them (`registers_text`),
+for whoever applies the flags to the whole file.
 """
 
 from __future__ import annotations
@@ -29,15 +32,24 @@ class Unscored:
     occupancy: float
     spilling: tuple[str, ...] = ()
     kernels: int = 0  # how many kernels are unscored (0: none, the table still recorded)
-    # each one's registers by readable name (`registers_by_name`); None: a row recorded before them
+    # each one's registers by readable name (`by_name`); None: a row recorded before them
     registers: tuple[tuple[str, int], ...] | None = None
+    # each one's spill bytes and occupancy, as `registers`; None: a row recorded before them
+    kernel_spill_bytes: tuple[tuple[str, int], ...] | None = None
+    kernel_occupancy: tuple[tuple[str, float], ...] | None = None
+
+    @property
+    def per_kernel(self) -> bool:
+        """Each kernel's spill bytes and occupancy are recorded: the rules hold each to its own."""
+        return self.kernel_spill_bytes is not None and self.kernel_occupancy is not None
 
     def as_metric(self) -> dict[str, Any]:
         """As a trial's `unscored` metric records it."""
         table: dict[str, Any] = {"spill_bytes": self.spill_bytes, "occupancy": self.occupancy,
                                  "spilling": list(self.spilling), "kernels": self.kernels}
-        if self.registers is not None:
-            table["registers"] = dict(self.registers)
+        for key in metric_ranges.PER_KERNEL:
+            if (named := getattr(self, key)) is not None:
+                table[key] = dict(named)
         return table
 
     @classmethod
@@ -47,47 +59,125 @@ class Unscored:
         table = metrics.get("unscored")
         if not isinstance(table, Mapping) or metric_ranges.unscored_problem(table) is not None:
             return None
-        registers = table.get("registers")
+        def named(key: str, kind: type) -> Any:
+            found = table.get(key)
+            return None if found is None else tuple(sorted((str(name), kind(value)) for name, value in found.items()))
         try:
             return cls(int(table["spill_bytes"]), float(table["occupancy"]), tuple(table["spilling"]),
-                       int(table["kernels"]), None if registers is None else
-                       tuple(sorted((str(name), int(count)) for name, count in registers.items())))
+                       int(table["kernels"]), named("registers", int), named("kernel_spill_bytes", int),
+                       named("kernel_occupancy", float))
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
+
+
+NAMED_CHANGES = 3  # the kernels a harm or a register change names, then "and N more"
+
+
+@dataclass(frozen=True)
+class Worse:
+    """One kernel the rules refuse a build for (`kernel`; "" for the group), its baseline's number
+    and this build's: spill bytes, or occupancy."""
+
+    kernel: str
+    baseline: float
+    now: float
+
+    def text(self, unit: str) -> str:
+        """"heavy_k 0 -> 1276 B", "bounded_k 100.0% -> 62.5%"."""
+        if unit == "B":
+            return f"{self.kernel[:60] + ' ' if self.kernel else ''}{self.baseline:.0f} -> {self.now:.0f} B"
+        return f"{self.kernel[:60] + ' ' if self.kernel else ''}{self.baseline:.1%} -> {self.now:.1%}"
+
+    def measured(self, unit: str, baseline: str) -> str:
+        """As the gate says both builds measured it: "heavy_k: defaults 0 B, ACF 1276 B"."""
+        def value(number: float) -> str:
+            return f"{number:.0f} B" if unit == "B" else f"{number:.1%}"
+        return f"{self.kernel[:60] + ': ' if self.kernel else ''}{baseline} {value(self.baseline)}, ACF {value(self.now)}"
+
+
+@dataclass(frozen=True)
+class Harm:
+    """What a build does to the kernels tune.toml's `entries` leave unscored that the rules refuse:
+    more spill bytes (`unit` "B") or lost occupancy ("%"), each kernel it does it to, or the
+    group's where a row records no kernel's own (`grouped`, `spilling`: the kernels that spill anew)."""
+
+    unit: str
+    kernels: tuple[Worse, ...]
+    grouped: bool = False
+    spilling: str = ""
+
+    def text(self) -> str:
+        """"heavy_k 0 -> 1276 B", a few named, then "and N more"."""
+        named = ", ".join(k.text(self.unit) for k in self.kernels[:NAMED_CHANGES])
+        more = f", and {len(self.kernels) - NAMED_CHANGES} more" if len(self.kernels) > NAMED_CHANGES else ""
+        return named + more + (f": {self.spilling}" if self.spilling else "")
+
+    def measured(self, baseline: str) -> str:
+        """`Worse.measured` of a few, then "and N more"."""
+        named = "; ".join(k.measured(self.unit, baseline) for k in self.kernels[:NAMED_CHANGES])
+        more = f"; and {len(self.kernels) - NAMED_CHANGES} more" if len(self.kernels) > NAMED_CHANGES else ""
+        return f"{named}{more} ({'unscored kernels as one group' if self.grouped else 'unscored kernels'})"
+
+
+def unscored_harm(now: Unscored, before: Unscored, pareto_safe: bool) -> Harm | None:
+    """Kernel by kernel where both record each one's facts: a kernel that spills more than it did in
+    the baseline, or loses occupancy as the rules refuse for a scored kernel (to 0%, or with no fewer
+    spill bytes of its own, or at all under `pareto_safe`). Then the group (spill bytes summed, the
+    lowest occupancy): the whole rule for rows recorded before each kernel's, and a bound on kernels
+    only one build has (another instance of a macro) or none names (past MAX_NAMED_KERNELS)."""
+    if now.per_kernel and before.per_kernel:
+        spills_was, spills_now = dict(before.kernel_spill_bytes or ()), dict(now.kernel_spill_bytes or ())
+        more = tuple(Worse(name, spills_was[name], count) for name, count in now.kernel_spill_bytes or ()
+                     if name in spills_was and count > spills_was[name])
+        if more:
+            return Harm("B", more)
+        was = dict(before.kernel_occupancy or ())
+        lower = tuple(Worse(name, was[name], occupancy) for name, occupancy in now.kernel_occupancy or ()
+                      if name in was and occupancy < was[name] - 1e-9 and (
+                          occupancy == 0.0 or pareto_safe or spills_now.get(name, 0) >= spills_was.get(name, 0)))
+        if lower:
+            return Harm("%", lower)
+    grouped = not (now.per_kernel and before.per_kernel)
+    if now.spill_bytes > before.spill_bytes:
+        named = ", ".join(n for n in now.spilling if n not in before.spilling)[:200] or ", ".join(now.spilling)[:200]
+        return Harm("B", (Worse("", before.spill_bytes, now.spill_bytes),), grouped, named)
+    if now.occupancy < before.occupancy - 1e-9 and (now.spill_bytes >= before.spill_bytes or pareto_safe):
+        return Harm("%", (Worse("", before.occupancy, now.occupancy),), grouped)
+    return None
+
+
+GROUPED = " (held as one group: a result recorded before each kernel's own were)"
 
 
 def unscored_refusal(metrics: Mapping[str, Any], before: Unscored | None, against: str,
                      pareto_safe: bool) -> str | None:
     """Why a result may not win for the kernels the objective does not score (tune.toml's `entries`
-    leave them out, but -Xptxas flags apply to every kernel of the file): more spill bytes, or an
-    occupancy the rules would refuse for a scored kernel (`pareto_safe`: `static`, which trades none);
-    None when the baseline (`before`) had no such kernels; `against` names it."""
+    leave them out, but -Xptxas flags apply to every kernel of the file): `unscored_harm`, the kernels
+    named; None when the baseline (`before`) had no such kernels; `against` names it."""
     if before is None:
         return None
     if (now := Unscored.of(metrics)) is None:
         return "no static metrics for the kernels tune.toml's entries leave unscored, to check it by"
-    if now.spill_bytes > before.spill_bytes:
-        named = ", ".join(n for n in now.spilling if n not in before.spilling)[:200] or ", ".join(now.spilling)[:200]
-        return (f"adds spill bytes over {against} in kernels tune.toml's entries leave unscored "
-                f"({before.spill_bytes} -> {now.spill_bytes}: {named}); its flags build every kernel of the file")
-    if now.occupancy < before.occupancy - 1e-9 and (now.spill_bytes >= before.spill_bytes or pareto_safe):
-        return (f"lowers occupancy ({before.occupancy:.1%} -> {now.occupancy:.1%}) in kernels tune.toml's entries "
-                "leave unscored; its flags build every kernel of the file")
-    return None
+    if (harm := unscored_harm(now, before, pareto_safe)) is None:
+        return None
+    what = f"adds spill bytes over {against}" if harm.unit == "B" else "lowers occupancy"
+    return (f"{what} in kernels tune.toml's entries leave unscored ({harm.text()}){GROUPED if harm.grouped else ''}; "
+            "its flags build every kernel of the file")
 
 
-def registers_by_name(kernels: Iterable[tuple[str, int]]) -> dict[str, int]:
-    """The `registers` an `unscored` table records of (compiled name, registers) pairs: by the name
-    tune.toml can give each (`readable`), the compiled name beside it where two share it (overloads);
-    at most `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a name the ranges refuse (a
-    recorded row must read back as undamaged)."""
+def by_name(key: str, kernels: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs: by the
+    name tune.toml can give each (`readable`), the compiled name beside it where two share it
+    (overloads); at most `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a name or value
+    the ranges refuse (a recorded row must read back as undamaged)."""
     pairs = sorted(kernels)
     shown = [readable(name) for name, _ in pairs]
-    named: dict[str, int] = {}
-    for (name, count), plain in zip(pairs, shown, strict=True):
-        key = plain if shown.count(plain) == 1 else f"{plain} ({name})"
-        if metric_ranges.is_kernel_name(key) and 0 <= count <= 255 and len(named) < metric_ranges.MAX_NAMED_KERNELS:
-            named.setdefault(key, count)
+    named: dict[str, Any] = {}
+    _, low, high = metric_ranges.PER_KERNEL[key]
+    for (name, value), plain in zip(pairs, shown, strict=True):
+        label = plain if shown.count(plain) == 1 else f"{plain} ({name})"
+        if metric_ranges.is_kernel_name(label) and low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
+            named.setdefault(label, value)
     return named
 
 
@@ -120,8 +210,6 @@ def register_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> 
                if was.get(name) != now.get(name)]
     return tuple(sorted(changes, key=lambda c: -abs((c.chosen or 0) - (c.baseline or 0))))
 
-
-NAMED_CHANGES = 3  # the register changes a view names, then "and N more"
 
 
 def registers_text(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> str | None:
@@ -162,8 +250,18 @@ def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = 
     if (found := scored(metrics, chosen)) is None:
         return None
     others = found["unscored_kernels"]
-    held = f"{others} other kernel(s) of the file held to the baseline's spills and occupancy" if others else \
+    held = f"{others} other kernel(s) of the file{held_as(metrics, chosen)}" if others else \
         "the baseline's build has no other kernel"
     registers = f"; {found['registers']}" if "registers" in found else ""
     return f"scored only {', '.join(found['entries'])} (tune.toml's entries); {held}{registers}"
 
+
+
+def held_as(baseline: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> str:
+    """What the rules hold the unscored kernels to (`unscored_harm`), as a phrase: each to its own
+    spills and occupancy, or, where the baseline's (or the chosen trial's) row records no kernel's
+    own, the group and why."""
+    rows = [Unscored.of(baseline), *([Unscored.of(chosen)] if chosen is not None else [])]
+    if all(row is not None and row.per_kernel for row in rows):
+        return " each held to its own spills and occupancy in the baseline"
+    return " held as one group to the baseline's spills and occupancy (a result recorded before each kernel's own were)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compileiq.evaluate.unscored import unscored_refusal
+from compileiq.evaluate.unscored import unscored_harm, unscored_refusal
 from compileiq.gating.rules import (
     Defaults,
     Hit,
@@ -26,10 +26,11 @@ from compileiq.source.spec import KernelSpec
 
 
 def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
-    """`worse-than-default` where the ACF's build makes the kernels tune.toml's entries leave unscored
-    spill more (or lose occupancy the rules refuse) than the baseline's build of them does. Both builds
-    are measured now: `recorded` says the ACF's [evidence.baseline] holds no number for them, and
-    `measured` gives the two, in the unit of the reason (spill bytes, or occupancy)."""
+    """`worse-than-default` where the ACF's build makes a kernel tune.toml's entries leave unscored
+    spill more (or lose occupancy the rules refuse) than the baseline's build of it does, kernel by
+    kernel (`unscored_harm`). Both builds are measured now: `recorded` says the ACF's [evidence.baseline]
+    holds no number for them, and `measured` gives the two, in the unit of the reason (spill bytes, or
+    occupancy), for each kernel it names ("heavy_k: defaults 0 B, ACF 1276 B")."""
     base = d.build
     if m.failure is not None or base is None or base.failure is not None or base.unscored is None:
         return []
@@ -39,13 +40,8 @@ def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
         return []
     word = "defaults" if d.name == Defaults.name else "as shipped"  # as `rules.default_hits` names the baseline
     recorded = f"{word} unscored kernels: not recorded"
-    now, was = m.unscored, base.unscored
-    if now is None:
-        measured = f"{word} unscored kernels read, ACF's not read"
-    elif now.spill_bytes > was.spill_bytes:
-        measured = f"{word} {was.spill_bytes} B, ACF {now.spill_bytes} B (unscored kernels)"
-    else:
-        measured = f"{word} {was.occupancy:.1%}, ACF {now.occupancy:.1%} (unscored kernels)"
+    harm = unscored_harm(m.unscored, base.unscored, objective == "static") if m.unscored else None
+    measured = f"{word} unscored kernels read, ACF's not read" if harm is None else harm.measured(word)
     return [Hit("worse-than-default", recorded, measured, f"the ACF's build {why}")]
 
 

@@ -4,9 +4,10 @@ recorded, and the check that stops a run whose kernel does not build that way.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from compileiq.core import metric_ranges
 from compileiq.core.records import Study, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.evaluate import eligibility
@@ -56,14 +57,23 @@ def rescore_before_unscored(store: Store, trials: Sequence[Trial], held: RunBase
     """Hand the baseline back to be scored again where tune.toml names `entries` and its recorded
     result has no `unscored` table (recorded before the kernels the entries leave unscored were held to
     the rules): it is what the rules hold every choice to, and read as none it would switch them off
-    while the ACF records the entries. True where it did."""
+    while the ACF records the entries; or one without each kernel's spills and occupancy, which would
+    hold every choice to the group's alone (`unscored.unscored_harm`). True where it did."""
     if not held.kernel.entries:
         return False
     old = [t for t in trials if t.config_key == held.config.key and t.state is TrialState.COMPLETE
-           and "unscored" not in t.metrics]
+           and not _per_kernel(t.metrics.get("unscored"))]
     for trial in old:
         store.hand_back(trial, RESCORED)
     return bool(old)
+
+
+def _per_kernel(table: object) -> bool:
+    """An `unscored` table that records each kernel's spills and occupancy (a damaged one is read as
+    the rows it damages are: not rescored here)."""
+    return isinstance(table, Mapping) and (
+        metric_ranges.unscored_problem(table) is not None or
+        all(key in table for key in ("kernel_spill_bytes", "kernel_occupancy")))
 
 
 RESCORED = "recorded before the kernels tune.toml's entries leave unscored were held to the rules: scored again"
