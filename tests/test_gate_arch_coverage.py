@@ -35,3 +35,58 @@ def test_an_arch_left_out_at_tuning_time_is_no_new_finding(tmp_path: Path) -> No
     assert acf["kernel"]["arch"] == "sm_90"
     assert not _arch_findings(result), result
     assert not [f for f in result["findings"] if f["rule"] == "stale-settings" and "sm_80" in f["message"]], result
+
+
+def test_a_command_that_drops_the_arch_tuned_is_a_stale_settings_warning(tmp_path: Path) -> None:
+    """Tuned for sm_90 from `--generate-code` for compute_80 and compute_90, the build narrowed to
+    -arch=sm_80: the gate said PASS with no finding, and its re-tune command said --arch sm_90."""
+    for name, shipped in (("narrowed", "nvcc -arch=sm_80 -c k.cu -o k.o"), ("deleted", f"nvcc {SM80} -c k.cu -o k.o")):
+        (tmp_path / name).mkdir()
+        acf, result = _tuned_then_gated(tmp_path / name, f"nvcc {SM80} {SM90} -c k.cu -o k.o", shipped, passes=False)
+        assert acf["kernel"]["arch"] == "sm_90"
+        [said] = [f for f in result["findings"] if "builds for sm_80, not the ACF's sm_90" in f["message"]]
+        assert said["rule"] == "stale-settings" and (said["recorded"], said["measured"]) == ("sm_90", "sm_80"), said
+        assert "--arch sm_90" not in said["command"], said
+
+
+def test_flags_says_when_its_arch_replaces_the_commands_own(tmp_path: Path) -> None:
+    """An ACF tuned (for sm_120) from `--gpu-architecture=compute_90 --gpu-code=sm_90,sm_120`: `flags`
+    gives -arch=compute_90 -code=sm_120, which appended to that command replaces its -code list (nvcc
+    takes the last), dropping sm_90, and said nothing; a single-arch ACF's -arch=sm_90 replaces nothing."""
+    from tests.helpers import run_cli
+
+    both = "nvcc --gpu-architecture=compute_90 --gpu-code=sm_90,sm_120 -c k.cu -o k.o"
+    for name, tuned in (("multi", both), ("single", "nvcc -arch sm_90 -c k.cu -o k.o")):
+        (tmp_path / name).mkdir()
+        _tuned_then_gated(tmp_path / name, tuned, tuned, passes=False)
+        done = run_cli(["flags", "store/k.acf.toml"], cwd=tmp_path / name)
+        assert done.returncode == 0, done.describe()
+        if name == "single":
+            assert done.stdout.strip() == "-arch=sm_90" and "replaces" not in done.stderr, done.describe()
+            continue
+        assert done.stdout.strip() == "-arch=compute_90 -code=sm_120", done.describe()
+        assert ("-arch=compute_90 -code=sm_120 replaces its own --gpu-code=sm_90,sm_120 (nvcc takes the last -arch "
+                "and -code given), so it builds sm_120 alone, no sm_90: keep the command's arch flags and append "
+                "`compileiq flags --no-arch` instead") in " ".join(done.stderr.split()), done.describe()
+
+
+def test_an_arch_word_gets_advice_tune_takes(tmp_path: Path) -> None:
+    """`-arch=all` in the command: the gate said `re-tune with --arch all`, which `tune` refuses
+    ("'all' is not an arch like 'sm_90'")."""
+    for word in ("all", "native"):
+        (tmp_path / word).mkdir()
+        _, result = _tuned_then_gated(tmp_path / word, f"nvcc {SM90} -c k.cu -o k.o", f"nvcc -arch={word} -c k.cu -o k.o",
+                                      passes=False)
+        [said] = _arch_findings(result)
+        assert f"--arch {word}" not in said, said
+        assert f"-arch={word} builds for " in said and "re-tune with --arch sm_XY, one of them" in said, said
+
+
+def test_a_command_that_keeps_the_arch_tuned_beside_a_newer_one_also_builds_it(tmp_path: Path) -> None:
+    """-arch=sm_90 grown to `--gpu-architecture=compute_90 --gpu-code=sm_90,sm_120`: the gate said
+    "builds for sm_120, not the ACF's sm_90" (sm_90 -> sm_120), though it builds both."""
+    _, result = _tuned_then_gated(tmp_path, "nvcc -arch=sm_90 -c k.cu -o k.o",
+                                  "nvcc --gpu-architecture=compute_90 --gpu-code=sm_90,sm_120 -c k.cu -o k.o", passes=False)
+    assert not [f for f in result["findings"] if "not the ACF's sm_90" in f["message"]], result
+    [said] = _arch_findings(result)
+    assert "now also builds for sm_120" in said and "re-tune with --arch sm_120" in said, said

@@ -90,3 +90,38 @@ def test_a_command_that_drops_nvccs_cap_drops_it_from_the_acfs_measured_build(tm
     assert not [f for f in result["findings"] if f["rule"] == "worse-than-default"], result
     stale = " ".join(f["message"] for f in result["findings"] if f["rule"] == "stale-settings")
     assert "drops -maxrregcount=32, so the ACF's build was measured without it" in stale, stale
+
+
+HELD = """\
+__global__ void k(const float* a, float* out, int n) {
+  float acc[HN];
+  for (int i = 0; i < HN; i++) acc[i] = a[i * n + threadIdx.x];
+  for (int r = 0; r < 4; r++) for (int i = 0; i < HN; i++) acc[i] = acc[(i * 7 + r) % HN] * 1.5f + acc[i];
+  float s = 0;
+  for (int i = 0; i < HN; i++) s += acc[i];
+  out[threadIdx.x] = s;
+}
+"""
+
+
+def test_a_ptxas_cap_the_command_gains_stays_in_the_acfs_measured_build(tmp_path: Path) -> None:
+    """An ACF whose choice is the build as shipped (no cap), gated against the command plus
+    `-Xptxas --maxrregcount=48`: the gate failed worse-than-default "as shipped 62.5%, ACF 37.5%", the
+    ACF built uncapped, though `flags` appended to that command keeps the cap (48 registers, 62.5%)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "k.cu").write_text(HELD)  # 72 registers (37.5% at 256 threads) uncapped
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\nblock_size = 256\n\n[defines]\nHN = 56\n')
+    _database(tmp_path, "nvcc -O3 -arch=sm_90 -c k.cu -o k.o", "compile_commands.json")
+    out = tmp_path / "store" / "k.acf.toml"
+    done = run_cli(["tune", "k.cu", "--workers", "local", "--db", f"sqlite:///{tmp_path / 't.db'}", "--budget", "2",
+                    "--out", str(out), "--compile-commands", "compile_commands.json", "--only", "ptxas.maxrregcount",
+                    "--objective", "static"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    _database(tmp_path, "nvcc -O3 -arch=sm_90 -Xptxas --maxrregcount=48 -c k.cu -o k.o", "cc2.json")
+    gated = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc2.json"], cwd=tmp_path)
+    result = json.loads(gated.stdout)["acfs"][0]
+    assert "ptxas.maxrregcount" not in tomllib.loads(out.read_text())["controls"]
+    assert (result["measured"]["registers"], result["measured"]["occupancy"]) == (48, 0.625), result
+    assert not [f for f in result["findings"] if f["rule"] in ("worse-than-default", "uncited-code")], result
+    stale = " ".join(f["message"] for f in result["findings"] if f["rule"] == "stale-settings")
+    assert "ptxas.maxrregcount default (the default) -> 48, which the ACF's flags leave in place" in stale, stale

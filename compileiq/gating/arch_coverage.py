@@ -11,6 +11,7 @@ import re
 
 from compileiq.gating.rules import Hit
 from compileiq.results import acf as acf_file
+from compileiq.source import shipped
 from compileiq.source.arch_code import ptx_only_archs
 from compileiq.source.compile_db import CompileCommand
 from compileiq.source.shipped import arch_flag_archs
@@ -38,6 +39,17 @@ def _named(flag: str) -> tuple[str, ...]:
     return (word,) if word in _EVERY else ()
 
 
+def dropped(acf: acf_file.Acf, command: CompileCommand) -> bool:
+    """The command that built the ACF's arch when it was tuned (among others: `--generate-code` for
+    compute_80 and compute_90, sm_90 tuned) builds it no longer (narrowed to `-arch=sm_80`): its
+    settings were chosen and checked on an arch that does not ship. An `-arch=all`/`native` builds
+    archs the gate cannot name: not said to drop it."""
+    if acf.shipped is None or any(arch in _EVERY for arch in command.archs):
+        return False
+    tuned = any(acf.arch in (arch_flag_archs(fixed.flag) or ()) for fixed in acf.shipped.fixed)
+    return tuned and acf.arch not in command.archs
+
+
 def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:
     """The archs `command` builds machine code for that are neither the ACF's arch nor recorded as left
     out when it was tuned (PTX alone: no ptxas setting reaches it)."""
@@ -56,5 +68,18 @@ def new_arch_hits(acf: acf_file.Acf, command: CompileCommand, database: object, 
                 else f"tuned for {acf.arch} only")
     return [Hit(RULE, was, ", ".join(command.archs),
                 f"the compile command in {database} now also builds for {', '.join(new)}, which the ACF's settings "
-                f"were never checked on ({recorded}): they ship there unchecked; re-tune with --arch {new[0]} to "
-                f"check them there, or re-tune to record {', '.join(new)} as left out", retune)]
+                f"were never checked on ({recorded}): they ship there unchecked; {_check_there(new)}, or re-tune to "
+                f"record {', '.join(new)} as left out", retune)]
+
+
+def _check_there(new: tuple[str, ...]) -> str:
+    """How to check the settings on the new archs: `tune --arch` takes one arch like sm_90, never
+    a word (`--arch all` is refused), so a word is said as the archs it stands for."""
+    named = [arch for arch in new if arch not in _EVERY]
+    if named:
+        return f"re-tune with --arch {shipped.newest(named) or named[0]} to check them there"
+    word = new[0]
+    which = ("the GPUs of the machine that builds it (`nvidia-smi --query-gpu=compute_cap --format=csv` names them)"
+             if word == "native" else f"every {'major ' if word == 'all-major' else ''}arch nvcc supports "
+             "(`nvcc --list-gpu-code` names them)")
+    return f"-arch={word} builds for {which}: re-tune with --arch sm_XY, one of them, to check them there"

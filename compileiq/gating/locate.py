@@ -11,7 +11,7 @@ from pathlib import Path
 from compileiq.core.bounded_read import is_file
 from compileiq.core.errors import UsageError
 from compileiq.core.output_file import not_regular
-from compileiq.gating import kernel_settings, macro_settings
+from compileiq.gating import arch_coverage, kernel_settings, macro_settings
 from compileiq.gating.retune import path_from_here
 from compileiq.gating.rules import BaseFlagDifference
 from compileiq.gating.shipped_read import ShippedRead, checkout, named_database, read_shipped
@@ -48,6 +48,11 @@ class Target:
         """nvcc's default arch where the compile command the ACF is held to names no arch, else ""."""
         command = self.read.command
         return command.shipped.default_arch if command is not None and command.shipped is not None else ""
+
+    @property
+    def dropped_arch(self) -> bool:
+        """The compile command held to builds the ACF's arch no longer (`arch_coverage.dropped`)."""
+        return self.read.command is not None and arch_coverage.dropped(self.acf, self.read.command)
 
     @property
     def compile_commands(self) -> Path | None:

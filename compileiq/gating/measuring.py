@@ -22,6 +22,7 @@ from compileiq.gating.flag_order import same_code_order
 from compileiq.gating.locate import Target
 from compileiq.gating.rules import Defaults, Measured, Recorded
 from compileiq.results import acf as acf_file
+from compileiq.source.base_flags import CAPPED
 from compileiq.source.kernel import bundle_sources
 from compileiq.source.spec import KernelSpec, SourceBundle
 
@@ -83,7 +84,32 @@ def sources(target: Target, toolchain: Toolchain) -> Sources:
 def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measured:
     """Build with exactly the ACF's arguments (two stages) and read its static metrics."""
     acf = target.acf
-    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, acf.ptxas_args, acf.controls)
+    ptxas, controls = with_commands_cap(target)
+    if ptxas == acf.ptxas_args:
+        return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, ptxas, controls)
+    # built with the command's cap: the settings it was built from are the command's now, not those tuned
+    now = target.shipped_now[0] if target.shipped_now is not None else None
+    settings = replace(in_recorded_order(target), shipped=now).settings_sha256()
+    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, ptxas, controls, settings)
+
+
+def with_commands_cap(target: Target) -> tuple[tuple[str, ...], Mapping[str, object]]:
+    """The ACF's ptxas arguments and settings as its flags appended to the command that ships build
+    them: a ptxas register cap the command gained or changed since tuning (`-Xptxas --maxrregcount=48`)
+    stays where the ACF's flags give none (its choice was the build as shipped then, no cap), as ptxas
+    takes the last --maxrregcount it is given (13.0: "incompatible redefinition for option
+    'maxrregcount', the last value of this option was used"), and the ACF's comes after the command's.
+    nvcc's own -maxrregcount is a base flag (`kernel_settings.as_applied`); a cap the command shipped
+    when tuned that the ACF's choice drops is in its [baseline].remove, to be taken out."""
+    acf = target.acf
+    now = target.shipped_now[0] if target.shipped_now is not None else None
+    cap = now.values().get(CAPPED) if now is not None else None
+    tuned = acf.shipped.values().get(CAPPED) if acf.shipped is not None else None
+    if cap is None or cap == tuned or any(a.lstrip("-").startswith("maxrregcount") for a in acf.ptxas_args):
+        return acf.ptxas_args, acf.controls
+    space = load_space(acf.nvcc_version)
+    return (*space.ptxas_args(space.default_config().with_values({CAPPED: cap})), *acf.ptxas_args), \
+        {**acf.controls, CAPPED: cap}
 
 
 def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle, acf_build: Measured) -> Defaults:
@@ -108,7 +134,7 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     controls = space.default_config().with_values(acf.controls).as_dict()
     lowered = eligibility.lowered_optimisation(controls, config.as_dict())
     gain = eligibility.recorded_runtime_gain(acf.objective)
-    same = (frontend, ptxas) == (acf.frontend_args, acf.ptxas_args)
+    same = (frontend, ptxas) == (acf.frontend_args, with_commands_cap(target)[0])  # the ACF as it builds there
     same = same and target.built_spec is target.spec
     built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
     name = build.name if build is not None else (acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS)
@@ -125,9 +151,10 @@ def in_recorded_order(target: Target) -> KernelSpec:
 
 
 def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: SourceBundle,
-             frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object]) -> Measured:
+             frontend_args: tuple[str, ...], ptxas_args: tuple[str, ...], controls: Mapping[str, object],
+             settings: str | None = None) -> Measured:
     """Build with these arguments and `spec`'s base flags (in `bundle`); the settings it reports are
-    the kernel's own (`target.spec`), what the ACF's recorded settings are held to. Where the ACF
+    the kernel's own (`target.spec`), what the ACF's recorded settings are held to, unless `settings`. Where the ACF
     records other entries than tune.toml's, the same build is also scored under those (`claimed`):
     the gate holds its evidence to that scoring before it calls a change of entries stale settings."""
     acf = target.acf  # an ACF of before 2026-12-06 records the older identity of the same settings
@@ -139,7 +166,7 @@ def _measure(target: Target, spec: KernelSpec, toolchain: Toolchain, bundle: Sou
     build = assemble(AssembleJob(toolchain.ptxas, acf.arch, ptxas_args, spec.compile_timeout_s),
                      emit_ptx(frontend))
     config, facts = Config.of(controls), (bundle, toolchain.nvcc_build)
-    measured = _scored(spec, build, config, facts, own.settings_sha256_as(recorded))
+    measured = _scored(spec, build, config, facts, own.settings_sha256_as(recorded) if settings is None else settings)
     if acf.entries is None or acf.entries == spec.entries:
         return measured
     claimed = replace(own, entries=acf.entries).settings_sha256_as(recorded)

@@ -37,6 +37,8 @@ class Target(Protocol):
     def compile_commands(self) -> Path | None: ...  # the gate's --compile-commands
     @property
     def default_arch(self) -> str: ...  # nvcc's, where the compile command held to names no arch; else ""
+    @property
+    def dropped_arch(self) -> bool: ...  # the compile command held to builds the ACF's arch no longer
 
 
 def retune_command(target: Target, measured: Measured) -> str:
@@ -71,10 +73,13 @@ def retune_arch(target: Target) -> tuple[str, ...]:
     """`--arch` as the ACF records it, unless the re-tune reads a compile command that names no arch
     and the ACF set none of its arch aside (no --arch chose another): `tune` then tunes the arch that
     command builds, nvcc's default, and `--arch` would make `flags` give -arch=sm_XY in its place, an
-    sm_XY-only build (an ACF of an earlier release was tuned for tune.toml's arch from such a command)."""
+    sm_XY-only build (an ACF of an earlier release was tuned for tune.toml's arch from such a command);
+    nor where that command builds the ACF's arch no longer (`--arch sm_90` would tune an arch it does not ship)."""
     acf = target.acf
     chose = acf.shipped is not None and any(not f.applied and f.why.startswith("builds for ") for f in acf.shipped.fixed)
     if target.default_arch and shipped_from(target) and not chose:
+        return ()
+    if target.dropped_arch and shipped_from(target):  # narrowed to -arch=sm_80: tune takes the arch it builds
         return ()
     return ("--arch", acf.arch)
 

@@ -83,7 +83,11 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     shipped = under_register_cap(command.shipped, spec.nvcc_flags)
     now = replace(spec, shipped=shipped, mode=target.spec.mode, metric_regex=target.spec.metric_regex)  # timed as gated
     # the arch `tune` takes from the command, where the ACF's was the command's own (no arch flag of it set aside)
-    moved = command.arch if command.arch != acf.arch and not any(_other_arch(f) for f in acf.shipped.fixed) else None
+    # or where the command, tuned building it among others, builds the ACF's arch no longer (`arch_coverage.dropped`)
+    # (one that still builds it beside a newer one, `--gpu-code=sm_90,sm_120`, also builds sm_120: `arch_coverage`)
+    kept = acf.arch in command.archs
+    moved = command.arch if command.arch != acf.arch and (not kept and not any(_other_arch(f) for f in acf.shipped.fixed)
+                                                          or arch_coverage.dropped(acf, command)) else None
     # a command that names no arch builds nvcc's default: an ACF of an earlier release was tuned for
     # tune.toml's arch from it, the command unchanged; said as it is, not as a change
     default = moved is not None and command.shipped is not None and command.shipped.default_arch == moved
@@ -200,7 +204,10 @@ def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, 
             if implied.effective(new, defaults, name) == implied.effective(chosen, defaults, name):
                 applied = True  # the ACF's own choice, as `flags` gives it
                 continue
-            changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}")
+            kept = (", which the ACF's flags leave in place (they give no cap; ptxas takes the last it is given): "
+                    "the gate measures the ACF under it") if name == CAPPED and new.get(name) is not None and \
+                chosen.get(name) in (None, defaults.get(name)) else ""
+            changes.append(f"{name} {_value(old, space, defaults, name)} -> {_value(new, space, defaults, name)}{kept}")
     if applied and not changes and (unshipped := [
             f"{name} {_value(chosen, space, defaults, name)}" for name in dict.fromkeys([*chosen, *new])
             if implied.effective(new, defaults, name) != implied.effective(chosen, defaults, name)]):
