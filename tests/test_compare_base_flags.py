@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import TINY_KERNEL, forge_run, run_cli
+from helpers import LOOP_KERNEL, TINY_KERNEL, compile_commands_file, forge_run, run_cli
 
 from compileiq.core.records import StudyKey, TrialState
 from compileiq.report.compare import compare
@@ -106,3 +106,81 @@ def test_studies_with_equal_keys_name_no_flags(tmp_path: Path) -> None:
         store.close()
     assert c.inputs is None and c.inputs_note() == ""
     assert not any(r[0].startswith(("base flags", "sources")) for r in c.differ)
+
+
+def _from_command(tmp_path: Path, name: str, command: str, *options: str) -> None:
+    """LOOP_KERNEL in tmp_path/name tuned from `command` (its compile_commands.json entry) as study
+    `name` in tmp_path/t.db."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "k.cu").write_text(LOOP_KERNEL)
+    compile_commands_file(folder, command)
+    done = run_cli(["tune", "k.cu", "--compile-commands", "compile_commands.json", "--workers", "local",
+                    "--db", f"sqlite:///{tmp_path / 't.db'}", "--study", name, "--out", "k.acf.toml", *options],
+                   cwd=folder)
+    assert done.returncode == 0, done.describe()
+
+
+_COMMAND = "nvcc -O3 -std=c++17 --generate-code=arch=compute_90,code=[compute_90,sm_90] -Xptxas -O3 -lineinfo -x cu -c k.cu"
+
+
+def test_a_register_cap_among_a_compile_commands_base_flags_is_named_in_the_comparison_and_the_list(
+        tmp_path: Path) -> None:
+    """A user tuned siboehm/SGEMM_CUDA from its compile command, and again with nvcc's -maxrregcount=64
+    added: `report --compare` showed B's register cap as "ptxas.maxrregcount | 48 | (default)" and its
+    baseline's as "-", and `show` listed both baselines as "your build (compile_commands.json)". The
+    cap is a base flag of every build of B (the search leaves ptxas.maxrregcount out): each view now
+    names it as one."""
+    _from_command(tmp_path, "plain", _COMMAND, "--objective", "registers", "--only", "ptxas.maxrregcount",
+                  "--strategy", "exhaustive", "--budget", "11")
+    _from_command(tmp_path, "capped", f"{_COMMAND} -maxrregcount=64", "--budget", "4")
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    result = run_cli(["report", "--compare", "plain", "capped", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = result.stdout
+    assert "| base flags only in this study | (none) | -maxrregcount=64 |" in text, text
+    assert "| baseline ptxas.maxrregcount | default | -maxrregcount=64 (base flag) |" in text, text
+    chosen = [line for line in text.splitlines() if line.startswith("| ptxas.maxrregcount |")]
+    assert len(chosen) == 1 and chosen[0].endswith("| -maxrregcount=64 (base flag) |"), text
+    assert "(default)" not in text, text
+    assert "base flags: only in A: (none); only in B: -maxrregcount=64; same sources." in text, text
+    page = run_cli(["report", "--compare", "plain", "capped", "--db", url, "-o", "c.html"], tmp_path)
+    assert page.returncode == 0, page.describe()
+    html = (tmp_path / "c.html").read_text()
+    assert "<td>baseline ptxas.maxrregcount</td><td>default</td><td>-maxrregcount=64 (base flag)</td>" in html, html
+    listed = run_cli(["show", "--db", url, "--json"], tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert [s["baseline"] for s in json.loads(listed.stdout)] == [
+        "your build (compile_commands.json)", "your build (compile_commands.json): base flag -maxrregcount=64"]
+    table = run_cli(["show", "--db", url], tmp_path).stdout
+    assert "│ your build (compile_commands.json): base flag -maxrregcount=64 │" in table, table
+
+
+def test_shipped_settings_are_told_from_base_flags_in_a_comparison(tmp_path: Path) -> None:
+    """A compile command's --use_fast_math and -Xptxas -O1 are shipped settings (the search starts
+    from them), not base flags: the comparison names them as shipped settings that differ and says
+    the base flags are the same."""
+    _from_command(tmp_path, "plain", "nvcc -std=c++17 -arch=sm_90 -c k.cu", "--budget", "2")
+    _from_command(tmp_path, "fast", "nvcc -std=c++17 -arch=sm_90 --use_fast_math -Xptxas -O1 -c k.cu",
+                  "--budget", "2")
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    result = run_cli(["report", "--compare", "plain", "fast", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    text = result.stdout
+    assert "| base flags | the same | the same |" in text, text
+    assert "| baseline ptxas.opt_level | 3 | 1 |" in text, text
+    assert ("base flags (fixed: every build gets them, never searched), tune.toml and shipped settings (the "
+            "baseline's values of searched settings): the same base flags; shipped settings differ: "
+            "nvcc.use_fast_math, ptxas.opt_level; same sources.") in text, text
+
+
+def test_the_study_list_names_the_base_flags_that_tell_studies_of_one_kernel_apart(tmp_path: Path) -> None:
+    """Studies of one file from commands of other -std: the list names each one's -std, not the
+    -lineinfo both build with."""
+    _from_command(tmp_path, "new", "nvcc -std=c++17 -lineinfo -arch=sm_90 -c k.cu", "--budget", "2")
+    _from_command(tmp_path, "old", "nvcc -std=c++14 -lineinfo -arch=sm_90 -c k.cu", "--budget", "2")
+    listed = run_cli(["show", "--db", f"sqlite:///{tmp_path / 't.db'}", "--json"], tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    assert [s["baseline"] for s in json.loads(listed.stdout)] == [
+        "your build (compile_commands.json): base flag -std=c++17",
+        "your build (compile_commands.json): base flag -std=c++14"]

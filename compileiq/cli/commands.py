@@ -147,9 +147,9 @@ def show(
         if study is None:
             from compileiq.cli.listings import listed_studies
 
-            summaries, choices, kernels = listed_studies(store)  # one aggregate, recorded choices and paths, replays
-            emit(as_json, [summary_json(s, c, k) for s, c, k in zip(summaries, choices, kernels, strict=True)],
-                 lambda: studies_table(summaries, choices, kernels))  # only where no recorded choice is followed
+            summaries, choices, kernels, baselines = listed_studies(store)  # one aggregate, recorded choices and paths, replays
+            emit(as_json, [summary_json(*row) for row in zip(summaries, choices, kernels, baselines, strict=True)],
+                 lambda: studies_table(summaries, choices, kernels, baselines))  # only where no recorded choice is followed
         else:
             found = store.find_study(study)
             multi_objective.check_view_pick(found.name, found.key.objective, pareto, pick)  # as tune refuses it

@@ -38,11 +38,11 @@ if TYPE_CHECKING:
     from compileiq.store import Store
 
 
-def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice], list[str]]:
+def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice], list[str], list[str]]:
     """Each study the list shows, with its choice (`study_choice`: replayed where no recorded choice is
-    followed) and its kernel as the list names it (`listed_kernels`); a study whose row does not
-    describe its trials (`InconsistentStudyError`) is left out with its one-line reason, the others
-    still listed."""
+    followed), its kernel as the list names it (`listed_kernels`) and its baseline (`listed_baselines`);
+    a study whose row does not describe its trials (`InconsistentStudyError`) is left out with its
+    one-line reason, the others still listed."""
     from compileiq.results.study_list import study_choice
     from compileiq.store.connect import InconsistentStudyError
 
@@ -53,7 +53,8 @@ def listed_studies(store: Store) -> tuple[list[StudySummary], list[ListedChoice]
         except InconsistentStudyError as error:
             print(f"warning: skipped {error}", file=sys.stderr)
     summaries = [summary for summary, _ in listed]
-    return summaries, [choice for _, choice in listed], listed_kernels(summaries)
+    kernels = listed_kernels(summaries)
+    return summaries, [choice for _, choice in listed], kernels, listed_baselines(summaries, kernels)
 
 
 def listed_kernels(summaries: list[StudySummary]) -> list[str]:
@@ -65,24 +66,36 @@ def listed_kernels(summaries: list[StudySummary]) -> list[str]:
     return kernel_labels([(s.study.key.kernel, decided_path(s.decision)) for s in summaries])
 
 
-def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str) -> dict[str, Any]:
+def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str, baseline: str) -> dict[str, Any]:
     """A listed study: the trial its latest run chose (and recorded), else the choice replayed from
     its trials as `show STUDY` replays it (a study imported, or made by a run that did not finish),
-    said so (`results.study_list`); `kernel`: its kernel as the list names it (`listed_kernels`)."""
+    said so (`results.study_list`); `kernel` and `baseline`: as the list names them (`listed_kernels`,
+    `listed_baselines`)."""
     from compileiq.results.recorded_sources import decided_path
 
     best_is = f"the chosen trial, replayed from its trials ({_unchosen(summary)})" if choice.replayed else "the chosen trial"
     return study_fields(summary.study, summary.trials, choice.number, choice.value, decided_path(summary.decision)) | {
-        "kernel_shown": kernel, "best_is": best_is, "baseline": _baseline(summary), "to_retry": summary.to_retry}
+        "kernel_shown": kernel, "best_is": best_is, "baseline": baseline, "to_retry": summary.to_retry}
 
 
-def _baseline(summary: StudySummary) -> str:
-    """The study's baseline as the list shows it: studies of one file shipped with other flags
-    differ here (their names differ only in the identity's hash)."""
+def listed_baselines(summaries: list[StudySummary], kernels: list[str]) -> list[str]:
+    """Each listed study's baseline as the list shows it: studies of one file shipped with other
+    flags differ here (their names differ only in the identity's hash): its shipped settings
+    (`explain.baseline_settings`: "your build (compile_commands.json): ptxas.opt_level=2"), then
+    the base flags that tell it from the other studies of its sources, and a register cap
+    (`results.listed_base_flags`: "...; base flag -maxrregcount=64")."""
     from compileiq.results.explain import baseline_settings
+    from compileiq.results.listed_base_flags import flags_label, shown_flags, sources_of
+    from compileiq.results.recorded_sources import decided_files, decided_flags
     from compileiq.results.shipped_origin import decided_origin
 
-    return baseline_settings(summary.study, summary.baseline, decided_origin(summary.decision))
+    flags = shown_flags([(sources_of(decided_files(s.decision), kernel), decided_flags(s.decision))
+                         for s, kernel in zip(summaries, kernels, strict=True)])
+    labels = []
+    for summary, shown in zip(summaries, flags, strict=True):
+        label = baseline_settings(summary.study, summary.baseline, decided_origin(summary.decision))
+        labels.append(label + (("; " if ": " in label else ": ") + flags_label(shown) if shown else ""))
+    return labels
 
 
 def _unchosen(summary: StudySummary) -> str:
@@ -154,11 +167,11 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
         out.print(line, markup=False)
 
 
-def studies_table(summaries: list[StudySummary], choices: list[ListedChoice], kernels: list[str]) -> Table:
-    """The studies, each with the trial every view names as its choice (`results.study_list`) and its
-    kernel as the list names it (`listed_kernels`)."""
+def studies_table(summaries: list[StudySummary], choices: list[ListedChoice], kernels: list[str],
+                  baselines: list[str]) -> Table:
+    """The studies, each with the trial every view names as its choice (`results.study_list`), its
+    kernel and its baseline as the list names them (`listed_kernels`, `listed_baselines`)."""
     table = Table(title=Text("studies"))
-    baselines = [_baseline(summary) for summary in summaries]
     shipped = any(b != "defaults" for b in baselines)  # a column of "defaults" alone would tell nothing apart
     for column in ("id", "name", "kernel", "objective", "arch", *(("baseline",) if shipped else ()), "trials", "chosen"):
         table.add_column(column)

@@ -4,7 +4,7 @@ Which parts of the study key differ (toolchain, arch, the study key's hash, spac
 under its label of `core.key_labels`; where the hash differs, which base flags and whether the
 sources do, as each study's run recorded them: `compare_inputs`), where the
 baselines differ (two builds the project ships: the settings each study's first trial builds, a
-setting it does not search at the compiler's default), how the
+setting it does not search at the compiler's default, one its base flags fix as that flag), how the
 baseline and chosen values moved, which chosen settings changed, and whether each study's choice
 (its settings, a kept baseline included) still holds in the other: its config looked up among the
 other study's recorded trials (nothing is built here), and it holds when it still beats that
@@ -21,7 +21,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.key_labels import key_label
 from compileiq.core.readings import exact, reading
 from compileiq.core.records import QUARANTINED, STATIC_KIND, TrialCounts, TrialState, first_line
-from compileiq.report.compare_inputs import KeyInputs
+from compileiq.report.compare_inputs import BASE_FLAG, KeyInputs
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
@@ -34,6 +34,7 @@ from compileiq.results.explain import (
     compiler_defaults,
     explain,
 )
+from compileiq.results.recorded_sources import fixed_settings, recorded_flags
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.store import Store
 
@@ -77,12 +78,15 @@ def compare(store: Store, first: str, second: str) -> Comparison:
         raise UsageError(f"--compare takes two different studies; both name {a.study.name}")
     ka, kb = asdict(a.study.key), asdict(b.study.key)
     keys = tuple((key_label(f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
-    chosen_a, chosen_b = (_chosen(e) for e in (a, b))
-    settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, n), chosen_b[n] if n in chosen_b else _kept(b, n))
-                     for n in sorted(set(chosen_a) | set(chosen_b)))
     built_a, built_b = (_Built.of(e, same_flags=ka["source_sha256"] == kb["source_sha256"]) for e in (a, b))
-    inputs = KeyInputs.of(a.runs, b.runs) if ka["source_sha256"] != kb["source_sha256"] else None
-    return Comparison(a, b, keys, _baseline_changes(a, b, built_a, built_b), settings,
+    chosen_a, chosen_b = (_chosen(e) for e in (a, b))
+    settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, built_a, n),
+                      chosen_b[n] if n in chosen_b else _kept(b, built_b, n)) for n in sorted(set(chosen_a) | set(chosen_b)))
+    baselines = _baseline_changes(a, b, built_a, built_b)
+    shipped = tuple(n for row, va, vb in baselines if (n := row.removeprefix("baseline ")) != row
+                    and n not in built_a.fixed and n not in built_b.fixed and "-" not in (va, vb))
+    inputs = KeyInputs.of(a.runs, b.runs, shipped) if ka["source_sha256"] != kb["source_sha256"] else None
+    return Comparison(a, b, keys, baselines, settings,
                       (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)), inputs)
 
 
@@ -93,16 +97,22 @@ class _Built:
     default. Compared so, two studies of one build with different spaces have the same baseline and
     find each other's choices. nvcc's register cap is left out of the space also where the base
     flags hold a cap (`space_choice.without_capped`): it is taken as the default only where the
-    studies' identities (flags included) are the same, which rules that out."""
+    studies' identities (flags included) are the same, which rules that out. Where the study's run
+    recorded its base flags, a cap among them is what its every build gets instead, named as the
+    base flag it is ("-maxrregcount=64 (base flag)"), never as a setting's default or a shipped value."""
 
     defaults: dict[str, Any]  # the compiler defaults to complete a config with
+    fixed: dict[str, str]  # the settings the recorded base flags fix, as the flag (`fixed_settings`), "... (base flag)"
 
     @classmethod
     def of(cls, e: Explanation, same_flags: bool) -> _Built:
-        return cls(compiler_defaults(e.study, register_cap=same_flags))
+        fixed = fixed_settings(recorded_flags(e.runs))
+        return cls(compiler_defaults(e.study, register_cap=same_flags), {n: f"{f} {BASE_FLAG}" for n, f in fixed.items()})
 
     def config(self, config: dict[str, Any]) -> dict[str, Any]:
-        return {**self.defaults, **config}
+        """The build `config` is: a base flag's cap over a setting's (nvcc hands ptxas its own after
+        any -Xptxas setting: `base_flags.ptxas_cap_args`)."""
+        return {**self.defaults, **config, **self.fixed}
 
     def same(self, mine: dict[str, Any], other: _Built, theirs: dict[str, Any]) -> bool:
         return self.config(mine) == other.config(theirs)
@@ -141,9 +151,11 @@ def kept_note(c: Comparison) -> str:
     return f"{which}: A {c.a.against}; B {c.b.against}."
 
 
-def _kept(e: Explanation, setting: str) -> str:
+def _kept(e: Explanation, built: _Built, setting: str) -> str:
     """A setting the study's choice left at its baseline's value: that value, said so ("(default)"
-    where its baseline does not set it)."""
+    where its baseline does not set it); a setting its base flags fix, that flag (`_Built.fixed`)."""
+    if setting in built.fixed:
+        return built.fixed[setting]
     value = e.baseline.config.get(setting) if e.baseline is not None else None
     return "(default)" if value is None or value == "default" else f"{value} (its baseline)"
 

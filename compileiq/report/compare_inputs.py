@@ -18,6 +18,7 @@ from compileiq.results.recorded_sources import recorded_files, recorded_flags
 
 NOT_RECORDED = "not recorded"
 NONE = "(none)"
+BASE_FLAG = "(base flag)"  # after a setting's value that a base flag fixes: "-maxrregcount=64 (base flag)"
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,12 @@ class KeyInputs:
     flags_b: tuple[str, ...] | None
     files_a: str | None
     files_b: str | None
+    shipped: tuple[str, ...] = ()  # the searched settings the two shipped builds set differently (the baseline rows)
 
     @classmethod
-    def of(cls, runs_a: Sequence[RunRecord], runs_b: Sequence[RunRecord]) -> KeyInputs:
-        return cls(recorded_flags(runs_a), recorded_flags(runs_b), recorded_files(runs_a), recorded_files(runs_b))
+    def of(cls, runs_a: Sequence[RunRecord], runs_b: Sequence[RunRecord], shipped: Sequence[str] = ()) -> KeyInputs:
+        return cls(recorded_flags(runs_a), recorded_flags(runs_b), recorded_files(runs_a), recorded_files(runs_b),
+                   tuple(shipped))
 
     @property
     def only_a(self) -> tuple[str, ...]:
@@ -86,9 +89,13 @@ class KeyInputs:
         return flags, (label, _hash(self.files_a, differ), _hash(self.files_b, differ))
 
     def note(self) -> str:
-        """One sentence of what the study key's hash holds that differs."""
-        return ("The study key's hash covers the sources, base flags, tune.toml and shipped settings: "
-                f"{self.flags_text()}; {self.sources_text()}.")
+        """One sentence of what the study key's hash holds that differs: it says what a base flag is
+        (fixed in every build) and what a shipped setting is (a searched setting's value in the
+        shipped build, the search's start), so that neither is read as the other."""
+        shipped = f"shipped settings differ: {', '.join(self.shipped)}; " if self.shipped else ""
+        return ("The study key's hash covers the sources, base flags (fixed: every build gets them, never searched), "
+                "tune.toml and shipped settings (the baseline's values of searched settings): "
+                f"{self.flags_text()}; {shipped}{self.sources_text()}.")
 
 
 def _words(flags: Sequence[str]) -> str:

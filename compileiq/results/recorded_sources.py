@@ -7,8 +7,10 @@ the base flags together), a hash of its files and their paths alone, and the ker
 command's, canonical spelling, include folders aside) in its decision (`decision_entry`). The
 report shows the bundle's hash from the study's latest deciding run (`recorded_bundle`) as
 "source bundle sha256", and `report --compare` says whether the files differ (`recorded_files`)
-and names the flags that do (`recorded_flags`). A run row is untrusted: anything but a sha256 in
-hex, or a short list of short printable flags, is not shown.
+and names the flags that do (`recorded_flags`), and a register cap among them as the base flag it is
+(`fixed_cap`); the study list names the flags that tell studies of one file apart (`decided_flags`,
+`decided_files`: `listed_base_flags`). A run row is untrusted: anything but a sha256 in hex, or a
+short list of short printable flags, is not shown.
 
 The study key's ``kernel`` is the file's name alone (``main`` for HeCBench's every
 ``src/<name>-cuda/main.cu``), so a run also records the kernel's path (`kernel_path`): relative to
@@ -28,6 +30,7 @@ from typing import Any
 
 from compileiq.core.records import RunRecord
 from compileiq.results.recorded_decision import latest_decision
+from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import KernelSpec, SourceBundle
 
 KEY = "source_bundle_sha256"  # the decision's key
@@ -38,6 +41,7 @@ PATH_KEY = "kernel_path"  # the decision's key: the kernel's path (`kernel_path`
 MAX_PATH = 1024
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _FLAG = re.compile(r"[!-~]{1,200}")  # printable ASCII, no space: what a canonical base flag is
+_CAP = re.compile(r"-maxrregcount=[0-9]{1,4}")
 
 
 def decision_entry(bundle: SourceBundle, kernel: KernelSpec) -> dict[str, Any]:
@@ -108,16 +112,45 @@ def recorded_files(runs: Sequence[RunRecord]) -> str | None:
     return _sha256(_recorded(runs, FILES_KEY))
 
 
+def decided_files(decision: Any) -> str | None:
+    """The hash of the source files alone a recorded decision names (the study list reads the latest
+    run's decision alone), None where it names none usable."""
+    return _sha256(decision.get(FILES_KEY) if isinstance(decision, dict) else None)
+
+
 def recorded_flags(runs: Sequence[RunRecord]) -> tuple[str, ...] | None:
     """The base flags the study's latest deciding run recorded, in its order; None for a run that
     recorded none (before they were recorded, an imported study) or a damaged list: anything but a
     list of at most MAX_FLAGS printable flags without spaces, each at most 200 characters."""
-    found = _recorded(runs, FLAGS_KEY)
+    latest = latest_decision(runs)
+    return decided_flags(latest.decision if latest is not None else None)
+
+
+def decided_flags(decision: Any) -> tuple[str, ...] | None:
+    """The base flags a recorded decision names (the study list reads the latest run's decision
+    alone), None where it names none usable (`recorded_flags`)."""
+    found = decision.get(FLAGS_KEY) if isinstance(decision, dict) else None
     if not isinstance(found, list) or len(found) > MAX_FLAGS:
         return None
     if not all(isinstance(f, str) and _FLAG.fullmatch(f) for f in found):
         return None
     return tuple(found)
+
+
+def fixed_cap(flags: Sequence[str] | None) -> str | None:
+    """nvcc's register cap among recorded base flags (the last, which nvcc takes), e.g.
+    "-maxrregcount=64": every build of the study gets it, so the searched ``ptxas.maxrregcount``
+    is left out of its space (`base_flags.register_cap`). None where the flags hold none, were not
+    recorded, or hold a cap that is no number (a run row is untrusted)."""
+    cap = BaseFlags(tuple(flags)).register_cap if flags is not None else None
+    return cap if cap is not None and _CAP.fullmatch(cap) else None
+
+
+def fixed_settings(flags: Sequence[str] | None) -> dict[str, str]:
+    """The searched settings recorded base flags fix, each as the flag that fixes it:
+    {"ptxas.maxrregcount": "-maxrregcount=64"} (`fixed_cap`), {} where none."""
+    cap = fixed_cap(flags)
+    return {CAPPED: cap} if cap is not None else {}
 
 
 def _sha256(found: object) -> str | None:
