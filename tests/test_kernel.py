@@ -499,3 +499,37 @@ def test_enumerator_values_are_read_as_the_compiler_counts_them(tmp_path: Path) 
     assert names == {"ns::A", "ns::C", "ns::D", "ns::E", "ns::G", "ns::Kind::Slow", "Slow"}
     assert dict(resolve(names, [header])) == {"ns::A": "(ns::Mode)0", "ns::C": "(ns::Mode)17", "ns::D": "(ns::Mode)8",
                                               "ns::E": "(ns::Mode)16", "ns::Kind::Slow": "(ns::Kind)-1"}
+
+
+@pytest.mark.parametrize(("alias", "entry"), [  # as nvcc 13 mangles k<ALIAS> on Linux x86_64 (c++filt: k<short>, ...)
+    ("int8_t", "_Z1kIaEvPT_"), ("uint8_t", "_Z1kIhEvPT_"), ("int16_t", "_Z1kIsEvPT_"), ("uint16_t", "_Z1kItEvPT_"),
+    ("int32_t", "_Z1kIiEvPT_"), ("uint32_t", "_Z1kIjEvPT_"), ("int64_t", "_Z1kIlEvPT_"), ("uint64_t", "_Z1kImEvPT_"),
+    ("std::size_t", "_Z1kImEvPT_"), ("std::int16_t", "_Z1kIsEvPT_"),
+])
+def test_a_fixed_width_alias_names_the_instance_of_the_type_it_is(alias: str, entry: str) -> None:
+    from compileiq.source.entry_names import entry_matches
+
+    others = {"_Z1kIaEvPT_", "_Z1kIhEvPT_", "_Z1kIsEvPT_", "_Z1kItEvPT_", "_Z1kIiEvPT_", "_Z1kIjEvPT_", "_Z1kIlEvPT_",
+              "_Z1kImEvPT_", "_Z1kIcEvPT_", "_Z1kIxEvPT_", "_Z1kIyEvPT_"} - {entry}
+    assert entry_matches(entry, f"k<{alias}>") and not any(entry_matches(o, f"k<{alias}>") for o in others)
+
+
+@needs_nvcc
+def test_entries_may_name_a_template_instance_by_its_fixed_width_type(tmp_path: Path) -> None:
+    """HeCBench's convolution1D instantiates its kernels for int16_t and int: `entries =
+    ["conv1d<int16_t>"]` stopped the run ("no entry matches ...; found: conv1d<int>, conv1d<short>"),
+    the mangled name holding the type int16_t is (short), never its alias."""
+    import tomllib
+
+    from tests.helpers import run_cli
+
+    (tmp_path / "k.cu").write_text("#include <cstdint>\ntemplate <typename T> __global__ void conv1d(T* x) "
+                                   "{ x[threadIdx.x] = x[threadIdx.x] * 2 + 1; }\n"
+                                   "template __global__ void conv1d<int16_t>(int16_t*);\n"
+                                   "template __global__ void conv1d<int>(int*);\n")
+    (tmp_path / "tune.toml").write_text('entries = ["conv1d<int16_t>"]\n[launch."conv1d<int16_t>"]\nblock_size = 64\n')
+    tuned = run_cli(["tune", "k.cu", "--workers", "local", "--budget", "1", "--db", f"sqlite:///{tmp_path / 't.db'}",
+                     "--out", "k.acf.toml", "--only", "ptxas.opt_level"], cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.describe()
+    launch = tomllib.loads((tmp_path / "k.acf.toml").read_text())["evidence"]["best"]["launch_by_kernel"]
+    assert launch == {"conv1d<short>": {"block_size": 64, "dynamic_smem": 0}}, launch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import LOOP_KERNEL, run_cli
+from tests.helpers import LOOP_KERNEL, CliResult, run_cli
 
 CMAKE_COMMAND = ("nvcc -forward-unknown-to-host-compiler -O3 -DNDEBUG -arch=sm_90 -maxrregcount=64 -lineinfo "
                  "-x cu -c k.cu -o k.o")
@@ -204,3 +204,85 @@ def test_the_cmake_formats_build_machine_code_alone_as_the_shipped_gencode_does(
         assert f"CUDA_ARCHITECTURES 75 replaced by {architectures}" in configured.stdout, configured.stdout
         (command,) = [e["command"] for e in json.loads((tmp_path / f"build-{name}" / "compile_commands.json").read_text())]
         assert f"--generate-code=arch=compute_90,{code}" in command and "75" not in command, command
+
+
+TEMPLATED = """\
+template <typename T> __global__ void conv1d(T* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] * 2 + 1;
+}
+int main() {
+  conv1d<short><<<1, 32>>>(nullptr, 32);
+  conv1d<int><<<1, 32>>>(nullptr, 32);
+  return 0;
+}
+"""
+
+
+def _templated_project(tmp_path: Path, entry: str) -> None:
+    (tmp_path / "main.cu").write_text(TEMPLATED)
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(tmp_path), "command": "nvcc -O3 -arch=sm_90 -x cu -c main.cu -o main.o", "file": "main.cu"}]))
+    (tmp_path / "tune.toml").write_text(f'entries = ["{entry}"]\n')
+
+
+def _tune_main(tmp_path: Path) -> CliResult:
+    return run_cli(["tune", "main.cu", "--compile-commands", "compile_commands.json", "--budget", "2", "--workers",
+                    "local", "--db", f"sqlite:///{tmp_path / 'x.db'}", "--out", "a.acf.toml", "--json"], cwd=tmp_path)
+
+
+def test_a_run_its_baseline_stopped_names_the_build_it_started_from(tmp_path: Path) -> None:
+    """A first-time user's tune.toml named no kernel of the build: the run stopped on its baseline
+    (one line, exit 2), but `show` listed the study's baseline as "defaults" (the label is read from
+    the run's recorded decision, which a stopped run never wrote) and its choice as a bare "-"."""
+    _templated_project(tmp_path, "conv1d<float>")
+    done = _tune_main(tmp_path)
+    assert done.returncode == 2 and "conv1d<float>" in done.stderr, done.describe()  # one line: bad input
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    [listed] = json.loads(run_cli(["show", "--db", db, "--json"], cwd=tmp_path).stdout)
+    assert listed["baseline"] == "your build (compile_commands.json)", listed
+    assert listed["chosen"] is None and "stopped before it chose: its baseline failed" in listed["best_is"], listed
+    table = run_cli(["show", "--db", db], cwd=tmp_path).stdout
+    assert "your build (compile_commands.json)" in table and "none (its baseline failed)" in table, table
+    study = json.loads(run_cli(["show", "1", "--db", db, "--json"], cwd=tmp_path).stdout)
+    assert study["baseline_label"] == "baseline (your build: compile_commands.json)", study
+    assert any("run 1 stopped before it chose: its baseline failed" in n for n in study["notes"]), study["notes"]
+
+
+def test_a_later_run_that_stopped_before_it_chose_hides_no_earlier_choice(tmp_path: Path) -> None:
+    """A run row that says it stopped before it chose (what a run its baseline stops records) is
+    read only where no run chose: a later one, or a forged one, never hides a study's choice."""
+    from tests.helpers import forge_run
+
+    _project(tmp_path, CMAKE_COMMAND)
+    _tune(tmp_path, "a.acf.toml")
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    before = json.loads(run_cli(["show", "--db", db, "--json"], cwd=tmp_path).stdout)
+    forge_run(tmp_path / "t.db", {"unchosen": "its baseline failed"})
+    after = json.loads(run_cli(["show", "--db", db, "--json"], cwd=tmp_path).stdout)
+    assert after == before and before[0]["best_is"] == "the chosen trial", (before, after)
+
+
+PTY = "import pty, sys; pty.spawn(sys.argv[1:])"  # the command on a terminal: stdout and stderr as a user sees them
+
+
+@pytest.mark.parametrize("options", [[], ["--all"], ["--format", "json"], ["--format", "json", "--all"]])
+def test_flags_notes_start_on_a_line_of_their_own_on_a_terminal(tmp_path: Path, options: list[str]) -> None:
+    """`flags --all` and `flags --format json` of a shipped build: a note on stderr must never run
+    into the flags line (stdout ends with a newline, flushed, before any note), while stdout alone
+    stays what `F=$(compileiq flags ...)` takes: the flags, no note."""
+    import sys
+
+    _project(tmp_path, CMAKE_COMMAND.replace("-arch=sm_90", "-arch=compute_90"))  # PTX only: a note in every format
+    _tune(tmp_path, "k.acf.toml")
+    piped = run_cli(["flags", "k.acf.toml", *options], cwd=tmp_path)
+    assert piped.returncode == 0 and piped.stdout.endswith("\n") and piped.stderr_lines, piped.describe()
+    assert not any(line in piped.stdout for line in piped.stderr_lines), piped.describe()  # stdout: the flags alone
+    if "json" in options:
+        json.loads(piped.stdout)
+    seen = run_cli(["flags", "k.acf.toml", *options], cwd=tmp_path, prefix=[sys.executable, "-c", PTY])
+    lines = seen.stdout.replace("\r\n", "\n").splitlines()
+    assert lines[:len(piped.stdout.splitlines())] == piped.stdout.splitlines(), seen.describe()  # the flags first
+    notes = lines[len(piped.stdout.splitlines()):]
+    assert all(line.startswith(("note:", "compileiq:")) for line in notes if line), seen.describe()
+    assert [n for n in notes if n] == piped.stderr_lines, seen.describe()

@@ -27,6 +27,7 @@ from compileiq.core.records import (
     TrialCounts,
     TrialState,
     first_line,
+    unchosen,
 )
 from compileiq.core.space import Parameter, same
 from compileiq.evaluate import unscored
@@ -101,6 +102,8 @@ def listed_baselines(summaries: list[StudySummary], kernels: list[str]) -> list[
 def _unchosen(summary: StudySummary) -> str:
     """Why the list replays the study's choice from its trials instead of following a run's record."""
     decision = summary.decision or {}
+    if (stopped := unchosen(decision)) is not None:  # its only run stopped before it chose (`run_row`)
+        return f"its latest run stopped before it chose: {stopped}"
     if "pick" in decision and "chosen" not in decision:
         return "pick rule from an imported export, no run here chose"
     if decision and _matches_rows(summary):
@@ -178,7 +181,8 @@ def studies_table(summaries: list[StudySummary], choices: list[ListedChoice], ke
     for summary, baseline, choice, kernel in zip(summaries, baselines, choices, kernels, strict=True):
         study, number = summary.study, choice.number
         replayed = f", replayed: {_unchosen(summary)}" if choice.replayed else ""
-        shown = "-" if number is None else f"{reading(study.key.objective).text(choice.value)} (#{number}{replayed})"
+        nothing = f"none ({stopped})" if (stopped := unchosen(summary.decision)) is not None else "-"
+        shown = nothing if number is None else f"{reading(study.key.objective).text(choice.value)} (#{number}{replayed})"
         if "," in study.key.objective and number is not None:  # its value is the first objective's alone
             shown = f"#{number} on the front (show {study.id}{replayed})"
         table.add_row(*cells(study.id, study.name, kernel, study.key.objective, study.key.arch,

@@ -227,6 +227,17 @@ def first_line(text: str | None, limit: int | None = 400, empty: str = "unknown"
 
 # the key a run's decision gets when its ACF was not written after it (`Store.acf_not_written`): why
 ACF_NOT_WRITTEN = "acf_not_written"
+# the key of the decision a run records when it stopped before it chose (its baseline failed): why;
+# the rest of that record says what it started from (`shipped_origin`, `recorded_sources`)
+UNCHOSEN = "unchosen"
+
+
+def unchosen(decision: Any) -> str | None:
+    """Why a run stopped before it chose, where its recorded decision says so (a short line), else
+    None. A run row is untrusted: only a string marks it (a forged one can only make the views
+    replay the study's choice from its trials, as for a run that recorded nothing)."""
+    why = decision.get(UNCHOSEN) if isinstance(decision, dict) else None
+    return first_line(why, 80) if isinstance(why, str) else None
 
 
 def chosen_number(decision: Any) -> int | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line
+from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line, unchosen
 from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.space_files import load_space
 from compileiq.evaluate import eligibility
@@ -221,8 +221,9 @@ def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs
     if asked is not None:
         return replace(replayed, decided_by=f"--pick {asked}, replayed over its trials",
                        notes=(*foreign, *_differs(replayed, chosen, run, f"--pick {asked} gives")))
-    if run is None:
-        notes: tuple[str, ...] = ("no run of this database recorded a choice: replayed from its trials",) if trials else ()
+    if run is None or (stopped := unchosen(run.decision)) is not None:  # a run its baseline stopped chose nothing
+        said = f" (run {run.id} stopped before it chose: {stopped})" if run is not None else ""
+        notes: tuple[str, ...] = (f"no run of this database recorded a choice{said}: replayed from its trials",) if trials else ()
         return replace(replayed, notes=(*foreign, *notes))
     if chosen is None:
         why = _unfollowed(run, rule, followed)

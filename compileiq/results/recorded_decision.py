@@ -26,6 +26,7 @@ from compileiq.core.records import (
     TrialState,
     chosen_number,
     first_line,
+    unchosen,
 )
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
@@ -100,8 +101,11 @@ def unwritten(run: RunRecord) -> str | None:
 
 
 def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
-    """The latest run that recorded a decision (a JSON object; what the study list reads too)."""
-    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: r.id, default=None)
+    """The latest run that recorded a decision (a JSON object; what the study list reads too); one
+    that stopped before it chose (`records.unchosen`: it records what it started from) only where
+    no run recorded a choice, so that it never hides one."""
+    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: (unchosen(r.decision) is None, r.id),
+               default=None)
 
 
 def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:

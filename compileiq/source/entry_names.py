@@ -1,7 +1,8 @@
 """Which compiled entry a kernel name in tune.toml means: ``saxpy`` is ``saxpy`` (extern "C"),
 ``_Z5saxpyifPf`` (a plain C++ kernel) and ``_ZN3ops6detail5saxpyEifPf`` (one in a namespace,
 named or anonymous); ``ops::detail::saxpy`` names the namespaced one only, and ``tile<128>`` or
-``reduce6<float, 256, true>`` (arguments that are integers, ``true``/``false`` or built-in types)
+``reduce6<float, 256, true>`` (arguments that are integers, ``true``/``false``, built-in types or
+their fixed-width aliases, ``int16_t`` for ``short``)
 one instance of a kernel template, an enumerator argument by its enum and value as a demangler
 prints it (``scan<int, 128, (cub::BlockScanAlgorithm)2>``: the mangled name holds no enumerator
 name; enclosing and inline namespaces, such as CUB's versioned ``CUB_300001_SM_900``, may be left
@@ -24,6 +25,11 @@ KERNEL_NAME = re.compile(rf"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:<{_ARGUMENT}(?:,{_
 _BUILTIN = {"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char", "s": "short",
             "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long", "m": "unsigned long",
             "x": "long long", "y": "unsigned long long", "f": "float", "d": "double", "e": "long double"}
+# the fixed-width aliases of <cstdint> (and size_t) as the built-in types they are on Linux, x86_64 and
+# aarch64 alike (LP64, glibc): what nvcc mangles `tile<int16_t>` as (`_Z4tileIsEvPT_`, `tile<short>`)
+_ALIASES = {"int8_t": "signed char", "uint8_t": "unsigned char", "int16_t": "short", "uint16_t": "unsigned short",
+            "int32_t": "int", "uint32_t": "unsigned int", "int64_t": "long", "uint64_t": "unsigned long",
+            "size_t": "unsigned long"}
 _LITERAL = re.compile(r"L([a-z])(n?)(\d+)E")
 _VALUE = re.compile(r"(n?)(\d+)E")  # an enum literal's value, after its type
 _CAST = re.compile(r"\(([^()]*)\)\s*(-?\d+)")  # (cub::BlockScanAlgorithm)2, as tune.toml gives it
@@ -138,9 +144,12 @@ def _same_argument(mangled: str, given: str) -> bool:
 
 
 def _argument(text: str) -> str:
-    """A template argument as tune.toml gives it, in the form `template_arguments` reads it."""
+    """A template argument as tune.toml gives it, in the form `template_arguments` reads it (a
+    fixed-width alias, `int16_t` or `std::int16_t`, as the built-in type it is: `_ALIASES`)."""
     words = " ".join(text.split())
-    return str(int(words)) if re.fullmatch(r"-?\d+", words) else words
+    if re.fullmatch(r"-?\d+", words):
+        return str(int(words))
+    return _ALIASES.get(words.removeprefix("std::"), words)
 
 
 def _name_and_end(entry: str, parts: list[str]) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from compileiq.core.metric_ranges import is_finite
-from compileiq.core.records import Study, StudyKey, StudySummary, TrialState
+from compileiq.core.records import Study, StudyKey, StudySummary, TrialState, unchosen
 from compileiq.core.text import printable
 from compileiq.store.base import StoreBase
 from compileiq.store.connect import NoStudyError, StoreError
@@ -118,8 +118,11 @@ class StudyCatalog(StoreBase):
         decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query).mappings().all()
-            decisions = {row["study_id"]: row["decision"] for row in conn.execute(decided).mappings()
-                         if isinstance(row["decision"], dict)}  # the latest that decided, as `explain` reads it
+            decisions: dict[int, dict[str, Any]] = {}  # the latest that decided, as `explain` reads it (`latest_decision`)
+            for row in conn.execute(decided).mappings():
+                kept = decisions.get(row["study_id"])
+                if isinstance(row["decision"], dict) and (kept is None or unchosen(kept) or not unchosen(row["decision"])):
+                    decisions[row["study_id"]] = row["decision"]
             cited = cited_rows(conn, decisions)  # the row each names and its baseline: two per study at most
         found = []
         for row in rows:

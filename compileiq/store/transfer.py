@@ -11,7 +11,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from compileiq.core.metric_ranges import MAX_PICK_RULE
-from compileiq.core.records import BuildRecord, Measurement, Study, StudyExport, Trial, TrialState
+from compileiq.core.records import (
+    BuildRecord,
+    Measurement,
+    Study,
+    StudyExport,
+    Trial,
+    TrialState,
+    unchosen,
+)
 from compileiq.store.rows import (
     check_same_key,
     checked_build,
@@ -55,7 +63,7 @@ def _latest_pick(conn: Connection, study_id: int) -> str | None:
     """The pick rule of the study's latest run that decided, as recorded (every view checks it)."""
     query = sa.select(runs.c.decision).where(runs.c.study_id == study_id).order_by(runs.c.id.desc())
     for decision in conn.execute(query).scalars():
-        if isinstance(decision, dict):
+        if isinstance(decision, dict) and unchosen(decision) is None:  # a run that stopped before it chose: none
             rule = decision.get("pick")
             return rule if isinstance(rule, str) and len(rule) <= MAX_PICK_RULE else None
     return None

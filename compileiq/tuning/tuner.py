@@ -19,13 +19,10 @@ from compileiq.core.records import SEARCH, Study, Trial, TrialState
 from compileiq.core.space import Config
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
-from compileiq.evaluate.metrics import (
-    StaticEvaluator,
-)
-from compileiq.results import multi_objective, recorded_sources
+from compileiq.evaluate.metrics import StaticEvaluator
+from compileiq.results import multi_objective
 from compileiq.results.pareto import values_of
 from compileiq.results.recorded_decision import decision, unsimplified
-from compileiq.results.shipped_origin import decision_entry
 from compileiq.search.loading import SearchLoad
 from compileiq.search.refit_schedule import BackgroundRefresh
 from compileiq.search.search_process import RemoteSearcher
@@ -47,6 +44,7 @@ from compileiq.tuning.request import (
     baseline_config,
     searched,
 )
+from compileiq.tuning.run_row import record_stop, started_from
 from compileiq.tuning.runner import HEARTBEAT_EVERY_S, Refill, TrialRunner
 from compileiq.tuning.screen_stage import ScreenStage
 from compileiq.tuning.search_start import start_search
@@ -172,12 +170,13 @@ class Tuner:
             exhausted = self._search(study)
             self._progress.note(f"stopped: {self._stopped}")
             result = choice.result(self._finished_search(), study, exhausted)
-            recorded = decision_entry(request.kernel.shipped) | recorded_sources.decision_entry(self._bundle, request.kernel)
+            recorded = started_from(request.kernel, self._bundle)  # the shipped build's database, the sources
             self._store.finish_run(run_id, self._stopped, result.search_trials, result.extra_trials,
                                    decision(result) | unsimplified(request.simplify) | recorded)
             result = replace(result, run_id=run_id)  # an ACF refused after the run is said on this row
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
+            record_stop(self._store, study.id, self._run_id, error, started_from(request.kernel, self._bundle))
             raise
         finally:
             self._runner.close()
