@@ -82,10 +82,10 @@ def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str, basel
 def listed_baselines(summaries: list[StudySummary], kernels: list[str]) -> list[str]:
     """Each listed study's baseline as the list shows it: studies of one file shipped with other
     flags differ here (their names differ only in the identity's hash): its shipped settings
-    (`explain.baseline_settings`: "your build (compile_commands.json): ptxas.opt_level=2"), then
+    (`baseline_labels.baseline_settings`: "your build (compile_commands.json): ptxas.opt_level=2"), then
     the base flags that tell it from the other studies of its sources, and a register cap
     (`results.listed_base_flags`: "...; base flag -maxrregcount=64")."""
-    from compileiq.results.explain import baseline_settings
+    from compileiq.results.baseline_labels import baseline_settings
     from compileiq.results.listed_base_flags import flags_label, shown_flags, sources_of
     from compileiq.results.recorded_sources import decided_files, decided_flags
     from compileiq.results.shipped_origin import decided_origin
@@ -121,7 +121,8 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     they were built and measured, and its first failure. A study of several objectives (`--json`
     only: its table is the front, `why.print_tuned_front`): each trial's value of every objective,
     and the front with its pick (by `pick`, else the rule its latest run chose by)."""
-    from compileiq.results.explain import baseline_label, explain
+    from compileiq.results.baseline_labels import baseline_label
+    from compileiq.results.explain import explain
     from compileiq.results.recorded_sources import recorded_path
     from compileiq.results.shipped_origin import recorded_origin
 

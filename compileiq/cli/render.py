@@ -200,7 +200,7 @@ METRIC_COLUMNS = tuple(StaticMetrics.LABELS[name] for name in StaticMetrics.SCOR
 
 
 def baseline_label_of(report: app.TuneReport) -> str:
-    from compileiq.results.explain import baseline_label
+    from compileiq.results.baseline_labels import baseline_label
 
     shipped = report.kernel.shipped
     return baseline_label(report.result.study, report.result.baseline, shipped.origin if shipped else None)

@@ -27,13 +27,8 @@ from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
 from compileiq.report.page import values_text
 from compileiq.results import multi_objective
-from compileiq.results.explain import (
-    Explanation,
-    baseline_label,
-    changed_settings,
-    compiler_defaults,
-    explain,
-)
+from compileiq.results.baseline_labels import baseline_label, compiler_defaults
+from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.results.recorded_sources import fixed_settings, recorded_flags
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.store import Store

@@ -28,7 +28,8 @@ from compileiq.report.page import (
     to_time_rows,
     tuned,
 )
-from compileiq.results.explain import baseline_label, changed_settings
+from compileiq.results.baseline_labels import baseline_label
+from compileiq.results.explain import changed_settings
 from compileiq.results.shipped_origin import recorded_origin
 from compileiq.search.importance import METHOD
 

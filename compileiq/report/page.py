@@ -38,8 +38,9 @@ from compileiq.report.figures import (
 )
 from compileiq.report.html_parts import html_document, html_note, html_section, html_table
 from compileiq.results import multi_objective
+from compileiq.results.baseline_labels import baseline_label
 from compileiq.results.evidence import SHOWN_KEYS, scoring_text, shown_metrics
-from compileiq.results.explain import Explanation, baseline_label, changed_settings, explain
+from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.results.multi_objective import PICK_RULES
 from compileiq.results.pareto import Front, values_by_objective
 from compileiq.results.recorded_sources import recorded_bundle, recorded_path
