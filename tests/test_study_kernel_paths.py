@@ -72,7 +72,8 @@ def test_a_forged_or_missing_kernel_path_is_never_shown(bench: Path, tmp_path: P
     connection = sqlite3.connect(db)
     decision = json.loads(connection.execute("select decision from runs where study_id = 2").fetchone()[0])
     connection.close()
-    for forged in ("../../etc/passwd", "/etc/passwd", "a//main.cu", "a-cuda/\x1b[31mmain.cu", "x" * 2000, 7, None):
+    for forged in ("../../etc/passwd", "/etc/passwd", "a//main.cu", "a-cuda/\x1b[31mmain.cu", "x" * 2000, 7, None,
+                   "a\\..\\..\\etc/passwd", "src/c-cuda/other.cu"):  # not main.cu's path: the list called it "passwd"
         forge_run(db, {k: v for k, v in decision.items() if k != "kernel_path"} | {"kernel_path": forged}, study_id=2)
         listed = json.loads(_cli(tmp_path, db, "show", "--json"))
         assert [(s["kernel_path"], s["kernel_shown"]) for s in listed] == [
@@ -93,5 +94,6 @@ def test_the_recorded_path_is_relative_to_the_working_directory_and_never_less_t
     assert kernel_path(source, tmp_path) == "src/a-cuda/main.cu"
     assert kernel_path(source, source.parent) == "a-cuda/main.cu"  # run in the program's own folder
     assert kernel_path(source, tmp_path / "elsewhere") == "a-cuda/main.cu"
-    assert decided_path({"kernel_path": "src/a-cuda/main.cu"}) == "src/a-cuda/main.cu"
-    assert decided_path({"kernel_path": "src/../main.cu"}) is None and decided_path("x") is None
+    assert decided_path({"kernel_path": "src/a-cuda/main.cu"}, "main") == "src/a-cuda/main.cu"
+    assert decided_path({"kernel_path": "src/../main.cu"}, "main") is None and decided_path("x", "main") is None
+    assert decided_path({"kernel_path": "src/a-cuda/main.cu"}, "scan") is None  # another file's path

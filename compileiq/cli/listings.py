@@ -64,7 +64,7 @@ def listed_kernels(summaries: list[StudySummary]) -> list[str]:
     from compileiq.results.recorded_sources import decided_path
     from compileiq.results.study_labels import kernel_labels
 
-    return kernel_labels([(s.study.key.kernel, decided_path(s.decision)) for s in summaries])
+    return kernel_labels([(s.study.key.kernel, decided_path(s.decision, s.study.key.kernel)) for s in summaries])
 
 
 def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str, baseline: str) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def summary_json(summary: StudySummary, choice: ListedChoice, kernel: str, basel
     from compileiq.results.recorded_sources import decided_path
 
     best_is = f"the chosen trial, replayed from its trials ({_unchosen(summary)})" if choice.replayed else "the chosen trial"
-    return study_fields(summary.study, summary.trials, choice.number, choice.value, decided_path(summary.decision)) | {
+    return study_fields(summary.study, summary.trials, choice.number, choice.value, decided_path(summary.decision, summary.study.key.kernel)) | {
         "kernel_shown": kernel, "best_is": best_is, "baseline": baseline, "to_retry": summary.to_retry}
 
 
@@ -133,7 +133,7 @@ def print_trials(study: Study, trials: list[Trial], runs: list[RunRecord], top: 
     running = [t for t in trials if t.state is TrialState.RUNNING]
     counts = TrialCounts.of(trials)  # what every view counts (the list, the reports)
     objective = study.key.objective
-    data = {"study": study_json(study, explanation.chosen, counts.trials, recorded_path(runs)),
+    data = {"study": study_json(study, explanation.chosen, counts.trials, recorded_path(runs, study.key.kernel)),
             "objective": objective_json(objective, explanation.baseline.metrics if explanation.baseline else None,
                                         explanation.chosen.metrics if explanation.chosen else None),
             "to_retry": counts.to_retry,
@@ -218,7 +218,7 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     chosen, then the refused ones, each with its status."""
     from compileiq.results.recorded_sources import recorded_path
 
-    objective, path = study.key.objective, recorded_path(explanation.runs)
+    objective, path = study.key.objective, recorded_path(explanation.runs, study.key.kernel)
     scoring = unscored.scoring_text(explanation.baseline.metrics, explanation.chosen.metrics if explanation.chosen
                                     else None) if explanation.baseline is not None else None
     title = (f"{study.name}{f' ({path})' if path else ''}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"

@@ -183,7 +183,7 @@ def html_page(report: StudyReport) -> str:
 def _summary(report: StudyReport) -> str:
     e = report.explanation
     key = e.study.key
-    path = recorded_path(e.runs)
+    path = recorded_path(e.runs, key.kernel)
     lines = [("kernel", f"{key.kernel} ({path})" if path else key.kernel), ("objective", f"{key.objective}: {report.kind}; {report.heading}"),
              ("trials", TrialCounts.of(e.trials).text())]
     if e.baseline is not None and e.chosen is not None:
@@ -361,7 +361,7 @@ def provenance_rows(e: Explanation) -> list[tuple[str, str]]:
     key = e.study.key
     rows = [(key_label("toolchain"), key.toolchain), (key_label("arch"), key.arch),
             (key_label("source_sha256"), key.source_sha256)]
-    path, bundle = recorded_path(e.runs), recorded_bundle(e.runs)
+    path, bundle = recorded_path(e.runs, key.kernel), recorded_bundle(e.runs)
     return rows + ([(KERNEL_PATH, path)] if path is not None else []) + ([(SOURCE_BUNDLE, bundle)] if bundle is not None else [])
 
 

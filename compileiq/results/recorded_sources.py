@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from compileiq.core.records import RunRecord
@@ -77,27 +77,31 @@ def kernel_path(source: Path, cwd: Path | None = None) -> str | None:
     return text if path_problem(text) is None else None
 
 
-def path_problem(path: Any) -> str | None:
-    """Why a recorded kernel path is not shown (a run row is untrusted), or None."""
+def path_problem(path: Any, kernel: str | None = None) -> str | None:
+    """Why a recorded kernel path is not shown (a run row is untrusted), or None; with the study's
+    `kernel` (the file's stem: `KernelSpec.name`), a path to a file of another name is not its path
+    (a forged ``a\\..\\etc/passwd`` would list the kernel as "passwd")."""
     if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH or not path.isprintable():
         return f"not printable text of 1 to {MAX_PATH} characters"
-    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+    if path.startswith("/") or "\\" in path or any(part in ("", ".", "..") for part in path.split("/")):
         return "not a relative path of named parts"
+    if kernel is not None and PurePosixPath(path).stem != kernel:
+        return f"not a path to a file named {kernel}"
     return None
 
 
-def decided_path(decision: Any) -> str | None:
-    """The kernel path a recorded decision names (the study list reads the latest run's decision
-    alone), None where it names none usable."""
+def decided_path(decision: Any, kernel: str) -> str | None:
+    """The path of the study's `kernel` a recorded decision names (the study list reads the latest
+    run's decision alone), None where it names none usable."""
     found = decision.get(PATH_KEY) if isinstance(decision, dict) else None
-    return found if path_problem(found) is None else None
+    return found if path_problem(found, kernel) is None else None
 
 
-def recorded_path(runs: Sequence[RunRecord]) -> str | None:
-    """The kernel path the study's latest deciding run recorded; None for a run that recorded none
-    (before this was recorded, an imported study) or no valid one."""
+def recorded_path(runs: Sequence[RunRecord], kernel: str) -> str | None:
+    """The path of the study's `kernel` its latest deciding run recorded; None for a run that
+    recorded none (before this was recorded, an imported study) or no valid one."""
     latest = latest_decision(runs)
-    return decided_path(latest.decision if latest is not None else None)
+    return decided_path(latest.decision if latest is not None else None, kernel)
 
 
 def recorded_bundle(runs: Sequence[RunRecord]) -> str | None:
