@@ -169,6 +169,7 @@ def test_shipped_settings_are_told_from_base_flags_in_a_comparison(tmp_path: Pat
     text = result.stdout
     assert "| base flags | the same | the same |" in text, text
     assert "| baseline ptxas.opt_level | 3 | 1 |" in text, text
+    assert "| baseline nvcc.use_fast_math | false | true |" in text, text  # as show spells it, not Python's False
     assert ("base flags (fixed: every build gets them, never searched), tune.toml and shipped settings (the "
             "baseline's values of searched settings): the same base flags; shipped settings differ: "
             "nvcc.use_fast_math, ptxas.opt_level; same sources.") in text, text

@@ -27,7 +27,7 @@ from compileiq.report.markdown import md_table, md_text
 from compileiq.report.output import check_format, write_file, written
 from compileiq.report.page import values_text
 from compileiq.results import multi_objective
-from compileiq.results.baseline_labels import baseline_label, compiler_defaults
+from compileiq.results.baseline_labels import baseline_label, compiler_defaults, json_text
 from compileiq.results.explain import Explanation, changed_settings, explain
 from compileiq.results.recorded_sources import fixed_settings, recorded_flags
 from compileiq.results.shipped_origin import recorded_origin
@@ -75,14 +75,20 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     keys = tuple((key_label(f), str(ka[f]), str(kb[f])) for f in ka if ka[f] != kb[f])
     built_a, built_b = (_Built.of(e, same_flags=ka["source_sha256"] == kb["source_sha256"]) for e in (a, b))
     chosen_a, chosen_b = (_chosen(e) for e in (a, b))
-    settings = tuple((n, chosen_a[n] if n in chosen_a else _kept(a, built_a, n),
-                      chosen_b[n] if n in chosen_b else _kept(b, built_b, n)) for n in sorted(set(chosen_a) | set(chosen_b)))
-    baselines = _baseline_changes(a, b, built_a, built_b)
+    settings = tuple((n, _spelled(chosen_a[n] if n in chosen_a else _kept(a, built_a, n)),
+                      _spelled(chosen_b[n] if n in chosen_b else _kept(b, built_b, n)))
+                     for n in sorted(set(chosen_a) | set(chosen_b)))
+    baselines = tuple((row, _spelled(va), _spelled(vb)) for row, va, vb in _baseline_changes(a, b, built_a, built_b))
     shipped = tuple(n for row, va, vb in baselines if (n := row.removeprefix("baseline ")) != row
                     and n not in built_a.fixed and n not in built_b.fixed and "-" not in (va, vb))
     inputs = KeyInputs.of(a.runs, b.runs, shipped) if ka["source_sha256"] != kb["source_sha256"] else None
     return Comparison(a, b, keys, baselines, settings,
                       (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)), inputs)
+
+
+def _spelled(value: Any) -> Any:
+    """A setting's value as tune.toml, the flags and `show` spell it (true, not True)."""
+    return json_text(value) if isinstance(value, bool) else value
 
 
 @dataclass(frozen=True)
