@@ -436,6 +436,59 @@ def test_an_edited_baseline_evidence_fails_the_gate(tuned, tmp_path):
             in findings[0]["message"])
 
 
+def _with_settings_hash(workspace: Path, value: str) -> None:
+    text = (workspace / ACF).read_text()
+    recorded = tomllib.loads(text)["kernel"]["settings_sha256"]
+    (workspace / ACF).write_text(text.replace(f'settings_sha256 = "{recorded}"', f'settings_sha256 = "{value}"', 1))
+
+
+@pytest.mark.parametrize("garbage", ["f" * 64, "0" * 64])
+def test_a_forged_occupancy_behind_a_garbage_settings_hash_fails(tuned, tmp_path, garbage):
+    """[evidence.baseline] occupancy edited (a forged occupancy gain) AND the settings hash set to one
+    no settings give: the gate held occupancy only where the hash was the kernel's, so the forgery
+    read as `stale-settings`, a warning, and passed. The evidence records the launch it was scored
+    at: the same code there gives 100%, whatever the hash says."""
+    base = tomllib.loads((tuned / ACF).read_text())["evidence"]["baseline"]
+    assert (base["block_size"], base["dynamic_smem"]) == (256, 0), base
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", base["occupancy"] / 4)
+    _with_settings_hash(workspace, garbage)
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 1, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert ("evidence", "error") in [(f["rule"], f["severity"]) for f in findings], findings
+    edited = next(f["message"] for f in findings if f["rule"] == "evidence")
+    assert (f"the ACF records occupancy {base['occupancy'] / 4:.1%} for the baseline's machine code, which gives "
+            f"occupancy {base['occupancy']:.1%} at the launch it records (256 threads per block") in edited, edited
+
+
+def test_a_changed_launch_in_tune_toml_is_only_stale_settings(tuned, tmp_path):
+    """An honest ACF whose kernel's launch changed since (dynamic shared memory added in tune.toml):
+    its recorded occupancy is what its code gives at the launch it records, so only `stale-settings`."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text("dynamic_smem = 1024\n")
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 0, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert [(f["rule"], f["severity"]) for f in findings] == [("stale-settings", "warn")], findings
+    assert "NOT vouched for" not in findings[0]["message"]
+
+
+def test_an_older_acf_without_its_launch_says_its_occupancy_is_not_vouched_for(tuned, tmp_path):
+    """An ACF written before dynamic_smem was recorded, under a settings hash not the kernel's: nothing
+    can recompute its recorded occupancy, and the gate says so instead of a bare stale-settings."""
+    evidence = tomllib.loads((tuned / ACF).read_text())["evidence"]
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", evidence["baseline"]["occupancy"] / 2)
+    _with_settings_hash(workspace, "f" * 64)
+    (workspace / ACF).write_text("".join(line for line in (workspace / ACF).read_text().splitlines(keepends=True)
+                                         if not line.startswith("dynamic_smem = ")))
+    result = _gate(workspace, ACF, "--static")
+    assert result.returncode == 0, result.describe()
+    assert (f"warn stale-settings: the ACF's recorded occupancy ([evidence.best] {evidence['best']['occupancy']:.1%}, "
+            f"[evidence.baseline] {evidence['baseline']['occupancy'] / 2:.1%}) is NOT vouched for") in result.stdout, \
+        result.describe()
+
+
 def test_a_hand_edited_kernel_arch_is_bad_input_for_the_gate_and_flags(tuned, tmp_path):
     """kernel.arch edited from sm_90 to sm_80: the gate rebuilt for sm_80, warned that the code
     changed and passed, and `flags` printed -arch=sm_80 for settings chosen on sm_90. Both now

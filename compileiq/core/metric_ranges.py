@@ -22,6 +22,7 @@ MAX_KERNEL_NAME = 200
 RANGES: dict[str, tuple[type, float, float]] = {
     "spill_bytes": (int, 0, MAX_COUNT), "registers": (int, 0, 255), "occupancy": (float, 0, 1),
     "instructions": (int, 0, MAX_COUNT), "stack_bytes": (int, 0, MAX_COUNT), "block_size": (int, 1, 1024),
+    "dynamic_smem": (int, 0, 2**31 - 1),  # bytes a launch may ask for (`source.launch.RANGES`)
     "trial": (int, 0, MAX_COUNT), "samples": (int, 0, MAX_COUNT), "median_ms": (float, 0, math.inf),
     "iqr_ms": (float, 0, math.inf), "min_ms": (float, 0, math.inf),
 }  # fmt: skip

@@ -212,7 +212,10 @@ class StaticEvaluator:
         functions = tuple(e for e in build.entries if not e.entry)  # callees of any entry: counted
         scored = Build(build.status, build.message, (*entries, *functions), build.code_hash, b"", build.seconds)
         metrics = static_metrics(scored, self._kernel.arch, threads, self._kernel.dynamic_smem, launch)
-        details = {**metrics.as_dict(), "block_size": threads, "entries": [plain_fields(e) for e in scored.entries]}
+        # the launch every scored kernel was scored at (each one's own in `launch`, where some differ): what
+        # the gate recomputes a recorded occupancy at when tune.toml's settings are no longer the tuned ones
+        details = {**metrics.as_dict(), "block_size": threads, "dynamic_smem": self._kernel.dynamic_smem,
+                   "entries": [plain_fields(e) for e in scored.entries]}
         if any(facts != (threads, self._kernel.dynamic_smem) for facts in launch.values()):
             details["launch"] = {name: list(facts) for name, facts in launch.items()}
         if wanted:  # recorded whenever entries are given: none unscored is 0 kernels, never "not recorded"

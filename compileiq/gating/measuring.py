@@ -20,6 +20,7 @@ from compileiq.evaluate.unscored import Unscored
 from compileiq.gating import kernel_settings
 from compileiq.gating.flag_order import same_code_order
 from compileiq.gating.locate import Target
+from compileiq.gating.recorded_launch import ScoredKernel, recorded_launch
 from compileiq.gating.rules import Defaults, Measured, Recorded
 from compileiq.results import acf as acf_file
 from compileiq.source.base_flags import CAPPED
@@ -45,13 +46,14 @@ def recorded_baseline_of(acf: acf_file.Acf) -> Recorded | None:
 
 
 def _recorded(acf: acf_file.Acf, table: Any) -> Recorded | None:
-    """An evidence table's metrics and code (its instruction count where it records one)."""
+    """An evidence table's metrics and code (its instruction count, and the launch its occupancy was
+    scored at, where it records them)."""
     if (read := StaticMetrics.recorded(table)) is None or "code_hash" not in table:
         return None
     metrics, counted = read
     return Recorded(metrics.spill_bytes, metrics.registers, metrics.occupancy, str(table["code_hash"]),
                     acf.source_sha256, acf.toolchain_build, None, str(acf.data["kernel"].get("settings_sha256", "")),
-                    metrics.instructions if counted else None)
+                    metrics.instructions if counted else None, recorded_launch(table))
 
 
 @dataclass(frozen=True)
@@ -183,4 +185,4 @@ def _scored(spec: KernelSpec, build: Build, config: Config, facts: tuple[SourceB
         return Measured(bundle.sha256, toolchain_build, failure=reason, settings_sha256=settings)
     return Measured(bundle.sha256, toolchain_build, None, metrics.spill_bytes, metrics.registers,
                     metrics.occupancy, build.code_hash or "", metrics.instructions, settings,
-                    Unscored.of(evaluation.metrics))
+                    Unscored.of(evaluation.metrics), kernels=ScoredKernel.all_of(evaluation.metrics), arch=spec.arch)

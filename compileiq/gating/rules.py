@@ -14,6 +14,7 @@ from enum import Enum
 from compileiq.core.errors import UsageError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.unscored import Unscored
+from compileiq.gating.recorded_launch import RecordedLaunch, ScoredKernel, occupancy_at
 
 
 class Severity(str, Enum):
@@ -49,8 +50,8 @@ RULES = (
          "was tuned with, yet its settings do not rebuild the code its evidence cites: they were edited after it was "
          "written (its [controls]/[args]), or a header outside the kernel's bundle changed"),
     Rule("evidence", Severity.ERROR, "the same machine code as recorded gives other numbers than the ACF records "
-         "(spills, registers, instructions; occupancy when the launch settings are unchanged): its evidence was "
-         "edited"),
+         "(spills, registers, instructions; occupancy at the launch it records, or, where it records none, when the "
+         "launch settings are unchanged): its evidence was edited"),
     Rule("runtime-claim", Severity.WARN, "a static gate passes a departure from the defaults (a lower ptxas "
          "optimisation level, more spills, lower occupancy) on the ACF's recorded runtime gain alone, which only "
          "`gate --device` can check"),
@@ -91,6 +92,7 @@ class Recorded:
     instructions: int | None = None  # checked when one of the ACF's objectives is instructions
     settings_sha256: str = ""  # tune.toml's build- and score-relevant settings (older ACFs: none)
     code_instructions: int | None = None  # what the ACF records for its code, whatever its objective (`evidence`)
+    launch: RecordedLaunch | None = None  # the launch its occupancy was scored at (older ACFs: none whole)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class Measured:
     unscored: Unscored | None = None  # the kernels tune.toml's entries leave unscored (`gating.scored_kernels`)
     claimed: Measured | None = None  # the same build scored under the entries the ACF records, where they are not
     # tune.toml's (its settings those with the ACF's entries): what its evidence must match to be another scoring's
+    kernels: tuple[ScoredKernel, ...] = ()  # the kernels scored: their occupancy at a recorded launch (`evidence`)
+    arch: str = ""  # what it was built for
 
 
 @dataclass(frozen=True)
@@ -230,8 +234,9 @@ def _code_hit(r: Recorded, m: Measured, retune: str) -> Hit:
 
 def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     """The recorded numbers that the same machine code does not give: spills, registers and
-    instructions are the code's own; occupancy also depends on the launch settings, so it counts
-    only when those are the ones it was tuned with."""
+    instructions are the code's own; occupancy also depends on the launch settings: held to the
+    rebuild's when those are the ones it was tuned with, else to the code's at the launch the
+    evidence records (a settings hash edited to look stale no longer lets a forged one through)."""
     label = StaticMetrics.LABELS  # each metric's one name as people read it
     pairs = [(label["spill_bytes"], str(r.spill_bytes), str(m.spill_bytes)),
              (label["registers"], str(r.registers), str(m.registers))]
@@ -239,7 +244,32 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
         pairs.append((label["instructions"], str(r.code_instructions), str(m.instructions)))
     if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
         pairs.append((label["occupancy"], _pct(r.occupancy), _pct(m.occupancy)))
+    elif r.launch is not None and (at := _at_recorded_launch(r, m)) is not None and _pct(at) != _pct(r.occupancy):
+        pairs.append((label["occupancy"], _pct(r.occupancy), f"{_pct(at)} at the launch it records ({r.launch.text})"))
     return [(name, a, b) for name, a, b in pairs if a != b]
+
+
+def _at_recorded_launch(r: Recorded, m: Measured) -> float | None:
+    """The rebuilt code's occupancy at the launch `r` records, scored as the ACF says it scored
+    (the entries it records, where they are not tune.toml's: `claimed`); None where it cannot be told."""
+    scored = m.claimed if m.claimed is not None and m.claimed.failure is None else m
+    return occupancy_at(r.launch, scored.kernels, scored.arch)
+
+
+def unvouched_hits(checked: Iterable[tuple[str, Recorded | None, Measured | None]]) -> list[Hit]:
+    """`stale-settings` for recorded occupancy that nothing checked: each (evidence table, what it
+    records, its rebuild) whose code is the same, whose settings hash is not the kernel's (changed,
+    or edited) and which records no launch to recompute it at (an ACF written before they were)."""
+    named = [f"[evidence.{table}] {_pct(r.occupancy)}" for table, r, m in checked
+             if r is not None and m is not None and m.failure is None and m.code_hash == r.code_hash
+             and r.settings_sha256 and r.settings_sha256 != m.settings_sha256 and _at_recorded_launch(r, m) is None]
+    if not named:
+        return []
+    listed = ", ".join(named)
+    return [Hit("stale-settings", f"occupancy {listed}", "not checked",
+                f"the ACF's recorded occupancy ({listed}) is NOT vouched for: its settings hash is not the kernel's "
+                "(tune.toml's settings changed, or the hash was edited) and its evidence records no launch (block_size "
+                "and dynamic_smem) to recompute it at; re-tune for evidence the gate can check")]
 
 
 def default_hits(m: Measured, d: Defaults, timed: bool = False, objective: str = "",

@@ -20,7 +20,7 @@ from compileiq.results import evidence_wording as wording
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem, quoted_path_problem
-from compileiq.source.entry_names import readable
+from compileiq.source.entry_names import launch_names, readable
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
 
@@ -29,7 +29,7 @@ class EvidenceError(CompileIQError):
     """A result an ACF must not be written from (an unfinished trial, no machine code)."""
 
 
-EVIDENCE_KEYS = (*StaticMetrics.FIELDS, "block_size", "median_ms", "iqr_ms", "min_ms", "samples", "device")
+EVIDENCE_KEYS = (*StaticMetrics.FIELDS, "block_size", "dynamic_smem", "median_ms", "iqr_ms", "min_ms", "samples", "device")
 SHOWN_KEYS = (*EVIDENCE_KEYS, "launch_by_kernel")  # what `shown_metrics` may give of them, in the ACF's order
 
 
@@ -282,11 +282,12 @@ def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = 
 def shown_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """A trial's metrics as the ACF's evidence states them, for every view to show: where tune.toml's
     [launch.NAME] tables gave kernels their own launch, each scored kernel's (`launch_by_kernel`, by
-    the names tune.toml gives them) instead of the top-level block size, which scored nothing; the
-    per-entry compiler report (`entries`) and the raw per-entry launch left out."""
+    the names tune.toml gives them) instead of the top-level block size and dynamic shared memory, which
+    scored nothing; the per-entry compiler report (`entries`) and the raw per-entry launch left out."""
     shown = {name: value for name, value in metrics.items() if name not in ("entries", "launch")}
     if by_kernel := launch_by_kernel(metrics):
         shown.pop("block_size", None)
+        shown.pop("dynamic_smem", None)
         shown["launch_by_kernel"] = by_kernel
     return shown
 
@@ -299,8 +300,7 @@ def launch_by_kernel(metrics: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         return {}
     found = {str(name): {"block_size": int(facts[0]), "dynamic_smem": int(facts[1])} for name, facts in launch.items()
              if isinstance(facts, list | tuple) and len(facts) == 2 and all(type(f) is int for f in facts)}
-    shown = [readable(name) for name in found]  # as tune.toml names them; an overload by its compiled name
-    return {(s if shown.count(s) == 1 else name): facts for s, (name, facts) in zip(shown, found.items(), strict=True)}
+    return dict(zip(launch_names(tuple(found)), found.values(), strict=True))
 
 
 def source(trial: Trial, result: Any, database: str) -> str:

@@ -194,6 +194,13 @@ def linkage_free(entry: str) -> str:
     return entry
 
 
+def launch_names(entries: Sequence[str]) -> list[str]:
+    """Each compiled kernel as an ACF's `launch_by_kernel` keys it: as tune.toml names it (`readable`),
+    or by its compiled name where two share that name (overloads)."""
+    shown = [readable(entry) for entry in entries]
+    return [name if shown.count(name) == 1 else entry for name, entry in zip(shown, entries, strict=True)]
+
+
 def readable(entry: str) -> str:
     """The name tune.toml can give a compiled entry: a mangled one's source name, with its template
     arguments where `template_arguments` reads them (``_Z14calculate_tempiPf...`` -> ``calculate_temp``,

@@ -1,0 +1,101 @@
+"""The launch an ACF's evidence says its occupancy was scored at, and the occupancy the rebuilt
+code gives at that launch.
+
+Occupancy is the code's (registers, static shared memory) and the launch's (threads per block,
+dynamic shared memory). Where the kernel's settings are the ones the ACF was tuned with (its
+`settings_sha256`), the rebuild is scored at the tuned launch; where they are not, tune.toml's
+launch may have changed, or the hash was edited to say so (a forged occupancy passed as a
+`stale-settings` warning). The evidence records the launch it was scored at (`block_size` and
+`dynamic_smem` for every scored kernel, or each one's own in `launch_by_kernel`): the rebuilt
+code's occupancy there is what an honest ACF records, whatever tune.toml says now. An ACF that
+records no such launch (written before `dynamic_smem` was recorded) cannot be held to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compileiq.core.metric_ranges import RANGES, is_count
+from compileiq.evaluate.metrics import occupancy
+from compileiq.source.entry_names import launch_names
+
+
+@dataclass(frozen=True)
+class ScoredKernel:
+    """One kernel a rebuild scored: what its occupancy reads of the code."""
+
+    name: str  # as compiled
+    registers: int
+    shared_bytes: int  # static shared memory per block
+
+    @classmethod
+    def all_of(cls, metrics: Mapping[str, Any]) -> tuple[ScoredKernel, ...]:
+        """The scored kernels (`entries` that are kernels, not callees) of an evaluation's metrics."""
+        entries = metrics.get("entries")
+        return tuple(cls(str(e["name"]), int(e["registers"]), int(e["shared_bytes"]))
+                     for e in entries if isinstance(e, Mapping) and e.get("entry")) if isinstance(entries, list) else ()
+
+
+@dataclass(frozen=True)
+class RecordedLaunch:
+    """Threads per block and dynamic shared memory: every scored kernel's (`by_kernel` empty), or
+    each one's, by the name `launch_by_kernel` gives it."""
+
+    threads: int = 0
+    dynamic_smem: int = 0
+    by_kernel: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def text(self) -> str:
+        if not self.by_kernel:
+            return _facts(self.threads, self.dynamic_smem)
+        return "; ".join(f"{name}: {_facts(threads, smem)}" for name, threads, smem in self.by_kernel)
+
+
+def recorded_launch(table: Any) -> RecordedLaunch | None:
+    """The launch an evidence table records, or None where it records none whole (an older ACF:
+    no `dynamic_smem`) or one out of what a launch can ask for."""
+    if not isinstance(table, Mapping):
+        return None
+    by_kernel = table.get("launch_by_kernel")
+    if by_kernel is None:
+        facts = _launch(table)
+        return RecordedLaunch(*facts) if facts is not None else None
+    if not isinstance(by_kernel, Mapping) or not by_kernel:
+        return None
+    found = [(name, _launch(facts)) for name, facts in by_kernel.items()]
+    if not all(isinstance(name, str) and facts is not None for name, facts in found):
+        return None
+    return RecordedLaunch(by_kernel=tuple((name, *facts) for name, facts in found if facts is not None))
+
+
+def occupancy_at(launch: RecordedLaunch | None, kernels: tuple[ScoredKernel, ...], arch: str) -> float | None:
+    """The lowest occupancy of the scored `kernels` launched as `launch` records (as the evaluator
+    scores it: `metrics.static_metrics`); None where it records no launch, or its kernels are not
+    the ones scored (another scoring, or names edited: nothing to hold it to)."""
+    if launch is None or not kernels or not arch:
+        return None
+    if not launch.by_kernel:
+        return min(occupancy(arch, launch.threads, k.registers, k.shared_bytes, launch.dynamic_smem) for k in kernels)
+    facts = {name: (threads, smem) for name, threads, smem in launch.by_kernel}
+    names = launch_names(tuple(k.name for k in kernels))
+    if sorted(names) != sorted(facts):
+        return None
+    return min(occupancy(arch, facts[name][0], k.registers, k.shared_bytes, facts[name][1])
+               for name, k in zip(names, kernels, strict=True))
+
+
+def _launch(table: Any) -> tuple[int, int] | None:
+    if not isinstance(table, Mapping):
+        return None
+    threads, smem = table.get("block_size"), table.get("dynamic_smem")
+    if not (isinstance(threads, int) and isinstance(smem, int) and is_count(threads) and is_count(smem)):
+        return None
+    (_, fewest, most), (_, _, most_smem) = RANGES["block_size"], RANGES["dynamic_smem"]
+    return (threads, smem) if fewest <= threads <= most and smem <= most_smem else None
+
+
+def _facts(threads: int, smem: int) -> str:
+    return f"{threads} threads per block, {smem:,} B dynamic shared memory"
