@@ -7,6 +7,8 @@ them; a row that disagrees is quarantined (failed, with the reason and who recor
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -429,6 +431,47 @@ def test_a_row_forged_only_in_its_stack_bytes_is_quarantined(kernel: Path, tmp_p
     assert f"stack_bytes {honest + 4096}" in output and f"recorded by {MALLORY}" in output
     assert acf.read(kernel / "k.acf.toml").evidence["baseline"]["stack_bytes"] == honest
     assert _trials(url)[0].metrics["stack_bytes"] == honest
+
+
+# `scored_k` spills at MODE=0 and not at MODE=1; `vic`, which tune.toml's entries leave unscored, the reverse
+_TWO_MODES = """\
+#ifndef MODE
+#define MODE 0
+#endif
+#define BODY(N) { float a[N]; _Pragma("unroll") for (int i = 0; i < N; ++i) a[i] = out[i*n + threadIdx.x]; \\
+  float s = 0.f; _Pragma("unroll") for (int i = 0; i < N; ++i) _Pragma("unroll") for (int j = 0; j < N; ++j) \\
+  s += a[i]*a[j]*(i^j); _Pragma("unroll") for (int i = 0; i < N; ++i) out[i*n+threadIdx.x] = a[i]*s; }
+__global__ void __launch_bounds__(1024, 2) scored_k(float* out, int n) BODY((MODE == 0 ? 40 : 4))
+__global__ void __launch_bounds__(1024, 2) vic(float* out, int n) BODY((MODE == 1 ? 40 : 4))
+"""
+
+
+@pytest.mark.parametrize(("number", "vic"), [(1, 0), (0, 99_999)])
+def test_a_row_forged_only_in_its_unscored_kernels_table_is_quarantined(tmp_path: Path, number: int, vic: int) -> None:
+    """Red team 6: a rebuild had to reproduce the static metrics alone, but the no-harm rules read a
+    row's `unscored` table (the kernels tune.toml's entries leave unscored). A shared row of MODE=1
+    edited to say `vic` spills no more than at the defaults (or the baseline's, to say it spills more
+    there) was "rebuilt to check" and chosen: the ACF said -DMODE=1, which makes `vic` spill."""
+    (tmp_path / "k.cu").write_text(_TWO_MODES)
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\nentries = ["scored_k"]\n[tune.defines]\nMODE = [0, 1]\n')
+    path = tmp_path / "team.db"
+    args = ["tune", "k.cu", "--objective", "spills", "--budget", "4", "--only", "define.MODE", "--workers", "local",
+            "--db", f"sqlite:///{path}", "--out", "k.acf.toml"]
+    honest = run_cli(args, cwd=tmp_path)
+    assert honest.returncode == 0 and "best flags: -DMODE=0" in honest.output, honest.describe()
+    (tmp_path / "k.acf.toml").unlink()
+    with closing(sqlite3.connect(path)) as db, db:  # as a team member could edit it: in range, well formed
+        db.execute("UPDATE trials SET worker = ?, metrics = json_set(metrics, '$.unscored.kernel_spill_bytes.vic', ?, "
+                   "'$.unscored.spill_bytes', ?) WHERE number = ?", (MALLORY, vic, vic, number))
+    result = run_cli(args, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert f"trial #{number} quarantined: its row says" in result.output, result.describe()
+    assert f"vic's spill bytes: its row says {vic}, a rebuild here gives " in result.output, result.describe()
+    assert f"recorded by {MALLORY}" in result.output and "best flags: -DMODE=0" in result.output, result.describe()
+    assert acf.read(tmp_path / "k.acf.toml").controls == {"define.MODE": 0}
+    row = next(t for t in _trials(f"sqlite:///{path}") if t.number == number)
+    assert row.reason is not None and row.reason.startswith("quarantined"), row.reason
+    assert row.metrics["unscored"]["kernel_spill_bytes"]["vic"] != vic or row.state is TrialState.FAILED
 
 
 def test_thousands_of_unusable_rows_do_not_bury_the_output(tmp_path: Path) -> None:

@@ -75,3 +75,81 @@ def test_a_row_an_earlier_compile_lost_to_a_timeout_is_replaced_by_its_rebuild_u
         assert verifier.check_results([row]) == [row]  # this run's build now: not rebuilt again
     finally:
         store.close()
+
+
+UNSCORED = {"spill_bytes": 72, "occupancy": 0.5, "spilling": ["vic"], "kernels": 2,
+            "registers": {"vic": 32, "aa": 24}, "kernel_spill_bytes": {"vic": 72, "aa": 0},
+            "kernel_occupancy": {"vic": 0.5, "aa": 1.0}}
+WITH_UNSCORED = (GOOD[0], Evaluation(40.0, None, {**METRICS, "unscored": UNSCORED}))
+
+
+@pytest.mark.parametrize("forged", [
+    {"kernel_spill_bytes": {"vic": 0, "aa": 0}}, {"spill_bytes": 0}, {"kernel_occupancy": {"vic": 1.0, "aa": 1.0}},
+    {"occupancy": 1.0}, {"registers": {"vic": 31, "aa": 24}}, {"spilling": []}, {"kernels": 1},
+    {"kernel_spill_bytes": {"vic": 72}},  # a kernel left out
+])
+def test_a_row_forged_only_in_its_unscored_table_is_quarantined(tmp_path: Path, forged: dict[str, object]) -> None:
+    """Red team 6: the no-harm rules read a row's `unscored` table, which a rebuild did not have to
+    reproduce: a shared row claiming an unscored kernel spills no more than the baseline was verified."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        row = _row(store, {"a": 1}, TrialState.COMPLETE, 40.0, {**METRICS, "unscored": UNSCORED | forged}, "c" * 64)
+        notes: list[str] = []
+        verifier, _ = _verifier(store, WITH_UNSCORED, notes)
+        with pytest.raises(Quarantined, match="trial #0: its row says"):
+            verifier.check([row])
+        (after,) = store.trials(row.study_id)
+        assert after.state is TrialState.FAILED and (after.reason or "").startswith("quarantined")
+        assert "unscored" in (after.reason or "") or "'s " in (after.reason or ""), after.reason
+    finally:
+        store.close()
+
+
+def test_an_unscored_table_is_agreed_within_the_rules_occupancy_tolerance(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        close = UNSCORED | {"occupancy": 0.5 + 1e-12, "kernel_occupancy": {"vic": 0.5 - 1e-12, "aa": 1.0}}
+        row = _row(store, {"a": 1}, TrialState.COMPLETE, 40.0, {**METRICS, "unscored": close}, "c" * 64)
+        notes: list[str] = []
+        verifier, _ = _verifier(store, WITH_UNSCORED, notes)
+        verifier.check([row])  # verified: nothing raised, nothing rewritten
+        assert store.trials(row.study_id) == [row] and not notes
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("older", [
+    METRICS,  # recorded before the `unscored` table was
+    {**METRICS, "unscored": {k: v for k, v in UNSCORED.items() if k not in ("kernel_spill_bytes", "kernel_occupancy",
+                                                                               "registers")}},  # before each kernel's
+])
+def test_a_row_recorded_before_its_unscored_table_is_brought_up_to_date_unaccused(
+        tmp_path: Path, older: dict[str, object]) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        row = _row(store, {"a": 1}, TrialState.COMPLETE, 40.0, older, "c" * 64)
+        notes: list[str] = []
+        verifier, _ = _verifier(store, WITH_UNSCORED, notes)
+        with pytest.raises(Quarantined):  # Rerecorded: the choice is made again from the row as it now is
+            verifier.check([row])
+        (after,) = store.trials(row.study_id)
+        assert after.state is TrialState.COMPLETE and after.metrics["unscored"] == UNSCORED
+        assert "quarantined" not in (after.reason or "") and verifier.quarantined == 0 and not notes
+        verifier.check([after])  # verified now: not rebuilt again
+    finally:
+        store.close()
+
+
+def test_an_older_row_that_records_a_false_group_is_quarantined(tmp_path: Path) -> None:
+    """What a row recorded before each kernel's table records (the group) must still be the rebuild's."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        older = {k: v for k, v in UNSCORED.items() if k not in ("kernel_spill_bytes", "kernel_occupancy")}
+        row = _row(store, {"a": 1}, TrialState.COMPLETE, 40.0, {**METRICS, "unscored": older | {"spill_bytes": 0}},
+                   "c" * 64)
+        verifier, _ = _verifier(store, WITH_UNSCORED, [])
+        with pytest.raises(Quarantined, match="spill bytes: its row says 0, a rebuild here gives 72"):
+            verifier.check([row])
+        assert verifier.quarantined == 1
+    finally:
+        store.close()

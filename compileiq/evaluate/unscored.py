@@ -265,3 +265,62 @@ def held_as(baseline: Mapping[str, Any], chosen: Mapping[str, Any] | None = None
     if all(row is not None and row.per_kernel for row in rows):
         return " each held to its own spills and occupancy in the baseline"
     return " held as one group to the baseline's spills and occupancy (a result recorded before each kernel's own were)"
+
+
+OCCUPANCY_TOLERANCE = 1e-9  # as the rules compare occupancy (`unscored_harm`, eligibility, the gate)
+_COMPARED = (*metric_ranges.PER_KERNEL, "spill_bytes", "occupancy", "spilling", "kernels")  # each kernel first
+_LABELS = {"spill_bytes": "spill bytes", "occupancy": "lowest occupancy", "spilling": "spilling kernels",
+           "kernels": "kernel count", "registers": "registers", "kernel_spill_bytes": "spill bytes",
+           "kernel_occupancy": "occupancy"}
+
+
+def unscored_difference(recorded: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> str | None:
+    """The first fact of the `unscored` table a row's metrics record that its rebuild's differ on, as
+    "vic's spill bytes: its row says 72, a rebuild here gives 31112" (occupancy within
+    OCCUPANCY_TOLERANCE); None where each one it records is the rebuild's. A table, or a kernel's
+    table, that the row does not record (recorded before it was) is no difference (`unscored_predates`);
+    a damaged one, or one where the rebuild has none, is."""
+    was, now = recorded.get("unscored"), rebuilt.get("unscored")
+    if was is None:
+        return None
+    if not isinstance(was, Mapping) or metric_ranges.unscored_problem(was) is not None or not isinstance(now, Mapping):
+        return f"unscored kernels: its row says {metric_ranges.shown(was, 80)}, a rebuild here gives " \
+               f"{metric_ranges.shown(now, 80)}"
+    for key in _COMPARED:
+        mine, theirs = was.get(key), now.get(key)
+        if key in metric_ranges.PER_KERNEL:
+            if mine is None:
+                continue
+            if not isinstance(theirs, Mapping):
+                return f"unscored kernels' {_LABELS[key]}: its row records them, a rebuild here does not"
+            for name in sorted(set(mine) | set(theirs)):
+                if not _same(key, mine.get(name), theirs.get(name)):
+                    return _said(f"{str(name)[:60]}'s {_LABELS[key]}", mine.get(name), theirs.get(name))
+        elif not _same(key, mine, theirs):
+            return _said(f"unscored kernels' {_LABELS[key]}", mine, theirs)
+    return None
+
+
+def unscored_predates(recorded: Mapping[str, Any], rebuilt: Mapping[str, Any]) -> bool:
+    """The row records no `unscored` table, or no kernel's own table of it, where its rebuild does:
+    recorded before they were (brought up to date from the rebuild, never read as a disagreement)."""
+    was, now = recorded.get("unscored"), rebuilt.get("unscored")
+    if not isinstance(now, Mapping):
+        return False
+    return was is None or isinstance(was, Mapping) and any(
+        was.get(key) is None and now.get(key) is not None for key in metric_ranges.PER_KERNEL)
+
+
+def _same(key: str, mine: Any, theirs: Any) -> bool:
+    if mine is None or theirs is None:
+        return mine is theirs
+    if key in ("occupancy", "kernel_occupancy"):
+        return metric_ranges.is_finite(mine) and metric_ranges.is_finite(theirs) and \
+            abs(float(mine) - float(theirs)) <= OCCUPANCY_TOLERANCE
+    return bool(type(mine) is type(theirs) and mine == theirs)
+
+
+def _said(what: str, mine: Any, theirs: Any) -> str:
+    def value(found: Any) -> str:
+        return "none" if found is None else metric_ranges.shown(found, 80)
+    return f"{what}: its row says {value(mine)}, a rebuild here gives {value(theirs)}"

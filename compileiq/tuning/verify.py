@@ -8,7 +8,9 @@ is made again; the baseline's row is replaced by the rebuild (origin "replaced":
 and the ACF then say of it). The build cache then holds the rebuild, so a poisoned cached build is
 replaced, not served to the next study. A row recorded before names of internal linkage were the
 same on every build (build/linkage.py) differs from its rebuild in those names and the code hash
-over them alone: it is brought up to date from the rebuild, not quarantined.
+over them alone: it is brought up to date from the rebuild, not quarantined. So is a row recorded
+before its `unscored` table (the kernels tune.toml's `entries` leave unscored, which the no-harm rules
+read: evaluate/unscored.py), or each kernel's table of it, was: what it records must be the rebuild's.
 
 A database can hold many forged rows, each claiming a better result than its config gives. Checked
 one per pass (rebuild the winner, quarantine it, decide again, rebuild the next winner), 40 of them
@@ -37,12 +39,14 @@ from compileiq.core.errors import CompileIQError
 from compileiq.core.records import QUARANTINED, Trial, TrialState
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import Evaluation
+from compileiq.evaluate.unscored import unscored_difference, unscored_predates
 from compileiq.results.pareto import dominates, values_of
 from compileiq.tuning.runner import TRANSIENT_KEY
 
 _THIS_RUNS = ("compiled", "verified", "replaced")  # origins of rows this run built or checked
 # what a rebuild must reproduce of a static row: every static metric it records, stack_bytes too,
-# which no score reads (a row forged only there would put a false stack frame in the ACF's evidence)
+# which no score reads (a row forged only there would put a false stack frame in the ACF's evidence);
+# and the `unscored` table the no-harm rules read (`unscored_difference`)
 COMPARED = StaticMetrics.FIELDS
 MAX_QUARANTINED = 1000  # rows one run sets aside before it gives up (a database of nothing but forgeries)
 MAX_SWEEPS = 3  # batches of every row that could still be chosen, one after each decision that found a forgery
@@ -175,8 +179,16 @@ class Verifier:
                                      compile_seconds=trial.compile_seconds)
             self._origins[trial.id] = "verified"
             raise Rerecorded(f"trial #{trial.number}: recorded with its scratch folder's names of internal linkage")
+        if predates_unscored(trial, build, fresh):
+            self._store.finish_trial(trial.id, state=TrialState.COMPLETE, value=trial.value, reason=trial.reason,
+                                     metrics=fresh.metrics, code_hash=trial.code_hash,
+                                     compile_seconds=trial.compile_seconds)
+            self._origins[trial.id] = "verified"
+            raise Rerecorded(f"trial #{trial.number}: recorded before its unscored kernels' table was")
+        unscored = unscored_difference(trial.metrics, fresh.metrics) if fresh.value is not None else None
         said = (f"its row says {described(trial.value, trial.metrics, trial.code_hash)}, a rebuild here gives "
-                f"{described(fresh.value, fresh.metrics, build.code_hash)} (recorded by {trial.worker or 'nobody'})")
+                f"{described(fresh.value, fresh.metrics, build.code_hash)}{f'; {unscored}' if unscored else ''} "
+                f"(recorded by {trial.worker or 'nobody'})")
         self.quarantined += 1
         self._suspect = True
         if self.quarantined > MAX_QUARANTINED:
@@ -240,8 +252,18 @@ def _failure(build: Build) -> str:
 
 
 def agrees(trial: Trial, build: Build, fresh: Evaluation) -> bool:
-    """The row's value, machine code and static metrics are the rebuild's."""
-    return trial.code_hash == build.code_hash and _same_result(trial, fresh)
+    """The row's value, machine code and static metrics are the rebuild's, its `unscored` table too."""
+    return (trial.code_hash == build.code_hash and _same_result(trial, fresh)
+            and unscored_difference(trial.metrics, fresh.metrics) is None
+            and not unscored_predates(trial.metrics, fresh.metrics))
+
+
+def predates_unscored(trial: Trial, build: Build, fresh: Evaluation) -> bool:
+    """The row is its rebuild in all it records, but was recorded before its `unscored` table, or each
+    kernel's table of it, was (`unscored_predates`): brought up to date from the rebuild."""
+    return (trial.code_hash == build.code_hash and _same_result(trial, fresh)
+            and unscored_difference(trial.metrics, fresh.metrics) is None
+            and unscored_predates(trial.metrics, fresh.metrics))
 
 
 def failed_alike(trial: Trial, fresh: Evaluation) -> bool:
