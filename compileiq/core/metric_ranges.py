@@ -60,6 +60,22 @@ def unscored_problem(table: Any) -> str | None:
     for key in PER_KERNEL:
         if problem := per_kernel_problem(key, table.get(key)):
             return problem
+    return per_kernel_mismatch(table)
+
+
+def per_kernel_mismatch(table: Mapping[str, Any]) -> str | None:
+    """For an `unscored` table whose parts are each in range: its PER_KERNEL tables name the same
+    kernels, no more than it counts, and their spill bytes add up to no more than its total. A table
+    that names a kernel in one but not another, or more kernels than the build had, is damaged:
+    every view would name a kernel the build does not have."""
+    present = [(key, table[key]) for key in PER_KERNEL if table.get(key) is not None]
+    for key, named in present:
+        if len(named) > table["kernels"]:
+            return f"{key} names {len(named)} kernels, more than kernels = {table['kernels']}"
+        if set(named) != set(present[0][1]):
+            return f"{key} must name the kernels {present[0][0]} names"
+    if sum((spills := table.get("kernel_spill_bytes") or {}).values()) > table["spill_bytes"]:
+        return f"kernel_spill_bytes add up to {sum(spills.values())}, more than spill_bytes = {table['spill_bytes']}"
     return None
 
 

@@ -15,6 +15,7 @@ for whoever applies the flags to the whole file.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,12 @@ class Unscored:
     def per_kernel(self) -> bool:
         """Each kernel's spill bytes and occupancy are recorded: the rules hold each to its own."""
         return self.kernel_spill_bytes is not None and self.kernel_occupancy is not None
+
+    @property
+    def unnamed(self) -> int:
+        """How many of the kernels no per-kernel table names (past MAX_NAMED_KERNELS, or a row recorded
+        before a long name was given a label): the rules hold those as one group."""
+        return self.kernels - min(len(self.kernel_spill_bytes or ()), len(self.kernel_occupancy or ()))
 
     def as_metric(self) -> dict[str, Any]:
         """As a trial's `unscored` metric records it."""
@@ -85,14 +92,14 @@ class Worse:
     def text(self, unit: str) -> str:
         """"heavy_k 0 -> 1276 B", "bounded_k 100.0% -> 62.5%"."""
         if unit == "B":
-            return f"{self.kernel[:60] + ' ' if self.kernel else ''}{self.baseline:.0f} -> {self.now:.0f} B"
-        return f"{self.kernel[:60] + ' ' if self.kernel else ''}{self.baseline:.1%} -> {self.now:.1%}"
+            return f"{shown(self.kernel) + ' ' if self.kernel else ''}{self.baseline:.0f} -> {self.now:.0f} B"
+        return f"{shown(self.kernel) + ' ' if self.kernel else ''}{self.baseline:.1%} -> {self.now:.1%}"
 
     def measured(self, unit: str, baseline: str) -> str:
         """As the gate says both builds measured it: "heavy_k: defaults 0 B, ACF 1276 B"."""
         def value(number: float) -> str:
             return f"{number:.0f} B" if unit == "B" else f"{number:.1%}"
-        return f"{self.kernel[:60] + ': ' if self.kernel else ''}{baseline} {value(self.baseline)}, ACF {value(self.now)}"
+        return f"{shown(self.kernel) + ': ' if self.kernel else ''}{baseline} {value(self.baseline)}, ACF {value(self.now)}"
 
 
 @dataclass(frozen=True)
@@ -122,9 +129,11 @@ class Harm:
 def unscored_harm(now: Unscored, before: Unscored, pareto_safe: bool) -> Harm | None:
     """Kernel by kernel where both record each one's facts: a kernel that spills more than it did in
     the baseline, or loses occupancy as the rules refuse for a scored kernel (to 0%, or with no fewer
-    spill bytes of its own, or at all under `pareto_safe`). Then the group (spill bytes summed, the
-    lowest occupancy): the whole rule for rows recorded before each kernel's, and a bound on kernels
-    only one build has (another instance of a macro) or none names (past MAX_NAMED_KERNELS)."""
+    spill bytes of its own, or at all under `pareto_safe`). Then the rest as one group: the spill
+    bytes of the kernels both do not name (only one build has them: another instance of a macro; or
+    none names them: past MAX_NAMED_KERNELS), so that no named kernel's savings hide their new
+    spills, and the lowest occupancy; the whole group for rows recorded before each kernel's were."""
+    rest_was, rest_now = before.spill_bytes, now.spill_bytes
     if now.per_kernel and before.per_kernel:
         spills_was, spills_now = dict(before.kernel_spill_bytes or ()), dict(now.kernel_spill_bytes or ())
         more = tuple(Worse(name, spills_was[name], count) for name, count in now.kernel_spill_bytes or ()
@@ -137,15 +146,19 @@ def unscored_harm(now: Unscored, before: Unscored, pareto_safe: bool) -> Harm | 
                           occupancy == 0.0 or pareto_safe or spills_now.get(name, 0) >= spills_was.get(name, 0)))
         if lower:
             return Harm("%", lower)
+        both = spills_was.keys() & spills_now.keys()
+        rest_was -= sum(spills_was[name] for name in both)
+        rest_now -= sum(spills_now[name] for name in both)
     grouped = not (now.per_kernel and before.per_kernel)
-    if now.spill_bytes > before.spill_bytes:
+    if rest_now > rest_was:
         named = ", ".join(n for n in now.spilling if n not in before.spilling)[:200] or ", ".join(now.spilling)[:200]
-        return Harm("B", (Worse("", before.spill_bytes, now.spill_bytes),), grouped, named)
+        return Harm("B", (Worse("" if grouped else REST, rest_was, rest_now),), grouped, named)
     if now.occupancy < before.occupancy - 1e-9 and (now.spill_bytes >= before.spill_bytes or pareto_safe):
         return Harm("%", (Worse("", before.occupancy, now.occupancy),), grouped)
     return None
 
 
+REST = "the kernels not named in both builds"
 GROUPED = " (held as one group: a result recorded before each kernel's own were)"
 
 
@@ -168,17 +181,40 @@ def unscored_refusal(metrics: Mapping[str, Any], before: Unscored | None, agains
 def by_name(key: str, kernels: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs: by the
     name tune.toml can give each (`readable`), the compiled name beside it where two share it
-    (overloads); at most `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a name or value
-    the ranges refuse (a recorded row must read back as undamaged)."""
+    (overloads), a `label` where that is too long to record; at most
+    `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the ranges refuse (a
+    recorded row must read back as undamaged)."""
     pairs = sorted(kernels)
-    shown = [readable(name) for name, _ in pairs]
+    plains = [readable(name) for name, _ in pairs]
     named: dict[str, Any] = {}
     _, low, high = metric_ranges.PER_KERNEL[key]
-    for (name, value), plain in zip(pairs, shown, strict=True):
-        label = plain if shown.count(plain) == 1 else f"{plain} ({name})"
-        if metric_ranges.is_kernel_name(label) and low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
-            named.setdefault(label, value)
+    for (name, value), plain in zip(pairs, plains, strict=True):
+        name_label = label(plain if plains.count(plain) == 1 else f"{plain} ({name})", name)
+        if low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
+            named.setdefault(name_label, value)
     return named
+
+
+LABEL_START = 150  # characters of a long name a label keeps, before "…#" and its hash
+
+
+def label(name: str, compiled: str) -> str:
+    """`name` as a result records a kernel: itself where the ranges take it (`is_kernel_name`), else
+    its first LABEL_START printable characters, "…#" and a hash of its compiled name: bounded, the
+    same in every build of the kernel, and never another kernel's."""
+    if metric_ranges.is_kernel_name(name):
+        return name
+    start = "".join(c for c in name if c.isprintable())[:LABEL_START]
+    return f"{start}…#{hashlib.sha256(compiled.encode()).hexdigest()[:12]}"
+
+
+SHOWN = 60  # characters of a kernel's label a message shows
+
+
+def shown(name: str) -> str:
+    """A label as a message shows it: a long one's start, and its end (a label's hash tells apart two
+    that begin alike)."""
+    return name if len(name) <= SHOWN else f"{name[:SHOWN - 21]}…{name[-20:]}"
 
 
 @dataclass(frozen=True)
@@ -195,7 +231,7 @@ class RegisterChange:
     def text(self) -> str:
         def count(n: int | None) -> str:
             return "none" if n is None else str(n)
-        return f"{self.kernel[:60]} {count(self.baseline)} -> {count(self.chosen)}"
+        return f"{shown(self.kernel)} {count(self.baseline)} -> {count(self.chosen)}"
 
 
 def register_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> tuple[RegisterChange, ...] | None:
@@ -263,6 +299,10 @@ def held_as(baseline: Mapping[str, Any], chosen: Mapping[str, Any] | None = None
     own, the group and why."""
     rows = [Unscored.of(baseline), *([Unscored.of(chosen)] if chosen is not None else [])]
     if all(row is not None and row.per_kernel for row in rows):
+        if unnamed := max(row.unnamed for row in rows if row is not None):
+            return (f" held to the baseline's spills and occupancy, each on its own but {unnamed} only as one "
+                    f"group (past the {metric_ranges.MAX_NAMED_KERNELS} kernels a result names, or a result "
+                    "recorded before long names were)")
         return " each held to its own spills and occupancy in the baseline"
     return " held as one group to the baseline's spills and occupancy (a result recorded before each kernel's own were)"
 
