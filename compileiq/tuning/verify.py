@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from compileiq.build.compile import Build
 from compileiq.build.linkage import stable_name
@@ -162,6 +162,14 @@ class Verifier:
             raise raised
         return unchecked
 
+    def _bring_up_to_date(self, trial: Trial, fresh: Evaluation, code_hash: str | None, why: str) -> NoReturn:
+        """Record a row that agrees in all it records with its rebuild's metrics (an older release's
+        row, no one's forgery): its value and reason kept, verified; Rerecorded says `why`."""
+        self._store.finish_trial(trial.id, state=TrialState.COMPLETE, value=trial.value, reason=trial.reason,
+                                 metrics=fresh.metrics, code_hash=code_hash, compile_seconds=trial.compile_seconds)
+        self._origins[trial.id] = "verified"
+        raise Rerecorded(f"trial #{trial.number}: {why}")
+
     def _judge(self, trial: Trial, build: Build, fresh: Evaluation, replace: bool, failed_too: bool) -> None:
         if lost_to_chance(trial):  # an earlier compile timed out or crashed: the rebuild is its result
             self._store.finish_trial(
@@ -174,17 +182,9 @@ class Verifier:
             self._origins[trial.id] = "verified"
             return
         if renamed_only(trial, build, fresh):
-            self._store.finish_trial(trial.id, state=TrialState.COMPLETE, value=trial.value, reason=trial.reason,
-                                     metrics=fresh.metrics, code_hash=build.code_hash,
-                                     compile_seconds=trial.compile_seconds)
-            self._origins[trial.id] = "verified"
-            raise Rerecorded(f"trial #{trial.number}: recorded with its scratch folder's names of internal linkage")
+            self._bring_up_to_date(trial, fresh, build.code_hash, "recorded with its scratch folder's names of internal linkage")
         if predates_unscored(trial, build, fresh):
-            self._store.finish_trial(trial.id, state=TrialState.COMPLETE, value=trial.value, reason=trial.reason,
-                                     metrics=fresh.metrics, code_hash=trial.code_hash,
-                                     compile_seconds=trial.compile_seconds)
-            self._origins[trial.id] = "verified"
-            raise Rerecorded(f"trial #{trial.number}: recorded before its unscored kernels' table was")
+            self._bring_up_to_date(trial, fresh, trial.code_hash, "recorded before its unscored kernels' table was")
         unscored = unscored_difference(trial.metrics, fresh.metrics) if fresh.value is not None else None
         said = (f"its row says {described(trial.value, trial.metrics, trial.code_hash)}, a rebuild here gives "
                 f"{described(fresh.value, fresh.metrics, build.code_hash)}{f'; {unscored}' if unscored else ''} "
