@@ -84,9 +84,8 @@ WITH_UNSCORED = (GOOD[0], Evaluation(40.0, None, {**METRICS, "unscored": UNSCORE
 
 
 @pytest.mark.parametrize("forged", [
-    {"kernel_spill_bytes": {"vic": 0, "aa": 0}}, {"spill_bytes": 0}, {"kernel_occupancy": {"vic": 1.0, "aa": 1.0}},
-    {"occupancy": 1.0}, {"registers": {"vic": 31, "aa": 24}}, {"spilling": []}, {"kernels": 1},
-    {"kernel_spill_bytes": {"vic": 72}},  # a kernel left out
+    {"kernel_spill_bytes": {"vic": 0, "aa": 0}}, {"kernel_occupancy": {"vic": 1.0, "aa": 1.0}},
+    {"occupancy": 1.0}, {"registers": {"vic": 31, "aa": 24}}, {"spilling": []},
 ])
 def test_a_row_forged_only_in_its_unscored_table_is_quarantined(tmp_path: Path, forged: dict[str, object]) -> None:
     """Red team 6: the no-harm rules read a row's `unscored` table, which a rebuild did not have to
@@ -101,6 +100,21 @@ def test_a_row_forged_only_in_its_unscored_table_is_quarantined(tmp_path: Path, 
         (after,) = store.trials(row.study_id)
         assert after.state is TrialState.FAILED and (after.reason or "").startswith("quarantined")
         assert "unscored" in (after.reason or "") or "'s " in (after.reason or ""), after.reason
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("forged", [
+    {"spill_bytes": 0}, {"kernels": 1}, {"kernel_spill_bytes": {"vic": 72}},  # a kernel left out
+])
+def test_a_row_whose_unscored_table_contradicts_itself_is_never_read(tmp_path: Path, forged: dict[str, object]) -> None:
+    """A forged table whose own facts disagree (per-kernel spills over the total, more kernels named
+    than counted, tables naming other kernels) is a damaged row (`metric_ranges`): set aside on
+    every read, so no run verifies or chooses it."""
+    store = Store.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        row = _row(store, {"a": 1}, TrialState.COMPLETE, 40.0, {**METRICS, "unscored": UNSCORED | forged}, "c" * 64)
+        assert row.id not in {t.id for t in store.trials(row.study_id)}
     finally:
         store.close()
 
