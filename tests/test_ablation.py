@@ -13,7 +13,7 @@ from helpers import run_cli
 from compileiq.core.readings import exact
 from compileiq.core.records import StudyKey, TrialState
 from compileiq.report.contributions import contribution_note, contribution_rows
-from compileiq.results.ablation import ablation_path, recorded
+from compileiq.results.ablation import ablation_path, evidence_rows, recorded
 from compileiq.results.explain import explain
 from compileiq.store import Store
 
@@ -247,6 +247,8 @@ def test_a_step_through_a_refused_build_says_so_and_gives_no_shares(tmp_path):
     assert refused is not None and refused.steps[-1].refused == "adds spill bytes (1 -> 2)"
     assert refused.steps[-1].through == " (through a build the rules refuse: adds spill bytes (1 -> 2))"
     assert refused.shares is None and refused.shares_withheld == f"step {len(refused.steps)} passes through a build the rules refuse"
+    # the ACF names the step as show --why and the report do (reviewer: it read as an ordinary step)
+    assert evidence_rows(refused)[-1]["refused"] == "adds spill bytes (1 -> 2)"
     ablation = ablation_path(trials[0], trials[-1], recorded(trials))  # no rules: a, then b (300 on the way)
     assert ablation is not None and [s.contribution for s in ablation.steps] == [-200.0, 260.0]
     assert ablation.shares is None and ablation.shares_withheld == "step 1 loses ground (the path is not monotone)"

@@ -247,3 +247,13 @@ def test_rejected_trials_beside_an_unfinished_one_import_nothing(tuned: tuple[Pa
     error = _cli(folder, db, "db", "import", "partial.json", ok=False).strip()
     assert error.startswith("error: all ") and "were rejected" in error and "nothing was imported" in error, error
     assert len(error.splitlines()) == 1 and _counts(db) == before, (error, _counts(db))
+
+
+def test_a_decision_that_says_its_run_stopped_before_it_chose_names_no_choice() -> None:
+    """Reviewer: a row with both `unchosen` and `chosen` was a choice to the study list (it reads
+    `recorded_choice`), while show STUDY, the report and the ACF replay the study's choice."""
+    from compileiq.core.records import UNCHOSEN
+    from compileiq.results.recorded_decision import recorded_choice
+
+    assert recorded_choice({"chosen": 5, "value": 1.0}) == (5, 1.0)
+    assert recorded_choice({UNCHOSEN: "its baseline failed", "chosen": 5, "value": 1.0}) is None

@@ -284,7 +284,7 @@ def test_every_view_says_what_the_chosen_flags_did_to_unscored_kernels_registers
     changed = {c["kernel"]: (c["baseline"], c["chosen"]) for c in scored["registers_changed"]}
     assert set(changed) == {"mid"} and changed["mid"][0] == 32 and changed["mid"][1] < 32, scored
     said = f"other kernels' registers: mid 32 -> {changed['mid'][1]}"
-    assert scored["registers"] == said, scored
+    assert scored["registers_text"] == said, scored
     assert said in " ".join(done.stdout.split()), done.stdout  # tune's summary
     table = run_cli(["show", "1", "--db", "sqlite:///t.db"], cwd=tmp_path)
     assert said in " ".join(table.stdout.split()), table.stdout

@@ -103,6 +103,20 @@ def test_long_labels_are_bounded_unique_and_the_same_in_every_build() -> None:
     assert label("k" * 201, "a") != label("k" * 201, "b")
 
 
+def test_a_named_kernels_spill_savings_never_hide_lost_occupancy_in_the_kernels_held_as_a_group() -> None:
+    """Reviewer: `a` traded occupancy for fewer spills (allowed, judged on its own), and the unnamed
+    kernels' lowest occupancy fell from 50% to 25% with no fewer spills; the group rule compared the
+    totals, whose spills fell, and let it through."""
+    before, now = _table({"a": 64}, 0, 3), _table({"a": 0}, 0, 3)
+    before["unscored"] |= {"occupancy": 0.5, "kernel_occupancy": {"a": 1.0}}
+    now["unscored"] |= {"occupancy": 0.25, "kernel_occupancy": {"a": 0.5}}
+    harm = unscored_harm(Unscored.of(now), Unscored.of(before), False)  # type: ignore[arg-type]
+    assert harm is not None and "50.0% -> 25.0%" in harm.text(), harm
+    # the lowest is the named kernel's own trade (the others at 50% still): no harm in the rest
+    now["unscored"] |= {"occupancy": 0.5, "kernel_occupancy": {"a": 0.5}}
+    assert unscored_harm(Unscored.of(now), Unscored.of(before), False) is None  # type: ignore[arg-type]
+
+
 def _table(spills: dict[str, int], rest: int, kernels: int) -> dict[str, Any]:
     """An `unscored` table naming `spills`, with `rest` spill bytes in kernels it does not name."""
     return {"entries": [{"name": "k", "entry": True}], "unscored": {

@@ -14,7 +14,8 @@ MAX_PICK_RULE = 200  # characters of a pick rule a run row, an export or an ACF 
 # kernel, and a float holds it exactly; a larger one (10**400: valid JSON) is a forged row, which would
 # pass ``value <= inf`` and then crash the scoring that turns it into a float
 MAX_COUNT = 2**40
-# the unscored kernels whose registers a result records by name (`evaluate.unscored`), and how long a
+# the unscored kernels a result names in its per-kernel tables (registers, spill bytes, occupancy:
+# `evaluate.unscored`), and how long a
 # name may be: far past a real file's, a bound on what a forged row makes every view read
 MAX_NAMED_KERNELS = 1000
 MAX_KERNEL_NAME = 200

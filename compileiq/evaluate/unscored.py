@@ -142,7 +142,7 @@ def unscored_harm(now: Unscored, before: Unscored, pareto_safe: bool) -> Harm | 
             return Harm("B", more)
         was = dict(before.kernel_occupancy or ())
         lower = tuple(Worse(name, was[name], occupancy) for name, occupancy in now.kernel_occupancy or ()
-                      if name in was and occupancy < was[name] - 1e-9 and (
+                      if name in was and occupancy < was[name] - OCCUPANCY_TOLERANCE and (
                           occupancy == 0.0 or pareto_safe or spills_now.get(name, 0) >= spills_was.get(name, 0)))
         if lower:
             return Harm("%", lower)
@@ -153,9 +153,19 @@ def unscored_harm(now: Unscored, before: Unscored, pareto_safe: bool) -> Harm | 
     if rest_now > rest_was:
         named = ", ".join(n for n in now.spilling if n not in before.spilling)[:200] or ", ".join(now.spilling)[:200]
         return Harm("B", (Worse("" if grouped else REST, rest_was, rest_now),), grouped, named)
-    if now.occupancy < before.occupancy - 1e-9 and (now.spill_bytes >= before.spill_bytes or pareto_safe):
-        return Harm("%", (Worse("", before.occupancy, now.occupancy),), grouped)
+    # held kernel by kernel, only a lowest occupancy that fell in a kernel not named in both builds is
+    # the rest's: the named kernels' own trades (fewer spills for occupancy) are judged above
+    unexcused = pareto_safe or (now.spill_bytes >= before.spill_bytes if grouped else rest_now >= rest_was)
+    if now.occupancy < before.occupancy - OCCUPANCY_TOLERANCE and unexcused and (
+            grouped or now.occupancy < _lowest_named(now, before) - OCCUPANCY_TOLERANCE):
+        return Harm("%", (Worse("" if grouped else REST, before.occupancy, now.occupancy),), grouped)
     return None
+
+
+def _lowest_named(now: Unscored, before: Unscored) -> float:
+    """The lowest occupancy `now` records of the kernels named in both builds (1.0 where none)."""
+    was = dict(before.kernel_occupancy or ())
+    return min((occupancy for name, occupancy in now.kernel_occupancy or () if name in was), default=1.0)
 
 
 REST = "the kernels not named in both builds"
@@ -254,7 +264,7 @@ def registers_text(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> st
     if (found := scored(baseline)) is None or not found["unscored_kernels"]:
         return None
     if (changes := register_changes(baseline, chosen)) is None:
-        return "other kernels' registers: not recorded (a result recorded before they were)"
+        return "other kernels' registers: not recorded (a result recorded before they were, or damaged)"
     if not changes:
         return "other kernels' registers: unchanged"
     named = ", ".join(c.text() for c in changes[:NAMED_CHANGES])
@@ -276,7 +286,7 @@ def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) 
     found: dict[str, Any] = {"entries": names, "unscored_kernels": unscored.kernels}
     if chosen is not None and (text := registers_text(metrics, chosen)) is not None:
         changes = register_changes(metrics, chosen)
-        found |= {"registers": text, "registers_changed": None if changes is None else [c.as_json() for c in changes]}
+        found |= {"registers_text": text, "registers_changed": None if changes is None else [c.as_json() for c in changes]}
     return found
 
 
@@ -288,7 +298,7 @@ def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = 
     others = found["unscored_kernels"]
     held = f"{others} other kernel(s) of the file{held_as(metrics, chosen)}" if others else \
         "the baseline's build has no other kernel"
-    registers = f"; {found['registers']}" if "registers" in found else ""
+    registers = f"; {found['registers_text']}" if "registers_text" in found else ""
     return f"scored only {', '.join(found['entries'])} (tune.toml's entries); {held}{registers}"
 
 
@@ -335,7 +345,7 @@ def unscored_difference(recorded: Mapping[str, Any], rebuilt: Mapping[str, Any])
                 return f"unscored kernels' {_LABELS[key]}: its row records them, a rebuild here does not"
             for name in sorted(set(mine) | set(theirs)):
                 if not _same(key, mine.get(name), theirs.get(name)):
-                    return _said(f"{str(name)[:60]}'s {_LABELS[key]}", mine.get(name), theirs.get(name))
+                    return _said(f"{shown(str(name))}'s {_LABELS[key]}", mine.get(name), theirs.get(name))
         elif not _same(key, mine, theirs):
             return _said(f"unscored kernels' {_LABELS[key]}", mine, theirs)
     return None

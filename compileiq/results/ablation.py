@@ -214,6 +214,8 @@ def evidence_rows(ablation: Ablation) -> list[dict[str, Any]]:
                             ("contribution", step.contribution)):
             if number is not None:
                 row[key] = number
+        if step.refused:  # as `show --why` and the report say it: the ACF names the same step alike
+            row["refused"] = step.refused
         rows.append(row)
     return rows
 

@@ -120,9 +120,10 @@ def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:
 
 def recorded_choice(decision: Any) -> tuple[int, float] | None:
     """(trial number, value) of a run's recorded choice, when the row holds both as it should (the
-    study list reads them instead of every trial; a damaged or forged row is not shown as a choice)."""
+    study list reads them instead of every trial; a damaged or forged row is not shown as a choice,
+    nor one that also says its run stopped before it chose: `explain` replays those)."""
     number = chosen_number(decision)
-    if number is None:
+    if number is None or unchosen(decision) is not None:
         return None
     value = decision.get("value")
     if not isinstance(value, int | float) or isinstance(value, bool):

@@ -23,7 +23,8 @@ def started_from(kernel: KernelSpec, bundle: SourceBundle) -> dict[str, Any]:
     return shipped_origin.decision_entry(kernel.shipped) | recorded_sources.decision_entry(bundle, kernel)
 
 
-def record_stop(store: Store, study_id: int, run_id: int | None, error: BaseException, started: dict[str, Any]) -> None:
+def record_stop(store: Store, study_id: int, run_id: int | None, error: BaseException, kernel: KernelSpec,
+                bundle: SourceBundle) -> None:
     """Finish the row of a run its baseline stopped (`error`: any other stop leaves it as it is):
     why it stopped, and a decision that chose nothing (`records.unchosen`) but records what it
     started from. A database that refuses the write leaves the row unfinished: `error` is what
@@ -32,6 +33,6 @@ def record_stop(store: Store, study_id: int, run_id: int | None, error: BaseExce
         return
     try:
         store.finish_run(run_id, f"{BASELINE_FAILED}: {first_line(str(error), 200)}", searched(store.trials(study_id)),
-                         0, started | {UNCHOSEN: BASELINE_FAILED})
+                         0, started_from(kernel, bundle) | {UNCHOSEN: BASELINE_FAILED})
     except CompileIQError:
         pass

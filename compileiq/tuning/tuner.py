@@ -176,7 +176,7 @@ class Tuner:
             result = replace(result, run_id=run_id)  # an ACF refused after the run is said on this row
         except BaseException as error:  # Ctrl-C, a closed pipe, any failure: hand our claims back
             claims.release_on_stop(self._store, study.id, self._worker_name, error, self._progress.note)
-            record_stop(self._store, study.id, self._run_id, error, started_from(request.kernel, self._bundle))
+            record_stop(self._store, study.id, self._run_id, error, request.kernel, self._bundle)
             raise
         finally:
             self._runner.close()
