@@ -474,19 +474,110 @@ def test_a_changed_launch_in_tune_toml_is_only_stale_settings(tuned, tmp_path):
     assert "NOT vouched for" not in findings[0]["message"]
 
 
-def test_an_older_acf_without_its_launch_says_its_occupancy_is_not_vouched_for(tuned, tmp_path):
-    """An ACF written before dynamic_smem was recorded, under a settings hash not the kernel's: nothing
-    can recompute its recorded occupancy, and the gate says so instead of a bare stale-settings."""
+def _without_launch_lines(workspace: Path, *keys: str, table: str | None = None) -> None:
+    """The ACF with its evidence tables' `keys` lines deleted (only `table`'s, where given)."""
+    text, kept, current = (workspace / ACF).read_text(), [], ""
+    for line in text.splitlines(keepends=True):
+        current = line.strip()[len("[evidence."):-1] if line.startswith("[evidence.") else current
+        if not (line.split(" = ")[0] in keys and (table is None or current == table)):
+            kept.append(line)
+    (workspace / ACF).write_text("".join(kept))
+
+
+def _evidence_findings(result: CliResult) -> list[str]:
+    assert result.returncode == 1, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert ("evidence", "error") in [(f["rule"], f["severity"]) for f in findings], findings
+    return [f["message"] for f in findings if f["rule"] == "evidence"]
+
+
+def test_a_forged_occupancy_with_dynamic_smem_deleted_fails(tuned, tmp_path):
+    """[evidence.baseline] occupancy halved (a forged gain), a garbage settings hash and every
+    `dynamic_smem` deleted so that the ACF reads as one written before it was recorded: the gate said
+    `stale-settings` "NOT vouched for", a warning, and exit 0. Its baseline and best were scored by one
+    run at one launch (it tunes no macro), and no one amount of dynamic shared memory gives both."""
     evidence = tomllib.loads((tuned / ACF).read_text())["evidence"]
     workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", evidence["baseline"]["occupancy"] / 2)
     _with_settings_hash(workspace, "f" * 64)
-    (workspace / ACF).write_text("".join(line for line in (workspace / ACF).read_text().splitlines(keepends=True)
-                                         if not line.startswith("dynamic_smem = ")))
+    _without_launch_lines(workspace, "dynamic_smem")
+    said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
+    assert any(f"no one amount of dynamic shared memory gives both the ACF's [evidence.best] occupancy "
+               f"{evidence['best']['occupancy']:.1%} and its [evidence.baseline] "
+               f"{evidence['baseline']['occupancy'] / 2:.1%} at the 256 threads per block" in m for m in said), said
+
+
+def test_a_forged_occupancy_no_dynamic_smem_gives_fails(tuned, tmp_path):
+    """An older ACF's occupancy (no dynamic_smem) that no amount of dynamic shared memory gives at its
+    block size, nor the launch the kernel's settings give now (20%: 256 threads make eighths): evidence."""
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", 0.2)
+    _with_settings_hash(workspace, "f" * 64)
+    _without_launch_lines(workspace, "dynamic_smem")
+    said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
+    assert any("no rebuild reproduces the ACF's [evidence.baseline] occupancy 20.0%: the same code gives it neither at "
+               "the launch it records (256 threads per block, its dynamic shared memory not recorded) with any dynamic "
+               "shared memory, nor at the launch the kernel's settings give now (25.0%)" in m for m in said), said
+
+
+def test_a_forged_occupancy_with_its_launch_deleted_fails(tuned, tmp_path):
+    """block_size and dynamic_smem both deleted from the forged table: it records no launch at all,
+    and the launch the kernel's settings give now gives another figure: evidence, not a warning."""
+    evidence = tomllib.loads((tuned / ACF).read_text())["evidence"]
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", evidence["baseline"]["occupancy"] / 2)
+    _with_settings_hash(workspace, "f" * 64)
+    _without_launch_lines(workspace, "dynamic_smem", "block_size", table="baseline")
+    said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
+    assert any("(it records no launch the gate can recompute it at) nor at the launch the kernel's settings give now "
+               f"({evidence['baseline']['occupancy']:.1%})" in m for m in said), said
+
+
+def test_a_forged_occupancy_with_its_launch_edited_to_match_fails(tuned, tmp_path):
+    """[evidence.baseline] occupancy quartered AND its dynamic_smem edited to a launch at which the same
+    code gives that figure, under a garbage hash: every number was true at the launch it records, so
+    the gate warned and passed a forged gain. One run scores baseline and best at one launch where
+    the ACF tunes no macro: two launches are an edit."""
+    evidence = tomllib.loads((tuned / ACF).read_text())["evidence"]
+    assert evidence["baseline"]["occupancy"] == 0.25, evidence  # 128 registers: 2 blocks of 256 threads
+    workspace = _with_evidence_edited(tuned, tmp_path, "baseline", "occupancy", 0.125)
+    workspace = _with_evidence_edited(workspace, tmp_path / "again", "baseline", "dynamic_smem", 120000)  # 1 block
+    _with_settings_hash(workspace, "f" * 64)
+    said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
+    assert any("the ACF records its [evidence.baseline] at 256 threads per block, 120,000 B dynamic shared memory and "
+               "its [evidence.best] at 256 threads per block, 0 B dynamic shared memory, but it tunes no macro" in m
+               for m in said), said
+
+
+def test_an_older_acf_whose_settings_changed_elsewhere_passes_with_stale_settings(tuned, tmp_path):
+    """An honest ACF written before dynamic_smem was recorded, its tune.toml changed since in a way
+    that leaves its occupancy: the launch the kernel's settings give now reproduces every figure."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    _without_launch_lines(workspace, "dynamic_smem")
+    (workspace / "k" / "tune.toml").write_text("dynamic_smem = 1024\n")
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 0, result.describe()
+    findings = json.loads(result.stdout)["acfs"][0]["findings"]
+    assert [(f["rule"], f["severity"]) for f in findings] == [("stale-settings", "warn")], findings
+
+
+def test_an_older_acf_whose_launch_changed_says_its_occupancy_is_not_vouched_for(tmp_path):
+    """An honest ACF tuned at 120,000 B of dynamic shared memory (12.5%), written before dynamic_smem
+    was recorded; tune.toml's launch changed since (none now: 25%). Some amount of dynamic shared memory
+    gives its figures at the block size it records, so a warning says they are not vouched for."""
+    workspace = tmp_path / "ws"
+    (workspace / "k").mkdir(parents=True)
+    (workspace / KERNEL).write_text(SMALL)
+    (workspace / "k" / "tune.toml").write_text("dynamic_smem = 120000\n")
+    options = app.TuneOptions(kernel=Path(KERNEL), objective="spills", budget=2, workers="local",
+                              db=f"sqlite:///{workspace}/t.db", out=Path(ACF), arch="sm_90",
+                              only=("ptxas.opt_level",))
+    with contextlib.chdir(workspace):
+        app.tune(options, Quiet())
+    _without_launch_lines(workspace, "dynamic_smem")
+    (workspace / "k" / "tune.toml").unlink()
     result = _gate(workspace, ACF, "--static")
     assert result.returncode == 0, result.describe()
-    assert (f"warn stale-settings: the ACF's recorded occupancy ([evidence.best] {evidence['best']['occupancy']:.1%}, "
-            f"[evidence.baseline] {evidence['baseline']['occupancy'] / 2:.1%}) is NOT vouched for") in result.stdout, \
-        result.describe()
+    assert ("warn stale-settings: the ACF's recorded occupancy ([evidence.best] 12.5%, [evidence.baseline] 12.5%) is "
+            "NOT vouched for") in result.stdout, result.describe()
 
 
 def test_a_hand_edited_kernel_arch_is_bad_input_for_the_gate_and_flags(tuned, tmp_path):

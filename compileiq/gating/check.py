@@ -36,6 +36,7 @@ from compileiq.gating.measuring import (
     recorded_of,
     sources,
 )
+from compileiq.gating.occupancy_evidence import occupancy_hits, tunes_no_macro
 from compileiq.gating.retune import recorded_program_options, retune_command, retune_needs
 from compileiq.gating.rules import (
     Defaults,
@@ -49,7 +50,6 @@ from compileiq.gating.rules import (
     findings,
     severities,
     static_hits,
-    unvouched_hits,
 )
 from compileiq.gating.shipped_command import shipped_command_hits
 from compileiq.gating.timing_rules import Timing, compare_timing, describe, timing_hits
@@ -165,7 +165,9 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     hits += default_hits(measured, defaults, timed=timing is not None, objective=objective, baseline=baseline)
     hits += scored_kernels.unscored_hits(measured, defaults, objective)
     evidence += baseline_evidence_hits(baseline, defaults)
-    hits += unvouched_hits((("best", recorded, measured), ("baseline", baseline, defaults.build)))
+    held, unvouched = occupancy_hits((("best", recorded, measured), ("baseline", baseline, defaults.build)),
+                                     tunes_no_macro(target.acf))  # where its settings hash is not the kernel's
+    evidence, hits = evidence + held, hits + unvouched
     if evidence and scored_kernels.scoring_changed(target.acf, in_recorded_order(target), recorded, measured,
                                                    baseline, defaults):  # the rebuilds give them under its entries
         stale = scored_kernels.stale_scoring_hit(target.acf, target.spec, retune)  # said instead: not an edit

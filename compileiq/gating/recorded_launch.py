@@ -4,21 +4,22 @@ code gives at that launch.
 Occupancy is the code's (registers, static shared memory) and the launch's (threads per block,
 dynamic shared memory). Where the kernel's settings are the ones the ACF was tuned with (its
 `settings_sha256`), the rebuild is scored at the tuned launch; where they are not, tune.toml's
-launch may have changed, or the hash was edited to say so (a forged occupancy passed as a
-`stale-settings` warning). The evidence records the launch it was scored at (`block_size` and
-`dynamic_smem` for every scored kernel, or each one's own in `launch_by_kernel`): the rebuilt
-code's occupancy there is what an honest ACF records, whatever tune.toml says now. An ACF that
-records no such launch (written before `dynamic_smem` was recorded) cannot be held to it.
+launch may have changed, or the hash was edited to say so. The evidence records the launch it was
+scored at (`block_size` and `dynamic_smem` for every scored kernel, or each one's own in
+`launch_by_kernel`): the rebuilt code's occupancy there is what an honest ACF records, whatever
+tune.toml says now. An ACF written before `dynamic_smem` was recorded gives its block size alone:
+its occupancy is one that some amount of dynamic shared memory gives there (`possible_amounts`).
+What the gate makes of them is `occupancy_evidence`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from compileiq.core.metric_ranges import RANGES, is_count
-from compileiq.evaluate.metrics import occupancy
+from compileiq.evaluate.metrics import arch_limits, occupancy
 from compileiq.source.entry_names import launch_names
 
 
@@ -44,23 +45,27 @@ class RecordedLaunch:
     each one's, by the name `launch_by_kernel` gives it."""
 
     threads: int = 0
-    dynamic_smem: int = 0
+    dynamic_smem: int | None = 0  # None: an older ACF's, which records none (`possible_amounts`)
     by_kernel: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def text(self) -> str:
         if not self.by_kernel:
+            if self.dynamic_smem is None:
+                return f"{self.threads} threads per block, its dynamic shared memory not recorded"
             return _facts(self.threads, self.dynamic_smem)
         return "; ".join(f"{name}: {_facts(threads, smem)}" for name, threads, smem in self.by_kernel)
 
 
 def recorded_launch(table: Any) -> RecordedLaunch | None:
-    """The launch an evidence table records, or None where it records none whole (an older ACF:
-    no `dynamic_smem`) or one out of what a launch can ask for."""
+    """The launch an evidence table records (an older ACF's block size alone, without `dynamic_smem`),
+    or None where it records none, or one out of what a launch can ask for."""
     if not isinstance(table, Mapping):
         return None
     by_kernel = table.get("launch_by_kernel")
     if by_kernel is None:
+        if "dynamic_smem" not in table and (threads := _launch({**table, "dynamic_smem": 0})) is not None:
+            return RecordedLaunch(threads[0], None)
         facts = _launch(table)
         return RecordedLaunch(*facts) if facts is not None else None
     if not isinstance(by_kernel, Mapping) or not by_kernel:
@@ -78,6 +83,8 @@ def occupancy_at(launch: RecordedLaunch | None, kernels: tuple[ScoredKernel, ...
     if launch is None or not kernels or not arch:
         return None
     if not launch.by_kernel:
+        if launch.dynamic_smem is None:
+            return None
         return min(occupancy(arch, launch.threads, k.registers, k.shared_bytes, launch.dynamic_smem) for k in kernels)
     facts = {name: (threads, smem) for name, threads, smem in launch.by_kernel}
     names = launch_names(tuple(k.name for k in kernels))
@@ -85,6 +92,19 @@ def occupancy_at(launch: RecordedLaunch | None, kernels: tuple[ScoredKernel, ...
         return None
     return min(occupancy(arch, facts[name][0], k.registers, k.shared_bytes, facts[name][1])
                for name, k in zip(names, kernels, strict=True))
+
+
+def possible_amounts(launch: RecordedLaunch | None, kernels: tuple[ScoredKernel, ...], arch: str,
+                     figure: str, shown: Callable[[float], str]) -> frozenset[int] | None:
+    """The amounts of dynamic shared memory (in the 128-byte steps occupancy rounds to) at which the
+    scored `kernels`, launched with the block size an older ACF records, give the occupancy `figure`
+    (as `shown` writes one); None where the launch is not such a one (it records its amount, or none)."""
+    if launch is None or launch.by_kernel or launch.dynamic_smem is not None or not kernels or not arch:
+        return None
+    most = arch_limits(arch).smem_per_block_optin - min(k.shared_bytes for k in kernels)
+    return frozenset(amount for amount in range(0, max(most, 0) + 1, 128)
+                     if shown(min(occupancy(arch, launch.threads, k.registers, k.shared_bytes, amount)
+                                  for k in kernels)) == figure)
 
 
 def _launch(table: Any) -> tuple[int, int] | None:

@@ -50,8 +50,8 @@ RULES = (
          "was tuned with, yet its settings do not rebuild the code its evidence cites: they were edited after it was "
          "written (its [controls]/[args]), or a header outside the kernel's bundle changed"),
     Rule("evidence", Severity.ERROR, "the same machine code as recorded gives other numbers than the ACF records "
-         "(spills, registers, instructions; occupancy at the launch it records, or, where it records none, when the "
-         "launch settings are unchanged): its evidence was edited"),
+         "(spills, registers, instructions; occupancy at the launch it records, or where the launch settings are "
+         "unchanged; where they are not, a figure no launch reproduces): its evidence was edited"),
     Rule("runtime-claim", Severity.WARN, "a static gate passes a departure from the defaults (a lower ptxas "
          "optimisation level, more spills, lower occupancy) on the ACF's recorded runtime gain alone, which only "
          "`gate --device` can check"),
@@ -199,8 +199,8 @@ def _build_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
         found.append(Hit("spills", f"{r.spill_bytes} B", f"{m.spill_bytes} B",
                          f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}"))
     if m.occupancy < r.occupancy - 1e-9:
-        found.append(Hit("occupancy", _pct(r.occupancy), _pct(m.occupancy),
-                         f"occupancy fell: {_pct(r.occupancy)} -> {_pct(m.occupancy)}"))
+        found.append(Hit("occupancy", pct(r.occupancy), pct(m.occupancy),
+                         f"occupancy fell: {pct(r.occupancy)} -> {pct(m.occupancy)}"))
     if m.registers > r.registers:
         found.append(Hit("registers", str(r.registers), str(m.registers),
                          f"registers per thread rose: {r.registers} -> {m.registers}"))
@@ -243,33 +243,22 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     if r.code_instructions is not None:
         pairs.append((label["instructions"], str(r.code_instructions), str(m.instructions)))
     if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256:
-        pairs.append((label["occupancy"], _pct(r.occupancy), _pct(m.occupancy)))
-    elif r.launch is not None and (at := _at_recorded_launch(r, m)) is not None and _pct(at) != _pct(r.occupancy):
-        pairs.append((label["occupancy"], _pct(r.occupancy), f"{_pct(at)} at the launch it records ({r.launch.text})"))
+        pairs.append((label["occupancy"], pct(r.occupancy), pct(m.occupancy)))
+    elif r.launch is not None and (at := at_recorded_launch(r, m)) is not None and pct(at) != pct(r.occupancy):
+        pairs.append((label["occupancy"], pct(r.occupancy), f"{pct(at)} at the launch it records ({r.launch.text})"))
     return [(name, a, b) for name, a, b in pairs if a != b]
 
 
-def _at_recorded_launch(r: Recorded, m: Measured) -> float | None:
+def at_recorded_launch(r: Recorded, m: Measured) -> float | None:
     """The rebuilt code's occupancy at the launch `r` records, scored as the ACF says it scored
-    (the entries it records, where they are not tune.toml's: `claimed`); None where it cannot be told."""
-    scored = m.claimed if m.claimed is not None and m.claimed.failure is None else m
+    (`as_claimed`); None where it cannot be told (`occupancy_evidence` holds those)."""
+    scored = as_claimed(m)
     return occupancy_at(r.launch, scored.kernels, scored.arch)
 
 
-def unvouched_hits(checked: Iterable[tuple[str, Recorded | None, Measured | None]]) -> list[Hit]:
-    """`stale-settings` for recorded occupancy that nothing checked: each (evidence table, what it
-    records, its rebuild) whose code is the same, whose settings hash is not the kernel's (changed,
-    or edited) and which records no launch to recompute it at (an ACF written before they were)."""
-    named = [f"[evidence.{table}] {_pct(r.occupancy)}" for table, r, m in checked
-             if r is not None and m is not None and m.failure is None and m.code_hash == r.code_hash
-             and r.settings_sha256 and r.settings_sha256 != m.settings_sha256 and _at_recorded_launch(r, m) is None]
-    if not named:
-        return []
-    listed = ", ".join(named)
-    return [Hit("stale-settings", f"occupancy {listed}", "not checked",
-                f"the ACF's recorded occupancy ({listed}) is NOT vouched for: its settings hash is not the kernel's "
-                "(tune.toml's settings changed, or the hash was edited) and its evidence records no launch (block_size "
-                "and dynamic_smem) to recompute it at; re-tune for evidence the gate can check")]
+def as_claimed(m: Measured) -> Measured:
+    """The rebuild scored under the entries the ACF records, where they are not tune.toml's (`claimed`)."""
+    return m.claimed if m.claimed is not None and m.claimed.failure is None else m
 
 
 def default_hits(m: Measured, d: Defaults, timed: bool = False, objective: str = "",
@@ -285,15 +274,15 @@ def default_hits(m: Measured, d: Defaults, timed: bool = False, objective: str =
     rule, unjustified = "worse-than-default", "with no recorded runtime gain"
     base = "defaults" if d.name == Defaults.name else "as shipped"  # the recorded column's word for the baseline
     found: list[Hit] = []  # both builds are measured now: `recorded` is the ACF's [evidence.baseline] number
-    spills, occupancy = (f"{baseline.spill_bytes} B", _pct(baseline.occupancy)) if baseline else ("not recorded",) * 2
+    spills, occupancy = (f"{baseline.spill_bytes} B", pct(baseline.occupancy)) if baseline else ("not recorded",) * 2
     if m.spill_bytes > d.spill_bytes:
         found.append(Hit(rule, f"{base} {spills}", f"{base} {d.spill_bytes} B, ACF {m.spill_bytes} B",
                          f"spills more than {d.name} ({d.spill_bytes} -> {m.spill_bytes} B) {unjustified}"))
     if m.occupancy < d.occupancy - 1e-9 and (m.spill_bytes >= d.spill_bytes or objective == "static"):
         why = ("for the `static` objective, which gives no occupancy for fewer spills, with" if objective == "static"
                else "with no fewer spill bytes and")
-        found.append(Hit(rule, f"{base} {occupancy}", f"{base} {_pct(d.occupancy)}, ACF {_pct(m.occupancy)}",
-                         f"lower occupancy than {d.name} ({_pct(d.occupancy)} -> {_pct(m.occupancy)}) {why} no recorded "
+        found.append(Hit(rule, f"{base} {occupancy}", f"{base} {pct(d.occupancy)}, ACF {pct(m.occupancy)}",
+                         f"lower occupancy than {d.name} ({pct(d.occupancy)} -> {pct(m.occupancy)}) {why} no recorded "
                          "runtime gain"))
     if d.lowered:  # a static gain does not justify it: only a measured runtime can
         lowered = ", ".join(d.lowered)
@@ -353,4 +342,4 @@ def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str, capped:
                 "against the kernel's own defaults", retune)]
 
 
-def _pct(value: float) -> str: return f"{value:.1%}"
+def pct(value: float) -> str: return f"{value:.1%}"
