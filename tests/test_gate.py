@@ -140,7 +140,8 @@ def test_changed_tune_toml_settings_are_a_stale_finding(tuned, tmp_path):
     (workspace / "k" / "tune.toml").write_text("block_size = 64\n")
     result = _gate(workspace, ACF, "--static")
     retune = RETUNE.format(db=tuned / "t.db")
-    assert "warn stale-settings: the kernel's tune.toml settings changed since the ACF was tuned (recorded " in result.stdout
+    assert ("warn stale-settings: the kernel's tune.toml settings changed since the ACF was tuned: block_size 256 -> "
+            "64; ") in result.stdout, result.describe()
     assert result.stdout.count(f"; re-tune: {retune}\n") == 1, result.describe()
     assert "stale-source" not in result.stdout
     assert "stale-settings" not in _gate(tuned, ACF, "--static").stdout
@@ -472,6 +473,53 @@ def test_a_changed_launch_in_tune_toml_is_only_stale_settings(tuned, tmp_path):
     findings = json.loads(result.stdout)["acfs"][0]["findings"]
     assert [(f["rule"], f["severity"]) for f in findings] == [("stale-settings", "warn")], findings
     assert "NOT vouched for" not in findings[0]["message"]
+
+
+def test_a_teammates_block_size_is_no_occupancy_regression(tuned, tmp_path):
+    """tune.toml's launch changed after the tuning (150,000 B of dynamic shared memory: one block per SM),
+    the code the same: the gate FAILed "occupancy fell: 25.0% -> 12.5%", the recorded figure scored at
+    the tuned launch against the rebuild's at the new one, two launches. The rebuild is held at the
+    launch the ACF records; the launch change is stale-settings."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text("dynamic_smem = 150000\n")
+    result = _gate(workspace, ACF, "--static", "--json")
+    assert result.returncode == 0, result.describe()
+    acf = json.loads(result.stdout)["acfs"][0]
+    assert acf["measured"]["code_hash"] == acf["recorded"]["code_hash"], acf
+    assert acf["measured"]["occupancy"] < acf["recorded"]["occupancy"], acf  # two launches: no regression
+    assert {(f["rule"], f["severity"]) for f in acf["findings"]} == {("stale-settings", "warn")}, acf["findings"]
+
+
+def test_a_changed_launch_names_what_changed_not_the_hashes(tuned, tmp_path):
+    """stale-settings for a tune.toml change said only `e6ff8770b27f -> aa4e482d3c0e`; a launch the
+    ACF records is named, with what the ACF's build gives at the new one."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    (workspace / "k" / "tune.toml").write_text("block_size = 128\ndynamic_smem = 150000\n")
+    acf = json.loads(_gate(workspace, ACF, "--static", "--json").stdout)["acfs"][0]
+    [named] = [f for f in acf["findings"] if f["message"].startswith("the kernel's tune.toml settings changed")]
+    assert (named["recorded"], named["measured"]) == ("block_size 256, dynamic_smem 0",
+                                                      "block_size 128, dynamic_smem 150000"), named
+    now, was = acf["measured"]["occupancy"], acf["recorded"]["occupancy"]
+    assert (f"changed since the ACF was tuned: block_size 256 -> 128, dynamic_smem 0 -> 150000; at the new launch the "
+            f"ACF's build gives occupancy {now:.1%} ({was:.1%} at the launch it records, 256 threads per block, 0 B "
+            "dynamic shared memory)") in named["message"], named
+
+
+def test_a_changed_entries_list_is_named():
+    """The kernels scored ([kernel] entries) are named too; a change the ACF records nothing of keeps the hashes."""
+    from compileiq.gating.recorded_launch import RecordedLaunch
+    from compileiq.gating.rules import Measured, Recorded, static_hits
+
+    recorded = Recorded(0, 32, 1.0, "c", "s", "t", settings_sha256="a" * 64, launch=RecordedLaunch(256, 0), entries=())
+    now = Measured("s", "t", None, 0, 32, 1.0, "c", settings_sha256="b" * 64, launch=RecordedLaunch(256, 0),
+                   entries=("fir",))
+    [hit] = static_hits(recorded, now, "re-tune")
+    assert hit.message.endswith('changed since the ACF was tuned: entries [] -> ["fir"]'), hit.message
+    [hit] = static_hits(recorded, Measured("s", "t", None, 0, 32, 1.0, "c", settings_sha256="b" * 64,
+                                           launch=RecordedLaunch(256, 0)), "re-tune")
+    assert (hit.recorded, hit.measured) == ("a" * 12, "b" * 12), hit
 
 
 def _without_launch_lines(workspace: Path, *keys: str, table: str | None = None) -> None:

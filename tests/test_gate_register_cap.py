@@ -125,3 +125,21 @@ def test_a_ptxas_cap_the_command_gains_stays_in_the_acfs_measured_build(tmp_path
     assert not [f for f in result["findings"] if f["rule"] in ("worse-than-default", "uncited-code")], result
     stale = " ".join(f["message"] for f in result["findings"] if f["rule"] == "stale-settings")
     assert "ptxas.maxrregcount default (the default) -> 48, which the ACF's flags leave in place" in stale, stale
+
+
+def test_a_spill_under_the_commands_new_ptxas_cap_says_the_cap_is_the_commands(tmp_path: Path) -> None:
+    """The compile command gained -Xptxas --maxrregcount=N after the tuning: the ACF's build keeps it
+    (ptxas takes the last cap, and the ACF gives none), and its spills FAILed as the ACF's own fault,
+    "spill bytes appeared: 0 -> N", never naming the command's cap."""
+    _, result = _tuned_then_gated(tmp_path, "nvcc -arch=sm_90 -c k.cu -o k.o",
+                                  "nvcc -arch=sm_90 -Xptxas --maxrregcount=24 -c k.cu -o k.o", passes=False)
+    assert result["measured"]["command_cap"] == "-Xptxas --maxrregcount=24", result["measured"]
+    [spills] = [f["message"] for f in result["findings"] if f["rule"] == "spills"]
+    assert spills.endswith(" (with the compile command's -Xptxas --maxrregcount=24, which the ACF was not tuned "
+                           "with)"), spills
+    text = run_cli(["gate", "store/k.acf.toml", "--static", "--compile-commands", "cc_drift.json",
+                    "--junit", "out/gate.xml"], cwd=tmp_path)
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("store/k.acf.toml: error spills: ")]
+    assert "(with the compile command's -Xptxas --maxrregcount=24, which the ACF was not tuned with)" in line, line
+    assert "error spills: spill bytes appeared" in (tmp_path / "out" / "gate.xml").read_text()
+    assert "-Xptxas --maxrregcount=24, which the ACF" in (tmp_path / "out" / "gate.xml").read_text()

@@ -156,7 +156,8 @@ def _result_json(result: AcfResult) -> dict[str, Any]:
                       **({"needs": list(f.needs)} if f.needs else {})} for f in result.findings],
         "recorded": {**_metrics_json(r), "code_hash": r.code_hash},
         "measured": {"build_failure": m.failure, "source_sha256": m.source_sha256,
-                     "toolchain_build": m.toolchain_build, **_metrics_json(m)},
+                     "toolchain_build": m.toolchain_build, **_metrics_json(m),
+                     **({"command_cap": m.command_cap} if m.command_cap else {})},  # a cap the ACF was not tuned with
         "timing": None if result.timing is None else _timing_json(result.timing),
         "notes": list(result.notes),
     }  # fmt: skip

@@ -23,6 +23,7 @@ from compileiq.gating.locate import Target
 from compileiq.gating.recorded_launch import ScoredKernel, recorded_launch
 from compileiq.gating.rules import Defaults, Measured, Recorded
 from compileiq.results import acf as acf_file
+from compileiq.results.evidence import shown_metrics
 from compileiq.source.base_flags import CAPPED
 from compileiq.source.kernel import bundle_sources
 from compileiq.source.spec import KernelSpec, SourceBundle
@@ -53,7 +54,7 @@ def _recorded(acf: acf_file.Acf, table: Any) -> Recorded | None:
     metrics, counted = read
     return Recorded(metrics.spill_bytes, metrics.registers, metrics.occupancy, str(table["code_hash"]),
                     acf.source_sha256, acf.toolchain_build, None, str(acf.data["kernel"].get("settings_sha256", "")),
-                    metrics.instructions if counted else None, recorded_launch(table))
+                    metrics.instructions if counted else None, recorded_launch(table), acf.entries)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ def rebuild(target: Target, toolchain: Toolchain, bundle: SourceBundle) -> Measu
     # built with the command's cap: the settings it was built from are the command's now, not those tuned
     now = target.shipped_now[0] if target.shipped_now is not None else None
     settings = replace(in_recorded_order(target), shipped=now).settings_sha256()
-    return _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, ptxas, controls, settings)
+    cap = next((s.part or s.flag for s in now.settings if s.name == CAPPED), "") if now is not None else ""
+    measured = _measure(target, target.built_spec, toolchain, bundle, acf.frontend_args, ptxas, controls, settings)
+    return replace(measured, command_cap=cap or f"ptxas.maxrregcount = {controls[CAPPED]}")
 
 
 def with_commands_cap(target: Target) -> tuple[tuple[str, ...], Mapping[str, object]]:
@@ -185,4 +188,5 @@ def _scored(spec: KernelSpec, build: Build, config: Config, facts: tuple[SourceB
         return Measured(bundle.sha256, toolchain_build, failure=reason, settings_sha256=settings)
     return Measured(bundle.sha256, toolchain_build, None, metrics.spill_bytes, metrics.registers,
                     metrics.occupancy, build.code_hash or "", metrics.instructions, settings,
-                    Unscored.of(evaluation.metrics), kernels=ScoredKernel.all_of(evaluation.metrics), arch=spec.arch)
+                    Unscored.of(evaluation.metrics), kernels=ScoredKernel.all_of(evaluation.metrics), arch=spec.arch,
+                    launch=recorded_launch(shown_metrics(evaluation.metrics)), entries=spec.entries)

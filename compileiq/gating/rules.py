@@ -15,6 +15,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.unscored import Unscored
 from compileiq.gating.recorded_launch import RecordedLaunch, ScoredKernel, occupancy_at
+from compileiq.gating.settings_change import entries_change, launch_changes
 
 
 class Severity(str, Enum):
@@ -93,6 +94,7 @@ class Recorded:
     settings_sha256: str = ""  # tune.toml's build- and score-relevant settings (older ACFs: none)
     code_instructions: int | None = None  # what the ACF records for its code, whatever its objective (`evidence`)
     launch: RecordedLaunch | None = None  # the launch its occupancy was scored at (older ACFs: none whole)
+    entries: tuple[str, ...] | None = None  # the kernels its objective scored ([kernel] entries; None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ class Measured:
     # tune.toml's (its settings those with the ACF's entries): what its evidence must match to be another scoring's
     kernels: tuple[ScoredKernel, ...] = ()  # the kernels scored: their occupancy at a recorded launch (`evidence`)
     arch: str = ""  # what it was built for
+    launch: RecordedLaunch | None = None  # the launch it was scored at (tune.toml's now), as an ACF records one
+    entries: tuple[str, ...] = ()  # the kernels it was scored by (tune.toml's entries now)
+    command_cap: str = ""  # a ptxas register cap the compile command gained since the tuning, kept in this
+    # build (`measuring.with_commands_cap`), as the command spells it: "-Xptxas --maxrregcount=48"
 
 
 @dataclass(frozen=True)
@@ -194,19 +200,21 @@ def _build_hits(r: Recorded, m: Measured, retune: str) -> list[Hit]:
     if m.failure is not None:
         return [Hit("build", "builds", m.failure, f"the kernel no longer builds with the ACF's flags: {m.failure}")]
     found: list[Hit] = []
+    capped = f" (with the compile command's {m.command_cap}, which the ACF was not tuned with)" * bool(m.command_cap)
     if m.spill_bytes > r.spill_bytes:
         how = "appeared" if r.spill_bytes == 0 else "grew"
         found.append(Hit("spills", f"{r.spill_bytes} B", f"{m.spill_bytes} B",
-                         f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}"))
-    if m.occupancy < r.occupancy - 1e-9:
-        found.append(Hit("occupancy", pct(r.occupancy), pct(m.occupancy),
-                         f"occupancy fell: {pct(r.occupancy)} -> {pct(m.occupancy)}"))
+                         f"spill bytes {how}: {r.spill_bytes} -> {m.spill_bytes}{capped}"))
+    occupancy, where = comparable_occupancy(r, m)
+    if occupancy < r.occupancy - 1e-9:
+        found.append(Hit("occupancy", pct(r.occupancy), pct(occupancy) + " at the launch it records" * bool(where),
+                         f"occupancy fell: {pct(r.occupancy)} -> {pct(occupancy)}{where}{capped}"))
     if m.registers > r.registers:
         found.append(Hit("registers", str(r.registers), str(m.registers),
-                         f"registers per thread rose: {r.registers} -> {m.registers}"))
+                         f"registers per thread rose: {r.registers} -> {m.registers}{capped}"))
     if r.instructions is not None and m.instructions > r.instructions:
         found.append(Hit("instructions", str(r.instructions), str(m.instructions),
-                         f"static instructions rose: {r.instructions} -> {m.instructions}"))
+                         f"static instructions rose: {r.instructions} -> {m.instructions}{capped}"))
     if m.code_hash != r.code_hash:
         found.append(_code_hit(r, m, retune))
     elif differ := _not_its_code(r, m):
@@ -247,6 +255,19 @@ def _not_its_code(r: Recorded, m: Measured) -> list[tuple[str, str, str]]:
     elif r.launch is not None and (at := at_recorded_launch(r, m)) is not None and pct(at) != pct(r.occupancy):
         pairs.append((label["occupancy"], pct(r.occupancy), f"{pct(at)} at the launch it records ({r.launch.text})"))
     return [(name, a, b) for name, a, b in pairs if a != b]
+
+
+def comparable_occupancy(r: Recorded, m: Measured) -> tuple[float, str]:
+    """The rebuild's occupancy to hold the recorded one to, and where it was scored ("" at the
+    rebuild's own launch): where tune.toml's settings are no longer the tuned ones, its launch may
+    have changed (a teammate's block_size), and the rebuilt code is scored at the launch the evidence
+    records, where the gate can recompute it there; else at the rebuild's (the tuned launch)."""
+    if not r.settings_sha256 or r.settings_sha256 == m.settings_sha256 or r.launch is None:
+        return m.occupancy, ""
+    at = at_recorded_launch(r, m)
+    if at is None or pct(at) == pct(m.occupancy):
+        return m.occupancy, ""
+    return at, f" at the launch it records ({r.launch.text})"
 
 
 def at_recorded_launch(r: Recorded, m: Measured) -> float | None:
@@ -321,12 +342,27 @@ def _stale_hits(r: Recorded, m: Measured, retune: str, flags_only: bool) -> list
         found.append(Hit("stale-settings", r.source_sha256[:12], m.source_sha256[:12],
                          "the kernel's build flags changed since the ACF was tuned (its sources did not)", retune))
     if settings:
-        found.append(Hit("stale-settings", r.settings_sha256[:12], m.settings_sha256[:12],
-                         "the kernel's tune.toml settings changed since the ACF was tuned", retune))
+        found.append(_settings_hit(r, m, retune))
     if m.toolchain_build != r.toolchain_build:
         found.append(Hit("stale-toolchain", r.toolchain_build, m.toolchain_build,
                          "the compiler differs from the one the ACF was tuned with", retune))
     return found
+
+
+def _settings_hit(r: Recorded, m: Measured, retune: str) -> Hit:
+    """`stale-settings` for a changed settings hash: naming each change the ACF records the tuned
+    value of (its launch, its entries), and what the ACF's choice gives at a new launch; else the hashes."""
+    launch = launch_changes(r.launch, m.launch) if m.failure is None else ()
+    changes = (*launch, *entries_change(r.entries, m.entries))
+    said = "the kernel's tune.toml settings changed since the ACF was tuned"
+    if not changes:
+        return Hit("stale-settings", r.settings_sha256[:12], m.settings_sha256[:12], said, retune)
+    said += ": " + ", ".join(change.text for change in changes)
+    if launch and r.launch is not None and (at := at_recorded_launch(r, m)) is not None:
+        said += (f"; at the new launch the ACF's build gives occupancy {pct(m.occupancy)} ({pct(at)} at the launch "
+                 f"it records, {r.launch.text}): the launch is tune.toml's, not the ACF's")
+    return Hit("stale-settings", ", ".join(f"{c.name} {c.was}" for c in changes),
+               ", ".join(f"{c.name} {c.now}" for c in changes), said, retune)
 
 
 def base_flag_hits(differ: BaseFlagDifference, origin: str, retune: str, capped: str = "") -> list[Hit]:
