@@ -316,6 +316,8 @@ def test_a_moved_study_shows_reports_and_compares_as_in_its_source(two_flag_stud
     assert source["listed"]["plain"][0] == "a-cuda/scale.cu"
     assert any("-DSCALE=2" in line for line in source["compared"]), source["compared"]
     assert moved == source
+    listed = json.loads(run_cli(["show", "--json", "--db", store_url], cwd=folder).stdout)
+    assert all(s["best_is"].endswith("no run here chose)") for s in listed), listed  # not "does not match the rows"
 
 
 def test_a_forged_kernel_path_in_an_export_is_never_shown(two_flag_studies: Path, tmp_path: Path) -> None:
