@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from helpers import TINY_KERNEL, clean_env, compileiq_command, run_cli
+from helpers import TINY_KERNEL, clean_env, compileiq_command, resealed, run_cli
 
 from compileiq.core.errors import UsageError
 from compileiq.core.records import BuildRecord, Measurement, StudyKey, TrialState
@@ -264,3 +264,77 @@ def test_a_trade_offs_pick_rule_moves_with_its_study(tmp_path: Path) -> None:
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert run_cli(["db", "import", str(tmp_path / "forged.json"), "--db", other], cwd=tmp_path).returncode == 0
     assert json.loads(run_cli(["show", "1", "--db", other, "--json"], cwd=tmp_path).stdout)["pick_rule"] == "knee"
+
+
+@pytest.fixture(scope="module")
+def two_flag_studies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two static studies of a-cuda/scale.cu in one SQLite database: `plain`, and `defined`, built
+    with the base flag -DSCALE=2 (tune.toml's nvcc_flags), and their exports."""
+    folder = tmp_path_factory.mktemp("carried")
+    (folder / "a-cuda").mkdir()
+    (folder / "a-cuda" / "scale.cu").write_text(TINY_KERNEL)
+    source = f"sqlite:///{folder}/source.db"
+    tune = ["tune", "a-cuda/scale.cu", "--objective", "static", "--budget", "3", "--workers", "local",
+            "--only", "ptxas.opt_level", "--db", source]
+    assert run_cli([*tune, "--study", "plain", "--out", "p.acf.toml"], cwd=folder).returncode == 0
+    (folder / "a-cuda" / "tune.toml").write_text('nvcc_flags = ["-DSCALE=2"]\n')
+    defined = run_cli([*tune, "--study", "defined", "--out", "d.acf.toml"], cwd=folder)
+    assert defined.returncode == 0, defined.describe()
+    (folder / "a-cuda" / "tune.toml").unlink()
+    for name in ("plain", "defined"):
+        exported = run_cli(["db", "export", name, "-o", f"{name}.json", "--db", source], cwd=folder)
+        assert exported.returncode == 0, exported.describe()
+    return folder
+
+
+def _seen(folder: Path, url: str) -> dict[str, object]:
+    """What show's list, `show STUDY --json` and `report --compare` say of the two studies."""
+    def out(*args: str) -> str:
+        result = run_cli([*args, "--db", url], cwd=folder)
+        assert result.returncode == 0 and "Traceback" not in result.output, result.describe()
+        return result.stdout
+
+    listed = {s["name"]: (s["kernel_path"], s["kernel_shown"], s["chosen"], s["baseline"])
+              for s in json.loads(out("show", "--json"))}
+    shown = {name: {k: v for k, v in json.loads(out("show", name, "--json"))["study"].items() if k not in ("id", "created_at")}
+             for name in ("plain", "defined")}
+    compared = out("report", "plain", "defined", "--compare", "--format", "md", "-o", "-")
+    return {"listed": listed, "shown": shown,
+            "compared": [line for line in compared.splitlines() if "SCALE" in line or "sha256" in line or "a-cuda" in line]}
+
+
+def test_a_moved_study_shows_reports_and_compares_as_in_its_source(two_flag_studies: Path, store_url: str) -> None:
+    """An export carried the trials and the pick rule alone: an imported study had no kernel path
+    (the list named it "scale", not "a-cuda/scale.cu"), no base flags (`report --compare` could not
+    say that -DSCALE=2 tells the two apart) and no sources' hashes. What the study's latest deciding
+    run recorded of what it started from travels with it now, SQLite to SQLite and to PostgreSQL."""
+    folder = two_flag_studies
+    for name in ("plain", "defined"):
+        imported = run_cli(["db", "import", f"{name}.json", "--db", store_url], cwd=folder)
+        assert imported.returncode == 0, imported.describe()
+    source, moved = _seen(folder, f"sqlite:///{folder}/source.db"), _seen(folder, store_url)
+    assert source["listed"]["plain"][0] == "a-cuda/scale.cu"
+    assert any("-DSCALE=2" in line for line in source["compared"]), source["compared"]
+    assert moved == source
+    listed = json.loads(run_cli(["show", "--json", "--db", store_url], cwd=folder).stdout)
+    assert all(s["best_is"].endswith("no run here chose)") for s in listed), listed  # not "does not match the rows"
+
+
+def test_a_forged_kernel_path_in_an_export_is_never_shown(two_flag_studies: Path, tmp_path: Path) -> None:
+    """An export is untrusted: a kernel path that is not a relative path to a file of the study's
+    kernel name is not shown by the list, show or the report, and an oversized one is not imported."""
+    document = json.loads((two_flag_studies / "plain.json").read_text())
+    for number, forged in enumerate(("../../etc/scale.cu", "a-cuda/passwd", "/etc/scale.cu", "a\x1b[2J/scale.cu",
+                                     "a/" * 3000 + "scale.cu")):
+        document["payload"]["study"]["decision"]["kernel_path"] = forged
+        (tmp_path / "forged.json").write_text(resealed(document))
+        url = f"sqlite:///{tmp_path}/forged{number}.db"
+        imported = run_cli(["db", "import", str(tmp_path / "forged.json"), "--db", url], cwd=tmp_path)
+        assert imported.returncode == 0, imported.describe()
+        listed = run_cli(["show", "--json", "--db", url], cwd=tmp_path)
+        assert json.loads(listed.stdout)[0]["kernel_path"] is None, listed.describe()
+        shown = run_cli(["show", "plain", "--db", url], cwd=tmp_path)
+        report = run_cli(["report", "plain", "--format", "md", "-o", "-", "--db", url], cwd=tmp_path)
+        for result in (shown, report):
+            assert result.returncode == 0 and forged not in result.output and "passwd" not in result.output, \
+                result.describe()

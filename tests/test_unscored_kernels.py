@@ -425,3 +425,27 @@ def test_a_damaged_per_kernel_unscored_table_is_a_damaged_row(per_kernel: dict[s
                "unscored": {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1} | per_kernel}
     assert (problem := metric_ranges.problem(metrics)) and problem.startswith("unscored.kernel_"), problem
     assert Unscored.of(metrics) is None
+
+
+def test_an_overloaded_kernel_is_named_one_way_in_the_unscored_tables_the_acf_and_the_gate() -> None:
+    """Overloads share the name tune.toml gives them: the unscored tables named each "foo (_Z3fooPi)"
+    while the ACF's launch_by_kernel keyed it "_Z3fooPi", so one kernel read two ways in one file.
+    Every place names it as `entry_names.kernel_names` does; the gate still reads an older ACF's keys."""
+    from compileiq.evaluate.unscored import by_name, scored
+    from compileiq.gating.recorded_launch import ScoredKernel, occupancy_at, recorded_launch
+    from compileiq.results.evidence import launch_by_kernel, shown_metrics
+
+    overloads = ("_Z3fooPi", "_Z3fooPf")
+    expected = {"foo (_Z3fooPi)", "foo (_Z3fooPf)"}
+    assert set(by_name("registers", [(name, 32) for name in overloads])) == expected
+    metrics = {"launch": {"_Z3fooPi": [128, 0], "_Z3fooPf": [256, 0], "_Z3barPf": [64, 0]}}
+    assert set(launch_by_kernel(metrics)) == expected | {"bar"}
+    assert set(shown_metrics(metrics)["launch_by_kernel"]) == expected | {"bar"}
+    entries = [{"name": name, "entry": True} for name in overloads]
+    table = {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1}
+    assert set(scored({"entries": entries, "unscored": table})["entries"]) == expected
+    kernels = tuple(ScoredKernel(name, 32, 0) for name in (*overloads, "_Z3barPf"))
+    now = occupancy_at(recorded_launch({"launch_by_kernel": launch_by_kernel(metrics)}), kernels, "sm_90")
+    older = {"_Z3fooPi": {"block_size": 128, "dynamic_smem": 0}, "_Z3fooPf": {"block_size": 256, "dynamic_smem": 0},
+             "bar": {"block_size": 64, "dynamic_smem": 0}}
+    assert now is not None and occupancy_at(recorded_launch({"launch_by_kernel": older}), kernels, "sm_90") == now

@@ -106,6 +106,8 @@ def _unchosen(summary: StudySummary) -> str:
         return f"its latest run stopped before it chose: {stopped}"
     if "pick" in decision and "chosen" not in decision:
         return "pick rule from an imported export, no run here chose"
+    if decision and "chosen" not in decision:  # what `db import` records of what the study started from
+        return "no run here chose"
     if decision and _matches_rows(summary):
         return "no valid recorded choice: held against its baseline row, the trial its latest run names could never be chosen"
     if decision and _row_changed(summary):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -201,6 +201,8 @@ class StudyExport:
     measurements: tuple[Measurement, ...]
     rejected: tuple[str, ...] = ()  # rows of a file left out: why each one
     pick: str | None = None  # several objectives: the rule the latest run chose its front's point by
+    # what that run recorded of what it started from (`transfer.carried`: its kernel's path, base flags, ...)
+    recorded: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,17 @@ def unchosen(decision: Any) -> str | None:
     replay the study's choice from its trials, as for a run that recorded nothing)."""
     why = decision.get(UNCHOSEN) if isinstance(decision, dict) else None
     return first_line(why, 80) if isinstance(why, str) else None
+
+
+def latest_decision(runs: Iterable[RunRecord]) -> RunRecord | None:
+    """The one rule for which run's recorded decision is a study's (its choice, its pick rule, what it
+    started from), that every view and `db export` follow: of the readable runs (a damaged row is set
+    aside before: `store.rows.run_record`) whose decision is a JSON object, the one of the highest id
+    (runs are numbered as they start; two that finish in the same instant are told apart by it);
+    one that stopped before it chose (`unchosen`) only where no run chose, so that it never hides
+    a choice."""
+    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: (unchosen(r.decision) is None, r.id),
+               default=None)
 
 
 def chosen_number(decision: Any) -> int | None:

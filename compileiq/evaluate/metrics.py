@@ -22,6 +22,7 @@ from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.unscored import by_name
 from compileiq.source.entry_names import (
     entry_matches,
+    kernel_names,
     linkage_free,
     macro_values,
     readable,
@@ -263,8 +264,7 @@ def _kernels(build: Build) -> str:
     (overloads), which only it tells apart. Whole names in about LISTED_CHARS, then how many more:
     a reason is shown as one line, and a list cut mid-name helps nobody."""
     names = [e.name for e in build.entries if e.entry]
-    shown = [readable(n) for n in names]
-    listed = [s if shown.count(s) == 1 else f"{s} ({n})" for s, n in zip(shown, names, strict=True)]
+    listed = kernel_names(names)
     kept: list[str] = []
     for name in listed:
         if kept and len(", ".join([*kept, name])) > LISTED_CHARS:

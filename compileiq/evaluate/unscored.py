@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compileiq.core import metric_ranges
-from compileiq.source.entry_names import readable
+from compileiq.source.entry_names import kernel_names
 
 
 @dataclass(frozen=True)
@@ -195,11 +195,10 @@ def by_name(key: str, kernels: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the ranges refuse (a
     recorded row must read back as undamaged)."""
     pairs = sorted(kernels)
-    plains = [readable(name) for name, _ in pairs]
     named: dict[str, Any] = {}
     _, low, high = metric_ranges.PER_KERNEL[key]
-    for (name, value), plain in zip(pairs, plains, strict=True):
-        name_label = label(plain if plains.count(plain) == 1 else f"{plain} ({name})", name)
+    for (name, value), called in zip(pairs, kernel_names([name for name, _ in pairs]), strict=True):
+        name_label = label(called, name)
         if low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
             named.setdefault(name_label, value)
     return named
@@ -281,7 +280,7 @@ def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) 
     if (unscored := Unscored.of(metrics)) is None:
         return None
     records = metrics.get("entries")
-    names = [readable(str(r.get("name"))) for r in records if isinstance(r, Mapping) and r.get("entry")] \
+    names = kernel_names([str(r.get("name")) for r in records if isinstance(r, Mapping) and r.get("entry")]) \
         if isinstance(records, list) else []
     found: dict[str, Any] = {"entries": names, "unscored_kernels": unscored.kernels}
     if chosen is not None and (text := registers_text(metrics, chosen)) is not None:

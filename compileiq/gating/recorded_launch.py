@@ -20,7 +20,7 @@ from typing import Any
 
 from compileiq.core.metric_ranges import RANGES, is_count
 from compileiq.evaluate.metrics import arch_limits, occupancy
-from compileiq.source.entry_names import launch_names
+from compileiq.source.entry_names import compiled_names, kernel_names
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,9 @@ def occupancy_at(launch: RecordedLaunch | None, kernels: tuple[ScoredKernel, ...
             return None
         return min(occupancy(arch, launch.threads, k.registers, k.shared_bytes, launch.dynamic_smem) for k in kernels)
     facts = {name: (threads, smem) for name, threads, smem in launch.by_kernel}
-    names = launch_names(tuple(k.name for k in kernels))
-    if sorted(names) != sorted(facts):
+    compiled = tuple(k.name for k in kernels)
+    names = next((n for n in (kernel_names(compiled), compiled_names(compiled)) if sorted(n) == sorted(facts)), None)
+    if names is None:  # an overload keyed by its compiled name alone: an ACF of an earlier release
         return None
     return min(occupancy(arch, facts[name][0], k.registers, k.shared_bytes, facts[name][1])
                for name, k in zip(names, kernels, strict=True))

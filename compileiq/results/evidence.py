@@ -20,7 +20,7 @@ from compileiq.results import evidence_wording as wording
 from compileiq.results.acf import AcfContent
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem, quoted_path_problem
-from compileiq.source.entry_names import launch_names, readable
+from compileiq.source.entry_names import kernel_names, readable
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
 
@@ -300,7 +300,7 @@ def launch_by_kernel(metrics: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         return {}
     found = {str(name): {"block_size": int(facts[0]), "dynamic_smem": int(facts[1])} for name, facts in launch.items()
              if isinstance(facts, list | tuple) and len(facts) == 2 and all(type(f) is int for f in facts)}
-    return dict(zip(launch_names(tuple(found)), found.values(), strict=True))
+    return dict(zip(kernel_names(tuple(found)), found.values(), strict=True))
 
 
 def source(trial: Trial, result: Any, database: str) -> str:

@@ -289,6 +289,9 @@ def _unfollowed(run: RunRecord, rule: str, why: str | Trial | None = None) -> st
         source = "from an imported export" if decision.get("pick") == rule else "(an imported export's does not parse)"
         return (f"pick rule {rule} {source}, not decided by a run of this database (run {run.id}: "
                 f"{first_line(run.stopped or run.worker, 80)}); replayed over its trials")
+    if "chosen" not in decision:  # what `db import` records of what the study started from, and no choice
+        return (f"no run of this database recorded a choice (run {run.id}: {first_line(run.stopped or run.worker, 80)}"
+                "): replayed from its trials")
     return (f"run {run.id}'s recorded choice names no complete trial with its recorded value (or no valid pick "
             "rule): not followed; replayed from its trials")
 

@@ -26,8 +26,11 @@ from compileiq.core.records import (
     TrialState,
     chosen_number,
     first_line,
+    latest_decision,
     unchosen,
 )
+
+__all__ = ["latest_decision"]  # the one rule (`records.latest_decision`), which every view reads through here
 from compileiq.evaluate import eligibility
 from compileiq.results import multi_objective
 from compileiq.results.ablation import MAX_FORBIDDEN
@@ -98,14 +101,6 @@ def unwritten(run: RunRecord) -> str | None:
     forged one can only make the views say the run's ACF was not written)."""
     found = run.decision.get(ACF_NOT_WRITTEN) if isinstance(run.decision, dict) else None
     return first_line(found, 300) if isinstance(found, str) else None
-
-
-def latest_decision(runs: Sequence[RunRecord]) -> RunRecord | None:
-    """The latest run that recorded a decision (a JSON object; what the study list reads too); one
-    that stopped before it chose (`records.unchosen`: it records what it started from) only where
-    no run recorded a choice, so that it never hides one."""
-    return max((r for r in runs if isinstance(r.decision, dict)), key=lambda r: (unchosen(r.decision) is None, r.id),
-               default=None)
 
 
 def recorded_pick(study: Study, runs: Sequence[RunRecord]) -> str:

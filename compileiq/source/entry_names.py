@@ -194,9 +194,18 @@ def linkage_free(entry: str) -> str:
     return entry
 
 
-def launch_names(entries: Sequence[str]) -> list[str]:
-    """Each compiled kernel as an ACF's `launch_by_kernel` keys it: as tune.toml names it (`readable`),
-    or by its compiled name where two share that name (overloads)."""
+def kernel_names(entries: Sequence[str]) -> list[str]:
+    """Each compiled kernel as every result and view names it (an ACF's `launch_by_kernel`, the
+    `unscored` tables, a failure's list of kernels, the scored `entries`): as tune.toml names it
+    (`readable`), with its compiled name beside it where two of `entries` share that name (overloads:
+    ``foo (_Z3fooi)``, ``foo (_Z3foof)``), which only it tells apart."""
+    shown = [readable(entry) for entry in entries]
+    return [name if shown.count(name) == 1 else f"{name} ({entry})" for name, entry in zip(shown, entries, strict=True)]
+
+
+def compiled_names(entries: Sequence[str]) -> list[str]:
+    """How an ACF of a release before `kernel_names` keyed an overload in `launch_by_kernel`: by its
+    compiled name alone (``_Z3fooi``); any other kernel as `kernel_names` does. The gate still reads those."""
     shown = [readable(entry) for entry in entries]
     return [name if shown.count(name) == 1 else entry for name, entry in zip(shown, entries, strict=True)]
 

@@ -234,7 +234,7 @@ class Store(StudyCatalog, TrialLifecycle, BuildCache, RunLog, MeasurementCache):
         """A study with all its trials, the builds and measurements of their machine code."""
         study = self.find_study(name_or_id)
         with self._tx(readonly=True) as conn:
-            return transfer.export_rows(conn, study, self._usable)
+            return transfer.export_rows(conn, study, self._usable, self._skip)
 
     def import_study(self, export: StudyExport) -> ImportSummary:
         """Merge an exported study in ONE transaction: on any error nothing changes.
@@ -257,8 +257,8 @@ class Store(StudyCatalog, TrialLifecycle, BuildCache, RunLog, MeasurementCache):
                                      f"rejected{rest}, so nothing was imported; the first: {lost[0]}")
                 builds_added = transfer.insert_builds(conn, export.builds)
                 timed = transfer.insert_measurements(conn, export.measurements)
-                if created and export.pick is not None:  # a study here keeps its own runs' rule
-                    transfer.insert_pick(conn, study.id, export.pick, "an export")
+                if created and (export.pick is not None or export.recorded):  # a study here keeps its own runs'
+                    transfer.insert_decision(conn, study.id, export.pick, export.recorded, "an export")
         except sa.exc.IntegrityError:
             raise StoreError(
                 f"import of study '{export.name}' collided with a concurrent change; "

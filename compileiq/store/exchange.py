@@ -8,7 +8,9 @@ An export file is JSON (gzip-compressed when its name ends in ``.gz``)::
 damaged file (or one edited without recomputing it) is refused before anything is written. It is
 no signature: anyone who edits a file can recompute it, so what a file says is checked as any row
 is (`trust`), and its pick rule only names the rule its views replay, said so (`results.explain`). The payload holds the study's name
-and key, all its trials, and the builds and measurements of their machine code. Importing goes
+and key, what its latest deciding run recorded of what it started from (its kernel's path, base
+flags and sources' hashes: `transfer.carried`), all its trials, and the builds and measurements of
+their machine code. Importing goes
 through one store transaction (:meth:`Store.import_study`): it merges or changes nothing.
 """
 
@@ -40,7 +42,7 @@ from compileiq.core.records import (
 )
 from compileiq.core.space import Config, SpaceError
 from compileiq.core.text import printable
-from compileiq.store import Store, trust
+from compileiq.store import Store, transfer, trust
 
 FORMAT = "compileiq-study"
 VERSION = 2  # 2: each trial says why it was built (its purpose); 1 (every trial a search trial) still reads
@@ -190,7 +192,8 @@ def _checksum(path: Path | None, payload: Any) -> str:
 def _payload(export: StudyExport) -> dict[str, Any]:
     return {
         "study": {"name": export.name, "key": asdict(export.key),
-                  **({"pick": export.pick} if export.pick is not None else {})},
+                  **({"pick": export.pick} if export.pick is not None else {}),
+                  **({"decision": export.recorded} if export.recorded else {})},
         "trials": [_trial_json(trial) for trial in export.trials],
         "builds": [asdict(build) for build in export.builds],
         "measurements": [asdict(m) for m in export.measurements],
@@ -218,7 +221,8 @@ def _export(payload: dict[str, Any]) -> StudyExport:
     measurements = _rows(payload["measurements"], "measurement", _measurement, rejected)
     pick = study.get("pick")  # checked by every view that reads it (`results.recorded_decision.recorded_pick`)
     pick = pick if isinstance(pick, str) and len(pick) <= MAX_PICK_RULE else None
-    return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected), pick)
+    recorded = transfer.carried(study.get("decision"))  # bounded here; checked by every view that reads it
+    return StudyExport(_text(study["name"]), key, trials, builds, measurements, tuple(rejected), pick, recorded)
 
 
 def _rows(items: list[Any], kind: str, parse: Callable[[dict[str, Any]], Any], rejected: list[str]) -> tuple[Any, ...]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,16 +54,24 @@ class RunLog(StoreBase):
 
     def runs(self, study_id: int) -> list[RunRecord]:
         """The study's runs, oldest first."""
-        query = sa.select(runs).where(runs.c.study_id == study_id).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
-            rows = conn.execute(query).mappings().all()
-        found = []
-        for row in rows:  # a damaged row of a shared database is set aside, with a note (never deleted)
-            try:
-                found.append(run_record(row))
-            except (TypeError, ValueError, AttributeError, KeyError) as error:
-                self._skip(("run", row["id"]), f"run {row['id']} of study {study_id}", f"unreadable: {error}")
-        return found
+            return readable_runs(conn, runs.c.study_id == study_id, self._skip)
+
+
+Skip = Callable[[tuple[str, Any], str, str], None]
+
+
+def readable_runs(conn: Connection, where: sa.ColumnElement[bool], skip: Skip) -> list[RunRecord]:
+    """The runs `where` selects, oldest first, as records: a damaged row of a shared database is set
+    aside with a note (`skip`; never deleted). What every reader of runs reads (the study list and
+    `db export` too), so that `records.latest_decision` chooses among the same rows in each."""
+    found = []
+    for row in conn.execute(sa.select(runs).where(where).order_by(runs.c.id)).mappings().all():
+        try:
+            found.append(run_record(row))
+        except (TypeError, ValueError, AttributeError, KeyError) as error:
+            skip(("run", row["id"]), f"run {row['id']} of study {row['study_id']}", f"unreadable: {error}")
+    return found
 
 
 def cited_rows(conn: Connection, decisions: Mapping[int, dict[str, Any]]) -> dict[int, tuple[Trial | None, Trial | None]]:

@@ -14,12 +14,19 @@ from typing import Any
 import sqlalchemy as sa
 
 from compileiq.core.metric_ranges import is_finite
-from compileiq.core.records import Study, StudyKey, StudySummary, TrialState, unchosen
+from compileiq.core.records import (
+    RunRecord,
+    Study,
+    StudyKey,
+    StudySummary,
+    TrialState,
+    latest_decision,
+)
 from compileiq.core.text import printable
 from compileiq.store.base import StoreBase
 from compileiq.store.connect import NoStudyError, StoreError
 from compileiq.store.rows import check_same_key, study_record
-from compileiq.store.run_log import cited_rows
+from compileiq.store.run_log import cited_rows, readable_runs
 from compileiq.store.schema import runs, studies, to_retry, trials_table
 from compileiq.store.trust import kind_problem
 
@@ -115,14 +122,15 @@ class StudyCatalog(StoreBase):
                          .outerjoin(retry, retry.c.study_id == studies.c.id))
             .order_by(studies.c.id)
         )  # fmt: skip
-        decided = sa.select(runs.c.study_id, runs.c.decision).where(runs.c.decision.is_not(None)).order_by(runs.c.id)
         with self._tx(readonly=True) as conn:
             rows = conn.execute(query).mappings().all()
-            decisions: dict[int, dict[str, Any]] = {}  # the latest that decided, as `explain` reads it (`latest_decision`)
-            for row in conn.execute(decided).mappings():
-                kept = decisions.get(row["study_id"])
-                if isinstance(row["decision"], dict) and (kept is None or unchosen(kept) or not unchosen(row["decision"])):
-                    decisions[row["study_id"]] = row["decision"]
+            by_study: dict[int, list[RunRecord]] = {}  # the runs that recorded anything: the candidates
+            for run in readable_runs(conn, runs.c.decision.is_not(None), self._skip):
+                by_study.setdefault(run.study_id, []).append(run)
+            decisions: dict[int, dict[str, Any]] = {}  # the one that is the study's, as every view reads it
+            for study_id, candidates in by_study.items():
+                if (latest := latest_decision(candidates)) is not None and latest.decision is not None:
+                    decisions[study_id] = latest.decision
             cited = cited_rows(conn, decisions)  # the row each names and its baseline: two per study at most
         found = []
         for row in rows:

@@ -18,6 +18,7 @@ from compileiq.core.records import (
     StudyExport,
     Trial,
     TrialState,
+    latest_decision,
     unchosen,
 )
 from compileiq.store.rows import (
@@ -27,6 +28,7 @@ from compileiq.store.rows import (
     measurement_values,
     study_record,
 )
+from compileiq.store.run_log import Skip, readable_runs
 from compileiq.store.schema import (
     MEASUREMENT_KEY,
     among,
@@ -42,11 +44,21 @@ from compileiq.store.schema import (
 
 T = TypeVar("T")
 
+# what an export carries of the latest deciding run's decision (`carried`): its pick rule
+# (`recorded_decision.recorded_pick`), --no-simplify and tune.toml's forbidden settings (`recorded_simplify`,
+# `recorded_forbidden`), its shipped build's compilation database (`shipped_origin.KEY`), its sources' hashes,
+# base flags and kernel path (`recorded_sources`)
+CARRIED = ("pick", "simplify", "forbidden", "baseline", "source_bundle_sha256", "source_files_sha256", "base_flags",
+           "kernel_path")
+MAX_CARRIED_TEXT = 4096
+MAX_CARRIED_ITEMS = 4096
+
 
 def export_rows(
-    conn: Connection, study: Study, usable: Callable[[Iterable[sa.RowMapping]], list[Trial]]
+    conn: Connection, study: Study, usable: Callable[[Iterable[sa.RowMapping]], list[Trial]], skip: Skip
 ) -> StudyExport:
-    """``study`` with all its ``usable`` trials, the builds and measurements of their machine code."""
+    """``study`` with all its ``usable`` trials, the builds and measurements of their machine code,
+    and what its latest deciding run recorded of what it started from (`carried`)."""
     t = trials_table.c
     query = sa.select(trials_table, studies.c.space_sha256).join(studies, studies.c.id == t.study_id)
     trials = tuple(usable(conn.execute(query.where(t.study_id == study.id).order_by(t.number)).mappings()))
@@ -55,28 +67,41 @@ def export_rows(
     found = _checked(conn, build_query, builds.c.code_hash, hashes, checked_build, BuildRecord)
     query = sa.select(measurements).order_by(measurements.c.id)
     timed = _checked(conn, query, measurements.c.code_hash, hashes, checked_measurement, Measurement)
+    latest = latest_decision(readable_runs(conn, runs.c.study_id == study.id, skip))  # as every view reads it
+    decision = latest.decision if latest is not None and latest.decision is not None else {}
+    rule = decision.get("pick") if unchosen(decision) is None else None  # a run that stopped before it chose: none
     return StudyExport(study.name, study.key, trials, tuple(sorted(found, key=lambda b: b.key)), tuple(timed),
-                       pick=_latest_pick(conn, study.id))
+                       pick=rule if isinstance(rule, str) and len(rule) <= MAX_PICK_RULE else None,
+                       recorded=carried(decision))
 
 
-def _latest_pick(conn: Connection, study_id: int) -> str | None:
-    """The pick rule of the study's latest run that decided, as recorded (every view checks it)."""
-    query = sa.select(runs.c.decision).where(runs.c.study_id == study_id).order_by(runs.c.id.desc())
-    for decision in conn.execute(query).scalars():
-        if isinstance(decision, dict) and unchosen(decision) is None:  # a run that stopped before it chose: none
-            rule = decision.get("pick")
-            return rule if isinstance(rule, str) and len(rule) <= MAX_PICK_RULE else None
-    return None
+def carried(decision: Any) -> dict[str, Any]:
+    """What an export carries of a run's recorded decision (`CARRIED`), each value a bounded JSON
+    string, boolean or list of strings (a file is untrusted: the views check each one again as they
+    check any run row's, `recorded_sources.path_problem` a kernel path); never its choice, its
+    digests or what it verified, which only a run of the database that holds the rows may vouch for."""
+    if not isinstance(decision, dict):
+        return {}
+    return {key: value for key in CARRIED if _bounded(value := decision.get(key))}
 
 
-def insert_pick(conn: Connection, study_id: int, rule: str, origin: str) -> None:
-    """A run row that records only the pick rule an imported study's ACF was chosen by: the views of
-    a trade-off replay its choice by that rule (no trial number is taken from the file), and say
-    that the rule came from an imported export, not from a run of this database: the file's
-    checksum catches damage, not a deliberate edit (`exchange`)."""
+def _bounded(value: Any) -> bool:
+    if isinstance(value, list):
+        return len(value) <= MAX_CARRIED_ITEMS and all(isinstance(v, str) and len(v) <= MAX_CARRIED_TEXT for v in value)
+    return isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_CARRIED_TEXT)
+
+
+def insert_decision(conn: Connection, study_id: int, rule: str | None, recorded: dict[str, Any], origin: str) -> None:
+    """A run row that records what an imported study's latest deciding run started from (`carried`:
+    its kernel's path, base flags, sources' hashes, shipped build, --no-simplify, what tune.toml
+    forbade) and the pick rule its ACF was chosen by, so that the views show, report and compare it
+    as its source database does. It names no choice (no trial number is taken from the file): the
+    views replay the choice by that rule and say that it came from an imported export, not from a
+    run of this database: the file's checksum catches damage, not a deliberate edit (`exchange`)."""
+    decision = carried(recorded) | ({"pick": rule} if rule is not None else {})
     conn.execute(runs.insert().values(study_id=study_id, worker="import", limits={}, started_at=db_now(),
                                       finished_at=db_now(), stopped=f"imported from {origin}"[:200],
-                                      search_trials=0, extra_trials=0, decision={"pick": rule}))
+                                      search_trials=0, extra_trials=0, decision=decision))
 
 
 def _checked(conn: Connection, query: sa.Select[Any], column: sa.ColumnElement[Any], keys: Sequence[str],
