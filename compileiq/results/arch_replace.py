@@ -8,12 +8,15 @@ refuses to print them; `replaced_note` says what the words that work build."""
 
 from __future__ import annotations
 
+import re
+
 from compileiq.results.acf import Acf
 from compileiq.results.flag_formats import arch_words
 from compileiq.source import arch_model
 from compileiq.source.arch_code import gencode, incompatible, refused
 from compileiq.source.shipped import arch_flag_archs
 
+_CODE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?")
 _RULE = "nvcc keeps the last -arch and builds every -code given"
 
 
@@ -22,6 +25,8 @@ def _appended(acf: Acf, fmt: str, stage: str, with_arch: bool) -> tuple[tuple[st
     if acf.shipped is None or not with_arch or fmt not in ("args", "optf") or stage == "ptxas":
         return None
     own = tuple(fixed.flag for fixed in acf.shipped.fixed if arch_flag_archs(fixed.flag) is not None)
+    if refused(own) or not all(_CODE.fullmatch(code) for code in arch_model.read(own).codes):
+        return None  # flags no nvcc takes ([baseline] edited by hand): nothing to say what they build with
     printed = arch_words(acf, stage)
     return (own, printed) if own and printed else None
 
