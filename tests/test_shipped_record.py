@@ -130,8 +130,10 @@ def test_flags_builds_the_arch_as_the_shipped_gencode_does(tmp_path: Path) -> No
     ("-arch=compute_80 -code=sm_80", ["-arch=compute_80", "-code=sm_80"]),
     ("--gpu-architecture=compute_80 --gpu-code=sm_80", ["-arch=compute_80", "-code=sm_80"]),
     ("-code sm_80 -arch compute_80", ["-arch=compute_80", "-code=sm_80"]),
-    ("-arch=compute_80 -code=sm_80,compute_80", ["-arch=sm_80"]),
-    ("--gpu-architecture compute_80 --gpu-code=compute_80,sm_80", ["-arch=sm_80"]),
+    # -arch=sm_80 builds the same, but appended to a command that gives -code nvcc stops ("must be a
+    # virtual code architecture"): nvcc keeps every -code, so these words build it appended or alone
+    ("-arch=compute_80 -code=sm_80,compute_80", ["-arch=compute_80", "-code=sm_80", "-code=compute_80"]),
+    ("--gpu-architecture compute_80 --gpu-code=compute_80,sm_80", ["-arch=compute_80", "-code=sm_80", "-code=compute_80"]),
 ])
 def test_flags_builds_the_arch_as_the_shipped_arch_and_code_flags_do(tmp_path: Path, shipped: str,
                                                                      expected: list[str]) -> None:

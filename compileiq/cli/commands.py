@@ -186,7 +186,7 @@ def flags(
     from compileiq.results import acf, arch_replace, flag_formats
 
     found = acf.read(acf_file)
-    if problem := flags_problem(found):  # the tuned macros held to tune.toml, as the gate holds them
+    if problem := flags_problem(found) or arch_replace.broken(found, fmt, stage, arch):  # macros; arch words that stop nvcc
         raise UsageError(problem)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n", flush=True)  # before the notes: never mid-line on a terminal

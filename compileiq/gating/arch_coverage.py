@@ -46,7 +46,8 @@ def dropped(acf: acf_file.Acf, command: CompileCommand) -> bool:
     archs the gate cannot name: not said to drop it."""
     if acf.shipped is None or any(arch in _EVERY for arch in command.archs):
         return False
-    tuned = any(acf.arch in (arch_flag_archs(fixed.flag) or ()) for fixed in acf.shipped.fixed)
+    tuned = any(acf.arch in (arch_flag_archs(fixed.flag) or ()) for fixed in acf.shipped.fixed
+                if not fixed.why.startswith(shipped.OVERRIDDEN_ARCH.partition("{")[0]))  # that builds nothing
     return tuned and acf.arch not in command.archs
 
 

@@ -27,7 +27,7 @@ from compileiq.source.base_flags import (
     parse_base_flags,
     quoted_path_problem,
 )
-from compileiq.source.shipped import arch_flag_archs, to_remove
+from compileiq.source.shipped import OVERRIDDEN_ARCH, arch_flag_archs, to_remove
 from compileiq.source.spec import (
     MODES,
     FixedFlag,
@@ -35,6 +35,8 @@ from compileiq.source.spec import (
     ShippedSetting,
     metric_regex_problem,
 )
+
+_OVERRIDDEN = OVERRIDDEN_ARCH.partition("{")[0]  # an -arch a later one overrides: it builds nothing
 
 
 class AcfError(UsageError):
@@ -331,7 +333,7 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
         archs_of |= dict(paired([(f.flag, a) for f in fixed_flags if f.applied is applied
                                  and (a := arch_flag_archs(f.flag))]))
     for fixed in fixed_flags:
-        archs = archs_of.get(fixed.flag)
+        archs = archs_of.get(fixed.flag) if not fixed.why.startswith(_OVERRIDDEN) else None  # builds nothing
         if archs and not fixed.applied and set(archs) == {arch}:
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
                            f"out for building another arch (edited by hand?)")

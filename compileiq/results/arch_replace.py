@@ -1,8 +1,10 @@
-"""Whether `flags`' arch words, appended to the command the ACF was tuned from, replace that
-command's own: nvcc takes the last `-arch` and the last `-code` it is given (13.0: "incompatible
-redefinition for option 'gpu-architecture', the last value of this option was used"), so the
-`-arch=compute_90 -code=sm_120` of an ACF tuned from `--gpu-architecture=compute_90
---gpu-code=sm_90,sm_120` would build sm_120 alone. A `-gencode` adds an arch and is never replaced."""
+"""What `flags`' arch words do appended to the command the ACF was tuned from, read as nvcc 13.0
+reads a command's arch flags together (`arch_model`, checked with nvcc --dryrun): the last -arch
+wins, every -code is kept, and each -gencode adds its own pair. So `-arch=compute_80 -code=sm_90`
+appended to `-arch=compute_80 -code=sm_80,sm_90` still builds sm_80 and sm_90 (sm_80 unchecked),
+while `-arch=sm_90` appended to `--gpu-architecture=compute_90 --gpu-code=sm_90,compute_90` would
+stop nvcc ("must be a virtual code architecture"): `broken` names words that would, and `flags`
+refuses to print them; `replaced_note` says what the words that work build."""
 
 from __future__ import annotations
 
@@ -10,38 +12,72 @@ import re
 
 from compileiq.results.acf import Acf
 from compileiq.results.flag_formats import arch_words
+from compileiq.source import arch_model
+from compileiq.source.arch_code import gencode, incompatible, refused
 from compileiq.source.shipped import arch_flag_archs
 
-_KINDS = {"-arch": "-arch", "--gpu-architecture": "-arch", "-code": "-code", "--gpu-code": "-code"}
+_CODE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?")
+_RULE = "nvcc keeps the last -arch and builds every -code given"
 
 
-def _split(flag: str) -> tuple[str | None, str]:
-    """(-arch or -code, its value) of an arch option as given (`-arch sm_90`, `--gpu-code=sm_90`); (None, "") else."""
-    option, value = (*re.split(r"[= ]", flag.strip(), maxsplit=1), "")[:2]
-    return _KINDS.get(option), value.strip()
+def _appended(acf: Acf, fmt: str, stage: str, with_arch: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(the command's own arch flags, in its order; the arch words `flags` prints), where both hold some."""
+    if acf.shipped is None or not with_arch or fmt not in ("args", "optf") or stage == "ptxas":
+        return None
+    own = tuple(fixed.flag for fixed in acf.shipped.fixed if arch_flag_archs(fixed.flag) is not None)
+    if refused(own) or not all(_CODE.fullmatch(code) for code in arch_model.read(own).codes):
+        return None  # flags no nvcc takes ([baseline] edited by hand): nothing to say what they build with
+    printed = arch_words(acf, stage)
+    return (own, printed) if own and printed else None
+
+
+def _built(flags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """What the arch flags embed, as `arch_model.ArchFlags.built` says, each -gencode's pairs added."""
+    pairs = [(code, f"compute_{found[0]}") for flag in flags if (found := gencode(flag.strip())) is not None
+             for code in found[1]]
+    return tuple(dict.fromkeys((*arch_model.read(flags).built(), *pairs)))
+
+
+def broken(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
+    """One line where the arch words `flags` gives (args, optf), appended to the command the ACF
+    records, make arch flags nvcc refuses: the build would stop, so they are not printed."""
+    if (found := _appended(acf, fmt, stage, with_arch)) is None:
+        return None
+    own, printed = found
+    combined = (*own, *printed)
+    pair = incompatible(combined)
+    why = refused(combined) or (f"arch={pair[0]} paired with code={pair[1]} (nvcc: \"Incompatible code generation "
+                                "requested\")" if pair is not None else None)
+    if why is None:
+        return None
+    assert acf.shipped is not None
+    return (f"appended to your build's command ({acf.shipped.origin}), the arch words {' '.join(printed)} would leave "
+            f"its arch flags holding {why} ({_RULE}), so nvcc would build nothing: keep the command's arch flags "
+            f"and append `compileiq flags --no-arch` (the command builds {arch_model.names(_built(own))}; the "
+            f"settings were checked on {acf.arch} only)")
 
 
 def replaced_note(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
-    """One line for stderr where the arch words `flags` gives (args, optf) would replace the arch
-    options of the command the ACF records (`[[baseline.fixed]]`), and which archs that build loses."""
-    if acf.shipped is None or not with_arch or fmt not in ("args", "optf") or stage == "ptxas":
+    """One line for stderr where the arch words `flags` gives (args, optf) override the -arch of the
+    command the ACF records (`[[baseline.fixed]]`), or change what it builds: what nvcc then builds."""
+    if (found := _appended(acf, fmt, stage, with_arch)) is None or broken(acf, fmt, stage, with_arch):
         return None
-    printed = arch_words(acf, stage)
-    ours = {kind: value for kind, value in map(_split, printed) if kind is not None}
-    own = [fixed.flag for fixed in acf.shipped.fixed if _split(fixed.flag)[0] is not None]
-    replaced = [flag for flag in own if (kind := _split(flag)[0]) in ours and ours[kind] != _split(flag)[1]]
-    if not replaced:
+    own, printed = found
+    before, after = _built(own), _built((*own, *printed))
+    arch = arch_model.read(own).arch
+    others = [made for made, _ in after if made.startswith("sm_") and made != acf.arch]  # machine code: ptxas runs
+    if before == after and (arch is None or (arch == arch_model.read(printed).arch and not others)):
         return None
-    built = _machine_code(printed)
-    lost = [arch for arch in _machine_code(tuple(own)) if arch not in built]
-    loses = f", no {', '.join(lost)}" if lost else ""
-    return (f"note: appended to your build's command ({acf.shipped.origin}), {' '.join(printed)} replaces its own "
-            f"{' '.join(replaced)} (nvcc takes the last -arch and -code given), so it builds "
-            f"{', '.join(built) or acf.arch} alone{loses}: keep the command's arch flags and append "
-            f"`compileiq flags --no-arch` instead (the settings were checked on {acf.arch} only)")
-
-
-def _machine_code(flags: tuple[str, ...]) -> tuple[str, ...]:
-    """The sm_XY archs arch options build: their -code list where they give one, else their -arch."""
-    codes = tuple(flag for flag in flags if _split(flag)[0] == "-code") or flags
-    return tuple(dict.fromkeys(arch for flag in codes for arch in arch_flag_archs(flag) or ()))
+    assert acf.shipped is not None
+    start = f"note: appended to your build's command ({acf.shipped.origin}), {' '.join(printed)}"
+    if before == after:
+        unchecked = f": {', '.join(others)} {'gets' if len(others) == 1 else 'get'} them unchecked" if others else ""
+        kept = "kept" if arch == arch_model.read(printed).arch else "overridden"
+        return (f"{start} builds what the command builds, {arch_model.names(after)} ({_RULE}; its -arch={arch} "
+                f"{kept}): the settings were checked on {acf.arch} only{unchecked}")
+    lost, added = [b for b in before if b not in after], [a for a in after if a not in before]
+    change = "; ".join(([f"no {arch_model.names(lost)}"] if lost else [])
+                       + ([f"{arch_model.names(added)} added"] if added else []))
+    return (f"{start} makes it build {arch_model.names(after)} where it builds {arch_model.names(before)} ({_RULE}): "
+            f"{change}; keep the command's arch flags and append `compileiq flags --no-arch` instead (the settings "
+            f"were checked on {acf.arch} only)")

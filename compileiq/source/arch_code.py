@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from compileiq.source import arch_model
+
 _GENCODE_OPTIONS = ("-gencode", "--generate-code")
 # [0-9], never \d: Python's \d takes any Unicode digit (compute_９０), which nvcc refuses
 _SOURCE = re.compile(r"compute_([0-9]+[a-z]?)")
 _CODE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?")
 _NUMBER = re.compile(r"[0-9]+")
 _VIRTUAL = re.compile(r"(?:-arch|--gpu-architecture)[= ]((?:sm|compute)_[0-9]+[a-z]?)")  # -arch=compute_80
-_CODES = re.compile(r"(?:-code|--gpu-code)[= ]((?:sm|compute)_[0-9]+[a-z]?(?:,(?:sm|compute)_[0-9]+[a-z]?)*)")
 _ARCH_VALUE = re.compile(r"(?:sm|compute|lto)_[0-9]+[a-z]?|all|all-major|native")  # one arch per -arch
 _ARCH_OPTIONS = ("-arch", "--gpu-architecture")
 _CODE_OPTIONS = ("-code", "--gpu-code")
@@ -74,19 +75,13 @@ def incompatible(flags: Iterable[str]) -> tuple[str, str] | None:
     """(arch, code) of a pair nvcc refuses ("Incompatible code generation requested"): machine code
     older than the PTX it would be made from (`-arch=compute_100 -code=sm_90`), or PTX of another
     arch (`-gencode arch=compute_90,code=compute_80`); None where there is none. Read as nvcc
-    reads them: a -gencode's own pair, and -arch=compute_XY with every -code."""
-    pairs: list[tuple[str, str]] = []
-    virtual: list[str] = []
-    listed: list[str] = []
-    for given in flags:
-        text = given.strip()
-        if (found := gencode(text)) is not None:
-            pairs += [(found[0], code) for code in found[1]]
-        elif (named := _VIRTUAL.fullmatch(text)) is not None and named[1].startswith("compute_"):
-            virtual.append(named[1].removeprefix("compute_"))
-        elif (codes := _CODES.fullmatch(text)) is not None:
-            listed += codes[1].split(",")
-    pairs += [(source, code) for source in virtual for code in listed]
+    reads them: a -gencode's own pair, and the last -arch=compute_XY with every -code (an earlier
+    -arch is dropped unchecked: `arch_model`)."""
+    flags = list(flags)
+    pairs = [(found[0], code) for text in flags if (found := gencode(text.strip())) is not None for code in found[1]]
+    read = arch_model.read(flags)
+    if read.virtual is not None:
+        pairs += [(read.virtual, code) for code in read.codes if _CODE.fullmatch(code)]
     for source, made in pairs:
         number, wanted = int(_NUMBER.findall(made)[0]), int(_NUMBER.findall(source)[0])
         if number < wanted or (made.startswith("compute_") and number != wanted):
@@ -126,6 +121,7 @@ class ShippedCode:
     source: str  # the XY of compute_XY the front end compiles for
     machine: bool
     ptx: bool
+    coded: bool = False  # said with -arch=compute_XY -code=...: -arch=sm_XY appended to such a command stops nvcc
 
     @property
     def ptx_only(self) -> bool:
@@ -144,6 +140,8 @@ class ShippedCode:
         if self.ptx_only:
             # two -code words, which nvcc reads as the list -code=sm_XY,compute_XY: a comma is no plain word
             return (f"-arch=compute_{n}", f"-code=sm_{n}", f"-code=compute_{n}") if machine_code else (f"-arch=compute_{n}",)
+        if self.ptx and self.coded:  # -arch=sm_XY builds it alike, but nvcc refuses it after a -code
+            return (f"-arch=compute_{n}", f"-code=sm_{n}", f"-code=compute_{n}")
         if self.ptx:  # machine code and PTX of its own arch: -arch=sm_XY itself
             return None
         return (f"-arch=compute_{v}", f"-code=sm_{n}")
@@ -158,19 +156,16 @@ def shipped_code(flags: Iterable[str], arch: str) -> ShippedCode | None:
     number = arch.removeprefix("sm_")
     sources: set[str] = set()
     codes: set[str] = set()
-    virtual: set[str] = set()  # the -arch/--gpu-architecture values
-    listed: set[str] = set()  # the -code/--gpu-code values
+    flags = list(flags)
     for given in flags:
-        text = given.strip()
-        if (found := gencode(text)) is not None:
+        if (found := gencode(given.strip())) is not None:
             sources.add(found[0])
             codes.update(found[1])
-        elif (named := _VIRTUAL.fullmatch(text)) is not None:
-            virtual.add(named[1])
-        elif (code := _CODES.fullmatch(text)) is not None:
-            listed.update(code[1].split(","))
-    if len(virtual) > 1 or (listed and not virtual):
-        return None  # nvcc refuses both
+    read = arch_model.read(flags)  # the last -arch, every -code
+    virtual = {read.arch} if read.arch is not None and _VIRTUAL.fullmatch(f"-arch={read.arch}") else set()
+    listed = set(read.codes)
+    if (listed and not virtual) or (read.arch is not None and not virtual):
+        return None  # nvcc refuses a -code without -arch; an arch set is no one arch
     for value in virtual:
         kind, _, named_number = value.partition("_")
         if listed and kind != "compute":
@@ -183,7 +178,7 @@ def shipped_code(flags: Iterable[str], arch: str) -> ShippedCode | None:
     machine, ptx = f"sm_{number}" in codes, f"compute_{source}" in codes
     if codes - {f"sm_{number}", f"compute_{source}"} or (ptx and source != number) or not (machine or ptx):
         return None  # another arch's code, or another arch's PTX embedded beside it
-    return ShippedCode(number, source, machine, ptx)
+    return ShippedCode(number, source, machine, ptx, coded=bool(listed))
 
 
 def ptx_arch(flags: Iterable[str], arch: str) -> str:
@@ -193,20 +188,11 @@ def ptx_arch(flags: Iterable[str], arch: str) -> str:
     (-arch=sm_86 -ptx: compute_86). Trials, the baseline and the gate's rebuild all compile so;
     ptxas still targets `arch`. Read from the numbers the flags name, never echoed."""
     number = arch.removeprefix("sm_")
-    sources: set[str] = set()
-    virtual: set[str] = set()
-    listed: set[str] = set()
-    for given in flags:
-        text = given.strip()
-        if (found := gencode(text)) is not None:
-            if f"sm_{number}" in found[1]:
-                sources.add(found[0])
-        elif (named := _VIRTUAL.fullmatch(text)) is not None:
-            virtual.add(named[1])
-        elif (code := _CODES.fullmatch(text)) is not None:
-            listed.update(code[1].split(","))
-    if len(virtual) == 1 and f"sm_{number}" in listed and (value := next(iter(virtual))).startswith("compute_"):
-        sources.add(value.removeprefix("compute_"))
+    flags = list(flags)
+    sources = {found[0] for text in flags if (found := gencode(text.strip())) is not None and f"sm_{number}" in found[1]}
+    read = arch_model.read(flags)  # the last -arch, every -code
+    if read.virtual is not None and f"sm_{number}" in read.codes:
+        sources.add(read.virtual)
     if len(sources) != 1 or (source := next(iter(sources))) == number:
         return arch  # none, its own, or more than one (nvcc refuses two sources for one arch)
     return f"compute_{source}"
@@ -223,16 +209,14 @@ def arch_args(flags: Iterable[str], arch: str, machine_code: bool = False) -> tu
 def paired(arch_flags: Sequence[tuple[str, tuple[str, ...]]]) -> list[tuple[str, tuple[str, ...]]]:
     """Each arch flag as given with the archs it builds for, read together: beside a -code flag,
     `-arch=compute_80` only names the PTX the -code machine code is made from, so it builds what
-    the -code flags build (`-arch=compute_80 -code=sm_86` builds sm_86, nothing for sm_80)."""
-    def option(given: str) -> str:
-        return given.strip().partition(" ")[0].partition("=")[0]
-
-    codes = [archs for given, archs in arch_flags if option(given) in _CODE_OPTIONS]
-    if not codes:
-        return list(arch_flags)
+    the -code flags build (`-arch=compute_80 -code=sm_86` builds sm_86, nothing for sm_80); an -arch
+    a later one overrides builds nothing (nvcc keeps the last: `arch_model`)."""
+    options = [arch_model.option(given)[0] for given, _ in arch_flags]
+    last = max((i for i, name in enumerate(options) if name in _ARCH_OPTIONS), default=-1)
+    codes = [archs for (_, archs), name in zip(arch_flags, options, strict=True) if name in _CODE_OPTIONS]
     built = tuple(dict.fromkeys(a for archs in codes for a in archs))
-    return [(given, built if option(given) in _ARCH_OPTIONS and "compute_" in given else archs)
-            for given, archs in arch_flags]
+    return [(given, () if name in _ARCH_OPTIONS and i != last else built if codes and name in _ARCH_OPTIONS
+             and "compute_" in given else archs) for i, ((given, archs), name) in enumerate(zip(arch_flags, options, strict=True))]
 
 
 def code_note(flags: Iterable[str], arch: str) -> str | None:
@@ -273,22 +257,10 @@ def ptx_only_archs(flags: Iterable[str]) -> tuple[str, ...]:
     `80-virtual`: `-gencode arch=compute_80,code=[compute_80]`, or `-arch=compute_80` alone): ptxas
     never runs for it at build time; the driver JIT-compiles the PTX on GPUs without code of their
     own. Read from the numbers the flags name, never echoed; in the order first named."""
-    codes: list[str] = []
-    virtual: list[str] = []
-    listed: list[str] = []
-    for given in flags:
-        text = given.strip()
-        if (found := gencode(text)) is not None:
-            codes += found[1]
-        elif (named := _VIRTUAL.fullmatch(text)) is not None:
-            virtual.append(named[1])
-        elif (code := _CODES.fullmatch(text)) is not None:
-            listed += code[1].split(",")
-    if listed:
-        codes += listed  # beside -code, -arch=compute_XY names only the PTX the machine code is made from
-    else:
-        codes += [c for v in virtual for c in (
-            (v,) if v.startswith("compute_") else (v, f"compute_{v.removeprefix('sm_')}"))]
+    flags = list(flags)
+    codes = [code for text in flags if (found := gencode(text.strip())) is not None for code in found[1]]
+    # the last -arch with every -code (beside -code, -arch=compute_XY names only the PTX they are made from)
+    codes += [made for made, _ in arch_model.read(flags).built()]
     machine = {c.removeprefix("sm_") for c in codes if c.startswith("sm_")}
     ptx = [c.removeprefix("compute_") for c in codes if c.startswith("compute_")]
     return tuple(dict.fromkeys(f"sm_{n}" for n in ptx if n not in machine))

@@ -19,7 +19,15 @@ from compileiq.core import implied
 from compileiq.core.errors import UsageError
 from compileiq.core.space import SearchSpace, Stage, Value
 from compileiq.core.text import printable
-from compileiq.source.arch_code import PTX_ONLY, canonical, ptx_names, ptx_only_archs, shipped_code
+from compileiq.source import arch_model
+from compileiq.source.arch_code import (
+    PTX_ONLY,
+    canonical,
+    ptx_arch,
+    ptx_names,
+    ptx_only_archs,
+    shipped_code,
+)
 from compileiq.source.base_flags import CAPPED, BaseFlags
 from compileiq.source.spec import FixedFlag, ShippedBuild, ShippedSetting
 
@@ -196,6 +204,8 @@ def newest(archs: Iterable[str]) -> str | None:
     return max(archs, key=key, default=None)
 
 
+# how [baseline] records an -arch a later one overrides: nvcc keeps the last -arch (`arch_model`)
+OVERRIDDEN_ARCH = "overridden by the later {later}: nvcc keeps the last -arch, so this one builds nothing"
 TUNED_ARCH = "builds for the arch tuned"  # how [baseline] says so of the command's flag for it (`other_archs`)
 # what [baseline] adds to the why of the -arch=sm_XY that stands for a command naming no arch (`compile_db`);
 # after it, so that a why still starts "builds for " where --arch tuned another (the gate reads it so)
@@ -211,7 +221,12 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
     fixed = []
     arch_flags = list(arch_flags)
     ptx = ptx_only_archs(given for given, _ in arch_flags)  # PTX alone: ptxas settings never reach it
-    for given, archs in arch_flags:
+    last = arch_model.read(given for given, _ in arch_flags).arch
+    for index, (given, archs) in enumerate(arch_flags):
+        later = [g for g, _ in arch_flags[index + 1:] if arch_model.option(g)[0] in arch_model.ARCH_OPTIONS]
+        if arch_model.option(given)[0] in arch_model.ARCH_OPTIONS and later:
+            fixed.append(FixedFlag(given, False, OVERRIDDEN_ARCH.format(later=f"-arch={last}")))
+            continue
         others = [a for a in archs if a != tuned and a not in ptx]
         virtual = [a for a in archs if a != tuned and a in ptx]
         if sets := [ARCH_SETS[a] for a in archs if a in ARCH_SETS]:
@@ -225,7 +240,9 @@ def other_archs(build: ShippedBuild | None, arch_flags: Iterable[tuple[str, tupl
         elif archs == (tuned,):  # the command's own flags for the arch tuned: `flags` builds it alike
             fixed.append(FixedFlag(given, True, TUNED_ARCH))
     code = shipped_code((f.flag for f in fixed if f.why == TUNED_ARCH), tuned)
-    form = " ".join((code.args() if code is not None else None) or (f"-arch={tuned}",))
+    older = ptx_arch((given for given, _ in arch_flags), tuned)  # as `Acf.arch_args` gives it
+    form = " ".join((code.args() if code is not None else None)
+                    or ((f"-arch={older}", f"-code={tuned}") if older != tuned else (f"-arch={tuned}",)))
     if code is not None and code.ptx_only:  # ptxas settings need machine code: `code_note`
         form += f" (PTX only), or {' '.join(code.args(machine_code=True) or ())} with ptxas settings"
     fixed = [replace(f, why=f"{TUNED_ARCH}: flags gives it as {form}") if f.why == TUNED_ARCH else f for f in fixed]
