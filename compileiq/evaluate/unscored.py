@@ -189,20 +189,24 @@ def unscored_refusal(metrics: Mapping[str, Any], before: Unscored | None, agains
 
 
 def by_name(key: str, kernels: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs: by the
-    name tune.toml can give each (`readable`), the compiled name beside it where two share it
-    (overloads), a `label` where that is too long to record; at most
-    `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the ranges refuse (a
-    recorded row must read back as undamaged)."""
-    pairs = sorted(kernels)
-    plains = [readable(name) for name, _ in pairs]
+    """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs, by
+    `labelled` name: at most `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the
+    ranges refuse (a recorded row must read back as undamaged)."""
     named: dict[str, Any] = {}
     _, low, high = metric_ranges.PER_KERNEL[key]
-    for (name, value), plain in zip(pairs, plains, strict=True):
-        name_label = label(plain if plains.count(plain) == 1 else f"{plain} ({name})", name)
+    for name_label, value in labelled(kernels):
         if low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
             named.setdefault(name_label, value)
     return named
+
+
+def labelled(kernels: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """(compiled name, value) pairs, sorted, each by the name tune.toml can give it (`readable`), the
+    compiled name beside it where two share it (overloads), a `label` where that is too long to record."""
+    pairs = sorted(kernels)
+    plains = [readable(name) for name, _ in pairs]
+    return [(label(plain if plains.count(plain) == 1 else f"{plain} ({name})", name), value)
+            for (name, value), plain in zip(pairs, plains, strict=True)]
 
 
 LABEL_START = 150  # characters of a long name a label keeps, before "…#" and its hash
