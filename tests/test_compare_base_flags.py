@@ -185,3 +185,26 @@ def test_the_study_list_names_the_base_flags_that_tell_studies_of_one_kernel_apa
     assert [s["baseline"] for s in json.loads(listed.stdout)] == [
         "your build (compile_commands.json): base flag -std=c++17",
         "your build (compile_commands.json): base flag -std=c++14"]
+
+
+def test_a_comparison_of_two_files_of_one_name_says_which_file_each_study_is(tmp_path: Path) -> None:
+    # a red team's a/k.cu and b/k.cu: `show` names them a/k.cu and b/k.cu, `report --compare` named neither
+    for name, flags in (("a", ["-std=c++17"]), ("b", ["-std=c++17", "-DEXTRA=1"])):
+        _tuned(tmp_path, name, flags)
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    shown = run_cli(["show", "--db", url], tmp_path)
+    assert "a/k.cu" in shown.stdout and "b/k.cu" in shown.stdout, shown.stdout
+    result = run_cli(["report", "--compare", "a", "b", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert result.stdout.startswith("# compileiq comparison: a (a/k.cu) vs b (b/k.cu)\n"), result.stdout
+    assert "| kernel file | a/k.cu | b/k.cu |" in result.stdout, result.stdout
+    assert "| a (a/k.cu) | static" in result.stdout, result.stdout
+    page = run_cli(["report", "--compare", "a", "b", "--db", url, "-o", "c.html"], tmp_path)
+    assert page.returncode == 0, page.describe()
+    assert "<td>kernel file</td><td>a/k.cu</td><td>b/k.cu</td>" in (tmp_path / "c.html").read_text()
+    # a forged run's path is never shown: b is read as recording none, and one path tells nothing apart (as show)
+    forge_run(tmp_path / "t.db", {"kernel_path": "../etc/k.cu"}, study_id=2)
+    forged = run_cli(["report", "--compare", "a", "b", "--db", url, "-o", "-", "--format", "md"], tmp_path)
+    assert forged.returncode == 0 and "etc" not in forged.stdout, forged.stdout
+    assert forged.stdout.startswith("# compileiq comparison: a vs b\n"), forged.stdout
+    assert "kernel file" not in forged.stdout, forged.stdout

@@ -297,7 +297,7 @@ def test_every_view_says_what_the_chosen_flags_did_to_unscored_kernels_registers
 
 
 def test_register_changes_name_a_few_then_how_many_more_and_read_older_rows() -> None:
-    from compileiq.evaluate.unscored import registers_text, scored
+    from compileiq.evaluate.unscored_views import registers_text, scored
 
     def metrics(registers: dict[str, int] | None) -> dict[str, object]:
         table = {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 5}
@@ -391,7 +391,8 @@ def test_each_unscored_kernel_is_held_to_its_own_spills_in_tune_and_the_gate(tmp
 
 
 def test_an_unscored_row_recorded_before_each_kernels_facts_holds_the_group_and_says_so() -> None:
-    from compileiq.evaluate.unscored import Unscored, scoring_text, unscored_refusal
+    from compileiq.evaluate.unscored import Unscored, unscored_refusal
+    from compileiq.evaluate.unscored_views import scoring_text
 
     def metrics(spills: int, per_kernel: bool) -> dict[str, object]:
         table: dict[str, object] = {"spill_bytes": spills, "occupancy": 0.5, "spilling": ["a"], "kernels": 2}
@@ -431,7 +432,8 @@ def test_an_overloaded_kernel_is_named_one_way_in_the_unscored_tables_the_acf_an
     """Overloads share the name tune.toml gives them: the unscored tables named each "foo (_Z3fooPi)"
     while the ACF's launch_by_kernel keyed it "_Z3fooPi", so one kernel read two ways in one file.
     Every place names it as `entry_names.kernel_names` does; the gate still reads an older ACF's keys."""
-    from compileiq.evaluate.unscored import by_name, scored
+    from compileiq.evaluate.unscored import by_name
+    from compileiq.evaluate.unscored_views import scored
     from compileiq.gating.recorded_launch import ScoredKernel, occupancy_at, recorded_launch
     from compileiq.results.evidence import launch_by_kernel, shown_metrics
 
@@ -449,3 +451,52 @@ def test_an_overloaded_kernel_is_named_one_way_in_the_unscored_tables_the_acf_an
     older = {"_Z3fooPi": {"block_size": 128, "dynamic_smem": 0}, "_Z3fooPf": {"block_size": 256, "dynamic_smem": 0},
              "bar": {"block_size": 64, "dynamic_smem": 0}}
     assert now is not None and occupancy_at(recorded_launch({"launch_by_kernel": older}), kernels, "sm_90") == now
+
+
+def test_every_view_says_what_the_chosen_flags_did_to_unscored_kernels_occupancy(tmp_path: Path) -> None:
+    # a red team's `spills` run: the chosen cap halved an unscored kernel's occupancy (a trade the rules let
+    # `spills` make for fewer spill bytes of its own) while every view said each was "held to its own spills
+    # and occupancy" and none said what the flags did to its occupancy
+    from tests.test_launch_bound_unlaunchable import BODY
+    kernel = r"""
+extern "C" __global__ void __launch_bounds__(256, 2)
+NAME(const float* __restrict__ x, const float* __restrict__ coef, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return;
+    BODY(float, acc, x, coef, y, i, n)
+}
+"""
+    (tmp_path / "k.cu").write_text("#define TAPS 64\n" + BODY + kernel.replace("NAME", "hot") + kernel.replace("NAME", "warm"))
+    (tmp_path / "tune.toml").write_text('arch = "sm_90"\nentries = ["hot"]\nblock_size = 256\n')
+    done = run_cli(["tune", "k.cu", "--objective", "spills", "--budget", "16", "--strategy", "random", "--seed", "3",
+                    "--only", "ptxas.maxrregcount,ptxas.override_directive_values", "--workers", "local",
+                    "--db", "sqlite:///t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    said = "other kernels' occupancy: warm 25.0% -> 12.5%"
+    held = "1 other kernel(s) of the file each held to its own spills in the baseline, and to its occupancy unless " \
+           "it spills less (never to 0%)"
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///t.db", "--json"], cwd=tmp_path).stdout)
+    scored = shown["objective"]["scored"]
+    assert scored["occupancy_text"] == said and scored["occupancy_changed"] == [
+        {"kernel": "warm", "baseline": 0.25, "chosen": 0.125}], scored
+    assert scored["held"] == held.removeprefix("1 other kernel(s) of the file "), scored
+    table = run_cli(["show", "1", "--db", "sqlite:///t.db"], cwd=tmp_path)
+    report = run_cli(["report", "1", "--db", "sqlite:///t.db", "--format", "md", "-o", "-"], cwd=tmp_path)
+    for view in (done.stdout, table.stdout, report.stdout):  # tune's summary, show, the report
+        assert said in " ".join(view.split()) and held in " ".join(view.split()), view
+        assert "held to its own spills and occupancy" not in " ".join(view.split()), view
+    acf = tomllib.loads((tmp_path / "k.acf.toml").read_text())
+    assert acf["evidence"]["vs_defaults"]["unscored_occupancy"] == said, acf["evidence"]["vs_defaults"]
+
+
+def test_what_unscored_kernels_are_held_to_is_said_per_objective() -> None:
+    from compileiq.evaluate.unscored_views import occupancy_text, scoring_text
+
+    def metrics(occupancy: float) -> dict[str, object]:
+        return {"entries": [{"name": "hot", "entry": True}], "unscored": {
+            "spill_bytes": 0, "occupancy": occupancy, "spilling": [], "kernels": 1, "registers": {"warm": 40},
+            "kernel_spill_bytes": {"warm": 0}, "kernel_occupancy": {"warm": occupancy}}}
+    assert "each held to its own spills and occupancy in the baseline;" in str(scoring_text(metrics(0.5), metrics(0.5), "static"))
+    assert "and to its occupancy unless it spills less" in str(scoring_text(metrics(0.5), metrics(0.25), "spills"))
+    assert occupancy_text(metrics(0.5), metrics(0.5)) == "other kernels' occupancy: unchanged"
+    assert occupancy_text(metrics(0.5), {"unscored": {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1}}) \
+        == "other kernels' occupancy: not recorded (a result recorded before they were, or damaged)"

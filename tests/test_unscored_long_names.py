@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from compileiq.core import metric_ranges
-from compileiq.evaluate.unscored import (
-    Unscored,
-    by_name,
-    registers_text,
-    scoring_text,
-    unscored_harm,
-    unscored_refusal,
-)
+from compileiq.evaluate.unscored import Unscored, by_name, unscored_harm, unscored_refusal
+from compileiq.evaluate.unscored_views import registers_text, scoring_text
 from tests.helpers import run_cli
 
 SPILLING = """\

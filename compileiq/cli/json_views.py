@@ -10,7 +10,7 @@ from compileiq.cli.console import kind_label
 from compileiq.cli.render import baseline_label_of, config_of, launch_note, to_time_entries
 from compileiq.core.readings import reading
 from compileiq.core.records import Study, Trial
-from compileiq.evaluate import unscored
+from compileiq.evaluate import unscored_views
 
 if TYPE_CHECKING:
     from compileiq import app
@@ -66,8 +66,8 @@ def objective_json(objective: str, baseline: Mapping[str, Any] | None = None,
     Several objectives have no one unit or direction: each is given in `objectives`, in order. Where
     tune.toml's entries left kernels unscored (the `baseline` trial's metrics say so), `scored` names
     the kernels it scored and, with the `chosen` trial's metrics, what its settings did to the others'
-    registers (`unscored.scored`)."""
-    found = unscored.scored(baseline, chosen) if baseline is not None else None
+    registers and occupancy, and what the rules held them to (`unscored_views.scored`)."""
+    found = unscored_views.scored(baseline, chosen, objective) if baseline is not None else None
     scored = {"scored": found} if found is not None else {}
     if "," in objective:
         each = [_reading_json(name) for name in objective.split(",")]

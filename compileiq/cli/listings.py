@@ -30,7 +30,7 @@ from compileiq.core.records import (
     unchosen,
 )
 from compileiq.core.space import Parameter, same
-from compileiq.evaluate import unscored
+from compileiq.evaluate import unscored_views
 
 if TYPE_CHECKING:
     from compileiq.core.space import SearchSpace
@@ -221,8 +221,8 @@ def trials_table(study: Study, explanation: Explanation, trials: list[Trial]) ->
     from compileiq.results.recorded_sources import recorded_path
 
     objective, path = study.key.objective, recorded_path(explanation.runs, study.key.kernel)
-    scoring = unscored.scoring_text(explanation.baseline.metrics, explanation.chosen.metrics if explanation.chosen
-                                    else None) if explanation.baseline is not None else None
+    scoring = unscored_views.scoring_text(explanation.baseline.metrics, explanation.chosen.metrics if explanation.chosen
+                                          else None, objective) if explanation.baseline is not None else None
     title = (f"{study.name}{f' ({path})' if path else ''}: trials, chosen first ({objective}, {kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))

@@ -26,7 +26,7 @@ from compileiq.core.readings import reading
 from compileiq.core.records import Trial
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.text import db_option
-from compileiq.evaluate.unscored import scoring_text
+from compileiq.evaluate.unscored_views import scoring_text
 from compileiq.source.shipped import to_remove
 
 if TYPE_CHECKING:  # the command must start fast (`compileiq flags` runs once per kernel in a build)
@@ -62,7 +62,7 @@ def print_report(report: app.TuneReport) -> None:
     result = report.result
     counters = result.counters
     objective = result.study.key.objective
-    scoring = scoring_text(result.baseline.metrics, result.chosen.metrics)  # as show, report and --json say it
+    scoring = scoring_text(result.baseline.metrics, result.chosen.metrics, objective)  # as show, report and --json say it
     title = (f"{report.kernel.name}: {objective} ({kind_label(objective)}; {reading(objective).heading}"
              f"{f'; {scoring}' if scoring else ''})")
     table = Table(title=Text(safe(title)))

@@ -5,6 +5,7 @@ a shared database, a row of an export and an edited ACF are all held to these ra
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -41,6 +42,29 @@ def problem(values: Mapping[str, Any]) -> str | None:
             return f"{key} = {shown(value)!r} must be {what} {bounds}"
     if "unscored" in values and (nested := unscored_problem(values["unscored"])):
         return f"unscored.{nested}"
+    if "bounds" in values and (nested := bounds_problem(values["bounds"])):
+        return f"bounds.{nested}"
+    return None
+
+
+ARCH = re.compile(r"sm_\d{2,3}[af]?")
+
+
+def bounds_problem(table: Any) -> str | None:
+    """For a `bounds` table (`evaluate.launch_bound`): an architecture, and at most MAX_NAMED_KERNELS
+    kernel names each with [threads 1-1024, registers 0-255, static shared bytes]; else what is wrong."""
+    if not isinstance(table, Mapping) or not isinstance(arch := table.get("arch"), str) or not ARCH.fullmatch(arch):
+        return f" = {shown(table)!r} must be a table with an arch (sm_90)"
+    kernels = table.get("kernels")
+    if not isinstance(kernels, Mapping) or len(kernels) > MAX_NAMED_KERNELS:
+        return f"kernels = {shown(kernels)!r} must be a table of at most {MAX_NAMED_KERNELS} kernels"
+    limits = (RANGES["block_size"], RANGES["registers"], RANGES["dynamic_smem"])
+    for name, facts in kernels.items():
+        if not is_kernel_name(name):
+            return f"kernels: {shown(name)!r} must be a kernel name of 1 to {MAX_KERNEL_NAME} printable characters"
+        if not isinstance(facts, list) or len(facts) != 3 or not all(
+                is_count(value) and low <= value <= high for value, (_, low, high) in zip(facts, limits, strict=True)):
+            return f"kernels.{shown(name)} = {shown(facts)!r} must be [threads 1-1024, registers 0-255, shared bytes]"
     return None
 
 

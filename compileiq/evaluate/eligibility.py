@@ -15,6 +15,8 @@ GPU must be safe to apply blind, so every static objective is bound by these rul
   fewer spill bytes (that trade is what they are asked for), never for anything else;
 - the kernels tune.toml's `entries` leave unscored are held to the same spill and occupancy rules
   (`unscored`): -Xptxas flags build every kernel of the file, whatever the objective scores;
+- every kernel of the build, scored or not, that the defaults' build can launch at the threads its
+  __launch_bounds__ declares must still launch there (`launch_bound`), whatever the objective;
 - a candidate replaces the defaults only if it is strictly better on the objective; among equals
   the one with the fewest changed settings wins, the defaults first.
 
@@ -35,6 +37,7 @@ from typing import Any
 
 from compileiq.core.records import SCREEN, SEARCH, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
+from compileiq.evaluate.launch_bound import Bounds, bound_refusal
 from compileiq.evaluate.unscored import Unscored, unscored_refusal
 from compileiq.source.spec import SHIPPED, ShippedBuild
 
@@ -115,6 +118,7 @@ class Reference:
     objective: str = "static"  # the study's objective(s), comma-separated
     against: str = DEFAULTS  # what the baseline is, for refusals: "your build as shipped (...)" where it is
     unscored: Unscored | None = None  # the kernels tune.toml's `entries` leave unscored (None: it names none)
+    bounds: Bounds | None = None  # every kernel's __launch_bounds__ as built (None: a row recorded before them)
 
     @classmethod
     def of(cls, baseline: Trial, objective: str = "static", against: str = DEFAULTS) -> Reference | None:
@@ -123,7 +127,7 @@ class Reference:
         if baseline.state is not TrialState.COMPLETE or missing_metrics(metrics) is not None:
             return None
         return cls(int(metrics["spill_bytes"]), float(metrics["occupancy"]), dict(baseline.config), objective,
-                   against, Unscored.of(metrics))
+                   against, Unscored.of(metrics), Bounds.of(metrics))
 
     @property
     def measured(self) -> bool:
@@ -171,6 +175,8 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     if occupancy == 0.0 < reference.occupancy:
         return ("cannot launch (occupancy 0%: its threads, registers or shared memory per block exceed what an SM "
                 "gives one block)")
+    if unlaunchable := bound_refusal(metrics, reference.bounds):
+        return unlaunchable
     if occupancy < reference.occupancy - 1e-9:
         lower = f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%})"
         if spills >= reference.spill_bytes:

@@ -19,7 +19,7 @@ from compileiq.core.errors import UsageError
 from compileiq.core.processes import first_error_line
 from compileiq.core.space import Config
 from compileiq.core.static_score import StaticMetrics
-from compileiq.evaluate.unscored import by_name
+from compileiq.evaluate.unscored import by_name, labelled
 from compileiq.source.entry_names import (
     entry_matches,
     kernel_names,
@@ -223,6 +223,7 @@ class StaticEvaluator:
             others = tuple(e for e in kernels if e not in entries)  # their launch facts never fail the variant
             details["unscored"] = unscored_facts(others, self._kernel.arch, {
                 e.name: self._launch.unscored_facts(e.name, values, e.max_threads) for e in others})
+        details["bounds"] = bound_facts(kernels, self._kernel.arch)  # every kernel's: a -Xptxas flag builds them all
         if problem := metric_ranges.problem(details):  # never a row that reads back as damaged (and is redone)
             return Evaluation(None, f"compiler report out of range: {problem}", {})
         return Evaluation(objective_value(self._objective, metrics), None, details)
@@ -243,6 +244,15 @@ def unscored_facts(kernels: tuple[EntryResources, ...], arch: str,
             "registers": by_name("registers", ((e.name, e.registers) for e in kernels)),
             "kernel_spill_bytes": by_name("kernel_spill_bytes", ((e.name, e.spill_bytes) for e in kernels)),
             "kernel_occupancy": by_name("kernel_occupancy", occupancy)}
+
+
+def bound_facts(kernels: tuple[EntryResources, ...], arch: str) -> dict[str, Any]:
+    """The `bounds` metric (`launch_bound`): each kernel that declares a bound (PTX .maxntid), scored
+    or not, by label (`unscored.labelled`), as [threads, registers, static shared bytes]; at most
+    MAX_NAMED_KERNELS, the first by name."""
+    named = labelled((e.name, [e.max_threads, e.registers, e.shared_bytes]) for e in kernels)  # overloads told apart
+    facts = [(name, values) for name, values in named if values[0]]
+    return {"arch": arch, "kernels": dict(facts[:metric_ranges.MAX_NAMED_KERNELS])}
 
 
 def plain_fields(record: Any) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from compileiq.evaluate.eligibility import (
     missing_metrics,
     refusal,
 )
+from compileiq.evaluate.launch_bound import Bounds
 from compileiq.evaluate.metrics import Evaluation
 from compileiq.evaluate.timed_key import timed_key
 
@@ -111,7 +112,7 @@ def tiling_reference(config: Config, static: Evaluation, baseline: Reference) ->
     if static.value is None or missing_metrics(static.metrics) is not None:
         return None
     return Reference(int(static.metrics["spill_bytes"]), float(static.metrics["occupancy"]),
-                     config.as_dict(), baseline.objective, baseline.against)
+                     config.as_dict(), baseline.objective, baseline.against, bounds=Bounds.of(static.metrics))
 
 
 class Tilings:

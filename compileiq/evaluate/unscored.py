@@ -9,8 +9,8 @@ neither worse for any one of them than the baseline made it, whatever the object
 (`unscored_refusal`): one kernel's spills removed never hide another's new ones. Rows recorded
 before each kernel's were hold the group (spill bytes summed, the lowest occupancy) and say so.
 Each one's registers are recorded too: no rule holds them (more registers without a spill or lost
-occupancy is no harm), but every view says what the chosen flags did to them (`registers_text`),
-for whoever applies the flags to the whole file.
+occupancy is no harm), but every view says what the chosen flags did to them, and to their occupancy
+(`unscored_views`), for whoever applies the flags to the whole file.
 """
 
 from __future__ import annotations
@@ -189,19 +189,23 @@ def unscored_refusal(metrics: Mapping[str, Any], before: Unscored | None, agains
 
 
 def by_name(key: str, kernels: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs: by the
-    name tune.toml can give each (`readable`), the compiled name beside it where two share it
-    (overloads), a `label` where that is too long to record; at most
-    `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the ranges refuse (a
-    recorded row must read back as undamaged)."""
-    pairs = sorted(kernels)
+    """One of an `unscored` table's PER_KERNEL tables (`key`) of (compiled name, value) pairs, by
+    `labelled` name: at most `metric_ranges.MAX_NAMED_KERNELS`, first by name, and never a value the
+    ranges refuse (a recorded row must read back as undamaged)."""
     named: dict[str, Any] = {}
     _, low, high = metric_ranges.PER_KERNEL[key]
-    for (name, value), called in zip(pairs, kernel_names([name for name, _ in pairs]), strict=True):
-        name_label = label(called, name)
+    for name_label, value in labelled(kernels):
         if low <= value <= high and len(named) < metric_ranges.MAX_NAMED_KERNELS:
             named.setdefault(name_label, value)
     return named
+
+
+def labelled(kernels: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """(compiled name, value) pairs, sorted, each by the name tune.toml can give it (`readable`), the
+    compiled name beside it where two share it (overloads), a `label` where that is too long to record."""
+    pairs = sorted(kernels)
+    return [(label(called, name), value)
+            for (name, value), called in zip(pairs, kernel_names([name for name, _ in pairs]), strict=True)]
 
 
 LABEL_START = 150  # characters of a long name a label keeps, before "…#" and its hash
@@ -224,96 +228,6 @@ def shown(name: str) -> str:
     """A label as a message shows it: a long one's start, and its end (a label's hash tells apart two
     that begin alike)."""
     return name if len(name) <= SHOWN else f"{name[:SHOWN - 21]}…{name[-20:]}"
-
-
-@dataclass(frozen=True)
-class RegisterChange:
-    """An unscored kernel whose registers the chosen settings change (None: not in that build)."""
-
-    kernel: str
-    baseline: int | None
-    chosen: int | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "baseline": self.baseline, "chosen": self.chosen}
-
-    def text(self) -> str:
-        def count(n: int | None) -> str:
-            return "none" if n is None else str(n)
-        return f"{shown(self.kernel)} {count(self.baseline)} -> {count(self.chosen)}"
-
-
-def register_changes(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> tuple[RegisterChange, ...] | None:
-    """The unscored kernels whose registers differ between the baseline's and the chosen trial's
-    metrics, the largest change first; None where either records none (no `entries`, or a row
-    recorded before their registers were)."""
-    before, after = Unscored.of(baseline), Unscored.of(chosen)
-    if before is None or after is None or before.registers is None or after.registers is None:
-        return None
-    was, now = dict(before.registers), dict(after.registers)
-    changes = [RegisterChange(name, was.get(name), now.get(name)) for name in sorted(was.keys() | now.keys())
-               if was.get(name) != now.get(name)]
-    return tuple(sorted(changes, key=lambda c: -abs((c.chosen or 0) - (c.baseline or 0))))
-
-
-
-def registers_text(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> str | None:
-    """`register_changes`, as one phrase: "other kernels' registers: k1 23 -> 25, and 2 more", or
-    "unchanged"; None where the baseline scored every kernel or its build has no other."""
-    if (found := scored(baseline)) is None or not found["unscored_kernels"]:
-        return None
-    if (changes := register_changes(baseline, chosen)) is None:
-        return "other kernels' registers: not recorded (a result recorded before they were, or damaged)"
-    if not changes:
-        return "other kernels' registers: unchanged"
-    named = ", ".join(c.text() for c in changes[:NAMED_CHANGES])
-    more = f", and {len(changes) - NAMED_CHANGES} more" if len(changes) > NAMED_CHANGES else ""
-    return f"other kernels' registers: {named}{more}"
-
-
-def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-    """Which kernels a trial's objective scored where tune.toml's `entries` left others out (the
-    baseline's metrics say it for the study): {"entries": names, "unscored_kernels": how many}; None
-    where every kernel was scored. Every view describes the objective with it (`scoring_text`).
-    With the `chosen` trial's metrics, what its settings did to the others' registers too
-    (`registers_text`, and `registers_changed`: each `register_changes` one)."""
-    if (unscored := Unscored.of(metrics)) is None:
-        return None
-    records = metrics.get("entries")
-    names = kernel_names([str(r.get("name")) for r in records if isinstance(r, Mapping) and r.get("entry")]) \
-        if isinstance(records, list) else []
-    found: dict[str, Any] = {"entries": names, "unscored_kernels": unscored.kernels}
-    if chosen is not None and (text := registers_text(metrics, chosen)) is not None:
-        changes = register_changes(metrics, chosen)
-        found |= {"registers_text": text, "registers_changed": None if changes is None else [c.as_json() for c in changes]}
-    return found
-
-
-def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> str | None:
-    """`scored`, as one phrase: what the objective scored, and what the others were held to; with
-    the `chosen` trial's metrics, what its settings did to the others' registers (`registers_text`)."""
-    if (found := scored(metrics, chosen)) is None:
-        return None
-    others = found["unscored_kernels"]
-    held = f"{others} other kernel(s) of the file{held_as(metrics, chosen)}" if others else \
-        "the baseline's build has no other kernel"
-    registers = f"; {found['registers_text']}" if "registers_text" in found else ""
-    return f"scored only {', '.join(found['entries'])} (tune.toml's entries); {held}{registers}"
-
-
-
-def held_as(baseline: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> str:
-    """What the rules hold the unscored kernels to (`unscored_harm`), as a phrase: each to its own
-    spills and occupancy, or, where the baseline's (or the chosen trial's) row records no kernel's
-    own, the group and why."""
-    rows = [Unscored.of(baseline), *([Unscored.of(chosen)] if chosen is not None else [])]
-    if all(row is not None and row.per_kernel for row in rows):
-        if unnamed := max(row.unnamed for row in rows if row is not None):
-            return (f" held to the baseline's spills and occupancy, each on its own but {unnamed} only as one "
-                    f"group (past the {metric_ranges.MAX_NAMED_KERNELS} kernels a result names, or a result "
-                    "recorded before long names were)")
-        return " each held to its own spills and occupancy in the baseline"
-    return " held as one group to the baseline's spills and occupancy (a result recorded before each kernel's own were)"
 
 
 OCCUPANCY_TOLERANCE = 1e-9  # as the rules compare occupancy (`unscored_harm`, eligibility, the gate)

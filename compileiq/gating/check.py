@@ -163,7 +163,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     baseline = recorded_baseline_of(target.acf)
     objective = str(target.acf.objective.get("name", ""))
     hits += default_hits(measured, defaults, timed=timing is not None, objective=objective, baseline=baseline)
-    hits += scored_kernels.unscored_hits(measured, defaults, objective)
+    hits += scored_kernels.unscored_hits(measured, defaults, objective) + scored_kernels.bound_hits(measured, defaults)
     evidence += baseline_evidence_hits(baseline, defaults)
     held, unvouched = occupancy_hits((("best", recorded, measured), ("baseline", baseline, defaults.build)),
                                      tunes_no_macro(target.acf))  # where its settings hash is not the kernel's

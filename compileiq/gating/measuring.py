@@ -15,6 +15,7 @@ from compileiq.core.space_files import load_space
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
 from compileiq.evaluate import eligibility
+from compileiq.evaluate.launch_bound import Bounds
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.evaluate.unscored import Unscored
 from compileiq.gating import kernel_settings
@@ -188,5 +189,6 @@ def _scored(spec: KernelSpec, build: Build, config: Config, facts: tuple[SourceB
         return Measured(bundle.sha256, toolchain_build, failure=reason, settings_sha256=settings)
     return Measured(bundle.sha256, toolchain_build, None, metrics.spill_bytes, metrics.registers,
                     metrics.occupancy, build.code_hash or "", metrics.instructions, settings,
-                    Unscored.of(evaluation.metrics), kernels=ScoredKernel.all_of(evaluation.metrics), arch=spec.arch,
+                    Unscored.of(evaluation.metrics), bounds=Bounds.of(evaluation.metrics),
+                    kernels=ScoredKernel.all_of(evaluation.metrics), arch=spec.arch,
                     launch=recorded_launch(shown_metrics(evaluation.metrics)), entries=spec.entries)

@@ -13,6 +13,7 @@ from enum import Enum
 
 from compileiq.core.errors import UsageError
 from compileiq.core.static_score import StaticMetrics
+from compileiq.evaluate.launch_bound import Bounds
 from compileiq.evaluate.unscored import Unscored
 from compileiq.gating.recorded_launch import RecordedLaunch, ScoredKernel, occupancy_at
 from compileiq.gating.settings_change import entries_change, launch_changes
@@ -37,6 +38,9 @@ RULES = (
     Rule("occupancy", Severity.ERROR, "occupancy fell below the recorded value"),
     Rule("worse-than-default", Severity.ERROR, "more spills or lower occupancy than the compiler defaults with no "
          "recorded gain that justifies it, or a lower ptxas optimisation level without a recorded runtime gain"),
+    Rule("launch-bound", Severity.ERROR, "a kernel of the file (scored or not) that the baseline's build can launch "
+         "at the threads its __launch_bounds__ declares cannot be launched there with the ACF's flags (more registers "
+         "or shared memory than an SM gives one block)"),
     Rule("risk-not-allowed", Severity.ERROR, "the ACF turns on a numerics-changing or semantics-assuming setting "
          "(fast math, ftz, prec-div, prec-sqrt, fmad, restrict...) that the build that ships does not set and its "
          "tuning was not allowed to search (--allow-numerics/--allow-semantics, tune.toml's allow_*)"),
@@ -113,6 +117,7 @@ class Measured:
     unscored: Unscored | None = None  # the kernels tune.toml's entries leave unscored (`gating.scored_kernels`)
     claimed: Measured | None = None  # the same build scored under the entries the ACF records, where they are not
     # tune.toml's (its settings those with the ACF's entries): what its evidence must match to be another scoring's
+    bounds: Bounds | None = None  # every kernel's __launch_bounds__, registers, shared memory (`launch-bound`)
     kernels: tuple[ScoredKernel, ...] = ()  # the kernels scored: their occupancy at a recorded launch (`evidence`)
     arch: str = ""  # what it was built for
     launch: RecordedLaunch | None = None  # the launch it was scored at (tune.toml's now), as an ACF records one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from compileiq.evaluate.launch_bound import unlaunchable, unlaunchable_text
 from compileiq.evaluate.unscored import unscored_harm, unscored_refusal
 from compileiq.gating.rules import (
     Defaults,
@@ -43,6 +44,24 @@ def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
     harm = unscored_harm(m.unscored, base.unscored, objective == "static") if m.unscored else None
     measured = f"{word} unscored kernels read, ACF's not read" if harm is None else harm.measured(word)
     return [Hit("worse-than-default", recorded, measured, f"the ACF's build {why}")]
+
+
+def bound_hits(m: Measured, d: Defaults) -> list[Hit]:
+    """`launch-bound` where the ACF's build cannot launch a kernel of the file (scored or not) at the
+    threads its __launch_bounds__ declares and the baseline's build of it can (`launch_bound.unlaunchable`):
+    both builds are rebuilt here, so no recorded number decides it."""
+    base = d.build
+    if m.failure is not None or m.bounds is None or base is None or base.failure is not None or base.bounds is None:
+        return []
+    if not (found := unlaunchable(m.bounds, base.bounds)):
+        return []
+    word = "defaults" if d.name == Defaults.name else "as shipped"
+    first = found[0]
+    return [Hit("launch-bound", f"{word}: {first.registers_was} registers at {first.threads} threads",
+                f"ACF: {first.registers} registers at {first.threads} threads",
+                f"the ACF's flags leave no launch of {unlaunchable_text(found)}: more registers or shared memory than "
+                f"an SM gives one block, where {d.name}'s build launches it (its -Xptxas flags build every kernel of "
+                "the file; every launch at that bound fails: too many resources requested for launch)")]
 
 
 def scoring_changed(acf: acf_file.Acf, spec: KernelSpec, recorded: Recorded, measured: Measured,

@@ -29,8 +29,9 @@ from compileiq.report.page import values_text
 from compileiq.results import multi_objective
 from compileiq.results.baseline_labels import baseline_label, compiler_defaults, json_text
 from compileiq.results.explain import Explanation, changed_settings, explain
-from compileiq.results.recorded_sources import fixed_settings, recorded_flags
+from compileiq.results.recorded_sources import fixed_settings, recorded_flags, recorded_path
 from compileiq.results.shipped_origin import recorded_origin
+from compileiq.results.study_labels import kernel_labels
 from compileiq.store import Store
 
 
@@ -53,11 +54,22 @@ class Comparison:
     setting_changes: tuple[tuple[str, Any, Any], ...]  # (setting, chosen in a, chosen in b)
     holds: tuple[Holds, ...]
     inputs: KeyInputs | None = None  # where the study key's hash differs: the base flags and sources behind it
+    # each study's kernel as `show` names it (`study_labels`: two files of one name told apart by their
+    # recorded paths, never a path that fails `recorded_sources`' checks); its kernel name elsewhere
+    files: tuple[str, str] = ("", "")
 
     @property
     def differ(self) -> tuple[tuple[str, Any, Any], ...]:
-        """The key table's rows: the key's parts, what its hash holds, then the baselines."""
-        return (*self.key_changes, *(self.inputs.rows() if self.inputs else ()), *self.baseline_changes)
+        """The key table's rows: which file each study is (where two of one name differ), the key's
+        parts, what its hash holds, then the baselines."""
+        told_apart = self.files[0] != self.a.study.key.kernel or self.files[1] != self.b.study.key.kernel
+        files = (("kernel file", *self.files),) if told_apart else ()
+        return (*files, *self.key_changes, *(self.inputs.rows() if self.inputs else ()), *self.baseline_changes)
+
+    def named(self, e: Explanation) -> str:
+        """A study as the report names it: "k-static-3e645092 (a/k.cu)" where its file is told apart."""
+        file = self.files[0] if e is self.a else self.files[1]
+        return e.study.name if file in ("", e.study.key.kernel) else f"{e.study.name} ({file})"
 
     def inputs_note(self) -> str:
         return self.inputs.note() if self.inputs else ""
@@ -82,8 +94,9 @@ def compare(store: Store, first: str, second: str) -> Comparison:
     shipped = tuple(n for row, va, vb in baselines if (n := row.removeprefix("baseline ")) != row
                     and n not in built_a.fixed and n not in built_b.fixed and "-" not in (va, vb))
     inputs = KeyInputs.of(a.runs, b.runs, shipped) if ka["source_sha256"] != kb["source_sha256"] else None
+    labels = kernel_labels([(e.study.key.kernel, recorded_path(e.runs, e.study.key.kernel)) for e in (a, b)])
     return Comparison(a, b, keys, baselines, settings,
-                      (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)), inputs)
+                      (_holds(a, b, built_a, built_b), _holds(b, a, built_b, built_a)), inputs, (labels[0], labels[1]))
 
 
 def _spelled(value: Any) -> Any:
@@ -210,7 +223,7 @@ def _value_rows(c: Comparison) -> list[tuple[Any, ...]]:
     rows = []
     for e in (c.a, c.b):
         objective = e.study.key.objective
-        rows.append((e.study.name, objective_heading(objective), values_text(objective, e.baseline),
+        rows.append((c.named(e), objective_heading(objective), values_text(objective, e.baseline),
                      values_text(objective, e.chosen), _gain(objective, e), TrialCounts.of(e.trials).trials))
     return rows
 
@@ -267,11 +280,11 @@ def html_page(c: Comparison) -> str:
             + html_section("compare-values", VALUES_TITLE, html_table(VALUE_HEADER, _value_rows(c)) + note)
             + html_section("compare-settings", "Chosen settings", settings)
             + html_section("compare-holds", "Does each choice still hold in the other study?", holds))
-    return html_document(f"compileiq comparison: {c.a.study.name} vs {c.b.study.name}", body)
+    return html_document(f"compileiq comparison: {c.named(c.a)} vs {c.named(c.b)}", body)
 
 
 def markdown(c: Comparison) -> str:
-    lines = [f"# compileiq comparison: {md_text(c.a.study.name)} vs {md_text(c.b.study.name)}", "",
+    lines = [f"# compileiq comparison: {md_text(c.named(c.a))} vs {md_text(c.named(c.b))}", "",
              "## What differs between the studies", ""]
     differ = c.differ
     lines += md_table(("key", "A", "B"), differ) if differ else ["The study keys are equal."]

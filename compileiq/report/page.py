@@ -97,7 +97,8 @@ class StudyReport:
             heading = "; ".join(f"{r.objective}: {r.heading}" for r in self.readings)
         baseline = self.explanation.baseline
         chosen = self.explanation.chosen
-        scoring = scoring_text(baseline.metrics, chosen.metrics if chosen is not None else None) \
+        scoring = scoring_text(baseline.metrics, chosen.metrics if chosen is not None else None,
+                               self.explanation.study.key.objective) \
             if baseline is not None else ""
         return f"{heading}; {scoring}" if scoring else heading
 

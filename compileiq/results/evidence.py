@@ -13,7 +13,7 @@ from compileiq.core.records import RUNTIME_KIND, STATIC_KIND, Trial, TrialState
 from compileiq.core.space import Config, SearchSpace
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
-from compileiq.evaluate import eligibility, unscored
+from compileiq.evaluate import eligibility, unscored_views
 from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results import evidence_wording as wording
@@ -48,8 +48,10 @@ def acf_content(result: Any, spec: KernelSpec, space: SearchSpace, toolchain: To
     against = eligibility.against(spec.shipped)
     vs_defaults = {"against": against,
                    **eligibility.justification(chosen, result.baseline, result.baseline.config, first, against)}
-    if registers := unscored.registers_text(result.baseline.metrics, chosen.metrics):
+    if registers := unscored_views.registers_text(result.baseline.metrics, chosen.metrics):
         vs_defaults["unscored_registers"] = registers  # information, as every view says it: no rule holds them
+    if occupancy := unscored_views.occupancy_text(result.baseline.metrics, chosen.metrics):
+        vs_defaults["unscored_occupancy"] = occupancy  # what the rules let the objective trade, as every view says it
     evidence = {**evidence_table(result, database), "vs_defaults": vs_defaults}
     if note := assumed_launch(spec, chosen):
         evidence["launch"] = {"assumed": True, "note": note}
@@ -272,11 +274,11 @@ def evidence(trial: Trial, origin: str) -> dict[str, Any]:
     return {**found, "trial": trial.number, "code_hash": trial.code_hash, "worker": trial.worker, "source": origin}
 
 
-def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None) -> str | None:
+def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None, objective: str) -> str | None:
     """What the objective scored where tune.toml's entries left kernels out, and what the `chosen`
-    trial's settings did to the others' registers (`unscored.scoring_text`), for the views that may
-    not read `evaluate` (the report)."""
-    return unscored.scoring_text(metrics, chosen)
+    trial's settings did to the others' registers and occupancy (`unscored_views.scoring_text`), for the
+    views that may not read `evaluate` (the report)."""
+    return unscored_views.scoring_text(metrics, chosen, objective)
 
 
 def shown_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:

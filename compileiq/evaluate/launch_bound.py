@@ -1,0 +1,104 @@
+"""Every kernel of a build at the threads per block its own __launch_bounds__ declares (PTX .maxntid):
+a launch there must still start.
+
+A -Xptxas flag (a register cap, --override-directive-values) builds every kernel of the file, scored
+or not, and the occupancy the rules read is taken at the launch tune.toml gives (its block_size caps
+what an unscored kernel is scored at): a cap of 255 registers passes that launch while a launch of a
+kernel at its own __launch_bounds__(1024) then asks for more registers than an SM has, and fails
+("too many resources requested for launch"). Every static result records each bounded kernel's
+bound, registers and static shared memory (`metrics.bound_facts`, the `bounds` metric), and a build that
+cannot launch a kernel at the bound the baseline's build of it could is refused (`bound_refusal`:
+tune, every objective) and failed by the gate (`launch-bound`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compileiq.core import metric_ranges
+from compileiq.core.errors import UsageError
+from compileiq.evaluate.metrics import occupancy
+from compileiq.evaluate.unscored import NAMED_CHANGES, shown
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One kernel with a declared bound: its label (`unscored.labelled`), threads, registers, static
+    shared memory."""
+
+    kernel: str
+    threads: int
+    registers: int
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A build's bounded kernels (the `bounds` metric) and the architecture it was built for."""
+
+    arch: str
+    kernels: tuple[Bound, ...]
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any]) -> Bounds | None:
+        """None where the metrics record none (a result recorded before they were) or a damaged one."""
+        table = metrics.get("bounds")
+        if table is None or metric_ranges.bounds_problem(table) is not None:
+            return None
+        return cls(str(table["arch"]), tuple(Bound(name, *facts) for name, facts in sorted(table["kernels"].items())))
+
+    def fits(self, threads: int, registers: int, shared_bytes: int) -> bool:
+        """A block of `threads` with these registers and static shared memory can start on an SM."""
+        try:
+            return occupancy(self.arch, threads, registers, shared_bytes) > 0
+        except UsageError:  # an architecture without an occupancy table: nothing to tell
+            return True
+
+
+@dataclass(frozen=True)
+class Unlaunchable:
+    """A kernel the baseline's build can launch at its bound and this build cannot."""
+
+    kernel: str
+    threads: int
+    registers_was: int
+    registers: int
+    shared_bytes: int
+
+    def text(self) -> str:
+        """"ov (_Z2ovPKdS0_Pdi) at its bound of 1024 threads: 255 registers per thread (baseline 64)"."""
+        smem = f", {self.shared_bytes:,} bytes of static shared memory" if self.shared_bytes else ""
+        return (f"{shown(self.kernel)} at its __launch_bounds__ of {self.threads} threads: {self.registers} "
+                f"registers per thread (baseline {self.registers_was}){smem}")
+
+
+def unlaunchable(now: Bounds, before: Bounds) -> tuple[Unlaunchable, ...]:
+    """The kernels `before` (the baseline's build) can launch at their bound and `now` cannot, at the
+    bound the baseline's build declares."""
+    was = {b.kernel: b for b in before.kernels}
+    return tuple(Unlaunchable(b.kernel, was[b.kernel].threads, was[b.kernel].registers, b.registers, b.shared_bytes)
+                 for b in now.kernels if b.kernel in was
+                 and before.fits(was[b.kernel].threads, was[b.kernel].registers, was[b.kernel].shared_bytes)
+                 and not before.fits(was[b.kernel].threads, b.registers, b.shared_bytes))
+
+
+def unlaunchable_text(found: tuple[Unlaunchable, ...]) -> str:
+    """A few named, then "and N more"."""
+    more = f"; and {len(found) - NAMED_CHANGES} more" if len(found) > NAMED_CHANGES else ""
+    return "; ".join(u.text() for u in found[:NAMED_CHANGES]) + more
+
+
+def bound_refusal(metrics: Mapping[str, Any], before: Bounds | None) -> str | None:
+    """Why a result may not win: a kernel of its build (scored or not) can no longer launch at the
+    threads its __launch_bounds__ declares, where the baseline's build of it could; None where it can,
+    or the baseline records no bounds (recorded before they were)."""
+    if before is None or not before.kernels:
+        return None
+    if (now := Bounds.of(metrics)) is None:
+        return "no launch-bound facts for its kernels, to check it by"
+    if not (found := unlaunchable(now, before)):
+        return None
+    return (f"cannot launch {unlaunchable_text(found)}: more registers or shared memory than an SM gives one block "
+            "(every launch at that bound fails: too many resources requested for launch)")

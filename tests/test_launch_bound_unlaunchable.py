@@ -1,0 +1,109 @@
+"""A -Xptxas flag builds every kernel of the file: a register cap (with --override-directive-values)
+that cuts the scored kernel's spills may leave another kernel unable to launch at the threads its own
+__launch_bounds__ declares (255 registers x 1024 threads is past an SM's 65,536), while the occupancy
+the rules read, taken at tune.toml's block_size, still looks launchable. A red team's tune chose such
+flags for a file of overloads, templates and a long-named kernel, and the gate passed them: now tune
+refuses the build (every objective) and the gate fails it (`launch-bound`), naming the kernel, its
+bound and its registers."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from compileiq.evaluate import eligibility
+from compileiq.evaluate.launch_bound import Bounds, bound_refusal
+from tests.helpers import run_cli
+
+BODY = r"""#define BODY(T, acc, x, coef, y, i, n)                                   \
+    T acc[TAPS];                                                          \
+    _Pragma("unroll") for (int k = 0; k < TAPS; ++k) acc[k] = x[(i + k * 131) % n]; \
+    _Pragma("unroll 1") for (int r = 0; r < 8; ++r) {                    \
+        _Pragma("unroll") for (int k = 0; k < TAPS - 1; ++k)             \
+            acc[k] = acc[k] * coef[k] + acc[k + 1] * coef[TAPS + k];      \
+    }                                                                     \
+    T s = 0;                                                              \
+    _Pragma("unroll") for (int k = 0; k < TAPS; ++k) s += acc[k] * acc[(k * 7) % TAPS]; \
+    y[i] = s;
+"""
+# `hot` (scored) spills under its bound of 256 x 2; the double overload of `ov` has 64 registers at its
+# bound of 1024 threads, and 255 under --maxrregcount=255 --override-directive-values
+MULTI = "#define TAPS 64\n" + BODY + r"""
+extern "C" __global__ void __launch_bounds__(256, 2)
+hot(const float* __restrict__ x, const float* __restrict__ coef, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return;
+    BODY(float, acc, x, coef, y, i, n)
+}
+__global__ void ov(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = y[i] * 2.f; }
+__global__ void __launch_bounds__(1024, 1)
+ov(const double* __restrict__ x, const double* __restrict__ coef, double* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return;
+    BODY(double, acc, x, coef, y, i, n)
+}
+template <int N> __global__ void tk(float* y) { y[threadIdx.x] += N; }
+template __global__ void tk<1>(float*);
+"""
+TUNE_TOML = 'arch = "sm_90"\nentries = ["hot"]\nblock_size = 256\n'
+UNLAUNCHABLE = {"ptxas.maxrregcount": 255, "ptxas.override_directive_values": True}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("launchbound")
+    (folder / "multi.cu").write_text(MULTI)
+    (folder / "tune.toml").write_text(TUNE_TOML)
+    done = run_cli(["tune", "multi.cu", "--objective", "spills", "--budget", "16", "--strategy", "random", "--seed", "3",
+                    "--only", "ptxas.maxrregcount,ptxas.override_directive_values", "--workers", "local",
+                    "--db", "sqlite:///x.db", "--out", "m.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return folder
+
+
+def test_tune_refuses_flags_that_leave_a_kernel_unable_to_launch_at_its_launch_bounds(tuned: Path) -> None:
+    acf = tomllib.loads((tuned / "m.acf.toml").read_text())
+    assert acf["controls"] != UNLAUNCHABLE, acf["controls"]
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///x.db", "--json"], cwd=tuned).stdout)
+    capped = [t for t in shown["trials"] if all(t["config"].get(k) == v for k, v in UNLAUNCHABLE.items())]
+    assert capped, [t["config"] for t in shown["trials"]]
+    refused = str(capped[0]["refused"])
+    assert "cannot launch" in refused and "ov (_Z2ovPKdS0_Pdi) at its __launch_bounds__ of 1024 threads: 255 " \
+        "registers per thread (baseline 64)" in refused, refused
+
+
+def test_the_gate_fails_flags_that_leave_a_kernel_unable_to_launch_at_its_launch_bounds(tuned: Path) -> None:
+    document = tomllib.loads((tuned / "m.acf.toml").read_text())
+    document["controls"] = dict(UNLAUNCHABLE)
+    document["args"]["ptxas"] = ["--maxrregcount=255", "--override-directive-values"]
+    kept = [arg for arg in document["args"]["argv"] if "maxrregcount" not in arg and "override-directive" not in arg]
+    document["args"]["argv"] = ["-Xptxas=--maxrregcount=255", "-Xptxas=--override-directive-values", *kept]
+    (tuned / "capped.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "capped.acf.toml", "--json"], cwd=tuned)
+    assert gated.returncode == 1, gated.describe()
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"] if f["rule"] == "launch-bound"]
+    assert findings and findings[0]["severity"] == "error", gated.stdout
+    assert "ov (_Z2ovPKdS0_Pdi) at its __launch_bounds__ of 1024 threads: 255 registers" in findings[0]["message"]
+
+
+def _metrics(registers: int, threads: int = 1024) -> dict[str, object]:
+    return {"spill_bytes": 0, "occupancy": 0.5, "bounds": {"arch": "sm_90", "kernels": {"wide": [threads, registers, 0]}}}
+
+
+def test_every_objective_refuses_it_time_screening_too() -> None:
+    for objective in ("static", "spills", "time"):
+        reference = eligibility.Reference(0, 0.5, {}, objective, bounds=Bounds.of(_metrics(64)))
+        why = eligibility.refusal({}, _metrics(255), reference.screening() if objective == "time" else reference)
+        assert why and "wide at its __launch_bounds__ of 1024 threads: 255 registers" in why, (objective, why)
+        assert eligibility.refusal({}, _metrics(64), reference) is None
+
+
+def test_only_a_launch_the_baseline_could_make_is_held_and_older_or_forged_rows_read_as_none() -> None:
+    assert bound_refusal(_metrics(255), Bounds.of(_metrics(255))) is None  # the baseline could not launch it either
+    assert bound_refusal(_metrics(255), Bounds.of({"spill_bytes": 0})) is None  # a row recorded before bounds were
+    assert bound_refusal({"spill_bytes": 0}, Bounds.of(_metrics(64))) is not None  # a variant with none: refused
+    for forged in ({"arch": "sm_90; rm", "kernels": {}}, {"arch": "sm_90", "kernels": {"k": [4096, 1, 0]}},
+                   {"arch": "sm_90", "kernels": {"k": [256, True, 0]}}, "x"):
+        assert Bounds.of({"bounds": forged}) is None, forged
