@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 from compileiq.results.acf import Acf
-from compileiq.results.flag_formats import arch_words
 from compileiq.source.shipped import arch_flag_archs
 
 _KINDS = {"-arch": "-arch", "--gpu-architecture": "-arch", "-code": "-code", "--gpu-code": "-code"}
@@ -22,9 +21,9 @@ def _split(flag: str) -> tuple[str | None, str]:
 
 
 def replaced_note(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
-    """One line for stderr where the arch words `flags` gives (args, optf) would replace the arch
+    """One line for stderr where the arch words `flags` gives (args, optf, json's flags) would replace the arch
     options of the command the ACF records (`[[baseline.fixed]]`), and which archs that build loses."""
-    if acf.shipped is None or not with_arch or fmt not in ("args", "optf") or stage == "ptxas":
+    if acf.shipped is None or not with_arch or fmt not in ("args", "optf", "json") or stage == "ptxas":
         return None
     printed = arch_words(acf, stage)
     ours = {kind: value for kind, value in map(_split, printed) if kind is not None}
@@ -45,3 +44,9 @@ def _machine_code(flags: tuple[str, ...]) -> tuple[str, ...]:
     """The sm_XY archs arch options build: their -code list where they give one, else their -arch."""
     codes = tuple(flag for flag in flags if _split(flag)[0] == "-code") or flags
     return tuple(dict.fromkeys(arch for flag in codes for arch in arch_flag_archs(flag) or ()))
+
+
+def arch_words(acf: Acf, stage: str = "all") -> tuple[str, ...]:
+    """The arch flags `acf.flags(stage)` holds (what --no-arch leaves out)."""
+    with_arch, without = acf.flags(stage), set(acf.flags(stage, with_arch=False))
+    return tuple(token for token in with_arch if token not in without)
