@@ -439,3 +439,9 @@ def workspace_copy(tuned: Path, tmp_path: Path) -> Path:
     shutil.copytree(tuned, copy)
     return copy
 
+
+
+def choice_notes(notes: list[str]) -> list[str]:
+    """A view's notes of its choice, without the one every study of a kernel without tune.toml
+    launch facts has (`results.launch_note`: occupancy scored at an assumed launch)."""
+    return [note for note in notes if not note.startswith("tune.toml gives no launch facts")]

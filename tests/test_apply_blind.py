@@ -62,6 +62,35 @@ def test_the_run_says_where_occupancy_was_scored_without_launch_facts(tuned: tup
     assert f"note: {note}" in stdout
 
 
+def test_show_and_the_report_say_where_occupancy_was_scored_without_launch_facts(
+        tuned: tuple[Path, str], tmp_path: Path) -> None:
+    """User 4: tune and the ACF said occupancy was scored at an assumed launch (no tune.toml launch
+    facts), but `show` (`notes: []` in --json) and the report (html, md) never did: every view now
+    renders the note of the same decision, from the run's record and the chosen row."""
+    folder, _ = tuned
+    note = acf.read(folder / "k.acf.toml").evidence["launch"]["note"]
+    db = ["--db", f"sqlite:///{folder}/t.db"]
+    study = json.loads(run_cli(["show", *db, "--json"], cwd=folder).stdout)[0]["name"]
+    shown = run_cli(["show", study, *db, "--json"], cwd=folder)
+    assert shown.returncode == 0 and note in json.loads(shown.stdout)["notes"], shown.describe()
+    assert note in run_cli(["show", study, *db], cwd=folder).stdout
+    for fmt in ("md", "html"):
+        written = run_cli(["report", study, *db, "--format", fmt, "-o", str(tmp_path / f"r.{fmt}")], cwd=folder)
+        assert written.returncode == 0, written.describe()
+        text = (tmp_path / f"r.{fmt}").read_text()
+        assert note.split(":")[0] in text and "occupancy was scored at 256 threads per block" in text, fmt
+    # tune.toml's launch facts: no run assumed a launch, and no view says so
+    (tmp_path / "k.cu").write_text(SPILLING_KERNEL)
+    (tmp_path / "tune.toml").write_text("block_size = 256\n")
+    given = run_cli(["tune", "k.cu", "--only", "ptxas.maxrregcount", "--budget", "2", "--workers", "local",
+                     "--db", f"sqlite:///{tmp_path}/t.db", "--out", "k.acf.toml"], cwd=tmp_path)
+    assert given.returncode == 0 and "no launch facts" not in given.stdout, given.describe()
+    listed = json.loads(run_cli(["show", "--db", f"sqlite:///{tmp_path}/t.db", "--json"], cwd=tmp_path).stdout)
+    again = run_cli(["show", listed[0]["name"], "--db", f"sqlite:///{tmp_path}/t.db", "--json"],
+                    cwd=tmp_path)
+    assert not any("no launch facts" in n for n in json.loads(again.stdout)["notes"]), again.describe()
+
+
 def test_json_lists_the_same_candidates_as_the_acf(tuned: tuple[Path, str]) -> None:
     folder, _ = tuned
     result = run_cli(["tune", "k.cu", "--objective", "static", "--only", ONLY, "--strategy", "exhaustive",

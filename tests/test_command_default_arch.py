@@ -122,3 +122,24 @@ def test_an_arch_chosen_over_a_command_with_no_arch_is_kept_by_the_retune(tmp_pa
     gated = run_cli(["gate", "k.acf.toml", "--static", "--json"], cwd=tmp_path)
     [found] = [f for f in json.loads(gated.stdout)["acfs"][0]["findings"] if f["rule"] == "stale-source"]
     assert "--arch sm_90" in found["command"], found
+
+
+def test_an_arch_the_installed_nvcc_dropped_says_what_to_do_and_space_stops(tmp_path: Path) -> None:
+    """User 4: a compile command with -arch=sm_60 (dropped by nvcc 13.0) stopped tune with "the
+    preprocessor failed: nvcc fatal : Unsupported gpu architecture 'sm_60'" and nothing on what to
+    do, while `space` printed the whole table, exit 0, with that line as a trailing note. Both now
+    stop in one line naming the oldest arch this nvcc builds and `tune --arch`; --arch works."""
+    (tmp_path / "k.cu").write_text(LOOP_KERNEL)
+    compile_commands_file(tmp_path, "nvcc -arch=sm_60 -c k.cu -o k.o")
+    listed = subprocess.run([find_toolchain().nvcc, "--list-gpu-arch"], capture_output=True, text=True, check=False)
+    oldest = min(int(n) for n in re.findall(r"compute_(\d+)", listed.stdout))
+    says = (f"nvcc {find_toolchain().nvcc_version} builds sm_{oldest} and newer, as `nvcc --list-gpu-arch` lists: "
+            "pass tune --arch sm_XY for your GPU, one it lists; sm_60 needs an older CUDA toolkit")
+    space = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json"], cwd=tmp_path)
+    assert space.returncode != 0 and space.stdout == "" and "Traceback" not in space.stderr, space.describe()
+    assert len(space.stderr_lines) == 1 and says in space.stderr, space.describe()
+    tuned = tune_in(tmp_path, "--compile-commands", "compile_commands.json", budget=1)
+    assert tuned.returncode != 0 and "Unsupported gpu architecture 'sm_60'" in tuned.stderr, tuned.describe()
+    assert says in tuned.stderr and "Traceback" not in tuned.stderr, tuned.describe()
+    assert tune_in(tmp_path, "--compile-commands", "compile_commands.json", "--arch", f"sm_{oldest}",
+                   budget=1).returncode == 0

@@ -18,7 +18,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import choice_notes, run_cli
 
 from compileiq.results import acf
 
@@ -122,7 +122,7 @@ def test_a_single_objective_studys_views_show_the_acfs_choice_after_a_row_is_edi
     assert listed["chosen"] == forged and "recorded choice's row changed since that run" in listed["best_is"], listed
     why = json.loads(_cli(tmp_path, tmp_path / "m.db", "show", "st", "--why", "--json"))
     assert why["chosen"] == forged and why["decided_by"] == "the study's rules, replayed over its trials", why
-    (note,) = why["notes"]
+    (note,) = choice_notes(why["notes"])
     assert note.startswith(f"skipped trial #{chosen}, run 1's recorded choice: its row holds "), why
     assert note.endswith("re-tune to rebuild it"), why
     assert f"(#{forged}, replayed: its latest run's" in " ".join(_cli(tmp_path, tmp_path / "m.db", "show").split())

@@ -592,3 +592,30 @@ def test_the_report_shows_the_acfs_source_bundle_hash_and_names_the_study_key_fo
     assert f"<td>source bundle sha256</td><td>{bundle}</td>" in page
     for text in (md.stdout, page):
         assert "source_sha256" not in text and "study identity" not in text
+
+
+def test_a_markdown_report_shows_the_choices_registers_spills_and_occupancy_against_the_baseline(tmp_path):
+    """User 4: the markdown report of an `instructions` study gave the instruction counts alone, while
+    the HTML report and `show --json` knew the choice's registers, spills and occupancy against the
+    baseline's: both reports now show the one evidence table (`page.evidence_rows`)."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    store = Store.open(url)
+    study = store.get_or_create_study(_key(objective="instructions"), "inst")
+    rows = [({}, 500.0, {"spill_bytes": 16, "registers": 64, "occupancy": 0.5}),
+            ({"ptxas.maxrregcount": 40}, 450.0, {"spill_bytes": 0, "registers": 40, "occupancy": 0.75})]
+    for number, (config, value, metrics) in enumerate(rows):
+        trial = store.claim_trials(study.id, [(json.dumps(config, sort_keys=True), config)], "test")[0]
+        store.finish_trial(trial.id, state=TrialState.COMPLETE, value=value, reason=None,
+                           metrics={**metrics, "instructions": int(value), "stack_bytes": 0},
+                           code_hash=f"{number:064d}", compile_seconds=0.1)
+    store.close()
+    shown = json.loads(run_cli(["show", "inst", "--json", "--db", url], tmp_path).stdout)
+    metrics = {t["number"]: t["metrics"] for t in shown["trials"]}
+    md = run_cli(["report", "inst", "--db", url, "--format", "md", "-o", "-"], tmp_path)
+    assert md.returncode == 0, md.describe()
+    header = next(line for line in md.stdout.splitlines() if "| spill_bytes | registers | occupancy |" in line)
+    assert header.startswith("|  | instructions (static estimate"), header
+    for label, number in (("baseline", 0), (f"chosen #{shown['study']['chosen']}", shown["study"]["chosen"])):
+        m = metrics[number]
+        assert (f"| {label} | {m['instructions']} | {m['spill_bytes']} | {m['registers']} | {m['occupancy']} |"
+                in md.stdout), md.stdout

@@ -136,6 +136,34 @@ def test_flags_all_names_the_shipped_flags_it_leaves_out(tmp_path: Path) -> None
         assert "leaves out" not in run_cli(quiet, cwd=tmp_path).stderr
 
 
+def _note_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(("note: ", "compileiq: "))]
+
+
+def test_every_flags_format_carries_the_notes_args_prints(tmp_path: Path) -> None:
+    """User 4: `flags --all` (args) named the shipped -Xcompiler -Wall and host -O3 it leaves out, and
+    without --all the base -std=c++14, but `--format json` said `"note": ""` and nothing on stderr: a
+    build from the JSON lost host -O3 (host code at -O0), silently. Every format now gives the notes
+    of one source: stderr for all, the JSON's `notes` (the same lines) and `left_out` (the flags)."""
+    _project(tmp_path, "nvcc -std=c++14 -Xcompiler -Wall -O3 -arch=sm_80 -c k.cu -o k.o")
+    out = tmp_path / "k.acf.toml"
+    _tune(tmp_path, "--compile-commands", "compile_commands.json", "--budget", "2", "--out", str(out))
+    for every, kind, left in ((["--all"], "not_applied", ["-Xcompiler -Wall", "-O3"]), ([], "base", ["-std=c++14"])):
+        args = run_cli(["flags", str(out), *every], cwd=tmp_path)
+        document = run_cli(["flags", str(out), *every, "--format", "json"], cwd=tmp_path)
+        assert args.returncode == 0 and document.returncode == 0, document.describe()
+        lines = _note_lines(args.stderr)
+        assert lines and all(flag in " ".join(lines) for flag in left), args.describe()
+        found = json.loads(document.stdout)
+        assert found["notes"] == lines == _note_lines(document.stderr), document.describe()
+        assert found["left_out"] == [{"flag": flag, "kind": kind} for flag in left], found
+        assert _note_lines(run_cli(["flags", str(out), *every, "--format", "optf"], cwd=tmp_path).stderr) == lines
+    # a Bazel cuda_library with --all is a new target: it leaves them out too; a CMake source property
+    # adds to the target's own command, which keeps them
+    assert "(-Xcompiler -Wall, -O3)" in run_cli(["flags", str(out), "--all", "--format", "bazel"], cwd=tmp_path).stderr
+    assert "leaves out" not in run_cli(["flags", str(out), "--all", "--format", "cmake"], cwd=tmp_path).stderr
+
+
 def test_the_study_list_tells_apart_studies_of_one_file_shipped_with_other_flags(tmp_path: Path) -> None:
     """User 48: three studies of one unchanged kernels.cu, shipped with other -Xptxas flags, were
     listed by `show` as identical rows apart from the hash in their names."""

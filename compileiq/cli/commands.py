@@ -183,21 +183,15 @@ def flags(
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
     from compileiq.gating.macro_settings import flags_problem
-    from compileiq.results import acf, arch_replace, flag_formats
+    from compileiq.results import acf, arch_replace, flag_formats, flag_notes
 
     found = acf.read(acf_file)
     if problem := flags_problem(found) or arch_replace.broken(found, fmt, stage, arch):  # macros; arch words that stop nvcc
         raise UsageError(problem)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n", flush=True)  # before the notes: never mid-line on a terminal
-    for note in (flag_formats.base_note(found, fmt, stage, with_base), flag_formats.bazel_note(found, fmt, stage, with_base),
-                 flag_formats.set_aside_note(found, fmt, stage, with_base),
-                 f"note: {code}" if (code := flag_formats.code_note(found, fmt, stage, arch)) else None,
-                 arch_replace.replaced_note(found, fmt, stage, arch)):
-        if note:
-            err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
-    if note := flag_formats.removal_note(found):  # stderr: $(compileiq flags ...) stays flags only
-        print(f"compileiq: {safe(note)}", file=sys.stderr)
+    for note in flag_notes.notes(found, fmt, stage, arch, with_base).lines:  # the JSON's "notes" too
+        err.print(safe(note), markup=False, highlight=False)  # stderr: stdout stays pasteable
 
 
 @cli.command()

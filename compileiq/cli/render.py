@@ -137,7 +137,7 @@ def to_time_entries(report: app.TuneReport) -> list[dict[str, Any]]:
 
 
 def launch_note(report: app.TuneReport) -> str | None:
-    from compileiq.results.evidence import assumed_launch
+    from compileiq.results.launch_note import assumed_launch
 
     return assumed_launch(report.kernel, report.result.chosen)
 

@@ -138,7 +138,7 @@ def print_tuned_front(study: Study, explanation: Explanation, as_json: bool) -> 
 
 def print_notes(explanation: Explanation) -> None:
     """What every view says of where the choice comes from, when it is not simply a run's of this
-    database (`Explanation.notes`), one line each."""
+    database, and of an assumed launch its occupancy was scored at (`Explanation.notes`), one line each."""
     for note in explanation.notes:
         out.print(safe(first_line(note, 400)), markup=False)
 

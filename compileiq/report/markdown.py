@@ -22,6 +22,7 @@ from compileiq.report.page import (
     TO_TIME_NOTE,
     StudyReport,
     changes_text,
+    evidence_rows,
     pareto_note,
     pareto_rows,
     provenance_rows,
@@ -62,7 +63,8 @@ def markdown(report: StudyReport, stem: str | None) -> tuple[str, dict[str, str]
         changes = [(n, e.baseline.config.get(n), v) for n, v in changed_settings(e.chosen, e.baseline).items()]
         lines += (md_table(("setting", "baseline", "chosen"), changes) if changes
                   else [md_text(f"The {baseline_label(e.study, e.baseline, recorded_origin(e.runs))}'s settings.")])
-        lines.append("")
+        lines += ["", "Evidence, as the ACF states it:", "",
+                  *md_table(*evidence_rows(report)), ""]
     lines += [*(f"**Note:** {md_text(note)}" for note in e.notes), ""] if e.notes else []
     if e.to_time:
         lines += ["## Candidates to time on a GPU", "", *md_table(*to_time_rows(report)), "", md_text(TO_TIME_NOTE), ""]

@@ -208,14 +208,7 @@ def _chosen(report: StudyReport) -> str:
     changes = [(name, e.baseline.config.get(name), value) for name, value in changed_settings(e.chosen, e.baseline).items()]
     settings = (html_table(("setting", "baseline", "chosen"), changes) if changes
                 else html_note(f"the {baseline_label(e.study, e.baseline, recorded_origin(e.runs))}'s settings"))
-    shown = [("baseline", e.baseline), (f"chosen #{e.chosen.number}", e.chosen)]
-    if e.winner is not None and e.winner.number != e.chosen.number:
-        shown.append((f"search winner #{e.winner.number}", e.winner))
-    metrics = [(label, t, shown_metrics(t.metrics)) for label, t in shown]  # as the ACF's evidence states them
-    keys = [k for k in SHOWN_KEYS if any(m.get(k) is not None for _, _, m in metrics)]
-    rows = [(label, *report.shown_values(t), *(_evidence_cell(m.get(k)) for k in keys), t.code_hash or "")
-            for label, t, m in metrics]
-    evidence = html_table(("", *report.value_labels, *keys, "machine code hash"), rows)
+    evidence = html_table(*evidence_rows(report))
     note = (f"Chosen by {e.decided_by}. The tuner chooses the search winner with every setting that made no "
             "difference reset to the baseline's value (the compiler's default, or with --compile-commands the build "
             "as shipped); every view shows the choice the study's latest run recorded (its ACF's) while its row "
@@ -223,6 +216,23 @@ def _chosen(report: StudyReport) -> str:
     if e.runtime:
         note += " Runtime studies: the ACF's choice also passed an interleaved confirmation, not replayed here."
     return html_section("chosen", "Chosen configuration and its evidence", settings + evidence + html_note(note))
+
+
+def evidence_rows(report: StudyReport) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+    """The header and rows of the chosen trial's evidence against the baseline (and the search's
+    winner where the choice is another): each objective's value, then the static metrics as the
+    ACF's evidence states them (registers, spill bytes, occupancy, ...) and the machine code hash;
+    the HTML and the markdown report show the same table."""
+    e = report.explanation
+    shown = [(label, t) for label, t in (("baseline", e.baseline), (f"chosen #{e.chosen.number}" if e.chosen else "", e.chosen))
+             if t is not None]
+    if e.winner is not None and e.chosen is not None and e.winner.number != e.chosen.number:
+        shown.append((f"search winner #{e.winner.number}", e.winner))
+    metrics = [(label, t, shown_metrics(t.metrics)) for label, t in shown]  # as the ACF's evidence states them
+    keys = [k for k in SHOWN_KEYS if any(m.get(k) is not None for _, _, m in metrics)]
+    rows = [(label, *report.shown_values(t), *(_evidence_cell(m.get(k)) for k in keys), t.code_hash or "")
+            for label, t, m in metrics]
+    return ("", *report.value_labels, *keys, "machine code hash"), rows
 
 
 def _evidence_cell(value: Any) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 from compileiq.results.acf import Acf
-from compileiq.results.flag_formats import arch_words
 from compileiq.source import arch_model
 from compileiq.source.arch_code import gencode, incompatible, refused
 from compileiq.source.shipped import arch_flag_archs
@@ -22,7 +21,7 @@ _RULE = "nvcc keeps the last -arch and builds every -code given"
 
 def _appended(acf: Acf, fmt: str, stage: str, with_arch: bool) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(the command's own arch flags, in its order; the arch words `flags` prints), where both hold some."""
-    if acf.shipped is None or not with_arch or fmt not in ("args", "optf") or stage == "ptxas":
+    if acf.shipped is None or not with_arch or fmt not in ("args", "optf", "json") or stage == "ptxas":
         return None
     own = tuple(fixed.flag for fixed in acf.shipped.fixed if arch_flag_archs(fixed.flag) is not None)
     if refused(own) or not all(_CODE.fullmatch(code) for code in arch_model.read(own).codes):
@@ -81,3 +80,9 @@ def replaced_note(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None
     return (f"{start} makes it build {arch_model.names(after)} where it builds {arch_model.names(before)} ({_RULE}): "
             f"{change}; keep the command's arch flags and append `compileiq flags --no-arch` instead (the settings "
             f"were checked on {acf.arch} only)")
+
+
+def arch_words(acf: Acf, stage: str = "all") -> tuple[str, ...]:
+    """The arch flags `acf.flags(stage)` holds (what --no-arch leaves out)."""
+    with_arch, without = acf.flags(stage), set(acf.flags(stage, with_arch=False))
+    return tuple(token for token in with_arch if token not in without)

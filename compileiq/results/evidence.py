@@ -18,9 +18,10 @@ from compileiq.evaluate.stats import SPEEDUP_IS
 from compileiq.results import ablation, multi_objective, to_time
 from compileiq.results import evidence_wording as wording
 from compileiq.results.acf import AcfContent
+from compileiq.results.launch_note import assumed_launch
 from compileiq.results.pareto import values_of
 from compileiq.source.base_flags import path_problem, quoted_path_problem
-from compileiq.source.entry_names import kernel_names, readable
+from compileiq.source.entry_names import kernel_names
 from compileiq.source.shipped import to_remove
 from compileiq.source.spec import KernelSpec, ShippedBuild, SourceBundle
 
@@ -229,21 +230,6 @@ def confirmation_table(confirmation: Any) -> dict[str, Any]:
     if confirmation.winner.median_ms is not None:  # what `gate --device` holds a rebuild to:
         table["confirmed_median"] = confirmation.winner.median_ms  # `best` is one screening run
     return table
-
-
-def assumed_launch(spec: KernelSpec, trial: Trial) -> str | None:
-    """Where tune.toml gives no launch facts, what occupancy was scored at (each kernel's
-    ``__launch_bounds__`` as compiled, else 256 threads; no dynamic shared memory), said so that
-    nobody reads it as the occupancy of their real launch; None when tune.toml gives them."""
-    if spec.block_size_given or spec.launch or spec.dynamic_smem:
-        return None
-    threads = trial.metrics.get("block_size")
-    per_entry = trial.metrics.get("launch")
-    scored = (", ".join(f"{facts[0]} threads per block for {readable(name)}" for name, facts in sorted(per_entry.items()))
-              if isinstance(per_entry, dict) and per_entry else f"{threads} threads per block")
-    return (f"tune.toml gives no launch facts: occupancy was scored at {scored} and no dynamic shared memory "
-            "(the kernel's __launch_bounds__, else 256 threads); set block_size and dynamic_smem, or "
-            "[launch.NAME], for the launch the code makes")
 
 
 def evidence_table(result: Any, database: str = "the database") -> dict[str, Any]:

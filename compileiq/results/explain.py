@@ -22,7 +22,7 @@ from typing import Any
 from compileiq.core.records import RunRecord, Study, Trial, TrialState, first_line, unchosen
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate import eligibility
-from compileiq.results import multi_objective, shipped_origin
+from compileiq.results import launch_note, multi_objective, shipped_origin
 from compileiq.results.ablation import Ablation, ablation_path, forbidden_keys, never, recorded
 from compileiq.results.baseline_labels import shipped_values
 from compileiq.results.pareto import Front, dominates, front, values_of, with_chosen, with_pick
@@ -61,7 +61,7 @@ class Explanation:
     front: Front | None = None  # several objectives: the front of the trials that may win, and its pick
     decided_by: str = ""  # where the choice comes from: a run's record, an imported rule, --pick, or a replay
     runs: tuple[RunRecord, ...] = ()  # the study's runs: who recorded and who verified which row
-    notes: tuple[str, ...] = ()  # one line each, that every view prints: the rows now give another trial, ...
+    notes: tuple[str, ...] = ()  # one line each, that every view prints: the rows now give another trial, an assumed launch, ...
 
     def provenance(self, trial: Trial) -> str:
         """Whether this database vouches for the row: "verified by run N" (a run of this database
@@ -198,6 +198,15 @@ REPLAYED = "the study's rules, replayed over its trials"
 
 def explain(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = (),
             simplify: bool | None = None) -> Explanation:
+    """The study's choice as its ACF holds it (`_explain_choice`), with the note `tune` and the ACF
+    give where the run scored occupancy at an assumed launch (`launch_note`): every view says it."""
+    explained = _explain_choice(study, trials, pick, runs, simplify)
+    launch = launch_note.recorded_note(latest_decision(tuple(runs)), explained.chosen)
+    return replace(explained, notes=(*explained.notes, launch)) if launch else explained
+
+
+def _explain_choice(study: Study, trials: Sequence[Trial], pick: str | None = None, runs: Sequence[RunRecord] = (),
+                    simplify: bool | None = None) -> Explanation:
     """The study's choice as its ACF holds it. `runs`: the study's runs (`Store.runs`); the latest
     that recorded a decision names the chosen trial when `followed_choice` accepts it (else the
     choice is replayed from the trials, as the tuner makes it: `runs` empty, the tuner's own call).

@@ -16,7 +16,9 @@ from typing import Any
 from compileiq.core.errors import UsageError
 from compileiq.core.words import PLAIN_WORD, PLAIN_WORD_CHARS
 from compileiq.results.acf import Acf, AcfError
-from compileiq.source.arch_code import PTX_ONLY, paired, ptx_names, ptx_only_archs, shipped_code
+from compileiq.results.arch_replace import arch_words
+from compileiq.results.flag_notes import code_note, notes, package_includes, removal_note
+from compileiq.source.arch_code import PTX_ONLY, paired, ptx_names, ptx_only_archs
 from compileiq.source.base_flags import SYSTEM
 from compileiq.source.shipped import arch_flag_archs
 
@@ -73,104 +75,10 @@ def header_problem(acf: Acf, fmt: str, option: str = "--") -> str | None:
     return f"{option}format {fmt}: the kernel's source {source} is a header: {how}"
 
 
-def base_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
-    """One line for stderr when the build also needs what only --all prints: the include folders
-    and base flags the code needs (tune.toml nvcc_flags/include_dirs, compile_commands.json)."""
-    if with_base or fmt == "json":  # JSON lists them under "base"
-        return None
-    if stage == "ptxas":  # what nvcc hands ptxas of the base flags: its register cap, --generate-line-info
-        bare = acf.flags("ptxas")
-        added = [token for token in acf.flags("ptxas", with_base=True) if token not in bare]
-        return (f"note: ptxas run on its own also needs {len(added)} flag(s) nvcc hands it of the build's base flags "
-                f"({' '.join(added)}): --all adds them") if added else None
-    needed = acf.base_args()  # as --all prints them: include folders from the current folder
-    if not needed:
-        return None
-    shown = " ".join(needed[:4]) + (" …" if len(needed) > 4 else "")
-    if acf.shipped is not None:  # tuned from a compile command: that build's own command gives them
-        if fmt in ("cmake", "bazel"):  # the target that builds the source supplies them already
-            return None
-        return (f"note: the tuned flags leave out {len(needed)} base flag(s) your build's command "
-                f"({acf.shipped.origin}) gave when tuned ({shown}): append the tuned flags to that command; --all "
-                "adds the base flags too, for a build without it")
-    return (f"note: the build also needs {len(needed)} base flag(s) the tuned ones leave out ({shown}): "
-            "--all adds them")
-
-
-def set_aside_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
-    """One line for stderr when `--all` stands for a whole nvcc command (args, optf) and the shipped
-    build had flags the ACF records as fixed and not applied (`[[baseline.fixed]]` applied = false:
-    host -O, -Xcompiler, another arch's -gencode): the printed flags leave them out. They are named,
-    never re-emitted: an ACF is untrusted, and those flags were never vetted as base flags (a
-    `-Xcompiler=-fplugin=...` would run code), so they must come from the build's own command."""
-    if not with_base or fmt not in ("args", "optf") or stage == "ptxas" or acf.shipped is None:
-        return None
-    left = [f.flag for f in acf.shipped.fixed if not f.applied]
-    if not left:
-        return None
-    return (f"note: --all leaves out {len(left)} flag(s) of your build as shipped that the ACF records as not "
-            f"applied ({', '.join(left)}): keep them from the build's own command (the ACF prints only the "
-            "flags it was tuned and checked with)")
-
-
-def removal_note(acf: Acf) -> str | None:
-    """The shipped flags the chosen settings turn off or change (`[baseline].remove`): a build that
-    only appends the ACF's flags would keep them, so they must be taken out of its command."""
-    if not acf.remove:
-        return None
-    origin = acf.shipped.origin if acf.shipped is not None else "compile_commands.json"
-    return (f"remove from the kernel's compile command ({origin}): {' '.join(acf.remove)} -- the ACF "
-            "changes or turns off these shipped settings; appending its flags alone would keep them")
-
-
 def _note_comment(acf: Acf, fmt: str) -> str:
     """`removal_note` and `code_note` as the first lines of a build file (CMake, Bazel: `#` starts
     a comment in both): a file written with `> BUILD` keeps them, where stderr is lost."""
     return "".join(f"# compileiq: {note}\n" for note in (removal_note(acf), code_note(acf, fmt)) if note)
-
-
-def code_note(acf: Acf, fmt: str = "args", stage: str = "all", with_arch: bool = True) -> str | None:
-    """One line where the shipped build's flags for the arch tuned embed other than -arch=sm_XY
-    would (`arch_code`): PTX alone, which ptxas settings cannot reach (the driver compiles it when
-    it loads, with its own settings), so a choice that holds any gets sm_XY machine code added,
-    never silently; or machine code from an older arch's PTX, which CMake and rules_cuda's archs
-    cannot say, and which flags without the arch (`with_arch` False) leave to the user."""
-    applied = (f.flag for f in acf.shipped.fixed if f.applied) if acf.shipped is not None else ()
-    found = shipped_code(applied, acf.arch)
-    n, older = acf.arch.removeprefix("sm_"), acf.ptx_arch() != acf.arch
-    v = acf.ptx_arch().removeprefix("compute_")
-    build_file = fmt in ("cmake", "bazel")  # the build system sets the arch
-    if stage == "ptxas":  # ptxas itself always makes machine code
-        return None
-    if found is not None and found.ptx_only and acf.ptxas_args:
-        how = (f"CUDA_ARCHITECTURES {n}, not {n}-virtual" if fmt == "cmake" else f"sm_{n} in the build's archs"
-               if fmt == "bazel" else f"-arch=compute_{n} -code=sm_{n} -code=compute_{n}, the PTX kept")
-        return (f"your build as shipped embeds compute_{n} PTX only, no sm_{n} machine code; the driver compiles it "
-                "when it loads, with its own settings: the tuned ptxas settings "
-                f"({' '.join(acf.ptxas_args)}) take effect only where sm_{n} machine code is embedded, so these "
-                f"flags add it ({how}); a build that keeps compute_{n} PTX alone gets nothing from them")
-    if found is not None and found.ptx_only:
-        kept = f"CUDA_ARCHITECTURES {n}-virtual" if fmt == "cmake" else f"-arch=compute_{n}"
-        return (f"your build as shipped embeds compute_{n} PTX only, kept so ({kept}): the driver compiles it when "
-                f"it loads, with its own settings; the tuning scored sm_{n} machine code that ptxas built here"
-                + ("" if not build_file else f", and the build system sets the arch: keep {kept}"))
-    if older and (build_file or not with_arch):  # with the arch, the args themselves build what was scored
-        # the pair alone, or -arch=compute_80 with a -code list that builds sm_80 too (left out)
-        kept = (f"-arch=compute_{v}" if stage == "frontend" else f"-arch=compute_{v} -code=sm_{n}"
-                if found is not None else f"-arch=compute_{v} and its -code list")
-        other = (f"-arch=compute_{n} (or sm_{n}) compiles compute_{n} PTX" if stage == "frontend" else
-                 f"-arch=sm_{n} builds sm_{n} from compute_{n} PTX")
-        if fmt == "cmake":
-            how = (f"CUDA_ARCHITECTURES cannot say so: {n}-real builds sm_{n} from compute_{n} PTX, other code than "
-                   f"the tuning scored; set CUDA_ARCHITECTURES OFF: the options carry {' '.join(arch_words(acf, stage))}")
-        elif fmt == "bazel":
-            how = (f"keep {kept} in the build; no --@rules_cuda//cuda:archs line is given: archs=sm_{n} builds "
-                   f"sm_{n} from compute_{n} PTX, other code than the tuning scored")
-        else:  # --no-arch: the user supplies the arch
-            how = f"these flags leave the arch out: keep {kept}; {other}, other code than the tuning scored"
-        return (f"your build as shipped makes sm_{n} machine code from compute_{v} PTX"
-                f"{f', nothing for sm_{v}' if found is not None else ''}, and the tuning compiled its trials so: {how}")
-    return None
 
 
 def unique(flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -197,14 +105,9 @@ def cuda_architectures(acf: Acf) -> str:
     return f"{number}-real" if codes and f"compute_{number}" not in codes else number
 
 
-def arch_words(acf: Acf, stage: str = "all") -> tuple[str, ...]:
-    """The arch flags `acf.flags(stage)` holds (what --no-arch leaves out)."""
-    with_arch, without = acf.flags(stage), set(acf.flags(stage, with_arch=False))
-    return tuple(token for token in with_arch if token not in without)
-
-
 def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bool = False) -> dict[str, Any]:
     """The JSON document of `--format json` (also what the CMake module reads)."""
+    found = notes(acf, "json", stage, with_arch, with_base)
     return {
         "acf": str(acf.path),
         "kernel": acf.kernel,
@@ -222,6 +125,9 @@ def document(acf: Acf, stage: str = "all", with_arch: bool = True, with_base: bo
         "recorded": {k: v for k, v in dict(acf.evidence.get("best", {})).items()
                      if isinstance(v, int | float | str | bool)},
         "remove": list(acf.remove),
+        # every note `flags` prints on stderr for these flags (flag_notes), and the flags they leave out
+        "notes": list(found.lines),
+        "left_out": [{"flag": left.flag, "kind": left.kind} for left in found.left_out],
         "note": code_note(acf, "json", stage, with_arch) or "",  # of "flags" (with the arch, or without)
         "cmake_note": code_note(acf, "cmake", stage) or "",  # the CMake package prints it
     }
@@ -327,7 +233,7 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
     frontend = acf.flags("frontend", with_arch=False, with_base=with_base)
     # -I folders go in includes; -isystem ones nowhere (`bazel_note`): a copts path is not the package's
     copts = unique(tuple(t for t in frontend if not t.startswith(("-I", SYSTEM)))) if stage != "ptxas" else ()
-    includes = _package_includes(acf)[0] if with_base and stage != "ptxas" else ()
+    includes = package_includes(acf)[0] if with_base and stage != "ptxas" else ()
     ptxasopts = unique(acf.ptxas_args) if stage != "frontend" else ()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", acf.kernel)[:64] or "kernel"
     source = os.path.basename(acf.source_path)
@@ -342,38 +248,6 @@ def bazel_library(acf: Acf, stage: str = "all", with_base: bool = False) -> str:
         'load("@rules_cuda//cuda:defs.bzl", "cuda_library")\n\n'
         f"cuda_library(\n    name = {json.dumps(name)},\n    srcs = [{json.dumps(source)}],\n{lists})\n"
     )
-
-
-def bazel_note(acf: Acf, fmt: str, stage: str, with_base: bool) -> str | None:
-    """One line for stderr when `bazel_library` leaves include folders out: Bazel resolves
-    `includes` from the package and takes none above it (cc_library warns "not below the relative
-    path of its package. This will be an error in the future", and a path above the workspace is
-    no path at all; rules_cuda refuses an absolute one), and a header there is not in the build's
-    sandbox unless a target declares it."""
-    applies = fmt == "bazel" and with_base and stage != "ptxas"
-    outside = _package_includes(acf)[1] if applies else ()
-    system = acf.base.system_dirs if applies else ()
-    notes = []
-    if outside:
-        notes.append(f"{len(outside)} include folder(s) outside the kernel's package left out of includes "
-                     f"({' '.join(outside)}): Bazel takes none above the package; give those headers a cc_library in "
-                     'their own package (hdrs, includes = ["."]) and add it to the cuda_library\'s deps')
-    if system:  # includes gives -I, searched before any -isystem folder: another copy of a header would be read
-        notes.append(f"{len(system)} system include folder(s) (-isystem) left out ({' '.join(system)}): a "
-                     "cuda_library's includes gives -I, which changes which copy of a header is read; give those "
-                     "headers a cc_library (includes: Bazel gives them as -isystem) and add it to the deps")
-    return "note: " + "; ".join(notes) if notes else None
-
-
-def _package_includes(acf: Acf) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ACF's include folders inside the kernel's folder (the package) and those outside it
-    (above it, or absolute), each as tune.toml gives it."""
-    inside: list[str] = []
-    outside: list[str] = []
-    for folder in acf.base.include_dirs:
-        above = os.path.isabs(folder) or os.path.normpath(folder).split(os.sep)[0] == os.pardir
-        (outside if above else inside).append(folder)
-    return tuple(inside), tuple(outside)
 
 
 def _plain(acf: Acf, token: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from compileiq.core.errors import UsageError
 from compileiq.core.processes import COMPILER_MEMORY, first_error_line, run_tool, scratch_full
+from compileiq.source.arch_support import unsupported_arch_hint
 from compileiq.source.missing_header import missing_header_hint
 
 _TOKEN = re.compile(r"(?:\\.|[^\s\\])+")
@@ -16,6 +17,11 @@ _TOKEN = re.compile(r"(?:\\.|[^\s\\])+")
 
 class DependencyError(UsageError):
     """The preprocessor could not read the kernel (a missing header, a bad flag)."""
+
+
+class UnsupportedArchError(DependencyError):
+    """The installed nvcc does not build the arch asked for (nvcc 13.0: nothing before sm_75):
+    nothing about the kernel can be checked or tuned for it (`space` stops on it too)."""
 
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
@@ -33,6 +39,8 @@ def compiler_dependencies(nvcc: str, root: Path, main: str, args: Sequence[str],
         raise DependencyError(f"{main}: nvcc -M did not finish within {timeout_s:g} s")
     if run.returncode != 0:
         error = first_error_line(run.output)
+        if arch_hint := unsupported_arch_hint(error, nvcc):
+            raise UnsupportedArchError(f"{main}: the preprocessor failed: {error}{arch_hint}")
         hint = f" ({full})" if (full := scratch_full()) else missing_header_hint(error, root)
         raise DependencyError(f"{main}: the preprocessor failed: {error}{hint}")
     return parse_make_rule(run.output, root)

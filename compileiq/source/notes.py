@@ -17,7 +17,7 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     """What `compileiq space KERNEL` says beside the table, one line each: a kernel without tuned
     macros, a header it includes that the preprocessor cannot find (with where it is, if near), a
     tuned macro the kernel #defines itself (`tune` stops on it) or never names."""
-    from compileiq.source.dependencies import DependencyError
+    from compileiq.source.dependencies import DependencyError, UnsupportedArchError
     from compileiq.source.launch import LaunchModel
     from compileiq.source.macro_effect import check_macros_change_code
     from compileiq.source.macros import MacroError, check_macros_take_effect, source_notes
@@ -26,6 +26,8 @@ def kernel_notes(spec: KernelSpec) -> list[str]:
     notes = ([] if spec.tuned_defines else [untuned]) + arch_notes(spec)
     try:
         bundle = bundle_sources(spec, find_toolchain().nvcc)
+    except UnsupportedArchError:  # nothing in the table can be built for it: stop in one line, as tune does
+        raise
     except DependencyError as error:  # the run would stop here: say so now, in one line
         return [*notes, first_line(str(error), 400)]
     LaunchModel(spec, bundle)  # tune's check of the [launch] facts at the defaults: refused here as there

@@ -9,7 +9,7 @@ from typing import Any
 
 from compileiq.core.errors import CompileIQError
 from compileiq.core.records import UNCHOSEN, first_line
-from compileiq.results import recorded_sources, shipped_origin
+from compileiq.results import launch_note, recorded_sources, shipped_origin
 from compileiq.source.spec import KernelSpec, SourceBundle
 from compileiq.store import Store
 from compileiq.tuning.baseline import BaselineError
@@ -19,8 +19,9 @@ BASELINE_FAILED = "its baseline failed"
 
 
 def started_from(kernel: KernelSpec, bundle: SourceBundle) -> dict[str, Any]:
-    """What a run adds to its recorded decision of what it started from."""
-    return shipped_origin.decision_entry(kernel.shipped) | recorded_sources.decision_entry(bundle, kernel)
+    """What a run adds to its recorded decision of what it started from (its launch assumed, too)."""
+    return (shipped_origin.decision_entry(kernel.shipped) | recorded_sources.decision_entry(bundle, kernel)
+            | launch_note.decision_entry(kernel))
 
 
 def record_stop(store: Store, study_id: int, run_id: int | None, error: BaseException, kernel: KernelSpec,
