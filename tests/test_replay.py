@@ -194,7 +194,7 @@ def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, caps
             assert row[f"median_seconds_to_{target}"] > 0
     covered = found["coverage"]["convolution_A4000.json.gz"]
     assert covered["intervals"] >= 1 and covered["best_possible_speedup"] > 1
-    assert "4,362 of 10,240 configurations allowed, 4,201 with times" in capsys.readouterr().out
+    assert "4,362 of 10,240 configurations allowed, 4,201 of them with times" in capsys.readouterr().out
 
 
 def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> None:
@@ -221,4 +221,4 @@ def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> 
     assert not any(key.startswith("coverage_") for key in covered)
     assert covered["best_possible_speedup"] == pytest.approx(9.0)  # the defaults: each first value
     printed = capsys.readouterr().out
-    assert "32 of 32 configurations allowed, 30 with times" in printed and "intervals not judged" in printed
+    assert "32 of 32 configurations allowed, 30 of them with times" in printed and "intervals not judged" in printed
