@@ -60,6 +60,16 @@ def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
         assert ReplayMeasurer(landscape).measure(executable, ["--quick"], 10).failure is not None
 
 
+def test_a_cache_with_string_bool_and_float_parameters_is_replayed() -> None:
+    """Kernel Tuner's own test cache tunes strings, a bool and a mixed list (keys such as
+    "128,alg_2,15,True,2.45"): each value is kept as its key spells it, and the replay reads it back."""
+    landscape = load_landscape(Path(__file__).resolve().parent / "landscapes" / "kt_strategies_cache.json")
+    key = (128, "alg_2", 15, "True", "2.45")
+    assert key in landscape.times and landscape.values["test_mixed"] == ("test", 1, "True", "2.45")
+    run = ReplayMeasurer(landscape, seed=1).measure(_executable("128,alg_2,15,True,2.45"), ["--samples", "5"], 10)
+    assert run.failure is None and set(run.harness.samples_ms) <= set(landscape.timed(key))
+
+
 def test_a_replay_never_draws_the_cold_first_launch(tmp_path: Path) -> None:
     """Kernel Tuner records a configuration's first, cold launch among its times; a warmed-up
     harness never times one, so the replay leaves it out (and a failed one stays failed)."""
