@@ -3,8 +3,11 @@ time each strategy needs to come within 1% and 5% of a brute-forced landscape's 
 over seeds; then the confidence intervals of compileiq's confirmation checked against the truth.
 
 No kernel source and no GPU: the space is the T1 file's parameters (as tuned macros, defaults
-first) with its `Conditions` as restrictions; without a T1 file, the cache's own `tune_params`,
-every combination, the first value of each the defaults. A configuration's value is the mean of
+first) with its `Conditions` as restrictions (`t1_file` reads it, Kernel Tuner's `Values` forms
+included, running nothing); without a T1 file, the cache's own `tune_params`, every combination,
+the first value of each the defaults (or the first recorded configuration, when those have no
+time). The optimum and its targets are those of the configurations the space allows, not of the
+whole cache. A strategy that raises is a row saying so; bad input is one line and exit status 2. A configuration's value is the mean of
 its recorded `times` (a cache that kept only `time`: that one value, and its confirmation
 intervals are not judged, a replay of one timing having no noise; an error string or Kernel
 Tuner's 1e20 is a failure). The same rules for every strategy:
@@ -71,20 +74,32 @@ import logging
 import math
 import random
 import statistics
+import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import t1_file
 from common import BATCH, machine
+from t1_file import InputError
 
 from compileiq.core.space import Config, SearchSpace
 from compileiq.evaluate.confirm import Candidate, choose_finalists, confirm, executable_sampler
-from compileiq.evaluate.replay import Landscape, ReplayMeasurer, load_landscape, read_cache
+from compileiq.evaluate.replay import (
+    Field,
+    Landscape,
+    LandscapeError,
+    ReplayMeasurer,
+    field_of,
+    load_landscape,
+    read_cache,
+)
 from compileiq.search.searcher import Observation, Searcher, SearchSettings
 from compileiq.source import restrictions
 
@@ -96,7 +111,7 @@ IDLE_BATCHES = 50
 MAX_FILLED = 4_000_000  # configurations a cache's tune_params may span (each one a dict for Kernel Tuner)
 MISSING = "RuntimeFailedConfig"  # Kernel Tuner's record of a configuration that failed to run
 ESTIMAND_ROUNDS = 4000
-Key = tuple[int, ...]  # a configuration's values in the landscape's parameter order
+Key = tuple[Field, ...]  # a configuration's values in the landscape's parameter order (replay.field_of)
 
 
 @dataclass(frozen=True)
@@ -107,13 +122,36 @@ class Problem:
     space: SearchSpace
     t1: dict
     cache: Path  # the Kernel Tuner cache file (.json or .json.gz)
+    t1_path: Path | None = None  # the T1 file (None: the cache's own tune_params)
 
     @property
     def default(self) -> Key:
         return key_of(self.landscape, self.space.default_config())
 
+    @cached_property
+    def allowed(self) -> tuple[Key, ...]:
+        """The recorded configurations with times that the space holds (its values, its
+        restrictions): the only ones any strategy can reach, so the only ones judged on."""
+        parameters = [self.space.parameter(f"define.{p}") for p in self.landscape.parameters]
+        return tuple(k for k, times in self.landscape.times.items() if times
+                     and all(q.allows(v) for q, v in zip(parameters, k)) and self.space.allows(config_of(self, k)))
+
+    @cached_property
+    def best(self) -> float:
+        """The optimum: the lowest mean of the configurations the space allows."""
+        return min(v for k in self.allowed if (v := self.value(k)) is not None)
+
+    @cached_property
+    def optimum(self) -> Key:
+        return min(self.allowed, key=lambda k: (self.value(k), k != self.default))
+
+    @cached_property
+    def steady_best(self) -> Key:
+        """The allowed configuration fastest once warm (mean of its times less the cold first launch)."""
+        return min(self.allowed, key=lambda k: (self.landscape.steady_mean(k), k != self.optimum))
+
     def target(self, fraction: float) -> float:
-        return self.landscape.best * (1 + fraction)
+        return self.best * (1 + fraction)
 
     def value(self, key: Key) -> float | None:
         return self.landscape.mean(key)
@@ -128,23 +166,24 @@ class Reached:
     reached: bool
 
 
-def t1_space(t1: dict) -> SearchSpace:
-    """The T1 tuning space as compileiq's: tuned macros (default first) under its Conditions."""
-    space = t1["ConfigurationSpace"]
-    tuned: dict[str, tuple[int | str, ...]] = {}
-    for parameter in space["TuningParameters"]:
-        values = parameter["Values"]
-        values = json.loads(values) if isinstance(values, str) else list(values)
-        default = parameter.get("Default", values[0])
-        tuned[parameter["Name"]] = (default, *[v for v in values if v != default])
-    texts = restrictions.parse([c["Expression"] for c in space.get("Conditions", [])], {}, tuned)
-    base = SearchSpace(f"t1:{t1['General']['BenchmarkName']}", "", ()).with_defines(tuned)
+def t1_space(t1: dict, where: object = "T1 file") -> SearchSpace:
+    """The T1 tuning space as compileiq's: tuned macros (default first; a value that is no integer
+    as its cache key spells it, `field_of`) under its Conditions; InputError when it has none."""
+    values, default = t1_file.parameters(t1, where), t1_file.defaults(t1)
+    tuned: dict[str, tuple[Field, ...]] = {
+        name: tuple(dict.fromkeys(field_of(v) for v in (default[name], *found))) for name, found in values.items()}
+    try:
+        texts = restrictions.parse(t1_file.conditions(t1, where), {}, tuned, known_as="a TuningParameter of the T1 file")
+    except ValueError as error:
+        raise InputError(f"{where}: Conditions{error}") from None
+    name = t1.get("General", {}).get("BenchmarkName", "space") if isinstance(t1.get("General"), dict) else "space"
+    base = SearchSpace(f"t1:{name}", "", ()).with_defines(tuned)
     return base.restricted(restrictions.restrictions_of(texts, {}, tuned))
 
 
 def key_of(landscape: Landscape, config: Config | dict) -> Key:
     values = config.as_dict() if isinstance(config, Config) else config
-    return tuple(int(values[f"define.{p}"]) for p in landscape.parameters)
+    return tuple(field_of(values[f"define.{p}"]) for p in landscape.parameters)
 
 
 def config_of(problem: Problem, key: Key) -> dict:
@@ -203,7 +242,7 @@ def optuna_tpe(problem: Problem, seed: int, cap: int) -> list[list[Key]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    values = {p: sorted({k[i] for k in problem.landscape.times}) for i, p in enumerate(problem.landscape.parameters)}
+    values = {p: _ordered(problem.space.parameter(f"define.{p}").values) for p in problem.landscape.parameters}
     tuned = [p for p in problem.landscape.parameters if len(values[p]) > 1]
     distributions = {p: optuna.distributions.IntDistribution(0, len(values[p]) - 1) for p in tuned}
     default = dict(zip(problem.landscape.parameters, problem.default))
@@ -244,6 +283,11 @@ def optuna_tpe(problem: Problem, seed: int, cap: int) -> list[list[Key]]:
     return batches
 
 
+def _ordered(values: Sequence[Any]) -> list[Any]:
+    """A parameter's values as Optuna's ordered axis: sorted when all are numbers, else as listed."""
+    return sorted(values) if all(isinstance(v, int) for v in values) else list(values)
+
+
 @contextlib.contextmanager
 def _stop_at(threshold: float, seen: list[dict]) -> Iterator[None]:
     """Kernel Tuner's simulation runner, made to end the run (as max_fevals would) once a result
@@ -269,25 +313,26 @@ def _stop_at(threshold: float, seen: list[dict]) -> Iterator[None]:
 
 
 @functools.cache
-def _kernel_tuner_cache(source: Path) -> tuple[str, dict]:
-    """The cache as Kernel Tuner is given it (its JSON text, made once per file) and its header:
-    each entry carries its parameters' values (a cache that keeps them only in its keys gets them
-    added: Kernel Tuner returns the entry, and the entry is how its run's configurations are read
-    back), and a configuration the cache lacks is recorded as failed, as the product's replay
-    answers it (Kernel Tuner's simulation stops at a configuration it cannot find)."""
+def _kernel_tuner_cache(source: Path, params: tuple[tuple[str, tuple[Any, ...]], ...]) -> tuple[str, dict]:
+    """The cache as Kernel Tuner is given it for these parameters (the T1 file's, in the cache's
+    key order; its JSON text, made once) and its header: each entry carries its parameters' values
+    (a cache that keeps them only in its keys gets them added: Kernel Tuner returns the entry, and
+    the entry is how its run's configurations are read back), and every configuration of the
+    parameters that the cache lacks is recorded as failed, as the product's replay answers it
+    (Kernel Tuner's simulation stops at a configuration it cannot find)."""
     data = read_cache(source)
     keys = data["tune_params_keys"]
+    spelled = [{str(v): v for v in values} for _, values in params]
     for key, entry in data["cache"].items():
-        for name, value in zip(keys, str(key).split(",")):
-            entry.setdefault(name, int(value))
-    tuned = data.get("tune_params") or {}
-    if all(isinstance(tuned.get(name), list) for name in keys):  # Kernel Tuner's simulation needs every one
-        if math.prod(len(tuned[name]) for name in keys) > MAX_FILLED:
-            raise SystemExit(f"{source.name}: its tune_params make more than {MAX_FILLED:,} configurations")
-        for values in itertools.product(*(tuned[name] for name in keys)):
-            data["cache"].setdefault(",".join(map(str, values)), {**dict(zip(keys, values)), "time": MISSING})
-    text = json.dumps(data)
-    return text, {k: v for k, v in data.items() if k != "cache"}
+        for name, text, known in zip(keys, str(key).split(","), spelled):
+            entry.setdefault(name, known.get(text, field_of(text)))
+    if math.prod(len(values) for _, values in params) > MAX_FILLED:
+        raise InputError(f"{source.name}: its tuning space makes more than {MAX_FILLED:,} configurations")
+    for values in itertools.product(*(values for _, values in params)):
+        data["cache"].setdefault(",".join(map(str, values)), {**dict(zip(keys, values)), "time": MISSING})
+    header = {**{k: v for k, v in data.items() if k != "cache"}, "tune_params": dict(params)}
+    text = json.dumps({**header, "cache": data["cache"]})  # the cache last: Kernel Tuner reads a file
+    return text, header  # that does not end "}}}" as one left open, and "closes" it again
 
 
 def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[Key]]]:
@@ -295,13 +340,12 @@ def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[K
         import kernel_tuner
         from kernel_tuner.util import StopCriterionReached
 
-        t1 = problem.t1["ConfigurationSpace"]
-        params = {p["Name"]: (json.loads(p["Values"]) if isinstance(p["Values"], str) else list(p["Values"]))
-                  for p in t1["TuningParameters"]}
+        given = t1_file.parameters(problem.t1)  # its own values (a string as a string), in the cache's order
+        params = {p: given[p] for p in problem.landscape.parameters}
         spec = problem.t1.get("KernelSpecification", {})
         with tempfile.TemporaryDirectory() as folder:
             cache = Path(folder) / "cache.json"
-            text, header = _kernel_tuner_cache(problem.cache)
+            text, header = _kernel_tuner_cache(problem.cache, tuple((p, tuple(v)) for p, v in params.items()))
             cache.write_text(text)
             random.seed(seed)
             np.random.seed(seed)
@@ -311,17 +355,22 @@ def kernel_tuner_run(strategy: str) -> Callable[[Problem, int, int], list[list[K
                 try:
                     results, _ = kernel_tuner.tune_kernel(
                         header.get("kernel_name", spec.get("KernelName", "kernel")), "__global__ void k() {}",
-                        tuple(header.get("problem_size", spec.get("ProblemSize", [1]))), [], params,
-                        restrictions=[c["Expression"] for c in t1.get("Conditions", [])],
+                        _problem_size(header.get("problem_size", spec.get("ProblemSize", [1]))), [], params,
+                        restrictions=t1_file.conditions(problem.t1),
                         cache=str(cache), simulation_mode=True, strategy=strategy,
                         strategy_options={"max_fevals": max(cap - 1, 1)}, quiet=True, verbose=False)
                 except StopCriterionReached:  # raised past the strategy: its first result was the target
                     results = seen
         batches = [[problem.default]]
-        batches += [[tuple(int(r[p]) for p in problem.landscape.parameters)] for r in results]
+        batches += [[tuple(field_of(r[p]) for p in problem.landscape.parameters)] for r in results]
         return batches
 
     return run
+
+
+def _problem_size(size: Any) -> tuple:
+    """Kernel Tuner's problem size: a cache's or T1 file's list, or one number (the T1 form)."""
+    return tuple(size) if isinstance(size, list | tuple) else (size,)
 
 
 def strategies() -> dict[str, Callable[[Problem, int, int], list[list[Key]]]]:
@@ -421,7 +470,7 @@ def coverage(problem: Problem, seeds: int, budget: int, repeats: int) -> dict:
             choice = confirmed_choice(problem, evaluated, seed * 1000 + repeat)
             intervals += choice.intervals
             speedups.append(base_mean / problem.value(choice.key))  # type: ignore[operator]
-    return summarize_coverage(intervals, speedups, base_mean / problem.landscape.best, budget)
+    return summarize_coverage(intervals, speedups, base_mean / problem.best, budget)
 
 
 def summarize_coverage(intervals: Sequence[Interval], speedups: Sequence[float], best: float, budget: int) -> dict:
@@ -448,28 +497,42 @@ def _quartiles(values: Sequence[float]) -> list[float] | None:
 
 # --- the comparison ---
 
-def compare(problem: Problem, names: Sequence[str], seeds: int, cap: int) -> tuple[list[dict], dict]:
+def compare(problem: Problem, names: Sequence[str], seeds: int, cap: int,
+            on_row: Callable[[dict, float], None] = lambda row, seconds: None) -> tuple[list[dict], dict]:
+    """One row per strategy (`on_row` told each as it is made). A strategy that raises (Kernel
+    Tuner's on a space too small for it, say) is a row that says so; the others still run."""
     known = strategies()
     rows, spent = [], {}
     for name in names:
         start = time.perf_counter()
-        runs = [charge(problem, known[name](problem, seed, cap), cap) for seed in range(seeds)]
         row: dict[str, Any] = {"landscape": problem.landscape.name, "strategy": name,
                                "batch": BATCH if not name.startswith("kt-") else 1, "seeds": seeds}
-        for target in TARGETS:
-            label = f"{round(target * 100)}pct"
-            counts = [r[target].evaluations for r in runs]
-            seconds = [r[target].seconds for r in runs]
-            row[f"median_evaluations_to_{label}"] = statistics.median(counts)
-            row[f"quartiles_evaluations_to_{label}"] = _quartiles(counts)
-            row[f"median_seconds_to_{label}"] = statistics.median(seconds)
-            row[f"reached_{label}"] = sum(r[target].reached for r in runs)
-            row[f"evaluations_to_{label}"] = counts  # per seed; cap + 1 where a run fell short
-        if name.startswith("kt-"):
-            row["deterministic_by_seed"] = known[name](problem, 0, cap) == known[name](problem, 0, cap)
+        try:
+            row.update(_row(problem, known[name], seeds, cap, name.startswith("kt-")))
+        except Exception as error:  # noqa: BLE001 - a peer's own failure is its row, not the run's end
+            row["crashed"] = f"{type(error).__name__}: {' '.join(str(error).split())}"[:200]
         rows.append(row)
         spent[name] = time.perf_counter() - start
+        on_row(row, spent[name])
     return rows, spent
+
+
+def _row(problem: Problem, run: Callable[[Problem, int, int], list[list[Key]]], seeds: int, cap: int,
+         checked: bool) -> dict[str, Any]:
+    runs = [charge(problem, run(problem, seed, cap), cap) for seed in range(seeds)]
+    row: dict[str, Any] = {}
+    for target in TARGETS:
+        label = f"{round(target * 100)}pct"
+        counts = [r[target].evaluations for r in runs]
+        seconds = [r[target].seconds for r in runs]
+        row[f"median_evaluations_to_{label}"] = statistics.median(counts)
+        row[f"quartiles_evaluations_to_{label}"] = _quartiles(counts)
+        row[f"median_seconds_to_{label}"] = statistics.median(seconds)
+        row[f"reached_{label}"] = sum(r[target].reached for r in runs)
+        row[f"evaluations_to_{label}"] = counts  # per seed; cap + 1 where a run fell short
+    if checked:  # Kernel Tuner seeds through the global generators: checked (the others take the seed)
+        row["deterministic_by_seed"] = run(problem, 0, cap) == run(problem, 0, cap)
+    return row
 
 
 def versus(ours: dict | None, row: dict, label: str) -> str:
@@ -485,43 +548,77 @@ def versus(ours: dict | None, row: dict, label: str) -> str:
     return f"{mannwhitneyu(ours[key], row[key], alternative='two-sided').pvalue:.2g}"
 
 
-def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: int) -> list[str]:
-    landscape = problem.landscape
+def facts(problem: Problem) -> dict[str, Any]:
+    """What the table's header states (and --json records): the space, the optimum within it and
+    its targets, the defaults, and whether the optimum by mean is the steady-state best."""
     allowed, total = problem.space.macro_combinations()
-    within = {t: sum(1 for ts in landscape.times.values() if ts and sum(ts) / len(ts) <= problem.target(t))
-              for t in TARGETS}
-    head = (f"{landscape.name} ({landscape.device}): {allowed:,} of {total:,} configurations allowed, "
-            f"{sum(1 for t in landscape.times.values() if t):,} with times; optimum {landscape.best:.4f} ms "
-            f"({within[0.01]} within 1%, {within[0.05]} within 5%); defaults {problem.value(problem.default):.4f} ms; "
-            f"cap {cap}")
-    columns = (f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'p 1%':>6} {'evals 5%':>9} "
-               f"{'reached':>7} {'s 5%':>8} {'p 5%':>6}  deterministic")
-    lines = [head, columns]
-    ours = next((row for row in rows if row["strategy"] == "compileiq"), None)
+    means = [problem.value(k) for k in problem.allowed]
+    shown = ",".join(map(str, problem.optimum))
+    steady = problem.steady_best if problem.landscape.repeated else problem.optimum
+    return {"landscape": problem.landscape.name, "device": problem.landscape.device,
+            "space": str(problem.t1_path) if problem.t1_path else "the cache's tune_params",
+            "allowed": allowed, "combinations": total, "allowed_with_times": len(problem.allowed),
+            "recorded_with_times": sum(1 for t in problem.landscape.times.values() if t),
+            "optimum_ms": problem.best, "optimum": shown,
+            **{f"within_{round(t * 100)}pct": sum(1 for v in means if v is not None and v <= problem.target(t))
+               for t in TARGETS},
+            "defaults": ",".join(map(str, problem.default)), "defaults_ms": problem.value(problem.default),
+            "steady_state_best": ",".join(map(str, steady)),
+            "optimum_is_steady_state_best": steady == problem.optimum}
+
+
+def render(problem: Problem, rows: Sequence[dict], covered: dict | None, cap: int) -> list[str]:
+    told = facts(problem)
+    allowed = "?" if told["allowed"] is None else f"{told['allowed']:,}"
+    head = (f"{told['landscape']} ({told['device']}): {allowed} of {told['combinations']:,} configurations "
+            f"allowed, {told['allowed_with_times']:,} of them with times; optimum {told['optimum_ms']:.4f} ms "
+            f"({told['within_1pct']} within 1%, {told['within_5pct']} within 5%); defaults "
+            f"{told['defaults_ms']:.4f} ms; cap {cap}")
+    lines = [head]
+    if not told["optimum_is_steady_state_best"]:
+        steady = problem.steady_best
+        lines.append(f"warning: the optimum by mean ({told['optimum']}) is not the fastest once warm "
+                     f"({told['steady_state_best']}: {problem.landscape.steady_mean(steady):.4f} ms against "
+                     f"{problem.landscape.steady_mean(problem.optimum):.4f} ms without the first, cold launch): "
+                     "with so few timings the targets may rest on a cold-launch artefact")
+    lines.append(f"{'strategy':24} {'batch':>5} {'evals 1%':>9} {'reached':>7} {'s 1%':>8} {'p 1%':>6} {'evals 5%':>9} "
+                 f"{'reached':>7} {'s 5%':>8} {'p 5%':>6}  deterministic")
+    ours = next((row for row in rows if row["strategy"] == "compileiq" and "crashed" not in row), None)
     for row in rows:
+        if "crashed" in row:
+            lines.append(f"{row['strategy']:24} {row['batch']:>5} crashed: {row['crashed']}")
+            continue
         p1, p5 = (versus(ours, row, label) for label in ("1pct", "5pct"))
         lines.append(
             f"{row['strategy']:24} {row['batch']:>5} {_shown(row['median_evaluations_to_1pct'], cap):>9} "
             f"{row['reached_1pct']:>4}/{row['seeds']:<2} {row['median_seconds_to_1pct']:>8.0f} {p1:>6} "
             f"{_shown(row['median_evaluations_to_5pct'], cap):>9} {row['reached_5pct']:>4}/{row['seeds']:<2} "
-            f"{row['median_seconds_to_5pct']:>8.0f} {p5:>6}  {row.get('deterministic_by_seed', True)}")
+            f"{row['median_seconds_to_5pct']:>8.0f} {p5:>6}  {row.get('deterministic_by_seed', '-')}")
     if ours is not None and len(rows) > 1:
         lines.append("p: two-sided Mann-Whitney U test of this strategy's per-seed evaluations against compileiq's "
                      "(every run short of the target counted alike, cap + 1); under 0.05: a difference the seeds support")
     if covered:
+        lines.append(_coverage_line(problem, covered))
+    return lines
+
+
+def _coverage_line(problem: Problem, covered: dict) -> str:
+    if not problem.landscape.repeated:
+        intervals = "intervals not judged (one timing per configuration: its replay has no noise)"
+    elif not covered["intervals"]:
+        intervals = "no interval to judge (no finalist was confirmed against the defaults)"
+    else:
         intervals = (f"{covered['intervals']} intervals cover the steady-state medians' ratio "
                      f"{covered['coverage_of_medians_ratio']:.1%}, the steady-state means' ratio "
                      f"{covered['coverage_of_steady_ratio']:.1%}, the means' ratio of all recorded times "
                      f"{covered['coverage_of_means_ratio']:.1%}, the statistic's estimand "
-                     f"{covered['coverage_of_estimand']:.1%}" if problem.landscape.repeated else
-                     "intervals not judged (one timing per configuration: its replay has no noise)")
-        lines.append(
-            f"confirmation after {covered['budget']} evaluations: {intervals}; "
-            f"true speedup of the final choice: median {covered['median_true_speedup_of_choice']:.3f} "
-            f"(quartiles {', '.join(f'{q:.3f}' for q in covered['quartiles_true_speedup_of_choice'] or [])}), "
+                     f"{covered['coverage_of_estimand']:.1%}")
+    quartiles = covered["quartiles_true_speedup_of_choice"]
+    spread = f" (quartiles {quartiles[0]:.3f}, {quartiles[1]:.3f})" if quartiles else ""
+    return (f"confirmation after {covered['budget']} evaluations: {intervals}; "
+            f"true speedup of the final choice: median {covered['median_true_speedup_of_choice']:.3f}{spread}, "
             f"{covered['choices_slower_than_defaults']} of {covered['choices']} slower than the defaults, "
             f"{covered['choices_keeping_defaults']} kept them; best possible {covered['best_possible_speedup']:.3f}")
-    return lines
 
 
 def _shown(evaluations: float, cap: int) -> str:
@@ -532,28 +629,42 @@ def _shown(evaluations: float, cap: int) -> str:
 def cache_t1(landscape: Landscape) -> dict:
     """A T1 tuning space made of the cache's own `tune_params` when no space file is given: every
     combination of their values, no restrictions (one the cache lacks is a failed launch for every
-    strategy), the first value of each parameter as the defaults."""
+    strategy), the first value of each parameter as the defaults; where that configuration has no
+    recorded time (Kernel Tuner's test caches record a sample), the first recorded one that has."""
     if not landscape.values:
-        raise SystemExit(f"{landscape.name}: no integer tune_params in the cache: give its tuning space with --space")
-    parameters = [{"Name": name, "Type": "int", "Values": list(values), "Default": values[0]}
-                  for name, values in landscape.values.items()]
+        raise InputError(f"{landscape.name}: no usable tune_params in the cache: give its tuning space with --space")
+    first = tuple(values[0] for values in landscape.values.values())
+    timed = [k for k, t in landscape.times.items() if t and all(v in landscape.values[p] for p, v in
+                                                                   zip(landscape.parameters, k))]
+    default = first if landscape.mean(first) is not None or not timed else timed[0]
+    parameters = [{"Name": name, "Type": "int", "Values": list(values), "Default": value}
+                  for (name, values), value in zip(landscape.values.items(), default)]
     return {"General": {"BenchmarkName": landscape.name.split(".")[0]},
             "ConfigurationSpace": {"TuningParameters": parameters, "Conditions": []}}
 
 
 def problems(landscapes: Sequence[Path], spaces: Sequence[Path]) -> list[Problem]:
+    """Each cache with its space, checked: InputError (one line) for one no strategy can be judged on."""
     if len(spaces) not in (0, 1, len(landscapes)):
-        raise SystemExit("give one --space, one per --landscape, or none (each cache's own tune_params)")
+        raise InputError("give one --space, one per --landscape, or none (each cache's own tune_params)")
     found = []
     for index, cache in enumerate(landscapes):
         landscape = load_landscape(cache)
         t1_path = spaces[0] if len(spaces) == 1 else spaces[index] if spaces else None
-        t1 = json.loads(t1_path.read_text()) if t1_path else cache_t1(landscape)
-        space = t1_space(t1)
+        t1 = t1_file.read_t1(t1_path) if t1_path else cache_t1(landscape)
+        space = t1_space(t1, t1_path or cache)
         names = [p.removeprefix("define.") for p in (q.name for q in space.parameters)]
         if sorted(names) != sorted(landscape.parameters):
-            raise SystemExit(f"{t1_path} and {cache} name different parameters")
-        found.append(Problem(landscape, space, t1, cache))
+            raise InputError(f"{t1_path} names {', '.join(names)}; {cache} has {', '.join(landscape.parameters)}")
+        problem = Problem(landscape, space, t1, cache, t1_path)
+        if not problem.allowed:
+            raise InputError(f"{cache}: no configuration of the space has a recorded time (every one failed, "
+                             f"missing, or without `time`: the objective judged is time)")
+        if problem.value(problem.default) is None:
+            shown = ",".join(map(str, problem.default))
+            raise InputError(f"{cache}: the defaults ({shown}) have no recorded time (missing or failed): every "
+                             "strategy starts from them and every speedup is against them")
+        found.append(problem)
     return found
 
 
@@ -581,26 +692,46 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="the batch strategies' batch (compileiq's "
                         "`--batch-size`; random and TPE too), charged whole")
     args = parser.parse_args(argv)
-    if args.batch < 1:
-        parser.error("--batch must be at least 1")
+    for option in ("batch", "seeds", "cap", "budget"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option} must be at least 1")
+    if args.confirmations < 0:
+        parser.error("--confirmations must be 0 or more")
     BATCH = args.batch
     names = [n for n in args.strategies.split(",") if n]
     unknown = [n for n in names if n not in STRATEGIES]
     if unknown:
         parser.error(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
     logging.getLogger().setLevel(logging.ERROR)
+    try:
+        found = problems(args.landscape, args.space)
+    except (InputError, LandscapeError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"machine: {machine()}; {args.seeds} seeds; batch {BATCH} (Kernel Tuner: 1)")
-    report: dict[str, Any] = {"seeds": args.seeds, "cap": args.cap, "rows": [], "coverage": {}, "replay_seconds": {}}
-    for problem in problems(args.landscape, args.space):
-        rows, spent = compare(problem, names, args.seeds, args.cap)
-        covered = coverage(problem, args.seeds, args.budget, args.confirmations) if args.confirmations else None
-        print("\n".join(render(problem, rows, covered, args.cap)), flush=True)
-        report["rows"] += rows
-        report["coverage"][problem.landscape.name] = covered if problem.landscape.repeated else (
-            covered and {k: v for k, v in covered.items() if not k.startswith("coverage_")})
-        report["replay_seconds"][problem.landscape.name] = spent
+    report: dict[str, Any] = {"seeds": args.seeds, "cap": args.cap, "rows": [], "coverage": {}, "replay_seconds": {},
+                              "landscapes": {}}
+
+    def write() -> None:
         if args.json:
             args.json.write_text(json.dumps(report, indent=1))
+
+    for problem in found:
+        name = problem.landscape.name
+        report["landscapes"][name] = facts(problem)
+        report["replay_seconds"][name] = {}
+
+        def kept(row: dict, seconds: float) -> None:
+            report["rows"].append(row)
+            report["replay_seconds"][name][row["strategy"]] = seconds  # noqa: B023 - called within this loop
+            write()
+
+        rows, _ = compare(problem, names, args.seeds, args.cap, kept)
+        covered = coverage(problem, args.seeds, args.budget, args.confirmations) if args.confirmations else None
+        report["coverage"][name] = covered if problem.landscape.repeated else (
+            covered and {k: v for k, v in covered.items() if not k.startswith("coverage_")})
+        write()
+        print("\n".join(render(problem, rows, covered, args.cap)), flush=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,16 @@ def test_a_run_draws_from_the_recorded_times_and_a_missing_one_fails() -> None:
         assert ReplayMeasurer(landscape).measure(executable, ["--quick"], 10).failure is not None
 
 
+def test_a_cache_with_string_bool_and_float_parameters_is_replayed() -> None:
+    """Kernel Tuner's own test cache tunes strings, a bool and a mixed list (keys such as
+    "128,alg_2,15,True,2.45"): each value is kept as its key spells it, and the replay reads it back."""
+    landscape = load_landscape(Path(__file__).resolve().parent / "landscapes" / "kt_strategies_cache.json")
+    key = (128, "alg_2", 15, "True", "2.45")
+    assert key in landscape.times and landscape.values["test_mixed"] == ("test", 1, "True", "2.45")
+    run = ReplayMeasurer(landscape, seed=1).measure(_executable("128,alg_2,15,True,2.45"), ["--samples", "5"], 10)
+    assert run.failure is None and set(run.harness.samples_ms) <= set(landscape.timed(key))
+
+
 def test_a_replay_never_draws_the_cold_first_launch(tmp_path: Path) -> None:
     """Kernel Tuner records a configuration's first, cold launch among its times; a warmed-up
     harness never times one, so the replay leaves it out (and a failed one stays failed)."""
@@ -194,7 +204,7 @@ def test_the_landscape_benchmark_compares_search_with_peers(tmp_path: Path, caps
             assert row[f"median_seconds_to_{target}"] > 0
     covered = found["coverage"]["convolution_A4000.json.gz"]
     assert covered["intervals"] >= 1 and covered["best_possible_speedup"] > 1
-    assert "4,362 of 10,240 configurations allowed, 4,201 with times" in capsys.readouterr().out
+    assert "4,362 of 10,240 configurations allowed, 4,201 of them with times" in capsys.readouterr().out
 
 
 def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> None:
@@ -221,4 +231,4 @@ def test_the_landscape_benchmark_takes_a_cache_alone(tmp_path: Path, capsys) -> 
     assert not any(key.startswith("coverage_") for key in covered)
     assert covered["best_possible_speedup"] == pytest.approx(9.0)  # the defaults: each first value
     printed = capsys.readouterr().out
-    assert "32 of 32 configurations allowed, 30 with times" in printed and "intervals not judged" in printed
+    assert "32 of 32 configurations allowed, 30 of them with times" in printed and "intervals not judged" in printed

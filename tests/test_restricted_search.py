@@ -262,3 +262,15 @@ def test_restrictions_allowing_many_keep_the_search_the_landscapes_measured(t1: 
         return seen
 
     assert proposals(space) == proposals(drawn)
+
+
+def test_space_says_how_many_combinations_a_restriction_could_not_evaluate(tmp_path: Path) -> None:
+    """`BX ** BY > 0` overflows the evaluator's bound for large values: those combinations are not
+    allowed, and the caption says how many could not be evaluated rather than pass them off as
+    failing the condition."""
+    _kernel(tmp_path, ["BX", "BY"], '[tune]\nrestrictions = ["BX ** BY > 0"]\n\n'
+            + _defines({"BX": range(2, 5), "BY": [1, 300]}))  # 2..4 ** 300 > 2**256
+    run = run_cli(["space", "k.cu"], cwd=tmp_path)
+    said = " ".join(run.stdout.split())
+    assert run.returncode == 0, run.describe()
+    assert "3 of 6 macro combinations satisfy tune.toml's 1 restrictions (3 of the others could not be evaluated" in said, said

@@ -5,6 +5,7 @@ mode on the cache file), and the product's confirmation judged against the table
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -179,3 +180,173 @@ def test_batch_sets_the_batch_each_search_is_asked_for_and_charged(tmp_path, mon
     assert module.BATCH == 2
     with pytest.raises(SystemExit):
         module.main(["--landscape", str(landscape), "--batch", "0"])
+
+
+# --- unseen caches and T1 files (a first-time user's report) ---
+
+KT = Path(__file__).resolve().parent / "landscapes"  # Kernel Tuner's own test caches (see its README.md)
+
+
+def _t1(folder, conditions, values=None, name="t1.json", order=("A", "B")):
+    """A T1 file over the tiny landscape: `values` per parameter (default: the cache's), defaults 1 and 0."""
+    values = {"A": "[1, 2, 3, 4]", "B": [0, 1], **(values or {})}
+    defaults = {"A": 1, "B": 0}
+    t1 = {"General": {"BenchmarkName": "tiny"}, "ConfigurationSpace": {
+        "TuningParameters": [{"Name": p, "Type": "int", "Values": values[p], "Default": defaults[p]} for p in order],
+        "Conditions": conditions}}
+    (folder / name).write_text(json.dumps(t1))
+    return folder / name
+
+
+def _main(module, *args):
+    module.main([str(a) for a in args])
+
+
+def test_the_optimum_and_targets_are_those_of_the_space_the_t1_file_allows(tmp_path) -> None:
+    """The cache's fastest (2, 1) breaks `B == 0`: the optimum is (4, 0) at 1.2 ms, every target
+    and `best possible` are taken from it, and every strategy reaches it."""
+    module = _module()
+    (cache,), _ = _write_landscape(tmp_path)
+    space = _t1(tmp_path, [{"Expression": "B == 0"}])
+    out = tmp_path / "out.json"
+    _main(module, "--landscape", cache, "--space", space, "--seeds", 2, "--cap", 20, "--strategies",
+          "compileiq,random,optuna-tpe,kt-random_sample", "--confirmations", 1, "--json", out)
+    report = json.loads(out.read_text())
+    assert all(row["reached_1pct"] == 2 for row in report["rows"]), report["rows"]
+    told = report["landscapes"]["k.json"]
+    assert told["optimum_ms"] == pytest.approx(1.2) and told["optimum"] == "4,0"
+    assert (told["allowed"], told["combinations"], told["allowed_with_times"], told["within_1pct"]) == (4, 8, 4, 1)
+    assert report["coverage"]["k.json"]["best_possible_speedup"] == pytest.approx(2.0 / 1.2)
+
+
+def test_optuna_is_given_the_t1_files_values_not_the_caches(tmp_path) -> None:
+    """A T1 file that tunes A over 1 and 2 only: Optuna never proposes A = 3 or 4 (the cache has them)."""
+    module = _module()
+    (cache,), _ = _write_landscape(tmp_path)
+    (problem,) = module.problems([cache], [_t1(tmp_path, [], {"A": "[1, 2]"})])
+    assert problem.best == pytest.approx(1.0)
+    for seed in range(3):
+        evaluated = {k for b in module.strategies()["optuna-tpe"](problem, seed, 50) for k in b}
+        assert {a for a, _ in evaluated} <= {1, 2}, evaluated
+
+
+@pytest.mark.parametrize("case", [
+    "corrupt", "missing", "plain text .gz", "empty", "all failed", "GFLOP/s only", "T1 missing", "T1 corrupt",
+    "T1 without ConfigurationSpace", "T1 unsafe", "T1 unknown name", "T1 conditions unsafe values",
+    "defaults failed", "seeds 0", "budget 0", "cap 0", "cap -5"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case) -> None:
+    module = _module()
+    (cache,), (space,) = _write_landscape(tmp_path)
+    data = json.loads(cache.read_text())
+    bad, args = tmp_path / "bad.json", []
+    if case == "corrupt":
+        bad.write_text(cache.read_text()[:100])
+    elif case == "plain text .gz":
+        bad = tmp_path / "bad.json.gz"
+        bad.write_text(cache.read_text())
+    elif case in ("empty", "all failed", "GFLOP/s only", "defaults failed"):
+        for key, entry in list(data["cache"].items()):
+            if case == "empty":
+                del data["cache"][key]
+            elif case == "all failed" or case == "defaults failed" and key == "1,0":
+                entry["time"] = "CompilationFailedConfig"
+            else:
+                entry.pop("time"), entry.pop("times", None)
+                entry["GFLOP/s"] = 100.0
+        bad.write_text(json.dumps(data))
+    elif case != "missing":
+        bad = cache
+        texts = {"T1 corrupt": "{", "T1 without ConfigurationSpace": '{"General": {}}',
+                 "T1 unsafe": None, "T1 unknown name": None, "T1 conditions unsafe values": None}
+        if case.startswith("T1") and case != "T1 missing":
+            space = tmp_path / "t1.json"
+            if texts[case] is not None:
+                space.write_text(texts[case])
+            else:
+                space = _t1(tmp_path, {"T1 unsafe": ["__import__('os').system('id')"], "T1 unknown name": ["C > 1"],
+                                       "T1 conditions unsafe values": []}[case],
+                            {"A": "__import__('os').getpid()"} if case == "T1 conditions unsafe values" else None)
+        elif case == "T1 missing":
+            space = tmp_path / "nope.json"
+        else:
+            option, value = case.split()
+            args = [f"--{option}", value]
+    with pytest.raises(SystemExit) as stopped:
+        _main(module, "--landscape", bad, "--space", space, "--strategies", "compileiq", *args)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    said = [line for line in err.splitlines() if not line.startswith(("usage:", " "))]  # argparse's usage
+    assert len(said) == 1 and "error: " in said[0] and "Traceback" not in err, err
+    if case == "T1 unknown name":
+        assert "'C', not a TuningParameter of the T1 file" in err
+
+
+def test_kernel_tuners_t1_value_forms_are_read_without_running_them() -> None:
+    t1_file = load_benchmark("t1_file")
+    assert t1_file.t1_values("[128+64*i for i in range(15)]") == [128 + 64 * i for i in range(15)]
+    assert t1_file.t1_values("list(range(1, 4))") == [1, 2, 3]
+    assert t1_file.t1_values("['alg_1', 'alg_2']") == ["alg_1", "alg_2"]
+    assert t1_file.t1_values("[true, false]") == [True, False]
+    for unsafe in ("__import__('os').getpid()", "[x for x in ().__class__.__bases__]", "range(10**9)",
+                   "[i for i in range(3) if i]"):
+        with pytest.raises(t1_file.InputError):
+            t1_file.t1_values(unsafe)
+
+
+def test_kernel_tuners_own_caches_run_and_a_crashing_peer_is_a_row(tmp_path, capsys) -> None:
+    """kt_vector_add_cache.json is too small for Kernel Tuner's bayes_opt and one parameter too
+    few for its diff_evo: their rows say they crashed; the others still run and --json has them all.
+    Its T1 file's Values is Kernel Tuner's list comprehension; its optimum by mean rests on a cold
+    first launch: the header says so."""
+    module = _module()
+    out = tmp_path / "out.json"
+    _main(module, "--landscape", KT / "kt_vector_add_cache.json", "--space", KT / "kt_T1_vector_add.json",
+          "--seeds", 1, "--cap", 16, "--confirmations", 0, "--json", out,
+          "--strategies", "compileiq,kt-bayes_opt,kt-diff_evo,kt-random_sample")
+    shown = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    rows = {row["strategy"]: row for row in report["rows"]}
+    assert rows["kt-bayes_opt"]["crashed"].startswith("ValueError") and "crashed: " in shown
+    assert "crashed" not in rows["compileiq"] and "crashed" not in rows["kt-random_sample"]
+    assert "(quartiles )" not in shown and "compileiq" in shown
+    compileiq_line = next(line for line in shown.splitlines() if line.startswith("compileiq "))
+    assert compileiq_line.endswith(" -")  # never checked for determinism: not shown True
+    told = report["landscapes"]["kt_vector_add_cache.json"]
+    assert told["optimum"] == "768" and told["steady_state_best"] == "832" and not told["optimum_is_steady_state_best"]
+    assert "warning: the optimum by mean (768) is not the fastest once warm" in shown
+
+
+def test_a_one_configuration_cache_gets_its_table_and_json(tmp_path, capsys) -> None:
+    """kt_t4_cache.json: nothing to confirm against the defaults, so no interval: the table still prints."""
+    module = _module()
+    out = tmp_path / "out.json"
+    _main(module, "--landscape", KT / "kt_t4_cache.json", "--seeds", 1, "--cap", 8, "--confirmations", 1,
+          "--budget", 4, "--strategies", "compileiq,kt-pso", "--json", out)
+    assert "no interval to judge" in capsys.readouterr().out
+    assert json.loads(out.read_text())["coverage"]["kt_t4_cache.json"]["intervals"] == 0
+
+
+def test_string_and_bool_parameters_are_tuned(tmp_path) -> None:
+    """kt_strategies_cache.json tunes strings, a bool and a mixed list; its first values were never recorded."""
+    module = _module()
+    (problem,) = module.problems([KT / "kt_strategies_cache.json"], [])
+    assert problem.default == (128, "alg_2", 15, "True", "2.45")
+    assert module.charge(problem, module.strategies()["compileiq"](problem, 0, 40), 40)[0.05].reached
+    for name in ("optuna-tpe", "kt-random_sample"):  # driven over the strings too (no crash)
+        batches = module.strategies()[name](problem, 0, 40)
+        assert batches[0] == [problem.default] and {k[1] for b in batches for k in b} <= {"alg_1", "alg_2"}, name
+
+
+def test_kernel_tuner_gets_every_configuration_of_the_t1_space_in_the_caches_order(tmp_path) -> None:
+    """A cache without tune_params, a T1 file listing B first and a value (5) the cache lacks:
+    Kernel Tuner's simulation finds every configuration (a missing one a failed launch)."""
+    module = _module()
+    (cache,), _ = _write_landscape(tmp_path)
+    data = json.loads(cache.read_text())
+    del data["tune_params"]
+    cache.write_text(json.dumps(data))
+    space = _t1(tmp_path, [{"Expression": "A * B <= 3"}], {"A": "[1, 2, 3, 4, 5]"}, order=("B", "A"))
+    (problem,) = module.problems([cache], [space])
+    for name in ("kt-random_sample", "kt-genetic_algorithm"):
+        batches = module.strategies()[name](problem, 0, 100)
+        assert module.charge(problem, batches, 100)[0.01].reached, name

@@ -17,6 +17,7 @@ from compileiq.cli.console import cells, kind_label, out, safe
 from compileiq.cli.json_views import objective_json, study_fields, study_json, trial_json
 from compileiq.cli.render import METRIC_COLUMNS, emit, metric_cells
 from compileiq.cli.run_notes import failed_line, gpu_spread, node_spread, trials_per_node
+from compileiq.core import macro_space
 from compileiq.core.readings import reading
 from compileiq.core.records import (
     MEASURED_ON_KEY,
@@ -297,4 +298,7 @@ def restriction_line(space: SearchSpace) -> str:
     allowed, total = space.macro_combinations()
     count = f"{allowed:,}" if allowed is not None else "(too many to count)"
     rules = len(space.restriction.texts) if space.restriction is not None else 0
-    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions"
+    unevaluable = macro_space.unevaluable_count(space)
+    cannot = (f" ({unevaluable:,} of the others could not be evaluated: a value past the evaluator's bound or "
+              "a division by zero, so they are not allowed either)" if unevaluable else "")
+    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions{cannot}"

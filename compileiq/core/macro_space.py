@@ -77,3 +77,26 @@ def combination_count(space: SearchSpace) -> tuple[int | None, int]:
     allowed = sum(space.restriction.allows(dict(zip(names, values)))
                   for values in itertools.product(*(p.values for p in read)))
     return allowed * others, total
+
+
+UNEVALUATED_CHECKED = 1 << 16  # restricted macro combinations tried one by one for `unevaluable_count`
+
+
+def unevaluable_count(space: SearchSpace) -> int | None:
+    """How many combinations of the tuned macros a restriction cannot even evaluate (a value past
+    the evaluator's bound, a division by zero): not allowed, but not because a condition is false,
+    so the count shown beside the allowed one; None where not counted (too many, or unknown)."""
+    restriction = space.restriction
+    broken = getattr(restriction, "first_broken", None)
+    if restriction is None or broken is None:
+        return 0 if restriction is None else None
+    macros = [p for p in space.parameters if p.name.startswith("define.")]
+    read = [p for p in macros if p.name in restriction.names]
+    if prod(len(p.values) for p in read) > UNEVALUATED_CHECKED:
+        return None
+    others = prod(len(p.values) for p in macros) // max(prod(len(p.values) for p in read), 1)
+    names = [p.name for p in read]
+    failed = sum(1 for values in itertools.product(*(p.values for p in read))
+                 if (why := broken(dict(zip(names, values)))) is not None and why.startswith("cannot evaluate"))
+    return failed * others
+

@@ -40,7 +40,9 @@ from compileiq.core.errors import UsageError
 from compileiq.evaluate.measure import HarnessResult, OutputInfo, RunResult, synthetic_result
 
 MAX_LANDSCAPE_BYTES = 512 << 20  # decompressed
-_MARKER = re.compile(rb"ciq-replay-key:([0-9,-]{1,400});")
+_MARKER = re.compile(rb"ciq-replay-key:([0-9A-Za-z_.+,-]{1,400});")
+Field = int | str  # one value of a cache key: an integer, else its text as the key spells it ("alg_2", "True", "2.45")
+_INTEGER = re.compile(r"-?[0-9]+")
 _OUTPUT = OutputInfo("y", "float32", 4, "")
 _DUMP = b"\x00\x00\x80\x3f" * 4
 QUICK_SAMPLES = 10
@@ -60,27 +62,27 @@ class Landscape:
     name: str  # the file's name: what every replayed result is labelled with
     device: str  # the GPU it was recorded on
     parameters: tuple[str, ...]
-    times: Mapping[tuple[int, ...], tuple[float, ...]]
-    costs_ms: Mapping[tuple[int, ...], float] = field(default_factory=dict)  # compile_time + benchmark_time
-    values: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # the cache's `tune_params` ({}: not given)
+    times: Mapping[tuple[Field, ...], tuple[float, ...]]
+    costs_ms: Mapping[tuple[Field, ...], float] = field(default_factory=dict)  # compile_time + benchmark_time
+    values: Mapping[str, tuple[Field, ...]] = field(default_factory=dict)  # the cache's `tune_params` ({}: not given)
 
     @property
     def repeated(self) -> bool:
         """Whether configurations were timed more than once (else a replay's draws have no noise)."""
         return any(len(t) > 1 for t in self.times.values())
 
-    def mean(self, values: Sequence[int]) -> float | None:
+    def mean(self, values: Sequence[Field]) -> float | None:
         """The mean of all the recorded times (the cache's `time`: what the search is judged on)."""
         found = self.times.get(tuple(values))
         return sum(found) / len(found) if found else None
 
-    def timed(self, values: Sequence[int]) -> tuple[float, ...]:
+    def timed(self, values: Sequence[Field]) -> tuple[float, ...]:
         """The timings a warmed-up harness would see: the recorded times less the first WARMUP
         (cold launches), or the one timing of a cache that kept one; () when failed or missing."""
         found = self.times.get(tuple(values), ())
         return found[WARMUP:] if len(found) > WARMUP else found
 
-    def steady_mean(self, values: Sequence[int]) -> float | None:
+    def steady_mean(self, values: Sequence[Field]) -> float | None:
         """The mean of `timed`: a configuration's steady-state time."""
         found = self.timed(values)
         return sum(found) / len(found) if found else None
@@ -111,10 +113,10 @@ def load_landscape(path: Path) -> Landscape:
     data = read_cache(path)
     try:
         parameters = tuple(str(p) for p in data["tune_params_keys"])
-        times: dict[tuple[int, ...], tuple[float, ...]] = {}
-        costs: dict[tuple[int, ...], float] = {}
+        times: dict[tuple[Field, ...], tuple[float, ...]] = {}
+        costs: dict[tuple[Field, ...], float] = {}
         for key, entry in data["cache"].items():
-            values = tuple(int(v) for v in str(key).split(","))
+            values = key_fields(str(key))
             if len(values) != len(parameters):
                 raise ValueError(f"cache key {str(key)[:40]!r} has {len(values)} values for {len(parameters)} parameters")
             times[values] = _recorded_times(entry)
@@ -123,6 +125,20 @@ def load_landscape(path: Path) -> Landscape:
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise LandscapeError(f"{path}: not a Kernel Tuner cache file: {str(error)[:120]}") from None
     return Landscape(path.name, str(data.get("device_name", "")), parameters, times, costs, _value_lists(data, parameters))
+
+
+def key_fields(key: str) -> tuple[Field, ...]:
+    """A cache key's values: each an integer, or its text (a string, bool or float parameter)."""
+    return tuple(field_of(v) for v in key.split(","))
+
+
+def field_of(value: object) -> Field:
+    """A parameter's value as a cache key holds it: an integer, else the text Kernel Tuner's key
+    writes (``str(value)``: "alg_2", "True", "2.45")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    return int(text) if _INTEGER.fullmatch(text) else text
 
 
 def _recorded_times(entry: Any) -> tuple[float, ...]:
@@ -141,15 +157,15 @@ def _a_time(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 < value < FAILED_TIME
 
 
-def _value_lists(data: Mapping[str, Any], parameters: Sequence[str]) -> dict[str, tuple[int, ...]]:
+def _value_lists(data: Mapping[str, Any], parameters: Sequence[str]) -> dict[str, tuple[Field, ...]]:
     """The cache's own value list of each parameter (``tune_params``), as integers; {} when it has
     none or one is not a list of integers (then only a tuning space file says what was tuned)."""
     tuned = data.get("tune_params")
     if not isinstance(tuned, Mapping) or any(not isinstance(tuned.get(p), list) or not tuned[p] for p in parameters):
         return {}
-    if any(not isinstance(v, int) or isinstance(v, bool) for p in parameters for v in tuned[p]):
+    if any(not isinstance(v, int | float | str) for p in parameters for v in tuned[p]):
         return {}
-    return {p: tuple(tuned[p]) for p in parameters}
+    return {p: tuple(field_of(v) for v in tuned[p]) for p in parameters}
 
 
 class ReplayMeasurer:
@@ -170,7 +186,7 @@ class ReplayMeasurer:
         match = _MARKER.search(executable)
         if match is None:
             return self._failed("no replay key in the executable: build the stand-in kernel (replay.stand_in_source)")
-        key = tuple(int(v) for v in match.group(1).decode().split(","))
+        key = key_fields(match.group(1).decode())
         recorded = self._landscape.timed(key)
         if not recorded:
             shown = ",".join(map(str, key))

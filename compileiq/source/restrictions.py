@@ -83,10 +83,12 @@ def _number(value: int | str) -> int | None:
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-def parse(texts: object, fixed: Mapping[str, str], tuned: Mapping[str, tuple[int | str, ...]]) -> tuple[str, ...]:
+def parse(texts: object, fixed: Mapping[str, str], tuned: Mapping[str, tuple[int | str, ...]],
+          known_as: str = "a macro of tune.toml") -> tuple[str, ...]:
     """The restrictions of tune.toml's ``[tune] restrictions``, checked: a list of strings, each an
     allowed condition naming only the kernel's macros, tuned ones with integer values; ValueError
-    (with the problem, for the caller to name the key) otherwise."""
+    (with the problem, for the caller to name the key) otherwise. `known_as`: what a name must be,
+    as the error says it (a T1 file's conditions name its TuningParameters)."""
     if not isinstance(texts, list) or not all(isinstance(t, str) and t.strip() for t in texts):
         raise ValueError("must be a list of non-empty strings (conditions over the macros)")
     if len(texts) > MAX_RESTRICTIONS:
@@ -100,7 +102,7 @@ def parse(texts: object, fixed: Mapping[str, str], tuned: Mapping[str, tuple[int
             raise ValueError(f"[{index}] {error}") from None
         if unknown:
             have = ", ".join(sorted(known)) or "none"
-            raise ValueError(f"[{index}] {text!r} names {unknown[0]!r}, not a macro of tune.toml (macros: {have})")
+            raise ValueError(f"[{index}] {text!r} names {unknown[0]!r}, not {known_as} (macros: {have})")
         for name in sorted(names(text) & set(tuned)):
             if not all(isinstance(v, int) for v in tuned[name]):
                 raise ValueError(f"[{index}] {text!r} reads {name!r}, whose tuned values are not all integers")
