@@ -50,15 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from common import BATCH, machine
-from runtime_landscapes import (
-    Key,
-    Problem,
-    compileiq_evaluated,
-    confirmed_choice,
-    landscape_parser,
-    marker,
-    problems,
-)
+from landscape_coverage import compileiq_evaluated, confirmed_choice, marker
+from landscape_problem import Key, Problem, landscape_parser, problems
 
 from compileiq.evaluate.confirm import executable_sampler
 from compileiq.evaluate.replay import QUICK_SAMPLES, Landscape, ReplayMeasurer

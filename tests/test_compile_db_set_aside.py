@@ -174,14 +174,14 @@ def test_space_does_not_list_the_cap_it_says_is_not_searched(tmp_path: Path) -> 
     listed = run_cli(["space", "k.cu", "--json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
     assert "ptxas.maxrregcount is not searched" in listed.stderr
-    assert "ptxas.maxrregcount" not in [p["name"] for p in json.loads(listed.stdout)]
+    assert "ptxas.maxrregcount" not in [p["name"] for p in json.loads(listed.stdout)["parameters"]]
 
 
 def test_space_shows_the_shipped_value_as_the_baseline(tmp_path: Path) -> None:
     _project(tmp_path, "nvcc -arch=sm_90 --use_fast_math -c k.cu")
     listed = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json", "--json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
-    fast = next(p for p in json.loads(listed.stdout) if p["name"] == "nvcc.use_fast_math")
+    fast = next(p for p in json.loads(listed.stdout)["parameters"] if p["name"] == "nvcc.use_fast_math")
     assert fast["default"] is False and fast["baseline"] is True
     assert ("nvcc.use_fast_math starts from your build's true (--use_fast_math), not the default; --only or "
             "--exclude that leave it out hold it at that value in every build") in listed.stderr

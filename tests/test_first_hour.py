@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_space_lists_every_parameter_with_values_default_risk_and_help(tmp_path: Path) -> None:
     result = run_cli(["space", "--json"], cwd=tmp_path)
     assert result.returncode == 0, result.describe()
-    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    rows = {row["name"]: row for row in json.loads(result.stdout)["parameters"]}
     for path in (ROOT / "search_spaces").glob("*-13.0.toml"):
         for parameter in tomllib.loads(path.read_text())["parameter"]:
             row = rows[parameter["name"]]
@@ -38,7 +38,7 @@ def test_a_tuned_macro_is_never_called_safe(tmp_path: Path) -> None:
     macro changes: its risk is the word of tune.toml, which lists the values as interchangeable."""
     listed = run_cli(["space", str(ROOT / "kernels/reduction/reduction.cu"), "--json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
-    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    rows = {row["name"]: row for row in json.loads(listed.stdout)["parameters"]}
     assert rows["define.BLOCK"]["risk"] == "yours (tune.toml)"
     assert rows["ptxas.opt_level"]["risk"] == "safe"
     table = run_cli(["space", str(ROOT / "kernels/reduction/reduction.cu")], cwd=tmp_path)
@@ -58,7 +58,7 @@ def test_space_of_a_kernel_lists_its_macros_first_and_says_when_a_header_is_miss
     (tmp_path / "sub" / "tune.toml").write_text("[tune.defines]\nTILE = [8, 16, 32]\n")
     listed = run_cli(["space", str(kernel), "--json"], cwd=tmp_path)
     assert listed.returncode == 0, listed.describe()
-    first = json.loads(listed.stdout)[0]
+    first = json.loads(listed.stdout)["parameters"][0]
     assert (first["name"], first["values"], first["default"]) == ("define.TILE", [8, 16, 32], 8)
     assert listed.stderr_lines == [('note: k.cu: the preprocessor failed: k.cu:1:10: fatal error: deep.cuh: No such '
                                    'file or directory (found in inc: add include_dirs = ["inc"] to tune.toml)')], listed.describe()

@@ -274,3 +274,27 @@ def test_space_says_how_many_combinations_a_restriction_could_not_evaluate(tmp_p
     said = " ".join(run.stdout.split())
     assert run.returncode == 0, run.describe()
     assert "3 of 6 macro combinations satisfy tune.toml's 1 restrictions (3 of the others could not be evaluated" in said, said
+
+
+def test_space_json_says_what_the_caption_says_of_the_restrictions(tmp_path: Path) -> None:
+    """`space --json` was a bare list of parameters: the restrictions and how many macro combinations
+    they allow, which the table's caption prints, were not in it. Now an object: `parameters`, and
+    `restrictions` with the same counts as the caption (None for a kernel without restrictions)."""
+    _kernel(tmp_path, ["BX", "BY"], '[tune]\nrestrictions = ["BX ** BY > 0", "BX < 4"]\n\n'
+            + _defines({"BX": range(2, 5), "BY": [1, 300]}))
+    listed = run_cli(["space", "k.cu", "--json"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.describe()
+    found = json.loads(listed.stdout)
+    assert found["restrictions"] == {"texts": ["BX ** BY > 0", "BX < 4"], "allowed": 2, "combinations": 6,
+                                     "unevaluable": 3}
+    assert [p["name"] for p in found["parameters"]][:2] == ["define.BX", "define.BY"]
+    table = run_cli(["space", "k.cu"], cwd=tmp_path)
+    said = " ".join(table.stdout.split())
+    assert "2 of 6 macro combinations satisfy tune.toml's 2 restrictions (3 of the others could not be evaluated" in said, said
+
+    plain = tmp_path / "plain"
+    _kernel(plain, ["BX"], _defines({"BX": range(2, 5)}))
+    listed = run_cli(["space", "k.cu", "--json"], cwd=plain)
+    assert listed.returncode == 0, listed.describe()
+    found = json.loads(listed.stdout)
+    assert found["restrictions"] is None and found["parameters"][0]["name"] == "define.BX"

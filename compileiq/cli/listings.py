@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -264,13 +265,19 @@ def risk_label(parameter: Parameter) -> str:
     return MACRO_RISK if parameter.name.startswith("define.") else parameter.risk
 
 
-def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Each parameter; with a shipped build (--compile-commands), `baseline` is the value the
-    search starts from: the shipped one where the build sets it, else the default."""
+def space_json(space: SearchSpace, shipped: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`parameters`: each parameter; with a shipped build (--compile-commands), `baseline` is the
+    value the search starts from: the shipped one where the build sets it, else the default.
+    `restrictions`: tune.toml's and what they allow, as the table's caption says it (None: none)."""
     shipped = shipped or {}
-    return [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default,
-             **({"baseline": shipped.get(p.name, p.default)} if shipped else {}), "risk": risk_label(p),
-             "help": p.help} for p in _listed(space)]
+    parameters = [{"name": p.name, "stage": p.stage, "values": list(p.values), "default": p.default,
+                   **({"baseline": shipped.get(p.name, p.default)} if shipped else {}), "risk": risk_label(p),
+                   "help": p.help} for p in _listed(space)]
+    counted = restriction_count(space)
+    restrictions = None if counted is None else {
+        "texts": list(counted.texts), "allowed": counted.allowed, "combinations": counted.combinations,
+        "unevaluable": counted.unevaluable}
+    return {"parameters": parameters, "restrictions": restrictions}
 
 
 def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, Any] | None = None) -> Table:
@@ -288,17 +295,35 @@ def space_table(space: SearchSpace, kernel: str | None, shipped: Mapping[str, An
             f"{shipped[p.name]} (your build; the default)" if same(shipped[p.name], p.default)
             else f"{shipped[p.name]} (your build; default {p.default})")
         table.add_row(escape(p.name), escape(values), escape(start), risk_label(p), escape(p.help))
-    if space.restriction is not None:
-        table.caption = restriction_line(space)
+    counted = restriction_count(space)
+    if counted is not None:
+        table.caption = restriction_line(counted)
     return table
 
 
-def restriction_line(space: SearchSpace) -> str:
-    """How many combinations of the tuned macros tune.toml's restrictions allow."""
+@dataclass(frozen=True)
+class RestrictionCount:
+    """What tune.toml's restrictions allow of the tuned macros: counted once, said by the table's
+    caption and by `space --json` alike."""
+
+    texts: tuple[str, ...]  # the restrictions as written
+    allowed: int | None  # the macro combinations they allow; None: too many to count
+    combinations: int  # all the macro combinations
+    unevaluable: int | None  # of the others, how many a restriction could not evaluate; None: not counted
+
+
+def restriction_count(space: SearchSpace) -> RestrictionCount | None:
+    """The count of `space`'s restrictions; None where it has none."""
+    if space.restriction is None:
+        return None
     allowed, total = space.macro_combinations()
-    count = f"{allowed:,}" if allowed is not None else "(too many to count)"
-    rules = len(space.restriction.texts) if space.restriction is not None else 0
-    unevaluable = macro_space.unevaluable_count(space)
-    cannot = (f" ({unevaluable:,} of the others could not be evaluated: a value past the evaluator's bound or "
-              "a division by zero, so they are not allowed either)" if unevaluable else "")
-    return f"{count} of {total:,} macro combinations satisfy tune.toml's {rules} restrictions{cannot}"
+    return RestrictionCount(tuple(space.restriction.texts), allowed, total, macro_space.unevaluable_count(space))
+
+
+def restriction_line(counted: RestrictionCount) -> str:
+    """How many combinations of the tuned macros tune.toml's restrictions allow."""
+    count = f"{counted.allowed:,}" if counted.allowed is not None else "(too many to count)"
+    cannot = (f" ({counted.unevaluable:,} of the others could not be evaluated: a value past the evaluator's bound "
+              "or a division by zero, so they are not allowed either)" if counted.unevaluable else "")
+    return (f"{count} of {counted.combinations:,} macro combinations satisfy tune.toml's {len(counted.texts)} "
+            f"restrictions{cannot}")
