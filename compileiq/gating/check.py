@@ -36,7 +36,7 @@ from compileiq.gating.measuring import (
     recorded_of,
     sources,
 )
-from compileiq.gating.occupancy_evidence import occupancy_hits, tunes_no_macro
+from compileiq.gating.occupancy_evidence import occupancy_hits, same_macros
 from compileiq.gating.retune import recorded_program_options, retune_command, retune_needs
 from compileiq.gating.rules import (
     Defaults,
@@ -166,7 +166,7 @@ def evaluate(target: Target, found: Sources, table: Mapping[str, Severity], tool
     hits += scored_kernels.unscored_hits(measured, defaults, objective) + scored_kernels.bound_hits(measured, defaults)
     evidence += baseline_evidence_hits(baseline, defaults)
     held, unvouched = occupancy_hits((("best", recorded, measured), ("baseline", baseline, defaults.build)),
-                                     tunes_no_macro(target.acf))  # where its settings hash is not the kernel's
+                                     same_macros(target.acf, defaults.frontend_args))  # where its settings hash is not the kernel's
     evidence, hits = evidence + held, hits + unvouched
     if evidence and scored_kernels.scoring_changed(target.acf, in_recorded_order(target), recorded, measured,
                                                    baseline, defaults):  # the rebuilds give them under its entries

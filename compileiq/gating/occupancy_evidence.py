@@ -9,8 +9,9 @@ figure a warning:
 * a figure no rebuild of the same code reproduces is `evidence` (an error): not at the launch its
   table records (a whole one: `rules`; an older ACF's block size: with no amount of dynamic shared
   memory, `recorded_launch.possible_amounts`), nor at the launch the kernel's settings give now;
-* where the ACF tunes no macro, one run scored its baseline and its best at one launch (launch facts
-  are tune.toml's, over macros only): tables that record two launches, or older tables whose figures
+* where the ACF's baseline and best are built with the same macro values (it tunes none, or chooses
+  the baseline's), one run scored both at one launch (launch facts are tune.toml's, over macros
+  only): tables that record two launches, or older tables whose figures
   no one amount of dynamic shared memory gives both, are `evidence` (a baseline's launch edited for
   a forged gain);
 * a figure true at its recorded launch only, not at the one the kernel's settings give now, is a
@@ -20,7 +21,7 @@ figure a warning:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from compileiq.gating.recorded_launch import possible_amounts
 from compileiq.gating.rules import Hit, Measured, Recorded, as_claimed, at_recorded_launch, pct
@@ -29,17 +30,20 @@ from compileiq.results import acf as acf_file
 Checked = tuple[str, Recorded | None, Measured | None]  # an evidence table's name, its record, its rebuild
 
 
-def tunes_no_macro(acf: acf_file.Acf) -> bool:
-    """The ACF's settings tune no macro (and its shipped build sets none): its baseline and its best
-    were built with the same macros, hence scored at one launch."""
-    shipped = acf.shipped.values() if acf.shipped is not None else {}
-    return not any(name.startswith("define.") for name in (*acf.controls, *shipped))
+def same_macros(acf: acf_file.Acf, baseline_frontend: Sequence[str]) -> bool:
+    """The ACF's best (its `[args] frontend`) and its baseline (as the gate rebuilds it,
+    `baseline_frontend`) are built with the same macro values (-D), as where it tunes no macro or
+    chooses the baseline's: one run scored both at one launch (tune.toml's launch is a function of
+    its macros alone)."""
+    def macros(args: Iterable[str]) -> set[str]:
+        return {arg for arg in args if arg.startswith("-D")}
+    return macros(acf.frontend_args) == macros(baseline_frontend)
 
 
 def occupancy_hits(checked: Iterable[Checked], one_launch: bool) -> tuple[list[Hit], list[Hit]]:
     """(`evidence` hits, `stale-settings` hits) for the recorded occupancy of each (table, record,
     rebuild) whose code is the rebuild's and whose settings hash is not the kernel's; `one_launch`:
-    the ACF tunes no macro (`tunes_no_macro`)."""
+    baseline and best are built with the same macro values (`same_macros`)."""
     tables = list(checked)
     held: list[tuple[str, Recorded, Measured]] = [(table, r, m) for table, r, m in tables if r is not None and m is not None and _unvouched(r, m)]
     evidence, stale, unvouched = [], [], []
@@ -89,7 +93,7 @@ def _two_launches(tables: list[Checked], held: list[tuple[str, Recorded, Measure
     if best.launch != baseline.launch:
         return [Hit("evidence", f"[evidence.baseline] at {baseline.launch.text}", f"[evidence.best] at {best.launch.text}",
                     f"the ACF records its [evidence.baseline] at {baseline.launch.text} and its [evidence.best] at "
-                    f"{best.launch.text}, but it tunes no macro: one run scores both at one launch: its evidence "
+                    f"{best.launch.text}, but builds both with the same macros: one run scores both at one launch: its evidence "
                     "was edited; re-tune or restore it")]
     both = {table: possible_amounts(r.launch, as_claimed(m).kernels, m.arch, pct(r.occupancy), pct)
             for table, r, m in held}
@@ -99,7 +103,7 @@ def _two_launches(tables: list[Checked], held: list[tuple[str, Recorded, Measure
     return [Hit("evidence", f"best {pct(best.occupancy)}, baseline {pct(baseline.occupancy)}", "no one launch gives both",
                 f"no one amount of dynamic shared memory gives both the ACF's [evidence.best] occupancy "
                 f"{pct(best.occupancy)} and its [evidence.baseline] {pct(baseline.occupancy)} at the "
-                f"{best.launch.threads} threads per block it records, though it tunes no macro (one run scores "
+                f"{best.launch.threads} threads per block it records, though it builds both with the same macros (one run scores "
                 "both at one launch): its evidence was edited; re-tune or restore it")]
 
 

@@ -65,11 +65,12 @@ def replaced_note(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None
     before, after = _built(own), _built((*own, *printed))
     arch = arch_model.read(own).arch
     others = [made for made, _ in after if made.startswith("sm_") and made != acf.arch]  # machine code: ptxas runs
-    if before == after and (arch is None or (arch == arch_model.read(printed).arch and not others)):
+    same = set(before) == set(after)  # nvcc embeds a set: the order the flags name them in changes nothing
+    if same and (arch is None or (arch == arch_model.read(printed).arch and not others)):
         return None
     assert acf.shipped is not None
     start = f"note: appended to your build's command ({acf.shipped.origin}), {' '.join(printed)}"
-    if before == after:
+    if same:
         unchecked = f": {', '.join(others)} {'gets' if len(others) == 1 else 'get'} them unchecked" if others else ""
         kept = "kept" if arch == arch_model.read(printed).arch else "overridden"
         return (f"{start} builds what the command builds, {arch_model.names(after)} ({_RULE}; its -arch={arch} "

@@ -3,7 +3,8 @@ ptxas and fatbinary steps): the last -arch/--gpu-architecture wins (`-arch=sm_80
 sm_90 alone; an earlier one is checked against nothing), every -code/--gpu-code value is kept, a
 comma list or a repeated flag alike (`-arch=compute_80 -code=sm_80 -code=sm_90` builds both from
 compute_80 PTX), and each -gencode adds its own pair beside them. -arch=sm_XY with no -code is
-machine code and PTX of its own arch; -arch=compute_XY with none, PTX alone; all, all-major and
+machine code and PTX of its own arch; -arch=compute_XY with none, PTX alone; an arch-specific or
+family one (sm_90a, compute_100f) adds its plain arch's PTX (compute_90); all, all-major and
 native name sets of archs. The text comes from untrusted commands and ACFs: read, never echoed."""
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ class ArchFlags:
         number = self.arch.partition("_")[2]
         if self.codes:
             return tuple((code, f"compute_{number}") for code in self.codes)
+        # an arch-specific or family arch (sm_90a, sm_100f) with no -code embeds its plain PTX too
+        plain = number.rstrip("abcdefghijklmnopqrstuvwxyz")
+        family = ((f"compute_{plain}", f"compute_{plain}"),) if plain != number else ()
         if self.virtual is not None:
-            return ((self.arch, self.arch),)
-        return ((f"sm_{number}", f"compute_{number}"), (f"compute_{number}", f"compute_{number}"))
+            return ((self.arch, self.arch), *family)
+        return ((f"sm_{number}", f"compute_{number}"), (f"compute_{number}", f"compute_{number}"), *family)
 
 
 def read(flags: Iterable[str]) -> ArchFlags:

@@ -34,7 +34,7 @@ from compileiq.source.compile_db_file import (
     entries,
     output_of,
 )
-from compileiq.source.device_neutral import NOTHING_TO_TUNE, no_device_effect
+from compileiq.source.device_neutral import NOTHING_TO_TUNE, lto_arch, no_device_effect
 from compileiq.source.includers import includers
 from compileiq.source.preprocessor import Macros
 from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild, ShippedSetting
@@ -276,6 +276,8 @@ def _split(args: Sequence[str], directory: Path, source: Path, tuned: set[str], 
             continue  # the source file itself
         if why := NOTHING_TO_TUNE.get(flag):
             raise CompileDbError(f"{where}: {given} {why}")
+        if why := lto_arch(flag, value):  # an ACF's command is untrusted: shown quoted and cut short
+            raise CompileDbError(f"{where}: {shipped.shown(given)} {why}")
         if flag in ("-arch", "--gpu-architecture") and value in shipped.ARCH_SETS:
             arch_flags.append((given, (value,)))
         elif flag in shipped.ARCH_FLAGS:

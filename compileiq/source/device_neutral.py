@@ -1,7 +1,7 @@
 """nvcc options a compile command may hold that compileiq does not pass on: those that leave the
 device code as it is (parallelism, reports, kept files, warning policy, host debug information),
 set aside as fixed and not applied with why, and those whose build has nothing to tune (`-G`,
-`-dlto`), refused with why (`compile_db`)."""
+`-dlto`, an arch flag naming lto_XY), refused with why (`compile_db`)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ _LTO = ("makes link-time-optimisation IR: the device code is made at link time, 
         "do not reach it; tune a command without -dlto")
 NOTHING_TO_TUNE = {"-G": _DEVICE_DEBUG, "--device-debug": _DEVICE_DEBUG, "--dopt": _DOPT, "-dopt": _DOPT,
                    "-dlto": _LTO, "--dlink-time-opt": _LTO, "-gen-opt-lto": _LTO, "--gen-opt-lto": _LTO}
+
+# an arch flag naming lto_XY (`-code=lto_90`, `-arch=lto_90`, `-gencode arch=compute_90,code=lto_90`)
+# embeds link-time-optimisation IR as -dlto does (nvcc 13.0 --dryrun: fatbinary kind=nvvm)
+_LTO_CODE = re.compile(r"(?<![A-Za-z0-9_])lto_[0-9]")
+_ARCH_OPTIONS = ("-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code")
+_LTO_ARCH = ("names lto_XY, which makes link-time-optimisation IR as -dlto does: the device code is made at link "
+             "time, where this command's settings do not reach it; tune a command that builds sm_XY code")
+
+
+def lto_arch(flag: str, value: str) -> str | None:
+    """Why an arch flag that names lto_XY has nothing to tune, or None (another flag or value)."""
+    return _LTO_ARCH if flag in _ARCH_OPTIONS and _LTO_CODE.search(value) else None
 
 
 def no_device_effect(flag: str, value: str) -> str | None:
