@@ -327,7 +327,9 @@ def test_plain_flags_say_on_stderr_when_the_build_needs_the_base_flags(made_acf:
                                   "(-std=c++17 -Isrc/include): --all adds them")], plain.describe()
     every = run_cli(["flags", made_acf.name, "--all"], cwd=made_acf.parent)
     assert every.returncode == 0 and every.stderr == "" and "-std=c++17" in every.stdout, every.describe()
-    assert run_cli(["flags", made_acf.name, "--format", "json"], cwd=made_acf.parent).stderr == ""
+    as_json = run_cli(["flags", made_acf.name, "--format", "json"], cwd=made_acf.parent)  # the same note, both ways
+    assert as_json.stderr_lines == plain.stderr_lines, as_json.describe()
+    assert json.loads(as_json.stdout)["notes"] == plain.stderr_lines, as_json.describe()
     # a BUILD file beside the kernel: its include folders relative to the package, as srcs is (they
     # came out as -I paths from wherever `flags` ran, and srcs from the kernel's folder)
     bazel = run_cli(["flags", made_acf.name, "--all", "--format", "bazel"], cwd=made_acf.parent)
