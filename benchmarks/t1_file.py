@@ -96,7 +96,7 @@ def t1_values(values: Any) -> list[Any]:
     module docstring), read without running anything; each value a number, a string or a bool."""
     if isinstance(values, str):
         try:
-            values = _evaluate(ast.parse(values.strip(), mode="eval").body, {})
+            values = _evaluate(ast.parse(values.strip(), mode="eval").body, {}, _Made())
         except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError) as error:
             raise InputError(f"cannot read {values[:80]!r}: {error}") from None
     if not isinstance(values, list | tuple | range) or not values:
@@ -114,39 +114,62 @@ _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.truediv}
 
 
-def _evaluate(node: ast.AST, names: Mapping[str, int]) -> Any:
-    """The value of a literal, range, list(range) or one-range list comprehension; ValueError else."""
+class _Made:
+    """The values an expression's lists have made so far, all nested lists together: refused past
+    MAX_VALUES as they are made, so "[[i for i in range(100000)] for j in range(100000)]" stops
+    after MAX_VALUES values, never after 10**10."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, how_many: int) -> None:
+        self.count += how_many
+        if self.count > MAX_VALUES:
+            raise ValueError(f"more than {MAX_VALUES:,} values in all its lists")
+
+
+def _evaluate(node: ast.AST, names: Mapping[str, int], made: _Made) -> Any:
+    """The value of a literal, range, list(range) or one-range list comprehension; ValueError else
+    (and past MAX_VALUES values made by its lists: `made`)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float | str):
         return node.value
     if isinstance(node, ast.List | ast.Tuple):
-        return [_evaluate(e, names) for e in node.elts]
+        made.add(len(node.elts))
+        return [_evaluate(e, names, made) for e in node.elts]
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
     if isinstance(node, ast.Name) and node.id in ("true", "false"):  # a JSON list in a string
         return node.id == "true"
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        operand = _evaluate(node.operand, names)
+        operand = _evaluate(node.operand, names, made)
         if isinstance(operand, int | float):
             return -operand if isinstance(node.op, ast.USub) else operand
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        left, right = _evaluate(node.left, names), _evaluate(node.right, names)
+        left, right = _evaluate(node.left, names, made), _evaluate(node.right, names, made)
         if all(isinstance(v, int | float) and abs(v) < 1 << 53 for v in (left, right)):
             return _OPERATORS[type(node.op)](left, right)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         if node.func.id == "range" and 1 <= len(node.args) <= 3:
-            bounds = [_evaluate(a, names) for a in node.args]
+            bounds = [_evaluate(a, names, made) for a in node.args]
             if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
                 found = range(*bounds)
                 if len(found) <= MAX_VALUES:
                     return found
         if node.func.id == "list" and len(node.args) == 1:
-            inner = _evaluate(node.args[0], names)
+            inner = _evaluate(node.args[0], names, made)
             if isinstance(inner, range | list):
+                made.add(len(inner) if isinstance(inner, range) else 0)  # a list's values are counted already
                 return list(inner)
     if isinstance(node, ast.ListComp) and len(node.generators) == 1:
         generator = node.generators[0]
         if isinstance(generator.target, ast.Name) and not generator.ifs and not generator.is_async:
-            over = _evaluate(generator.iter, names)
+            over = _evaluate(generator.iter, names, made)
             if isinstance(over, range | list):
-                return [_evaluate(node.elt, {**names, generator.target.id: i}) for i in over]
+                return [_counted(_evaluate(node.elt, {**names, generator.target.id: i}, made), made) for i in over]
     raise ValueError(f"{ast.dump(node)[:60]} is not a literal, a range or a list comprehension over one")
+
+
+def _counted(value: Any, made: _Made) -> Any:
+    """One value a list comprehension made, counted."""
+    made.add(1)
+    return value

@@ -91,6 +91,22 @@ def test_show_and_the_report_say_where_occupancy_was_scored_without_launch_facts
     assert not any("no launch facts" in n for n in json.loads(again.stdout)["notes"]), again.describe()
 
 
+def test_an_exported_study_keeps_the_assumed_launch_note(tuned: tuple[Path, str], tmp_path: Path) -> None:
+    """Review: `show --json` listed the assumed-launch note in the database the study was tuned in, not
+    after `db export` and `db import` into another: the export did not carry that the launch was assumed."""
+    folder, _ = tuned
+    note = acf.read(folder / "k.acf.toml").evidence["launch"]["note"]
+    db = ["--db", f"sqlite:///{folder}/t.db"]
+    study = json.loads(run_cli(["show", *db, "--json"], cwd=folder).stdout)[0]["name"]
+    exported = run_cli(["db", "export", study, "-o", str(tmp_path / "s.json"), *db], cwd=folder)
+    assert exported.returncode == 0, exported.describe()
+    other = ["--db", f"sqlite:///{tmp_path}/other.db"]
+    imported = run_cli(["db", "import", str(tmp_path / "s.json"), *other], cwd=tmp_path)
+    assert imported.returncode == 0, imported.describe()
+    shown = run_cli(["show", study, *other, "--json"], cwd=tmp_path)
+    assert shown.returncode == 0 and note in json.loads(shown.stdout)["notes"], shown.describe()
+
+
 def test_json_lists_the_same_candidates_as_the_acf(tuned: tuple[Path, str]) -> None:
     folder, _ = tuned
     result = run_cli(["tune", "k.cu", "--objective", "static", "--only", ONLY, "--strategy", "exhaustive",

@@ -62,6 +62,8 @@ def test_flags_appended_to_a_code_list_says_every_code_is_still_built(tmp_path: 
     [note] = [line for line in flags.stderr_lines if "appended to your build's command" in line]
     assert "builds what the command builds, sm_80, sm_90 (from compute_80 PTX)" in note, note
     assert "sm_80 gets them unchecked" in note and "alone" not in note, note
+    as_json = run_cli(["flags", "k.acf.toml", "--format", "json"], cwd=tmp_path)  # the same note, in "notes" too
+    assert as_json.returncode == 0 and note in json.loads(as_json.stdout)["notes"], as_json.describe()
 
 
 def test_flags_for_a_command_with_code_never_prints_an_arch_nvcc_refuses_after_it(tmp_path: Path) -> None:
@@ -86,3 +88,6 @@ def test_flags_refuses_arch_words_that_appended_would_stop_nvcc(tmp_path: Path) 
     [line] = flags.stderr_lines
     assert "nvcc would build nothing" in line and "compileiq flags --no-arch" in line, line
     assert run_cli(["flags", "k.acf.toml", "--no-arch"], cwd=tmp_path).returncode == 0
+    as_json = run_cli(["flags", "k.acf.toml", "--format", "json"], cwd=tmp_path)  # its "args" would stop nvcc too
+    assert as_json.returncode == 2 and as_json.stdout == "" and as_json.stderr_lines == [line], as_json.describe()
+    assert run_cli(["flags", "k.acf.toml", "--format", "json", "--no-arch"], cwd=tmp_path).returncode == 0

@@ -574,8 +574,9 @@ def test_a_forged_occupancy_with_its_launch_deleted_fails(tuned, tmp_path):
     _with_settings_hash(workspace, "f" * 64)
     _without_launch_lines(workspace, "dynamic_smem", "block_size", table="baseline")
     said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
-    assert any("(it records no launch the gate can recompute it at) nor at the launch the kernel's settings give now "
-               f"({evidence['baseline']['occupancy']:.1%})" in m for m in said), said
+    assert any(f"[evidence.baseline] occupancy {evidence['baseline']['occupancy'] / 2:.1%} records no launch, so its "
+               "occupancy cannot be checked after tune.toml's launch changed: the same code gives "
+               f"{evidence['baseline']['occupancy']:.1%} at the launch" in m for m in said), said
 
 
 def test_a_forged_occupancy_with_its_launch_edited_to_match_fails(tuned, tmp_path):
@@ -626,6 +627,21 @@ def test_an_older_acf_whose_launch_changed_says_its_occupancy_is_not_vouched_for
     assert result.returncode == 0, result.describe()
     assert ("warn stale-settings: the ACF's recorded occupancy ([evidence.best] 12.5%, [evidence.baseline] 12.5%) is "
             "NOT vouched for") in result.stdout, result.describe()
+
+
+def test_an_older_acf_that_records_no_launch_says_so_when_the_launch_changed(tuned, tmp_path):
+    """Review: an honest ACF written before launches were recorded (no block_size, no dynamic_smem), a
+    teammate's tune.toml then giving a launch at which the same code scores other occupancy: the gate
+    said "its evidence or its launch was edited". It still fails (an ACF is untrusted: deleting the
+    launch must not turn a forged figure into a warning), saying why nobody can check it."""
+    workspace = tmp_path / "ws"
+    shutil.copytree(tuned, workspace)
+    _without_launch_lines(workspace, "dynamic_smem", "block_size")
+    (workspace / "k" / "tune.toml").write_text("dynamic_smem = 120000\n")  # one block of 256 threads: 12.5%
+    said = _evidence_findings(_gate(workspace, ACF, "--static", "--json"))
+    assert any("records no launch, so its occupancy cannot be checked after tune.toml's launch changed: the same "
+               "code gives 12.5% at the launch the kernel's settings give now; re-tune" in m for m in said), said
+    assert not any("edited" in m for m in said), said
 
 
 def test_a_hand_edited_kernel_arch_is_bad_input_for_the_gate_and_flags(tuned, tmp_path):

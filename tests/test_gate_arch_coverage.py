@@ -4,9 +4,13 @@ other stale check moved, and the gate passed with no finding."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
+from tests.helpers import run_cli
 from tests.test_gate_register_cap import _tuned_then_gated
 
 SM90 = "--generate-code=arch=compute_90,code=[compute_90,sm_90]"
@@ -47,6 +51,25 @@ def test_a_command_that_drops_the_arch_tuned_is_a_stale_settings_warning(tmp_pat
         [said] = [f for f in result["findings"] if "builds for sm_80, not the ACF's sm_90" in f["message"]]
         assert said["rule"] == "stale-settings" and (said["recorded"], said["measured"]) == ("sm_90", "sm_80"), said
         assert "--arch sm_90" not in said["command"], said
+
+
+def test_an_acf_whose_why_says_its_arch_was_overridden_still_gets_the_dropped_arch_finding(tmp_path: Path) -> None:
+    """Review: the gate read which -arch flags a later one overrode from the [[baseline.fixed]] `why`,
+    a human-readable text anyone can edit: an ACF whose tuned -arch says "overridden by the later ..."
+    hid that the command no longer builds the arch tuned. What nvcc overrides is read from the flags."""
+    acf, _ = _tuned_then_gated(tmp_path, f"nvcc {SM80} {SM90} -c k.cu -o k.o", "nvcc -arch=sm_80 -c k.cu -o k.o",
+                               passes=False)
+    assert acf["kernel"]["arch"] == "sm_90"
+    fixed = [f for f in acf["baseline"]["fixed"] if f["flag"] == SM90]
+    assert fixed, acf["baseline"]["fixed"]
+    for flag in fixed:
+        flag["why"] = "overridden by the later -arch=sm_80: nvcc keeps the last -arch, so this one builds nothing"
+    out = tmp_path / "store" / "k.acf.toml"
+    out.write_text(tomli_w.dumps(acf))
+    gated = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
+    result = json.loads(gated.stdout)["acfs"][0]
+    [said] = [f for f in result["findings"] if "builds for sm_80, not the ACF's sm_90" in f["message"]]
+    assert said["rule"] == "stale-settings", said
 
 
 def test_flags_says_what_its_arch_builds_appended_to_the_commands_own(tmp_path: Path) -> None:

@@ -107,3 +107,59 @@ def test_only_a_launch_the_baseline_could_make_is_held_and_older_or_forged_rows_
     for forged in ({"arch": "sm_90; rm", "kernels": {}}, {"arch": "sm_90", "kernels": {"k": [4096, 1, 0]}},
                    {"arch": "sm_90", "kernels": {"k": [256, True, 0]}}, "x"):
         assert Bounds.of({"bounds": forged}) is None, forged
+
+
+# a tuned macro sets the bound: each build launches at the bound its own build declares
+MACRO_BOUND = "#define TAPS 64\n#ifndef BLOCK\n#define BLOCK 512\n#endif\n" + BODY + r"""
+extern "C" __global__ void __launch_bounds__(BLOCK)
+hot(const double* __restrict__ x, const double* __restrict__ coef, double* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return;
+    BODY(double, acc, x, coef, y, i, n)
+}
+"""
+MACRO_TUNE = 'arch = "sm_90"\nblock_size = "BLOCK"\n[tune.defines]\nBLOCK = [512, 128, 1024]\n'
+
+
+@pytest.fixture(scope="module")
+def macro_bound(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("macrobound")
+    (folder / "k.cu").write_text(MACRO_BOUND)
+    (folder / "tune.toml").write_text(MACRO_TUNE)
+    done = run_cli(["tune", "k.cu", "--objective", "spills", "--budget", "3", "--only", "define.BLOCK",
+                    "--workers", "local", "--db", "sqlite:///x.db", "--out", "k.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return folder
+
+
+def test_a_build_whose_macro_lowers_its_bound_is_held_at_its_own_bound_not_the_baselines(macro_bound: Path) -> None:
+    # BLOCK=128: 255 registers x 128 threads launches (the baseline's bound of 512 would not), and spills least
+    acf = tomllib.loads((macro_bound / "k.acf.toml").read_text())
+    assert acf["controls"] == {"define.BLOCK": 128}, acf["controls"]
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///x.db", "--json"], cwd=macro_bound).stdout)
+    assert not [t for t in shown["trials"] if "cannot launch" in str(t["refused"])], shown["trials"]
+
+
+def test_the_gate_holds_a_build_whose_macro_raises_its_bound_at_its_own_bound(macro_bound: Path) -> None:
+    # BLOCK=1024 with 128 registers forced: it fits the baseline's 512 threads, never its own 1024
+    document = tomllib.loads((macro_bound / "k.acf.toml").read_text())
+    document["controls"] = {"define.BLOCK": 1024, "ptxas.maxrregcount": 128, "ptxas.override_directive_values": True}
+    document["args"] = {"frontend": ["-DBLOCK=1024"], "ptxas": ["--maxrregcount=128", "--override-directive-values"],
+                        "defines": [], "argv": ["-DBLOCK=1024", "-Xptxas=--maxrregcount=128",
+                                                "-Xptxas=--override-directive-values"]}
+    (macro_bound / "wide.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "wide.acf.toml", "--json"], cwd=macro_bound)
+    assert gated.returncode == 1, gated.describe()
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"] if f["rule"] == "launch-bound"]
+    assert findings, gated.stdout
+    assert "hot at its __launch_bounds__ of 1024 threads: 128 registers per thread (baseline 128 at its bound of " \
+        "512 threads)" in findings[0]["message"], findings[0]["message"]
+
+
+def test_each_build_is_launched_at_the_bound_it_declares() -> None:
+    narrow = {"spill_bytes": 0, "bounds": {"arch": "sm_90", "kernels": {"k": [128, 255, 0]}}}
+    wide = {"spill_bytes": 0, "bounds": {"arch": "sm_90", "kernels": {"k": [1024, 128, 0]}}}
+    baseline = Bounds.of({"bounds": {"arch": "sm_90", "kernels": {"k": [512, 128, 0]}}})
+    assert bound_refusal(narrow, baseline) is None
+    why = bound_refusal(wide, baseline)
+    assert why and "k at its __launch_bounds__ of 1024 threads: 128 registers per thread (baseline 128 at its " \
+        "bound of 512 threads)" in why, why

@@ -5,6 +5,7 @@ mode on the cache file), and the product's confirmation judged against the table
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -291,6 +292,19 @@ def test_kernel_tuners_t1_value_forms_are_read_without_running_them() -> None:
                    "[i for i in range(3) if i]"):
         with pytest.raises(t1_file.InputError):
             t1_file.t1_values(unsafe)
+    assert t1_file.t1_values("list([i for i in range(100000)])") == list(range(100000))
+
+
+def test_a_nested_comprehension_is_refused_as_its_values_are_made() -> None:
+    """Review: "[[i for i in range(100000)] for j in range(100000)]" made 10**10 values before the
+    count of the outer list was checked; every list's values now count against MAX_VALUES as made."""
+    t1_file = load_benchmark("t1_file")
+    started = time.monotonic()
+    for nested in ("[[i for i in range(100000)] for j in range(100000)]",
+                   "[list(range(100000)) for j in range(100000)]", "[[1, 2] for j in range(100000)]"):
+        with pytest.raises(t1_file.InputError, match="more than 100,000 values"):
+            t1_file.t1_values(nested)
+    assert time.monotonic() - started < 10
 
 
 def test_kernel_tuners_own_caches_run_and_a_crashing_peer_is_a_row(tmp_path, capsys) -> None:

@@ -26,6 +26,7 @@ from compileiq.core.space import Config
 from compileiq.core.toolchain import find_toolchain
 from compileiq.evaluate import eligibility, screening
 from compileiq.evaluate.metrics import Evaluation, StaticEvaluator
+from compileiq.evaluate.unscored import Unscored
 from compileiq.search.searcher import SearchSettings
 from compileiq.source.kernel import bundle_sources, load_spec
 from compileiq.source.spec import KernelSpec
@@ -301,6 +302,31 @@ def test_a_candidate_of_other_macros_is_judged_against_its_own_tiling_and_a_lowe
     assert [c["name"] for c in judged.measure] == ["big tile"]  # its occupancy is its tile's
     repaired = screening.repairs(judged.rejected, {"ptxas.opt_level": 3})
     assert [c.as_dict() for c in repaired] == [{"ptxas.opt_level": 3, "name": "lowered"}]
+
+
+def _unscored(spills: int) -> dict[str, object]:
+    return {"unscored": {"spill_bytes": spills, "occupancy": 0.5, "spilling": ["other"] if spills else [],
+                         "kernels": 1, "registers": {"other": 32}, "kernel_spill_bytes": {"other": spills},
+                         "kernel_occupancy": {"other": 0.5}}}
+
+
+def test_a_candidate_of_other_macros_is_held_to_its_tilings_unscored_kernels() -> None:
+    """Review: a tiling's reference carried no unscored kernels, so under `--objective time` flags that
+    made a kernel tune.toml's entries leave out spill were measured (and could win) for any macro values
+    but the baseline's, while every view said those kernels were held."""
+    baseline = {"define.TILE": 4, "ptxas.opt_level": 3}
+    reference = eligibility.Reference(0, 0.5, baseline, "time", unscored=Unscored.of(_unscored(0)))
+    tile = screening.tiling(Config.of({"define.TILE": 8, "ptxas.opt_level": 3}), baseline)
+    assert tile is not None
+    own = screening.tiling_reference(tile, Evaluation(1.0, None, {"spill_bytes": 0, "occupancy": 0.5, **_unscored(0)}),
+                                     reference)
+    assert own is not None
+    capped = Config.of({"define.TILE": 8, "ptxas.opt_level": 3, "ptxas.maxrregcount": 32})
+    found = [screening.Candidate(capped, Build(BuildStatus.OK, "", (), "capped", b"", 0.0),
+                                 Evaluation(1.0, None, {"spill_bytes": 0, "occupancy": 0.5, **_unscored(96)}))]
+    judged = screening.select(found, reference, 8, references={capped.key: own})
+    assert not judged.measure, judged
+    assert "adds spill bytes over the compiler defaults in kernels tune.toml's entries leave unscored" in str(judged.rejected[0].evaluation.reason), judged.rejected
 
 
 class StaticStandIn(FakeGpu):

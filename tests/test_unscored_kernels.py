@@ -311,7 +311,9 @@ def test_register_changes_name_a_few_then_how_many_more_and_read_older_rows() ->
     assert registers_text(metrics(before), metrics(before)) == "other kernels' registers: unchanged"
     older = registers_text(metrics(None), metrics(after))  # a row recorded before registers were
     assert older is not None and "not recorded" in older
-    assert scored(metrics(None)) == {"entries": ["k"], "unscored_kernels": 5}  # no chosen: as before
+    found = scored(metrics(None), None, "static")  # no chosen: no registers said
+    assert found is not None and (found["entries"], found["unscored_kernels"]) == (["k"], 5), found
+    assert "registers_text" not in found and found["held"], found
 
 
 # A red team's file: `scored_k` and `bounded_k` the same __launch_bounds__(1024, 2) kernel, spilling
@@ -404,7 +406,7 @@ def test_an_unscored_row_recorded_before_each_kernels_facts_holds_the_group_and_
     assert older is not None and not older.per_kernel
     why = unscored_refusal(metrics(200, True), older, "the compiler defaults", True)
     assert why is not None and "(0 -> 200 B: " not in why and "100 -> 200 B" in why and "as one group" in why, why
-    text = scoring_text(metrics(100, False))
+    text = scoring_text(metrics(100, False), None, "static")
     assert text is not None and "held as one group" in text, text
     # per kernel: `b` loses occupancy with no fewer spill bytes of its own, though `a` spills less
     now = metrics(50, True)
@@ -445,7 +447,7 @@ def test_an_overloaded_kernel_is_named_one_way_in_the_unscored_tables_the_acf_an
     assert set(shown_metrics(metrics)["launch_by_kernel"]) == expected | {"bar"}
     entries = [{"name": name, "entry": True} for name in overloads]
     table = {"spill_bytes": 0, "occupancy": 1.0, "spilling": [], "kernels": 1}
-    assert set(scored({"entries": entries, "unscored": table})["entries"]) == expected
+    assert set(scored({"entries": entries, "unscored": table}, None, "static")["entries"]) == expected  # type: ignore[index]
     kernels = tuple(ScoredKernel(name, 32, 0) for name in (*overloads, "_Z3barPf"))
     now = occupancy_at(recorded_launch({"launch_by_kernel": launch_by_kernel(metrics)}), kernels, "sm_90")
     older = {"_Z3fooPi": {"block_size": 128, "dynamic_smem": 0}, "_Z3fooPf": {"block_size": 256, "dynamic_smem": 0},

@@ -130,5 +130,5 @@ def test_named_kernels_savings_never_hide_new_spills_in_kernels_held_as_a_group(
     # another instance of a kernel in each build (a macro's): held together, as before
     renamed = _table({"a": 0, "t<1>": 300}, 0, 2), _table({"a": 0, "t<2>": 200}, 0, 2)
     assert unscored_harm(Unscored.of(renamed[1]), Unscored.of(renamed[0]), False) is None  # type: ignore[arg-type]
-    text = scoring_text(before, now)
+    text = scoring_text(before, now, "static")
     assert text is not None and "each held to its own" not in text and "2 only as one group" in text, text

@@ -59,29 +59,34 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Unlaunchable:
-    """A kernel the baseline's build can launch at its bound and this build cannot."""
+    """A kernel the baseline's build can launch at the bound it declares there and this build cannot
+    launch at the bound it declares here (a tuned macro may change it: `__launch_bounds__(BLOCK)`)."""
 
     kernel: str
     threads: int
     registers_was: int
     registers: int
     shared_bytes: int
+    threads_was: int
 
     def text(self) -> str:
-        """"ov (_Z2ovPKdS0_Pdi) at its bound of 1024 threads: 255 registers per thread (baseline 64)"."""
+        """"ov (_Z2ovPKdS0_Pdi) at its __launch_bounds__ of 1024 threads: 255 registers per thread
+        (baseline 64)", the baseline's bound named where it declares another."""
         smem = f", {self.shared_bytes:,} bytes of static shared memory" if self.shared_bytes else ""
+        was = f" at its bound of {self.threads_was} threads" if self.threads_was != self.threads else ""
         return (f"{shown(self.kernel)} at its __launch_bounds__ of {self.threads} threads: {self.registers} "
-                f"registers per thread (baseline {self.registers_was}){smem}")
+                f"registers per thread (baseline {self.registers_was}{was}){smem}")
 
 
 def unlaunchable(now: Bounds, before: Bounds) -> tuple[Unlaunchable, ...]:
-    """The kernels `before` (the baseline's build) can launch at their bound and `now` cannot, at the
-    bound the baseline's build declares."""
+    """The kernels `before` (the baseline's build) can launch at the bound its build declares and `now`
+    cannot launch at the bound its own build declares: each build is launched at its own bound, never
+    at the other's (a bound a tuned macro changed is the one this build's launches use)."""
     was = {b.kernel: b for b in before.kernels}
-    return tuple(Unlaunchable(b.kernel, was[b.kernel].threads, was[b.kernel].registers, b.registers, b.shared_bytes)
-                 for b in now.kernels if b.kernel in was
-                 and before.fits(was[b.kernel].threads, was[b.kernel].registers, was[b.kernel].shared_bytes)
-                 and not before.fits(was[b.kernel].threads, b.registers, b.shared_bytes))
+    return tuple(Unlaunchable(b.kernel, b.threads, w.registers, b.registers, b.shared_bytes, w.threads)
+                 for b in now.kernels if (w := was.get(b.kernel)) is not None
+                 and before.fits(w.threads, w.registers, w.shared_bytes)
+                 and not now.fits(b.threads, b.registers, b.shared_bytes))
 
 
 def unlaunchable_text(found: tuple[Unlaunchable, ...]) -> str:

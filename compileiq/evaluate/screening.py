@@ -49,6 +49,7 @@ from compileiq.evaluate.eligibility import (
 from compileiq.evaluate.launch_bound import Bounds
 from compileiq.evaluate.metrics import Evaluation
 from compileiq.evaluate.timed_key import timed_key
+from compileiq.evaluate.unscored import Unscored
 
 SCREENED = "screened: "
 
@@ -108,11 +109,12 @@ def tiling(config: Config, baseline: Mapping[str, Any]) -> Config | None:
 
 
 def tiling_reference(config: Config, static: Evaluation, baseline: Reference) -> Reference | None:
-    """The reference a tiling's build gives (None when it does not build: the baseline's holds)."""
+    """The reference a tiling's build gives (None when it does not build: the baseline's holds): its
+    spills, occupancy, kernels left unscored and launch bounds, each as `Reference.of` reads a row's."""
     if static.value is None or missing_metrics(static.metrics) is not None:
         return None
-    return Reference(int(static.metrics["spill_bytes"]), float(static.metrics["occupancy"]),
-                     config.as_dict(), baseline.objective, baseline.against, bounds=Bounds.of(static.metrics))
+    return Reference(int(static.metrics["spill_bytes"]), float(static.metrics["occupancy"]), config.as_dict(),
+                     baseline.objective, baseline.against, Unscored.of(static.metrics), Bounds.of(static.metrics))
 
 
 class Tilings:

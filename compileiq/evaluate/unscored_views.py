@@ -66,7 +66,7 @@ _WHAT = {"registers": "registers", "kernel_occupancy": "occupancy"}
 
 
 def _changes_text(baseline: Mapping[str, Any], chosen: Mapping[str, Any], key: str) -> str | None:
-    if (found := scored(baseline)) is None or not found["unscored_kernels"]:
+    if (unscored := Unscored.of(baseline)) is None or not unscored.kernels:
         return None
     what = f"other kernels' {_WHAT[key]}"
     if (changes := _changes(baseline, chosen, key)) is None:
@@ -90,12 +90,12 @@ def occupancy_text(baseline: Mapping[str, Any], chosen: Mapping[str, Any]) -> st
     return _changes_text(baseline, chosen, "kernel_occupancy")
 
 
-def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None,
-           objective: str = "") -> dict[str, Any] | None:
+def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None, objective: str) -> dict[str, Any] | None:
     """Which kernels a trial's objective scored where tune.toml's `entries` left others out (the
     baseline's metrics say it for the study): {"entries": names, "unscored_kernels": how many}; None
     where every kernel was scored. Every view describes the objective with it (`scoring_text`).
-    With the `objective`, what the rules held the others to (`held`: `held_as`); with the `chosen`
+    Under the study's `objective` (required: every view says what the same rules held the others
+    to, never a default's), what the rules held them to (`held`: `held_as`); with the `chosen`
     trial's metrics, what its settings did to the others' registers (`registers_text`, and
     `registers_changed`: each `register_changes` one) and occupancy (`occupancy_text`, `occupancy_changed`)."""
     if (unscored := Unscored.of(metrics)) is None:
@@ -104,7 +104,7 @@ def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None,
     names = kernel_names([str(r.get("name")) for r in records if isinstance(r, Mapping) and r.get("entry")]) \
         if isinstance(records, list) else []
     found: dict[str, Any] = {"entries": names, "unscored_kernels": unscored.kernels}
-    if objective and unscored.kernels:
+    if unscored.kernels:
         found["held"] = held_as(metrics, chosen, objective).strip()
     if chosen is not None and (text := registers_text(metrics, chosen)) is not None:
         changes = register_changes(metrics, chosen)
@@ -115,7 +115,7 @@ def scored(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None,
     return found
 
 
-def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None = None, objective: str = "static") -> str | None:
+def scoring_text(metrics: Mapping[str, Any], chosen: Mapping[str, Any] | None, objective: str) -> str | None:
     """`scored`, as one phrase: what the objective scored, and what the others were held to under
     `objective`; with the `chosen` trial's metrics, what its settings did to the others' registers
     and occupancy (`registers_text`, `occupancy_text`)."""

@@ -8,13 +8,15 @@ unchanged, so no base flag, setting or arch the other stale checks compare moves
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from compileiq.gating.rules import Hit
 from compileiq.results import acf as acf_file
-from compileiq.source import shipped
+from compileiq.source import arch_model, shipped
 from compileiq.source.arch_code import ptx_only_archs
 from compileiq.source.compile_db import CompileCommand
 from compileiq.source.shipped import arch_flag_archs
+from compileiq.source.spec import FixedFlag
 
 RULE = "stale-settings"
 
@@ -46,9 +48,24 @@ def dropped(acf: acf_file.Acf, command: CompileCommand) -> bool:
     archs the gate cannot name: not said to drop it."""
     if acf.shipped is None or any(arch in _EVERY for arch in command.archs):
         return False
-    tuned = any(acf.arch in (arch_flag_archs(fixed.flag) or ()) for fixed in acf.shipped.fixed
-                if not fixed.why.startswith(shipped.OVERRIDDEN_ARCH.partition("{")[0]))  # that builds nothing
+    tuned = any(acf.arch in (arch_flag_archs(flag) or ()) for flag in _building(acf.shipped.fixed))
     return tuned and acf.arch not in command.archs
+
+
+def _building(fixed: Iterable[FixedFlag]) -> tuple[str, ...]:
+    """The [[baseline.fixed]] arch flags that build something: an -arch a later -arch overrides builds
+    nothing (nvcc keeps the last), read from the flags themselves as `arch_model` reads them, never from
+    the ACF's `why` (a human-readable text anyone can edit: "overridden by the later ..." on the -arch
+    tuned would hide that the command no longer builds it)."""
+    flags = [f.flag for f in fixed if arch_flag_archs(f.flag) is not None]
+    overridden = list(arch_model.read(flags).overridden)  # the earlier -arch flags, in order
+    building = []
+    for flag in flags:
+        if flag in overridden:
+            overridden.remove(flag)  # one occurrence each: a repeated -arch's last one builds
+        else:
+            building.append(flag)
+    return tuple(building)
 
 
 def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:

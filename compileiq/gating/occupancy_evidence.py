@@ -14,6 +14,9 @@ figure a warning:
   only): tables that record two launches, or older tables whose figures
   no one amount of dynamic shared memory gives both, are `evidence` (a baseline's launch edited for
   a forged gain);
+* a figure of a table that records no launch at all (an ACF written before launches were recorded,
+  or one whose launch was deleted) that the launch the kernel's settings give now does not give is
+  `evidence` too, said as unverifiable rather than as an edit (`_no_launch`);
 * a figure true at its recorded launch only, not at the one the kernel's settings give now, is a
   `stale-settings` warning that says what the rebuild gives there; an older table's (no dynamic
   shared memory recorded) says its figure is NOT vouched for.
@@ -62,9 +65,10 @@ def occupancy_hits(checked: Iterable[Checked], one_launch: bool) -> tuple[list[H
                              "(tune.toml's launch changed, or the ACF was edited); re-tune"))
         elif amounts:
             unvouched.append(f"[evidence.{table}] {pct(r.occupancy)}")
+        elif r.launch is None:
+            evidence.append(_no_launch(table, r, m))
         else:
-            where = ("(it records no launch the gate can recompute it at) nor " if r.launch is None else
-                     f"at the launch it records ({r.launch.text}) with any dynamic shared memory, nor "
+            where = (f"at the launch it records ({r.launch.text}) with any dynamic shared memory, nor "
                      if amounts is not None else f"at the launch it records ({r.launch.text}: not the kernels scored) nor ")
             evidence.append(Hit("evidence", f"[evidence.{table}] occupancy {pct(r.occupancy)}",
                                 f"{pct(m.occupancy)} at the launch the kernel's settings give now",
@@ -80,6 +84,19 @@ def occupancy_hits(checked: Iterable[Checked], one_launch: bool) -> tuple[list[H
                          "gives it at the block size it records, not the launch the kernel's settings give now; "
                          "re-tune for evidence the gate can check"))
     return evidence + (_two_launches(tables, held) if one_launch else []), stale
+
+
+def _no_launch(table: str, r: Recorded, m: Measured) -> Hit:
+    """`evidence` (an error) for a figure of a table that records no launch (an ACF written before
+    launches were recorded), which the launch the kernel's settings give now does not reproduce: said
+    as what it is, not as an edit, since an honest older ACF reads so after tune.toml's launch
+    changed. An error all the same: an ACF is untrusted, and a warning would let anyone pass a forged
+    occupancy by deleting its launch and its settings hash; only a re-tune records evidence to check."""
+    return Hit("evidence", f"[evidence.{table}] occupancy {pct(r.occupancy)}, no launch recorded",
+               f"{pct(m.occupancy)} at the launch the kernel's settings give now",
+               f"the ACF's [evidence.{table}] occupancy {pct(r.occupancy)} records no launch, so its occupancy cannot "
+               f"be checked after tune.toml's launch changed: the same code gives {pct(m.occupancy)} at the launch the "
+               "kernel's settings give now; re-tune")
 
 
 def _two_launches(tables: list[Checked], held: list[tuple[str, Recorded, Measured]]) -> list[Hit]:

@@ -48,8 +48,9 @@ def unscored_hits(m: Measured, d: Defaults, objective: str) -> list[Hit]:
 
 def bound_hits(m: Measured, d: Defaults) -> list[Hit]:
     """`launch-bound` where the ACF's build cannot launch a kernel of the file (scored or not) at the
-    threads its __launch_bounds__ declares and the baseline's build of it can (`launch_bound.unlaunchable`):
-    both builds are rebuilt here, so no recorded number decides it."""
+    threads its own __launch_bounds__ declares and the baseline's build of it can at the bound that build
+    declares (`launch_bound.unlaunchable`; a tuned macro may change the bound): both builds are rebuilt
+    here, so no recorded number decides it."""
     base = d.build
     if m.failure is not None or m.bounds is None or base is None or base.failure is not None or base.bounds is None:
         return []
@@ -57,7 +58,7 @@ def bound_hits(m: Measured, d: Defaults) -> list[Hit]:
         return []
     word = "defaults" if d.name == Defaults.name else "as shipped"
     first = found[0]
-    return [Hit("launch-bound", f"{word}: {first.registers_was} registers at {first.threads} threads",
+    return [Hit("launch-bound", f"{word}: {first.registers_was} registers at {first.threads_was} threads",
                 f"ACF: {first.registers} registers at {first.threads} threads",
                 f"the ACF's flags leave no launch of {unlaunchable_text(found)}: more registers or shared memory than "
                 f"an SM gives one block, where {d.name}'s build launches it (its -Xptxas flags build every kernel of "

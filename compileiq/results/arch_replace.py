@@ -38,7 +38,7 @@ def _built(flags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def broken(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
-    """One line where the arch words `flags` gives (args, optf), appended to the command the ACF
+    """One line where the arch words `flags` gives (args, optf, json), appended to the command the ACF
     records, make arch flags nvcc refuses: the build would stop, so they are not printed."""
     if (found := _appended(acf, fmt, stage, with_arch)) is None:
         return None
@@ -57,7 +57,7 @@ def broken(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
 
 
 def replaced_note(acf: Acf, fmt: str, stage: str, with_arch: bool) -> str | None:
-    """One line for stderr where the arch words `flags` gives (args, optf) override the -arch of the
+    """One line for stderr where the arch words `flags` gives (args, optf, json) override the -arch of the
     command the ACF records (`[[baseline.fixed]]`), or change what it builds: what nvcc then builds."""
     if (found := _appended(acf, fmt, stage, with_arch)) is None or broken(acf, fmt, stage, with_arch):
         return None

@@ -47,9 +47,10 @@ T = TypeVar("T")
 # what an export carries of the latest deciding run's decision (`carried`): its pick rule
 # (`recorded_decision.recorded_pick`), --no-simplify and tune.toml's forbidden settings (`recorded_simplify`,
 # `recorded_forbidden`), its shipped build's compilation database (`shipped_origin.KEY`), its sources' hashes,
-# base flags and kernel path (`recorded_sources`)
+# base flags and kernel path (`recorded_sources`), that its launch was assumed (`launch_note.KEY`: the note every
+# view of the imported study says)
 CARRIED = ("pick", "simplify", "forbidden", "baseline", "source_bundle_sha256", "source_files_sha256", "base_flags",
-           "kernel_path")
+           "kernel_path", "launch_assumed")
 MAX_CARRIED_TEXT = 4096
 MAX_CARRIED_ITEMS = 4096
 
