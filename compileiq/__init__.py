@@ -16,8 +16,9 @@ from compileiq.core.version import __version__
 
 # The Python API (compileiq.api), imported on first use so that `import compileiq` (and so every
 # command, `compileiq flags` included) stays cheap.
-_API = ("tune", "gate", "load_acf", "flags", "TuneResult", "TrialRow")
-__all__ = ["TrialRow", "TuneResult", "__version__", "flags", "gate", "load_acf", "tune"]
+_API = ("tune", "gate", "load_acf", "flags", "flag_notes", "TuneResult", "TrialRow", "FlagNotes")
+__all__ = ["FlagNotes", "TrialRow", "TuneResult", "__version__", "flag_notes", "flags", "gate", "load_acf",
+           "tune"]
 
 
 def __getattr__(name: str) -> Any:

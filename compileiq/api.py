@@ -26,6 +26,8 @@ from compileiq.core.errors import UsageError
 from compileiq.core.records import Trial
 from compileiq.results import flag_formats
 from compileiq.results.acf import Acf
+from compileiq.results.flag_notes import FlagNotes
+from compileiq.results.flag_notes import notes as notes_of
 from compileiq.tuning.progress import Outcome, SilentProgress
 
 if TYPE_CHECKING:
@@ -177,6 +179,18 @@ def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_ar
     _booleans(with_arch=with_arch, with_base=with_base)
     loaded = acf if isinstance(acf, Acf) else app.read_acf(_path("acf", acf))
     return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base, option="")
+
+
+def flag_notes(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True,
+               with_base: bool = False) -> FlagNotes:
+    """The notes `compileiq flags` prints on stderr beside the same flags (`flags` gives the text):
+    `.lines`, each as the command prints it (what the flags leave out that the build needs, what to
+    remove from the build's command, an arch other than the one tuned), and `.left_out`, the flags
+    they name as left out (`flag` and `kind`: "base" or "not_applied"). The same keywords and errors
+    as `flags`."""
+    loaded = acf if isinstance(acf, Acf) else app.read_acf(_path("acf", acf))
+    flags(loaded, format, stage, with_arch, with_base)  # its checks: a format, stage or ACF it refuses
+    return notes_of(loaded, format, stage, with_arch, with_base)
 
 
 def gate(

@@ -229,3 +229,25 @@ def test_the_api_takes_a_compile_command_and_gives_the_base_flags(tmp_path: Path
                             compile_commands=tmp_path / "compile_commands.json", out=tmp_path / "s.acf.toml")
     everything = compileiq.flags(result.acf_path, with_base=True).split()
     assert {"-DUNUSED=2", "-lineinfo"} <= set(everything) and "-lineinfo" not in compileiq.flags(result.acf_path)
+
+
+def test_flag_notes_gives_the_notes_the_command_prints_beside_its_flags(tmp_path: Path) -> None:
+    """`compileiq.flags` returned the text alone: a script got none of the notes `compileiq flags` prints
+    on stderr (here: the base flags -DUNUSED=2 -lineinfo the build needs, which only with_base prints)."""
+    (tmp_path / "scale.cu").write_text(TINY_KERNEL)
+    (tmp_path / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(tmp_path), "file": "scale.cu", "command": "nvcc -DUNUSED=2 -lineinfo -arch=sm_90 -c scale.cu"}]))
+    acf_path = compileiq.tune(tmp_path / "scale.cu", budget=2, workers="local", db=f"sqlite:///{tmp_path / 't.db'}",
+                              compile_commands=tmp_path / "compile_commands.json", out=tmp_path / "s.acf.toml").acf_path
+    printed = subprocess.run([sys.executable, "-m", "compileiq", "flags", str(acf_path)], capture_output=True, text=True,
+                             cwd=tmp_path, env=clean_env(), check=True)
+    found = compileiq.flag_notes(acf_path)
+    assert dataclasses.is_dataclass(found) and found.lines, found
+    assert list(found.lines) == printed.stderr.strip().splitlines(), (found, printed.stderr)
+    assert {"-DUNUSED=2", "-lineinfo"} <= {left.flag for left in found.left_out if left.kind == "base"}, found
+    assert not [left for left in compileiq.flag_notes(acf_path, with_base=True).left_out if left.kind == "base"]
+    assert isinstance(compileiq.flags(acf_path), str)  # existing callers still get the text
+    with pytest.raises(UsageError, match="^format must be one of"):
+        compileiq.flag_notes(acf_path, format="nope")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.lines = ()  # type: ignore[misc]

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomli_w
 
 from tests.helpers import run_cli
@@ -114,3 +115,38 @@ def test_a_command_that_keeps_the_arch_tuned_beside_a_newer_one_also_builds_it(t
     assert not [f for f in result["findings"] if "not the ACF's sm_90" in f["message"]], result
     [said] = _arch_findings(result)
     assert "now also builds for sm_120" in said and "re-tune with --arch sm_120" in said, said
+
+
+def test_an_overridden_arch_whose_why_says_it_was_left_out_still_gets_the_new_arch_finding(tmp_path: Path) -> None:
+    """The gate read the archs left out at tuning time from the [[baseline.fixed]] `why` ("builds for ..."),
+    text anyone can edit: an ACF whose overridden -arch=sm_80 (it built nothing) was reworded "builds for
+    sm_80, not tuned" hid that the command now builds sm_80. What was left out is read from the flags."""
+    acf, _ = _tuned_then_gated(tmp_path, "nvcc -arch=sm_80 -arch=sm_90 -c k.cu -o k.o",
+                               f"nvcc {SM80} {SM90} -c k.cu -o k.o", passes=False)
+    fixed = [f for f in acf["baseline"]["fixed"] if f["flag"] == "-arch=sm_80"]
+    assert fixed and not fixed[0]["applied"], acf["baseline"]["fixed"]
+    fixed[0]["why"] = "builds for sm_80, not tuned: the settings are chosen on sm_90 alone"
+    out = tmp_path / "store" / "k.acf.toml"
+    out.write_text(tomli_w.dumps(acf))
+    gated = run_cli(["gate", str(out), "--static", "--json", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
+    [said] = _arch_findings(json.loads(gated.stdout)["acfs"][0])
+    assert "now also builds for sm_80, which the ACF's settings were never checked on" in said, said
+
+
+def test_an_acf_whose_tuned_arch_says_overridden_is_still_refused_as_edited(tmp_path: Path) -> None:
+    """Reading an ACF skipped its "left out for building another arch (edited by hand?)" check on any
+    [[baseline.fixed]] whose `why` began "overridden by the later ": an edit that set the flag for the
+    arch tuned as not applied, so worded, was read as a sound ACF."""
+    from compileiq.results import acf as acf_file
+
+    acf, _ = _tuned_then_gated(tmp_path, f"nvcc {SM80} {SM90} -c k.cu -o k.o", f"nvcc {SM80} {SM90} -c k.cu -o k.o")
+    [tuned] = [f for f in acf["baseline"]["fixed"] if f["flag"] == SM90]
+    tuned["applied"] = False
+    tuned["why"] = "overridden by the later -arch=sm_80: nvcc keeps the last -arch, so this one builds nothing"
+    out = tmp_path / "store" / "k.acf.toml"
+    out.write_text(tomli_w.dumps(acf))
+    with pytest.raises(acf_file.AcfError, match=r"left out for building another arch \(edited by hand\?\)"):
+        acf_file.read(out)
+    gated = run_cli(["gate", str(out), "--static", "--compile-commands", "cc_drift.json"], cwd=tmp_path)
+    assert gated.returncode != 0 and "edited by hand?" in gated.stderr + gated.stdout, gated.describe()
+    assert "Traceback" not in gated.stderr, gated.describe()

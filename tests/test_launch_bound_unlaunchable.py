@@ -163,3 +163,56 @@ def test_each_build_is_launched_at_the_bound_it_declares() -> None:
     why = bound_refusal(wide, baseline)
     assert why and "k at its __launch_bounds__ of 1024 threads: 128 registers per thread (baseline 128 at its " \
         "bound of 512 threads)" in why, why
+
+
+LOWERED = r"""__global__ void small(float* y) { y[threadIdx.x] *= 2.f; }
+__global__ void __launch_bounds__(1024) big(float* y) { y[threadIdx.x] += 1.f; }
+"""
+LOWERS = {"ptxas.maxntid": 256, "ptxas.override_directive_values": True}
+
+
+@pytest.fixture(scope="module")
+def lowered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`nvcc -arch=sm_90 -cubin -Xptxas --maxntid=256,--override-directive-values` builds big's cubin with
+    a max of 256 threads per block (EIATTR_MAX_THREADS) at the same 8 registers: its PTX .maxntid and
+    registers, all the launch-bound check read, still said 1024 threads, launchable."""
+    folder = tmp_path_factory.mktemp("lowered")
+    (folder / "lb.cu").write_text(LOWERED)
+    (folder / "tune.toml").write_text('arch = "sm_90"\nentries = ["small"]\nblock_size = 64\n')
+    done = run_cli(["tune", "lb.cu", "--objective", "static", "--budget", "12", "--allow-semantics", "--strategy",
+                    "random", "--seed", "1", "--only", "ptxas.maxntid,ptxas.override_directive_values",
+                    "--workers", "local", "--db", "sqlite:///x.db", "--out", "lb.acf.toml"], cwd=folder)
+    assert done.returncode == 0, done.describe()
+    return folder
+
+
+def test_tune_refuses_a_maxntid_that_overrides_a_kernels_launch_bounds_downward(lowered: Path) -> None:
+    acf = tomllib.loads((lowered / "lb.acf.toml").read_text())
+    assert not (acf["controls"].get("ptxas.override_directive_values") is True
+                and acf["controls"].get("ptxas.maxntid", "default") != "default"
+                and acf["controls"]["ptxas.maxntid"] < 1024), acf["controls"]
+    shown = json.loads(run_cli(["show", "1", "--db", "sqlite:///x.db", "--json"], cwd=lowered).stdout)
+    below = [t for t in shown["trials"] if t["config"].get("ptxas.override_directive_values") is True
+             and t["config"].get("ptxas.maxntid") in (64, 128, 256, 512)]
+    assert below, [t["config"] for t in shown["trials"]]
+    for trial in below:
+        cap = trial["config"]["ptxas.maxntid"]
+        assert (f"ptxas --maxntid={cap} with --override-directive-values lowers big's __launch_bounds__ of 1024 "
+                "threads") in str(trial["refused"]), trial
+    kept = [t for t in shown["trials"] if t["config"].get("ptxas.override_directive_values") is not True]
+    assert all("lowers big's" not in str(t["refused"]) for t in kept), kept
+
+
+def test_the_gate_fails_a_maxntid_that_overrides_a_kernels_launch_bounds_downward(lowered: Path) -> None:
+    document = tomllib.loads((lowered / "lb.acf.toml").read_text())
+    document["controls"] = dict(LOWERS)
+    document["args"]["ptxas"] = ["--maxntid=256", "--override-directive-values"]
+    kept = [arg for arg in document["args"]["argv"] if "maxntid" not in arg and "override-directive" not in arg]
+    document["args"]["argv"] = ["-Xptxas=--maxntid=256", "-Xptxas=--override-directive-values", *kept]
+    (lowered / "low.acf.toml").write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", "low.acf.toml", "--json"], cwd=lowered)
+    assert gated.returncode == 1, gated.describe()
+    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"] if f["rule"] == "launch-bound"]
+    assert findings and findings[0]["severity"] == "error", gated.stdout
+    assert ("ptxas --maxntid=256 with --override-directive-values lowers big's __launch_bounds__ of 1024 threads"
+            in findings[0]["message"]), findings

@@ -175,7 +175,7 @@ def refusal(config: Mapping[str, Any], metrics: Mapping[str, Any], reference: Re
     if occupancy == 0.0 < reference.occupancy:
         return ("cannot launch (occupancy 0%: its threads, registers or shared memory per block exceed what an SM "
                 "gives one block)")
-    if unlaunchable := bound_refusal(metrics, reference.bounds):
+    if unlaunchable := bound_refusal(metrics, reference.bounds, config, reference.config):
         return unlaunchable
     if occupancy < reference.occupancy - 1e-9:
         lower = f"lowers occupancy ({reference.occupancy:.1%} -> {occupancy:.1%})"

@@ -9,6 +9,11 @@ kernel at its own __launch_bounds__(1024) then asks for more registers than an S
 bound, registers and static shared memory (`metrics.bound_facts`, the `bounds` metric), and a build that
 cannot launch a kernel at the bound the baseline's build of it could is refused (`bound_refusal`:
 tune, every objective) and failed by the gate (`launch-bound`).
+
+ptxas's --maxntid with --override-directive-values replaces a kernel's own bound in the cubin (its max
+threads per block, EIATTR_MAX_THREADS: __launch_bounds__(1024) built at 256) while PTX .maxntid still
+says 1024 and the registers may not move: a launch at 1024 then fails. A build that lowers a bound the
+baseline's build keeps is refused and failed alike (`lowered`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from compileiq.core import metric_ranges
 from compileiq.core.errors import UsageError
 from compileiq.evaluate.metrics import occupancy
 from compileiq.evaluate.unscored import NAMED_CHANGES, shown
+from compileiq.source.launch import overriding_maxntid
 
 
 @dataclass(frozen=True)
@@ -95,10 +101,45 @@ def unlaunchable_text(found: tuple[Unlaunchable, ...]) -> str:
     return "; ".join(u.text() for u in found[:NAMED_CHANGES]) + more
 
 
-def bound_refusal(metrics: Mapping[str, Any], before: Bounds | None) -> str | None:
+@dataclass(frozen=True)
+class Lowered:
+    """A kernel whose __launch_bounds__ a config's ptxas --maxntid (with --override-directive-values)
+    lowers in the cubin: a launch at the bound it declares fails."""
+
+    kernel: str
+    threads: int  # its declared bound (PTX .maxntid)
+    maxntid: int  # the cubin's max threads per block
+
+    def text(self) -> str:
+        return (f"ptxas --maxntid={self.maxntid} with --override-directive-values lowers {shown(self.kernel)}'s "
+                f"__launch_bounds__ of {self.threads} threads")
+
+
+def lowered(now: Bounds | None, config: Mapping[str, Any], baseline: Mapping[str, Any]) -> tuple[Lowered, ...]:
+    """The kernels of `now` (a build of `config`) whose declared bound its --maxntid lowers, where the
+    baseline's config (`baseline`) keeps it: read from the settings, as ptxas applies them."""
+    cap, was = overriding_maxntid(config), overriding_maxntid(baseline)
+    if now is None or not cap:
+        return ()
+    return tuple(Lowered(b.kernel, b.threads, cap) for b in now.kernels
+                 if b.threads > cap and not (was and b.threads > was))
+
+
+def lowered_text(found: tuple[Lowered, ...]) -> str:
+    """A few named, then "and N more", and what a launch at the bound then does."""
+    more = f"; and {len(found) - NAMED_CHANGES} more" if len(found) > NAMED_CHANGES else ""
+    return ("; ".join(f.text() for f in found[:NAMED_CHANGES]) + more
+            + f": every launch above {found[0].maxntid} threads per block fails")
+
+
+def bound_refusal(metrics: Mapping[str, Any], before: Bounds | None, config: Mapping[str, Any] | None = None,
+                  baseline: Mapping[str, Any] | None = None) -> str | None:
     """Why a result may not win: a kernel of its build (scored or not) can no longer launch at the
-    threads its __launch_bounds__ declares, where the baseline's build of it could; None where it can,
-    or the baseline records no bounds (recorded before they were)."""
+    threads its __launch_bounds__ declares, where the baseline's build of it could (its `config`
+    lowers the bound, or it needs more than an SM gives); None where it can, or the baseline records
+    no bounds (recorded before they were)."""
+    if below := lowered(Bounds.of(metrics), config or {}, baseline or {}):
+        return lowered_text(below)
     if before is None or not before.kernels:
         return None
     if (now := Bounds.of(metrics)) is None:

@@ -26,12 +26,26 @@ _EVERY = ("all", "all-major", "native")  # -arch words that name no arch: `comma
 
 def left_out(acf: acf_file.Acf) -> tuple[str, ...]:
     """The archs the ACF's [baseline] records its command building beside the one tuned (an
-    `-arch=all` as the word `all`, as the command's archs name it)."""
+    `-arch=all` as the word `all`, as the command's archs name it): those the flags `set_aside` build
+    machine code for, read from the flags, never from their `why` (an ACF whose overridden -arch says
+    "builds for sm_80" would hide from the gate that the command now builds sm_80)."""
     if acf.shipped is None:
         return ()
-    return tuple(dict.fromkeys(arch for fixed in acf.shipped.fixed
-                               if not fixed.applied and fixed.why.startswith("builds for ")
-                               for arch in _named(fixed.flag)))
+    ptx = set(ptx_only_archs(f.flag for f in acf.shipped.fixed if arch_flag_archs(f.flag) is not None))
+    return tuple(dict.fromkeys(arch for fixed in set_aside(acf.shipped.fixed) for arch in _named(fixed.flag)
+                               if arch not in ptx))
+
+
+def set_aside(fixed: Iterable[FixedFlag]) -> tuple[FixedFlag, ...]:
+    """The [[baseline.fixed]] arch flags the tuning set aside (`shipped.other_archs`): not applied, and
+    building machine code for some arch (an -arch a later -arch overrides builds nothing; one that
+    embeds PTX alone no ptxas setting reaches), or an arch word (`-arch=all`)."""
+    fixed = tuple(fixed)
+    arch_flags = [f.flag for f in fixed if arch_flag_archs(f.flag) is not None]
+    ptx = set(ptx_only_archs(arch_flags))
+    building = _building(fixed)
+    return tuple(f for f in fixed if not f.applied and f.flag in building
+                 and any(arch not in ptx for arch in _named(f.flag)))
 
 
 def _named(flag: str) -> tuple[str, ...]:
@@ -53,19 +67,10 @@ def dropped(acf: acf_file.Acf, command: CompileCommand) -> bool:
 
 
 def _building(fixed: Iterable[FixedFlag]) -> tuple[str, ...]:
-    """The [[baseline.fixed]] arch flags that build something: an -arch a later -arch overrides builds
-    nothing (nvcc keeps the last), read from the flags themselves as `arch_model` reads them, never from
-    the ACF's `why` (a human-readable text anyone can edit: "overridden by the later ..." on the -arch
-    tuned would hide that the command no longer builds it)."""
-    flags = [f.flag for f in fixed if arch_flag_archs(f.flag) is not None]
-    overridden = list(arch_model.read(flags).overridden)  # the earlier -arch flags, in order
-    building = []
-    for flag in flags:
-        if flag in overridden:
-            overridden.remove(flag)  # one occurrence each: a repeated -arch's last one builds
-        else:
-            building.append(flag)
-    return tuple(building)
+    """The [[baseline.fixed]] arch flags that build something (`arch_model.building`), read from the
+    flags themselves, never from the ACF's `why` (a human-readable text anyone can edit: "overridden by
+    the later ..." on the -arch tuned would hide that the command no longer builds it)."""
+    return arch_model.building(f.flag for f in fixed if arch_flag_archs(f.flag) is not None)
 
 
 def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:

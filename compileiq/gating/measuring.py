@@ -14,7 +14,7 @@ from compileiq.core.space import Config
 from compileiq.core.space_files import load_space
 from compileiq.core.static_score import StaticMetrics
 from compileiq.core.toolchain import Toolchain
-from compileiq.evaluate import eligibility
+from compileiq.evaluate import eligibility, launch_bound
 from compileiq.evaluate.launch_bound import Bounds
 from compileiq.evaluate.metrics import StaticEvaluator
 from compileiq.evaluate.unscored import Unscored
@@ -144,7 +144,10 @@ def rebuild_defaults(target: Target, toolchain: Toolchain, bundle: SourceBundle,
     same = same and target.built_spec is target.spec
     built = acf_build if same else _measure(target, spec, toolchain, bundle, frontend, ptxas, config.as_dict())
     name = build.name if build is not None else (acf.shipped.name if acf.shipped is not None else eligibility.DEFAULTS)
-    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built)
+    # a bound the ACF's --maxntid lowers in its cubin, where the baseline's build keeps it (`launch_bound.lowered`)
+    bounds = launch_bound.lowered(acf_build.bounds, controls, config.as_dict()) if acf_build.failure is None else ()
+    return Defaults(built.failure, built.spill_bytes, built.occupancy, lowered, gain, name, frontend, ptxas, built,
+                    bounds)
 
 
 def in_recorded_order(target: Target) -> KernelSpec:

@@ -15,6 +15,7 @@ from typing import Protocol
 from compileiq.core.bounded_read import is_file
 from compileiq.core.metric_ranges import MAX_BUDGET
 from compileiq.core.space_files import available_versions, space_version
+from compileiq.gating import arch_coverage
 from compileiq.gating.rules import Measured
 from compileiq.results import acf as acf_file
 from compileiq.source.spec import KernelSpec
@@ -76,7 +77,7 @@ def retune_arch(target: Target) -> tuple[str, ...]:
     sm_XY-only build (an ACF of an earlier release was tuned for tune.toml's arch from such a command);
     nor where that command builds the ACF's arch no longer (`--arch sm_90` would tune an arch it does not ship)."""
     acf = target.acf
-    chose = acf.shipped is not None and any(not f.applied and f.why.startswith("builds for ") for f in acf.shipped.fixed)
+    chose = acf.shipped is not None and bool(arch_coverage.set_aside(acf.shipped.fixed))  # from the flags, not `why`
     if target.default_arch and shipped_from(target) and not chose:
         return ()
     if target.dropped_arch and shipped_from(target):  # narrowed to -arch=sm_80: tune takes the arch it builds

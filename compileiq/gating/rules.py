@@ -13,7 +13,7 @@ from enum import Enum
 
 from compileiq.core.errors import UsageError
 from compileiq.core.static_score import StaticMetrics
-from compileiq.evaluate.launch_bound import Bounds
+from compileiq.evaluate.launch_bound import Bounds, Lowered
 from compileiq.evaluate.unscored import Unscored
 from compileiq.gating.recorded_launch import RecordedLaunch, ScoredKernel, occupancy_at
 from compileiq.gating.settings_change import entries_change, launch_changes
@@ -140,6 +140,7 @@ class Defaults:
     frontend_args: tuple[str, ...] = ()  # how the baseline is built (a timed gate builds it again)
     ptxas_args: tuple[str, ...] = ()
     build: Measured | None = None  # the baseline's rebuild, held to the ACF's [evidence.baseline]
+    bounds_lowered: tuple[Lowered, ...] = ()  # kernels the ACF's --maxntid lowers, its baseline's not (`launch-bound`)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compileiq.evaluate.launch_bound import unlaunchable, unlaunchable_text
+from compileiq.evaluate.launch_bound import lowered_text, unlaunchable, unlaunchable_text
 from compileiq.evaluate.unscored import unscored_harm, unscored_refusal
 from compileiq.gating.rules import (
     Defaults,
@@ -51,12 +51,18 @@ def bound_hits(m: Measured, d: Defaults) -> list[Hit]:
     threads its own __launch_bounds__ declares and the baseline's build of it can at the bound that build
     declares (`launch_bound.unlaunchable`; a tuned macro may change the bound): both builds are rebuilt
     here, so no recorded number decides it."""
+    word = "defaults" if d.name == Defaults.name else "as shipped"
+    if d.bounds_lowered:  # the cubin's max threads per block below the bound the kernel declares
+        first_lowered = d.bounds_lowered[0]
+        return [Hit("launch-bound", f"{word}: {first_lowered.threads} threads",
+                    f"ACF: at most {first_lowered.maxntid} threads",
+                    f"the ACF's flags leave no launch of a kernel at its bound: {lowered_text(d.bounds_lowered)}, "
+                    f"where {d.name}'s build launches it (its -Xptxas flags build every kernel of the file)")]
     base = d.build
     if m.failure is not None or m.bounds is None or base is None or base.failure is not None or base.bounds is None:
         return []
     if not (found := unlaunchable(m.bounds, base.bounds)):
         return []
-    word = "defaults" if d.name == Defaults.name else "as shipped"
     first = found[0]
     return [Hit("launch-bound", f"{word}: {first.registers_was} registers at {first.threads_was} threads",
                 f"ACF: {first.registers} registers at {first.threads} threads",

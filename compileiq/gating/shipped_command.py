@@ -33,7 +33,7 @@ from compileiq.gating.shipped_read import ShippedRead
 from compileiq.results import acf as acf_file
 from compileiq.source.base_flags import CAPPED, dropped_cap, overridden_cap, replaced_cap
 from compileiq.source.shipped import under_register_cap
-from compileiq.source.spec import FixedFlag, KernelSpec, ShippedBuild
+from compileiq.source.spec import KernelSpec, ShippedBuild
 
 RULE = "stale-settings"
 
@@ -86,7 +86,7 @@ def shipped_command_hits(target: Target, retune: str) -> list[Hit]:
     # or where the command, tuned building it among others, builds the ACF's arch no longer (`arch_coverage.dropped`)
     # (one that still builds it beside a newer one, `--gpu-code=sm_90,sm_120`, also builds sm_120: `arch_coverage`)
     kept = acf.arch in command.archs
-    moved = command.arch if command.arch != acf.arch and (not kept and not any(_other_arch(f) for f in acf.shipped.fixed)
+    moved = command.arch if command.arch != acf.arch and (not kept and not arch_coverage.set_aside(acf.shipped.fixed)
                                                           or arch_coverage.dropped(acf, command)) else None
     # a command that names no arch builds nvcc's default: an ACF of an earlier release was tuned for
     # tune.toml's arch from it, the command unchanged; said as it is, not as a change
@@ -115,7 +115,7 @@ def applies_choice(acf: acf_file.Acf, tuned: KernelSpec, now: KernelSpec, shippe
     """The command now ships exactly the ACF's choice (its searched settings are the ACF's controls,
     its base flags and arch those the ACF was tuned with) where it shipped something else before:
     the ACF applied as `flags` says, not a changed build."""
-    if acf.shipped is None or arch not in (None, acf.arch) and not any(_other_arch(f) for f in acf.shipped.fixed):
+    if acf.shipped is None or arch not in (None, acf.arch) and not arch_coverage.set_aside(acf.shipped.fixed):
         return False
     if (not same_code_order(tuned.nvcc_flags.flags, now.nvcc_flags.flags)  # `compileiq_apply` appends its flags
             or not same_folder_order(tuned.include_dirs, now.include_dirs)
@@ -157,12 +157,6 @@ def _untuned_from(target: Target, read: ShippedRead, recorded: str, retune: str)
 def _unchecked(recorded: str, what: str, database: Path) -> Hit:
     return Hit(RULE, recorded, "not checked", f"the compile command the ACF was tuned from, {database}, {what}: "
                "the gate cannot tell whether the ACF's baseline is still the build that ships")
-
-
-def _other_arch(flag: FixedFlag) -> bool:
-    """An arch flag of the command that the tuning set aside (`shipped.other_archs`): --arch chose
-    another, or the command builds for several."""
-    return not flag.applied and flag.why.startswith("builds for ")
 
 
 def _changes(tuned: KernelSpec, now: KernelSpec, space: SearchSpace, arch: str, moved: str | None,

@@ -21,13 +21,14 @@ from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, objective_value
 from compileiq.results import to_time
+from compileiq.source import arch_model
 from compileiq.source.arch_code import paired
 from compileiq.source.base_flags import (
     BaseFlagError,
     parse_base_flags,
     quoted_path_problem,
 )
-from compileiq.source.shipped import OVERRIDDEN_ARCH, arch_flag_archs, to_remove
+from compileiq.source.shipped import arch_flag_archs, to_remove
 from compileiq.source.spec import (
     MODES,
     FixedFlag,
@@ -35,8 +36,6 @@ from compileiq.source.spec import (
     ShippedSetting,
     metric_regex_problem,
 )
-
-_OVERRIDDEN = OVERRIDDEN_ARCH.partition("{")[0]  # an -arch a later one overrides: it builds nothing
 
 
 class AcfError(UsageError):
@@ -332,8 +331,11 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
     for applied in (True, False):
         archs_of |= dict(paired([(f.flag, a) for f in fixed_flags if f.applied is applied
                                  and (a := arch_flag_archs(f.flag))]))
+    # an -arch a later one overrides builds nothing: read from the flags, never from the `why` an edit
+    # can word "overridden by the later ..." to escape these checks
+    building = set(arch_model.building(f.flag for f in fixed_flags if arch_flag_archs(f.flag) is not None))
     for fixed in fixed_flags:
-        archs = archs_of.get(fixed.flag) if not fixed.why.startswith(_OVERRIDDEN) else None  # builds nothing
+        archs = archs_of.get(fixed.flag) if fixed.flag in building else None
         if archs and not fixed.applied and set(archs) == {arch}:
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
                            f"out for building another arch (edited by hand?)")

@@ -72,6 +72,21 @@ def read(flags: Iterable[str]) -> ArchFlags:
                      tuple(given for given, _ in archs[:-1]))
 
 
+def building(flags: Iterable[str]) -> tuple[str, ...]:
+    """`flags` less each earlier -arch flag a later one overrides (nvcc keeps the last: it builds
+    nothing), in order; a repeated -arch's last one builds. Read from the flags, never from any text
+    that describes them (an ACF's `why` is anyone's to edit)."""
+    flags = list(flags)
+    overridden = list(read(flags).overridden)
+    kept = []
+    for flag in flags:
+        if flag in overridden:
+            overridden.remove(flag)  # one occurrence each
+        else:
+            kept.append(flag)
+    return tuple(kept)
+
+
 def names(built: Iterable[tuple[str, str]]) -> str:
     """`sm_90 (from compute_80 PTX), compute_90 PTX`: what `ArchFlags.built` and -gencode pairs embed."""
     said = []

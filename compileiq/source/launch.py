@@ -371,10 +371,22 @@ def _launchable(what: str, threads: int, compiled_bound: int, config: Mapping[st
     return threads
 
 
+def ptxas_maxntid(config: Mapping[str, Any]) -> int:
+    """ptxas's --maxntid of a config (0: none): it bounds an entry that declares no bound, and with
+    --override-directive-values replaces one that does (`overriding_maxntid`)."""
+    ptxas = config.get("ptxas.maxntid")
+    return ptxas if isinstance(ptxas, int) and not isinstance(ptxas, bool) and ptxas > 0 else 0
+
+
+def overriding_maxntid(config: Mapping[str, Any]) -> int:
+    """The --maxntid that replaces every entry's own __launch_bounds__ in the cubin (its max threads
+    per block), where --override-directive-values is on; 0 where none does."""
+    return ptxas_maxntid(config) if config.get("ptxas.override_directive_values") is True else 0
+
+
 def _bound(compiled_bound: int, config: Mapping[str, Any]) -> tuple[int, str]:
     """The most threads per block a launch of the entry may have (0: no bound), and what sets it."""
-    ptxas = config.get("ptxas.maxntid")
-    ptxas = ptxas if isinstance(ptxas, int) and not isinstance(ptxas, bool) and ptxas > 0 else 0
-    if ptxas and (not compiled_bound or config.get("ptxas.override_directive_values") is True):
+    ptxas = ptxas_maxntid(config)
+    if ptxas and (not compiled_bound or overriding_maxntid(config)):
         return ptxas, f"-Xptxas --maxntid={ptxas}"
     return compiled_bound, "its __launch_bounds__ (PTX .maxntid)"
