@@ -178,7 +178,10 @@ def flags(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_ar
     `with_base` adds the base flags a rebuild needs (`compileiq flags --all`)."""
     _booleans(with_arch=with_arch, with_base=with_base)
     loaded = acf if isinstance(acf, Acf) else app.read_acf(_path("acf", acf))
-    return flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base, option="")
+    text = flag_formats.render(loaded, format, stage, with_arch=with_arch, with_base=with_base, option="")
+    if problem := app.flags_refusal(loaded, format, stage, with_arch):  # as `compileiq flags` refuses it
+        raise UsageError(problem)
+    return text
 
 
 def flag_notes(acf: Acf | PathLike, format: str = "args", stage: str = "all", with_arch: bool = True,

@@ -380,3 +380,13 @@ def _time_evaluator(options: TuneOptions, spec: KernelSpec, space: SearchSpace, 
 
 def read_acf(path: Path) -> acf.Acf:
     return acf.read(path)
+
+
+def flags_refusal(found: acf.Acf, fmt: str, stage: str, with_arch: bool) -> str:
+    """Why `flags` (the command and the API alike) may not print the ACF's flags ("" when it may):
+    tuned macros tune.toml no longer offers, or arch words that, appended to the build's command,
+    would stop nvcc."""
+    from compileiq.gating.macro_settings import flags_problem
+    from compileiq.results import arch_replace
+
+    return flags_problem(found) or arch_replace.broken(found, fmt, stage, with_arch) or ""

@@ -108,3 +108,22 @@ def test_flags_never_holds_an_acf_to_a_kernel_found_from_the_current_folder(tmp_
     linked.unlink()
     linked.symlink_to(edited)
     assert run_cli(["flags", str(linked)], cwd=other).returncode == 2
+
+
+def test_the_python_apis_flags_refuses_what_the_command_refuses(tmp_path: Path) -> None:
+    """stop 61's helper (left open): `compileiq.flags()` and `compileiq.flag_notes()` printed an ACF
+    whose macros tune.toml no longer offers, which `compileiq flags` refuses: the API handed a
+    build settings no tuning chose. Both now refuse it with the command's own line."""
+    import pytest
+
+    import compileiq
+    from compileiq.core.errors import UsageError
+
+    out, _ = _tuned(tmp_path)
+    assert compileiq.flags(out).strip() == run_cli(["flags", str(out)], cwd=tmp_path).stdout.strip()
+    edited = _edited(out, {"TA": 3})
+    [line] = run_cli(["flags", str(edited)], cwd=tmp_path).stderr.strip().splitlines()
+    for call in (compileiq.flags, compileiq.flag_notes):
+        with pytest.raises(UsageError) as refused:
+            call(edited)
+        assert str(refused.value) in line and "define.TA = 3" in str(refused.value), (call, refused.value)

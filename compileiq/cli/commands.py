@@ -182,11 +182,11 @@ def flags(
     with_base: Annotated[bool, typer.Option("--all", metavar="", help="Add the base flags the code needs (tune.toml nvcc_flags and include_dirs, or the compile command's): what a rebuild needs.")] = False,
 ) -> None:
     """Print the ACF's compiler arguments for a build: nvcc $(compileiq flags k.acf.toml) ..."""
-    from compileiq.gating.macro_settings import flags_problem
-    from compileiq.results import acf, arch_replace, flag_formats, flag_notes
+    from compileiq import app
+    from compileiq.results import acf, flag_formats, flag_notes
 
     found = acf.read(acf_file)
-    if problem := flags_problem(found) or arch_replace.broken(found, fmt, stage, arch):  # macros; arch words that stop nvcc
+    if problem := app.flags_refusal(found, fmt, stage, arch):  # macros; arch words that stop nvcc
         raise UsageError(problem)
     text = flag_formats.render(found, fmt, stage, with_arch=arch, with_base=with_base)
     print(text, end="" if text.endswith("\n") else "\n", flush=True)  # before the notes: never mid-line on a terminal
