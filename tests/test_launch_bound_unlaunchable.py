@@ -75,16 +75,7 @@ def test_tune_refuses_flags_that_leave_a_kernel_unable_to_launch_at_its_launch_b
 
 
 def test_the_gate_fails_flags_that_leave_a_kernel_unable_to_launch_at_its_launch_bounds(tuned: Path) -> None:
-    document = tomllib.loads((tuned / "m.acf.toml").read_text())
-    document["controls"] = dict(UNLAUNCHABLE)
-    document["args"]["ptxas"] = ["--maxrregcount=255", "--override-directive-values"]
-    kept = [arg for arg in document["args"]["argv"] if "maxrregcount" not in arg and "override-directive" not in arg]
-    document["args"]["argv"] = ["-Xptxas=--maxrregcount=255", "-Xptxas=--override-directive-values", *kept]
-    (tuned / "capped.acf.toml").write_text(tomli_w.dumps(document))
-    gated = run_cli(["gate", "capped.acf.toml", "--json"], cwd=tuned)
-    assert gated.returncode == 1, gated.describe()
-    findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"] if f["rule"] == "launch-bound"]
-    assert findings and findings[0]["severity"] == "error", gated.stdout
+    findings = _gated_with(tuned / "m.acf.toml", UNLAUNCHABLE, ["--maxrregcount=255", "--override-directive-values"])
     assert "ov (_Z2ovPKdS0_Pdi) at its __launch_bounds__ of 1024 threads: 255 registers" in findings[0]["message"]
 
 
@@ -204,15 +195,24 @@ def test_tune_refuses_a_maxntid_that_overrides_a_kernels_launch_bounds_downward(
 
 
 def test_the_gate_fails_a_maxntid_that_overrides_a_kernels_launch_bounds_downward(lowered: Path) -> None:
-    document = tomllib.loads((lowered / "lb.acf.toml").read_text())
-    document["controls"] = dict(LOWERS)
-    document["args"]["ptxas"] = ["--maxntid=256", "--override-directive-values"]
-    kept = [arg for arg in document["args"]["argv"] if "maxntid" not in arg and "override-directive" not in arg]
-    document["args"]["argv"] = ["-Xptxas=--maxntid=256", "-Xptxas=--override-directive-values", *kept]
-    (lowered / "low.acf.toml").write_text(tomli_w.dumps(document))
-    gated = run_cli(["gate", "low.acf.toml", "--json"], cwd=lowered)
+    findings = _gated_with(lowered / "lb.acf.toml", LOWERS, ["--maxntid=256", "--override-directive-values"])
+    assert ("ptxas --maxntid=256 with --override-directive-values lowers big's __launch_bounds__ of 1024 threads"
+            in findings[0]["message"]), findings
+
+
+def _gated_with(acf_path: Path, controls: dict[str, object], ptxas: list[str]) -> list[dict[str, object]]:
+    """The gate's `launch-bound` findings (at least one, an error: exit 1) on the ACF at `acf_path`
+    edited to `controls` and their `ptxas` options, as an ACF that chose them reads."""
+    document = tomllib.loads(acf_path.read_text())
+    document["controls"] = dict(controls)
+    document["args"]["ptxas"] = list(ptxas)
+    names = [option.split("=")[0] for option in ptxas]
+    kept = [arg for arg in document["args"]["argv"] if not any(name in arg for name in names)]
+    document["args"]["argv"] = [*(f"-Xptxas={option}" for option in ptxas), *kept]
+    edited = acf_path.with_name("edited.acf.toml")
+    edited.write_text(tomli_w.dumps(document))
+    gated = run_cli(["gate", edited.name, "--json"], cwd=acf_path.parent)
     assert gated.returncode == 1, gated.describe()
     findings = [f for r in json.loads(gated.stdout)["acfs"] for f in r["findings"] if f["rule"] == "launch-bound"]
     assert findings and findings[0]["severity"] == "error", gated.stdout
-    assert ("ptxas --maxntid=256 with --override-directive-values lowers big's __launch_bounds__ of 1024 threads"
-            in findings[0]["message"]), findings
+    return findings
