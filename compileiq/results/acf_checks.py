@@ -333,9 +333,11 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
                                  and (a := arch_flag_archs(f.flag))]))
     # an -arch a later one overrides builds nothing: read from the flags, never from the `why` an edit
     # can word "overridden by the later ..." to escape these checks
-    building = set(arch_model.building(f.flag for f in fixed_flags if arch_flag_archs(f.flag) is not None))
+    arch_fixed = [f for f in fixed_flags if arch_flag_archs(f.flag) is not None]
+    building = {id(f) for f, built in zip(arch_fixed, arch_model.builds(f.flag for f in arch_fixed), strict=True)
+                if built}  # by position: of `-arch=sm_90 ... -arch=sm_90` the first builds nothing
     for fixed in fixed_flags:
-        archs = archs_of.get(fixed.flag) if fixed.flag in building else None
+        archs = archs_of.get(fixed.flag) if id(fixed) in building else None
         if archs and not fixed.applied and set(archs) == {arch}:
             raise AcfError(f"{path}: kernel.arch = {arch!r}, but baseline.fixed records {fixed.flag[:80]!r} as left "
                            f"out for building another arch (edited by hand?)")

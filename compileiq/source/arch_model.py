@@ -77,14 +77,20 @@ def building(flags: Iterable[str]) -> tuple[str, ...]:
     nothing), in order; a repeated -arch's last one builds. Read from the flags, never from any text
     that describes them (an ACF's `why` is anyone's to edit)."""
     flags = list(flags)
+    return tuple(flag for flag, built in zip(flags, builds(flags), strict=True) if built)
+
+
+def builds(flags: Iterable[str]) -> tuple[bool, ...]:
+    """For each of `flags`, in order, whether it builds something: False for an earlier -arch a later
+    one overrides, by position (`-arch=sm_90 ... -arch=sm_90`: the first builds nothing, the last does)."""
+    flags = list(flags)
     overridden = list(read(flags).overridden)
-    kept = []
+    found = []
     for flag in flags:
+        found.append(flag not in overridden)
         if flag in overridden:
-            overridden.remove(flag)  # one occurrence each
-        else:
-            kept.append(flag)
-    return tuple(kept)
+            overridden.remove(flag)  # one occurrence each, the earliest first
+    return tuple(found)
 
 
 def names(built: Iterable[tuple[str, str]]) -> str:
