@@ -145,7 +145,7 @@ def test_an_imported_pick_rule_is_shown_as_the_exports_not_a_decision_here(front
     _cli(tmp_path, other, "db", "import", str(tmp_path / "edited.json"))
     said = "pick rule weights=registers:0,instructions:1 from an imported export, not decided by a run of this database"
     shown = json.loads(_cli(tmp_path, other, "show", "st", "--json"))
-    assert shown["decided_by"].startswith(said) and shown["notes"] == [shown["decided_by"]], shown["decided_by"]
+    assert shown["decided_by"].startswith(said) and choice_notes(shown["notes"]) == [shown["decided_by"]], shown["notes"]
     why = json.loads(_cli(tmp_path, other, "show", "st", "--why", "--json"))
     assert why["chosen"] == shown["study"]["chosen"] and why["decided_by"] == shown["decided_by"]
     assert said in " ".join(_cli(tmp_path, other, "show", "st").split())

@@ -40,7 +40,7 @@ def test_two_different_commands_for_the_kernel_are_refused_naming_both(tmp_path:
     chosen = run_cli(["space", "k.cu", "--compile-commands", "compile_commands.json", "--compile-output", PRECISE,
                       "--json"], cwd=tmp_path)
     assert chosen.returncode == 0, chosen.describe()
-    baseline = {p["name"]: p.get("baseline") for p in json.loads(chosen.stdout)}
+    baseline = {p["name"]: p.get("baseline") for p in json.loads(chosen.stdout)["parameters"]}
     assert baseline["ptxas.opt_level"] == 1, baseline  # the precise target's -Xptxas=-O1, not the fast one's -O2
 
 
