@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 from compileiq.gating.rules import Hit
 from compileiq.results import acf as acf_file
-from compileiq.source import arch_model, shipped
+from compileiq.source import shipped
 from compileiq.source.arch_code import ptx_only_archs
 from compileiq.source.compile_db import CompileCommand
-from compileiq.source.shipped import arch_flag_archs
+from compileiq.source.shipped import arch_flag_archs, building
 from compileiq.source.spec import FixedFlag
 
 RULE = "stale-settings"
@@ -43,8 +43,8 @@ def set_aside(fixed: Iterable[FixedFlag]) -> tuple[FixedFlag, ...]:
     fixed = tuple(fixed)
     arch_flags = [f.flag for f in fixed if arch_flag_archs(f.flag) is not None]
     ptx = set(ptx_only_archs(arch_flags))
-    building = {id(f) for f in _building(fixed)}  # by position: a repeated -arch's earlier one builds nothing
-    return tuple(f for f in fixed if not f.applied and id(f) in building
+    built = {id(f) for f in building(fixed)}  # by position: a repeated -arch's earlier one builds nothing
+    return tuple(f for f in fixed if not f.applied and id(f) in built
                  and any(arch not in ptx for arch in _named(f.flag)))
 
 
@@ -62,16 +62,8 @@ def dropped(acf: acf_file.Acf, command: CompileCommand) -> bool:
     archs the gate cannot name: not said to drop it."""
     if acf.shipped is None or any(arch in _EVERY for arch in command.archs):
         return False
-    tuned = any(acf.arch in (arch_flag_archs(f.flag) or ()) for f in _building(acf.shipped.fixed))
+    tuned = any(acf.arch in (arch_flag_archs(f.flag) or ()) for f in building(acf.shipped.fixed))
     return tuned and acf.arch not in command.archs
-
-
-def _building(fixed: Iterable[FixedFlag]) -> tuple[FixedFlag, ...]:
-    """The [[baseline.fixed]] arch flags that build something (`arch_model.builds`, by position), read
-    from the flags themselves, never from the ACF's `why` (a human-readable text anyone can edit:
-    "overridden by the later ..." on the -arch tuned would hide that the command no longer builds it)."""
-    arch = [f for f in fixed if arch_flag_archs(f.flag) is not None]
-    return tuple(f for f, built in zip(arch, arch_model.builds(f.flag for f in arch), strict=True) if built)
 
 
 def unchecked_archs(acf: acf_file.Acf, command: CompileCommand) -> tuple[str, ...]:

@@ -21,7 +21,6 @@ from compileiq.core.space import Config, SearchSpace, SpaceError
 from compileiq.core.static_score import StaticMetrics
 from compileiq.evaluate.metrics import STATIC_OBJECTIVES, objective_value
 from compileiq.results import to_time
-from compileiq.source import arch_model
 from compileiq.source.arch_code import paired
 from compileiq.source.base_flags import (
     BaseFlagError,
@@ -29,6 +28,7 @@ from compileiq.source.base_flags import (
     quoted_path_problem,
 )
 from compileiq.source.shipped import arch_flag_archs, to_remove
+from compileiq.source.shipped import building as shipped_building
 from compileiq.source.spec import (
     MODES,
     FixedFlag,
@@ -333,9 +333,7 @@ def check_arch(path: Path, arch: str, evidence: dict[str, Any], shipped: Shipped
                                  and (a := arch_flag_archs(f.flag))]))
     # an -arch a later one overrides builds nothing: read from the flags, never from the `why` an edit
     # can word "overridden by the later ..." to escape these checks
-    arch_fixed = [f for f in fixed_flags if arch_flag_archs(f.flag) is not None]
-    building = {id(f) for f, built in zip(arch_fixed, arch_model.builds(f.flag for f in arch_fixed), strict=True)
-                if built}  # by position: of `-arch=sm_90 ... -arch=sm_90` the first builds nothing
+    building = {id(f) for f in shipped_building(fixed_flags)}  # by position, from the flags, not `why`
     for fixed in fixed_flags:
         archs = archs_of.get(fixed.flag) if id(fixed) in building else None
         if archs and not fixed.applied and set(archs) == {arch}:

@@ -72,14 +72,6 @@ def read(flags: Iterable[str]) -> ArchFlags:
                      tuple(given for given, _ in archs[:-1]))
 
 
-def building(flags: Iterable[str]) -> tuple[str, ...]:
-    """`flags` less each earlier -arch flag a later one overrides (nvcc keeps the last: it builds
-    nothing), in order; a repeated -arch's last one builds. Read from the flags, never from any text
-    that describes them (an ACF's `why` is anyone's to edit)."""
-    flags = list(flags)
-    return tuple(flag for flag, built in zip(flags, builds(flags), strict=True) if built)
-
-
 def builds(flags: Iterable[str]) -> tuple[bool, ...]:
     """For each of `flags`, in order, whether it builds something: False for an earlier -arch a later
     one overrides, by position (`-arch=sm_90 ... -arch=sm_90`: the first builds nothing, the last does)."""

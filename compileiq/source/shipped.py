@@ -348,3 +348,11 @@ def to_remove(settings: Iterable[ShippedSetting], chosen: Mapping[str, Value]) -
     """The shipped flags a build must drop to get the chosen settings: each flag of a setting whose
     chosen value differs from the shipped one (appending cannot turn --use_fast_math off)."""
     return tuple(dict.fromkeys(s.flag for s in settings if chosen.get(s.name) != s.value))
+
+
+def building(fixed: Iterable[FixedFlag]) -> tuple[FixedFlag, ...]:
+    """The [[baseline.fixed]] arch flags that build something: each but an earlier -arch a later one
+    overrides, told by position (`arch_model.builds`: of `-arch=sm_90 ... -arch=sm_90` the first builds
+    nothing), read from the flags themselves, never from the ACF's `why` (anyone's to edit)."""
+    arch = [f for f in fixed if arch_flag_archs(f.flag) is not None]
+    return tuple(f for f, built in zip(arch, arch_model.builds(f.flag for f in arch), strict=True) if built)
